@@ -1,0 +1,149 @@
+"""One exception tree for everything ov_npu_emu raises.
+
+Every error derives from :class:`NpuEmuError`.  Where the matching built-in
+meaning exists (bad value, missing key, not implemented) the subclass also
+derives from it, so ``except ValueError`` style code written for openvino keeps
+working.  Foreign errors (openvino RuntimeError, pyelftools ELFError, ...) are
+wrapped at the module that touches them, with ``raise ... from e``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "NpuEmuError",
+    "UserInputError",
+    "ConfigError",
+    "DeviceNotFoundError",
+    "PluginError",
+    "IRReadError",
+    "DynamicShapeError",
+    "UnsupportedOpError",
+    "CompileError",
+    "MemoryPlanError",
+    "RelocationError",
+    "BlobFormatError",
+    "ExecutionError",
+    "BarrierDeadlockError",
+    "PromptTooLongError",
+    "KVCacheFullError",
+    "check",
+]
+
+
+class NpuEmuError(RuntimeError):
+    """Base class; every error raised by ov_npu_emu derives from it.
+
+    It derives from RuntimeError because that is what openvino raises, so code
+    written against openvino that catches RuntimeError keeps working.
+    """
+
+
+class UserInputError(NpuEmuError, ValueError):
+    """Bad input from the caller: wrong tensor shape/type, unknown port, bad argument."""
+
+
+class ConfigError(UserInputError):
+    """A configuration key or value is invalid; ``key`` names it."""
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class DeviceNotFoundError(NpuEmuError, KeyError):
+    """No device plugin is registered under that name."""
+
+    def __init__(self, name: str, known: list[str], suggestion: str | None = None) -> None:
+        self.name = name
+        self.known = list(known)
+        self.suggestion = suggestion
+        hint = f"; did you mean {suggestion!r}?" if suggestion else ""
+        msg = f"Device {name!r} is not registered{hint} Available devices: {', '.join(known) or '(none)'}"
+        super().__init__(msg)
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class PluginError(NpuEmuError):
+    """A plugin failed to load or broke the plugin contract."""
+
+
+class IRReadError(NpuEmuError):
+    """A model file could not be read (missing, malformed XML/bin, unknown extension op)."""
+
+
+class DynamicShapeError(UserInputError):
+    """A static-shape device was given a model with dynamic dimensions; ``input_name`` names it."""
+
+    def __init__(self, message: str, *, input_name: str | None = None) -> None:
+        super().__init__(message)
+        self.input_name = input_name
+
+
+class UnsupportedOpError(NpuEmuError, NotImplementedError):
+    """The device cannot execute an operation; ``op_type`` and ``node_name`` say which."""
+
+    def __init__(self, message: str, *, op_type: str | None = None, node_name: str | None = None) -> None:
+        super().__init__(message)
+        self.op_type = op_type
+        self.node_name = node_name
+
+
+class CompileError(NpuEmuError):
+    """Compilation failed in a compiler stage; ``stage`` names it (lower, schedule, memory, reloc, ...)."""
+
+    def __init__(self, message: str, *, stage: str | None = None) -> None:
+        super().__init__(message)
+        self.stage = stage
+
+
+class MemoryPlanError(CompileError):
+    """The memory planner could not place a buffer (CMX/DDR overflow, overlap)."""
+
+
+class RelocationError(NpuEmuError):
+    """A relocation could not be applied; ``section``, ``offset`` and ``symbol`` say where."""
+
+    def __init__(
+        self, message: str, *, section: str | None = None, offset: int | None = None, symbol: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.section = section
+        self.offset = offset
+        self.symbol = symbol
+
+
+class BlobFormatError(NpuEmuError):
+    """A blob or exported artefact is corrupt, truncated, foreign or from another version."""
+
+
+class ExecutionError(NpuEmuError):
+    """Inference failed on the device; ``task_index`` names the task when known."""
+
+    def __init__(self, message: str, *, task_index: int | None = None) -> None:
+        super().__init__(message)
+        self.task_index = task_index
+
+
+class BarrierDeadlockError(ExecutionError):
+    """The management core found no runnable task while tasks remained (barrier graph broken)."""
+
+
+class PromptTooLongError(UserInputError):
+    """The prompt does not fit the configured static prompt length (MAX_PROMPT_LEN)."""
+
+
+class KVCacheFullError(NpuEmuError):
+    """The largest static KV cache is full; no more tokens can be generated."""
+
+
+def check(cond: Any, message: str, exc: type[NpuEmuError] = UserInputError) -> None:
+    """Raise ``exc(message)`` unless ``cond`` holds.
+
+    Used instead of ``assert`` for validation, because asserts vanish under ``python -O``.
+    """
+    if not cond:
+        raise exc(message)
