@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ __all__ = ["LLMPipeline", "SchedulerConfig"]
 logger = logging.getLogger(__name__)
 
 MODEL_XML = "openvino_model.xml"
+_CHAT_DEPRECATION = (
+    "start_chat() / finish_chat() API is deprecated and will be removed in the next major release. "
+    "Please use generate() with ChatHistory argument."
+)
 
 #: properties openvino.genai consumes itself on any device (never passed to compile_model)
 _GENAI_ONLY_KEYS = ("scheduler_config", "draft_model", "prompt_lookup", "adapters", "ATTENTION_BACKEND", "STATIC_PIPELINE")
@@ -179,6 +184,7 @@ class LLMPipeline:
 
     def start_chat(self, system_message: str = "") -> None:
         """Start a chat (deprecated upstream in favour of ``generate(ChatHistory)``)."""
+        warnings.warn(_CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
         self._reset_kv()
         self._chat_active = True
         self._chat_input = None
@@ -186,6 +192,7 @@ class LLMPipeline:
         self._chat_ids = []
 
     def finish_chat(self) -> None:
+        warnings.warn(_CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
         self._chat_active = False
         self._chat_input = None
         self._history = []

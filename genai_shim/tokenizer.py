@@ -122,6 +122,7 @@ class Tokenizer:
         self._bos_id = first_id("bos_token_id")
         self._eos_id = first_id("eos_token_id")
         self._pad_id = first_id("pad_token_id")
+        self._vocab_bytes: list[bytes] = []
         self._vocab_vector = self._read_vocab()
         vocab = self._vocab_vector
 
@@ -160,7 +161,8 @@ class Tokenizer:
                 if begins is None or ends is None or chars is None:
                     return []
                 raw = chars.tobytes()
-                return [raw[int(b) : int(e)].decode("utf-8", errors="replace") for b, e in zip(begins, ends)]
+                self._vocab_bytes = [raw[int(b) : int(e)] for b, e in zip(begins, ends)]
+                return [piece.decode("utf-8", errors="replace") for piece in self._vocab_bytes]
         return []
 
     def _find_special_ids(self, cfg: dict[str, Any]) -> list[int]:
@@ -287,9 +289,8 @@ class Tokenizer:
             seq = list(tokens)
             batch = bool(seq) and isinstance(seq[0], (list, tuple, np.ndarray))
             if batch:
-                width = max(len(s) for s in seq)
-                pad = self._pad_id if self._pad_id >= 0 else 0
-                arr = np.array([[*map(int, s)] + [pad] * (width - len(s)) for s in seq], dtype=np.int64)
+                # Ragged rows are decoded one by one: padding would show up without skip_special_tokens.
+                return [str(self.decode(list(s), skip_special_tokens)) for s in seq]
             else:
                 arr = np.array([int(t) for t in seq], dtype=np.int64)
         arr = np.asarray(arr, dtype=np.int64)
@@ -370,8 +371,9 @@ class Tokenizer:
     def get_pad_token(self) -> str:
         return self._pad
 
-    def get_vocab(self) -> dict[str, int]:
-        return {tok: i for i, tok in enumerate(self._vocab_vector)}
+    def get_vocab(self) -> dict[bytes, int]:
+        """Token bytes → id; keys are ``bytes`` exactly as the real Python binding returns them."""
+        return {tok: i for i, tok in enumerate(self._vocab_bytes)}
 
     def get_vocab_vector(self) -> list[str]:
         return list(self._vocab_vector)
