@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -67,9 +68,17 @@ class StreamerBase:
 
 
 def _report_callback_error(exc: BaseException) -> None:
-    """Print a callback's exception to stderr and carry on, like the real Python binding."""
-    tb = "".join(traceback.format_tb(exc.__traceback__))
-    sys.stderr.write(f"[GenAI] Text streamer callback raised exception: {type(exc).__name__}: {exc}\n\nAt:\n{tb}\n")
+    """Print a callback's exception to stderr and carry on, like the real Python binding
+    (pybind's format: innermost frame first, ``file(line): function``, our own frames hidden)."""
+    frames = [(f.f_code.co_filename, lineno, f.f_code.co_name) for f, lineno in traceback.walk_tb(exc.__traceback__)]
+    frames.reverse()
+    outer = sys._getframe(1)
+    while outer is not None:
+        frames.append((outer.f_code.co_filename, outer.f_lineno, outer.f_code.co_name))
+        outer = outer.f_back
+    own = os.path.dirname(os.path.abspath(__file__))
+    lines = "".join(f"  {fn}({ln}): {name}\n" for fn, ln, name in frames if not fn.startswith(own))
+    sys.stderr.write(f"[GenAI] Text streamer callback raised exception: {type(exc).__name__}: {exc}\n\nAt:\n{lines}\n")
     sys.stderr.flush()
 
 
