@@ -68,6 +68,13 @@ def _now() -> float:
     return time.perf_counter()
 
 
+def _make_core() -> Any:
+    """The Core every pipeline compiles through (tests substitute one with other plugins)."""
+    from ov_npu_emu import Core
+
+    return Core()
+
+
 class LLMPipeline:
     """``LLMPipeline(models_path, device="CPU", config=None, **properties)`` or
     ``LLMPipeline(models_path, tokenizer, device, config=None, **properties)``.
@@ -97,9 +104,7 @@ class LLMPipeline:
         if self._config.eos_token_id == -1 and self._tokenizer.get_eos_token_id() != -1:
             self._config.set_eos_token_id(self._tokenizer.get_eos_token_id())
 
-        from ov_npu_emu import Core
-
-        self._core = Core()
+        self._core = _make_core()
         model = self._core.read_model(folder / MODEL_XML)
         self._batch_axis, self._seq_axis = get_kv_axes_pos(model)
         self._max_prompt_len = SIZE_MAX

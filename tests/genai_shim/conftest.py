@@ -99,3 +99,24 @@ def chat_dir(stories_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     (out / "tokenizer_config.json").write_text(json.dumps(cfg))
     assert shutil.which  # keep import used
     return out
+
+
+@pytest.fixture(params=["fake_npuw", "npuw"])
+def npu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Device "NPU" for genai_shim: through the real NPUW plugin (skips until it is merged) or
+    through a CPU-backed test double of it (tests the pipeline's NPU logic on its own).
+
+    Yields ``{"props": ..., "plugin": fake-or-None}``; ``props`` go to LLMPipeline(..., "NPU").
+    """
+    props = {**F32, "NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE"}
+    if request.param == "npuw":
+        if not npuw_available():
+            pytest.skip("NPUW plugin (plugins/ov_npu_emu_npuw) not merged on main yet")
+        return {"props": props, "plugin": None}
+    import genai_shim.pipeline
+
+    from tests.genai_shim.fake_npuw import FakeNpuwPlugin, make_core_with_fake
+
+    plugin = FakeNpuwPlugin()
+    monkeypatch.setattr(genai_shim.pipeline, "_make_core", lambda: make_core_with_fake(plugin))
+    return {"props": props, "plugin": plugin}
