@@ -62,6 +62,7 @@ class _Seq:
         self.finish: GenerationFinishReason | None = None
         self.processor = LogitProcessor(config, prompt)
         self.streamed = 0
+        self.out_of_memory = False
 
 
 def _now() -> float:
@@ -476,7 +477,7 @@ class LLMPipeline:
                         StreamingStatus.TOOL_CALL_STOP: GenerationFinishReason.TOOL_CALL,
                     }[status]
                     self._cancelled = status == StreamingStatus.CANCEL
-            still = [b for b in active if seqs[b].finish is None]
+            still = [b for b in active if seqs[b].finish is None and not seqs[b].out_of_memory]
             if not still:
                 break
             # Decode step: one token per running row; beam_idx drops finished rows from the KV.
@@ -528,8 +529,10 @@ class LLMPipeline:
             s.finish = GenerationFinishReason.LENGTH
             return
         if self._is_npu and len(s.prompt) + len(s.tokens) - 1 >= self._kv_capacity:
-            # The real pipeline marks the sequence out of memory and stops without an error.
-            s.finish = GenerationFinishReason.LENGTH
+            # The real pipeline marks the sequence OUT_OF_MEMORY and stops without an error; its
+            # finish reason stays NONE (measured on openvino_genai 2026.4.1, NPU via NPUW on CPU).
+            s.finish = GenerationFinishReason.NONE
+            s.out_of_memory = True
 
     def _match_stop_string(self, tokens: list[int], window: int, stops: list[str], include: bool) -> int | None:
         """Number of trailing tokens to drop when a stop string occurs in the decoded last

@@ -98,7 +98,9 @@ def test_terminate_by_out_of_memory(stories_dir, npu):
     capacity = 64 + 64 - 1
     res = pipe.generate(ids, max_new_tokens=1000, ignore_eos=True)
     assert len(res.tokens[0]) == capacity - input_len + 1
-    assert res.finish_reasons == [genai_shim.GenerationFinishReason.LENGTH]
+    # The real pipeline leaves the reason NONE for an out-of-memory stop (checked against it in
+    # test_pipeline_npu.py); the issue text expected LENGTH — see docs/genai_shim.md.
+    assert res.finish_reasons == [genai_shim.GenerationFinishReason.NONE]
     # and the pipeline is still usable afterwards
     assert len(pipe.generate(ids, max_new_tokens=3).tokens[0]) == 3
 
