@@ -1,0 +1,186 @@
+"""Core: openvino.Core's API; devices come from plugins, models are openvino.Model objects."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import openvino as ov
+import pluggy
+
+from ov_npu_emu.api.compiled_model import CompiledModel
+from ov_npu_emu.errors import ConfigError, IRReadError, UserInputError
+from ov_npu_emu.plugin_manager import get_plugin_manager
+from ov_npu_emu.registry import DeviceRegistry, canonical_device_name
+
+__all__ = ["Core", "Version"]
+
+_ov_core: ov.Core | None = None
+
+
+def openvino_core() -> ov.Core:
+    """One real openvino.Core per process (model reading, the CPU plugin)."""
+    global _ov_core
+    if _ov_core is None:
+        _ov_core = ov.Core()
+    return _ov_core
+
+
+class Version:
+    """Like openvino.Version: ``description`` and ``build_number``."""
+
+    def __init__(self, description: str, build_number: str) -> None:
+        self.description = description
+        self.build_number = build_number
+        nums = [int(x) for x in build_number.split("+")[0].split(".")[:3] if x.isdigit()]
+        self.major, self.minor, self.patch = (nums + [0, 0, 0])[:3]
+
+    def __repr__(self) -> str:
+        return f"<Version: {self.build_number} {self.description}>"
+
+
+class Core:
+    """Entry point of the runtime: lists devices, reads, compiles and imports models.
+
+    :param plugin_manager: a pluggy manager (tests pass their own); by default one is built per
+        Core from the built-in plugins plus the ``ov_npu_emu`` entry-point group.
+    """
+
+    def __init__(self, *, plugin_manager: pluggy.PluginManager | None = None) -> None:
+        self._pm = plugin_manager if plugin_manager is not None else get_plugin_manager()
+        self._registry: DeviceRegistry | None = None
+        self._core_properties: dict[str, Any] = {}
+
+    # -- plugins & devices -------------------------------------------------------------
+    @property
+    def plugin_manager(self) -> pluggy.PluginManager:
+        return self._pm
+
+    @property
+    def registry(self) -> DeviceRegistry:
+        if self._registry is None:
+            reg = DeviceRegistry()
+            self._pm.hook.ovnpu_register_devices(registry=reg)
+            self._registry = reg
+        return self._registry
+
+    @property
+    def available_devices(self) -> list[str]:
+        return self.get_available_devices()
+
+    def get_available_devices(self) -> list[str]:
+        return sorted(self.registry.names())
+
+    def default_device(self) -> str:
+        """What ``AUTO`` (or no device name) means here: the emulated NPU if present, else CPU."""
+        names = self.registry.names()
+        return "NPU" if "NPU" in names else ("CPU" if "CPU" in names else (names[0] if names else "NPU"))
+
+    def _device_name(self, device_name: str | None) -> str:
+        if device_name is None or canonical_device_name(device_name) == "AUTO":
+            return self.default_device()
+        name = canonical_device_name(device_name)
+        self.registry.get(name)  # raises DeviceNotFoundError with a suggestion
+        return name
+
+    # -- models ------------------------------------------------------------------------
+    def read_model(self, model: str | os.PathLike | bytes | ov.Model, weights: Any = None, config: Mapping[str, Any] | None = None) -> ov.Model:
+        """Read an IR (path or XML bytes) with openvino; tokenizer IR extensions load on demand."""
+        if isinstance(model, ov.Model):
+            return model
+        if isinstance(model, (str, os.PathLike)) and not Path(model).exists():
+            raise IRReadError(f"Model file {os.fspath(model)!r} does not exist")
+        try:
+            return self._read(model, weights)
+        except RuntimeError as e:
+            if "extension" in str(e) or "opset" in str(e):
+                try:
+                    import openvino_tokenizers  # noqa: F401  (registers the tokenizer ops)
+
+                    return self._read(model, weights)
+                except (ImportError, RuntimeError):
+                    pass
+            raise IRReadError(f"Cannot read model {model if not isinstance(model, bytes) else '<bytes>'}: {e}") from e
+
+    @staticmethod
+    def _read(model: Any, weights: Any) -> ov.Model:
+        core = openvino_core()
+        if isinstance(model, bytes):
+            w = ov.Tensor(__import__("numpy").frombuffer(weights or b"", dtype="uint8").copy()) if weights is not None else ov.Tensor(ov.Type.u8, [0])
+            return core.read_model(model.decode() if isinstance(model, bytes) else model, w)
+        return core.read_model(os.fspath(model), os.fspath(weights) if weights is not None else None)
+
+    def compile_model(self, model: str | os.PathLike | ov.Model, device_name: str | None = None, config: Mapping[str, Any] | None = None) -> CompiledModel:
+        """Compile for a device; a plugin may claim the call first (NPUW does for LLM configs)."""
+        if not isinstance(model, ov.Model):
+            model = self.read_model(model)
+        if config is not None and not isinstance(config, Mapping):
+            raise UserInputError(f"config must be a dict of properties, got {type(config).__name__}")
+        name = self._device_name(device_name)
+        device = self.registry.get(name)
+        merged = device.merged_config(config)
+        impl = self._pm.hook.ovnpu_compile_model(core=self, model=model, device_name=name, config=merged)
+        if impl is None:
+            impl = device.compile_model(model, merged)
+        return CompiledModel(impl, name)
+
+    def import_model(self, model_stream: bytes | io.IOBase | ov.Tensor | Any, device_name: str, config: Mapping[str, Any] | None = None) -> CompiledModel:
+        """Restore an exported model (bytes, a binary stream, or a u8 Tensor)."""
+        if isinstance(model_stream, (bytes, bytearray, memoryview)):
+            blob = bytes(model_stream)
+        elif isinstance(model_stream, ov.Tensor):
+            blob = model_stream.data.tobytes()
+        elif isinstance(model_stream, io.BytesIO):
+            blob = model_stream.getvalue()
+        elif hasattr(model_stream, "read"):
+            blob = model_stream.read()
+        else:
+            raise UserInputError(f"import_model needs bytes, a binary stream or a Tensor, got {type(model_stream).__name__}")
+        name = self._device_name(device_name)
+        device = self.registry.get(name)
+        merged = device.merged_config(config)
+        impl = self._pm.hook.ovnpu_import_model(core=self, blob=blob, device_name=name, config=merged)
+        if impl is None:
+            impl = device.import_model(blob, merged)
+        return CompiledModel(impl, name)
+
+    # -- properties --------------------------------------------------------------------
+    def set_property(self, *args: Any) -> None:
+        """``set_property(properties)`` for every device, or ``set_property(device_name, properties)``."""
+        if len(args) == 1:
+            (props,) = args
+            if not isinstance(props, Mapping):
+                raise UserInputError("set_property(properties) needs a dict")
+            self._core_properties.update(props)
+            for name in self.registry.names():
+                self.registry.get(name).set_property(props)
+        elif len(args) == 2:
+            device_name, props = args
+            if not isinstance(props, Mapping):
+                raise UserInputError("set_property(device_name, properties) needs a dict")
+            self.registry.get(self._device_name(device_name)).set_property(props)
+        else:
+            raise UserInputError("set_property takes (properties) or (device_name, properties)")
+
+    def get_property(self, *args: Any) -> Any:
+        """``get_property(device_name, name)`` (or ``get_property(name)`` for core-level keys)."""
+        if len(args) == 2:
+            return self.registry.get(self._device_name(args[0])).get_property(args[1])
+        if len(args) == 1:
+            if args[0] in self._core_properties:
+                return self._core_properties[args[0]]
+            if args[0] == "AVAILABLE_DEVICES":
+                return self.get_available_devices()
+            raise ConfigError(f"Unsupported core property {args[0]}", key=args[0])
+        raise UserInputError("get_property takes (device_name, name) or (name)")
+
+    def get_versions(self, device_name: str) -> dict[str, Version]:
+        out = {}
+        for raw in str(device_name).split(","):
+            name = self._device_name(raw)
+            dev = self.registry.get(name)
+            out[name] = Version(f"ov_npu_emu {type(dev).__module__}", dev.version())
+        return out

@@ -1,0 +1,272 @@
+"""InferRequest: openvino.InferRequest's API over a device's DeviceInferRequest."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import openvino as ov
+
+from ov_npu_emu.api.ports import Port, ResultDict, numpy_dtype, resolve_port
+from ov_npu_emu.errors import ExecutionError, NpuEmuError, UserInputError
+from ov_npu_emu.runtime.device import DeviceInferRequest, ProfilingInfo, VariableState
+
+if TYPE_CHECKING:
+    from ov_npu_emu.api.compiled_model import CompiledModel
+
+__all__ = ["InferRequest"]
+
+
+def _check_shape(port: Port, shape: tuple[int, ...]) -> None:
+    ps = port.partial_shape
+    if not ps.compatible(ov.PartialShape(list(shape))):
+        raise UserInputError(
+            f"Input {port.info.any_name!r} expects shape {ps}, got {list(shape)}. "
+            "Reshape the model (model.reshape) or pass a tensor of the expected shape."
+        )
+
+
+class InferRequest:
+    """One inference request; same methods and semantics as ``openvino.InferRequest``.
+
+    ``share_inputs`` / ``share_outputs`` (documented once here): with ``share_inputs=True`` numpy
+    inputs of the right dtype and layout are bound without copying, so the caller must not modify
+    them until inference ends; with ``share_outputs=True`` the returned arrays are views of the
+    request's output tensors and are overwritten by the next inference.
+    """
+
+    def __init__(self, impl: DeviceInferRequest, compiled_model: CompiledModel) -> None:
+        self._impl = impl
+        self._compiled = compiled_model
+        self._results: ResultDict | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._callback: tuple[Callable[[Any], None], Any] | None = None
+        self._latency_ms = 0.0
+        self.userdata: Any = None
+
+    # -- ports -------------------------------------------------------------------------
+    @property
+    def model_inputs(self) -> list[Port]:
+        return self._compiled.inputs
+
+    @property
+    def model_outputs(self) -> list[Port]:
+        return self._compiled.outputs
+
+    def get_compiled_model(self) -> CompiledModel:
+        return self._compiled
+
+    def _find(self, key: Any) -> Port:
+        """Look a key up among inputs first, then outputs (tensor names are unique per model)."""
+        if isinstance(key, Port):
+            return resolve_port(key, self.model_inputs if key.is_input else self.model_outputs, "port")
+        try:
+            return resolve_port(key, self.model_inputs, "input")
+        except UserInputError:
+            if isinstance(key, (int, np.integer)):
+                raise
+            return resolve_port(key, self.model_outputs, "output")
+
+    # -- tensors -----------------------------------------------------------------------
+    def get_tensor(self, key: Any) -> ov.Tensor:
+        port = self._find(key)
+        return self._impl.get_tensor(port.index, port.is_input)
+
+    def get_input_tensor(self, index: int | None = None) -> ov.Tensor:
+        return self._impl.get_tensor(self._single(self.model_inputs, index, "input").index, True)
+
+    def get_output_tensor(self, index: int | None = None) -> ov.Tensor:
+        return self._impl.get_tensor(self._single(self.model_outputs, index, "output").index, False)
+
+    @property
+    def input_tensors(self) -> list[ov.Tensor]:
+        return [self._impl.get_tensor(p.index, True) for p in self.model_inputs]
+
+    @property
+    def output_tensors(self) -> list[ov.Tensor]:
+        return [self._impl.get_tensor(p.index, False) for p in self.model_outputs]
+
+    def set_tensor(self, key: Any, tensor: ov.Tensor) -> None:
+        self._bind(self._find(key), tensor)
+
+    def set_input_tensor(self, *args: Any) -> None:
+        index, tensor = (None, args[0]) if len(args) == 1 else args
+        self._bind(self._single(self.model_inputs, index, "input"), tensor)
+
+    def set_output_tensor(self, *args: Any) -> None:
+        index, tensor = (None, args[0]) if len(args) == 1 else args
+        self._bind(self._single(self.model_outputs, index, "output"), tensor)
+
+    def set_tensors(self, inputs: Mapping[Any, ov.Tensor]) -> None:
+        for k, t in inputs.items():
+            self.set_tensor(k, t)
+
+    def set_input_tensors(self, inputs: Mapping[int, ov.Tensor] | Iterable[ov.Tensor]) -> None:
+        items = inputs.items() if isinstance(inputs, Mapping) else enumerate(inputs)
+        for k, t in items:
+            self._bind(resolve_port(k, self.model_inputs, "input"), t)
+
+    def set_output_tensors(self, outputs: Mapping[int, ov.Tensor]) -> None:
+        for k, t in outputs.items():
+            self._bind(resolve_port(k, self.model_outputs, "output"), t)
+
+    @staticmethod
+    def _single(ports: list[Port], index: int | None, what: str) -> Port:
+        if index is None:
+            if len(ports) != 1:
+                raise UserInputError(f"the model has {len(ports)} {what}s; pass an index")
+            return ports[0]
+        return resolve_port(index, ports, what)
+
+    def _bind(self, port: Port, tensor: Any) -> None:
+        if not isinstance(tensor, ov.Tensor):
+            raise UserInputError(f"set_tensor expects an openvino.Tensor, got {type(tensor).__name__}")
+        if tensor.get_element_type() != port.element_type:
+            raise UserInputError(
+                f"Tensor for {port.info.any_name!r} has element type {tensor.get_element_type()}, "
+                f"the port expects {port.element_type}"
+            )
+        _check_shape(port, tuple(tensor.shape))
+        self._impl.set_tensor(port.index, port.is_input, tensor)
+
+    def _feed(self, inputs: Any, share_inputs: bool) -> None:
+        """Bind or copy user inputs (dict / list / single value) into the request's input tensors."""
+        if inputs is None:
+            return
+        if isinstance(inputs, dict) or isinstance(inputs, Mapping):
+            items = list(inputs.items())
+        elif isinstance(inputs, (list, tuple)):
+            items = list(enumerate(inputs))
+        else:
+            items = [(0, inputs)]
+            if len(self.model_inputs) != 1:
+                raise UserInputError(
+                    f"a single input value was given but the model has {len(self.model_inputs)} inputs; pass a dict"
+                )
+        for key, value in items:
+            port = resolve_port(key, self.model_inputs, "input")
+            if isinstance(value, ov.Tensor):
+                if share_inputs:
+                    self._bind(port, value)
+                    continue
+                value = value.data
+            arr = np.asarray(value)
+            want = numpy_dtype(port.element_type)
+            _check_shape(port, arr.shape)
+            if share_inputs and arr.dtype == want and arr.flags.c_contiguous:
+                self._impl.set_tensor(port.index, True, ov.Tensor(arr, shared_memory=True))
+                continue
+            current = self._impl.get_tensor(port.index, True)
+            if tuple(current.shape) == arr.shape and current.get_element_type() == port.element_type:
+                np.copyto(current.data, arr, casting="unsafe")  # keeps the bound buffer (and its address)
+            else:
+                self._impl.set_tensor(port.index, True, ov.Tensor(np.ascontiguousarray(arr, dtype=want)))
+
+    # -- inference ---------------------------------------------------------------------
+    def infer(self, inputs: Any = None, share_inputs: bool = False, share_outputs: bool = False, **_: Any) -> ResultDict:
+        """Run synchronously and return the outputs (see the class doc for ``share_*``)."""
+        self._wait_idle()
+        self._feed(inputs, share_inputs)
+        self._run()
+        return self._collect(share_outputs)
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._impl.infer()
+        except NpuEmuError:
+            raise
+        except Exception as e:  # a device bug must still surface as our error type
+            raise ExecutionError(f"inference failed: {e}") from e
+        finally:
+            self._latency_ms = (time.perf_counter() - t0) * 1e3
+
+    def _collect(self, share_outputs: bool) -> ResultDict:
+        values = []
+        for p in self.model_outputs:
+            data = self._impl.get_tensor(p.index, False).data
+            values.append(data if share_outputs else np.array(data, copy=True))
+        self._results = ResultDict(self.model_outputs, values)
+        return self._results
+
+    def start_async(self, inputs: Any = None, userdata: Any = None, share_inputs: bool = False, **_: Any) -> None:
+        """Start inference in the background; ``wait()`` joins it and re-raises its error."""
+        self._wait_idle()
+        self._feed(inputs, share_inputs)
+        self.userdata = userdata
+        self._error = None
+
+        def job() -> None:
+            try:
+                self._run()
+                self._collect(False)
+            except BaseException as e:  # handed to wait()
+                self._error = e
+            if self._callback is not None:
+                cb, data = self._callback
+                cb(data if data is not None else self.userdata)
+
+        self._thread = threading.Thread(target=job, name="ov_npu_emu-infer", daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        self._wait_idle()
+
+    def wait_for(self, timeout: int) -> bool:
+        """Wait up to ``timeout`` ms (-1: forever); True when the request is done."""
+        if self._thread is None:
+            return True
+        self._thread.join(None if timeout < 0 else timeout / 1000)
+        if self._thread.is_alive():
+            return False
+        self._wait_idle()
+        return True
+
+    def _wait_idle(self) -> None:
+        t, self._thread = self._thread, None
+        if t is not None:
+            t.join()
+            err, self._error = self._error, None
+            if err is not None:
+                raise err
+
+    def set_callback(self, callback: Callable[[Any], None], userdata: Any = None) -> None:
+        self._callback = (callback, userdata)
+
+    def cancel(self) -> None:
+        """Requests cannot be interrupted mid-inference here; waits for completion instead."""
+        self._wait_idle()
+
+    @property
+    def results(self) -> ResultDict:
+        if self._results is None:
+            raise UserInputError("no results yet: run infer() first")
+        return self._results
+
+    @property
+    def latency(self) -> float:
+        """Wall time of the last inference in milliseconds."""
+        return self._latency_ms
+
+    # -- state & profiling -------------------------------------------------------------
+    def query_state(self) -> list[VariableState]:
+        return self._impl.query_state()
+
+    def reset_state(self) -> None:
+        self._impl.reset_state()
+
+    def get_profiling_info(self) -> list[ProfilingInfo]:
+        return self._impl.get_profiling_info()
+
+    @property
+    def profiling_info(self) -> list[ProfilingInfo]:
+        return self.get_profiling_info()
+
+    @property
+    def impl(self) -> DeviceInferRequest:
+        """The device-level request (for tools and tests: counters, traces)."""
+        return self._impl

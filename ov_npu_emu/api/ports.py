@@ -1,0 +1,162 @@
+"""Port objects (like openvino.ConstOutput) and the result dict (like openvino OVDict)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from ov_npu_emu.errors import UserInputError
+from ov_npu_emu.runtime.device import PortInfo
+
+__all__ = ["Port", "ResultDict", "resolve_port", "numpy_dtype"]
+
+
+def numpy_dtype(t: ov.Type) -> np.dtype:
+    """numpy dtype for an OpenVINO element type (sub-byte types map to their container)."""
+    try:
+        return np.dtype(t.to_dtype())
+    except Exception as e:  # string / dynamic types
+        raise UserInputError(f"element type {t} has no numpy equivalent") from e
+
+
+class Port:
+    """An input or output of a compiled model; mirrors openvino.ConstOutput's accessors."""
+
+    __slots__ = ("_info", "_is_input", "_owner")
+
+    def __init__(self, info: PortInfo, is_input: bool, owner: object) -> None:
+        self._info = info
+        self._is_input = is_input
+        self._owner = owner
+
+    # openvino.ConstOutput API ---------------------------------------------------------
+    def get_any_name(self) -> str:
+        if not self._info.names:
+            raise UserInputError(f"{'input' if self._is_input else 'output'} {self.index} has no tensor names")
+        return self._info.any_name
+
+    @property
+    def any_name(self) -> str:
+        return self.get_any_name()
+
+    def get_names(self) -> set[str]:
+        return set(self._info.names)
+
+    @property
+    def names(self) -> set[str]:
+        return self.get_names()
+
+    def get_index(self) -> int:
+        return self._info.index
+
+    @property
+    def index(self) -> int:
+        return self._info.index
+
+    def get_element_type(self) -> ov.Type:
+        return self._info.element_type
+
+    @property
+    def element_type(self) -> ov.Type:
+        return self._info.element_type
+
+    def get_partial_shape(self) -> ov.PartialShape:
+        return self._info.partial_shape
+
+    @property
+    def partial_shape(self) -> ov.PartialShape:
+        return self._info.partial_shape
+
+    def get_shape(self) -> ov.Shape:
+        if self._info.partial_shape.is_dynamic:
+            raise UserInputError(
+                f"Port {self._info.any_name!r} has dynamic shape {self._info.partial_shape}; "
+                "use partial_shape or get_partial_shape()"
+            )
+        return self._info.partial_shape.to_shape()
+
+    @property
+    def shape(self) -> ov.Shape:
+        return self.get_shape()
+
+    # plumbing --------------------------------------------------------------------------
+    @property
+    def info(self) -> PortInfo:
+        return self._info
+
+    @property
+    def is_input(self) -> bool:
+        return self._is_input
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Port)
+            and other._owner is self._owner
+            and other._is_input == self._is_input
+            and other.index == self.index
+        )
+
+    def __hash__(self) -> int:
+        return hash((id(self._owner), self._is_input, self.index))
+
+    def __repr__(self) -> str:
+        names = ", ".join(self._info.names)
+        return f"<Port: names[{names}] shape{self._info.partial_shape} type: {self._info.element_type.get_type_name()}>"
+
+
+def resolve_port(key: Any, ports: list[Port], what: str) -> Port:
+    """Find a port by Port, openvino port, tensor name or index; a typed error otherwise."""
+    if isinstance(key, Port):
+        for p in ports:
+            if p == key or (p.info == key.info and p.is_input == key.is_input):
+                return p
+        key = key.info.any_name
+    elif not isinstance(key, (str, int, np.integer)) and hasattr(key, "get_names"):
+        names = set(key.get_names())  # an openvino Output / ConstOutput
+        for p in ports:
+            if names & p.get_names():
+                return p
+        raise UserInputError(f"{what} port {key} is not a port of this model")
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        if 0 <= int(key) < len(ports):
+            return ports[int(key)]
+        raise UserInputError(f"{what} index {key} is out of range: the model has {len(ports)} {what}s")
+    if isinstance(key, str):
+        for p in ports:
+            if key in p.info.names:
+                return p
+        known = sorted(n for p in ports for n in p.info.names)
+        raise UserInputError(f"Port for tensor name {key!r} was not found among {what}s {known}")
+    raise UserInputError(f"cannot use {type(key).__name__} to select a {what}; use a name, index or port")
+
+
+class ResultDict(Mapping[Port, np.ndarray]):
+    """Inference results keyed by output port; also indexable by name and index (openvino OVDict)."""
+
+    def __init__(self, ports: list[Port], values: list[np.ndarray]) -> None:
+        self._ports = ports
+        self._values = values
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return self._values[resolve_port(key, self._ports, "output").index]
+
+    def __iter__(self) -> Iterator[Port]:
+        return iter(self._ports)
+
+    def __len__(self) -> int:
+        return len(self._ports)
+
+    def __repr__(self) -> str:
+        return repr(dict(zip(self._ports, self._values)))
+
+    def names(self) -> tuple[set[str], ...]:
+        return tuple(p.get_names() for p in self._ports)
+
+    def to_dict(self) -> dict[Port, np.ndarray]:
+        return dict(zip(self._ports, self._values))
+
+    def to_tuple(self) -> tuple[np.ndarray, ...]:
+        return tuple(self._values)

@@ -1,0 +1,21 @@
+"""Device contract shared by every device plugin (public for plugin authors)."""
+
+from __future__ import annotations
+
+from ov_npu_emu.runtime.device import (
+    Device,
+    DeviceCompiledModel,
+    DeviceInferRequest,
+    PortInfo,
+    ProfilingInfo,
+    VariableState,
+)
+
+__all__ = [
+    "Device",
+    "DeviceCompiledModel",
+    "DeviceInferRequest",
+    "PortInfo",
+    "ProfilingInfo",
+    "VariableState",
+]

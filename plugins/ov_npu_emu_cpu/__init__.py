@@ -1,0 +1,150 @@
+"""CPU passthrough device plugin: runs models on the real OpenVINO CPU plugin behind our API."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from typing import Any
+
+import openvino as ov
+
+from ov_npu_emu.api.core import openvino_core
+from ov_npu_emu.errors import BlobFormatError, ConfigError, ExecutionError, UserInputError
+from ov_npu_emu.hookspecs import hookimpl
+from ov_npu_emu.registry import DeviceRegistry
+from ov_npu_emu.runtime.device import (
+    Device,
+    DeviceCompiledModel,
+    DeviceInferRequest,
+    PortInfo,
+    ProfilingInfo,
+    VariableState,
+)
+
+__all__ = ["CpuDevice", "ovnpu_register_devices"]
+
+#: marks our export envelope, so a foreign blob is a typed error rather than an openvino crash
+_MAGIC = b"OVNPUEMU-CPU\x00\x01"
+
+
+def _ov_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep only what the real CPU plugin understands (NPU/NPUW keys may be merged in upstream)."""
+    supported = set(openvino_core().get_property("CPU", "SUPPORTED_PROPERTIES"))
+    return {k: v for k, v in config.items() if k in supported}
+
+
+class CpuVariableState(VariableState):
+    def __init__(self, state: Any) -> None:
+        self._s = state
+
+    @property
+    def name(self) -> str:
+        return self._s.name
+
+    def get_state(self) -> ov.Tensor:
+        return self._s.state
+
+    def set_state(self, value: ov.Tensor) -> None:
+        if not isinstance(value, ov.Tensor):
+            raise UserInputError(f"VariableState.state expects an openvino.Tensor, got {type(value).__name__}")
+        try:
+            self._s.state = value
+        except RuntimeError as e:
+            raise UserInputError(f"cannot set state {self.name!r}: {e}") from e
+
+    def reset(self) -> None:
+        self._s.reset()
+
+
+class CpuInferRequest(DeviceInferRequest):
+    def __init__(self, req: ov.InferRequest) -> None:
+        self._req = req
+        self._states: list[VariableState] | None = None
+
+    def get_tensor(self, index: int, is_input: bool) -> ov.Tensor:
+        return self._req.get_input_tensor(index) if is_input else self._req.get_output_tensor(index)
+
+    def set_tensor(self, index: int, is_input: bool, tensor: ov.Tensor) -> None:
+        try:
+            if is_input:
+                self._req.set_input_tensor(index, tensor)
+            else:
+                self._req.set_output_tensor(index, tensor)
+        except RuntimeError as e:
+            raise UserInputError(str(e)) from e
+
+    def infer(self) -> None:
+        try:
+            self._req.infer()
+        except RuntimeError as e:
+            raise ExecutionError(f"CPU inference failed: {e}") from e
+
+    def query_state(self) -> list[VariableState]:
+        if self._states is None:
+            self._states = [CpuVariableState(s) for s in self._req.query_state()]
+        return list(self._states)
+
+    def reset_state(self) -> None:
+        self._req.reset_state()
+
+    def get_profiling_info(self) -> list[ProfilingInfo]:
+        return [
+            ProfilingInfo(p.node_name, p.node_type, p.exec_type, p.real_time, p.cpu_time, str(p.status).split(".")[-1])
+            for p in self._req.get_profiling_info()
+        ]
+
+
+class CpuCompiledModel(DeviceCompiledModel):
+    def __init__(self, compiled: ov.CompiledModel) -> None:
+        self._cm = compiled
+        self.inputs = [PortInfo.from_ov_port(i, p) for i, p in enumerate(compiled.inputs)]
+        self.outputs = [PortInfo.from_ov_port(i, p) for i, p in enumerate(compiled.outputs)]
+
+    def create_infer_request(self) -> CpuInferRequest:
+        return CpuInferRequest(self._cm.create_infer_request())
+
+    def export_model(self) -> bytes:
+        return _MAGIC + self._cm.export_model().getvalue()
+
+    def get_property(self, name: str) -> Any:
+        try:
+            return self._cm.get_property(name)
+        except RuntimeError as e:
+            raise ConfigError(f"Unsupported property {name} by CPU compiled model", key=name) from e
+
+    def get_runtime_model(self) -> ov.Model:
+        return self._cm.get_runtime_model()
+
+
+class CpuDevice(Device):
+    """Device "CPU": the real OpenVINO CPU plugin (dynamic shapes, stateful models, export)."""
+
+    NAME = "CPU"
+    FULL_DEVICE_NAME = "OpenVINO CPU plugin (passthrough)"
+
+    def get_property(self, name: str) -> Any:
+        if name in self._properties or name in ("SUPPORTED_PROPERTIES", "FULL_DEVICE_NAME"):
+            return super().get_property(name)
+        try:
+            return openvino_core().get_property("CPU", name)
+        except RuntimeError as e:
+            raise ConfigError(f"Unsupported property {name} by CPU device", key=name) from e
+
+    def compile_model(self, model: ov.Model, config: Mapping[str, Any]) -> CpuCompiledModel:
+        try:
+            return CpuCompiledModel(openvino_core().compile_model(model, "CPU", _ov_config(config)))
+        except RuntimeError as e:
+            raise ExecutionError(f"CPU plugin could not compile {model.get_friendly_name()!r}: {e}") from e
+
+    def import_model(self, blob: bytes, config: Mapping[str, Any]) -> CpuCompiledModel:
+        if not blob.startswith(_MAGIC):
+            raise BlobFormatError("not a CPU export of ov_npu_emu (bad magic); re-export it with CompiledModel.export_model() on device CPU")
+        try:
+            return CpuCompiledModel(openvino_core().import_model(io.BytesIO(blob[len(_MAGIC):]), "CPU", _ov_config(config)))
+        except RuntimeError as e:
+            raise BlobFormatError(f"CPU blob could not be imported (corrupt or from another OpenVINO version): {e}") from e
+
+
+@hookimpl
+def ovnpu_register_devices(registry: DeviceRegistry) -> None:
+    registry.add(CpuDevice)
