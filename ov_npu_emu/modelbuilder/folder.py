@@ -12,10 +12,10 @@ from typing import Any
 import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, IRReadError
-from ov_npu_emu.modelbuilder.config import LlamaConfig, get_preset
+from ov_npu_emu.modelbuilder.config import DTYPES, LlamaConfig, get_preset
 from ov_npu_emu.modelbuilder.graph import build_model
 from ov_npu_emu.modelbuilder.reference import LlamaReference
-from ov_npu_emu.modelbuilder.tokenizer import BOS_ID, EOS_ID, PAD_ID, build_tokenizer
+from ov_npu_emu.modelbuilder.tokenizer import BOS_ID, EOS_ID, MIN_VOCAB_SIZE, PAD_ID, build_tokenizer
 from ov_npu_emu.modelbuilder.weights import LlamaWeights, init_weights
 
 __all__ = [
@@ -92,6 +92,14 @@ def make_model_folder(
     """
     folder = Path(path)
     config = get_preset(preset, **overrides)
+    if config.vocab_size < MIN_VOCAB_SIZE:
+        raise ConfigError(
+            f"vocab_size {config.vocab_size} is too small for the byte-level tokenizer "
+            f"(need >= {MIN_VOCAB_SIZE}: 3 specials + 256 bytes)",
+            key="vocab_size",
+        )
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown weight dtype {dtype!r} (known: {', '.join(DTYPES)})", key="dtype")
     spec = _spec(preset, dtype, seed, overrides, config)
     if not overwrite and all((folder / f).is_file() for f in MODEL_FILES):
         try:
