@@ -197,7 +197,16 @@ class _Builder:
         for i, lw in enumerate(self.w.layers):
             h = self.layer(i, h, lw)
         h = self.rms_norm(h, self.w.final_norm, "model.norm")
-        head = embed if self.w.lm_head is None else self.weight(self.w.lm_head, "lm_head.weight")
+        if self.w.lm_head is not None:
+            head = self.weight(self.w.lm_head, "lm_head.weight")
+        elif self.w.embed.kind != "int8":
+            head = embed  # tied: one Constant (f16: one Convert) feeds Gather and the logits MatMul
+        else:
+            # Tied int8: a second decompression chain on equal constants.  Real NPUW fails
+            # ("Model references undeclared parameters: u8[V,H]") when one u8 decompression
+            # sub-graph feeds both the embedding Gather and the LM head it cuts out.  save_model
+            # stores identical constant data once, so the .bin does not grow.
+            head = self.weight(self.w.embed, "lm_head.weight")
         logits = ops.matmul(h, head, False, True, name="lm_head/MatMul")
         logits.output(0).get_tensor().set_names({"logits"})
         result = ops.result(logits, name="logits/Result")
