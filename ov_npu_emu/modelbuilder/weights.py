@@ -9,6 +9,8 @@ import numpy as np
 from ov_npu_emu.errors import ConfigError
 from ov_npu_emu.modelbuilder.config import DTYPES, LlamaConfig
 
+EMBED_STD_NUMERATOR = 0.3  # embedding std = 0.3·init_scale/√hidden (see init_weights)
+
 __all__ = ["StoredWeight", "LayerWeights", "LlamaWeights", "init_weights", "quantize_int8"]
 
 
@@ -120,8 +122,11 @@ def init_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32") -> Llam
     """Draw all weights from ``numpy.random.default_rng(seed)`` in a fixed order.
 
     Init scales are chosen so the random model is not degenerate: projections have std
-    ``init_scale / sqrt(fan_in)`` (so each block adds O(1) to the residual stream), embeddings
-    std ``init_scale``, RMSNorm weights ``1 + 0.1·N(0,1)``, biases ``0.1·N(0,1)``.
+    ``init_scale / sqrt(fan_in)`` (each block adds O(1) to the residual stream), embeddings
+    ``0.3·init_scale / sqrt(hidden)``, RMSNorm weights ``1 + 0.1·N(0,1)``, biases ``0.1·N(0,1)``.
+    A small embedding matters with tied weights: when the input embedding dominates the
+    residual stream the tied LM head scores the input token highest and greedy decoding
+    repeats it forever.
     """
     if dtype not in DTYPES:
         raise ConfigError(f"unknown weight dtype {dtype!r} (known: {', '.join(DTYPES)})", key="dtype")
@@ -143,7 +148,8 @@ def init_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32") -> Llam
     def bias(n: int) -> StoredWeight:
         return _store(normal((n,), 0.1 * s), dtype, compressible=False)
 
-    embed = _store(normal((c.vocab_size, c.hidden_size), 0.05 * s), dtype, compressible=True)
+    embed_std = s * EMBED_STD_NUMERATOR / np.sqrt(c.hidden_size)
+    embed = _store(normal((c.vocab_size, c.hidden_size), embed_std), dtype, compressible=True)
     layers = []
     for _ in range(c.num_hidden_layers):
         layer = LayerWeights(

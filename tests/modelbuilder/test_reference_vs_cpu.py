@@ -9,8 +9,8 @@ import pytest
 from ov_npu_emu.modelbuilder import LlamaReference, build_model, get_preset, init_weights
 from ov_npu_emu.testing import CPU_EXACT_CONFIG, run_stateful_greedy
 
-# Measured max |logit diff| is ~2e-5 (f32 CPU vs float64 reference, logits of O(1)).
-ATOL = 2e-4
+# Measured max |logit diff| is ~1e-6..3e-6 (f32 CPU vs float64 reference; logit std 0.3..1).
+ATOL = 5e-5
 PROMPT = [1, 82, 113, 102, 104, 346, 262, 342]
 STEPS = 40
 
