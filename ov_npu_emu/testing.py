@@ -27,24 +27,30 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
 
+if TYPE_CHECKING:  # openvino and the builder load lazily: importing this plugin stays cheap
+    import openvino as ov
+
+    from ov_npu_emu.modelbuilder import LlamaReference
+
 __all__ = [
     "CPU_EXACT_CONFIG",
-    "run_stateful_greedy",
     "MODELS_DIR_ENV",
     "find_shared_model",
     "make_add_model",
     "make_model_with_memory",
     "make_small_cnn",
+    "run_stateful_greedy",
+    "small_model_dir",
+    "stories260k_dir",
     "tiny_model_dir",
     "tiny_model_dir_f16",
     "tiny_model_dir_int8",
-    "small_model_dir",
     "tiny_reference",
-    "stories260k_dir",
 ]
 
 #: Environment variable naming a folder that holds shared models (``<dir>/stories260K``).
@@ -77,7 +83,9 @@ CPU_EXACT_CONFIG: dict[str, str] = {
 
 
 def run_stateful_greedy(
-    compiled: "ov.CompiledModel", prompt: Sequence[int], steps: int  # noqa: F821
+    compiled: ov.CompiledModel,
+    prompt: Sequence[int],
+    steps: int,
 ) -> tuple[list[int], list[np.ndarray]]:
     """Drive a stateful LLM (optimum interface) as openvino_genai does: one prefill call, then
     one token per call with a growing attention mask and ``beam_idx = [0]``.
@@ -117,7 +125,7 @@ def run_stateful_greedy(
 # ---------------------------------------------------------------------------------------- models
 
 
-def make_add_model(shape: Sequence[int] = (2, 3), dtype: type = np.float32) -> "ov.Model":  # noqa: F821
+def make_add_model(shape: Sequence[int] = (2, 3), dtype: type = np.float32) -> ov.Model:
     """Two inputs ``a`` and ``b`` of ``shape``; output ``res`` = a + b."""
     import openvino as ov
     import openvino.opset13 as ops
@@ -133,9 +141,9 @@ def make_add_model(shape: Sequence[int] = (2, 3), dtype: type = np.float32) -> "
 
 def make_model_with_memory(
     shape: Sequence[int] = (1, 4), dtype: type = np.float32, var_id: str = "var_id_667"
-) -> "ov.Model":  # noqa: F821
+) -> ov.Model:
     """openvino's ``generate_model_with_memory``: input ``input_data`` → ReadValue(var, zeros) +
-    input → Assign(var); output ``res`` is the new state.  Each infer adds the input to the state."""
+    input → Assign(var); output ``res`` is the new state: each infer adds the input to it."""
     import openvino as ov
     import openvino.opset13 as ops
     from openvino.op.util import Variable, VariableInfo
@@ -155,7 +163,7 @@ def make_model_with_memory(
     return ov.Model([res], [assign], [x], name="memory_model")
 
 
-def make_small_cnn(seed: int = 0) -> "ov.Model":  # noqa: F821
+def make_small_cnn(seed: int = 0) -> ov.Model:
     """A static CNN: input ``data`` f32 [1,3,16,16] → output ``prob`` f32 [1,10] (softmax).
 
     Ops: Convolution(+bias Add), Relu, GroupConvolution (depthwise), Clamp, MaxPool, Add
@@ -197,7 +205,9 @@ def make_small_cnn(seed: int = 0) -> "ov.Model":  # noqa: F821
 def _builder_dir(tmp_path_factory: pytest.TempPathFactory, preset: str, dtype: str) -> Path:
     from ov_npu_emu.modelbuilder import make_model_folder
 
-    return make_model_folder(tmp_path_factory.mktemp(f"{preset}_{dtype}_model"), preset, dtype, seed=0)
+    return make_model_folder(
+        tmp_path_factory.mktemp(f"{preset}_{dtype}_model"), preset, dtype, seed=0
+    )
 
 
 @pytest.fixture(scope="session")
@@ -225,7 +235,7 @@ def small_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_reference(tiny_model_dir: Path) -> "LlamaReference":  # noqa: F821
+def tiny_reference(tiny_model_dir: Path) -> LlamaReference:
     """Numpy reference (float64) of ``tiny_model_dir``: ``forward`` / ``greedy_generate``."""
     from ov_npu_emu.modelbuilder import load_reference
 

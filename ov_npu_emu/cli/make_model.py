@@ -26,7 +26,10 @@ def _presets_epilog() -> str:
     from ov_npu_emu.modelbuilder import PRESETS
 
     lines = ["presets (random weights, seeded):"]
-    lines.append(f"  {'name':20s} {'layers':>6s} {'hidden':>6s} {'heads':>7s} {'vocab':>7s} {'params':>9s} {'f32 .bin':>9s}  notes")
+    lines.append(
+        f"  {'name':20s} {'layers':>6s} {'hidden':>6s} {'heads':>7s} {'vocab':>7s} "
+        f"{'params':>9s} {'f32 .bin':>9s}  notes"
+    )
     for name, c in PRESETS.items():
         notes = []
         if c.tie_word_embeddings:
@@ -68,22 +71,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=_presets_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("output_dir", metavar="OUTPUT_DIR", type=Path, help="folder to write (created if missing)")
-    p.add_argument("--preset", default="tiny", choices=list(PRESETS), help="model shape (default: tiny)")
-    p.add_argument("--dtype", default="f32", choices=list(DTYPES), help="weight storage (default: f32)")
+    p.add_argument(
+        "output_dir", metavar="OUTPUT_DIR", type=Path, help="folder to write (created if missing)"
+    )
+    p.add_argument(
+        "--preset", default="tiny", choices=list(PRESETS), help="model shape (default: tiny)"
+    )
+    p.add_argument(
+        "--dtype", default="f32", choices=list(DTYPES), help="weight storage (default: f32)"
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed of the weights (default: 0)")
     for flag, field, typ, text in _OVERRIDES:
-        p.add_argument(flag, dest=field, type=typ, default=None, metavar="N" if typ is int else "X", help=text)
+        p.add_argument(
+            flag, dest=field, type=typ, default=None, metavar="N" if typ is int else "X", help=text
+        )
     p.add_argument(
-        "--tie", dest="tie_word_embeddings", action=argparse.BooleanOptionalAction, default=None,
+        "--tie",
+        dest="tie_word_embeddings",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="tie lm_head to the embedding table",
     )
     p.add_argument(
-        "--qkv-bias", dest="attention_bias", action=argparse.BooleanOptionalAction, default=None,
+        "--qkv-bias",
+        dest="attention_bias",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="q/k/v projections with bias (Qwen2 style)",
     )
-    p.add_argument("--model-type", choices=["llama", "qwen2"], default=None, help="config.json model_type")
-    p.add_argument("--overwrite", action="store_true", help="rebuild even if OUTPUT_DIR holds the same model")
+    p.add_argument(
+        "--model-type", choices=["llama", "qwen2"], default=None, help="config.json model_type"
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="rebuild even if OUTPUT_DIR holds the same model"
+    )
     p.add_argument("--json", action="store_true", help="print the build manifest as JSON")
     p.set_defaults(func=run)
 

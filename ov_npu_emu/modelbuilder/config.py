@@ -9,7 +9,7 @@ from typing import Any
 
 from ov_npu_emu.errors import ConfigError
 
-__all__ = ["LlamaConfig", "PRESETS", "DTYPES", "get_preset"]
+__all__ = ["DTYPES", "PRESETS", "LlamaConfig", "get_preset"]
 
 #: Weight storage formats the builder can write (see ``weights.quantize``).
 DTYPES: tuple[str, ...] = ("f32", "f16", "int8")
@@ -19,7 +19,9 @@ DTYPES: tuple[str, ...] = ("f32", "f16", "int8")
 class LlamaConfig:
     """Shape of a Llama-family decoder (Llama, Qwen2), HF-config field names where they exist."""
 
-    vocab_size: int = 512  # rows of the embedding / logits width; >= 259 for the byte-level tokenizer
+    vocab_size: int = (
+        512  # rows of the embedding / logits width; >= 259 for the byte-level tokenizer
+    )
     hidden_size: int = 64  # residual stream width
     intermediate_size: int = 176  # SwiGLU inner width
     num_hidden_layers: int = 2  # decoder blocks (one KV variable pair each)
@@ -52,15 +54,27 @@ class LlamaConfig:
             "head_dim",
         ):
             value = getattr(self, name)
-            need(isinstance(value, int) and value > 0, f"{name} must be a positive int, got {value!r}", name)
+            need(
+                isinstance(value, int) and value > 0,
+                f"{name} must be a positive int, got {value!r}",
+                name,
+            )
         need(
             self.num_attention_heads % self.num_key_value_heads == 0,
             f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
             f"num_key_value_heads ({self.num_key_value_heads})",
             "num_key_value_heads",
         )
-        need(self.head_dim % 2 == 0, f"head_dim must be even for RoPE, got {self.head_dim}", "head_dim")
-        need(self.model_type in ("llama", "qwen2"), f"model_type must be llama or qwen2, got {self.model_type!r}", "model_type")
+        need(
+            self.head_dim % 2 == 0,
+            f"head_dim must be even for RoPE, got {self.head_dim}",
+            "head_dim",
+        )
+        need(
+            self.model_type in ("llama", "qwen2"),
+            f"model_type must be llama or qwen2, got {self.model_type!r}",
+            "model_type",
+        )
         need(self.rms_norm_eps > 0, "rms_norm_eps must be > 0", "rms_norm_eps")
         need(self.rope_theta > 0, "rope_theta must be > 0", "rope_theta")
         need(self.init_scale > 0, "init_scale must be > 0", "init_scale")
@@ -212,5 +226,7 @@ def get_preset(name: str, **overrides: Any) -> LlamaConfig:
     if name not in PRESETS:
         hint = difflib.get_close_matches(name, list(PRESETS), n=1)
         extra = f"; did you mean {hint[0]!r}?" if hint else ""
-        raise ConfigError(f"unknown model preset {name!r}{extra} (known: {', '.join(PRESETS)})", key="preset")
+        raise ConfigError(
+            f"unknown model preset {name!r}{extra} (known: {', '.join(PRESETS)})", key="preset"
+        )
     return PRESETS[name].replace(**overrides) if overrides else PRESETS[name]

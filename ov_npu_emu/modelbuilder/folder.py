@@ -15,17 +15,23 @@ from ov_npu_emu.errors import ConfigError, IRReadError
 from ov_npu_emu.modelbuilder.config import DTYPES, LlamaConfig, get_preset
 from ov_npu_emu.modelbuilder.graph import build_model
 from ov_npu_emu.modelbuilder.reference import LlamaReference
-from ov_npu_emu.modelbuilder.tokenizer import BOS_ID, EOS_ID, MIN_VOCAB_SIZE, PAD_ID, build_tokenizer
+from ov_npu_emu.modelbuilder.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    MIN_VOCAB_SIZE,
+    PAD_ID,
+    build_tokenizer,
+)
 from ov_npu_emu.modelbuilder.weights import LlamaWeights, init_weights
 
 __all__ = [
     "MANIFEST_NAME",
     "MODEL_FILES",
-    "make_model_folder",
-    "read_manifest",
-    "load_weights",
     "load_reference",
+    "load_weights",
+    "make_model_folder",
     "normalize_node_names",
+    "read_manifest",
 ]
 
 logger = logging.getLogger(__name__)
@@ -59,7 +65,9 @@ def normalize_node_names(model: ov.Model) -> None:
             node.set_friendly_name(f"{node.get_type_name()}_{index}")
 
 
-def _spec(preset: str, dtype: str, seed: int, overrides: dict[str, Any], config: LlamaConfig) -> dict[str, Any]:
+def _spec(
+    preset: str, dtype: str, seed: int, overrides: dict[str, Any], config: LlamaConfig
+) -> dict[str, Any]:
     return {
         "manifest_version": MANIFEST_VERSION,
         "preset": preset,
@@ -88,7 +96,8 @@ def make_model_folder(
     folder with the same spec it is reused (cheap cached fixtures) unless ``overwrite``.
 
     :returns: ``path`` as a :class:`~pathlib.Path`.
-    :raises ConfigError: unknown preset / field / dtype, or a vocabulary too small for the tokenizer.
+    :raises ConfigError: unknown preset / field / dtype, or a vocabulary too small for the
+        tokenizer.
     """
     folder = Path(path)
     config = get_preset(preset, **overrides)
@@ -99,7 +108,9 @@ def make_model_folder(
             key="vocab_size",
         )
     if dtype not in DTYPES:
-        raise ConfigError(f"unknown weight dtype {dtype!r} (known: {', '.join(DTYPES)})", key="dtype")
+        raise ConfigError(
+            f"unknown weight dtype {dtype!r} (known: {', '.join(DTYPES)})", key="dtype"
+        )
     spec = _spec(preset, dtype, seed, overrides, config)
     if not overwrite and all((folder / f).is_file() for f in MODEL_FILES):
         try:
@@ -111,7 +122,9 @@ def make_model_folder(
 
     weights = init_weights(config, seed, dtype)
     model = build_model(weights, name=f"ov_npu_emu_{preset}")
-    tokenizer, detokenizer = build_tokenizer(config.vocab_size, model_max_length=config.max_position_embeddings)
+    tokenizer, detokenizer = build_tokenizer(
+        config.vocab_size, model_max_length=config.max_position_embeddings
+    )
     for m in (model, tokenizer, detokenizer):
         normalize_node_names(m)
 

@@ -1,4 +1,4 @@
-"""Builds the stateful Llama-family ov.Model in the optimum-intel layout with openvino's opset API."""
+"""Builds the stateful Llama-family ov.Model in the optimum-intel layout with openvino's opsets."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from openvino.op.util import Variable, VariableInfo
 from ov_npu_emu.modelbuilder.config import LlamaConfig
 from ov_npu_emu.modelbuilder.weights import LayerWeights, LlamaWeights, StoredWeight
 
-__all__ = ["MASK_MIN", "build_model", "rope_inv_freq", "kv_variable_ids"]
+__all__ = ["MASK_MIN", "build_model", "kv_variable_ids", "rope_inv_freq"]
 
 #: Additive mask value for blocked positions.  f16's lowest finite value, as optimum exports use:
 #: finfo(f32).min turns into -inf/NaN once a device computes in f16 or adds two masks.
@@ -21,7 +21,9 @@ MASK_MIN = -65504.0
 def rope_inv_freq(config: LlamaConfig) -> np.ndarray:
     """The f32 ``inv_freq`` constant [D/2] (HF default RoPE): theta^(-2i/D)."""
     d = config.head_dim
-    return (1.0 / (config.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))).astype(np.float32)
+    return (1.0 / (config.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))).astype(
+        np.float32
+    )
 
 
 def kv_variable_ids(layer: int) -> tuple[str, str]:
@@ -75,10 +77,16 @@ class _Builder:
         zp = ops.constant(sw.zero_point, name=f"{name}/zero_point")
         scale = ops.constant(sw.scale, name=f"{name}/scale")
         sub = ops.subtract(ops.convert(const, ov.Type.f32), ops.convert(zp, ov.Type.f32))
-        return ops.multiply(sub, ops.convert(scale, ov.Type.f32), name=f"{name}/decompress").output(0)
+        return ops.multiply(sub, ops.convert(scale, ov.Type.f32), name=f"{name}/decompress").output(
+            0
+        )
 
-    def linear(self, x: Output, w: StoredWeight, name: str, bias: StoredWeight | None = None) -> Output:
-        y = ops.matmul(x, self.weight(w, f"{name}.weight"), False, True, name=f"{name}/MatMul").output(0)
+    def linear(
+        self, x: Output, w: StoredWeight, name: str, bias: StoredWeight | None = None
+    ) -> Output:
+        y = ops.matmul(
+            x, self.weight(w, f"{name}.weight"), False, True, name=f"{name}/MatMul"
+        ).output(0)
         if bias is not None:
             y = ops.add(y, self.weight(bias, f"{name}.bias"), name=f"{name}/Add").output(0)
         return y
@@ -89,7 +97,9 @@ class _Builder:
         mean = ops.reduce_mean(sq, _i64([-1]), keep_dims=True)
         rstd = ops.divide(_f32([1.0]), ops.sqrt(ops.add(mean, _f32([self.c.rms_norm_eps]))))
         normed = ops.multiply(x, rstd)
-        return ops.multiply(normed, self.weight(w, f"{name}.weight"), name=f"{name}/Multiply").output(0)
+        return ops.multiply(
+            normed, self.weight(w, f"{name}.weight"), name=f"{name}/Multiply"
+        ).output(0)
 
     # ------------------------------------------------------------------ shared sub-graphs
 
@@ -99,7 +109,9 @@ class _Builder:
         batch = ops.gather(ids_shape, _i64([0]), _i64(0))
         q_len = ops.gather(ids_shape, _i64([1]), _i64(0))
         # Zero-length KV init [batch, Hkv, 0, D]: batch follows the caller's input_ids.
-        self.kv_init_shape = ops.concat([batch, _i64([c.num_key_value_heads, 0, c.head_dim])], 0).output(0)
+        self.kv_init_shape = ops.concat(
+            [batch, _i64([c.num_key_value_heads, 0, c.head_dim])], 0
+        ).output(0)
 
         # Mask [B,1,q,kv]: causal by index inside the (past + new) sequence whose length is
         # attention_mask's, AND attention_mask != 0.  Rows are the last q_len indices, so it
@@ -112,7 +124,9 @@ class _Builder:
         causal = ops.unsqueeze(ops.less_equal(cols, rows), _i64([0, 1]))
         not_pad = ops.not_equal(ops.unsqueeze(self.attention_mask, _i64([1, 2])), _i64(0))
         allowed = ops.logical_and(causal, not_pad)
-        self.mask = ops.select(allowed, _f32([0.0]), _f32([MASK_MIN]), name="attention_mask/additive").output(0)
+        self.mask = ops.select(
+            allowed, _f32([0.0]), _f32([MASK_MIN]), name="attention_mask/additive"
+        ).output(0)
 
         # RoPE tables [B,1,S,D] from position_ids (HF rotate_half layout: freqs repeated twice).
         pos = ops.unsqueeze(ops.convert(self.position_ids, ov.Type.f32), _i64([-1]))
@@ -159,11 +173,17 @@ class _Builder:
         unsq = ops.unsqueeze(kv, _i64([2]))
         shape = ops.shape_of(unsq)
         target = ops.concat(
-            [ops.gather(shape, _i64([0, 1]), _i64(0)), _i64([c.num_kv_groups]), ops.gather(shape, _i64([3, 4]), _i64(0))],
+            [
+                ops.gather(shape, _i64([0, 1]), _i64(0)),
+                _i64([c.num_kv_groups]),
+                ops.gather(shape, _i64([3, 4]), _i64(0)),
+            ],
             0,
         )
         expanded = ops.broadcast(unsq, target)
-        return ops.reshape(expanded, _i64([0, c.num_attention_heads, -1, c.head_dim]), special_zero=True).output(0)
+        return ops.reshape(
+            expanded, _i64([0, c.num_attention_heads, -1, c.head_dim]), special_zero=True
+        ).output(0)
 
     # ------------------------------------------------------------------ blocks
 
@@ -171,9 +191,19 @@ class _Builder:
         c = self.c
         p = f"model.layers.{i}"
         x = self.rms_norm(h, lw.input_norm, f"{p}.input_layernorm")
-        q = self.rope(self.heads(self.linear(x, lw.q_proj, f"{p}.self_attn.q_proj", lw.q_bias), c.num_attention_heads))
-        k = self.rope(self.heads(self.linear(x, lw.k_proj, f"{p}.self_attn.k_proj", lw.k_bias), c.num_key_value_heads))
-        v = self.heads(self.linear(x, lw.v_proj, f"{p}.self_attn.v_proj", lw.v_bias), c.num_key_value_heads)
+        q = self.rope(
+            self.heads(
+                self.linear(x, lw.q_proj, f"{p}.self_attn.q_proj", lw.q_bias), c.num_attention_heads
+            )
+        )
+        k = self.rope(
+            self.heads(
+                self.linear(x, lw.k_proj, f"{p}.self_attn.k_proj", lw.k_bias), c.num_key_value_heads
+            )
+        )
+        v = self.heads(
+            self.linear(x, lw.v_proj, f"{p}.self_attn.v_proj", lw.v_bias), c.num_key_value_heads
+        )
         key_id, value_id = kv_variable_ids(i)
         k_all = self.expand_kv(self.cache(k, key_id, f"{p}.self_attn.key_cache"))
         v_all = self.expand_kv(self.cache(v, value_id, f"{p}.self_attn.value_cache"))
@@ -182,7 +212,11 @@ class _Builder:
         )
         attn = ops.transpose(attn, _i64([0, 2, 1, 3]))
         attn = ops.reshape(attn, _i64([0, 0, c.q_size]), special_zero=True)
-        h = ops.add(h, self.linear(attn.output(0), lw.o_proj, f"{p}.self_attn.o_proj"), name=f"{p}/attn_residual")
+        h = ops.add(
+            h,
+            self.linear(attn.output(0), lw.o_proj, f"{p}.self_attn.o_proj"),
+            name=f"{p}/attn_residual",
+        )
 
         x = self.rms_norm(h.output(0), lw.post_norm, f"{p}.post_attention_layernorm")
         gate = ops.swish(self.linear(x, lw.gate_proj, f"{p}.mlp.gate_proj"), _f32(1.0))

@@ -1,4 +1,4 @@
-"""Numpy reference forward pass and greedy decoding: the test oracle of record for builder models."""
+"""Numpy reference forward pass and greedy decoding: the test oracle for builder models."""
 
 from __future__ import annotations
 
@@ -44,7 +44,9 @@ class LlamaReference:
     rounded to f32 first, as the graph does.
     """
 
-    def __init__(self, weights: LlamaWeights, compute_dtype: type[np.floating] = np.float64) -> None:
+    def __init__(
+        self, weights: LlamaWeights, compute_dtype: type[np.floating] = np.float64
+    ) -> None:
         self.weights = weights
         self.config = weights.config
         self.dtype = np.dtype(compute_dtype)
@@ -61,9 +63,18 @@ class LlamaReference:
         self.final_norm = dense(weights.final_norm)
         self.layers = [
             _DenseLayer(
-                dense(lw.input_norm), dense(lw.q_proj), dense(lw.k_proj), dense(lw.v_proj), dense(lw.o_proj),
-                dense(lw.post_norm), dense(lw.gate_proj), dense(lw.up_proj), dense(lw.down_proj),
-                opt(lw.q_bias), opt(lw.k_bias), opt(lw.v_bias),
+                dense(lw.input_norm),
+                dense(lw.q_proj),
+                dense(lw.k_proj),
+                dense(lw.v_proj),
+                dense(lw.o_proj),
+                dense(lw.post_norm),
+                dense(lw.gate_proj),
+                dense(lw.up_proj),
+                dense(lw.down_proj),
+                opt(lw.q_bias),
+                opt(lw.k_bias),
+                opt(lw.v_bias),
             )
             for lw in weights.layers
         ]
@@ -81,6 +92,14 @@ class LlamaReference:
         freqs = position_ids.astype(np.float32)[..., None] * self.inv_freq  # [B,S,D/2] f32
         emb = np.concatenate([freqs, freqs], axis=-1).astype(self.dtype)
         return np.cos(emb)[:, None], np.sin(emb)[:, None]  # [B,1,S,D]
+
+    def _heads(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, n: int) -> np.ndarray:
+        """Projection to ``n`` heads: [B,S,H] -> [B,n,S,D]."""
+        y = x @ w.T
+        if b is not None:
+            y = y + b
+        batch, seq = x.shape[:2]
+        return y.reshape(batch, seq, n, self.config.head_dim).transpose(0, 2, 1, 3)
 
     @staticmethod
     def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -123,18 +142,27 @@ class LlamaReference:
         batch, seq = ids.shape
         check(bool(np.all((ids >= 0) & (ids < c.vocab_size))), "input_ids out of vocabulary range")
         past = past_kv if past_kv is not None else self.empty_cache(batch)
-        check(len(past) == c.num_hidden_layers, f"past_kv needs {c.num_hidden_layers} layers, got {len(past)}")
+        check(
+            len(past) == c.num_hidden_layers,
+            f"past_kv needs {c.num_hidden_layers} layers, got {len(past)}",
+        )
         past_len = past[0][0].shape[2]
         if position_ids is None:
-            position_ids = np.broadcast_to(np.arange(past_len, past_len + seq, dtype=np.int64), (batch, seq))
+            position_ids = np.broadcast_to(
+                np.arange(past_len, past_len + seq, dtype=np.int64), (batch, seq)
+            )
         if attention_mask is None:
             attention_mask = np.ones((batch, past_len + seq), dtype=np.int64)
         position_ids = np.asarray(position_ids, dtype=np.int64)
         attention_mask = np.asarray(attention_mask, dtype=np.int64)
-        check(position_ids.shape == (batch, seq), f"position_ids shape {position_ids.shape} != {(batch, seq)}")
+        check(
+            position_ids.shape == (batch, seq),
+            f"position_ids shape {position_ids.shape} != {(batch, seq)}",
+        )
         check(
             attention_mask.shape == (batch, past_len + seq),
-            f"attention_mask shape {attention_mask.shape} != {(batch, past_len + seq)} (past + new)",
+            f"attention_mask shape {attention_mask.shape} != {(batch, past_len + seq)} "
+            "(past + new)",
         )
 
         cos, sin = self._rope_tables(position_ids)
@@ -145,15 +173,9 @@ class LlamaReference:
         for layer, (past_k, past_v) in zip(self.layers, past):
             x = self._rms_norm(h, layer.input_norm)
 
-            def proj(w: np.ndarray, b: np.ndarray | None, n: int) -> np.ndarray:
-                y = x @ w.T
-                if b is not None:
-                    y = y + b
-                return y.reshape(batch, seq, n, c.head_dim).transpose(0, 2, 1, 3)  # [B,n,S,D]
-
-            q = self._rope(proj(layer.q, layer.q_bias, c.num_attention_heads), cos, sin)
-            k = self._rope(proj(layer.k, layer.k_bias, c.num_key_value_heads), cos, sin)
-            v = proj(layer.v, layer.v_bias, c.num_key_value_heads)
+            q = self._rope(self._heads(x, layer.q, layer.q_bias, c.num_attention_heads), cos, sin)
+            k = self._rope(self._heads(x, layer.k, layer.k_bias, c.num_key_value_heads), cos, sin)
+            v = self._heads(x, layer.v, layer.v_bias, c.num_key_value_heads)
             k_all = np.concatenate([past_k.astype(self.dtype), k], axis=2)
             v_all = np.concatenate([past_v.astype(self.dtype), v], axis=2)
             present.append((k_all, v_all))

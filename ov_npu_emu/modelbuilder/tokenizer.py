@@ -13,17 +13,17 @@ import openvino as ov
 from ov_npu_emu.errors import ConfigError
 
 __all__ = [
+    "BOS_ID",
+    "CHAT_TEMPLATE",
+    "EOS_ID",
+    "MIN_VOCAB_SIZE",
+    "NUM_BYTE_TOKENS",
+    "PAD_ID",
     "SPECIAL_TOKENS",
     "UNK_ID",
-    "BOS_ID",
-    "EOS_ID",
-    "PAD_ID",
-    "NUM_BYTE_TOKENS",
-    "MIN_VOCAB_SIZE",
-    "CHAT_TEMPLATE",
     "ByteLevelVocab",
-    "build_vocab",
     "build_tokenizer",
+    "build_vocab",
 ]
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<unk>", "<s>", "</s>")
@@ -45,20 +45,21 @@ CHAT_TEMPLATE = (
 # Common English words, most frequent first; each becomes " word" (and later "word", " Word")
 # pieces so ASCII prose tokenizes into word-sized tokens.  Written for this project.
 _WORDS = """
-the a and to was he she it of in his her they that with for on said you had but there one day
-is be at as her him so not all up out then were big very little time once upon what will can
-have this we my me do no go come like saw happy play friend mom dad wanted from new looked
-went are when your into could see about by an would who get would their them its over back
-made make good love loved tree dog cat ball park sun fun help helped run ran toy box bird
-fish red blue green girl boy named lily tim ben sue sam sky home house room water food car
-say says asked again too now down just how know feel felt some more after did way thing
-things very much many man woman old young first last long great little own other our out
-because before think thought find found give gave take took tell told look try tried want
-""".split()
+the a and to was he she it of in his her they that with for on said you had but there one
+day is be at as her him so not all up out then were big very little time once upon what
+will can have this we my me do no go come like saw happy play friend mom dad wanted from
+new looked went are when your into could see about by an would who get would their them its
+over back made make good love loved tree dog cat ball park sun fun help helped run ran toy
+box bird fish red blue green girl boy named lily tim ben sue sam sky home house room water
+food car say says asked again too now down just how know feel felt some more after did way
+thing things very much many man woman old young first last long great little own other our
+out because before think thought find found give gave take took tell told look try tried
+want
+""".split()  # noqa: SIM905 - a word list reads better as text
 
 
 def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable char map (the alphabet of byte-level BPE vocabularies)."""
+    """GPT-2's reversible byte -> printable char map (the alphabet of byte-level BPE vocabs)."""
     printable = (
         list(range(ord("!"), ord("~") + 1))
         + list(range(ord("\xa1"), ord("\xac") + 1))
@@ -128,7 +129,8 @@ def build_vocab(vocab_size: int) -> ByteLevelVocab:
     """
     if vocab_size < MIN_VOCAB_SIZE:
         raise ConfigError(
-            f"vocab_size {vocab_size} is too small for the byte-level tokenizer (need >= {MIN_VOCAB_SIZE})",
+            f"vocab_size {vocab_size} is too small for the byte-level tokenizer "
+            f"(need >= {MIN_VOCAB_SIZE})",
             key="vocab_size",
         )
     tokens: list[str] = list(SPECIAL_TOKENS) + [_B2U[b] for b in range(256)]
@@ -152,7 +154,10 @@ def build_vocab(vocab_size: int) -> ByteLevelVocab:
 def _rt_info(chat_template: str) -> dict[str, str]:
     import openvino_tokenizers
 
-    post = {"single": {"ids": [BOS_ID, -1], "type_ids": [0, 0]}, "pair": {"ids": [BOS_ID, -1, BOS_ID, -2], "type_ids": [0, 0, 1, 1]}}
+    post = {
+        "single": {"ids": [BOS_ID, -1], "type_ids": [0, 0]},
+        "pair": {"ids": [BOS_ID, -1, BOS_ID, -2], "type_ids": [0, 0, 1, 1]},
+    }
     return {
         "add_attention_mask": "True",
         "add_special_tokens": "True",
@@ -219,7 +224,9 @@ def build_tokenizer(
     # Truncation (off by default, switched on by openvino_genai's max_length/truncation); genai
     # also expects this op in front of CombineSegments to toggle add_special_tokens.
     pipeline.add_steps(TruncationStep(max_length=model_max_length - 1))
-    pipeline.add_steps(CombineSegmentsStep([AddToken(token=SPECIAL_TOKENS[BOS_ID], _token_id=BOS_ID), Sequence()]))
+    pipeline.add_steps(
+        CombineSegmentsStep([AddToken(token=SPECIAL_TOKENS[BOS_ID], _token_id=BOS_ID), Sequence()])
+    )
     pipeline.add_steps(PaddingStep(token=SPECIAL_TOKENS[PAD_ID], _token_id=PAD_ID))
     pipeline.add_steps(
         VocabDecoderStep(
@@ -232,7 +239,10 @@ def build_tokenizer(
 
     raw = pipeline.get_tokenizer_ov_subgraph()
     # Keep input_ids + attention_mask (drop token_type_ids), as convert_tokenizer does.
-    wanted = [next(o for o in raw.outputs if name in o.get_names()) for name in ("input_ids", "attention_mask")]
+    wanted = [
+        next(o for o in raw.outputs if name in o.get_names())
+        for name in ("input_ids", "attention_mask")
+    ]
     tokenizer = ov.Model(wanted, raw.get_parameters(), "tokenizer")
     tokenizer.add_sinks(raw.get_sinks())
     detokenizer = pipeline.get_detokenizer_ov_subgraph()

@@ -11,7 +11,7 @@ from ov_npu_emu.modelbuilder.config import DTYPES, LlamaConfig
 
 EMBED_STD_NUMERATOR = 0.3  # embedding std = 0.3·init_scale/√hidden (see init_weights)
 
-__all__ = ["StoredWeight", "LayerWeights", "LlamaWeights", "init_weights", "quantize_int8"]
+__all__ = ["LayerWeights", "LlamaWeights", "StoredWeight", "init_weights", "quantize_int8"]
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,9 @@ def init_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32") -> Llam
     repeats it forever.
     """
     if dtype not in DTYPES:
-        raise ConfigError(f"unknown weight dtype {dtype!r} (known: {', '.join(DTYPES)})", key="dtype")
+        raise ConfigError(
+            f"unknown weight dtype {dtype!r} (known: {', '.join(DTYPES)})", key="dtype"
+        )
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative int, got {seed!r}", key="seed")
     rng = np.random.default_rng(seed)
@@ -164,7 +166,11 @@ def init_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32") -> Llam
             down_proj=linear(c.hidden_size, c.intermediate_size),
         )
         if c.attention_bias:
-            layer.q_bias, layer.k_bias, layer.v_bias = bias(c.q_size), bias(c.kv_size), bias(c.kv_size)
+            layer.q_bias, layer.k_bias, layer.v_bias = (
+                bias(c.q_size),
+                bias(c.kv_size),
+                bias(c.kv_size),
+            )
         layers.append(layer)
     final_norm = norm()
     lm_head = None if c.tie_word_embeddings else linear(c.vocab_size, c.hidden_size)

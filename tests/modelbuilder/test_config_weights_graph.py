@@ -37,7 +37,12 @@ def test_num_parameters_matches_weights(overrides):
 def test_presets():
     assert set(PRESETS) == {"tiny", "small", "qwen2.5-0.5b-shape"}
     q = PRESETS["qwen2.5-0.5b-shape"]
-    assert (q.hidden_size, q.num_hidden_layers, q.num_attention_heads, q.num_key_value_heads) == (896, 24, 14, 2)
+    assert (q.hidden_size, q.num_hidden_layers, q.num_attention_heads, q.num_key_value_heads) == (
+        896,
+        24,
+        14,
+        2,
+    )
     assert (q.head_dim, q.intermediate_size, q.vocab_size) == (64, 4864, 151936)
     assert q.tie_word_embeddings and q.attention_bias and q.model_type == "qwen2"
     assert 490e6 < q.num_parameters() < 500e6  # Qwen2.5-0.5B: 494M
@@ -51,8 +56,12 @@ def test_hf_dict_round_trip():
 
 @pytest.mark.parametrize(
     ("overrides", "key"),
-    [({"num_key_value_heads": 3}, "num_key_value_heads"), ({"head_dim": 15}, "head_dim"),
-     ({"hidden_size": 0}, "hidden_size"), ({"model_type": "gpt2"}, "model_type")],
+    [
+        ({"num_key_value_heads": 3}, "num_key_value_heads"),
+        ({"head_dim": 15}, "head_dim"),
+        ({"hidden_size": 0}, "hidden_size"),
+        ({"model_type": "gpt2"}, "model_type"),
+    ],
 )
 def test_invalid_configs(overrides, key):
     with pytest.raises(ConfigError) as info:
@@ -70,7 +79,9 @@ def test_int8_quantization_is_close_and_dequantizes_exactly():
     w = np.random.default_rng(0).standard_normal((32, 48)).astype(np.float32)
     w[3] = 0.0  # an all-zero row must survive
     q = quantize_int8(w)
-    assert q.data.dtype == np.uint8 and q.zero_point.shape == (32, 1) and q.scale.dtype == np.float16
+    assert (
+        q.data.dtype == np.uint8 and q.zero_point.shape == (32, 1) and q.scale.dtype == np.float16
+    )
     deq = q.dequantize()
     step = q.scale.astype(np.float32)
     assert np.all(np.abs(deq - w) <= step * 0.5 + 1e-3 * step)
@@ -129,14 +140,20 @@ def test_qkv_bias_and_mha_variants():
     names = [op.get_friendly_name() for op in m.get_ordered_ops()]
     assert "model.layers.0.self_attn.q_proj/Add" in names
     assert "model.layers.1.self_attn.v_proj/Add" in names
-    assert not any(op.get_type_name() == "Broadcast" and op.get_output_partial_shape(0).rank.get_length() == 5
-                   for op in m.get_ordered_ops())
+    assert not any(
+        op.get_type_name() == "Broadcast" and op.get_output_partial_shape(0).rank.get_length() == 5
+        for op in m.get_ordered_ops()
+    )
 
 
 @pytest.mark.parametrize("dtype", ["f16", "int8"])
 def test_compressed_weight_storage(dtype):
     m = build_model(init_weights(get_preset("tiny"), 0, dtype))
-    types = Counter(str(op.get_output_element_type(0)) for op in m.get_ordered_ops() if op.get_type_name() == "Constant")
+    types = Counter(
+        str(op.get_output_element_type(0))
+        for op in m.get_ordered_ops()
+        if op.get_type_name() == "Constant"
+    )
     if dtype == "f16":
         assert types["<Type: 'float16'>"] >= 20
     else:

@@ -15,7 +15,11 @@ def test_folder_contents(tiny_model_dir):
         assert (tiny_model_dir / name).is_file(), name
     config = json.loads((tiny_model_dir / "config.json").read_text())
     assert config["architectures"] == ["LlamaForCausalLM"]
-    assert (config["model_type"], config["vocab_size"], config["num_hidden_layers"]) == ("llama", 512, 2)
+    assert (config["model_type"], config["vocab_size"], config["num_hidden_layers"]) == (
+        "llama",
+        512,
+        2,
+    )
     assert (config["bos_token_id"], config["eos_token_id"]) == (1, 2)
     gen = json.loads((tiny_model_dir / "generation_config.json").read_text())
     assert gen["eos_token_id"] == 2 and "max_new_tokens" not in gen
@@ -24,10 +28,17 @@ def test_folder_contents(tiny_model_dir):
 
 def test_same_seed_gives_identical_files(tmp_path, tiny_model_dir):
     again = make_model_folder(tmp_path / "again", "tiny", "f32", seed=0)
-    for name in ("openvino_model.bin", "openvino_model.xml", "openvino_tokenizer.bin", "openvino_detokenizer.bin"):
+    for name in (
+        "openvino_model.bin",
+        "openvino_model.xml",
+        "openvino_tokenizer.bin",
+        "openvino_detokenizer.bin",
+    ):
         assert (again / name).read_bytes() == (tiny_model_dir / name).read_bytes(), name
     other = make_model_folder(tmp_path / "other", "tiny", "f32", seed=1)
-    assert (other / "openvino_model.bin").read_bytes() != (again / "openvino_model.bin").read_bytes()
+    assert (other / "openvino_model.bin").read_bytes() != (
+        again / "openvino_model.bin"
+    ).read_bytes()
 
 
 def test_existing_folder_is_reused_unless_spec_changes(tmp_path):
@@ -62,14 +73,47 @@ def test_cli_make_model(tmp_path, capsys):
     from ov_npu_emu.cli import main
 
     out_dir = tmp_path / "cli"
-    rc = main(["make-model", str(out_dir), "--layers", "1", "--qkv-bias", "--no-tie", "--dtype", "f16", "--seed", "7"])
+    rc = main(
+        [
+            "make-model",
+            str(out_dir),
+            "--layers",
+            "1",
+            "--qkv-bias",
+            "--no-tie",
+            "--dtype",
+            "f16",
+            "--seed",
+            "7",
+        ]
+    )
     assert rc == 0
     assert "1 layers" in capsys.readouterr().out
     manifest = read_manifest(out_dir)
     assert manifest["seed"] == 7 and manifest["dtype"] == "f16"
-    assert manifest["config"]["attention_bias"] is True and manifest["config"]["tie_word_embeddings"] is False
+    assert (
+        manifest["config"]["attention_bias"] is True
+        and manifest["config"]["tie_word_embeddings"] is False
+    )
 
-    assert main(["make-model", str(out_dir), "--layers", "1", "--qkv-bias", "--no-tie", "--dtype", "f16", "--seed", "7", "--json"]) == 0
+    assert (
+        main(
+            [
+                "make-model",
+                str(out_dir),
+                "--layers",
+                "1",
+                "--qkv-bias",
+                "--no-tie",
+                "--dtype",
+                "f16",
+                "--seed",
+                "7",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["num_parameters"] == manifest["num_parameters"]
 
     assert main(["make-model", str(tmp_path / "bad"), "--vocab", "10"]) == 1

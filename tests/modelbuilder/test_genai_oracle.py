@@ -1,4 +1,4 @@
-"""Builder folders in the real openvino_genai: CPU and NPUW-on-CPU give the reference's greedy ids."""
+"""Builder folders in real openvino_genai: CPU and NPUW-on-CPU give the reference's greedy ids."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 ov_genai = pytest.importorskip("openvino_genai")
-import openvino as ov  # noqa: E402
+import openvino as ov
 
-from ov_npu_emu.modelbuilder import load_reference  # noqa: E402
+from ov_npu_emu.modelbuilder import load_reference
 
 pytestmark = pytest.mark.oracle
 

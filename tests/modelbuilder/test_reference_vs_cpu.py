@@ -20,7 +20,11 @@ VARIANTS = {
     "tiny-bias-untied": ("f32", 0, {"attention_bias": True, "tie_word_embeddings": False}),
     "tiny-f16": ("f16", 0, {}),
     "tiny-int8": ("int8", 0, {}),
-    "tiny-mha-qwen2": ("f32", 1, {"num_key_value_heads": 4, "model_type": "qwen2", "attention_bias": True}),
+    "tiny-mha-qwen2": (
+        "f32",
+        1,
+        {"num_key_value_heads": 4, "model_type": "qwen2", "attention_bias": True},
+    ),
     "tiny-3layers-gqa4-int8": ("int8", 2, {"num_hidden_layers": 3, "num_key_value_heads": 1}),
 }
 
@@ -51,14 +55,18 @@ def test_reference_matches_cpu_token_by_token(variant, ov_core):
         logits, kv = ref.forward(
             np.array([[token]]), np.array([[length]]), np.ones((1, length + 1), np.int64), kv
         )
-        np.testing.assert_allclose(cpu_logits[step + 1], logits, atol=ATOL, rtol=0, err_msg=f"step {step}")
+        np.testing.assert_allclose(
+            cpu_logits[step + 1], logits, atol=ATOL, rtol=0, err_msg=f"step {step}"
+        )
         length += 1
 
 
 @pytest.fixture(scope="module")
 def tiny(ov_core):
     weights = init_weights(get_preset("tiny"), 3, "f32")
-    return LlamaReference(weights), ov_core.compile_model(build_model(weights), "CPU", CPU_EXACT_CONFIG)
+    return LlamaReference(weights), ov_core.compile_model(
+        build_model(weights), "CPU", CPU_EXACT_CONFIG
+    )
 
 
 def _infer(req, ids, mask, pos, beam=None):
@@ -66,14 +74,18 @@ def _infer(req, ids, mask, pos, beam=None):
     beam = np.arange(ids.shape[0], dtype=np.int32) if beam is None else np.asarray(beam, np.int32)
     return np.array(
         req.infer(
-            {"input_ids": ids, "attention_mask": np.asarray(mask, np.int64),
-             "position_ids": np.asarray(pos, np.int64), "beam_idx": beam}
+            {
+                "input_ids": ids,
+                "attention_mask": np.asarray(mask, np.int64),
+                "position_ids": np.asarray(pos, np.int64),
+                "beam_idx": beam,
+            }
         )["logits"]
     )
 
 
 def test_left_padded_prefill_equals_unpadded(tiny):
-    """NPUW's static prefill right-aligns the prompt: zeros on the left in ids, mask and positions."""
+    """NPUW's static prefill right-aligns the prompt: zeros on the left in ids, mask, positions."""
     ref, compiled = tiny
     prompt = PROMPT[:5]
     pad = 11
@@ -96,7 +108,7 @@ def test_left_padded_prefill_equals_unpadded(tiny):
 
 
 def test_generate_layout_with_empty_past_slots(tiny):
-    """NPUW generate: past [K-1] slots left-aligned, unused tail masked, new token in the last column."""
+    """NPUW generate: past [K-1] slots left-aligned, unused tail masked, new token last."""
     ref, compiled = tiny
     history = PROMPT[:6]
     _, kv = ref.forward(np.array([history]))
@@ -105,7 +117,9 @@ def test_generate_layout_with_empty_past_slots(tiny):
     req = compiled.create_infer_request()
     for state in req.query_state():
         layer, kind = int(state.name.split(".")[1]), 0 if state.name.endswith("key") else 1
-        buf = rng.standard_normal((1,) + kv[layer][kind].shape[1:2] + (slots,) + kv[layer][kind].shape[3:])
+        buf = rng.standard_normal(
+            (1,) + kv[layer][kind].shape[1:2] + (slots,) + kv[layer][kind].shape[3:]
+        )
         buf[:, :, : len(history)] = kv[layer][kind]  # unused tail holds garbage, as after a switch
         state.state = ov.Tensor(buf.astype(np.float32))
     token = 77

@@ -7,7 +7,12 @@ from collections import Counter
 import numpy as np
 import openvino as ov
 
-from ov_npu_emu.testing import find_shared_model, make_add_model, make_model_with_memory, make_small_cnn
+from ov_npu_emu.testing import (
+    find_shared_model,
+    make_add_model,
+    make_model_with_memory,
+    make_small_cnn,
+)
 
 
 def test_make_add_model():
@@ -30,11 +35,24 @@ def test_make_model_with_memory_accumulates():
 def test_make_small_cnn():
     model = make_small_cnn()
     ops = Counter(op.get_type_name() for op in model.get_ordered_ops())
-    for op in ("Convolution", "GroupConvolution", "MaxPool", "AvgPool", "Relu", "Clamp", "Add",
-               "Multiply", "Softmax", "Reshape", "Transpose"):
+    for op in (
+        "Convolution",
+        "GroupConvolution",
+        "MaxPool",
+        "AvgPool",
+        "Relu",
+        "Clamp",
+        "Add",
+        "Multiply",
+        "Softmax",
+        "Reshape",
+        "Transpose",
+    ):
         assert ops[op] >= 1, op
     assert all(p.get_partial_shape().is_static for p in model.inputs)
-    prob = ov.Core().compile_model(model, "CPU")(np.random.default_rng(0).random((1, 3, 16, 16), np.float32))["prob"]
+    prob = ov.Core().compile_model(model, "CPU")(
+        np.random.default_rng(0).random((1, 3, 16, 16), np.float32)
+    )["prob"]
     assert prob.shape == (1, 10) and abs(float(prob.sum()) - 1.0) < 1e-5
 
 
@@ -46,9 +64,15 @@ def test_find_shared_model_env_override(monkeypatch, tmp_path):
 
 
 def test_stories260k_fixture_runs_on_cpu(stories260k_dir):
-    compiled = ov.Core().compile_model(stories260k_dir / "openvino_model.xml", "CPU",
-                                       {"INFERENCE_PRECISION_HINT": "f32"})
-    assert {p.get_any_name() for p in compiled.inputs} == {"input_ids", "attention_mask", "position_ids", "beam_idx"}
+    compiled = ov.Core().compile_model(
+        stories260k_dir / "openvino_model.xml", "CPU", {"INFERENCE_PRECISION_HINT": "f32"}
+    )
+    assert {p.get_any_name() for p in compiled.inputs} == {
+        "input_ids",
+        "attention_mask",
+        "position_ids",
+        "beam_idx",
+    }
 
 
 def test_tiny_reference_fixture(tiny_reference, tiny_model_dir):
