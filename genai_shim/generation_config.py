@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ov_npu_emu.errors import ConfigError, UserInputError
+from ov_npu_emu.errors import ConfigError
 
 __all__ = ["SIZE_MAX", "GenerationConfig", "StopCriteria"]
 
@@ -242,11 +242,3 @@ class GenerationConfig:
         changed = {k: v for k, v in self.to_dict().items() if v != _DEFAULTS[k]}
         return f"GenerationConfig({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
 
-
-def check_no_unsupported(config: GenerationConfig) -> None:
-    """Features this shim does not implement on any device raise a typed error up front."""
-    if config.is_beam_search():
-        raise UserInputError(
-            "Beam search is not implemented by genai_shim (the real NPU pipeline rejects it too); "
-            "use greedy (do_sample=False) or multinomial (do_sample=True) decoding"
-        )

@@ -12,7 +12,6 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import openvino as ov
 
 from ov_npu_emu.errors import BlobFormatError, ConfigError, KVCacheFullError, PluginError, PromptTooLongError
@@ -153,4 +152,4 @@ def make_core_with_fake(plugin: FakeNpuwPlugin) -> Any:
     return Core(plugin_manager=pm)
 
 
-__all__ = ["FakeNpuwPlugin", "make_core_with_fake", "np"]
+__all__ = ["FakeNpuwPlugin", "make_core_with_fake"]

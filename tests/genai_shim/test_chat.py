@@ -8,7 +8,7 @@ import genai_shim
 from ov_npu_emu.errors import ConfigError, UserInputError
 from tests.genai_shim.conftest import F32
 
-pytestmark = pytest.mark.oracle
+pytestmark = [pytest.mark.oracle, pytest.mark.filterwarnings("ignore:start_chat:DeprecationWarning")]
 
 QUESTIONS = ["Who is Lily?", "What did she find?", "Where did they go?"]
 
@@ -106,3 +106,14 @@ def test_chat_history_object_api():
         h.pop()
     with pytest.raises(UserInputError):
         h.append("not a dict")
+
+
+@pytest.mark.parametrize("apply", [True, False], ids=["templated", "raw"])
+def test_string_prompt_uses_chat_template_like_real(chat_dir, real_genai, apply):
+    ours = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32)
+    real = real_genai.LLMPipeline(str(chat_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
+    kw = {"max_new_tokens": 25, "apply_chat_template": apply}
+    a, b = ours.generate(QUESTIONS[0], **kw), real.generate(QUESTIONS[0], **kw)
+    assert a == b
+    a2, b2 = ours.generate([QUESTIONS[0], QUESTIONS[1]], **kw), real.generate([QUESTIONS[0], QUESTIONS[1]], **kw)
+    assert a2.texts == b2.texts

@@ -93,3 +93,18 @@ def test_chat_history_over_limit_matches_real_message(chat_dir, npu, real_genai)
         msgs.append(str(e.value))
     assert "may only process prompts or hold chat history up to 64 tokens" in msgs[0]
     assert msgs[0] in msgs[1]
+
+
+def test_npu_matches_real_npu_on_every_model(model_dir, npu, real_genai):
+    """Greedy 100 tokens, then a stop token and min_new_tokens picked from that output."""
+    ours = genai_shim.LLMPipeline(str(model_dir), "NPU", **npu["props"], MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=128)
+    real = real_genai.LLMPipeline(str(model_dir), "NPU", **REAL_NPU, **F32, MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=128)
+    ids = ours.get_tokenizer().encode(PROMPT)
+    first = ours.generate(ids, max_new_tokens=100, ignore_eos=True)
+    assert first.tokens == real.generate(real.get_tokenizer().encode(PROMPT), max_new_tokens=100, ignore_eos=True).tokens
+    stop = first.tokens[0][10]
+    for kw in ({"stop_token_ids": {stop}}, {"stop_token_ids": {stop}, "min_new_tokens": 15}):
+        a = ours.generate(ids, max_new_tokens=40, **kw)
+        b = real.generate(real.get_tokenizer().encode(PROMPT), max_new_tokens=40, **kw)
+        assert a.tokens == b.tokens and [int(r) for r in a.finish_reasons] == [int(r) for r in b.finish_reasons]
+    assert ours.generate(PROMPT, max_new_tokens=100) == real.generate(PROMPT, max_new_tokens=100)
