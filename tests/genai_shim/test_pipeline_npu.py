@@ -108,3 +108,16 @@ def test_npu_matches_real_npu_on_every_model(model_dir, npu, real_genai):
         b = real.generate(real.get_tokenizer().encode(PROMPT), max_new_tokens=40, **kw)
         assert a.tokens == b.tokens and [int(r) for r in a.finish_reasons] == [int(r) for r in b.finish_reasons]
     assert ours.generate(PROMPT, max_new_tokens=100) == real.generate(PROMPT, max_new_tokens=100)
+
+
+@pytest.mark.filterwarnings("ignore:start_chat:DeprecationWarning")
+def test_start_chat_matches_real_npu(chat_dir, npu, real_genai):
+    outs = []
+    for pipe in (
+        genai_shim.LLMPipeline(str(chat_dir), "NPU", **npu["props"], MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64),
+        real_genai.LLMPipeline(str(chat_dir), "NPU", **REAL_NPU, **F32, MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64),
+    ):
+        pipe.start_chat("Tell a story.")
+        outs.append([pipe.generate(q, max_new_tokens=12) for q in ("Who is Lily?", "What did she find?", "Where?")])
+        pipe.finish_chat()
+    assert outs[0] == outs[1]
