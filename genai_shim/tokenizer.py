@@ -149,6 +149,8 @@ class Tokenizer:
         self._original_chat_template = template or ""
         self._chat_template = self._original_chat_template
         self._special_ids = self._find_special_ids(cfg)
+        mml = cfg.get("model_max_length")
+        self._model_max_length: int | None = int(mml) if isinstance(mml, int) and mml < 10**9 else None
 
     # -- IR plumbing ---------------------------------------------------------------------------
     def _read_vocab(self) -> list[str]:
@@ -233,14 +235,17 @@ class Tokenizer:
         pad_to_max_length: bool = False,
         max_length: int | None = None,
         padding_side: str | None = None,
+        truncation: bool = False,
         **kwargs: Any,
     ) -> TokenizedInputs:
-        """Tokenize one string or a batch (left-padded as the IR does).
+        """Tokenize one string or a batch (rows padded on the IR's side, left by default).
 
         :param add_special_tokens: add BOS/EOS as the tokenizer's post-processor says.
-        :param pad_to_max_length: pad (and truncate) every row to ``max_length``.
-        :param max_length: truncate rows longer than this (keeping the beginning).
-        :param padding_side: "left" or "right" padding for ``pad_to_max_length`` / batches.
+        :param pad_to_max_length: pad every row to ``max_length`` (default: the model's
+            ``model_max_length``); longer rows stay longer unless ``truncation``.
+        :param max_length: the length used by ``truncation`` and ``pad_to_max_length``.
+        :param padding_side: "left" or "right".
+        :param truncation: cut rows longer than ``max_length`` (keeping the beginning).
         """
         if isinstance(prompts, str):
             texts = [prompts]
@@ -252,22 +257,25 @@ class Tokenizer:
             )
         if not texts:
             raise UserInputError("encode() got an empty list of prompts")
+        if padding_side not in (None, "left", "right"):
+            raise UserInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
         with self._lock:
             res = self._encoder(bool(add_special_tokens))({0: np.array(texts)})
         outs = {o.get_any_name() if o.get_names() else str(i): res[o] for i, o in enumerate(res.keys())}
         ids = np.asarray(outs.get("input_ids", list(res.values())[0]), dtype=np.int64)
         mask = np.asarray(outs.get("attention_mask", np.ones_like(ids)), dtype=np.int64)
-        if max_length is not None or pad_to_max_length or padding_side is not None:
-            ids, mask = self._repad(ids, mask, max_length, pad_to_max_length, padding_side)
+        limit = max_length if max_length is not None else (self._model_max_length if pad_to_max_length else None)
+        if (truncation and limit is not None) or pad_to_max_length or padding_side is not None:
+            ids, mask = self._repad(ids, mask, limit if truncation else None, limit if pad_to_max_length else None, padding_side)
         return TokenizedInputs(ov.Tensor(np.ascontiguousarray(ids)), ov.Tensor(np.ascontiguousarray(mask)))
 
-    def _repad(self, ids: np.ndarray, mask: np.ndarray, max_length: int | None, pad: bool, side: str | None) -> tuple[np.ndarray, np.ndarray]:
-        if side not in (None, "left", "right"):
-            raise UserInputError(f"padding_side must be 'left' or 'right', got {side!r}")
+    def _repad(
+        self, ids: np.ndarray, mask: np.ndarray, truncate_to: int | None, pad_to: int | None, side: str | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         rows = [r[m.astype(bool)] for r, m in zip(ids, mask)]
-        if max_length is not None:
-            rows = [r[: int(max_length)] for r in rows]
-        width = int(max_length) if (pad and max_length is not None) else max(len(r) for r in rows)
+        if truncate_to is not None:
+            rows = [r[: int(truncate_to)] for r in rows]
+        width = max([len(r) for r in rows] + [int(pad_to) if pad_to is not None else 0])
         pad_id = self._pad_id if self._pad_id >= 0 else 0
         out_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
         out_mask = np.zeros((len(rows), width), dtype=np.int64)

@@ -87,13 +87,24 @@ def test_chat_template_errors(stories_dir, chat_dir):
     assert chat.get_original_chat_template() != chat.chat_template
 
 
-def test_padding_options(toks):
-    ours, _ = toks
-    enc = ours.encode(["Hi", "Once upon a time"], pad_to_max_length=True, max_length=8, padding_side="right")
-    assert enc.input_ids.shape == [2, 8] or tuple(enc.input_ids.shape) == (2, 8)
-    assert enc.attention_mask.data[0].tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
-    enc = ours.encode("Once upon a time", max_length=3)
-    assert enc.input_ids.data.tolist() == [[1, 403, 407]]
+PADDING = {
+    "max_length_alone": ("Once upon a time", {"max_length": 3}),
+    "truncation": ("Once upon a time", {"max_length": 3, "truncation": True}),
+    "pad_to_8": ("Once upon a time", {"max_length": 8, "pad_to_max_length": True}),
+    "pad_shorter_than_text": ("Once upon a time", {"max_length": 3, "pad_to_max_length": True}),
+    "pad_right_batch": (["Hi", "Once upon a time"], {"max_length": 8, "pad_to_max_length": True, "padding_side": "right"}),
+    "right_batch": (["Hi", "Once upon a time"], {"padding_side": "right"}),
+    "truncate_batch": (["Hi", "Once upon a time"], {"max_length": 3, "truncation": True}),
+    "pad_to_model_max_length": ("Once upon a time", {"pad_to_max_length": True}),
+}
+
+
+@pytest.mark.parametrize(("text", "kw"), list(PADDING.values()), ids=list(PADDING))
+def test_padding_and_truncation_match_real(toks, text, kw):
+    ours, real = toks
+    a, b = ours.encode(text, **kw), real.encode(text, **kw)
+    np.testing.assert_array_equal(a.input_ids.data, b.input_ids.data)
+    np.testing.assert_array_equal(a.attention_mask.data, b.attention_mask.data)
 
 
 def test_bad_inputs(tmp_path, toks):
