@@ -16,7 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
-NPU = {"NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE", "MAX_PROMPT_LEN": 128, "MIN_RESPONSE_LEN": 128}
+NPU = {
+    "NPUW_DEVICES": "CPU",
+    "NPUW_ONLINE_PIPELINE": "NONE",
+    "MAX_PROMPT_LEN": 128,
+    "MIN_RESPONSE_LEN": 128,
+}
 PROMPT = "Once upon a time, in a small village near the sea, there lived a girl named Lily who"
 
 
@@ -56,7 +61,9 @@ def main() -> int:
     import genai_shim
 
     print(f"model: {args.model_dir}   new tokens: {args.tokens}   iterations: {args.iters}")
-    print(f"{'device':6} {'metric':12} {'genai_shim':>12} {'openvino_genai':>15} {'ratio shim/real':>16}")
+    print(
+        f"{'device':6} {'metric':12} {'genai_shim':>12} {'openvino_genai':>15} {'ratio shim/real':>16}"
+    )
     for device in args.devices.split(","):
         try:
             ours = measure(genai_shim, args.model_dir, device, args.tokens, args.iters)

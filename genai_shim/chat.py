@@ -29,7 +29,9 @@ class ChatHistory:
 
     def append(self, message: dict[str, Any]) -> None:
         if not isinstance(message, dict):
-            raise UserInputError(f"ChatHistory messages are dicts like {{'role': 'user', 'content': '...'}}, got {type(message).__name__}")
+            raise UserInputError(
+                f"ChatHistory messages are dicts like {{'role': 'user', 'content': '...'}}, got {type(message).__name__}"
+            )
         self._messages.append(copy.deepcopy(message))
 
     push_back = append
@@ -84,7 +86,9 @@ def _raise_exception(message: str) -> None:
     raise ConfigError(f"Chat template raised an exception: {message}")
 
 
-def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False
+) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
 
 
@@ -99,7 +103,9 @@ def _compile(template: str) -> Any:
         from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError as e:  # jinja2 is a declared dependency; say so if it is missing
         raise ConfigError("chat templates need jinja2: pip install jinja2") from e
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+    )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now

@@ -72,11 +72,31 @@ _DEFAULTS: dict[str, Any] = {
 
 #: keys read from a generation_config.json (HF names; pad/bos are informational)
 _JSON_KEYS = (
-    "max_new_tokens", "max_length", "min_new_tokens", "ignore_eos", "echo", "logprobs",
-    "stop_strings", "include_stop_str_in_output", "stop_token_ids", "repetition_penalty",
-    "presence_penalty", "frequency_penalty", "num_beam_groups", "num_beams", "diversity_penalty",
-    "length_penalty", "num_return_sequences", "no_repeat_ngram_size", "do_sample", "temperature",
-    "top_p", "top_k", "min_p", "rng_seed", "apply_chat_template",
+    "max_new_tokens",
+    "max_length",
+    "min_new_tokens",
+    "ignore_eos",
+    "echo",
+    "logprobs",
+    "stop_strings",
+    "include_stop_str_in_output",
+    "stop_token_ids",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "num_beam_groups",
+    "num_beams",
+    "diversity_penalty",
+    "length_penalty",
+    "num_return_sequences",
+    "no_repeat_ngram_size",
+    "do_sample",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "rng_seed",
+    "apply_chat_template",
 )
 
 
@@ -184,8 +204,11 @@ class GenerationConfig:
                 "ignore_eos is true, in this case either 'max_new_tokens', or 'max_length' should be defined.",
             )
         need(
-            self.eos_token_id != -1 or bool(self.stop_token_ids) or bool(self.stop_strings)
-            or self.max_new_tokens != SIZE_MAX or self.max_length != SIZE_MAX,
+            self.eos_token_id != -1
+            or bool(self.stop_token_ids)
+            or bool(self.stop_strings)
+            or self.max_new_tokens != SIZE_MAX
+            or self.max_length != SIZE_MAX,
             "Either 'eos_token_id', or 'stop_token_ids', or 'stop_strings', or 'max_new_tokens', or "
             "'max_length' should be defined.",
         )
@@ -193,7 +216,10 @@ class GenerationConfig:
             self.max_new_tokens > 0 or (self.max_new_tokens == 0 and self.echo),
             "'max_new_tokens' must be greater than 0, if `echo` is set, 0 is also accepted",
         )
-        need(self.min_new_tokens <= self.max_new_tokens, "min_new_tokens must be less or equal max_new_tokens")
+        need(
+            self.min_new_tokens <= self.max_new_tokens,
+            "min_new_tokens must be less or equal max_new_tokens",
+        )
         need(
             self.repetition_penalty > 0.0,
             f"'repetition_penalty' must be a strictly positive float, but got {self.repetition_penalty:g}",
@@ -241,4 +267,3 @@ class GenerationConfig:
     def __repr__(self) -> str:
         changed = {k: v for k, v in self.to_dict().items() if v != _DEFAULTS[k]}
         return f"GenerationConfig({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
-

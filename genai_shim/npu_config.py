@@ -54,7 +54,9 @@ def _pop_int(cfg: dict[str, Any], key: str, default: int) -> int:
         return default
     value = cfg.pop(key)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"Failed to extract {key}. Type mismatch: expected types: int or int64_t", key=key)
+        raise ConfigError(
+            f"Failed to extract {key}. Type mismatch: expected types: int or int64_t", key=key
+        )
     if value < 0:
         raise ConfigError(f"{key} cannot be negative!", key=key)
     return int(value)

@@ -128,7 +128,9 @@ class PerfMetrics:
         g = raw.grammar_compile_times
         if g:
             ms = _mean_std(g)
-            self.grammar_compile_time = SummaryStats(ms.mean, ms.std, min(g) / 1000.0, max(g) / 1000.0)
+            self.grammar_compile_time = SummaryStats(
+                ms.mean, ms.std, min(g) / 1000.0, max(g) / 1000.0
+            )
         else:
             self.grammar_compile_time = SummaryStats()
         tp = self.tpot

@@ -21,7 +21,13 @@ from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishR
 from genai_shim.sampling import LogitProcessor, Sampler
 from genai_shim.streamers import StreamerBase, StreamingStatus, call_write, make_streamer
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
-from ov_npu_emu.errors import BlobFormatError, ConfigError, IRReadError, PromptTooLongError, UserInputError
+from ov_npu_emu.errors import (
+    BlobFormatError,
+    ConfigError,
+    IRReadError,
+    PromptTooLongError,
+    UserInputError,
+)
 
 __all__ = ["LLMPipeline", "SchedulerConfig"]
 
@@ -34,7 +40,14 @@ _CHAT_DEPRECATION = (
 )
 
 #: properties openvino.genai consumes itself on any device (never passed to compile_model)
-_GENAI_ONLY_KEYS = ("scheduler_config", "draft_model", "prompt_lookup", "adapters", "ATTENTION_BACKEND", "STATIC_PIPELINE")
+_GENAI_ONLY_KEYS = (
+    "scheduler_config",
+    "draft_model",
+    "prompt_lookup",
+    "adapters",
+    "ATTENTION_BACKEND",
+    "STATIC_PIPELINE",
+)
 
 
 class SchedulerConfig:
@@ -92,7 +105,9 @@ class LLMPipeline:
         tokenizer, device, config = self._parse_ctor(args, kwargs)
         folder = Path(models_path)
         if not (folder / MODEL_XML).is_file():
-            raise IRReadError(f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel export folder")
+            raise IRReadError(
+                f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel export folder"
+            )
         props: dict[str, Any] = dict(config or {})
         props.update(kwargs)
         for k in _GENAI_ONLY_KEYS:
@@ -127,7 +142,9 @@ class LLMPipeline:
         self._load_time = (_now() - t0) * 1000.0
 
     @staticmethod
-    def _parse_ctor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Tokenizer | None, str, Mapping[str, Any] | None]:
+    def _parse_ctor(
+        args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Tokenizer | None, str, Mapping[str, Any] | None]:
         tokenizer = kwargs.pop("tokenizer", None)
         device = kwargs.pop("device", None)
         config = kwargs.pop("config", None)
@@ -144,7 +161,9 @@ class LLMPipeline:
                 f"LLMPipeline(models_path, tokenizer, device, config=None, **properties); got extra {rest!r}"
             )
         if config is not None and not isinstance(config, Mapping):
-            raise UserInputError(f"config must be a dict of properties, got {type(config).__name__}")
+            raise UserInputError(
+                f"config must be a dict of properties, got {type(config).__name__}"
+            )
         return tokenizer, device or "CPU", config
 
     # -- NPU -----------------------------------------------------------------------------------
@@ -161,12 +180,17 @@ class LLMPipeline:
             if npu.export_blob:
                 target = npu.blob_path or os.fspath(folder / "openvino_model.blob")
                 if not target.endswith(".blob"):
-                    raise ConfigError(f"Please provide a full path to blob file in BLOB_PATH: {target}", key="BLOB_PATH")
+                    raise ConfigError(
+                        f"Please provide a full path to blob file in BLOB_PATH: {target}",
+                        key="BLOB_PATH",
+                    )
                 try:
                     with open(target, "wb") as f:
                         compiled.export_model(f)
                 except OSError as e:
-                    raise ConfigError(f"Blob file can't be exported to: {target}", key="BLOB_PATH") from e
+                    raise ConfigError(
+                        f"Blob file can't be exported to: {target}", key="BLOB_PATH"
+                    ) from e
         # NPUW aligns the lengths; the pipeline uses what the compiled model reports.
         self._max_prompt_len = int(compiled.get_property("NPUW_LLM_MAX_PROMPT_LEN"))
         min_response = int(compiled.get_property("NPUW_LLM_MIN_RESPONSE_LEN"))
@@ -205,10 +229,22 @@ class LLMPipeline:
         self._chat_ids = []
         self._reset_kv()
 
-    def __call__(self, inputs: Any, generation_config: GenerationConfig | None = None, streamer: Any = None, **kwargs: Any) -> Any:
+    def __call__(
+        self,
+        inputs: Any,
+        generation_config: GenerationConfig | None = None,
+        streamer: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         return self.generate(inputs, generation_config, streamer, **kwargs)
 
-    def generate(self, inputs: Any, generation_config: GenerationConfig | None = None, streamer: Any = None, **kwargs: Any) -> Any:
+    def generate(
+        self,
+        inputs: Any,
+        generation_config: GenerationConfig | None = None,
+        streamer: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         """Generate for a str (→ str), list[str] / ChatHistory (→ DecodedResults), or
         TokenizedInputs / ov.Tensor of ids (→ EncodedResults)."""
         start = _now()
@@ -229,7 +265,9 @@ class LLMPipeline:
             return res.texts[0]
         if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, str) for p in inputs):
             if self._chat_active:
-                raise UserInputError("In chat mode generate() takes a single string; call finish_chat() for batches")
+                raise UserInputError(
+                    "In chat mode generate() takes a single string; call finish_chat() for batches"
+                )
             return self._generate_texts(list(inputs), config, streamer, start)
         raise UserInputError(
             "generate() takes a str, a list of str, a ChatHistory, TokenizedInputs or an openvino.Tensor of ids; "
@@ -237,9 +275,13 @@ class LLMPipeline:
         )
 
     # -- config --------------------------------------------------------------------------------
-    def _resolve_config(self, generation_config: GenerationConfig | None, kwargs: dict[str, Any]) -> GenerationConfig:
+    def _resolve_config(
+        self, generation_config: GenerationConfig | None, kwargs: dict[str, Any]
+    ) -> GenerationConfig:
         if generation_config is not None and not isinstance(generation_config, GenerationConfig):
-            raise UserInputError(f"generation_config must be a GenerationConfig, got {type(generation_config).__name__}")
+            raise UserInputError(
+                f"generation_config must be a GenerationConfig, got {type(generation_config).__name__}"
+            )
         config = (generation_config or self._config).copy()
         if kwargs:
             config.update_generation_config(**kwargs)
@@ -255,15 +297,21 @@ class LLMPipeline:
             ids = np.asarray(inputs.input_ids.data, dtype=np.int64)
             mask = np.asarray(inputs.attention_mask.data, dtype=np.int64)
         else:
-            ids = np.asarray(inputs.data if isinstance(inputs, ov.Tensor) else inputs, dtype=np.int64)
+            ids = np.asarray(
+                inputs.data if isinstance(inputs, ov.Tensor) else inputs, dtype=np.int64
+            )
             mask = np.ones_like(ids)
         if ids.ndim == 1:
             ids, mask = ids[None, :], mask[None, :]
         if ids.ndim != 2 or ids.shape != mask.shape or ids.shape[1] == 0:
-            raise UserInputError(f"input_ids must be a non-empty [batch, length] tensor, got shape {list(ids.shape)}")
+            raise UserInputError(
+                f"input_ids must be a non-empty [batch, length] tensor, got shape {list(ids.shape)}"
+            )
         return np.array(ids), np.array(mask)
 
-    def _tokenize_templated(self, text_or_history: Any, perf: PerfMetrics) -> tuple[np.ndarray, np.ndarray]:
+    def _tokenize_templated(
+        self, text_or_history: Any, perf: PerfMetrics
+    ) -> tuple[np.ndarray, np.ndarray]:
         t0 = _now()
         templated = self._tokenizer.apply_chat_template(text_or_history, add_generation_prompt=True)
         t1 = _now()
@@ -273,10 +321,14 @@ class LLMPipeline:
         perf.raw_metrics.tokenization_durations.append((t2 - t1) * 1e6)
         return np.array(enc.input_ids.data), np.array(enc.attention_mask.data)
 
-    def _generate_texts(self, prompts: list[str], config: GenerationConfig, streamer: Any, start: float) -> DecodedResults:
+    def _generate_texts(
+        self, prompts: list[str], config: GenerationConfig, streamer: Any, start: float
+    ) -> DecodedResults:
         perf = PerfMetrics()
         if config.apply_chat_template and self._tokenizer.chat_template:
-            rows = [self._tokenize_templated([{"role": "user", "content": p}], perf) for p in prompts]
+            rows = [
+                self._tokenize_templated([{"role": "user", "content": p}], perf) for p in prompts
+            ]
             ids, mask = self._stack(rows)
         else:
             t0 = _now()
@@ -295,7 +347,9 @@ class LLMPipeline:
             ids[i, width - n :], mask[i, width - n :] = r_ids[0], r_mask[0]
         return ids, mask
 
-    def _decode_results(self, enc: EncodedResults, perf: PerfMetrics, start: float) -> DecodedResults:
+    def _decode_results(
+        self, enc: EncodedResults, perf: PerfMetrics, start: float
+    ) -> DecodedResults:
         t0 = _now()
         texts = [self._tokenizer.decode(t) for t in enc.tokens]
         detok = (_now() - t0) * 1e6
@@ -303,8 +357,12 @@ class LLMPipeline:
         out.texts, out.scores, out.finish_reasons = texts, enc.scores, enc.finish_reasons
         pm = enc.perf_metrics
         raw = pm.raw_metrics
-        raw.tokenization_durations = perf.raw_metrics.tokenization_durations + raw.tokenization_durations
-        raw.chat_template_durations = perf.raw_metrics.chat_template_durations + raw.chat_template_durations
+        raw.tokenization_durations = (
+            perf.raw_metrics.tokenization_durations + raw.tokenization_durations
+        )
+        raw.chat_template_durations = (
+            perf.raw_metrics.chat_template_durations + raw.chat_template_durations
+        )
         raw.detokenization_durations.append(detok)
         raw.generate_durations.append((_now() - start) * 1e6)
         pm._evaluated = False
@@ -315,9 +373,13 @@ class LLMPipeline:
     # -- chat ----------------------------------------------------------------------------------
     def _require_template(self) -> None:
         if not self._tokenizer.chat_template:
-            raise ConfigError("Chat template must not be empty when using ChatHistory in generate method.")
+            raise ConfigError(
+                "Chat template must not be empty when using ChatHistory in generate method."
+            )
 
-    def _generate_history(self, history: ChatHistory, config: GenerationConfig, streamer: Any, start: float) -> DecodedResults:
+    def _generate_history(
+        self, history: ChatHistory, config: GenerationConfig, streamer: Any, start: float
+    ) -> DecodedResults:
         self._require_template()
         if self._chat_input == "string":
             raise UserInputError(
@@ -328,7 +390,9 @@ class LLMPipeline:
         enc = self._generate_ids(ids, mask, config, streamer, start, keep_kv=True)
         return self._decode_results(enc, perf, start)
 
-    def _generate_chat_string(self, prompt: str, config: GenerationConfig, streamer: Any, start: float) -> str:
+    def _generate_chat_string(
+        self, prompt: str, config: GenerationConfig, streamer: Any, start: float
+    ) -> str:
         if self._chat_input == "history":
             raise UserInputError(
                 "Chat doesn't support switching between input types. Please, continue using ChatHistory or restart the chat."
@@ -344,7 +408,13 @@ class LLMPipeline:
             t0 = _now()
             enc = self._tokenizer.encode(prompt)
             perf.raw_metrics.tokenization_durations.append((_now() - t0) * 1e6)
-            ids = np.concatenate([np.array([self._chat_ids], dtype=np.int64).reshape(1, -1), np.array(enc.input_ids.data)], axis=1)
+            ids = np.concatenate(
+                [
+                    np.array([self._chat_ids], dtype=np.int64).reshape(1, -1),
+                    np.array(enc.input_ids.data),
+                ],
+                axis=1,
+            )
             mask = np.ones_like(ids)
         try:
             enc_res = self._generate_ids(ids, mask, config, streamer, start, keep_kv=True)
@@ -353,7 +423,11 @@ class LLMPipeline:
             raise
         res = self._decode_results(enc_res, perf, start)
         self._chat_ids = ids[0].tolist() + enc_res.tokens[0]
-        if enc_res.finish_reasons and enc_res.finish_reasons[0] == GenerationFinishReason.NONE and self._cancelled:
+        if (
+            enc_res.finish_reasons
+            and enc_res.finish_reasons[0] == GenerationFinishReason.NONE
+            and self._cancelled
+        ):
             self._history.pop()  # CANCEL drops the user turn
         else:
             self._history.append({"role": "assistant", "content": res.texts[0]})
@@ -378,17 +452,30 @@ class LLMPipeline:
         if ids.size > self._max_prompt_len:
             raise PromptTooLongError(
                 f"Stateful LLM pipeline on NPU may only process prompts or hold chat history up to "
-                f"{self._max_prompt_len} tokens. {ids.size} is passed.\n Set the \"MAX_PROMPT_LEN\" config option to "
+                f'{self._max_prompt_len} tokens. {ids.size} is passed.\n Set the "MAX_PROMPT_LEN" config option to '
                 "increase the limit."
             )
         if ids.shape[0] != 1:
-            raise UserInputError("Currently only batch size equal to 1 is supported for NPU device!")
+            raise UserInputError(
+                "Currently only batch size equal to 1 is supported for NPU device!"
+            )
         if not (config.is_greedy_decoding() or config.is_multinomial()):
-            raise UserInputError("Currently only greedy and multinomial decoding are supported for NPU device!")
+            raise UserInputError(
+                "Currently only greedy and multinomial decoding are supported for NPU device!"
+            )
         if config.num_return_sequences != 1:
-            raise UserInputError("Currently only \"num_return_sequences\" equal to 1 is supported for NPU device!")
+            raise UserInputError(
+                'Currently only "num_return_sequences" equal to 1 is supported for NPU device!'
+            )
 
-    def _infer(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray, beam: np.ndarray, perf: PerfMetrics) -> np.ndarray:
+    def _infer(
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        pos: np.ndarray,
+        beam: np.ndarray,
+        perf: PerfMetrics,
+    ) -> np.ndarray:
         feed: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": mask}
         if "position_ids" in self._input_names:
             feed["position_ids"] = pos
@@ -404,7 +491,15 @@ class LLMPipeline:
         raw.m_batch_sizes.append(int(ids.shape[0]))
         return np.asarray(out["logits"])
 
-    def _generate_ids(self, ids: np.ndarray, mask: np.ndarray, config: GenerationConfig, streamer: Any, start: float, keep_kv: bool) -> EncodedResults:
+    def _generate_ids(
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        config: GenerationConfig,
+        streamer: Any,
+        start: float,
+        keep_kv: bool,
+    ) -> EncodedResults:
         self._cancelled = False
         if self._is_npu:
             self._check_npu(ids, config)
@@ -417,10 +512,14 @@ class LLMPipeline:
             )
         batch = ids.shape[0]
         if config.num_return_sequences != 1:
-            raise UserInputError("num_return_sequences > 1 is not implemented by genai_shim's stateful pipeline")
+            raise UserInputError(
+                "num_return_sequences > 1 is not implemented by genai_shim's stateful pipeline"
+            )
         stream = make_streamer(streamer, self._tokenizer)
         if stream is not None and batch != 1:
-            raise UserInputError("Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding")
+            raise UserInputError(
+                "Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding"
+            )
         perf = PerfMetrics()
         perf.load_time = self._load_time
         perf.raw_metrics.m_inference_durations = [0.0]
@@ -453,7 +552,13 @@ class LLMPipeline:
         feed_ids, feed_mask = ids[:, past:], mask
         pos = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)[:, past:].astype(np.int64)
         full_mask = np.ascontiguousarray(feed_mask, dtype=np.int64)
-        logits = self._infer(np.ascontiguousarray(feed_ids), full_mask, np.ascontiguousarray(pos), np.arange(batch, dtype=np.int32), perf)
+        logits = self._infer(
+            np.ascontiguousarray(feed_ids),
+            full_mask,
+            np.ascontiguousarray(pos),
+            np.arange(batch, dtype=np.int32),
+            perf,
+        )
         if keep_kv and batch == 1:
             self._kv_tokens = seqs[0].prompt[:]
         active = list(range(batch))
@@ -482,7 +587,9 @@ class LLMPipeline:
                 break
             # Decode step: one token per running row; beam_idx drops finished rows from the KV.
             beam = np.array([active.index(b) for b in still], dtype=np.int32)
-            full_mask = np.concatenate([full_mask[beam], np.ones((len(still), 1), dtype=np.int64)], axis=1)
+            full_mask = np.concatenate(
+                [full_mask[beam], np.ones((len(still), 1), dtype=np.int64)], axis=1
+            )
             step_ids = np.array([[seqs[b].tokens[-1]] for b in still], dtype=np.int64)
             step_pos = (full_mask.sum(axis=1, keepdims=True) - 1).astype(np.int64)
             logits = self._infer(step_ids, full_mask, step_pos, beam, perf)
@@ -498,7 +605,9 @@ class LLMPipeline:
         for s in seqs:
             res.tokens.append(s.tokens)
             res.scores.append(float(s.score))
-            res.finish_reasons.append(s.finish if s.finish is not None else GenerationFinishReason.NONE)
+            res.finish_reasons.append(
+                s.finish if s.finish is not None else GenerationFinishReason.NONE
+            )
         if not keep_kv:
             self._kv_tokens = []
         res.perf_metrics = perf
@@ -514,13 +623,17 @@ class LLMPipeline:
             window = max(window, int(np.asarray(enc.input_ids.data).shape[1]))
         return window, sorted(config.stop_strings)
 
-    def _check_finish(self, s: _Seq, config: GenerationConfig, max_new: int, window: int, stops: list[str]) -> None:
+    def _check_finish(
+        self, s: _Seq, config: GenerationConfig, max_new: int, window: int, stops: list[str]
+    ) -> None:
         token = s.tokens[-1]
         if not config.ignore_eos and token in config.stop_token_ids:
             s.finish = GenerationFinishReason.STOP
             return
         if stops and len(s.tokens) >= window:
-            removed = self._match_stop_string(s.tokens, window, stops, config.include_stop_str_in_output)
+            removed = self._match_stop_string(
+                s.tokens, window, stops, config.include_stop_str_in_output
+            )
             if removed is not None:
                 del s.tokens[len(s.tokens) - removed :]
                 s.finish = GenerationFinishReason.STOP
@@ -534,7 +647,9 @@ class LLMPipeline:
             s.finish = GenerationFinishReason.NONE
             s.out_of_memory = True
 
-    def _match_stop_string(self, tokens: list[int], window: int, stops: list[str], include: bool) -> int | None:
+    def _match_stop_string(
+        self, tokens: list[int], window: int, stops: list[str], include: bool
+    ) -> int | None:
         """Number of trailing tokens to drop when a stop string occurs in the decoded last
         ``window`` tokens (None: no match) — the real match_stop_string rules."""
         buffer = tokens[len(tokens) - window :]

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from genai_shim.tokenizer import Tokenizer
 
-__all__ = ["StreamerBase", "StreamingStatus", "TextStreamer", "call_write", "make_streamer", "status_from_callback"]
+__all__ = [
+    "StreamerBase",
+    "StreamingStatus",
+    "TextStreamer",
+    "call_write",
+    "make_streamer",
+    "status_from_callback",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +46,7 @@ def status_from_callback(value: Any) -> StreamingStatus:
         return value
     if isinstance(value, bool):
         return StreamingStatus.STOP if value else StreamingStatus.RUNNING
-    if isinstance(value, int) or (hasattr(value, "value") and isinstance(getattr(value, "value"), int)):
+    if isinstance(value, int) or (hasattr(value, "value") and isinstance(value.value, int)):
         v = int(value if isinstance(value, int) else value.value)
         if v == 0:
             return StreamingStatus.RUNNING
@@ -70,7 +77,10 @@ class StreamerBase:
 def _report_callback_error(exc: BaseException) -> None:
     """Print a callback's exception to stderr and carry on, like the real Python binding
     (pybind's format: innermost frame first, ``file(line): function``, our own frames hidden)."""
-    frames = [(f.f_code.co_filename, lineno, f.f_code.co_name) for f, lineno in traceback.walk_tb(exc.__traceback__)]
+    frames = [
+        (f.f_code.co_filename, lineno, f.f_code.co_name)
+        for f, lineno in traceback.walk_tb(exc.__traceback__)
+    ]
     frames.reverse()
     outer = sys._getframe(1)
     while outer is not None:
@@ -78,7 +88,9 @@ def _report_callback_error(exc: BaseException) -> None:
         outer = outer.f_back
     own = os.path.dirname(os.path.abspath(__file__))
     lines = "".join(f"  {fn}({ln}): {name}\n" for fn, ln, name in frames if not fn.startswith(own))
-    sys.stderr.write(f"[GenAI] Text streamer callback raised exception: {type(exc).__name__}: {exc}\n\nAt:\n{lines}\n")
+    sys.stderr.write(
+        f"[GenAI] Text streamer callback raised exception: {type(exc).__name__}: {exc}\n\nAt:\n{lines}\n"
+    )
     sys.stderr.flush()
 
 
@@ -100,13 +112,21 @@ class TextStreamer(StreamerBase):
 
     _DELAY_N_TOKENS = 3
 
-    def __init__(self, tokenizer: Tokenizer, callback: Callable[[str], Any], detokenization_params: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        callback: Callable[[str], Any],
+        detokenization_params: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__()
         self._tokenizer = tokenizer
         self._callback = callback
         self._params = dict(detokenization_params or {}, **kwargs)
         self._cache: list[int] = []
-        self._lengths: list[int] = []  # decoded byte length per cache position; -1 incomplete, -2 unknown
+        self._lengths: list[
+            int
+        ] = []  # decoded byte length per cache position; -1 incomplete, -2 unknown
         self._printed = 0
 
     def _decode(self, tokens: list[int]) -> bytes:
@@ -117,7 +137,7 @@ class TextStreamer(StreamerBase):
             return StreamingStatus.RUNNING
         try:
             return status_from_callback(self._callback(raw.decode("utf-8", errors="replace")))
-        except Exception as e:  # a broken callback must not kill generation
+        except Exception as e:  # noqa: BLE001 - a broken callback must not kill generation
             _report_callback_error(e)
             return StreamingStatus.RUNNING
 

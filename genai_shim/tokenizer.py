@@ -80,7 +80,12 @@ class Tokenizer:
     :param properties: accepted for API compatibility (tokenization always runs on the host).
     """
 
-    def __init__(self, tokenizer_path: str | os.PathLike, properties: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        tokenizer_path: str | os.PathLike,
+        properties: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         folder = Path(tokenizer_path)
         if folder.is_file():
             folder = folder.parent
@@ -150,7 +155,9 @@ class Tokenizer:
         self._chat_template = self._original_chat_template
         self._special_ids = self._find_special_ids(cfg)
         mml = cfg.get("model_max_length")
-        self._model_max_length: int | None = int(mml) if isinstance(mml, int) and mml < 10**9 else None
+        self._model_max_length: int | None = (
+            int(mml) if isinstance(mml, int) and mml < 10**9 else None
+        )
 
     # -- IR plumbing ---------------------------------------------------------------------------
     def _read_vocab(self) -> list[str]:
@@ -220,7 +227,9 @@ class Tokenizer:
                 model = _core().read_model(self._folder / DETOKENIZER_XML)
                 for op in model.get_ordered_ops():
                     if op.get_type_name() == "VocabDecoder" and op.get_input_size() > 4:
-                        ids = np.array(self._special_ids if skip_special_tokens else [], dtype=np.int32)
+                        ids = np.array(
+                            self._special_ids if skip_special_tokens else [], dtype=np.int32
+                        )
                         const = ov.op.Constant(ov.Type.i32, ov.Shape([len(ids)]), ids.tolist())
                         op.input(4).replace_source_output(const.output(0))
                 model.validate_nodes_and_infer_types()
@@ -261,16 +270,35 @@ class Tokenizer:
             raise UserInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
         with self._lock:
             res = self._encoder(bool(add_special_tokens))({0: np.array(texts)})
-        outs = {o.get_any_name() if o.get_names() else str(i): res[o] for i, o in enumerate(res.keys())}
-        ids = np.asarray(outs.get("input_ids", list(res.values())[0]), dtype=np.int64)
+        outs = {
+            o.get_any_name() if o.get_names() else str(i): res[o] for i, o in enumerate(res.keys())
+        }
+        ids = np.asarray(outs.get("input_ids", next(iter(res.values()))), dtype=np.int64)
         mask = np.asarray(outs.get("attention_mask", np.ones_like(ids)), dtype=np.int64)
-        limit = max_length if max_length is not None else (self._model_max_length if pad_to_max_length else None)
+        limit = (
+            max_length
+            if max_length is not None
+            else (self._model_max_length if pad_to_max_length else None)
+        )
         if (truncation and limit is not None) or pad_to_max_length or padding_side is not None:
-            ids, mask = self._repad(ids, mask, limit if truncation else None, limit if pad_to_max_length else None, padding_side)
-        return TokenizedInputs(ov.Tensor(np.ascontiguousarray(ids)), ov.Tensor(np.ascontiguousarray(mask)))
+            ids, mask = self._repad(
+                ids,
+                mask,
+                limit if truncation else None,
+                limit if pad_to_max_length else None,
+                padding_side,
+            )
+        return TokenizedInputs(
+            ov.Tensor(np.ascontiguousarray(ids)), ov.Tensor(np.ascontiguousarray(mask))
+        )
 
     def _repad(
-        self, ids: np.ndarray, mask: np.ndarray, truncate_to: int | None, pad_to: int | None, side: str | None
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        truncate_to: int | None,
+        pad_to: int | None,
+        side: str | None,
     ) -> tuple[np.ndarray, np.ndarray]:
         rows = [r[m.astype(bool)] for r, m in zip(ids, mask)]
         if truncate_to is not None:
@@ -286,7 +314,9 @@ class Tokenizer:
                 out_ids[i, width - len(r) :], out_mask[i, width - len(r) :] = r, 1
         return out_ids, out_mask
 
-    def decode(self, tokens: Any, skip_special_tokens: bool = True, **kwargs: Any) -> str | list[str]:
+    def decode(
+        self, tokens: Any, skip_special_tokens: bool = True, **kwargs: Any
+    ) -> str | list[str]:
         """Detokenize a list of ids (→ str), a list of lists or a 2-D tensor (→ list of str)."""
         if isinstance(tokens, ov.Tensor):
             arr = np.asarray(tokens.data)
@@ -311,7 +341,7 @@ class Tokenizer:
         else:
             with self._lock:
                 res = self._decoder(bool(skip_special_tokens))({0: np.ascontiguousarray(arr)})
-            texts = [str(t) for t in np.asarray(list(res.values())[0]).tolist()]
+            texts = [str(t) for t in np.asarray(next(iter(res.values()))).tolist()]
         return texts if batch else texts[0]
 
     # -- chat template ---------------------------------------------------------------------------
@@ -356,8 +386,14 @@ class Tokenizer:
         else:
             messages, extra = list(history), dict(extra_context or {})
         return render_chat_template(
-            template, messages, add_generation_prompt=add_generation_prompt,
-            bos_token=self._bos, eos_token=self._eos, pad_token=self._pad, tools=tools, extra_context=extra,
+            template,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self._bos,
+            eos_token=self._eos,
+            pad_token=self._pad,
+            tools=tools,
+            extra_context=extra,
         )
 
     # -- special tokens and vocab ----------------------------------------------------------------

@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-STORIES = Path(os.environ.get("OV_NPU_EMU_STORIES260K", Path(__file__).resolve().parents[3] / "shared" / "models" / "stories260K"))
+STORIES = Path(
+    os.environ.get(
+        "OV_NPU_EMU_STORIES260K",
+        Path(__file__).resolve().parents[3] / "shared" / "models" / "stories260K",
+    )
+)
 if not (STORIES / "openvino_model.xml").is_file():
     STORIES = Path("/work/shared/models/stories260K")
 
@@ -40,7 +45,9 @@ def model_dir(request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture(scope="session")
 def real_genai() -> Any:
-    return pytest.importorskip("openvino_genai", reason="real openvino_genai (oracle) not installed")
+    return pytest.importorskip(
+        "openvino_genai", reason="real openvino_genai (oracle) not installed"
+    )
 
 
 def npuw_available() -> bool:
@@ -112,7 +119,6 @@ def npu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict
             pytest.skip("NPUW plugin (plugins/ov_npu_emu_npuw) not merged on main yet")
         return {"props": props, "plugin": None}
     import genai_shim.pipeline
-
     from tests.genai_shim.fake_npuw import FakeNpuwPlugin, make_core_with_fake
 
     plugin = FakeNpuwPlugin()

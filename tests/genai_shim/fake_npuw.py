@@ -14,7 +14,13 @@ from typing import Any
 
 import openvino as ov
 
-from ov_npu_emu.errors import BlobFormatError, ConfigError, KVCacheFullError, PluginError, PromptTooLongError
+from ov_npu_emu.errors import (
+    BlobFormatError,
+    ConfigError,
+    KVCacheFullError,
+    PluginError,
+    PromptTooLongError,
+)
 from ov_npu_emu.hookspecs import hookimpl
 from ov_npu_emu.runtime.device import Device, DeviceCompiledModel, DeviceInferRequest, VariableState
 
@@ -60,7 +66,9 @@ class FakeRequest(DeviceInferRequest):
             self.num_stored = 0
             self.inner.reset_state()
         if self.num_stored + n > self.owner.capacity:
-            raise KVCacheFullError(f"KV-Cache is full: num_stored_tokens={self.num_stored} capacity={self.owner.capacity}")
+            raise KVCacheFullError(
+                f"KV-Cache is full: num_stored_tokens={self.num_stored} capacity={self.owner.capacity}"
+            )
         self.inner.infer()
         self.num_stored += n
         self.owner.infer_calls.append(n)
@@ -95,7 +103,9 @@ class FakeLLM(DeviceCompiledModel):
         raise ConfigError(f"Unsupported property {name}", key=name)
 
     def export_model(self) -> bytes:
-        head = json.dumps({k: v for k, v in self.cfg.items() if isinstance(v, (str, int, float, bool))}).encode()
+        head = json.dumps(
+            {k: v for k, v in self.cfg.items() if isinstance(v, (str, int, float, bool))}
+        ).encode()
         return MAGIC + struct.pack("<I", len(head)) + head + self.cpu.export_model()
 
 
@@ -116,8 +126,14 @@ class FakeNpuwPlugin:
             registry.add(FakeNpuDevice)
 
     @hookimpl
-    def ovnpu_compile_model(self, core: Any, model: ov.Model, device_name: str, config: Mapping[str, Any]) -> Any:
-        if device_name != "NPU" or config.get("NPU_USE_NPUW") != "YES" or config.get("NPUW_LLM") != "YES":
+    def ovnpu_compile_model(
+        self, core: Any, model: ov.Model, device_name: str, config: Mapping[str, Any]
+    ) -> Any:
+        if (
+            device_name != "NPU"
+            or config.get("NPU_USE_NPUW") != "YES"
+            or config.get("NPUW_LLM") != "YES"
+        ):
             return None
         self.configs.append(dict(config))
         cpu = core.compile_model(model, "CPU", _cpu_config(config)).impl
@@ -126,7 +142,9 @@ class FakeNpuwPlugin:
         return out
 
     @hookimpl
-    def ovnpu_import_model(self, core: Any, blob: bytes, device_name: str, config: Mapping[str, Any]) -> Any:
+    def ovnpu_import_model(
+        self, core: Any, blob: bytes, device_name: str, config: Mapping[str, Any]
+    ) -> Any:
         if not blob.startswith(MAGIC):
             if device_name == "NPU":
                 raise BlobFormatError("This blob wasn't serialized via NPUW!")

@@ -8,7 +8,10 @@ import genai_shim
 from ov_npu_emu.errors import ConfigError, UserInputError
 from tests.genai_shim.conftest import F32
 
-pytestmark = [pytest.mark.oracle, pytest.mark.filterwarnings("ignore:start_chat:DeprecationWarning")]
+pytestmark = [
+    pytest.mark.oracle,
+    pytest.mark.filterwarnings("ignore:start_chat:DeprecationWarning"),
+]
 
 QUESTIONS = ["Who is Lily?", "What did she find?", "Where did they go?"]
 
@@ -42,7 +45,9 @@ def _start_chat(mod, folder, **props):
 
 
 def test_three_turn_start_chat_matches_real_cpu(chat_dir, real_genai):
-    assert _start_chat(genai_shim, chat_dir, **F32) == _start_chat(real_genai, chat_dir, ATTENTION_BACKEND="SDPA", **F32)
+    assert _start_chat(genai_shim, chat_dir, **F32) == _start_chat(
+        real_genai, chat_dir, ATTENTION_BACKEND="SDPA", **F32
+    )
 
 
 def test_cpu_chat_reuses_kv_cache(chat_dir):
@@ -64,7 +69,9 @@ def test_cpu_chat_reuses_kv_cache(chat_dir):
     fed.clear()
     pipe.generate(h, max_new_tokens=5)
     new_tokens, mask_len, first_pos = fed[0]
-    assert first_pos > 0 and new_tokens < mask_len, "second turn should continue from the cached prefix"
+    assert first_pos > 0 and new_tokens < mask_len, (
+        "second turn should continue from the cached prefix"
+    )
     assert mask_len > first_prefill[1]
 
 
@@ -81,7 +88,12 @@ def test_switching_input_types_in_chat_errors(chat_dir):
     with pytest.raises(UserInputError, match="switching between input types"):
         pipe.generate(genai_shim.ChatHistory([{"role": "user", "content": "hi"}]), max_new_tokens=3)
     pipe.finish_chat()
-    assert isinstance(pipe.generate(genai_shim.ChatHistory([{"role": "user", "content": "hi"}]), max_new_tokens=3), genai_shim.DecodedResults)
+    assert isinstance(
+        pipe.generate(
+            genai_shim.ChatHistory([{"role": "user", "content": "hi"}]), max_new_tokens=3
+        ),
+        genai_shim.DecodedResults,
+    )
 
 
 def test_cancel_drops_turn_from_history(chat_dir):
@@ -89,9 +101,13 @@ def test_cancel_drops_turn_from_history(chat_dir):
     pipe.start_chat()
     pipe.generate("Who is Lily?", max_new_tokens=5)
     assert [m["role"] for m in pipe._history] == ["user", "assistant"]
-    pipe.generate("Stop now", max_new_tokens=20, streamer=lambda s: genai_shim.StreamingStatus.CANCEL)
+    pipe.generate(
+        "Stop now", max_new_tokens=20, streamer=lambda s: genai_shim.StreamingStatus.CANCEL
+    )
     assert [m["role"] for m in pipe._history] == ["user", "assistant"]
-    pipe.generate("Stop later", max_new_tokens=20, streamer=lambda s: genai_shim.StreamingStatus.STOP)
+    pipe.generate(
+        "Stop later", max_new_tokens=20, streamer=lambda s: genai_shim.StreamingStatus.STOP
+    )
     assert [m["role"] for m in pipe._history] == ["user", "assistant", "user", "assistant"]
 
 
@@ -115,5 +131,8 @@ def test_string_prompt_uses_chat_template_like_real(chat_dir, real_genai, apply)
     kw = {"max_new_tokens": 25, "apply_chat_template": apply}
     a, b = ours.generate(QUESTIONS[0], **kw), real.generate(QUESTIONS[0], **kw)
     assert a == b
-    a2, b2 = ours.generate([QUESTIONS[0], QUESTIONS[1]], **kw), real.generate([QUESTIONS[0], QUESTIONS[1]], **kw)
+    a2, b2 = (
+        ours.generate([QUESTIONS[0], QUESTIONS[1]], **kw),
+        real.generate([QUESTIONS[0], QUESTIONS[1]], **kw),
+    )
     assert a2.texts == b2.texts

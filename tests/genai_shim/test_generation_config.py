@@ -25,7 +25,12 @@ BAD = {
     "negative_stop_id": {"max_new_tokens": 10, "stop_token_ids": {-1}},
     "ignore_eos_unbounded": {"ignore_eos": True},
 }
-GOOD = [{"eos_token_id": 2}, {"max_length": 10}, {"ignore_eos": True, "max_new_tokens": 5}, {"max_new_tokens": 3, "echo": True}]
+GOOD = [
+    {"eos_token_id": 2},
+    {"max_length": 10},
+    {"ignore_eos": True, "max_new_tokens": 5},
+    {"max_new_tokens": 3, "echo": True},
+]
 
 
 def _message(mod, kw):
@@ -55,10 +60,30 @@ def test_valid_configs(real_genai, kw):
 
 def test_defaults_match_real(real_genai):
     ours, real = genai_shim.GenerationConfig(), real_genai.GenerationConfig()
-    for name in ("max_new_tokens", "max_length", "min_new_tokens", "ignore_eos", "echo", "eos_token_id", "stop_strings",
-                 "stop_token_ids", "include_stop_str_in_output", "repetition_penalty", "presence_penalty",
-                 "frequency_penalty", "num_beams", "num_return_sequences", "do_sample", "temperature", "top_p", "top_k",
-                 "min_p", "rng_seed", "apply_chat_template", "logprobs"):
+    for name in (
+        "max_new_tokens",
+        "max_length",
+        "min_new_tokens",
+        "ignore_eos",
+        "echo",
+        "eos_token_id",
+        "stop_strings",
+        "stop_token_ids",
+        "include_stop_str_in_output",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "num_beams",
+        "num_return_sequences",
+        "do_sample",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "rng_seed",
+        "apply_chat_template",
+        "logprobs",
+    ):
         assert getattr(ours, name) == getattr(real, name), name
     assert ours.is_greedy_decoding() and not ours.is_multinomial() and not ours.is_beam_search()
 
@@ -66,11 +91,23 @@ def test_defaults_match_real(real_genai):
 def test_json_loading(tmp_path, stories_dir, real_genai):
     path = stories_dir / "generation_config.json"
     ours, real = genai_shim.GenerationConfig(str(path)), real_genai.GenerationConfig(str(path))
-    assert (ours.eos_token_id, ours.stop_token_ids, ours.max_new_tokens) == (real.eos_token_id, real.stop_token_ids, real.max_new_tokens)
+    assert (ours.eos_token_id, ours.stop_token_ids, ours.max_new_tokens) == (
+        real.eos_token_id,
+        real.stop_token_ids,
+        real.max_new_tokens,
+    )
     p = tmp_path / "generation_config.json"
-    p.write_text(json.dumps({"eos_token_id": [2, 7], "max_new_tokens": 9, "do_sample": True, "top_k": 5}))
+    p.write_text(
+        json.dumps({"eos_token_id": [2, 7], "max_new_tokens": 9, "do_sample": True, "top_k": 5})
+    )
     cfg = genai_shim.GenerationConfig(str(p))
-    assert (cfg.eos_token_id, cfg.stop_token_ids, cfg.max_new_tokens, cfg.do_sample, cfg.top_k) == (2, {2, 7}, 9, True, 5)
+    assert (cfg.eos_token_id, cfg.stop_token_ids, cfg.max_new_tokens, cfg.do_sample, cfg.top_k) == (
+        2,
+        {2, 7},
+        9,
+        True,
+        5,
+    )
     with pytest.raises(ConfigError, match="does not exist"):
         genai_shim.GenerationConfig(str(tmp_path / "missing.json"))
 

@@ -12,7 +12,9 @@ from ov_npu_emu.errors import UserInputError
 from tests.genai_shim.conftest import F32
 
 
-def _metrics(start=10.0, token_times=(10.5, 10.6, 10.8), sizes=(1, 1, 1), infer_us=(400.0, 90.0, 110.0)):
+def _metrics(
+    start=10.0, token_times=(10.5, 10.6, 10.8), sizes=(1, 1, 1), infer_us=(400.0, 90.0, 110.0)
+):
     pm = PerfMetrics()
     pm.load_time = 123.0
     raw = pm.raw_metrics

@@ -21,7 +21,9 @@ def test_greedy_100_tokens_match_real(pipelines, model_dir, real_genai, prompt):
     ours = pipelines("ours", model_dir, **F32)
     real = pipelines("real", model_dir, ATTENTION_BACKEND="SDPA", **F32)
     cfg = {"max_new_tokens": 100, "ignore_eos": True}
-    assert _ids(ours, ours.get_tokenizer(), prompt, **cfg) == _ids(real, real.get_tokenizer(), prompt, **cfg)
+    assert _ids(ours, ours.get_tokenizer(), prompt, **cfg) == _ids(
+        real, real.get_tokenizer(), prompt, **cfg
+    )
     assert ours.generate(prompt, **cfg) == real.generate(prompt, **cfg)
 
 
@@ -29,7 +31,9 @@ def test_greedy_matches_real_default_backend(pipelines, stories_dir):
     """The real CPU default is the continuous-batching (paged attention) pipeline; same tokens."""
     ours = pipelines("ours", stories_dir, **F32)
     real = pipelines("real", stories_dir, **F32)
-    assert ours.generate(PROMPTS[0], max_new_tokens=100) == real.generate(PROMPTS[0], max_new_tokens=100)
+    assert ours.generate(PROMPTS[0], max_new_tokens=100) == real.generate(
+        PROMPTS[0], max_new_tokens=100
+    )
 
 
 CASES = {
@@ -104,7 +108,14 @@ def test_generation_config_object_and_kwargs(pipelines, stories_dir):
 
 def test_seeded_multinomial_reproducible(pipelines, stories_dir):
     ours = pipelines("ours", stories_dir, **F32)
-    kw = {"max_new_tokens": 60, "do_sample": True, "top_p": 0.9, "top_k": 30, "temperature": 0.8, "rng_seed": 42}
+    kw = {
+        "max_new_tokens": 60,
+        "do_sample": True,
+        "top_p": 0.9,
+        "top_k": 30,
+        "temperature": 0.8,
+        "rng_seed": 42,
+    }
     first = ours.generate(PROMPTS[0], **kw)
     assert ours.generate(PROMPTS[0], **kw) == first
     other = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)
@@ -117,7 +128,9 @@ def test_seeded_multinomial_reproducible(pipelines, stories_dir):
 
 def test_multinomial_scores_are_log_probs(pipelines, stories_dir):
     ours = pipelines("ours", stories_dir, **F32)
-    r = ours.generate(ours.get_tokenizer().encode(PROMPTS[0]), max_new_tokens=10, do_sample=True, rng_seed=1)
+    r = ours.generate(
+        ours.get_tokenizer().encode(PROMPTS[0]), max_new_tokens=10, do_sample=True, rng_seed=1
+    )
     assert r.scores[0] < 0.0
     assert ours.generate(ours.get_tokenizer().encode(PROMPTS[0]), max_new_tokens=10).scores == [0.0]
 

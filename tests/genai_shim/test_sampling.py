@@ -62,7 +62,10 @@ def test_top_k_top_p_min_p_candidates():
 def test_multinomial_frequencies_follow_probabilities():
     logits = np.log(np.array([0.6, 0.3, 0.1])).astype(np.float32)
     s = Sampler(seed=7)
-    counts = np.bincount([s.sample(_proc(do_sample=True), logits)[0] for _ in range(4000)], minlength=3) / 4000
+    counts = (
+        np.bincount([s.sample(_proc(do_sample=True), logits)[0] for _ in range(4000)], minlength=3)
+        / 4000
+    )
     np.testing.assert_allclose(counts, [0.6, 0.3, 0.1], atol=0.03)
 
 

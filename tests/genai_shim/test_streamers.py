@@ -13,12 +13,25 @@ PROMPT = "Once upon a time"
 
 @pytest.fixture(scope="module")
 def pair(pipelines, stories_dir):
-    return pipelines("ours", stories_dir, **F32), pipelines("real", stories_dir, ATTENTION_BACKEND="SDPA", **F32)
+    return pipelines("ours", stories_dir, **F32), pipelines(
+        "real", stories_dir, ATTENTION_BACKEND="SDPA", **F32
+    )
 
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(None, 0), (False, 0), (0, 0), (True, 1), (1, 1), (2, 2), (3, 3), (5, 1), ("x", 1), (StreamingStatus.CANCEL, 2)],
+    [
+        (None, 0),
+        (False, 0),
+        (0, 0),
+        (True, 1),
+        (1, 1),
+        (2, 2),
+        (3, 3),
+        (5, 1),
+        ("x", 1),
+        (StreamingStatus.CANCEL, 2),
+    ],
 )
 def test_status_mapping(value, expected):
     assert status_from_callback(value) == expected
@@ -66,7 +79,11 @@ def _collector(mod, stop_at=10):
 
         def write(self, token):
             self.items.append(token)
-            return mod.StreamingStatus.STOP if len(self.items) == stop_at else mod.StreamingStatus.RUNNING
+            return (
+                mod.StreamingStatus.STOP
+                if len(self.items) == stop_at
+                else mod.StreamingStatus.RUNNING
+            )
 
         def end(self):
             self.items.append("END")
@@ -105,7 +122,9 @@ def test_text_streamer_chunks_match_real(pair, real_genai):
     chunks = []
     for pipe, mod in zip(pair, (genai_shim, real_genai)):
         out = []
-        pipe.generate(PROMPT, max_new_tokens=60, streamer=mod.TextStreamer(pipe.get_tokenizer(), out.append))
+        pipe.generate(
+            PROMPT, max_new_tokens=60, streamer=mod.TextStreamer(pipe.get_tokenizer(), out.append)
+        )
         chunks.append(out)
     assert chunks[0] == chunks[1]
     assert any("\n" in c for c in chunks[0]) or len(chunks[0]) > 10

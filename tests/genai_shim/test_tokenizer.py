@@ -8,7 +8,13 @@ import pytest
 import genai_shim
 from ov_npu_emu.errors import ConfigError, IRReadError, UserInputError
 
-TEXTS = ["Once upon a time", "Hi", "Lily's mom said, \"Don't worry.\"\nThe end", "héllo wörld ✓", ""]
+TEXTS = [
+    "Once upon a time",
+    "Hi",
+    "Lily's mom said, \"Don't worry.\"\nThe end",
+    "héllo wörld ✓",
+    "",
+]
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +26,10 @@ def toks(stories_dir, real_genai):
 @pytest.mark.parametrize("special", [True, False], ids=["special", "no_special"])
 def test_encode_matches_real(toks, text, special):
     ours, real = toks
-    a, b = ours.encode(text, add_special_tokens=special), real.encode(text, add_special_tokens=special)
+    a, b = (
+        ours.encode(text, add_special_tokens=special),
+        real.encode(text, add_special_tokens=special),
+    )
     np.testing.assert_array_equal(a.input_ids.data, b.input_ids.data)
     np.testing.assert_array_equal(a.attention_mask.data, b.attention_mask.data)
 
@@ -38,7 +47,9 @@ def test_decode_matches_real(toks, skip):
     ids = [1, 403, 407, 261, 378, 2, 13, 300, 0, 511]
     assert ours.decode(ids, skip_special_tokens=skip) == real.decode(ids, skip_special_tokens=skip)
     batch = [[1, 403, 407], [432, 383, 286, 261]]
-    assert ours.decode(batch, skip_special_tokens=skip) == real.decode(batch, skip_special_tokens=skip)
+    assert ours.decode(batch, skip_special_tokens=skip) == real.decode(
+        batch, skip_special_tokens=skip
+    )
 
 
 def test_round_trip_and_tensor_decode(toks):
@@ -50,7 +61,14 @@ def test_round_trip_and_tensor_decode(toks):
 
 def test_special_tokens_and_vocab_match_real(toks):
     ours, real = toks
-    for name in ("bos_token_id", "eos_token_id", "pad_token_id", "bos_token", "eos_token", "pad_token"):
+    for name in (
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "bos_token",
+        "eos_token",
+        "pad_token",
+    ):
         assert getattr(ours, f"get_{name}")() == getattr(real, f"get_{name}")(), name
     assert ours.get_vocab() == real.get_vocab()
     assert ours.get_vocab_vector() == real.get_vocab_vector()
@@ -65,9 +83,9 @@ def test_chat_template_matches_real(chat_dir, real_genai):
         {"role": "user", "content": "What does she like?"},
     ]
     for gen in (True, False):
-        assert ours.apply_chat_template(history, add_generation_prompt=gen) == real.apply_chat_template(
+        assert ours.apply_chat_template(
             history, add_generation_prompt=gen
-        )
+        ) == real.apply_chat_template(history, add_generation_prompt=gen)
     assert ours.chat_template == real.chat_template
     ch = genai_shim.ChatHistory(history)
     assert ours.apply_chat_template(ch, add_generation_prompt=True) == real.apply_chat_template(
@@ -83,7 +101,10 @@ def test_chat_template_errors(stories_dir, chat_dir):
     with pytest.raises(ConfigError, match="unknown role tool"):
         chat.apply_chat_template([{"role": "tool", "content": "x"}], add_generation_prompt=True)
     chat.set_chat_template("{{ messages[0]['content'] | upper }}")
-    assert chat.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True) == "X"
+    assert (
+        chat.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True)
+        == "X"
+    )
     assert chat.get_original_chat_template() != chat.chat_template
 
 
@@ -92,7 +113,10 @@ PADDING = {
     "truncation": ("Once upon a time", {"max_length": 3, "truncation": True}),
     "pad_to_8": ("Once upon a time", {"max_length": 8, "pad_to_max_length": True}),
     "pad_shorter_than_text": ("Once upon a time", {"max_length": 3, "pad_to_max_length": True}),
-    "pad_right_batch": (["Hi", "Once upon a time"], {"max_length": 8, "pad_to_max_length": True, "padding_side": "right"}),
+    "pad_right_batch": (
+        ["Hi", "Once upon a time"],
+        {"max_length": 8, "pad_to_max_length": True, "padding_side": "right"},
+    ),
     "right_batch": (["Hi", "Once upon a time"], {"padding_side": "right"}),
     "truncate_batch": (["Hi", "Once upon a time"], {"max_length": 3, "truncation": True}),
     "pad_to_model_max_length": ("Once upon a time", {"pad_to_max_length": True}),

@@ -45,7 +45,9 @@ def main() -> None:
             genai_shim.pipeline._make_core = lambda: make_core_with_fake(plugin)
     source = Path(sample).read_text(encoding="utf-8")
     if impl == "real":
-        source, n = re.subn(r"^import genai_shim as (\w+)$", r"import openvino_genai as \1", source, flags=re.M)
+        source, n = re.subn(
+            r"^import genai_shim as (\w+)$", r"import openvino_genai as \1", source, flags=re.M
+        )
         if n != 1:
             raise SystemExit(f"{sample}: expected exactly one 'import genai_shim as ...' line")
     sys.argv = [sample, *argv]

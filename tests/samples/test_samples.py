@@ -20,18 +20,27 @@ PROMPT = "Once upon a time"
 
 def run(impl: str, device: str, sample: str, *args: str, stdin: str | None = None) -> str:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "plugins"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), str(ROOT / "plugins"), env.get("PYTHONPATH", "")]
+    )
     proc = subprocess.run(
         [sys.executable, str(RUNNER), impl, device, str(SAMPLES / sample), *args],
-        input=stdin, capture_output=True, text=True, env=env, timeout=300, cwd=ROOT,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=ROOT,
     )
-    assert proc.returncode == 0, f"{sample} ({impl}, {device}) failed:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == 0, (
+        f"{sample} ({impl}, {device}) failed:\n{proc.stdout}\n{proc.stderr}"
+    )
     return proc.stdout
 
 
 def _only_import_and_device_differ(sample: str) -> None:
     text = (SAMPLES / sample).read_text()
-    assert len(re.findall(r"^import genai_shim as \w+$", text, flags=re.M)) == 1
+    assert len(re.findall(r"^import genai_shim as \w+$", text, flags=re.MULTILINE)) == 1
     assert "openvino_genai" not in text.replace("import genai_shim as openvino_genai", "").replace(
         "openvino_genai.", ""
     ).replace("openvino_genai ", "")
@@ -54,13 +63,31 @@ def test_chat_sample(chat_dir, real_genai):
     real = run("real", "NPU", "chat_sample.py", str(chat_dir), stdin=questions)
     assert ours == real
     assert ours.count("question:\n") == 4 and ours.count("\n----------\n") == 3
-    cpu = run("ours", "CPU", "chat_sample.py", str(chat_dir), "--system_prompt", "Tell a story.", stdin=questions)
-    assert cpu == run("real", "CPU", "chat_sample.py", str(chat_dir), "--system_prompt", "Tell a story.", stdin=questions)
+    cpu = run(
+        "ours",
+        "CPU",
+        "chat_sample.py",
+        str(chat_dir),
+        "--system_prompt",
+        "Tell a story.",
+        stdin=questions,
+    )
+    assert cpu == run(
+        "real",
+        "CPU",
+        "chat_sample.py",
+        str(chat_dir),
+        "--system_prompt",
+        "Tell a story.",
+        stdin=questions,
+    )
 
 
 def test_multinomial_causal_lm(stories_dir):
     first = run("ours", "-", "multinomial_causal_lm.py", str(stories_dir), PROMPT)
-    assert first == run("ours", "-", "multinomial_causal_lm.py", str(stories_dir), PROMPT), "seeded: same text twice"
+    assert first == run("ours", "-", "multinomial_causal_lm.py", str(stories_dir), PROMPT), (
+        "seeded: same text twice"
+    )
     assert len(first.split()) > 20
     greedy = run("ours", "-", "greedy_causal_lm.py", str(stories_dir), PROMPT)
     assert first.strip() != greedy.strip()
@@ -101,7 +128,13 @@ def test_benchmark_genai(stories_dir, real_genai, device):
 
 def test_hello_query_device():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins")]))
-    proc = subprocess.run([sys.executable, str(SAMPLES / "hello_query_device.py")], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SAMPLES / "hello_query_device.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "[ INFO ] Available devices:"
@@ -109,6 +142,9 @@ def test_hello_query_device():
     assert any("FULL_DEVICE_NAME" in line for line in lines)
 
 
-@pytest.mark.parametrize("sample", ["greedy_causal_lm.py", "chat_sample.py", "multinomial_causal_lm.py", "benchmark_genai.py"])
+@pytest.mark.parametrize(
+    "sample",
+    ["greedy_causal_lm.py", "chat_sample.py", "multinomial_causal_lm.py", "benchmark_genai.py"],
+)
 def test_samples_differ_only_in_import(sample):
     _only_import_and_device_differ(sample)
