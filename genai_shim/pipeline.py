@@ -523,7 +523,7 @@ class LLMPipeline:
         perf = PerfMetrics()
         perf.load_time = self._load_time
         perf.raw_metrics.m_inference_durations = [0.0]
-        perf.num_input_tokens = int(ids.shape[1])
+        perf.num_input_tokens = int(ids.size)  # padded batch size × length, as the real one counts
         self._sampler.set_seed(config.rng_seed)
 
         # New conversation vs. continuing one: on NPU (full-history mode) and outside chat the
