@@ -1,4 +1,4 @@
-"""LLMPipeline: openvino.genai's StatefulLLMPipeline behaviour over ov_npu_emu.Core (CPU and NPU)."""
+"""LLMPipeline: openvino.genai's StatefulLLMPipeline behaviour over ov_npu_emu.Core (CPU, NPU)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,8 @@ class LLMPipeline:
         folder = Path(models_path)
         if not (folder / MODEL_XML).is_file():
             raise IRReadError(
-                f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel export folder"
+                f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel "
+                "export folder"
             )
         props: dict[str, Any] = dict(config or {})
         props.update(kwargs)
@@ -158,7 +159,8 @@ class LLMPipeline:
         if rest:
             raise UserInputError(
                 "LLMPipeline(models_path, device='CPU', config=None, **properties) or "
-                f"LLMPipeline(models_path, tokenizer, device, config=None, **properties); got extra {rest!r}"
+                "LLMPipeline(models_path, tokenizer, device, config=None, **properties); got "
+                f"extra {rest!r}"
             )
         if config is not None and not isinstance(config, Mapping):
             raise UserInputError(
@@ -270,7 +272,8 @@ class LLMPipeline:
                 )
             return self._generate_texts(list(inputs), config, streamer, start)
         raise UserInputError(
-            "generate() takes a str, a list of str, a ChatHistory, TokenizedInputs or an openvino.Tensor of ids; "
+            "generate() takes a str, a list of str, a ChatHistory, TokenizedInputs or an "
+            "openvino.Tensor of ids; "
             f"got {type(inputs).__name__}"
         )
 
@@ -280,7 +283,8 @@ class LLMPipeline:
     ) -> GenerationConfig:
         if generation_config is not None and not isinstance(generation_config, GenerationConfig):
             raise UserInputError(
-                f"generation_config must be a GenerationConfig, got {type(generation_config).__name__}"
+                "generation_config must be a GenerationConfig, got "
+                f"{type(generation_config).__name__}"
             )
         config = (generation_config or self._config).copy()
         if kwargs:
@@ -383,7 +387,8 @@ class LLMPipeline:
         self._require_template()
         if self._chat_input == "string":
             raise UserInputError(
-                "Chat doesn't support switching between input types. Please, continue using StringInputs or restart the chat."
+                "Chat doesn't support switching between input types. Please, continue using "
+                "StringInputs or restart the chat."
             )
         perf = PerfMetrics()
         ids, mask = self._tokenize_templated(history, perf)
@@ -395,7 +400,8 @@ class LLMPipeline:
     ) -> str:
         if self._chat_input == "history":
             raise UserInputError(
-                "Chat doesn't support switching between input types. Please, continue using ChatHistory or restart the chat."
+                "Chat doesn't support switching between input types. Please, continue using "
+                "ChatHistory or restart the chat."
             )
         self._chat_input = "string"
         perf = PerfMetrics()
@@ -452,7 +458,8 @@ class LLMPipeline:
         if ids.size > self._max_prompt_len:
             raise PromptTooLongError(
                 f"Stateful LLM pipeline on NPU may only process prompts or hold chat history up to "
-                f'{self._max_prompt_len} tokens. {ids.size} is passed.\n Set the "MAX_PROMPT_LEN" config option to '
+                f"{self._max_prompt_len} tokens. {ids.size} is passed.\n Set the "
+                '"MAX_PROMPT_LEN" config option to '
                 "increase the limit."
             )
         if ids.shape[0] != 1:
@@ -507,7 +514,8 @@ class LLMPipeline:
             raise UserInputError("Echo is not supported in the stateful pipeline")
         if config.is_beam_search():
             raise UserInputError(
-                "Beam search is not implemented by genai_shim (the real NPU pipeline rejects it too); "
+                "Beam search is not implemented by genai_shim (the real NPU pipeline rejects it "
+                "too); "
                 "use greedy or multinomial decoding"
             )
         batch = ids.shape[0]
@@ -518,7 +526,8 @@ class LLMPipeline:
         stream = make_streamer(streamer, self._tokenizer)
         if stream is not None and batch != 1:
             raise UserInputError(
-                "Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding"
+                "Currently streaming is possible only with batch size=1 and only for greedy or "
+                "multinomial decoding"
             )
         perf = PerfMetrics()
         perf.load_time = self._load_time
