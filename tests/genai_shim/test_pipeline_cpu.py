@@ -109,7 +109,7 @@ def test_generation_config_object_and_kwargs(pipelines, stories_dir):
 def test_seeded_multinomial_reproducible(pipelines, stories_dir):
     ours = pipelines("ours", stories_dir, **F32)
     kw = {
-        "max_new_tokens": 60,
+        "max_new_tokens": 40,
         "do_sample": True,
         "top_p": 0.9,
         "top_k": 30,
@@ -120,9 +120,9 @@ def test_seeded_multinomial_reproducible(pipelines, stories_dir):
     assert ours.generate(PROMPTS[0], **kw) == first
     other = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)
     assert other.generate(PROMPTS[0], **kw) == first
-    texts = {ours.generate(PROMPTS[0], **{**kw, "rng_seed": s}) for s in range(4)}
+    texts = {ours.generate(PROMPTS[0], **{**kw, "rng_seed": s}) for s in range(3)}
     assert len(texts) > 1, "different seeds should give different samples"
-    greedy = ours.generate(PROMPTS[0], max_new_tokens=60)
+    greedy = ours.generate(PROMPTS[0], max_new_tokens=40)
     assert first != greedy
 
 

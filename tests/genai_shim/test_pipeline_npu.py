@@ -18,8 +18,8 @@ def real_npu(stories_dir, real_genai):
 
 
 @pytest.fixture
-def ours_npu(stories_dir, npu):
-    return genai_shim.LLMPipeline(str(stories_dir), "NPU", **npu["props"], **NPU_LENS)
+def ours_npu(stories_dir, npu_one):
+    return genai_shim.LLMPipeline(str(stories_dir), "NPU", **npu_one["props"], **NPU_LENS)
 
 
 CASES = {
@@ -80,9 +80,9 @@ def _three_turns(pipe, mod):
     return texts
 
 
-def test_three_turn_chat_matches_real_npu(chat_dir, npu, real_genai):
+def test_three_turn_chat_matches_real_npu(chat_dir, npu_one, real_genai):
     ours = genai_shim.LLMPipeline(
-        str(chat_dir), "NPU", **npu["props"], MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64
+        str(chat_dir), "NPU", **npu_one["props"], MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64
     )
     real = real_genai.LLMPipeline(
         str(chat_dir), "NPU", **REAL_NPU, **F32, MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64
@@ -92,8 +92,8 @@ def test_three_turn_chat_matches_real_npu(chat_dir, npu, real_genai):
     assert len(set(a)) == 3
 
 
-def test_chat_history_over_limit_matches_real_message(chat_dir, npu, real_genai):
-    ours = genai_shim.LLMPipeline(str(chat_dir), "NPU", **npu["props"], **NPU_LENS)
+def test_chat_history_over_limit_matches_real_message(chat_dir, npu_one, real_genai):
+    ours = genai_shim.LLMPipeline(str(chat_dir), "NPU", **npu_one["props"], **NPU_LENS)
     real = real_genai.LLMPipeline(str(chat_dir), "NPU", **REAL_NPU, **F32, **NPU_LENS)
     msgs = []
     for pipe, mod in ((ours, genai_shim), (real, real_genai)):
@@ -114,10 +114,10 @@ def test_chat_history_over_limit_matches_real_message(chat_dir, npu, real_genai)
     assert msgs[0] in msgs[1]
 
 
-def test_npu_matches_real_npu_on_every_model(model_dir, npu, real_genai):
+def test_npu_matches_real_npu_on_every_model(model_dir, npu_one, real_genai):
     """Greedy 100 tokens, then a stop token and min_new_tokens picked from that output."""
     ours = genai_shim.LLMPipeline(
-        str(model_dir), "NPU", **npu["props"], MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=128
+        str(model_dir), "NPU", **npu_one["props"], MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=128
     )
     real = real_genai.LLMPipeline(
         str(model_dir), "NPU", **REAL_NPU, **F32, MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=128
@@ -141,11 +141,11 @@ def test_npu_matches_real_npu_on_every_model(model_dir, npu, real_genai):
 
 
 @pytest.mark.filterwarnings("ignore:start_chat:DeprecationWarning")
-def test_start_chat_matches_real_npu(chat_dir, npu, real_genai):
+def test_start_chat_matches_real_npu(chat_dir, npu_one, real_genai):
     outs = []
     for pipe in (
         genai_shim.LLMPipeline(
-            str(chat_dir), "NPU", **npu["props"], MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64
+            str(chat_dir), "NPU", **npu_one["props"], MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64
         ),
         real_genai.LLMPipeline(
             str(chat_dir), "NPU", **REAL_NPU, **F32, MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64
