@@ -160,3 +160,23 @@ def test_start_chat_matches_real_npu(chat_dir, npu_one, real_genai):
         )
         pipe.finish_chat()
     assert outs[0] == outs[1]
+
+
+def _emulated_npu_available() -> bool:
+    from ov_npu_emu import Core
+
+    pm = Core().plugin_manager
+    return pm.get_plugin("npuw") is not None and pm.get_plugin("npu") is not None
+
+
+@pytest.mark.skipif(
+    not _emulated_npu_available(), reason="needs both the NPUW plugin and the emulated NPU device"
+)
+def test_full_stack_on_emulated_npu(stories_dir):
+    """genai_shim → NPUW → emulated NPU (NPUW_DEVICES left at its default): greedy text equals
+    the f32 CPU reference."""
+    pipe = genai_shim.LLMPipeline(
+        str(stories_dir), "NPU", MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=64, KV_CACHE_PRECISION="f32"
+    )
+    ref = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)
+    assert pipe.generate(PROMPT, max_new_tokens=40) == ref.generate(PROMPT, max_new_tokens=40)
