@@ -515,16 +515,13 @@ class LLMPipeline:
         if config.is_beam_search():
             raise UserInputError(
                 "Beam search is not implemented by genai_shim (the real NPU pipeline rejects it "
-                "too); "
-                "use greedy or multinomial decoding"
+                "too); use greedy or multinomial decoding"
             )
         batch = ids.shape[0]
-        if config.num_return_sequences != 1:
-            raise UserInputError(
-                "num_return_sequences > 1 is not implemented by genai_shim's stateful pipeline"
-            )
+        # Parallel sampling: n sequences per prompt share the prompt's KV row (beam_idx copies it).
+        n = int(config.num_return_sequences) if config.is_multinomial() else 1
         stream = make_streamer(streamer, self._tokenizer)
-        if stream is not None and batch != 1:
+        if stream is not None and batch * n != 1:
             raise UserInputError(
                 "Currently streaming is possible only with batch size=1 and only for greedy or "
                 "multinomial decoding"
@@ -553,7 +550,11 @@ class LLMPipeline:
             past = common
         else:
             self._reset_kv()
-        seqs = [_Seq(ids[b][mask[b].astype(bool)].tolist(), config) for b in range(batch)]
+        seqs = [
+            _Seq(ids[b][mask[b].astype(bool)].tolist(), config)
+            for b in range(batch)
+            for _ in range(n)
+        ]
         max_new = config.get_max_new_tokens(ids.shape[1])
         stop_window, stop_strings = self._stop_strings(config)
 
@@ -570,9 +571,10 @@ class LLMPipeline:
         )
         if keep_kv and batch == 1:
             self._kv_tokens = seqs[0].prompt[:]
-        active = list(range(batch))
+        active = list(range(batch * n))
+        kv_row = {s: s // n for s in active}  # sequence -> its row in the KV cache / mask
         stream_stopped = False
-        last = logits[:, -1, :]
+        last = np.repeat(logits[:, -1, :], n, axis=0)
         while True:
             for row, b in enumerate(active):
                 s = seqs[b]
@@ -595,16 +597,17 @@ class LLMPipeline:
             if not still:
                 break
             # Decode step: one token per running row; beam_idx drops finished rows from the KV.
-            beam = np.array([active.index(b) for b in still], dtype=np.int32)
+            beam = np.array([kv_row[b] for b in still], dtype=np.int32)
             full_mask = np.concatenate(
                 [full_mask[beam], np.ones((len(still), 1), dtype=np.int64)], axis=1
             )
             step_ids = np.array([[seqs[b].tokens[-1]] for b in still], dtype=np.int64)
             step_pos = (full_mask.sum(axis=1, keepdims=True) - 1).astype(np.int64)
             logits = self._infer(step_ids, full_mask, step_pos, beam, perf)
-            if keep_kv and batch == 1:
+            if keep_kv and batch * n == 1:
                 self._kv_tokens.append(int(step_ids[0, 0]))
             active = still
+            kv_row = {b: i for i, b in enumerate(still)}
             last = logits[:, -1, :]
         if stream is not None:
             if not stream_stopped:
