@@ -258,7 +258,7 @@ class _Lowerer:
         x = self.inp(node, 0)
         dst = _np_dtype(node.get_output_element_type(0))
         if x.place is Place.CONST and x.alias is None:
-            data = x.data.astype(dst) if dst.kind in "fb" or x.dtype.kind not in "f" else np.round(x.data).astype(dst)
+            data = x.data.astype(dst) if dst.kind in "fb" or x.dtype.kind not in "f" else np.trunc(x.data).astype(dst)
             self.vals[(node.get_name(), 0)] = self.new_value(x.shape, dst, Place.CONST, data=data)
             return
         if self.act_dtype(dst) == x.dtype:
@@ -385,10 +385,9 @@ class _Lowerer:
         for i in range(1, node.get_input_size()):
             ins.append(ov.Tensor(np.ascontiguousarray(self.need_const(node, i, f"input {i}"))))
         res = ov.Tensor(ov.Type.i64, ov.Shape(list(out_shape)))
-        clone = node.clone_with_new_inputs(
-            [ov.opset13.parameter(list(x.shape), ov.Type.i64).output(0)]
-            + [ov.opset13.constant(np.asarray(t.data)).output(0) for t in ins[1:]])
-        if not clone.evaluate([res], ins):
+        # the reference evaluate() moves elements by position, so an i64 "iota" tensor comes back
+        # as the source index of every output element
+        if not node.evaluate([res], ins):
             raise UnsupportedOpError(f"{node.get_type_name()} {node.get_friendly_name()!r} could not be evaluated "
                                      "for index lowering", op_type=node.get_type_name(),
                                      node_name=node.get_friendly_name())

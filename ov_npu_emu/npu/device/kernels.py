@@ -213,9 +213,8 @@ def _convert(ins, outs, params):  # type: ignore[no-untyped-def]
     if x.dtype.kind == "f" and o.dtype.kind in "iub":
         if o.dtype == np.bool_:
             return lambda: np.not_equal(x, 0, out=o)
-        # OpenVINO rounds half to even when converting floats to integers, then saturates
-        info = np.iinfo(o.dtype)
-        return lambda: np.copyto(o, np.clip(np.rint(x), info.min, info.max), casting="unsafe")
+        # OpenVINO's CPU plugin truncates towards zero when converting floats to integers
+        return lambda: np.copyto(o, np.trunc(x), casting="unsafe")
     return lambda: np.copyto(o, x, casting="unsafe")
 
 
