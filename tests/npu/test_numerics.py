@@ -7,7 +7,15 @@ import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
-from tests.npu.conftest import cpu_reference, llm_feed, make_add_model, make_mlp, make_small_cnn, rel_err
+from tests.npu.conftest import (
+    cpu_reference,
+    llm_feed,
+    make_add_model,
+    make_mlp,
+    make_small_cnn,
+    rel_err,
+    static_llm,
+)
 
 F32_TOL = 1e-4
 #: f16 storage of activations (compute in f32): ~2^-11 per rounding, a few roundings deep
@@ -120,3 +128,25 @@ def test_weight_decompression_subgraph(npu_core):
     feed = {"x": rng.standard_normal((1, 2, 16)).astype(np.float32)}
     for a, b in zip(_run(npu_core, m, feed), cpu_reference(m, feed)):
         assert rel_err(a, b) <= F32_TOL
+
+
+@pytest.mark.parametrize("fixture", ["tiny_model_dir", "tiny_model_dir_f16", "tiny_model_dir_int8", "small_model_dir"])
+@pytest.mark.parametrize(("seq", "past"), [(1, 31), (16, 0)], ids=["decode", "prefill"])
+def test_builder_llms_match_cpu(npu_core, request, fixture, seq, past):
+    """The builder's Llama presets (f32, f16 and int8-compressed weights) at static shapes."""
+    if fixture == "small_model_dir" and seq > 1:
+        pytest.skip("decode is enough for the small preset (keeps the suite fast)")
+    m = static_llm(request.getfixturevalue(fixture) / "openvino_model.xml", seq, past)
+    feed = llm_feed(m)
+    ours, ref = _run(npu_core, m, feed), cpu_reference(m, feed)
+    for a, b in zip(ours, ref):
+        assert rel_err(a, b) <= F32_TOL
+
+
+def test_builder_small_cnn_matches_cpu(npu_core):
+    from ov_npu_emu.testing import make_small_cnn as builder_cnn
+
+    m = builder_cnn()
+    feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    (a,), (b,) = _run(npu_core, m, feed), cpu_reference(m, feed)
+    assert rel_err(a, b) <= F32_TOL
