@@ -163,7 +163,12 @@ class NpuInferRequest(DeviceInferRequest):
             self.counters["command_list_builds"] += 1
         else:
             changed = {s: va for s, va in bindings.items() if self.hpi.io_addr.get(s) != va}
-            if changed:
+            if changed and not self._cm.mutable:
+                # a driver without mutable command lists re-records the whole list
+                self.hpi.apply_input_output(changed)
+                self.command_list = CommandList(self.hpi)
+                self.counters["command_list_builds"] += 1
+            elif changed:
                 patched = self.hpi.apply_input_output(changed)
                 self.counters["patched_args"] += self.command_list.update_mutable_commands(patched)
                 self.counters["mutable_updates"] += 1
@@ -214,6 +219,8 @@ class NpuCompiledModel(DeviceCompiledModel):
         self.fence_mode = str(config.get("NPU_EMU_FENCE_MODE", "interrupt")).lower()
         Fence(self.fence_mode)  # validates the mode now, not at the first inference
         self.profile = str(config.get("PERF_COUNT", "NO")).upper() in ("YES", "TRUE", "1")
+        #: NPU_EMU_MUTABLE_COMMAND_LIST=NO emulates a driver without mutable command lists
+        self.mutable = str(config.get("NPU_EMU_MUTABLE_COMMAND_LIST", "YES")).upper() in ("YES", "TRUE", "1")
         self.clock_mhz = float(meta["hw"]["clock_mhz"])
         self.task_names = {t["tid"]: (t["node"], t["op"]) for t in meta["tasks"]}
         self.inputs = [self._port(i, p) for i, p in enumerate(p for p in meta["inputs"] if p["state"] is None)]
@@ -258,6 +265,7 @@ class NpuDevice(Device):
         "INFERENCE_PRECISION_HINT": "f32",
         "PERF_COUNT": "NO",
         "NPU_EMU_FENCE_MODE": "interrupt",
+        "NPU_EMU_MUTABLE_COMMAND_LIST": "YES",
         "DEVICE_ARCHITECTURE": "NPU-EMU",
         "OPTIMIZATION_CAPABILITIES": ["FP32", "FP16", "INT8", "EXPORT_IMPORT"],
     }

@@ -145,3 +145,13 @@ def test_import_in_fresh_process_without_compiler(npu_core, stories_decode, tmp_
     there = np.load(tmp_path / "out.npz")
     for i, a in enumerate(here):
         assert np.array_equal(there[f"arr_{i}"], a)
+
+
+def test_without_mutable_command_lists_every_rebind_rebuilds(npu_core):
+    cm = npu_core.compile_model(make_mlp(), "NPU", {"NPU_EMU_MUTABLE_COMMAND_LIST": "NO"})
+    req = cm.create_infer_request()
+    x = np.random.default_rng(0).standard_normal((1, 4, 16)).astype(np.float32)
+    outs = [req.infer({"x": x.copy()}, share_inputs=True)[0] for _ in range(3)]
+    c = req.impl.counters
+    assert c["command_list_builds"] == 3 and c["mutable_updates"] == 0
+    assert all(np.array_equal(o, outs[0]) for o in outs)
