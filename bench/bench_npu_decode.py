@@ -70,7 +70,7 @@ def bench_npu(xml: Path, kv: int, steps: int) -> tuple[float, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--presets", default="tiny,small")
+    ap.add_argument("--presets", default="tiny,small,qwen2.5-0.5b-shape")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--kv", type=int, default=128)
     args = ap.parse_args()

@@ -86,6 +86,12 @@ OPS = {
     "tile": lambda x: ops.tile(x, np.array([2, 1])),
     "softmax_axis0": lambda x: ops.softmax(x, 0),
     "divide_sqrt": lambda x: ops.divide(x, ops.sqrt(ops.add(ops.abs(x), ops.constant(np.float32(1))))),
+    "prelu": lambda x: ops.prelu(x, np.array([0.1], np.float32)),
+    "elu": lambda x: ops.elu(x, 0.7),
+    "pad_constant": lambda x: ops.pad(x, np.array([1, 0]), np.array([0, 2]), "constant", np.float32(0.5)),
+    "pad_reflect": lambda x: ops.pad(x, np.array([1, 1]), np.array([1, 2]), "reflect"),
+    "mvn": lambda x: ops.mvn(x, np.array([1]), True, 1e-5, "inside_sqrt"),
+    "cumsum_rev_excl": lambda x: ops.cumsum(x, np.int64(1), exclusive=True, reverse=True),
     "convert_i32": lambda x: ops.convert(ops.convert(ops.multiply(x, ops.constant(np.float32(3))), "i32"), "f32"),
 }
 

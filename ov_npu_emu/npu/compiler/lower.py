@@ -540,7 +540,61 @@ def _as_slices(idx: np.ndarray, in_shape: tuple[int, ...]) -> list[tuple[int, in
     return out
 
 
+def _op_prelu(self: _Lowerer, node: ov.Node) -> None:
+    o = self.node_out(node)
+    self.shave("prelu", [self.inp(node, 0), self.inp(node, 1)], [o], [], node)
+    self.vals[(node.get_name(), 0)] = o
+
+
+def _op_elu(self: _Lowerer, node: ov.Node) -> None:
+    o = self.node_out(node)
+    self.shave("elu", [self.inp(node, 0)], [o], [float(node.get_attributes()["alpha"])], node)
+    self.vals[(node.get_name(), 0)] = o
+
+
+def _op_pad(self: _Lowerer, node: ov.Node) -> None:
+    x = self.inp(node, 0)
+    pb = [int(v) for v in self.need_const(node, 1, "pads_begin").reshape(-1)]
+    pe = [int(v) for v in self.need_const(node, 2, "pads_end").reshape(-1)]
+    mode = str(node.get_attributes().get("pad_mode", "constant")).lower()
+    if min(pb + pe) < 0:
+        raise UnsupportedOpError("Pad with negative pads", op_type="Pad", node_name=node.get_friendly_name())
+    value = 0.0
+    if mode == "constant" and node.get_input_size() > 3:
+        value = float(self.need_const(node, 3, "pad_value").reshape(-1)[0])
+    modes = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}
+    o = self.node_out(node)
+    self.shave("pad", [x], [o], [modes[mode], value, *pb, *pe], node)
+    self.vals[(node.get_name(), 0)] = o
+
+
+def _op_mvn(self: _Lowerer, node: ov.Node) -> None:
+    x = self.inp(node, 0)
+    at = node.get_attributes()
+    axes = sorted({int(a) % len(x.shape) for a in self.need_const(node, 1, "axes").reshape(-1)})
+    inside = str(at.get("eps_mode", "INSIDE_SQRT")).upper() == "INSIDE_SQRT"
+    o = self.node_out(node)
+    self.shave("mvn", [x], [o], [1.0 if at.get("normalize_variance", True) else 0.0, float(at["eps"]),
+                                 1.0 if inside else 0.0, *axes], node)
+    self.vals[(node.get_name(), 0)] = o
+
+
+def _op_cumsum(self: _Lowerer, node: ov.Node) -> None:
+    x = self.inp(node, 0)
+    axis = int(self.need_const(node, 1, "axis").reshape(-1)[0]) % len(x.shape) if node.get_input_size() > 1 else 0
+    at = node.get_attributes()
+    o = self.node_out(node)
+    self.shave("cumsum", [x], [o], [axis, 1.0 if at.get("exclusive") else 0.0, 1.0 if at.get("reverse") else 0.0],
+               node)
+    self.vals[(node.get_name(), 0)] = o
+
+
 _HANDLERS: dict[str, Callable[[_Lowerer, ov.Node], None]] = {
+    "PRelu": _op_prelu,
+    "Elu": _op_elu,
+    "Pad": _op_pad,
+    "MVN": _op_mvn,
+    "CumSum": _op_cumsum,
     "Convert": _Lowerer.op_convert,
     "Gelu": _Lowerer.op_gelu,
     "Swish": _Lowerer.op_swish,

@@ -464,3 +464,68 @@ def _make_pool(kind: str) -> Maker:
 
 KERNELS["maxpool"] = _make_pool("max")
 KERNELS["avgpool"] = _make_pool("avg")
+
+
+@kernel("prelu")
+def _prelu(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, slope = ins
+    o = outs[0]
+    # a 1-D slope applies per channel (axis 1) as in OpenVINO, unless it matches the last axis
+    if slope.ndim == 1 and x.ndim > 1 and slope.size not in (1, x.shape[-1]):
+        slope = slope.reshape((1, -1) + (1,) * (x.ndim - 2))
+    return lambda: np.copyto(o, np.where(x < 0, x * slope, x), casting="unsafe")
+
+
+@kernel("elu")
+def _elu(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    alpha = float(params[0])
+    return lambda: np.copyto(o, np.where(x > 0, x, alpha * (np.exp(np.minimum(x, 0)) - 1)), casting="unsafe")
+
+
+@kernel("pad")
+def _pad(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    mode, value = int(params[0]), float(params[1])
+    n = x.ndim
+    pb, pe = [int(v) for v in params[2:2 + n]], [int(v) for v in params[2 + n:2 + 2 * n]]
+    width = list(zip(pb, pe))
+    name = ("constant", "edge", "reflect", "symmetric")[mode]
+    if name == "constant":
+        inner = o[tuple(slice(b, b + d) for b, d in zip(pb, x.shape))]
+
+        def run() -> None:
+            o.fill(value)
+            np.copyto(inner, x, casting="unsafe")
+        return run
+    return lambda: np.copyto(o, np.pad(x, width, mode=name), casting="unsafe")
+
+
+@kernel("mvn")
+def _mvn(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    norm_var, eps, inside = bool(params[0]), float(params[1]), bool(params[2])
+    axes = tuple(int(a) for a in params[3:])
+
+    def run() -> None:
+        xf = x.astype(np.float32, copy=False)
+        c = xf - xf.mean(axis=axes, keepdims=True)
+        if norm_var:
+            var = np.mean(c * c, axis=axes, keepdims=True)
+            c = c / (np.sqrt(var + eps) if inside else np.sqrt(var) + eps)
+        np.copyto(o, c, casting="unsafe")
+    return run
+
+
+@kernel("cumsum")
+def _cumsum(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    axis, exclusive, reverse = int(params[0]), bool(params[1]), bool(params[2])
+
+    def run() -> None:
+        v = np.flip(x, axis) if reverse else x
+        c = np.cumsum(v, axis=axis, dtype=o.dtype)
+        if exclusive:
+            c = np.concatenate([np.zeros_like(np.take(c, [0], axis=axis)), np.delete(c, -1, axis=axis)], axis=axis)
+        np.copyto(o, np.flip(c, axis) if reverse else c, casting="unsafe")
+    return run
