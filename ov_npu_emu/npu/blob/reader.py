@@ -48,7 +48,7 @@ class SectionInfo:
     size: int  # sh_size (NOBITS sections have no file data)
     nobits: bool  # SHT_NOBITS: allocate and zero, nothing to copy
     alloc: bool  # SHF_ALLOC: loaded into device memory
-    data: bytes  # file contents (empty for NOBITS)
+    data: memoryview  # file contents, a zero-copy view of the blob (empty for NOBITS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +70,7 @@ class BlobReader:
     def __init__(self, blob: bytes) -> None:
         if not isinstance(blob, (bytes, bytearray, memoryview)):
             raise BlobFormatError(f"an NPU blob must be bytes, got {type(blob).__name__}")
-        self._blob = bytes(blob)
+        self._blob = blob if isinstance(blob, bytes) else bytes(blob)
         if self._blob[:4] != b"\x7fELF":
             raise BlobFormatError("not an NPU blob: missing ELF magic; export it with CompiledModel.export_model() on device NPU")
         try:
@@ -107,11 +107,16 @@ class BlobReader:
         return None
 
     def iter_sections(self) -> Iterator[SectionInfo]:
+        view = memoryview(self._blob)
         try:
             for i, s in enumerate(self.elf.iter_sections()):
                 nobits = s["sh_type"] == "SHT_NOBITS"
-                yield SectionInfo(i, s.name, s["sh_size"], nobits, bool(s["sh_flags"] & 0x2),
-                                  b"" if nobits else s.data())
+                off, size = s["sh_offset"], s["sh_size"]
+                if not nobits and off + size > len(self._blob):
+                    raise BlobFormatError(f"section {s.name} runs past the end of the blob (truncated)")
+                # a view, not s.data(): weights can be gigabytes and must not be copied per lookup
+                yield SectionInfo(i, s.name, size, nobits, bool(s["sh_flags"] & 0x2),
+                                  view[0:0] if nobits else view[off:off + size])
         except (ELFError, struct.error, ValueError) as e:
             raise BlobFormatError(f"corrupt NPU blob section table: {e}") from e
 

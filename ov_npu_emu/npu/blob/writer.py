@@ -60,7 +60,7 @@ class _Section:
     sh_type: int
     flags: int
     align: int
-    data: bytes
+    data: bytes | bytearray | memoryview
     size: int
     link: int = 0
     info: int = 0
@@ -90,7 +90,7 @@ class BlobWriter:
         self.state = WriterState.HEADER
 
     def add_section(
-        self, name: str, data: bytes | None, *, nobits_size: int = 0, alloc: bool = False,
+        self, name: str, data: bytes | bytearray | None, *, nobits_size: int = 0, alloc: bool = False,
         writable: bool = False, align: int = 64, entsize: int = 0,
     ) -> int:
         """Add a PROGBITS section (``data``) or a NOBITS one (``data=None``, ``nobits_size``)."""
@@ -101,7 +101,7 @@ class BlobWriter:
         if data is None:
             sec = _Section(name, SHT_NOBITS, flags, align, b"", nobits_size, entsize=entsize)
         else:
-            sec = _Section(name, SHT_PROGBITS, flags, align, bytes(data), len(data), entsize=entsize)
+            sec = _Section(name, SHT_PROGBITS, flags, align, data, len(data), entsize=entsize)
         self._sections.append(sec)
         self.state = WriterState.SECTIONS
         return len(self._sections) - 1
@@ -162,23 +162,28 @@ class BlobWriter:
         shstr += b".shstrtab\0"
         self._sections.append(_Section(".shstrtab", SHT_STRTAB, 0, 1, bytes(shstr), len(shstr)))
 
-        body = bytearray(_EHDR.size)
+        # chunks joined once at the end: section data (weights) is copied exactly once
+        chunks: list[bytes | bytearray | memoryview] = []
+        pos = _EHDR.size
         offsets = [0]
         for sec in self._sections[1:]:
-            pos = align_up(len(body), max(sec.align, 1))
-            body += bytes(pos - len(body))
-            offsets.append(pos)
+            start = align_up(pos, max(sec.align, 1))
+            chunks.append(bytes(start - pos))
+            offsets.append(start)
+            pos = start
             if sec.sh_type != SHT_NOBITS:
-                body += sec.data
-        shoff = align_up(len(body), 8)
-        body += bytes(shoff - len(body))
+                chunks.append(sec.data)
+                pos += sec.size
+        shoff = align_up(pos, 8)
+        chunks.append(bytes(shoff - pos))
         for i, sec in enumerate(self._sections):
-            body += _SHDR.pack(name_offs[i], sec.sh_type, sec.flags, 0, offsets[i], sec.size,
-                               sec.link, sec.info, sec.align if i else 0, sec.entsize)
-        body[: _EHDR.size] = _EHDR.pack(
+            chunks.append(_SHDR.pack(name_offs[i], sec.sh_type, sec.flags, 0, offsets[i], sec.size,
+                                     sec.link, sec.info, sec.align if i else 0, sec.entsize))
+        header = _EHDR.pack(
             self._ident, ET_REL, self._machine, 1, 0, 0, shoff, 0, _EHDR.size, 0, 0,
             _SHDR.size, len(self._sections), len(self._sections) - 1,
         )
         self.state = WriterState.DONE
-        logger.debug("blob written: %d bytes, %d sections", len(body), len(self._sections))
-        return bytes(body)
+        out = b"".join([header, *chunks])
+        logger.debug("blob written: %d bytes, %d sections", len(out), len(self._sections))
+        return out

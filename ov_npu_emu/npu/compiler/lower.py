@@ -96,9 +96,10 @@ class _Lowerer:
         cnode = self.consts.get(key)
         if cnode is None:
             raise CompileError(f"input {i} of {node.get_friendly_name()!r} was not lowered", stage="lower")
-        data = np.array(cnode.get_data(), dtype=_np_dtype(cnode.get_output_element_type(0)))
+        # a view of the constant's memory (no copy); the model outlives compilation
+        data = np.asarray(cnode.get_data(), dtype=_np_dtype(cnode.get_output_element_type(0)))
         v = self.new_value(tuple(cnode.get_output_shape(0)), data.dtype, Place.CONST,
-                           data=np.ascontiguousarray(data.reshape(tuple(cnode.get_output_shape(0)))))
+                           data=data.reshape(tuple(cnode.get_output_shape(0))))
         self.vals[key] = v
         return v
 

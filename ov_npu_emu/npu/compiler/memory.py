@@ -24,7 +24,7 @@ ALIGN = 64
 class MemoryPlan:
     """Region sizes and the ordering constraints that buffer reuse adds."""
 
-    weights: bytes  # the packed constant region
+    weights: bytes | bytearray  # the packed constant region
     scratch_size: int  # bytes of DDR scratch
     cmx_used: int  # bytes of CMX used at peak
     reuse_deps: dict[int, set[int]]  # task id -> earlier tasks it must wait for (write-after-read)
@@ -76,12 +76,16 @@ def _place(values: list[Value], capacity: int | None, region: str) -> tuple[int,
 def plan_memory(lw: Lowered, cmx_size: int) -> MemoryPlan:
     """Assign offsets to every root value; returns sizes, the weights image and reuse deps."""
     roots = [v for v in lw.values if v.alias is None]
-    blob = bytearray()
-    for v in roots:
-        if v.place is Place.CONST and (v.readers or v.producers):
-            v.offset = align_up(len(blob), ALIGN)
-            blob += bytes(v.offset - len(blob))
-            blob += np.ascontiguousarray(v.data, dtype=v.dtype).tobytes()
+    consts = [v for v in roots if v.place is Place.CONST and (v.readers or v.producers)]
+    size = 0
+    for v in consts:
+        v.offset = align_up(size, ALIGN)
+        size = v.offset + v.nbytes
+    # one preallocated image, filled in place: weights can be gigabytes
+    blob = bytearray(size)
+    image = np.frombuffer(blob, np.uint8)
+    for v in consts:
+        image[v.offset:v.offset + v.nbytes] = np.ascontiguousarray(v.data, dtype=v.dtype).reshape(-1).view(np.uint8)
     for v in roots:
         if v.place is Place.CONST and v.producers:
             raise MemoryPlanError(f"task writes into constant value {v.vid}", stage="memory")
@@ -90,4 +94,4 @@ def plan_memory(lw: Lowered, cmx_size: int) -> MemoryPlan:
     for k, s in d2.items():
         d1.setdefault(k, set()).update(s)
     logger.debug("memory: weights %d B, scratch %d B, cmx %d B", len(blob), scratch, cmx)
-    return MemoryPlan(bytes(blob), scratch, cmx, d1)
+    return MemoryPlan(blob, scratch, cmx, d1)
