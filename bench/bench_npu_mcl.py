@@ -17,7 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import openvino as ov
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

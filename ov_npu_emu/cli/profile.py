@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     impl = req.impl
     tl = impl.timeline()
     summary: dict[str, Any] = tl.summary()
-    names = impl._cm.task_names  # noqa: SLF001 - the CLI is the plugin's own tool
+    names = impl.task_names
     prof = impl.get_profiling_info()
     summary["host_time_ms"] = sum(p.cpu_time.total_seconds() for p in prof) * 1e3
     top = sorted(tl.tasks.values(), key=lambda t: -(tl.end[t.tid] - tl.start[t.tid]))[: args.top]

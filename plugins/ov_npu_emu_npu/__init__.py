@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -204,8 +203,9 @@ class NpuInferRequest(DeviceInferRequest):
         return self.command_list.timeline(self._cm.clock_mhz)
 
     @property
-    def impl(self) -> NpuInferRequest:
-        return self
+    def task_names(self) -> dict[int, tuple[str, str]]:
+        """Task id -> (source node, op type), from the blob metadata."""
+        return self._cm.task_names
 
 
 class NpuCompiledModel(DeviceCompiledModel):
@@ -225,7 +225,6 @@ class NpuCompiledModel(DeviceCompiledModel):
         self.task_names = {t["tid"]: (t["node"], t["op"]) for t in meta["tasks"]}
         self.inputs = [self._port(i, p) for i, p in enumerate(p for p in meta["inputs"] if p["state"] is None)]
         self.outputs = [self._port(j, p) for j, p in enumerate(p for p in meta["outputs"] if p["state"] is None)]
-        self._requests_lock = threading.Lock()
 
     @staticmethod
     def _port(index: int, p: Mapping[str, Any]) -> PortInfo:

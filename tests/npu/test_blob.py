@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import io
 import shutil
-import struct
 import subprocess
 
-import numpy as np
 import pytest
 from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection

@@ -12,6 +12,7 @@ from ov_npu_emu.errors import CompileError
 from ov_npu_emu.npu.arch import DTYPE_CODES
 from ov_npu_emu.npu.blob.format import (
     BARRIER,
+    BLOB_VERSION,
     DMA_DESC,
     DMA_DST_OFFSET,
     DMA_SRC_OFFSET,
@@ -33,7 +34,6 @@ from ov_npu_emu.npu.blob.format import (
     TASK_HEAD,
     VPU_SHF_USERINPUT,
     VPU_SHF_USEROUTPUT,
-    BLOB_VERSION,
     Operand,
     TaskKind,
     operand_addr_offset,
@@ -41,7 +41,7 @@ from ov_npu_emu.npu.blob.format import (
 )
 from ov_npu_emu.npu.blob.reader import pack_meta
 from ov_npu_emu.npu.blob.writer import BlobWriter, RelocEntry, Symbol
-from ov_npu_emu.npu.compiler.graph import Place, Task, Value
+from ov_npu_emu.npu.compiler.graph import Place, Value
 from ov_npu_emu.npu.compiler.lower import Lowered
 from ov_npu_emu.npu.compiler.memory import MemoryPlan
 from ov_npu_emu.npu.compiler.schedule import Schedule
@@ -165,9 +165,3 @@ def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, An
         w.add_relocations(target, entries, name=rela_name(target, kind), flags=flags[kind])
     return w.finish()
 
-
-def task_summary(tasks: list[Task]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for t in tasks:
-        out[t.kind.name] = out.get(t.kind.name, 0) + 1
-    return out

@@ -94,7 +94,7 @@ def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offse
         run = make_kernel(name, views[:n_in], views[n_in:], params)
     except NpuEmuError:
         raise
-    except Exception as e:  # a kernel rejecting its operands means a corrupt descriptor
+    except Exception as e:  # noqa: BLE001  # a kernel rejecting its operands means a corrupt descriptor
         raise ExecutionError(f"task {tid} ({name}): cannot bind operands: {e}", task_index=tid) from e
     lane = dma_channels + (0 if kind is TaskKind.DPU else 1)
     return DecodedTask(tid, kind, lane, section, offset,
