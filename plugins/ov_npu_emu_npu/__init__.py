@@ -185,7 +185,7 @@ class NpuInferRequest(DeviceInferRequest):
             return []
         tl = self.command_list.timeline(self._cm.clock_mhz)
         names = self._cm.task_names
-        host = self._cm.queue.core.host_ns
+        host = self.command_list.host_ns
         out = []
         for t in self.command_list.tasks():
             node, op = names.get(t.tid, ("", ""))

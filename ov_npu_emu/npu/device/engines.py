@@ -109,12 +109,13 @@ def _copy(dst: np.ndarray, src: np.ndarray) -> Callable[[], None]:
 class ManagementCore:
     """Walks the engine FIFOs: a task starts when its barriers' producer counts reach zero."""
 
-    def __init__(self) -> None:
-        self.host_ns: dict[int, int] = {}  # per-task host time of the last profiled run
-
     def execute(self, lanes: Sequence[list[DecodedTask]], producer_counts: Sequence[int], *,
-                profile: bool = False) -> list[int]:
-        """Run every task; returns the order in which tasks ran (task ids)."""
+                host_ns: dict[int, int] | None = None) -> list[int]:
+        """Run every task; returns the order in which tasks ran (task ids).
+
+        :param host_ns: when given, receives the measured host time of each task (profiling).
+        """
+        profile = host_ns is not None
         counts = list(producer_counts)
         pcs = [0] * len(lanes)
         remaining = sum(len(lane) for lane in lanes)
@@ -132,7 +133,7 @@ class ManagementCore:
                     if profile:
                         t0 = clock()
                         self._run(t)
-                        self.host_ns[t.tid] = clock() - t0
+                        host_ns[t.tid] = clock() - t0  # type: ignore[index]
                     else:
                         self._run(t)
                     for b in t.posts:

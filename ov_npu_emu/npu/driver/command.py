@@ -59,6 +59,7 @@ class CommandList:
         self._sizes = {sec: size for sec, _, size in _ENGINE_SECTIONS}
         self._kinds = {sec: kind for sec, kind, _ in _ENGINE_SECTIONS}
         self.lane_names = [f"DMA{i}" for i in range(self.dma_channels)] + ["DPU", "SHAVE"]
+        self.host_ns: dict[int, int] = {}  # measured host time per task of the last profiled run
 
     def _decode(self, sec: str, kind: TaskKind, offset: int) -> DecodedTask:
         return decode_task(self.hpi.aspace, sec, self.hpi.section_addr[sec], offset, kind, self._lists,
@@ -152,7 +153,8 @@ class CommandQueue:
         while True:
             sub = self._q.get()
             try:
-                self._core.execute(sub.cl.lanes, sub.cl.producer_counts, profile=sub.profile)
+                self._core.execute(sub.cl.lanes, sub.cl.producer_counts,
+                                   host_ns=sub.cl.host_ns if sub.profile else None)
             except BaseException as e:  # handed to the waiter through the fence
                 sub.fence.signal(sub.value, e)
             else:
