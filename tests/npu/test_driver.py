@@ -15,6 +15,7 @@ from elftools.elf.elffile import ELFFile
 from openvino import opset13 as ops
 
 from ov_npu_emu.errors import ConfigError, ExecutionError
+from ov_npu_emu.npu.blob import BlobReader
 from tests.npu.conftest import cpu_reference, llm_feed, make_add_model, make_mlp, rel_err
 
 
@@ -155,3 +156,37 @@ def test_without_mutable_command_lists_every_rebind_rebuilds(npu_core):
     c = req.impl.counters
     assert c["command_list_builds"] == 3 and c["mutable_updates"] == 0
     assert all(np.array_equal(o, outs[0]) for o in outs)
+
+
+def test_barrier_with_an_extra_producer_deadlocks_with_typed_error(npu_core):
+    from ov_npu_emu.errors import BarrierDeadlockError
+    from ov_npu_emu.npu.blob.format import BARRIER
+
+    blob = npu_core.compile_model(make_mlp(), "NPU").export_model().getvalue()
+    off, size = _rela(blob, ".npu.barriers")
+    assert size >= BARRIER.size
+    bad = bytearray(blob)
+    bid, producers, consumers = BARRIER.unpack_from(bad, off)
+    BARRIER.pack_into(bad, off, bid, producers + 1, consumers)  # a producer that never posts
+    req = npu_core.import_model(bytes(bad), "NPU").create_infer_request()
+    with pytest.raises(BarrierDeadlockError, match="no runnable task"):
+        req.infer({"x": np.zeros((1, 4, 16), np.float32)})
+
+
+def test_static_weight_relocation_drives_the_result(npu_core):
+    """Shift the weights operand of the first DPU task by one row: the output changes."""
+    blob = npu_core.compile_model(make_mlp(), "NPU").export_model().getvalue()
+    x = {"x": np.random.default_rng(0).standard_normal((1, 4, 16)).astype(np.float32)}
+    good = npu_core.import_model(blob, "NPU").create_infer_request().infer(x)[0]
+    reader_relocs = [r for r in BlobReader(blob)
+                     .iter_relocations() if r.section == ".rela.npu.dpu" and r.symbol == ".npu.weights"]
+    off, size = _rela(blob, ".rela.npu.dpu")
+    bad = bytearray(blob)
+    for i in range(0, size, 24):
+        r_off = int.from_bytes(bad[off + i: off + i + 8], "little")
+        if r_off == reader_relocs[0].offset:
+            add = int.from_bytes(bad[off + i + 16: off + i + 24], "little", signed=True)
+            bad[off + i + 16: off + i + 24] = (add + 64).to_bytes(8, "little", signed=True)
+            break
+    out = npu_core.import_model(bytes(bad), "NPU").create_infer_request().infer(x)[0]
+    assert not np.allclose(out, good)
