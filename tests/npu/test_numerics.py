@@ -156,3 +156,31 @@ def test_builder_small_cnn_matches_cpu(npu_core):
     feed = {"data": np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)}
     (a,), (b,) = _run(npu_core, m, feed), cpu_reference(m, feed)
     assert rel_err(a, b) <= F32_TOL
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "float", "none_scaled"])
+def test_sdpa_masks_and_scale(npu_core, mask_kind):
+    rng = np.random.default_rng(6)
+    q = ops.parameter([1, 2, 3, 8], np.float32, name="q")
+    k = ops.parameter([1, 2, 5, 8], np.float32, name="k")
+    v = ops.parameter([1, 2, 5, 4], np.float32, name="v")
+    feed = {n: rng.standard_normal(s).astype(np.float32) for n, s in (("q", [1, 2, 3, 8]), ("k", [1, 2, 5, 8]),
+                                                                       ("v", [1, 2, 5, 4]))}
+    params = [q, k, v]
+    if mask_kind == "bool":
+        m = ops.parameter([1, 1, 3, 5], np.bool_, name="m")
+        feed["m"] = rng.random((1, 1, 3, 5)) > 0.3
+        feed["m"][..., 0] = True  # no fully masked row
+        att = ops.scaled_dot_product_attention(q, k, v, m)
+        params.append(m)
+    elif mask_kind == "float":
+        m = ops.parameter([1, 1, 3, 5], np.float32, name="m")
+        feed["m"] = rng.standard_normal((1, 1, 3, 5)).astype(np.float32)
+        att = ops.scaled_dot_product_attention(q, k, v, m)
+        params.append(m)
+    else:
+        att = ops.scaled_dot_product_attention(q, k, v, ops.constant(np.zeros((1, 1, 3, 5), np.float32)),
+                                               ops.constant(np.float32(0.3)))
+    model = ov.Model([ops.result(att)], params, "sdpa")
+    (a,), (b,) = _run(npu_core, model, feed), cpu_reference(model, feed)
+    assert rel_err(a, b) <= F32_TOL

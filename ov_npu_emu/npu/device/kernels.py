@@ -344,30 +344,43 @@ def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
     if scale == 0.0:
         scale = 1.0 / math.sqrt(q.shape[-1])
     L, S = q.shape[-2], k.shape[-2]
-    kt = np.swapaxes(k, -1, -2)
-    bias = None
-    if causal:
-        bias = np.where(np.tril(np.ones((L, S), bool)), 0.0, -np.inf).astype(np.float32)
-    f32 = q.dtype != np.float32
+    f32 = any(t.dtype != np.float32 for t in (q, k, v))
+    # scratch buffers live as long as the command list: nothing is allocated per inference
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    scores = np.empty((*batch, L, S), np.float32)
+    rowmax = np.empty((*batch, L, 1), np.float32)
+    q32 = np.empty(q.shape, np.float32) if f32 else q
+    k32 = np.empty(k.shape, np.float32) if f32 else k
+    v32 = np.empty(v.shape, np.float32) if f32 else v
+    kt = np.swapaxes(k32, -1, -2)
+    bias = np.where(np.tril(np.ones((L, S), bool)), 0.0, -np.inf).astype(np.float32) if causal else None
+    blocked = np.empty(mask.shape, np.bool_) if mask is not None and mask.dtype == np.bool_ else None
+    direct = not f32 and o.dtype == np.float32 and tuple(o.shape[:-2]) == tuple(batch)
 
     def run() -> None:
-        qq, kk, vv = (q.astype(np.float32), kt.astype(np.float32), v.astype(np.float32)) if f32 else (q, kt, v)
-        s = np.matmul(qq, kk)
-        s *= scale
+        if f32:
+            np.copyto(q32, q)
+            np.copyto(k32, k)
+            np.copyto(v32, v)
+        np.matmul(q32, kt, out=scores)
+        np.multiply(scores, scale, out=scores)
         if mask is not None:
-            if mask.dtype == np.bool_:
-                s += np.where(mask, np.float32(0), np.float32(-np.inf))
+            if blocked is not None:
+                np.logical_not(mask, out=blocked)
+                np.copyto(scores, -np.inf, where=blocked)
             else:
-                s += mask
+                np.add(scores, mask, out=scores, casting="unsafe")
         if bias is not None:
-            s += bias
-        s -= s.max(axis=-1, keepdims=True)
-        np.exp(s, out=s)
-        s /= s.sum(axis=-1, keepdims=True)
-        if f32 or o.dtype != np.float32 or s.shape[:-2] != o.shape[:-2]:
-            np.copyto(o, np.matmul(s, vv), casting="unsafe")
+            np.add(scores, bias, out=scores)
+        np.max(scores, axis=-1, keepdims=True, out=rowmax)
+        np.subtract(scores, rowmax, out=scores)
+        np.exp(scores, out=scores)
+        np.sum(scores, axis=-1, keepdims=True, out=rowmax)
+        np.divide(scores, rowmax, out=scores)
+        if direct:
+            np.matmul(scores, v32, out=o)
         else:
-            np.matmul(s, vv, out=o)
+            np.copyto(o, np.matmul(scores, v32).reshape(o.shape), casting="unsafe")
     return run
 
 
