@@ -1,0 +1,86 @@
+"""One pre-allocated KV buffer per KV tensor; every static model sees a contiguous prefix view.
+
+Layout (decided here, same idea as the real NPUW): each ``past_key_values.N.*`` owns one flat
+buffer sized for the largest generate variant, ``Hkv·(Kmax−1)·D`` elements.  A model whose past
+has ``S`` slots views the first ``Hkv·S·D`` elements as a contiguous ``[1, Hkv, S, D]`` tensor.
+So every variant (and the chunked-prefill past) is a zero-copy prefix of the same memory, but the
+row stride differs between views: token ``t`` of head ``h`` lives at ``(h·S + t)·D``.  Moving the
+stored tokens from one view to another (variant switch, prefill→generate) therefore goes through
+a temporary copy, exactly where the real NPUW does.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import openvino as ov
+
+__all__ = ["KVBuffers"]
+
+logger = logging.getLogger(__name__)
+
+#: below this many bytes per step a thread pool costs more than it saves
+_PARALLEL_MIN_BYTES = 1 << 20
+
+
+class KVBuffers:
+    """The flat KV buffers plus per-slot-count views (``view(i, S)`` is ``[1, H_i, S, D_i]``)."""
+
+    def __init__(self, num_heads: tuple[int, ...], head_dims: tuple[int, ...], max_slots: int, dtype: np.dtype) -> None:
+        self.num_heads = num_heads
+        self.head_dims = head_dims
+        self.max_slots = max_slots
+        self.dtype = np.dtype(dtype)
+        # Allocated once for the largest view; nothing else in the plugin allocates KV memory.
+        self.flat = [np.zeros(h * max_slots * d, dtype=self.dtype) for h, d in zip(num_heads, head_dims)]
+        self._tensors: dict[tuple[int, int], ov.Tensor] = {}
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(f.nbytes for f in self.flat)
+
+    def __len__(self) -> int:
+        return len(self.flat)
+
+    def view(self, i: int, slots: int) -> np.ndarray:
+        """Contiguous ``[1, H, slots, D]`` view of the first elements of buffer ``i``."""
+        h, d = self.num_heads[i], self.head_dims[i]
+        if slots > self.max_slots:
+            raise ValueError(f"view of {slots} slots exceeds the buffer ({self.max_slots})")
+        return self.flat[i][: h * slots * d].reshape(1, h, slots, d)
+
+    def tensor(self, i: int, slots: int) -> ov.Tensor:
+        """An ``ov.Tensor`` sharing the view's memory (cached so the bound object stays the same)."""
+        key = (i, slots)
+        if key not in self._tensors:
+            self._tensors[key] = ov.Tensor(self.view(i, slots), shared_memory=True)
+        return self._tensors[key]
+
+    def zero(self) -> None:
+        for f in self.flat:
+            f.fill(0)
+
+    def for_each(self, fn, nbytes_hint: int = 0) -> None:  # type: ignore[no-untyped-def]
+        """Run ``fn(i)`` for every KV tensor; in parallel over layers when the copy is large."""
+        n = len(self.flat)
+        if nbytes_hint * n < _PARALLEL_MIN_BYTES or n < 2:
+            for i in range(n):
+                fn(i)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="npuw-kv")
+        list(self._pool.map(fn, range(n)))  # numpy copies release the GIL
+
+    def migrate(self, src_slots: int, dst_slots: int, count: int) -> None:
+        """Move tokens ``[0, count)`` from the ``src_slots`` view to the ``dst_slots`` view (aliased memory)."""
+        if count == 0 or src_slots == dst_slots:
+            return
+
+        def move(i: int) -> None:
+            tmp = self.view(i, src_slots)[:, :, :count, :].copy()  # the views overlap: stage first
+            self.view(i, dst_slots)[:, :, :count, :] = tmp
+
+        self.for_each(move, nbytes_hint=count * self.num_heads[0] * self.head_dims[0] * self.dtype.itemsize)
