@@ -1,0 +1,33 @@
+"""Fixtures for the NPUW tests: the stories260K model, oracles, and our NPUW compiled on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openvino as ov
+import pytest
+
+STORIES = Path(__file__).resolve().parents[3] / "shared" / "models" / "stories260K"
+if not STORIES.exists():
+    STORIES = Path("/work/shared/models/stories260K")
+
+
+@pytest.fixture(scope="session")
+def stories_model() -> ov.Model:
+    xml = STORIES / "openvino_model.xml"
+    if not xml.exists():
+        pytest.skip("stories260K model folder is absent")
+    return ov.Core().read_model(xml)
+
+
+@pytest.fixture(scope="session")
+def cpu_request(stories_model):
+    """The stateful model on the real CPU plugin in f32: the numerical oracle."""
+    return ov.Core().compile_model(stories_model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
+
+
+@pytest.fixture(scope="session")
+def emu_core():
+    from ov_npu_emu import Core
+
+    return Core()

@@ -1,0 +1,85 @@
+"""Greedy ids of our NPUW equal the real NPUW on CPU and the f32 CPU stateful model."""
+
+from __future__ import annotations
+
+import re
+
+import openvino as ov
+import pytest
+
+from tests.npuw._oracle import greedy, real_npuw_config
+
+pytestmark = pytest.mark.oracle
+
+# "Once upon a time, there was a little girl named Lily." (stories260K tokenizer)
+SHORT = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426]
+# the same story sentence pair repeated: 205 tokens, longer than three 64-token chunks
+_SENT = [403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
+         410, 408, 419, 292, 411, 322, 265, 262, 379, 335, 311, 374, 419, 426]
+LONG = ([1] + _SENT * 6)[:150]
+
+
+def _ours(cfg: dict) -> dict:
+    # ours stores KV in f32 for exact equality (f16 storage is the default, see docs/npuw.md)
+    return {**cfg, "KV_CACHE_PRECISION": "f32"}
+
+
+def _real(stories_model, cfg):
+    return ov.Core().compile_model(stories_model, "NPU", cfg).create_infer_request()
+
+
+SCENARIOS = {
+    # name: (config, prompt, new tokens, expected prefill calls)
+    "short": (real_npuw_config(64, 64), SHORT, 64, 1),
+    "chunked": (real_npuw_config(256, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=64), LONG, 64, 3),
+    "static_long": (real_npuw_config(256, 64, NPUW_LLM_PREFILL_HINT="STATIC"), LONG, 64, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_greedy_matches_real_npuw_and_cpu(name, stories_model, cpu_request, emu_core):
+    cfg, prompt, n, calls = SCENARIOS[name]
+    req = emu_core.compile_model(stories_model, "NPU", _ours(cfg)).create_infer_request()
+    ours, err = greedy(req, prompt, n)
+    assert err is None
+    assert req._impl.prefill_calls == calls
+    ref, _ = greedy(cpu_request, prompt, n)
+    real, _ = greedy(_real(stories_model, cfg), prompt, n)
+    assert ours == ref
+    assert ours == real
+
+
+def test_variant_switch_mid_generation(stories_model, cpu_request, emu_core):
+    """Variants 128/192/320: a 16-token prompt binds kv128 and must migrate twice while generating."""
+    cfg = real_npuw_config(256, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=64)
+    cm = emu_core.compile_model(stories_model, "NPU", _ours({**cfg, "NPUW_LLM_GENERATE_VARIANTS": "128,192"}))
+    assert cm.get_property("NPUW_LLM_GENERATE_VARIANTS") == "128,192,320"
+    req = cm.create_infer_request()
+    ours, err = greedy(req, SHORT, 250)
+    assert err is None and req._impl.variant == 320 and req._impl.switches == 2
+    ref, _ = greedy(cpu_request, SHORT, 250)
+    real, _ = greedy(_real(stories_model, cfg), SHORT, 250)
+    assert ours == ref == real
+
+
+def test_generation_up_to_kv_limit(stories_model, emu_core):
+    """Same number of tokens and the same error text as the real NPUW when the largest KV is full."""
+    cfg = real_npuw_config(64, 64)
+    prompt = SHORT[:6]
+    real, real_err = greedy(_real(stories_model, cfg), prompt, 1000)
+    req = emu_core.compile_model(stories_model, "NPU", _ours(cfg)).create_infer_request()
+    ours, err = greedy(req, prompt, 1000)
+    expected = re.search(r"KV-Cache is full: num_stored_tokens=\d+ capacity=\d+", real_err or "")
+    assert expected and expected.group(0) == "KV-Cache is full: num_stored_tokens=127 capacity=127"
+    assert err == expected.group(0)
+    assert len(ours) == len(real) == 127 - len(prompt) + 1  # genai's capacity rule
+    assert ours == real
+
+
+def test_one_token_prompt_on_reused_request(stories_model, cpu_request, emu_core):
+    """A one-token prompt after another conversation is a new conversation (the real NPUW errs here)."""
+    req = emu_core.compile_model(stories_model, "NPU", _ours(real_npuw_config(64, 64))).create_infer_request()
+    greedy(req, SHORT, 10)
+    ours, _ = greedy(req, [1], 40, reset=False)  # no reset_state: routing must still see position 0
+    ref, _ = greedy(cpu_request, [1], 40)
+    assert ours == ref
