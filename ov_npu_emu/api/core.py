@@ -35,7 +35,8 @@ class Version:
     def __init__(self, description: str, build_number: str) -> None:
         self.description = description
         self.build_number = build_number
-        self.major, self.minor, self.patch = (list(map(int, build_number.split(".")[:3])) + [0, 0, 0])[:3] if build_number[:1].isdigit() else (0, 0, 0)
+        nums = [int(x) for x in build_number.split("+")[0].split(".")[:3] if x.isdigit()]
+        self.major, self.minor, self.patch = (nums + [0, 0, 0])[:3]
 
     def __repr__(self) -> str:
         return f"<Version: {self.build_number} {self.description}>"

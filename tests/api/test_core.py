@@ -1,0 +1,147 @@
+"""Core facade: devices, names, errors, and differential runs against openvino itself."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import openvino as real_ov
+import pytest
+from openvino import opset13 as ops
+
+import ov_npu_emu as ov
+from ov_npu_emu.errors import DeviceNotFoundError, IRReadError, NpuEmuError, UserInputError
+from ov_npu_emu.registry import canonical_device_name
+
+
+def _two_input_model() -> real_ov.Model:
+    a = ops.parameter([2, 3], np.float32, name="a")
+    b = ops.parameter([2, 3], np.float32, name="b")
+    out = ops.relu(ops.add(ops.multiply(a, b), ops.constant(np.float32(0.5))))
+    out.output(0).get_tensor().set_names({"out"})
+    return real_ov.Model([out], [a, b], "two_inputs")
+
+
+def test_available_devices_lists_cpu(core):
+    assert "CPU" in core.available_devices
+    assert core.get_available_devices() == core.available_devices
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [("cpu", "CPU"), ("CPU.0", "CPU"), (" npu ", "NPU"), ("NPU.1", "NPU.1"), ("GPU", "GPU")],
+    ids=["lower", "dot-zero", "spaces", "second-device", "plain"],
+)
+def test_canonical_device_names(name, canonical):
+    assert canonical_device_name(name) == canonical
+
+
+def test_unknown_device_suggests_a_name(core):
+    with pytest.raises(DeviceNotFoundError) as ei:
+        core.compile_model(_two_input_model(), "CPX")
+    assert "did you mean 'CPU'" in str(ei.value)
+    assert isinstance(ei.value, NpuEmuError) and isinstance(ei.value, KeyError)
+
+
+def test_stateless_model_matches_openvino(core):
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2))
+    ours = core.compile_model(_two_input_model(), "CPU")
+    ref = real_ov.Core().compile_model(_two_input_model(), "CPU")
+    expected = ref({"a": a, "b": b})[0]
+    # every way openvino accepts inputs: dict by name, by index, by port, list, request API
+    np.testing.assert_array_equal(ours({"a": a, "b": b})["out"], expected)
+    np.testing.assert_array_equal(ours({0: a, 1: b})[0], expected)
+    np.testing.assert_array_equal(ours({ours.input("a"): a, ours.input(1): b})[ours.output()], expected)
+    np.testing.assert_array_equal(ours([a, b])[0], expected)
+    req = ours.create_infer_request()
+    req.set_tensor("a", real_ov.Tensor(a))
+    req.set_input_tensor(1, real_ov.Tensor(b))
+    req.infer()
+    np.testing.assert_array_equal(req.get_output_tensor().data, expected)
+    np.testing.assert_array_equal(req.get_tensor("out").data, expected)
+    np.testing.assert_array_equal(req.results["out"], expected)
+    # float64 input is converted like openvino does
+    np.testing.assert_allclose(ours({"a": a.astype(np.float64), "b": b})[0], expected)
+
+
+def test_async_and_callback(core):
+    cm = core.compile_model(_two_input_model(), "CPU")
+    req = cm.create_infer_request()
+    seen = []
+    req.set_callback(lambda data: seen.append(data), "done")
+    req.start_async({"a": np.ones((2, 3), np.float32), "b": np.ones((2, 3), np.float32)})
+    req.wait()
+    assert seen == ["done"]
+    np.testing.assert_array_equal(req.get_output_tensor().data, np.full((2, 3), 1.5, np.float32))
+
+
+@pytest.mark.parametrize(
+    ("inputs", "match"),
+    [
+        ({"a": np.ones((3, 3), np.float32), "b": np.ones((2, 3), np.float32)}, "expects shape"),
+        ({"zz": np.ones((2, 3), np.float32)}, "was not found"),
+        ({7: np.ones((2, 3), np.float32)}, "out of range"),
+        (np.ones((2, 3), np.float32), "has 2 inputs"),
+    ],
+    ids=["wrong-shape", "unknown-name", "bad-index", "single-value-for-two-inputs"],
+)
+def test_bad_inputs_raise_typed_errors(core, inputs, match):
+    cm = core.compile_model(_two_input_model(), "CPU")
+    with pytest.raises(UserInputError, match=match):
+        cm(inputs)
+
+
+def test_set_tensor_type_mismatch(core):
+    req = core.compile_model(_two_input_model(), "CPU").create_infer_request()
+    with pytest.raises(UserInputError, match="element type"):
+        req.set_tensor("a", real_ov.Tensor(np.ones((2, 3), np.int32)))
+
+
+def test_export_import_roundtrip_and_foreign_blob(core):
+    cm = core.compile_model(_two_input_model(), "CPU")
+    stream = cm.export_model()
+    assert isinstance(stream, io.BytesIO)
+    again = core.import_model(stream, "CPU")
+    a = np.full((2, 3), 2, np.float32)
+    np.testing.assert_array_equal(again({"a": a, "b": a})[0], cm({"a": a, "b": a})[0])
+    buf = io.BytesIO()
+    cm.export_model(buf)
+    assert buf.getvalue() == stream.getvalue()
+    with pytest.raises(NpuEmuError, match="bad magic"):
+        core.import_model(b"not a blob at all", "CPU")
+
+
+def test_read_model_errors(core, tmp_path):
+    with pytest.raises(IRReadError, match="does not exist"):
+        core.read_model(tmp_path / "missing.xml")
+    bad = tmp_path / "bad.xml"
+    bad.write_text("<net><broken")
+    with pytest.raises(IRReadError):
+        core.read_model(bad)
+
+
+def test_read_model_from_path_and_compile(core, tmp_path):
+    real_ov.save_model(_two_input_model(), tmp_path / "m.xml", compress_to_fp16=False)
+    cm = core.compile_model(str(tmp_path / "m.xml"), "CPU")
+    assert [p.any_name for p in cm.inputs] == ["a", "b"]
+    assert cm.outputs[0].get_shape() == real_ov.Shape([2, 3])
+    assert cm.outputs[0].get_element_type() == ov.Type.f32
+
+
+def test_properties_and_versions(core):
+    assert "CPU" in core.get_property("CPU", "FULL_DEVICE_NAME")
+    assert "CPU" in core.get_versions("CPU")
+    core.set_property("CPU", {"PERFORMANCE_HINT": "LATENCY"})
+    assert core.get_property("CPU", "PERFORMANCE_HINT") == "LATENCY"
+    with pytest.raises(NpuEmuError):
+        core.get_property("CPU", "NO_SUCH_PROPERTY_XYZ")
+
+
+def test_dynamic_port_shape_access(core):
+    p = ops.parameter([-1, 4], np.float32, name="x")
+    cm = core.compile_model(real_ov.Model([ops.relu(p)], [p], "dyn"), "CPU")
+    with pytest.raises(UserInputError, match="dynamic shape"):
+        _ = cm.input(0).shape
+    out = cm({"x": -np.ones((5, 4), np.float32)})[0]
+    assert out.shape == (5, 4)

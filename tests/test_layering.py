@@ -1,0 +1,44 @@
+"""Imports flow one way: genai_shim -> ov_npu_emu API -> plugins -> npu internals."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (package path, module prefixes it must never import)
+RULES = [
+    ("ov_npu_emu", ("genai_shim",)),
+    ("ov_npu_emu/runtime", ("ov_npu_emu.api", "ov_npu_emu.npu", "ov_npu_emu_")),
+    ("ov_npu_emu/npu/driver", ("ov_npu_emu.npu.compiler",)),
+    ("ov_npu_emu/npu/device", ("ov_npu_emu.npu.compiler",)),
+    ("ov_npu_emu/npu/blob", ("ov_npu_emu.npu.compiler",)),
+]
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+    return out
+
+
+@pytest.mark.parametrize(("package", "forbidden"), RULES, ids=[r[0] for r in RULES])
+def test_no_upward_imports(package, forbidden):
+    base = ROOT / package
+    if not base.exists():
+        pytest.skip(f"{package} not present yet")
+    bad = [
+        f"{f.relative_to(ROOT)}:{line} imports {mod}"
+        for f in base.rglob("*.py")
+        for line, mod in _imports(f)
+        if mod.startswith(forbidden)
+    ]
+    assert not bad, "\n".join(bad)
