@@ -7,52 +7,18 @@ from typing import TYPE_CHECKING, Any
 
 import openvino as ov
 
-from ov_npu_emu.errors import PluginError
 from ov_npu_emu.hookspecs import hookimpl
-from ov_npu_emu.runtime.device import Device, DeviceCompiledModel
+from ov_npu_emu.runtime.device import DeviceCompiledModel
 
 from ov_npu_emu_npuw.config import is_npuw_llm_config
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.core import Core
-    from ov_npu_emu.registry import DeviceRegistry
 
 __all__ = [
-    "NpuwPlaceholderDevice",
     "ovnpu_compile_model",
     "ovnpu_import_model",
-    "ovnpu_register_devices",
 ]
-
-
-class NpuwPlaceholderDevice(Device):
-    """Stands in for "NPU" only while the emulated NPU plugin is absent, so NPUW configs reach us.
-
-    Core resolves the device name before the claim hook runs; without a device named "NPU",
-    ``compile_model(model, "NPU", {NPU_USE_NPUW: YES, NPUW_LLM: YES, NPUW_DEVICES: CPU})`` could not
-    work.  Anything else on this placeholder is a typed error that says what is missing.
-    """
-
-    NAME = "NPU"
-    FULL_DEVICE_NAME = "NPU (NPUW only; emulated NPU plugin not installed)"
-
-    def _missing(self) -> PluginError:
-        return PluginError(
-            "the emulated NPU device plugin (ov_npu_emu_npu) is not installed; only NPUW LLM compilation "
-            "(NPU_USE_NPUW=YES, NPUW_LLM=YES, NPUW_DEVICES=CPU) works on 'NPU' here. Use device 'CPU' otherwise."
-        )
-
-    def compile_model(self, model: ov.Model, config: Mapping[str, Any]) -> DeviceCompiledModel:
-        raise self._missing()
-
-    def import_model(self, blob: bytes, config: Mapping[str, Any]) -> DeviceCompiledModel:
-        raise self._missing()
-
-
-@hookimpl(trylast=True)
-def ovnpu_register_devices(registry: DeviceRegistry) -> None:
-    if "NPU" not in registry:  # trylast: the real emulated NPU, when present, registered first
-        registry.add(NpuwPlaceholderDevice)
 
 
 @hookimpl(tryfirst=True)

@@ -50,20 +50,17 @@ def configure_logging() -> None:
 
 
 def pick_device(core: Core, devices: tuple[str, ...]) -> str:
-    """First device of NPUW_DEVICES that is really available (the fallback list semantics)."""
-    from ov_npu_emu_npuw import NpuwPlaceholderDevice  # the stand-in is not a device to run on
-
+    """First device of NPUW_DEVICES that is registered (the fallback-list semantics)."""
     names = core.registry.names()
     for d in devices:
-        if d in names and not isinstance(core.registry.get(d), NpuwPlaceholderDevice):
+        if d in names:
             return d
-    real = [n for n in names if not (n == "NPU" and isinstance(core.registry.get(n), NpuwPlaceholderDevice))]
-    if devices == ("NPU",) or "NPU" in devices:
+    if "NPU" in devices:
         raise PluginError(
             f"NPUW_DEVICES={','.join(devices)}: the emulated NPU device plugin (ov_npu_emu_npu) is not available "
-            f"in this installation; set NPUW_DEVICES to one of {real}, e.g. NPUW_DEVICES=CPU"
+            f"in this installation; set NPUW_DEVICES to one of {sorted(names)}, e.g. NPUW_DEVICES=CPU"
         )
-    raise DeviceNotFoundError(",".join(devices), real)
+    raise DeviceNotFoundError(",".join(devices), sorted(names))
 
 
 @dataclasses.dataclass

@@ -108,7 +108,7 @@ def test_properties_read_back(small_cm):
 def test_missing_device_is_a_typed_error(stories_model, emu_core):
     with pytest.raises(DeviceNotFoundError):
         emu_core.compile_model(stories_model, "NPU", real_npuw_config(64, 64, NPUW_DEVICES="GPU"))
-    if "NPU" in emu_core.registry and type(emu_core.registry.get("NPU")).__name__ == "NpuwPlaceholderDevice":
+    if "NPU" not in emu_core.registry:
         with pytest.raises(PluginError, match="NPUW_DEVICES=CPU"):
             emu_core.compile_model(stories_model, "NPU", real_npuw_config(64, 64, NPUW_DEVICES="NPU"))
 
@@ -120,3 +120,13 @@ def test_not_an_llm_is_a_typed_error(emu_core):
     model = ov.Model([ops.relu(p)], [p])
     with pytest.raises(UserInputError, match="input_ids"):
         emu_core.compile_model(model, "NPU", real_npuw_config(64, 64))
+
+
+def test_plain_npu_still_needs_the_device(emu_core, stories_model):
+    """Only NPUW LLM configs are claimed; anything else on an unregistered "NPU" is DeviceNotFoundError."""
+    if "NPU" in emu_core.registry:
+        pytest.skip("the emulated NPU is registered")
+    with pytest.raises(DeviceNotFoundError):
+        emu_core.compile_model(stories_model, "NPU", {"NPU_USE_NPUW": "YES"})
+    with pytest.raises(DeviceNotFoundError):
+        emu_core.import_model(b"not a blob", "NPU")
