@@ -55,14 +55,26 @@ class StoredTokensState(VariableState):
 
 
 class _Staging:
-    """Host arrays bound once (zero-copy) to a sub-request's input_ids / attention_mask / position_ids."""
+    """Host arrays bound once (zero-copy) to a sub-request's small inputs and all its outputs.
 
-    def __init__(self, req: InferRequest, q_len: int, mask_len: int) -> None:
+    Binding the outputs too means a step never looks a port up: the device writes ``present`` and
+    ``logits`` straight into arrays we already hold.
+    """
+
+    def __init__(self, req: InferRequest, q_len: int, mask_len: int, present_names: tuple[str, ...]) -> None:
         self.ids = np.zeros((1, q_len), np.int64)
         self.mask = np.zeros((1, mask_len), np.int64)
         self.pos = np.zeros((1, q_len), np.int64)
         for name, arr in (("input_ids", self.ids), ("attention_mask", self.mask), ("position_ids", self.pos)):
             req.set_tensor(name, ov.Tensor(arr, shared_memory=True))
+        outs = {p.any_name: p for p in req.model_outputs}
+        self.present: list[np.ndarray] = []
+        for name in (*present_names, "logits"):
+            port = outs[name]
+            arr = np.zeros(port.partial_shape.to_shape(), port.element_type.to_dtype())
+            self.present.append(arr)
+            req.set_tensor(name, ov.Tensor(arr, shared_memory=True))
+        self.logits_tensor = ov.Tensor(self.present.pop(), shared_memory=True)
 
     def zero(self) -> None:
         self.ids.fill(0)
@@ -87,7 +99,7 @@ class LLMInferRequest(DeviceInferRequest):
         self.kv = KVBuffers(cm.kv.num_heads, cm.kv.head_dims, self.capacity, cm.kv_dtype)
         # Prefill: the chunked past is one more prefix view of the same KV memory.
         self._prefill = cm.subs.prefill.create_infer_request()
-        self._pf = _Staging(self._prefill, self._C or self._P, self._P)
+        self._pf = _Staging(self._prefill, self._C or self._P, self._P, cm.kv.present_names)
         if self._C:
             for i, name in enumerate(cm.kv.past_names):
                 self._prefill.set_tensor(name, self.kv.tensor(i, self._P - self._C))
@@ -96,7 +108,7 @@ class LLMInferRequest(DeviceInferRequest):
         self._gs: dict[int, _Staging] = {}
         for k, sub in cm.subs.generate.items():
             req = sub.create_infer_request()
-            self._gs[k] = _Staging(req, 1, k)
+            self._gs[k] = _Staging(req, 1, k, cm.kv.present_names)
             for i, name in enumerate(cm.kv.past_names):
                 req.set_tensor(name, self.kv.tensor(i, k - 1))
             self._gen[k] = req
@@ -155,9 +167,6 @@ class LLMInferRequest(DeviceInferRequest):
             raise UserInputError(f"the model has no input {name!r}")
         return self._user[self._names.index(name)].data
 
-    def _present(self, req: InferRequest, i: int) -> np.ndarray:
-        return req.get_tensor(self._cm.kv.present_names[i]).data
-
     # -- prefill ------------------------------------------------------------------------
     def _infer_prefill(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
         n = ids.shape[1]
@@ -181,7 +190,7 @@ class LLMInferRequest(DeviceInferRequest):
             self._whole_prefill(ids, user_mask, pos)
         self._prompt_len = n
         self._fresh = False
-        self._logits = self._prefill.get_tensor("logits")
+        self._logits = self._pf.logits_tensor
         logger.debug("prefill %d tokens in %d call(s); generate variant kv%d", n, self.prefill_calls, self.variant)
 
     def _whole_prefill(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
@@ -214,17 +223,17 @@ class LLMInferRequest(DeviceInferRequest):
             calls += 1
             stored += cur
             if stored < n:  # not the last chunk: move its KV into the past, mark it as history
-                self._update_kvcache_for(self._prefill, past_slots, stored, cur)
+                self._update_kvcache_for(s, past_slots, stored, cur)
                 s.mask[0, stored - cur:stored] = mask[stored - cur:stored]
             else:
                 self._in_present = cur  # the last chunk stays in `present` until copy_kvcache
         self.prefill_calls = calls
         self.num_stored_tokens = n
 
-    def _update_kvcache_for(self, req: InferRequest, slots: int, stored: int, count: int) -> None:
+    def _update_kvcache_for(self, st: _Staging, slots: int, stored: int, count: int) -> None:
         """Write the last ``count`` rows of ``present`` to past slots [stored−count, stored)."""
         def put(i: int) -> None:
-            src = self._present(req, i)
+            src = st.present[i]
             self.kv.view(i, slots)[:, :, stored - count:stored, :] = src[:, :, src.shape[2] - count:, :]
 
         self.kv.for_each(put, nbytes_hint=count * self.kv.num_heads[0] * self.kv.head_dims[0] * self.kv.dtype.itemsize)
@@ -236,7 +245,7 @@ class LLMInferRequest(DeviceInferRequest):
             self.kv.migrate(self._P - self._C, slots, n - t)  # chunked past → generate layout (aliased)
 
         def put(i: int) -> None:
-            src = self._present(self._prefill, i)
+            src = self._pf.present[i]
             self.kv.view(i, slots)[:, :, n - t:n, :] = src[:, :, src.shape[2] - t:, :]
 
         self.kv.for_each(put, nbytes_hint=t * self.kv.num_heads[0] * self.kv.head_dims[0] * self.kv.dtype.itemsize)
@@ -284,5 +293,5 @@ class LLMInferRequest(DeviceInferRequest):
         s.mask[0, -1] = 1  # the new token is the last column (past K−1 ++ new 1)
         req.infer(share_outputs=True)
         self.num_stored_tokens += 1
-        self._update_kvcache_for(req, K - 1, self.num_stored_tokens, 1)
-        self._logits = req.get_tensor("logits")
+        self._update_kvcache_for(s, K - 1, self.num_stored_tokens, 1)
+        self._logits = s.logits_tensor

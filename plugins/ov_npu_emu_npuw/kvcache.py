@@ -36,6 +36,7 @@ class KVBuffers:
         # Allocated once for the largest view; nothing else in the plugin allocates KV memory.
         self.flat = [np.zeros(h * max_slots * d, dtype=self.dtype) for h, d in zip(num_heads, head_dims)]
         self._tensors: dict[tuple[int, int], ov.Tensor] = {}
+        self._views: dict[tuple[int, int], np.ndarray] = {}
         self._pool: ThreadPoolExecutor | None = None
 
     @property
@@ -47,10 +48,13 @@ class KVBuffers:
 
     def view(self, i: int, slots: int) -> np.ndarray:
         """Contiguous ``[1, H, slots, D]`` view of the first elements of buffer ``i``."""
-        h, d = self.num_heads[i], self.head_dims[i]
-        if slots > self.max_slots:
-            raise ValueError(f"view of {slots} slots exceeds the buffer ({self.max_slots})")
-        return self.flat[i][: h * slots * d].reshape(1, h, slots, d)
+        v = self._views.get((i, slots))
+        if v is None:
+            h, d = self.num_heads[i], self.head_dims[i]
+            if slots > self.max_slots:
+                raise ValueError(f"view of {slots} slots exceeds the buffer ({self.max_slots})")
+            v = self._views[i, slots] = self.flat[i][: h * slots * d].reshape(1, h, slots, d)
+        return v
 
     def tensor(self, i: int, slots: int) -> ov.Tensor:
         """An ``ov.Tensor`` sharing the view's memory (cached so the bound object stays the same)."""
