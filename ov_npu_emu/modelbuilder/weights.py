@@ -1,0 +1,177 @@
+"""Deterministic random weights by seed, and their f32 / f16 / int8 storage forms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.modelbuilder.config import DTYPES, LlamaConfig
+
+EMBED_STD_NUMERATOR = 0.3  # embedding std = 0.3·init_scale/√hidden (see init_weights)
+
+__all__ = ["LayerWeights", "LlamaWeights", "StoredWeight", "init_weights", "quantize_int8"]
+
+
+@dataclass(frozen=True)
+class StoredWeight:
+    """One weight tensor exactly as the IR stores it.
+
+    ``kind`` is ``"f32"`` (``data`` f32), ``"f16"`` (``data`` f16, the IR adds Convert→f32) or
+    ``"int8"`` (``data`` u8 [N,K], ``zero_point`` u8 [N,1], ``scale`` f16 [N,1]).
+    """
+
+    kind: str  # "f32" | "f16" | "int8"
+    data: np.ndarray  # f32 / f16 / u8 payload
+    zero_point: np.ndarray | None = None  # int8 only: u8 [N,1]
+    scale: np.ndarray | None = None  # int8 only: f16 [N,1]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    def dequantize(self) -> np.ndarray:
+        """The f32 values the IR computes from this weight (bit-exact with its decompression)."""
+        if self.kind == "int8":
+            if self.zero_point is None or self.scale is None:
+                raise ConfigError("int8 weight without zero point or scale")
+            # (q - zp) is an integer of <= 9 bits and scale has an 11-bit mantissa, so the f32
+            # product is exact: any evaluation order in the runtime gives the same value.
+            diff = self.data.astype(np.float32) - self.zero_point.astype(np.float32)
+            return diff * self.scale.astype(np.float32)
+        return self.data.astype(np.float32)
+
+    @property
+    def nbytes(self) -> int:
+        extra = sum(a.nbytes for a in (self.zero_point, self.scale) if a is not None)
+        return int(self.data.nbytes) + extra
+
+
+@dataclass
+class LayerWeights:
+    """One decoder block, HF layout: projections are [out_features, in_features]."""
+
+    input_norm: StoredWeight  # [H]
+    q_proj: StoredWeight  # [Hq*D, H]
+    k_proj: StoredWeight  # [Hkv*D, H]
+    v_proj: StoredWeight  # [Hkv*D, H]
+    o_proj: StoredWeight  # [H, Hq*D]
+    post_norm: StoredWeight  # [H]
+    gate_proj: StoredWeight  # [I, H]
+    up_proj: StoredWeight  # [I, H]
+    down_proj: StoredWeight  # [H, I]
+    q_bias: StoredWeight | None = None  # [Hq*D] when attention_bias
+    k_bias: StoredWeight | None = None  # [Hkv*D]
+    v_bias: StoredWeight | None = None  # [Hkv*D]
+
+
+@dataclass
+class LlamaWeights:
+    """All weights of a model; ``lm_head`` is None when the embeddings are tied."""
+
+    config: LlamaConfig
+    dtype: str  # storage format, one of DTYPES
+    seed: int  # the seed they were drawn from
+    embed: StoredWeight  # [V, H]
+    final_norm: StoredWeight  # [H]
+    layers: list[LayerWeights] = field(default_factory=list)
+    lm_head: StoredWeight | None = None  # [V, H]; None means tied to ``embed``
+
+    @property
+    def head(self) -> StoredWeight:
+        """The weight the logits MatMul uses."""
+        return self.embed if self.lm_head is None else self.lm_head
+
+    def nbytes(self) -> int:
+        """Bytes of weight payload (what the .bin will roughly hold)."""
+        total = self.embed.nbytes + self.final_norm.nbytes
+        if self.lm_head is not None:
+            total += self.lm_head.nbytes
+        for layer in self.layers:
+            for value in vars(layer).values():
+                if value is not None:
+                    total += value.nbytes
+        return total
+
+
+def quantize_int8(w: np.ndarray) -> StoredWeight:
+    """Asymmetric per-output-channel u8 quantization, as optimum/NNCF ``--weight-format int8``."""
+    w = np.asarray(w, dtype=np.float32)
+    wmin = np.minimum(w.min(axis=1, keepdims=True), 0.0)
+    wmax = np.maximum(w.max(axis=1, keepdims=True), 0.0)
+    scale = ((wmax - wmin) / 255.0).astype(np.float16)
+    # A constant-zero row would give scale 0; any positive scale represents it exactly.
+    scale[scale == 0] = np.float16(1.0)
+    scale32 = scale.astype(np.float32)
+    zp = np.clip(np.round(-wmin / scale32), 0, 255)
+    q = np.clip(np.round(w / scale32) + zp, 0, 255)
+    return StoredWeight("int8", q.astype(np.uint8), zp.astype(np.uint8), scale)
+
+
+def _store(w: np.ndarray, dtype: str, compressible: bool) -> StoredWeight:
+    """Store ``w`` in ``dtype``; norms and biases are never int8 (as in optimum exports)."""
+    if dtype == "f32" or (dtype == "int8" and not compressible):
+        return StoredWeight("f32", np.ascontiguousarray(w, dtype=np.float32))
+    if dtype == "f16":
+        return StoredWeight("f16", w.astype(np.float16))
+    return quantize_int8(w)
+
+
+def init_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32") -> LlamaWeights:
+    """Draw all weights from ``numpy.random.default_rng(seed)`` in a fixed order.
+
+    Init scales are chosen so the random model is not degenerate: projections have std
+    ``init_scale / sqrt(fan_in)`` (each block adds O(1) to the residual stream), embeddings
+    ``0.3·init_scale / sqrt(hidden)``, RMSNorm weights ``1 + 0.1·N(0,1)``, biases ``0.1·N(0,1)``.
+    A small embedding matters with tied weights: when the input embedding dominates the
+    residual stream the tied LM head scores the input token highest and greedy decoding
+    repeats it forever.
+    """
+    if dtype not in DTYPES:
+        raise ConfigError(
+            f"unknown weight dtype {dtype!r} (known: {', '.join(DTYPES)})", key="dtype"
+        )
+    if not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative int, got {seed!r}", key="seed")
+    rng = np.random.default_rng(seed)
+    c = config
+    s = c.init_scale
+
+    def normal(shape: tuple[int, ...], std: float) -> np.ndarray:
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+
+    def linear(out_f: int, in_f: int) -> StoredWeight:
+        return _store(normal((out_f, in_f), s / np.sqrt(in_f)), dtype, compressible=True)
+
+    def norm() -> StoredWeight:
+        return _store(1.0 + normal((c.hidden_size,), 0.1), dtype, compressible=False)
+
+    def bias(n: int) -> StoredWeight:
+        return _store(normal((n,), 0.1 * s), dtype, compressible=False)
+
+    embed_std = s * EMBED_STD_NUMERATOR / np.sqrt(c.hidden_size)
+    embed = _store(normal((c.vocab_size, c.hidden_size), embed_std), dtype, compressible=True)
+    layers = []
+    for _ in range(c.num_hidden_layers):
+        layer = LayerWeights(
+            input_norm=norm(),
+            q_proj=linear(c.q_size, c.hidden_size),
+            k_proj=linear(c.kv_size, c.hidden_size),
+            v_proj=linear(c.kv_size, c.hidden_size),
+            o_proj=linear(c.hidden_size, c.q_size),
+            post_norm=norm(),
+            gate_proj=linear(c.intermediate_size, c.hidden_size),
+            up_proj=linear(c.intermediate_size, c.hidden_size),
+            down_proj=linear(c.hidden_size, c.intermediate_size),
+        )
+        if c.attention_bias:
+            layer.q_bias, layer.k_bias, layer.v_bias = (
+                bias(c.q_size),
+                bias(c.kv_size),
+                bias(c.kv_size),
+            )
+        layers.append(layer)
+    final_norm = norm()
+    lm_head = None if c.tie_word_embeddings else linear(c.vocab_size, c.hidden_size)
+    return LlamaWeights(c, dtype, seed, embed, final_norm, layers, lm_head)

@@ -1,0 +1,160 @@
+"""LlamaConfig presets, seeded weights and quantization, and the IR's optimum-intel interface."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.modelbuilder import (
+    MASK_MIN,
+    PRESETS,
+    LlamaConfig,
+    build_model,
+    get_preset,
+    init_weights,
+    kv_variable_ids,
+)
+from ov_npu_emu.modelbuilder.weights import quantize_int8
+
+
+def _count(weights) -> int:
+    arrays = [weights.embed, weights.final_norm] + ([weights.lm_head] if weights.lm_head else [])
+    for layer in weights.layers:
+        arrays += [v for v in vars(layer).values() if v is not None]
+    return sum(int(np.prod(a.shape)) for a in arrays)
+
+
+@pytest.mark.parametrize("overrides", [{}, {"attention_bias": True, "tie_word_embeddings": False}])
+def test_num_parameters_matches_weights(overrides):
+    config = get_preset("tiny", **overrides)
+    assert config.num_parameters() == _count(init_weights(config))
+
+
+def test_presets():
+    assert set(PRESETS) == {"tiny", "small", "qwen2.5-0.5b-shape"}
+    q = PRESETS["qwen2.5-0.5b-shape"]
+    assert (q.hidden_size, q.num_hidden_layers, q.num_attention_heads, q.num_key_value_heads) == (
+        896,
+        24,
+        14,
+        2,
+    )
+    assert (q.head_dim, q.intermediate_size, q.vocab_size) == (64, 4864, 151936)
+    assert q.tie_word_embeddings and q.attention_bias and q.model_type == "qwen2"
+    assert 490e6 < q.num_parameters() < 500e6  # Qwen2.5-0.5B: 494M
+    assert 2e6 < PRESETS["small"].num_parameters() < 8e6
+
+
+def test_hf_dict_round_trip():
+    for config in PRESETS.values():
+        assert LlamaConfig.from_hf_dict(config.to_hf_dict()) == config
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"num_key_value_heads": 3}, "num_key_value_heads"),
+        ({"head_dim": 15}, "head_dim"),
+        ({"hidden_size": 0}, "hidden_size"),
+        ({"model_type": "gpt2"}, "model_type"),
+    ],
+)
+def test_invalid_configs(overrides, key):
+    with pytest.raises(ConfigError) as info:
+        get_preset("tiny", **overrides)
+    assert info.value.key == key
+
+
+def test_weights_are_deterministic_by_seed():
+    a, b, c = (init_weights(get_preset("tiny"), seed) for seed in (5, 5, 6))
+    assert np.array_equal(a.layers[1].down_proj.data, b.layers[1].down_proj.data)
+    assert not np.array_equal(a.layers[1].down_proj.data, c.layers[1].down_proj.data)
+
+
+def test_int8_quantization_is_close_and_dequantizes_exactly():
+    w = np.random.default_rng(0).standard_normal((32, 48)).astype(np.float32)
+    w[3] = 0.0  # an all-zero row must survive
+    q = quantize_int8(w)
+    assert (
+        q.data.dtype == np.uint8 and q.zero_point.shape == (32, 1) and q.scale.dtype == np.float16
+    )
+    deq = q.dequantize()
+    step = q.scale.astype(np.float32)
+    assert np.all(np.abs(deq - w) <= step * 0.5 + 1e-3 * step)
+    assert np.all(deq[3] == 0.0)
+    # The IR's decompression (Convert, Subtract, Multiply in f32) gives bit-identical values.
+    from ov_npu_emu.modelbuilder.graph import _Builder
+
+    builder = _Builder(get_preset("tiny"), init_weights(get_preset("tiny")))
+    out = builder.weight(q, "w")
+    model = ov.Model([ov.opset13.result(out)], [], "deq")
+    got = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})({})[0]
+    assert np.array_equal(got, deq)
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    return build_model(init_weights(get_preset("tiny")))
+
+
+def test_interface_is_optimum_intel(tiny_model):
+    m = tiny_model
+    inputs = {p.get_any_name(): (p.get_element_type(), p.get_partial_shape()) for p in m.inputs}
+    assert list(inputs) == ["input_ids", "attention_mask", "position_ids", "beam_idx"]
+    for name in ("input_ids", "attention_mask", "position_ids"):
+        assert inputs[name] == (ov.Type.i64, ov.PartialShape([-1, -1]))
+    assert inputs["beam_idx"] == (ov.Type.i32, ov.PartialShape([-1]))
+    assert [o.get_any_name() for o in m.outputs] == ["logits"]
+    assert m.output("logits").get_partial_shape() == ov.PartialShape([-1, -1, 512])
+    variables = {v.get_info().variable_id: v.get_info() for v in m.get_variables()}
+    expected = [vid for i in range(2) for vid in kv_variable_ids(i)]
+    assert sorted(variables) == sorted(expected)
+    for info in variables.values():
+        assert info.data_type == ov.Type.f32
+        assert info.data_shape == ov.PartialShape([-1, 2, -1, 16])
+
+
+def test_graph_structure(tiny_model):
+    ops = Counter(op.get_type_name() for op in tiny_model.get_ordered_ops())
+    assert ops["ScaledDotProductAttention"] == 2 and ops["ReadValue"] == 4 and ops["Assign"] == 4
+    assert ops["Swish"] == 2 and ops["Sin"] == 1 and ops["Cos"] == 1 and ops["Broadcast"] >= 4
+    for op in tiny_model.get_ordered_ops():
+        if op.get_type_name() == "ReadValue":
+            # ReadValue(zeros [B,Hkv,0,D]) -> Gather(beam_idx, axis 0) -> Concat(axis 2) -> Assign
+            gather = next(iter(op.output(0).get_target_inputs())).get_node()
+            assert gather.get_type_name() == "Gather"
+            assert gather.input_value(1).get_node().get_friendly_name() == "beam_idx"
+            concat = next(iter(gather.output(0).get_target_inputs())).get_node()
+            assert concat.get_type_name() == "Concat" and concat.get_attributes()["axis"] == 2
+        if op.get_type_name() == "Select":
+            masked = op.input_value(2).get_node().get_data()
+            assert masked.ravel()[0] == np.float32(MASK_MIN) == -65504.0
+
+
+def test_qkv_bias_and_mha_variants():
+    m = build_model(init_weights(get_preset("tiny", attention_bias=True, num_key_value_heads=4)))
+    names = [op.get_friendly_name() for op in m.get_ordered_ops()]
+    assert "model.layers.0.self_attn.q_proj/Add" in names
+    assert "model.layers.1.self_attn.v_proj/Add" in names
+    assert not any(
+        op.get_type_name() == "Broadcast" and op.get_output_partial_shape(0).rank.get_length() == 5
+        for op in m.get_ordered_ops()
+    )
+
+
+@pytest.mark.parametrize("dtype", ["f16", "int8"])
+def test_compressed_weight_storage(dtype):
+    m = build_model(init_weights(get_preset("tiny"), 0, dtype))
+    types = Counter(
+        str(op.get_output_element_type(0))
+        for op in m.get_ordered_ops()
+        if op.get_type_name() == "Constant"
+    )
+    if dtype == "f16":
+        assert types["<Type: 'float16'>"] >= 20
+    else:
+        assert types["<Type: 'uint8_t'>"] >= 2 * 15  # weights and zero points
