@@ -57,3 +57,29 @@ def greedy(req: Any, prompt: list[int], n_new: int, reset: bool = True) -> tuple
     except RuntimeError as e:
         return out, str(e)
     return out, None
+
+
+def top2_margin(req: Any, tokens: list[int]) -> float:
+    """Gap between the two best next-token logits after ``tokens`` (one prefill on ``req``)."""
+    req.reset_state()
+    n = len(tokens)
+    req.infer({"input_ids": np.array([tokens], np.int64), "attention_mask": np.ones((1, n), np.int64),
+               "position_ids": np.arange(n, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)})
+    top = np.sort(np.asarray(req.get_tensor("logits").data)[0, -1])
+    return float(top[-1] - top[-2])
+
+
+def assert_matches_real(ours: list[int], real: list[int], cpu_req: Any, prompt: list[int], min_equal: int = 64) -> None:
+    """``ours`` equals the real NPUW's ids, except after a near-tie the real one breaks differently.
+
+    The real NPUW stores KV in f16 (it diverges with f32 KV, see docs/npuw.md), so on random-weight
+    models it can flip a near-tie that the f32 CPU model and ours (f32 KV) resolve the same way.
+    Such a divergence is accepted only after ``min_equal`` identical ids and only where the CPU
+    model's top-2 logit gap is below 1e-3.
+    """
+    first = next((i for i, (a, b) in enumerate(zip(ours, real)) if a != b), None)
+    if first is None:
+        assert len(ours) == len(real) or min(len(ours), len(real)) >= min_equal
+        return
+    margin = top2_margin(cpu_req, prompt + ours[:first])
+    assert first >= min_equal and margin < 1e-3, f"ids diverge from the real NPUW at {first} (CPU top-2 gap {margin})"

@@ -7,7 +7,7 @@ import re
 import openvino as ov
 import pytest
 
-from tests.npuw._oracle import greedy, real_npuw_config
+from tests.npuw._oracle import assert_matches_real, greedy, real_npuw_config
 
 pytestmark = pytest.mark.oracle
 
@@ -38,7 +38,8 @@ SCENARIOS = {
 
 @pytest.mark.parametrize("device", ["CPU", "NPU"])
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_greedy_matches_real_npuw_and_cpu(name, device, stories_model, cpu_request, emu_core):
+def test_greedy_matches_real_npuw_and_cpu(name, device, llm, emu_core):
+    _, stories_model, cpu_request = llm
     if device not in emu_core.registry:
         pytest.skip(f"device {device} (our emulated NPU) is not registered yet")
     cfg, prompt, n, calls = SCENARIOS[name]
@@ -49,10 +50,11 @@ def test_greedy_matches_real_npuw_and_cpu(name, device, stories_model, cpu_reque
     ref, _ = greedy(cpu_request, prompt, n)
     real, _ = greedy(_real(stories_model, cfg), prompt, n)
     assert ours == ref
-    assert ours == real
+    assert_matches_real(ours, real, cpu_request, prompt)
 
 
-def test_variant_switch_mid_generation(stories_model, cpu_request, emu_core):
+def test_variant_switch_mid_generation(llm, emu_core):
+    _, stories_model, cpu_request = llm
     """Variants 128/192/320: a 16-token prompt binds kv128 and must migrate twice while generating."""
     cfg = real_npuw_config(256, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=64)
     cm = emu_core.compile_model(stories_model, "NPU", _ours({**cfg, "NPUW_LLM_GENERATE_VARIANTS": "128,192"}))
@@ -62,10 +64,12 @@ def test_variant_switch_mid_generation(stories_model, cpu_request, emu_core):
     assert err is None and req._impl.variant == 320 and req._impl.switches == 2
     ref, _ = greedy(cpu_request, SHORT, 250)
     real, _ = greedy(_real(stories_model, cfg), SHORT, 250)
-    assert ours == ref == real
+    assert ours == ref
+    assert_matches_real(ours, real, cpu_request, SHORT)
 
 
-def test_generation_up_to_kv_limit(stories_model, emu_core):
+def test_generation_up_to_kv_limit(llm, emu_core):
+    stories_model = llm[1]
     """Same number of tokens and the same error text as the real NPUW when the largest KV is full."""
     cfg = real_npuw_config(64, 64)
     prompt = SHORT[:6]
@@ -76,10 +80,11 @@ def test_generation_up_to_kv_limit(stories_model, emu_core):
     assert expected and expected.group(0) == "KV-Cache is full: num_stored_tokens=127 capacity=127"
     assert err == expected.group(0)
     assert len(ours) == len(real) == 127 - len(prompt) + 1  # genai's capacity rule
-    assert ours == real
+    assert_matches_real(ours, real, llm[2], prompt)
 
 
-def test_one_token_prompt_on_reused_request(stories_model, cpu_request, emu_core):
+def test_one_token_prompt_on_reused_request(llm, emu_core):
+    _, stories_model, cpu_request = llm
     """A one-token prompt after another conversation is a new conversation (the real NPUW errs here)."""
     req = emu_core.compile_model(stories_model, "NPU", _ours(real_npuw_config(64, 64))).create_infer_request()
     greedy(req, SHORT, 10)
