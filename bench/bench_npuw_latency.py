@@ -1,6 +1,7 @@
 """TTFT / TPOT of our NPUW (CPU passthrough, emulated NPU) side by side with the real NPUW on CPU.
 
-Usage: python bench/bench_npuw_latency.py [--model DIR_OR_XML] [--new 32] [--repeat 3]
+Usage: python bench/bench_npuw_latency.py [--model DIR_OR_XML | --preset NAME [--layers N] [--vocab V]]
+                                          [--new 32] [--repeat 3]
 
 Every configuration runs the same model in the same process, driven through the stateful
 interface the way openvino.genai drives it; the printed ratios are ours / real.
@@ -52,11 +53,21 @@ def run(req, prompt: list[int], n_new: int) -> tuple[float, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="/work/shared/models/stories260K")
+    ap.add_argument("--preset", help="build a model-builder preset instead (e.g. qwen2.5-0.5b-shape)")
+    ap.add_argument("--layers", type=int, help="override the preset's layer count")
+    ap.add_argument("--vocab", type=int, help="override the preset's vocabulary size")
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--prompts", default="20,400,1000")
     args = ap.parse_args()
     path = Path(args.model)
+    if args.preset:
+        import tempfile
+
+        from ov_npu_emu.modelbuilder import make_model_folder
+
+        over = {k: v for k, v in (("num_hidden_layers", args.layers), ("vocab_size", args.vocab)) if v}
+        path = make_model_folder(Path(tempfile.mkdtemp(prefix="npuw_bench_")), preset=args.preset, **over)
     xml = path / "openvino_model.xml" if path.is_dir() else path
     model = ov.Core().read_model(xml)
     lengths = [int(x) for x in args.prompts.split(",")]
