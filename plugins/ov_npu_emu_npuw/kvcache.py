@@ -12,6 +12,7 @@ a temporary copy, exactly where the real NPUW does.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -67,7 +68,7 @@ class KVBuffers:
         for f in self.flat:
             f.fill(0)
 
-    def for_each(self, fn, nbytes_hint: int = 0) -> None:  # type: ignore[no-untyped-def]
+    def for_each(self, fn: Callable[[int], None], nbytes_hint: int = 0) -> None:
         """Run ``fn(i)`` for every KV tensor; in parallel over layers when the copy is large."""
         n = len(self.flat)
         if nbytes_hint * n < _PARALLEL_MIN_BYTES or n < 2:

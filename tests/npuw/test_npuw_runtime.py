@@ -130,3 +130,19 @@ def test_plain_npu_still_needs_the_device(emu_core, stories_model):
         emu_core.compile_model(stories_model, "NPU", {"NPU_USE_NPUW": "YES"})
     with pytest.raises(DeviceNotFoundError):
         emu_core.import_model(b"not a blob", "NPU")
+
+
+def test_bad_config_through_core_is_a_config_error(emu_core, stories_model):
+    with pytest.raises(ConfigError, match="not power of 2"):
+        emu_core.compile_model(stories_model, "NPU", real_npuw_config(256, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=96))
+
+
+def test_compile_reports_progress_per_sub_model(emu_core, stories_model, caplog):
+    import logging
+
+    cfg = real_npuw_config(128, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=64, NPUW_LLM_GENERATE_VARIANTS="128")
+    with caplog.at_level(logging.INFO, logger="ov_npu_emu_npuw"):
+        emu_core.compile_model(stories_model, "NPU", cfg)
+    lines = [r.getMessage() for r in caplog.records if "compiled" in r.getMessage()]
+    assert [ln.split(" on ")[0] for ln in lines] == ["[1/3] compiled Model0_kv128", "[2/3] compiled Model0_kv192",
+                                                     "[3/3] compiled Model0_prefill"]
