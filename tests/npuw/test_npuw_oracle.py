@@ -91,3 +91,21 @@ def test_one_token_prompt_on_reused_request(llm, emu_core):
     ours, _ = greedy(req, [1], 40, reset=False)  # no reset_state: routing must still see position 0
     ref, _ = greedy(cpu_request, [1], 40)
     assert ours == ref
+
+
+@pytest.mark.parametrize("fixture", ["tiny_model_dir_f16", "tiny_model_dir_int8"])
+def test_compressed_weights(fixture, request, emu_core):
+    """f16 and int8 (u8 + zero point + f16 scale) weights go through the same transformation."""
+    from pathlib import Path
+
+    from ov_npu_emu.testing import CPU_EXACT_CONFIG
+
+    model = ov.Core().read_model(Path(request.getfixturevalue(fixture)) / "openvino_model.xml")
+    sub = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+    cfg = real_npuw_config(128, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=64,
+                           **{"++NPUW_LLM_PREFILL_CONFIG": sub, "++NPUW_LLM_GENERATE_CONFIG": sub})
+    cpu = ov.Core().compile_model(model, "CPU", CPU_EXACT_CONFIG).create_infer_request()
+    ours, err = greedy(emu_core.compile_model(model, "NPU", _ours(cfg)).create_infer_request(), SHORT, 80)
+    assert err is None
+    assert ours == greedy(cpu, SHORT, 80)[0]
+    assert_matches_real(ours, greedy(_real(model, cfg), SHORT, 80)[0], cpu, SHORT)
