@@ -139,6 +139,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     device = pick_device(core, cfg.devices)
     t_all = time.perf_counter()
     stateless, kv = to_stateless(model)
+    kv = kv.with_v_transposed(cfg.optimize_v)
     kv_type = ov.Type.f16 if cfg.kv_precision == "f16" else ov.Type.f32
     name = model.get_friendly_name()
     jobs = [(f"{name}_kv{k}", k) for k in cfg.variants] + [(f"{name}_prefill", None)]

@@ -96,7 +96,8 @@ class LLMInferRequest(DeviceInferRequest):
         self._P = cfg.max_prompt_len
         self._C = cfg.chunk_size
         self.capacity = cfg.total_size - 1  # the largest variant's past holds K−1 tokens
-        self.kv = KVBuffers(cm.kv.num_heads, cm.kv.head_dims, self.capacity, cm.kv_dtype)
+        self.kv = KVBuffers(cm.kv.num_heads, cm.kv.head_dims, self.capacity, cm.kv_dtype,
+                            tuple(cm.kv.transposed(i) for i in range(len(cm.kv.past_names))))
         # Prefill: the chunked past is one more prefix view of the same KV memory.
         self._prefill = cm.subs.prefill.create_infer_request()
         self._pf = _Staging(self._prefill, self._C or self._P, self._P, cm.kv.present_names)
@@ -230,11 +231,15 @@ class LLMInferRequest(DeviceInferRequest):
         self.prefill_calls = calls
         self.num_stored_tokens = n
 
+    def _logical(self, i: int, present: np.ndarray) -> np.ndarray:
+        """``present`` of KV tensor ``i`` as [1, H, n, D] whatever its storage layout."""
+        return present.transpose(0, 1, 3, 2) if self.kv.transposed[i] else present
+
     def _update_kvcache_for(self, st: _Staging, slots: int, stored: int, count: int) -> None:
         """Write the last ``count`` rows of ``present`` to past slots [stored−count, stored)."""
         def put(i: int) -> None:
-            src = st.present[i]
-            self.kv.view(i, slots)[:, :, stored - count:stored, :] = src[:, :, src.shape[2] - count:, :]
+            src = self._logical(i, st.present[i])
+            self.kv.seq(i, slots)[:, :, stored - count:stored, :] = src[:, :, src.shape[2] - count:, :]
 
         self.kv.for_each(put, nbytes_hint=count * self.kv.num_heads[0] * self.kv.head_dims[0] * self.kv.dtype.itemsize)
 
@@ -245,8 +250,8 @@ class LLMInferRequest(DeviceInferRequest):
             self.kv.migrate(self._P - self._C, slots, n - t)  # chunked past → generate layout (aliased)
 
         def put(i: int) -> None:
-            src = self._pf.present[i]
-            self.kv.view(i, slots)[:, :, n - t:n, :] = src[:, :, src.shape[2] - t:, :]
+            src = self._logical(i, self._pf.present[i])
+            self.kv.seq(i, slots)[:, :, n - t:n, :] = src[:, :, src.shape[2] - t:, :]
 
         self.kv.for_each(put, nbytes_hint=t * self.kv.num_heads[0] * self.kv.head_dims[0] * self.kv.dtype.itemsize)
         self._kv_ready = True

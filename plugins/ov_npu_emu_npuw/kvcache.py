@@ -7,6 +7,10 @@ So every variant (and the chunked-prefill past) is a zero-copy prefix of the sam
 row stride differs between views: token ``t`` of head ``h`` lives at ``(h·S + t)·D``.  Moving the
 stored tokens from one view to another (variant switch, prefill→generate) therefore goes through
 a temporary copy, exactly where the real NPUW does.
+
+With NPUW_LLM_OPTIMIZE_V_TENSORS the value tensors are stored ``[1, Hkv, D, S]`` (sequence last,
+the real NPUW's layout); :meth:`KVBuffers.seq` always gives the logical ``[1, Hkv, S, D]`` view,
+so copies are written once for both layouts.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ _PARALLEL_MIN_BYTES = 1 << 20
 class KVBuffers:
     """The flat KV buffers plus per-slot-count views (``view(i, S)`` is ``[1, H_i, S, D_i]``)."""
 
-    def __init__(self, num_heads: tuple[int, ...], head_dims: tuple[int, ...], max_slots: int, dtype: np.dtype) -> None:
+    def __init__(self, num_heads: tuple[int, ...], head_dims: tuple[int, ...], max_slots: int, dtype: np.dtype,
+                 transposed: tuple[bool, ...] | None = None) -> None:
+        self.transposed = transposed or (False,) * len(num_heads)
         self.num_heads = num_heads
         self.head_dims = head_dims
         self.max_slots = max_slots
@@ -48,14 +54,20 @@ class KVBuffers:
         return len(self.flat)
 
     def view(self, i: int, slots: int) -> np.ndarray:
-        """Contiguous ``[1, H, slots, D]`` view of the first elements of buffer ``i``."""
+        """Contiguous storage view of the first elements of buffer ``i`` (``[1,H,S,D]`` or ``[1,H,D,S]``)."""
         v = self._views.get((i, slots))
         if v is None:
             h, d = self.num_heads[i], self.head_dims[i]
             if slots > self.max_slots:
                 raise ValueError(f"view of {slots} slots exceeds the buffer ({self.max_slots})")
-            v = self._views[i, slots] = self.flat[i][: h * slots * d].reshape(1, h, slots, d)
+            shape = (1, h, d, slots) if self.transposed[i] else (1, h, slots, d)
+            v = self._views[i, slots] = self.flat[i][: h * slots * d].reshape(shape)
         return v
+
+    def seq(self, i: int, slots: int) -> np.ndarray:
+        """The logical ``[1, H, slots, D]`` view (strided when V is stored transposed)."""
+        v = self.view(i, slots)
+        return v.transpose(0, 1, 3, 2) if self.transposed[i] else v
 
     def tensor(self, i: int, slots: int) -> ov.Tensor:
         """An ``ov.Tensor`` sharing the view's memory (cached so the bound object stays the same)."""
@@ -85,7 +97,7 @@ class KVBuffers:
             return
 
         def move(i: int) -> None:
-            tmp = self.view(i, src_slots)[:, :, :count, :].copy()  # the views overlap: stage first
-            self.view(i, dst_slots)[:, :, :count, :] = tmp
+            tmp = self.seq(i, src_slots)[:, :, :count, :].copy()  # the views overlap: stage first
+            self.seq(i, dst_slots)[:, :, :count, :] = tmp
 
         self.for_each(move, nbytes_hint=count * self.num_heads[0] * self.head_dims[0] * self.dtype.itemsize)

@@ -63,7 +63,8 @@ def export_llm(cm: LLMCompiledModel) -> bytes:
         "device": cm.device,
         "config": cm.cfg.to_json(),
         "kv": {"past": list(cm.kv.past_names), "present": list(cm.kv.present_names),
-               "heads": list(cm.kv.num_heads), "dims": list(cm.kv.head_dims)},
+               "heads": list(cm.kv.num_heads), "dims": list(cm.kv.head_dims),
+               "v_transposed": cm.kv.v_transposed},
         "inputs": [_port_json(p) for p in cm.inputs],
         "outputs": [_port_json(p) for p in cm.outputs],
         "blobs": [{"role": r, "size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for r, b in parts],
@@ -120,7 +121,7 @@ def import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None = None)
     except KeyError as e:
         raise BlobFormatError(f"NPUW LLM artefact lacks sub-blob {e}") from e
     k = header["kv"]
-    kv = KVLayout(tuple(k["past"]), tuple(k["present"]), tuple(k["heads"]), tuple(k["dims"]))
+    kv = KVLayout(tuple(k["past"]), tuple(k["present"]), tuple(k["heads"]), tuple(k["dims"]), bool(k["v_transposed"]))
     ins = [_port(i, d) for i, d in enumerate(header["inputs"])]
     outs = [_port(i, d) for i, d in enumerate(header["outputs"])]
     logger.info("imported NPUW LLM %s (%d sub-models on %s)", header["name"], len(parts), device)

@@ -28,6 +28,14 @@ class KVLayout:
     present_names: tuple[str, ...]  # present.N.key|value (same order)
     num_heads: tuple[int, ...]  # Hkv per tensor
     head_dims: tuple[int, ...]  # D per tensor
+    v_transposed: bool = False  # value tensors stored [1, Hkv, D, S] (NPUW_LLM_OPTIMIZE_V_TENSORS)
+
+    def transposed(self, i: int) -> bool:
+        """Whether KV tensor ``i`` is stored with the sequence as the last axis."""
+        return self.v_transposed and self.past_names[i].endswith(".value")
+
+    def with_v_transposed(self, flag: bool) -> KVLayout:
+        return dataclasses.replace(self, v_transposed=flag)
 
 
 def _names(model: ov.Model) -> set[str]:
@@ -143,6 +151,25 @@ def _convert_kv_precision(model: ov.Model, kv: KVLayout, et: ov.Type, has_past: 
             res.input(0).replace_source_output(ops.convert(src, et).output(0))
 
 
+def _transpose_v(model: ov.Model, kv: KVLayout, has_past: bool) -> None:
+    """Store V as [1,H,D,S] (real OptimizeValueTensors' layout) by transposing at the boundary."""
+    order = ops.constant([0, 1, 3, 2], ov.Type.i64)
+    for i, (past, present) in enumerate(zip(kv.past_names, kv.present_names)):
+        if not kv.transposed(i):
+            continue
+        if has_past:
+            param = _param(model, past)
+            targets = list(param.output(0).get_target_inputs())
+            ps = param.get_partial_shape()
+            param.set_partial_shape(ov.PartialShape([ps[0], ps[1], ps[3], ps[2]]))
+            param.validate_and_infer_types()
+            back = ops.transpose(param.output(0), order)
+            for t in targets:
+                t.replace_source_output(back.output(0))
+        res = _result(model, present)
+        res.input(0).replace_source_output(ops.transpose(res.input_value(0), order).output(0))
+
+
 def _slice_logits_to_last(model: ov.Model) -> None:
     """Compute the LM head for the last position only (real NPUW_SLICE_OUT): [1,S,E] → [1,1,E]."""
     node = _result(model, "logits").input_value(0).get_node()
@@ -168,8 +195,9 @@ def _static(model: ov.Model, kv: KVLayout, q_len: int, mask_len: int, has_past: 
         "position_ids": ov.PartialShape([1, q_len]),
     }
     if has_past:
-        for name, h, d in zip(kv.past_names, kv.num_heads, kv.head_dims):
-            shapes[name] = ov.PartialShape([1, h, mask_len - q_len, d])
+        for i, (name, h, d) in enumerate(zip(kv.past_names, kv.num_heads, kv.head_dims)):
+            s = mask_len - q_len
+            shapes[name] = ov.PartialShape([1, h, d, s] if kv.transposed(i) else [1, h, s, d])
     try:
         model.reshape(shapes)
     except RuntimeError as e:
@@ -186,6 +214,7 @@ def make_prefill_model(stateless: ov.Model, kv: KVLayout, max_prompt: int, chunk
     else:
         _remove_empty_kv_inputs(m, kv)
     _convert_kv_precision(m, kv, kv_type, has_past=bool(chunk))
+    _transpose_v(m, kv, has_past=bool(chunk))
     _slice_logits_to_last(m)
     _static(m, kv, chunk or max_prompt, max_prompt, has_past=bool(chunk))
     return m
@@ -197,5 +226,6 @@ def make_generate_model(stateless: ov.Model, kv: KVLayout, kv_size: int, kv_type
     m.set_friendly_name(f"{stateless.get_friendly_name()}_kv{kv_size}")
     _redirect_new_kv_to_output(m, kv)
     _convert_kv_precision(m, kv, kv_type, has_past=True)
+    _transpose_v(m, kv, has_past=True)
     _static(m, kv, 1, kv_size, has_past=True)
     return m

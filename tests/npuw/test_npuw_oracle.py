@@ -109,3 +109,18 @@ def test_compressed_weights(fixture, request, emu_core):
     assert err is None
     assert ours == greedy(cpu, SHORT, 80)[0]
     assert_matches_real(ours, greedy(_real(model, cfg), SHORT, 80)[0], cpu, SHORT)
+
+
+def test_v_transposed_layout(llm, emu_core):
+    """NPUW_LLM_OPTIMIZE_V_TENSORS=YES stores V as [1,H,D,K−1] (the real layout); ids do not change."""
+    _, model, cpu = llm
+    cfg = real_npuw_config(128, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=32, NPUW_LLM_GENERATE_VARIANTS="128",
+                           NPUW_LLM_OPTIMIZE_V_TENSORS="YES")
+    req = emu_core.compile_model(model, "NPU", _ours(cfg)).create_infer_request()
+    ours, err = greedy(req, LONG[:60], 100)  # two chunks, kv128, then a switch to kv192
+    assert err is None and req._impl.prefill_calls == 2 and req._impl.switches == 1
+    gen = req._impl._gen[128]
+    h, d = req._impl.kv.num_heads[0], req._impl.kv.head_dims[0]
+    assert list(gen.get_tensor("past_key_values.0.value").shape) == [1, h, d, 127]
+    assert list(gen.get_tensor("past_key_values.0.key").shape) == [1, h, 127, d]
+    assert ours == greedy(cpu, LONG[:60], 100)[0]
