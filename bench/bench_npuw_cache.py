@@ -16,7 +16,7 @@ import openvino as ov
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
 
-from ov_npu_emu import Core  # noqa: E402
+from ov_npu_emu import Core
 
 
 def main() -> int:
@@ -26,9 +26,15 @@ def main() -> int:
     args = ap.parse_args()
     path = Path(args.model)
     xml = path / "openvino_model.xml" if path.is_dir() else path
-    base = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE",
-            "NPUW_LLM_MAX_PROMPT_LEN": args.max_prompt, "NPUW_LLM_PREFILL_CHUNK_SIZE": 64,
-            "NPUW_LLM_GENERATE_VARIANTS": "256,512,1024"}
+    base = {
+        "NPU_USE_NPUW": "YES",
+        "NPUW_LLM": "YES",
+        "NPUW_DEVICES": "CPU",
+        "NPUW_ONLINE_PIPELINE": "NONE",
+        "NPUW_LLM_MAX_PROMPT_LEN": args.max_prompt,
+        "NPUW_LLM_PREFILL_CHUNK_SIZE": 64,
+        "NPUW_LLM_GENERATE_VARIANTS": "256,512,1024",
+    }
     print(f"model {xml}; {base}")
     for name, make_core, device in (("ours", Core, "NPU"), ("real", ov.Core, "NPU")):
         with tempfile.TemporaryDirectory() as d:
@@ -42,7 +48,9 @@ def main() -> int:
                 t = time.perf_counter()
                 core.compile_model(model, device, cfg)
                 times.append(time.perf_counter() - t)
-            print(f"{name}: first start {times[0]:.3f} s, second start {times[1]:.3f} s, ratio {times[1] / times[0]:.3f}")
+            print(
+                f"{name}: first start {times[0]:.3f} s, second start {times[1]:.3f} s, ratio {times[1] / times[0]:.3f}"
+            )
     return 0
 
 

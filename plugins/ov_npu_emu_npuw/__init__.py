@@ -9,7 +9,6 @@ import openvino as ov
 
 from ov_npu_emu.hookspecs import hookimpl
 from ov_npu_emu.runtime.device import DeviceCompiledModel
-
 from ov_npu_emu_npuw.config import is_npuw_llm_config
 
 if TYPE_CHECKING:
@@ -22,7 +21,9 @@ __all__ = [
 
 
 @hookimpl(tryfirst=True)
-def ovnpu_compile_model(core: Core, model: ov.Model, device_name: str, config: Mapping[str, Any]) -> DeviceCompiledModel | None:
+def ovnpu_compile_model(
+    core: Core, model: ov.Model, device_name: str, config: Mapping[str, Any]
+) -> DeviceCompiledModel | None:
     """Claim "NPU" compilations with NPU_USE_NPUW=YES and NPUW_LLM=YES (what openvino.genai sets)."""
     if not is_npuw_llm_config(device_name, config):
         return None
@@ -32,7 +33,9 @@ def ovnpu_compile_model(core: Core, model: ov.Model, device_name: str, config: M
 
 
 @hookimpl(tryfirst=True)
-def ovnpu_import_model(core: Core, blob: bytes, device_name: str, config: Mapping[str, Any]) -> DeviceCompiledModel | None:
+def ovnpu_import_model(
+    core: Core, blob: bytes, device_name: str, config: Mapping[str, Any]
+) -> DeviceCompiledModel | None:
     """Claim artefacts written by our ``export_model`` (they start with our magic bytes)."""
     from ov_npu_emu_npuw.serialize import MAGIC, import_llm
 

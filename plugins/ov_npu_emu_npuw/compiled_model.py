@@ -15,14 +15,17 @@ import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, PluginError
 from ov_npu_emu.runtime.device import DeviceCompiledModel, PortInfo
-
 from ov_npu_emu_npuw.config import LLMConfig, parse_config
-from ov_npu_emu_npuw.transform import KVLayout, make_generate_model, make_prefill_model, to_stateless
+from ov_npu_emu_npuw.transform import (
+    KVLayout,
+    make_generate_model,
+    make_prefill_model,
+    to_stateless,
+)
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.compiled_model import CompiledModel
     from ov_npu_emu.api.core import Core
-
     from ov_npu_emu_npuw.infer_request import LLMInferRequest
 
 __all__ = ["LLMCompiledModel", "compile_llm", "configure_logging", "pick_device"]
@@ -74,8 +77,17 @@ class SubModels:
 class LLMCompiledModel(DeviceCompiledModel):
     """Stateful interface (input_ids, attention_mask, position_ids, beam_idx → logits) over static models."""
 
-    def __init__(self, name: str, cfg: LLMConfig, kv: KVLayout, device: str, subs: SubModels,
-                 inputs: list[PortInfo], outputs: list[PortInfo], compile_seconds: dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        cfg: LLMConfig,
+        kv: KVLayout,
+        device: str,
+        subs: SubModels,
+        inputs: list[PortInfo],
+        outputs: list[PortInfo],
+        compile_seconds: dict[str, float] | None = None,
+    ) -> None:
         self.name = name
         self.cfg = cfg
         self.kv = kv
@@ -101,10 +113,22 @@ class LLMCompiledModel(DeviceCompiledModel):
         props = self.cfg.properties()
         if name in props:
             return props[name]
-        if name in ("NPUW_LLM_PREFILL_CONFIG", "NPUW_LLM_GENERATE_CONFIG", "NPUW_LLM_SHARED_HEAD_CONFIG"):
+        if name in (
+            "NPUW_LLM_PREFILL_CONFIG",
+            "NPUW_LLM_GENERATE_CONFIG",
+            "NPUW_LLM_SHARED_HEAD_CONFIG",
+        ):
             raise ConfigError(f"{name} is write-only option!", key=name)  # real text
         if name == "SUPPORTED_PROPERTIES":
-            return sorted({*props, "SUPPORTED_PROPERTIES", "NETWORK_NAME", "MODEL_NAME", "OPTIMAL_NUMBER_OF_INFER_REQUESTS"})
+            return sorted(
+                {
+                    *props,
+                    "SUPPORTED_PROPERTIES",
+                    "NETWORK_NAME",
+                    "MODEL_NAME",
+                    "OPTIMAL_NUMBER_OF_INFER_REQUESTS",
+                }
+            )
         if name in ("NETWORK_NAME", "MODEL_NAME"):
             return self.name
         if name == "OPTIMAL_NUMBER_OF_INFER_REQUESTS":
@@ -114,7 +138,9 @@ class LLMCompiledModel(DeviceCompiledModel):
         raise ConfigError(f"Unsupported property {name} by NPUW LLM compiled model", key=name)
 
     def set_property(self, properties: Mapping[str, Any]) -> None:
-        raise ConfigError(f"NPUW LLM compiled model properties are read-only; pass {sorted(properties)} to compile_model")
+        raise ConfigError(
+            f"NPUW LLM compiled model properties are read-only; pass {sorted(properties)} to compile_model"
+        )
 
 
 def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCompiledModel:
@@ -155,24 +181,34 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
             static = make_generate_model(stateless, kv, k, kv_type)
             generate[k] = core.compile_model(static, device, cfg.generate_config)
         seconds[sub_name] = time.perf_counter() - t0
-        logger.info("[%d/%d] compiled %s on %s in %.2f s", n, len(jobs), sub_name, device, seconds[sub_name])
-    logger.info("NPUW LLM %s ready in %.2f s: prefill %s, generate variants %s, KV %s",
-                name, time.perf_counter() - t_all,
-                f"chunk {cfg.chunk_size} of {cfg.max_prompt_len}" if cfg.chunk_size else f"static {cfg.max_prompt_len}",
-                list(cfg.variants), cfg.kv_precision)
+        logger.info(
+            "[%d/%d] compiled %s on %s in %.2f s", n, len(jobs), sub_name, device, seconds[sub_name]
+        )
+    logger.info(
+        "NPUW LLM %s ready in %.2f s: prefill %s, generate variants %s, KV %s",
+        name,
+        time.perf_counter() - t_all,
+        f"chunk {cfg.chunk_size} of {cfg.max_prompt_len}"
+        if cfg.chunk_size
+        else f"static {cfg.max_prompt_len}",
+        list(cfg.variants),
+        cfg.kv_precision,
+    )
     ins = [PortInfo.from_ov_port(i, p) for i, p in enumerate(model.inputs)]
     outs = [PortInfo.from_ov_port(i, p) for i, p in enumerate(model.outputs)]
     if [p.any_name for p in outs] != ["logits"]:
-        raise PluginError(f"NPUW LLM expects a single 'logits' output, the model has {[p.names for p in outs]}")
+        raise PluginError(
+            f"NPUW LLM expects a single 'logits' output, the model has {[p.names for p in outs]}"
+        )
     if prefill is None:  # unreachable: the job list always ends with the prefill
         raise PluginError("prefill model was not compiled")
     return LLMCompiledModel(name, cfg, kv, device, SubModels(prefill, generate), ins, outs, seconds)
 
 
 def _package_version() -> str:
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
         return version("ov-npu-emu")
-    except Exception:  # running from a checkout
+    except PackageNotFoundError:  # running from a checkout
         return "0+unknown"

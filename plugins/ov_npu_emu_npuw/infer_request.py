@@ -10,13 +10,11 @@ import openvino as ov
 
 from ov_npu_emu.errors import KVCacheFullError, PromptTooLongError, UserInputError
 from ov_npu_emu.runtime.device import DeviceInferRequest, VariableState
-
 from ov_npu_emu_npuw.config import select_variant
 from ov_npu_emu_npuw.kvcache import KVBuffers
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.infer_request import InferRequest
-
     from ov_npu_emu_npuw.compiled_model import LLMCompiledModel
 
 __all__ = ["LLMInferRequest", "StoredTokensState"]
@@ -42,10 +40,14 @@ class StoredTokensState(VariableState):
     def set_state(self, value: ov.Tensor) -> None:
         data = np.asarray(value.data if isinstance(value, ov.Tensor) else value).ravel()
         if data.size != 1:
-            raise UserInputError(f"{STORED_TOKENS_STATE} takes one integer, got shape {list(np.shape(data))}")
+            raise UserInputError(
+                f"{STORED_TOKENS_STATE} takes one integer, got shape {list(np.shape(data))}"
+            )
         n = int(data[0])
         if n > self._req.capacity:
-            raise UserInputError("Number of updated stored tokens in KV-Cache is greater than total KV-Cache size.")
+            raise UserInputError(
+                "Number of updated stored tokens in KV-Cache is greater than total KV-Cache size."
+            )
         if n < 0:
             raise UserInputError("Number of updated stored tokens is negative!")
         self._req.num_stored_tokens = n
@@ -61,11 +63,17 @@ class _Staging:
     ``logits`` straight into arrays we already hold.
     """
 
-    def __init__(self, req: InferRequest, q_len: int, mask_len: int, present_names: tuple[str, ...]) -> None:
+    def __init__(
+        self, req: InferRequest, q_len: int, mask_len: int, present_names: tuple[str, ...]
+    ) -> None:
         self.ids = np.zeros((1, q_len), np.int64)
         self.mask = np.zeros((1, mask_len), np.int64)
         self.pos = np.zeros((1, q_len), np.int64)
-        for name, arr in (("input_ids", self.ids), ("attention_mask", self.mask), ("position_ids", self.pos)):
+        for name, arr in (
+            ("input_ids", self.ids),
+            ("attention_mask", self.mask),
+            ("position_ids", self.pos),
+        ):
             req.set_tensor(name, ov.Tensor(arr, shared_memory=True))
         outs = {p.any_name: p for p in req.model_outputs}
         self.present: list[np.ndarray] = []
@@ -96,8 +104,13 @@ class LLMInferRequest(DeviceInferRequest):
         self._P = cfg.max_prompt_len
         self._C = cfg.chunk_size
         self.capacity = cfg.total_size - 1  # the largest variant's past holds K−1 tokens
-        self.kv = KVBuffers(cm.kv.num_heads, cm.kv.head_dims, self.capacity, cm.kv_dtype,
-                            tuple(cm.kv.transposed(i) for i in range(len(cm.kv.past_names))))
+        self.kv = KVBuffers(
+            cm.kv.num_heads,
+            cm.kv.head_dims,
+            self.capacity,
+            cm.kv_dtype,
+            tuple(cm.kv.transposed(i) for i in range(len(cm.kv.past_names))),
+        )
         # Prefill: the chunked past is one more prefix view of the same KV memory.
         self._prefill = cm.subs.prefill.create_infer_request()
         self._pf = _Staging(self._prefill, self._C or self._P, self._P, cm.kv.present_names)
@@ -134,7 +147,9 @@ class LLMInferRequest(DeviceInferRequest):
 
     def set_tensor(self, index: int, is_input: bool, tensor: ov.Tensor) -> None:
         if not is_input:
-            raise UserInputError("NPUW LLM output 'logits' is owned by the plugin; read it with get_tensor")
+            raise UserInputError(
+                "NPUW LLM output 'logits' is owned by the plugin; read it with get_tensor"
+            )
         self._user[index] = tensor
 
     def query_state(self) -> list[VariableState]:
@@ -150,7 +165,9 @@ class LLMInferRequest(DeviceInferRequest):
         if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
             raise UserInputError(f"input_ids must be [1, n>0] (batch 1), got {list(ids.shape)}")
         if pos.shape != ids.shape:
-            raise UserInputError(f"position_ids {list(pos.shape)} must match input_ids {list(ids.shape)}")
+            raise UserInputError(
+                f"position_ids {list(pos.shape)} must match input_ids {list(ids.shape)}"
+            )
         if mask.ndim != 2 or mask.shape[0] != 1:
             raise UserInputError(f"attention_mask must be [1, n], got {list(mask.shape)}")
         if self._first_pos is None:
@@ -177,7 +194,9 @@ class LLMInferRequest(DeviceInferRequest):
                 'Please either setup bigger "NPUW_LLM_MAX_PROMPT_LEN" or shorten the prompt.'
             )
         if mask.shape[1] < n:
-            raise UserInputError(f"attention_mask has {mask.shape[1]} entries for a {n}-token prompt")
+            raise UserInputError(
+                f"attention_mask has {mask.shape[1]} entries for a {n}-token prompt"
+            )
         # prepare_for_new_conversation
         self.kv.zero()
         self.num_stored_tokens = 0
@@ -192,15 +211,20 @@ class LLMInferRequest(DeviceInferRequest):
         self._prompt_len = n
         self._fresh = False
         self._logits = self._pf.logits_tensor
-        logger.debug("prefill %d tokens in %d call(s); generate variant kv%d", n, self.prefill_calls, self.variant)
+        logger.debug(
+            "prefill %d tokens in %d call(s); generate variant kv%d",
+            n,
+            self.prefill_calls,
+            self.variant,
+        )
 
     def _whole_prefill(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
         """Right-align the prompt in [1, P]; the left padding is masked out."""
         n, P, s = ids.shape[1], self._P, self._pf
         s.zero()
-        s.ids[0, P - n:] = ids[0]
-        s.mask[0, P - n:] = mask
-        s.pos[0, P - n:] = pos[0]
+        s.ids[0, P - n :] = ids[0]
+        s.mask[0, P - n :] = mask
+        s.pos[0, P - n :] = pos[0]
         self._prefill.infer(share_outputs=True)
         self.prefill_calls = 1
         self.num_stored_tokens = n
@@ -215,17 +239,17 @@ class LLMInferRequest(DeviceInferRequest):
         while stored < n:
             cur = min(n - stored, C)
             s.mask[0, past_slots:] = 0
-            s.mask[0, P - cur:] = mask[stored:stored + cur]
+            s.mask[0, P - cur :] = mask[stored : stored + cur]
             s.ids.fill(0)
-            s.ids[0, C - cur:] = ids[0, stored:stored + cur]
+            s.ids[0, C - cur :] = ids[0, stored : stored + cur]
             s.pos.fill(0)
-            s.pos[0, C - cur:] = pos[0, stored:stored + cur]
+            s.pos[0, C - cur :] = pos[0, stored : stored + cur]
             self._prefill.infer(share_outputs=True)
             calls += 1
             stored += cur
             if stored < n:  # not the last chunk: move its KV into the past, mark it as history
                 self._update_kvcache_for(s, past_slots, stored, cur)
-                s.mask[0, stored - cur:stored] = mask[stored - cur:stored]
+                s.mask[0, stored - cur : stored] = mask[stored - cur : stored]
             else:
                 self._in_present = cur  # the last chunk stays in `present` until copy_kvcache
         self.prefill_calls = calls
@@ -237,23 +261,37 @@ class LLMInferRequest(DeviceInferRequest):
 
     def _update_kvcache_for(self, st: _Staging, slots: int, stored: int, count: int) -> None:
         """Write the last ``count`` rows of ``present`` to past slots [stored−count, stored)."""
+
         def put(i: int) -> None:
             src = self._logical(i, st.present[i])
-            self.kv.seq(i, slots)[:, :, stored - count:stored, :] = src[:, :, src.shape[2] - count:, :]
+            self.kv.seq(i, slots)[:, :, stored - count : stored, :] = src[
+                :, :, src.shape[2] - count :, :
+            ]
 
-        self.kv.for_each(put, nbytes_hint=count * self.kv.num_heads[0] * self.kv.head_dims[0] * self.kv.dtype.itemsize)
+        self.kv.for_each(
+            put,
+            nbytes_hint=count
+            * self.kv.num_heads[0]
+            * self.kv.head_dims[0]
+            * self.kv.dtype.itemsize,
+        )
 
     def _copy_kvcache(self) -> None:
         """Prefill KV → past of the bound generate variant (once per conversation, parallel over layers)."""
         n, t, slots = self._prompt_len, self._in_present, self.variant - 1
         if self._C:
-            self.kv.migrate(self._P - self._C, slots, n - t)  # chunked past → generate layout (aliased)
+            self.kv.migrate(
+                self._P - self._C, slots, n - t
+            )  # chunked past → generate layout (aliased)
 
         def put(i: int) -> None:
             src = self._logical(i, self._pf.present[i])
-            self.kv.seq(i, slots)[:, :, n - t:n, :] = src[:, :, src.shape[2] - t:, :]
+            self.kv.seq(i, slots)[:, :, n - t : n, :] = src[:, :, src.shape[2] - t :, :]
 
-        self.kv.for_each(put, nbytes_hint=t * self.kv.num_heads[0] * self.kv.head_dims[0] * self.kv.dtype.itemsize)
+        self.kv.for_each(
+            put,
+            nbytes_hint=t * self.kv.num_heads[0] * self.kv.head_dims[0] * self.kv.dtype.itemsize,
+        )
         self._kv_ready = True
 
     # -- generate -----------------------------------------------------------------------
@@ -262,10 +300,14 @@ class LLMInferRequest(DeviceInferRequest):
         stored = self.num_stored_tokens
         larger = [k for k in self._cfg.variants if k - 1 > stored]
         if not larger:
-            raise KVCacheFullError(f"KV-Cache is full: num_stored_tokens={stored} capacity={self.variant - 1}")
+            raise KVCacheFullError(
+                f"KV-Cache is full: num_stored_tokens={stored} capacity={self.variant - 1}"
+            )
         new = larger[0]
         self.kv.migrate(self.variant - 1, new - 1, stored)
-        logger.debug("switch generate variant kv%d → kv%d at %d stored tokens", self.variant, new, stored)
+        logger.debug(
+            "switch generate variant kv%d → kv%d at %d stored tokens", self.variant, new, stored
+        )
         self.variant = new
         self.switches += 1
 
@@ -273,7 +315,7 @@ class LLMInferRequest(DeviceInferRequest):
         n = ids.shape[1]
         if n > 1:
             raise UserInputError(
-                f'Input prompt length is greater than output "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 1.\n'
+                'Input prompt length is greater than output "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 1.\n'
                 "Please adjust it."
             )
         if not self._kv_ready:
@@ -294,7 +336,7 @@ class LLMInferRequest(DeviceInferRequest):
         s.pos[0, 0] = p0
         s.mask.fill(0)
         user_hist = mask[0, :-1][:hist]  # caller's mask minus the current token
-        s.mask[0, :user_hist.shape[0]] = user_hist
+        s.mask[0, : user_hist.shape[0]] = user_hist
         s.mask[0, -1] = 1  # the new token is the last column (past K−1 ++ new 1)
         req.infer(share_outputs=True)
         self.num_stored_tokens += 1

@@ -33,15 +33,23 @@ _PARALLEL_MIN_BYTES = 1 << 20
 class KVBuffers:
     """The flat KV buffers plus per-slot-count views (``view(i, S)`` is ``[1, H_i, S, D_i]``)."""
 
-    def __init__(self, num_heads: tuple[int, ...], head_dims: tuple[int, ...], max_slots: int, dtype: np.dtype,
-                 transposed: tuple[bool, ...] | None = None) -> None:
+    def __init__(
+        self,
+        num_heads: tuple[int, ...],
+        head_dims: tuple[int, ...],
+        max_slots: int,
+        dtype: np.dtype,
+        transposed: tuple[bool, ...] | None = None,
+    ) -> None:
         self.transposed = transposed or (False,) * len(num_heads)
         self.num_heads = num_heads
         self.head_dims = head_dims
         self.max_slots = max_slots
         self.dtype = np.dtype(dtype)
         # Allocated once for the largest view; nothing else in the plugin allocates KV memory.
-        self.flat = [np.zeros(h * max_slots * d, dtype=self.dtype) for h, d in zip(num_heads, head_dims)]
+        self.flat = [
+            np.zeros(h * max_slots * d, dtype=self.dtype) for h, d in zip(num_heads, head_dims)
+        ]
         self._tensors: dict[tuple[int, int], ov.Tensor] = {}
         self._views: dict[tuple[int, int], np.ndarray] = {}
         self._pool: ThreadPoolExecutor | None = None
@@ -100,4 +108,6 @@ class KVBuffers:
             tmp = self.seq(i, src_slots)[:, :, :count, :].copy()  # the views overlap: stage first
             self.seq(i, dst_slots)[:, :, :count, :] = tmp
 
-        self.for_each(move, nbytes_hint=count * self.num_heads[0] * self.head_dims[0] * self.dtype.itemsize)
+        self.for_each(
+            move, nbytes_hint=count * self.num_heads[0] * self.head_dims[0] * self.dtype.itemsize
+        )

@@ -63,7 +63,9 @@ def to_stateless(model: ov.Model) -> tuple[ov.Model, KVLayout]:
     try:
         stateful_to_stateless_transformation(m)
     except RuntimeError as e:
-        raise CompileError(f"stateful_to_stateless_transformation failed: {e}", stage="transform") from e
+        raise CompileError(
+            f"stateful_to_stateless_transformation failed: {e}", stage="transform"
+        ) from e
     past, present, heads, dims = [], [], [], []
     for p in m.inputs:
         name = p.get_any_name()
@@ -72,17 +74,21 @@ def to_stateless(model: ov.Model) -> tuple[ov.Model, KVLayout]:
             continue
         ps = p.get_partial_shape()
         if ps.rank.get_length() != 4 or not ps[1].is_static or not ps[3].is_static:
-            raise UserInputError(f"KV input {name} has shape {ps}; NPUW needs [batch, kv_heads, seq, head_dim] "
-                                 "with static kv_heads and head_dim")
+            raise UserInputError(
+                f"KV input {name} has shape {ps}; NPUW needs [batch, kv_heads, seq, head_dim] "
+                "with static kv_heads and head_dim"
+            )
         past.append(name)
         present.append(f"present.{mt.group(1)}.{mt.group(2)}")
         heads.append(ps[1].get_length())
         dims.append(ps[3].get_length())
     outs = {n for o in m.outputs for n in o.get_names()}
     if not past or any(n not in outs for n in present) or "logits" not in outs:
-        raise CompileError(f"stateful_to_stateless produced unexpected I/O: inputs {sorted(_names(m))}, "
-                           f"outputs {sorted(outs)}; expected past_key_values.N.* / present.N.* / logits",
-                           stage="transform")
+        raise CompileError(
+            f"stateful_to_stateless produced unexpected I/O: inputs {sorted(_names(m))}, "
+            f"outputs {sorted(outs)}; expected past_key_values.N.* / present.N.* / logits",
+            stage="transform",
+        )
     return m, KVLayout(tuple(past), tuple(present), tuple(heads), tuple(dims))
 
 
@@ -107,8 +113,11 @@ def _kv_concat(param: ov.Node) -> ov.Node:
         node = t.get_node()
         if node.get_type_name() == "Concat" and node.get_input_size() == 2 and t.get_index() == 0:
             return node
-    raise CompileError(f"{param.get_friendly_name()}: expected Concat(past, new) as consumer, found "
-                       f"{[t.get_node().get_type_name() for t in targets]}", stage="transform")
+    raise CompileError(
+        f"{param.get_friendly_name()}: expected Concat(past, new) as consumer, found "
+        f"{[t.get_node().get_type_name() for t in targets]}",
+        stage="transform",
+    )
 
 
 def _remove_empty_kv_inputs(model: ov.Model, kv: KVLayout) -> None:
@@ -126,7 +135,10 @@ def _redirect_new_kv_to_output(model: ov.Model, kv: KVLayout) -> None:
         res = _result(model, name)
         src = res.input_value(0).get_node()
         if src.get_type_name() != "Concat" or src.get_input_size() != 2:
-            raise CompileError(f"{name}: expected Result(Concat(past, new)), found {src.get_type_name()}", stage="transform")
+            raise CompileError(
+                f"{name}: expected Result(Concat(past, new)), found {src.get_type_name()}",
+                stage="transform",
+            )
         res.input(0).replace_source_output(src.input_value(1))
 
 
@@ -183,8 +195,13 @@ def _slice_logits_to_last(model: ov.Model) -> None:
     hidden = node.input_value(0)
     if hidden.get_partial_shape().rank.get_length() != 3:
         return
-    sl = ops.slice(hidden, ops.constant([-1], ov.Type.i64), ops.constant([2**62], ov.Type.i64),
-                   ops.constant([1], ov.Type.i64), ops.constant([1], ov.Type.i64))
+    sl = ops.slice(
+        hidden,
+        ops.constant([-1], ov.Type.i64),
+        ops.constant([2**62], ov.Type.i64),
+        ops.constant([1], ov.Type.i64),
+        ops.constant([1], ov.Type.i64),
+    )
     node.input(0).replace_source_output(sl.output(0))
 
 
@@ -201,11 +218,15 @@ def _static(model: ov.Model, kv: KVLayout, q_len: int, mask_len: int, has_past: 
     try:
         model.reshape(shapes)
     except RuntimeError as e:
-        raise CompileError(f"cannot reshape {model.get_friendly_name()} to static {shapes}: {e}", stage="reshape") from e
+        raise CompileError(
+            f"cannot reshape {model.get_friendly_name()} to static {shapes}: {e}", stage="reshape"
+        ) from e
     model.validate_nodes_and_infer_types()
 
 
-def make_prefill_model(stateless: ov.Model, kv: KVLayout, max_prompt: int, chunk: int, kv_type: ov.Type) -> ov.Model:
+def make_prefill_model(
+    stateless: ov.Model, kv: KVLayout, max_prompt: int, chunk: int, kv_type: ov.Type
+) -> ov.Model:
     """Static prefill: [1,P] without past (whole prompt) or [1,C] chunk with [1,H,P−C,D] past."""
     m = stateless.clone()
     m.set_friendly_name(f"{stateless.get_friendly_name()}_prefill")
@@ -220,7 +241,9 @@ def make_prefill_model(stateless: ov.Model, kv: KVLayout, max_prompt: int, chunk
     return m
 
 
-def make_generate_model(stateless: ov.Model, kv: KVLayout, kv_size: int, kv_type: ov.Type) -> ov.Model:
+def make_generate_model(
+    stateless: ov.Model, kv: KVLayout, kv_size: int, kv_type: ov.Type
+) -> ov.Model:
     """Static generate variant: [1,1] token, [1,K] mask, past [1,H,K−1,D], present [1,H,1,D]."""
     m = stateless.clone()
     m.set_friendly_name(f"{stateless.get_friendly_name()}_kv{kv_size}")

@@ -14,8 +14,42 @@ pytestmark = pytest.mark.oracle
 # "Once upon a time, there was a little girl named Lily." (stories260K tokenizer)
 SHORT = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426]
 # the same story sentence pair repeated: 205 tokens, longer than three 64-token chunks
-_SENT = [403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
-         410, 408, 419, 292, 411, 322, 265, 262, 379, 335, 311, 374, 419, 426]
+_SENT = [
+    403,
+    407,
+    261,
+    378,
+    432,
+    383,
+    286,
+    261,
+    376,
+    298,
+    315,
+    421,
+    395,
+    317,
+    426,
+    338,
+    401,
+    396,
+    267,
+    337,
+    410,
+    408,
+    419,
+    292,
+    411,
+    322,
+    265,
+    262,
+    379,
+    335,
+    311,
+    374,
+    419,
+    426,
+]
 LONG = ([1] + _SENT * 6)[:150]
 
 
@@ -43,7 +77,9 @@ def test_greedy_matches_real_npuw_and_cpu(name, device, llm, emu_core):
     if device not in emu_core.registry:
         pytest.skip(f"device {device} (our emulated NPU) is not registered yet")
     cfg, prompt, n, calls = SCENARIOS[name]
-    req = emu_core.compile_model(stories_model, "NPU", _ours({**cfg, "NPUW_DEVICES": device})).create_infer_request()
+    req = emu_core.compile_model(
+        stories_model, "NPU", _ours({**cfg, "NPUW_DEVICES": device})
+    ).create_infer_request()
     ours, err = greedy(req, prompt, n)
     assert err is None
     assert req._impl.prefill_calls == calls
@@ -57,7 +93,9 @@ def test_variant_switch_mid_generation(llm, emu_core):
     _, stories_model, cpu_request = llm
     """Variants 128/192/320: a 16-token prompt binds kv128 and must migrate twice while generating."""
     cfg = real_npuw_config(256, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=64)
-    cm = emu_core.compile_model(stories_model, "NPU", _ours({**cfg, "NPUW_LLM_GENERATE_VARIANTS": "128,192"}))
+    cm = emu_core.compile_model(
+        stories_model, "NPU", _ours({**cfg, "NPUW_LLM_GENERATE_VARIANTS": "128,192"})
+    )
     assert cm.get_property("NPUW_LLM_GENERATE_VARIANTS") == "128,192,320"
     req = cm.create_infer_request()
     ours, err = greedy(req, SHORT, 250)
@@ -86,7 +124,9 @@ def test_generation_up_to_kv_limit(llm, emu_core):
 def test_one_token_prompt_on_reused_request(llm, emu_core):
     _, stories_model, cpu_request = llm
     """A one-token prompt after another conversation is a new conversation (the real NPUW errs here)."""
-    req = emu_core.compile_model(stories_model, "NPU", _ours(real_npuw_config(64, 64))).create_infer_request()
+    req = emu_core.compile_model(
+        stories_model, "NPU", _ours(real_npuw_config(64, 64))
+    ).create_infer_request()
     greedy(req, SHORT, 10)
     ours, _ = greedy(req, [1], 40, reset=False)  # no reset_state: routing must still see position 0
     ref, _ = greedy(cpu_request, [1], 40)
@@ -102,10 +142,16 @@ def test_compressed_weights(fixture, request, emu_core):
 
     model = ov.Core().read_model(Path(request.getfixturevalue(fixture)) / "openvino_model.xml")
     sub = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
-    cfg = real_npuw_config(128, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=64,
-                           **{"++NPUW_LLM_PREFILL_CONFIG": sub, "++NPUW_LLM_GENERATE_CONFIG": sub})
+    cfg = real_npuw_config(
+        128,
+        64,
+        NPUW_LLM_PREFILL_CHUNK_SIZE=64,
+        **{"++NPUW_LLM_PREFILL_CONFIG": sub, "++NPUW_LLM_GENERATE_CONFIG": sub},
+    )
     cpu = ov.Core().compile_model(model, "CPU", CPU_EXACT_CONFIG).create_infer_request()
-    ours, err = greedy(emu_core.compile_model(model, "NPU", _ours(cfg)).create_infer_request(), SHORT, 80)
+    ours, err = greedy(
+        emu_core.compile_model(model, "NPU", _ours(cfg)).create_infer_request(), SHORT, 80
+    )
     assert err is None
     assert ours == greedy(cpu, SHORT, 80)[0]
     assert_matches_real(ours, greedy(_real(model, cfg), SHORT, 80)[0], cpu, SHORT)
@@ -114,8 +160,13 @@ def test_compressed_weights(fixture, request, emu_core):
 def test_v_transposed_layout(llm, emu_core):
     """NPUW_LLM_OPTIMIZE_V_TENSORS=YES stores V as [1,H,D,K−1] (the real layout); ids do not change."""
     _, model, cpu = llm
-    cfg = real_npuw_config(128, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=32, NPUW_LLM_GENERATE_VARIANTS="128",
-                           NPUW_LLM_OPTIMIZE_V_TENSORS="YES")
+    cfg = real_npuw_config(
+        128,
+        64,
+        NPUW_LLM_PREFILL_CHUNK_SIZE=32,
+        NPUW_LLM_GENERATE_VARIANTS="128",
+        NPUW_LLM_OPTIMIZE_V_TENSORS="YES",
+    )
     req = emu_core.compile_model(model, "NPU", _ours(cfg)).create_infer_request()
     ours, err = greedy(req, LONG[:60], 100)  # two chunks, kv128, then a switch to kv192
     assert err is None and req._impl.prefill_calls == 2 and req._impl.switches == 1

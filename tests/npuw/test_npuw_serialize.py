@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from ov_npu_emu_npuw.serialize import MAGIC
 
 from ov_npu_emu.errors import BlobFormatError, NpuEmuError
-from ov_npu_emu_npuw.serialize import MAGIC
 from tests.npuw._oracle import greedy, real_npuw_config
 
 SHORT = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426]
@@ -43,7 +43,15 @@ cm = Core().import_model(open({str(path)!r}, "rb").read(), "NPU")
 print(json.dumps([cm.get_property("NPUW_LLM_MAX_PROMPT_LEN"), greedy(cm.create_infer_request(), {SHORT!r}, 64)[0]]))
 """
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'plugins'}"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     max_prompt, tokens = json.loads(out.stdout.strip().splitlines()[-1])
     assert max_prompt == 128
@@ -59,20 +67,32 @@ def _with_header(blob: bytes, edit) -> bytes:
     """Rewrite the JSON header of an artefact (keeps the framing valid)."""
     off = len(MAGIC)
     fmt, hlen = struct.unpack_from("<IQ", blob, off)
-    header = json.loads(blob[off + 12: off + 12 + hlen])
+    header = json.loads(blob[off + 12 : off + 12 + hlen])
     edit(header)
     h = json.dumps(header).encode()
-    return MAGIC + struct.pack("<IQ", fmt, len(h)) + h + blob[off + 12 + hlen:]
+    return MAGIC + struct.pack("<IQ", fmt, len(h)) + h + blob[off + 12 + hlen :]
 
 
-@pytest.mark.parametrize("mutate, match", [
-    (lambda b: b"\x00" * 64 + b, None),  # foreign bytes: not claimed by NPUW, rejected by the device
-    (lambda b: b[: len(b) // 2], "truncated"),
-    (lambda b: b[: len(MAGIC) + 6], "truncated"),
-    (lambda b: _with_header(b, lambda h: h["versions"].update(openvino="1999.0")), "different OV version"),
-    (lambda b: _with_header(b, lambda h: h["versions"].update(ov_npu_emu="0.0.1")), "different OV version"),
-    (lambda b: b[:-10] + bytes(10), "corrupt"),
-])
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (
+            lambda b: b"\x00" * 64 + b,
+            None,
+        ),  # foreign bytes: not claimed by NPUW, rejected by the device
+        (lambda b: b[: len(b) // 2], "truncated"),
+        (lambda b: b[: len(MAGIC) + 6], "truncated"),
+        (
+            lambda b: _with_header(b, lambda h: h["versions"].update(openvino="1999.0")),
+            "different OV version",
+        ),
+        (
+            lambda b: _with_header(b, lambda h: h["versions"].update(ov_npu_emu="0.0.1")),
+            "different OV version",
+        ),
+        (lambda b: b[:-10] + bytes(10), "corrupt"),
+    ],
+)
 def test_bad_artefacts_are_typed_errors(blob, emu_core, mutate, match):
     with pytest.raises(BlobFormatError if match else NpuEmuError, match=match):
         emu_core.import_model(mutate(blob), "NPU")
@@ -85,7 +105,10 @@ def test_cache_dir_second_start_loads(stories_model, emu_core, tmp_path, caplog)
     (entry,) = list(tmp_path.glob("npuw_llm_*.blob"))
     second = emu_core.compile_model(stories_model, "NPU", cfg)
     assert second.impl.loaded_from_cache
-    assert greedy(second.create_infer_request(), SHORT, 20)[0] == greedy(first.create_infer_request(), SHORT, 20)[0]
+    assert (
+        greedy(second.create_infer_request(), SHORT, 20)[0]
+        == greedy(first.create_infer_request(), SHORT, 20)[0]
+    )
     # a different config is a different entry
     emu_core.compile_model(stories_model, "NPU", {**cfg, "NPUW_LLM_MIN_RESPONSE_LEN": 128})
     assert len(list(tmp_path.glob("npuw_llm_*.blob"))) == 2
