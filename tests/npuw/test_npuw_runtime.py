@@ -195,3 +195,38 @@ def test_compile_reports_progress_per_sub_model(emu_core, stories_model, caplog)
         "[2/3] compiled Model0_kv192",
         "[3/3] compiled Model0_prefill",
     ]
+
+
+@pytest.fixture(scope="module", params=["DYNAMIC", "STATIC"])
+def exact_cm(request, stories_model, emu_core):
+    cfg = real_npuw_config(
+        192,
+        64,
+        NPUW_LLM_PREFILL_CHUNK_SIZE=64,
+        NPUW_LLM_PREFILL_HINT=request.param,
+        KV_CACHE_PRECISION="f32",
+        NPUW_LLM_GENERATE_VARIANTS="128,192",
+    )
+    return request.param, emu_core.compile_model(stories_model, "NPU", cfg)
+
+
+def test_prompt_length_edges(exact_cm, cpu_request):
+    """Chunk and prompt boundaries (1, C−1, C, C+1, 2C, 2C+1, P−1, P) against the CPU model."""
+    hint, cm = exact_cm
+    req = cm.create_infer_request()
+    text = ([1] + SHORT[1:] * 20)[:192]
+    for n, calls, variant in [
+        (1, 1, 128),
+        (2, 1, 128),
+        (63, 1, 128),
+        (64, 1, 128),
+        (65, 2, 192),
+        (128, 2, 192),
+        (129, 3, 256),
+        (191, 3, 256),
+        (192, 3, 256),
+    ]:
+        ours, err = greedy(req, text[:n], 12)
+        assert err is None and ours == greedy(cpu_request, text[:n], 12)[0], n
+        assert req._impl.variant == variant
+        assert req._impl.prefill_calls == (calls if hint == "DYNAMIC" else 1)
