@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ov_npu_emu.api.core import Core
 
 __all__ = [
+    "ovnpu_add_cli_commands",
     "ovnpu_compile_model",
     "ovnpu_import_model",
 ]
@@ -42,3 +43,11 @@ def ovnpu_import_model(
     if not blob.startswith(MAGIC):
         return None
     return import_llm(core, blob, config)
+
+
+@hookimpl
+def ovnpu_add_cli_commands(subparsers: Any) -> None:
+    """``ov-npu-emu npuw``: compile with NPUW, show the static models and KV plan, export."""
+    from ov_npu_emu_npuw.cli import register
+
+    register(subparsers)
