@@ -19,6 +19,8 @@ def test_npuw_command_summarizes_and_exports(tmp_path, capsys, emu_core):
         str(STORIES),
         "--max-prompt",
         "128",
+        "--min-response",
+        "64",
         "--chunk",
         "64",
         "--variants",
