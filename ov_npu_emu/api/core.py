@@ -86,6 +86,15 @@ class Core:
         self.registry.get(name)  # raises DeviceNotFoundError with a suggestion
         return name
 
+    def _claimable_device(self, device_name: str | None) -> tuple[str, Any]:
+        """Canonical name and device, or None when unregistered: a claim hook may still serve it
+        (NPUW claims "NPU" LLM configs and runs them on NPUW_DEVICES, e.g. CPU)."""
+        if device_name is None or canonical_device_name(device_name) == "AUTO":
+            name = self.default_device()
+        else:
+            name = canonical_device_name(device_name)
+        return name, (self.registry.get(name) if name in self.registry else None)
+
     # -- models ------------------------------------------------------------------------
     def read_model(self, model: str | os.PathLike | bytes | ov.Model, weights: Any = None, config: Mapping[str, Any] | None = None) -> ov.Model:
         """Read an IR (path or XML bytes) with openvino; tokenizer IR extensions load on demand."""
@@ -119,11 +128,11 @@ class Core:
             model = self.read_model(model)
         if config is not None and not isinstance(config, Mapping):
             raise UserInputError(f"config must be a dict of properties, got {type(config).__name__}")
-        name = self._device_name(device_name)
-        device = self.registry.get(name)
-        merged = device.merged_config(config)
+        name, device = self._claimable_device(device_name)
+        merged = device.merged_config(config) if device is not None else dict(config or {})
         impl = self._pm.hook.ovnpu_compile_model(core=self, model=model, device_name=name, config=merged)
         if impl is None:
+            device = device if device is not None else self.registry.get(name)  # DeviceNotFoundError
             impl = device.compile_model(model, merged)
         return CompiledModel(impl, name)
 
@@ -139,11 +148,11 @@ class Core:
             blob = model_stream.read()
         else:
             raise UserInputError(f"import_model needs bytes, a binary stream or a Tensor, got {type(model_stream).__name__}")
-        name = self._device_name(device_name)
-        device = self.registry.get(name)
-        merged = device.merged_config(config)
+        name, device = self._claimable_device(device_name)
+        merged = device.merged_config(config) if device is not None else dict(config or {})
         impl = self._pm.hook.ovnpu_import_model(core=self, blob=blob, device_name=name, config=merged)
         if impl is None:
+            device = device if device is not None else self.registry.get(name)  # DeviceNotFoundError
             impl = device.import_model(blob, merged)
         return CompiledModel(impl, name)
 

@@ -1,0 +1,53 @@
+"""NPUW plugin: one stateful LLM IR → static prefill + generate variants over one KV buffer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import openvino as ov
+
+from ov_npu_emu.hookspecs import hookimpl
+from ov_npu_emu.runtime.device import DeviceCompiledModel
+from ov_npu_emu_npuw.config import is_npuw_llm_config
+
+if TYPE_CHECKING:
+    from ov_npu_emu.api.core import Core
+
+__all__ = [
+    "ovnpu_add_cli_commands",
+    "ovnpu_compile_model",
+    "ovnpu_import_model",
+]
+
+
+@hookimpl(tryfirst=True)
+def ovnpu_compile_model(
+    core: Core, model: ov.Model, device_name: str, config: Mapping[str, Any]
+) -> DeviceCompiledModel | None:
+    """Claim "NPU" compilations with NPU_USE_NPUW=YES and NPUW_LLM=YES (what openvino.genai sets)."""
+    if not is_npuw_llm_config(device_name, config):
+        return None
+    from ov_npu_emu_npuw.compiled_model import compile_llm
+
+    return compile_llm(core, model, config)
+
+
+@hookimpl(tryfirst=True)
+def ovnpu_import_model(
+    core: Core, blob: bytes, device_name: str, config: Mapping[str, Any]
+) -> DeviceCompiledModel | None:
+    """Claim artefacts written by our ``export_model`` (they start with our magic bytes)."""
+    from ov_npu_emu_npuw.serialize import MAGIC, import_llm
+
+    if not blob.startswith(MAGIC):
+        return None
+    return import_llm(core, blob, config)
+
+
+@hookimpl
+def ovnpu_add_cli_commands(subparsers: Any) -> None:
+    """``ov-npu-emu npuw``: compile with NPUW, show the static models and KV plan, export."""
+    from ov_npu_emu_npuw.cli import register
+
+    register(subparsers)

@@ -1,0 +1,119 @@
+"""``ov-npu-emu npuw``: compile an LLM the NPUW way, show its static models and KV plan, export it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "npuw",
+        help="compile a stateful LLM with NPUW: list prefill/generate models, KV plan; export a blob",
+        description=(
+            "Compile MODEL (an IR .xml or an optimum-intel folder) with NPU_USE_NPUW=YES and "
+            "NPUW_LLM=YES, print the static sub-models, their compile times and the KV buffer plan, "
+            "and optionally export the artefact (Core.import_model(blob, 'NPU') restores it)."
+        ),
+    )
+    p.add_argument("model", help="openvino_model.xml or a folder holding it")
+    p.add_argument("--device", default="CPU", help="NPUW_DEVICES for the sub-models (default CPU)")
+    p.add_argument("--max-prompt", type=int, help="NPUW_LLM_MAX_PROMPT_LEN (default 1024)")
+    p.add_argument("--min-response", type=int, help="NPUW_LLM_MIN_RESPONSE_LEN (default 128)")
+    p.add_argument(
+        "--chunk", type=int, help="NPUW_LLM_PREFILL_CHUNK_SIZE (power of two, 0 = static)"
+    )
+    p.add_argument("--variants", help="NPUW_LLM_GENERATE_VARIANTS, e.g. 256,512,1024")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="any other property"
+    )
+    p.add_argument("--export", metavar="PATH", help="write the compiled artefact here")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(func=run)
+
+
+def _config(args: argparse.Namespace) -> dict[str, Any]:
+    from ov_npu_emu.errors import ConfigError
+
+    cfg: dict[str, Any] = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": args.device}
+    for key, value in (
+        ("NPUW_LLM_MAX_PROMPT_LEN", args.max_prompt),
+        ("NPUW_LLM_MIN_RESPONSE_LEN", args.min_response),
+        ("NPUW_LLM_PREFILL_CHUNK_SIZE", args.chunk),
+        ("NPUW_LLM_GENERATE_VARIANTS", args.variants),
+    ):
+        if value is not None:
+            cfg[key] = value
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        cfg[key.strip()] = value.strip()
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    from ov_npu_emu import Core
+
+    path = Path(args.model)
+    xml = path / "openvino_model.xml" if path.is_dir() else path
+    core = Core()
+    compiled = core.compile_model(str(xml), "NPU", _config(args))
+    cm = compiled.impl
+    req = compiled.create_infer_request()
+    kv = req._impl.kv
+    models = [("prefill", cm.subs.prefill)] + [
+        (f"kv{k}", s) for k, s in sorted(cm.subs.generate.items())
+    ]
+    rows = []
+    for role, sub in models:
+        shapes = {
+            p.any_name: str(p.partial_shape)
+            for p in sub.inputs
+            if not p.any_name.startswith("past_")
+        }
+        past = [p for p in sub.inputs if p.any_name.startswith("past_")]
+        rows.append(
+            {
+                "model": f"{cm.name}_{role}",
+                "inputs": shapes,
+                "past": str(past[0].partial_shape) if past else "none",
+                "compile_s": round(cm.compile_seconds.get(f"{cm.name}_{role}", 0.0), 3),
+            }
+        )
+    summary = {
+        "device": cm.device,
+        "max_prompt_len": cm.cfg.max_prompt_len,
+        "min_response_len": cm.cfg.min_response_len,
+        "chunk": cm.cfg.chunk_size,
+        "variants": list(cm.cfg.variants),
+        "kv_precision": cm.cfg.kv_precision,
+        "kv_tensors": len(kv),
+        "kv_bytes_per_request": kv.nbytes,
+        "capacity_tokens": req._impl.capacity,
+        "models": rows,
+    }
+    if args.export:
+        Path(args.export).write_bytes(compiled.export_model().getvalue())
+        summary["exported"] = args.export
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(
+        f"NPUW LLM {cm.name} on {cm.device}: prompt ≤ {summary['max_prompt_len']}, "
+        f"chunk {summary['chunk'] or 'off (static prefill)'}, variants {summary['variants']}, "
+        f"KV {summary['kv_precision']}"
+    )
+    print(
+        f"KV buffer: {len(kv)} tensors, {kv.nbytes / 1e6:.2f} MB per request, "
+        f"capacity {summary['capacity_tokens']} tokens"
+    )
+    for r in rows:
+        print(f"  {r['model']:28s} {r['compile_s']:7.2f} s  {r['inputs']}  past {r['past']}")
+    if args.export:
+        print(f"exported to {args.export}")
+    return 0

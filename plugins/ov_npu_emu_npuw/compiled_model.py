@@ -1,0 +1,214 @@
+"""LLMCompiledModel: the stateful-looking LLM built from a static prefill model and generate variants."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import openvino as ov
+
+from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, PluginError
+from ov_npu_emu.runtime.device import DeviceCompiledModel, PortInfo
+from ov_npu_emu_npuw.config import LLMConfig, parse_config
+from ov_npu_emu_npuw.transform import (
+    KVLayout,
+    make_generate_model,
+    make_prefill_model,
+    to_stateless,
+)
+
+if TYPE_CHECKING:
+    from ov_npu_emu.api.compiled_model import CompiledModel
+    from ov_npu_emu.api.core import Core
+    from ov_npu_emu_npuw.infer_request import LLMInferRequest
+
+__all__ = ["LLMCompiledModel", "compile_llm", "configure_logging", "pick_device"]
+
+logger = logging.getLogger("ov_npu_emu_npuw")
+
+#: verbosity of this plugin's log (ERROR/WARNING/INFO/DEBUG); the real NPUW reads OPENVINO_NPUW_LOG_LEVEL
+LOG_ENV = "OV_NPU_EMU_NPUW_LOG_LEVEL"
+_logging_configured = False
+
+
+def configure_logging() -> None:
+    """Honour the log-level env vars once (library code never prints; this only attaches a handler)."""
+    global _logging_configured
+    if _logging_configured:
+        return
+    _logging_configured = True
+    level = os.environ.get(LOG_ENV) or os.environ.get("OPENVINO_NPUW_LOG_LEVEL")
+    if level:
+        logger.setLevel(getattr(logging, level.upper(), logging.INFO))
+        if not logger.handlers:
+            h = logging.StreamHandler(sys.stderr)
+            h.setFormatter(logging.Formatter("[NPUW] %(message)s"))
+            logger.addHandler(h)
+
+
+def pick_device(core: Core, devices: tuple[str, ...]) -> str:
+    """First device of NPUW_DEVICES that is registered (the fallback-list semantics)."""
+    names = core.registry.names()
+    for d in devices:
+        if d in names:
+            return d
+    if "NPU" in devices:
+        raise PluginError(
+            f"NPUW_DEVICES={','.join(devices)}: the emulated NPU device plugin (ov_npu_emu_npu) is not available "
+            f"in this installation; set NPUW_DEVICES to one of {sorted(names)}, e.g. NPUW_DEVICES=CPU"
+        )
+    raise DeviceNotFoundError(",".join(devices), sorted(names))
+
+
+@dataclasses.dataclass
+class SubModels:
+    """The compiled static models of one LLM (facade CompiledModels on the chosen device)."""
+
+    prefill: CompiledModel
+    generate: dict[int, CompiledModel]  # KV size -> variant
+
+
+class LLMCompiledModel(DeviceCompiledModel):
+    """Stateful interface (input_ids, attention_mask, position_ids, beam_idx → logits) over static models."""
+
+    def __init__(
+        self,
+        name: str,
+        cfg: LLMConfig,
+        kv: KVLayout,
+        device: str,
+        subs: SubModels,
+        inputs: list[PortInfo],
+        outputs: list[PortInfo],
+        compile_seconds: dict[str, float] | None = None,
+    ) -> None:
+        self.name = name
+        self.cfg = cfg
+        self.kv = kv
+        self.device = device
+        self.subs = subs
+        self.inputs = inputs
+        self.outputs = outputs
+        self.compile_seconds = compile_seconds or {}
+        self.kv_dtype = np.float16 if cfg.kv_precision == "f16" else np.float32
+        self.loaded_from_cache = False
+
+    def create_infer_request(self) -> LLMInferRequest:
+        from ov_npu_emu_npuw.infer_request import LLMInferRequest
+
+        return LLMInferRequest(self)
+
+    def export_model(self) -> bytes:
+        from ov_npu_emu_npuw.serialize import export_llm
+
+        return export_llm(self)
+
+    def get_property(self, name: str) -> Any:
+        props = self.cfg.properties()
+        if name in props:
+            return props[name]
+        if name in (
+            "NPUW_LLM_PREFILL_CONFIG",
+            "NPUW_LLM_GENERATE_CONFIG",
+            "NPUW_LLM_SHARED_HEAD_CONFIG",
+        ):
+            raise ConfigError(f"{name} is write-only option!", key=name)  # real text
+        if name == "SUPPORTED_PROPERTIES":
+            return sorted(
+                {
+                    *props,
+                    "SUPPORTED_PROPERTIES",
+                    "NETWORK_NAME",
+                    "MODEL_NAME",
+                    "OPTIMAL_NUMBER_OF_INFER_REQUESTS",
+                }
+            )
+        if name in ("NETWORK_NAME", "MODEL_NAME"):
+            return self.name
+        if name == "OPTIMAL_NUMBER_OF_INFER_REQUESTS":
+            return 1
+        if name == "EXECUTION_DEVICES":
+            return [self.device]
+        raise ConfigError(f"Unsupported property {name} by NPUW LLM compiled model", key=name)
+
+    def set_property(self, properties: Mapping[str, Any]) -> None:
+        raise ConfigError(
+            f"NPUW LLM compiled model properties are read-only; pass {sorted(properties)} to compile_model"
+        )
+
+
+def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCompiledModel:
+    """Compile a stateful LLM the NPUW way; with CACHE_DIR, reuse a previous compilation from disk."""
+    configure_logging()
+    cfg = parse_config(config)
+    key = None
+    if cfg.cache_dir:
+        from ov_npu_emu_npuw.serialize import cache_key, load_cached, store_cached
+
+        key = cache_key(model, cfg)
+        cached = load_cached(core, cfg.cache_dir, key, config)
+        if cached is not None:
+            return cached
+    cm = _build(core, model, cfg)
+    if key is not None:
+        store_cached(cfg.cache_dir, key, cm)
+    return cm
+
+
+def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
+    device = pick_device(core, cfg.devices)
+    t_all = time.perf_counter()
+    stateless, kv = to_stateless(model)
+    kv = kv.with_v_transposed(cfg.optimize_v)
+    kv_type = ov.Type.f16 if cfg.kv_precision == "f16" else ov.Type.f32
+    name = model.get_friendly_name()
+    jobs = [(f"{name}_kv{k}", k) for k in cfg.variants] + [(f"{name}_prefill", None)]
+    seconds: dict[str, float] = {}
+    generate: dict[int, CompiledModel] = {}
+    prefill = None
+    for n, (sub_name, k) in enumerate(jobs, 1):
+        t0 = time.perf_counter()
+        if k is None:
+            static = make_prefill_model(stateless, kv, cfg.max_prompt_len, cfg.chunk_size, kv_type)
+            prefill = core.compile_model(static, device, cfg.prefill_config)
+        else:
+            static = make_generate_model(stateless, kv, k, kv_type)
+            generate[k] = core.compile_model(static, device, cfg.generate_config)
+        seconds[sub_name] = time.perf_counter() - t0
+        logger.info(
+            "[%d/%d] compiled %s on %s in %.2f s", n, len(jobs), sub_name, device, seconds[sub_name]
+        )
+    logger.info(
+        "NPUW LLM %s ready in %.2f s: prefill %s, generate variants %s, KV %s",
+        name,
+        time.perf_counter() - t_all,
+        f"chunk {cfg.chunk_size} of {cfg.max_prompt_len}"
+        if cfg.chunk_size
+        else f"static {cfg.max_prompt_len}",
+        list(cfg.variants),
+        cfg.kv_precision,
+    )
+    ins = [PortInfo.from_ov_port(i, p) for i, p in enumerate(model.inputs)]
+    outs = [PortInfo.from_ov_port(i, p) for i, p in enumerate(model.outputs)]
+    if [p.any_name for p in outs] != ["logits"]:
+        raise PluginError(
+            f"NPUW LLM expects a single 'logits' output, the model has {[p.names for p in outs]}"
+        )
+    if prefill is None:  # unreachable: the job list always ends with the prefill
+        raise PluginError("prefill model was not compiled")
+    return LLMCompiledModel(name, cfg, kv, device, SubModels(prefill, generate), ins, outs, seconds)
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ov-npu-emu")
+    except PackageNotFoundError:  # running from a checkout
+        return "0+unknown"

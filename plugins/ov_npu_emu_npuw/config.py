@@ -1,0 +1,374 @@
+"""NPUW LLM configuration: keys, real defaults, alignment rules and validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ov_npu_emu.errors import ConfigError
+
+__all__ = [
+    "LLMConfig",
+    "align_to",
+    "is_npuw_llm_config",
+    "parse_config",
+    "pyramid_sizes",
+    "select_variant",
+]
+
+logger = logging.getLogger(__name__)
+
+#: our own key (not in the real NPUW): explicit generate-variant KV sizes, e.g. "256,512,1024,1152"
+VARIANTS_KEY = "NPUW_LLM_GENERATE_VARIANTS"
+
+#: keys we interpret, with the real defaults (npuw_option_defs.inc) unless marked ours
+DEFAULTS: dict[str, Any] = {
+    "NPU_USE_NPUW": "NO",
+    "NPUW_LLM": "NO",
+    "NPUW_LLM_BATCH_DIM": 0,
+    "NPUW_LLM_SEQ_LEN_DIM": 2,
+    "NPUW_LLM_MAX_PROMPT_LEN": 1024,
+    "NPUW_LLM_MIN_RESPONSE_LEN": 128,
+    "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 1,
+    "NPUW_LLM_PREFILL_CHUNK_SIZE": 1024,
+    "NPUW_LLM_PREFILL_HINT": "DYNAMIC",
+    "NPUW_LLM_GENERATE_HINT": "FAST_COMPILE",
+    "NPUW_LLM_GENERATE_PYRAMID": True,
+    "NPUW_LLM_SHARED_HEAD": False,  # real: YES; we keep the head in each model (see docs)
+    "NPUW_LLM_OPTIMIZE_V_TENSORS": False,  # real: YES; ours stores V [1,H,D,S] only when asked
+    "NPUW_LLM_CACHE_ROPE": False,  # real: YES; not implemented (see docs)
+    "NPUW_DEVICES": "NPU",  # real: "NPU,CPU"; ours means the emulated NPU
+    "KV_CACHE_PRECISION": "f16",
+    VARIANTS_KEY: "",
+    "CACHE_DIR": "",
+}
+
+#: real NPUW keys about partitioning/folding that have no meaning here: accepted and ignored
+IGNORED_KEYS = frozenset(
+    {
+        "NPUW_ONLINE_PIPELINE",
+        "NPUW_FOLD",
+        "NPUW_CWAI",
+        "NPUW_DCOFF_TYPE",
+        "NPUW_DCOFF_SCALE",
+        "NPUW_FUNCALL_FOR_ALL",
+        "NPUW_FUNCALL_ASYNC",
+        "NPUW_UNFOLD_IREQS",
+        "NPUW_WEIGHTS_BANK",
+        "NPUW_WEIGHTS_BANK_ALLOC",
+        "NPUW_SLICE_OUT",
+        "NPUW_PMM",
+        "NPUW_DQ",
+        "NPUW_DQ_FULL",
+        "NPUW_ONLINE_ISOLATE",
+        "NPUW_ONLINE_KEEP_BLOCK_SIZE",
+        "NPUW_CACHE_DIR",
+        "NPUW_ACC_CHECK",
+        "NPUW_LLM_OPTIMIZE_FP8",
+        "NPUW_LLM_PREFILL_ATTENTION_HINT",
+        "NPUW_LLM_GENERATE_ATTENTION_HINT",
+        "NPUW_LLM_MAX_LORA_RANK",
+        "NPUW_LLM_ENABLE_PREFIX_CACHING",
+        "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE",
+        "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS",
+        "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE",
+        "NPUW_LLM_SHARED_HEAD_CONFIG",
+        "++NPUW_LLM_SHARED_HEAD_CONFIG",
+        "CACHE_MODE",
+    }
+)
+SUBCONFIG_KEYS = ("NPUW_LLM_PREFILL_CONFIG", "NPUW_LLM_GENERATE_CONFIG")
+_KV_PRECISIONS = {
+    "f16": "f16",
+    "f32": "f32",
+    "fp16": "f16",
+    "fp32": "f32",
+    "float16": "f16",
+    "float32": "f32",
+}
+
+
+def align_to(value: int, alignment: int) -> int:
+    """Round ``value`` up to a multiple of ``alignment``."""
+    return (value + alignment - 1) // alignment * alignment
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().upper()
+    if s in ("YES", "TRUE", "1", "ON"):
+        return True
+    if s in ("NO", "FALSE", "0", "OFF", ""):
+        return False
+    raise ConfigError(f"{key} must be YES or NO, got {value!r}", key=key)
+
+
+def _uint(key: str, value: Any, *, minimum: int = 0) -> int:
+    """A non-negative integer from an int or a decimal string; anything else is a typed error."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, str))
+        and not hasattr(value, "__index__")
+    ):
+        raise ConfigError(
+            f"{key} must be an integer, got {type(value).__name__} {value!r}", key=key
+        )
+    try:
+        n = int(value) if not isinstance(value, str) else int(value.strip(), 10)
+    except ValueError as e:
+        raise ConfigError(
+            f'{key} must be an integer, got {value!r}; pass e.g. {key}="256"', key=key
+        ) from e
+    if n < minimum:
+        what = "positive" if minimum > 0 else "non-negative"
+        raise ConfigError(f"{key} must be a {what} integer, got {n}", key=key)
+    return n
+
+
+def is_npuw_llm_config(device_name: str, config: Mapping[str, Any]) -> bool:
+    """True when the call asks for NPUW's LLM pipeline (what openvino.genai sets for "NPU")."""
+    if device_name != "NPU":
+        return False
+    try:
+        return _bool("NPU_USE_NPUW", config.get("NPU_USE_NPUW", "NO")) and _bool(
+            "NPUW_LLM", config.get("NPUW_LLM", "NO")
+        )
+    except ConfigError:
+        return False
+
+
+def pyramid_sizes(max_prompt: int, min_response: int) -> list[int]:
+    """Real NPUW pyramid: 1024·2^k + min_response while it fits, then the total."""
+    total = max_prompt + min_response
+    sizes: list[int] = []
+    base = 1024
+    while base + min_response <= total:
+        sizes.append(base + min_response)
+        base *= 2
+    if not sizes or sizes[-1] != total:
+        sizes.append(total)
+    return sizes
+
+
+def select_variant(sizes: list[int], prompt_len: int, min_response: int) -> int:
+    """Smallest KV size ≥ prompt + MIN_RESPONSE_LEN (the largest when none fits), as NPUW does."""
+    need = prompt_len + min_response
+    for s in sorted(sizes):
+        if s >= need:
+            return s
+    logger.warning("no generate variant holds %d tokens; using the largest (%d)", need, max(sizes))
+    return max(sizes)
+
+
+@dataclasses.dataclass(frozen=True)
+class LLMConfig:
+    """Validated NPUW LLM configuration (all lengths already aligned)."""
+
+    max_prompt_len: int
+    min_response_len: int
+    chunk_size: int  # 0: whole-prompt (static) prefill
+    prefill_hint: str
+    generate_hint: str
+    pyramid: bool
+    variants: tuple[int, ...]  # generate KV sizes, ascending; the last is the total
+    kv_precision: str  # "f16" | "f32"
+    optimize_v: bool  # store V transposed [1, H, D, S]
+    devices: tuple[str, ...]
+    prefill_config: dict[str, Any]
+    generate_config: dict[str, Any]
+    cache_dir: str
+    raw: dict[str, Any]  # every key the user passed (for get_property and export)
+
+    @property
+    def total_size(self) -> int:
+        return self.variants[-1]
+
+    @property
+    def use_chunking(self) -> bool:
+        return self.chunk_size > 0
+
+    def properties(self) -> dict[str, Any]:
+        """What ``get_property`` answers (the effective values, like the real compiled model)."""
+        return {
+            "NPU_USE_NPUW": True,
+            "NPUW_LLM": True,
+            "NPUW_LLM_BATCH_DIM": 0,
+            "NPUW_LLM_SEQ_LEN_DIM": 2,
+            "NPUW_LLM_MAX_PROMPT_LEN": self.max_prompt_len,
+            "NPUW_LLM_MIN_RESPONSE_LEN": self.min_response_len,
+            "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 1,
+            "NPUW_LLM_PREFILL_CHUNK_SIZE": self.chunk_size
+            if self.chunk_size
+            else int(self.raw.get("NPUW_LLM_PREFILL_CHUNK_SIZE", 1024)),
+            "NPUW_LLM_PREFILL_HINT": self.prefill_hint,
+            "NPUW_LLM_GENERATE_HINT": self.generate_hint,
+            "NPUW_LLM_GENERATE_PYRAMID": self.pyramid,
+            VARIANTS_KEY: ",".join(map(str, self.variants)),
+            "NPUW_LLM_SHARED_HEAD": False,
+            "NPUW_LLM_OPTIMIZE_V_TENSORS": self.optimize_v,
+            "NPUW_LLM_CACHE_ROPE": False,
+            "NPUW_DEVICES": ",".join(self.devices),
+            "KV_CACHE_PRECISION": self.kv_precision,
+            "CACHE_DIR": self.cache_dir,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> LLMConfig:
+        d = dict(d)
+        d["variants"] = tuple(d["variants"])
+        d["devices"] = tuple(d["devices"])
+        return cls(**d)
+
+
+def _subconfig(key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{key} must be a dict of device properties, got {type(value).__name__}", key=key
+        )
+    return dict(value)
+
+
+def parse_config(config: Mapping[str, Any]) -> LLMConfig:
+    """Validate ``config`` and apply the real alignment rules; bad values raise ConfigError."""
+    raw = dict(config)
+    # Unknown NPUW LLM keys are almost always typos: fail early with a suggestion.
+    known = set(DEFAULTS) | IGNORED_KEYS | set(SUBCONFIG_KEYS) | {"++" + k for k in SUBCONFIG_KEYS}
+    for key in raw:
+        if key.startswith(("NPUW_LLM", "++NPUW_LLM")) and key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(f"Unsupported NPUW LLM property {key}{hint}", key=key)
+    get = lambda k: raw.get(k, DEFAULTS[k])
+
+    for key, want in (("NPUW_LLM_BATCH_DIM", 0), ("NPUW_LLM_SEQ_LEN_DIM", 2)):
+        if _uint(key, get(key)) != want:
+            raise ConfigError(
+                f"{key}={raw[key]} is not supported: only the BNSD KV layout ({key}={want}) is",
+                key=key,
+            )
+    if (
+        _uint(
+            "NPUW_LLM_MAX_GENERATION_TOKEN_LEN", get("NPUW_LLM_MAX_GENERATION_TOKEN_LEN"), minimum=1
+        )
+        != 1
+    ):
+        raise ConfigError(
+            "NPUW_LLM_MAX_GENERATION_TOKEN_LEN > 1 (speculative decoding) is not supported; use 1",
+            key="NPUW_LLM_MAX_GENERATION_TOKEN_LEN",
+        )
+
+    prefill_hint = str(get("NPUW_LLM_PREFILL_HINT")).upper()
+    if prefill_hint not in ("DYNAMIC", "STATIC"):
+        raise ConfigError(
+            f"NPUW_LLM_PREFILL_HINT must be DYNAMIC or STATIC, got {get('NPUW_LLM_PREFILL_HINT')!r}",
+            key="NPUW_LLM_PREFILL_HINT",
+        )
+    generate_hint = str(get("NPUW_LLM_GENERATE_HINT")).upper()
+    if generate_hint not in ("FAST_COMPILE", "BEST_PERF"):
+        raise ConfigError(
+            f"NPUW_LLM_GENERATE_HINT must be FAST_COMPILE or BEST_PERF, got {get('NPUW_LLM_GENERATE_HINT')!r}",
+            key="NPUW_LLM_GENERATE_HINT",
+        )
+    if "NPUW_LLM_GENERATE_HINT" in raw and "NPUW_LLM_GENERATE_CONFIG" in raw:
+        # Real text; the hint only edits the default generate config, so both together is ambiguous.
+        raise ConfigError(
+            "GENERATE_HINT only works with default generate config! "
+            "Remove NPUW_LLM_GENERATE_HINT or NPUW_LLM_GENERATE_CONFIG (or use ++NPUW_LLM_GENERATE_CONFIG).",
+            key="NPUW_LLM_GENERATE_HINT",
+        )
+
+    max_prompt = align_to(
+        _uint("NPUW_LLM_MAX_PROMPT_LEN", get("NPUW_LLM_MAX_PROMPT_LEN"), minimum=1), 64
+    )
+    min_response = align_to(
+        _uint("NPUW_LLM_MIN_RESPONSE_LEN", get("NPUW_LLM_MIN_RESPONSE_LEN"), minimum=1), 64
+    )
+    chunk = _uint("NPUW_LLM_PREFILL_CHUNK_SIZE", get("NPUW_LLM_PREFILL_CHUNK_SIZE"))
+    if chunk & (chunk - 1):
+        raise ConfigError(
+            f"Configuration Error: chunk size ({chunk}) is not power of 2. "
+            "Please adjust NPUW_LLM_PREFILL_CHUNK_SIZE.",
+            key="NPUW_LLM_PREFILL_CHUNK_SIZE",
+        )
+    if prefill_hint == "STATIC" or chunk == 0 or chunk >= max_prompt:
+        chunk = 0  # real rule: chunking is off when the chunk covers the whole prompt
+    else:
+        max_prompt = align_to(max_prompt, chunk)
+    total = max_prompt + min_response
+
+    pyramid = _bool("NPUW_LLM_GENERATE_PYRAMID", get("NPUW_LLM_GENERATE_PYRAMID"))
+    explicit = get(VARIANTS_KEY)
+    if explicit not in ("", None, [], ()):
+        items = explicit.split(",") if isinstance(explicit, str) else list(explicit)
+        sizes = sorted(
+            {
+                _uint(VARIANTS_KEY, str(s).strip() if isinstance(s, str) else s, minimum=2)
+                for s in items
+            }
+        )
+        if sizes[-1] > total:
+            raise ConfigError(
+                f"{VARIANTS_KEY}: size {sizes[-1]} exceeds the total KV size {total} "
+                f"(= NPUW_LLM_MAX_PROMPT_LEN {max_prompt} + NPUW_LLM_MIN_RESPONSE_LEN {min_response})",
+                key=VARIANTS_KEY,
+            )
+        if sizes[-1] != total:
+            sizes.append(total)
+        variants = tuple(sizes)
+    elif pyramid:
+        variants = tuple(pyramid_sizes(max_prompt, min_response))
+    else:
+        variants = (total,)
+
+    kv = str(get("KV_CACHE_PRECISION")).lower().replace("<type: '", "").rstrip("'>")
+    kv = {"float16_t": "f16", "float": "f32"}.get(kv, kv)
+    if kv not in _KV_PRECISIONS:
+        raise ConfigError(
+            f"KV_CACHE_PRECISION={get('KV_CACHE_PRECISION')!r} is not supported by NPUW here; use f16 or f32",
+            key="KV_CACHE_PRECISION",
+        )
+
+    devices = tuple(d.strip().upper() for d in str(get("NPUW_DEVICES")).split(",") if d.strip())
+    if not devices:
+        raise ConfigError(
+            "NPUW_DEVICES is empty; name a device, e.g. NPUW_DEVICES=CPU", key="NPUW_DEVICES"
+        )
+
+    # Base sub-config: top-level non-NPUW keys (e.g. INFERENCE_PRECISION_HINT) flow to the devices.
+    base = {
+        k: v
+        for k, v in raw.items()
+        if not k.startswith(("NPU", "++NPUW", "KV_CACHE_PRECISION", "CACHE_DIR"))
+        and k not in IGNORED_KEYS
+    }
+    subs: list[dict[str, Any]] = []
+    for key in SUBCONFIG_KEYS:
+        sub = _subconfig(key, raw[key]) if key in raw else dict(base)
+        if "++" + key in raw:
+            sub.update(_subconfig("++" + key, raw["++" + key]))
+        subs.append(sub)
+    return LLMConfig(
+        max_prompt_len=max_prompt,
+        min_response_len=min_response,
+        chunk_size=chunk,
+        prefill_hint=prefill_hint,
+        generate_hint=generate_hint,
+        pyramid=pyramid,
+        variants=variants,
+        kv_precision=_KV_PRECISIONS[kv],
+        optimize_v=_bool("NPUW_LLM_OPTIMIZE_V_TENSORS", get("NPUW_LLM_OPTIMIZE_V_TENSORS")),
+        devices=devices,
+        prefill_config=subs[0],
+        generate_config=subs[1],
+        cache_dir=str(get("CACHE_DIR") or ""),
+        raw={k: v for k, v in raw.items() if isinstance(v, (str, int, float, bool))},
+    )

@@ -1,0 +1,344 @@
+"""LLMInferRequest: routes calls to prefill (whole or chunked) or generate and owns the KV buffer."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+import openvino as ov
+
+from ov_npu_emu.errors import KVCacheFullError, PromptTooLongError, UserInputError
+from ov_npu_emu.runtime.device import DeviceInferRequest, VariableState
+from ov_npu_emu_npuw.config import select_variant
+from ov_npu_emu_npuw.kvcache import KVBuffers
+
+if TYPE_CHECKING:
+    from ov_npu_emu.api.infer_request import InferRequest
+    from ov_npu_emu_npuw.compiled_model import LLMCompiledModel
+
+__all__ = ["LLMInferRequest", "StoredTokensState"]
+
+logger = logging.getLogger(__name__)
+
+STORED_TOKENS_STATE = "npuw_stored_tokens_state"
+
+
+class StoredTokensState(VariableState):
+    """``npuw_stored_tokens_state`` (i64[1]): read or rewind the number of tokens in the KV cache."""
+
+    def __init__(self, req: LLMInferRequest) -> None:
+        self._req = req
+
+    @property
+    def name(self) -> str:
+        return STORED_TOKENS_STATE
+
+    def get_state(self) -> ov.Tensor:
+        return ov.Tensor(np.array([self._req.num_stored_tokens], dtype=np.int64))
+
+    def set_state(self, value: ov.Tensor) -> None:
+        data = np.asarray(value.data if isinstance(value, ov.Tensor) else value).ravel()
+        if data.size != 1:
+            raise UserInputError(
+                f"{STORED_TOKENS_STATE} takes one integer, got shape {list(np.shape(data))}"
+            )
+        n = int(data[0])
+        if n > self._req.capacity:
+            raise UserInputError(
+                "Number of updated stored tokens in KV-Cache is greater than total KV-Cache size."
+            )
+        if n < 0:
+            raise UserInputError("Number of updated stored tokens is negative!")
+        self._req.num_stored_tokens = n
+
+    def reset(self) -> None:
+        self._req.reset_state()
+
+
+class _Staging:
+    """Host arrays bound once (zero-copy) to a sub-request's small inputs and all its outputs.
+
+    Binding the outputs too means a step never looks a port up: the device writes ``present`` and
+    ``logits`` straight into arrays we already hold.
+    """
+
+    def __init__(
+        self, req: InferRequest, q_len: int, mask_len: int, present_names: tuple[str, ...]
+    ) -> None:
+        self.ids = np.zeros((1, q_len), np.int64)
+        self.mask = np.zeros((1, mask_len), np.int64)
+        self.pos = np.zeros((1, q_len), np.int64)
+        for name, arr in (
+            ("input_ids", self.ids),
+            ("attention_mask", self.mask),
+            ("position_ids", self.pos),
+        ):
+            req.set_tensor(name, ov.Tensor(arr, shared_memory=True))
+        outs = {p.any_name: p for p in req.model_outputs}
+        self.present: list[np.ndarray] = []
+        for name in (*present_names, "logits"):
+            port = outs[name]
+            arr = np.zeros(port.partial_shape.to_shape(), port.element_type.to_dtype())
+            self.present.append(arr)
+            req.set_tensor(name, ov.Tensor(arr, shared_memory=True))
+        self.logits_tensor = ov.Tensor(self.present.pop(), shared_memory=True)
+
+    def zero(self) -> None:
+        self.ids.fill(0)
+        self.mask.fill(0)
+        self.pos.fill(0)
+
+
+class LLMInferRequest(DeviceInferRequest):
+    """One conversation at a time over one pre-allocated KV buffer (see kvcache.py for the layout)."""
+
+    def __init__(self, cm: LLMCompiledModel) -> None:
+        cfg = cm.cfg
+        self._cm = cm
+        self._cfg = cfg
+        self._names = [p.any_name for p in cm.inputs]
+        self._user: list[ov.Tensor] = [
+            ov.Tensor(p.element_type, [0] * p.partial_shape.rank.get_length()) for p in cm.inputs
+        ]
+        self._P = cfg.max_prompt_len
+        self._C = cfg.chunk_size
+        self.capacity = cfg.total_size - 1  # the largest variant's past holds K−1 tokens
+        self.kv = KVBuffers(
+            cm.kv.num_heads,
+            cm.kv.head_dims,
+            self.capacity,
+            cm.kv_dtype,
+            tuple(cm.kv.transposed(i) for i in range(len(cm.kv.past_names))),
+        )
+        # Prefill: the chunked past is one more prefix view of the same KV memory.
+        self._prefill = cm.subs.prefill.create_infer_request()
+        self._pf = _Staging(self._prefill, self._C or self._P, self._P, cm.kv.present_names)
+        if self._C:
+            for i, name in enumerate(cm.kv.past_names):
+                self._prefill.set_tensor(name, self.kv.tensor(i, self._P - self._C))
+        # Generate variants: each past is the prefix view with K−1 slots (no allocation of its own).
+        self._gen: dict[int, InferRequest] = {}
+        self._gs: dict[int, _Staging] = {}
+        for k, sub in cm.subs.generate.items():
+            req = sub.create_infer_request()
+            self._gs[k] = _Staging(req, 1, k, cm.kv.present_names)
+            for i, name in enumerate(cm.kv.past_names):
+                req.set_tensor(name, self.kv.tensor(i, k - 1))
+            self._gen[k] = req
+        self.num_stored_tokens = 0
+        self.variant: int = cfg.variants[0]  # KV size of the bound generate variant
+        self.prefill_calls = 0  # chunks (or whole prefills) run in the last prefill
+        self.switches = 0  # variant switches in this conversation
+        self._fresh = True  # next call starts a conversation whatever its length
+        self._kv_ready = False  # copy_kvcache done for this conversation
+        self._prompt_len = 0
+        self._in_present = 0  # tokens of the last prefill still only in its `present`
+        self._first_pos: int | None = None
+        self._logits: ov.Tensor | None = None
+
+    # -- DeviceInferRequest -------------------------------------------------------------
+    def get_tensor(self, index: int, is_input: bool) -> ov.Tensor:
+        if is_input:
+            return self._user[index]
+        if self._logits is None:
+            raise UserInputError("Logits tensor is not available. Please run inference first.")
+        return self._logits
+
+    def set_tensor(self, index: int, is_input: bool, tensor: ov.Tensor) -> None:
+        if not is_input:
+            raise UserInputError(
+                "NPUW LLM output 'logits' is owned by the plugin; read it with get_tensor"
+            )
+        self._user[index] = tensor
+
+    def query_state(self) -> list[VariableState]:
+        return [StoredTokensState(self)]
+
+    def reset_state(self) -> None:
+        """New conversation: the next call is a prefill, whatever its length."""
+        self._fresh = True
+        self.num_stored_tokens = 0
+
+    def infer(self) -> None:
+        ids, mask, pos = (self._input(n) for n in ("input_ids", "attention_mask", "position_ids"))
+        if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
+            raise UserInputError(f"input_ids must be [1, n>0] (batch 1), got {list(ids.shape)}")
+        if pos.shape != ids.shape:
+            raise UserInputError(
+                f"position_ids {list(pos.shape)} must match input_ids {list(ids.shape)}"
+            )
+        if mask.ndim != 2 or mask.shape[0] != 1:
+            raise UserInputError(f"attention_mask must be [1, n], got {list(mask.shape)}")
+        if self._first_pos is None:
+            self._first_pos = int(pos[0, 0])  # latched like the real one (0 for most models)
+        # Any call starting at the first position begins a conversation, a one-token prompt
+        # included (the real NPUW sends a 1-token call at position 0 to generate: its bug).
+        if self._fresh or int(pos[0, 0]) == self._first_pos:
+            self._infer_prefill(ids, mask, pos)
+        else:
+            self._infer_generate(ids, mask, pos)
+
+    # -- helpers ------------------------------------------------------------------------
+    def _input(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise UserInputError(f"the model has no input {name!r}")
+        return self._user[self._names.index(name)].data
+
+    # -- prefill ------------------------------------------------------------------------
+    def _infer_prefill(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
+        n = ids.shape[1]
+        if n > self._P:
+            raise PromptTooLongError(
+                f'Input prompt is longer than configured "NPUW_LLM_MAX_PROMPT_LEN": {self._P}.\n'
+                'Please either setup bigger "NPUW_LLM_MAX_PROMPT_LEN" or shorten the prompt.'
+            )
+        if mask.shape[1] < n:
+            raise UserInputError(
+                f"attention_mask has {mask.shape[1]} entries for a {n}-token prompt"
+            )
+        # prepare_for_new_conversation
+        self.kv.zero()
+        self.num_stored_tokens = 0
+        self._kv_ready = False
+        self.switches = 0
+        self.variant = select_variant(list(self._cfg.variants), n, self._cfg.min_response_len)
+        user_mask = mask[0, -n:]
+        if self._C:
+            self._chunked_prefill(ids, user_mask, pos)
+        else:
+            self._whole_prefill(ids, user_mask, pos)
+        self._prompt_len = n
+        self._fresh = False
+        self._logits = self._pf.logits_tensor
+        logger.debug(
+            "prefill %d tokens in %d call(s); generate variant kv%d",
+            n,
+            self.prefill_calls,
+            self.variant,
+        )
+
+    def _whole_prefill(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
+        """Right-align the prompt in [1, P]; the left padding is masked out."""
+        n, P, s = ids.shape[1], self._P, self._pf
+        s.zero()
+        s.ids[0, P - n :] = ids[0]
+        s.mask[0, P - n :] = mask
+        s.pos[0, P - n :] = pos[0]
+        self._prefill.infer(share_outputs=True)
+        self.prefill_calls = 1
+        self.num_stored_tokens = n
+        self._in_present = n
+
+    def _chunked_prefill(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
+        """Chunks of C read the past of earlier chunks; their KV accumulates left-aligned."""
+        n, P, C, s = ids.shape[1], self._P, self._C, self._pf
+        s.zero()
+        past_slots = P - C
+        stored, calls = 0, 0
+        while stored < n:
+            cur = min(n - stored, C)
+            s.mask[0, past_slots:] = 0
+            s.mask[0, P - cur :] = mask[stored : stored + cur]
+            s.ids.fill(0)
+            s.ids[0, C - cur :] = ids[0, stored : stored + cur]
+            s.pos.fill(0)
+            s.pos[0, C - cur :] = pos[0, stored : stored + cur]
+            self._prefill.infer(share_outputs=True)
+            calls += 1
+            stored += cur
+            if stored < n:  # not the last chunk: move its KV into the past, mark it as history
+                self._update_kvcache_for(s, past_slots, stored, cur)
+                s.mask[0, stored - cur : stored] = mask[stored - cur : stored]
+            else:
+                self._in_present = cur  # the last chunk stays in `present` until copy_kvcache
+        self.prefill_calls = calls
+        self.num_stored_tokens = n
+
+    def _logical(self, i: int, present: np.ndarray) -> np.ndarray:
+        """``present`` of KV tensor ``i`` as [1, H, n, D] whatever its storage layout."""
+        return present.transpose(0, 1, 3, 2) if self.kv.transposed[i] else present
+
+    def _update_kvcache_for(self, st: _Staging, slots: int, stored: int, count: int) -> None:
+        """Write the last ``count`` rows of ``present`` to past slots [stored−count, stored)."""
+
+        def put(i: int) -> None:
+            src = self._logical(i, st.present[i])
+            self.kv.seq(i, slots)[:, :, stored - count : stored, :] = src[
+                :, :, src.shape[2] - count :, :
+            ]
+
+        self.kv.for_each(
+            put,
+            nbytes_hint=count
+            * self.kv.num_heads[0]
+            * self.kv.head_dims[0]
+            * self.kv.dtype.itemsize,
+        )
+
+    def _copy_kvcache(self) -> None:
+        """Prefill KV → past of the bound generate variant (once per conversation, parallel over layers)."""
+        n, t, slots = self._prompt_len, self._in_present, self.variant - 1
+        if self._C:
+            self.kv.migrate(
+                self._P - self._C, slots, n - t
+            )  # chunked past → generate layout (aliased)
+
+        def put(i: int) -> None:
+            src = self._logical(i, self._pf.present[i])
+            self.kv.seq(i, slots)[:, :, n - t : n, :] = src[:, :, src.shape[2] - t :, :]
+
+        self.kv.for_each(
+            put,
+            nbytes_hint=t * self.kv.num_heads[0] * self.kv.head_dims[0] * self.kv.dtype.itemsize,
+        )
+        self._kv_ready = True
+
+    # -- generate -----------------------------------------------------------------------
+    def _switch_variant(self) -> None:
+        """Bind the next larger variant and migrate the stored tokens (views differ in stride)."""
+        stored = self.num_stored_tokens
+        larger = [k for k in self._cfg.variants if k - 1 > stored]
+        if not larger:
+            raise KVCacheFullError(
+                f"KV-Cache is full: num_stored_tokens={stored} capacity={self.variant - 1}"
+            )
+        new = larger[0]
+        self.kv.migrate(self.variant - 1, new - 1, stored)
+        logger.debug(
+            "switch generate variant kv%d → kv%d at %d stored tokens", self.variant, new, stored
+        )
+        self.variant = new
+        self.switches += 1
+
+    def _infer_generate(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
+        n = ids.shape[1]
+        if n > 1:
+            raise UserInputError(
+                'Input prompt length is greater than output "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 1.\n'
+                "Please adjust it."
+            )
+        if not self._kv_ready:
+            self._copy_kvcache()
+        p0 = int(pos[0, 0])
+        if p0 > self.num_stored_tokens:
+            raise UserInputError(
+                f"position_ids[0]={p0} but only {self.num_stored_tokens} tokens are in the KV cache; "
+                "continue at the next position or start a new conversation at the first position"
+            )
+        self.num_stored_tokens = p0  # rewind (what speculative decoding uses to reject tokens)
+        if self.num_stored_tokens >= self.variant - 1:
+            self._switch_variant()
+        K = self.variant
+        req, s = self._gen[K], self._gs[K]
+        hist = self.num_stored_tokens
+        s.ids[0, 0] = ids[0, 0]
+        s.pos[0, 0] = p0
+        s.mask.fill(0)
+        user_hist = mask[0, :-1][:hist]  # caller's mask minus the current token
+        s.mask[0, : user_hist.shape[0]] = user_hist
+        s.mask[0, -1] = 1  # the new token is the last column (past K−1 ++ new 1)
+        req.infer(share_outputs=True)
+        self.num_stored_tokens += 1
+        self._update_kvcache_for(s, K - 1, self.num_stored_tokens, 1)
+        self._logits = s.logits_tensor

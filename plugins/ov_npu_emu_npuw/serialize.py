@@ -1,0 +1,237 @@
+"""Export/import of a compiled NPUW LLM as one artefact, and the CACHE_DIR cache built on it.
+
+Layout: ``MAGIC`` | u32 format version | u64 header length | header (UTF-8 JSON: versions, config,
+KV descriptor, ports, sub-blob table with sizes and SHA-256) | the sub-blobs back to back (each one
+is what the sub-model's device wrote with ``export_model``; for the emulated NPU, its ELF blob).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import struct
+import tempfile
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import openvino as ov
+
+from ov_npu_emu.errors import BlobFormatError, NpuEmuError
+from ov_npu_emu.runtime.device import PortInfo
+from ov_npu_emu_npuw.config import LLMConfig
+from ov_npu_emu_npuw.transform import KVLayout
+
+if TYPE_CHECKING:
+    from ov_npu_emu.api.core import Core
+    from ov_npu_emu_npuw.compiled_model import LLMCompiledModel
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "cache_key",
+    "export_llm",
+    "import_llm",
+    "load_cached",
+    "store_cached",
+]
+
+logger = logging.getLogger("ov_npu_emu_npuw")
+
+MAGIC = b"\x13\x37OVNPUEMU-NPUWLLM\x00"
+FORMAT_VERSION = 1
+_FIXED = struct.Struct("<IQ")
+
+
+def _versions() -> dict[str, str]:
+    from ov_npu_emu_npuw.compiled_model import _package_version
+
+    return {
+        "openvino": ov.get_version(),
+        "ov_npu_emu": _package_version(),
+        "format": str(FORMAT_VERSION),
+    }
+
+
+def _port_json(p: PortInfo) -> dict[str, Any]:
+    return {
+        "names": list(p.names),
+        "type": str(p.element_type.to_dtype()),
+        "shape": str(p.partial_shape),
+    }
+
+
+def _port(i: int, d: Mapping[str, Any]) -> PortInfo:
+    return PortInfo(i, tuple(d["names"]), ov.Type(np.dtype(d["type"])), ov.PartialShape(d["shape"]))
+
+
+def export_llm(cm: LLMCompiledModel) -> bytes:
+    """One artefact: config, KV descriptor and every sub-blob (generate variants, then prefill)."""
+    parts = [
+        (f"kv{k}", sub.export_model().getvalue()) for k, sub in sorted(cm.subs.generate.items())
+    ]
+    parts.append(("prefill", cm.subs.prefill.export_model().getvalue()))
+    header = {
+        "versions": _versions(),
+        "name": cm.name,
+        "device": cm.device,
+        "config": cm.cfg.to_json(),
+        "kv": {
+            "past": list(cm.kv.past_names),
+            "present": list(cm.kv.present_names),
+            "heads": list(cm.kv.num_heads),
+            "dims": list(cm.kv.head_dims),
+            "v_transposed": cm.kv.v_transposed,
+        },
+        "inputs": [_port_json(p) for p in cm.inputs],
+        "outputs": [_port_json(p) for p in cm.outputs],
+        "blobs": [
+            {"role": r, "size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for r, b in parts
+        ],
+    }
+    h = json.dumps(header, sort_keys=True).encode()
+    return b"".join([MAGIC, _FIXED.pack(FORMAT_VERSION, len(h)), h, *(b for _, b in parts)])
+
+
+def import_llm(
+    core: Core, blob: bytes, config: Mapping[str, Any] | None = None
+) -> LLMCompiledModel:
+    """Restore without recompiling; foreign, truncated or version-mismatched artefacts are typed errors."""
+    from ov_npu_emu_npuw.compiled_model import LLMCompiledModel, SubModels, configure_logging
+
+    configure_logging()
+    if not blob.startswith(MAGIC):
+        raise BlobFormatError(
+            "This blob wasn't serialized via NPUW! (no ov_npu_emu NPUW LLM magic); "
+            "export it with CompiledModel.export_model() of an NPUW LLM"
+        )
+    off = len(MAGIC)
+    if len(blob) < off + _FIXED.size:
+        raise BlobFormatError("NPUW LLM artefact is truncated (header incomplete); re-export it")
+    fmt, hlen = _FIXED.unpack_from(blob, off)
+    off += _FIXED.size
+    if fmt != FORMAT_VERSION:
+        raise BlobFormatError(
+            f"NPUW LLM artefact format {fmt} is not supported (this build reads {FORMAT_VERSION}); "
+            "re-export it with this version"
+        )
+    if len(blob) < off + hlen:
+        raise BlobFormatError("NPUW LLM artefact is truncated (header incomplete); re-export it")
+    try:
+        header = json.loads(blob[off : off + hlen])
+    except ValueError as e:
+        raise BlobFormatError(f"NPUW LLM artefact header is corrupt: {e}") from e
+    off += hlen
+    want, have = header.get("versions", {}), _versions()
+    if want.get("openvino") != have["openvino"] or want.get("ov_npu_emu") != have["ov_npu_emu"]:
+        raise BlobFormatError(
+            f"This blobs was serialized with different OV version! artefact: openvino {want.get('openvino')}, "
+            f"ov_npu_emu {want.get('ov_npu_emu')}; running: openvino {have['openvino']}, ov_npu_emu {have['ov_npu_emu']}. "
+            "Recompile the model (or delete the CACHE_DIR entry)."
+        )
+    parts: dict[str, bytes] = {}
+    for entry in header["blobs"]:
+        data = blob[off : off + entry["size"]]
+        if len(data) != entry["size"]:
+            raise BlobFormatError(
+                f"NPUW LLM artefact is truncated in sub-blob {entry['role']}; re-export it"
+            )
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise BlobFormatError(
+                f"NPUW LLM artefact sub-blob {entry['role']} is corrupt (SHA-256 mismatch)"
+            )
+        parts[entry["role"]] = data
+        off += entry["size"]
+    cfg = LLMConfig.from_json(header["config"])
+    device = header["device"]
+    sub_cfg = {
+        k: v for k, v in (config or {}).items() if not k.startswith(("NPU", "++NPUW", "CACHE_DIR"))
+    }
+    try:
+        generate = {k: core.import_model(parts[f"kv{k}"], device, sub_cfg) for k in cfg.variants}
+        prefill = core.import_model(parts["prefill"], device, sub_cfg)
+    except KeyError as e:
+        raise BlobFormatError(f"NPUW LLM artefact lacks sub-blob {e}") from e
+    k = header["kv"]
+    kv = KVLayout(
+        tuple(k["past"]),
+        tuple(k["present"]),
+        tuple(k["heads"]),
+        tuple(k["dims"]),
+        bool(k["v_transposed"]),
+    )
+    ins = [_port(i, d) for i, d in enumerate(header["inputs"])]
+    outs = [_port(i, d) for i, d in enumerate(header["outputs"])]
+    logger.info("imported NPUW LLM %s (%d sub-models on %s)", header["name"], len(parts), device)
+    return LLMCompiledModel(
+        header["name"], cfg, kv, device, SubModels(prefill, generate), ins, outs
+    )
+
+
+def _model_hash(model: ov.Model) -> str:
+    """Hash of the graph: op types, shapes, connections and constant bytes."""
+    h = hashlib.sha256()
+    ops = model.get_ordered_ops()
+    index = {op.get_name(): i for i, op in enumerate(ops)}
+    for op in ops:
+        h.update(op.get_type_name().encode())
+        for inp in op.inputs():
+            src = inp.get_source_output()
+            h.update(f"{index.get(src.get_node().get_name(), -1)}:{src.get_index()};".encode())
+        for out in op.outputs():
+            h.update(
+                f"{out.get_element_type()}{out.get_partial_shape()}{sorted(out.get_names())}".encode()
+            )
+        if op.get_type_name() == "Constant":
+            h.update(memoryview(np.ascontiguousarray(op.data)).cast("B"))
+    return h.hexdigest()
+
+
+def cache_key(model: ov.Model, cfg: LLMConfig) -> str:
+    """Model hash + effective config + versions: any change gives a new entry."""
+    conf = cfg.to_json()
+    conf.pop("cache_dir", None)
+    conf["raw"] = {k: v for k, v in conf["raw"].items() if k != "CACHE_DIR"}
+    payload = json.dumps(
+        {"model": _model_hash(model), "config": conf, "versions": _versions()},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def _path(cache_dir: str, key: str) -> str:
+    return os.path.join(cache_dir, f"npuw_llm_{key}.blob")
+
+
+def load_cached(
+    core: Core, cache_dir: str, key: str, config: Mapping[str, Any]
+) -> LLMCompiledModel | None:
+    """The cached compilation, or None (a broken entry is reported and ignored, never fatal)."""
+    path = _path(cache_dir, key)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            cm = import_llm(core, f.read(), config)
+    except (NpuEmuError, OSError) as e:
+        logger.warning("CACHE_DIR entry %s could not be loaded (%s); compiling instead", path, e)
+        return None
+    cm.loaded_from_cache = True
+    logger.info("loaded NPUW LLM from CACHE_DIR %s", path)
+    return cm
+
+
+def store_cached(cache_dir: str, key: str, cm: LLMCompiledModel) -> None:
+    """Write atomically (temp file + rename) so a crash never leaves half an entry."""
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        data = export_llm(cm)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".npuw_tmp_")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, _path(cache_dir, key))
+    except OSError as e:
+        logger.warning("could not write CACHE_DIR entry in %s: %s", cache_dir, e)

@@ -1,0 +1,254 @@
+"""Stateful LLM IR → static prefill model and static generate variants (stateless, KV as I/O)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+
+import openvino as ov
+import openvino.opset13 as ops
+from openvino._offline_transformations import stateful_to_stateless_transformation
+
+from ov_npu_emu.errors import CompileError, UserInputError
+
+__all__ = ["KVLayout", "make_generate_model", "make_prefill_model", "to_stateless"]
+
+logger = logging.getLogger(__name__)
+
+_PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
+_REQUIRED = ("input_ids", "attention_mask", "position_ids")
+
+
+@dataclasses.dataclass(frozen=True)
+class KVLayout:
+    """Names and per-tensor shape facts of the KV cache, in ``past_key_values`` order."""
+
+    past_names: tuple[str, ...]  # past_key_values.N.key|value
+    present_names: tuple[str, ...]  # present.N.key|value (same order)
+    num_heads: tuple[int, ...]  # Hkv per tensor
+    head_dims: tuple[int, ...]  # D per tensor
+    v_transposed: bool = False  # value tensors stored [1, Hkv, D, S] (NPUW_LLM_OPTIMIZE_V_TENSORS)
+
+    def transposed(self, i: int) -> bool:
+        """Whether KV tensor ``i`` is stored with the sequence as the last axis."""
+        return self.v_transposed and self.past_names[i].endswith(".value")
+
+    def with_v_transposed(self, flag: bool) -> KVLayout:
+        return dataclasses.replace(self, v_transposed=flag)
+
+
+def _names(model: ov.Model) -> set[str]:
+    return {n for p in model.inputs for n in p.get_names()}
+
+
+def to_stateless(model: ov.Model) -> tuple[ov.Model, KVLayout]:
+    """Clone ``model`` and lift its KV variables to ``past_key_values.*`` inputs / ``present.*`` outputs.
+
+    Uses OpenVINO's own StatefulToStateless pass (the one real NPUW runs), then checks what it made.
+    """
+    names = _names(model)
+    missing = [n for n in _REQUIRED if n not in names]
+    if missing:
+        raise UserInputError(
+            f"NPUW_LLM needs a stateful LLM with inputs input_ids, attention_mask, position_ids, beam_idx; "
+            f"the model lacks {missing}. Export it with optimum-intel (task text-generation-with-past)."
+        )
+    if "beam_idx" not in names or not model.get_sinks():
+        raise UserInputError(
+            "NPUW_LLM needs a stateful LLM (ReadValue/Assign KV variables and a beam_idx input); "
+            "this model is stateless. Export it with optimum-intel without --disable-stateful."
+        )
+    m = model.clone()
+    try:
+        stateful_to_stateless_transformation(m)
+    except RuntimeError as e:
+        raise CompileError(
+            f"stateful_to_stateless_transformation failed: {e}", stage="transform"
+        ) from e
+    past, present, heads, dims = [], [], [], []
+    for p in m.inputs:
+        name = p.get_any_name()
+        mt = _PAST.match(name)
+        if not mt:
+            continue
+        ps = p.get_partial_shape()
+        if ps.rank.get_length() != 4 or not ps[1].is_static or not ps[3].is_static:
+            raise UserInputError(
+                f"KV input {name} has shape {ps}; NPUW needs [batch, kv_heads, seq, head_dim] "
+                "with static kv_heads and head_dim"
+            )
+        past.append(name)
+        present.append(f"present.{mt.group(1)}.{mt.group(2)}")
+        heads.append(ps[1].get_length())
+        dims.append(ps[3].get_length())
+    outs = {n for o in m.outputs for n in o.get_names()}
+    if not past or any(n not in outs for n in present) or "logits" not in outs:
+        raise CompileError(
+            f"stateful_to_stateless produced unexpected I/O: inputs {sorted(_names(m))}, "
+            f"outputs {sorted(outs)}; expected past_key_values.N.* / present.N.* / logits",
+            stage="transform",
+        )
+    return m, KVLayout(tuple(past), tuple(present), tuple(heads), tuple(dims))
+
+
+def _result(model: ov.Model, name: str) -> ov.Node:
+    for r in model.get_results():
+        if name in r.output(0).get_names():
+            return r
+    raise CompileError(f"output {name} not found", stage="transform")
+
+
+def _param(model: ov.Model, name: str) -> ov.Node:
+    for p in model.get_parameters():
+        if name in p.output(0).get_names():
+            return p
+    raise CompileError(f"input {name} not found", stage="transform")
+
+
+def _kv_concat(param: ov.Node) -> ov.Node:
+    """The Concat(past, new) that consumes a past KV parameter (optimum layout)."""
+    targets = list(param.output(0).get_target_inputs())
+    for t in targets:
+        node = t.get_node()
+        if node.get_type_name() == "Concat" and node.get_input_size() == 2 and t.get_index() == 0:
+            return node
+    raise CompileError(
+        f"{param.get_friendly_name()}: expected Concat(past, new) as consumer, found "
+        f"{[t.get_node().get_type_name() for t in targets]}",
+        stage="transform",
+    )
+
+
+def _remove_empty_kv_inputs(model: ov.Model, kv: KVLayout) -> None:
+    """Static prefill has no past: Concat(past[0], new) becomes new and the past inputs go away."""
+    for name in kv.past_names:
+        param = _param(model, name)
+        concat = _kv_concat(param)
+        concat.output(0).replace(concat.input_value(1))
+        model.remove_parameter(param)
+
+
+def _redirect_new_kv_to_output(model: ov.Model, kv: KVLayout) -> None:
+    """present outputs only the new rows: Result(Concat(past, new)) becomes Result(new)."""
+    for name in kv.present_names:
+        res = _result(model, name)
+        src = res.input_value(0).get_node()
+        if src.get_type_name() != "Concat" or src.get_input_size() != 2:
+            raise CompileError(
+                f"{name}: expected Result(Concat(past, new)), found {src.get_type_name()}",
+                stage="transform",
+            )
+        res.input(0).replace_source_output(src.input_value(1))
+
+
+def _convert_kv_precision(model: ov.Model, kv: KVLayout, et: ov.Type, has_past: bool) -> None:
+    """Store KV as ``et`` at the model boundary; compute stays in the model's own precision."""
+    if has_past:
+        for name in kv.past_names:
+            param = _param(model, name)
+            orig = param.get_element_type()
+            if orig == et:
+                continue
+            targets = list(param.output(0).get_target_inputs())
+            param.set_element_type(et)
+            param.validate_and_infer_types()
+            conv = ops.convert(param.output(0), orig)
+            for t in targets:
+                t.replace_source_output(conv.output(0))
+    for name in kv.present_names:
+        res = _result(model, name)
+        src = res.input_value(0)
+        if src.get_element_type() != et:
+            res.input(0).replace_source_output(ops.convert(src, et).output(0))
+
+
+def _transpose_v(model: ov.Model, kv: KVLayout, has_past: bool) -> None:
+    """Store V as [1,H,D,S] (real OptimizeValueTensors' layout) by transposing at the boundary."""
+    order = ops.constant([0, 1, 3, 2], ov.Type.i64)
+    for i, (past, present) in enumerate(zip(kv.past_names, kv.present_names)):
+        if not kv.transposed(i):
+            continue
+        if has_past:
+            param = _param(model, past)
+            targets = list(param.output(0).get_target_inputs())
+            ps = param.get_partial_shape()
+            param.set_partial_shape(ov.PartialShape([ps[0], ps[1], ps[3], ps[2]]))
+            param.validate_and_infer_types()
+            back = ops.transpose(param.output(0), order)
+            for t in targets:
+                t.replace_source_output(back.output(0))
+        res = _result(model, present)
+        res.input(0).replace_source_output(ops.transpose(res.input_value(0), order).output(0))
+
+
+def _slice_logits_to_last(model: ov.Model) -> None:
+    """Compute the LM head for the last position only (real NPUW_SLICE_OUT): [1,S,E] → [1,1,E]."""
+    node = _result(model, "logits").input_value(0).get_node()
+    hops = 0
+    while node.get_type_name() != "MatMul" and hops < 8 and node.get_input_size() >= 1:
+        node = node.input_value(0).get_node()
+        hops += 1
+    if node.get_type_name() != "MatMul":
+        logger.debug("logits are not produced by a MatMul; computing all positions")
+        return
+    hidden = node.input_value(0)
+    if hidden.get_partial_shape().rank.get_length() != 3:
+        return
+    sl = ops.slice(
+        hidden,
+        ops.constant([-1], ov.Type.i64),
+        ops.constant([2**62], ov.Type.i64),
+        ops.constant([1], ov.Type.i64),
+        ops.constant([1], ov.Type.i64),
+    )
+    node.input(0).replace_source_output(sl.output(0))
+
+
+def _static(model: ov.Model, kv: KVLayout, q_len: int, mask_len: int, has_past: bool) -> None:
+    shapes: dict[str, ov.PartialShape] = {
+        "input_ids": ov.PartialShape([1, q_len]),
+        "attention_mask": ov.PartialShape([1, mask_len]),
+        "position_ids": ov.PartialShape([1, q_len]),
+    }
+    if has_past:
+        for i, (name, h, d) in enumerate(zip(kv.past_names, kv.num_heads, kv.head_dims)):
+            s = mask_len - q_len
+            shapes[name] = ov.PartialShape([1, h, d, s] if kv.transposed(i) else [1, h, s, d])
+    try:
+        model.reshape(shapes)
+    except RuntimeError as e:
+        raise CompileError(
+            f"cannot reshape {model.get_friendly_name()} to static {shapes}: {e}", stage="reshape"
+        ) from e
+    model.validate_nodes_and_infer_types()
+
+
+def make_prefill_model(
+    stateless: ov.Model, kv: KVLayout, max_prompt: int, chunk: int, kv_type: ov.Type
+) -> ov.Model:
+    """Static prefill: [1,P] without past (whole prompt) or [1,C] chunk with [1,H,P−C,D] past."""
+    m = stateless.clone()
+    m.set_friendly_name(f"{stateless.get_friendly_name()}_prefill")
+    if chunk:
+        _redirect_new_kv_to_output(m, kv)
+    else:
+        _remove_empty_kv_inputs(m, kv)
+    _convert_kv_precision(m, kv, kv_type, has_past=bool(chunk))
+    _transpose_v(m, kv, has_past=bool(chunk))
+    _slice_logits_to_last(m)
+    _static(m, kv, chunk or max_prompt, max_prompt, has_past=bool(chunk))
+    return m
+
+
+def make_generate_model(
+    stateless: ov.Model, kv: KVLayout, kv_size: int, kv_type: ov.Type
+) -> ov.Model:
+    """Static generate variant: [1,1] token, [1,K] mask, past [1,H,K−1,D], present [1,H,1,D]."""
+    m = stateless.clone()
+    m.set_friendly_name(f"{stateless.get_friendly_name()}_kv{kv_size}")
+    _redirect_new_kv_to_output(m, kv)
+    _convert_kv_precision(m, kv, kv_type, has_past=True)
+    _transpose_v(m, kv, has_past=True)
+    _static(m, kv, 1, kv_size, has_past=True)
+    return m

@@ -1,0 +1,47 @@
+"""Fixtures for the NPUW tests: the stories260K model, oracles, and our NPUW compiled on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openvino as ov
+import pytest
+
+from ov_npu_emu.testing import CPU_EXACT_CONFIG
+
+STORIES = Path(__file__).resolve().parents[3] / "shared" / "models" / "stories260K"
+if not STORIES.exists():
+    STORIES = Path("/work/shared/models/stories260K")
+
+
+@pytest.fixture(scope="session")
+def stories_model() -> ov.Model:
+    xml = STORIES / "openvino_model.xml"
+    if not xml.exists():
+        pytest.skip("stories260K model folder is absent")
+    return ov.Core().read_model(xml)
+
+
+@pytest.fixture(scope="session")
+def cpu_request(stories_model):
+    """The stateful model on the real CPU plugin in f32: the numerical oracle."""
+    return ov.Core().compile_model(stories_model, "CPU", CPU_EXACT_CONFIG).create_infer_request()
+
+
+@pytest.fixture(scope="session")
+def emu_core():
+    from ov_npu_emu import Core
+
+    return Core()
+
+
+@pytest.fixture(scope="session", params=["stories260K", "tiny", "small"])
+def llm(request) -> tuple[str, ov.Model, object]:
+    """(name, stateful model, f32 CPU request) for every model the oracle tests run on."""
+    if request.param == "stories260K":
+        model = request.getfixturevalue("stories_model")
+    else:
+        folder = request.getfixturevalue(f"{request.param}_model_dir")
+        model = ov.Core().read_model(Path(folder) / "openvino_model.xml")
+    cpu = ov.Core().compile_model(model, "CPU", CPU_EXACT_CONFIG).create_infer_request()
+    return request.param, model, cpu

@@ -1,0 +1,43 @@
+"""``ov-npu-emu npuw``: summary JSON and export through the plugin's CLI hook."""
+
+from __future__ import annotations
+
+import json
+
+from ov_npu_emu.cli import main
+from tests.npuw.conftest import STORIES
+
+
+def test_npuw_command_summarizes_and_exports(tmp_path, capsys, emu_core):
+    if not STORIES.exists():
+        import pytest
+
+        pytest.skip("stories260K absent")
+    blob = tmp_path / "llm.blob"
+    argv = [
+        "npuw",
+        str(STORIES),
+        "--max-prompt",
+        "128",
+        "--min-response",
+        "64",
+        "--chunk",
+        "64",
+        "--variants",
+        "128",
+        "--export",
+        str(blob),
+        "--json",
+    ]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["variants"] == [128, 192] and out["capacity_tokens"] == 191
+    assert [m["model"] for m in out["models"]] == ["Model0_prefill", "Model0_kv128", "Model0_kv192"]
+    assert out["models"][1]["past"] == "[1,4,127,8]"
+    cm = emu_core.import_model(blob.read_bytes(), "NPU")
+    assert cm.get_property("NPUW_LLM_GENERATE_VARIANTS") == "128,192"
+
+
+def test_npuw_command_bad_config_is_an_error_exit(capsys):
+    assert main(["npuw", str(STORIES), "--chunk", "48"]) == 1
+    assert "not power of 2" in capsys.readouterr().err

@@ -1,0 +1,108 @@
+"""Config keys, alignment, validation errors and variant selection (seed 000's examples)."""
+
+from __future__ import annotations
+
+import pytest
+from ov_npu_emu_npuw.config import is_npuw_llm_config, parse_config, pyramid_sizes, select_variant
+
+from ov_npu_emu.errors import ConfigError
+
+SEED_VARIANTS = [256, 512, 1024, 1152]
+
+
+@pytest.mark.parametrize(
+    "prompt, expected", [(20, 256), (400, 1024), (1000, 1152), (0, 256), (1024, 1152)]
+)
+def test_select_variant_seed_examples(prompt, expected):
+    # 20 + 128 = 148 → 256; 400 + 128 = 528 → 1024; 1000 + 128 = 1128 → 1152
+    assert select_variant(SEED_VARIANTS, prompt, 128) == expected
+
+
+def test_explicit_variants_key_builds_the_seed_variants():
+    cfg = parse_config({"NPUW_LLM_GENERATE_VARIANTS": "256,512,1024"})
+    assert cfg.variants == (256, 512, 1024, 1152)  # the total is always the last variant
+    assert parse_config({"NPUW_LLM_GENERATE_VARIANTS": [1152, 256]}).variants == (256, 1152)
+
+
+def test_pyramid_like_the_real_one():
+    assert pyramid_sizes(8192, 128) == [1152, 2176, 4224, 8320]
+    assert parse_config({}).variants == (1152,)
+    assert parse_config({"NPUW_LLM_MAX_PROMPT_LEN": 4096}).variants == (1152, 2176, 4224)
+    assert parse_config(
+        {"NPUW_LLM_MAX_PROMPT_LEN": 4096, "NPUW_LLM_GENERATE_PYRAMID": "NO"}
+    ).variants == (4224,)
+
+
+def test_defaults_and_alignment():
+    cfg = parse_config({})
+    assert (cfg.max_prompt_len, cfg.min_response_len, cfg.chunk_size, cfg.kv_precision) == (
+        1024,
+        128,
+        0,
+        "f16",
+    )
+    cfg = parse_config({"NPUW_LLM_MAX_PROMPT_LEN": "100", "NPUW_LLM_MIN_RESPONSE_LEN": 10})
+    assert (cfg.max_prompt_len, cfg.min_response_len, cfg.total_size) == (128, 64, 192)
+    cfg = parse_config({"NPUW_LLM_MAX_PROMPT_LEN": 300, "NPUW_LLM_PREFILL_CHUNK_SIZE": 256})
+    assert (cfg.max_prompt_len, cfg.chunk_size) == (512, 256)  # aligned to 64, then to the chunk
+    assert parse_config({"NPUW_LLM_PREFILL_CHUNK_SIZE": 0}).chunk_size == 0
+    assert (
+        parse_config(
+            {"NPUW_LLM_PREFILL_CHUNK_SIZE": 64, "NPUW_LLM_PREFILL_HINT": "STATIC"}
+        ).chunk_size
+        == 0
+    )
+
+
+def test_subconfigs_replace_or_merge():
+    cfg = parse_config(
+        {
+            "INFERENCE_PRECISION_HINT": "f32",
+            "++NPUW_LLM_GENERATE_CONFIG": {"A": 1},
+            "NPUW_LLM_PREFILL_CONFIG": {"B": 2},
+        }
+    )
+    assert cfg.generate_config == {"INFERENCE_PRECISION_HINT": "f32", "A": 1}
+    assert cfg.prefill_config == {"B": 2}
+
+
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        (
+            {"NPUW_LLM_PREFILL_CHUNK_SIZE": 48},
+            r"chunk size \(48\) is not power of 2. Please adjust NPUW_LLM_PREFILL_CHUNK_SIZE",
+        ),
+        ({"NPUW_LLM_MAX_PROMPT_LEN": -1}, "NPUW_LLM_MAX_PROMPT_LEN must be a positive integer"),
+        (
+            {"NPUW_LLM_MIN_RESPONSE_LEN": "1"} | {"NPUW_LLM_MAX_PROMPT_LEN": "abc"},
+            "must be an integer",
+        ),
+        ({"NPUW_LLM_MAX_PROMPT_LEN": 1.5}, "must be an integer"),
+        ({"NPUW_LLM_MIN_RESPONSE_LEN": 0}, "positive integer"),
+        (
+            {"NPUW_LLM_GENERATE_HINT": "BEST_PERF", "NPUW_LLM_GENERATE_CONFIG": {}},
+            "GENERATE_HINT only works with default generate config!",
+        ),
+        ({"NPUW_LLM_GENERATE_HINT": "FASTEST"}, "FAST_COMPILE or BEST_PERF"),
+        ({"NPUW_LLM_PREFILL_HINT": "MAYBE"}, "DYNAMIC or STATIC"),
+        ({"NPUW_LLM_MAX_PROMT_LEN": 64}, "did you mean NPUW_LLM_MAX_PROMPT_LEN"),
+        ({"NPUW_LLM_GENERATE_VARIANTS": "256,4096"}, "exceeds the total KV size 1152"),
+        ({"NPUW_LLM_PREFILL_CONFIG": "f32"}, "must be a dict"),
+        ({"KV_CACHE_PRECISION": "u8"}, "use f16 or f32"),
+        ({"NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 8}, "speculative decoding"),
+        ({"NPUW_LLM_GENERATE_PYRAMID": "maybe"}, "YES or NO"),
+    ],
+)
+def test_bad_configs_raise_typed_errors(config, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_config(config)
+
+
+def test_claim_rule():
+    on = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES"}
+    assert is_npuw_llm_config("NPU", on)
+    assert is_npuw_llm_config("NPU", {"NPU_USE_NPUW": True, "NPUW_LLM": "true"})
+    assert not is_npuw_llm_config("CPU", on)
+    assert not is_npuw_llm_config("NPU", {"NPU_USE_NPUW": "YES"})
+    assert not is_npuw_llm_config("NPU", {})

@@ -1,0 +1,177 @@
+"""Greedy ids of our NPUW equal the real NPUW on CPU and the f32 CPU stateful model."""
+
+from __future__ import annotations
+
+import re
+
+import openvino as ov
+import pytest
+
+from tests.npuw._oracle import assert_matches_real, greedy, real_npuw_config
+
+pytestmark = pytest.mark.oracle
+
+# "Once upon a time, there was a little girl named Lily." (stories260K tokenizer)
+SHORT = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426]
+# the same story sentence pair repeated: 205 tokens, longer than three 64-token chunks
+_SENT = [
+    403,
+    407,
+    261,
+    378,
+    432,
+    383,
+    286,
+    261,
+    376,
+    298,
+    315,
+    421,
+    395,
+    317,
+    426,
+    338,
+    401,
+    396,
+    267,
+    337,
+    410,
+    408,
+    419,
+    292,
+    411,
+    322,
+    265,
+    262,
+    379,
+    335,
+    311,
+    374,
+    419,
+    426,
+]
+LONG = ([1] + _SENT * 6)[:150]
+
+
+def _ours(cfg: dict) -> dict:
+    # ours stores KV in f32 for exact equality (f16 storage is the default, see docs/npuw.md)
+    return {**cfg, "KV_CACHE_PRECISION": "f32"}
+
+
+def _real(stories_model, cfg):
+    return ov.Core().compile_model(stories_model, "NPU", cfg).create_infer_request()
+
+
+SCENARIOS = {
+    # name: (config, prompt, new tokens, expected prefill calls)
+    "short": (real_npuw_config(64, 64), SHORT, 64, 1),
+    "chunked": (real_npuw_config(256, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=64), LONG, 64, 3),
+    "static_long": (real_npuw_config(256, 64, NPUW_LLM_PREFILL_HINT="STATIC"), LONG, 64, 1),
+}
+
+
+@pytest.mark.parametrize("device", ["CPU", "NPU"])
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_greedy_matches_real_npuw_and_cpu(name, device, llm, emu_core):
+    _, stories_model, cpu_request = llm
+    if device not in emu_core.registry:
+        pytest.skip(f"device {device} (our emulated NPU) is not registered yet")
+    cfg, prompt, n, calls = SCENARIOS[name]
+    req = emu_core.compile_model(
+        stories_model, "NPU", _ours({**cfg, "NPUW_DEVICES": device})
+    ).create_infer_request()
+    ours, err = greedy(req, prompt, n)
+    assert err is None
+    assert req._impl.prefill_calls == calls
+    ref, _ = greedy(cpu_request, prompt, n)
+    real, _ = greedy(_real(stories_model, cfg), prompt, n)
+    assert ours == ref
+    assert_matches_real(ours, real, cpu_request, prompt)
+
+
+def test_variant_switch_mid_generation(llm, emu_core):
+    _, stories_model, cpu_request = llm
+    """Variants 128/192/320: a 16-token prompt binds kv128 and must migrate twice while generating."""
+    cfg = real_npuw_config(256, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=64)
+    cm = emu_core.compile_model(
+        stories_model, "NPU", _ours({**cfg, "NPUW_LLM_GENERATE_VARIANTS": "128,192"})
+    )
+    assert cm.get_property("NPUW_LLM_GENERATE_VARIANTS") == "128,192,320"
+    req = cm.create_infer_request()
+    ours, err = greedy(req, SHORT, 250)
+    assert err is None and req._impl.variant == 320 and req._impl.switches == 2
+    ref, _ = greedy(cpu_request, SHORT, 250)
+    real, _ = greedy(_real(stories_model, cfg), SHORT, 250)
+    assert ours == ref
+    assert_matches_real(ours, real, cpu_request, SHORT)
+
+
+def test_generation_up_to_kv_limit(llm, emu_core):
+    stories_model = llm[1]
+    """Same number of tokens and the same error text as the real NPUW when the largest KV is full."""
+    cfg = real_npuw_config(64, 64)
+    prompt = SHORT[:6]
+    real, real_err = greedy(_real(stories_model, cfg), prompt, 1000)
+    req = emu_core.compile_model(stories_model, "NPU", _ours(cfg)).create_infer_request()
+    ours, err = greedy(req, prompt, 1000)
+    expected = re.search(r"KV-Cache is full: num_stored_tokens=\d+ capacity=\d+", real_err or "")
+    assert expected and expected.group(0) == "KV-Cache is full: num_stored_tokens=127 capacity=127"
+    assert err == expected.group(0)
+    assert len(ours) == len(real) == 127 - len(prompt) + 1  # genai's capacity rule
+    assert_matches_real(ours, real, llm[2], prompt)
+
+
+def test_one_token_prompt_on_reused_request(llm, emu_core):
+    _, stories_model, cpu_request = llm
+    """A one-token prompt after another conversation is a new conversation (the real NPUW errs here)."""
+    req = emu_core.compile_model(
+        stories_model, "NPU", _ours(real_npuw_config(64, 64))
+    ).create_infer_request()
+    greedy(req, SHORT, 10)
+    ours, _ = greedy(req, [1], 40, reset=False)  # no reset_state: routing must still see position 0
+    ref, _ = greedy(cpu_request, [1], 40)
+    assert ours == ref
+
+
+@pytest.mark.parametrize("fixture", ["tiny_model_dir_f16", "tiny_model_dir_int8"])
+def test_compressed_weights(fixture, request, emu_core):
+    """f16 and int8 (u8 + zero point + f16 scale) weights go through the same transformation."""
+    from pathlib import Path
+
+    from ov_npu_emu.testing import CPU_EXACT_CONFIG
+
+    model = ov.Core().read_model(Path(request.getfixturevalue(fixture)) / "openvino_model.xml")
+    sub = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+    cfg = real_npuw_config(
+        128,
+        64,
+        NPUW_LLM_PREFILL_CHUNK_SIZE=64,
+        **{"++NPUW_LLM_PREFILL_CONFIG": sub, "++NPUW_LLM_GENERATE_CONFIG": sub},
+    )
+    cpu = ov.Core().compile_model(model, "CPU", CPU_EXACT_CONFIG).create_infer_request()
+    ours, err = greedy(
+        emu_core.compile_model(model, "NPU", _ours(cfg)).create_infer_request(), SHORT, 80
+    )
+    assert err is None
+    assert ours == greedy(cpu, SHORT, 80)[0]
+    assert_matches_real(ours, greedy(_real(model, cfg), SHORT, 80)[0], cpu, SHORT)
+
+
+def test_v_transposed_layout(llm, emu_core):
+    """NPUW_LLM_OPTIMIZE_V_TENSORS=YES stores V as [1,H,D,K−1] (the real layout); ids do not change."""
+    _, model, cpu = llm
+    cfg = real_npuw_config(
+        128,
+        64,
+        NPUW_LLM_PREFILL_CHUNK_SIZE=32,
+        NPUW_LLM_GENERATE_VARIANTS="128",
+        NPUW_LLM_OPTIMIZE_V_TENSORS="YES",
+    )
+    req = emu_core.compile_model(model, "NPU", _ours(cfg)).create_infer_request()
+    ours, err = greedy(req, LONG[:60], 100)  # two chunks, kv128, then a switch to kv192
+    assert err is None and req._impl.prefill_calls == 2 and req._impl.switches == 1
+    gen = req._impl._gen[128]
+    h, d = req._impl.kv.num_heads[0], req._impl.kv.head_dims[0]
+    assert list(gen.get_tensor("past_key_values.0.value").shape) == [1, h, d, 127]
+    assert list(gen.get_tensor("past_key_values.0.key").shape) == [1, h, 127, d]
+    assert ours == greedy(cpu, LONG[:60], 100)[0]
