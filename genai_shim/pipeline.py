@@ -428,14 +428,10 @@ class LLMPipeline:
             self._history.pop()
             raise
         res = self._decode_results(enc_res, perf, start)
-        self._chat_ids = ids[0].tolist() + enc_res.tokens[0]
-        if (
-            enc_res.finish_reasons
-            and enc_res.finish_reasons[0] == GenerationFinishReason.NONE
-            and self._cancelled
-        ):
+        if self._cancelled:
             self._history.pop()  # CANCEL drops the user turn
         else:
+            self._chat_ids = ids[0].tolist() + enc_res.tokens[0]
             self._history.append({"role": "assistant", "content": res.texts[0]})
         return res.texts[0]
 
