@@ -59,7 +59,7 @@ def npuw_available() -> bool:
 
 
 needs_npuw = pytest.mark.skipif(
-    not npuw_available(), reason="NPUW plugin (plugins/ov_npu_emu_npuw) not merged on main yet"
+    not npuw_available(), reason="NPUW plugin (plugins/ov_npu_emu_npuw) not available"
 )
 
 
@@ -110,7 +110,7 @@ def _npu_backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     props = {**F32, "NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE"}
     if kind == "npuw":
         if not npuw_available():
-            pytest.skip("NPUW plugin (plugins/ov_npu_emu_npuw) not merged on main yet")
+            pytest.skip("NPUW plugin (plugins/ov_npu_emu_npuw) not available")
         return {"props": props, "plugin": None}
     import genai_shim.pipeline
     from tests.genai_shim.fake_npuw import FakeNpuwPlugin, make_core_with_fake
