@@ -189,3 +189,16 @@ def test_parallel_sampling_like_real(pipelines, stories_dir):
     b2 = real.generate(["Hi", PROMPTS[0]], **kw)
     assert len(a2.texts) == len(b2.texts) == 6
     assert len(set(a2.texts[3:])) > 1, "independent samples for one prompt"
+
+
+def test_set_generation_config_like_real(stories_dir, real_genai):
+    results = []
+    for mod, extra in ((genai_shim, {}), (real_genai, {"ATTENTION_BACKEND": "SDPA"})):
+        pipe = mod.LLMPipeline(str(stories_dir), "CPU", **F32, **extra)
+        cfg = mod.GenerationConfig()
+        cfg.max_new_tokens = 6
+        pipe.set_generation_config(cfg)
+        got = pipe.get_generation_config()
+        results.append((got.max_new_tokens, got.eos_token_id, pipe.generate(PROMPTS[0])))
+    assert results[0] == results[1]
+    assert results[0][:2] == (6, 2)
