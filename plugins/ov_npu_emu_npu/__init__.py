@@ -168,6 +168,8 @@ class NpuInferRequest(DeviceInferRequest):
             self.hpi.apply_input_output(bindings)
             self.command_list = CommandList(self.hpi)
             self.counters["command_list_builds"] += 1
+            logger.debug("command list built: %d tasks on %d lanes",
+                         sum(len(lane) for lane in self.command_list.lanes), len(self.command_list.lanes))
         else:
             changed = {s: va for s, va in bindings.items() if self.hpi.io_addr.get(s) != va}
             if changed and not self._cm.mutable:
@@ -177,8 +179,10 @@ class NpuInferRequest(DeviceInferRequest):
                 self.counters["command_list_builds"] += 1
             elif changed:
                 patched = self.hpi.apply_input_output(changed)
-                self.counters["patched_args"] += self.command_list.update_mutable_commands(patched)
+                n = self.command_list.update_mutable_commands(patched)
+                self.counters["patched_args"] += n
                 self.counters["mutable_updates"] += 1
+                logger.debug("mutable command list update: %s -> %d argument pointers", sorted(changed), n)
         for st in self._states:
             st.update_pending = False
         value = self._cm.queue.submit(self.command_list, self.fence, profile=self._profile,
