@@ -197,3 +197,16 @@ def test_f16_mode_on_cnn_and_builder_prefill(npu_core, tiny_model_dir, which):
     ours = _run(npu_core, m, feed, {"INFERENCE_PRECISION_HINT": "f16"})
     for a, b in zip(ours, cpu_reference(m, feed)):
         assert rel_err(a, b) <= F16_TOL
+
+
+@pytest.mark.parametrize("exclude_pad", [True, False])
+@pytest.mark.parametrize("rounding", ["floor", "ceil"])
+def test_pooling_pads_and_rounding(npu_core, exclude_pad, rounding):
+    x = ops.parameter([1, 2, 7, 7], np.float32, name="x")
+    a = ops.avg_pool(x, [2, 2], [1, 1], [1, 1], [3, 3], exclude_pad, rounding)
+    mx = ops.max_pool(x, [2, 2], [1, 1], [1, 1], [0, 0], [3, 3], rounding).output(0)
+    m = ov.Model([ops.result(a), ops.result(mx)], [x], "pool")
+    feed = {"x": np.random.default_rng(7).standard_normal((1, 2, 7, 7)).astype(np.float32)}
+    for a_, b_ in zip(_run(npu_core, m, feed), cpu_reference(m, feed)):
+        assert a_.shape == b_.shape
+        assert rel_err(a_, b_) <= F32_TOL
