@@ -202,3 +202,12 @@ def test_set_generation_config_like_real(stories_dir, real_genai):
         results.append((got.max_new_tokens, got.eos_token_id, pipe.generate(PROMPTS[0])))
     assert results[0] == results[1]
     assert results[0][:2] == (6, 2)
+
+
+def test_tensor_input_like_real(pipelines, stories_dir):
+    ours = pipelines("ours", stories_dir, **F32)
+    real = pipelines("real", stories_dir, ATTENTION_BACKEND="SDPA", **F32)
+    ids = ours.get_tokenizer().encode(PROMPTS[0]).input_ids
+    a = ours.generate(ids, max_new_tokens=10)
+    b = real.generate(real.get_tokenizer().encode(PROMPTS[0]).input_ids, max_new_tokens=10)
+    assert isinstance(a, genai_shim.EncodedResults) and a.tokens == b.tokens
