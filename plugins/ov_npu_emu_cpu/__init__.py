@@ -29,8 +29,8 @@ _MAGIC = b"OVNPUEMU-CPU\x00\x01"
 
 def _ov_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Keep only what the real CPU plugin understands (NPU/NPUW keys may be merged in upstream)."""
-    supported = set(openvino_core().get_property("CPU", "SUPPORTED_PROPERTIES"))
-    return {k: v for k, v in config.items() if k in supported}
+    supported = openvino_core().get_property("CPU", "SUPPORTED_PROPERTIES")  # name -> "RO"/"RW"/"WO"
+    return {k: v for k, v in config.items() if supported.get(k) in ("RW", "WO")}
 
 
 class CpuVariableState(VariableState):

@@ -1,0 +1,44 @@
+"""genai_shim: a drop-in for openvino_genai's LLM API (``import genai_shim as openvino_genai``)."""
+
+from __future__ import annotations
+
+from genai_shim.chat import ChatHistory
+from genai_shim.generation_config import GenerationConfig, StopCriteria
+from genai_shim.perf_metrics import MeanStdPair, PerfMetrics, RawPerfMetrics, SummaryStats
+from genai_shim.pipeline import LLMPipeline, SchedulerConfig
+from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
+from genai_shim.streamers import StreamerBase, StreamingStatus, TextStreamer
+from genai_shim.tokenizer import TokenizedInputs, Tokenizer
+
+__version__ = "2026.4.1.0-ov_npu_emu"
+
+__all__ = [
+    # pipeline
+    "LLMPipeline",
+    "SchedulerConfig",
+    # configuration
+    "GenerationConfig",
+    "StopCriteria",
+    # tokenization and chat
+    "ChatHistory",
+    "TokenizedInputs",
+    "Tokenizer",
+    # results and metrics
+    "DecodedResults",
+    "EncodedResults",
+    "GenerationFinishReason",
+    "MeanStdPair",
+    "PerfMetrics",
+    "RawPerfMetrics",
+    "SummaryStats",
+    # streaming
+    "StreamerBase",
+    "StreamingStatus",
+    "TextStreamer",
+    "get_version",
+]
+
+
+def get_version() -> str:
+    """Version string, like ``openvino_genai.get_version()``."""
+    return __version__

@@ -1,0 +1,269 @@
+"""GenerationConfig: openvino.genai's fields, defaults, JSON loading and validate() messages."""
+
+from __future__ import annotations
+
+import copy
+import enum
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ov_npu_emu.errors import ConfigError
+
+__all__ = ["SIZE_MAX", "GenerationConfig", "StopCriteria"]
+
+logger = logging.getLogger(__name__)
+
+#: the real default for "unlimited" (std::numeric_limits<size_t>::max())
+SIZE_MAX = 2**64 - 1
+
+
+class StopCriteria(enum.IntEnum):
+    """Beam-search stop criteria (kept for API compatibility; beam search is not implemented)."""
+
+    EARLY = 0
+    HEURISTIC = 1
+    NEVER = 2
+
+
+#: field -> default; order follows the real header
+_DEFAULTS: dict[str, Any] = {
+    "max_new_tokens": SIZE_MAX,
+    "max_length": SIZE_MAX,
+    "min_new_tokens": 0,
+    "ignore_eos": False,
+    "echo": False,
+    "logprobs": 0,
+    "eos_token_id": -1,
+    "stop_strings": set(),
+    "include_stop_str_in_output": False,
+    "stop_token_ids": set(),
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "num_beam_groups": 1,
+    "num_beams": 1,
+    "diversity_penalty": 0.0,
+    "length_penalty": 1.0,
+    "num_return_sequences": 1,
+    "no_repeat_ngram_size": SIZE_MAX,
+    "stop_criteria": StopCriteria.HEURISTIC,
+    "do_sample": False,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": SIZE_MAX,
+    "min_p": 0.0,
+    "rng_seed": 0,
+    "assistant_confidence_threshold": 0.0,
+    "num_assistant_tokens": 0,
+    "max_ngram_size": 0,
+    "branching_factor": 1,
+    "tree_depth": 0,
+    "apply_chat_template": True,
+    "structured_output_config": None,
+    "adapters": None,
+    "parsers": None,
+    "return_omni_outputs": False,
+    "pruning_ratio": 0.0,
+    "relevance_weight": 0.0,
+}
+
+#: keys read from a generation_config.json (HF names; pad/bos are informational)
+_JSON_KEYS = (
+    "max_new_tokens",
+    "max_length",
+    "min_new_tokens",
+    "ignore_eos",
+    "echo",
+    "logprobs",
+    "stop_strings",
+    "include_stop_str_in_output",
+    "stop_token_ids",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "num_beam_groups",
+    "num_beams",
+    "diversity_penalty",
+    "length_penalty",
+    "num_return_sequences",
+    "no_repeat_ngram_size",
+    "do_sample",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "rng_seed",
+    "apply_chat_template",
+)
+
+
+class GenerationConfig:
+    """Generation parameters (same names, defaults and checks as ``openvino_genai.GenerationConfig``).
+
+    ``GenerationConfig()``, ``GenerationConfig("generation_config.json")`` or
+    ``GenerationConfig(max_new_tokens=20, ...)``.
+    """
+
+    def __init__(self, json_path: str | os.PathLike | None = None, **kwargs: Any) -> None:
+        for k, v in _DEFAULTS.items():
+            object.__setattr__(self, k, copy.copy(v))
+        if json_path:
+            self._load_json(Path(json_path))
+        if kwargs:
+            self.update_generation_config(**kwargs)
+
+    # -- loading -----------------------------------------------------------------------------
+    def _load_json(self, path: Path) -> None:
+        if not path.is_file():
+            raise ConfigError(f"Generation config file {os.fspath(path)!r} does not exist")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"Cannot parse {os.fspath(path)!r}: {e}") from e
+        for k in _JSON_KEYS:
+            if k in data and data[k] is not None:
+                setattr(self, k, data[k])
+        eos = data.get("eos_token_id")
+        if isinstance(eos, list):
+            # HF allows a list; the first is the EOS id, all of them stop generation.
+            if eos:
+                self.eos_token_id = int(eos[0])
+            self.stop_token_ids = set(self.stop_token_ids) | {int(e) for e in eos}
+        elif isinstance(eos, int):
+            self.set_eos_token_id(eos)
+
+    # -- attribute handling ------------------------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in _DEFAULTS:
+            raise AttributeError(f"'GenerationConfig' object has no attribute {name!r}")
+        if name in ("stop_strings", "stop_token_ids"):
+            value = set(value) if value is not None else set()
+            if name == "stop_token_ids":
+                value = {int(v) for v in value}
+        object.__setattr__(self, name, value)
+
+    def update_generation_config(self, **kwargs: Any) -> None:
+        """Set several fields at once; unknown names are ignored (as the real binding does)."""
+        eos = kwargs.pop("eos_token_id", None)
+        for k, v in kwargs.items():
+            if k in _DEFAULTS:
+                setattr(self, k, v)
+            else:
+                logger.debug("GenerationConfig: ignoring unknown field %s", k)
+        if eos is not None:
+            self.set_eos_token_id(int(eos))
+
+    def set_eos_token_id(self, tokenizer_eos_token_id: int) -> None:
+        """Set EOS and make it a stop token (``stop_token_ids`` always contains EOS)."""
+        object.__setattr__(self, "eos_token_id", int(tokenizer_eos_token_id))
+        self.stop_token_ids = set(self.stop_token_ids) | {int(tokenizer_eos_token_id)}
+
+    # -- predicates --------------------------------------------------------------------------
+    def get_max_new_tokens(self, prompt_length: int = 0) -> int:
+        """max_new_tokens wins over max_length (prompt + new)."""
+        if self.max_new_tokens != SIZE_MAX:
+            return int(self.max_new_tokens)
+        if self.max_length != SIZE_MAX:
+            return max(int(self.max_length) - int(prompt_length), 0)
+        return SIZE_MAX
+
+    def is_greedy_decoding(self) -> bool:
+        return not self.do_sample and not self.is_beam_search()
+
+    def is_beam_search(self) -> bool:
+        return int(self.num_beams) > 1
+
+    def is_multinomial(self) -> bool:
+        return bool(self.do_sample)
+
+    def is_assisting_generation(self) -> bool:
+        return self.assistant_confidence_threshold > 0 or self.num_assistant_tokens > 0
+
+    def is_prompt_lookup(self) -> bool:
+        return self.max_ngram_size > 0 and self.num_assistant_tokens > 0
+
+    def is_tree_search(self) -> bool:
+        return self.tree_depth > 0
+
+    # -- validation --------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise ConfigError (a RuntimeError) with the real messages for invalid combinations."""
+
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise ConfigError(msg)
+
+        for t in self.stop_token_ids:
+            need(t >= 0, f"'stop_token_ids' must be non-negative, but it contains a value {t}")
+        if self.ignore_eos:
+            need(
+                self.max_new_tokens != SIZE_MAX or self.max_length != SIZE_MAX,
+                "ignore_eos is true, in this case either 'max_new_tokens', or 'max_length' should be defined.",
+            )
+        need(
+            self.eos_token_id != -1
+            or bool(self.stop_token_ids)
+            or bool(self.stop_strings)
+            or self.max_new_tokens != SIZE_MAX
+            or self.max_length != SIZE_MAX,
+            "Either 'eos_token_id', or 'stop_token_ids', or 'stop_strings', or 'max_new_tokens', or "
+            "'max_length' should be defined.",
+        )
+        need(
+            self.max_new_tokens > 0 or (self.max_new_tokens == 0 and self.echo),
+            "'max_new_tokens' must be greater than 0, if `echo` is set, 0 is also accepted",
+        )
+        need(
+            self.min_new_tokens <= self.max_new_tokens,
+            "min_new_tokens must be less or equal max_new_tokens",
+        )
+        need(
+            self.repetition_penalty > 0.0,
+            f"'repetition_penalty' must be a strictly positive float, but got {self.repetition_penalty:g}",
+        )
+        need(
+            -2.0 <= self.presence_penalty <= 2.0,
+            f"'presence_penalty' penalty must be within [-2.0; 2.0], but got {self.presence_penalty:g}",
+        )
+        need(
+            -2.0 <= self.frequency_penalty <= 2.0,
+            f"'frequence_penalty' penalty must be within [-2.0; 2.0], but got {self.frequency_penalty:g}",
+        )
+        if self.is_multinomial():
+            need(
+                self.temperature > 0.0,
+                f"When 'do_sample' is true, temperature must be a strictly positive float, but got {self.temperature:g}",
+            )
+            need(
+                0.0 < self.top_p <= 1.0,
+                f"When 'do_sample' is true, top_p must be a positive float > 0.0 and <= 1.0, but got {self.top_p:g}",
+            )
+        else:
+            need(
+                self.num_return_sequences == 1 or self.is_beam_search(),
+                "'num_return_sequences' can be more than 1 only in case of beam search or multinomial sampling, "
+                f"but got {self.num_return_sequences}",
+            )
+        if self.is_beam_search():
+            need(
+                self.num_beams >= self.num_return_sequences,
+                f"'num_beams' ({self.num_beams}) must be greater equal than 'num_return_sequences' "
+                f"({self.num_return_sequences})",
+            )
+
+    # -- misc --------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {k: copy.copy(getattr(self, k)) for k in _DEFAULTS}
+
+    def copy(self) -> GenerationConfig:
+        return copy.deepcopy(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GenerationConfig) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        changed = {k: v for k, v in self.to_dict().items() if v != _DEFAULTS[k]}
+        return f"GenerationConfig({', '.join(f'{k}={v!r}' for k, v in changed.items())})"

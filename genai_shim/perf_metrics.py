@@ -1,0 +1,238 @@
+"""PerfMetrics / RawPerfMetrics / MeanStdPair with openvino.genai's formulas (all values in ms)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ov_npu_emu.errors import UserInputError
+
+__all__ = ["MeanStdPair", "PerfMetrics", "RawPerfMetrics", "SummaryStats"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class MeanStdPair:
+    """Mean and standard deviation of a series (ms); ``-1, -1`` when the series is empty."""
+
+    mean: float = -1.0
+    std: float = -1.0
+
+    def __iter__(self):  # allows ``mean, std = pair`` like the real tuple-like binding
+        return iter((self.mean, self.std))
+
+
+@dataclass
+class SummaryStats:
+    """Mean, std, min and max of a series (ms)."""
+
+    mean: float = -1.0
+    std: float = -1.0
+    min: float = -1.0
+    max: float = -1.0
+
+
+def _mean_std(us: Sequence[float]) -> MeanStdPair:
+    """Microseconds in, milliseconds out; population std (as the real calc_mean_and_std)."""
+    if not us:
+        return MeanStdPair(-1.0, -1.0)
+    ms = [d / 1000.0 for d in us]
+    mean = sum(ms) / len(ms)
+    var = sum(d * d for d in ms) / len(ms) - mean * mean
+    return MeanStdPair(float(mean), float(math.sqrt(max(var, 0.0))))
+
+
+@dataclass
+class RawPerfMetrics:
+    """Raw series behind PerfMetrics; durations in microseconds, timestamps in seconds
+    (``time.perf_counter``)."""
+
+    generate_durations: list[float] = field(default_factory=list)  # whole generate() calls
+    tokenization_durations: list[float] = field(default_factory=list)
+    detokenization_durations: list[float] = field(default_factory=list)
+    chat_template_durations: list[float] = field(default_factory=list)
+    sampling_durations: list[float] = field(default_factory=list)
+    grammar_compile_times: list[float] = field(default_factory=list)
+    m_times_to_first_token: list[float] = field(default_factory=list)
+    m_new_token_times: list[float] = field(default_factory=list)  # when each token was produced
+    m_token_infer_durations: list[float] = field(default_factory=list)  # one model call each
+    m_batch_sizes: list[int] = field(default_factory=list)
+    m_durations: list[float] = field(default_factory=list)  # inter-token intervals (TPOT)
+    m_inference_durations: list[float] = field(default_factory=list)  # per generate() total
+
+    @property
+    def inference_durations(self) -> list[float]:
+        return self.m_inference_durations
+
+    @property
+    def token_infer_durations(self) -> list[float]:
+        return self.m_token_infer_durations
+
+
+class PerfMetrics:
+    """Performance of one or more ``generate()`` calls; ``get_*`` evaluate lazily.
+
+    TTFT is measured from the start of ``generate()`` (so it includes tokenization) to the first
+    token; TPOT is the mean interval between later tokens; throughput = 1000 / TPOT.mean;
+    IPOT is the mean duration of one model call.  ``a + b`` concatenates the raw series.
+    """
+
+    def __init__(self) -> None:
+        self.load_time: float = 0.0
+        self.num_generated_tokens: int = 0
+        self.num_input_tokens: int = 0
+        self.raw_metrics = RawPerfMetrics()
+        self._evaluated = False
+        self.ttft = MeanStdPair()
+        self.tpot = MeanStdPair()
+        self.ipot = MeanStdPair()
+        self.throughput = MeanStdPair()
+        self.generate_duration = MeanStdPair()
+        self.inference_duration = MeanStdPair()
+        self.tokenization_duration = MeanStdPair()
+        self.detokenization_duration = MeanStdPair()
+        self.chat_template_duration = MeanStdPair()
+        self.sampling_duration = MeanStdPair()
+        self.grammar_compile_time = SummaryStats()
+
+    # -- evaluation ------------------------------------------------------------------------
+    def evaluate_statistics(self, start_time: float | None = None) -> None:
+        """Compute the statistics; with ``start_time`` (seconds) rebuild TTFT and the
+        inter-token durations from the token timestamps first."""
+        if self._evaluated:
+            return
+        raw = self.raw_metrics
+        if start_time is not None and raw.m_new_token_times and raw.m_batch_sizes:
+            times, sizes = raw.m_new_token_times, raw.m_batch_sizes
+            raw.m_times_to_first_token = [(times[0] - start_time) * 1e6]
+            raw.m_durations = []
+            self.num_generated_tokens = sizes[0]
+            # The prefill step is excluded from TPOT: intervals start at the first token.
+            for i in range(1, len(times)):
+                per_token = (times[i] - times[i - 1]) * 1e6 / sizes[i]
+                raw.m_durations.extend([per_token] * sizes[i])
+                self.num_generated_tokens += sizes[i]
+        self.tpot = _mean_std(raw.m_durations)
+        self.ipot = _mean_std(raw.m_token_infer_durations)
+        self.ttft = _mean_std(raw.m_times_to_first_token)
+        self.generate_duration = _mean_std(raw.generate_durations)
+        self.tokenization_duration = _mean_std(raw.tokenization_durations)
+        self.detokenization_duration = _mean_std(raw.detokenization_durations)
+        self.chat_template_duration = _mean_std(raw.chat_template_durations)
+        self.sampling_duration = _mean_std(raw.sampling_durations)
+        self.inference_duration = _mean_std(raw.m_inference_durations)
+        g = raw.grammar_compile_times
+        if g:
+            ms = _mean_std(g)
+            self.grammar_compile_time = SummaryStats(
+                ms.mean, ms.std, min(g) / 1000.0, max(g) / 1000.0
+            )
+        else:
+            self.grammar_compile_time = SummaryStats()
+        tp = self.tpot
+        # Same expression as the real one, including its behaviour for an empty TPOT (-1).
+        self.throughput = (
+            MeanStdPair(1000.0 / tp.mean, tp.std * 1000.0 / (tp.mean * tp.mean))
+            if tp.mean != 0
+            else MeanStdPair(float("inf"), float("nan"))
+        )
+        self._evaluated = True
+
+    # -- getters ---------------------------------------------------------------------------
+    def get_load_time(self) -> float:
+        return self.load_time
+
+    def get_num_generated_tokens(self) -> int:
+        self.evaluate_statistics()
+        return self.num_generated_tokens
+
+    def get_num_input_tokens(self) -> int:
+        self.evaluate_statistics()
+        return self.num_input_tokens
+
+    def get_ttft(self) -> MeanStdPair:
+        self.evaluate_statistics()
+        return self.ttft
+
+    def get_tpot(self) -> MeanStdPair:
+        self.evaluate_statistics()
+        return self.tpot
+
+    def get_ipot(self) -> MeanStdPair:
+        self.evaluate_statistics()
+        return self.ipot
+
+    def get_throughput(self) -> MeanStdPair:
+        self.evaluate_statistics()
+        return self.throughput
+
+    def get_generate_duration(self) -> MeanStdPair:
+        self.evaluate_statistics()
+        return self.generate_duration
+
+    def get_inference_duration(self) -> MeanStdPair:
+        self.evaluate_statistics()
+        return self.inference_duration
+
+    def get_tokenization_duration(self) -> MeanStdPair:
+        self.evaluate_statistics()
+        return self.tokenization_duration
+
+    def get_detokenization_duration(self) -> MeanStdPair:
+        self.evaluate_statistics()
+        return self.detokenization_duration
+
+    def get_chat_template_duration(self) -> MeanStdPair:
+        self.evaluate_statistics()
+        return self.chat_template_duration
+
+    def get_sampling_duration(self) -> MeanStdPair:
+        self.evaluate_statistics()
+        return self.sampling_duration
+
+    def get_grammar_compile_time(self) -> SummaryStats:
+        self.evaluate_statistics()
+        return self.grammar_compile_time
+
+    def get_grammar_compiler_init_times(self) -> dict[str, float]:
+        return {}
+
+    # -- accumulation ----------------------------------------------------------------------
+    def __add__(self, other: PerfMetrics) -> PerfMetrics:
+        if not isinstance(other, PerfMetrics):
+            return NotImplemented
+        if other.load_time != self.load_time:
+            raise UserInputError("generation metrics can be accumulated only for the same pipeline")
+        res = copy.deepcopy(self)
+        a, b = res.raw_metrics, other.raw_metrics
+        for name in (
+            "m_durations",
+            "m_inference_durations",
+            "m_token_infer_durations",
+            "m_times_to_first_token",
+            "m_batch_sizes",
+            "tokenization_durations",
+            "detokenization_durations",
+            "generate_durations",
+            "chat_template_durations",
+            "sampling_durations",
+            "grammar_compile_times",
+        ):
+            getattr(a, name).extend(getattr(b, name))
+        res.num_generated_tokens += other.num_generated_tokens
+        res.num_input_tokens += other.num_input_tokens
+        res._evaluated = False
+        return res
+
+    def __iadd__(self, other: PerfMetrics) -> PerfMetrics:
+        return self.__add__(other)
+
+    def __repr__(self) -> str:
+        return (
+            f"<PerfMetrics load_time={self.load_time:.2f} ms, generated={self.num_generated_tokens}, "
+            f"input={self.num_input_tokens}>"
+        )

@@ -1,0 +1,680 @@
+"""LLMPipeline: openvino.genai's StatefulLLMPipeline behaviour over ov_npu_emu.Core (CPU and NPU)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from genai_shim.chat import ChatHistory
+from genai_shim.generation_config import SIZE_MAX, GenerationConfig
+from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
+from genai_shim.perf_metrics import PerfMetrics
+from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
+from genai_shim.sampling import LogitProcessor, Sampler
+from genai_shim.streamers import StreamerBase, StreamingStatus, call_write, make_streamer
+from genai_shim.tokenizer import TokenizedInputs, Tokenizer
+from ov_npu_emu.errors import (
+    BlobFormatError,
+    ConfigError,
+    IRReadError,
+    PromptTooLongError,
+    UserInputError,
+)
+
+__all__ = ["LLMPipeline", "SchedulerConfig"]
+
+logger = logging.getLogger(__name__)
+
+MODEL_XML = "openvino_model.xml"
+_CHAT_DEPRECATION = (
+    "start_chat() / finish_chat() API is deprecated and will be removed in the next major release. "
+    "Please use generate() with ChatHistory argument."
+)
+
+#: properties openvino.genai consumes itself on any device (never passed to compile_model)
+_GENAI_ONLY_KEYS = (
+    "scheduler_config",
+    "draft_model",
+    "prompt_lookup",
+    "adapters",
+    "ATTENTION_BACKEND",
+    "STATIC_PIPELINE",
+)
+
+
+class SchedulerConfig:
+    """Accepted for API compatibility (continuous batching is not emulated; the pipeline is
+    always the stateful one).  Attributes can be set freely."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.enable_prefix_caching = False
+        self.max_num_batched_tokens = 256
+        self.cache_size = 0
+        self.num_kv_blocks = 0
+        self.max_num_seqs = 256
+        self.dynamic_split_fuse = True
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
+
+class _Seq:
+    """One running sequence of a generate() call."""
+
+    def __init__(self, prompt: list[int], config: GenerationConfig) -> None:
+        self.prompt = prompt
+        self.tokens: list[int] = []
+        self.score = 0.0
+        self.finish: GenerationFinishReason | None = None
+        self.processor = LogitProcessor(config, prompt)
+        self.streamed = 0
+        self.out_of_memory = False
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+def _make_core() -> Any:
+    """The Core every pipeline compiles through (tests substitute one with other plugins)."""
+    from ov_npu_emu import Core
+
+    return Core()
+
+
+class LLMPipeline:
+    """``LLMPipeline(models_path, device="CPU", config=None, **properties)`` or
+    ``LLMPipeline(models_path, tokenizer, device, config=None, **properties)``.
+
+    One logic for both devices (openvino.genai's StatefulLLMPipeline): on "NPU" the properties
+    are translated for NPUW and the model is compiled through ``ov_npu_emu.Core`` with them; the
+    prompt/history is capped at MAX_PROMPT_LEN, generation ends silently at the KV capacity,
+    and chat re-prefills the whole templated history each turn.  On other devices the stateful
+    model runs as is and chat keeps the KV cache between turns.
+    """
+
+    def __init__(self, models_path: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+        t0 = _now()
+        tokenizer, device, config = self._parse_ctor(args, kwargs)
+        folder = Path(models_path)
+        if not (folder / MODEL_XML).is_file():
+            raise IRReadError(
+                f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel export folder"
+            )
+        props: dict[str, Any] = dict(config or {})
+        props.update(kwargs)
+        for k in _GENAI_ONLY_KEYS:
+            props.pop(k, None)
+        self._device = str(device).upper()
+        self._is_npu = self._device.split(".")[0] == "NPU"
+        self._tokenizer = tokenizer if tokenizer is not None else Tokenizer(folder)
+        gc_path = folder / "generation_config.json"
+        self._config = GenerationConfig(gc_path) if gc_path.is_file() else GenerationConfig()
+        if self._config.eos_token_id == -1 and self._tokenizer.get_eos_token_id() != -1:
+            self._config.set_eos_token_id(self._tokenizer.get_eos_token_id())
+
+        self._core = _make_core()
+        model = self._core.read_model(folder / MODEL_XML)
+        self._batch_axis, self._seq_axis = get_kv_axes_pos(model)
+        self._max_prompt_len = SIZE_MAX
+        self._kv_capacity = SIZE_MAX
+        if self._is_npu:
+            self._compiled = self._compile_npu(model, props, folder)
+        else:
+            self._compiled = self._core.compile_model(model, self._device, props)
+        self._request = self._compiled.create_infer_request()
+        self._input_names = {n for p in self._compiled.inputs for n in p.get_names()}
+        self._sampler = Sampler()
+        # chat state
+        self._chat_active = False
+        self._history: list[dict[str, Any]] = []
+        self._chat_input: str | None = None  # "string" or "history" for the running chat
+        self._kv_tokens: list[int] = []  # ids whose keys/values sit in the KV cache (batch 1)
+        self._chat_ids: list[int] = []  # template-less chat: all ids of the conversation so far
+        self._cancelled = False
+        self._load_time = (_now() - t0) * 1000.0
+
+    @staticmethod
+    def _parse_ctor(
+        args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Tokenizer | None, str, Mapping[str, Any] | None]:
+        tokenizer = kwargs.pop("tokenizer", None)
+        device = kwargs.pop("device", None)
+        config = kwargs.pop("config", None)
+        rest = list(args)
+        if rest and isinstance(rest[0], Tokenizer):
+            tokenizer = rest.pop(0)
+        if rest and isinstance(rest[0], str):
+            device = rest.pop(0)
+        if rest and isinstance(rest[0], Mapping):
+            config = rest.pop(0)
+        if rest:
+            raise UserInputError(
+                "LLMPipeline(models_path, device='CPU', config=None, **properties) or "
+                f"LLMPipeline(models_path, tokenizer, device, config=None, **properties); got extra {rest!r}"
+            )
+        if config is not None and not isinstance(config, Mapping):
+            raise UserInputError(
+                f"config must be a dict of properties, got {type(config).__name__}"
+            )
+        return tokenizer, device or "CPU", config
+
+    # -- NPU -----------------------------------------------------------------------------------
+    def _compile_npu(self, model: ov.Model, props: dict[str, Any], folder: Path) -> Any:
+        npu = translate_npu_config(model, props)
+        if npu.blob_path is not None and not npu.export_blob:
+            path = Path(npu.blob_path)
+            if not path.is_file():
+                raise BlobFormatError(f"Blob file is not found at: {npu.blob_path}")
+            with open(path, "rb") as f:
+                compiled = self._core.import_model(f.read(), "NPU", npu.config)
+        else:
+            compiled = self._core.compile_model(model, "NPU", npu.config)
+            if npu.export_blob:
+                target = npu.blob_path or os.fspath(folder / "openvino_model.blob")
+                if not target.endswith(".blob"):
+                    raise ConfigError(
+                        f"Please provide a full path to blob file in BLOB_PATH: {target}",
+                        key="BLOB_PATH",
+                    )
+                try:
+                    with open(target, "wb") as f:
+                        compiled.export_model(f)
+                except OSError as e:
+                    raise ConfigError(
+                        f"Blob file can't be exported to: {target}", key="BLOB_PATH"
+                    ) from e
+        # NPUW aligns the lengths; the pipeline uses what the compiled model reports.
+        self._max_prompt_len = int(compiled.get_property("NPUW_LLM_MAX_PROMPT_LEN"))
+        min_response = int(compiled.get_property("NPUW_LLM_MIN_RESPONSE_LEN"))
+        self._kv_capacity = self._max_prompt_len + min_response - 1
+        return compiled
+
+    # -- public API ----------------------------------------------------------------------------
+    def get_tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    def get_generation_config(self) -> GenerationConfig:
+        return self._config.copy()
+
+    def set_generation_config(self, config: GenerationConfig) -> None:
+        new = config.copy()
+        # The real pipeline keeps the model's EOS when the new config has none.
+        if new.eos_token_id == -1:
+            new.set_eos_token_id(self._config.eos_token_id)
+        new.validate()
+        self._config = new
+
+    def start_chat(self, system_message: str = "") -> None:
+        """Start a chat (deprecated upstream in favour of ``generate(ChatHistory)``)."""
+        warnings.warn(_CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
+        self._reset_kv()
+        self._chat_active = True
+        self._chat_input = None
+        self._history = [{"role": "system", "content": system_message}] if system_message else []
+        self._chat_ids = []
+
+    def finish_chat(self) -> None:
+        warnings.warn(_CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
+        self._chat_active = False
+        self._chat_input = None
+        self._history = []
+        self._chat_ids = []
+        self._reset_kv()
+
+    def __call__(
+        self,
+        inputs: Any,
+        generation_config: GenerationConfig | None = None,
+        streamer: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        return self.generate(inputs, generation_config, streamer, **kwargs)
+
+    def generate(
+        self,
+        inputs: Any,
+        generation_config: GenerationConfig | None = None,
+        streamer: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Generate for a str (→ str), list[str] / ChatHistory (→ DecodedResults), or
+        TokenizedInputs / ov.Tensor of ids (→ EncodedResults)."""
+        start = _now()
+        config = self._resolve_config(generation_config, kwargs)
+        if isinstance(inputs, (TokenizedInputs, ov.Tensor, np.ndarray)):
+            ids, mask = self._encoded_inputs(inputs)
+            res = self._generate_ids(ids, mask, config, streamer, start, keep_kv=False)
+            res.perf_metrics.raw_metrics.generate_durations.append((_now() - start) * 1e6)
+            res.perf_metrics._evaluated = False
+            res.perf_metrics.evaluate_statistics(start)
+            return res
+        if isinstance(inputs, ChatHistory):
+            return self._generate_history(inputs, config, streamer, start)
+        if isinstance(inputs, str):
+            if self._chat_active:
+                return self._generate_chat_string(inputs, config, streamer, start)
+            res = self._generate_texts([inputs], config, streamer, start)
+            return res.texts[0]
+        if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, str) for p in inputs):
+            if self._chat_active:
+                raise UserInputError(
+                    "In chat mode generate() takes a single string; call finish_chat() for batches"
+                )
+            return self._generate_texts(list(inputs), config, streamer, start)
+        raise UserInputError(
+            "generate() takes a str, a list of str, a ChatHistory, TokenizedInputs or an openvino.Tensor of ids; "
+            f"got {type(inputs).__name__}"
+        )
+
+    # -- config --------------------------------------------------------------------------------
+    def _resolve_config(
+        self, generation_config: GenerationConfig | None, kwargs: dict[str, Any]
+    ) -> GenerationConfig:
+        if generation_config is not None and not isinstance(generation_config, GenerationConfig):
+            raise UserInputError(
+                f"generation_config must be a GenerationConfig, got {type(generation_config).__name__}"
+            )
+        config = (generation_config or self._config).copy()
+        if kwargs:
+            config.update_generation_config(**kwargs)
+        if config.eos_token_id == -1:
+            config.set_eos_token_id(self._config.eos_token_id)
+        config.validate()
+        return config
+
+    # -- input preparation ---------------------------------------------------------------------
+    @staticmethod
+    def _encoded_inputs(inputs: Any) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(inputs, TokenizedInputs):
+            ids = np.asarray(inputs.input_ids.data, dtype=np.int64)
+            mask = np.asarray(inputs.attention_mask.data, dtype=np.int64)
+        else:
+            ids = np.asarray(
+                inputs.data if isinstance(inputs, ov.Tensor) else inputs, dtype=np.int64
+            )
+            mask = np.ones_like(ids)
+        if ids.ndim == 1:
+            ids, mask = ids[None, :], mask[None, :]
+        if ids.ndim != 2 or ids.shape != mask.shape or ids.shape[1] == 0:
+            raise UserInputError(
+                f"input_ids must be a non-empty [batch, length] tensor, got shape {list(ids.shape)}"
+            )
+        return np.array(ids), np.array(mask)
+
+    def _tokenize_templated(
+        self, text_or_history: Any, perf: PerfMetrics
+    ) -> tuple[np.ndarray, np.ndarray]:
+        t0 = _now()
+        templated = self._tokenizer.apply_chat_template(text_or_history, add_generation_prompt=True)
+        t1 = _now()
+        enc = self._tokenizer.encode(templated, add_special_tokens=False)
+        t2 = _now()
+        perf.raw_metrics.chat_template_durations.append((t1 - t0) * 1e6)
+        perf.raw_metrics.tokenization_durations.append((t2 - t1) * 1e6)
+        return np.array(enc.input_ids.data), np.array(enc.attention_mask.data)
+
+    def _generate_texts(
+        self, prompts: list[str], config: GenerationConfig, streamer: Any, start: float
+    ) -> DecodedResults:
+        perf = PerfMetrics()
+        if config.apply_chat_template and self._tokenizer.chat_template:
+            rows = [
+                self._tokenize_templated([{"role": "user", "content": p}], perf) for p in prompts
+            ]
+            ids, mask = self._stack(rows)
+        else:
+            t0 = _now()
+            enc = self._tokenizer.encode(prompts if len(prompts) > 1 else prompts[0])
+            perf.raw_metrics.tokenization_durations.append((_now() - t0) * 1e6)
+            ids, mask = np.array(enc.input_ids.data), np.array(enc.attention_mask.data)
+        enc_res = self._generate_ids(ids, mask, config, streamer, start, keep_kv=False)
+        return self._decode_results(enc_res, perf, start)
+
+    def _stack(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        width = max(r[0].shape[1] for r in rows)
+        ids = np.zeros((len(rows), width), dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for i, (r_ids, r_mask) in enumerate(rows):
+            n = r_ids.shape[1]
+            ids[i, width - n :], mask[i, width - n :] = r_ids[0], r_mask[0]
+        return ids, mask
+
+    def _decode_results(
+        self, enc: EncodedResults, perf: PerfMetrics, start: float
+    ) -> DecodedResults:
+        t0 = _now()
+        texts = [self._tokenizer.decode(t) for t in enc.tokens]
+        detok = (_now() - t0) * 1e6
+        out = DecodedResults()
+        out.texts, out.scores, out.finish_reasons = texts, enc.scores, enc.finish_reasons
+        pm = enc.perf_metrics
+        raw = pm.raw_metrics
+        raw.tokenization_durations = (
+            perf.raw_metrics.tokenization_durations + raw.tokenization_durations
+        )
+        raw.chat_template_durations = (
+            perf.raw_metrics.chat_template_durations + raw.chat_template_durations
+        )
+        raw.detokenization_durations.append(detok)
+        raw.generate_durations.append((_now() - start) * 1e6)
+        pm._evaluated = False
+        pm.evaluate_statistics(start)
+        out.perf_metrics = pm
+        return out
+
+    # -- chat ----------------------------------------------------------------------------------
+    def _require_template(self) -> None:
+        if not self._tokenizer.chat_template:
+            raise ConfigError(
+                "Chat template must not be empty when using ChatHistory in generate method."
+            )
+
+    def _generate_history(
+        self, history: ChatHistory, config: GenerationConfig, streamer: Any, start: float
+    ) -> DecodedResults:
+        self._require_template()
+        if self._chat_input == "string":
+            raise UserInputError(
+                "Chat doesn't support switching between input types. Please, continue using StringInputs or restart the chat."
+            )
+        perf = PerfMetrics()
+        ids, mask = self._tokenize_templated(history, perf)
+        enc = self._generate_ids(ids, mask, config, streamer, start, keep_kv=True)
+        return self._decode_results(enc, perf, start)
+
+    def _generate_chat_string(
+        self, prompt: str, config: GenerationConfig, streamer: Any, start: float
+    ) -> str:
+        if self._chat_input == "history":
+            raise UserInputError(
+                "Chat doesn't support switching between input types. Please, continue using ChatHistory or restart the chat."
+            )
+        self._chat_input = "string"
+        perf = PerfMetrics()
+        self._history.append({"role": "user", "content": prompt})
+        if self._tokenizer.chat_template:
+            ids, mask = self._tokenize_templated(self._history, perf)
+        else:
+            # No template: the conversation is the plain concatenation of turns (our choice;
+            # documented), re-prefilled on NPU, continued from the KV cache elsewhere.
+            t0 = _now()
+            enc = self._tokenizer.encode(prompt)
+            perf.raw_metrics.tokenization_durations.append((_now() - t0) * 1e6)
+            ids = np.concatenate(
+                [
+                    np.array([self._chat_ids], dtype=np.int64).reshape(1, -1),
+                    np.array(enc.input_ids.data),
+                ],
+                axis=1,
+            )
+            mask = np.ones_like(ids)
+        try:
+            enc_res = self._generate_ids(ids, mask, config, streamer, start, keep_kv=True)
+        except Exception:
+            self._history.pop()
+            raise
+        res = self._decode_results(enc_res, perf, start)
+        self._chat_ids = ids[0].tolist() + enc_res.tokens[0]
+        if (
+            enc_res.finish_reasons
+            and enc_res.finish_reasons[0] == GenerationFinishReason.NONE
+            and self._cancelled
+        ):
+            self._history.pop()  # CANCEL drops the user turn
+        else:
+            self._history.append({"role": "assistant", "content": res.texts[0]})
+        return res.texts[0]
+
+    # -- KV cache ------------------------------------------------------------------------------
+    def _reset_kv(self) -> None:
+        self._request.reset_state()
+        self._kv_tokens = []
+
+    def _trim_kv(self, keep: int) -> None:
+        """Keep the first ``keep`` positions of every KV state (CPU chat reuse)."""
+        for state in self._request.query_state():
+            data = np.asarray(state.state.data)
+            index = [slice(None)] * data.ndim
+            index[self._seq_axis] = slice(0, keep)
+            state.state = ov.Tensor(np.ascontiguousarray(data[tuple(index)]))
+        self._kv_tokens = self._kv_tokens[:keep]
+
+    # -- the generation loop -------------------------------------------------------------------
+    def _check_npu(self, ids: np.ndarray, config: GenerationConfig) -> None:
+        if ids.size > self._max_prompt_len:
+            raise PromptTooLongError(
+                f"Stateful LLM pipeline on NPU may only process prompts or hold chat history up to "
+                f'{self._max_prompt_len} tokens. {ids.size} is passed.\n Set the "MAX_PROMPT_LEN" config option to '
+                "increase the limit."
+            )
+        if ids.shape[0] != 1:
+            raise UserInputError(
+                "Currently only batch size equal to 1 is supported for NPU device!"
+            )
+        if not (config.is_greedy_decoding() or config.is_multinomial()):
+            raise UserInputError(
+                "Currently only greedy and multinomial decoding are supported for NPU device!"
+            )
+        if config.num_return_sequences != 1:
+            raise UserInputError(
+                'Currently only "num_return_sequences" equal to 1 is supported for NPU device!'
+            )
+
+    def _infer(
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        pos: np.ndarray,
+        beam: np.ndarray,
+        perf: PerfMetrics,
+    ) -> np.ndarray:
+        feed: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": mask}
+        if "position_ids" in self._input_names:
+            feed["position_ids"] = pos
+        if "beam_idx" in self._input_names:
+            feed["beam_idx"] = beam
+        t0 = _now()
+        out = self._request.infer(feed)
+        t1 = _now()
+        raw = perf.raw_metrics
+        raw.m_token_infer_durations.append((t1 - t0) * 1e6)
+        raw.m_inference_durations[0] += (t1 - t0) * 1e6
+        raw.m_new_token_times.append(t1)
+        raw.m_batch_sizes.append(int(ids.shape[0]))
+        return np.asarray(out["logits"])
+
+    def _generate_ids(
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        config: GenerationConfig,
+        streamer: Any,
+        start: float,
+        keep_kv: bool,
+    ) -> EncodedResults:
+        self._cancelled = False
+        if self._is_npu:
+            self._check_npu(ids, config)
+        if config.echo:
+            raise UserInputError("Echo is not supported in the stateful pipeline")
+        if config.is_beam_search():
+            raise UserInputError(
+                "Beam search is not implemented by genai_shim (the real NPU pipeline rejects it too); "
+                "use greedy or multinomial decoding"
+            )
+        batch = ids.shape[0]
+        if config.num_return_sequences != 1:
+            raise UserInputError(
+                "num_return_sequences > 1 is not implemented by genai_shim's stateful pipeline"
+            )
+        stream = make_streamer(streamer, self._tokenizer)
+        if stream is not None and batch != 1:
+            raise UserInputError(
+                "Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding"
+            )
+        perf = PerfMetrics()
+        perf.load_time = self._load_time
+        perf.raw_metrics.m_inference_durations = [0.0]
+        perf.num_input_tokens = int(ids.size)  # padded batch size × length, as the real one counts
+        self._sampler.set_seed(config.rng_seed)
+
+        # New conversation vs. continuing one: on NPU (full-history mode) and outside chat the
+        # state is reset and the whole prompt is prefilled; CPU chat reuses the common prefix.
+        past = 0
+        if keep_kv and not self._is_npu and batch == 1:
+            row = ids[0][mask[0].astype(bool)].tolist()
+            common = 0
+            for a, b in zip(self._kv_tokens, row):
+                if a != b:
+                    break
+                common += 1
+            common = min(common, len(row) - 1)  # at least one new token must be fed
+            if common == 0:
+                self._reset_kv()
+            elif common < len(self._kv_tokens):
+                self._trim_kv(common)
+            past = common
+        else:
+            self._reset_kv()
+        seqs = [_Seq(ids[b][mask[b].astype(bool)].tolist(), config) for b in range(batch)]
+        max_new = config.get_max_new_tokens(ids.shape[1])
+        stop_window, stop_strings = self._stop_strings(config)
+
+        # Prefill: positions count only real (unmasked) tokens, padding gets 0.
+        feed_ids, feed_mask = ids[:, past:], mask
+        pos = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)[:, past:].astype(np.int64)
+        full_mask = np.ascontiguousarray(feed_mask, dtype=np.int64)
+        logits = self._infer(
+            np.ascontiguousarray(feed_ids),
+            full_mask,
+            np.ascontiguousarray(pos),
+            np.arange(batch, dtype=np.int32),
+            perf,
+        )
+        if keep_kv and batch == 1:
+            self._kv_tokens = seqs[0].prompt[:]
+        active = list(range(batch))
+        stream_stopped = False
+        last = logits[:, -1, :]
+        while True:
+            for row, b in enumerate(active):
+                s = seqs[b]
+                token, logp = self._sampler.sample(s.processor, last[row])
+                s.tokens.append(token)
+                s.processor.register(token)
+                s.score += logp
+                self._check_finish(s, config, max_new, stop_window, stop_strings)
+            if stream is not None and not stream_stopped:
+                status = self._stream(stream, seqs[0], stop_window)
+                stream_stopped = status != StreamingStatus.RUNNING
+                if stream_stopped and seqs[0].finish is None:
+                    seqs[0].finish = {
+                        StreamingStatus.STOP: GenerationFinishReason.STOP,
+                        StreamingStatus.CANCEL: GenerationFinishReason.NONE,
+                        StreamingStatus.TOOL_CALL_STOP: GenerationFinishReason.TOOL_CALL,
+                    }[status]
+                    self._cancelled = status == StreamingStatus.CANCEL
+            still = [b for b in active if seqs[b].finish is None and not seqs[b].out_of_memory]
+            if not still:
+                break
+            # Decode step: one token per running row; beam_idx drops finished rows from the KV.
+            beam = np.array([active.index(b) for b in still], dtype=np.int32)
+            full_mask = np.concatenate(
+                [full_mask[beam], np.ones((len(still), 1), dtype=np.int64)], axis=1
+            )
+            step_ids = np.array([[seqs[b].tokens[-1]] for b in still], dtype=np.int64)
+            step_pos = (full_mask.sum(axis=1, keepdims=True) - 1).astype(np.int64)
+            logits = self._infer(step_ids, full_mask, step_pos, beam, perf)
+            if keep_kv and batch == 1:
+                self._kv_tokens.append(int(step_ids[0, 0]))
+            active = still
+            last = logits[:, -1, :]
+        if stream is not None:
+            if not stream_stopped:
+                self._stream(stream, seqs[0], 0)
+            stream.end()
+        res = EncodedResults()
+        for s in seqs:
+            res.tokens.append(s.tokens)
+            res.scores.append(float(s.score))
+            res.finish_reasons.append(
+                s.finish if s.finish is not None else GenerationFinishReason.NONE
+            )
+        if not keep_kv:
+            self._kv_tokens = []
+        res.perf_metrics = perf
+        return res
+
+    def _stop_strings(self, config: GenerationConfig) -> tuple[int, list[str]]:
+        """(stream window = longest stop string in tokens, the stop strings)."""
+        if not config.stop_strings:
+            return 0, []
+        window = 0
+        for s in config.stop_strings:
+            enc = self._tokenizer.encode(s, add_special_tokens=False)
+            window = max(window, int(np.asarray(enc.input_ids.data).shape[1]))
+        return window, sorted(config.stop_strings)
+
+    def _check_finish(
+        self, s: _Seq, config: GenerationConfig, max_new: int, window: int, stops: list[str]
+    ) -> None:
+        token = s.tokens[-1]
+        if not config.ignore_eos and token in config.stop_token_ids:
+            s.finish = GenerationFinishReason.STOP
+            return
+        if stops and len(s.tokens) >= window:
+            removed = self._match_stop_string(
+                s.tokens, window, stops, config.include_stop_str_in_output
+            )
+            if removed is not None:
+                del s.tokens[len(s.tokens) - removed :]
+                s.finish = GenerationFinishReason.STOP
+                return
+        if len(s.tokens) >= max_new:
+            s.finish = GenerationFinishReason.LENGTH
+            return
+        if self._is_npu and len(s.prompt) + len(s.tokens) - 1 >= self._kv_capacity:
+            # The real pipeline marks the sequence OUT_OF_MEMORY and stops without an error; its
+            # finish reason stays NONE (measured on openvino_genai 2026.4.1, NPU via NPUW on CPU).
+            s.finish = GenerationFinishReason.NONE
+            s.out_of_memory = True
+
+    def _match_stop_string(
+        self, tokens: list[int], window: int, stops: list[str], include: bool
+    ) -> int | None:
+        """Number of trailing tokens to drop when a stop string occurs in the decoded last
+        ``window`` tokens (None: no match) — the real match_stop_string rules."""
+        buffer = tokens[len(tokens) - window :]
+        text = self._tokenizer.decode(buffer)
+        for stop in stops:
+            pos = text.find(stop)
+            if pos == -1:
+                continue
+            kept = text[: pos + (len(stop) if include else 0)].rstrip(" \n")
+            if not kept:
+                return len(buffer)
+            for i in range(len(buffer)):
+                if kept in self._tokenizer.decode(buffer[: i + 1]):
+                    return len(buffer) - i - 1
+            return 0
+        return None
+
+    @staticmethod
+    def _stream(stream: StreamerBase, s: _Seq, window: int) -> StreamingStatus:
+        """Stream tokens that can no longer be removed by a stop string."""
+        limit = len(s.tokens) if s.finish is not None else max(len(s.tokens) - window, 0)
+        status = StreamingStatus.RUNNING
+        while s.streamed < limit:
+            status = call_write(stream, s.tokens[s.streamed])
+            s.streamed += 1
+            if status != StreamingStatus.RUNNING:
+                break
+        return status

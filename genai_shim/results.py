@@ -1,0 +1,53 @@
+"""Result types: DecodedResults, EncodedResults, GenerationFinishReason."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from genai_shim.perf_metrics import PerfMetrics
+
+__all__ = ["DecodedResults", "EncodedResults", "GenerationFinishReason"]
+
+
+class GenerationFinishReason(enum.IntEnum):
+    """Why a sequence ended."""
+
+    NONE = 0  # still running, or cancelled by the streamer
+    STOP = 1  # EOS / stop token / stop string / streamer STOP
+    LENGTH = 2  # max_new_tokens, max_length, or the NPU KV-cache capacity
+    TOOL_CALL = 3  # streamer returned TOOL_CALL_STOP
+
+
+class EncodedResults:
+    """Token ids per sequence, with scores, finish reasons and perf metrics."""
+
+    def __init__(self) -> None:
+        self.tokens: list[list[int]] = []
+        self.scores: list[float] = []
+        self.finish_reasons: list[GenerationFinishReason] = []
+        self.perf_metrics = PerfMetrics()
+        self.extended_perf_metrics: Any = None
+
+    def __repr__(self) -> str:
+        return f"EncodedResults(tokens={self.tokens}, scores={self.scores}, finish_reasons={self.finish_reasons})"
+
+
+class DecodedResults:
+    """Texts per sequence; ``str(results)`` joins them like the real binding."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.scores: list[float] = []
+        self.finish_reasons: list[GenerationFinishReason] = []
+        self.perf_metrics = PerfMetrics()
+        self.extended_perf_metrics: Any = None
+        self.parsed: list[dict[str, Any]] = []
+
+    def __str__(self) -> str:
+        if len(self.texts) == 1:
+            return self.texts[0]
+        return "\n".join(f"{s:.6f}: {t}" for s, t in zip(self.scores, self.texts))
+
+    def __repr__(self) -> str:
+        return f"DecodedResults(texts={self.texts!r}, scores={self.scores}, finish_reasons={self.finish_reasons})"

@@ -1,0 +1,426 @@
+"""Tokenizer over openvino_tokenizers IR (encode, decode, chat template, special tokens, vocab)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from ov_npu_emu.errors import ConfigError, IRReadError, UserInputError
+
+__all__ = ["TokenizedInputs", "Tokenizer"]
+
+logger = logging.getLogger(__name__)
+
+TOKENIZER_XML = "openvino_tokenizer.xml"
+DETOKENIZER_XML = "openvino_detokenizer.xml"
+
+_ov_core: ov.Core | None = None
+_core_lock = threading.Lock()
+
+
+def _core() -> ov.Core:
+    """Tokenization is host-side in the real stack too: run the IR on openvino's CPU plugin."""
+    global _ov_core
+    with _core_lock:
+        if _ov_core is None:
+            import openvino_tokenizers  # noqa: F401  (registers the tokenizer extension ops)
+
+            _ov_core = ov.Core()
+        return _ov_core
+
+
+class TokenizedInputs:
+    """``input_ids`` and ``attention_mask`` as i64 ``openvino.Tensor`` of shape [batch, length]."""
+
+    def __init__(self, input_ids: ov.Tensor, attention_mask: ov.Tensor) -> None:
+        self.input_ids = input_ids
+        self.attention_mask = attention_mask
+
+    def __repr__(self) -> str:
+        return f"TokenizedInputs(input_ids={self.input_ids.data.tolist()}, attention_mask={self.attention_mask.data.tolist()})"
+
+
+def _rt(model: ov.Model, key: str) -> str | None:
+    rt = model.get_rt_info()
+    if key not in rt:
+        return None
+    try:
+        v = rt[key].astype(str)
+    except Exception:  # noqa: BLE001 - OVAny conversions differ between versions
+        v = str(rt[key])
+    return v if v not in ("", "{}") else None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        logger.warning("cannot parse %s; ignoring it", path)
+        return {}
+
+
+def _const(output: ov.Output) -> np.ndarray | None:
+    node = output.get_node()
+    return node.get_data() if node.get_type_name() == "Constant" else None
+
+
+class Tokenizer:
+    """openvino_genai.Tokenizer work-alike.
+
+    :param tokenizer_path: a folder with ``openvino_tokenizer.xml`` and/or
+        ``openvino_detokenizer.xml`` (plus optional tokenizer_config.json for the chat template).
+    :param properties: accepted for API compatibility (tokenization always runs on the host).
+    """
+
+    def __init__(
+        self,
+        tokenizer_path: str | os.PathLike,
+        properties: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        folder = Path(tokenizer_path)
+        if folder.is_file():
+            folder = folder.parent
+        tok_xml, detok_xml = folder / TOKENIZER_XML, folder / DETOKENIZER_XML
+        if not tok_xml.is_file() and not detok_xml.is_file():
+            raise IRReadError(
+                f"Neither {TOKENIZER_XML} nor {DETOKENIZER_XML} found in {os.fspath(folder)!r}; convert the "
+                "tokenizer with openvino_tokenizers (convert_tokenizer(..., with_detokenizer=True))"
+            )
+        self._folder = folder
+        self._lock = threading.RLock()
+        core = _core()
+        self._tok_model = core.read_model(tok_xml) if tok_xml.is_file() else None
+        self._detok_model = core.read_model(detok_xml) if detok_xml.is_file() else None
+        self._encoders: dict[bool, Any] = {}
+        self._decoders: dict[bool, Any] = {}
+        cfg = _read_json(folder / "tokenizer_config.json")
+        special_map = _read_json(folder / "special_tokens_map.json")
+        gen = _read_json(folder / "generation_config.json")
+        conf = _read_json(folder / "config.json")
+        models = [m for m in (self._tok_model, self._detok_model) if m is not None]
+
+        def first_id(key: str) -> int:
+            for m in models:
+                v = _rt(m, key)
+                if v is not None:
+                    try:
+                        return int(v)
+                    except ValueError:
+                        pass
+            for src in (gen, conf):
+                v = src.get(key)
+                if isinstance(v, list) and v:
+                    v = v[0]
+                if isinstance(v, int):
+                    return v
+            return -1
+
+        self._bos_id = first_id("bos_token_id")
+        self._eos_id = first_id("eos_token_id")
+        self._pad_id = first_id("pad_token_id")
+        self._vocab_bytes: list[bytes] = []
+        self._vocab_vector = self._read_vocab()
+        vocab = self._vocab_vector
+
+        def token_text(tid: int, key: str) -> str:
+            if 0 <= tid < len(vocab):
+                return vocab[tid]
+            v = cfg.get(key, special_map.get(key))
+            if isinstance(v, dict):
+                v = v.get("content")
+            return v if isinstance(v, str) else ""
+
+        self._bos = token_text(self._bos_id, "bos_token")
+        self._eos = token_text(self._eos_id, "eos_token")
+        # The real tokenizer reports the EOS text as pad text when no pad id is known.
+        self._pad = token_text(self._pad_id, "pad_token") if self._pad_id >= 0 else self._eos
+        template = None
+        for m in models:
+            template = template or _rt(m, "chat_template")
+        if template is None:
+            t = cfg.get("chat_template")
+            if isinstance(t, list):  # HF allows named templates; "default" is the one used
+                t = next((x.get("template") for x in t if x.get("name") == "default"), None)
+            template = t if isinstance(t, str) else None
+        self._original_chat_template = template or ""
+        self._chat_template = self._original_chat_template
+        self._special_ids = self._find_special_ids(cfg)
+        mml = cfg.get("model_max_length")
+        self._model_max_length: int | None = (
+            int(mml) if isinstance(mml, int) and mml < 10**9 else None
+        )
+
+    # -- IR plumbing ---------------------------------------------------------------------------
+    def _read_vocab(self) -> list[str]:
+        """Token strings from the detokenizer's VocabDecoder constants (begins, ends, chars)."""
+        if self._detok_model is None:
+            return []
+        for op in self._detok_model.get_ordered_ops():
+            if op.get_type_name() == "VocabDecoder":
+                begins, ends, chars = (_const(op.input_value(i)) for i in (1, 2, 3))
+                if begins is None or ends is None or chars is None:
+                    return []
+                raw = chars.tobytes()
+                self._vocab_bytes = [raw[int(b) : int(e)] for b, e in zip(begins, ends)]
+                return [piece.decode("utf-8", errors="replace") for piece in self._vocab_bytes]
+        return []
+
+    def _find_special_ids(self, cfg: dict[str, Any]) -> list[int]:
+        ids: set[int] = set()
+        if self._detok_model is not None:
+            for op in self._detok_model.get_ordered_ops():
+                if op.get_type_name() == "VocabDecoder" and op.get_input_size() > 4:
+                    skip = _const(op.input_value(4))
+                    if skip is not None:
+                        ids |= {int(x) for x in np.ravel(skip)}
+        for k, v in (cfg.get("added_tokens_decoder") or {}).items():
+            if isinstance(v, dict) and v.get("special"):
+                ids.add(int(k))
+        ids |= {t for t in (self._bos_id, self._eos_id, self._pad_id) if t >= 0}
+        return sorted(ids)
+
+    def _encoder(self, add_special_tokens: bool) -> Any:
+        with self._lock:
+            if add_special_tokens not in self._encoders:
+                if self._tok_model is None:
+                    raise UserInputError(
+                        f"{TOKENIZER_XML} was not found in {os.fspath(self._folder)!r}; encode() needs it"
+                    )
+                model = self._tok_model if add_special_tokens else self._without_special_tokens()
+                self._encoders[add_special_tokens] = _core().compile_model(model, "CPU")
+            return self._encoders[add_special_tokens]
+
+    def _without_special_tokens(self) -> ov.Model:
+        """A copy of the tokenizer whose constant special-token segments are empty.
+
+        CombineSegments takes (begin, end, data) triples; the added special tokens (BOS, EOS…)
+        are all-constant triples, so their ``end`` is rewired to their ``begin``.
+        """
+        model = _core().read_model(self._folder / TOKENIZER_XML)
+        for op in model.get_ordered_ops():
+            if op.get_type_name() != "CombineSegments":
+                continue
+            n = op.get_input_size() - 1  # the last input holds the segment ids
+            for i in range(0, n - n % 3, 3):
+                triple = [op.input_value(i + j) for j in range(3)]
+                if all(_const(t) is not None for t in triple):
+                    op.input(i + 1).replace_source_output(triple[0])
+        model.validate_nodes_and_infer_types()
+        return model
+
+    def _decoder(self, skip_special_tokens: bool) -> Any:
+        with self._lock:
+            if skip_special_tokens not in self._decoders:
+                if self._detok_model is None:
+                    raise UserInputError(
+                        f"{DETOKENIZER_XML} was not found in {os.fspath(self._folder)!r}; decode() needs it"
+                    )
+                model = _core().read_model(self._folder / DETOKENIZER_XML)
+                for op in model.get_ordered_ops():
+                    if op.get_type_name() == "VocabDecoder" and op.get_input_size() > 4:
+                        ids = np.array(
+                            self._special_ids if skip_special_tokens else [], dtype=np.int32
+                        )
+                        const = ov.op.Constant(ov.Type.i32, ov.Shape([len(ids)]), ids.tolist())
+                        op.input(4).replace_source_output(const.output(0))
+                model.validate_nodes_and_infer_types()
+                self._decoders[skip_special_tokens] = _core().compile_model(model, "CPU")
+            return self._decoders[skip_special_tokens]
+
+    # -- encode / decode -------------------------------------------------------------------------
+    def encode(
+        self,
+        prompts: str | Sequence[str],
+        add_special_tokens: bool = True,
+        pad_to_max_length: bool = False,
+        max_length: int | None = None,
+        padding_side: str | None = None,
+        truncation: bool = False,
+        **kwargs: Any,
+    ) -> TokenizedInputs:
+        """Tokenize one string or a batch (rows padded on the IR's side, left by default).
+
+        :param add_special_tokens: add BOS/EOS as the tokenizer's post-processor says.
+        :param pad_to_max_length: pad every row to ``max_length`` (default: the model's
+            ``model_max_length``); longer rows stay longer unless ``truncation``.
+        :param max_length: the length used by ``truncation`` and ``pad_to_max_length``.
+        :param padding_side: "left" or "right".
+        :param truncation: cut rows longer than ``max_length`` (keeping the beginning).
+        """
+        if isinstance(prompts, str):
+            texts = [prompts]
+        elif isinstance(prompts, (list, tuple)) and all(isinstance(p, str) for p in prompts):
+            texts = list(prompts)
+        else:
+            raise UserInputError(
+                f"encode() takes a str or a list of str, got {type(prompts).__name__}; paired inputs are not supported"
+            )
+        if not texts:
+            raise UserInputError("encode() got an empty list of prompts")
+        if padding_side not in (None, "left", "right"):
+            raise UserInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+        with self._lock:
+            res = self._encoder(bool(add_special_tokens))({0: np.array(texts)})
+        outs = {
+            o.get_any_name() if o.get_names() else str(i): res[o] for i, o in enumerate(res.keys())
+        }
+        ids = np.asarray(outs.get("input_ids", next(iter(res.values()))), dtype=np.int64)
+        mask = np.asarray(outs.get("attention_mask", np.ones_like(ids)), dtype=np.int64)
+        limit = (
+            max_length
+            if max_length is not None
+            else (self._model_max_length if pad_to_max_length else None)
+        )
+        if (truncation and limit is not None) or pad_to_max_length or padding_side is not None:
+            ids, mask = self._repad(
+                ids,
+                mask,
+                limit if truncation else None,
+                limit if pad_to_max_length else None,
+                padding_side,
+            )
+        return TokenizedInputs(
+            ov.Tensor(np.ascontiguousarray(ids)), ov.Tensor(np.ascontiguousarray(mask))
+        )
+
+    def _repad(
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        truncate_to: int | None,
+        pad_to: int | None,
+        side: str | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        rows = [r[m.astype(bool)] for r, m in zip(ids, mask)]
+        if truncate_to is not None:
+            rows = [r[: int(truncate_to)] for r in rows]
+        width = max([len(r) for r in rows] + [int(pad_to) if pad_to is not None else 0])
+        pad_id = self._pad_id if self._pad_id >= 0 else 0
+        out_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+        out_mask = np.zeros((len(rows), width), dtype=np.int64)
+        for i, r in enumerate(rows):
+            if side == "right":
+                out_ids[i, : len(r)], out_mask[i, : len(r)] = r, 1
+            else:
+                out_ids[i, width - len(r) :], out_mask[i, width - len(r) :] = r, 1
+        return out_ids, out_mask
+
+    def decode(
+        self, tokens: Any, skip_special_tokens: bool = True, **kwargs: Any
+    ) -> str | list[str]:
+        """Detokenize a list of ids (→ str), a list of lists or a 2-D tensor (→ list of str)."""
+        if isinstance(tokens, ov.Tensor):
+            arr = np.asarray(tokens.data)
+            batch = True
+        elif isinstance(tokens, np.ndarray):
+            arr, batch = tokens, tokens.ndim == 2
+        else:
+            seq = list(tokens)
+            batch = bool(seq) and isinstance(seq[0], (list, tuple, np.ndarray))
+            if batch:
+                # Ragged rows are decoded one by one: padding would show up without skip_special_tokens.
+                return [str(self.decode(list(s), skip_special_tokens)) for s in seq]
+            else:
+                arr = np.array([int(t) for t in seq], dtype=np.int64)
+        arr = np.asarray(arr, dtype=np.int64)
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        if arr.ndim != 2:
+            raise UserInputError(f"decode() takes ids of rank 1 or 2, got shape {list(arr.shape)}")
+        if arr.shape[1] == 0:
+            texts = [""] * arr.shape[0]
+        else:
+            with self._lock:
+                res = self._decoder(bool(skip_special_tokens))({0: np.ascontiguousarray(arr)})
+            texts = [str(t) for t in np.asarray(next(iter(res.values()))).tolist()]
+        return texts if batch else texts[0]
+
+    # -- chat template ---------------------------------------------------------------------------
+    @property
+    def chat_template(self) -> str:
+        return self._chat_template
+
+    @chat_template.setter
+    def chat_template(self, value: str) -> None:
+        self.set_chat_template(value)
+
+    def set_chat_template(self, chat_template: str) -> None:
+        self._chat_template = str(chat_template)
+
+    def get_chat_template(self) -> str:
+        return self._chat_template
+
+    def get_original_chat_template(self) -> str:
+        return self._original_chat_template
+
+    def apply_chat_template(
+        self,
+        history: Any,
+        add_generation_prompt: bool,
+        chat_template: str = "",
+        tools: list[dict[str, Any]] | None = None,
+        extra_context: dict[str, Any] | None = None,
+    ) -> str:
+        """Render the conversation with the model's Jinja template (HF conventions)."""
+        from genai_shim.chat import ChatHistory, render_chat_template
+
+        template = chat_template or self._chat_template
+        if not template:
+            raise ConfigError(
+                "Chat template wasn't found. This may indicate that the model wasn't trained for chat scenario. "
+                "Please add 'chat_template' to tokenizer_config.json to use the model in chat scenario."
+            )
+        if isinstance(history, ChatHistory):
+            messages = history.get_messages()
+            tools = tools if tools is not None else history.get_tools() or None
+            extra = {**history.get_extra_context(), **(extra_context or {})}
+        else:
+            messages, extra = list(history), dict(extra_context or {})
+        return render_chat_template(
+            template,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self._bos,
+            eos_token=self._eos,
+            pad_token=self._pad,
+            tools=tools,
+            extra_context=extra,
+        )
+
+    # -- special tokens and vocab ----------------------------------------------------------------
+    def get_bos_token_id(self) -> int:
+        return self._bos_id
+
+    def get_eos_token_id(self) -> int:
+        return self._eos_id
+
+    def get_pad_token_id(self) -> int:
+        return self._pad_id
+
+    def get_bos_token(self) -> str:
+        return self._bos
+
+    def get_eos_token(self) -> str:
+        return self._eos
+
+    def get_pad_token(self) -> str:
+        return self._pad
+
+    def get_vocab(self) -> dict[bytes, int]:
+        """Token bytes → id; keys are ``bytes`` exactly as the real Python binding returns them."""
+        return {tok: i for i, tok in enumerate(self._vocab_bytes)}
+
+    def get_vocab_vector(self) -> list[str]:
+        return list(self._vocab_vector)
+
+    def supports_paired_input(self) -> bool:
+        return False

@@ -1,0 +1,122 @@
+"""``ov-npu-emu profile MODEL.xml``: run once on the emulated NPU; per-task/engine times, trace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from ov_npu_emu.cli.compile import parse_kv, parse_shapes
+from ov_npu_emu.errors import UserInputError
+
+__all__ = ["example_inputs", "register", "run", "static_llm"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("profile", help="profile one inference on the emulated NPU (Chrome trace)",
+                              description="Compile MODEL.xml for NPU, run one inference and report per-task "
+                                          "and per-engine estimated device time, utilization and DMA/compute "
+                                          "overlap; --trace writes a Chrome-trace JSON (Perfetto).")
+    p.add_argument("model", help="OpenVINO IR .xml")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE", help="compile config (repeatable)")
+    p.add_argument("--shape", action="append", metavar="NAME=D0,D1", help="reshape an input (repeatable)")
+    p.add_argument("--decode-kv", type=int, metavar="N",
+                   help="LLM: profile one decode step (1 token over N past KV rows; stateless static)")
+    p.add_argument("--prefill", type=int, metavar="N", help="LLM: profile a prefill of N tokens")
+    p.add_argument("--trace", metavar="OUT.json", help="write a Chrome-trace timeline here")
+    p.add_argument("--top", type=int, default=10, help="show the N most expensive tasks")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def static_llm(model: ov.Model, seq: int, past: int) -> ov.Model:
+    """Stateful optimum-intel decoder -> stateless with past-KV inputs, static [1, seq] over ``past``."""
+    from openvino._offline_transformations import stateful_to_stateless_transformation
+
+    if model.get_sinks():
+        stateful_to_stateless_transformation(model)
+    shapes: dict[str, list[int]] = {}
+    for p in model.inputs:
+        n, ps = p.get_any_name(), p.get_partial_shape()
+        if n.startswith("past_key_values") or n.startswith("past."):
+            shapes[n] = [1, ps[1].get_length(), past, ps[3].get_length()]
+        elif n == "beam_idx":
+            shapes[n] = [1]
+        elif n == "attention_mask":
+            shapes[n] = [1, past + seq]
+        elif n in ("input_ids", "position_ids"):
+            shapes[n] = [1, seq]
+        else:
+            raise UserInputError(f"cannot infer a static shape for LLM input {n!r}; use --shape")
+    model.reshape(shapes)
+    return model
+
+
+def example_inputs(model: ov.Model, seed: int = 0) -> dict[str, np.ndarray]:
+    """Plausible inputs: random floats, token 1s, a full attention mask, positions after the past."""
+    rng = np.random.default_rng(seed)
+    feed: dict[str, np.ndarray] = {}
+    for p in model.inputs:
+        n, shape = p.get_any_name(), list(p.get_shape())
+        dt = np.dtype(np.bool_) if p.get_element_type() == ov.Type.boolean else np.dtype(p.get_element_type().to_dtype())
+        if n == "position_ids":
+            feed[n] = (np.arange(shape[-1]) + max(0, _mask_len(model) - shape[-1])).reshape(shape).astype(dt)
+        elif dt.kind == "f":
+            feed[n] = rng.standard_normal(shape).astype(dt)
+        else:
+            feed[n] = np.ones(shape, dt) if n != "beam_idx" else np.zeros(shape, dt)
+    return feed
+
+
+def _mask_len(model: ov.Model) -> int:
+    for p in model.inputs:
+        if p.get_any_name() == "attention_mask":
+            return int(p.get_shape()[-1])
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from ov_npu_emu import Core
+    from ov_npu_emu.npu.device.profiling import chrome_trace
+
+    core = Core()
+    model = core.read_model(args.model)
+    if args.decode_kv is not None or args.prefill is not None:
+        model = static_llm(model, 1 if args.decode_kv is not None else args.prefill, args.decode_kv or 0)
+    shapes = parse_shapes(args.shape)
+    if shapes:
+        model.reshape(shapes)
+    config = {"PERF_COUNT": "YES", **parse_kv(args.config)}
+    cm = core.compile_model(model, "NPU", config)
+    req = cm.create_infer_request()
+    req.infer(example_inputs(model))
+    impl = req.impl
+    tl = impl.timeline()
+    summary: dict[str, Any] = tl.summary()
+    names = impl.task_names
+    prof = impl.get_profiling_info()
+    summary["host_time_ms"] = sum(p.cpu_time.total_seconds() for p in prof) * 1e3
+    top = sorted(tl.tasks.values(), key=lambda t: -(tl.end[t.tid] - tl.start[t.tid]))[: args.top]
+    summary["top_tasks"] = [{"task": t.tid, "engine": tl.lane_names[t.lane], "kernel": t.kernel,
+                             "node": names.get(t.tid, ("", ""))[0], "cycles": t.cycles} for t in top]
+    if args.trace:
+        Path(args.trace).write_text(chrome_trace(tl, names))
+        summary["trace"] = args.trace
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"estimated device time: {summary['makespan_us']:.1f} us ({summary['makespan_cycles']} cycles); "
+          f"host time in kernels: {summary['host_time_ms']:.2f} ms")
+    print("tasks: " + ", ".join(f"{k} {v}" for k, v in summary["tasks"].items()))
+    print("utilization: " + ", ".join(f"{k} {v:.0%}" for k, v in summary["utilization"].items()))
+    print(f"DMA busy {summary['dma_busy_cycles']} cycles, {summary['dma_hidden_fraction']:.0%} overlapped with compute")
+    print(f"top {len(top)} tasks:")
+    for t in summary["top_tasks"]:
+        print(f"  #{t['task']:<5d} {t['engine']:6s} {t['kernel']:12s} {t['cycles']:>9d} cyc  {t['node']}")
+    if args.trace:
+        print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
+    return 0

@@ -1,0 +1,148 @@
+"""Reads an NPU blob with pyelftools: validates magic and version first, then exposes its parts."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import logging
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.relocation import RelocationSection
+
+from ov_npu_emu.errors import BlobFormatError
+from ov_npu_emu.npu.blob.format import (
+    BLOB_MAGIC,
+    BLOB_VERSION,
+    EM_NPU_EMU,
+    SEC_META,
+    SUPPORTED_VERSIONS,
+    VPU_SHF_USERINPUT,
+    VPU_SHF_USEROUTPUT,
+)
+
+__all__ = ["BlobReader", "META_HEAD", "Relocation", "SectionInfo", "pack_meta"]
+
+logger = logging.getLogger(__name__)
+
+#: .npu.meta header: magic, major, minor, JSON length
+META_HEAD = struct.Struct("<8sHHI")
+
+
+def pack_meta(meta: dict[str, Any]) -> bytes:
+    """Serialize the metadata section (used by the compiler; lives here so both sides agree)."""
+    js = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()
+    return META_HEAD.pack(BLOB_MAGIC, BLOB_VERSION[0], BLOB_VERSION[1], len(js)) + js
+
+
+@dataclasses.dataclass(frozen=True)
+class SectionInfo:
+    """One section as the loader needs it."""
+
+    index: int  # section header index
+    name: str  # e.g. ".npu.dpu"
+    size: int  # sh_size (NOBITS sections have no file data)
+    nobits: bool  # SHT_NOBITS: allocate and zero, nothing to copy
+    alloc: bool  # SHF_ALLOC: loaded into device memory
+    data: memoryview  # file contents, a zero-copy view of the blob (empty for NOBITS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Relocation:
+    """One Elf64_Rela entry, resolved to names."""
+
+    section: str  # name of the relocation section (".rela.npu.dpu.userin")
+    target: str  # section the entry patches
+    offset: int  # r_offset inside ``target``
+    rtype: int  # relocation type
+    addend: int  # r_addend
+    symbol: str  # symbol name; section symbols carry their section's name
+    user: str | None  # "in" / "out" for user-I/O relocations (section flags), else None
+
+
+class BlobReader:
+    """A thin layer over ``ELFFile`` keeping pyelftools' naming (get_section_by_name, iter_*)."""
+
+    def __init__(self, blob: bytes) -> None:
+        if not isinstance(blob, (bytes, bytearray, memoryview)):
+            raise BlobFormatError(f"an NPU blob must be bytes, got {type(blob).__name__}")
+        self._blob = blob if isinstance(blob, bytes) else bytes(blob)
+        if self._blob[:4] != b"\x7fELF":
+            raise BlobFormatError("not an NPU blob: missing ELF magic; export it with CompiledModel.export_model() on device NPU")
+        try:
+            self.elf = ELFFile(io.BytesIO(self._blob))
+            machine = self.elf.header["e_machine"]
+            sec = self.elf.get_section_by_name(SEC_META)
+        except (ELFError, struct.error, ValueError) as e:
+            raise BlobFormatError(f"corrupt NPU blob (ELF structure unreadable): {e}") from e
+        if machine not in (EM_NPU_EMU, f"EM_{EM_NPU_EMU}") and machine != EM_NPU_EMU:
+            raise BlobFormatError(f"foreign ELF file (e_machine {machine!r}); this is not an ov-npu-emu NPU blob")
+        if sec is None:
+            raise BlobFormatError(f"NPU blob has no {SEC_META} section; it is foreign or truncated")
+        head = sec.data()[: META_HEAD.size]
+        if len(head) < META_HEAD.size:
+            raise BlobFormatError(f"{SEC_META} is truncated")
+        magic, major, minor, length = META_HEAD.unpack(head)
+        if magic != BLOB_MAGIC:
+            raise BlobFormatError(f"bad blob magic {magic!r}; this is not an ov-npu-emu NPU blob")
+        if major not in SUPPORTED_VERSIONS or (major == BLOB_VERSION[0] and minor > BLOB_VERSION[1]):
+            raise BlobFormatError(
+                f"blob format version {major}.{minor} is not supported by this runtime "
+                f"(supports {BLOB_VERSION[0]}.0-{BLOB_VERSION[0]}.{BLOB_VERSION[1]}); recompile the model"
+            )
+        self.version = (major, minor)
+        try:
+            self.meta: dict[str, Any] = json.loads(sec.data()[META_HEAD.size : META_HEAD.size + length])
+        except ValueError as e:
+            raise BlobFormatError(f"{SEC_META} JSON is corrupt: {e}") from e
+
+    def get_section_by_name(self, name: str) -> SectionInfo | None:
+        for s in self.iter_sections():
+            if s.name == name:
+                return s
+        return None
+
+    def iter_sections(self) -> Iterator[SectionInfo]:
+        view = memoryview(self._blob)
+        try:
+            for i, s in enumerate(self.elf.iter_sections()):
+                nobits = s["sh_type"] == "SHT_NOBITS"
+                off, size = s["sh_offset"], s["sh_size"]
+                if not nobits and off + size > len(self._blob):
+                    raise BlobFormatError(f"section {s.name} runs past the end of the blob (truncated)")
+                # a view, not s.data(): weights can be gigabytes and must not be copied per lookup
+                yield SectionInfo(i, s.name, size, nobits, bool(s["sh_flags"] & 0x2),
+                                  view[0:0] if nobits else view[off:off + size])
+        except (ELFError, struct.error, ValueError) as e:
+            raise BlobFormatError(f"corrupt NPU blob section table: {e}") from e
+
+    def iter_symbols(self) -> Iterator[tuple[str, int, int]]:
+        """(name, value, size) of the global (user I/O) symbols."""
+        symtab = self.elf.get_section_by_name(".symtab")
+        if symtab is None:
+            raise BlobFormatError("NPU blob has no .symtab")
+        for sym in symtab.iter_symbols():
+            if sym["st_info"]["bind"] == "STB_GLOBAL":
+                yield sym.name, sym["st_value"], sym["st_size"]
+
+    def iter_relocations(self) -> Iterator[Relocation]:
+        try:
+            symtab = self.elf.get_section_by_name(".symtab")
+            for sec in self.elf.iter_sections():
+                if not isinstance(sec, RelocationSection):
+                    continue
+                flags = sec["sh_flags"]
+                user = "in" if flags & VPU_SHF_USERINPUT else "out" if flags & VPU_SHF_USEROUTPUT else None
+                target = self.elf.get_section(sec["sh_info"]).name
+                for r in sec.iter_relocations():
+                    sym = symtab.get_symbol(r["r_info_sym"])
+                    name = sym.name
+                    if sym["st_info"]["type"] == "STT_SECTION":
+                        name = self.elf.get_section(sym["st_shndx"]).name
+                    yield Relocation(sec.name, target, r["r_offset"], r["r_info_type"], r["r_addend"], name, user)
+        except (ELFError, struct.error, ValueError, IndexError, AttributeError) as e:
+            raise BlobFormatError(f"corrupt NPU blob relocations: {e}") from e

@@ -1,0 +1,97 @@
+"""Memory planning: weights packed in a constant region; activations by liveness in DDR and CMX."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import numpy as np
+
+from ov_npu_emu.errors import MemoryPlanError
+from ov_npu_emu.npu.blob.format import align_up
+from ov_npu_emu.npu.compiler.graph import Place, Value
+from ov_npu_emu.npu.compiler.lower import Lowered
+
+__all__ = ["ALIGN", "MemoryPlan", "plan_memory"]
+
+logger = logging.getLogger(__name__)
+
+#: every buffer starts on a 64-byte boundary (a DMA burst / cache line)
+ALIGN = 64
+
+
+@dataclasses.dataclass
+class MemoryPlan:
+    """Region sizes and the ordering constraints that buffer reuse adds."""
+
+    weights: bytes | bytearray  # the packed constant region
+    scratch_size: int  # bytes of DDR scratch
+    cmx_used: int  # bytes of CMX used at peak
+    reuse_deps: dict[int, set[int]]  # task id -> earlier tasks it must wait for (write-after-read)
+
+
+def _lifetime(v: Value) -> tuple[int, int]:
+    touched = v.producers + v.readers
+    return min(touched), max(touched)
+
+
+def _place(values: list[Value], capacity: int | None, region: str) -> tuple[int, dict[int, set[int]]]:
+    """Greedy by size: each buffer goes to the lowest offset free during its whole lifetime."""
+    live = [v for v in values if v.producers or v.readers]
+    spans = {v.vid: _lifetime(v) for v in live}
+    placed: list[Value] = []
+    top = 0
+    for v in sorted(live, key=lambda x: (-x.nbytes, spans[x.vid][0])):
+        lo, hi = spans[v.vid]
+        size = align_up(max(v.nbytes, 1), ALIGN)
+        busy = sorted((u.offset, u.offset + align_up(max(u.nbytes, 1), ALIGN)) for u in placed
+                      if not (spans[u.vid][1] < lo or hi < spans[u.vid][0]))
+        off = 0
+        for b0, b1 in busy:
+            if off + size <= b0:
+                break
+            off = max(off, b1)
+        v.offset = off
+        top = max(top, off + size)
+        placed.append(v)
+    if capacity is not None and top > capacity:
+        raise MemoryPlanError(f"{region} needs {top} bytes but has {capacity}; raise NPU_EMU_CMX_SIZE "
+                              "or let the compiler tile smaller", stage="memory")
+    # reuse of an address by a later buffer must wait for every task touching the earlier one
+    deps: dict[int, set[int]] = {}
+    if placed:
+        offs = np.array([u.offset for u in placed])
+        ends = offs + np.array([align_up(max(u.nbytes, 1), ALIGN) for u in placed])
+        last = np.array([spans[u.vid][1] for u in placed])
+        for v in placed:
+            lo = spans[v.vid][0]
+            mask = (offs < v.offset + align_up(max(v.nbytes, 1), ALIGN)) & (v.offset < ends) & (last < lo)
+            for i in np.nonzero(mask)[0]:
+                u = placed[int(i)]
+                for p in v.producers:
+                    deps.setdefault(p, set()).update(t for t in u.producers + u.readers if t < p)
+    return top, deps
+
+
+def plan_memory(lw: Lowered, cmx_size: int) -> MemoryPlan:
+    """Assign offsets to every root value; returns sizes, the weights image and reuse deps."""
+    roots = [v for v in lw.values if v.alias is None]
+    consts = [v for v in roots if v.place is Place.CONST and (v.readers or v.producers)]
+    size = 0
+    for v in consts:
+        v.offset = align_up(size, ALIGN)
+        size = v.offset + v.nbytes
+    # one preallocated image, filled in place: weights can be gigabytes
+    blob = bytearray(size)
+    image = np.frombuffer(blob, np.uint8)
+    for v in consts:
+        image[v.offset:v.offset + v.nbytes] = np.ascontiguousarray(v.data, dtype=v.dtype).reshape(-1).view(np.uint8)
+    for v in roots:
+        if v.place is Place.CONST and v.producers:
+            raise MemoryPlanError(f"task writes into constant value {v.vid}", stage="memory")
+    scratch, d1 = _place([v for v in roots if v.place is Place.SCRATCH], None, "DDR scratch")
+    cmx, d2 = _place([v for v in roots if v.place is Place.CMX], cmx_size, "CMX")
+    for k, s in d2.items():
+        d1.setdefault(k, set()).update(s)
+    logger.debug("memory: weights %d B, scratch %d B, cmx %d B", len(blob), scratch, cmx)
+    return MemoryPlan(blob, scratch, cmx, d1)

@@ -1,0 +1,99 @@
+"""Runs the compiler stages in order: front end -> lower -> memory -> schedule -> verify -> emit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import openvino as ov
+
+from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.npu.arch import HardwareConfig
+from ov_npu_emu.npu.compiler.emit import emit_blob, in_symbol, out_symbol
+from ov_npu_emu.npu.compiler.frontend import prepare
+from ov_npu_emu.npu.compiler.lower import lower
+from ov_npu_emu.npu.compiler.memory import plan_memory
+from ov_npu_emu.npu.compiler.schedule import schedule
+from ov_npu_emu.npu.compiler.verify import verify_memory, verify_schedule
+
+__all__ = ["COMPILER_VERSION", "compile_to_blob", "precision_of"]
+
+logger = logging.getLogger(__name__)
+
+COMPILER_VERSION = "0.1.0"
+
+
+def precision_of(config: Mapping[str, Any]) -> str:
+    """INFERENCE_PRECISION_HINT: f32 (default, exact comparisons) or f16 (NPU-like storage)."""
+    p = str(config.get("INFERENCE_PRECISION_HINT", "f32")).lower()
+    p = {"float32": "f32", "float16": "f16", "<type: 'float32'>": "f32", "<type: 'float16'>": "f16"}.get(p, p)
+    if p not in ("f32", "f16"):
+        raise ConfigError(f"INFERENCE_PRECISION_HINT={config['INFERENCE_PRECISION_HINT']!r}: NPU supports f32 or f16",
+                          key="INFERENCE_PRECISION_HINT")
+    return p
+
+
+def _flag(config: Mapping[str, Any], key: str, default: bool) -> bool:
+    v = str(config.get(key, "YES" if default else "NO")).upper()
+    if v not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
+        raise ConfigError(f"{key}={config[key]!r}: expected YES or NO", key=key)
+    return v in ("YES", "TRUE", "1")
+
+
+def _port(port: ov.Output, shape: tuple[int, ...], symbol: str, state: str | None) -> dict[str, Any]:
+    names = sorted(port.get_names(), key=lambda n: (n != port.get_any_name(), n)) if port.get_names() else []
+    if state is not None:
+        names = [state]
+    return {"names": names, "shape": list(shape), "element_type": port.get_element_type().get_type_name(),
+            "symbol": symbol, "state": state}
+
+
+def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None) -> bytes:
+    """Compile a static ``openvino.Model`` into an NPU ELF blob."""
+    config = dict(config or {})
+    t0 = time.perf_counter()
+    hw = HardwareConfig.from_config(config)
+    precision = precision_of(config)
+    prep = prepare(model)
+    lw = lower(prep, hw, f16=precision == "f16", stage=_flag(config, "NPU_EMU_STAGING", True))
+    plan = plan_memory(lw, hw.cmx_size)
+    sched = schedule(lw, plan.reuse_deps)
+    if _flag(config, "NPU_EMU_VERIFY", True):
+        verify_memory(lw)
+        verify_schedule(lw, sched)
+    m = prep.model
+    n_var = len(prep.variables)
+    params, results = m.get_parameters(), m.get_results()
+    inputs = []
+    for i, p in enumerate(params):
+        var = prep.variables[i - prep.n_user_inputs].variable_id if i >= prep.n_user_inputs else None
+        inputs.append(_port(p.output(0), lw.inputs[i].shape, in_symbol(i), var))
+    outputs = []
+    for j, r in enumerate(results):
+        var = prep.variables[j - prep.n_user_outputs].variable_id if j >= prep.n_user_outputs else None
+        outputs.append(_port(r.output(0), lw.outputs[j].shape, out_symbol(j), var))
+    variables = []
+    for k, v in enumerate(prep.variables):
+        variables.append({"id": v.variable_id, "shape": list(v.shape), "element_type": v.element_type.get_type_name(),
+                          "input": prep.n_user_inputs + k, "output": prep.n_user_outputs + k,
+                          "init": None if v.init is None else v.init.reshape(-1).tolist()})
+    cfg_json = json.dumps({k: str(v) for k, v in sorted(config.items())}, sort_keys=True)
+    meta = {
+        "compiler": {"name": "ov-npu-emu", "version": COMPILER_VERSION},
+        "config_hash": hashlib.sha256(cfg_json.encode()).hexdigest()[:16],
+        "model_name": model.get_friendly_name(),
+        "precision": precision,
+        "hw": hw.to_dict(),
+        "inputs": inputs,
+        "outputs": outputs,
+        "variables": variables,
+        "dma_channels": hw.dma_channels,
+    }
+    blob = emit_blob(lw, plan, sched, meta)
+    logger.info("compiled %r: %d tasks, %d barriers, %d variables, %d bytes in %.2fs", model.get_friendly_name(),
+                len(lw.tasks), len(sched.barriers), n_var, len(blob), time.perf_counter() - t0)
+    return blob

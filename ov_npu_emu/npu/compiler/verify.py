@@ -1,0 +1,53 @@
+"""Verifiers run after compiler stages: memory plan without live overlaps, sound barrier graph."""
+
+from __future__ import annotations
+
+from ov_npu_emu.errors import CompileError, MemoryPlanError
+from ov_npu_emu.npu.blob.format import align_up
+from ov_npu_emu.npu.compiler.graph import Place
+from ov_npu_emu.npu.compiler.lower import Lowered
+from ov_npu_emu.npu.compiler.schedule import Schedule
+
+__all__ = ["verify_memory", "verify_schedule"]
+
+
+def verify_memory(lw: Lowered) -> None:
+    """Every placed buffer is aligned; buffers live at the same time never overlap."""
+    for place in (Place.SCRATCH, Place.CMX):
+        vs = [v for v in lw.values if v.alias is None and v.place is place and (v.producers or v.readers)]
+        for v in vs:
+            if v.offset < 0 or v.offset % 64:
+                raise MemoryPlanError(f"value {v.vid} in {place.value} is unplaced or unaligned ({v.offset})", stage="memory")
+        spans = [(v, min(v.producers + v.readers), max(v.producers + v.readers)) for v in vs]
+        spans.sort(key=lambda s: s[0].offset)
+        for i, (a, a0, a1) in enumerate(spans):
+            a_end = a.offset + align_up(max(a.nbytes, 1), 64)
+            for b, b0, b1 in spans[i + 1:]:
+                if b.offset >= a_end:
+                    break
+                if not (a1 < b0 or b1 < a0):
+                    raise MemoryPlanError(f"values {a.vid} and {b.vid} overlap in {place.value} while both live",
+                                          stage="memory")
+
+
+def verify_schedule(lw: Lowered, sched: Schedule) -> None:
+    """Every data dependency is covered by a barrier or by lane order; counts are consistent."""
+    posted: dict[int, set[int]] = {}
+    for tid, bids in sched.posts.items():
+        for b in bids:
+            posted.setdefault(b, set()).add(tid)
+    for b in sched.barriers:
+        if posted.get(b.bid, set()) != set(b.producers):
+            raise CompileError(f"barrier {b.bid}: producer count does not match its posters", stage="schedule")
+    lane_prev: dict[int, list[int]] = {}
+    for t in lw.tasks:
+        covered = set()
+        for b in sched.waits.get(t.tid, []):
+            covered.update(sched.barriers[b].producers)
+        covered.update(lane_prev.get(t.lane, []))
+        for v in t.ins:
+            for p in v.root.producers:
+                if p < t.tid and p not in covered:
+                    raise CompileError(f"task {t.tid} reads value {v.vid} without waiting for task {p}",
+                                       stage="schedule")
+        lane_prev.setdefault(t.lane, []).append(t.tid)

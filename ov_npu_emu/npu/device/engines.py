@@ -1,0 +1,159 @@
+"""Engines read task descriptors from device memory; the management core runs them by barriers."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from ov_npu_emu.errors import BarrierDeadlockError, ExecutionError, NpuEmuError
+from ov_npu_emu.npu.arch import DTYPES
+from ov_npu_emu.npu.blob.format import (
+    DMA_DESC,
+    KERNEL_ENTRY,
+    OPERAND,
+    TASK_HEAD,
+    Operand,
+    TaskKind,
+)
+from ov_npu_emu.npu.device.kernels import make_kernel
+
+__all__ = ["DecodedTask", "ManagementCore", "decode_task"]
+
+logger = logging.getLogger(__name__)
+
+
+class AddressSpaceLike(Protocol):
+    """What engines need from the driver's address space (kept abstract: device does not import driver)."""
+
+    def read(self, addr: int, nbytes: int) -> bytes: ...
+
+    def bytes_at(self, addr: int, nbytes: int) -> np.ndarray: ...
+
+    def array(self, addr: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray: ...
+
+
+@dataclasses.dataclass
+class DecodedTask:
+    """A descriptor as an engine fetched it, bound to views of device memory."""
+
+    tid: int  # global task id
+    kind: TaskKind  # engine
+    lane: int  # DMA channel, DPU or SHAVE lane
+    section: str  # descriptor section
+    offset: int  # descriptor offset in its section
+    waits: tuple[int, ...]  # barriers to wait for
+    posts: tuple[int, ...]  # barriers to post when done
+    cycles: int  # cost-model estimate from the descriptor
+    kernel: str  # kernel name ("dma" for DMA)
+    run: Callable[[], None]  # executes the task on its views
+    addrs: tuple[int, ...] = ()  # operand addresses read from the descriptor (for inspect/tests)
+
+
+def _strided(aspace: AddressSpaceLike, addr: int, d0: int, d1: int, row: int, s0: int, s1: int) -> np.ndarray:
+    span = (d0 - 1) * s0 + (d1 - 1) * s1 + row
+    base = aspace.bytes_at(addr, span)
+    return np.lib.stride_tricks.as_strided(base, shape=(d0, d1, row), strides=(s0, s1, 1))
+
+
+def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offset: int, kind: TaskKind,
+                lists: np.ndarray, dma_channels: int) -> DecodedTask:
+    """Fetch one descriptor from device memory and bind it (addresses as relocated there)."""
+    addr = section_addr + offset
+    if kind is TaskKind.DMA:
+        (tid, _k, chan, _f, _dt, n_wait, n_post, wait_off, post_off, cycles, src, dst, d0, d1, row, _p,
+         ss0, ss1, ds0, ds1) = DMA_DESC.unpack(aspace.read(addr, DMA_DESC.size))
+        if d0 == 1 and d1 == 1:
+            s, d = aspace.bytes_at(src, row), aspace.bytes_at(dst, row)
+        else:
+            s = _strided(aspace, src, d0, d1, row, ss0, ss1)
+            d = _strided(aspace, dst, d0, d1, row, ds0, ds1)
+        run = _copy(d, s)
+        return DecodedTask(tid, kind, chan % max(dma_channels, 1), section, offset,
+                           tuple(int(x) for x in lists[wait_off:wait_off + n_wait]),
+                           tuple(int(x) for x in lists[post_off:post_off + n_post]), cycles, "dma", run, (src, dst))
+    raw = aspace.read(addr, TASK_HEAD.size)
+    (tid, _k, n_in, n_out, _f, n_params, n_wait, n_post, _p, wait_off, post_off, kaddr, paddr,
+     cycles) = TASK_HEAD.unpack(raw)
+    name = aspace.read(kaddr, KERNEL_ENTRY.size)[:24].rstrip(b"\0").decode("ascii", "replace")
+    params = np.frombuffer(aspace.read(paddr, 8 * n_params), np.float64) if n_params else np.zeros(0)
+    ops_raw = aspace.read(addr + TASK_HEAD.size, (n_in + n_out) * OPERAND.size)
+    views = []
+    addrs = []
+    for i in range(n_in + n_out):
+        op = Operand.unpack(ops_raw, i * OPERAND.size)
+        if not 0 < op.dtype < len(DTYPES):
+            raise ExecutionError(f"task {tid}: bad element-type code {op.dtype}", task_index=tid)
+        views.append(aspace.array(op.addr, DTYPES[op.dtype], op.shape))
+        addrs.append(op.addr)
+    try:
+        run = make_kernel(name, views[:n_in], views[n_in:], params)
+    except NpuEmuError:
+        raise
+    except Exception as e:  # noqa: BLE001  # a kernel rejecting its operands means a corrupt descriptor
+        raise ExecutionError(f"task {tid} ({name}): cannot bind operands: {e}", task_index=tid) from e
+    lane = dma_channels + (0 if kind is TaskKind.DPU else 1)
+    return DecodedTask(tid, kind, lane, section, offset,
+                       tuple(int(x) for x in lists[wait_off:wait_off + n_wait]),
+                       tuple(int(x) for x in lists[post_off:post_off + n_post]), cycles, name, run, tuple(addrs))
+
+
+def _copy(dst: np.ndarray, src: np.ndarray) -> Callable[[], None]:
+    return lambda: np.copyto(dst, src)
+
+
+class ManagementCore:
+    """Walks the engine FIFOs: a task starts when its barriers' producer counts reach zero."""
+
+    def execute(self, lanes: Sequence[list[DecodedTask]], producer_counts: Sequence[int], *,
+                host_ns: dict[int, int] | None = None) -> list[int]:
+        """Run every task; returns the order in which tasks ran (task ids).
+
+        :param host_ns: when given, receives the measured host time of each task (profiling).
+        """
+        profile = host_ns is not None
+        counts = list(producer_counts)
+        pcs = [0] * len(lanes)
+        remaining = sum(len(lane) for lane in lanes)
+        order: list[int] = []
+        clock = time.perf_counter_ns
+        while remaining:
+            progressed = 0
+            for li, lane in enumerate(lanes):
+                pc = pcs[li]
+                n = len(lane)
+                while pc < n:
+                    t = lane[pc]
+                    if t.waits and any(counts[b] for b in t.waits):
+                        break
+                    if profile:
+                        t0 = clock()
+                        self._run(t)
+                        host_ns[t.tid] = clock() - t0  # type: ignore[index]
+                    else:
+                        self._run(t)
+                    for b in t.posts:
+                        counts[b] -= 1
+                    order.append(t.tid)
+                    pc += 1
+                progressed += pc - pcs[li]
+                pcs[li] = pc
+            if not progressed:
+                stuck = [lane[pcs[i]].tid for i, lane in enumerate(lanes) if pcs[i] < len(lane)]
+                raise BarrierDeadlockError(f"no runnable task; lanes blocked at tasks {stuck}",
+                                           task_index=stuck[0] if stuck else None)
+            remaining -= progressed
+        return order
+
+    @staticmethod
+    def _run(t: DecodedTask) -> None:
+        try:
+            t.run()
+        except NpuEmuError:
+            raise
+        except Exception as e:
+            raise ExecutionError(f"task {t.tid} ({t.kernel}) failed: {e}", task_index=t.tid) from e

@@ -1,0 +1,544 @@
+"""Numpy kernels the DPU and SHAVE engines run over views of device memory.
+
+Each entry is a *maker*: given the operand views and the task's parameters it returns a
+zero-argument callable.  Makers run once per command-list build, so scratch arrays a kernel
+needs are allocated there, never on the per-inference path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ov_npu_emu.errors import ExecutionError
+from ov_npu_emu.npu.blob.format import SLICE_NONE
+
+__all__ = ["KERNELS", "Runner", "make_kernel"]
+
+Runner = Callable[[], None]
+Maker = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], np.ndarray], Runner]
+KERNELS: dict[str, Maker] = {}
+
+
+def kernel(*names: str) -> Callable[[Maker], Maker]:
+    def deco(fn: Maker) -> Maker:
+        for n in names:
+            KERNELS[n] = fn
+        return fn
+    return deco
+
+
+def make_kernel(name: str, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+    maker = KERNELS.get(name)
+    if maker is None:
+        raise ExecutionError(f"kernel {name!r} is not in this device's kernel library")
+    return maker(ins, outs, params)
+
+
+def _erf(x: np.ndarray, out: np.ndarray) -> None:
+    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), computed in f64 for headroom
+    x64 = x.astype(np.float64)
+    s = np.sign(x64)
+    a = np.abs(x64)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * np.exp(-a * a)
+    np.multiply(s, y, out=out, casting="unsafe")
+
+
+_BIN_UFUNC = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "power": np.power,
+    "maximum": np.maximum, "minimum": np.minimum, "equal": np.equal, "not_equal": np.not_equal,
+    "less": np.less, "less_equal": np.less_equal, "greater": np.greater,
+    "greater_equal": np.greater_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor, "floor_mod": np.mod, "mod": np.fmod,
+}
+
+
+def _make_binary(name: str) -> Maker:
+    uf = _BIN_UFUNC[name]
+
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+        a, b = ins
+        o = outs[0]
+        if o.dtype == a.dtype or o.dtype == np.bool_:
+            return lambda: uf(a, b, out=o)
+        return lambda: uf(a, b, out=o, casting="unsafe")
+    return maker
+
+
+for _n in _BIN_UFUNC:
+    KERNELS[_n] = _make_binary(_n)
+
+
+@kernel("divide")
+def _divide(ins, outs, params):  # type: ignore[no-untyped-def]
+    a, b = ins
+    o = outs[0]
+    if o.dtype.kind == "f":
+        return lambda: np.divide(a, b, out=o, casting="unsafe")
+    if params.size and params[0]:  # python division for integers: floor
+        return lambda: np.floor_divide(a, b, out=o)
+    return lambda: np.copyto(o, np.trunc(a / b), casting="unsafe")
+
+
+@kernel("squared_difference")
+def _sqdiff(ins, outs, params):  # type: ignore[no-untyped-def]
+    a, b = ins
+    o = outs[0]
+
+    def run() -> None:
+        np.subtract(a, b, out=o, casting="unsafe")
+        np.square(o, out=o)
+    return run
+
+
+_UN_UFUNC = {
+    "relu": None, "tanh": np.tanh, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "negative": np.negative, "abs": np.abs, "sin": np.sin, "cos": np.cos, "floor": np.floor,
+    "ceiling": np.ceil, "logical_not": np.logical_not, "sign": np.sign, "tan": np.tan,
+    "atan": np.arctan,
+}
+
+
+def _make_unary(name: str) -> Maker:
+    uf = _UN_UFUNC[name]
+
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+        x, o = ins[0], outs[0]
+        if name == "relu":
+            return lambda: np.maximum(x, 0, out=o, casting="unsafe")
+        return lambda: uf(x, out=o, casting="unsafe")
+    return maker
+
+
+for _n in _UN_UFUNC:
+    KERNELS[_n] = _make_unary(_n)
+
+
+@kernel("sigmoid")
+def _sigmoid(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+
+    def run() -> None:
+        np.negative(x, out=o, casting="unsafe")
+        np.exp(o, out=o)
+        np.add(o, 1, out=o)
+        np.reciprocal(o, out=o)
+    return run
+
+
+@kernel("erf")
+def _erf_k(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    return lambda: _erf(x, o)
+
+
+@kernel("softplus")
+def _softplus(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    return lambda: np.logaddexp(0, x, out=o, casting="unsafe")
+
+
+def _hswish(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    return lambda: np.copyto(o, x * np.clip(x + 3, 0, 6) / 6, casting="unsafe")
+
+
+def _hsigmoid(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    return lambda: np.copyto(o, np.clip(x + 3, 0, 6) / 6, casting="unsafe")
+
+
+def _mish(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    return lambda: np.copyto(o, x * np.tanh(np.logaddexp(0, x)), casting="unsafe")
+
+
+KERNELS.update({"hswish": _hswish, "hsigmoid": _hsigmoid, "mish": _mish})
+
+
+@kernel("gelu")
+def _gelu(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    tanh_mode = bool(params.size and params[0])
+    tmp = np.empty(o.shape, np.float32)
+    c = math.sqrt(2.0 / math.pi)
+
+    def run() -> None:
+        if tanh_mode:
+            np.multiply(x, x, out=tmp)
+            np.multiply(tmp, x, out=tmp)
+            np.multiply(tmp, 0.044715, out=tmp)
+            np.add(tmp, x, out=tmp)
+            np.multiply(tmp, c, out=tmp)
+            np.tanh(tmp, out=tmp)
+        else:
+            np.multiply(x, 1.0 / math.sqrt(2.0), out=tmp)
+            _erf(tmp, tmp)
+        np.add(tmp, 1.0, out=tmp)
+        np.multiply(tmp, x, out=tmp)
+        np.multiply(tmp, 0.5, out=tmp)
+        np.copyto(o, tmp, casting="unsafe")
+    return run
+
+
+@kernel("swish")
+def _swish(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    beta = float(params[0]) if params.size else 1.0
+    tmp = np.empty(o.shape, np.float32)
+
+    def run() -> None:
+        np.multiply(x, -beta, out=tmp)
+        np.exp(tmp, out=tmp)
+        np.add(tmp, 1.0, out=tmp)
+        np.divide(x, tmp, out=o, casting="unsafe")
+    return run
+
+
+@kernel("clamp")
+def _clamp(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    lo, hi = float(params[0]), float(params[1])
+    if o.dtype.kind in "iu":
+        lo, hi = math.ceil(lo), math.floor(hi)
+    return lambda: np.clip(x, lo, hi, out=o, casting="unsafe")
+
+
+@kernel("convert")
+def _convert(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    if x.dtype.kind == "f" and o.dtype.kind in "iub":
+        if o.dtype == np.bool_:
+            return lambda: np.not_equal(x, 0, out=o)
+        # OpenVINO's CPU plugin truncates towards zero when converting floats to integers
+        return lambda: np.copyto(o, np.trunc(x), casting="unsafe")
+    return lambda: np.copyto(o, x, casting="unsafe")
+
+
+@kernel("select")
+def _select(ins, outs, params):  # type: ignore[no-untyped-def]
+    c, a, b = ins
+    o = outs[0]
+
+    def run() -> None:
+        np.copyto(o, b, casting="unsafe")
+        np.copyto(o, a, casting="unsafe", where=c)
+    return run
+
+
+def _make_softmax(log: bool) -> Maker:
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+        x, o = ins[0], outs[0]
+        axis = int(params[0])
+        rshape = list(x.shape)
+        rshape[axis] = 1
+        mx = np.empty(rshape, np.float32)
+        sm = np.empty(rshape, np.float32)
+        tmp = np.empty(x.shape, np.float32)
+
+        def run() -> None:
+            np.max(x, axis=axis, keepdims=True, out=mx)
+            np.subtract(x, mx, out=tmp)
+            if log:
+                np.exp(tmp, out=o, casting="unsafe")
+                np.sum(o, axis=axis, keepdims=True, out=sm, dtype=np.float32)
+                np.log(sm, out=sm)
+                np.subtract(tmp, sm, out=o, casting="unsafe")
+            else:
+                np.exp(tmp, out=tmp)
+                np.sum(tmp, axis=axis, keepdims=True, out=sm)
+                np.divide(tmp, sm, out=o, casting="unsafe")
+        return run
+    return maker
+
+
+KERNELS["softmax"] = _make_softmax(False)
+KERNELS["log_softmax"] = _make_softmax(True)
+
+_REDUCE = {"reduce_mean": np.mean, "reduce_sum": np.sum, "reduce_max": np.max, "reduce_min": np.min,
+           "reduce_prod": np.prod}
+
+
+def _make_reduce(name: str) -> Maker:
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+        x, o = ins[0], outs[0]
+        axes = tuple(int(a) for a in params)
+        kshape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        ok = o.reshape(kshape)
+        if name == "reduce_l2":
+            return lambda: np.copyto(ok, np.sqrt(np.sum(np.square(x, dtype=np.float32), axis=axes, keepdims=True)),
+                                     casting="unsafe")
+        fn = _REDUCE[name]
+        if o.dtype == np.float16:
+            return lambda: np.copyto(ok, fn(x, axis=axes, keepdims=True, dtype=np.float32), casting="unsafe")
+        return lambda: fn(x, axis=axes, keepdims=True, out=ok)
+    return maker
+
+
+for _n in [*_REDUCE, "reduce_l2"]:
+    KERNELS[_n] = _make_reduce(_n)
+
+
+@kernel("transpose")
+def _transpose(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    xt = x.transpose([int(p) for p in params])
+    return lambda: np.copyto(o, xt, casting="unsafe")
+
+
+@kernel("broadcast")
+def _broadcast(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    return lambda: np.copyto(o, x, casting="unsafe")
+
+
+@kernel("slice")
+def _slice(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    p = [int(v) for v in params]
+    sl = tuple(slice(p[i], None if p[i + 1] == SLICE_NONE else p[i + 1], p[i + 2]) for i in range(0, len(p), 3))
+    view = x[sl]
+    return lambda: np.copyto(o, view, casting="unsafe")
+
+
+@kernel("take")
+def _take(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, idx = ins
+    o = outs[0]
+    flat = x.reshape(-1)
+    if o.dtype == x.dtype:
+        return lambda: np.take(flat, idx, out=o, mode="wrap")
+    return lambda: np.copyto(o, flat[idx], casting="unsafe")
+
+
+@kernel("gather")
+def _gather(ins, outs, params):  # type: ignore[no-untyped-def]
+    data, idx = ins
+    o = outs[0]
+    axis, bd = int(params[0]), int(params[1])
+    if bd == 0:
+        if o.dtype == data.dtype:
+            # mode="wrap" maps negative indices like OpenVINO and avoids numpy's buffered copy
+            return lambda: np.take(data, idx, axis=axis, out=o, mode="wrap")
+        return lambda: np.copyto(o, np.take(data, idx, axis=axis, mode="wrap"), casting="unsafe")
+    nb = int(np.prod(data.shape[:bd]))
+    d2 = data.reshape((nb, *data.shape[bd:]))
+    i2 = idx.reshape((nb, *idx.shape[bd:]))
+    o2 = o.reshape((nb, *o.shape[bd:]))
+
+    def run() -> None:
+        for b in range(nb):
+            np.copyto(o2[b], np.take(d2[b], i2[b], axis=axis - bd, mode="wrap"), casting="unsafe")
+    return run
+
+
+@kernel("sdpa")
+def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
+    q, k, v = ins[:3]
+    mask = ins[3] if len(ins) > 3 else None
+    o = outs[0]
+    causal, scale = bool(params[0]), float(params[2])
+    if scale == 0.0:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    L, S = q.shape[-2], k.shape[-2]
+    f32 = any(t.dtype != np.float32 for t in (q, k, v))
+    # scratch buffers live as long as the command list: nothing is allocated per inference
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    scores = np.empty((*batch, L, S), np.float32)
+    rowmax = np.empty((*batch, L, 1), np.float32)
+    q32 = np.empty(q.shape, np.float32) if f32 else q
+    k32 = np.empty(k.shape, np.float32) if f32 else k
+    v32 = np.empty(v.shape, np.float32) if f32 else v
+    kt = np.swapaxes(k32, -1, -2)
+    bias = np.where(np.tril(np.ones((L, S), bool)), 0.0, -np.inf).astype(np.float32) if causal else None
+    blocked = np.empty(mask.shape, np.bool_) if mask is not None and mask.dtype == np.bool_ else None
+    direct = not f32 and o.dtype == np.float32 and tuple(o.shape[:-2]) == tuple(batch)
+
+    def run() -> None:
+        if f32:
+            np.copyto(q32, q)
+            np.copyto(k32, k)
+            np.copyto(v32, v)
+        np.matmul(q32, kt, out=scores)
+        np.multiply(scores, scale, out=scores)
+        if mask is not None:
+            if blocked is not None:
+                np.logical_not(mask, out=blocked)
+                np.copyto(scores, -np.inf, where=blocked)
+            else:
+                np.add(scores, mask, out=scores, casting="unsafe")
+        if bias is not None:
+            np.add(scores, bias, out=scores)
+        np.max(scores, axis=-1, keepdims=True, out=rowmax)
+        np.subtract(scores, rowmax, out=scores)
+        np.exp(scores, out=scores)
+        np.sum(scores, axis=-1, keepdims=True, out=rowmax)
+        np.divide(scores, rowmax, out=scores)
+        if direct:
+            np.matmul(scores, v32, out=o)
+        else:
+            np.copyto(o, np.matmul(scores, v32).reshape(o.shape), casting="unsafe")
+    return run
+
+
+@kernel("matmul")
+def _matmul(ins, outs, params):  # type: ignore[no-untyped-def]
+    a, b = ins
+    o = outs[0]
+    ta, tb = bool(params[0]), bool(params[1])
+    av = np.swapaxes(a, -1, -2) if ta and a.ndim > 1 else a
+    bv = np.swapaxes(b, -1, -2) if tb and b.ndim > 1 else b
+    if a.ndim == 1 or b.ndim == 1 or a.dtype != np.float32 or b.dtype != np.float32 or o.dtype != np.float32:
+        return lambda: np.copyto(o, np.matmul(av.astype(np.float32), bv.astype(np.float32)).reshape(o.shape),
+                                 casting="unsafe")
+    return lambda: np.matmul(av, bv, out=o)
+
+
+@kernel("conv")
+def _conv(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, w = ins
+    o = outs[0]
+    p = [int(v) for v in params]
+    groups, nd = p[0], p[1]
+    strides, dil, pb, pe = p[2:2 + nd], p[2 + nd:2 + 2 * nd], p[2 + 2 * nd:2 + 3 * nd], p[2 + 3 * nd:2 + 4 * nd]
+    ks = w.shape[-nd:]
+    padded = np.zeros((*x.shape[:2], *[d + a + b for d, a, b in zip(x.shape[2:], pb, pe)]), np.float32)
+    inner = tuple(slice(a, a + d) for a, d in zip(pb, x.shape[2:]))
+    win_shape = tuple((k - 1) * d + 1 for k, d in zip(ks, dil))
+    win = np.lib.stride_tricks.sliding_window_view(padded, win_shape, axis=tuple(range(2, 2 + nd)))
+    sel = (slice(None), slice(None), *[slice(None, None, s) for s in strides], *[slice(None, None, d) for d in dil])
+    win = win[sel]
+    win = win[(slice(None), slice(None), *[slice(0, n) for n in o.shape[2:]])]
+    sp = "hwdxyz"[:nd]
+    kk = "ijklmn"[:nd]
+    wf = w.astype(np.float32)
+    if groups == 1:
+        eq = f"nc{sp}{kk},oc{kk}->no{sp}"
+        wv = wf
+        xv = win
+    else:
+        g = groups
+        eq = f"ngc{sp}{kk},goc{kk}->ngo{sp}"
+        wv = wf.reshape((g, -1, *wf.shape[-nd - 1:])) if wf.ndim == nd + 3 else wf
+        xv = win.reshape((win.shape[0], g, -1, *win.shape[2:]))
+    path = np.einsum_path(eq, xv, wv, optimize="optimal")[0]
+
+    def run() -> None:
+        padded[(slice(None), slice(None), *inner)] = x
+        r = np.einsum(eq, xv, wv, optimize=path)
+        np.copyto(o, r.reshape(o.shape), casting="unsafe")
+    return run
+
+
+def _make_pool(kind: str) -> Maker:
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+        x, o = ins[0], outs[0]
+        p = [int(v) for v in params]
+        nd = p[0]
+        ks, st, dl = p[1:1 + nd], p[1 + nd:1 + 2 * nd], p[1 + 2 * nd:1 + 3 * nd]
+        pb, pe = p[1 + 3 * nd:1 + 4 * nd], p[1 + 4 * nd:1 + 5 * nd]
+        fill = -np.inf if kind == "max" else 0.0
+        padded = np.full((*x.shape[:2], *[d + a + b for d, a, b in zip(x.shape[2:], pb, pe)]), fill, np.float32)
+        inner = tuple(slice(a, a + d) for a, d in zip(pb, x.shape[2:]))
+        axes = tuple(range(2, 2 + nd))
+        wshape = tuple((k - 1) * d + 1 for k, d in zip(ks, dl))
+
+        def windows(arr: np.ndarray) -> np.ndarray:
+            w = np.lib.stride_tricks.sliding_window_view(arr, wshape, axis=axes)
+            w = w[(slice(None), slice(None), *[slice(None, None, s) for s in st], *[slice(None, None, d) for d in dl])]
+            return w[(slice(None), slice(None), *[slice(0, n) for n in o.shape[2:]])]
+
+        win = windows(padded)
+        red = tuple(range(2 + nd, 2 + 2 * nd))
+        if kind == "max":
+            def run() -> None:
+                padded[(slice(None), slice(None), *inner)] = x
+                np.copyto(o, win.max(axis=red), casting="unsafe")
+            return run
+        excl = bool(p[1 + 5 * nd])
+        real_pe = p[2 + 5 * nd:2 + 6 * nd]
+        ones = np.zeros(padded.shape, np.float32)
+        # exclude_pad counts only real elements; otherwise explicit pads count but ceil overhang does not
+        if excl:
+            ones[(slice(None), slice(None), *inner)] = 1
+        else:
+            ones[(slice(None), slice(None), *[slice(0, a + d + r) for a, d, r in zip(pb, x.shape[2:], real_pe)])] = 1
+        counts = windows(ones).sum(axis=red)
+
+        def run_avg() -> None:
+            padded[(slice(None), slice(None), *inner)] = x
+            np.copyto(o, win.sum(axis=red) / counts, casting="unsafe")
+        return run_avg
+    return maker
+
+
+KERNELS["maxpool"] = _make_pool("max")
+KERNELS["avgpool"] = _make_pool("avg")
+
+
+@kernel("prelu")
+def _prelu(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, slope = ins
+    o = outs[0]
+    # a 1-D slope applies per channel (axis 1) as in OpenVINO, unless it matches the last axis
+    if slope.ndim == 1 and x.ndim > 1 and slope.size not in (1, x.shape[-1]):
+        slope = slope.reshape((1, -1) + (1,) * (x.ndim - 2))
+    return lambda: np.copyto(o, np.where(x < 0, x * slope, x), casting="unsafe")
+
+
+@kernel("elu")
+def _elu(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    alpha = float(params[0])
+    return lambda: np.copyto(o, np.where(x > 0, x, alpha * (np.exp(np.minimum(x, 0)) - 1)), casting="unsafe")
+
+
+@kernel("pad")
+def _pad(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    mode, value = int(params[0]), float(params[1])
+    n = x.ndim
+    pb, pe = [int(v) for v in params[2:2 + n]], [int(v) for v in params[2 + n:2 + 2 * n]]
+    width = list(zip(pb, pe))
+    name = ("constant", "edge", "reflect", "symmetric")[mode]
+    if name == "constant":
+        inner = o[tuple(slice(b, b + d) for b, d in zip(pb, x.shape))]
+
+        def run() -> None:
+            o.fill(value)
+            np.copyto(inner, x, casting="unsafe")
+        return run
+    return lambda: np.copyto(o, np.pad(x, width, mode=name), casting="unsafe")
+
+
+@kernel("mvn")
+def _mvn(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    norm_var, eps, inside = bool(params[0]), float(params[1]), bool(params[2])
+    axes = tuple(int(a) for a in params[3:])
+
+    def run() -> None:
+        xf = x.astype(np.float32, copy=False)
+        c = xf - xf.mean(axis=axes, keepdims=True)
+        if norm_var:
+            var = np.mean(c * c, axis=axes, keepdims=True)
+            c = c / (np.sqrt(var + eps) if inside else np.sqrt(var) + eps)
+        np.copyto(o, c, casting="unsafe")
+    return run
+
+
+@kernel("cumsum")
+def _cumsum(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    axis, exclusive, reverse = int(params[0]), bool(params[1]), bool(params[2])
+
+    def run() -> None:
+        v = np.flip(x, axis) if reverse else x
+        c = np.cumsum(v, axis=axis, dtype=o.dtype)
+        if exclusive:
+            c = np.concatenate([np.zeros_like(np.take(c, [0], axis=axis)), np.delete(c, -1, axis=axis)], axis=axis)
+        np.copyto(o, np.flip(c, axis) if reverse else c, casting="unsafe")
+    return run

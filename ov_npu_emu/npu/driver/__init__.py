@@ -1,0 +1,19 @@
+"""The NPU driver: blob loading (HostParsedInference), relocation, command lists, queue, fence."""
+
+from __future__ import annotations
+
+from ov_npu_emu.npu.driver.command import FENCE_MODES, CommandList, CommandQueue, Fence
+from ov_npu_emu.npu.driver.hpi import HostParsedInference, ParsedBlob
+from ov_npu_emu.npu.driver.memory import AddressSpace, DeviceArena, Region
+
+__all__ = [
+    "FENCE_MODES",
+    "AddressSpace",
+    "CommandList",
+    "CommandQueue",
+    "DeviceArena",
+    "Fence",
+    "HostParsedInference",
+    "ParsedBlob",
+    "Region",
+]

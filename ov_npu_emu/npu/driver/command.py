@@ -1,0 +1,161 @@
+"""Command lists (mutable), a command queue with a device thread, and fences."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import time
+
+import numpy as np
+
+from ov_npu_emu.errors import ConfigError, ExecutionError
+from ov_npu_emu.npu.blob.format import (
+    BARRIER,
+    DMA_DESC,
+    SEC_BARRIER_LISTS,
+    SEC_BARRIERS,
+    SEC_DMA,
+    SEC_DPU,
+    SEC_SHAVE,
+    TASK_SIZE,
+    TaskKind,
+)
+from ov_npu_emu.npu.device.engines import DecodedTask, ManagementCore, decode_task
+from ov_npu_emu.npu.device.profiling import Timeline, simulate_timeline
+from ov_npu_emu.npu.driver.hpi import HostParsedInference
+
+__all__ = ["CommandList", "CommandQueue", "Fence", "FENCE_MODES"]
+
+logger = logging.getLogger(__name__)
+
+FENCE_MODES = ("interrupt", "polling")
+_ENGINE_SECTIONS = ((SEC_DMA, TaskKind.DMA, DMA_DESC.size), (SEC_DPU, TaskKind.DPU, TASK_SIZE),
+                    (SEC_SHAVE, TaskKind.SHAVE, TASK_SIZE))
+
+
+class CommandList:
+    """The decoded, bound task lists of one request; later inferences patch it in place."""
+
+    def __init__(self, hpi: HostParsedInference) -> None:
+        self.hpi = hpi
+        self.dma_channels = int(hpi.parsed.meta.get("dma_channels", 1))
+        aspace = hpi.aspace
+        bsec = hpi.parsed.sections[SEC_BARRIERS]
+        raw = aspace.read(hpi.section_addr[SEC_BARRIERS], bsec.size) if bsec.size else b""
+        self.producer_counts = [BARRIER.unpack_from(raw, i * BARRIER.size)[1] for i in range(len(raw) // BARRIER.size)]
+        lsec = hpi.parsed.sections[SEC_BARRIER_LISTS]
+        self._lists = np.frombuffer(aspace.read(hpi.section_addr[SEC_BARRIER_LISTS], lsec.size), np.uint32) \
+            if lsec.size else np.zeros(0, np.uint32)
+        self.lanes: list[list[DecodedTask]] = [[] for _ in range(self.dma_channels + 2)]
+        self._where: dict[tuple[str, int], tuple[int, int]] = {}  # (section, desc offset) -> (lane, pos)
+        for sec, kind, size in _ENGINE_SECTIONS:
+            n = hpi.parsed.sections[sec].size // size
+            for i in range(n):
+                t = self._decode(sec, kind, i * size)
+                self._where[(sec, i * size)] = (t.lane, len(self.lanes[t.lane]))
+                self.lanes[t.lane].append(t)
+        self._sizes = {sec: size for sec, _, size in _ENGINE_SECTIONS}
+        self._kinds = {sec: kind for sec, kind, _ in _ENGINE_SECTIONS}
+        self.lane_names = [f"DMA{i}" for i in range(self.dma_channels)] + ["DPU", "SHAVE"]
+        self.host_ns: dict[int, int] = {}  # measured host time per task of the last profiled run
+
+    def _decode(self, sec: str, kind: TaskKind, offset: int) -> DecodedTask:
+        return decode_task(self.hpi.aspace, sec, self.hpi.section_addr[sec], offset, kind, self._lists,
+                           self.dma_channels)
+
+    def update_mutable_commands(self, patched: list[tuple[str, int]]) -> int:
+        """Re-fetch only the descriptors whose argument pointers were patched; returns how many args."""
+        touched: set[tuple[str, int]] = set()
+        for sec, off in patched:
+            size = self._sizes.get(sec)
+            if size is None:
+                raise ExecutionError(f"patched section {sec} holds no task descriptors")
+            touched.add((sec, off - off % size))
+        for sec, base in touched:
+            lane, pos = self._where[(sec, base)]
+            self.lanes[lane][pos] = self._decode(sec, self._kinds[sec], base)
+        return len(patched)
+
+    def timeline(self, clock_mhz: float) -> Timeline:
+        return simulate_timeline(self.lanes, len(self.producer_counts), self.lane_names, clock_mhz)
+
+    def tasks(self) -> list[DecodedTask]:
+        return sorted((t for lane in self.lanes for t in lane), key=lambda t: t.tid)
+
+
+class Fence:
+    """Signalled by the device when a submission completes; waited on by interrupt or polling."""
+
+    def __init__(self, mode: str = "interrupt") -> None:
+        if mode not in FENCE_MODES:
+            raise ConfigError(f"NPU_EMU_FENCE_MODE={mode!r}: expected one of {FENCE_MODES}", key="NPU_EMU_FENCE_MODE")
+        self.mode = mode
+        self.value = 0
+        self.error: BaseException | None = None
+        self._cond = threading.Condition()
+
+    def signal(self, value: int, error: BaseException | None = None) -> None:
+        with self._cond:
+            self.error = error
+            self.value = value
+            self._cond.notify_all()
+
+    def wait(self, value: int, timeout: float = 600.0) -> None:
+        deadline = time.monotonic() + timeout
+        if self.mode == "polling":
+            while self.value < value:  # host polls the fence value in memory
+                if time.monotonic() > deadline:
+                    raise ExecutionError("fence wait timed out")
+                time.sleep(0)
+        else:
+            with self._cond:
+                if not self._cond.wait_for(lambda: self.value >= value, timeout):
+                    raise ExecutionError("fence wait timed out")
+        if self.error is not None:
+            err, self.error = self.error, None
+            raise err
+
+
+@dataclasses.dataclass
+class _Submission:
+    cl: CommandList
+    fence: Fence
+    value: int
+    profile: bool
+
+
+class CommandQueue:
+    """One queue per device: a device thread runs submissions in order on the management core."""
+
+    def __init__(self) -> None:
+        self._q: queue.SimpleQueue[_Submission] = queue.SimpleQueue()
+        self._core = ManagementCore()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def core(self) -> ManagementCore:
+        return self._core
+
+    def submit(self, cl: CommandList, fence: Fence, *, profile: bool = False) -> int:
+        """Enqueue ``cl``; returns the fence value that signals its completion."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="ov_npu_emu-npu-device", daemon=True)
+                self._thread.start()
+        value = fence.value + 1
+        self._q.put(_Submission(cl, fence, value, profile))
+        return value
+
+    def _loop(self) -> None:
+        while True:
+            sub = self._q.get()
+            try:
+                self._core.execute(sub.cl.lanes, sub.cl.producer_counts,
+                                   host_ns=sub.cl.host_ns if sub.profile else None)
+            except BaseException as e:  # handed to the waiter through the fence
+                sub.fence.signal(sub.value, e)
+            else:
+                sub.fence.signal(sub.value)

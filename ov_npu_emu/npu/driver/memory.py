@@ -1,0 +1,117 @@
+"""The emulated device address space: numpy-backed regions (device arena, weights, mapped host I/O)."""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import logging
+import struct
+
+import numpy as np
+
+from ov_npu_emu.errors import ExecutionError
+from ov_npu_emu.npu.blob.format import MemKind, align_up
+
+__all__ = ["AddressSpace", "DeviceArena", "Region"]
+
+logger = logging.getLogger(__name__)
+
+#: virtual address bases: device arena, shared weights, host mappings (bump-allocated, never reused
+#: so a stale pointer faults instead of silently reading a newer tensor)
+ARENA_BASE = 0x0000_1000_0000
+WEIGHTS_BASE = 0x0002_0000_0000
+HOST_BASE = 0x0010_0000_0000
+PAGE = 1 << 16
+
+_U64 = struct.Struct("<Q")
+
+
+@dataclasses.dataclass(eq=False)
+class Region:
+    """A contiguous mapping: ``buf`` (uint8) seen by the device at ``base``."""
+
+    base: int
+    buf: np.ndarray
+    kind: MemKind
+    name: str
+
+    @property
+    def size(self) -> int:
+        return int(self.buf.size)
+
+
+class AddressSpace:
+    """Maps device virtual addresses to numpy memory; engines only ever see addresses."""
+
+    def __init__(self) -> None:
+        self._bases: list[int] = []
+        self._regions: list[Region] = []
+        self._next_host = HOST_BASE
+
+    def map(self, buf: np.ndarray, kind: MemKind, name: str, base: int | None = None) -> Region:
+        if buf.dtype != np.uint8 or buf.ndim != 1:
+            raise ExecutionError("device mappings must be 1-D uint8 views")
+        if base is None:
+            base = self._next_host
+            self._next_host = align_up(base + max(buf.size, 1), PAGE) + PAGE  # guard page
+        r = Region(base, buf, kind, name)
+        i = bisect.bisect(self._bases, base)
+        self._bases.insert(i, base)
+        self._regions.insert(i, r)
+        return r
+
+    def unmap(self, region: Region) -> None:
+        i = self._regions.index(region)
+        del self._regions[i]
+        del self._bases[i]
+
+    def regions(self) -> list[Region]:
+        return list(self._regions)
+
+    def resolve(self, addr: int, nbytes: int) -> tuple[Region, int]:
+        i = bisect.bisect(self._bases, addr) - 1
+        if i >= 0:
+            r = self._regions[i]
+            off = addr - r.base
+            if off + nbytes <= r.size:
+                return r, off
+        raise ExecutionError(f"device address 0x{addr:x} (+{nbytes} bytes) is not mapped: page fault")
+
+    def bytes_at(self, addr: int, nbytes: int) -> np.ndarray:
+        r, off = self.resolve(addr, nbytes)
+        return r.buf[off:off + nbytes]
+
+    def array(self, addr: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        return self.bytes_at(addr, n).view(dt).reshape(shape)
+
+    def read(self, addr: int, nbytes: int) -> bytes:
+        return self.bytes_at(addr, nbytes).tobytes()
+
+    def write_u64(self, addr: int, value: int) -> None:
+        self.bytes_at(addr, 8)[:] = np.frombuffer(_U64.pack(value & 0xFFFF_FFFF_FFFF_FFFF), np.uint8)
+
+
+class DeviceArena:
+    """One big uint8 allocation split by memory kind (the driver's device memory for a request)."""
+
+    def __init__(self, sizes: list[tuple[str, MemKind, int]], align: int = 4096) -> None:
+        offs: dict[str, int] = {}
+        pos = 0
+        # allocate grouped by kind, like the driver's per-kind buffer objects
+        for name, kind, size in sorted(sizes, key=lambda s: int(s[1])):
+            offs[name] = pos
+            pos = align_up(pos + max(size, 1), align)
+        self.buf = np.zeros(max(pos, align), np.uint8)
+        self.offsets = offs
+        self.kinds = {name: kind for name, kind, _ in sizes}
+        self.sizes = {name: size for name, _, size in sizes}
+        self.base = ARENA_BASE
+
+    def addr(self, name: str) -> int:
+        return self.base + self.offsets[name]
+
+    def view(self, name: str) -> np.ndarray:
+        o = self.offsets[name]
+        return self.buf[o:o + self.sizes[name]]

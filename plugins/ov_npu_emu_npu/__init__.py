@@ -1,0 +1,295 @@
+"""Device plugin "NPU": compiles to an ELF blob and runs it on the emulated NPU driver/device."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from ov_npu_emu.errors import BlobFormatError, ConfigError, UserInputError
+from ov_npu_emu.hookspecs import hookimpl
+from ov_npu_emu.npu.blob.format import MemKind
+from ov_npu_emu.npu.driver import CommandList, CommandQueue, Fence, HostParsedInference, ParsedBlob, Region
+from ov_npu_emu.registry import DeviceRegistry
+from ov_npu_emu.runtime.device import (
+    Device,
+    DeviceCompiledModel,
+    DeviceInferRequest,
+    PortInfo,
+    ProfilingInfo,
+    VariableState,
+)
+
+__all__ = ["NpuCompiledModel", "NpuDevice", "NpuInferRequest", "ZeroVariableState", "ovnpu_register_devices"]
+
+logger = logging.getLogger(__name__)
+
+
+_OV_TYPES = {t.get_type_name(): t for t in (
+    ov.Type.f32, ov.Type.f16, ov.Type.bf16, ov.Type.f64, ov.Type.i64, ov.Type.i32, ov.Type.i16, ov.Type.i8,
+    ov.Type.u64, ov.Type.u32, ov.Type.u16, ov.Type.u8, ov.Type.boolean)}
+
+
+def _ov_type(name: str) -> ov.Type:
+    t = _OV_TYPES.get(name)
+    if t is None:
+        raise BlobFormatError(f"blob metadata names unknown element type {name!r}")
+    return t
+
+
+def _np_dtype(t: ov.Type) -> np.dtype:
+    return np.dtype(np.bool_) if t == ov.Type.boolean else np.dtype(t.to_dtype())
+
+
+def _flat_bytes(arr: np.ndarray) -> np.ndarray:
+    if not arr.flags.c_contiguous:
+        raise UserInputError("NPU needs contiguous tensors; pass np.ascontiguousarray(...)")
+    return arr.reshape(-1).view(np.uint8)
+
+
+class _Binding:
+    """A user tensor mapped into the request's device address space (zero copy)."""
+
+    def __init__(self, tensor: ov.Tensor, region: Region) -> None:
+        self.tensor = tensor
+        self.region = region
+
+
+class ZeroVariableState(VariableState):
+    """A lifted variable backed by device memory bound to its state input and output."""
+
+    def __init__(self, req: NpuInferRequest, name: str, shape: tuple[int, ...], et: ov.Type,
+                 init: np.ndarray | None) -> None:
+        self._req = req
+        self._name = name
+        self._shape = shape
+        self._et = et
+        self._dtype = _np_dtype(et)
+        self._init = init
+        self.update_pending = False  # set_state rebound the buffer: the command list needs a patch
+        self._array = np.zeros(shape, self._dtype)
+        self.region = req.hpi.aspace.map(_flat_bytes(self._array), MemKind.IO, f"state:{name}")
+        self.reset()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def get_state(self) -> ov.Tensor:
+        return ov.Tensor(np.array(self._array, copy=True))
+
+    def set_state(self, value: ov.Tensor) -> None:
+        if not isinstance(value, ov.Tensor):
+            raise UserInputError(f"VariableState.state expects an openvino.Tensor, got {type(value).__name__}")
+        data = np.asarray(value.data)
+        if tuple(data.shape) != self._shape:
+            raise UserInputError(f"state {self._name!r} has shape {list(self._shape)}, got {list(data.shape)}")
+        # like ZeroVariableState: new device memory for the new value, then the command list's
+        # state arguments are re-pointed (mutable update) before the next inference
+        new = np.ascontiguousarray(data, dtype=self._dtype).copy()
+        region = self._req.hpi.aspace.map(_flat_bytes(new), MemKind.IO, f"state:{self._name}")
+        self._req.hpi.aspace.unmap(self.region)
+        self._array, self.region = new, region
+        self.update_pending = True
+
+    def reset(self) -> None:
+        # memset 0, or the recorded constant initial value
+        if self._init is None:
+            self._array.fill(0)
+        else:
+            np.copyto(self._array, self._init.reshape(self._shape), casting="unsafe")
+
+
+class NpuInferRequest(DeviceInferRequest):
+    """Per-request device memory (HostParsedInference), command list, fence and states."""
+
+    def __init__(self, compiled: NpuCompiledModel) -> None:
+        self._cm = compiled
+        meta = compiled.parsed.meta
+        self.hpi = HostParsedInference(compiled.parsed)
+        self.fence = Fence(compiled.fence_mode)
+        self.command_list: CommandList | None = None
+        self.counters = {"command_list_builds": 0, "mutable_updates": 0, "patched_args": 0, "inferences": 0}
+        self._profile = compiled.profile
+        self._in: dict[int, _Binding] = {}
+        self._out: dict[int, _Binding] = {}
+        for i, p in enumerate(compiled.inputs):
+            self._bind(i, True, ov.Tensor(np.zeros(tuple(p.partial_shape.to_shape()), _np_dtype(p.element_type))))
+        for j, p in enumerate(compiled.outputs):
+            self._bind(j, False, ov.Tensor(np.zeros(tuple(p.partial_shape.to_shape()), _np_dtype(p.element_type))))
+        self._states: list[ZeroVariableState] = []
+        for v in meta["variables"]:
+            init = None if v["init"] is None else np.array(v["init"])
+            st = ZeroVariableState(self, v["id"], tuple(v["shape"]), _ov_type(v["element_type"]), init)
+            self._states.append(st)
+        self._var_ports = [(v["input"], v["output"]) for v in meta["variables"]]
+
+    # -- tensors -------------------------------------------------------------------------
+    def _bind(self, index: int, is_input: bool, tensor: ov.Tensor) -> None:
+        table = self._in if is_input else self._out
+        old = table.get(index)
+        if old is not None and old.tensor is tensor:
+            return
+        data = np.asarray(tensor.data)
+        region = self.hpi.aspace.map(_flat_bytes(data), MemKind.IO, f"{'in' if is_input else 'out'}.{index}")
+        if old is not None:
+            self.hpi.aspace.unmap(old.region)
+        table[index] = _Binding(tensor, region)
+
+    def get_tensor(self, index: int, is_input: bool) -> ov.Tensor:
+        return (self._in if is_input else self._out)[index].tensor
+
+    def set_tensor(self, index: int, is_input: bool, tensor: ov.Tensor) -> None:
+        self._bind(index, is_input, tensor)
+
+    def _bindings(self) -> dict[str, int]:
+        b = {f"in.{i}": x.region.base for i, x in self._in.items()}
+        b.update({f"out.{j}": x.region.base for j, x in self._out.items()})
+        for st, (i, j) in zip(self._states, self._var_ports):
+            b[f"in.{i}"] = b[f"out.{j}"] = st.region.base
+        return b
+
+    # -- execution -----------------------------------------------------------------------
+    def infer(self) -> None:
+        bindings = self._bindings()
+        if self.command_list is None:
+            self.hpi.apply_input_output(bindings)
+            self.command_list = CommandList(self.hpi)
+            self.counters["command_list_builds"] += 1
+        else:
+            changed = {s: va for s, va in bindings.items() if self.hpi.io_addr.get(s) != va}
+            if changed and not self._cm.mutable:
+                # a driver without mutable command lists re-records the whole list
+                self.hpi.apply_input_output(changed)
+                self.command_list = CommandList(self.hpi)
+                self.counters["command_list_builds"] += 1
+            elif changed:
+                patched = self.hpi.apply_input_output(changed)
+                self.counters["patched_args"] += self.command_list.update_mutable_commands(patched)
+                self.counters["mutable_updates"] += 1
+        for st in self._states:
+            st.update_pending = False
+        value = self._cm.queue.submit(self.command_list, self.fence, profile=self._profile)
+        self.fence.wait(value)
+        self.counters["inferences"] += 1
+
+    def query_state(self) -> list[VariableState]:
+        return list(self._states)
+
+    def get_profiling_info(self) -> list[ProfilingInfo]:
+        if self.command_list is None:
+            return []
+        tl = self.command_list.timeline(self._cm.clock_mhz)
+        names = self._cm.task_names
+        host = self.command_list.host_ns
+        out = []
+        for t in self.command_list.tasks():
+            node, op = names.get(t.tid, ("", ""))
+            dev_us = (tl.end.get(t.tid, 0) - tl.start.get(t.tid, 0)) / self._cm.clock_mhz
+            out.append(ProfilingInfo(
+                node_name=f"{node or t.kernel}#{t.tid}", node_type=op or t.kernel,
+                exec_type=f"{t.kind.name}:{t.kernel}", real_time=datetime.timedelta(microseconds=dev_us),
+                cpu_time=datetime.timedelta(microseconds=host.get(t.tid, 0) / 1000.0)))
+        return out
+
+    def timeline(self) -> Any:
+        """The cost-model timeline of this request's command list (build it by running once)."""
+        if self.command_list is None:
+            raise UserInputError("run infer() once before asking for the timeline")
+        return self.command_list.timeline(self._cm.clock_mhz)
+
+    @property
+    def task_names(self) -> dict[int, tuple[str, str]]:
+        """Task id -> (source node, op type), from the blob metadata."""
+        return self._cm.task_names
+
+
+class NpuCompiledModel(DeviceCompiledModel):
+    """A parsed NPU blob: ports come from its metadata, not from an ov.Model."""
+
+    def __init__(self, blob: bytes, device: NpuDevice, config: Mapping[str, Any]) -> None:
+        self.parsed = ParsedBlob(blob)
+        meta = self.parsed.meta
+        self._device = device
+        self.queue = device.queue
+        self.fence_mode = str(config.get("NPU_EMU_FENCE_MODE", "interrupt")).lower()
+        Fence(self.fence_mode)  # validates the mode now, not at the first inference
+        self.profile = str(config.get("PERF_COUNT", "NO")).upper() in ("YES", "TRUE", "1")
+        #: NPU_EMU_MUTABLE_COMMAND_LIST=NO emulates a driver without mutable command lists
+        self.mutable = str(config.get("NPU_EMU_MUTABLE_COMMAND_LIST", "YES")).upper() in ("YES", "TRUE", "1")
+        self.clock_mhz = float(meta["hw"]["clock_mhz"])
+        self.task_names = {t["tid"]: (t["node"], t["op"]) for t in meta["tasks"]}
+        self.inputs = [self._port(i, p) for i, p in enumerate(p for p in meta["inputs"] if p["state"] is None)]
+        self.outputs = [self._port(j, p) for j, p in enumerate(p for p in meta["outputs"] if p["state"] is None)]
+
+    @staticmethod
+    def _port(index: int, p: Mapping[str, Any]) -> PortInfo:
+        return PortInfo(index, tuple(p["names"]), _ov_type(p["element_type"]), ov.PartialShape(p["shape"]))
+
+    def create_infer_request(self) -> NpuInferRequest:
+        return NpuInferRequest(self)
+
+    def export_model(self) -> bytes:
+        return self.parsed.blob
+
+    def get_property(self, name: str) -> Any:
+        meta = self.parsed.meta
+        table = {
+            "NETWORK_NAME": meta.get("model_name", ""),
+            "INFERENCE_PRECISION_HINT": meta.get("precision", "f32"),
+            "OPTIMAL_NUMBER_OF_INFER_REQUESTS": 1,
+            "NPU_EMU_CMX_SIZE": meta["hw"]["cmx_size"],
+            "NPU_EMU_FENCE_MODE": self.fence_mode,
+            "PERF_COUNT": "YES" if self.profile else "NO",
+            "NPU_COMPILER_VERSION": meta["compiler"]["version"],
+            "DEVICE_ID": "NPU",
+        }
+        if name == "SUPPORTED_PROPERTIES":
+            return sorted([*table, "SUPPORTED_PROPERTIES"])
+        if name in table:
+            return table[name]
+        raise ConfigError(f"Unsupported property {name} by NPU compiled model", key=name)
+
+
+class NpuDevice(Device):
+    """Device "NPU": the emulated NPU (compiler, ELF blob, driver, barrier-scheduled engines)."""
+
+    NAME = "NPU"
+    FULL_DEVICE_NAME = "Intel(R) AI Boost (ov-npu-emu emulated NPU)"
+    DEFAULT_PROPERTIES: Mapping[str, Any] = {
+        "INFERENCE_PRECISION_HINT": "f32",
+        "PERF_COUNT": "NO",
+        "NPU_EMU_FENCE_MODE": "interrupt",
+        "NPU_EMU_MUTABLE_COMMAND_LIST": "YES",
+        "DEVICE_ARCHITECTURE": "NPU-EMU",
+        "OPTIMIZATION_CAPABILITIES": ["FP32", "FP16", "INT8", "EXPORT_IMPORT"],
+    }
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._queue: CommandQueue | None = None
+
+    @property
+    def queue(self) -> CommandQueue:
+        if self._queue is None:
+            self._queue = CommandQueue()
+        return self._queue
+
+    def compile_model(self, model: ov.Model, config: Mapping[str, Any]) -> NpuCompiledModel:
+        # imported lazily: the runtime path (import_model) must not need the compiler
+        from ov_npu_emu.npu.compiler import compile_to_blob
+
+        blob = compile_to_blob(model, config)
+        return NpuCompiledModel(blob, self, config)
+
+    def import_model(self, blob: bytes, config: Mapping[str, Any]) -> NpuCompiledModel:
+        return NpuCompiledModel(bytes(blob), self, config)
+
+
+@hookimpl
+def ovnpu_register_devices(registry: DeviceRegistry) -> None:
+    registry.add(NpuDevice)

@@ -1,0 +1,126 @@
+"""Fixtures for genai_shim tests: model folders, cached pipelines (ours and the real oracle)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+STORIES = Path(
+    os.environ.get(
+        "OV_NPU_EMU_STORIES260K",
+        Path(__file__).resolve().parents[3] / "shared" / "models" / "stories260K",
+    )
+)
+if not (STORIES / "openvino_model.xml").is_file():
+    STORIES = Path("/work/shared/models/stories260K")
+
+#: force f32 compute and KV on the CPU plugin so token streams are comparable exactly
+F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+#: the real NPUW on this machine (no NPU): every submodel on CPU, no partitioning
+REAL_NPU = {"NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE"}
+NPU_LENS = {"MAX_PROMPT_LEN": 64, "MIN_RESPONSE_LEN": 64}
+
+
+@pytest.fixture(scope="session")
+def stories_dir() -> Path:
+    if not (STORIES / "openvino_model.xml").is_file():
+        pytest.skip("stories260K model folder not found (../shared/models/stories260K)")
+    return STORIES
+
+
+@pytest.fixture(scope="session", params=["stories260K", "tiny"])
+def model_dir(request: pytest.FixtureRequest) -> Path:
+    """Every model the oracle tests run on: stories260K and the builder's tiny folder."""
+    if request.param == "stories260K":
+        return request.getfixturevalue("stories_dir")
+    try:
+        return request.getfixturevalue("tiny_model_dir")
+    except pytest.FixtureLookupError:
+        pytest.skip("tiny_model_dir fixture (ov_npu_emu.testing, model builder) not available yet")
+
+
+@pytest.fixture(scope="session")
+def real_genai() -> Any:
+    return pytest.importorskip(
+        "openvino_genai", reason="real openvino_genai (oracle) not installed"
+    )
+
+
+def npuw_available() -> bool:
+    """True when our NPUW plugin is registered (it claims NPU_USE_NPUW/NPUW_LLM compilations)."""
+    from ov_npu_emu import Core
+
+    pm = Core().plugin_manager
+    return pm.get_plugin("npuw") is not None
+
+
+needs_npuw = pytest.mark.skipif(
+    not npuw_available(), reason="NPUW plugin (plugins/ov_npu_emu_npuw) not merged on main yet"
+)
+
+
+@pytest.fixture(scope="session")
+def pipelines(real_genai: Any) -> Callable[..., Any]:
+    """``pipelines(kind, folder, device, **props)`` → a cached pipeline; kind is "ours" or "real"."""
+    import genai_shim
+
+    cache: dict[tuple[Any, ...], Any] = {}
+
+    def get(kind: str, folder: Path, device: str = "CPU", **props: Any) -> Any:
+        key = (kind, str(folder), device, tuple(sorted(props.items())))
+        if key not in cache:
+            mod = genai_shim if kind == "ours" else real_genai
+            cache[key] = mod.LLMPipeline(str(folder), device, **props)
+        return cache[key]
+
+    return get
+
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m['role'] == 'system' %}{{ m['content'] }}\n"
+    "{% elif m['role'] == 'user' %}Question: {{ m['content'] }}\n"
+    "{% elif m['role'] == 'assistant' %}Answer: {{ m['content'] }}{{ eos_token }}\n"
+    "{% else %}{{ raise_exception('unknown role ' + m['role']) }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}Answer:{% endif %}"
+)
+
+
+@pytest.fixture(scope="session")
+def chat_dir(stories_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """stories260K plus a chat template in tokenizer_config.json (the model itself has none)."""
+    import json
+
+    out = tmp_path_factory.mktemp("stories_chat")
+    for f in stories_dir.iterdir():
+        if f.is_file():
+            (out / f.name).symlink_to(f)
+    (out / "tokenizer_config.json").unlink()
+    cfg = json.loads((stories_dir / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = CHAT_TEMPLATE
+    (out / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return out
+
+
+@pytest.fixture(params=["fake_npuw", "npuw"])
+def npu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Device "NPU" for genai_shim: through the real NPUW plugin (skips until it is merged) or
+    through a CPU-backed test double of it (tests the pipeline's NPU logic on its own).
+
+    Yields ``{"props": ..., "plugin": fake-or-None}``; ``props`` go to LLMPipeline(..., "NPU").
+    """
+    props = {**F32, "NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE"}
+    if request.param == "npuw":
+        if not npuw_available():
+            pytest.skip("NPUW plugin (plugins/ov_npu_emu_npuw) not merged on main yet")
+        return {"props": props, "plugin": None}
+    import genai_shim.pipeline
+    from tests.genai_shim.fake_npuw import FakeNpuwPlugin, make_core_with_fake
+
+    plugin = FakeNpuwPlugin()
+    monkeypatch.setattr(genai_shim.pipeline, "_make_core", lambda: make_core_with_fake(plugin))
+    return {"props": props, "plugin": plugin}

@@ -1,0 +1,138 @@
+"""Chat: ChatHistory and start_chat/finish_chat on "CPU", against the real pipeline."""
+
+from __future__ import annotations
+
+import pytest
+
+import genai_shim
+from ov_npu_emu.errors import ConfigError, UserInputError
+from tests.genai_shim.conftest import F32
+
+pytestmark = [
+    pytest.mark.oracle,
+    pytest.mark.filterwarnings("ignore:start_chat:DeprecationWarning"),
+]
+
+QUESTIONS = ["Who is Lily?", "What did she find?", "Where did they go?"]
+
+
+def _history_chat(mod, folder, **props):
+    pipe = mod.LLMPipeline(str(folder), "CPU", **props)
+    history = mod.ChatHistory()
+    history.append({"role": "system", "content": "Tell a story."})
+    texts = []
+    for q in QUESTIONS:
+        history.append({"role": "user", "content": q})
+        res = pipe.generate(history, max_new_tokens=30)
+        texts.append(res.texts[0])
+        history.append({"role": "assistant", "content": res.texts[0]})
+    return texts
+
+
+def test_three_turn_chat_history_matches_real_cpu(chat_dir, real_genai):
+    ours = _history_chat(genai_shim, chat_dir, **F32)
+    real = _history_chat(real_genai, chat_dir, ATTENTION_BACKEND="SDPA", **F32)
+    assert ours == real
+    assert len(set(ours)) == 3
+
+
+def _start_chat(mod, folder, **props):
+    pipe = mod.LLMPipeline(str(folder), "CPU", **props)
+    pipe.start_chat("Tell a story.")
+    out = [pipe.generate(q, max_new_tokens=30) for q in QUESTIONS]
+    pipe.finish_chat()
+    return out
+
+
+def test_three_turn_start_chat_matches_real_cpu(chat_dir, real_genai):
+    assert _start_chat(genai_shim, chat_dir, **F32) == _start_chat(
+        real_genai, chat_dir, ATTENTION_BACKEND="SDPA", **F32
+    )
+
+
+def test_cpu_chat_reuses_kv_cache(chat_dir):
+    """Turn 2 feeds only the tokens after the common prefix with what the KV cache holds."""
+    pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32)
+    fed = []
+    orig = pipe._infer
+
+    def spy(ids, mask, pos, beam, perf):
+        fed.append((ids.shape[1], mask.shape[1], int(pos[0, 0])))
+        return orig(ids, mask, pos, beam, perf)
+
+    pipe._infer = spy
+    h = genai_shim.ChatHistory([{"role": "user", "content": QUESTIONS[0]}])
+    r = pipe.generate(h, max_new_tokens=5)
+    first_prefill = fed[0]
+    h.append({"role": "assistant", "content": r.texts[0]})
+    h.append({"role": "user", "content": QUESTIONS[1]})
+    fed.clear()
+    pipe.generate(h, max_new_tokens=5)
+    new_tokens, mask_len, first_pos = fed[0]
+    assert first_pos > 0 and new_tokens < mask_len, (
+        "second turn should continue from the cached prefix"
+    )
+    assert mask_len > first_prefill[1]
+
+
+def test_chat_history_needs_template(stories_dir):
+    pipe = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)
+    with pytest.raises(ConfigError, match="Chat template must not be empty when using ChatHistory"):
+        pipe.generate(genai_shim.ChatHistory([{"role": "user", "content": "hi"}]))
+
+
+def test_switching_input_types_in_chat_errors(chat_dir):
+    pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32)
+    pipe.start_chat()
+    pipe.generate("Hi", max_new_tokens=3)
+    with pytest.raises(UserInputError, match="switching between input types"):
+        pipe.generate(genai_shim.ChatHistory([{"role": "user", "content": "hi"}]), max_new_tokens=3)
+    pipe.finish_chat()
+    assert isinstance(
+        pipe.generate(
+            genai_shim.ChatHistory([{"role": "user", "content": "hi"}]), max_new_tokens=3
+        ),
+        genai_shim.DecodedResults,
+    )
+
+
+def test_cancel_drops_turn_from_history(chat_dir):
+    pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32)
+    pipe.start_chat()
+    pipe.generate("Who is Lily?", max_new_tokens=5)
+    assert [m["role"] for m in pipe._history] == ["user", "assistant"]
+    pipe.generate(
+        "Stop now", max_new_tokens=20, streamer=lambda s: genai_shim.StreamingStatus.CANCEL
+    )
+    assert [m["role"] for m in pipe._history] == ["user", "assistant"]
+    pipe.generate(
+        "Stop later", max_new_tokens=20, streamer=lambda s: genai_shim.StreamingStatus.STOP
+    )
+    assert [m["role"] for m in pipe._history] == ["user", "assistant", "user", "assistant"]
+
+
+def test_chat_history_object_api():
+    h = genai_shim.ChatHistory()
+    h.append({"role": "user", "content": "a"})
+    h.set_tools([{"name": "f"}])
+    h.set_extra_context({"x": 1})
+    assert len(h) == 1 and h.get_tools() == [{"name": "f"}] and h.get_extra_context() == {"x": 1}
+    assert h.pop() == {"role": "user", "content": "a"} and not h
+    with pytest.raises(UserInputError):
+        h.pop()
+    with pytest.raises(UserInputError):
+        h.append("not a dict")
+
+
+@pytest.mark.parametrize("apply", [True, False], ids=["templated", "raw"])
+def test_string_prompt_uses_chat_template_like_real(chat_dir, real_genai, apply):
+    ours = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32)
+    real = real_genai.LLMPipeline(str(chat_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
+    kw = {"max_new_tokens": 25, "apply_chat_template": apply}
+    a, b = ours.generate(QUESTIONS[0], **kw), real.generate(QUESTIONS[0], **kw)
+    assert a == b
+    a2, b2 = (
+        ours.generate([QUESTIONS[0], QUESTIONS[1]], **kw),
+        real.generate([QUESTIONS[0], QUESTIONS[1]], **kw),
+    )
+    assert a2.texts == b2.texts

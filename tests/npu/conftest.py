@@ -1,0 +1,133 @@
+"""Fixtures for the emulated-NPU tests: small static models, feeds, and the CPU-plugin oracle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+from openvino import opset13 as ops
+
+STORIES = Path("/work/shared/models/stories260K/openvino_model.xml")
+
+
+def cpu_reference(model: ov.Model, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Outputs of the real OpenVINO CPU plugin in f32 (the oracle).
+
+    Dynamic quantization is off: for compressed weights the CPU plugin would otherwise quantize
+    activations to int8 (a CPU-only approximation, ~1e-2 relative).
+    """
+    cfg = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+    req = ov.Core().compile_model(model, "CPU", cfg).create_infer_request()
+    res = req.infer(feed)
+    return [np.array(res[i]) for i in range(len(model.outputs))]
+
+
+def rel_err(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a-b| relative to the output scale (max |b|)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-6)) if b.size else 0.0
+
+
+def static_llm(xml: Path, seq: int, past: int) -> ov.Model:
+    """A stateful optimum-intel export made stateless and static: [1, seq] tokens over ``past`` KV."""
+    from openvino._offline_transformations import stateful_to_stateless_transformation
+
+    m = ov.Core().read_model(xml)
+    stateful_to_stateless_transformation(m)
+    shapes = {}
+    for p in m.inputs:
+        n = p.get_any_name()
+        ps = p.get_partial_shape()
+        if n.startswith("past"):
+            shapes[n] = [1, ps[1].get_length(), past, ps[3].get_length()]
+        elif n == "beam_idx":
+            shapes[n] = [1]
+        elif n == "attention_mask":
+            shapes[n] = [1, past + seq]
+        else:
+            shapes[n] = [1, seq]
+    m.reshape(shapes)
+    return m
+
+
+def llm_feed(model: ov.Model, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feed = {}
+    ids = [p for p in model.inputs if p.get_any_name() == "input_ids"][0]
+    seq = ids.get_shape()[1]
+    for p in model.inputs:
+        n, sh = p.get_any_name(), list(p.get_shape())
+        if n == "input_ids":
+            feed[n] = rng.integers(0, 500, sh).astype(np.int64)
+        elif n == "attention_mask":
+            feed[n] = np.ones(sh, np.int64)
+        elif n == "position_ids":
+            feed[n] = np.arange(seq).reshape(1, seq).astype(np.int64)
+        elif n == "beam_idx":
+            feed[n] = np.zeros(sh, np.int32)
+        else:
+            feed[n] = rng.standard_normal(sh).astype(np.float32)
+    # positions continue after the past KV
+    past = [p for p in model.inputs if p.get_any_name().startswith("past")]
+    if past and "position_ids" in feed:
+        feed["position_ids"] = (np.arange(seq) + past[0].get_shape()[2]).reshape(1, seq).astype(np.int64)
+    return feed
+
+
+@pytest.fixture(scope="session")
+def stories_decode() -> ov.Model:
+    if not STORIES.exists():
+        pytest.skip("stories260K not available")
+    return static_llm(STORIES, 1, 15)
+
+
+@pytest.fixture(scope="session")
+def stories_prefill() -> ov.Model:
+    if not STORIES.exists():
+        pytest.skip("stories260K not available")
+    return static_llm(STORIES, 8, 0)
+
+
+def make_add_model(shape: tuple[int, ...] = (2, 3)) -> ov.Model:
+    x = ops.parameter(list(shape), np.float32, name="x")
+    y = ops.relu(ops.add(x, ops.constant(np.linspace(-1, 1, int(np.prod(shape)), dtype=np.float32).reshape(shape))))
+    r = ops.result(y)
+    r.output(0).get_tensor().set_names({"y"})
+    return ov.Model([r], [x], "add_relu")
+
+
+def make_mlp(rows: int = 4, k: int = 16, n: int = 32) -> ov.Model:
+    rng = np.random.default_rng(1)
+    x = ops.parameter([1, rows, k], np.float32, name="x")
+    h = ops.matmul(x, ops.constant(rng.standard_normal((n, k)).astype(np.float32)), False, True)
+    h = ops.swish(h)
+    y = ops.matmul(h, ops.constant(rng.standard_normal((n, k)).astype(np.float32)), False, False)
+    y = ops.softmax(y, -1)
+    return ov.Model([ops.result(y)], [x], "mlp")
+
+
+def make_small_cnn() -> ov.Model:
+    rng = np.random.default_rng(2)
+    x = ops.parameter([1, 3, 16, 16], np.float32, name="image")
+    w1 = ops.constant(rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3)
+    c1 = ops.convolution(x, w1, [1, 1], [1, 1], [1, 1], [1, 1])
+    c1 = ops.add(c1, ops.constant(rng.standard_normal((1, 8, 1, 1)).astype(np.float32)))
+    c1 = ops.relu(c1)
+    p1 = ops.max_pool(c1, [2, 2], [1, 1], [0, 0], [0, 0], [2, 2]).output(0)
+    wg = ops.constant(rng.standard_normal((8, 1, 1, 3, 3)).astype(np.float32) * 0.3)
+    g = ops.group_convolution(p1, wg, [1, 1], [1, 1], [1, 1], [1, 1])
+    g = ops.clamp(g, 0.0, 6.0)
+    a = ops.avg_pool(g, [2, 2], [0, 0], [0, 0], [2, 2], True)
+    f = ops.reshape(a, ops.constant(np.array([1, -1], np.int64)), False)
+    fc = ops.matmul(f, ops.constant(rng.standard_normal((10, 128)).astype(np.float32) * 0.1), False, True)
+    sm = ops.softmax(fc, 1)
+    return ov.Model([ops.result(sm)], [x], "small_cnn")
+
+
+@pytest.fixture
+def npu_core():
+    import ov_npu_emu
+
+    return ov_npu_emu.Core()

@@ -1,0 +1,83 @@
+"""CLI compile/inspect/profile, profiling info and the Chrome-trace timeline."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import ov_npu_emu
+import openvino as ov
+import pytest
+
+from ov_npu_emu.cli import main
+from tests.npu.conftest import make_add_model, make_mlp
+
+
+@pytest.fixture(scope="module")
+def mlp_xml(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mlp") / "mlp.xml"
+    ov.save_model(make_mlp(), str(path))
+    return path
+
+
+def test_compile_then_inspect_json(mlp_xml, tmp_path, capsys):
+    blob = tmp_path / "mlp.blob"
+    assert main(["compile", str(mlp_xml), "-o", str(blob), "--config", "NPU_EMU_CMX_SIZE=1024"]) == 0
+    assert blob.stat().st_size > 0
+    capsys.readouterr()
+    assert main(["inspect", str(blob), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert set(d) >= {"header", "sections", "symbols", "relocations", "tasks", "barriers", "memory_map"}
+    assert d["metadata"]["hw"]["cmx_size"] == 1024
+    assert {"DMA", "DPU", "SHAVE"} <= set(d["tasks"])
+    assert any(r["user"] == "in" for r in d["relocations"])
+    kinds = {m["kind"] for m in d["memory_map"]}
+    assert {"WRITE_COMBINE_FW", "WRITE_COMBINE_SHAVE", "WRITE_COMBINE_DMA", "WEIGHTS", "SCRATCH", "CMX"} <= kinds
+    # the blob the CLI wrote imports and runs
+    x = np.ones((1, 4, 16), np.float32)
+    out = ov_npu_emu.Core().import_model(blob.read_bytes(), "NPU").create_infer_request().infer({"x": x})[0]
+    assert out.shape == (1, 4, 16)
+    assert main(["inspect", str(blob)]) == 0
+    assert "Memory map" in capsys.readouterr().out
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "missing.blob")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    bad = tmp_path / "bad.blob"
+    bad.write_bytes(b"garbage")
+    assert main(["inspect", str(bad)]) == 1
+    assert "ov-npu-emu: error:" in capsys.readouterr().err
+
+
+def test_profile_tiny_llm_decode_writes_trace_with_engine_lanes(tiny_model_dir, tmp_path, capsys):
+    trace = tmp_path / "decode.json"
+    rc = main(["profile", str(tiny_model_dir / "openvino_model.xml"), "--decode-kv", "31", "--trace", str(trace),
+               "--json"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert set(summary["utilization"]) == {"DMA0", "DMA1", "DPU", "SHAVE"}
+    assert all(0 < u <= 1 for u in summary["utilization"].values())
+    assert 0 <= summary["dma_hidden_fraction"] <= 1
+    ev = json.loads(trace.read_text())["traceEvents"]
+    lanes = {e["args"]["name"] for e in ev if e.get("name") == "thread_name"}
+    assert lanes == {"DMA0", "DMA1", "DPU", "SHAVE"}
+    spans = [e for e in ev if e["ph"] == "X"]
+    assert {e["cat"] for e in spans} == {"DMA", "DPU", "SHAVE"}
+    assert all(e["dur"] > 0 and e["ts"] >= 0 for e in spans)
+
+
+def test_profiling_info_per_task(npu_core):
+    cm = npu_core.compile_model(make_add_model(), "NPU", {"PERF_COUNT": "YES"})
+    req = cm.create_infer_request()
+    req.infer({"x": np.ones((2, 3), np.float32)})
+    info = req.get_profiling_info()
+    assert [p.exec_type for p in info] == ["SHAVE:add", "SHAVE:relu"]
+    assert info[0].node_type == "Add"
+    slow_hw = {"PERF_COUNT": "YES", "NPU_EMU_DPU_MACS": 8, "NPU_EMU_SHAVE_FLOPS": 8, "NPU_EMU_DDR_BW_GBPS": 1}
+    mlp = npu_core.compile_model(make_mlp(rows=64), "NPU", slow_hw).create_infer_request()
+    mlp.infer({"x": np.ones((1, 64, 16), np.float32)})
+    info = mlp.get_profiling_info()
+    assert {p.exec_type.split(":")[0] for p in info} == {"DMA", "DPU", "SHAVE"}
+    assert all(p.real_time.total_seconds() > 0 for p in info)  # estimated device time, slow hardware
+    assert sum(p.cpu_time.total_seconds() for p in info) > 0  # measured host time (PERF_COUNT)
