@@ -239,7 +239,7 @@ def test_seed_variants_at_full_scale(stories_model, emu_core):
     assert cm.get_property("NPUW_LLM_GENERATE_VARIANTS") == "256,512,1024,1152"
     req = cm.create_infer_request()
     for n, variant in [(20, 256), (400, 1024), (1000, 1152)]:  # 148 → 256, 528 → 1024, 1128 → 1152
-        ours, err = greedy(req, ([1] + SHORT[1:] * 70)[:n], 2)
+        _, err = greedy(req, ([1] + SHORT[1:] * 70)[:n], 2)
         assert err is None and req._impl.variant == variant
     kv = req._impl.kv
     assert kv.nbytes == sum(h * 1151 * d * 2 for h, d in zip(kv.num_heads, kv.head_dims))
