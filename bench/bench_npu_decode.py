@@ -13,11 +13,17 @@ Ratios are printed side by side (NPU / NPUW, NPU / CPU); lower is better.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+# The emulator's kernels run on numpy's OpenBLAS.  On a small shared host, OpenBLAS worker threads
+# that busy-wait on each other lose whole time slices whenever another process holds a core, so
+# matmul time swings 3-10x; one BLAS thread is far steadier.  Set before numpy is imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 import openvino as ov
@@ -89,7 +95,8 @@ def main() -> int:
             print(f"{preset}: real NPUW-on-CPU failed: {str(e).splitlines()[0]}")
             npuw_ms = float("nan")
         rows.append((preset, npu_ms, cpu_ms, npuw_ms, compile_s))
-    print(f"\ndecode step, KV capacity {args.kv}, median of {args.steps} steps (host wall time)")
+    print(f"\ndecode step, KV capacity {args.kv}, median of {args.steps} steps (host wall time, "
+          f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}, load average {os.getloadavg()[0]:.1f})")
     print(f"{'preset':22s} {'NPU-emu ms':>11s} {'CPU ms':>9s} {'NPUW-CPU ms':>12s} {'NPU/NPUW':>9s} {'NPU/CPU':>8s} "
           f"{'compile s':>10s}")
     for preset, n, c, w, cs in rows:

@@ -11,11 +11,17 @@ relocations and re-decodes every descriptor.  "unchanged" rebinds nothing (the l
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+# The emulator's kernels run on numpy's OpenBLAS.  On a small shared host, OpenBLAS worker threads
+# that busy-wait on each other lose whole time slices whenever another process holds a core, so
+# matmul time swings 3-10x; one BLAS thread is far steadier.  Set before numpy is imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import openvino as ov
 

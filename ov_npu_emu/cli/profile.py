@@ -112,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"estimated device time: {summary['makespan_us']:.1f} us ({summary['makespan_cycles']} cycles); "
           f"host time in kernels: {summary['host_time_ms']:.2f} ms")
     print("tasks: " + ", ".join(f"{k} {v}" for k, v in summary["tasks"].items()))
-    print("utilization: " + ", ".join(f"{k} {v:.0%}" for k, v in summary["utilization"].items()))
+    print("engines: " + ", ".join(f"{k} {summary['busy_us'][k]:.1f} us ({v:.0%})"
+                                  for k, v in summary["utilization"].items()))
     print(f"DMA busy {summary['dma_busy_cycles']} cycles, {summary['dma_hidden_fraction']:.0%} overlapped with compute")
     print(f"top {len(top)} tasks:")
     for t in summary["top_tasks"]:

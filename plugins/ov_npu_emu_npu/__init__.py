@@ -13,7 +13,15 @@ import openvino as ov
 from ov_npu_emu.errors import BlobFormatError, ConfigError, UserInputError
 from ov_npu_emu.hookspecs import hookimpl
 from ov_npu_emu.npu.blob.format import MemKind
-from ov_npu_emu.npu.driver import CommandList, CommandQueue, Fence, HostParsedInference, ParsedBlob, Region
+from ov_npu_emu.npu.driver import (
+    QUEUE_MODES,
+    CommandList,
+    CommandQueue,
+    Fence,
+    HostParsedInference,
+    ParsedBlob,
+    Region,
+)
 from ov_npu_emu.registry import DeviceRegistry
 from ov_npu_emu.runtime.device import (
     Device,
@@ -160,6 +168,8 @@ class NpuInferRequest(DeviceInferRequest):
             self.hpi.apply_input_output(bindings)
             self.command_list = CommandList(self.hpi)
             self.counters["command_list_builds"] += 1
+            logger.debug("command list built: %d tasks on %d lanes",
+                         sum(len(lane) for lane in self.command_list.lanes), len(self.command_list.lanes))
         else:
             changed = {s: va for s, va in bindings.items() if self.hpi.io_addr.get(s) != va}
             if changed and not self._cm.mutable:
@@ -169,11 +179,14 @@ class NpuInferRequest(DeviceInferRequest):
                 self.counters["command_list_builds"] += 1
             elif changed:
                 patched = self.hpi.apply_input_output(changed)
-                self.counters["patched_args"] += self.command_list.update_mutable_commands(patched)
+                n = self.command_list.update_mutable_commands(patched)
+                self.counters["patched_args"] += n
                 self.counters["mutable_updates"] += 1
+                logger.debug("mutable command list update: %s -> %d argument pointers", sorted(changed), n)
         for st in self._states:
             st.update_pending = False
-        value = self._cm.queue.submit(self.command_list, self.fence, profile=self._profile)
+        value = self._cm.queue.submit(self.command_list, self.fence, profile=self._profile,
+                                      inline=self._cm.queue_mode == "inline")
         self.fence.wait(value)
         self.counters["inferences"] += 1
 
@@ -218,6 +231,12 @@ class NpuCompiledModel(DeviceCompiledModel):
         self.queue = device.queue
         self.fence_mode = str(config.get("NPU_EMU_FENCE_MODE", "interrupt")).lower()
         Fence(self.fence_mode)  # validates the mode now, not at the first inference
+        #: "inline": the submitting thread runs the management core (default, no thread handoff);
+        #: "thread": a device thread runs it while the host waits on the fence
+        self.queue_mode = str(config.get("NPU_EMU_QUEUE_MODE", "inline")).lower()
+        if self.queue_mode not in QUEUE_MODES:
+            raise ConfigError(f"NPU_EMU_QUEUE_MODE={self.queue_mode!r}: expected one of {QUEUE_MODES}",
+                              key="NPU_EMU_QUEUE_MODE")
         self.profile = str(config.get("PERF_COUNT", "NO")).upper() in ("YES", "TRUE", "1")
         #: NPU_EMU_MUTABLE_COMMAND_LIST=NO emulates a driver without mutable command lists
         self.mutable = str(config.get("NPU_EMU_MUTABLE_COMMAND_LIST", "YES")).upper() in ("YES", "TRUE", "1")
@@ -244,6 +263,7 @@ class NpuCompiledModel(DeviceCompiledModel):
             "OPTIMAL_NUMBER_OF_INFER_REQUESTS": 1,
             "NPU_EMU_CMX_SIZE": meta["hw"]["cmx_size"],
             "NPU_EMU_FENCE_MODE": self.fence_mode,
+            "NPU_EMU_QUEUE_MODE": self.queue_mode,
             "PERF_COUNT": "YES" if self.profile else "NO",
             "NPU_COMPILER_VERSION": meta["compiler"]["version"],
             "DEVICE_ID": "NPU",
@@ -264,6 +284,7 @@ class NpuDevice(Device):
         "INFERENCE_PRECISION_HINT": "f32",
         "PERF_COUNT": "NO",
         "NPU_EMU_FENCE_MODE": "interrupt",
+        "NPU_EMU_QUEUE_MODE": "inline",
         "NPU_EMU_MUTABLE_COMMAND_LIST": "YES",
         "DEVICE_ARCHITECTURE": "NPU-EMU",
         "OPTIMIZATION_CAPABILITIES": ["FP32", "FP16", "INT8", "EXPORT_IMPORT"],

@@ -58,6 +58,7 @@ def test_profile_tiny_llm_decode_writes_trace_with_engine_lanes(tiny_model_dir, 
     summary = json.loads(capsys.readouterr().out)
     assert set(summary["utilization"]) == {"DMA0", "DMA1", "DPU", "SHAVE"}
     assert all(0 < u <= 1 for u in summary["utilization"].values())
+    assert sum(summary["busy_us"].values()) >= summary["makespan_us"] > 0
     assert 0 <= summary["dma_hidden_fraction"] <= 1
     ev = json.loads(trace.read_text())["traceEvents"]
     lanes = {e["args"]["name"] for e in ev if e.get("name") == "thread_name"}

@@ -100,17 +100,36 @@ def test_set_state_marks_state_arguments_for_update(npu_core):
     assert not st.update_pending
 
 
+@pytest.mark.parametrize("queue", ["inline", "thread"])
 @pytest.mark.parametrize("mode", ["interrupt", "polling"])
-def test_fence_modes(npu_core, mode):
-    cm = npu_core.compile_model(make_add_model(), "NPU", {"NPU_EMU_FENCE_MODE": mode})
+def test_fence_and_queue_modes(npu_core, mode, queue):
+    cm = npu_core.compile_model(make_add_model(), "NPU", {"NPU_EMU_FENCE_MODE": mode, "NPU_EMU_QUEUE_MODE": queue})
     x = np.ones((2, 3), np.float32)
     out = cm.create_infer_request().infer({"x": x})[0]
     assert rel_err(out, cpu_reference(make_add_model(), {"x": x})[0]) == 0.0
 
 
-def test_bad_fence_mode_is_config_error(npu_core):
+def test_bad_fence_or_queue_mode_is_config_error(npu_core):
     with pytest.raises(ConfigError):
         npu_core.compile_model(make_add_model(), "NPU", {"NPU_EMU_FENCE_MODE": "smoke-signals"})
+    with pytest.raises(ConfigError):
+        npu_core.compile_model(make_add_model(), "NPU", {"NPU_EMU_QUEUE_MODE": "carrier-pigeon"})
+
+
+@pytest.mark.parametrize("mode", ["interrupt", "polling"])
+def test_device_errors_reach_the_waiter_through_the_fence_in_thread_mode(npu_core, mode):
+    from ov_npu_emu.errors import BarrierDeadlockError
+    from ov_npu_emu.npu.blob.format import BARRIER
+
+    blob = npu_core.compile_model(make_mlp(), "NPU").export_model().getvalue()
+    off, _ = _rela(blob, ".npu.barriers")
+    bad = bytearray(blob)
+    bid, producers, consumers = BARRIER.unpack_from(bad, off)
+    BARRIER.pack_into(bad, off, bid, producers + 1, consumers)
+    cfg = {"NPU_EMU_QUEUE_MODE": "thread", "NPU_EMU_FENCE_MODE": mode}
+    req = npu_core.import_model(bytes(bad), "NPU", cfg).create_infer_request()
+    with pytest.raises(BarrierDeadlockError):  # raised on the device thread, re-raised by the fence wait
+        req.infer({"x": np.zeros((1, 4, 16), np.float32)})
 
 
 def test_requests_are_independent(npu_core, stories_decode):

@@ -184,3 +184,29 @@ def test_sdpa_masks_and_scale(npu_core, mask_kind):
     model = ov.Model([ops.result(att)], params, "sdpa")
     (a,), (b,) = _run(npu_core, model, feed), cpu_reference(model, feed)
     assert rel_err(a, b) <= F32_TOL
+
+
+@pytest.mark.parametrize("which", ["cnn", "tiny_prefill"])
+def test_f16_mode_on_cnn_and_builder_prefill(npu_core, tiny_model_dir, which):
+    if which == "cnn":
+        m = make_small_cnn()
+        feed = {"image": np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    else:
+        m = static_llm(tiny_model_dir / "openvino_model.xml", 16, 0)
+        feed = llm_feed(m)
+    ours = _run(npu_core, m, feed, {"INFERENCE_PRECISION_HINT": "f16"})
+    for a, b in zip(ours, cpu_reference(m, feed)):
+        assert rel_err(a, b) <= F16_TOL
+
+
+@pytest.mark.parametrize("exclude_pad", [True, False])
+@pytest.mark.parametrize("rounding", ["floor", "ceil"])
+def test_pooling_pads_and_rounding(npu_core, exclude_pad, rounding):
+    x = ops.parameter([1, 2, 7, 7], np.float32, name="x")
+    a = ops.avg_pool(x, [2, 2], [1, 1], [1, 1], [3, 3], exclude_pad, rounding)
+    mx = ops.max_pool(x, [2, 2], [1, 1], [1, 1], [0, 0], [3, 3], rounding).output(0)
+    m = ov.Model([ops.result(a), ops.result(mx)], [x], "pool")
+    feed = {"x": np.random.default_rng(7).standard_normal((1, 2, 7, 7)).astype(np.float32)}
+    for a_, b_ in zip(_run(npu_core, m, feed), cpu_reference(m, feed)):
+        assert a_.shape == b_.shape
+        assert rel_err(a_, b_) <= F32_TOL

@@ -482,8 +482,24 @@ class _Lowerer:
         groups = w.shape[0] if group else 1
         o = self.node_out(node)
         macs = int(np.prod(o.shape)) * int(np.prod(w.shape)) // max(w.shape[0] * (w.shape[1] if group else 1), 1)
-        self.dpu("conv", [x, w], [o], [groups, nd, *strides, *dil, *pb, *pe], node, macs)
+        params = [groups, nd, *strides, *dil, *pb, *pe]
         self.vals[(node.get_name(), 0)] = o
+        half = self.hw.cmx_size // 2
+        per_channel = o.nbytes // max(o.shape[1], 1)
+        if not (self.stage and not group and o.shape[0] == 1 and w.root.place is Place.CONST and w.alias is None
+                and x.dtype == o.dtype and x.nbytes + per_channel <= half):
+            self.dpu("conv", [x, w], [o], params, node, macs)
+            return
+        # input resident in CMX; output channels tiled so each tile's result fits beside it
+        cx = self.new_value(x.shape, x.dtype, Place.CMX)
+        self.dma(x, 0, cx, 0, 1, 1, x.nbytes, (0, 0), (0, 0), node)
+        tile = max(1, (half - x.nbytes) // per_channel)
+        for c0 in range(0, o.shape[1], tile):
+            c = min(tile, o.shape[1] - c0)
+            wt = self.new_value((c, *w.shape[1:]), w.dtype, Place.CONST, data=w.data[c0:c0 + c])
+            co = self.new_value((1, c, *o.shape[2:]), o.dtype, Place.CMX)
+            self.dpu("conv", [cx, wt], [co], params, node, macs * c // o.shape[1])
+            self.dma(co, 0, o, c0 * per_channel, 1, 1, co.nbytes, (0, 0), (0, 0), node)
 
     def op_pool(self, node: ov.Node) -> None:
         x = self.inp(node, 0)

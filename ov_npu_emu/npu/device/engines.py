@@ -110,50 +110,50 @@ class ManagementCore:
     """Walks the engine FIFOs: a task starts when its barriers' producer counts reach zero."""
 
     def execute(self, lanes: Sequence[list[DecodedTask]], producer_counts: Sequence[int], *,
-                host_ns: dict[int, int] | None = None) -> list[int]:
-        """Run every task; returns the order in which tasks ran (task ids).
+                host_ns: dict[int, int] | None = None) -> None:
+        """Run every task of the command list, each engine FIFO in order, gated by barriers.
 
         :param host_ns: when given, receives the measured host time of each task (profiling).
         """
-        profile = host_ns is not None
         counts = list(producer_counts)
         pcs = [0] * len(lanes)
         remaining = sum(len(lane) for lane in lanes)
-        order: list[int] = []
         clock = time.perf_counter_ns
-        while remaining:
-            progressed = 0
-            for li, lane in enumerate(lanes):
-                pc = pcs[li]
-                n = len(lane)
-                while pc < n:
-                    t = lane[pc]
-                    if t.waits and any(counts[b] for b in t.waits):
-                        break
-                    if profile:
-                        t0 = clock()
-                        self._run(t)
-                        host_ns[t.tid] = clock() - t0  # type: ignore[index]
-                    else:
-                        self._run(t)
-                    for b in t.posts:
-                        counts[b] -= 1
-                    order.append(t.tid)
-                    pc += 1
-                progressed += pc - pcs[li]
-                pcs[li] = pc
-            if not progressed:
-                stuck = [lane[pcs[i]].tid for i, lane in enumerate(lanes) if pcs[i] < len(lane)]
-                raise BarrierDeadlockError(f"no runnable task; lanes blocked at tasks {stuck}",
-                                           task_index=stuck[0] if stuck else None)
-            remaining -= progressed
-        return order
-
-    @staticmethod
-    def _run(t: DecodedTask) -> None:
+        t: DecodedTask | None = None
         try:
-            t.run()
+            while remaining:
+                progressed = 0
+                for li, lane in enumerate(lanes):
+                    pc = start = pcs[li]
+                    n = len(lane)
+                    while pc < n:
+                        t = lane[pc]
+                        blocked = False
+                        for b in t.waits:  # a barrier is open when all its producers posted
+                            if counts[b]:
+                                blocked = True
+                                break
+                        if blocked:
+                            break
+                        if host_ns is None:
+                            t.run()
+                        else:
+                            t0 = clock()
+                            t.run()
+                            host_ns[t.tid] = clock() - t0
+                        for b in t.posts:
+                            counts[b] -= 1
+                        pc += 1
+                    pcs[li] = pc
+                    progressed += pc - start
+                if not progressed:
+                    stuck = [lane[pcs[i]].tid for i, lane in enumerate(lanes) if pcs[i] < len(lane)]
+                    raise BarrierDeadlockError(f"no runnable task; lanes blocked at tasks {stuck}",
+                                               task_index=stuck[0] if stuck else None)
+                remaining -= progressed
         except NpuEmuError:
             raise
-        except Exception as e:
-            raise ExecutionError(f"task {t.tid} ({t.kernel}) failed: {e}", task_index=t.tid) from e
+        except Exception as e:  # a kernel failure is reported against its task
+            tid = t.tid if t is not None else None
+            name = t.kernel if t is not None else "?"
+            raise ExecutionError(f"task {tid} ({name}) failed: {e}", task_index=tid) from e

@@ -42,6 +42,7 @@ class Timeline:
             "makespan_cycles": self.makespan,
             "makespan_us": self.makespan / self.clock_mhz,
             "utilization": {k: busy.get(k, 0) / span for k in self.lane_names},
+            "busy_us": {k: busy.get(k, 0) / self.clock_mhz for k in self.lane_names},
             "dma_busy_cycles": dma_total,
             "compute_busy_cycles": sum(b - a for a, b in comp_u),
             "dma_compute_overlap_cycles": overlap,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from ov_npu_emu.npu.driver.command import FENCE_MODES, CommandList, CommandQueue, Fence
+from ov_npu_emu.npu.driver.command import FENCE_MODES, QUEUE_MODES, CommandList, CommandQueue, Fence
 from ov_npu_emu.npu.driver.hpi import HostParsedInference, ParsedBlob
 from ov_npu_emu.npu.driver.memory import AddressSpace, DeviceArena, Region
 
 __all__ = [
     "FENCE_MODES",
+    "QUEUE_MODES",
     "AddressSpace",
     "CommandList",
     "CommandQueue",

@@ -26,11 +26,12 @@ from ov_npu_emu.npu.device.engines import DecodedTask, ManagementCore, decode_ta
 from ov_npu_emu.npu.device.profiling import Timeline, simulate_timeline
 from ov_npu_emu.npu.driver.hpi import HostParsedInference
 
-__all__ = ["CommandList", "CommandQueue", "Fence", "FENCE_MODES"]
+__all__ = ["CommandList", "CommandQueue", "Fence", "FENCE_MODES", "QUEUE_MODES"]
 
 logger = logging.getLogger(__name__)
 
 FENCE_MODES = ("interrupt", "polling")
+QUEUE_MODES = ("inline", "thread")
 _ENGINE_SECTIONS = ((SEC_DMA, TaskKind.DMA, DMA_DESC.size), (SEC_DPU, TaskKind.DPU, TASK_SIZE),
                     (SEC_SHAVE, TaskKind.SHAVE, TASK_SIZE))
 
@@ -134,24 +135,37 @@ class CommandQueue:
         self._core = ManagementCore()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._busy = threading.Lock()
 
     @property
     def core(self) -> ManagementCore:
         return self._core
 
-    def submit(self, cl: CommandList, fence: Fence, *, profile: bool = False) -> int:
-        """Enqueue ``cl``; returns the fence value that signals its completion."""
+    def submit(self, cl: CommandList, fence: Fence, *, profile: bool = False, inline: bool = False) -> int:
+        """Enqueue ``cl``; returns the fence value that signals its completion.
+
+        :param inline: run the management core on the calling thread (no device-thread handoff,
+            which costs a scheduler wake-up per inference on a loaded machine); the fence is
+            signalled the same way, so the caller's wait is unchanged.
+        """
+        value = fence.value + 1
+        if inline:
+            self._execute(_Submission(cl, fence, value, profile))
+            return value
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="ov_npu_emu-npu-device", daemon=True)
                 self._thread.start()
-        value = fence.value + 1
         self._q.put(_Submission(cl, fence, value, profile))
         return value
 
     def _loop(self) -> None:
         while True:
-            sub = self._q.get()
+            self._execute(self._q.get())
+
+    def _execute(self, sub: _Submission) -> None:
+        # one device: submissions run one at a time, whichever thread submits them
+        with self._busy:
             try:
                 self._core.execute(sub.cl.lanes, sub.cl.producer_counts,
                                    host_ns=sub.cl.host_ns if sub.profile else None)

@@ -1,0 +1,41 @@
+"""``ov-npu-emu demo``: the README's first command, end to end through the emulated stack."""
+
+from __future__ import annotations
+
+import io
+import re
+from contextlib import redirect_stdout
+
+import pytest
+
+from ov_npu_emu.cli import main
+
+
+def _demo(*argv: str) -> str:
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(["demo", *argv]) == 0
+    return buf.getvalue()
+
+
+def test_demo_builds_tiny_and_generates_on_npu(tmp_path):
+    out = _demo("--cache", str(tmp_path), "--max-new-tokens", "8")
+    assert "built just now" in out
+    assert "emulated NPU" in out
+    assert re.search(r"perf +\d+ prompt tokens, 8 generated", out), out
+    # the second run reuses the cached folder
+    assert "(cached)" in _demo("--cache", str(tmp_path), "--max-new-tokens", "2")
+
+
+def test_demo_text_matches_real_openvino_genai(stories260k_dir):
+    openvino_genai = pytest.importorskip("openvino_genai")
+    out = _demo("--model", str(stories260k_dir), "--max-new-tokens", "30")
+    text = re.search(r"^output   (.*)\nperf ", out, re.M | re.S).group(1)
+    real = openvino_genai.LLMPipeline(str(stories260k_dir), "CPU", INFERENCE_PRECISION_HINT="f32")
+    expected = real.generate("Once upon a time", max_new_tokens=30)
+    assert text == expected
+
+
+def test_demo_rejects_a_folder_without_a_model(tmp_path, capsys):
+    assert main(["demo", "--model", str(tmp_path)]) == 1
+    assert "has no openvino_model.xml" in capsys.readouterr().err
