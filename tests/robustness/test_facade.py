@@ -1,0 +1,87 @@
+"""Facade misuse: bad tensors, unknown names, async errors; requests stay usable after errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov_real
+import pytest
+
+import ov_npu_emu as ov
+from ov_npu_emu.errors import NpuEmuError, UserInputError
+from ov_npu_emu.testing import make_add_model
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+GOOD = {"a": np.ones((2, 3), np.float32), "b": np.full((2, 3), 2.0, np.float32)}
+
+
+@pytest.fixture(scope="module", params=["NPU", "CPU"])
+def compiled(request: pytest.FixtureRequest) -> ov.CompiledModel:
+    return ov.Core().compile_model(make_add_model(), request.param)
+
+
+def _works(req: ov.InferRequest) -> None:
+    """The request still computes the right answer after an error."""
+    out = req.infer(GOOD)
+    np.testing.assert_array_equal(out[0], np.full((2, 3), 3.0, np.float32))
+
+
+@pytest.mark.parametrize("bad", [
+    {"a": np.array([["x", "y", "z"]] * 2), "b": GOOD["b"]},
+    {"a": [[1.0, 2.0], [3.0]], "b": GOOD["b"]},
+    {"a": np.array([[object()] * 3] * 2), "b": GOOD["b"]},
+    {"a": np.zeros((3, 3), np.float32), "b": GOOD["b"]},
+    {"a": None, "b": GOOD["b"]},
+    {"zz": GOOD["a"]},
+    [GOOD["a"]] * 3,
+], ids=["strings", "ragged", "objects", "shape", "none", "unknown-name", "too-many"])
+def test_bad_infer_inputs_are_typed_and_request_recovers(compiled: ov.CompiledModel, bad: object) -> None:
+    req = compiled.create_infer_request()
+    with pytest.raises(UserInputError):
+        req.infer(bad)
+    _works(req)
+
+
+def test_set_tensor_misuse(compiled: ov.CompiledModel) -> None:
+    req = compiled.create_infer_request()
+    with pytest.raises(UserInputError, match="openvino.Tensor"):
+        req.set_tensor("a", np.zeros((2, 3), np.float32))
+    with pytest.raises(UserInputError, match="element type"):
+        req.set_tensor("a", ov_real.Tensor(np.zeros((2, 3), np.int32)))
+    with pytest.raises(UserInputError, match="expects shape"):
+        req.set_tensor("a", ov_real.Tensor(np.zeros((3, 3), np.float32)))
+    with pytest.raises(UserInputError, match="^Output 'res' expects shape"):
+        req.set_output_tensor(0, ov_real.Tensor(np.zeros((5,), np.float32)))
+    with pytest.raises(UserInputError):
+        req.get_tensor(1.5)
+    _works(req)
+
+
+def test_dynamic_port_checks_rank_and_type() -> None:
+    from openvino import opset13 as ops
+
+    p = ops.parameter([-1, 3], np.float32, name="x")
+    cm = ov.Core().compile_model(ov_real.Model([ops.relu(p)], [p], "dyn"), "CPU")
+    req = cm.create_infer_request()
+    with pytest.raises(UserInputError, match="expects shape"):
+        req.set_tensor("x", ov_real.Tensor(np.zeros((2, 4), np.float32)))
+    with pytest.raises(UserInputError, match="expects shape"):
+        req.infer({"x": np.zeros((2, 3, 1), np.float32)})
+    with pytest.raises(UserInputError, match="element type"):
+        req.set_tensor("x", ov_real.Tensor(np.zeros((2, 3), np.float16)))
+    np.testing.assert_array_equal(req.infer({"x": -np.ones((5, 3), np.float32)})[0], np.zeros((5, 3)))
+
+
+def test_async_error_surfaces_in_wait_and_request_recovers(compiled: ov.CompiledModel) -> None:
+    req = compiled.create_infer_request()
+    # a device failure during the job (not at feed time) must come out of wait() typed
+    orig = req.impl.infer
+    req.impl.infer = lambda: (_ for _ in ()).throw(IndexError("device bug"))  # type: ignore[method-assign]
+    req.start_async(GOOD)
+    with pytest.raises(NpuEmuError, match="device bug"):
+        req.wait()
+    req.impl.infer = orig  # type: ignore[method-assign]
+    _works(req)
+    req.start_async(GOOD)
+    req.wait()
+    np.testing.assert_array_equal(req.get_output_tensor(0).data, np.full((2, 3), 3.0))
