@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except NpuEmuError as e:
+    except (NpuEmuError, OSError) as e:  # OSError: unreadable input or unwritable output path
         if args.traceback:
             raise
         print(f"ov-npu-emu: error: {e}", file=sys.stderr)
