@@ -194,7 +194,7 @@ class Tokenizer:
         with self._lock:
             if add_special_tokens not in self._encoders:
                 if self._tok_model is None:
-                    raise UserInputError(
+                    raise IRReadError(
                         f"{TOKENIZER_XML} was not found in {os.fspath(self._folder)!r}; encode() "
                         "needs it"
                     )
@@ -224,9 +224,9 @@ class Tokenizer:
         with self._lock:
             if skip_special_tokens not in self._decoders:
                 if self._detok_model is None:
-                    raise UserInputError(
+                    raise IRReadError(
                         f"{DETOKENIZER_XML} was not found in {os.fspath(self._folder)!r}; "
-                        "decode() needs it"
+                        "decode() needs it (convert the tokenizer with with_detokenizer=True)"
                     )
                 model = _core().read_model(self._folder / DETOKENIZER_XML)
                 for op in model.get_ordered_ops():
