@@ -100,6 +100,15 @@ class Core:
         """Read an IR (path or XML bytes) with openvino; tokenizer IR extensions load on demand."""
         if isinstance(model, ov.Model):
             return model
+        if not isinstance(model, (str, os.PathLike, bytes)):
+            raise UserInputError(
+                f"read_model needs a path, IR XML bytes or an openvino.Model, got {type(model).__name__}"
+            )
+        if isinstance(model, bytes):
+            try:
+                model.decode()
+            except UnicodeDecodeError as e:
+                raise IRReadError(f"Cannot read model <bytes>: IR XML must be UTF-8 text ({e})") from e
         if isinstance(model, (str, os.PathLike)) and not Path(model).exists():
             raise IRReadError(f"Model file {os.fspath(model)!r} does not exist")
         try:

@@ -85,3 +85,26 @@ def test_async_error_surfaces_in_wait_and_request_recovers(compiled: ov.Compiled
     req.start_async(GOOD)
     req.wait()
     np.testing.assert_array_equal(req.get_output_tensor(0).data, np.full((2, 3), 3.0))
+
+
+def test_core_read_model_misuse() -> None:
+    from ov_npu_emu.errors import IRReadError
+
+    core = ov.Core()
+    with pytest.raises(IRReadError):
+        core.read_model(b"\xff\xfe<net>")
+    with pytest.raises(IRReadError):
+        core.read_model(b"<net>")
+    for bad in (5, None):
+        with pytest.raises(UserInputError, match="read_model"):
+            core.compile_model(bad, "NPU")
+
+
+def test_bad_device_property_is_rejected_at_set_property_and_leaves_device_usable() -> None:
+    core = ov.Core()
+    for props in ({"NPU_EMU_CMX_SIZE": "x"}, {"INFERENCE_PRECISION_HINT": "int3"},
+                  {"NPU_EMU_QUEUE_MODE": "sideways"}, {"NPU_EMU_FENCE_MODE": "psychic"}):
+        with pytest.raises(UserInputError):
+            core.set_property("NPU", props)
+    out = core.compile_model(make_add_model(), "NPU").create_infer_request().infer(GOOD)
+    np.testing.assert_array_equal(out[0], np.full((2, 3), 3.0, np.float32))
