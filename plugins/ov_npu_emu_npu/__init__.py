@@ -294,6 +294,20 @@ class NpuDevice(Device):
         super().__init__()
         self._queue: CommandQueue | None = None
 
+    def set_property(self, properties: Mapping[str, Any]) -> None:
+        # validate now: a bad stored value would otherwise fail every later compile_model
+        from ov_npu_emu.npu.arch import HardwareConfig
+        from ov_npu_emu.npu.compiler.pipeline import precision_of
+
+        merged = self.merged_config(properties)
+        HardwareConfig.from_config(merged)
+        precision_of(merged)
+        Fence(str(merged.get("NPU_EMU_FENCE_MODE", "interrupt")).lower())
+        if str(merged.get("NPU_EMU_QUEUE_MODE", "inline")).lower() not in QUEUE_MODES:
+            raise ConfigError(f"NPU_EMU_QUEUE_MODE={merged['NPU_EMU_QUEUE_MODE']!r}: expected one of {QUEUE_MODES}",
+                              key="NPU_EMU_QUEUE_MODE")
+        super().set_property(properties)
+
     @property
     def queue(self) -> CommandQueue:
         if self._queue is None:
