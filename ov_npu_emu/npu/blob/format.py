@@ -8,6 +8,7 @@ import struct
 from typing import ClassVar
 
 __all__ = [
+    "WEIGHT_FORMATS",
     "BARRIER",
     "BLOB_MAGIC",
     "BLOB_VERSION",
@@ -126,6 +127,9 @@ class TaskKind(enum.IntEnum):
 
 
 MAX_OPERANDS = 6
+#: compressed-weight formats of the matmul_dq / gather_dq kernels (param 2 / 1 of the task):
+#: 4-bit payloads are packed two per byte, the first value in the low nibble (OpenVINO's order)
+WEIGHT_FORMATS: dict[str, int] = {"u8": 1, "i8": 2, "u4": 3, "i4": 4, "f16": 5}
 #: "stop" of a slice parameter meaning "to the end" (negative steps that run past index 0)
 SLICE_NONE = -(2**31)
 MAX_DIMS = 6
