@@ -49,7 +49,8 @@ class CompressedWeight:
         return {"node": self.node, "format": self.fmt, "shape": list(self.shape),
                 "group_size": -1 if self.groups == 1 else self.group_size,
                 "scale": None if self.scale is None else str(self.scale.dtype),
-                "zero_point": self.zero_point is not None, "bytes": self.nbytes,
+                "zero_point": self.zero_point is not None, "ir_multiply": "f16" if self.mul_f16 else "f32",
+                "bytes": self.nbytes,
                 "f32_bytes": self.shape[0] * self.shape[1] * 4}
 
 

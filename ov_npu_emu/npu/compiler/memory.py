@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 
 import numpy as np
@@ -73,14 +74,43 @@ def _place(values: list[Value], capacity: int | None, region: str) -> tuple[int,
     return top, deps
 
 
+def _identical(consts: list[Value]) -> dict[int, Value]:
+    """Constants whose bytes equal an earlier one's (e.g. a tied embedding's two int8 chains).
+
+    Only values of equal type and size are hashed, so distinct weights cost nothing.
+    """
+    groups: dict[tuple[str, int], list[Value]] = {}
+    for v in consts:
+        groups.setdefault((v.dtype.str, v.nbytes), []).append(v)
+    twins: dict[int, Value] = {}
+    for group in groups.values():
+        if len(group) < 2 or group[0].nbytes < ALIGN:
+            continue
+        seen: dict[bytes, Value] = {}
+        for v in group:
+            digest = hashlib.blake2b(np.ascontiguousarray(v.data).view(np.uint8).reshape(-1), digest_size=16).digest()
+            first = seen.setdefault(digest, v)
+            if first is not v and np.array_equal(first.data, v.data):
+                twins[v.vid] = first
+    return twins
+
+
 def plan_memory(lw: Lowered, cmx_size: int) -> MemoryPlan:
     """Assign offsets to every root value; returns sizes, the weights image and reuse deps."""
     roots = [v for v in lw.values if v.alias is None]
     consts = [v for v in roots if v.place is Place.CONST and (v.readers or v.producers)]
+    twins = _identical(consts)
     size = 0
+    unique = []
     for v in consts:
+        first = twins.get(v.vid)
+        if first is not None:  # same bytes already placed: share them
+            v.offset = first.offset
+            continue
         v.offset = align_up(size, ALIGN)
         size = v.offset + v.nbytes
+        unique.append(v)
+    consts = unique
     # one preallocated image, filled in place: weights can be gigabytes
     blob = bytearray(size)
     image = np.frombuffer(blob, np.uint8)
