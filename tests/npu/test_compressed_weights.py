@@ -237,3 +237,13 @@ def test_bad_weights_cache_value_is_a_config_error(npu_core):
     with pytest.raises(ConfigError, match="NPU_EMU_WEIGHTS_CACHE"):
         npu_core.compile_model(ov.Model([ops.result(ops.relu(x))], [x], "m"), "NPU",
                                {"NPU_EMU_WEIGHTS_CACHE": "maybe"})
+
+
+@pytest.mark.parametrize("cache", ["YES", "NO"])
+def test_f16_precision_with_compressed_weights(npu_core, folders, cache):
+    """INFERENCE_PRECISION_HINT=f16 (f16 activations) works with both dq paths."""
+    m = static_llm(folders("int8") / "openvino_model.xml", 4, 4)
+    feed = llm_feed(m)
+    cm = npu_core.compile_model(m, "NPU", {"INFERENCE_PRECISION_HINT": "f16", "NPU_EMU_WEIGHTS_CACHE": cache})
+    out = np.array(cm.create_infer_request().infer(feed)[0])
+    assert rel_err(out, cpu_reference(m, feed)[0]) <= 2e-2
