@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 
 class ChatHistory:
-    """A list of ``{"role": ..., "content": ...}`` messages plus tools and extra template context."""
+    """``{"role": ..., "content": ...}`` messages plus tools and extra template context."""
 
     def __init__(self, messages: Iterable[dict[str, Any]] | None = None) -> None:
         self._messages: list[dict[str, Any]] = []
@@ -30,7 +30,8 @@ class ChatHistory:
     def append(self, message: dict[str, Any]) -> None:
         if not isinstance(message, dict):
             raise UserInputError(
-                f"ChatHistory messages are dicts like {{'role': 'user', 'content': '...'}}, got {type(message).__name__}"
+                f"ChatHistory messages are dicts like {{'role': 'user', 'content': '...'}}, got "
+                f"{type(message).__name__}"
             )
         self._messages.append(copy.deepcopy(message))
 

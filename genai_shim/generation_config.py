@@ -101,7 +101,7 @@ _JSON_KEYS = (
 
 
 class GenerationConfig:
-    """Generation parameters (same names, defaults and checks as ``openvino_genai.GenerationConfig``).
+    """Generation parameters: names, defaults and checks of ``openvino_genai.GenerationConfig``.
 
     ``GenerationConfig()``, ``GenerationConfig("generation_config.json")`` or
     ``GenerationConfig(max_new_tokens=20, ...)``.
@@ -201,7 +201,8 @@ class GenerationConfig:
         if self.ignore_eos:
             need(
                 self.max_new_tokens != SIZE_MAX or self.max_length != SIZE_MAX,
-                "ignore_eos is true, in this case either 'max_new_tokens', or 'max_length' should be defined.",
+                "ignore_eos is true, in this case either 'max_new_tokens', or 'max_length' "
+                "should be defined.",
             )
         need(
             self.eos_token_id != -1
@@ -209,7 +210,8 @@ class GenerationConfig:
             or bool(self.stop_strings)
             or self.max_new_tokens != SIZE_MAX
             or self.max_length != SIZE_MAX,
-            "Either 'eos_token_id', or 'stop_token_ids', or 'stop_strings', or 'max_new_tokens', or "
+            "Either 'eos_token_id', or 'stop_token_ids', or 'stop_strings', or 'max_new_tokens', "
+            "or "
             "'max_length' should be defined.",
         )
         need(
@@ -222,29 +224,35 @@ class GenerationConfig:
         )
         need(
             self.repetition_penalty > 0.0,
-            f"'repetition_penalty' must be a strictly positive float, but got {self.repetition_penalty:g}",
+            "'repetition_penalty' must be a strictly positive float, but got "
+            f"{self.repetition_penalty:g}",
         )
         need(
             -2.0 <= self.presence_penalty <= 2.0,
-            f"'presence_penalty' penalty must be within [-2.0; 2.0], but got {self.presence_penalty:g}",
+            "'presence_penalty' penalty must be within [-2.0; 2.0], but got "
+            f"{self.presence_penalty:g}",
         )
         need(
             -2.0 <= self.frequency_penalty <= 2.0,
-            f"'frequence_penalty' penalty must be within [-2.0; 2.0], but got {self.frequency_penalty:g}",
+            "'frequence_penalty' penalty must be within [-2.0; 2.0], but got "
+            f"{self.frequency_penalty:g}",
         )
         if self.is_multinomial():
             need(
                 self.temperature > 0.0,
-                f"When 'do_sample' is true, temperature must be a strictly positive float, but got {self.temperature:g}",
+                "When 'do_sample' is true, temperature must be a strictly positive float, but "
+                f"got {self.temperature:g}",
             )
             need(
                 0.0 < self.top_p <= 1.0,
-                f"When 'do_sample' is true, top_p must be a positive float > 0.0 and <= 1.0, but got {self.top_p:g}",
+                "When 'do_sample' is true, top_p must be a positive float > 0.0 and <= 1.0, but "
+                f"got {self.top_p:g}",
             )
         else:
             need(
                 self.num_return_sequences == 1 or self.is_beam_search(),
-                "'num_return_sequences' can be more than 1 only in case of beam search or multinomial sampling, "
+                "'num_return_sequences' can be more than 1 only in case of beam search or "
+                "multinomial sampling, "
                 f"but got {self.num_return_sequences}",
             )
         if self.is_beam_search():

@@ -41,7 +41,7 @@ _RENAMES = {
 class NpuCompileConfig:
     """Result of the translation."""
 
-    config: dict[str, Any] = field(default_factory=dict)  # what goes to compile_model(…, "NPU", …)
+    config: dict[str, Any] = field(default_factory=dict)  # for compile_model(…, "NPU", …)
     blob_path: str | None = None  # BLOB_PATH, consumed by the pipeline
     export_blob: bool = False  # EXPORT_BLOB, consumed by the pipeline
     max_prompt_len: int = DEFAULT_MAX_PROMPT_LEN  # requested (NPUW aligns it up to 64)

@@ -233,6 +233,7 @@ class PerfMetrics:
 
     def __repr__(self) -> str:
         return (
-            f"<PerfMetrics load_time={self.load_time:.2f} ms, generated={self.num_generated_tokens}, "
+            f"<PerfMetrics load_time={self.load_time:.2f} ms, "
+            f"generated={self.num_generated_tokens}, "
             f"input={self.num_input_tokens}>"
         )

@@ -1,4 +1,4 @@
-"""LLMPipeline: openvino.genai's StatefulLLMPipeline behaviour over ov_npu_emu.Core (CPU and NPU)."""
+"""LLMPipeline: openvino.genai's StatefulLLMPipeline behaviour over ov_npu_emu.Core (CPU, NPU)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,8 @@ class LLMPipeline:
         folder = Path(models_path)
         if not (folder / MODEL_XML).is_file():
             raise IRReadError(
-                f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel export folder"
+                f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel "
+                "export folder"
             )
         props: dict[str, Any] = dict(config or {})
         props.update(kwargs)
@@ -158,7 +159,8 @@ class LLMPipeline:
         if rest:
             raise UserInputError(
                 "LLMPipeline(models_path, device='CPU', config=None, **properties) or "
-                f"LLMPipeline(models_path, tokenizer, device, config=None, **properties); got extra {rest!r}"
+                "LLMPipeline(models_path, tokenizer, device, config=None, **properties); got "
+                f"extra {rest!r}"
             )
         if config is not None and not isinstance(config, Mapping):
             raise UserInputError(
@@ -270,7 +272,8 @@ class LLMPipeline:
                 )
             return self._generate_texts(list(inputs), config, streamer, start)
         raise UserInputError(
-            "generate() takes a str, a list of str, a ChatHistory, TokenizedInputs or an openvino.Tensor of ids; "
+            "generate() takes a str, a list of str, a ChatHistory, TokenizedInputs or an "
+            "openvino.Tensor of ids; "
             f"got {type(inputs).__name__}"
         )
 
@@ -280,7 +283,8 @@ class LLMPipeline:
     ) -> GenerationConfig:
         if generation_config is not None and not isinstance(generation_config, GenerationConfig):
             raise UserInputError(
-                f"generation_config must be a GenerationConfig, got {type(generation_config).__name__}"
+                "generation_config must be a GenerationConfig, got "
+                f"{type(generation_config).__name__}"
             )
         config = (generation_config or self._config).copy()
         if kwargs:
@@ -383,7 +387,8 @@ class LLMPipeline:
         self._require_template()
         if self._chat_input == "string":
             raise UserInputError(
-                "Chat doesn't support switching between input types. Please, continue using StringInputs or restart the chat."
+                "Chat doesn't support switching between input types. Please, continue using "
+                "StringInputs or restart the chat."
             )
         perf = PerfMetrics()
         ids, mask = self._tokenize_templated(history, perf)
@@ -395,7 +400,8 @@ class LLMPipeline:
     ) -> str:
         if self._chat_input == "history":
             raise UserInputError(
-                "Chat doesn't support switching between input types. Please, continue using ChatHistory or restart the chat."
+                "Chat doesn't support switching between input types. Please, continue using "
+                "ChatHistory or restart the chat."
             )
         self._chat_input = "string"
         perf = PerfMetrics()
@@ -422,14 +428,10 @@ class LLMPipeline:
             self._history.pop()
             raise
         res = self._decode_results(enc_res, perf, start)
-        self._chat_ids = ids[0].tolist() + enc_res.tokens[0]
-        if (
-            enc_res.finish_reasons
-            and enc_res.finish_reasons[0] == GenerationFinishReason.NONE
-            and self._cancelled
-        ):
+        if self._cancelled:
             self._history.pop()  # CANCEL drops the user turn
         else:
+            self._chat_ids = ids[0].tolist() + enc_res.tokens[0]
             self._history.append({"role": "assistant", "content": res.texts[0]})
         return res.texts[0]
 
@@ -452,7 +454,8 @@ class LLMPipeline:
         if ids.size > self._max_prompt_len:
             raise PromptTooLongError(
                 f"Stateful LLM pipeline on NPU may only process prompts or hold chat history up to "
-                f'{self._max_prompt_len} tokens. {ids.size} is passed.\n Set the "MAX_PROMPT_LEN" config option to '
+                f"{self._max_prompt_len} tokens. {ids.size} is passed.\n Set the "
+                '"MAX_PROMPT_LEN" config option to '
                 "increase the limit."
             )
         if ids.shape[0] != 1:
@@ -507,18 +510,17 @@ class LLMPipeline:
             raise UserInputError("Echo is not supported in the stateful pipeline")
         if config.is_beam_search():
             raise UserInputError(
-                "Beam search is not implemented by genai_shim (the real NPU pipeline rejects it too); "
-                "use greedy or multinomial decoding"
+                "Beam search is not implemented by genai_shim (the real NPU pipeline rejects it "
+                "too); use greedy or multinomial decoding"
             )
         batch = ids.shape[0]
-        if config.num_return_sequences != 1:
-            raise UserInputError(
-                "num_return_sequences > 1 is not implemented by genai_shim's stateful pipeline"
-            )
+        # Parallel sampling: n sequences per prompt share the prompt's KV row (beam_idx copies it).
+        n = int(config.num_return_sequences) if config.is_multinomial() else 1
         stream = make_streamer(streamer, self._tokenizer)
-        if stream is not None and batch != 1:
+        if stream is not None and batch * n != 1:
             raise UserInputError(
-                "Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding"
+                "Currently streaming is possible only with batch size=1 and only for greedy or "
+                "multinomial decoding"
             )
         perf = PerfMetrics()
         perf.load_time = self._load_time
@@ -544,7 +546,11 @@ class LLMPipeline:
             past = common
         else:
             self._reset_kv()
-        seqs = [_Seq(ids[b][mask[b].astype(bool)].tolist(), config) for b in range(batch)]
+        seqs = [
+            _Seq(ids[b][mask[b].astype(bool)].tolist(), config)
+            for b in range(batch)
+            for _ in range(n)
+        ]
         max_new = config.get_max_new_tokens(ids.shape[1])
         stop_window, stop_strings = self._stop_strings(config)
 
@@ -561,9 +567,10 @@ class LLMPipeline:
         )
         if keep_kv and batch == 1:
             self._kv_tokens = seqs[0].prompt[:]
-        active = list(range(batch))
+        active = list(range(batch * n))
+        kv_row = {s: s // n for s in active}  # sequence -> its row in the KV cache / mask
         stream_stopped = False
-        last = logits[:, -1, :]
+        last = np.repeat(logits[:, -1, :], n, axis=0)
         while True:
             for row, b in enumerate(active):
                 s = seqs[b]
@@ -586,16 +593,17 @@ class LLMPipeline:
             if not still:
                 break
             # Decode step: one token per running row; beam_idx drops finished rows from the KV.
-            beam = np.array([active.index(b) for b in still], dtype=np.int32)
+            beam = np.array([kv_row[b] for b in still], dtype=np.int32)
             full_mask = np.concatenate(
                 [full_mask[beam], np.ones((len(still), 1), dtype=np.int64)], axis=1
             )
             step_ids = np.array([[seqs[b].tokens[-1]] for b in still], dtype=np.int64)
             step_pos = (full_mask.sum(axis=1, keepdims=True) - 1).astype(np.int64)
             logits = self._infer(step_ids, full_mask, step_pos, beam, perf)
-            if keep_kv and batch == 1:
+            if keep_kv and batch * n == 1:
                 self._kv_tokens.append(int(step_ids[0, 0]))
             active = still
+            kv_row = {b: i for i, b in enumerate(still)}
             last = logits[:, -1, :]
         if stream is not None:
             if not stream_stopped:

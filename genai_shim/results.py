@@ -30,7 +30,10 @@ class EncodedResults:
         self.extended_perf_metrics: Any = None
 
     def __repr__(self) -> str:
-        return f"EncodedResults(tokens={self.tokens}, scores={self.scores}, finish_reasons={self.finish_reasons})"
+        reasons = self.finish_reasons
+        return (
+            f"EncodedResults(tokens={self.tokens}, scores={self.scores}, finish_reasons={reasons})"
+        )
 
 
 class DecodedResults:
@@ -50,4 +53,7 @@ class DecodedResults:
         return "\n".join(f"{s:.6f}: {t}" for s, t in zip(self.scores, self.texts))
 
     def __repr__(self) -> str:
-        return f"DecodedResults(texts={self.texts!r}, scores={self.scores}, finish_reasons={self.finish_reasons})"
+        reasons = self.finish_reasons
+        return (
+            f"DecodedResults(texts={self.texts!r}, scores={self.scores}, finish_reasons={reasons})"
+        )

@@ -89,7 +89,8 @@ def _report_callback_error(exc: BaseException) -> None:
     own = os.path.dirname(os.path.abspath(__file__))
     lines = "".join(f"  {fn}({ln}): {name}\n" for fn, ln, name in frames if not fn.startswith(own))
     sys.stderr.write(
-        f"[GenAI] Text streamer callback raised exception: {type(exc).__name__}: {exc}\n\nAt:\n{lines}\n"
+        f"[GenAI] Text streamer callback raised exception: {type(exc).__name__}: "
+        f"{exc}\n\nAt:\n{lines}\n"
     )
     sys.stderr.flush()
 
@@ -197,7 +198,8 @@ def make_streamer(streamer: Any, tokenizer: Tokenizer) -> StreamerBase | None:
     from ov_npu_emu.errors import UserInputError
 
     raise UserInputError(
-        f"streamer must be a callable(str) or a StreamerBase instance, got {type(streamer).__name__}"
+        "streamer must be a callable(str) or a StreamerBase instance, got "
+        f"{type(streamer).__name__}"
     )
 
 

@@ -45,7 +45,8 @@ class TokenizedInputs:
         self.attention_mask = attention_mask
 
     def __repr__(self) -> str:
-        return f"TokenizedInputs(input_ids={self.input_ids.data.tolist()}, attention_mask={self.attention_mask.data.tolist()})"
+        ids, mask = self.input_ids.data.tolist(), self.attention_mask.data.tolist()
+        return f"TokenizedInputs(input_ids={ids}, attention_mask={mask})"
 
 
 def _rt(model: ov.Model, key: str) -> str | None:
@@ -92,7 +93,8 @@ class Tokenizer:
         tok_xml, detok_xml = folder / TOKENIZER_XML, folder / DETOKENIZER_XML
         if not tok_xml.is_file() and not detok_xml.is_file():
             raise IRReadError(
-                f"Neither {TOKENIZER_XML} nor {DETOKENIZER_XML} found in {os.fspath(folder)!r}; convert the "
+                f"Neither {TOKENIZER_XML} nor {DETOKENIZER_XML} found in {os.fspath(folder)!r}; "
+                "convert the "
                 "tokenizer with openvino_tokenizers (convert_tokenizer(..., with_detokenizer=True))"
             )
         self._folder = folder
@@ -193,7 +195,8 @@ class Tokenizer:
             if add_special_tokens not in self._encoders:
                 if self._tok_model is None:
                     raise UserInputError(
-                        f"{TOKENIZER_XML} was not found in {os.fspath(self._folder)!r}; encode() needs it"
+                        f"{TOKENIZER_XML} was not found in {os.fspath(self._folder)!r}; encode() "
+                        "needs it"
                     )
                 model = self._tok_model if add_special_tokens else self._without_special_tokens()
                 self._encoders[add_special_tokens] = _core().compile_model(model, "CPU")
@@ -222,7 +225,8 @@ class Tokenizer:
             if skip_special_tokens not in self._decoders:
                 if self._detok_model is None:
                     raise UserInputError(
-                        f"{DETOKENIZER_XML} was not found in {os.fspath(self._folder)!r}; decode() needs it"
+                        f"{DETOKENIZER_XML} was not found in {os.fspath(self._folder)!r}; "
+                        "decode() needs it"
                     )
                 model = _core().read_model(self._folder / DETOKENIZER_XML)
                 for op in model.get_ordered_ops():
@@ -262,7 +266,8 @@ class Tokenizer:
             texts = list(prompts)
         else:
             raise UserInputError(
-                f"encode() takes a str or a list of str, got {type(prompts).__name__}; paired inputs are not supported"
+                f"encode() takes a str or a list of str, got {type(prompts).__name__}; paired "
+                "inputs are not supported"
             )
         if not texts:
             raise UserInputError("encode() got an empty list of prompts")
@@ -327,7 +332,7 @@ class Tokenizer:
             seq = list(tokens)
             batch = bool(seq) and isinstance(seq[0], (list, tuple, np.ndarray))
             if batch:
-                # Ragged rows are decoded one by one: padding would show up without skip_special_tokens.
+                # Ragged rows are decoded one by one: padding would show up unless skipped.
                 return [str(self.decode(list(s), skip_special_tokens)) for s in seq]
             else:
                 arr = np.array([int(t) for t in seq], dtype=np.int64)
@@ -376,8 +381,10 @@ class Tokenizer:
         template = chat_template or self._chat_template
         if not template:
             raise ConfigError(
-                "Chat template wasn't found. This may indicate that the model wasn't trained for chat scenario. "
-                "Please add 'chat_template' to tokenizer_config.json to use the model in chat scenario."
+                "Chat template wasn't found. This may indicate that the model wasn't trained for "
+                "chat scenario. "
+                "Please add 'chat_template' to tokenizer_config.json to use the model in chat "
+                "scenario."
             )
         if isinstance(history, ChatHistory):
             messages = history.get_messages()
@@ -416,7 +423,7 @@ class Tokenizer:
         return self._pad
 
     def get_vocab(self) -> dict[bytes, int]:
-        """Token bytes → id; keys are ``bytes`` exactly as the real Python binding returns them."""
+        """Token bytes → id (``bytes`` keys, exactly as the real Python binding returns them)."""
         return {tok: i for i, tok in enumerate(self._vocab_bytes)}
 
     def get_vocab_vector(self) -> list[str]:

@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     models = [("prefill", cm.subs.prefill)] + [
         (f"kv{k}", s) for k, s in sorted(cm.subs.generate.items())
     ]
+    if cm.subs.lm_head is not None:
+        models.append(("lm_head", cm.subs.lm_head))
     rows = []
     for role, sub in models:
         shapes = {

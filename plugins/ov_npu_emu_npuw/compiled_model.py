@@ -19,6 +19,7 @@ from ov_npu_emu_npuw.config import LLMConfig, parse_config
 from ov_npu_emu_npuw.transform import (
     KVLayout,
     make_generate_model,
+    make_lm_head_model,
     make_prefill_model,
     to_stateless,
 )
@@ -72,6 +73,7 @@ class SubModels:
 
     prefill: CompiledModel
     generate: dict[int, CompiledModel]  # KV size -> variant
+    lm_head: CompiledModel | None = None  # shared LM head (NPUW_LLM_SHARED_HEAD)
 
 
 class LLMCompiledModel(DeviceCompiledModel):
@@ -168,18 +170,29 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     kv = kv.with_v_transposed(cfg.optimize_v)
     kv_type = ov.Type.f16 if cfg.kv_precision == "f16" else ov.Type.f32
     name = model.get_friendly_name()
-    jobs = [(f"{name}_kv{k}", k) for k in cfg.variants] + [(f"{name}_prefill", None)]
+    head_model = make_lm_head_model(stateless) if cfg.shared_head else None
+    if cfg.shared_head and head_model is None:
+        logger.warning("no LM head MatMul found: NPUW_LLM_SHARED_HEAD ignored for %s", name)
+        cfg = dataclasses.replace(cfg, shared_head=False)
+    shared = head_model is not None
+    # real order: generate variants, prefill, LM head
+    jobs: list[tuple[str, int | str]] = [(f"{name}_kv{k}", k) for k in cfg.variants]
+    jobs += [(f"{name}_prefill", "prefill")] + ([(f"{name}_lm_head", "head")] if shared else [])
     seconds: dict[str, float] = {}
     generate: dict[int, CompiledModel] = {}
-    prefill = None
-    for n, (sub_name, k) in enumerate(jobs, 1):
+    prefill = head = None
+    for n, (sub_name, what) in enumerate(jobs, 1):
         t0 = time.perf_counter()
-        if k is None:
-            static = make_prefill_model(stateless, kv, cfg.max_prompt_len, cfg.chunk_size, kv_type)
+        if what == "prefill":
+            static = make_prefill_model(
+                stateless, kv, cfg.max_prompt_len, cfg.chunk_size, kv_type, shared
+            )
             prefill = core.compile_model(static, device, cfg.prefill_config)
+        elif what == "head":
+            head = core.compile_model(head_model, device, cfg.generate_config)
         else:
-            static = make_generate_model(stateless, kv, k, kv_type)
-            generate[k] = core.compile_model(static, device, cfg.generate_config)
+            static = make_generate_model(stateless, kv, int(what), kv_type, shared)
+            generate[int(what)] = core.compile_model(static, device, cfg.generate_config)
         seconds[sub_name] = time.perf_counter() - t0
         logger.info(
             "[%d/%d] compiled %s on %s in %.2f s", n, len(jobs), sub_name, device, seconds[sub_name]
@@ -202,7 +215,9 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         )
     if prefill is None:  # unreachable: the job list always ends with the prefill
         raise PluginError("prefill model was not compiled")
-    return LLMCompiledModel(name, cfg, kv, device, SubModels(prefill, generate), ins, outs, seconds)
+    return LLMCompiledModel(
+        name, cfg, kv, device, SubModels(prefill, generate, head), ins, outs, seconds
+    )
 
 
 def _package_version() -> str:

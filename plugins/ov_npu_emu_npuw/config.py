@@ -37,7 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "NPUW_LLM_PREFILL_HINT": "DYNAMIC",
     "NPUW_LLM_GENERATE_HINT": "FAST_COMPILE",
     "NPUW_LLM_GENERATE_PYRAMID": True,
-    "NPUW_LLM_SHARED_HEAD": False,  # real: YES; we keep the head in each model (see docs)
+    "NPUW_LLM_SHARED_HEAD": True,  # the LM head is a third model shared by prefill and generate
     "NPUW_LLM_OPTIMIZE_V_TENSORS": False,  # real: YES; ours stores V [1,H,D,S] only when asked
     "NPUW_LLM_CACHE_ROPE": False,  # real: YES; not implemented (see docs)
     "NPUW_DEVICES": "NPU",  # real: "NPU,CPU"; ours means the emulated NPU
@@ -177,6 +177,7 @@ class LLMConfig:
     variants: tuple[int, ...]  # generate KV sizes, ascending; the last is the total
     kv_precision: str  # "f16" | "f32"
     optimize_v: bool  # store V transposed [1, H, D, S]
+    shared_head: bool  # LM head cut into its own model
     devices: tuple[str, ...]
     prefill_config: dict[str, Any]
     generate_config: dict[str, Any]
@@ -208,7 +209,7 @@ class LLMConfig:
             "NPUW_LLM_GENERATE_HINT": self.generate_hint,
             "NPUW_LLM_GENERATE_PYRAMID": self.pyramid,
             VARIANTS_KEY: ",".join(map(str, self.variants)),
-            "NPUW_LLM_SHARED_HEAD": False,
+            "NPUW_LLM_SHARED_HEAD": self.shared_head,
             "NPUW_LLM_OPTIMIZE_V_TENSORS": self.optimize_v,
             "NPUW_LLM_CACHE_ROPE": False,
             "NPUW_DEVICES": ",".join(self.devices),
@@ -365,6 +366,7 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         pyramid=pyramid,
         variants=variants,
         kv_precision=_KV_PRECISIONS[kv],
+        shared_head=_bool("NPUW_LLM_SHARED_HEAD", get("NPUW_LLM_SHARED_HEAD")),
         optimize_v=_bool("NPUW_LLM_OPTIMIZE_V_TENSORS", get("NPUW_LLM_OPTIMIZE_V_TENSORS")),
         devices=devices,
         prefill_config=subs[0],

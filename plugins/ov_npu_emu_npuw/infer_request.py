@@ -12,6 +12,7 @@ from ov_npu_emu.errors import KVCacheFullError, PromptTooLongError, UserInputErr
 from ov_npu_emu.runtime.device import DeviceInferRequest, VariableState
 from ov_npu_emu_npuw.config import select_variant
 from ov_npu_emu_npuw.kvcache import KVBuffers
+from ov_npu_emu_npuw.transform import EMBED
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.infer_request import InferRequest
@@ -64,7 +65,12 @@ class _Staging:
     """
 
     def __init__(
-        self, req: InferRequest, q_len: int, mask_len: int, present_names: tuple[str, ...]
+        self,
+        req: InferRequest,
+        q_len: int,
+        mask_len: int,
+        present_names: tuple[str, ...],
+        embed: np.ndarray | None = None,
     ) -> None:
         self.ids = np.zeros((1, q_len), np.int64)
         self.mask = np.zeros((1, mask_len), np.int64)
@@ -77,12 +83,27 @@ class _Staging:
             req.set_tensor(name, ov.Tensor(arr, shared_memory=True))
         outs = {p.any_name: p for p in req.model_outputs}
         self.present: list[np.ndarray] = []
-        for name in (*present_names, "logits"):
+        for name in present_names:
             port = outs[name]
             arr = np.zeros(port.partial_shape.to_shape(), port.element_type.to_dtype())
             self.present.append(arr)
             req.set_tensor(name, ov.Tensor(arr, shared_memory=True))
-        self.logits_tensor = ov.Tensor(self.present.pop(), shared_memory=True)
+        if embed is not None:
+            # Shared head: the last hidden state is copied into the head's input after each
+            # call. Binding `embed` itself as this output corrupted the heap in the CPU plugin
+            # (prefill, where the output comes from a Slice), so it is a copy of E values.
+            self._req = req
+            self._embed = embed
+            self.logits_tensor = None
+        else:
+            port = outs["logits"]
+            arr = np.zeros(port.partial_shape.to_shape(), port.element_type.to_dtype())
+            self.logits_tensor = ov.Tensor(arr, shared_memory=True)
+            req.set_tensor("logits", self.logits_tensor)
+
+    def hand_embed(self) -> None:
+        """Copy this model's last hidden state into the shared head's input."""
+        self._embed[...] = self._req.get_tensor(EMBED).data
 
     def zero(self) -> None:
         self.ids.fill(0)
@@ -111,9 +132,24 @@ class LLMInferRequest(DeviceInferRequest):
             cm.kv_dtype,
             tuple(cm.kv.transposed(i) for i in range(len(cm.kv.past_names))),
         )
+        # Shared LM head: prefill and every variant write their last hidden state into `embed`,
+        # which is the head's input (zero-copy), and the head writes `logits`.
+        self._head = None
+        embed = None
+        if cm.subs.lm_head is not None:
+            self._head = cm.subs.lm_head.create_infer_request()
+            port_in = self._head.model_inputs[0]
+            embed = np.zeros(port_in.partial_shape.to_shape(), port_in.element_type.to_dtype())
+            self._head.set_tensor(EMBED, ov.Tensor(embed, shared_memory=True))
+            port_out = self._head.model_outputs[0]
+            self._head_logits = ov.Tensor(
+                np.zeros(port_out.partial_shape.to_shape(), port_out.element_type.to_dtype()),
+                shared_memory=True,
+            )
+            self._head.set_tensor("logits", self._head_logits)
         # Prefill: the chunked past is one more prefix view of the same KV memory.
         self._prefill = cm.subs.prefill.create_infer_request()
-        self._pf = _Staging(self._prefill, self._C or self._P, self._P, cm.kv.present_names)
+        self._pf = _Staging(self._prefill, self._C or self._P, self._P, cm.kv.present_names, embed)
         if self._C:
             for i, name in enumerate(cm.kv.past_names):
                 self._prefill.set_tensor(name, self.kv.tensor(i, self._P - self._C))
@@ -122,7 +158,7 @@ class LLMInferRequest(DeviceInferRequest):
         self._gs: dict[int, _Staging] = {}
         for k, sub in cm.subs.generate.items():
             req = sub.create_infer_request()
-            self._gs[k] = _Staging(req, 1, k, cm.kv.present_names)
+            self._gs[k] = _Staging(req, 1, k, cm.kv.present_names, embed)
             for i, name in enumerate(cm.kv.past_names):
                 req.set_tensor(name, self.kv.tensor(i, k - 1))
             self._gen[k] = req
@@ -210,7 +246,12 @@ class LLMInferRequest(DeviceInferRequest):
             self._whole_prefill(ids, user_mask, pos)
         self._prompt_len = n
         self._fresh = False
-        self._logits = self._pf.logits_tensor
+        if self._head is not None:
+            self._pf.hand_embed()
+            self._head.infer(share_outputs=True)
+            self._logits = self._head_logits
+        else:
+            self._logits = self._pf.logits_tensor
         logger.debug(
             "prefill %d tokens in %d call(s); generate variant kv%d",
             n,
@@ -340,5 +381,12 @@ class LLMInferRequest(DeviceInferRequest):
         s.mask[0, -1] = 1  # the new token is the last column (past K−1 ++ new 1)
         req.infer(share_outputs=True)
         self.num_stored_tokens += 1
+        # The real NPUW overlaps the head with this KV write; here the facade's start_async
+        # spawns a thread per call, which costs more than the overlap saves: run it in line.
         self._update_kvcache_for(s, K - 1, self.num_stored_tokens, 1)
-        self._logits = s.logits_tensor
+        if self._head is not None:
+            s.hand_embed()
+            self._head.infer(share_outputs=True)
+            self._logits = self._head_logits
+        else:
+            self._logits = s.logits_tensor

@@ -73,6 +73,8 @@ def export_llm(cm: LLMCompiledModel) -> bytes:
         (f"kv{k}", sub.export_model().getvalue()) for k, sub in sorted(cm.subs.generate.items())
     ]
     parts.append(("prefill", cm.subs.prefill.export_model().getvalue()))
+    if cm.subs.lm_head is not None:
+        parts.append(("lm_head", cm.subs.lm_head.export_model().getvalue()))
     header = {
         "versions": _versions(),
         "name": cm.name,
@@ -152,6 +154,7 @@ def import_llm(
     try:
         generate = {k: core.import_model(parts[f"kv{k}"], device, sub_cfg) for k in cfg.variants}
         prefill = core.import_model(parts["prefill"], device, sub_cfg)
+        head = core.import_model(parts["lm_head"], device, sub_cfg) if cfg.shared_head else None
     except KeyError as e:
         raise BlobFormatError(f"NPUW LLM artefact lacks sub-blob {e}") from e
     k = header["kv"]
@@ -166,7 +169,7 @@ def import_llm(
     outs = [_port(i, d) for i, d in enumerate(header["outputs"])]
     logger.info("imported NPUW LLM %s (%d sub-models on %s)", header["name"], len(parts), device)
     return LLMCompiledModel(
-        header["name"], cfg, kv, device, SubModels(prefill, generate), ins, outs
+        header["name"], cfg, kv, device, SubModels(prefill, generate, head), ins, outs
     )
 
 

@@ -12,7 +12,14 @@ from openvino._offline_transformations import stateful_to_stateless_transformati
 
 from ov_npu_emu.errors import CompileError, UserInputError
 
-__all__ = ["KVLayout", "make_generate_model", "make_prefill_model", "to_stateless"]
+__all__ = [
+    "EMBED",
+    "KVLayout",
+    "make_generate_model",
+    "make_lm_head_model",
+    "make_prefill_model",
+    "to_stateless",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -182,27 +189,70 @@ def _transpose_v(model: ov.Model, kv: KVLayout, has_past: bool) -> None:
         res.input(0).replace_source_output(ops.transpose(res.input_value(0), order).output(0))
 
 
-def _slice_logits_to_last(model: ov.Model) -> None:
-    """Compute the LM head for the last position only (real NPUW_SLICE_OUT): [1,S,E] → [1,1,E]."""
+EMBED = "npuw_output_embed"
+
+
+def _head_matmul(model: ov.Model) -> ov.Node | None:
+    """The vocabulary MatMul that produces ``logits`` (through Convert/Add/softcap ops), if any."""
     node = _result(model, "logits").input_value(0).get_node()
     hops = 0
     while node.get_type_name() != "MatMul" and hops < 8 and node.get_input_size() >= 1:
         node = node.input_value(0).get_node()
         hops += 1
-    if node.get_type_name() != "MatMul":
+    if (
+        node.get_type_name() != "MatMul"
+        or node.input_value(0).get_partial_shape().rank.get_length() != 3
+    ):
+        return None
+    return node
+
+
+def _slice_logits_to_last(model: ov.Model) -> None:
+    """Compute the LM head for the last position only (real NPUW_SLICE_OUT): [1,S,E] → [1,1,E]."""
+    mm = _head_matmul(model)
+    if mm is None:
         logger.debug("logits are not produced by a MatMul; computing all positions")
         return
-    hidden = node.input_value(0)
-    if hidden.get_partial_shape().rank.get_length() != 3:
-        return
     sl = ops.slice(
-        hidden,
+        mm.input_value(0),
         ops.constant([-1], ov.Type.i64),
         ops.constant([2**62], ov.Type.i64),
         ops.constant([1], ov.Type.i64),
         ops.constant([1], ov.Type.i64),
     )
-    node.input(0).replace_source_output(sl.output(0))
+    mm.input(0).replace_source_output(sl.output(0))
+
+
+def _redirect_logits_to_embed(model: ov.Model) -> None:
+    """With a shared head, the model outputs the last hidden state instead of logits."""
+    mm = _head_matmul(model)
+    if mm is None:
+        raise CompileError(
+            "shared LM head: no vocabulary MatMul found before 'logits'", stage="transform"
+        )
+    res = _result(model, "logits")
+    embed = ops.result(mm.input_value(0))
+    embed.output(0).get_tensor().set_names({EMBED})
+    model.remove_result(res)
+    model.add_results([embed])
+
+
+def make_lm_head_model(stateless: ov.Model) -> ov.Model | None:
+    """The LM head cut out of the model: ``npuw_output_embed [1,1,E]`` → ``logits [1,1,V]``."""
+    m = stateless.clone()
+    mm = _head_matmul(m)
+    if mm is None:
+        return None
+    hidden = mm.input_value(0)
+    width = hidden.get_partial_shape()[2]
+    if not width.is_static:
+        return None
+    param = ops.parameter([1, 1, width.get_length()], hidden.get_element_type(), name=EMBED)
+    param.output(0).get_tensor().set_names({EMBED})
+    mm.input(0).replace_source_output(param.output(0))
+    head = ov.Model([_result(m, "logits")], [param], f"{stateless.get_friendly_name()}_lm_head")
+    head.validate_nodes_and_infer_types()
+    return head
 
 
 def _static(model: ov.Model, kv: KVLayout, q_len: int, mask_len: int, has_past: bool) -> None:
@@ -225,7 +275,12 @@ def _static(model: ov.Model, kv: KVLayout, q_len: int, mask_len: int, has_past: 
 
 
 def make_prefill_model(
-    stateless: ov.Model, kv: KVLayout, max_prompt: int, chunk: int, kv_type: ov.Type
+    stateless: ov.Model,
+    kv: KVLayout,
+    max_prompt: int,
+    chunk: int,
+    kv_type: ov.Type,
+    shared_head: bool = False,
 ) -> ov.Model:
     """Static prefill: [1,P] without past (whole prompt) or [1,C] chunk with [1,H,P−C,D] past."""
     m = stateless.clone()
@@ -237,12 +292,14 @@ def make_prefill_model(
     _convert_kv_precision(m, kv, kv_type, has_past=bool(chunk))
     _transpose_v(m, kv, has_past=bool(chunk))
     _slice_logits_to_last(m)
+    if shared_head:
+        _redirect_logits_to_embed(m)
     _static(m, kv, chunk or max_prompt, max_prompt, has_past=bool(chunk))
     return m
 
 
 def make_generate_model(
-    stateless: ov.Model, kv: KVLayout, kv_size: int, kv_type: ov.Type
+    stateless: ov.Model, kv: KVLayout, kv_size: int, kv_type: ov.Type, shared_head: bool = False
 ) -> ov.Model:
     """Static generate variant: [1,1] token, [1,K] mask, past [1,H,K−1,D], present [1,H,1,D]."""
     m = stateless.clone()
@@ -250,5 +307,7 @@ def make_generate_model(
     _redirect_new_kv_to_output(m, kv)
     _convert_kv_precision(m, kv, kv_type, has_past=True)
     _transpose_v(m, kv, has_past=True)
+    if shared_head:
+        _redirect_logits_to_embed(m)
     _static(m, kv, 1, kv_size, has_past=True)
     return m

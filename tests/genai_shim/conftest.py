@@ -59,7 +59,7 @@ def npuw_available() -> bool:
 
 
 needs_npuw = pytest.mark.skipif(
-    not npuw_available(), reason="NPUW plugin (plugins/ov_npu_emu_npuw) not merged on main yet"
+    not npuw_available(), reason="NPUW plugin (plugins/ov_npu_emu_npuw) not available"
 )
 
 
@@ -106,17 +106,11 @@ def chat_dir(stories_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     return out
 
 
-@pytest.fixture(params=["fake_npuw", "npuw"])
-def npu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Device "NPU" for genai_shim: through the real NPUW plugin (skips until it is merged) or
-    through a CPU-backed test double of it (tests the pipeline's NPU logic on its own).
-
-    Yields ``{"props": ..., "plugin": fake-or-None}``; ``props`` go to LLMPipeline(..., "NPU").
-    """
+def _npu_backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     props = {**F32, "NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE"}
-    if request.param == "npuw":
+    if kind == "npuw":
         if not npuw_available():
-            pytest.skip("NPUW plugin (plugins/ov_npu_emu_npuw) not merged on main yet")
+            pytest.skip("NPUW plugin (plugins/ov_npu_emu_npuw) not available")
         return {"props": props, "plugin": None}
     import genai_shim.pipeline
     from tests.genai_shim.fake_npuw import FakeNpuwPlugin, make_core_with_fake
@@ -124,3 +118,20 @@ def npu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict
     plugin = FakeNpuwPlugin()
     monkeypatch.setattr(genai_shim.pipeline, "_make_core", lambda: make_core_with_fake(plugin))
     return {"props": props, "plugin": plugin}
+
+
+@pytest.fixture(params=["fake_npuw", "npuw"])
+def npu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Device "NPU" for genai_shim: through the real NPUW plugin (skips until it is merged) and
+    through a CPU-backed test double of it (tests the pipeline's NPU logic on its own).
+
+    Returns ``{"props": ..., "plugin": fake-or-None}``; ``props`` go to LLMPipeline(..., "NPU").
+    """
+    return _npu_backend(request.param, monkeypatch)
+
+
+@pytest.fixture(params=["npuw" if npuw_available() else "fake_npuw"])
+def npu_one(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Like ``npu`` but one backend only: our NPUW when it is registered, else the test double
+    (keeps the slower oracle comparisons within the CI time budget)."""
+    return _npu_backend(request.param, monkeypatch)

@@ -136,3 +136,24 @@ def test_string_prompt_uses_chat_template_like_real(chat_dir, real_genai, apply)
         real.generate([QUESTIONS[0], QUESTIONS[1]], **kw),
     )
     assert a2.texts == b2.texts
+
+
+def test_cpu_kv_trim_gives_same_answer_as_fresh_pipeline(chat_dir):
+    """Editing an earlier message forces the KV cache to be trimmed to the common prefix; the
+    answer must equal that of a pipeline that prefills everything from scratch."""
+    pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32)
+    h = genai_shim.ChatHistory([{"role": "user", "content": QUESTIONS[0]}])
+    h.append({"role": "assistant", "content": pipe.generate(h, max_new_tokens=15).texts[0]})
+    h.append({"role": "user", "content": QUESTIONS[1]})
+    pipe.generate(h, max_new_tokens=15)
+    kv_before = len(pipe._kv_tokens)
+    trims = []
+    orig_trim = pipe._trim_kv
+    pipe._trim_kv = lambda keep: (trims.append(keep), orig_trim(keep))
+    edited = genai_shim.ChatHistory(h.get_messages()[:1])
+    edited.append({"role": "assistant", "content": "A girl who likes cats."})
+    edited.append({"role": "user", "content": QUESTIONS[2]})
+    reused = pipe.generate(edited, max_new_tokens=20).texts[0]
+    assert trims and 0 < trims[0] < kv_before, "the cache was trimmed to the common prefix"
+    fresh = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32).generate(edited, max_new_tokens=20)
+    assert reused == fresh.texts[0]

@@ -18,8 +18,8 @@ def real_npu(stories_dir, real_genai):
 
 
 @pytest.fixture
-def ours_npu(stories_dir, npu):
-    return genai_shim.LLMPipeline(str(stories_dir), "NPU", **npu["props"], **NPU_LENS)
+def ours_npu(stories_dir, npu_one):
+    return genai_shim.LLMPipeline(str(stories_dir), "NPU", **npu_one["props"], **NPU_LENS)
 
 
 CASES = {
@@ -80,9 +80,9 @@ def _three_turns(pipe, mod):
     return texts
 
 
-def test_three_turn_chat_matches_real_npu(chat_dir, npu, real_genai):
+def test_three_turn_chat_matches_real_npu(chat_dir, npu_one, real_genai):
     ours = genai_shim.LLMPipeline(
-        str(chat_dir), "NPU", **npu["props"], MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64
+        str(chat_dir), "NPU", **npu_one["props"], MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64
     )
     real = real_genai.LLMPipeline(
         str(chat_dir), "NPU", **REAL_NPU, **F32, MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64
@@ -92,8 +92,8 @@ def test_three_turn_chat_matches_real_npu(chat_dir, npu, real_genai):
     assert len(set(a)) == 3
 
 
-def test_chat_history_over_limit_matches_real_message(chat_dir, npu, real_genai):
-    ours = genai_shim.LLMPipeline(str(chat_dir), "NPU", **npu["props"], **NPU_LENS)
+def test_chat_history_over_limit_matches_real_message(chat_dir, npu_one, real_genai):
+    ours = genai_shim.LLMPipeline(str(chat_dir), "NPU", **npu_one["props"], **NPU_LENS)
     real = real_genai.LLMPipeline(str(chat_dir), "NPU", **REAL_NPU, **F32, **NPU_LENS)
     msgs = []
     for pipe, mod in ((ours, genai_shim), (real, real_genai)):
@@ -114,38 +114,45 @@ def test_chat_history_over_limit_matches_real_message(chat_dir, npu, real_genai)
     assert msgs[0] in msgs[1]
 
 
-def test_npu_matches_real_npu_on_every_model(model_dir, npu, real_genai):
-    """Greedy 100 tokens, then a stop token and min_new_tokens picked from that output."""
-    ours = genai_shim.LLMPipeline(
-        str(model_dir), "NPU", **npu["props"], MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=128
-    )
-    real = real_genai.LLMPipeline(
-        str(model_dir), "NPU", **REAL_NPU, **F32, MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=128
-    )
-    ids = ours.get_tokenizer().encode(PROMPT)
-    first = ours.generate(ids, max_new_tokens=100, ignore_eos=True)
-    assert (
-        first.tokens
-        == real.generate(
-            real.get_tokenizer().encode(PROMPT), max_new_tokens=100, ignore_eos=True
-        ).tokens
-    )
-    stop = first.tokens[0][10]
-    for kw in ({"stop_token_ids": {stop}}, {"stop_token_ids": {stop}, "min_new_tokens": 15}):
-        a = ours.generate(ids, max_new_tokens=40, **kw)
-        b = real.generate(real.get_tokenizer().encode(PROMPT), max_new_tokens=40, **kw)
-        assert a.tokens == b.tokens and [int(r) for r in a.finish_reasons] == [
-            int(r) for r in b.finish_reasons
-        ]
+@pytest.mark.parametrize("device", ["CPU", "NPU"])
+def test_rules_match_real_on_every_model(model_dir, npu_one, real_genai, device):
+    """Greedy 100 tokens, then stop_token_ids, min_new_tokens and stop_strings picked from that
+    output, on the builder's tiny model and stories260K, on CPU and NPU."""
+    if device == "NPU":
+        lens = {"MAX_PROMPT_LEN": 64, "MIN_RESPONSE_LEN": 128}
+        ours = genai_shim.LLMPipeline(str(model_dir), "NPU", **npu_one["props"], **lens)
+        real = real_genai.LLMPipeline(str(model_dir), "NPU", **REAL_NPU, **F32, **lens)
+    else:
+        ours = genai_shim.LLMPipeline(str(model_dir), "CPU", **F32)
+        real = real_genai.LLMPipeline(str(model_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
+    ids_a, ids_b = ours.get_tokenizer().encode(PROMPT), real.get_tokenizer().encode(PROMPT)
+    first = ours.generate(ids_a, max_new_tokens=100, ignore_eos=True)
+    assert first.tokens == real.generate(ids_b, max_new_tokens=100, ignore_eos=True).tokens
     assert ours.generate(PROMPT, max_new_tokens=100) == real.generate(PROMPT, max_new_tokens=100)
+    stop = first.tokens[0][10]
+    text = ours.get_tokenizer().decode(first.tokens[0])
+    needle = text[len(text) // 3 : len(text) // 3 + 4]
+    cases = [
+        {"stop_token_ids": {stop}},
+        {"stop_token_ids": {stop}, "min_new_tokens": 15},
+        {"stop_strings": {needle}},
+        {"stop_strings": {needle}, "include_stop_str_in_output": True},
+    ]
+    for kw in cases:
+        a = ours.generate(ids_a, max_new_tokens=60, **kw)
+        b = real.generate(ids_b, max_new_tokens=60, **kw)
+        assert a.tokens == b.tokens, kw
+        assert [int(r) for r in a.finish_reasons] == [int(r) for r in b.finish_reasons], kw
+        if "stop_strings" in kw:
+            assert a.finish_reasons == [genai_shim.GenerationFinishReason.STOP], "the string hit"
 
 
 @pytest.mark.filterwarnings("ignore:start_chat:DeprecationWarning")
-def test_start_chat_matches_real_npu(chat_dir, npu, real_genai):
+def test_start_chat_matches_real_npu(chat_dir, npu_one, real_genai):
     outs = []
     for pipe in (
         genai_shim.LLMPipeline(
-            str(chat_dir), "NPU", **npu["props"], MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64
+            str(chat_dir), "NPU", **npu_one["props"], MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64
         ),
         real_genai.LLMPipeline(
             str(chat_dir), "NPU", **REAL_NPU, **F32, MAX_PROMPT_LEN=128, MIN_RESPONSE_LEN=64
@@ -160,3 +167,23 @@ def test_start_chat_matches_real_npu(chat_dir, npu, real_genai):
         )
         pipe.finish_chat()
     assert outs[0] == outs[1]
+
+
+def _emulated_npu_available() -> bool:
+    from ov_npu_emu import Core
+
+    pm = Core().plugin_manager
+    return pm.get_plugin("npuw") is not None and pm.get_plugin("npu") is not None
+
+
+@pytest.mark.skipif(
+    not _emulated_npu_available(), reason="needs both the NPUW plugin and the emulated NPU device"
+)
+def test_full_stack_on_emulated_npu(stories_dir):
+    """genai_shim → NPUW → emulated NPU (NPUW_DEVICES left at its default): greedy text equals
+    the f32 CPU reference."""
+    pipe = genai_shim.LLMPipeline(
+        str(stories_dir), "NPU", MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=64, KV_CACHE_PRECISION="f32"
+    )
+    ref = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)
+    assert pipe.generate(PROMPT, max_new_tokens=40) == ref.generate(PROMPT, max_new_tokens=40)

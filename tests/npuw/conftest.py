@@ -35,13 +35,28 @@ def emu_core():
     return Core()
 
 
+_LLMS: dict[str, tuple[str, ov.Model, object]] = {}
+
+
+def _llm(request, name: str) -> tuple[str, ov.Model, object]:
+    if name not in _LLMS:
+        if name == "stories260K":
+            model = request.getfixturevalue("stories_model")
+        else:
+            folder = request.getfixturevalue(f"{name}_model_dir")
+            model = ov.Core().read_model(Path(folder) / "openvino_model.xml")
+        cpu = ov.Core().compile_model(model, "CPU", CPU_EXACT_CONFIG).create_infer_request()
+        _LLMS[name] = (name, model, cpu)
+    return _LLMS[name]
+
+
 @pytest.fixture(scope="session", params=["stories260K", "tiny", "small"])
 def llm(request) -> tuple[str, ov.Model, object]:
-    """(name, stateful model, f32 CPU request) for every model the oracle tests run on."""
-    if request.param == "stories260K":
-        model = request.getfixturevalue("stories_model")
-    else:
-        folder = request.getfixturevalue(f"{request.param}_model_dir")
-        model = ov.Core().read_model(Path(folder) / "openvino_model.xml")
-    cpu = ov.Core().compile_model(model, "CPU", CPU_EXACT_CONFIG).create_infer_request()
-    return request.param, model, cpu
+    """(name, stateful model, f32 CPU request) for every model the acceptance matrix runs on."""
+    return _llm(request, request.param)
+
+
+@pytest.fixture(scope="session", params=["stories260K", "tiny"])
+def llm_quick(request) -> tuple[str, ov.Model, object]:
+    """The two cheaper models, for the tests outside the acceptance matrix."""
+    return _llm(request, request.param)

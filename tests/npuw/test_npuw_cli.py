@@ -32,8 +32,10 @@ def test_npuw_command_summarizes_and_exports(tmp_path, capsys, emu_core):
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["variants"] == [128, 192] and out["capacity_tokens"] == 191
-    assert [m["model"] for m in out["models"]] == ["Model0_prefill", "Model0_kv128", "Model0_kv192"]
+    names = [m["model"] for m in out["models"]]
+    assert names == ["Model0_prefill", "Model0_kv128", "Model0_kv192", "Model0_lm_head"]
     assert out["models"][1]["past"] == "[1,4,127,8]"
+    assert out["models"][3]["inputs"] == {"npuw_output_embed": "[1,1,64]"}
     cm = emu_core.import_model(blob.read_bytes(), "NPU")
     assert cm.get_property("NPUW_LLM_GENERATE_VARIANTS") == "128,192"
 

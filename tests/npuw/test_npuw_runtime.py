@@ -230,3 +230,16 @@ def test_prompt_length_edges(exact_cm, cpu_request):
         assert err is None and ours == greedy(cpu_request, text[:n], 12)[0], n
         assert req._impl.variant == variant
         assert req._impl.prefill_calls == (calls if hint == "DYNAMIC" else 1)
+
+
+def test_seed_variants_at_full_scale(stories_model, emu_core):
+    """Seed 000 at its own scale: variants 256/512/1024/1152; prompts of 20, 400 and 1000 tokens."""
+    cfg = real_npuw_config(1024, 128, NPUW_LLM_GENERATE_VARIANTS="256,512,1024")
+    cm = emu_core.compile_model(stories_model, "NPU", cfg)
+    assert cm.get_property("NPUW_LLM_GENERATE_VARIANTS") == "256,512,1024,1152"
+    req = cm.create_infer_request()
+    for n, variant in [(20, 256), (400, 1024), (1000, 1152)]:  # 148 → 256, 528 → 1024, 1128 → 1152
+        _, err = greedy(req, ([1] + SHORT[1:] * 70)[:n], 2)
+        assert err is None and req._impl.variant == variant
+    kv = req._impl.kv
+    assert kv.nbytes == sum(h * 1151 * d * 2 for h, d in zip(kv.num_heads, kv.head_dims))

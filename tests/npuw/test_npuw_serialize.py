@@ -31,8 +31,15 @@ def blob(compiled):
     return compiled.export_model().getvalue()
 
 
-def test_export_import_in_fresh_process(compiled, blob, tmp_path):
+@pytest.mark.parametrize("device", ["CPU", "NPU"])
+def test_export_import_in_fresh_process(device, stories_model, emu_core, cpu_request, tmp_path):
+    if device not in emu_core.registry:
+        pytest.skip(f"device {device} is not registered yet")
+    compiled = emu_core.compile_model(stories_model, "NPU", {**CFG, "NPUW_DEVICES": device})
     expected, _ = greedy(compiled.create_infer_request(), SHORT, 64)
+    blob = compiled.export_model().getvalue()
+    if device == "NPU":  # the emulated NPU's sub-blobs are ELF files
+        assert blob.count(b"\x7fELF") >= 3
     path = tmp_path / "llm.blob"
     path.write_bytes(blob)
     code = f"""
@@ -55,7 +62,7 @@ print(json.dumps([cm.get_property("NPUW_LLM_MAX_PROMPT_LEN"), greedy(cm.create_i
     assert out.returncode == 0, out.stderr
     max_prompt, tokens = json.loads(out.stdout.strip().splitlines()[-1])
     assert max_prompt == 128
-    assert tokens == expected
+    assert tokens == expected == greedy(cpu_request, SHORT, 64)[0]
 
 
 def test_artefact_layout(blob):

@@ -59,45 +59,22 @@ def test_greedy_causal_lm(model_dir, real_genai, device):
 
 def test_chat_sample(chat_dir, real_genai):
     questions = "Who is Lily?\nWhat did she find?\nWhere did they go?\n"
-    ours = run("ours", "-", "chat_sample.py", str(chat_dir), stdin=questions)
-    real = run("real", "NPU", "chat_sample.py", str(chat_dir), stdin=questions)
+    args = [str(chat_dir), "--system_prompt", "Tell a story."]
+    ours = run("ours", "-", "chat_sample.py", *args, stdin=questions)
+    real = run("real", "NPU", "chat_sample.py", *args, stdin=questions)
     assert ours == real
     assert ours.count("question:\n") == 4 and ours.count("\n----------\n") == 3
-    cpu = run(
-        "ours",
-        "CPU",
-        "chat_sample.py",
-        str(chat_dir),
-        "--system_prompt",
-        "Tell a story.",
-        stdin=questions,
-    )
-    assert cpu == run(
-        "real",
-        "CPU",
-        "chat_sample.py",
-        str(chat_dir),
-        "--system_prompt",
-        "Tell a story.",
-        stdin=questions,
-    )
 
 
-def test_multinomial_causal_lm(stories_dir):
+def test_multinomial_causal_lm(stories_dir, real_genai):
     first = run("ours", "-", "multinomial_causal_lm.py", str(stories_dir), PROMPT)
-    assert first == run("ours", "-", "multinomial_causal_lm.py", str(stories_dir), PROMPT), (
-        "seeded: same text twice"
-    )
+    assert first == run("ours", "-", "multinomial_causal_lm.py", str(stories_dir), PROMPT), "seeded"
     assert len(first.split()) > 20
-    greedy = run("ours", "-", "greedy_causal_lm.py", str(stories_dir), PROMPT)
-    assert first.strip() != greedy.strip()
-
-
-def test_multinomial_causal_lm_runs_under_real_import(stories_dir, real_genai):
-    """The same file runs unchanged under openvino_genai (its RNG differs, so only the shape is
-    compared: both print a story continuation)."""
-    out = run("real", "CPU", "multinomial_causal_lm.py", str(stories_dir), PROMPT)
-    assert len(out.split()) > 20
+    # The same file runs unchanged under openvino_genai; its RNG differs, so only the shape of
+    # the output is compared.
+    assert (
+        len(run("real", "CPU", "multinomial_causal_lm.py", str(stories_dir), PROMPT).split()) > 20
+    )
 
 
 BENCH_LINES = [
