@@ -116,7 +116,9 @@ def prepare(model: ov.Model, *, compress: bool = True) -> Prepared:
         m.add_results(new_results)
         m.validate_nodes_and_infer_types()
     _fold(m)
-    for p in placeholders:  # the lowering binds them to the compressed weights, not to inputs
+    # the lowering binds the placeholders to the compressed weights, not to inputs; the graph
+    # still references them, so prep.model must not be validated or cloned after this
+    for p in placeholders:
         m.remove_parameter(p)
     for n in m.get_ordered_ops():
         for i in range(n.get_output_size()):
