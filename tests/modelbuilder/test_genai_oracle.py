@@ -78,7 +78,13 @@ def test_genai_text_generation_and_chat_work(tiny_model_dir):
 
 @pytest.mark.parametrize(
     ("group_size", "wide", "accepted"),
-    [(16, False, False), (32, False, False), (-1, False, False), (128, True, True), (-1, True, True)],
+    [
+        (16, False, False),
+        (32, False, False),
+        (-1, False, False),
+        (128, True, True),
+        (-1, True, True),
+    ],
 )
 def test_npuw_int4_group_size_rule(group_size, wide, accepted, tmp_path):
     """Real NPUW on CPU needs the last i4 dim (group size, or K channel-wise) % 64 == 0.
