@@ -75,8 +75,13 @@ def test_blob_keeps_weights_compressed(npu_core, folders, key):
     assert {"matmul_dq", "gather_dq"} <= kernels and "matmul_dq" not in {t["kernel"] for t in meta_f["tasks"]}
     w, w_f = _weights_section_size(packed), _weights_section_size(folded)
     assert w == meta["memory"]["weights"]
-    # the compressed weights are at most their own bytes (duplicates shared), f32 is 4-8x more
-    assert w <= wf["compressed_bytes"] + 4096 + 64 * len(wf["compressed"]) + 8192
+    # tiny is tied: the embedding Gather and the LM head have separate int8 chains on equal
+    # constants (see model_builder.md); the blob stores those bytes once
+    u8 = [r for r in wf["compressed"] if r["shape"][0] == 512]  # vocab rows: embedding, lm_head
+    assert len(u8) == 2 and u8[0]["bytes"] == u8[1]["bytes"]
+    other_consts = 8192  # RoPE tables, norms, masks ... (f32, small)
+    assert w <= wf["compressed_bytes"] - u8[0]["bytes"] + 64 * 3 * len(wf["compressed"]) + other_consts
+    # f32 folding is 4-8x more
     assert w_f > 3 * w if key == "int8" else w_f > 4 * w
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 
 import numpy as np
@@ -77,21 +76,23 @@ def _place(values: list[Value], capacity: int | None, region: str) -> tuple[int,
 def _identical(consts: list[Value]) -> dict[int, Value]:
     """Constants whose bytes equal an earlier one's (e.g. a tied embedding's two int8 chains).
 
-    Only values of equal type and size are hashed, so distinct weights cost nothing.
+    Candidates are grouped by type, size and a 64-element strided sample, so distinct weights
+    are told apart without reading them whole; only sample matches are compared in full.
     """
-    groups: dict[tuple[str, int], list[Value]] = {}
+    groups: dict[tuple[str, int, bytes], list[Value]] = {}
     for v in consts:
-        groups.setdefault((v.dtype.str, v.nbytes), []).append(v)
+        if v.nbytes < ALIGN:
+            continue
+        flat = np.asarray(v.data).reshape(-1)
+        sample = flat[:: max(1, flat.size // 64)][:64].tobytes()
+        groups.setdefault((v.dtype.str, v.nbytes, sample), []).append(v)
     twins: dict[int, Value] = {}
     for group in groups.values():
-        if len(group) < 2 or group[0].nbytes < ALIGN:
-            continue
-        seen: dict[bytes, Value] = {}
-        for v in group:
-            digest = hashlib.blake2b(np.ascontiguousarray(v.data).view(np.uint8).reshape(-1), digest_size=16).digest()
-            first = seen.setdefault(digest, v)
-            if first is not v and np.array_equal(first.data, v.data):
-                twins[v.vid] = first
+        for i, v in enumerate(group[1:], 1):
+            for first in group[:i]:
+                if first.vid not in twins and np.array_equal(first.data, v.data):
+                    twins[v.vid] = first
+                    break
     return twins
 
 
