@@ -20,7 +20,7 @@ from ov_npu_emu.npu.blob.format import (
     Operand,
     TaskKind,
 )
-from ov_npu_emu.npu.device.kernels import dequantize, make_kernel
+from ov_npu_emu.npu.device.kernels import DQ_TILE_BYTES, dequantize, make_kernel
 
 __all__ = ["DecodedTask", "ManagementCore", "decode_task"]
 
@@ -77,7 +77,17 @@ def _bind_cached_dq(views: list[np.ndarray], addrs: list[int], n_in: int, params
     # weight relocation is a different entry, never a stale hit
     key = ("matmul_dq", tuple(addrs[1:n_in]), tuple(v.shape for v in views[1:n_in]),
            tuple(str(v.dtype) for v in views[1:n_in]), fmt, has_zp, mul_f16, n, k)
-    w = wcache.get(key, lambda: dequantize(fmt, q, scale, zp, mul_f16, k))
+    def fill() -> np.ndarray:
+        # tile by tile into one buffer: whole-matrix temporaries would be 2-3x the weight in f32
+        out = np.empty((n, k), np.float32)
+        step = max(1, DQ_TILE_BYTES // (4 * k))
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            out[r0:r1] = dequantize(fmt, q[r0:r1], None if scale is None else scale[r0:r1],
+                                    None if zp is None else zp[r0:r1], mul_f16, k)
+        return out
+
+    w = wcache.get(key, fill)
     if w.shape != (n, k):
         raise ExecutionError(f"weights cache entry has shape {w.shape}, expected {(n, k)}")
     return make_kernel("matmul", [views[0], w], views[n_in:], params[:2])
