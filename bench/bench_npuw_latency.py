@@ -9,6 +9,8 @@ interface the way openvino.genai drives it; the printed ratios are ours / real.
 
 from __future__ import annotations
 
+from ov_npu_emu.testing import find_shared_model
+
 import argparse
 import statistics
 import sys
@@ -70,7 +72,7 @@ def run(req, prompt: list[int], n_new: int) -> tuple[float, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="/work/shared/models/stories260K")
+    ap.add_argument("--model", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
     ap.add_argument(
         "--preset", help="build a model-builder preset instead (e.g. qwen2.5-0.5b-shape)"
     )
