@@ -159,3 +159,46 @@ def test_non_bytes_import(core: ov.Core) -> None:
         core.import_model(12345, "NPU")
     with pytest.raises(BlobFormatError):
         core.import_model(b"", "NPU")
+
+
+def test_device_errors_in_thread_queue_mode_neither_hang_nor_poison_the_queue(core: ov.Core, blob: bytes) -> None:
+    import threading
+
+    cfg = {"NPU_EMU_QUEUE_MODE": "thread", "NPU_EMU_FENCE_MODE": "polling"}
+    rng = random.Random(7)
+    outcome: list[object] = []
+
+    def work() -> None:
+        try:
+            for _ in range(80):
+                b = bytearray(blob)
+                b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+                try:
+                    req = core.import_model(bytes(b), "NPU", cfg).create_infer_request()
+                    req.infer({"input_data": np.ones((1, 4), np.float32)})
+                except NpuEmuError:
+                    pass
+            # the shared device queue still serves a good blob afterwards
+            req = core.import_model(blob, "NPU", cfg).create_infer_request()
+            outcome.append(req.infer({"input_data": np.ones((1, 4), np.float32)})[0].copy())
+        except BaseException as e:  # handed to the test thread
+            outcome.append(e)
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "an inference hung"
+    assert isinstance(outcome[0], np.ndarray), outcome[0]
+    np.testing.assert_array_equal(outcome[0], np.ones((1, 4), np.float32))
+
+
+def test_dma_row_count_flip_is_rejected_not_run_for_minutes(core: ov.Core, blob: bytes) -> None:
+    from ov_npu_emu.errors import ExecutionError
+    from ov_npu_emu.npu.blob.format import DMA_DESC
+
+    _, off, size = _sections(blob)[".npu.dma"]
+    assert size % DMA_DESC.size == 0
+    b = bytearray(blob)
+    b[off + 51] ^= 0x80  # the top bit of d0 (row count) of the first descriptor: 2**31 + 1 rows
+    with pytest.raises(ExecutionError, match="corrupt"):
+        _run(core, bytes(b))
