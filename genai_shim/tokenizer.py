@@ -329,14 +329,20 @@ class Tokenizer:
         elif isinstance(tokens, np.ndarray):
             arr, batch = tokens, tokens.ndim == 2
         else:
+            if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__iter__"):
+                raise UserInputError(f"decode() takes token ids (a list or tensor), got {type(tokens).__name__}")
             seq = list(tokens)
             batch = bool(seq) and isinstance(seq[0], (list, tuple, np.ndarray))
             if batch:
                 # Ragged rows are decoded one by one: padding would show up unless skipped.
                 return [str(self.decode(list(s), skip_special_tokens)) for s in seq]
-            else:
-                arr = np.array([int(t) for t in seq], dtype=np.int64)
-        arr = np.asarray(arr, dtype=np.int64)
+            if not all(isinstance(t, (int, np.integer)) for t in seq):
+                raise UserInputError("decode() takes integer token ids")
+            arr = np.array([int(t) for t in seq], dtype=np.int64)
+        try:
+            arr = np.asarray(arr, dtype=np.int64)
+        except (ValueError, TypeError) as e:  # a tensor/array of strings
+            raise UserInputError(f"decode() takes integer token ids: {e}") from e
         if arr.ndim == 1:
             arr = arr[None, :]
         if arr.ndim != 2:

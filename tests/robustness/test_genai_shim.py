@@ -102,3 +102,12 @@ def test_folder_without_tokenizer_or_detokenizer(tiny_model_dir: Path, tmp_path:
         og.LLMPipeline(None, "CPU")
     with pytest.raises(IRReadError, match="openvino_model.xml"):
         og.LLMPipeline(tmp_path / "nowhere", "CPU")
+
+
+@pytest.mark.parametrize("tokens", ["abc", 5, None, ["a", "b"], [1.5], np.array(["a"])],
+                         ids=["str", "int", "none", "str-list", "float-list", "str-array"])
+def test_tokenizer_decode_rejects_non_ids(tiny_model_dir: Path, tokens: object) -> None:
+    tok = og.Tokenizer(tiny_model_dir)
+    with pytest.raises(UserInputError, match="decode"):
+        tok.decode(tokens)
+    assert isinstance(tok.decode([1, 2, 3]), str)
