@@ -155,6 +155,11 @@ class Core:
             blob = model_stream.getvalue()
         elif hasattr(model_stream, "read"):
             blob = model_stream.read()
+            if not isinstance(blob, (bytes, bytearray)):  # a text-mode stream
+                raise UserInputError(
+                    f"import_model needs a binary stream (open(path, 'rb')), got one yielding {type(blob).__name__}"
+                )
+            blob = bytes(blob)
         else:
             raise UserInputError(f"import_model needs bytes, a binary stream or a Tensor, got {type(model_stream).__name__}")
         name, device = self._claimable_device(device_name)

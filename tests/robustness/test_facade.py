@@ -108,3 +108,14 @@ def test_bad_device_property_is_rejected_at_set_property_and_leaves_device_usabl
             core.set_property("NPU", props)
     out = core.compile_model(make_add_model(), "NPU").create_infer_request().infer(GOOD)
     np.testing.assert_array_equal(out[0], np.full((2, 3), 3.0, np.float32))
+
+
+def test_import_model_from_text_stream_is_user_input_error(tmp_path) -> None:  # noqa: ANN001
+    import io
+
+    core = ov.Core()
+    for dev in ("NPU", "CPU"):
+        with pytest.raises(UserInputError, match="binary stream"):
+            core.import_model(io.StringIO("abc"), dev)
+        with pytest.raises(UserInputError):
+            core.import_model([1, 2], dev)
