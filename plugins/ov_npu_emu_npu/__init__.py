@@ -96,6 +96,9 @@ class ZeroVariableState(VariableState):
         data = np.asarray(value.data)
         if tuple(data.shape) != self._shape:
             raise UserInputError(f"state {self._name!r} has shape {list(self._shape)}, got {list(data.shape)}")
+        if data.dtype.kind not in "biuf":  # string tensors: numpy would raise ValueError mid-copy
+            raise UserInputError(f"state {self._name!r} holds {self._et.get_type_name()} numbers, got a "
+                                 f"{value.get_element_type().get_type_name()} tensor")
         # like ZeroVariableState: new device memory for the new value, then the command list's
         # state arguments are re-pointed (mutable update) before the next inference
         new = np.ascontiguousarray(data, dtype=self._dtype).copy()

@@ -119,3 +119,17 @@ def test_import_model_from_text_stream_is_user_input_error(tmp_path) -> None:  #
             core.import_model(io.StringIO("abc"), dev)
         with pytest.raises(UserInputError):
             core.import_model([1, 2], dev)
+
+
+@pytest.mark.parametrize("device", ["NPU", "CPU"])
+def test_variable_state_rejects_bad_values_and_keeps_the_old_one(device: str) -> None:
+    from ov_npu_emu.testing import make_model_with_memory
+
+    req = ov.Core().compile_model(make_model_with_memory((1, 4), np.float32, "v"), device).create_infer_request()
+    (state,) = req.query_state()
+    state.state = ov_real.Tensor(np.full((1, 4), 5.0, np.float32))
+    for bad in (ov_real.Tensor(np.array([["a", "b", "c", "d"]])), ov_real.Tensor(np.ones((2, 4), np.float32)),
+                np.ones((1, 4), np.float32), None):
+        with pytest.raises(UserInputError):
+            state.state = bad
+    np.testing.assert_array_equal(req.infer({"input_data": np.ones((1, 4), np.float32)})[0], np.full((1, 4), 6.0))
