@@ -205,3 +205,14 @@ def test_stored_tokens_state_rejects_non_integers(compiled: ov.CompiledModel) ->
     with pytest.raises(UserInputError):
         state.state = ov_real.Tensor(np.array([-1], np.int64))
     assert int(state.state.data[0]) == len(PROMPT)
+
+
+def test_fresh_request_starting_at_nonzero_position(compiled: ov.CompiledModel) -> None:
+    # the first position is latched (real NPUW: m_first_position_id) and num_stored follows
+    # position_ids[0], so continuing past the stored tokens is a typed error, never garbage KV
+    req = compiled.create_infer_request()
+    first = np.array(req.infer(feed(PROMPT, start=5))["logits"])
+    with pytest.raises(UserInputError, match="tokens are in the KV cache"):
+        req.infer(feed([7], start=5 + len(PROMPT)))
+    # the latched first position starts a new conversation, from a clean KV cache
+    np.testing.assert_array_equal(req.infer(feed(PROMPT, start=5))["logits"], first)
