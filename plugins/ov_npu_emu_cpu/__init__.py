@@ -74,8 +74,13 @@ class CpuInferRequest(DeviceInferRequest):
             raise UserInputError(str(e)) from e
 
     def infer(self) -> None:
+        # start_async + wait instead of infer(): the same computation, but the CPU plugin runs it
+        # on its own (pinned) stream thread rather than the caller's, which measured 2-3x faster
+        # per call on small decode models here; and openvino's Python infer() also copies every
+        # output into a fresh numpy dict that nobody reads.
         try:
-            self._req.infer()
+            self._req.start_async()
+            self._req.wait()
         except RuntimeError as e:
             raise ExecutionError(f"CPU inference failed: {e}") from e
 
