@@ -8,6 +8,8 @@ Question/Answer template is added in a temporary copy.
 
 from __future__ import annotations
 
+from ov_npu_emu.testing import find_shared_model
+
 import argparse
 import json
 import sys
@@ -74,7 +76,7 @@ def run_chat(pipe: Any, turns: int, tokens: int) -> list[tuple[int, float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model_dir", nargs="?", default="/work/shared/models/stories260K")
+    ap.add_argument("model_dir", nargs="?", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=32)
     args = ap.parse_args()

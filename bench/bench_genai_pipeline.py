@@ -6,6 +6,8 @@ On "NPU" the real pipeline runs NPUW on CPU; genai_shim runs our NPUW plugin (wi
 
 from __future__ import annotations
 
+from ov_npu_emu.testing import find_shared_model
+
 import argparse
 import sys
 import time
@@ -51,7 +53,7 @@ def measure(mod: Any, folder: str, device: str, tokens: int, iters: int) -> dict
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model_dir", nargs="?", default="/work/shared/models/stories260K")
+    ap.add_argument("model_dir", nargs="?", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--devices", default="CPU,NPU")

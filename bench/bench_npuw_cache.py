@@ -5,6 +5,8 @@ Usage: python bench/bench_npuw_cache.py [--model DIR_OR_XML] [--max-prompt 1024]
 
 from __future__ import annotations
 
+from ov_npu_emu.testing import find_shared_model
+
 import argparse
 import sys
 import tempfile
@@ -21,7 +23,7 @@ from ov_npu_emu import Core
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="/work/shared/models/stories260K")
+    ap.add_argument("--model", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
     ap.add_argument("--max-prompt", type=int, default=1024)
     args = ap.parse_args()
     path = Path(args.model)

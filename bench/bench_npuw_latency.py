@@ -17,6 +17,8 @@ shared LM head keeps f16 numerics, docs/npuw.md, so random-weight models can fli
 
 from __future__ import annotations
 
+from ov_npu_emu.testing import find_shared_model
+
 import argparse
 import statistics
 import sys
@@ -111,7 +113,7 @@ def interleaved(
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="/work/shared/models/stories260K")
+    ap.add_argument("--model", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
     ap.add_argument(
         "--preset", help="build a model-builder preset instead (e.g. small, qwen2.5-0.5b-shape)"
     )

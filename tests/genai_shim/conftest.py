@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-STORIES = Path(
-    os.environ.get(
-        "OV_NPU_EMU_STORIES260K",
-        Path(__file__).resolve().parents[3] / "shared" / "models" / "stories260K",
-    )
-)
-if not (STORIES / "openvino_model.xml").is_file():
-    STORIES = Path("/work/shared/models/stories260K")
+from ov_npu_emu.testing import find_shared_model
+
+#: the shared stories260K folder (see ov_npu_emu.testing.find_shared_model); may be absent
+STORIES = find_shared_model("stories260K") or Path("stories260K-not-found")
 
 #: force f32 compute and KV on the CPU plugin so token streams are comparable exactly
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}

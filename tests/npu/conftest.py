@@ -9,7 +9,10 @@ import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
-STORIES = Path("/work/shared/models/stories260K/openvino_model.xml")
+from ov_npu_emu.testing import find_shared_model
+
+#: the shared stories260K IR (see ov_npu_emu.testing.find_shared_model); may be absent
+STORIES = (find_shared_model("stories260K") or Path("stories260K-not-found")) / "openvino_model.xml"
 
 
 def cpu_reference(model: ov.Model, feed: dict[str, np.ndarray]) -> list[np.ndarray]:

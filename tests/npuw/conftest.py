@@ -7,11 +7,10 @@ from pathlib import Path
 import openvino as ov
 import pytest
 
-from ov_npu_emu.testing import CPU_EXACT_CONFIG
+from ov_npu_emu.testing import CPU_EXACT_CONFIG, find_shared_model
 
-STORIES = Path(__file__).resolve().parents[3] / "shared" / "models" / "stories260K"
-if not STORIES.exists():
-    STORIES = Path("/work/shared/models/stories260K")
+#: the shared stories260K folder (see ov_npu_emu.testing.find_shared_model); may be absent
+STORIES = find_shared_model("stories260K") or Path("stories260K-not-found")
 
 
 @pytest.fixture(scope="session")
