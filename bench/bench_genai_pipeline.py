@@ -6,8 +6,6 @@ On "NPU" the real pipeline runs NPUW on CPU; genai_shim runs our NPUW plugin (wi
 
 from __future__ import annotations
 
-from ov_npu_emu.testing import find_shared_model
-
 import argparse
 import sys
 import time
@@ -16,6 +14,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
+
+from ov_npu_emu.testing import find_shared_model
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 NPU = {

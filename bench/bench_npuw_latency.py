@@ -17,8 +17,6 @@ shared LM head keeps f16 numerics, docs/npuw.md, so random-weight models can fli
 
 from __future__ import annotations
 
-from ov_npu_emu.testing import find_shared_model
-
 import argparse
 import statistics
 import sys
@@ -33,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
 
 from ov_npu_emu import Core
+from ov_npu_emu.testing import find_shared_model
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 MAX_PROMPT, MIN_RESPONSE = 1024, 128
