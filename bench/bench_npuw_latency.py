@@ -5,11 +5,11 @@ Usage: python bench/bench_npuw_latency.py [--model DIR_OR_XML | --preset NAME [-
                                           [--devices CPU,NPU]
 
 Every configuration runs the same model in the same process, driven through the stateful
-interface the way openvino.genai drives it.  All setups decode the *same* generation: the
+interface the way openvino.genai drives it (the order of setups rotates every repeat).  All setups decode the *same* generation: the
 real NPUW's greedy tokens (from a first pass) are fed to every setup, so each step has the
 same position and history everywhere.  The setups are interleaved *step by step* (one decode
-step of each in turn, the order rotating every repeat) so that load from other jobs on this
-shared machine hits them alike; TTFT is the median over the repeats, TPOT the median over all
+step of each in turn; ``--interleave run`` alternates whole generations instead) so that load
+from other jobs on this shared machine hits them alike; TTFT is the median over the repeats, TPOT the median over all
 decode steps of all repeats.  Ratios are ours / real.  "greedy agrees" counts how many of a
 setup's own argmax tokens equal the real one's before the first difference (the real NPUW's
 shared LM head keeps f16 numerics, docs/npuw.md, so random-weight models can flip near-ties).
@@ -93,13 +93,24 @@ def generation(
 
 
 def interleaved(
-    reqs: dict[str, object], prompt: list[int], n_new: int, rotate: int, feed: list[int]
+    reqs: dict[str, object],
+    prompt: list[int],
+    n_new: int,
+    rotate: int,
+    feed: list[int],
+    per_step: bool = True,
 ) -> dict:
-    """Run one generation per setup, one step of each in turn; the start order rotates."""
+    """Run one generation per setup, one step of each in turn (or one whole run of each in turn
+    when not ``per_step``); the start order rotates with ``rotate``."""
     names = list(reqs)
     names = names[rotate % len(names) :] + names[: rotate % len(names)]
     outs = {n: {} for n in names}
     gens = [generation(reqs[n], prompt, n_new, outs[n], feed) for n in names]
+    if not per_step:
+        for g in gens:
+            for _ in g:
+                pass
+        return outs
     live = list(gens)
     while live:
         for g in list(live):
@@ -122,6 +133,12 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--prompts", default="20,400,1000")
     ap.add_argument("--devices", default="CPU,NPU", help="our NPUW_DEVICES to compare")
+    ap.add_argument(
+        "--interleave",
+        choices=("step", "run"),
+        default="step",
+        help="alternate the setups every decode step (default) or every whole generation",
+    )
     args = ap.parse_args()
     path = Path(args.model)
     if args.preset:
@@ -159,7 +176,7 @@ def main() -> int:
 
     print(
         f"model {xml} | MAX_PROMPT_LEN {MAX_PROMPT}, MIN_RESPONSE_LEN {MIN_RESPONSE} | ours: "
-        f"{OURS_EXTRA} | {args.new} new tokens × {args.repeat} repeats, setups interleaved per step"
+        f"{OURS_EXTRA} | {args.new} new tokens × {args.repeat} repeats, setups alternated per {args.interleave}"
     )
     ttft: dict[tuple[str, int], list[float]] = {}
     steps: dict[tuple[str, int], list[float]] = {}
@@ -171,7 +188,7 @@ def main() -> int:
             pass
         feed = ref["tokens"]
         for r in range(args.repeat):
-            outs = interleaved(reqs, prompts[n], args.new, r, feed)
+            outs = interleaved(reqs, prompts[n], args.new, r, feed, args.interleave == "step")
             for name, o in outs.items():
                 ttft.setdefault((name, n), []).append(o["ttft"])
                 steps.setdefault((name, n), []).extend(o["steps"])
