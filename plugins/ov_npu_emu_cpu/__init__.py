@@ -122,7 +122,10 @@ class CpuCompiledModel(DeviceCompiledModel):
 
     def create_infer_request(self) -> CpuInferRequest:
         if self._inline is None:
-            self._inline = len(self._cm.get_runtime_model().get_ops()) <= _INLINE_MAX_NODES
+            try:
+                self._inline = len(self._cm.get_runtime_model().get_ops()) <= _INLINE_MAX_NODES
+            except RuntimeError:  # no runtime graph to inspect: the general (async) path
+                self._inline = False
         return CpuInferRequest(self._cm.create_infer_request(), self._inline)
 
     def export_model(self) -> bytes:
