@@ -2,17 +2,19 @@
 
 Usage: python bench/bench_npuw_latency.py [--model DIR_OR_XML | --preset NAME [--layers N] [--vocab V]]
                                           [--new 32] [--repeat 5] [--prompts 20,400,1000]
-                                          [--devices CPU,NPU]
+                                          [--devices CPU,NPU] [--interleave step|run]
 
 Every configuration runs the same model in the same process, driven through the stateful
-interface the way openvino.genai drives it (the order of setups rotates every repeat).  All setups decode the *same* generation: the
-real NPUW's greedy tokens (from a first pass) are fed to every setup, so each step has the
-same position and history everywhere.  The setups are interleaved *step by step* (one decode
-step of each in turn; ``--interleave run`` alternates whole generations instead) so that load
-from other jobs on this shared machine hits them alike; TTFT is the median over the repeats, TPOT the median over all
-decode steps of all repeats.  Ratios are ours / real.  "greedy agrees" counts how many of a
-setup's own argmax tokens equal the real one's before the first difference (the real NPUW's
-shared LM head keeps f16 numerics, docs/npuw.md, so random-weight models can flip near-ties).
+interface the way openvino.genai drives it.  All setups decode the *same* generation: the real
+NPUW's greedy tokens (from a first pass) are fed to every setup, so each step has the same
+position and history everywhere.  The setups alternate every decode step (``--interleave
+step``, the default) or every whole generation (``--interleave run``), the order rotating every
+repeat, so that load from other jobs on this shared machine hits them alike.  TTFT is the median
+over the repeats, TPOT the median over all decode steps of all repeats; ratios are ours / real.
+Our generate variant is chosen by the real rule (smallest ≥ prompt + MIN_RESPONSE_LEN) and
+printed.  "greedy agrees" counts how many of a setup's own argmax tokens equal the real one's
+before the first difference (the real NPUW's shared LM head keeps f16 numerics, docs/npuw.md, so
+random-weight models can flip near-ties).
 """
 
 from __future__ import annotations
