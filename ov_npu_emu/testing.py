@@ -6,6 +6,7 @@ Opt in from a conftest with ``pytest_plugins = ["ov_npu_emu.testing"]`` (the pro
 ``tiny_model_dir``        builder ``tiny`` preset folder, f32 weights (2 layers, GQA 4/2, vocab 512)
 ``tiny_model_dir_f16``    the same model with f16-compressed weights
 ``tiny_model_dir_int8``   the same model with int8 (u8 + zero point + f16 scale) weights
+``tiny_model_dir_int4``   the same model with sym int4 weights, group size 16 (int8 embeddings)
 ``small_model_dir``       builder ``small`` preset folder, f32 (4 layers, hidden 256, vocab 2048)
 ``tiny_reference``        :class:`~ov_npu_emu.modelbuilder.LlamaReference` of ``tiny_model_dir``
 ``stories260k_dir``       the real trained stories260K folder; skips when absent
@@ -27,7 +28,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -50,6 +51,7 @@ __all__ = [
     "tiny_model_dir",
     "tiny_model_dir_f16",
     "tiny_model_dir_int8",
+    "tiny_model_dir_int4",
     "tiny_reference",
 ]
 
@@ -202,11 +204,13 @@ def make_small_cnn(seed: int = 0) -> ov.Model:
 # -------------------------------------------------------------------------------------- fixtures
 
 
-def _builder_dir(tmp_path_factory: pytest.TempPathFactory, preset: str, dtype: str) -> Path:
+def _builder_dir(
+    tmp_path_factory: pytest.TempPathFactory, preset: str, dtype: str, **kw: Any
+) -> Path:
     from ov_npu_emu.modelbuilder import make_model_folder
 
     return make_model_folder(
-        tmp_path_factory.mktemp(f"{preset}_{dtype}_model"), preset, dtype, seed=0
+        tmp_path_factory.mktemp(f"{preset}_{dtype}_model"), preset, dtype, seed=0, **kw
     )
 
 
@@ -226,6 +230,12 @@ def tiny_model_dir_f16(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_model_dir_int8(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``tiny`` preset with int8 weight compression (u8 weight, u8 zero point, f16 scale)."""
     return _builder_dir(tmp_path_factory, "tiny", "int8")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir_int4(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``tiny`` preset, sym int4 group size 16 (i4 + f16 scale); embeddings stay int8."""
+    return _builder_dir(tmp_path_factory, "tiny", "int4", group_size=16)
 
 
 @pytest.fixture(scope="session")

@@ -46,11 +46,13 @@ def _presets_epilog() -> str:
     lines += [
         "",
         "dtypes: f32 (exact weights), f16 (f16 constants + Convert, ~1/2 size),",
-        "        int8 (u8 weights, per-channel u8 zero point and f16 scale, ~1/4 size).",
+        "        int8 (u8 weights, per-channel u8 zero point and f16 scale, ~1/4 size),",
+        "        int4 (sym i4 + f16 scale per --group-size; embeddings/lm_head int8, ~1/7 size).",
         "",
         "examples:",
         "  ov-npu-emu make-model /tmp/tiny",
         "  ov-npu-emu make-model /tmp/q05 --preset qwen2.5-0.5b-shape --dtype int8",
+        "  ov-npu-emu make-model /tmp/q4 --preset small --dtype int4 --group-size 64",
         "  ov-npu-emu make-model /tmp/m --preset small --layers 2 --qkv-bias --no-tie",
     ]
     return "\n".join(lines)
@@ -79,6 +81,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--dtype", default="f32", choices=list(DTYPES), help="weight storage (default: f32)"
+    )
+    p.add_argument(
+        "--group-size",
+        type=int,
+        default=128,
+        metavar="N",
+        help="int4 group size: 16, 32, 64, 128 (default) or -1 = channel-wise",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed of the weights (default: 0)")
     for flag, field, typ, text in _OVERRIDES:
@@ -120,7 +129,13 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, field) is not None:
             overrides[field] = getattr(args, field)
     folder = make_model_folder(
-        args.output_dir, args.preset, args.dtype, args.seed, overwrite=args.overwrite, **overrides
+        args.output_dir,
+        args.preset,
+        args.dtype,
+        args.seed,
+        overwrite=args.overwrite,
+        group_size=args.group_size,
+        **overrides,
     )
     manifest = read_manifest(folder)
     if args.json:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ov_npu_emu.modelbuilder.config import DTYPES, PRESETS, LlamaConfig, get_preset
+from ov_npu_emu.modelbuilder.config import DTYPES, GROUP_SIZES, PRESETS, LlamaConfig, get_preset
 from ov_npu_emu.modelbuilder.folder import (
     MANIFEST_NAME,
     MODEL_FILES,
@@ -26,6 +26,7 @@ __all__ = [
     "LlamaConfig",
     "PRESETS",
     "DTYPES",
+    "GROUP_SIZES",
     "get_preset",
     # weights and graph
     "LlamaWeights",

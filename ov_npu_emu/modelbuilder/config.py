@@ -9,10 +9,13 @@ from typing import Any
 
 from ov_npu_emu.errors import ConfigError
 
-__all__ = ["DTYPES", "PRESETS", "LlamaConfig", "get_preset"]
+__all__ = ["DTYPES", "GROUP_SIZES", "PRESETS", "LlamaConfig", "get_preset"]
 
 #: Weight storage formats the builder can write (see ``weights.quantize``).
-DTYPES: tuple[str, ...] = ("f32", "f16", "int8")
+DTYPES: tuple[str, ...] = ("f32", "f16", "int8", "int4")
+
+#: int4 group sizes the builder accepts; -1 means channel-wise (one scale per output row).
+GROUP_SIZES: tuple[int, ...] = (16, 32, 64, 128, -1)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, IRReadError
-from ov_npu_emu.modelbuilder.config import DTYPES, LlamaConfig, get_preset
+from ov_npu_emu.modelbuilder.config import DTYPES, GROUP_SIZES, LlamaConfig, get_preset
 from ov_npu_emu.modelbuilder.graph import build_model
 from ov_npu_emu.modelbuilder.reference import LlamaReference
 from ov_npu_emu.modelbuilder.tokenizer import (
@@ -66,9 +66,14 @@ def normalize_node_names(model: ov.Model) -> None:
 
 
 def _spec(
-    preset: str, dtype: str, seed: int, overrides: dict[str, Any], config: LlamaConfig
+    preset: str,
+    dtype: str,
+    seed: int,
+    overrides: dict[str, Any],
+    config: LlamaConfig,
+    group_size: int = 128,
 ) -> dict[str, Any]:
-    return {
+    spec: dict[str, Any] = {
         "manifest_version": MANIFEST_VERSION,
         "preset": preset,
         "dtype": dtype,
@@ -77,6 +82,9 @@ def _spec(
         "config": dataclasses.asdict(config),
         "num_parameters": config.num_parameters(),
     }
+    if dtype == "int4":  # only int4 has a group size; other manifests stay as they were
+        spec["group_size"] = group_size
+    return spec
 
 
 def make_model_folder(
@@ -86,13 +94,15 @@ def make_model_folder(
     seed: int = 0,
     *,
     overwrite: bool = False,
+    group_size: int = 128,
     **overrides: Any,
 ) -> Path:
     """Build preset ``preset`` (with ``overrides`` of :class:`LlamaConfig` fields) into ``path``.
 
     Writes ``openvino_model.xml/.bin`` (saved with ``compress_to_fp16=False``: the weight storage
     is exactly ``dtype``), ``openvino_tokenizer/detokenizer.xml/.bin``, HF-style ``config.json``
-    and ``generation_config.json`` and the builder manifest.  If ``path`` already holds a complete
+    and ``generation_config.json`` and the builder manifest.  ``group_size`` applies to
+    ``dtype="int4"`` (16, 32, 64, 128 or -1 = channel-wise).  If ``path`` already holds a complete
     folder with the same spec it is reused (cheap cached fixtures) unless ``overwrite``.
 
     :returns: ``path`` as a :class:`~pathlib.Path`.
@@ -111,7 +121,12 @@ def make_model_folder(
         raise ConfigError(
             f"unknown weight dtype {dtype!r} (known: {', '.join(DTYPES)})", key="dtype"
         )
-    spec = _spec(preset, dtype, seed, overrides, config)
+    if dtype == "int4" and group_size not in GROUP_SIZES:
+        raise ConfigError(
+            f"int4 group_size must be one of {GROUP_SIZES} (-1 = channel-wise), got {group_size!r}",
+            key="group_size",
+        )
+    spec = _spec(preset, dtype, seed, overrides, config, group_size)
     if not overwrite and all((folder / f).is_file() for f in MODEL_FILES):
         try:
             if read_manifest(folder) == json.loads(json.dumps(spec)):
@@ -120,7 +135,7 @@ def make_model_folder(
         except IRReadError:
             pass
 
-    weights = init_weights(config, seed, dtype)
+    weights = init_weights(config, seed, dtype, group_size)
     model = build_model(weights, name=f"ov_npu_emu_{preset}")
     tokenizer, detokenizer = build_tokenizer(
         config.vocab_size, model_max_length=config.max_position_embeddings
@@ -176,7 +191,9 @@ def load_weights(path: str | Path) -> LlamaWeights:
         config = LlamaConfig(**data["config"])
     except TypeError as e:
         raise ConfigError(f"{Path(path) / MANIFEST_NAME}: bad config: {e}") from e
-    return init_weights(config, int(data["seed"]), str(data["dtype"]))
+    return init_weights(
+        config, int(data["seed"]), str(data["dtype"]), int(data.get("group_size", 128))
+    )
 
 
 def load_reference(path: str | Path, **kwargs: Any) -> LlamaReference:

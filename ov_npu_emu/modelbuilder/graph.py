@@ -73,6 +73,8 @@ class _Builder:
         if sw.kind == "f16":
             # What ov.save_model(compress_to_fp16=True) produces: f16 constant + Convert.
             return ops.convert(const, ov.Type.f32, name=f"{name}/decompress").output(0)
+        if sw.kind == "int4":
+            return self.int4_weight(sw, name)
         # int8: (Convert(u8) - Convert(zp)) * Convert(f16 scale); all in f32 so it stays exact.
         zp = ops.constant(sw.zero_point, name=f"{name}/zero_point")
         scale = ops.constant(sw.scale, name=f"{name}/scale")
@@ -80,6 +82,24 @@ class _Builder:
         return ops.multiply(sub, ops.convert(scale, ov.Type.f32), name=f"{name}/decompress").output(
             0
         )
+
+    def int4_weight(self, sw: StoredWeight, name: str) -> Output:
+        """NNCF's sym int4 layout: i4 [N,G,gs] -> Convert f16 -> × f16 scale [N,G,1] ->
+        Reshape [N,K] -> Convert f32 (channel-wise: i4 [N,K] × scale [N,1], no Reshape)."""
+        q = np.ascontiguousarray(sw.data, dtype=np.int8)
+        nib = (q.reshape(-1) & 0xF).astype(np.uint8)
+        if nib.size % 2:
+            nib = np.append(nib, np.uint8(0))
+        tensor = ov.Tensor(ov.Type.i4, ov.Shape(list(q.shape)))
+        # OpenVINO packs two i4 values per byte, the first in the low nibble
+        np.asarray(tensor.data).view(np.uint8)[:] = nib[0::2] | (nib[1::2] << 4)
+        const = ops.constant(tensor)
+        const.set_friendly_name(name)
+        scale = ops.constant(sw.scale, name=f"{name}/scale")
+        y = ops.multiply(ops.convert(const, ov.Type.f16), scale)
+        if q.ndim == 3:
+            y = ops.reshape(y, _i64(list(sw.shape)), special_zero=False)
+        return ops.convert(y, ov.Type.f32, name=f"{name}/decompress").output(0)
 
     def linear(
         self, x: Output, w: StoredWeight, name: str, bias: StoredWeight | None = None

@@ -1,4 +1,4 @@
-"""Deterministic random weights by seed, and their f32 / f16 / int8 storage forms."""
+"""Deterministic random weights by seed, and their f32 / f16 / int8 / int4 storage forms."""
 
 from __future__ import annotations
 
@@ -7,29 +7,48 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ov_npu_emu.errors import ConfigError
-from ov_npu_emu.modelbuilder.config import DTYPES, LlamaConfig
+from ov_npu_emu.modelbuilder.config import DTYPES, GROUP_SIZES, LlamaConfig
 
 EMBED_STD_NUMERATOR = 0.3  # embedding std = 0.3·init_scale/√hidden (see init_weights)
 
-__all__ = ["LayerWeights", "LlamaWeights", "StoredWeight", "init_weights", "quantize_int8"]
+__all__ = [
+    "LayerWeights",
+    "LlamaWeights",
+    "StoredWeight",
+    "init_weights",
+    "quantize_int4_sym",
+    "quantize_int8",
+]
 
 
 @dataclass(frozen=True)
 class StoredWeight:
     """One weight tensor exactly as the IR stores it.
 
-    ``kind`` is ``"f32"`` (``data`` f32), ``"f16"`` (``data`` f16, the IR adds Convert→f32) or
-    ``"int8"`` (``data`` u8 [N,K], ``zero_point`` u8 [N,1], ``scale`` f16 [N,1]).
+    ``kind`` is ``"f32"`` (``data`` f32), ``"f16"`` (``data`` f16, the IR adds Convert→f32),
+    ``"int8"`` (``data`` u8 [N,K], ``zero_point`` u8 [N,1], ``scale`` f16 [N,1]) or ``"int4"``
+    (``data`` i8 values in [-8, 7] shaped [N, K/gs, gs], or [N, K] channel-wise; ``scale`` f16
+    [N, K/gs, 1] or [N, 1]; no zero point; the IR stores ``data`` as packed i4).
     """
 
-    kind: str  # "f32" | "f16" | "int8"
-    data: np.ndarray  # f32 / f16 / u8 payload
+    kind: str  # "f32" | "f16" | "int8" | "int4"
+    data: np.ndarray  # f32 / f16 / u8 / i8 (int4 values) payload
     zero_point: np.ndarray | None = None  # int8 only: u8 [N,1]
-    scale: np.ndarray | None = None  # int8 only: f16 [N,1]
+    scale: np.ndarray | None = None  # int8: f16 [N,1]; int4: f16 [N,G,1] or [N,1]
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The logical (dequantized) shape, e.g. [N, K] for a grouped int4 weight."""
+        if self.kind == "int4" and self.data.ndim == 3:
+            return (self.data.shape[0], self.data.shape[1] * self.data.shape[2])
         return tuple(self.data.shape)
+
+    @property
+    def group_size(self) -> int:
+        """int4 group size (-1: channel-wise); 0 for other kinds."""
+        if self.kind != "int4":
+            return 0
+        return int(self.data.shape[2]) if self.data.ndim == 3 else -1
 
     def dequantize(self) -> np.ndarray:
         """The f32 values the IR computes from this weight (bit-exact with its decompression)."""
@@ -40,12 +59,20 @@ class StoredWeight:
             # product is exact: any evaluation order in the runtime gives the same value.
             diff = self.data.astype(np.float32) - self.zero_point.astype(np.float32)
             return diff * self.scale.astype(np.float32)
+        if self.kind == "int4":
+            if self.scale is None:
+                raise ConfigError("int4 weight without scale")
+            # the scale keeps <= 8 significant bits (see quantize_int4_sym), so q·scale is exact
+            # in f16 and f32 alike: the IR's f16 Multiply and any f32 device path agree bit-exactly
+            prod = self.data.astype(np.float32) * self.scale.astype(np.float32)
+            return prod.reshape(self.shape)
         return self.data.astype(np.float32)
 
     @property
     def nbytes(self) -> int:
         extra = sum(a.nbytes for a in (self.zero_point, self.scale) if a is not None)
-        return int(self.data.nbytes) + extra
+        payload = (self.data.size + 1) // 2 if self.kind == "int4" else self.data.nbytes
+        return int(payload) + extra
 
 
 @dataclass
@@ -109,16 +136,57 @@ def quantize_int8(w: np.ndarray) -> StoredWeight:
     return StoredWeight("int8", q.astype(np.uint8), zp.astype(np.uint8), scale)
 
 
-def _store(w: np.ndarray, dtype: str, compressible: bool) -> StoredWeight:
-    """Store ``w`` in ``dtype``; norms and biases are never int8 (as in optimum exports)."""
-    if dtype == "f32" or (dtype == "int8" and not compressible):
+#: significant bits kept in an int4 scale: |q| <= 8 adds 4 bits, so q·scale fits f16's 11 exactly
+_INT4_SCALE_BITS = 7
+
+
+def _round_significant(x: np.ndarray, bits: int) -> np.ndarray:
+    mant, exp = np.frexp(x.astype(np.float64))
+    return np.ldexp(np.round(mant * (1 << bits)) / (1 << bits), exp)
+
+
+def quantize_int4_sym(w: np.ndarray, group_size: int = 128) -> StoredWeight:
+    """Symmetric int4 as optimum/NNCF ``--weight-format int4 --sym --group-size gs``.
+
+    Values are in [-8, 7] with ``scale = max|w| / 8`` per group (f16).  ``group_size=-1`` is
+    channel-wise; a group size that does not divide the input width falls back to channel-wise
+    for that weight (logged in the docs; NNCF refuses such a layer instead).
+    """
+    if group_size not in GROUP_SIZES:
+        raise ConfigError(
+            f"int4 group_size must be one of {GROUP_SIZES} (-1 = channel-wise), got {group_size!r}",
+            key="group_size",
+        )
+    w = np.asarray(w, dtype=np.float32)
+    n, k = w.shape
+    grouped = group_size > 0 and k % group_size == 0 and k > group_size
+    wg = w.reshape(n, k // group_size, group_size) if grouped else w
+    amax = np.abs(wg).max(axis=-1, keepdims=True).astype(np.float64)
+    scale64 = _round_significant(np.maximum(amax / 8.0, 2.0**-10), _INT4_SCALE_BITS)
+    scale = scale64.astype(np.float16)
+    q = np.clip(np.round(wg / scale.astype(np.float32)), -8, 7).astype(np.int8)
+    return StoredWeight("int4", q, None, scale)
+
+
+def _store(w: np.ndarray, dtype: str, compressible: bool, group_size: int = 128, *,
+           int4: bool = True) -> StoredWeight:
+    """Store ``w`` in ``dtype``; norms and biases are never quantized (as in optimum exports).
+
+    ``int4=False`` marks embeddings and lm_head, which optimum keeps in int8 in int4 exports.
+    """
+    quantized = dtype in ("int8", "int4")
+    if dtype == "f32" or (quantized and not compressible):
         return StoredWeight("f32", np.ascontiguousarray(w, dtype=np.float32))
     if dtype == "f16":
         return StoredWeight("f16", w.astype(np.float16))
+    if dtype == "int4" and int4:
+        return quantize_int4_sym(w, group_size)
     return quantize_int8(w)
 
 
-def init_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32") -> LlamaWeights:
+def init_weights(
+    config: LlamaConfig, seed: int = 0, dtype: str = "f32", group_size: int = 128
+) -> LlamaWeights:
     """Draw all weights from ``numpy.random.default_rng(seed)`` in a fixed order.
 
     Init scales are chosen so the random model is not degenerate: projections have std
@@ -132,6 +200,11 @@ def init_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32") -> Llam
         raise ConfigError(
             f"unknown weight dtype {dtype!r} (known: {', '.join(DTYPES)})", key="dtype"
         )
+    if dtype == "int4" and group_size not in GROUP_SIZES:
+        raise ConfigError(
+            f"int4 group_size must be one of {GROUP_SIZES} (-1 = channel-wise), got {group_size!r}",
+            key="group_size",
+        )
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative int, got {seed!r}", key="seed")
     rng = np.random.default_rng(seed)
@@ -142,7 +215,7 @@ def init_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32") -> Llam
         return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
 
     def linear(out_f: int, in_f: int) -> StoredWeight:
-        return _store(normal((out_f, in_f), s / np.sqrt(in_f)), dtype, compressible=True)
+        return _store(normal((out_f, in_f), s / np.sqrt(in_f)), dtype, True, group_size)
 
     def norm() -> StoredWeight:
         return _store(1.0 + normal((c.hidden_size,), 0.1), dtype, compressible=False)
@@ -151,7 +224,10 @@ def init_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32") -> Llam
         return _store(normal((n,), 0.1 * s), dtype, compressible=False)
 
     embed_std = s * EMBED_STD_NUMERATOR / np.sqrt(c.hidden_size)
-    embed = _store(normal((c.vocab_size, c.hidden_size), embed_std), dtype, compressible=True)
+    # embeddings and lm_head stay int8 in int4 exports (optimum's backup precision)
+    embed = _store(
+        normal((c.vocab_size, c.hidden_size), embed_std), dtype, True, group_size, int4=False
+    )
     layers = []
     for _ in range(c.num_hidden_layers):
         layer = LayerWeights(
@@ -173,5 +249,8 @@ def init_weights(config: LlamaConfig, seed: int = 0, dtype: str = "f32") -> Llam
             )
         layers.append(layer)
     final_norm = norm()
-    lm_head = None if c.tie_word_embeddings else linear(c.vocab_size, c.hidden_size)
+    lm_head = None
+    if not c.tie_word_embeddings:
+        head_w = normal((c.vocab_size, c.hidden_size), s / np.sqrt(c.hidden_size))
+        lm_head = _store(head_w, dtype, True, group_size, int4=False)
     return LlamaWeights(c, dtype, seed, embed, final_norm, layers, lm_head)

@@ -225,7 +225,12 @@ class NpuCompiledModel(DeviceCompiledModel):
     """A parsed NPU blob: ports come from its metadata, not from an ov.Model."""
 
     def __init__(self, blob: bytes, device: NpuDevice, config: Mapping[str, Any]) -> None:
-        self.parsed = ParsedBlob(blob)
+        wc = str(config.get("NPU_EMU_WEIGHTS_CACHE", "YES")).upper()
+        if wc not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
+            raise ConfigError(f"NPU_EMU_WEIGHTS_CACHE={config['NPU_EMU_WEIGHTS_CACHE']!r}: expected YES or NO",
+                              key="NPU_EMU_WEIGHTS_CACHE")
+        #: NPU_EMU_WEIGHTS_CACHE=NO: matmul_dq decompresses its weight tiles on every inference
+        self.parsed = ParsedBlob(blob, weights_cache=wc in ("YES", "TRUE", "1"))
         meta = self.parsed.meta
         self._device = device
         self.queue = device.queue
@@ -286,8 +291,10 @@ class NpuDevice(Device):
         "NPU_EMU_FENCE_MODE": "interrupt",
         "NPU_EMU_QUEUE_MODE": "inline",
         "NPU_EMU_MUTABLE_COMMAND_LIST": "YES",
+        "NPU_EMU_WEIGHT_COMPRESSION": "YES",
+        "NPU_EMU_WEIGHTS_CACHE": "YES",
         "DEVICE_ARCHITECTURE": "NPU-EMU",
-        "OPTIMIZATION_CAPABILITIES": ["FP32", "FP16", "INT8", "EXPORT_IMPORT"],
+        "OPTIMIZATION_CAPABILITIES": ["FP32", "FP16", "INT8", "INT4", "EXPORT_IMPORT"],
     }
 
     def __init__(self) -> None:

@@ -96,6 +96,48 @@ def test_int8_quantization_is_close_and_dequantizes_exactly():
     assert np.array_equal(got, deq)
 
 
+@pytest.mark.parametrize("group_size", [16, 32, 64, 128, -1])
+def test_int4_sym_quantization_and_ir_decompression_are_exact(group_size):
+    from ov_npu_emu.modelbuilder.graph import _Builder
+    from ov_npu_emu.modelbuilder.weights import quantize_int4_sym
+
+    w = np.random.default_rng(1).standard_normal((24, 256)).astype(np.float32) * 0.1
+    q = quantize_int4_sym(w, group_size)
+    groups = 1 if group_size == -1 else 256 // group_size
+    assert q.kind == "int4" and q.zero_point is None and q.scale.dtype == np.float16
+    assert q.shape == (24, 256) and q.group_size == (group_size if group_size > 0 else -1)
+    assert q.scale.size == 24 * groups and q.data.min() >= -8 and q.data.max() <= 7
+    assert q.nbytes == 24 * 256 // 2 + 24 * groups * 2
+    deq = q.dequantize()
+    step = np.repeat(q.scale.astype(np.float32).reshape(24, groups), 256 // groups, axis=1)
+    # 7-bit scale rounding may push the largest value a bit past 7·scale: clip error <= 1.1 step
+    assert np.all(np.abs(deq - w) <= 1.1 * step)
+    builder = _Builder(get_preset("tiny"), init_weights(get_preset("tiny")))
+    model = ov.Model([ov.opset13.result(builder.weight(q, "w"))], [], "deq")
+    types = {op.get_output_element_type(0).get_type_name() for op in model.get_ordered_ops()}
+    assert "i4" in types and "f16" in types
+    got = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})({})[0]
+    assert np.array_equal(got, deq)
+
+
+def test_int4_group_size_fallbacks_and_errors():
+    from ov_npu_emu.modelbuilder.weights import quantize_int4_sym
+
+    w = np.ones((4, 176), np.float32)
+    assert quantize_int4_sym(w, 32).group_size == -1  # 176 % 32 != 0: channel-wise
+    assert quantize_int4_sym(w, 16).group_size == 16
+    with pytest.raises(ConfigError, match="group_size"):
+        quantize_int4_sym(w, 48)
+    with pytest.raises(ConfigError, match="group_size"):
+        init_weights(get_preset("tiny"), 0, "int4", group_size=7)
+    lw = init_weights(get_preset("tiny", tie_word_embeddings=False), 0, "int4", group_size=16)
+    # optimum keeps embeddings and lm_head in int8 in int4 exports; norms stay f32
+    assert lw.embed.kind == "int8" and lw.lm_head.kind == "int8"
+    assert lw.layers[0].q_proj.kind == "int4" and lw.layers[0].input_norm.kind == "f32"
+    int8 = init_weights(get_preset("tiny", tie_word_embeddings=False), 0, "int8")
+    assert lw.nbytes() < int8.nbytes()
+
+
 @pytest.fixture(scope="module")
 def tiny_model():
     return build_model(init_weights(get_preset("tiny")))

@@ -120,6 +120,18 @@ def test_cli_make_model(tmp_path, capsys):
     assert "vocab_size" in capsys.readouterr().err
 
 
+def test_cli_make_model_int4(tmp_path, capsys):
+    from ov_npu_emu.cli import main
+
+    args = ["make-model", str(tmp_path / "q4"), "--dtype", "int4", "--group-size", "16"]
+    assert main(args) == 0
+    manifest = read_manifest(tmp_path / "q4")
+    assert manifest["dtype"] == "int4" and manifest["group_size"] == 16
+    assert load_weights(tmp_path / "q4").layers[0].q_proj.group_size == 16
+    assert main(["make-model", str(tmp_path / "bad"), "--dtype", "int4", "--group-size", "5"]) == 1
+    assert "group_size" in capsys.readouterr().err
+
+
 def test_cli_help_lists_presets(capsys):
     from ov_npu_emu.cli import main
 

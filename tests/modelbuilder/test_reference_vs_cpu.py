@@ -26,6 +26,16 @@ VARIANTS = {
         {"num_key_value_heads": 4, "model_type": "qwen2", "attention_bias": True},
     ),
     "tiny-3layers-gqa4-int8": ("int8", 2, {"num_hidden_layers": 3, "num_key_value_heads": 1}),
+    # int4 sym: gs 16 divides every width; gs 32 leaves down_proj (K=176) channel-wise; -1 is
+    # channel-wise everywhere; gs 128 needs widths of 128+ (embeddings/lm_head stay int8)
+    "tiny-int4-gs16": ("int4:16", 0, {}),
+    "tiny-int4-gs32": ("int4:32", 1, {}),
+    "tiny-int4-cw-untied": ("int4:-1", 0, {"tie_word_embeddings": False}),
+    "tiny-int4-gs128": (
+        "int4:128",
+        0,
+        {"hidden_size": 128, "intermediate_size": 256, "head_dim": 32},
+    ),
 }
 
 
@@ -37,7 +47,8 @@ def ov_core() -> ov.Core:
 @pytest.mark.parametrize("variant", list(VARIANTS), ids=list(VARIANTS))
 def test_reference_matches_cpu_token_by_token(variant, ov_core):
     dtype, seed, overrides = VARIANTS[variant]
-    weights = init_weights(get_preset("tiny", **overrides), seed, dtype)
+    dtype, _, gs = dtype.partition(":")
+    weights = init_weights(get_preset("tiny", **overrides), seed, dtype, int(gs or 128))
     compiled = ov_core.compile_model(build_model(weights), "CPU", CPU_EXACT_CONFIG)
     tokens, cpu_logits = run_stateful_greedy(compiled, PROMPT, STEPS)
 

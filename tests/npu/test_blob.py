@@ -111,8 +111,14 @@ def test_version_mismatch_is_rejected(blob):
     bad = bytearray(blob)
     magic, major, minor, n = META_HEAD.unpack_from(bad, off)
     META_HEAD.pack_into(bad, off, magic, major + 1, minor, n)
-    with pytest.raises(BlobFormatError, match="version 2.0 is not supported"):
+    with pytest.raises(BlobFormatError, match=f"version {major + 1}.{minor} is not supported"):
         BlobReader(bytes(bad))
+    # a newer minor (unknown kernels) is rejected; an older minor of the same major is read
+    META_HEAD.pack_into(bad, off, magic, major, minor + 1, n)
+    with pytest.raises(BlobFormatError, match=f"version {major}.{minor + 1} is not supported"):
+        BlobReader(bytes(bad))
+    META_HEAD.pack_into(bad, off, magic, major, 0, n)
+    assert BlobReader(bytes(bad)).meta["model_name"] == BlobReader(blob).meta["model_name"]
     bad2 = bytearray(blob)
     bad2[off:off + 8] = b"XXXXXXXX"
     with pytest.raises(BlobFormatError, match="magic"):

@@ -82,3 +82,13 @@ def test_profiling_info_per_task(npu_core):
     assert {p.exec_type.split(":")[0] for p in info} == {"DMA", "DPU", "SHAVE"}
     assert all(p.real_time.total_seconds() > 0 for p in info)  # estimated device time, slow hardware
     assert sum(p.cpu_time.total_seconds() for p in info) > 0  # measured host time (PERF_COUNT)
+
+
+def test_inspect_json_lists_compressed_weights(tiny_model_dir_int4, tmp_path, capsys):
+    blob = tmp_path / "int4.blob"
+    assert main(["compile", str(tiny_model_dir_int4 / "openvino_model.xml"), "-o", str(blob), "--decode-kv", "16"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(blob), "--json"]) == 0
+    wf = json.loads(capsys.readouterr().out)["metadata"]["weights_format"]
+    assert wf["counts"] == {"i4": 14, "u8": 2}
+    assert {r["group_size"] for r in wf["compressed"] if r["format"] == "i4"} == {16}

@@ -124,10 +124,13 @@ def test_weight_decompression_subgraph(npu_core):
     outs = []
     for et in ("u8", "u4", "i4"):
         lo, hi = {"u8": (0, 255), "u4": (0, 15), "i4": (-8, 7)}[et]
-        w = ops.constant(rng.integers(lo, hi + 1, (8, 16)).astype(np.int8 if et == "i4" else np.uint8), dtype=et)
+        # ov.Type, not the string: ops.constant(..., dtype="u4") silently makes a u32 constant
+        ot = {"u8": ov.Type.u8, "u4": ov.Type.u4, "i4": ov.Type.i4}[et]
+        w = ops.constant(rng.integers(lo, hi + 1, (8, 16)).astype(np.int8 if et == "i4" else np.uint8), dtype=ot)
+        assert w.get_output_element_type(0) == ot
         wf = ops.convert(w, "f32")
         if et != "i4":
-            wf = ops.subtract(wf, ops.convert(ops.constant(np.full((8, 1), (lo + hi) // 2, np.uint8), dtype=et), "f32"))
+            wf = ops.subtract(wf, ops.convert(ops.constant(np.full((8, 1), (lo + hi) // 2, np.uint8), dtype=ot), "f32"))
         wf = ops.multiply(wf, ops.constant(rng.random((8, 1)).astype(np.float32) * 0.1))
         outs.append(ops.result(ops.matmul(x, wf, False, True)))
     m = ov.Model(outs, [x], "wdq")

@@ -8,6 +8,7 @@ import struct
 from typing import ClassVar
 
 __all__ = [
+    "WEIGHT_FORMATS",
     "BARRIER",
     "BLOB_MAGIC",
     "BLOB_VERSION",
@@ -51,7 +52,7 @@ __all__ = [
 #: first bytes of .npu.meta; the ELF header alone does not tell our blobs from other ELF files
 BLOB_MAGIC = b"OVNPUEMU"
 #: (major, minor); a reader accepts the same major and any minor <= its own
-BLOB_VERSION = (1, 0)
+BLOB_VERSION = (1, 1)  # 1.1: compressed weights (matmul_dq, gather_dq, weights_format metadata)
 SUPPORTED_VERSIONS = {1}
 #: e_machine: no registered machine fits, so we use a value from the unassigned range
 EM_NPU_EMU = 0x4E50  # "NP"
@@ -126,6 +127,9 @@ class TaskKind(enum.IntEnum):
 
 
 MAX_OPERANDS = 6
+#: compressed-weight formats of the matmul_dq / gather_dq kernels (param 2 / 1 of the task):
+#: 4-bit payloads are packed two per byte, the first value in the low nibble (OpenVINO's order)
+WEIGHT_FORMATS: dict[str, int] = {"u8": 1, "i8": 2, "u4": 3, "i4": 4, "f16": 5}
 #: "stop" of a slice parameter meaning "to the end" (negative steps that run past index 0)
 SLICE_NONE = -(2**31)
 MAX_DIMS = 6

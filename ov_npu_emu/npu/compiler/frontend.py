@@ -11,6 +11,7 @@ from openvino import opset13 as ops
 from openvino import passes
 
 from ov_npu_emu.errors import CompileError, DynamicShapeError
+from ov_npu_emu.npu.compiler.compress import CompressedWeight, detach_compressed_weights
 
 __all__ = ["LiftedVariable", "Prepared", "prepare"]
 
@@ -35,6 +36,9 @@ class Prepared:
     n_user_inputs: int
     n_user_outputs: int
     variables: list[LiftedVariable]  # in the order of the lifted inputs/outputs
+    #: weights kept compressed, keyed by the name of the (removed) placeholder Parameter that
+    #: stands for them in the graph
+    compressed: dict[str, CompressedWeight] = dataclasses.field(default_factory=dict)
 
 
 def _fold(model: ov.Model) -> None:
@@ -65,12 +69,17 @@ def _check_static(model: ov.Model) -> None:
             )
 
 
-def prepare(model: ov.Model) -> Prepared:
-    """Clone ``model``, reject dynamic shapes, lift variables, fold constants."""
+def prepare(model: ov.Model, *, compress: bool = True) -> Prepared:
+    """Clone ``model``, reject dynamic shapes, lift variables, fold constants.
+
+    With ``compress`` the weight-decompression subgraphs feeding MatMul/Gather are detached
+    first (see compress.py), so folding leaves them compressed instead of making f32 constants.
+    """
     m = model.clone()
     _check_static(m)
-    _fold(m)  # folds ReadValue initialiser subgraphs into constants
     n_in, n_out = len(m.get_parameters()), len(m.get_results())
+    compressed, placeholders = detach_compressed_weights(m) if compress else ({}, [])
+    _fold(m)  # folds ReadValue initialiser subgraphs into constants
     read_values = [n for n in m.get_ordered_ops() if n.get_type_name() == "ReadValue"]
     assigns = {s.get_variable_id(): s for s in m.get_sinks() if s.get_type_name() == "Assign"}
     variables: list[LiftedVariable] = []
@@ -107,10 +116,14 @@ def prepare(model: ov.Model) -> Prepared:
         m.add_results(new_results)
         m.validate_nodes_and_infer_types()
     _fold(m)
+    # the lowering binds the placeholders to the compressed weights, not to inputs; the graph
+    # still references them, so prep.model must not be validated or cloned after this
+    for p in placeholders:
+        m.remove_parameter(p)
     for n in m.get_ordered_ops():
         for i in range(n.get_output_size()):
             if n.get_output_partial_shape(i).is_dynamic:
                 raise CompileError(f"{n.get_type_name()} {n.get_friendly_name()!r} has a dynamic output shape "
                                    "although all inputs are static", stage="frontend")
     logger.debug("front end: %d user inputs, %d lifted variables", n_in, len(variables))
-    return Prepared(m, n_in, n_out, variables)
+    return Prepared(m, n_in, n_out, variables, compressed)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ov_npu_emu.npu.blob.format import TaskKind
 
-__all__ = ["DmaSpec", "Place", "Task", "Value"]
+__all__ = ["DmaSpec", "Packed", "Place", "Task", "Value"]
 
 
 class Place(enum.Enum):
@@ -36,6 +36,9 @@ class Value:
     offset: int = -1  # byte offset in its region (memory planner; weights by the emitter)
     producers: list[int] = dataclasses.field(default_factory=list)  # task ids writing it
     readers: list[int] = dataclasses.field(default_factory=list)  # task ids reading it
+    #: a compressed weight: the f32 value exists only inside matmul_dq / gather_dq, which read
+    #: (q, scale[, zero point]) values listed here; the value itself is never placed
+    comp: Packed | None = None
 
     @property
     def nbytes(self) -> int:
@@ -44,6 +47,17 @@ class Value:
     @property
     def root(self) -> Value:
         return self.alias if self.alias is not None else self
+
+
+@dataclasses.dataclass(eq=False)
+class Packed:
+    """How a compressed weight value is stored: its operands and decompression parameters."""
+
+    fmt: str  # u8 | i8 | u4 | i4 | f16 (WEIGHT_FORMATS)
+    operands: list[Value]  # q, then scale and zero point when present (CONST values)
+    has_zp: bool
+    mul_f16: bool  # scale multiply rounds to f16
+    info: dict[str, object]  # metadata record
 
 
 @dataclasses.dataclass

@@ -11,9 +11,10 @@ import openvino as ov
 
 from ov_npu_emu.errors import CompileError, UnsupportedOpError
 from ov_npu_emu.npu.arch import HardwareConfig, dma_cycles, dpu_cycles, shave_cycles
-from ov_npu_emu.npu.blob.format import MAX_DIMS, MAX_OPERANDS, SLICE_NONE, TaskKind
+from ov_npu_emu.npu.blob.format import MAX_DIMS, MAX_OPERANDS, SLICE_NONE, WEIGHT_FORMATS, TaskKind
+from ov_npu_emu.npu.compiler.compress import CompressedWeight
 from ov_npu_emu.npu.compiler.frontend import Prepared
-from ov_npu_emu.npu.compiler.graph import DmaSpec, Place, Task, Value
+from ov_npu_emu.npu.compiler.graph import DmaSpec, Packed, Place, Task, Value
 
 __all__ = ["Lowered", "lower", "SUPPORTED_OPS"]
 
@@ -41,6 +42,11 @@ _FLOPS = {"exp": 8, "log": 8, "erf": 12, "gelu": 14, "swish": 10, "sigmoid": 10,
 _INDEX_OPS = {"Slice", "StridedSlice", "Tile", "DepthToSpace", "SpaceToDepth", "ShuffleChannels",
               "Roll", "Reverse"}
 _ALIAS_OPS = {"Reshape", "Squeeze", "Unsqueeze"}
+#: Decompression math is f32 even when the IR multiplies the scale in f16 (NNCF's int4 layout):
+#: the DPU's fused decompression works like the CPU plugin's, our oracle. OpenVINO's constant
+#: folding would round (q - zp)·scale to f16 instead (<= 1 f16 ulp of a weight apart). The
+#: kernels still implement the f16 rounding (flag 1.0) for experiments.
+_F16_DQ = 0.0
 
 
 def _np_dtype(t: ov.Type) -> np.dtype:
@@ -58,6 +64,7 @@ class Lowered:
         self.inputs: list[Value] = []  # per model input port
         self.outputs: list[Value] = []  # per model output port
         self.state_pairs: list[tuple[int, int]] = []  # (input port, output port) of lifted variables
+        self.compressed: list[Value] = []  # weights kept compressed (Value.comp set)
 
 
 class _Lowerer:
@@ -101,6 +108,27 @@ class _Lowerer:
                            data=data.reshape(tuple(cnode.get_output_shape(0))))
         self.vals[key] = v
         return v
+
+    def compressed_value(self, cw: CompressedWeight) -> Value:
+        """The [N, K] f32 weight as a value whose bytes are (q, scale[, zp]) in .npu.weights."""
+        parts = [self.new_value(cw.q.shape, cw.q.dtype, Place.CONST, data=cw.q)]
+        for a in (cw.scale, cw.zero_point):
+            if a is not None:
+                parts.append(self.new_value(a.shape, a.dtype, Place.CONST, data=a))
+        v = self.new_value(cw.shape, np.dtype(np.float32), Place.CONST)
+        v.comp = Packed(cw.fmt, parts, cw.zero_point is not None, cw.mul_f16, cw.describe())
+        self.out.compressed.append(v)
+        return v
+
+    def mm(self, a: Value, b: Value, o: Value, params: list[float], node: ov.Node, macs: int) -> None:
+        """One DPU MatMul task; a compressed ``b`` is decompressed per tile by matmul_dq."""
+        if b.comp is None:
+            self.dpu("matmul", [a, b], [o], params, node, macs)
+            return
+        c = b.comp
+        n, k = b.shape
+        dq = [WEIGHT_FORMATS[c.fmt], 1.0 if c.has_zp else 0.0, _F16_DQ, n, k]
+        self.dpu("matmul_dq", [a, *c.operands], [o], [*params, *dq], node, macs)
 
     def const_of(self, node: ov.Node, i: int) -> np.ndarray | None:
         src = node.input_value(i).get_node()
@@ -178,6 +206,8 @@ class _Lowerer:
                                Place.INPUT, port=idx)
             self.vals[(p.get_name(), 0)] = v
             self.out.inputs.append(v)
+        for name, cw in self.prep.compressed.items():
+            self.vals[(name, 0)] = self.compressed_value(cw)
         for node in m.get_ordered_ops():
             t = node.get_type_name()
             if t in ("Parameter", "Result"):
@@ -338,7 +368,15 @@ class _Lowerer:
         if bd < 0:
             bd += len(idx.shape)
         o = self.node_out(node)
-        self.shave("gather", [data, idx], [o], [axis, bd], node)
+        if data.comp is not None:
+            # embedding lookup: only the gathered rows are decompressed (axis 0, batch_dims 0)
+            c = data.comp
+            n, k = data.shape
+            dq = [WEIGHT_FORMATS[c.fmt], 1.0 if c.has_zp else 0.0, _F16_DQ, n, k]
+            t = self.shave("gather_dq", [c.operands[0], idx, *c.operands[1:]], [o], dq, node)
+            t.cycles = shave_cycles(self.hw, int(np.prod(o.shape, dtype=np.int64)), 3)
+        else:
+            self.shave("gather", [data, idx], [o], [axis, bd], node)
         self.vals[(node.get_name(), 0)] = o
 
     def op_concat(self, node: ov.Node) -> None:
@@ -437,21 +475,21 @@ class _Lowerer:
         batch_ok = len(a.shape) >= 2 and not ta and int(np.prod(o.shape[:-1], dtype=np.int64)) == rows \
             and b.root.place is Place.CONST and len(b.shape) == 2 and a.dtype == o.dtype
         if not (self.stage and batch_ok):
-            self.dpu("matmul", [a, b], [o], params, node, macs)
+            self.mm(a, b, o, params, node, macs)
             return
         arow = a.shape[-1] * a.dtype.itemsize
         orow = o.shape[-1] * o.dtype.itemsize
         # half of CMX for a tile pair keeps room for the next tile's prefetch
         tile = max(1, (self.hw.cmx_size // 2) // max(1, arow + orow))
         if arow + orow > self.hw.cmx_size // 2:
-            self.dpu("matmul", [a, b], [o], params, node, macs)
+            self.mm(a, b, o, params, node, macs)
             return
         for r0 in range(0, rows, tile):
             r = min(tile, rows - r0)
             ca = self.new_value((r, a.shape[-1]), a.dtype, Place.CMX)
             co = self.new_value((r, o.shape[-1]), o.dtype, Place.CMX)
             self.dma(a, r0 * arow, ca, 0, 1, 1, r * arow, (0, 0), (0, 0), node)
-            self.dpu("matmul", [ca, b], [co], params, node, macs * r // max(rows, 1))
+            self.mm(ca, b, co, params, node, macs * r // max(rows, 1))
             self.dma(co, 0, o, r0 * orow, 1, 1, r * orow, (0, 0), (0, 0), node)
 
     def _conv_pads(self, node: ov.Node, x_shape: tuple[int, ...], kshape: tuple[int, ...],

@@ -73,14 +73,45 @@ def _place(values: list[Value], capacity: int | None, region: str) -> tuple[int,
     return top, deps
 
 
+def _identical(consts: list[Value]) -> dict[int, Value]:
+    """Constants whose bytes equal an earlier one's (e.g. a tied embedding's two int8 chains).
+
+    Candidates are grouped by type, size and a 64-element strided sample, so distinct weights
+    are told apart without reading them whole; only sample matches are compared in full.
+    """
+    groups: dict[tuple[str, int, bytes], list[Value]] = {}
+    for v in consts:
+        if v.nbytes < ALIGN:
+            continue
+        flat = np.asarray(v.data).reshape(-1)
+        sample = flat[:: max(1, flat.size // 64)][:64].tobytes()
+        groups.setdefault((v.dtype.str, v.nbytes, sample), []).append(v)
+    twins: dict[int, Value] = {}
+    for group in groups.values():
+        for i, v in enumerate(group[1:], 1):
+            for first in group[:i]:
+                if first.vid not in twins and np.array_equal(first.data, v.data):
+                    twins[v.vid] = first
+                    break
+    return twins
+
+
 def plan_memory(lw: Lowered, cmx_size: int) -> MemoryPlan:
     """Assign offsets to every root value; returns sizes, the weights image and reuse deps."""
     roots = [v for v in lw.values if v.alias is None]
     consts = [v for v in roots if v.place is Place.CONST and (v.readers or v.producers)]
+    twins = _identical(consts)
     size = 0
+    unique = []
     for v in consts:
+        first = twins.get(v.vid)
+        if first is not None:  # same bytes already placed: share them
+            v.offset = first.offset
+            continue
         v.offset = align_up(size, ALIGN)
         size = v.offset + v.nbytes
+        unique.append(v)
+    consts = unique
     # one preallocated image, filled in place: weights can be gigabytes
     blob = bytearray(size)
     image = np.frombuffer(blob, np.uint8)

@@ -52,13 +52,26 @@ def _port(port: ov.Output, shape: tuple[int, ...], symbol: str, state: str | Non
             "symbol": symbol, "state": state}
 
 
+def _weights_format(lw: Any) -> dict[str, Any]:
+    """Metadata: which weights stay compressed in .npu.weights and in which format."""
+    records = [v.comp.info for v in lw.compressed]
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[str(r["format"])] = counts.get(str(r["format"]), 0) + 1
+    return {"compressed": records, "counts": counts,
+            "compressed_bytes": sum(int(r["bytes"]) for r in records),
+            "f32_equivalent_bytes": sum(int(r["f32_bytes"]) for r in records)}
+
+
 def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None) -> bytes:
     """Compile a static ``openvino.Model`` into an NPU ELF blob."""
     config = dict(config or {})
     t0 = time.perf_counter()
     hw = HardwareConfig.from_config(config)
     precision = precision_of(config)
-    prep = prepare(model)
+    # NPU_EMU_WEIGHT_COMPRESSION=NO folds decompression subgraphs to f32 constants (the old
+    # behaviour; blobs 4-8x larger) - kept for comparisons
+    prep = prepare(model, compress=_flag(config, "NPU_EMU_WEIGHT_COMPRESSION", True))
     lw = lower(prep, hw, f16=precision == "f16", stage=_flag(config, "NPU_EMU_STAGING", True))
     plan = plan_memory(lw, hw.cmx_size)
     sched = schedule(lw, plan.reuse_deps)
@@ -92,6 +105,7 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None) ->
         "outputs": outputs,
         "variables": variables,
         "dma_channels": hw.dma_channels,
+        "weights_format": _weights_format(lw),
     }
     blob = emit_blob(lw, plan, sched, meta)
     logger.info("compiled %r: %d tasks, %d barriers, %d variables, %d bytes in %.2fs", model.get_friendly_name(),

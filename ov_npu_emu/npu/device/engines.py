@@ -20,7 +20,7 @@ from ov_npu_emu.npu.blob.format import (
     Operand,
     TaskKind,
 )
-from ov_npu_emu.npu.device.kernels import make_kernel
+from ov_npu_emu.npu.device.kernels import DQ_TILE_BYTES, dequantize, make_kernel
 
 __all__ = ["DecodedTask", "ManagementCore", "decode_task"]
 
@@ -35,6 +35,12 @@ class AddressSpaceLike(Protocol):
     def bytes_at(self, addr: int, nbytes: int) -> np.ndarray: ...
 
     def array(self, addr: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray: ...
+
+
+class WeightsCacheLike(Protocol):
+    """The driver's cache of decompressed weights (see driver.memory.WeightsCache)."""
+
+    def get(self, key: tuple, make: Callable[[], np.ndarray]) -> np.ndarray: ...
 
 
 @dataclasses.dataclass
@@ -60,9 +66,40 @@ def _strided(aspace: AddressSpaceLike, addr: int, d0: int, d1: int, row: int, s0
     return np.lib.stride_tricks.as_strided(base, shape=(d0, d1, row), strides=(s0, s1, 1))
 
 
+def _bind_cached_dq(views: list[np.ndarray], addrs: list[int], n_in: int, params: np.ndarray,
+                    wcache: WeightsCacheLike) -> Callable[[], None]:
+    """matmul_dq with the driver's weights cache: decompress once per (addresses, shapes, format)."""
+    fmt, has_zp, mul_f16, n, k = int(params[2]), bool(params[3]), bool(params[4]), int(params[5]), int(params[6])
+    q = views[1]
+    scale = views[2] if n_in > 2 else None
+    zp = views[3] if has_zp and n_in > 3 else None
+    # keyed by where the descriptor says the operands are: a re-pointed (or corrupted) scale or
+    # weight relocation is a different entry, never a stale hit
+    key = ("matmul_dq", tuple(addrs[1:n_in]), tuple(v.shape for v in views[1:n_in]),
+           tuple(str(v.dtype) for v in views[1:n_in]), fmt, has_zp, mul_f16, n, k)
+    def fill() -> np.ndarray:
+        # tile by tile into one buffer: whole-matrix temporaries would be 2-3x the weight in f32
+        out = np.empty((n, k), np.float32)
+        step = max(1, DQ_TILE_BYTES // (4 * k))
+        for r0 in range(0, n, step):
+            r1 = min(n, r0 + step)
+            out[r0:r1] = dequantize(fmt, q[r0:r1], None if scale is None else scale[r0:r1],
+                                    None if zp is None else zp[r0:r1], mul_f16, k)
+        return out
+
+    w = wcache.get(key, fill)
+    if w.shape != (n, k):
+        raise ExecutionError(f"weights cache entry has shape {w.shape}, expected {(n, k)}")
+    return make_kernel("matmul", [views[0], w], views[n_in:], params[:2])
+
+
 def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offset: int, kind: TaskKind,
-                lists: np.ndarray, dma_channels: int) -> DecodedTask:
-    """Fetch one descriptor from device memory and bind it (addresses as relocated there)."""
+                lists: np.ndarray, dma_channels: int, wcache: WeightsCacheLike | None = None) -> DecodedTask:
+    """Fetch one descriptor from device memory and bind it (addresses as relocated there).
+
+    :param wcache: the driver's decompressed-weights cache; without it matmul_dq decompresses
+        its weight tile by tile on every run.
+    """
     addr = section_addr + offset
     if kind is TaskKind.DMA:
         (tid, _k, chan, _f, _dt, n_wait, n_post, wait_off, post_off, cycles, src, dst, d0, d1, row, _p,
@@ -91,7 +128,10 @@ def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offse
         views.append(aspace.array(op.addr, DTYPES[op.dtype], op.shape))
         addrs.append(op.addr)
     try:
-        run = make_kernel(name, views[:n_in], views[n_in:], params)
+        if name == "matmul_dq" and wcache is not None:
+            run = _bind_cached_dq(views, addrs, n_in, params, wcache)
+        else:
+            run = make_kernel(name, views[:n_in], views[n_in:], params)
     except NpuEmuError:
         raise
     except Exception as e:  # noqa: BLE001  # a kernel rejecting its operands means a corrupt descriptor

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
-from ov_npu_emu.npu.blob.format import SLICE_NONE
+from ov_npu_emu.npu.blob.format import SLICE_NONE, WEIGHT_FORMATS
 
-__all__ = ["KERNELS", "Runner", "make_kernel"]
+__all__ = ["DQ_TILE_BYTES", "KERNELS", "Runner", "dequantize", "make_kernel"]
 
 Runner = Callable[[], None]
 Maker = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], np.ndarray], Runner]
@@ -541,4 +541,110 @@ def _cumsum(ins, outs, params):  # type: ignore[no-untyped-def]
         if exclusive:
             c = np.concatenate([np.zeros_like(np.take(c, [0], axis=axis)), np.delete(c, -1, axis=axis)], axis=axis)
         np.copyto(o, np.flip(c, axis) if reverse else c, casting="unsafe")
+    return run
+
+
+# ---------------------------------------------------------------- compressed weights
+
+_FMT = {code: name for name, code in WEIGHT_FORMATS.items()}
+#: f32 bytes of one decompressed weight tile (the DPU's weight buffer in CMX)
+DQ_TILE_BYTES = 256 * 1024
+
+
+def dequantize(fmt: int, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, mul_f16: bool,
+               k: int) -> np.ndarray:
+    """Rows of a compressed weight -> f32 [rows, k], rounding as the IR's decompression does.
+
+    ``q`` is [rows, G, gs] (8-bit), [rows, G, gs/2] packed nibbles (4-bit, low nibble first) or
+    [rows, k] f16; ``scale``/``zp`` are [rows, G, 1].
+    """
+    name = _FMT.get(fmt)
+    if name is None:
+        raise ExecutionError(f"unknown compressed weight format code {fmt}")
+    rows = q.shape[0]
+    if name == "f16":
+        return q.reshape(rows, k).astype(np.float32)
+    if name in ("u4", "i4"):
+        b = q.view(np.uint8)
+        v = np.empty((*b.shape[:-1], 2 * b.shape[-1]), np.uint8)
+        np.bitwise_and(b, 0xF, out=v[..., 0::2])
+        np.right_shift(b, 4, out=v[..., 1::2])
+        vals: np.ndarray = (v.view(np.int8) ^ 8) - 8 if name == "i4" else v
+    else:
+        vals = q
+    ct = np.float16 if mul_f16 else np.float32  # integer parts are exact in both
+    x = vals.astype(ct)
+    if zp is not None:
+        x -= zp.astype(ct)
+    if scale is None:
+        raise ExecutionError("compressed weight without scale")
+    x *= scale.astype(ct)
+    return x.reshape(rows, k).astype(np.float32, copy=False)
+
+
+def _dq_operands(ins: Sequence[np.ndarray], first: int, has_zp: bool
+                 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    q = ins[first]
+    scale = ins[first + 1] if len(ins) > first + 1 else None
+    zp = ins[first + 2] if has_zp and len(ins) > first + 2 else None
+    return q, scale, zp
+
+
+@kernel("matmul_dq")
+def _matmul_dq(ins, outs, params):  # type: ignore[no-untyped-def]
+    """MatMul against a compressed weight, decompressed tile by tile of output channels."""
+    a = ins[0]
+    o = outs[0]
+    ta, tb = bool(params[0]), bool(params[1])
+    fmt, has_zp, mul_f16, n, k = int(params[2]), bool(params[3]), bool(params[4]), int(params[5]), int(params[6])
+    q, scale, zp = _dq_operands(ins, 1, has_zp)
+    if q.shape[0] != n or (scale is not None and scale.shape[0] != n):
+        raise ExecutionError(f"matmul_dq: weight rows {q.shape[0]} do not match N={n}")
+    av = np.swapaxes(a, -1, -2) if ta and a.ndim > 1 else a
+    tile = max(1, DQ_TILE_BYTES // (4 * k))
+    a32 = np.empty(av.shape, np.float32) if av.dtype != np.float32 else None
+    acc = np.empty(o.shape, np.float32) if o.dtype != np.float32 or not tb else None
+
+    def rows(r0: int, r1: int) -> np.ndarray:
+        return dequantize(fmt, q[r0:r1], None if scale is None else scale[r0:r1],
+                          None if zp is None else zp[r0:r1], mul_f16, k)
+
+    def run() -> None:
+        x = av
+        if a32 is not None:
+            np.copyto(a32, av, casting="unsafe")
+            x = a32
+        dst = o if acc is None else acc
+        if not tb:
+            dst[...] = 0.0  # [.., N] @ [N, K]: tiles of the contraction dim accumulate
+        for r0 in range(0, n, tile):
+            r1 = min(n, r0 + tile)
+            w = rows(r0, r1)
+            if tb:
+                dst[..., r0:r1] = np.matmul(x, w.T)
+            else:
+                dst += np.matmul(x[..., r0:r1], w)
+        if acc is not None:
+            np.copyto(o, acc, casting="unsafe")
+    return run
+
+
+@kernel("gather_dq")
+def _gather_dq(ins, outs, params):  # type: ignore[no-untyped-def]
+    """Embedding lookup in a compressed table: only the gathered rows are decompressed."""
+    idx = ins[1]
+    o = outs[0]
+    fmt, has_zp, mul_f16, n, k = int(params[0]), bool(params[1]), bool(params[2]), int(params[3]), int(params[4])
+    q = ins[0]
+    scale = ins[2] if len(ins) > 2 else None
+    zp = ins[3] if has_zp and len(ins) > 3 else None
+    if q.shape[0] != n:
+        raise ExecutionError(f"gather_dq: table rows {q.shape[0]} do not match N={n}")
+    flat = o.reshape(-1, k)
+
+    def run() -> None:
+        r = idx.reshape(-1).astype(np.int64)
+        r = np.where(r < 0, r + n, r)  # OpenVINO's negative indices
+        w = dequantize(fmt, q[r], None if scale is None else scale[r], None if zp is None else zp[r], mul_f16, k)
+        np.copyto(flat, w, casting="unsafe")
     return run

@@ -64,7 +64,7 @@ class CommandList:
 
     def _decode(self, sec: str, kind: TaskKind, offset: int) -> DecodedTask:
         return decode_task(self.hpi.aspace, sec, self.hpi.section_addr[sec], offset, kind, self._lists,
-                           self.dma_channels)
+                           self.dma_channels, self.hpi.parsed.weights_cache)
 
     def update_mutable_commands(self, patched: list[tuple[str, int]]) -> int:
         """Re-fetch only the descriptors whose argument pointers were patched; returns how many args."""

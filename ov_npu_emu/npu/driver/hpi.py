@@ -16,7 +16,7 @@ from ov_npu_emu.npu.blob.format import (
     MemKind,
 )
 from ov_npu_emu.npu.blob.reader import BlobReader, Relocation, SectionInfo
-from ov_npu_emu.npu.driver.memory import ARENA_BASE, WEIGHTS_BASE, AddressSpace, DeviceArena
+from ov_npu_emu.npu.driver.memory import ARENA_BASE, WEIGHTS_BASE, AddressSpace, DeviceArena, WeightsCache
 
 __all__ = ["HostParsedInference", "ParsedBlob"]
 
@@ -26,8 +26,10 @@ logger = logging.getLogger(__name__)
 class ParsedBlob:
     """What every request of one compiled model shares: sections, relocations, metadata, weights."""
 
-    def __init__(self, blob: bytes) -> None:
+    def __init__(self, blob: bytes, *, weights_cache: bool = True) -> None:
         reader = BlobReader(blob)
+        #: decompressed compressed weights, shared by every request (None: decompress per run)
+        self.weights_cache: WeightsCache | None = WeightsCache() if weights_cache else None
         self.blob = bytes(blob)
         self.meta: dict[str, Any] = reader.meta
         self.sections: dict[str, SectionInfo] = {s.name: s for s in reader.iter_sections()}

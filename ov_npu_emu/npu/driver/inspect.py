@@ -40,7 +40,7 @@ def describe_blob(blob: bytes) -> dict[str, Any]:
     return {
         "header": header,
         "metadata": {k: meta[k] for k in ("compiler", "config_hash", "model_name", "precision", "hw", "inputs",
-                                          "outputs", "variables", "memory") if k in meta},
+                                          "outputs", "variables", "memory", "weights_format") if k in meta},
         "sections": sections,
         "symbols": symbols,
         "relocations": relocs,

@@ -6,13 +6,15 @@ import bisect
 import dataclasses
 import logging
 import struct
+import threading
+from collections.abc import Callable
 
 import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
 from ov_npu_emu.npu.blob.format import MemKind, align_up
 
-__all__ = ["AddressSpace", "DeviceArena", "Region"]
+__all__ = ["AddressSpace", "DeviceArena", "Region", "WeightsCache"]
 
 logger = logging.getLogger(__name__)
 
@@ -115,3 +117,39 @@ class DeviceArena:
     def view(self, name: str) -> np.ndarray:
         o = self.offsets[name]
         return self.buf[o:o + self.sizes[name]]
+
+
+class WeightsCache:
+    """Decompressed weights of one compiled model: driver-owned memory shared by its requests.
+
+    The blob keeps INT8/INT4 weights compressed and the DPU's matmul_dq decompresses them. A
+    decode step that decompressed every weight on every inference would cost far more than
+    the matmuls, so the driver keeps each decompressed weight, keyed by the operand addresses,
+    shapes and format the descriptor carries, the first time a command list binds it (like a
+    weights cache in device DDR). ``NPU_EMU_WEIGHTS_CACHE=NO`` disables it: matmul_dq then
+    decompresses tile by tile on every run. Entries are read-only and never evicted; the
+    weights they come from are read-only too.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, np.ndarray] = {}
+        self._lock = threading.Lock()
+        self.nbytes = 0  # bytes held
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: tuple, make: Callable[[], np.ndarray]) -> np.ndarray:
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self.hits += 1
+                return hit
+            arr = np.ascontiguousarray(make())
+            arr.flags.writeable = False
+            self._entries[key] = arr
+            self.nbytes += int(arr.nbytes)
+            self.misses += 1
+            return arr
+
+    def __len__(self) -> int:
+        return len(self._entries)
