@@ -40,6 +40,6 @@ def test_npuw_command_summarizes_and_exports(tmp_path, capsys, emu_core):
     assert cm.get_property("NPUW_LLM_GENERATE_VARIANTS") == "128,192"
 
 
-def test_npuw_command_bad_config_is_an_error_exit(capsys):
-    assert main(["npuw", str(STORIES), "--chunk", "48"]) == 1
+def test_npuw_command_bad_config_is_an_error_exit(capsys, tiny_model_dir):
+    assert main(["npuw", str(tiny_model_dir), "--chunk", "48"]) == 1
     assert "not power of 2" in capsys.readouterr().err
