@@ -2,7 +2,7 @@
 
 Usage: python bench/bench_npu_bank.py [--preset qwen2.5-0.5b-shape] [--dtype int8] [--max-prompt 256]
                                       [--min-response 256] [--variants 384] [--prompt 100] [--new 16]
-                                      [--fill-all] [--layers N] [--skip-real] [--skip-nobank]
+                                      [--fill-all] [--tracemalloc] [--layers N] [--skip-real] [--skip-nobank]
 
 Each configuration runs in its own child process (peak RSS, ru_maxrss, is per process), one after
 the other on the same model folder; the parent prints them side by side:
@@ -99,6 +99,10 @@ def _device_bytes(cm) -> dict[str, int]:
 def child(args: argparse.Namespace) -> dict:
     prompt = [1] + np.random.default_rng(0).integers(3, 1000, size=args.prompt - 1).tolist()
     res: dict = {}
+    if args.tracemalloc:
+        import tracemalloc
+
+        tracemalloc.start()
     t = time.perf_counter()
     if args.child == "real":
         import openvino as ov
@@ -128,6 +132,11 @@ def child(args: argparse.Namespace) -> dict:
         res["device"]["kv"] = int(impl.kv.nbytes)
         res["device"]["arenas"] = sum(int(r.impl.hpi.arena.buf.nbytes)
                                       for r in [impl._prefill, *impl._gen.values()] if hasattr(r.impl, "hpi"))
+    if args.tracemalloc:
+        import gc
+
+        gc.collect()
+        res["traced_mb"], res["traced_peak_mb"] = (x / 2**20 for x in tracemalloc.get_traced_memory())
     res["rss_mb"] = _rss_mb()
     res["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return res
@@ -145,6 +154,8 @@ def main() -> int:
     ap.add_argument("--new", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--fill-all", action="store_true")
+    ap.add_argument("--tracemalloc", action="store_true",
+                    help="also report Python-traced bytes held at the end / at peak (RSS hides frees of small blobs)")
     ap.add_argument("--skip-real", action="store_true")
     ap.add_argument("--skip-nobank", action="store_true", help="skip the (large) before configuration")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -189,6 +200,10 @@ def main() -> int:
                else f"{'-':>14s} {'-':>16s} {'-':>12s}")
         print(f"{name:18s} {r['compile_s']:9.1f} {r['ttft_ms']:8.1f} {r['tpot_ms']:8.1f} {r['maxrss_mb']:11.0f} "
               f"{r['rss_mb']:7.0f} {dev}")
+    if args.tracemalloc:
+        for name, r in results.items():
+            if "traced_mb" in r:
+                print(f"  {name:18s} tracemalloc: held {r['traced_mb']:.1f} MB, peak {r['traced_peak_mb']:.1f} MB")
     before, after, real = (results.get(k) for k in ("ours NPU bank=NO", "ours NPU bank=YES", "real NPUW/CPU"))
     if before and after:
         print(f"bank after/before: peak RSS {after['maxrss_mb'] / before['maxrss_mb']:.2f}, device weights "
