@@ -8,8 +8,6 @@ Question/Answer template is added in a temporary copy.
 
 from __future__ import annotations
 
-from ov_npu_emu.testing import find_shared_model
-
 import argparse
 import json
 import sys
@@ -20,6 +18,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
+
+from ov_npu_emu.testing import find_shared_model
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 NPU = {"NPUW_DEVICES": "CPU", "MAX_PROMPT_LEN": 512, "MIN_RESPONSE_LEN": 128}

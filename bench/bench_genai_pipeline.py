@@ -2,13 +2,14 @@
 
 Usage: python bench/bench_genai_pipeline.py [MODEL_DIR] [--tokens N] [--iters K] [--devices CPU,NPU]
 On "NPU" the real pipeline runs NPUW on CPU; genai_shim runs our NPUW plugin (with NPUW_DEVICES=CPU).
+Both pipelines are loaded first, then generate() alternates between them (order flipped every
+iteration, so load from other jobs hits both alike); the metrics are medians over the iterations.
 """
 
 from __future__ import annotations
 
-from ov_npu_emu.testing import find_shared_model
-
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
+
+from ov_npu_emu.testing import find_shared_model
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 NPU = {
@@ -27,7 +30,8 @@ NPU = {
 PROMPT = "Once upon a time, in a small village near the sea, there lived a girl named Lily who"
 
 
-def measure(mod: Any, folder: str, device: str, tokens: int, iters: int) -> dict[str, float]:
+def load(mod: Any, folder: str, device: str, tokens: int) -> tuple[Any, Any, float]:
+    """(pipeline, generation config, load wall ms) for one implementation."""
     props = dict(F32, **(NPU if device == "NPU" else {}))
     if mod.__name__ == "openvino_genai" and device != "NPU":
         props["ATTENTION_BACKEND"] = "SDPA"  # the real stateful pipeline, like ours
@@ -38,16 +42,29 @@ def measure(mod: Any, folder: str, device: str, tokens: int, iters: int) -> dict
     cfg.max_new_tokens = tokens
     cfg.ignore_eos = True
     pipe.generate([PROMPT], cfg)  # warm-up
-    pm = None
-    for _ in range(iters):
-        r = pipe.generate([PROMPT], cfg)
-        pm = r.perf_metrics if pm is None else pm + r.perf_metrics
+    return pipe, cfg, wall_load
+
+
+def measure(setups: dict[str, tuple[Any, Any, float]], iters: int) -> dict[str, dict[str, float]]:
+    """Alternate one generate() per implementation (order flipped every iteration); medians."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in setups}
+    names = list(setups)
+    for i in range(iters):
+        for name in names if i % 2 == 0 else names[::-1]:
+            pipe, cfg, _ = setups[name]
+            pm = pipe.generate([PROMPT], cfg).perf_metrics
+            runs[name].append(
+                {
+                    "ttft_ms": pm.get_ttft().mean,
+                    "tpot_ms": pm.get_tpot().mean,
+                    "tok_per_s": pm.get_throughput().mean,
+                    "generate_ms": pm.get_generate_duration().mean,
+                }
+            )
     return {
-        "load_ms": wall_load,
-        "ttft_ms": pm.get_ttft().mean,
-        "tpot_ms": pm.get_tpot().mean,
-        "tok_per_s": pm.get_throughput().mean,
-        "generate_ms": pm.get_generate_duration().mean,
+        name: {"load_ms": setups[name][2]}
+        | {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        for name, rs in runs.items()
     }
 
 
@@ -55,7 +72,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model_dir", nargs="?", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=7)
     ap.add_argument("--devices", default="CPU,NPU")
     args = ap.parse_args()
     import openvino_genai
@@ -68,14 +85,16 @@ def main() -> int:
     )
     for device in args.devices.split(","):
         try:
-            ours = measure(genai_shim, args.model_dir, device, args.tokens, args.iters)
+            ours = load(genai_shim, args.model_dir, device, args.tokens)
         except Exception as e:  # e.g. NPUW not merged yet
             print(f"{device:6} genai_shim failed: {e}")
             continue
-        real = measure(openvino_genai, args.model_dir, device, args.tokens, args.iters)
-        for k in ours:
-            ratio = ours[k] / real[k] if real[k] else float("nan")
-            print(f"{device:6} {k:12} {ours[k]:12.2f} {real[k]:15.2f} {ratio:16.2f}")
+        real = load(openvino_genai, args.model_dir, device, args.tokens)
+        res = measure({"ours": ours, "real": real}, args.iters)
+        for k in res["ours"]:
+            a, b = res["ours"][k], res["real"][k]
+            ratio = a / b if b else float("nan")
+            print(f"{device:6} {k:12} {a:12.2f} {b:15.2f} {ratio:16.2f}")
     return 0
 
 

@@ -5,8 +5,6 @@ Usage: python bench/bench_npuw_cache.py [--model DIR_OR_XML] [--max-prompt 1024]
 
 from __future__ import annotations
 
-from ov_npu_emu.testing import find_shared_model
-
 import argparse
 import sys
 import tempfile
@@ -19,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
 
 from ov_npu_emu import Core
+from ov_npu_emu.testing import find_shared_model
 
 
 def main() -> int:

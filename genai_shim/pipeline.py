@@ -78,6 +78,29 @@ class _Seq:
         self.out_of_memory = False
 
 
+class _OneRow:
+    """Per-step inputs of a single running row, in buffers reused across the decode steps."""
+
+    def __init__(self, mask: np.ndarray) -> None:
+        n = mask.shape[1]
+        self._buf = np.ones((1, max(2 * n, 64)), dtype=np.int64)
+        self._buf[:, :n] = mask
+        self._len = n
+        self._pos = int(mask.sum()) - 1  # position of the last fed token
+        self.ids = np.zeros((1, 1), dtype=np.int64)
+        self.beam = np.zeros(1, dtype=np.int32)
+        self._pos_arr = np.zeros((1, 1), dtype=np.int64)
+
+    def step(self) -> tuple[np.ndarray, np.ndarray]:
+        """(attention mask with one more 1, position of the new token)."""
+        if self._len == self._buf.shape[1]:
+            self._buf = np.concatenate([self._buf, np.ones_like(self._buf)], axis=1)
+        self._len += 1
+        self._pos += 1
+        self._pos_arr[0, 0] = self._pos
+        return self._buf[:, : self._len], self._pos_arr
+
+
 def _now() -> float:
     return time.perf_counter()
 
@@ -132,6 +155,8 @@ class LLMPipeline:
             self._compiled = self._core.compile_model(model, self._device, props)
         self._request = self._compiled.create_infer_request()
         self._input_names = {n for p in self._compiled.inputs for n in p.get_names()}
+        self._has_pos = "position_ids" in self._input_names
+        self._has_beam = "beam_idx" in self._input_names
         self._sampler = Sampler()
         # chat state
         self._chat_active = False
@@ -480,12 +505,14 @@ class LLMPipeline:
         perf: PerfMetrics,
     ) -> np.ndarray:
         feed: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": mask}
-        if "position_ids" in self._input_names:
+        if self._has_pos:
             feed["position_ids"] = pos
-        if "beam_idx" in self._input_names:
+        if self._has_beam:
             feed["beam_idx"] = beam
         t0 = _now()
-        out = self._request.infer(feed)
+        # share_outputs: the logits are a view of the request's output, read (sampled) before the
+        # next infer overwrites it, so the per-step copy is not needed.
+        out = self._request.infer(feed, share_outputs=True)
         t1 = _now()
         raw = perf.raw_metrics
         raw.m_token_infer_durations.append((t1 - t0) * 1e6)
@@ -570,6 +597,7 @@ class LLMPipeline:
         active = list(range(batch * n))
         kv_row = {s: s // n for s in active}  # sequence -> its row in the KV cache / mask
         stream_stopped = False
+        one: _OneRow | None = None
         last = np.repeat(logits[:, -1, :], n, axis=0)
         while True:
             for row, b in enumerate(active):
@@ -593,12 +621,23 @@ class LLMPipeline:
             if not still:
                 break
             # Decode step: one token per running row; beam_idx drops finished rows from the KV.
-            beam = np.array([kv_row[b] for b in still], dtype=np.int32)
-            full_mask = np.concatenate(
-                [full_mask[beam], np.ones((len(still), 1), dtype=np.int64)], axis=1
-            )
-            step_ids = np.array([[seqs[b].tokens[-1]] for b in still], dtype=np.int64)
-            step_pos = (full_mask.sum(axis=1, keepdims=True) - 1).astype(np.int64)
+            if len(still) == 1 and len(active) == 1:
+                # One row (the common case): the mask grows by a 1 in a preallocated buffer and
+                # the position by one, instead of re-concatenating and re-summing the mask.
+                if one is None:
+                    one = _OneRow(full_mask)
+                full_mask, step_pos = one.step()
+                step_ids = one.ids
+                step_ids[0, 0] = seqs[still[0]].tokens[-1]
+                beam = one.beam
+            else:
+                one = None
+                beam = np.array([kv_row[b] for b in still], dtype=np.int32)
+                full_mask = np.concatenate(
+                    [full_mask[beam], np.ones((len(still), 1), dtype=np.int64)], axis=1
+                )
+                step_ids = np.array([[seqs[b].tokens[-1]] for b in still], dtype=np.int64)
+                step_pos = (full_mask.sum(axis=1, keepdims=True) - 1).astype(np.int64)
             logits = self._infer(step_ids, full_mask, step_pos, beam, perf)
             if keep_kv and batch * n == 1:
                 self._kv_tokens.append(int(step_ids[0, 0]))

@@ -28,6 +28,16 @@ class LogitProcessor:
         self.generated: Counter[int] = Counter()
         self.num_generated = 0
 
+    def needs_penalties(self) -> bool:
+        """Whether :meth:`apply_penalties` would change anything for the next token."""
+        c = self.config
+        return (
+            (c.min_new_tokens > 0 and self.num_generated < c.min_new_tokens)
+            or c.repetition_penalty != 1.0
+            or c.presence_penalty != 0.0
+            or c.frequency_penalty != 0.0
+        )
+
     def register(self, token: int) -> None:
         self.generated[int(token)] += 1
         self.num_generated += 1
@@ -94,6 +104,9 @@ class Sampler:
 
     def sample(self, processor: LogitProcessor, logits: np.ndarray) -> tuple[int, float]:
         """Return (token, log-probability used for the score)."""
+        if not processor.config.do_sample and not processor.needs_penalties():
+            # Plain greedy: argmax of the row as is (no copy; f16→f32 keeps order and ties).
+            return int(np.argmax(logits)), 0.0
         vec = processor.apply_penalties(np.array(logits, dtype=np.float32, copy=True))
         if not processor.config.do_sample:
             return int(np.argmax(vec)), 0.0

@@ -20,6 +20,25 @@ if TYPE_CHECKING:
 __all__ = ["InferRequest"]
 
 
+def _bounds(ps: ov.PartialShape) -> tuple[tuple[int, int], ...] | None:
+    """Per-dimension (min, max) of a partial shape (max −1: unbounded); None for a dynamic rank."""
+    if ps.rank.is_dynamic:
+        return None
+    return tuple((d.get_min_length(), d.get_max_length()) for d in ps)
+
+
+def _compatible(bounds: tuple[tuple[int, int], ...] | None, shape: tuple[int, ...]) -> bool:
+    """``PartialShape.compatible`` for a static shape, in pure Python (no pybind objects per call)."""
+    if bounds is None:
+        return True
+    if len(bounds) != len(shape):
+        return False
+    for (lo, hi), v in zip(bounds, shape):
+        if v < lo or (hi >= 0 and v > hi):
+            return False
+    return True
+
+
 def _check_shape(port: Port, shape: tuple[int, ...]) -> None:
     ps = port.partial_shape
     if not ps.compatible(ov.PartialShape(list(shape))):
@@ -41,6 +60,15 @@ class InferRequest:
     def __init__(self, impl: DeviceInferRequest, compiled_model: CompiledModel) -> None:
         self._impl = impl
         self._compiled = compiled_model
+        # Per-request caches for the per-call fast path (ports never change after compilation):
+        # key → port, port index → shape bounds and numpy dtype.
+        self._inputs: list[Port] = compiled_model.inputs
+        self._outputs: list[Port] = compiled_model.outputs
+        self._in_ports: dict[Any, Port] = {}
+        self._in_bounds = [_bounds(p.partial_shape) for p in self._inputs]
+        self._in_dtypes: list[np.dtype | None] = [None] * len(self._inputs)
+        self._out_index: dict[Any, int] = {}
+        self._by_name: dict[str, Port] = {}
         self._results: ResultDict | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -51,11 +79,11 @@ class InferRequest:
     # -- ports -------------------------------------------------------------------------
     @property
     def model_inputs(self) -> list[Port]:
-        return self._compiled.inputs
+        return list(self._inputs)
 
     @property
     def model_outputs(self) -> list[Port]:
-        return self._compiled.outputs
+        return list(self._outputs)
 
     def get_compiled_model(self) -> CompiledModel:
         return self._compiled
@@ -63,13 +91,21 @@ class InferRequest:
     def _find(self, key: Any) -> Port:
         """Look a key up among inputs first, then outputs (tensor names are unique per model)."""
         if isinstance(key, Port):
-            return resolve_port(key, self.model_inputs if key.is_input else self.model_outputs, "port")
+            return resolve_port(key, self._inputs if key.is_input else self._outputs, "port")
+        named = type(key) is str  # names are memoised (ints are cheap and input-only)
+        if named:
+            port = self._by_name.get(key)
+            if port is not None:
+                return port
         try:
-            return resolve_port(key, self.model_inputs, "input")
+            port = resolve_port(key, self._inputs, "input")
         except UserInputError:
             if isinstance(key, (int, np.integer)):
                 raise
-            return resolve_port(key, self.model_outputs, "output")
+            port = resolve_port(key, self._outputs, "output")
+        if named:
+            self._by_name[key] = port
+        return port
 
     # -- tensors -----------------------------------------------------------------------
     def get_tensor(self, key: Any) -> ov.Tensor:
@@ -133,6 +169,24 @@ class InferRequest:
         _check_shape(port, tuple(tensor.shape))
         self._impl.set_tensor(port.index, port.is_input, tensor)
 
+    def _input_port(self, key: Any) -> Port:
+        """resolve_port over the inputs, memoised for name and index keys (the per-step case)."""
+        hashable = isinstance(key, (str, int)) and not isinstance(key, bool)
+        if hashable:
+            port = self._in_ports.get(key)
+            if port is not None:
+                return port
+        port = resolve_port(key, self._inputs, "input")
+        if hashable:
+            self._in_ports[key] = port
+        return port
+
+    def _input_dtype(self, port: Port) -> np.dtype:
+        want = self._in_dtypes[port.index]
+        if want is None:
+            want = self._in_dtypes[port.index] = numpy_dtype(port.element_type)
+        return want
+
     def _feed(self, inputs: Any, share_inputs: bool) -> None:
         """Bind or copy user inputs (dict / list / single value) into the request's input tensors."""
         if inputs is None:
@@ -148,20 +202,22 @@ class InferRequest:
                     f"a single input value was given but the model has {len(self.model_inputs)} inputs; pass a dict"
                 )
         for key, value in items:
-            port = resolve_port(key, self.model_inputs, "input")
+            port = self._input_port(key)
             if isinstance(value, ov.Tensor):
                 if share_inputs:
                     self._bind(port, value)
                     continue
                 value = value.data
-            arr = np.asarray(value)
-            want = numpy_dtype(port.element_type)
-            _check_shape(port, arr.shape)
+            arr = value if type(value) is np.ndarray else np.asarray(value)
+            want = self._input_dtype(port)
+            if not _compatible(self._in_bounds[port.index], arr.shape):
+                _check_shape(port, arr.shape)  # raises the typed error with the full message
             if share_inputs and arr.dtype == want and arr.flags.c_contiguous:
                 self._impl.set_tensor(port.index, True, ov.Tensor(arr, shared_memory=True))
                 continue
             current = self._impl.get_tensor(port.index, True)
-            if tuple(current.shape) == arr.shape and current.get_element_type() == port.element_type:
+            # dtype first: `.data` of the bound tensor then has its shape (ov.Shape is slow to read)
+            if current.get_element_type() == port.element_type and current.data.shape == arr.shape:
                 np.copyto(current.data, arr, casting="unsafe")  # keeps the bound buffer (and its address)
             else:
                 self._impl.set_tensor(port.index, True, ov.Tensor(np.ascontiguousarray(arr, dtype=want)))
@@ -187,10 +243,11 @@ class InferRequest:
 
     def _collect(self, share_outputs: bool) -> ResultDict:
         values = []
-        for p in self.model_outputs:
-            data = self._impl.get_tensor(p.index, False).data
+        get = self._impl.get_tensor
+        for i in range(len(self._outputs)):
+            data = get(i, False).data
             values.append(data if share_outputs else np.array(data, copy=True))
-        self._results = ResultDict(self.model_outputs, values)
+        self._results = ResultDict(self._outputs, values, self._out_index)
         return self._results
 
     def start_async(self, inputs: Any = None, userdata: Any = None, share_inputs: bool = False, **_: Any) -> None:

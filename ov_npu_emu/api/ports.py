@@ -136,12 +136,24 @@ def resolve_port(key: Any, ports: list[Port], what: str) -> Port:
 class ResultDict(Mapping[Port, np.ndarray]):
     """Inference results keyed by output port; also indexable by name and index (openvino OVDict)."""
 
-    def __init__(self, ports: list[Port], values: list[np.ndarray]) -> None:
+    def __init__(
+        self, ports: list[Port], values: list[np.ndarray], lookup: dict[Any, int] | None = None
+    ) -> None:
         self._ports = ports
         self._values = values
+        # name/index → position, shared by the results of one request (filled on first use)
+        self._lookup = {} if lookup is None else lookup
 
     def __getitem__(self, key: Any) -> np.ndarray:
-        return self._values[resolve_port(key, self._ports, "output").index]
+        hashable = isinstance(key, (str, int)) and not isinstance(key, bool)
+        if hashable:
+            i = self._lookup.get(key)
+            if i is not None:
+                return self._values[i]
+        i = resolve_port(key, self._ports, "output").index
+        if hashable:
+            self._lookup[key] = i
+        return self._values[i]
 
     def __iter__(self) -> Iterator[Port]:
         return iter(self._ports)

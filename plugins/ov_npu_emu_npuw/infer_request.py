@@ -88,11 +88,15 @@ class _Staging:
             arr = np.zeros(port.partial_shape.to_shape(), port.element_type.to_dtype())
             self.present.append(arr)
             req.set_tensor(name, ov.Tensor(arr, shared_memory=True))
+        # Steps call the device request directly: the facade already validated every binding
+        # above, and the outer request's facade wraps device errors into ExecutionError.
+        self.run = req.impl.infer
         if embed is not None:
             # Shared head: the last hidden state is copied into the head's input after each
             # call. Binding `embed` itself as this output corrupted the heap in the CPU plugin
             # (prefill, where the output comes from a Slice), so it is a copy of E values.
-            self._req = req
+            self._get = req.impl.get_tensor
+            self._embed_index = outs[EMBED].index
             self._embed = embed
             self.logits_tensor = None
         else:
@@ -103,7 +107,7 @@ class _Staging:
 
     def hand_embed(self) -> None:
         """Copy this model's last hidden state into the shared head's input."""
-        self._embed[...] = self._req.get_tensor(EMBED).data
+        self._embed[...] = self._get(self._embed_index, False).data
 
     def zero(self) -> None:
         self.ids.fill(0)
@@ -119,6 +123,7 @@ class LLMInferRequest(DeviceInferRequest):
         self._cm = cm
         self._cfg = cfg
         self._names = [p.any_name for p in cm.inputs]
+        self._index = {n: i for i, n in enumerate(self._names)}
         self._user: list[ov.Tensor] = [
             ov.Tensor(p.element_type, [0] * p.partial_shape.rank.get_length()) for p in cm.inputs
         ]
@@ -147,6 +152,7 @@ class LLMInferRequest(DeviceInferRequest):
                 shared_memory=True,
             )
             self._head.set_tensor("logits", self._head_logits)
+            self._run_head = self._head.impl.infer
         # Prefill: the chunked past is one more prefix view of the same KV memory.
         self._prefill = cm.subs.prefill.create_infer_request()
         self._pf = _Staging(self._prefill, self._C or self._P, self._P, cm.kv.present_names, embed)
@@ -162,6 +168,15 @@ class LLMInferRequest(DeviceInferRequest):
             for i, name in enumerate(cm.kv.past_names):
                 req.set_tensor(name, self.kv.tensor(i, k - 1))
             self._gen[k] = req
+        # Per variant and KV tensor: (logical past view, last row of `present`) so a decode step
+        # writes its new KV row with one slice assignment per tensor and no lookups.
+        self._rows: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
+            k: [
+                (self.kv.seq(i, k - 1), self._logical(i, p)[:, :, -1, :])
+                for i, p in enumerate(st.present)
+            ]
+            for k, st in self._gs.items()
+        }
         self.num_stored_tokens = 0
         self.variant: int = cfg.variants[0]  # KV size of the bound generate variant
         self.prefill_calls = 0  # chunks (or whole prefills) run in the last prefill
@@ -217,9 +232,10 @@ class LLMInferRequest(DeviceInferRequest):
 
     # -- helpers ------------------------------------------------------------------------
     def _input(self, name: str) -> np.ndarray:
-        if name not in self._names:
+        i = self._index.get(name)
+        if i is None:
             raise UserInputError(f"the model has no input {name!r}")
-        return self._user[self._names.index(name)].data
+        return self._user[i].data
 
     # -- prefill ------------------------------------------------------------------------
     def _infer_prefill(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
@@ -248,7 +264,7 @@ class LLMInferRequest(DeviceInferRequest):
         self._fresh = False
         if self._head is not None:
             self._pf.hand_embed()
-            self._head.infer(share_outputs=True)
+            self._run_head()
             self._logits = self._head_logits
         else:
             self._logits = self._pf.logits_tensor
@@ -266,7 +282,7 @@ class LLMInferRequest(DeviceInferRequest):
         s.ids[0, P - n :] = ids[0]
         s.mask[0, P - n :] = mask
         s.pos[0, P - n :] = pos[0]
-        self._prefill.infer(share_outputs=True)
+        s.run()
         self.prefill_calls = 1
         self.num_stored_tokens = n
         self._in_present = n
@@ -285,7 +301,7 @@ class LLMInferRequest(DeviceInferRequest):
             s.ids[0, C - cur :] = ids[0, stored : stored + cur]
             s.pos.fill(0)
             s.pos[0, C - cur :] = pos[0, stored : stored + cur]
-            self._prefill.infer(share_outputs=True)
+            s.run()
             calls += 1
             stored += cur
             if stored < n:  # not the last chunk: move its KV into the past, mark it as history
@@ -371,7 +387,7 @@ class LLMInferRequest(DeviceInferRequest):
         if self.num_stored_tokens >= self.variant - 1:
             self._switch_variant()
         K = self.variant
-        req, s = self._gen[K], self._gs[K]
+        s = self._gs[K]
         hist = self.num_stored_tokens
         s.ids[0, 0] = ids[0, 0]
         s.pos[0, 0] = p0
@@ -379,14 +395,15 @@ class LLMInferRequest(DeviceInferRequest):
         user_hist = mask[0, :-1][:hist]  # caller's mask minus the current token
         s.mask[0, : user_hist.shape[0]] = user_hist
         s.mask[0, -1] = 1  # the new token is the last column (past K−1 ++ new 1)
-        req.infer(share_outputs=True)
-        self.num_stored_tokens += 1
-        # The real NPUW overlaps the head with this KV write; here the facade's start_async
-        # spawns a thread per call, which costs more than the overlap saves: run it in line.
-        self._update_kvcache_for(s, K - 1, self.num_stored_tokens, 1)
+        s.run()
+        # The real NPUW overlaps the head with this KV write; here a thread hand-off costs more
+        # than the overlap saves: run it in line (the new token goes to past slot `hist`).
+        for dst, src in self._rows[K]:
+            dst[:, :, hist, :] = src
+        self.num_stored_tokens = hist + 1
         if self._head is not None:
             s.hand_embed()
-            self._head.infer(share_outputs=True)
+            self._run_head()
             self._logits = self._head_logits
         else:
             self._logits = s.logits_tensor
