@@ -78,3 +78,22 @@ def test_submodels_share_weights_and_decompressed_cache(small_int8):
     del shared, subs, cm
     gc.collect()
     assert bank.stats()["entries"] == 0 and bank.counters["freed"] == stats["entries"]
+
+
+def test_imported_npuw_artefact_shares_through_the_anonymous_bank(small_int8):
+    """Import passes no bank name: the sub-models still share, by content, in the device's "" bank."""
+    import ov_npu_emu
+
+    core = ov_npu_emu.Core()
+    compiled = core.compile_model(small_int8, "NPU", _config())
+    want, _ = greedy(compiled.create_infer_request(), PROMPT, 6)
+    blob = compiled.export_model()
+    del compiled
+    gc.collect()
+    cm = core.import_model(blob, "NPU", _config())
+    subs = _subs(cm)
+    assert {s.get_property("NPUW_WEIGHTS_BANK") for s in subs} == {""}
+    bank = subs[0].impl.parsed.banked.bank
+    assert max(e.refs for e in bank.entries("")) == 3  # prefill, kv48, kv64 share the layers
+    ids, err = greedy(cm.create_infer_request(), PROMPT, 6)
+    assert err is None and ids == want
