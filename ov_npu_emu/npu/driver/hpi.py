@@ -130,7 +130,9 @@ class HostParsedInference:
             # the bank's device memory, mapped at the bank's addresses (shared by every blob using it)
             for base, buf, name in parsed.banked.regions():
                 self.aspace.map(buf, MemKind.WEIGHTS, name, base=base)
-        self.section_addr: dict[str, int] = {SEC_WEIGHTS: WEIGHTS_BASE}
+        # banked: constants are placed one by one; the private image stands for the section
+        self.section_addr: dict[str, int] = {
+            SEC_WEIGHTS: WEIGHTS_BASE if parsed.banked is None else parsed.banked.private_base}
         for name, _kind, _size in sizes:
             sec = parsed.sections[name]
             self.section_addr[name] = self.arena.addr(name)
