@@ -50,6 +50,14 @@ _GENAI_ONLY_KEYS = (
 )
 
 
+#: features openvino.genai offers through pipeline properties that genai_shim does not implement
+_UNSUPPORTED_FEATURES = {
+    "draft_model": "speculative decoding",
+    "prompt_lookup": "prompt-lookup decoding",
+    "adapters": "LoRA adapters",
+}
+
+
 class SchedulerConfig:
     """Accepted for API compatibility (continuous batching is not emulated; the pipeline is
     always the stateful one).  Attributes can be set freely."""
@@ -134,6 +142,13 @@ class LLMPipeline:
             )
         props: dict[str, Any] = dict(config or {})
         props.update(kwargs)
+        for k, feature in _UNSUPPORTED_FEATURES.items():
+            if props.get(k):  # silently decoding without them would lose what was asked for
+                raise ConfigError(
+                    f"genai_shim does not implement {feature} ({k!r}); remove the property "
+                    "(see docs/genai_shim.md, 'Not supported')",
+                    key=k,
+                )
         for k in _GENAI_ONLY_KEYS:
             props.pop(k, None)
         self._device = str(device).upper()

@@ -187,7 +187,9 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     seconds: dict[str, float] = {}
     generate: dict[int, CompiledModel] = {}
     prefill = head = None
+    progress = _TtyProgress(len(jobs))
     for n, (sub_name, what) in enumerate(jobs, 1):
+        progress.step(n, sub_name, device)
         t0 = time.perf_counter()
         if what == "prefill":
             static = make_prefill_model(
@@ -203,6 +205,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         logger.info(
             "[%d/%d] compiled %s on %s in %.2f s", n, len(jobs), sub_name, device, seconds[sub_name]
         )
+    progress.done(time.perf_counter() - t_all)
     logger.info(
         "NPUW LLM %s ready in %.2f s: prefill %s, generate variants %s, KV %s",
         name,
@@ -224,6 +227,35 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     return LLMCompiledModel(
         name, cfg, kv, device, SubModels(prefill, generate, head), ins, outs, seconds
     )
+
+
+class _TtyProgress:
+    """One self-overwriting status line on an interactive stderr while sub-models compile.
+
+    Compiling a prefill model and several generate variants can take minutes on big models;
+    logs at INFO (OV_NPU_EMU_NPUW_LOG_LEVEL) give one line per sub-model, this covers the default
+    case.  Silent when stderr is not a terminal, when INFO logging is on, or with
+    OV_NPU_EMU_PROGRESS=0.
+    """
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.enabled = (
+            total > 1
+            and os.environ.get("OV_NPU_EMU_PROGRESS", "1") != "0"
+            and not logger.isEnabledFor(logging.INFO)
+            and getattr(sys.stderr, "isatty", lambda: False)()
+        )
+
+    def step(self, n: int, name: str, device: str) -> None:
+        if self.enabled:
+            sys.stderr.write(f"\r\033[K[NPUW] compiling {name} on {device} ({n}/{self.total})")
+            sys.stderr.flush()
+
+    def done(self, seconds: float) -> None:
+        if self.enabled:
+            sys.stderr.write(f"\r\033[K[NPUW] compiled {self.total} sub-models in {seconds:.1f} s\n")
+            sys.stderr.flush()
 
 
 def _package_version() -> str:
