@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ov_npu_emu.errors import ConfigError
 
 __all__ = ["SIZE_MAX", "GenerationConfig", "StopCriteria"]
@@ -100,6 +102,25 @@ _JSON_KEYS = (
 )
 
 
+def _checked(name: str, value: Any) -> Any:
+    """Reject values of the wrong kind now (the real binding raises TypeError on assignment),
+    not with a TypeError deep in validate() or the sampler."""
+    kind = type(_DEFAULTS[name])
+    ok = {
+        bool: lambda v: isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, np.integer)) and v in (0, 1)),
+        int: lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool),
+        float: lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool),
+    }.get(kind)
+    if ok is None:
+        return value
+    if not ok(value):
+        raise ConfigError(
+            f"GenerationConfig.{name} must be {'an' if kind is int else 'a'} {kind.__name__}, got "
+            f"{type(value).__name__} {value!r}"
+        )
+    return kind(value)
+
+
 class GenerationConfig:
     """Generation parameters: names, defaults and checks of ``openvino_genai.GenerationConfig``.
 
@@ -140,9 +161,17 @@ class GenerationConfig:
         if name not in _DEFAULTS:
             raise AttributeError(f"'GenerationConfig' object has no attribute {name!r}")
         if name in ("stop_strings", "stop_token_ids"):
+            if isinstance(value, (str, bytes, int, float)):  # set("ab") would be {"a", "b"}
+                raise ConfigError(f"GenerationConfig.{name} must be a set, got {type(value).__name__}")
             value = set(value) if value is not None else set()
             if name == "stop_token_ids":
+                if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
+                    raise ConfigError(f"GenerationConfig.stop_token_ids must hold integer ids, got {sorted(map(repr, value))}")
                 value = {int(v) for v in value}
+            elif not all(isinstance(v, str) for v in value):
+                raise ConfigError("GenerationConfig.stop_strings must hold strings")
+        else:
+            value = _checked(name, value)
         object.__setattr__(self, name, value)
 
     def update_generation_config(self, **kwargs: Any) -> None:

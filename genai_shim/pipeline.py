@@ -134,6 +134,10 @@ class LLMPipeline:
     def __init__(self, models_path: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
         t0 = _now()
         tokenizer, device, config = self._parse_ctor(args, kwargs)
+        if not isinstance(models_path, (str, os.PathLike)):
+            raise UserInputError(
+                f"models_path must be a folder path (str or os.PathLike), got {type(models_path).__name__}"
+            )
         folder = Path(models_path)
         if not (folder / MODEL_XML).is_file():
             raise IRReadError(
@@ -293,6 +297,7 @@ class LLMPipeline:
         config = self._resolve_config(generation_config, kwargs)
         if isinstance(inputs, (TokenizedInputs, ov.Tensor, np.ndarray)):
             ids, mask = self._encoded_inputs(inputs)
+            self._check_ids(ids)
             res = self._generate_ids(ids, mask, config, streamer, start, keep_kv=False)
             res.perf_metrics.raw_metrics.generate_durations.append((_now() - start) * 1e6)
             res.perf_metrics._evaluated = False
@@ -335,8 +340,29 @@ class LLMPipeline:
         return config
 
     # -- input preparation ---------------------------------------------------------------------
+    def _check_ids(self, ids: np.ndarray) -> None:
+        """Token ids outside the vocabulary would index the embedding out of bounds (the CPU
+        plugin silently reads zeros), so reject them here, on every device."""
+        shape = self._compiled.output("logits").get_partial_shape()
+        vocab = shape[shape.rank.get_length() - 1] if shape.rank.is_static else None
+        if vocab is not None and vocab.is_static and ids.size:
+            lo, hi = int(ids.min()), int(ids.max())
+            if lo < 0 or hi >= vocab.get_length():
+                raise UserInputError(
+                    f"input_ids must be token ids in [0, {vocab.get_length()}), got values {lo}..{hi}"
+                )
+
     @staticmethod
     def _encoded_inputs(inputs: Any) -> tuple[np.ndarray, np.ndarray]:
+        try:
+            return LLMPipeline._encoded_arrays(inputs)
+        except (ValueError, TypeError) as e:  # numpy: strings, ragged lists, None
+            if isinstance(e, UserInputError):
+                raise
+            raise UserInputError(f"input_ids must be integer token ids: {e}") from e
+
+    @staticmethod
+    def _encoded_arrays(inputs: Any) -> tuple[np.ndarray, np.ndarray]:
         if isinstance(inputs, TokenizedInputs):
             ids = np.asarray(inputs.input_ids.data, dtype=np.int64)
             mask = np.asarray(inputs.attention_mask.data, dtype=np.int64)

@@ -194,7 +194,7 @@ class Tokenizer:
         with self._lock:
             if add_special_tokens not in self._encoders:
                 if self._tok_model is None:
-                    raise UserInputError(
+                    raise IRReadError(
                         f"{TOKENIZER_XML} was not found in {os.fspath(self._folder)!r}; encode() "
                         "needs it"
                     )
@@ -224,9 +224,9 @@ class Tokenizer:
         with self._lock:
             if skip_special_tokens not in self._decoders:
                 if self._detok_model is None:
-                    raise UserInputError(
+                    raise IRReadError(
                         f"{DETOKENIZER_XML} was not found in {os.fspath(self._folder)!r}; "
-                        "decode() needs it"
+                        "decode() needs it (convert the tokenizer with with_detokenizer=True)"
                     )
                 model = _core().read_model(self._folder / DETOKENIZER_XML)
                 for op in model.get_ordered_ops():
@@ -329,14 +329,20 @@ class Tokenizer:
         elif isinstance(tokens, np.ndarray):
             arr, batch = tokens, tokens.ndim == 2
         else:
+            if isinstance(tokens, (str, bytes)) or not hasattr(tokens, "__iter__"):
+                raise UserInputError(f"decode() takes token ids (a list or tensor), got {type(tokens).__name__}")
             seq = list(tokens)
             batch = bool(seq) and isinstance(seq[0], (list, tuple, np.ndarray))
             if batch:
                 # Ragged rows are decoded one by one: padding would show up unless skipped.
                 return [str(self.decode(list(s), skip_special_tokens)) for s in seq]
-            else:
-                arr = np.array([int(t) for t in seq], dtype=np.int64)
-        arr = np.asarray(arr, dtype=np.int64)
+            if not all(isinstance(t, (int, np.integer)) for t in seq):
+                raise UserInputError("decode() takes integer token ids")
+            arr = np.array([int(t) for t in seq], dtype=np.int64)
+        try:
+            arr = np.asarray(arr, dtype=np.int64)
+        except (ValueError, TypeError) as e:  # a tensor/array of strings
+            raise UserInputError(f"decode() takes integer token ids: {e}") from e
         if arr.ndim == 1:
             arr = arr[None, :]
         if arr.ndim != 2:

@@ -100,6 +100,15 @@ class Core:
         """Read an IR (path or XML bytes) with openvino; tokenizer IR extensions load on demand."""
         if isinstance(model, ov.Model):
             return model
+        if not isinstance(model, (str, os.PathLike, bytes)):
+            raise UserInputError(
+                f"read_model needs a path, IR XML bytes or an openvino.Model, got {type(model).__name__}"
+            )
+        if isinstance(model, bytes):
+            try:
+                model.decode()
+            except UnicodeDecodeError as e:
+                raise IRReadError(f"Cannot read model <bytes>: IR XML must be UTF-8 text ({e})") from e
         if isinstance(model, (str, os.PathLike)) and not Path(model).exists():
             raise IRReadError(f"Model file {os.fspath(model)!r} does not exist")
         try:
@@ -146,6 +155,11 @@ class Core:
             blob = model_stream.getvalue()
         elif hasattr(model_stream, "read"):
             blob = model_stream.read()
+            if not isinstance(blob, (bytes, bytearray)):  # a text-mode stream
+                raise UserInputError(
+                    f"import_model needs a binary stream (open(path, 'rb')), got one yielding {type(blob).__name__}"
+                )
+            blob = bytes(blob)
         else:
             raise UserInputError(f"import_model needs bytes, a binary stream or a Tensor, got {type(model_stream).__name__}")
         name, device = self._claimable_device(device_name)

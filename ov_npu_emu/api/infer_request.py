@@ -43,7 +43,7 @@ def _check_shape(port: Port, shape: tuple[int, ...]) -> None:
     ps = port.partial_shape
     if not ps.compatible(ov.PartialShape(list(shape))):
         raise UserInputError(
-            f"Input {port.info.any_name!r} expects shape {ps}, got {list(shape)}. "
+            f"{'Input' if port.is_input else 'Output'} {port.info.any_name!r} expects shape {ps}, got {list(shape)}. "
             "Reshape the model (model.reshape) or pass a tensor of the expected shape."
         )
 
@@ -208,8 +208,18 @@ class InferRequest:
                     self._bind(port, value)
                     continue
                 value = value.data
-            arr = value if type(value) is np.ndarray else np.asarray(value)
             want = self._input_dtype(port)
+            if type(value) is np.ndarray:
+                arr = value
+            else:
+                try:
+                    arr = np.asarray(value)
+                except (ValueError, TypeError) as e:  # ragged nested lists and the like
+                    raise UserInputError(f"Input {port.info.any_name!r}: cannot make a tensor of this "
+                                         f"{type(value).__name__}: {e}") from e
+            if arr.dtype.kind in "OSUV" and want.kind not in "OSUV":  # numpy would raise ValueError mid-copy
+                raise UserInputError(f"Input {port.info.any_name!r} expects {port.element_type.get_type_name()} "
+                                     f"numbers, got an array of dtype {arr.dtype}")
             if not _compatible(self._in_bounds[port.index], arr.shape):
                 _check_shape(port, arr.shape)  # raises the typed error with the full message
             if share_inputs and arr.dtype == want and arr.flags.c_contiguous:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -57,7 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except NpuEmuError as e:
+    except BrokenPipeError:  # `ov-npu-emu inspect X | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (NpuEmuError, OSError) as e:  # OSError: unreadable input or unwritable output path
         if args.traceback:
             raise
         print(f"ov-npu-emu: error: {e}", file=sys.stderr)

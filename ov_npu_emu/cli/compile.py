@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.errors import ConfigError, UserInputError
 
 __all__ = ["parse_kv", "register", "run"]
 
@@ -61,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
         model = static_llm(model, 1 if args.decode_kv is not None else args.prefill, args.decode_kv or 0)
     shapes = parse_shapes(args.shape)
     if shapes:
-        model.reshape(shapes)
+        try:
+            model.reshape(shapes)
+        except RuntimeError as e:  # openvino: unknown input name or a shape that does not propagate
+            raise UserInputError(f"--shape {args.shape}: cannot reshape the model: {e}") from e
     cm = core.compile_model(model, "NPU", parse_kv(args.config))
     blob = cm.export_model().getvalue()
     Path(args.output).write_bytes(blob)

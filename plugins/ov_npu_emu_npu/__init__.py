@@ -97,6 +97,9 @@ class ZeroVariableState(VariableState):
         data = np.asarray(value.data)
         if tuple(data.shape) != self._shape:
             raise UserInputError(f"state {self._name!r} has shape {list(self._shape)}, got {list(data.shape)}")
+        if data.dtype.kind not in "biuf":  # string tensors: numpy would raise ValueError mid-copy
+            raise UserInputError(f"state {self._name!r} holds {self._et.get_type_name()} numbers, got a "
+                                 f"{value.get_element_type().get_type_name()} tensor")
         # like ZeroVariableState: new device memory for the new value, then the command list's
         # state arguments are re-pointed (mutable update) before the next inference
         new = np.ascontiguousarray(data, dtype=self._dtype).copy()
@@ -319,6 +322,20 @@ class NpuDevice(Device):
     def memory_stats(self) -> dict[str, int]:
         """Device bytes held by the weights bank (shared constants and decompressed weights)."""
         return self.bank.stats()
+
+    def set_property(self, properties: Mapping[str, Any]) -> None:
+        # validate now: a bad stored value would otherwise fail every later compile_model
+        from ov_npu_emu.npu.arch import HardwareConfig
+        from ov_npu_emu.npu.compiler.pipeline import precision_of
+
+        merged = self.merged_config(properties)
+        HardwareConfig.from_config(merged)
+        precision_of(merged)
+        Fence(str(merged.get("NPU_EMU_FENCE_MODE", "interrupt")).lower())
+        if str(merged.get("NPU_EMU_QUEUE_MODE", "inline")).lower() not in QUEUE_MODES:
+            raise ConfigError(f"NPU_EMU_QUEUE_MODE={merged['NPU_EMU_QUEUE_MODE']!r}: expected one of {QUEUE_MODES}",
+                              key="NPU_EMU_QUEUE_MODE")
+        super().set_property(properties)
 
     @property
     def queue(self) -> CommandQueue:

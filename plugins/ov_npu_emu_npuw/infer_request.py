@@ -44,6 +44,8 @@ class StoredTokensState(VariableState):
             raise UserInputError(
                 f"{STORED_TOKENS_STATE} takes one integer, got shape {list(np.shape(data))}"
             )
+        if data.dtype.kind not in "iu":  # int("abc") / int(1.5) would fail late or truncate
+            raise UserInputError(f"{STORED_TOKENS_STATE} takes an integer, got dtype {data.dtype}")
         n = int(data[0])
         if n > self._req.capacity:
             raise UserInputError(
@@ -127,6 +129,9 @@ class LLMInferRequest(DeviceInferRequest):
         self._user: list[ov.Tensor] = [
             ov.Tensor(p.element_type, [0] * p.partial_shape.rank.get_length()) for p in cm.inputs
         ]
+        logits = cm.outputs[0].partial_shape
+        last = logits[logits.rank.get_length() - 1] if logits.rank.is_static else None
+        self._vocab = last.get_length() if last is not None and last.is_static else 0
         self._P = cfg.max_prompt_len
         self._C = cfg.chunk_size
         self.capacity = cfg.total_size - 1  # the largest variant's past holds K−1 tokens
@@ -221,6 +226,12 @@ class LLMInferRequest(DeviceInferRequest):
             )
         if mask.ndim != 2 or mask.shape[0] != 1:
             raise UserInputError(f"attention_mask must be [1, n], got {list(mask.shape)}")
+        if self._vocab and (ids.min() < 0 or ids.max() >= self._vocab):
+            # the embedding Gather would read out of bounds (the CPU plugin returns zeros)
+            raise UserInputError(
+                f"input_ids must be token ids in [0, {self._vocab}), got values "
+                f"{int(ids.min())}..{int(ids.max())}"
+            )
         if self._first_pos is None:
             self._first_pos = int(pos[0, 0])  # latched like the real one (0 for most models)
         # Any call starting at the first position begins a conversation, a one-token prompt
@@ -378,6 +389,8 @@ class LLMInferRequest(DeviceInferRequest):
         if not self._kv_ready:
             self._copy_kvcache()
         p0 = int(pos[0, 0])
+        if p0 < 0:  # a negative rewind would index the KV buffer from its end
+            raise UserInputError(f"position_ids[0]={p0} is negative")
         if p0 > self.num_stored_tokens:
             raise UserInputError(
                 f"position_ids[0]={p0} but only {self.num_stored_tokens} tokens are in the KV cache; "

@@ -101,6 +101,20 @@ def import_llm(
     core: Core, blob: bytes, config: Mapping[str, Any] | None = None
 ) -> LLMCompiledModel:
     """Restore without recompiling; foreign, truncated or version-mismatched artefacts are typed errors."""
+    try:
+        return _import_llm(core, blob, config)
+    except NpuEmuError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
+        # the JSON header is not checksummed: a damaged field surfaces wherever it is first used
+        raise BlobFormatError(
+            f"NPUW LLM artefact header is corrupt ({type(e).__name__}: {e}); re-export it"
+        ) from e
+
+
+def _import_llm(
+    core: Core, blob: bytes, config: Mapping[str, Any] | None
+) -> LLMCompiledModel:
     from ov_npu_emu_npuw.compiled_model import LLMCompiledModel, SubModels, configure_logging
 
     configure_logging()
@@ -165,6 +179,16 @@ def import_llm(
         tuple(k["dims"]),
         bool(k["v_transposed"]),
     )
+    # the KV names must be ports of the sub-models, or the first create_infer_request fails
+    pf_out = {n for p in prefill.outputs for n in p.get_names()}
+    gen_in = [{n for p in g.inputs for n in p.get_names()} for g in generate.values()]
+    bad = [n for n in kv.present_names if n not in pf_out]
+    bad += [n for n in kv.past_names if not all(n in names for names in gen_in)]
+    sizes = (*kv.num_heads, *kv.head_dims)
+    if not all(type(x) is int and 0 < x < 1 << 16 for x in sizes) or len(kv.num_heads) != len(kv.past_names):
+        bad.append(f"heads/dims {sizes}")
+    if bad or len(kv.past_names) != len(kv.present_names):
+        raise BlobFormatError(f"NPUW LLM artefact KV descriptor does not match its sub-models {bad}; re-export it")
     ins = [_port(i, d) for i, d in enumerate(header["inputs"])]
     outs = [_port(i, d) for i, d in enumerate(header["outputs"])]
     logger.info("imported NPUW LLM %s (%d sub-models on %s)", header["name"], len(parts), device)

@@ -13,6 +13,7 @@ from typing import Any
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
+from elftools.elf.sections import SymbolTableSection
 
 from ov_npu_emu.errors import BlobFormatError
 from ov_npu_emu.npu.blob.format import (
@@ -24,10 +25,16 @@ from ov_npu_emu.npu.blob.format import (
     VPU_SHF_USERINPUT,
     VPU_SHF_USEROUTPUT,
 )
+from ov_npu_emu.npu.blob.validate import validate_meta
 
 __all__ = ["BlobReader", "META_HEAD", "Relocation", "SectionInfo", "pack_meta"]
 
 logger = logging.getLogger(__name__)
+
+#: what pyelftools raises on corrupt input besides ELFError (it indexes and does arithmetic on
+#: header fields without checking them, e.g. st_shndx "SHN_UNDEF" used as a section number)
+_ELF_ERRORS = (ELFError, struct.error, ValueError, IndexError, KeyError, TypeError, AttributeError,
+               UnicodeDecodeError, OverflowError)
 
 #: .npu.meta header: magic, major, minor, JSON length
 META_HEAD = struct.Struct("<8sHHI")
@@ -77,7 +84,7 @@ class BlobReader:
             self.elf = ELFFile(io.BytesIO(self._blob))
             machine = self.elf.header["e_machine"]
             sec = self.elf.get_section_by_name(SEC_META)
-        except (ELFError, struct.error, ValueError) as e:
+        except _ELF_ERRORS as e:
             raise BlobFormatError(f"corrupt NPU blob (ELF structure unreadable): {e}") from e
         if machine not in (EM_NPU_EMU, f"EM_{EM_NPU_EMU}") and machine != EM_NPU_EMU:
             raise BlobFormatError(f"foreign ELF file (e_machine {machine!r}); this is not an ov-npu-emu NPU blob")
@@ -99,6 +106,7 @@ class BlobReader:
             self.meta: dict[str, Any] = json.loads(sec.data()[META_HEAD.size : META_HEAD.size + length])
         except ValueError as e:
             raise BlobFormatError(f"{SEC_META} JSON is corrupt: {e}") from e
+        validate_meta(self.meta)
 
     def get_section_by_name(self, name: str) -> SectionInfo | None:
         for s in self.iter_sections():
@@ -117,17 +125,20 @@ class BlobReader:
                 # a view, not s.data(): weights can be gigabytes and must not be copied per lookup
                 yield SectionInfo(i, s.name, size, nobits, bool(s["sh_flags"] & 0x2),
                                   view[0:0] if nobits else view[off:off + size])
-        except (ELFError, struct.error, ValueError) as e:
+        except _ELF_ERRORS as e:
             raise BlobFormatError(f"corrupt NPU blob section table: {e}") from e
 
     def iter_symbols(self) -> Iterator[tuple[str, int, int]]:
         """(name, value, size) of the global (user I/O) symbols."""
         symtab = self.elf.get_section_by_name(".symtab")
-        if symtab is None:
-            raise BlobFormatError("NPU blob has no .symtab")
-        for sym in symtab.iter_symbols():
-            if sym["st_info"]["bind"] == "STB_GLOBAL":
-                yield sym.name, sym["st_value"], sym["st_size"]
+        if not isinstance(symtab, SymbolTableSection):  # absent, or its header was corrupted
+            raise BlobFormatError("NPU blob has no valid .symtab")
+        try:
+            for sym in symtab.iter_symbols():
+                if sym["st_info"]["bind"] == "STB_GLOBAL":
+                    yield sym.name, sym["st_value"], sym["st_size"]
+        except _ELF_ERRORS as e:
+            raise BlobFormatError(f"corrupt NPU blob symbol table: {e}") from e
 
     def iter_relocations(self) -> Iterator[Relocation]:
         try:
@@ -144,5 +155,5 @@ class BlobReader:
                     if sym["st_info"]["type"] == "STT_SECTION":
                         name = self.elf.get_section(sym["st_shndx"]).name
                     yield Relocation(sec.name, target, r["r_offset"], r["r_info_type"], r["r_addend"], name, user)
-        except (ELFError, struct.error, ValueError, IndexError, AttributeError) as e:
+        except _ELF_ERRORS as e:
             raise BlobFormatError(f"corrupt NPU blob relocations: {e}") from e

@@ -10,7 +10,8 @@ import openvino as ov
 from openvino import opset13 as ops
 from openvino import passes
 
-from ov_npu_emu.errors import CompileError, DynamicShapeError
+from ov_npu_emu.errors import CompileError, DynamicShapeError, MemoryPlanError, UnsupportedOpError
+from ov_npu_emu.npu.blob.validate import DEVICE_MEMORY_LIMIT, ELEMENT_TYPES, tensor_bytes
 from ov_npu_emu.npu.compiler.compress import CompressedWeight, detach_compressed_weights
 
 __all__ = ["LiftedVariable", "Prepared", "prepare"]
@@ -45,7 +46,30 @@ def _fold(model: ov.Model) -> None:
     # ShapeOf/Range/Broadcast-of-constant subgraphs disappear at static shapes
     pm = passes.Manager()
     pm.register_pass(passes.ConstantFolding())
-    pm.run_passes(model)
+    try:
+        pm.run_passes(model)
+    except RuntimeError as e:  # std::bad_alloc folding a huge constant, and the like
+        raise CompileError(f"constant folding failed: {e}", stage="frontend") from e
+
+
+def _check_io(model: ov.Model) -> None:
+    """User tensors must have an element type the runtime binds and fit the device memory."""
+    for kind, nodes in (("input", model.get_parameters()), ("output", model.get_results())):
+        for n in nodes:
+            out = n.output(0)
+            name = out.get_any_name() if out.get_names() else n.get_friendly_name()
+            et = out.get_element_type().get_type_name()
+            if et not in ELEMENT_TYPES:
+                raise UnsupportedOpError(
+                    f"NPU cannot bind {kind} {name!r} of element type {et}; supported: "
+                    f"{', '.join(ELEMENT_TYPES)}. Convert it in the model (or keep it on CPU).",
+                    op_type=n.get_type_name(), node_name=n.get_friendly_name())
+            ps = out.get_partial_shape()
+            if ps.is_static and tensor_bytes(ps.to_shape(), et) > DEVICE_MEMORY_LIMIT:
+                raise MemoryPlanError(
+                    f"{kind} {name!r} of shape {ps} ({tensor_bytes(ps.to_shape(), et)} bytes) exceeds the "
+                    f"emulated device memory ({DEVICE_MEMORY_LIMIT} bytes); reshape the model smaller",
+                    stage="frontend")
 
 
 def _check_static(model: ov.Model) -> None:
@@ -75,8 +99,9 @@ def prepare(model: ov.Model, *, compress: bool = True) -> Prepared:
     With ``compress`` the weight-decompression subgraphs feeding MatMul/Gather are detached
     first (see compress.py), so folding leaves them compressed instead of making f32 constants.
     """
+    _check_static(model)
+    _check_io(model)  # before clone and folding, which would allocate a huge tensor
     m = model.clone()
-    _check_static(m)
     n_in, n_out = len(m.get_parameters()), len(m.get_results())
     compressed, placeholders = detach_compressed_weights(m) if compress else ({}, [])
     _fold(m)  # folds ReadValue initialiser subgraphs into constants

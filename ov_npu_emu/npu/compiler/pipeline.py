@@ -11,8 +11,9 @@ from typing import Any
 
 import openvino as ov
 
-from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.errors import ConfigError, MemoryPlanError
 from ov_npu_emu.npu.arch import HardwareConfig
+from ov_npu_emu.npu.blob.validate import DEVICE_MEMORY_LIMIT
 from ov_npu_emu.npu.compiler.emit import emit_blob, in_symbol, out_symbol
 from ov_npu_emu.npu.compiler.frontend import prepare
 from ov_npu_emu.npu.compiler.lower import lower
@@ -74,6 +75,10 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None) ->
     prep = prepare(model, compress=_flag(config, "NPU_EMU_WEIGHT_COMPRESSION", True))
     lw = lower(prep, hw, f16=precision == "f16", stage=_flag(config, "NPU_EMU_STAGING", True))
     plan = plan_memory(lw, hw.cmx_size)
+    if plan.scratch_size > DEVICE_MEMORY_LIMIT:  # the request would allocate it on creation
+        raise MemoryPlanError(f"activations need {plan.scratch_size} bytes of DDR scratch, more than the emulated "
+                              f"device memory ({DEVICE_MEMORY_LIMIT} bytes); reshape the model smaller",
+                              stage="memory")
     sched = schedule(lw, plan.reuse_deps)
     if _flag(config, "NPU_EMU_VERIFY", True):
         verify_memory(lw)

@@ -107,6 +107,11 @@ def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offse
         if d0 == 1 and d1 == 1:
             s, d = aspace.bytes_at(src, row), aspace.bytes_at(dst, row)
         else:
+            # rows written over each other (e.g. a corrupt 2**31 count with stride 0) stay in
+            # bounds but would copy for minutes: a real descriptor's destination never overlaps
+            if d0 * d1 * row > (d0 - 1) * ds0 + (d1 - 1) * ds1 + row:
+                raise ExecutionError(f"DMA task {tid}: {d0}x{d1} rows of {row} bytes overlap in the destination "
+                                     f"(strides {ds0}, {ds1}); the descriptor is corrupt", task_index=tid)
             s = _strided(aspace, src, d0, d1, row, ss0, ss1)
             d = _strided(aspace, dst, d0, d1, row, ds0, ds1)
         run = _copy(d, s)

@@ -18,6 +18,7 @@ from ov_npu_emu.npu.blob.format import (
     MemKind,
 )
 from ov_npu_emu.npu.blob.reader import BlobReader, Relocation, SectionInfo
+from ov_npu_emu.npu.blob.validate import DEVICE_MEMORY_LIMIT
 from ov_npu_emu.npu.driver.bank import BankedWeights, BankWeightsCache, WeightsBank
 from ov_npu_emu.npu.driver.memory import ARENA_BASE, WEIGHTS_BASE, AddressSpace, DeviceArena, WeightsCache
 
@@ -41,6 +42,11 @@ class ParsedBlob:
         missing = [n for n in LOADABLE_SECTIONS if n not in self.sections]
         if missing:
             raise BlobFormatError(f"NPU blob lacks sections {missing}; it is truncated or from another tool")
+        # NOBITS sizes are not bounded by the file: a corrupt header must not allocate gigabytes
+        arena = sum(self.sections[n].size for n in LOADABLE_SECTIONS if n != SEC_WEIGHTS)
+        if arena > DEVICE_MEMORY_LIMIT:
+            raise BlobFormatError(f"NPU blob asks for {arena} bytes of device memory (limit {DEVICE_MEMORY_LIMIT}); "
+                                  "its section headers are corrupt")
         self.static: list[Relocation] = []
         self.user: dict[str, list[Relocation]] = {}
         symbols = {name for name, _, _ in reader.iter_symbols()}

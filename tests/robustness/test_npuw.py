@@ -1,0 +1,218 @@
+"""NPUW LLM: damaged artefacts and CACHE_DIR entries, bad stateful call sequences, KV-cache full."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import openvino as ov_real
+import pytest
+
+import ov_npu_emu as ov
+from ov_npu_emu.errors import BlobFormatError, KVCacheFullError, NpuEmuError, PromptTooLongError, UserInputError
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+CFG = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "CPU",
+       "NPUW_LLM_MAX_PROMPT_LEN": 16, "NPUW_LLM_MIN_RESPONSE_LEN": 8}
+
+
+@pytest.fixture(scope="module")
+def core() -> ov.Core:
+    return ov.Core()
+
+
+@pytest.fixture(scope="module")
+def compiled(core: ov.Core, tiny_model_dir: Path) -> ov.CompiledModel:
+    return core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", CFG)
+
+
+@pytest.fixture(scope="module")
+def artefact(compiled: ov.CompiledModel) -> bytes:
+    return compiled.export_model().getvalue()
+
+
+def feed(ids: list[int] | np.ndarray, start: int = 0, mask_len: int | None = None) -> dict[str, np.ndarray]:
+    ids = np.asarray(ids, np.int64).reshape(1, -1)
+    n = ids.shape[1]
+    return {"input_ids": ids, "attention_mask": np.ones((1, mask_len or start + n), np.int64),
+            "position_ids": np.arange(start, start + n, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)}
+
+
+def greedy(req: ov.InferRequest, prompt: list[int], steps: int) -> list[int]:
+    out = req.infer(feed(prompt))
+    toks, n = [], len(prompt)
+    for _ in range(steps):
+        toks.append(int(np.argmax(out["logits"][0, -1])))
+        out = req.infer(feed([toks[-1]], start=n))
+        n += 1
+    return toks
+
+
+PROMPT = [5, 17, 99, 3, 250]
+
+
+# -- artefacts ---------------------------------------------------------------------------------
+def _header(blob: bytes) -> tuple[int, int]:
+    from ov_npu_emu_npuw.serialize import MAGIC
+
+    return len(MAGIC) + 12, struct.unpack_from("<Q", blob, len(MAGIC) + 4)[0]
+
+
+def _with_header(blob: bytes, edit) -> bytes:  # noqa: ANN001
+    """Re-encode the JSON header after ``edit(header)`` (lengths updated)."""
+    from ov_npu_emu_npuw.serialize import MAGIC
+
+    off, hlen = _header(blob)
+    h = json.loads(blob[off:off + hlen])
+    edit(h)
+    js = json.dumps(h).encode()
+    return MAGIC + struct.pack("<IQ", 1, len(js)) + js + blob[off + hlen:]
+
+
+@pytest.mark.parametrize("edit", [
+    lambda h: h.pop("blobs"), lambda h: h["blobs"][0].pop("size"), lambda h: h.pop("kv"),
+    lambda h: h["kv"].__setitem__("present", ["nope"] * len(h["kv"]["present"])),
+    lambda h: h["config"].__setitem__("bogus_field", 1), lambda h: h["inputs"][0].__setitem__("type", "fhoat32"),
+    lambda h: h["inputs"][0].__setitem__("shape", "?$?"), lambda h: h.pop("device"),
+    lambda h: h.clear(), lambda h: h["kv"].__setitem__("heads", "x"),
+], ids=["no-blobs", "no-size", "no-kv", "kv-names", "config-field", "port-type", "port-shape",
+        "no-device", "empty", "heads"])
+def test_damaged_header_is_blob_format_error(core: ov.Core, artefact: bytes, edit) -> None:  # noqa: ANN001
+    with pytest.raises(BlobFormatError):
+        cm = core.import_model(_with_header(artefact, edit), "NPU")
+        cm.create_infer_request()
+
+
+def test_header_byte_flips_are_typed(core: ov.Core, artefact: bytes) -> None:
+    off, hlen = _header(artefact)
+    for i in range(off, off + hlen, 37):  # ~60 positions spread over every field
+        b = bytearray(artefact)
+        b[i] ^= 0x04
+        try:
+            req = core.import_model(bytes(b), "NPU").create_infer_request()
+            req.infer(feed(PROMPT))
+        except NpuEmuError:
+            pass
+
+
+def test_truncated_and_foreign_artefacts(core: ov.Core, artefact: bytes) -> None:
+    off, hlen = _header(artefact)
+    for cut in (4, off - 1, off + 5, off + hlen, off + hlen + 100, len(artefact) - 1):
+        with pytest.raises(BlobFormatError):
+            core.import_model(artefact[:cut], "NPU")
+    b = bytearray(artefact)
+    b[-50] ^= 0xFF  # inside the last sub-blob: the SHA-256 catches it
+    with pytest.raises(BlobFormatError, match="SHA-256"):
+        core.import_model(bytes(b), "NPU")
+
+
+def test_cache_dir_with_garbage_and_damaged_entries(core: ov.Core, tiny_model_dir: Path, tmp_path: Path) -> None:
+    cfg = {**CFG, "CACHE_DIR": str(tmp_path)}
+    (tmp_path / "garbage.blob").write_bytes(os.urandom(1000))
+    core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", cfg)
+    (entry,) = tmp_path.glob("npuw_llm_*.blob")
+    entry.write_bytes(_with_header(entry.read_bytes(), lambda h: h.pop("kv")))
+    cm = core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", cfg)  # compiles again
+    assert not cm.impl.loaded_from_cache
+    assert greedy(cm.create_infer_request(), PROMPT, 3) == greedy(
+        core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", CFG).create_infer_request(), PROMPT, 3)
+
+
+# -- stateful interface ------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [
+    {"input_ids": np.array([[1, 2]], np.int64), "attention_mask": np.ones((1, 1), np.int64),
+     "position_ids": np.arange(2)[None]},
+    {"input_ids": np.array([[1, 2, 3]], np.int64), "position_ids": np.arange(2)[None]},
+    {"input_ids": np.array([[1, 2], [3, 4]], np.int64), "attention_mask": np.ones((2, 2), np.int64),
+     "position_ids": np.tile(np.arange(2), (2, 1)), "beam_idx": np.arange(2, dtype=np.int32)},
+    {"input_ids": np.array([1, 2], np.int64)},
+    {"input_ids": np.zeros((1, 0), np.int64), "attention_mask": np.zeros((1, 0), np.int64),
+     "position_ids": np.zeros((1, 0), np.int64)},
+    {"input_ids": np.array([[-1, 2]], np.int64)},
+    {"input_ids": np.array([[100000, 2]], np.int64)},
+    {"input_ids": np.array([[1, 2]], np.int64), "attention_mask": np.array([["a", "b"]])},
+], ids=["mask-short", "pos-len", "batch2", "rank1", "empty", "negative-id", "oov-id", "string-mask"])
+def test_bad_calls_are_typed_and_leave_the_request_usable(compiled: ov.CompiledModel, bad: dict) -> None:
+    ref = greedy(compiled.create_infer_request(), PROMPT, 4)
+    req = compiled.create_infer_request()
+    base = feed([1, 2] if bad["input_ids"].ndim != 2 or bad["input_ids"].shape[1] != 3 else [1, 2, 3])
+    with pytest.raises(UserInputError):
+        req.infer({**base, **bad})
+    assert greedy(req, PROMPT, 4) == ref
+
+
+def test_float_ids_tensor_is_rejected(compiled: ov.CompiledModel) -> None:
+    req = compiled.create_infer_request()
+    with pytest.raises(UserInputError, match="element type"):
+        req.set_tensor("input_ids", ov_real.Tensor(np.array([[1.0, 2.0]], np.float32)))
+
+
+def test_negative_position_in_generate_does_not_corrupt_kv(compiled: ov.CompiledModel) -> None:
+    ref = greedy(compiled.create_infer_request(), PROMPT, 4)
+    req = compiled.create_infer_request()
+    req.infer(feed(PROMPT))
+    with pytest.raises(UserInputError, match="negative"):
+        req.infer(feed([7], start=-3, mask_len=len(PROMPT) + 1))
+    with pytest.raises(UserInputError, match="only 5 tokens"):
+        req.infer(feed([7], start=9))
+    req.reset_state()
+    assert greedy(req, PROMPT, 4) == ref
+
+
+def test_generate_step_before_any_prefill_is_a_prefill(compiled: ov.CompiledModel) -> None:
+    a, b = compiled.create_infer_request(), compiled.create_infer_request()
+    la = a.infer(feed([42]))["logits"]
+    lb = b.infer(feed([42], start=0))["logits"]
+    np.testing.assert_array_equal(la, lb)
+
+
+def test_prompt_over_limit_then_normal_prompt(compiled: ov.CompiledModel) -> None:
+    ref = greedy(compiled.create_infer_request(), PROMPT, 3)
+    req = compiled.create_infer_request()
+    with pytest.raises(PromptTooLongError, match="NPUW_LLM_MAX_PROMPT_LEN"):
+        req.infer(feed([1] * (int(compiled.get_property("NPUW_LLM_MAX_PROMPT_LEN")) + 1)))
+    assert greedy(req, PROMPT, 3) == ref
+
+
+def test_kv_cache_full_keeps_state_consistent(compiled: ov.CompiledModel) -> None:
+    ref = greedy(compiled.create_infer_request(), PROMPT, 5)
+    req = compiled.create_infer_request()
+    out = req.infer(feed(PROMPT))
+    n = len(PROMPT)
+    with pytest.raises(KVCacheFullError, match="KV-Cache is full"):
+        for _ in range(1000):
+            out = req.infer(feed([int(np.argmax(out["logits"][0, -1]))], start=n))
+            n += 1
+    stored = int(req.query_state()[0].state.data[0])
+    with pytest.raises(KVCacheFullError):
+        req.infer(feed([1], start=n))
+    assert int(req.query_state()[0].state.data[0]) == stored  # the failed calls changed nothing
+    req.reset_state()
+    assert greedy(req, PROMPT, 5) == ref
+
+
+def test_stored_tokens_state_rejects_non_integers(compiled: ov.CompiledModel) -> None:
+    req = compiled.create_infer_request()
+    req.infer(feed(PROMPT))
+    (state,) = req.query_state()
+    for bad in (np.array(["abc"]), np.array([1.5]), np.array([1, 2])):
+        with pytest.raises(UserInputError):
+            state.state = ov_real.Tensor(bad) if bad.dtype.kind != "U" else bad
+    with pytest.raises(UserInputError):
+        state.state = ov_real.Tensor(np.array([-1], np.int64))
+    assert int(state.state.data[0]) == len(PROMPT)
+
+
+def test_fresh_request_starting_at_nonzero_position(compiled: ov.CompiledModel) -> None:
+    # the first position is latched (real NPUW: m_first_position_id) and num_stored follows
+    # position_ids[0], so continuing past the stored tokens is a typed error, never garbage KV
+    req = compiled.create_infer_request()
+    first = np.array(req.infer(feed(PROMPT, start=5))["logits"])
+    with pytest.raises(UserInputError, match="tokens are in the KV cache"):
+        req.infer(feed([7], start=5 + len(PROMPT)))
+    # the latched first position starts a new conversation, from a clean KV cache
+    np.testing.assert_array_equal(req.infer(feed(PROMPT, start=5))["logits"], first)
