@@ -335,6 +335,9 @@ class NpuDevice(Device):
         if str(merged.get("NPU_EMU_QUEUE_MODE", "inline")).lower() not in QUEUE_MODES:
             raise ConfigError(f"NPU_EMU_QUEUE_MODE={merged['NPU_EMU_QUEUE_MODE']!r}: expected one of {QUEUE_MODES}",
                               key="NPU_EMU_QUEUE_MODE")
+        for key in ("NPU_EMU_WEIGHTS_BANK", "NPU_EMU_WEIGHTS_CACHE"):
+            if str(merged.get(key, "YES")).upper() not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
+                raise ConfigError(f"{key}={merged[key]!r}: expected YES or NO", key=key)
         super().set_property(properties)
 
     @property

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from ov_npu_emu.errors import ConfigError, ExecutionError
+from ov_npu_emu.errors import BlobFormatError, ConfigError, ExecutionError
 from ov_npu_emu.modelbuilder import make_model_folder
 from ov_npu_emu.npu.blob.format import SEC_WEIGHTS, operand_addr_offset
 from ov_npu_emu.npu.blob.reader import BlobReader
@@ -229,3 +229,13 @@ def test_bank_names_scope_sharing(npu_core, small):
 def test_bad_bank_flag_is_a_config_error(npu_core, small):
     with pytest.raises(ConfigError, match="NPU_EMU_WEIGHTS_BANK"):
         npu_core.compile_model(small["f32"][1], "NPU", {"NPU_EMU_WEIGHTS_BANK": "maybe"})
+    with pytest.raises(ConfigError, match="NPU_EMU_WEIGHTS_BANK"):
+        npu_core.set_property("NPU", {"NPU_EMU_WEIGHTS_BANK": "maybe"})
+
+
+@pytest.mark.parametrize("table", ["abc", [[0]], [[0, 1 << 40]], [[-64, 128]]])
+def test_corrupt_constant_table_is_a_blob_format_error(table):
+    from ov_npu_emu.npu.driver.bank import BankedWeights
+
+    with pytest.raises(BlobFormatError, match="constant table"):
+        BankedWeights(WeightsBank(), "", memoryview(bytes(256)), table)

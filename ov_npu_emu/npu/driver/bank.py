@@ -155,7 +155,10 @@ class BankedWeights:
     def __init__(self, bank: WeightsBank, name: str, section: memoryview,
                  constants: Sequence[Sequence[int]] | None) -> None:
         data = np.frombuffer(section, np.uint8) if len(section) else np.zeros(0, np.uint8)
-        spans = sorted((int(o), int(n)) for o, n in (constants or [(0, data.size)]) if int(n) > 0)
+        try:
+            spans = sorted((int(o), int(n)) for o, n in (constants or [(0, data.size)]) if int(n) > 0)
+        except (TypeError, ValueError) as e:
+            raise BlobFormatError(f"the blob's constant table is corrupt ({e}); re-export the blob") from e
         for o, n in spans:
             if o < 0 or o + n > data.size:
                 raise BlobFormatError(f"constant table entry ({o}, {n}) lies outside .npu.weights "
