@@ -15,6 +15,7 @@ from ov_npu_emu.hookspecs import hookimpl
 from ov_npu_emu.npu.blob.format import MemKind
 from ov_npu_emu.npu.driver import (
     QUEUE_MODES,
+    WeightsBank,
     CommandList,
     CommandQueue,
     Fence,
@@ -232,8 +233,17 @@ class NpuCompiledModel(DeviceCompiledModel):
         if wc not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
             raise ConfigError(f"NPU_EMU_WEIGHTS_CACHE={config['NPU_EMU_WEIGHTS_CACHE']!r}: expected YES or NO",
                               key="NPU_EMU_WEIGHTS_CACHE")
-        #: NPU_EMU_WEIGHTS_CACHE=NO: matmul_dq decompresses its weight tiles on every inference
-        self.parsed = ParsedBlob(blob, weights_cache=wc in ("YES", "TRUE", "1"))
+        wb = str(config.get("NPU_EMU_WEIGHTS_BANK", "YES")).upper()
+        if wb not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
+            raise ConfigError(f"NPU_EMU_WEIGHTS_BANK={config['NPU_EMU_WEIGHTS_BANK']!r}: expected YES or NO",
+                              key="NPU_EMU_WEIGHTS_BANK")
+        #: NPUW passes one bank name to all its sub-models; "" is the device's anonymous bank
+        self.bank_name = str(config.get("NPUW_WEIGHTS_BANK", "") or "")
+        banked = wb in ("YES", "TRUE", "1")
+        #: NPU_EMU_WEIGHTS_CACHE=NO: matmul_dq decompresses its weight tiles on every inference;
+        #: NPU_EMU_WEIGHTS_BANK=NO: private weights and cache per compiled model (no sharing)
+        self.parsed = ParsedBlob(blob, weights_cache=wc in ("YES", "TRUE", "1"),
+                                 bank=device.bank if banked else None, bank_name=self.bank_name)
         meta = self.parsed.meta
         self._device = device
         self.queue = device.queue
@@ -274,6 +284,8 @@ class NpuCompiledModel(DeviceCompiledModel):
             "NPU_EMU_QUEUE_MODE": self.queue_mode,
             "PERF_COUNT": "YES" if self.profile else "NO",
             "NPU_COMPILER_VERSION": meta["compiler"]["version"],
+            "NPU_EMU_WEIGHTS_BANK": "YES" if self.parsed.banked is not None else "NO",
+            "NPUW_WEIGHTS_BANK": self.bank_name,
             "DEVICE_ID": "NPU",
         }
         if name == "SUPPORTED_PROPERTIES":
@@ -296,6 +308,7 @@ class NpuDevice(Device):
         "NPU_EMU_MUTABLE_COMMAND_LIST": "YES",
         "NPU_EMU_WEIGHT_COMPRESSION": "YES",
         "NPU_EMU_WEIGHTS_CACHE": "YES",
+        "NPU_EMU_WEIGHTS_BANK": "YES",
         "DEVICE_ARCHITECTURE": "NPU-EMU",
         "OPTIMIZATION_CAPABILITIES": ["FP32", "FP16", "INT8", "INT4", "EXPORT_IMPORT"],
     }
@@ -303,6 +316,12 @@ class NpuDevice(Device):
     def __init__(self) -> None:
         super().__init__()
         self._queue: CommandQueue | None = None
+        #: device-level weights bank: constants shared by every compiled model holding them
+        self.bank = WeightsBank()
+
+    def memory_stats(self) -> dict[str, int]:
+        """Device bytes held by the weights bank (shared constants and decompressed weights)."""
+        return self.bank.stats()
 
     def set_property(self, properties: Mapping[str, Any]) -> None:
         # validate now: a bad stored value would otherwise fail every later compile_model
@@ -316,6 +335,9 @@ class NpuDevice(Device):
         if str(merged.get("NPU_EMU_QUEUE_MODE", "inline")).lower() not in QUEUE_MODES:
             raise ConfigError(f"NPU_EMU_QUEUE_MODE={merged['NPU_EMU_QUEUE_MODE']!r}: expected one of {QUEUE_MODES}",
                               key="NPU_EMU_QUEUE_MODE")
+        for key in ("NPU_EMU_WEIGHTS_BANK", "NPU_EMU_WEIGHTS_CACHE"):
+            if str(merged.get(key, "YES")).upper() not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
+                raise ConfigError(f"{key}={merged[key]!r}: expected YES or NO", key=key)
         super().set_property(properties)
 
     @property

@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import time
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -178,6 +179,11 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     # real order: generate variants, prefill, LM head
     jobs: list[tuple[str, int | str]] = [(f"{name}_kv{k}", k) for k in cfg.variants]
     jobs += [(f"{name}_prefill", "prefill")] + ([(f"{name}_lm_head", "head")] if shared else [])
+    # like LLMCompiledModel: one weights-bank name for prefill, generate variants and LM head, so
+    # the device keeps one copy of the weights (and of their decompressed form) for all of them
+    bank = {"NPUW_WEIGHTS_BANK": str(cfg.raw.get("NPUW_WEIGHTS_BANK") or f"{name}-{uuid.uuid4().hex[:12]}")}
+    prefill_config = {**cfg.prefill_config, **bank}
+    generate_config = {**cfg.generate_config, **bank}
     seconds: dict[str, float] = {}
     generate: dict[int, CompiledModel] = {}
     prefill = head = None
@@ -189,12 +195,12 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
             static = make_prefill_model(
                 stateless, kv, cfg.max_prompt_len, cfg.chunk_size, kv_type, shared
             )
-            prefill = core.compile_model(static, device, cfg.prefill_config)
+            prefill = core.compile_model(static, device, prefill_config)
         elif what == "head":
-            head = core.compile_model(head_model, device, cfg.generate_config)
+            head = core.compile_model(head_model, device, generate_config)
         else:
             static = make_generate_model(stateless, kv, int(what), kv_type, shared)
-            generate[int(what)] = core.compile_model(static, device, cfg.generate_config)
+            generate[int(what)] = core.compile_model(static, device, generate_config)
         seconds[sub_name] = time.perf_counter() - t0
         logger.info(
             "[%d/%d] compiled %s on %s in %.2f s", n, len(jobs), sub_name, device, seconds[sub_name]

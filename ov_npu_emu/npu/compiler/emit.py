@@ -142,6 +142,8 @@ def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, An
     meta = dict(meta)
     meta["tasks"] = task_meta
     meta["memory"] = {"weights": len(plan.weights), "scratch": plan.scratch_size, "cmx": plan.cmx_used}
+    # the constant table: the driver's weights bank shares constants across blobs one by one
+    meta["constants"] = [[off, n] for off, n in plan.constants]
     meta["barriers"] = [{"id": b.bid, "producers": b.producers, "consumers": b.consumers} for b in sched.barriers]
 
     w = BlobWriter()

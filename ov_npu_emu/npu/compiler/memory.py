@@ -28,6 +28,8 @@ class MemoryPlan:
     scratch_size: int  # bytes of DDR scratch
     cmx_used: int  # bytes of CMX used at peak
     reuse_deps: dict[int, set[int]]  # task id -> earlier tasks it must wait for (write-after-read)
+    #: (offset, nbytes) of every distinct constant in ``weights``: lets the driver bank them one by one
+    constants: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
 
 def _lifetime(v: Value) -> tuple[int, int]:
@@ -125,4 +127,4 @@ def plan_memory(lw: Lowered, cmx_size: int) -> MemoryPlan:
     for k, s in d2.items():
         d1.setdefault(k, set()).update(s)
     logger.debug("memory: weights %d B, scratch %d B, cmx %d B", len(blob), scratch, cmx)
-    return MemoryPlan(blob, scratch, cmx, d1)
+    return MemoryPlan(blob, scratch, cmx, d1, [(v.offset, v.nbytes) for v in consts])

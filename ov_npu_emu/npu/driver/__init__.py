@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ov_npu_emu.npu.driver.bank import BankedWeights, BankEntry, WeightsBank
 from ov_npu_emu.npu.driver.command import FENCE_MODES, QUEUE_MODES, CommandList, CommandQueue, Fence
 from ov_npu_emu.npu.driver.hpi import HostParsedInference, ParsedBlob
 from ov_npu_emu.npu.driver.memory import AddressSpace, DeviceArena, Region
@@ -10,6 +11,8 @@ __all__ = [
     "FENCE_MODES",
     "QUEUE_MODES",
     "AddressSpace",
+    "BankEntry",
+    "BankedWeights",
     "CommandList",
     "CommandQueue",
     "DeviceArena",
@@ -17,4 +20,5 @@ __all__ = [
     "HostParsedInference",
     "ParsedBlob",
     "Region",
+    "WeightsBank",
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +19,7 @@ from ov_npu_emu.npu.blob.format import (
 )
 from ov_npu_emu.npu.blob.reader import BlobReader, Relocation, SectionInfo
 from ov_npu_emu.npu.blob.validate import DEVICE_MEMORY_LIMIT
+from ov_npu_emu.npu.driver.bank import BankedWeights, BankWeightsCache, WeightsBank
 from ov_npu_emu.npu.driver.memory import ARENA_BASE, WEIGHTS_BASE, AddressSpace, DeviceArena, WeightsCache
 
 __all__ = ["HostParsedInference", "ParsedBlob"]
@@ -27,11 +30,13 @@ logger = logging.getLogger(__name__)
 class ParsedBlob:
     """What every request of one compiled model shares: sections, relocations, metadata, weights."""
 
-    def __init__(self, blob: bytes, *, weights_cache: bool = True) -> None:
+    def __init__(self, blob: bytes, *, weights_cache: bool = True, bank: WeightsBank | None = None,
+                 bank_name: str = "") -> None:
+        """:param bank: the device's weights bank; None keeps the weights private (a view of the blob)
+        :param bank_name: the bank scope (``NPUW_WEIGHTS_BANK``); "" is the device's anonymous bank
+        """
+        blob = bytes(blob)
         reader = BlobReader(blob)
-        #: decompressed compressed weights, shared by every request (None: decompress per run)
-        self.weights_cache: WeightsCache | None = WeightsCache() if weights_cache else None
-        self.blob = bytes(blob)
         self.meta: dict[str, Any] = reader.meta
         self.sections: dict[str, SectionInfo] = {s.name: s for s in reader.iter_sections()}
         missing = [n for n in LOADABLE_SECTIONS if n not in self.sections]
@@ -58,8 +63,52 @@ class ParsedBlob:
                 self.user.setdefault(r.symbol, []).append(r)
         self.symbols = symbols
         w = self.sections[SEC_WEIGHTS]
-        # weights are mapped read-only and shared by every request (no copy per request)
-        self.weights = np.frombuffer(w.data, np.uint8) if w.data else np.zeros(1, np.uint8)
+        self.bank_name = bank_name
+        #: where the constants live when banked (None: the private, flat section below)
+        self.banked: BankedWeights | None = None
+        self.weights_cache: WeightsCache | BankWeightsCache | None = None
+        if bank is None:
+            self.blob = blob
+            # weights are mapped read-only and shared by every request (no copy per request)
+            self.weights = np.frombuffer(w.data, np.uint8) if w.data else np.zeros(1, np.uint8)
+            #: decompressed compressed weights, shared by every request (None: decompress per run)
+            self.weights_cache = WeightsCache() if weights_cache else None
+        else:
+            self.banked = BankedWeights(bank, bank_name, w.data, self.meta.get("constants"))
+            # the blob minus its weights: export splices the bank's copy back in, so the weights
+            # exist once in the process however many compiled models hold them
+            off = _section_offset(reader, SEC_WEIGHTS)
+            self._head, self._tail = blob[:off], blob[off + w.size:]
+            # section views must not pin the blob (and with it a second copy of the weights)
+            self.sections = {n: dataclasses.replace(si, data=memoryview(b"" if n == SEC_WEIGHTS else bytes(si.data)))
+                             for n, si in self.sections.items()}
+            self.weights = np.zeros(1, np.uint8)
+            self.weights_cache = BankWeightsCache(self.banked) if weights_cache else None
+            self._finalizer = weakref.finalize(self, self.banked.release)
+        del blob, reader
+
+    @property
+    def blob(self) -> bytes:
+        """The blob as loaded (rebuilt from the bank when the weights are banked)."""
+        if self.banked is None:
+            return self._blob
+        return self._head + self.banked.section_bytes() + self._tail
+
+    @blob.setter
+    def blob(self, value: bytes) -> None:
+        self._blob = value
+
+    def release(self) -> None:
+        """Drop this blob's references to bank entries now (also done when it is collected)."""
+        if self.banked is not None:
+            self._finalizer()
+
+
+def _section_offset(reader: BlobReader, name: str) -> int:
+    for s in reader.elf.iter_sections():
+        if s.name == name:
+            return int(s["sh_offset"])
+    raise BlobFormatError(f"NPU blob has no {name} section")
 
 
 def apply_relocation(aspace: AddressSpace, where: int, r: Relocation, s: int) -> None:
@@ -81,8 +130,15 @@ class HostParsedInference:
         sizes = [(n, k, parsed.sections[n].size) for n, k in LOADABLE_SECTIONS.items() if n != SEC_WEIGHTS]
         self.arena = DeviceArena(sizes)
         self.aspace.map(self.arena.buf, MemKind.WRITE_COMBINE_FW, "device", base=ARENA_BASE)
-        self.aspace.map(parsed.weights, MemKind.WEIGHTS, SEC_WEIGHTS, base=WEIGHTS_BASE)
-        self.section_addr: dict[str, int] = {SEC_WEIGHTS: WEIGHTS_BASE}
+        if parsed.banked is None:
+            self.aspace.map(parsed.weights, MemKind.WEIGHTS, SEC_WEIGHTS, base=WEIGHTS_BASE)
+        else:
+            # the bank's device memory, mapped at the bank's addresses (shared by every blob using it)
+            for base, buf, name in parsed.banked.regions():
+                self.aspace.map(buf, MemKind.WEIGHTS, name, base=base)
+        # banked: constants are placed one by one; the private image stands for the section
+        self.section_addr: dict[str, int] = {
+            SEC_WEIGHTS: WEIGHTS_BASE if parsed.banked is None else parsed.banked.private_base}
         for name, _kind, _size in sizes:
             sec = parsed.sections[name]
             self.section_addr[name] = self.arena.addr(name)
@@ -90,7 +146,12 @@ class HostParsedInference:
                 self.arena.view(name)[:] = np.frombuffer(sec.data, np.uint8)
         # static relocations: section symbols resolve to where the driver put that section
         for r in parsed.static:
-            apply_relocation(self.aspace, self.section_addr[r.target] + r.offset, r, self.section_addr[r.symbol])
+            if r.symbol == SEC_WEIGHTS and parsed.banked is not None:
+                # S + A with S the constant holding A: the bank placed constants one by one
+                s = parsed.banked.address(r.addend) - r.addend
+            else:
+                s = self.section_addr[r.symbol]
+            apply_relocation(self.aspace, self.section_addr[r.target] + r.offset, r, s)
         self.io_addr: dict[str, int] = {}
 
     def apply_input_output(self, bindings: Mapping[str, int]) -> list[tuple[str, int]]:
