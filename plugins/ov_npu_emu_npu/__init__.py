@@ -190,7 +190,7 @@ class NpuInferRequest(DeviceInferRequest):
         for st in self._states:
             st.update_pending = False
         value = self._cm.queue.submit(self.command_list, self.fence, profile=self._profile,
-                                      inline=self._cm.queue_mode == "inline")
+                                      inline=self._cm.queue_mode == "inline", walk=self._cm.walk_every_inference)
         self.fence.wait(value)
         self.counters["inferences"] += 1
 
@@ -258,6 +258,13 @@ class NpuCompiledModel(DeviceCompiledModel):
         self.profile = str(config.get("PERF_COUNT", "NO")).upper() in ("YES", "TRUE", "1")
         #: NPU_EMU_MUTABLE_COMMAND_LIST=NO emulates a driver without mutable command lists
         self.mutable = str(config.get("NPU_EMU_MUTABLE_COMMAND_LIST", "YES")).upper() in ("YES", "TRUE", "1")
+        #: NPU_EMU_BARRIER_WALK=EVERY_INFERENCE: the management core re-walks the barriers task by
+        #: task on every inference; ONCE (default): walks once per command-list build and replays
+        walk = str(config.get("NPU_EMU_BARRIER_WALK", "ONCE")).upper()
+        if walk not in ("ONCE", "EVERY_INFERENCE"):
+            raise ConfigError(f"NPU_EMU_BARRIER_WALK={config['NPU_EMU_BARRIER_WALK']!r}: expected ONCE or "
+                              "EVERY_INFERENCE", key="NPU_EMU_BARRIER_WALK")
+        self.walk_every_inference = walk == "EVERY_INFERENCE"
         self.clock_mhz = float(meta["hw"]["clock_mhz"])
         self.task_names = {t["tid"]: (t["node"], t["op"]) for t in meta["tasks"]}
         self.inputs = [self._port(i, p) for i, p in enumerate(p for p in meta["inputs"] if p["state"] is None)]
@@ -282,6 +289,7 @@ class NpuCompiledModel(DeviceCompiledModel):
             "NPU_EMU_CMX_SIZE": meta["hw"]["cmx_size"],
             "NPU_EMU_FENCE_MODE": self.fence_mode,
             "NPU_EMU_QUEUE_MODE": self.queue_mode,
+            "NPU_EMU_BARRIER_WALK": "EVERY_INFERENCE" if self.walk_every_inference else "ONCE",
             "PERF_COUNT": "YES" if self.profile else "NO",
             "NPU_COMPILER_VERSION": meta["compiler"]["version"],
             "NPU_EMU_WEIGHTS_BANK": "YES" if self.parsed.banked is not None else "NO",
@@ -305,6 +313,7 @@ class NpuDevice(Device):
         "PERF_COUNT": "NO",
         "NPU_EMU_FENCE_MODE": "interrupt",
         "NPU_EMU_QUEUE_MODE": "inline",
+        "NPU_EMU_BARRIER_WALK": "ONCE",
         "NPU_EMU_MUTABLE_COMMAND_LIST": "YES",
         "NPU_EMU_WEIGHT_COMPRESSION": "YES",
         "NPU_EMU_WEIGHTS_CACHE": "YES",
@@ -335,6 +344,9 @@ class NpuDevice(Device):
         if str(merged.get("NPU_EMU_QUEUE_MODE", "inline")).lower() not in QUEUE_MODES:
             raise ConfigError(f"NPU_EMU_QUEUE_MODE={merged['NPU_EMU_QUEUE_MODE']!r}: expected one of {QUEUE_MODES}",
                               key="NPU_EMU_QUEUE_MODE")
+        if str(merged.get("NPU_EMU_BARRIER_WALK", "ONCE")).upper() not in ("ONCE", "EVERY_INFERENCE"):
+            raise ConfigError(f"NPU_EMU_BARRIER_WALK={merged['NPU_EMU_BARRIER_WALK']!r}: expected ONCE or "
+                              "EVERY_INFERENCE", key="NPU_EMU_BARRIER_WALK")
         for key in ("NPU_EMU_WEIGHTS_BANK", "NPU_EMU_WEIGHTS_CACHE"):
             if str(merged.get(key, "YES")).upper() not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
                 raise ConfigError(f"{key}={merged[key]!r}: expected YES or NO", key=key)

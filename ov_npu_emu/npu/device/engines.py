@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import operator
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -22,7 +24,7 @@ from ov_npu_emu.npu.blob.format import (
 )
 from ov_npu_emu.npu.device.kernels import DQ_TILE_BYTES, dequantize, make_kernel
 
-__all__ = ["DecodedTask", "ManagementCore", "decode_task"]
+__all__ = ["DecodedTask", "ManagementCore", "Schedule", "decode_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -148,15 +150,105 @@ def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offse
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> Callable[[], None]:
-    return lambda: np.copyto(dst, src)
+    # dst[...] = src as a C-level partial: no Python frame nor copyto dispatch per DMA (both are
+    # uint8 views, so the unsafe casting of setitem never applies)
+    return functools.partial(operator.setitem, dst, Ellipsis, src)
+
+
+@dataclasses.dataclass
+class Schedule:
+    """The order the barrier walk ran a command list's tasks in, as flat parallel lists.
+
+    The walk depends only on each FIFO's task order and the waits/posts/producer counts, which
+    are fixed between command-list builds and patches; replaying its order is the same execution.
+    """
+
+    tasks: list[DecodedTask]
+    runs: list[Callable[[], None]]  # tasks[i].run, bound once
+    pos: dict[int, int] = dataclasses.field(default_factory=dict)  # task id -> index
+
+    def __post_init__(self) -> None:
+        self.pos = {t.tid: i for i, t in enumerate(self.tasks)}
+
+    def replace(self, old: DecodedTask, new: DecodedTask) -> bool:
+        """Swap a re-fetched descriptor in place; False when its barriers changed (walk again)."""
+        if new.waits != old.waits or new.posts != old.posts or new.lane != old.lane:
+            return False
+        i = self.pos.get(old.tid)
+        if i is None or self.tasks[i] is not old or new.tid != old.tid:
+            return False
+        self.tasks[i] = new
+        self.runs[i] = new.run
+        return True
 
 
 class ManagementCore:
     """Walks the engine FIFOs: a task starts when its barriers' producer counts reach zero."""
 
+    def schedule(self, lanes: Sequence[list[DecodedTask]], producer_counts: Sequence[int]) -> Schedule:
+        """Walk the barriers once without running anything; raises BarrierDeadlockError when stuck.
+
+        Same walk as :meth:`execute` (round-robin over the FIFOs, each drained until a wait
+        blocks), so the order is the one the per-task walk runs.
+        """
+        counts = list(producer_counts)
+        pcs = [0] * len(lanes)
+        remaining = sum(len(lane) for lane in lanes)
+        order: list[DecodedTask] = []
+        while remaining:
+            progressed = 0
+            for li, lane in enumerate(lanes):
+                pc = start = pcs[li]
+                n = len(lane)
+                while pc < n:
+                    t = lane[pc]
+                    if any(counts[b] for b in t.waits):  # a barrier is open when all its producers posted
+                        break
+                    order.append(t)
+                    for b in t.posts:
+                        counts[b] -= 1
+                    pc += 1
+                pcs[li] = pc
+                progressed += pc - start
+            if not progressed:
+                stuck = [lane[pcs[i]].tid for i, lane in enumerate(lanes) if pcs[i] < len(lane)]
+                raise BarrierDeadlockError(f"no runnable task; lanes blocked at tasks {stuck}",
+                                           task_index=stuck[0] if stuck else None)
+            remaining -= progressed
+        logger.debug("barrier walk: %d tasks scheduled", len(order))
+        return Schedule(order, [t.run for t in order])
+
+    def run(self, sched: Schedule, *, host_ns: dict[int, int] | None = None) -> None:
+        """Run a walked schedule: one bound call per task, no per-task barrier bookkeeping.
+
+        :param host_ns: when given, receives the measured host time of each task (profiling).
+        """
+        i = -1
+        try:
+            if host_ns is None:
+                for i, run in enumerate(sched.runs):
+                    run()
+            else:
+                clock = time.perf_counter_ns
+                for i, t in enumerate(sched.tasks):
+                    t0 = clock()
+                    t.run()
+                    host_ns[t.tid] = clock() - t0
+        except NpuEmuError:
+            raise
+        except Exception as e:  # a kernel failure is reported against its task
+            t = sched.tasks[i] if 0 <= i < len(sched.tasks) else None
+            tid = t.tid if t is not None else None
+            raise ExecutionError(f"task {tid} ({t.kernel if t is not None else '?'}) failed: {e}",
+                                 task_index=tid) from e
+
     def execute(self, lanes: Sequence[list[DecodedTask]], producer_counts: Sequence[int], *,
                 host_ns: dict[int, int] | None = None) -> None:
         """Run every task of the command list, each engine FIFO in order, gated by barriers.
+
+        The per-task walk (counts checked and posted around every task); the queue runs
+        :meth:`schedule` once per command-list build/patch and :meth:`run` per inference instead,
+        unless NPU_EMU_BARRIER_WALK=EVERY_INFERENCE asks for this.
 
         :param host_ns: when given, receives the measured host time of each task (profiling).
         """

@@ -22,7 +22,7 @@ from ov_npu_emu.npu.blob.format import (
     TASK_SIZE,
     TaskKind,
 )
-from ov_npu_emu.npu.device.engines import DecodedTask, ManagementCore, decode_task
+from ov_npu_emu.npu.device.engines import DecodedTask, ManagementCore, Schedule, decode_task
 from ov_npu_emu.npu.device.profiling import Timeline, simulate_timeline
 from ov_npu_emu.npu.driver.hpi import HostParsedInference
 
@@ -61,6 +61,9 @@ class CommandList:
         self._kinds = {sec: kind for sec, kind, _ in _ENGINE_SECTIONS}
         self.lane_names = [f"DMA{i}" for i in range(self.dma_channels)] + ["DPU", "SHAVE"]
         self.host_ns: dict[int, int] = {}  # measured host time per task of the last profiled run
+        #: the barrier walk's order, made by the management core at the first run after a build;
+        #: patches swap re-fetched tasks in place (None again if a patch changed barriers)
+        self.schedule: Schedule | None = None
 
     def _decode(self, sec: str, kind: TaskKind, offset: int) -> DecodedTask:
         return decode_task(self.hpi.aspace, sec, self.hpi.section_addr[sec], offset, kind, self._lists,
@@ -76,7 +79,10 @@ class CommandList:
             touched.add((sec, off - off % size))
         for sec, base in touched:
             lane, pos = self._where[(sec, base)]
-            self.lanes[lane][pos] = self._decode(sec, self._kinds[sec], base)
+            old, new = self.lanes[lane][pos], self._decode(sec, self._kinds[sec], base)
+            self.lanes[lane][pos] = new
+            if self.schedule is not None and not self.schedule.replace(old, new):
+                self.schedule = None
         return len(patched)
 
     def timeline(self, clock_mhz: float) -> Timeline:
@@ -125,6 +131,7 @@ class _Submission:
     fence: Fence
     value: int
     profile: bool
+    walk: bool = False
 
 
 class CommandQueue:
@@ -141,22 +148,25 @@ class CommandQueue:
     def core(self) -> ManagementCore:
         return self._core
 
-    def submit(self, cl: CommandList, fence: Fence, *, profile: bool = False, inline: bool = False) -> int:
+    def submit(self, cl: CommandList, fence: Fence, *, profile: bool = False, inline: bool = False,
+               walk: bool = False) -> int:
         """Enqueue ``cl``; returns the fence value that signals its completion.
 
         :param inline: run the management core on the calling thread (no device-thread handoff,
             which costs a scheduler wake-up per inference on a loaded machine); the fence is
             signalled the same way, so the caller's wait is unchanged.
+        :param walk: walk the barriers task by task on this run (NPU_EMU_BARRIER_WALK=EVERY_INFERENCE)
+            instead of replaying the command list's walked schedule.
         """
         value = fence.value + 1
         if inline:
-            self._execute(_Submission(cl, fence, value, profile))
+            self._execute(_Submission(cl, fence, value, profile, walk))
             return value
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="ov_npu_emu-npu-device", daemon=True)
                 self._thread.start()
-        self._q.put(_Submission(cl, fence, value, profile))
+        self._q.put(_Submission(cl, fence, value, profile, walk))
         return value
 
     def _loop(self) -> None:
@@ -167,8 +177,14 @@ class CommandQueue:
         # one device: submissions run one at a time, whichever thread submits them
         with self._busy:
             try:
-                self._core.execute(sub.cl.lanes, sub.cl.producer_counts,
-                                   host_ns=sub.cl.host_ns if sub.profile else None)
+                host_ns = sub.cl.host_ns if sub.profile else None
+                if sub.walk:
+                    self._core.execute(sub.cl.lanes, sub.cl.producer_counts, host_ns=host_ns)
+                else:
+                    # the walk's errors (BarrierDeadlockError) reach the waiter like a kernel's
+                    if sub.cl.schedule is None:
+                        sub.cl.schedule = self._core.schedule(sub.cl.lanes, sub.cl.producer_counts)
+                    self._core.run(sub.cl.schedule, host_ns=host_ns)
             except BaseException as e:  # handed to the waiter through the fence
                 sub.fence.signal(sub.value, e)
             else:
