@@ -89,3 +89,14 @@ def test_bad_barrier_walk_value_is_config_error(npu_core):
         npu_core.set_property("NPU", {"NPU_EMU_BARRIER_WALK": "sometimes"})
     cm = npu_core.compile_model(make_mlp(), "NPU", {"NPU_EMU_BARRIER_WALK": "every_inference"})
     assert cm.get_property("NPU_EMU_BARRIER_WALK") == "EVERY_INFERENCE"
+
+
+@pytest.mark.parametrize(("shape", "axes"), [((1, 1, 64), (2,)), ((2, 3, 17), (1, 2)), ((3, 7, 9), (0,))])
+def test_bound_reduce_mean_is_bitwise_np_mean(shape, axes):
+    from ov_npu_emu.npu.device.kernels import make_kernel
+
+    x = (np.random.default_rng(0).standard_normal(shape) * 10).astype(np.float32)
+    ref = np.mean(x, axis=axes, keepdims=True)
+    o = np.full(ref.shape, np.nan, np.float32)
+    make_kernel("reduce_mean", [x], [o], np.array(axes, np.float64))()
+    np.testing.assert_array_equal(o, ref)

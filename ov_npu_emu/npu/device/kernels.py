@@ -7,6 +7,7 @@ needs are allocated there, never on the per-inference path.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -62,9 +63,10 @@ def _make_binary(name: str) -> Maker:
     def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
         a, b = ins
         o = outs[0]
+        # bound as C-level partials: no Python frame per task on the hot path
         if o.dtype == a.dtype or o.dtype == np.bool_:
-            return lambda: uf(a, b, out=o)
-        return lambda: uf(a, b, out=o, casting="unsafe")
+            return functools.partial(uf, a, b, out=o)
+        return functools.partial(uf, a, b, out=o, casting="unsafe")
     return maker
 
 
@@ -77,7 +79,7 @@ def _divide(ins, outs, params):  # type: ignore[no-untyped-def]
     a, b = ins
     o = outs[0]
     if o.dtype.kind == "f":
-        return lambda: np.divide(a, b, out=o, casting="unsafe")
+        return functools.partial(np.divide, a, b, out=o, casting="unsafe")
     if params.size and params[0]:  # python division for integers: floor
         return lambda: np.floor_divide(a, b, out=o)
     return lambda: np.copyto(o, np.trunc(a / b), casting="unsafe")
@@ -108,8 +110,8 @@ def _make_unary(name: str) -> Maker:
     def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
         x, o = ins[0], outs[0]
         if name == "relu":
-            return lambda: np.maximum(x, 0, out=o, casting="unsafe")
-        return lambda: uf(x, out=o, casting="unsafe")
+            return functools.partial(np.maximum, x, 0, out=o, casting="unsafe")
+        return functools.partial(uf, x, out=o, casting="unsafe")
     return maker
 
 
@@ -272,6 +274,14 @@ def _make_reduce(name: str) -> Maker:
             return lambda: np.copyto(ok, np.sqrt(np.sum(np.square(x, dtype=np.float32), axis=axes, keepdims=True)),
                                      casting="unsafe")
         fn = _REDUCE[name]
+        if name == "reduce_mean" and x.dtype == o.dtype == np.float32:
+            # np.mean's own f32 steps (sum, then divide by the intp count) without its Python layers
+            count = np.intp(math.prod(x.shape[a] for a in axes))
+
+            def mean() -> None:
+                np.add.reduce(x, axis=axes, keepdims=True, out=ok)
+                np.true_divide(ok, count, out=ok, casting="unsafe")
+            return mean
         if o.dtype == np.float16:
             return lambda: np.copyto(ok, fn(x, axis=axes, keepdims=True, dtype=np.float32), casting="unsafe")
         return lambda: fn(x, axis=axes, keepdims=True, out=ok)
@@ -286,13 +296,13 @@ for _n in [*_REDUCE, "reduce_l2"]:
 def _transpose(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
     xt = x.transpose([int(p) for p in params])
-    return lambda: np.copyto(o, xt, casting="unsafe")
+    return functools.partial(np.copyto, o, xt, casting="unsafe")
 
 
 @kernel("broadcast")
 def _broadcast(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
-    return lambda: np.copyto(o, x, casting="unsafe")
+    return functools.partial(np.copyto, o, x, casting="unsafe")
 
 
 @kernel("slice")
@@ -372,10 +382,10 @@ def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
                 np.add(scores, mask, out=scores, casting="unsafe")
         if bias is not None:
             np.add(scores, bias, out=scores)
-        np.max(scores, axis=-1, keepdims=True, out=rowmax)
+        np.maximum.reduce(scores, axis=-1, keepdims=True, out=rowmax)  # np.max/np.sum minus their Python layers
         np.subtract(scores, rowmax, out=scores)
         np.exp(scores, out=scores)
-        np.sum(scores, axis=-1, keepdims=True, out=rowmax)
+        np.add.reduce(scores, axis=-1, keepdims=True, out=rowmax)
         np.divide(scores, rowmax, out=scores)
         if direct:
             np.matmul(scores, v32, out=o)
@@ -394,7 +404,7 @@ def _matmul(ins, outs, params):  # type: ignore[no-untyped-def]
     if a.ndim == 1 or b.ndim == 1 or a.dtype != np.float32 or b.dtype != np.float32 or o.dtype != np.float32:
         return lambda: np.copyto(o, np.matmul(av.astype(np.float32), bv.astype(np.float32)).reshape(o.shape),
                                  casting="unsafe")
-    return lambda: np.matmul(av, bv, out=o)
+    return functools.partial(np.matmul, av, bv, out=o)
 
 
 @kernel("conv")
