@@ -206,7 +206,7 @@ def _clamp(ins, outs, params):  # type: ignore[no-untyped-def]
     lo, hi = float(params[0]), float(params[1])
     if o.dtype.kind in "iu":
         lo, hi = math.ceil(lo), math.floor(hi)
-    return lambda: np.clip(x, lo, hi, out=o, casting="unsafe")
+    return functools.partial(np.clip, x, lo, hi, out=o, casting="unsafe")
 
 
 @kernel("convert")
@@ -214,10 +214,10 @@ def _convert(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
     if x.dtype.kind == "f" and o.dtype.kind in "iub":
         if o.dtype == np.bool_:
-            return lambda: np.not_equal(x, 0, out=o)
+            return functools.partial(np.not_equal, x, 0, out=o)
         # OpenVINO's CPU plugin truncates towards zero when converting floats to integers
         return lambda: np.copyto(o, np.trunc(x), casting="unsafe")
-    return lambda: np.copyto(o, x, casting="unsafe")
+    return functools.partial(np.copyto, o, x, casting="unsafe")
 
 
 @kernel("select")
