@@ -36,6 +36,25 @@ def parse_shapes(items: list[str] | None) -> dict[str, list[int]]:
     return out
 
 
+def load_model(core: Any, args: argparse.Namespace) -> Any:
+    """Read ``args.model`` and make it static: ``--decode-kv`` / ``--prefill`` for LLMs, ``--shape``.
+
+    Shared by ``compile`` and ``profile``, which take the same model arguments.
+    """
+    model = core.read_model(args.model)
+    if args.decode_kv is not None or args.prefill is not None:
+        from ov_npu_emu.cli.profile import static_llm  # profile imports this module at load time
+
+        model = static_llm(model, 1 if args.decode_kv is not None else args.prefill, args.decode_kv or 0)
+    shapes = parse_shapes(args.shape)
+    if shapes:
+        try:
+            model.reshape(shapes)
+        except RuntimeError as e:  # openvino: unknown input name or a shape that does not propagate
+            raise UserInputError(f"--shape {args.shape}: cannot reshape the model: {e}") from e
+    return model
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("compile", help="compile MODEL.xml into an NPU ELF blob",
                               description="Compile a static-shape OpenVINO IR for the emulated NPU and "
@@ -54,17 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from ov_npu_emu import Core
 
     core = Core()
-    model = core.read_model(args.model)
-    if args.decode_kv is not None or args.prefill is not None:
-        from ov_npu_emu.cli.profile import static_llm
-
-        model = static_llm(model, 1 if args.decode_kv is not None else args.prefill, args.decode_kv or 0)
-    shapes = parse_shapes(args.shape)
-    if shapes:
-        try:
-            model.reshape(shapes)
-        except RuntimeError as e:  # openvino: unknown input name or a shape that does not propagate
-            raise UserInputError(f"--shape {args.shape}: cannot reshape the model: {e}") from e
+    model = load_model(core, args)
     cm = core.compile_model(model, "NPU", parse_kv(args.config))
     blob = cm.export_model().getvalue()
     Path(args.output).write_bytes(blob)

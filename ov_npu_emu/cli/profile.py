@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from ov_npu_emu.cli.compile import parse_kv, parse_shapes
+from ov_npu_emu.cli.compile import load_model, parse_kv
 from ov_npu_emu.errors import UserInputError
 
 __all__ = ["example_inputs", "register", "run", "static_llm"]
@@ -84,12 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from ov_npu_emu.npu.device.profiling import chrome_trace
 
     core = Core()
-    model = core.read_model(args.model)
-    if args.decode_kv is not None or args.prefill is not None:
-        model = static_llm(model, 1 if args.decode_kv is not None else args.prefill, args.decode_kv or 0)
-    shapes = parse_shapes(args.shape)
-    if shapes:
-        model.reshape(shapes)
+    model = load_model(core, args)
     config = {"PERF_COUNT": "YES", **parse_kv(args.config)}
     cm = core.compile_model(model, "NPU", config)
     req = cm.create_infer_request()
