@@ -166,7 +166,11 @@ class LLMCompiledModel(DeviceCompiledModel):
 
 
 def generate_default_config(
-    device: str, model: ov.Model, user_config: Mapping[str, Any], kv: KVLayout | None = None, kv_size: int = 0
+    device: str,
+    model: ov.Model,
+    user_config: Mapping[str, Any],
+    kv: KVLayout | None = None,
+    kv_size: int = 0,
 ) -> dict[str, Any]:
     """NPUW's per-device default for one generate-side sub-model (a variant or the shared head).
 

@@ -44,7 +44,8 @@ def test_threshold_counts_constants_and_the_kv_window():
 
 
 def _threads(cm) -> dict[int, int]:
-    return {k: int(g.get_property("INFERENCE_NUM_THREADS")) for k, g in cm.impl.subs.generate.items()}
+    gen = cm.impl.subs.generate
+    return {k: int(g.get_property("INFERENCE_NUM_THREADS")) for k, g in gen.items()}
 
 
 def test_tiny_model_generate_variants_run_single_threaded_and_user_overrides(
@@ -52,7 +53,8 @@ def test_tiny_model_generate_variants_run_single_threaded_and_user_overrides(
 ):
     model = ov.Core().read_model(tiny_model_dir / "openvino_model.xml")
     cm = emu_core.compile_model(model, "NPU", BASE)
-    assert cm.get_property("NPUW_EMU_GENERATE_DEFAULT_CONFIG")["kv128"] == {"INFERENCE_NUM_THREADS": 1}
+    added = cm.get_property("NPUW_EMU_GENERATE_DEFAULT_CONFIG")
+    assert added["kv128"] == {"INFERENCE_NUM_THREADS": 1}
     assert set(_threads(cm).values()) == {1}
     # kept across export/import: a CPU blob does not carry the thread count
     back = emu_core.import_model(cm.export_model(), "NPU", {})
