@@ -2,7 +2,7 @@
 
 Usage: python bench/bench_npuw_latency.py [--model DIR_OR_XML | --preset NAME [--layers N] [--vocab V]]
                                           [--new 32] [--repeat 5] [--prompts 20,400,1000]
-                                          [--devices CPU,NPU] [--interleave step|run]
+                                          [--devices CPU,NPU] [--interleave step|run] [--auto-threads]
 
 Every configuration runs the same model in the same process, driven through the stateful
 interface the way openvino.genai drives it.  All setups decode the *same* generation: the real
@@ -141,6 +141,12 @@ def main() -> int:
         default="step",
         help="alternate the setups every decode step (default) or every whole generation",
     )
+    ap.add_argument(
+        "--auto-threads",
+        action="store_true",
+        help="also run ours on CPU without NPUW's single-thread generate default "
+        "(++NPUW_LLM_GENERATE_CONFIG INFERENCE_NUM_THREADS=0: the CPU plugin's own choice)",
+    )
     args = ap.parse_args()
     path = Path(args.model)
     if args.preset:
@@ -175,6 +181,13 @@ def main() -> int:
         t = time.perf_counter()
         reqs[f"ours NPUW/{dev}"] = core.compile_model(model, "NPU", cfg).create_infer_request()
         compile_s[f"ours NPUW/{dev}"] = time.perf_counter() - t
+        if dev == "CPU" and args.auto_threads:
+            auto = {**F32, "INFERENCE_NUM_THREADS": 0}
+            t = time.perf_counter()
+            reqs["ours CPU autothr"] = core.compile_model(
+                model, "NPU", {**cfg, "++NPUW_LLM_GENERATE_CONFIG": auto}
+            ).create_infer_request()
+            compile_s["ours CPU autothr"] = time.perf_counter() - t
 
     print(
         f"model {xml} | MAX_PROMPT_LEN {MAX_PROMPT}, MIN_RESPONSE_LEN {MIN_RESPONSE} | ours: "

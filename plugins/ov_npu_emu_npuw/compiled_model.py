@@ -30,13 +30,26 @@ if TYPE_CHECKING:
     from ov_npu_emu.api.core import Core
     from ov_npu_emu_npuw.infer_request import LLMInferRequest
 
-__all__ = ["LLMCompiledModel", "compile_llm", "configure_logging", "pick_device"]
+__all__ = [
+    "CPU_SINGLE_THREAD_STEP_BYTES",
+    "LLMCompiledModel",
+    "compile_llm",
+    "configure_logging",
+    "generate_default_config",
+    "pick_device",
+]
 
 logger = logging.getLogger("ov_npu_emu_npuw")
 
 #: verbosity of this plugin's log (ERROR/WARNING/INFO/DEBUG); the real NPUW reads OPENVINO_NPUW_LOG_LEVEL
 LOG_ENV = "OV_NPU_EMU_NPUW_LOG_LEVEL"
 _logging_configured = False
+
+#: NPUW's default generate sub-config on the CPU device: a generate-side sub-model whose per-step
+#: work (constant bytes + its KV window in f32) is at most this runs single-threaded.  Measured
+#: on 2 cores (docs/npuw.md "Default generate sub-config on CPU"): below ~1.5 MiB the CPU
+#: plugin's per-node 2-thread synchronisation costs more than the second thread saves.
+CPU_SINGLE_THREAD_STEP_BYTES = 3 << 19
 
 
 def configure_logging() -> None:
@@ -90,6 +103,7 @@ class LLMCompiledModel(DeviceCompiledModel):
         inputs: list[PortInfo],
         outputs: list[PortInfo],
         compile_seconds: dict[str, float] | None = None,
+        sub_defaults: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.name = name
         self.cfg = cfg
@@ -99,6 +113,8 @@ class LLMCompiledModel(DeviceCompiledModel):
         self.inputs = inputs
         self.outputs = outputs
         self.compile_seconds = compile_seconds or {}
+        #: NPUW's per-device defaults added to each generate-side sub-config, by role ("kv256", "lm_head")
+        self.sub_defaults = sub_defaults or {}
         self.kv_dtype = np.float16 if cfg.kv_precision == "f16" else np.float32
         self.loaded_from_cache = False
 
@@ -136,6 +152,9 @@ class LLMCompiledModel(DeviceCompiledModel):
             return self.name
         if name == "OPTIMAL_NUMBER_OF_INFER_REQUESTS":
             return 1
+        if name == "NPUW_EMU_GENERATE_DEFAULT_CONFIG":
+            # ours only (the real one has no read-back): what NPUW added per generate sub-model
+            return {role: dict(extra) for role, extra in self.sub_defaults.items()}
         if name == "EXECUTION_DEVICES":
             return [self.device]
         raise ConfigError(f"Unsupported property {name} by NPUW LLM compiled model", key=name)
@@ -144,6 +163,28 @@ class LLMCompiledModel(DeviceCompiledModel):
         raise ConfigError(
             f"NPUW LLM compiled model properties are read-only; pass {sorted(properties)} to compile_model"
         )
+
+
+def generate_default_config(
+    device: str,
+    model: ov.Model,
+    user_config: Mapping[str, Any],
+    kv: KVLayout | None = None,
+    kv_size: int = 0,
+) -> dict[str, Any]:
+    """NPUW's per-device default for one generate-side sub-model (a variant or the shared head).
+
+    Like the real NPUW's per-device default configs, it only fills what the user left unset:
+    any ``INFERENCE_NUM_THREADS`` in NPUW_LLM_GENERATE_CONFIG / ++NPUW_LLM_GENERATE_CONFIG (or
+    top-level) wins, ``0`` restoring the CPU plugin's own choice.
+    """
+    if device != "CPU" or "INFERENCE_NUM_THREADS" in user_config:
+        return {}
+    work = sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant")
+    if kv is not None:
+        # the step reads (and converts to f32) the whole past window of every KV tensor
+        work += 4 * kv_size * sum(h * d for h, d in zip(kv.num_heads, kv.head_dims))
+    return {"INFERENCE_NUM_THREADS": 1} if work <= CPU_SINGLE_THREAD_STEP_BYTES else {}
 
 
 def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCompiledModel:
@@ -185,6 +226,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     prefill_config = {**cfg.prefill_config, **bank}
     generate_config = {**cfg.generate_config, **bank}
     seconds: dict[str, float] = {}
+    sub_defaults: dict[str, dict[str, Any]] = {}  # role -> NPUW default sub-config added
     generate: dict[int, CompiledModel] = {}
     prefill = head = None
     progress = _TtyProgress(len(jobs))
@@ -197,10 +239,14 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
             )
             prefill = core.compile_model(static, device, prefill_config)
         elif what == "head":
-            head = core.compile_model(head_model, device, generate_config)
+            extra = generate_default_config(device, head_model, generate_config)
+            head = core.compile_model(head_model, device, {**generate_config, **extra})
+            sub_defaults["lm_head"] = extra
         else:
             static = make_generate_model(stateless, kv, int(what), kv_type, shared)
-            generate[int(what)] = core.compile_model(static, device, generate_config)
+            extra = generate_default_config(device, static, generate_config, kv, int(what))
+            generate[int(what)] = core.compile_model(static, device, {**generate_config, **extra})
+            sub_defaults[f"kv{what}"] = extra
         seconds[sub_name] = time.perf_counter() - t0
         logger.info(
             "[%d/%d] compiled %s on %s in %.2f s", n, len(jobs), sub_name, device, seconds[sub_name]
@@ -225,7 +271,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     if prefill is None:  # unreachable: the job list always ends with the prefill
         raise PluginError("prefill model was not compiled")
     return LLMCompiledModel(
-        name, cfg, kv, device, SubModels(prefill, generate, head), ins, outs, seconds
+        name, cfg, kv, device, SubModels(prefill, generate, head), ins, outs, seconds, sub_defaults
     )
 
 

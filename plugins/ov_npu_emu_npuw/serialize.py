@@ -87,6 +87,7 @@ def export_llm(cm: LLMCompiledModel) -> bytes:
             "dims": list(cm.kv.head_dims),
             "v_transposed": cm.kv.v_transposed,
         },
+        "sub_defaults": cm.sub_defaults,
         "inputs": [_port_json(p) for p in cm.inputs],
         "outputs": [_port_json(p) for p in cm.outputs],
         "blobs": [
@@ -165,10 +166,21 @@ def _import_llm(
     sub_cfg = {
         k: v for k, v in (config or {}).items() if not k.startswith(("NPU", "++NPUW", "CACHE_DIR"))
     }
+    # a device blob does not carry runtime settings such as the thread count: re-apply NPUW's
+    # defaults the compilation chose, unless the import config sets them itself
+    sub_defaults: dict[str, dict[str, Any]] = {
+        role: {k: v for k, v in extra.items() if k not in sub_cfg}
+        for role, extra in header.get("sub_defaults", {}).items()
+    }
+    sub = lambda role: {**sub_cfg, **sub_defaults.get(role, {})}  # noqa: E731
     try:
-        generate = {k: core.import_model(parts[f"kv{k}"], device, sub_cfg) for k in cfg.variants}
+        generate = {
+            k: core.import_model(parts[f"kv{k}"], device, sub(f"kv{k}")) for k in cfg.variants
+        }
         prefill = core.import_model(parts["prefill"], device, sub_cfg)
-        head = core.import_model(parts["lm_head"], device, sub_cfg) if cfg.shared_head else None
+        head = (
+            core.import_model(parts["lm_head"], device, sub("lm_head")) if cfg.shared_head else None
+        )
     except KeyError as e:
         raise BlobFormatError(f"NPUW LLM artefact lacks sub-blob {e}") from e
     k = header["kv"]
@@ -193,7 +205,8 @@ def _import_llm(
     outs = [_port(i, d) for i, d in enumerate(header["outputs"])]
     logger.info("imported NPUW LLM %s (%d sub-models on %s)", header["name"], len(parts), device)
     return LLMCompiledModel(
-        header["name"], cfg, kv, device, SubModels(prefill, generate, head), ins, outs
+        header["name"], cfg, kv, device, SubModels(prefill, generate, head), ins, outs,
+        sub_defaults=sub_defaults,
     )
 
 
