@@ -12,7 +12,7 @@ from typing import Any
 import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, IRReadError
-from ov_npu_emu.modelbuilder.config import DTYPES, GROUP_SIZES, LlamaConfig, get_preset
+from ov_npu_emu.modelbuilder.config import LlamaConfig, get_preset
 from ov_npu_emu.modelbuilder.graph import build_model
 from ov_npu_emu.modelbuilder.reference import LlamaReference
 from ov_npu_emu.modelbuilder.tokenizer import (
@@ -22,7 +22,7 @@ from ov_npu_emu.modelbuilder.tokenizer import (
     PAD_ID,
     build_tokenizer,
 )
-from ov_npu_emu.modelbuilder.weights import LlamaWeights, init_weights
+from ov_npu_emu.modelbuilder.weights import LlamaWeights, check_dtype, init_weights
 
 __all__ = [
     "MANIFEST_NAME",
@@ -117,15 +117,7 @@ def make_model_folder(
             f"(need >= {MIN_VOCAB_SIZE}: 3 specials + 256 bytes)",
             key="vocab_size",
         )
-    if dtype not in DTYPES:
-        raise ConfigError(
-            f"unknown weight dtype {dtype!r} (known: {', '.join(DTYPES)})", key="dtype"
-        )
-    if dtype == "int4" and group_size not in GROUP_SIZES:
-        raise ConfigError(
-            f"int4 group_size must be one of {GROUP_SIZES} (-1 = channel-wise), got {group_size!r}",
-            key="group_size",
-        )
+    check_dtype(dtype, group_size)
     spec = _spec(preset, dtype, seed, overrides, config, group_size)
     if not overwrite and all((folder / f).is_file() for f in MODEL_FILES):
         try:

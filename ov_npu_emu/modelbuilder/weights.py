@@ -184,6 +184,19 @@ def _store(w: np.ndarray, dtype: str, compressible: bool, group_size: int = 128,
     return quantize_int8(w)
 
 
+def check_dtype(dtype: str, group_size: int) -> None:
+    """Validate a weight dtype (and the int4 group size) with errors that list the valid values."""
+    if dtype not in DTYPES:
+        raise ConfigError(
+            f"unknown weight dtype {dtype!r} (known: {', '.join(DTYPES)})", key="dtype"
+        )
+    if dtype == "int4" and group_size not in GROUP_SIZES:
+        raise ConfigError(
+            f"int4 group_size must be one of {GROUP_SIZES} (-1 = channel-wise), got {group_size!r}",
+            key="group_size",
+        )
+
+
 def init_weights(
     config: LlamaConfig, seed: int = 0, dtype: str = "f32", group_size: int = 128
 ) -> LlamaWeights:
@@ -196,15 +209,7 @@ def init_weights(
     residual stream the tied LM head scores the input token highest and greedy decoding
     repeats it forever.
     """
-    if dtype not in DTYPES:
-        raise ConfigError(
-            f"unknown weight dtype {dtype!r} (known: {', '.join(DTYPES)})", key="dtype"
-        )
-    if dtype == "int4" and group_size not in GROUP_SIZES:
-        raise ConfigError(
-            f"int4 group_size must be one of {GROUP_SIZES} (-1 = channel-wise), got {group_size!r}",
-            key="group_size",
-        )
+    check_dtype(dtype, group_size)
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative int, got {seed!r}", key="seed")
     rng = np.random.default_rng(seed)

@@ -246,51 +246,11 @@ class ManagementCore:
                 host_ns: dict[int, int] | None = None) -> None:
         """Run every task of the command list, each engine FIFO in order, gated by barriers.
 
-        The per-task walk (counts checked and posted around every task); the queue runs
-        :meth:`schedule` once per command-list build/patch and :meth:`run` per inference instead,
-        unless NPU_EMU_BARRIER_WALK=EVERY_INFERENCE asks for this.
+        Walks the barriers anew on every call (NPU_EMU_BARRIER_WALK=EVERY_INFERENCE); by default
+        the queue runs :meth:`schedule` once per command-list build/patch and :meth:`run` per
+        inference.  A deadlocked list raises BarrierDeadlockError before any task runs.
 
         :param host_ns: when given, receives the measured host time of each task (profiling).
         """
-        counts = list(producer_counts)
-        pcs = [0] * len(lanes)
-        remaining = sum(len(lane) for lane in lanes)
-        clock = time.perf_counter_ns
-        t: DecodedTask | None = None
-        try:
-            while remaining:
-                progressed = 0
-                for li, lane in enumerate(lanes):
-                    pc = start = pcs[li]
-                    n = len(lane)
-                    while pc < n:
-                        t = lane[pc]
-                        blocked = False
-                        for b in t.waits:  # a barrier is open when all its producers posted
-                            if counts[b]:
-                                blocked = True
-                                break
-                        if blocked:
-                            break
-                        if host_ns is None:
-                            t.run()
-                        else:
-                            t0 = clock()
-                            t.run()
-                            host_ns[t.tid] = clock() - t0
-                        for b in t.posts:
-                            counts[b] -= 1
-                        pc += 1
-                    pcs[li] = pc
-                    progressed += pc - start
-                if not progressed:
-                    stuck = [lane[pcs[i]].tid for i, lane in enumerate(lanes) if pcs[i] < len(lane)]
-                    raise BarrierDeadlockError(f"no runnable task; lanes blocked at tasks {stuck}",
-                                               task_index=stuck[0] if stuck else None)
-                remaining -= progressed
-        except NpuEmuError:
-            raise
-        except Exception as e:  # a kernel failure is reported against its task
-            tid = t.tid if t is not None else None
-            name = t.kernel if t is not None else "?"
-            raise ExecutionError(f"task {tid} ({name}) failed: {e}", task_index=tid) from e
+        # the same walk as the replayed path, just redone every time: one loop serves both modes
+        self.run(self.schedule(lanes, producer_counts), host_ns=host_ns)
