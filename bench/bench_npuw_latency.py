@@ -3,9 +3,12 @@
 Usage: python bench/bench_npuw_latency.py [--model DIR_OR_XML | --preset NAME [--layers N] [--vocab V]]
                                           [--new 32] [--repeat 5] [--prompts 20,400,1000]
                                           [--devices CPU,NPU] [--interleave step|run] [--auto-threads]
+                                          [--also KEY=VALUE [--also KEY=VALUE ...]] [--in-process]
 
-Every configuration runs the same model in the same process, driven through the stateful
-interface the way openvino.genai drives it.  All setups decode the *same* generation: the real
+Every configuration runs the same model, driven through the stateful interface the way
+openvino.genai drives it, each in its own worker process (as a user would run one of them; with
+``--in-process`` all share this process, and then the real NPUW's and our CPU thread pools fight
+over the 2 cores and share caches between steps).  All setups decode the *same* generation: the real
 NPUW's greedy tokens (from a first pass) are fed to every setup, so each step has the same
 position and history everywhere.  The setups alternate every decode step (``--interleave
 step``, the default) or every whole generation (``--interleave run``), the order rotating every
@@ -20,7 +23,9 @@ random-weight models can flip near-ties).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -94,25 +99,109 @@ def generation(
         yield
 
 
-def interleaved(
-    reqs: dict[str, object],
-    prompt: list[int],
-    n_new: int,
-    rotate: int,
-    feed: list[int],
-    per_step: bool = True,
-) -> dict:
-    """Run one generation per setup, one step of each in turn (or one whole run of each in turn
-    when not ``per_step``); the start order rotates with ``rotate``."""
-    names = list(reqs)
-    names = names[rotate % len(names) :] + names[: rotate % len(names)]
-    outs = {n: {} for n in names}
-    gens = [generation(reqs[n], prompt, n_new, outs[n], feed) for n in names]
+def setup_configs(args: argparse.Namespace, also: dict) -> dict[str, dict | None]:
+    """Setup name → our NPUW config (None: the real NPUW on CPU), in run order."""
+    setups: dict[str, dict | None] = {"real NPUW/CPU": None}
+    registered = Core().registry
+    for dev in args.devices.split(","):
+        if dev == "NPU" and "NPU" not in registered:
+            print("(emulated NPU device not registered: skipping ours on NPU)")
+            continue
+        cfg = {**REAL_BASE, "NPUW_DEVICES": dev, **OURS_EXTRA}
+        setups[f"ours NPUW/{dev}"] = cfg
+        if dev == "CPU" and args.auto_threads:
+            auto = {**F32, "INFERENCE_NUM_THREADS": 0}
+            setups["ours CPU autothr"] = {**cfg, "++NPUW_LLM_GENERATE_CONFIG": auto}
+        if also:
+            setups[f"ours {dev} --also"] = {**cfg, **also}
+    return setups
+
+
+def compile_setup(model: ov.Model, cfg: dict | None) -> tuple[object, float]:
+    t = time.perf_counter()
+    if cfg is None:
+        req = ov.Core().compile_model(model, "NPU", REAL_BASE).create_infer_request()
+    else:
+        req = Core().compile_model(model, "NPU", cfg).create_infer_request()
+    return req, time.perf_counter() - t
+
+
+def variant_of(req) -> str:
+    impl = getattr(req, "impl", None)
+    return f"kv{impl.variant}" if impl is not None else f"kv{MAX_PROMPT + MIN_RESPONSE}"
+
+
+def serve(model: ov.Model, cfg: dict | None) -> int:
+    """Worker process: compile one setup, then run generations step by step on request.
+
+    Protocol (JSON lines on stdin/stdout): first reply ``{"compile_s"}``; then
+    ``{"prompt", "n_new", "feed"}`` starts a generation and runs its prefill, ``{}`` runs the next
+    step (reply ``{"done"}``), ``{"result": 1}`` returns the finished generation's numbers.
+    """
+    req, seconds = compile_setup(model, cfg)
+    out_pipe = sys.stdout
+    sys.stdout = sys.stderr  # nothing else may write to the protocol pipe
+    print(json.dumps({"compile_s": seconds}), file=out_pipe, flush=True)
+    gen, out = None, {}
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if "prompt" in cmd:
+            out = {}
+            gen = generation(req, cmd["prompt"], cmd["n_new"], out, cmd["feed"])
+            cmd = {}
+        if "result" in cmd:
+            reply = {**out, "variant": variant_of(req)}
+        else:
+            try:
+                next(gen)
+                reply = {"done": False}
+            except StopIteration:
+                reply = {"done": True}
+        print(json.dumps(reply), file=out_pipe, flush=True)
+    return 0
+
+
+class Worker:
+    """A setup in its own process: no thread pool, allocator or cache state shared with others."""
+
+    def __init__(self, name: str, argv: list[str]) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, *argv, "--worker", name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.compile_s = self._ask(None)["compile_s"]
+
+    def _ask(self, cmd: dict | None) -> dict:
+        if cmd is not None:
+            self.proc.stdin.write(json.dumps(cmd) + "\n")
+            self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"worker {self.name!r} died (exit code {self.proc.wait()})")
+        return json.loads(line)
+
+    def generation(self, prompt: list[int], n_new: int, out: dict, feed: list[int] | None) -> Iterator[None]:
+        """Same contract as the in-process ``generation``; each step is one round trip."""
+        self._ask({"prompt": prompt, "n_new": n_new, "feed": feed})
+        yield
+        while not self._ask({})["done"]:
+            yield
+        out.update(self._ask({"result": 1}))
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def interleaved_gens(gens: list[Iterator[None]], per_step: bool) -> None:
     if not per_step:
         for g in gens:
             for _ in g:
                 pass
-        return outs
+        return
     live = list(gens)
     while live:
         for g in list(live):
@@ -120,7 +209,6 @@ def interleaved(
                 next(g)
             except StopIteration:
                 live.remove(g)
-    return outs
 
 
 def main() -> int:
@@ -142,56 +230,76 @@ def main() -> int:
         help="alternate the setups every decode step (default) or every whole generation",
     )
     ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every setup in this one process (the real NPUW's and our CPU thread pools then "
+        "compete for the 2 cores and share caches) instead of one worker process per setup",
+    )
+    ap.add_argument(
         "--auto-threads",
         action="store_true",
         help="also run ours on CPU without NPUW's single-thread generate default "
         "(++NPUW_LLM_GENERATE_CONFIG INFERENCE_NUM_THREADS=0: the CPU plugin's own choice)",
     )
+    ap.add_argument(
+        "--also",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="also run ours on every device with this extra NPUW key (repeatable; an A/B of one "
+        "setting), e.g. NPUW_LLM_GENERATE_GROUPED_ATTENTION=NO; a VALUE starting with { is JSON, "
+        "e.g. '++NPUW_LLM_SHARED_HEAD_CONFIG={\"INFERENCE_NUM_THREADS\": 1}'",
+    )
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: serve one setup
+    ap.add_argument("--model-xml", help=argparse.SUPPRESS)  # internal: the parent's model file
     args = ap.parse_args()
-    path = Path(args.model)
-    if args.preset:
-        import tempfile
+    also = {}
+    for item in args.also:
+        key, _, value = item.partition("=")
+        also[key] = json.loads(value) if value.startswith("{") else value
+    if args.model_xml:
+        xml = Path(args.model_xml)
+    else:
+        path = Path(args.model)
+        if args.preset:
+            import tempfile
 
-        from ov_npu_emu.modelbuilder import make_model_folder
+            from ov_npu_emu.modelbuilder import make_model_folder
 
-        over = {
-            k: v for k, v in (("num_hidden_layers", args.layers), ("vocab_size", args.vocab)) if v
-        }
-        path = make_model_folder(
-            Path(tempfile.mkdtemp(prefix="npuw_bench_")), preset=args.preset, **over
-        )
-    xml = path / "openvino_model.xml" if path.is_dir() else path
+            over = {
+                k: v for k, v in (("num_hidden_layers", args.layers), ("vocab_size", args.vocab)) if v
+            }
+            path = make_model_folder(
+                Path(tempfile.mkdtemp(prefix="npuw_bench_")), preset=args.preset, **over
+            )
+        xml = path / "openvino_model.xml" if path.is_dir() else path
     model = ov.Core().read_model(xml)
+    if args.worker:
+        return serve(model, setup_configs(args, also)[args.worker])
     lengths = [int(x) for x in args.prompts.split(",")]
     rng = np.random.default_rng(0)
     vocab = model.output("logits").get_partial_shape()[2].get_length()
     prompts = {n: [1] + rng.integers(3, vocab, size=n - 1).tolist() for n in lengths}
 
-    core = Core()
+    configs = setup_configs(args, also)
     reqs: dict[str, object] = {}
     compile_s: dict[str, float] = {}
-    t = time.perf_counter()
-    reqs["real NPUW/CPU"] = ov.Core().compile_model(model, "NPU", REAL_BASE).create_infer_request()
-    compile_s["real NPUW/CPU"] = time.perf_counter() - t
-    for dev in args.devices.split(","):
-        if dev == "NPU" and "NPU" not in core.registry:
-            print("(emulated NPU device not registered: skipping ours on NPU)")
-            continue
-        cfg = {**REAL_BASE, "NPUW_DEVICES": dev, **OURS_EXTRA}
-        t = time.perf_counter()
-        reqs[f"ours NPUW/{dev}"] = core.compile_model(model, "NPU", cfg).create_infer_request()
-        compile_s[f"ours NPUW/{dev}"] = time.perf_counter() - t
-        if dev == "CPU" and args.auto_threads:
-            auto = {**F32, "INFERENCE_NUM_THREADS": 0}
-            t = time.perf_counter()
-            reqs["ours CPU autothr"] = core.compile_model(
-                model, "NPU", {**cfg, "++NPUW_LLM_GENERATE_CONFIG": auto}
-            ).create_infer_request()
-            compile_s["ours CPU autothr"] = time.perf_counter() - t
+    if args.in_process:
+        for name, cfg in configs.items():
+            reqs[name], compile_s[name] = compile_setup(model, cfg)
+        gen_of = {n: (lambda r: lambda *a: generation(r, *a))(r) for n, r in reqs.items()}
+    else:
+        passthrough = [a for a in sys.argv[1:]]
+        for name in configs:
+            reqs[name] = Worker(name, [*passthrough, "--model-xml", str(xml)])
+            compile_s[name] = reqs[name].compile_s
+        gen_of = {n: w.generation for n, w in reqs.items()}
 
     print(
         f"model {xml} | MAX_PROMPT_LEN {MAX_PROMPT}, MIN_RESPONSE_LEN {MIN_RESPONSE} | ours: "
-        f"{OURS_EXTRA} | {args.new} new tokens × {args.repeat} repeats, setups alternated per {args.interleave}"
+        f"{OURS_EXTRA} | --also {also or '-'} | {args.new} new tokens × {args.repeat} repeats, "
+        f"setups alternated per {args.interleave}, "
+        + ("all in one process" if args.in_process else "one process per setup")
     )
     ttft: dict[tuple[str, int], list[float]] = {}
     steps: dict[tuple[str, int], list[float]] = {}
@@ -199,18 +307,21 @@ def main() -> int:
     agree: dict[tuple[str, int], int] = {}
     for n in lengths:
         ref: dict = {}
-        for _ in generation(reqs["real NPUW/CPU"], prompts[n], args.new, ref):  # also a warm-up
+        for _ in gen_of["real NPUW/CPU"](prompts[n], args.new, ref, None):  # also a warm-up
             pass
         feed = ref["tokens"]
         for r in range(args.repeat):
-            outs = interleaved(reqs, prompts[n], args.new, r, feed, args.interleave == "step")
+            names = list(reqs)
+            names = names[r % len(names) :] + names[: r % len(names)]
+            outs = {name: {} for name in names}
+            interleaved_gens(
+                [gen_of[name](prompts[n], args.new, outs[name], feed) for name in names],
+                args.interleave == "step",
+            )
             for name, o in outs.items():
                 ttft.setdefault((name, n), []).append(o["ttft"])
                 steps.setdefault((name, n), []).extend(o["steps"])
-                impl = getattr(reqs[name], "impl", None)
-                variant[name, n] = (
-                    f"kv{impl.variant}" if impl is not None else f"kv{MAX_PROMPT + MIN_RESPONSE}"
-                )
+                variant[name, n] = o.get("variant") or variant_of(reqs[name])
                 same = [a == b for a, b in zip(o["tokens"], feed)] + [False]
                 agree[name, n] = same.index(False)
     med = {k: (statistics.median(ttft[k]), statistics.median(steps[k])) for k in ttft}
@@ -247,6 +358,9 @@ def main() -> int:
             for n in lengths
         )
     )
+    for w in reqs.values():
+        if isinstance(w, Worker):
+            w.close()
     return 0
 
 

@@ -23,6 +23,8 @@ logger = logging.getLogger(__name__)
 
 #: our own key (not in the real NPUW): explicit generate-variant KV sizes, e.g. "256,512,1024,1152"
 VARIANTS_KEY = "NPUW_LLM_GENERATE_VARIANTS"
+#: our own key: generate variants compute attention as grouped-query MatMul/Softmax/MatMul
+GROUPED_ATTENTION_KEY = "NPUW_LLM_GENERATE_GROUPED_ATTENTION"
 
 #: keys we interpret, with the real defaults (npuw_option_defs.inc) unless marked ours
 DEFAULTS: dict[str, Any] = {
@@ -43,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "NPUW_DEVICES": "NPU",  # real: "NPU,CPU"; ours means the emulated NPU
     "KV_CACHE_PRECISION": "f16",
     VARIANTS_KEY: "",
+    GROUPED_ATTENTION_KEY: None,  # ours; None: YES when the generate device is CPU, else NO
     "CACHE_DIR": "",
 }
 
@@ -75,12 +78,11 @@ IGNORED_KEYS = frozenset(
         "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE",
         "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS",
         "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE",
-        "NPUW_LLM_SHARED_HEAD_CONFIG",
-        "++NPUW_LLM_SHARED_HEAD_CONFIG",
         "CACHE_MODE",
     }
 )
 SUBCONFIG_KEYS = ("NPUW_LLM_PREFILL_CONFIG", "NPUW_LLM_GENERATE_CONFIG")
+HEAD_CONFIG_KEY = "NPUW_LLM_SHARED_HEAD_CONFIG"
 _KV_PRECISIONS = {
     "f16": "f16",
     "f32": "f32",
@@ -183,6 +185,10 @@ class LLMConfig:
     generate_config: dict[str, Any]
     cache_dir: str
     raw: dict[str, Any]  # every key the user passed (for get_property and export)
+    # generate variants: SDPA → grouped-query MatMul/Softmax/MatMul; None until the device is known
+    grouped_attention: bool | None = None
+    # shared LM head sub-config; None: the generate sub-config (see parse_config)
+    head_config: dict[str, Any] | None = None
 
     @property
     def total_size(self) -> int:
@@ -209,6 +215,7 @@ class LLMConfig:
             "NPUW_LLM_GENERATE_HINT": self.generate_hint,
             "NPUW_LLM_GENERATE_PYRAMID": self.pyramid,
             VARIANTS_KEY: ",".join(map(str, self.variants)),
+            GROUPED_ATTENTION_KEY: self.grouped_attention,
             "NPUW_LLM_SHARED_HEAD": self.shared_head,
             "NPUW_LLM_OPTIMIZE_V_TENSORS": self.optimize_v,
             "NPUW_LLM_CACHE_ROPE": False,
@@ -227,6 +234,7 @@ class LLMConfig:
         d = dict(d)
         d["variants"] = tuple(d["variants"])
         d["devices"] = tuple(d["devices"])
+        d.setdefault("grouped_attention", False)  # artefacts written before the key existed
         return cls(**d)
 
 
@@ -242,7 +250,8 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
     """Validate ``config`` and apply the real alignment rules; bad values raise ConfigError."""
     raw = dict(config)
     # Unknown NPUW LLM keys are almost always typos: fail early with a suggestion.
-    known = set(DEFAULTS) | IGNORED_KEYS | set(SUBCONFIG_KEYS) | {"++" + k for k in SUBCONFIG_KEYS}
+    subconfig_keys = (*SUBCONFIG_KEYS, HEAD_CONFIG_KEY)
+    known = set(DEFAULTS) | IGNORED_KEYS | set(subconfig_keys) | {"++" + k for k in subconfig_keys}
     for key in raw:
         if key.startswith(("NPUW_LLM", "++NPUW_LLM")) and key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1)
@@ -357,6 +366,13 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         if "++" + key in raw:
             sub.update(_subconfig("++" + key, raw["++" + key]))
         subs.append(sub)
+    # The head runs after every generate step, so by default it gets the generate sub-config
+    # (the real one starts it from its own default: see docs/npuw.md on f32 hints).
+    head: dict[str, Any] | None = None
+    if HEAD_CONFIG_KEY in raw or "++" + HEAD_CONFIG_KEY in raw:
+        head = _subconfig(HEAD_CONFIG_KEY, raw[HEAD_CONFIG_KEY]) if HEAD_CONFIG_KEY in raw else dict(subs[1])
+        if "++" + HEAD_CONFIG_KEY in raw:
+            head.update(_subconfig("++" + HEAD_CONFIG_KEY, raw["++" + HEAD_CONFIG_KEY]))
     return LLMConfig(
         max_prompt_len=max_prompt,
         min_response_len=min_response,
@@ -373,4 +389,8 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         generate_config=subs[1],
         cache_dir=str(get("CACHE_DIR") or ""),
         raw={k: v for k, v in raw.items() if isinstance(v, (str, int, float, bool))},
+        grouped_attention=None
+        if get(GROUPED_ATTENTION_KEY) is None
+        else _bool(GROUPED_ATTENTION_KEY, get(GROUPED_ATTENTION_KEY)),
+        head_config=head,
     )
