@@ -221,6 +221,8 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         logger.warning("no LM head MatMul found: NPUW_LLM_SHARED_HEAD ignored for %s", name)
         cfg = dataclasses.replace(cfg, shared_head=False)
     shared = head_model is not None
+    # one table size for all sub-models: a conversation never gets past the total KV size
+    rope = cfg.total_size if cfg.cache_rope else 0
     # real order: generate variants, prefill, LM head
     jobs: list[tuple[str, int | str]] = [(f"{name}_kv{k}", k) for k in cfg.variants]
     jobs += [(f"{name}_prefill", "prefill")] + ([(f"{name}_lm_head", "head")] if shared else [])
@@ -239,7 +241,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         t0 = time.perf_counter()
         if what == "prefill":
             static = make_prefill_model(
-                stateless, kv, cfg.max_prompt_len, cfg.chunk_size, kv_type, shared
+                stateless, kv, cfg.max_prompt_len, cfg.chunk_size, kv_type, shared, rope
             )
             prefill = core.compile_model(static, device, prefill_config)
         elif what == "head":
@@ -250,7 +252,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
             sub_defaults["lm_head"] = {}
         else:
             static = make_generate_model(
-                stateless, kv, int(what), kv_type, shared, cfg.grouped_attention
+                stateless, kv, int(what), kv_type, shared, cfg.grouped_attention, rope
             )
             extra = generate_default_config(device, static, generate_config, kv, int(what))
             generate[int(what)] = core.compile_model(static, device, {**generate_config, **extra})

@@ -41,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "NPUW_LLM_GENERATE_PYRAMID": True,
     "NPUW_LLM_SHARED_HEAD": True,  # the LM head is a third model shared by prefill and generate
     "NPUW_LLM_OPTIMIZE_V_TENSORS": False,  # real: YES; ours stores V [1,H,D,S] only when asked
-    "NPUW_LLM_CACHE_ROPE": False,  # real: YES; not implemented (see docs)
+    "NPUW_LLM_CACHE_ROPE": True,  # sin/cos tables for positions [0, total KV size)
     "NPUW_DEVICES": "NPU",  # real: "NPU,CPU"; ours means the emulated NPU
     "KV_CACHE_PRECISION": "f16",
     VARIANTS_KEY: "",
@@ -187,6 +187,7 @@ class LLMConfig:
     raw: dict[str, Any]  # every key the user passed (for get_property and export)
     # generate variants: SDPA → grouped-query MatMul/Softmax/MatMul; None until the device is known
     grouped_attention: bool | None = None
+    cache_rope: bool = False  # artefacts from before the key default to what they were built with
     # shared LM head sub-config; None: the generate sub-config (see parse_config)
     head_config: dict[str, Any] | None = None
 
@@ -218,7 +219,7 @@ class LLMConfig:
             GROUPED_ATTENTION_KEY: self.grouped_attention,
             "NPUW_LLM_SHARED_HEAD": self.shared_head,
             "NPUW_LLM_OPTIMIZE_V_TENSORS": self.optimize_v,
-            "NPUW_LLM_CACHE_ROPE": False,
+            "NPUW_LLM_CACHE_ROPE": self.cache_rope,
             "NPUW_DEVICES": ",".join(self.devices),
             "KV_CACHE_PRECISION": self.kv_precision,
             "CACHE_DIR": self.cache_dir,
@@ -393,4 +394,5 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         if get(GROUPED_ATTENTION_KEY) is None
         else _bool(GROUPED_ATTENTION_KEY, get(GROUPED_ATTENTION_KEY)),
         head_config=head,
+        cache_rope=_bool("NPUW_LLM_CACHE_ROPE", get("NPUW_LLM_CACHE_ROPE")),
     )

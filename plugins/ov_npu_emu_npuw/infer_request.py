@@ -135,6 +135,7 @@ class LLMInferRequest(DeviceInferRequest):
         self._P = cfg.max_prompt_len
         self._C = cfg.chunk_size
         self.capacity = cfg.total_size - 1  # the largest variant's past holds K−1 tokens
+        self._rope_limit = cfg.total_size if cfg.cache_rope else 0
         self.kv = KVBuffers(
             cm.kv.num_heads,
             cm.kv.head_dims,
@@ -231,6 +232,13 @@ class LLMInferRequest(DeviceInferRequest):
             raise UserInputError(
                 f"input_ids must be token ids in [0, {self._vocab}), got values "
                 f"{int(ids.min())}..{int(ids.max())}"
+            )
+        if self._rope_limit and int(pos.max()) >= self._rope_limit:
+            # the Gather from the RoPE table would read past it (the CPU plugin returns zeros)
+            raise UserInputError(
+                f"position_ids reach {int(pos.max())}, beyond the RoPE cache of {self._rope_limit} "
+                "positions (NPUW_LLM_CACHE_ROPE covers the total KV size); compile with "
+                "NPUW_LLM_CACHE_ROPE=NO to use larger positions"
             )
         if self._first_pos is None:
             self._first_pos = int(pos[0, 0])  # latched like the real one (0 for most models)

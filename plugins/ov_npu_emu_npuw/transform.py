@@ -16,6 +16,7 @@ from ov_npu_emu.errors import CompileError, UserInputError
 __all__ = [
     "EMBED",
     "KVLayout",
+    "cache_rope",
     "group_attention",
     "make_generate_model",
     "make_lm_head_model",
@@ -282,6 +283,74 @@ def group_attention(model: ov.Model) -> int:
     return done
 
 
+def _only_input(node: ov.Node, param: ov.Node) -> bool:
+    """Whether ``node`` depends on no Parameter other than ``param`` (and on ``param``)."""
+    seen: set[int] = set()
+    stack = [node]
+    found = False
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.get_type_name() == "Parameter":
+            if n.get_friendly_name() != param.get_friendly_name():
+                return False
+            found = True
+        stack.extend(n.input_value(i).get_node() for i in range(n.get_input_size()))
+    return found
+
+
+def cache_rope(model: ov.Model, positions: int) -> int:
+    """Replace the sin/cos computed from ``position_ids`` by a Gather from precomputed tables.
+
+    Like the real NPUW_LLM_CACHE_ROPE: every Sin/Cos whose value depends on ``position_ids`` alone
+    becomes ``Gather(table, position_ids)`` with ``table`` holding positions ``[0, positions)``.
+    The tables are computed by the CPU plugin in f32 from the model's own subgraph (so any RoPE
+    variant the model computes is cached as it is), and each table must change along exactly one
+    axis with the positions.  Returns how many Sin/Cos outputs were replaced.
+    """
+    pos = _param(model, "position_ids")
+    q_len = pos.get_partial_shape()
+    if not q_len.is_static or q_len.rank.get_length() != 2 or q_len[0].get_length() != 1:
+        return 0
+    trig = [
+        op
+        for op in model.get_ordered_ops()
+        if op.get_type_name() in ("Sin", "Cos") and _only_input(op, pos)
+    ]
+    if not trig:
+        return 0
+    # Evaluate the sin/cos subgraph for all positions on a throw-away clone.
+    clone = model.clone()
+    by_name = {op.get_friendly_name(): op for op in clone.get_ordered_ops()}
+    sub_pos = _param(clone, "position_ids")
+    sub = ov.Model([by_name[op.get_friendly_name()].output(0) for op in trig], [sub_pos], "rope")
+    try:
+        sub.reshape({sub_pos.output(0): ov.PartialShape([1, positions])})
+        compiled = ov.Core().compile_model(sub, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        tables = compiled({0: np.arange(positions, dtype=pos.get_element_type().to_dtype())[None]})
+    except RuntimeError as e:
+        logger.debug("RoPE cache: cannot evaluate the sin/cos subgraph (%s); left as is", e)
+        return 0
+    flat = ops.reshape(pos, ops.constant([-1], ov.Type.i64), False)
+    done = 0
+    for i, op in enumerate(trig):
+        shape = list(op.get_output_partial_shape(0).to_shape())
+        table = np.asarray(tables[i])
+        changed = [a for a, (d, t) in enumerate(zip(shape, table.shape)) if d != t]
+        if len(table.shape) != len(shape) or len(changed) != 1 or table.shape[changed[0]] != positions:
+            continue
+        gathered = ops.gather(ops.constant(table), flat, ops.constant(changed[0], ov.Type.i64))
+        out = ops.reshape(gathered, ops.constant(shape, ov.Type.i64), False)
+        out.set_friendly_name(op.get_friendly_name())
+        op.output(0).replace(out.output(0))
+        done += 1
+    if done:
+        model.validate_nodes_and_infer_types()
+    return done
+
+
 EMBED = "npuw_output_embed"
 
 
@@ -374,8 +443,12 @@ def make_prefill_model(
     chunk: int,
     kv_type: ov.Type,
     shared_head: bool = False,
+    rope_positions: int = 0,
 ) -> ov.Model:
-    """Static prefill: [1,P] without past (whole prompt) or [1,C] chunk with [1,H,P−C,D] past."""
+    """Static prefill: [1,P] without past (whole prompt) or [1,C] chunk with [1,H,P−C,D] past.
+
+    ``rope_positions`` > 0 precomputes RoPE sin/cos for that many positions (NPUW_LLM_CACHE_ROPE).
+    """
     m = stateless.clone()
     m.set_friendly_name(f"{stateless.get_friendly_name()}_prefill")
     if chunk:
@@ -388,6 +461,8 @@ def make_prefill_model(
     if shared_head:
         _redirect_logits_to_embed(m)
     _static(m, kv, chunk or max_prompt, max_prompt, has_past=bool(chunk))
+    if rope_positions:
+        cache_rope(m, rope_positions)
     return m
 
 
@@ -398,6 +473,7 @@ def make_generate_model(
     kv_type: ov.Type,
     shared_head: bool = False,
     grouped_attention: bool = False,
+    rope_positions: int = 0,
 ) -> ov.Model:
     """Static generate variant: [1,1] token, [1,K] mask, past [1,H,K−1,D], present [1,H,1,D]."""
     m = stateless.clone()
@@ -408,6 +484,8 @@ def make_generate_model(
     if shared_head:
         _redirect_logits_to_embed(m)
     _static(m, kv, 1, kv_size, has_past=True)
+    if rope_positions:
+        cache_rope(m, rope_positions)
     if grouped_attention:
         n = group_attention(m)
         logger.debug("%s: %d attention nodes in grouped-query form", m.get_friendly_name(), n)

@@ -1,0 +1,106 @@
+"""NPUW_LLM_CACHE_ROPE: sin/cos from precomputed tables instead of computed per call."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from ov_npu_emu.errors import UserInputError
+from ov_npu_emu_npuw.transform import EMBED, cache_rope, make_generate_model, make_prefill_model, to_stateless
+
+F32_1T = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}
+
+
+@pytest.fixture(scope="module", params=["stories260K", "tiny"])
+def stateless(request):
+    if request.param == "stories260K":
+        model = request.getfixturevalue("stories_model")
+    else:
+        folder = request.getfixturevalue("tiny_model_dir")
+        model = ov.Core().read_model(Path(folder) / "openvino_model.xml")
+    return to_stateless(model)
+
+
+def _trig(model: ov.Model) -> int:
+    counts = Counter(op.get_type_name() for op in model.get_ordered_ops())
+    return counts["Sin"] + counts["Cos"]
+
+
+def _step(model: ov.Model, position: int) -> np.ndarray:
+    req = ov.Core().compile_model(model, "CPU", F32_1T).create_infer_request()
+    rng = np.random.default_rng(0)
+    for port in req.model_inputs:
+        name, shape = port.any_name, list(port.get_shape())
+        if name == "input_ids":
+            value = np.array([[7]], np.int64)
+        elif name == "attention_mask":
+            value = np.zeros(shape, np.int64)
+            value[0, :position] = 1
+            value[0, -1] = 1
+        elif name == "position_ids":
+            value = np.array([[position]], np.int64)
+        else:
+            value = rng.standard_normal(shape).astype(port.get_element_type().to_dtype())
+        req.set_tensor(name, ov.Tensor(value))
+    req.infer()
+    return req.get_tensor(EMBED).data.copy()
+
+
+def test_generate_reads_the_table_and_computes_the_same(stateless):
+    sl, kv = stateless
+    plain = make_generate_model(sl, kv, 256, ov.Type.f32, shared_head=True)
+    cached = make_generate_model(sl, kv, 256, ov.Type.f32, shared_head=True, rope_positions=1152)
+    assert _trig(plain) > 0 and _trig(cached) == 0
+    for position in (0, 37, 255):
+        np.testing.assert_allclose(_step(cached, position), _step(plain, position), rtol=1e-6, atol=1e-6)
+
+
+def test_prefill_tables_and_a_position_free_model(stateless):
+    sl, kv = stateless
+    prefill = make_prefill_model(sl, kv, 128, 64, ov.Type.f16, shared_head=True, rope_positions=256)
+    assert _trig(prefill) == 0
+    # nothing to cache when the model has no position-only sin/cos
+    from ov_npu_emu.testing import make_add_model
+
+    add = make_add_model()
+    add.add_parameters([ov.opset13.parameter([1, 1], ov.Type.i64, name="position_ids")])
+    add.get_parameters()[-1].output(0).get_tensor().set_names({"position_ids"})
+    assert cache_rope(add, 64) == 0
+
+
+BASE = {
+    "NPU_USE_NPUW": "YES",
+    "NPUW_LLM": "YES",
+    "NPUW_DEVICES": "CPU",
+    "NPUW_LLM_MAX_PROMPT_LEN": 64,
+    "NPUW_LLM_MIN_RESPONSE_LEN": 64,
+    "INFERENCE_PRECISION_HINT": "f32",
+}
+
+
+def _prefill(req, start: int, n: int = 4) -> None:
+    req.reset_state()
+    req.infer(
+        {
+            "input_ids": np.full((1, n), 5, np.int64),
+            "attention_mask": np.ones((1, n), np.int64),
+            "position_ids": np.arange(start, start + n, dtype=np.int64)[None],
+            "beam_idx": np.zeros(1, np.int32),
+        }
+    )
+
+
+def test_positions_past_the_table_are_a_typed_error(emu_core, stories_model):
+    cm = emu_core.compile_model(stories_model, "NPU", BASE)
+    assert cm.get_property("NPUW_LLM_CACHE_ROPE") is True
+    req = cm.create_infer_request()
+    with pytest.raises(UserInputError, match=r"beyond the RoPE cache of 128 positions.*NPUW_LLM_CACHE_ROPE=NO"):
+        _prefill(req, 126)
+    _prefill(req, 0)  # the request is still usable
+    off = emu_core.compile_model(stories_model, "NPU", {**BASE, "NPUW_LLM_CACHE_ROPE": "NO"})
+    assert off.get_property("NPUW_LLM_CACHE_ROPE") is False
+    _prefill(off.create_infer_request(), 126)  # computed sin/cos: any position works
