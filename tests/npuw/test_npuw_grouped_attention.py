@@ -169,3 +169,33 @@ def test_bad_value_is_a_config_error(emu_core, stories_model):
                 "NPUW_LLM_GENERATE_GROUPED_ATTENTION": "maybe",
             },
         )
+
+
+def test_transposed_v_is_read_in_place(stateless):
+    """With NPUW_LLM_OPTIMIZE_V_TENSORS the grouped form reads the stored [B,H,D,S] V directly."""
+    sl, kv = stateless
+    kv_t = kv.with_v_transposed(True)
+    plain = make_generate_model(sl, kv_t, 128, ov.Type.f16, shared_head=True)
+    grouped = make_generate_model(sl, kv_t, 128, ov.Type.f16, shared_head=True, grouped_attention=True)
+
+    def transposes_after_past_v(model: ov.Model) -> int:
+        count = 0
+        for param in model.get_parameters():
+            if not param.get_friendly_name().endswith(".value"):
+                continue
+            frontier = [t.get_node() for t in param.output(0).get_target_inputs()]
+            while frontier:
+                node = frontier.pop()
+                if node.get_type_name() == "Transpose":
+                    count += 1
+                elif node.get_type_name() == "Convert":
+                    frontier += [t.get_node() for t in node.output(0).get_target_inputs()]
+        return count
+
+    layers = len(kv.past_names) // 2
+    assert transposes_after_past_v(plain) == layers  # _transpose_v turns the past back
+    assert transposes_after_past_v(grouped) == 0
+    for stored in (0, 100):
+        a, _ = _run(plain, stored)
+        b, _ = _run(grouped, stored)
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5 * float(np.abs(a).max()))
