@@ -49,7 +49,9 @@ def prefill_ms(req, prompt: list[int]) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
+    ap.add_argument(
+        "--model", default=str(find_shared_model("stories260K") or "../shared/models/stories260K")
+    )
     ap.add_argument("--prefix", type=int, default=896, help="shared prefix length in tokens")
     ap.add_argument("--tail", type=int, default=64, help="new tokens after the prefix")
     ap.add_argument("--chunk", type=int, default=64, help="NPUW_LLM_PREFILL_CHUNK_SIZE")
@@ -65,7 +67,10 @@ def main() -> int:
     # fresh tails every round: only the prefix may be found in a cache (a prompt seen before
     # would be a whole-prompt hit, where the real NPUW skips computing: docs/npuw.md)
     tails = [
-        (rng.integers(3, vocab, size=args.tail).tolist(), rng.integers(3, vocab, size=args.tail).tolist())
+        (
+            rng.integers(3, vocab, size=args.tail).tolist(),
+            rng.integers(3, vocab, size=args.tail).tolist(),
+        )
         for _ in range((args.repeat + 1) * 16)
     ]
 
@@ -85,7 +90,9 @@ def main() -> int:
     reqs = {}
     for on in ("NO", "YES"):
         cfg = {**base, "NPUW_LLM_ENABLE_PREFIX_CACHING": on}
-        reqs[f"real NPUW/CPU {on}"] = ov.Core().compile_model(model, "NPU", cfg).create_infer_request()
+        reqs[f"real NPUW/CPU {on}"] = (
+            ov.Core().compile_model(model, "NPU", cfg).create_infer_request()
+        )
         for dev in args.devices.split(","):
             if dev not in core.registry.names():
                 continue
@@ -112,10 +119,12 @@ def main() -> int:
     for name in names:
         print(f"{name:22s} {med[name]:15.2f}")
     print("prefix caching YES / NO:")
-    for stack in sorted({n.rsplit(' ', 1)[0] for n in names}):
+    for stack in sorted({n.rsplit(" ", 1)[0] for n in names}):
         print(f"  {stack:18s} {med[stack + ' YES'] / med[stack + ' NO']:.3f}")
     if "ours NPUW/CPU YES" in med:
-        print(f"ours/CPU YES vs real YES: {med['ours NPUW/CPU YES'] / med['real NPUW/CPU YES']:.3f}")
+        print(
+            f"ours/CPU YES vs real YES: {med['ours NPUW/CPU YES'] / med['real NPUW/CPU YES']:.3f}"
+        )
     return 0
 
 

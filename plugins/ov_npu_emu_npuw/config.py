@@ -405,7 +405,11 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
     # (the real one starts it from its own default: see docs/npuw.md on f32 hints).
     head: dict[str, Any] | None = None
     if HEAD_CONFIG_KEY in raw or "++" + HEAD_CONFIG_KEY in raw:
-        head = _subconfig(HEAD_CONFIG_KEY, raw[HEAD_CONFIG_KEY]) if HEAD_CONFIG_KEY in raw else dict(subs[1])
+        head = (
+            _subconfig(HEAD_CONFIG_KEY, raw[HEAD_CONFIG_KEY])
+            if HEAD_CONFIG_KEY in raw
+            else dict(subs[1])
+        )
         if "++" + HEAD_CONFIG_KEY in raw:
             head.update(_subconfig("++" + HEAD_CONFIG_KEY, raw["++" + HEAD_CONFIG_KEY]))
     return LLMConfig(

@@ -196,7 +196,9 @@ class LLMInferRequest(DeviceInferRequest):
         }
         self.num_stored_tokens = 0
         # NPUW_LLM_ENABLE_PREFIX_CACHING: per request, like the KV it copies from
-        self.prefix = PrefixCache(cfg.prefix_block, cfg.prefix_max_blocks) if cfg.prefix_block else None
+        self.prefix = (
+            PrefixCache(cfg.prefix_block, cfg.prefix_max_blocks) if cfg.prefix_block else None
+        )
         self.restored_tokens = 0  # prompt tokens the last prefill took from the prefix cache
         self.variant: int = cfg.variants[0]  # KV size of the bound generate variant
         self.prefill_calls = 0  # chunks (or whole prefills) run in the last prefill

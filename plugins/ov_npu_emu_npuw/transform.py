@@ -262,7 +262,13 @@ def _head_independent(mask: ov.Output) -> bool:
     r = ps.rank.get_length()
     if r == 0:
         return True
-    return r == 4 and ps[1].is_static and ps[1].get_length() == 1 and ps[2].is_static and ps[2].get_length() == 1
+    return (
+        r == 4
+        and ps[1].is_static
+        and ps[1].get_length() == 1
+        and ps[2].is_static
+        and ps[2].get_length() == 1
+    )
 
 
 def group_attention(model: ov.Model) -> int:
@@ -380,7 +386,11 @@ def cache_rope(model: ov.Model, positions: int) -> int:
         shape = list(op.get_output_partial_shape(0).to_shape())
         table = np.asarray(tables[i])
         changed = [a for a, (d, t) in enumerate(zip(shape, table.shape)) if d != t]
-        if len(table.shape) != len(shape) or len(changed) != 1 or table.shape[changed[0]] != positions:
+        if (
+            len(table.shape) != len(shape)
+            or len(changed) != 1
+            or table.shape[changed[0]] != positions
+        ):
             continue
         gathered = ops.gather(ops.constant(table), flat, ops.constant(changed[0], ov.Type.i64))
         out = ops.reshape(gathered, ops.constant(shape, ov.Type.i64), False)

@@ -24,7 +24,9 @@ def test_cache_matches_whole_blocks_of_the_same_prefix_only():
     cache = PrefixCache(block_size=4, max_blocks=16)
     tokens = list(range(10, 30))
     assert cache.store(tokens, 18, _rows(0.0)) == 4  # blocks of 4 inside the first 18 tokens
-    assert [b.tokens for b in cache.match(tokens, 20)] == [tuple(tokens[i : i + 4]) for i in (0, 4, 8, 12)]
+    assert [b.tokens for b in cache.match(tokens, 20)] == [
+        tuple(tokens[i : i + 4]) for i in (0, 4, 8, 12)
+    ]
     assert cache.hit_tokens == 16
     assert len(cache.match(tokens, 11)) == 2  # limit: at most 11 tokens restored
     other = tokens[:6] + [99] + tokens[7:]  # differs inside block 1: only block 0 matches
@@ -47,13 +49,17 @@ def test_config_rules():
     on = {"NPUW_LLM_ENABLE_PREFIX_CACHING": "YES", "NPUW_LLM_MAX_PROMPT_LEN": 256}
     cfg = parse_config({**on, "NPUW_LLM_PREFILL_CHUNK_SIZE": 64})
     assert cfg.prefix_block == 64  # 256 does not divide the chunk: the chunk size (real rule)
-    cfg = parse_config({**on, "NPUW_LLM_PREFILL_CHUNK_SIZE": 64, "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE": 16})
+    cfg = parse_config(
+        {**on, "NPUW_LLM_PREFILL_CHUNK_SIZE": 64, "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE": 16}
+    )
     assert cfg.prefix_block == 16 and cfg.properties()["NPUW_LLM_ENABLE_PREFIX_CACHING"] is True
     assert parse_config({"NPUW_LLM_PREFILL_CHUNK_SIZE": 64}).prefix_block == 0
     with pytest.raises(ConfigError, match="chunked prefill only"):
         parse_config({**on, "NPUW_LLM_PREFILL_HINT": "STATIC"})
     with pytest.raises(ConfigError, match="NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS"):
-        parse_config({**on, "NPUW_LLM_PREFILL_CHUNK_SIZE": 64, "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS": 0})
+        parse_config(
+            {**on, "NPUW_LLM_PREFILL_CHUNK_SIZE": 64, "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS": 0}
+        )
 
 
 def _cfg(device: str, caching: str) -> dict:
