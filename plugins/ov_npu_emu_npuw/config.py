@@ -190,6 +190,7 @@ class LLMConfig:
     cache_rope: bool = False  # artefacts from before the key default to what they were built with
     prefix_block: int = 0  # prefix-cache block size in tokens; 0: prefix caching off
     prefix_max_blocks: int = 128
+    max_gen_len: int = 1  # tokens per generate call (NPUW_LLM_MAX_GENERATION_TOKEN_LEN, aligned)
     # shared LM head sub-config; None: the generate sub-config (see parse_config)
     head_config: dict[str, Any] | None = None
 
@@ -210,7 +211,7 @@ class LLMConfig:
             "NPUW_LLM_SEQ_LEN_DIM": 2,
             "NPUW_LLM_MAX_PROMPT_LEN": self.max_prompt_len,
             "NPUW_LLM_MIN_RESPONSE_LEN": self.min_response_len,
-            "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 1,
+            "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": self.max_gen_len,
             "NPUW_LLM_PREFILL_CHUNK_SIZE": self.chunk_size
             if self.chunk_size
             else int(self.raw.get("NPUW_LLM_PREFILL_CHUNK_SIZE", 1024)),
@@ -272,16 +273,11 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
                 f"{key}={raw[key]} is not supported: only the BNSD KV layout ({key}={want}) is",
                 key=key,
             )
-    if (
-        _uint(
-            "NPUW_LLM_MAX_GENERATION_TOKEN_LEN", get("NPUW_LLM_MAX_GENERATION_TOKEN_LEN"), minimum=1
-        )
-        != 1
-    ):
-        raise ConfigError(
-            "NPUW_LLM_MAX_GENERATION_TOKEN_LEN > 1 (speculative decoding) is not supported; use 1",
-            key="NPUW_LLM_MAX_GENERATION_TOKEN_LEN",
-        )
+    max_gen = _uint(
+        "NPUW_LLM_MAX_GENERATION_TOKEN_LEN", get("NPUW_LLM_MAX_GENERATION_TOKEN_LEN"), minimum=1
+    )
+    if max_gen != 1:
+        max_gen = align_to(max_gen, 8)  # real rule: several tokens per call are aligned to 8
 
     prefill_hint = str(get("NPUW_LLM_PREFILL_HINT")).upper()
     if prefill_hint not in ("DYNAMIC", "STATIC"):
@@ -321,6 +317,20 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
     else:
         max_prompt = align_to(max_prompt, chunk)
     total = max_prompt + min_response
+    if max_gen > 1 and chunk and chunk < max_gen:
+        raise ConfigError(
+            f"NPUW_LLM_PREFILL_CHUNK_SIZE {chunk} is smaller than NPUW_LLM_MAX_GENERATION_TOKEN_LEN "
+            f"{max_gen} (aligned to 8): the prefill could not produce that many positions for "
+            "the shared LM head; use a chunk of at least that size",
+            key="NPUW_LLM_PREFILL_CHUNK_SIZE",
+        )
+    if max_gen > min_response:
+        raise ConfigError(
+            f"NPUW_LLM_MAX_GENERATION_TOKEN_LEN {max_gen} (aligned to 8) exceeds "
+            f"NPUW_LLM_MIN_RESPONSE_LEN {min_response}: a generate variant picked for a prompt "
+            "could not take one call; raise MIN_RESPONSE_LEN or lower MAX_GENERATION_TOKEN_LEN",
+            key="NPUW_LLM_MAX_GENERATION_TOKEN_LEN",
+        )
 
     prefix_block = 0
     max_blocks = _uint(
@@ -435,4 +445,5 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         cache_rope=_bool("NPUW_LLM_CACHE_ROPE", get("NPUW_LLM_CACHE_ROPE")),
         prefix_block=prefix_block,
         prefix_max_blocks=max_blocks,
+        max_gen_len=max_gen,
     )

@@ -145,7 +145,8 @@ class LLMInferRequest(DeviceInferRequest):
         self._vocab = last.get_length() if last is not None and last.is_static else 0
         self._P = cfg.max_prompt_len
         self._C = cfg.chunk_size
-        self.capacity = cfg.total_size - 1  # the largest variant's past holds K−1 tokens
+        self._M = cfg.max_gen_len  # tokens per generate call (1 unless speculative decoding)
+        self.capacity = cfg.total_size - self._M  # the largest variant's past holds K−M tokens
         self._rope_limit = cfg.total_size if cfg.cache_rope else 0
         self.kv = KVBuffers(
             cm.kv.num_heads,
@@ -176,20 +177,20 @@ class LLMInferRequest(DeviceInferRequest):
         if self._C:
             for i, name in enumerate(cm.kv.past_names):
                 self._prefill.set_tensor(name, self.kv.tensor(i, self._P - self._C))
-        # Generate variants: each past is the prefix view with K−1 slots (no allocation of its own).
+        # Generate variants: each past is the prefix view with K−M slots (no allocation of its own).
         self._gen: dict[int, InferRequest] = {}
         self._gs: dict[int, _Staging] = {}
         for k, sub in cm.subs.generate.items():
             req = sub.create_infer_request()
-            self._gs[k] = _Staging(req, 1, k, cm.kv.present_names, embed, bind_embed=True)
+            self._gs[k] = _Staging(req, self._M, k, cm.kv.present_names, embed, bind_embed=True)
             for i, name in enumerate(cm.kv.past_names):
-                req.set_tensor(name, self.kv.tensor(i, k - 1))
+                req.set_tensor(name, self.kv.tensor(i, k - self._M))
             self._gen[k] = req
         # Per variant and KV tensor: (logical past view, last row of `present`) so a decode step
         # writes its new KV row with one slice assignment per tensor and no lookups.
         self._rows: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
             k: [
-                (self.kv.seq(i, k - 1), self._logical(i, p)[:, :, -1, :])
+                (self.kv.seq(i, k - self._M), self._logical(i, p)[:, :, -1, :])
                 for i, p in enumerate(st.present)
             ]
             for k, st in self._gs.items()
@@ -416,7 +417,7 @@ class LLMInferRequest(DeviceInferRequest):
 
     def _copy_kvcache(self) -> None:
         """Prefill KV → past of the bound generate variant (once per conversation, parallel over layers)."""
-        n, t, slots = self._prompt_len, self._in_present, self.variant - 1
+        n, t, slots = self._prompt_len, self._in_present, self.variant - self._M
         if self._C:
             self.kv.migrate(
                 self._P - self._C, slots, n - t
@@ -433,16 +434,17 @@ class LLMInferRequest(DeviceInferRequest):
         self._kv_ready = True
 
     # -- generate -----------------------------------------------------------------------
-    def _switch_variant(self) -> None:
-        """Bind the next larger variant and migrate the stored tokens (views differ in stride)."""
-        stored = self.num_stored_tokens
-        larger = [k for k in self._cfg.variants if k - 1 > stored]
+    def _switch_variant(self, need: int) -> None:
+        """Bind the smallest larger variant whose past holds ``need`` tokens and migrate the
+        stored tokens (views differ in stride)."""
+        stored, M = self.num_stored_tokens, self._M
+        larger = [k for k in self._cfg.variants if k > self.variant and k - M >= need]
         if not larger:
             raise KVCacheFullError(
-                f"KV-Cache is full: num_stored_tokens={stored} capacity={self.variant - 1}"
+                f"KV-Cache is full: num_stored_tokens={stored} capacity={self.variant - M}"
             )
         new = larger[0]
-        self.kv.migrate(self.variant - 1, new - 1, stored)
+        self.kv.migrate(self.variant - M, new - M, stored)
         logger.debug(
             "switch generate variant kv%d → kv%d at %d stored tokens", self.variant, new, stored
         )
@@ -450,11 +452,11 @@ class LLMInferRequest(DeviceInferRequest):
         self.switches += 1
 
     def _infer_generate(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
-        n = ids.shape[1]
-        if n > 1:
+        n, M = ids.shape[1], self._M
+        if n > M:
             raise UserInputError(
-                'Input prompt length is greater than output "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 1.\n'
-                "Please adjust it."
+                "Input prompt length is greater than output "
+                f'"NPUW_LLM_MAX_GENERATION_TOKEN_LEN": {M}.\nPlease adjust it.'
             )
         if not self._kv_ready:
             self._copy_kvcache()
@@ -467,23 +469,33 @@ class LLMInferRequest(DeviceInferRequest):
                 "continue at the next position or start a new conversation at the first position"
             )
         self.num_stored_tokens = p0  # rewind (what speculative decoding uses to reject tokens)
-        if self.num_stored_tokens >= self.variant - 1:
-            self._switch_variant()
+        if self.num_stored_tokens + n > self.variant - M:  # the new rows must fit the past
+            self._switch_variant(self.num_stored_tokens + n)
         K = self.variant
         s = self._gs[K]
         hist = self.num_stored_tokens
-        s.ids[0, 0] = ids[0, 0]
-        s.pos[0, 0] = p0
         s.mask.fill(0)
-        user_hist = mask[0, :-1][:hist]  # caller's mask minus the current token
+        user_hist = mask[0, :-n][:hist]  # caller's mask minus the current tokens
         s.mask[0, : user_hist.shape[0]] = user_hist
-        s.mask[0, -1] = 1  # the new token is the last column (past K−1 ++ new 1)
-        s.run()
-        # The real NPUW overlaps the head with this KV write; here a thread hand-off costs more
-        # than the overlap saves: run it in line (the new token goes to past slot `hist`).
-        for dst, src in self._rows[K]:
-            dst[:, :, hist, :] = src
-        self.num_stored_tokens = hist + 1
+        if M == 1:
+            s.ids[0, 0] = ids[0, 0]
+            s.pos[0, 0] = p0
+            s.mask[0, -1] = 1  # the new token is the last column (past K−1 ++ new 1)
+            s.run()
+            # The real NPUW overlaps the head with this KV write; here a thread hand-off costs
+            # more than the overlap saves: run it in line (the new token goes to slot `hist`).
+            for dst, src in self._rows[K]:
+                dst[:, :, hist, :] = src
+        else:
+            # n ≤ M tokens right-aligned in the M slots; the padding slots are masked out
+            s.ids.fill(0)
+            s.ids[0, M - n :] = ids[0]
+            s.pos.fill(0)
+            s.pos[0, M - n :] = pos[0]
+            s.mask[0, K - n :] = 1
+            s.run()
+            self._update_kvcache_for(s, K - M, hist + n, n)
+        self.num_stored_tokens = hist + n
         if self._head is not None:
             s.hand_embed()
             self._run_head()

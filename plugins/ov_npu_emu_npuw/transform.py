@@ -420,15 +420,16 @@ def _head_matmul(model: ov.Model) -> ov.Node | None:
     return node
 
 
-def _slice_logits_to_last(model: ov.Model) -> None:
-    """Compute the LM head for the last position only (real NPUW_SLICE_OUT): [1,S,E] → [1,1,E]."""
+def _slice_logits_to_last(model: ov.Model, keep: int = 1) -> None:
+    """Compute the LM head for the last ``keep`` positions only (real NPUW_SLICE_OUT):
+    [1,S,E] → [1,keep,E]."""
     mm = _head_matmul(model)
     if mm is None:
         logger.debug("logits are not produced by a MatMul; computing all positions")
         return
     sl = ops.slice(
         mm.input_value(0),
-        ops.constant([-1], ov.Type.i64),
+        ops.constant([-keep], ov.Type.i64),
         ops.constant([2**62], ov.Type.i64),
         ops.constant([1], ov.Type.i64),
         ops.constant([1], ov.Type.i64),
@@ -450,8 +451,9 @@ def _redirect_logits_to_embed(model: ov.Model) -> None:
     model.add_results([embed])
 
 
-def make_lm_head_model(stateless: ov.Model) -> ov.Model | None:
-    """The LM head cut out of the model: ``npuw_output_embed [1,1,E]`` → ``logits [1,1,V]``."""
+def make_lm_head_model(stateless: ov.Model, positions: int = 1) -> ov.Model | None:
+    """The LM head cut out of the model: ``npuw_output_embed [1,N,E]`` → ``logits [1,N,V]``
+    (N = ``positions``: NPUW_LLM_MAX_GENERATION_TOKEN_LEN)."""
     m = stateless.clone()
     mm = _head_matmul(m)
     if mm is None:
@@ -460,7 +462,7 @@ def make_lm_head_model(stateless: ov.Model) -> ov.Model | None:
     width = hidden.get_partial_shape()[2]
     if not width.is_static:
         return None
-    param = ops.parameter([1, 1, width.get_length()], hidden.get_element_type(), name=EMBED)
+    param = ops.parameter([1, positions, width.get_length()], hidden.get_element_type(), name=EMBED)
     param.output(0).get_tensor().set_names({EMBED})
     mm.input(0).replace_source_output(param.output(0))
     head = ov.Model([_result(m, "logits")], [param], f"{stateless.get_friendly_name()}_lm_head")
@@ -495,10 +497,12 @@ def make_prefill_model(
     kv_type: ov.Type,
     shared_head: bool = False,
     rope_positions: int = 0,
+    max_gen_len: int = 1,
 ) -> ov.Model:
     """Static prefill: [1,P] without past (whole prompt) or [1,C] chunk with [1,H,P−C,D] past.
 
     ``rope_positions`` > 0 precomputes RoPE sin/cos for that many positions (NPUW_LLM_CACHE_ROPE).
+    With a shared head, the last ``max_gen_len`` hidden states are output (the head's width).
     """
     m = stateless.clone()
     m.set_friendly_name(f"{stateless.get_friendly_name()}_prefill")
@@ -508,7 +512,7 @@ def make_prefill_model(
         _remove_empty_kv_inputs(m, kv)
     _convert_kv_precision(m, kv, kv_type, has_past=bool(chunk))
     _transpose_v(m, kv, has_past=bool(chunk))
-    _slice_logits_to_last(m)
+    _slice_logits_to_last(m, max_gen_len if shared_head else 1)
     if shared_head:
         _redirect_logits_to_embed(m)
     _static(m, kv, chunk or max_prompt, max_prompt, has_past=bool(chunk))
@@ -525,8 +529,10 @@ def make_generate_model(
     shared_head: bool = False,
     grouped_attention: bool = False,
     rope_positions: int = 0,
+    max_gen_len: int = 1,
 ) -> ov.Model:
-    """Static generate variant: [1,1] token, [1,K] mask, past [1,H,K−1,D], present [1,H,1,D]."""
+    """Static generate variant: [1,M] tokens, [1,K] mask, past [1,H,K−M,D], present [1,H,M,D]
+    (M = ``max_gen_len``, 1 unless NPUW_LLM_MAX_GENERATION_TOKEN_LEN says otherwise)."""
     m = stateless.clone()
     m.set_friendly_name(f"{stateless.get_friendly_name()}_kv{kv_size}")
     _redirect_new_kv_to_output(m, kv)
@@ -534,10 +540,10 @@ def make_generate_model(
     _transpose_v(m, kv, has_past=True)
     if shared_head:
         _redirect_logits_to_embed(m)
-    _static(m, kv, 1, kv_size, has_past=True)
+    _static(m, kv, max_gen_len, kv_size, has_past=True)
     if rope_positions:
         cache_rope(m, rope_positions)
-    if grouped_attention:
+    if grouped_attention:  # rewrites one-token attention only
         n = group_attention(m)
         logger.debug("%s: %d attention nodes in grouped-query form", m.get_friendly_name(), n)
     return m
