@@ -222,6 +222,16 @@ def _banned_ngram_tokens(text: list[int], n: int) -> list[int]:
     return arr[hits + k].tolist()
 
 
+def _top_tokens(lp: np.ndarray, k: int) -> np.ndarray:
+    """The k highest log-probabilities, best first, equal values in token order: a stable
+    argsort's first k, in O(vocab) (large vocabularies make the full sort the step's cost)."""
+    if k >= lp.size:
+        return np.argsort(-lp, kind="stable")
+    kth = lp[np.argpartition(-lp, k - 1)[:k]].min()
+    candidates = np.flatnonzero(lp >= kth)  # ascending ids: ties stay in token order
+    return candidates[np.argsort(-lp[candidates], kind="stable")][:k]
+
+
 class GroupBeamSearcher:
     """Diverse (grouped) beam search over one SequenceGroup; one call of
     :meth:`select_next_tokens` per model step with the logits of the group's running rows."""
@@ -233,7 +243,8 @@ class GroupBeamSearcher:
         self.group = group
         self.config = c
         self.group_size = int(c.num_beams) // int(c.num_beam_groups)
-        self.groups = [_Group(group.seqs[0], self.group_size) for _ in range(int(c.num_beam_groups))]
+        n_groups = int(c.num_beam_groups)
+        self.groups = [_Group(group.seqs[0], self.group_size) for _ in range(n_groups)]
         self._stop_strings = stop_strings
 
     def beam_rows(self) -> dict[int, int]:
@@ -312,10 +323,11 @@ class GroupBeamSearcher:
                     banned = _banned_ngram_tokens(text, ngram)
                     if banned:
                         lp[banned] = -np.inf
-                for token in np.argsort(-lp, kind="stable")[: 2 * gs]:
+                for token in _top_tokens(lp, 2 * gs):
                     log_prob = F32(lp[token])
+                    score = F32(beam.score + log_prob)
                     candidates.append(
-                        replace(beam, token=int(token), log_prob=log_prob, score=F32(beam.score + log_prob))
+                        replace(beam, token=int(token), log_prob=log_prob, score=score)
                     )
             if len(candidates) < 2 * gs:
                 raise RuntimeError("No beams left to search")

@@ -186,7 +186,8 @@ BAD = {
                      "For grouped beam search 'diversity_penalty' should not be zero"),
     "diversity_one_group": ({"num_beams": 4, "diversity_penalty": 1.0},
                             "'diversity_penalty' is applicable only when grouped beam search"),
-    "ngram_0": ({"num_beams": 2, "no_repeat_ngram_size": 0}, "'no_repeat_ngram_size' must be positive"),
+    "ngram_0": ({"num_beams": 2, "no_repeat_ngram_size": 0},
+                "'no_repeat_ngram_size' must be positive"),
     "repetition": ({"num_beams": 2, "repetition_penalty": 1.2},
                    "'repetition_penalty' is not currently supported by beam search"),
     "presence": ({"num_beams": 2, "presence_penalty": 0.5},
@@ -279,3 +280,15 @@ def test_greedy_batch_counts_and_max_length_like_each_real_backend(
     ours = pipelines("ours", stories_dir, ATTENTION_BACKEND=backend, **F32)
     real = pipelines("real", stories_dir, ATTENTION_BACKEND=backend, **F32)
     _same(ours.generate(FIVE, max_length=18), real.generate(FIVE, max_length=18))
+
+
+def test_top_tokens_is_a_stable_argsort_prefix():
+    """The O(vocab) candidate pick equals a full stable sort, ties and -inf included."""
+    from genai_shim.beam_search import _top_tokens
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        lp = rng.integers(-5, 3, size=int(rng.integers(1, 40))).astype(np.float32)
+        lp[rng.integers(0, lp.size, size=2)] = -np.inf
+        k = int(rng.integers(1, 10))
+        assert _top_tokens(lp, k).tolist() == np.argsort(-lp, kind="stable")[:k].tolist()
