@@ -12,6 +12,7 @@ from ov_npu_emu.errors import KVCacheFullError, PromptTooLongError, UserInputErr
 from ov_npu_emu.runtime.device import DeviceInferRequest, VariableState
 from ov_npu_emu_npuw.config import select_variant
 from ov_npu_emu_npuw.kvcache import KVBuffers
+from ov_npu_emu_npuw.prefix_cache import PrefixCache
 from ov_npu_emu_npuw.transform import EMBED
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class _Staging:
         mask_len: int,
         present_names: tuple[str, ...],
         embed: np.ndarray | None = None,
+        bind_embed: bool = False,
     ) -> None:
         self.ids = np.zeros((1, q_len), np.int64)
         self.mask = np.zeros((1, mask_len), np.int64)
@@ -100,6 +102,12 @@ class _Staging:
             self._get = req.impl.get_tensor
             self._embed_index = outs[EMBED].index
             self._embed = embed
+            self._embed_out: np.ndarray | None = None
+            if bind_embed:
+                # Generate variants: an own array bound as the output makes the copy one numpy
+                # assignment (fetching the device's output tensor each step cost ~6 µs).
+                self._embed_out = np.zeros_like(embed)
+                req.set_tensor(EMBED, ov.Tensor(self._embed_out, shared_memory=True))
             self.logits_tensor = None
         else:
             port = outs["logits"]
@@ -109,7 +117,10 @@ class _Staging:
 
     def hand_embed(self) -> None:
         """Copy this model's last hidden state into the shared head's input."""
-        self._embed[...] = self._get(self._embed_index, False).data
+        if self._embed_out is not None:
+            self._embed[...] = self._embed_out
+        else:
+            self._embed[...] = self._get(self._embed_index, False).data
 
     def zero(self) -> None:
         self.ids.fill(0)
@@ -170,7 +181,7 @@ class LLMInferRequest(DeviceInferRequest):
         self._gs: dict[int, _Staging] = {}
         for k, sub in cm.subs.generate.items():
             req = sub.create_infer_request()
-            self._gs[k] = _Staging(req, 1, k, cm.kv.present_names, embed)
+            self._gs[k] = _Staging(req, 1, k, cm.kv.present_names, embed, bind_embed=True)
             for i, name in enumerate(cm.kv.past_names):
                 req.set_tensor(name, self.kv.tensor(i, k - 1))
             self._gen[k] = req
@@ -184,6 +195,11 @@ class LLMInferRequest(DeviceInferRequest):
             for k, st in self._gs.items()
         }
         self.num_stored_tokens = 0
+        # NPUW_LLM_ENABLE_PREFIX_CACHING: per request, like the KV it copies from
+        self.prefix = (
+            PrefixCache(cfg.prefix_block, cfg.prefix_max_blocks) if cfg.prefix_block else None
+        )
+        self.restored_tokens = 0  # prompt tokens the last prefill took from the prefix cache
         self.variant: int = cfg.variants[0]  # KV size of the bound generate variant
         self.prefill_calls = 0  # chunks (or whole prefills) run in the last prefill
         self.switches = 0  # variant switches in this conversation
@@ -312,6 +328,11 @@ class LLMInferRequest(DeviceInferRequest):
         s.zero()
         past_slots = P - C
         stored, calls = 0, 0
+        cacheable = self.prefix is not None and self._plain_prompt(mask, pos)
+        if cacheable:
+            stored = self._restore_prefix(ids[0], n, past_slots)
+            s.mask[0, :stored] = 1
+        self.restored_tokens = stored
         while stored < n:
             cur = min(n - stored, C)
             s.mask[0, past_slots:] = 0
@@ -330,6 +351,47 @@ class LLMInferRequest(DeviceInferRequest):
                 self._in_present = cur  # the last chunk stays in `present` until copy_kvcache
         self.prefill_calls = calls
         self.num_stored_tokens = n
+        if cacheable:
+            self.prefix.store(ids[0], n, lambda a, b: self._prompt_rows(a, b, past_slots, n))
+
+    # -- prefix cache -------------------------------------------------------------------
+    def _plain_prompt(self, mask: np.ndarray, pos: np.ndarray) -> bool:
+        """Cached KV is only valid for an unpadded prompt at consecutive positions from the
+        first one; anything else (padding, custom positions) bypasses the cache."""
+        p0 = self._first_pos or 0
+        return bool(mask.all()) and bool(
+            (pos[0] == np.arange(p0, p0 + pos.shape[1], dtype=pos.dtype)).all()
+        )
+
+    def _restore_prefix(self, tokens: np.ndarray, n: int, past_slots: int) -> int:
+        """Copy the cached blocks that start the prompt into the prefill past; returns their
+        token count (at least the last token is always computed: its logits are the output)."""
+        blocks = self.prefix.match(tokens, n - 1)
+        b = self.prefix.block_size
+        for j, block in enumerate(blocks):
+            for i, rows in enumerate(block.kv):
+                self.kv.seq(i, past_slots)[:, :, j * b : (j + 1) * b, :] = rows
+        return len(blocks) * b
+
+    def _prompt_rows(self, a: int, b: int, past_slots: int, n: int) -> list[np.ndarray]:
+        """KV of prompt tokens [a, b) after a chunked prefill: the past holds [0, n − t), the
+        last chunk's ``present`` holds the final t tokens."""
+        t = self._in_present
+        out = []
+        for i, present in enumerate(self._pf.present):
+            past = self.kv.seq(i, past_slots)
+            if b <= n - t:
+                out.append(past[:, :, a:b, :])
+                continue
+            new = self._logical(i, present)
+            new = new[:, :, new.shape[2] - t :, :]  # token n − t + j is row j
+            parts = []
+            if a < n - t:
+                parts.append(past[:, :, a : n - t, :])
+            lo = max(a, n - t) - (n - t)
+            parts.append(new[:, :, lo : b - (n - t), :])
+            out.append(np.concatenate(parts, axis=2) if len(parts) > 1 else parts[0])
+        return out
 
     def _logical(self, i: int, present: np.ndarray) -> np.ndarray:
         """``present`` of KV tensor ``i`` as [1, H, n, D] whatever its storage layout."""

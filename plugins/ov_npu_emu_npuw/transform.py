@@ -217,6 +217,43 @@ def _kv_heads(out: ov.Output) -> ov.Output:
     return kv
 
 
+def _is_swap_last_two(node: ov.Node) -> bool:
+    if node.get_type_name() != "Transpose":
+        return False
+    order = node.input_value(1).get_node()
+    if order.get_type_name() != "Constant":
+        return False
+    return [int(x) for x in order.get_data().ravel()] == [0, 1, 3, 2]
+
+
+def _stored_transposed(v: ov.Output) -> ov.Output | None:
+    """``Concat(Transpose(past_T), new)`` on axis 2 → ``Concat(past_T, Transpose(new))`` on axis 3.
+
+    With NPUW_LLM_OPTIMIZE_V_TENSORS the past V arrives as [B, H, D, S] and ``_transpose_v``
+    turns it back for the model; when the attention can read [B, H, D, S] itself (MatMul with
+    transpose_b), both transposes of the long past go away and only the one new row is moved.
+    An f16→f32 Convert between the past and its Transpose is kept (on the untransposed past).
+    """
+    concat = v.get_node()
+    if concat.get_type_name() != "Concat" or concat.get_input_size() != 2:
+        return None
+    rank = v.get_partial_shape().rank.get_length()
+    if concat.get_attributes()["axis"] not in (2, 2 - rank):
+        return None
+    past, new = concat.input_value(0), concat.input_value(1)
+    convert = None
+    if past.get_node().get_type_name() == "Convert":
+        convert = past.get_node()
+        past = convert.input_value(0)
+    if not _is_swap_last_two(past.get_node()):
+        return None
+    stored = past.get_node().input_value(0)  # [B, H, D, S−1]
+    if convert is not None:
+        stored = ops.convert(stored, convert.get_destination_type()).output(0)
+    order = ops.constant([0, 1, 3, 2], ov.Type.i64)
+    return ops.concat([stored, ops.transpose(new, order).output(0)], 3).output(0)
+
+
 def _head_independent(mask: ov.Output) -> bool:
     """A 4-D attention mask that is the same for every head ([B|1, 1, 1, S]), or a scalar."""
     ps = mask.get_partial_shape()
@@ -225,7 +262,13 @@ def _head_independent(mask: ov.Output) -> bool:
     r = ps.rank.get_length()
     if r == 0:
         return True
-    return r == 4 and ps[1].is_static and ps[1].get_length() == 1 and ps[2].is_static and ps[2].get_length() == 1
+    return (
+        r == 4
+        and ps[1].is_static
+        and ps[1].get_length() == 1
+        and ps[2].is_static
+        and ps[2].get_length() == 1
+    )
 
 
 def group_attention(model: ov.Model) -> int:
@@ -273,7 +316,11 @@ def group_attention(model: ov.Model) -> int:
                 mask = ops.select(mask, zero, neg).output(0)
             scores = ops.add(scores, mask)
         probs = ops.softmax(scores, -1)
-        out = ops.matmul(probs, v, False, False)  # [B, Hkv, G, D]
+        v_t = _stored_transposed(v)
+        if v_t is not None:  # V kept as [B, Hkv, D, S] (OPTIMIZE_V_TENSORS): read it in place
+            out = ops.matmul(probs, v_t, False, True)  # [B, Hkv, G, D]
+        else:
+            out = ops.matmul(probs, v, False, False)  # [B, Hkv, G, D]
         out = ops.reshape(out, ops.constant([b, hq, 1, d], ov.Type.i64), False)
         out.set_friendly_name(sdpa.get_friendly_name())
         sdpa.output(0).replace(out.output(0))
@@ -339,7 +386,11 @@ def cache_rope(model: ov.Model, positions: int) -> int:
         shape = list(op.get_output_partial_shape(0).to_shape())
         table = np.asarray(tables[i])
         changed = [a for a, (d, t) in enumerate(zip(shape, table.shape)) if d != t]
-        if len(table.shape) != len(shape) or len(changed) != 1 or table.shape[changed[0]] != positions:
+        if (
+            len(table.shape) != len(shape)
+            or len(changed) != 1
+            or table.shape[changed[0]] != positions
+        ):
             continue
         gathered = ops.gather(ops.constant(table), flat, ops.constant(changed[0], ov.Type.i64))
         out = ops.reshape(gathered, ops.constant(shape, ov.Type.i64), False)
