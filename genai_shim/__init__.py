@@ -6,6 +6,7 @@ from genai_shim.chat import ChatHistory
 from genai_shim.generation_config import GenerationConfig, StopCriteria
 from genai_shim.perf_metrics import MeanStdPair, PerfMetrics, RawPerfMetrics, SummaryStats
 from genai_shim.pipeline import LLMPipeline, SchedulerConfig
+from genai_shim.speculative import draft_model
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
 from genai_shim.streamers import StreamerBase, StreamingStatus, TextStreamer
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
@@ -16,6 +17,7 @@ __all__ = [
     # pipeline
     "LLMPipeline",
     "SchedulerConfig",
+    "draft_model",
     # configuration
     "GenerationConfig",
     "StopCriteria",

@@ -340,6 +340,17 @@ class GenerationConfig:
                     "search is used, but got 'num_beam_groups' == 1",
                 )
 
+        if self.is_assisting_generation():
+            need(
+                not self.is_beam_search() and self.num_return_sequences == 1,
+                "Beam search and parallel sampling are not compatible with assistant generation",
+            )
+            need(
+                self.assistant_confidence_threshold == 0 or self.num_assistant_tokens == 0,
+                "Parameters `assistant_confidence_threshold` and `num_assistant_tokens` are "
+                "mutually exclusive in `GenerationConfig`",
+            )
+
     # -- misc --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {k: copy.copy(getattr(self, k)) for k in _DEFAULTS}

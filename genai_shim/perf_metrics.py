@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 
 from ov_npu_emu.errors import UserInputError
 
-__all__ = ["MeanStdPair", "PerfMetrics", "RawPerfMetrics", "SummaryStats"]
+__all__ = [
+    "MeanStdPair",
+    "PerfMetrics",
+    "RawPerfMetrics",
+    "SDPerModelsPerfMetrics",
+    "SDPerfMetrics",
+    "SummaryStats",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -237,3 +244,125 @@ class PerfMetrics:
             f"generated={self.num_generated_tokens}, "
             f"input={self.num_input_tokens}>"
         )
+
+
+class SDPerfMetrics(PerfMetrics):
+    """One model's metrics inside speculative decoding (the real ``SDPerfMetrics``).
+
+    Evaluated from the per-call series: ``m_durations[i]`` is the duration of the i-th model
+    call (µs) and ``m_batch_sizes[i]`` the tokens it produced.  TTFT is the first call, TTST the
+    second, latency the later calls, TPOT each later call divided by its tokens.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ttst = MeanStdPair()
+        self.avg_latency = MeanStdPair()
+        self.raw_metrics.m_inference_durations = [0.0]
+
+    def evaluate_statistics(self, start_time: float | None = None) -> None:
+        if self._evaluated:
+            return
+        raw = self.raw_metrics
+        second: list[float] = []
+        latency: list[float] = []
+        tpot: list[float] = []
+        if raw.m_durations and raw.m_batch_sizes:
+            durations, sizes = raw.m_durations, raw.m_batch_sizes
+            raw.m_times_to_first_token = [durations[0]]
+            self.num_generated_tokens = int(sizes[0])
+            raw.generate_durations = [durations[0]]
+            for i in range(1, len(durations)):
+                if i == 1:
+                    second.append(durations[i])
+                else:
+                    latency.append(durations[i])
+                    tpot.append(durations[i] / sizes[i] if sizes[i] else float("inf"))
+                raw.generate_durations[0] += durations[i]
+                self.num_generated_tokens += int(sizes[i])
+        self.generate_duration = _mean_std(raw.generate_durations)
+        self.ttft = _mean_std(raw.m_times_to_first_token)
+        self.ttst = _mean_std(second)
+        self.tpot = _mean_std(tpot)
+        self.avg_latency = _mean_std(latency)
+        self.ipot = _mean_std(raw.m_token_infer_durations)
+        self.inference_duration = _mean_std(raw.m_inference_durations)
+        self.tokenization_duration = _mean_std(raw.tokenization_durations)
+        self.detokenization_duration = _mean_std(raw.detokenization_durations)
+        self.chat_template_duration = _mean_std(raw.chat_template_durations)
+        self.sampling_duration = _mean_std(raw.sampling_durations)
+        tp = self.tpot
+        self.throughput = (
+            MeanStdPair(1000.0 / tp.mean, tp.std * 1000.0 / (tp.mean * tp.mean))
+            if tp.mean != 0
+            else MeanStdPair(float("inf"), float("nan"))
+        )
+        self._evaluated = True
+
+    def get_ttst(self) -> MeanStdPair:
+        self.evaluate_statistics()
+        return self.ttst
+
+    def get_latency(self) -> MeanStdPair:
+        self.evaluate_statistics()
+        return self.avg_latency
+
+
+class SDPerModelsPerfMetrics(SDPerfMetrics):
+    """``extended_perf_metrics`` of speculative decoding: the pipeline's own metrics (evaluated
+    like PerfMetrics, from token timestamps) plus ``main_model_metrics`` /
+    ``draft_model_metrics`` and the candidate counters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.main_model_metrics = SDPerfMetrics()
+        self.draft_model_metrics = SDPerfMetrics()
+        self.num_accepted_tokens = 0
+        self.num_draft_tokens = 0
+        # Evaluated as PerfMetrics: TTST and latency stay unset (0, as the real reports them).
+        self.ttst = MeanStdPair(0.0, 0.0)
+        self.avg_latency = MeanStdPair(0.0, 0.0)
+
+    def evaluate_statistics(self, start_time: float | None = None) -> None:
+        if self._evaluated:
+            return
+        PerfMetrics.evaluate_statistics(self, start_time)
+        self.main_model_metrics.evaluate_statistics(start_time)
+        self.draft_model_metrics.evaluate_statistics(start_time)
+        self._evaluated = True
+
+    def get_num_accepted_tokens(self) -> int:
+        self.evaluate_statistics()
+        return self.num_accepted_tokens
+
+    def get_num_draft_tokens(self) -> int:
+        self.evaluate_statistics()
+        return self.num_draft_tokens
+
+    def get_num_draft_processed_tokens(self) -> int:
+        self.evaluate_statistics()
+        return self.draft_model_metrics.get_num_generated_tokens()
+
+    def get_num_rejected_tokens(self) -> int:
+        self.evaluate_statistics()
+        return self.num_draft_tokens - self.num_accepted_tokens if self.num_draft_tokens else 0
+
+    def get_draft_acceptance_rate(self) -> float:
+        self.evaluate_statistics()
+        if not self.num_draft_tokens:
+            return float("nan")
+        return self.num_accepted_tokens / self.num_draft_tokens
+
+    def get_draft_processed_to_candidate_ratio(self) -> float:
+        self.evaluate_statistics()
+        if not self.num_draft_tokens:
+            return float("nan")
+        return self.get_num_draft_processed_tokens() / self.num_draft_tokens
+
+    def get_draft_to_main_inference_duration_ratio(self) -> float:
+        self.evaluate_statistics()
+        draft = self.draft_model_metrics.get_inference_duration().mean
+        main = self.main_model_metrics.get_inference_duration().mean
+        if main <= 0.0 or draft < 0.0:
+            return float("nan")
+        return draft / main

@@ -20,6 +20,7 @@ from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler
+from genai_shim.speculative import DraftModel, SpeculativeDecoder
 from genai_shim.streamers import StreamerBase, StreamingStatus, call_write, make_streamer
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
 from ov_npu_emu.errors import (
@@ -53,7 +54,6 @@ _GENAI_ONLY_KEYS = (
 
 #: features openvino.genai offers through pipeline properties that genai_shim does not implement
 _UNSUPPORTED_FEATURES = {
-    "draft_model": "speculative decoding",
     "prompt_lookup": "prompt-lookup decoding",
     "adapters": "LoRA adapters",
 }
@@ -156,6 +156,13 @@ class LLMPipeline:
                     key=k,
                 )
         backend = str(props.get("ATTENTION_BACKEND", "PA")).upper()
+        draft = props.get("draft_model")
+        if draft is not None and not isinstance(draft, DraftModel):
+            raise ConfigError(
+                "draft_model must be what genai_shim.draft_model(path, device, **properties) "
+                f"returns (speculative decoding), got {type(draft).__name__}",
+                key="draft_model",
+            )
         for k in _GENAI_ONLY_KEYS:
             props.pop(k, None)
         self._device = str(device).upper()
@@ -171,6 +178,21 @@ class LLMPipeline:
             self._config.set_eos_token_id(self._tokenizer.get_eos_token_id())
 
         self._core = _make_core()
+        self._spec: SpeculativeDecoder | None = None
+        # chat state
+        self._chat_active = False
+        self._history: list[dict[str, Any]] = []
+        self._chat_input: str | None = None  # "string" or "history" for the running chat
+        self._kv_tokens: list[int] = []  # ids whose keys/values sit in the KV cache (batch 1)
+        self._chat_ids: list[int] = []  # template-less chat: all ids of the conversation so far
+        self._cancelled = False
+        if draft is not None:
+            # Speculative decoding: the stateful FastDraft pipeline owns both models.
+            self._spec = SpeculativeDecoder(
+                self._core, folder, self._device, props, draft, self._tokenizer, self._config
+            )
+            self._load_time = (_now() - t0) * 1000.0
+            return
         model = self._core.read_model(folder / MODEL_XML)
         self._batch_axis, self._seq_axis = get_kv_axes_pos(model)
         self._max_prompt_len = SIZE_MAX
@@ -184,13 +206,6 @@ class LLMPipeline:
         self._has_pos = "position_ids" in self._input_names
         self._has_beam = "beam_idx" in self._input_names
         self._sampler = Sampler()
-        # chat state
-        self._chat_active = False
-        self._history: list[dict[str, Any]] = []
-        self._chat_input: str | None = None  # "string" or "history" for the running chat
-        self._kv_tokens: list[int] = []  # ids whose keys/values sit in the KV cache (batch 1)
-        self._chat_ids: list[int] = []  # template-less chat: all ids of the conversation so far
-        self._cancelled = False
         self._load_time = (_now() - t0) * 1000.0
 
     @staticmethod
@@ -302,6 +317,8 @@ class LLMPipeline:
         TokenizedInputs / ov.Tensor of ids (→ EncodedResults)."""
         start = _now()
         config = self._resolve_config(generation_config, kwargs)
+        if self._spec is not None:
+            return self._generate_speculative(self._spec, inputs, config, streamer, start)
         if isinstance(inputs, (TokenizedInputs, ov.Tensor, np.ndarray)):
             ids, mask = self._encoded_inputs(inputs)
             self._check_ids(ids)
@@ -512,8 +529,99 @@ class LLMPipeline:
 
     # -- KV cache ------------------------------------------------------------------------------
     def _reset_kv(self) -> None:
-        self._request.reset_state()
+        if self._spec is None:  # the speculative pipeline resets its models every call
+            self._request.reset_state()
         self._kv_tokens = []
+
+    # -- speculative decoding ------------------------------------------------------------------
+    def _generate_speculative(
+        self,
+        spec: SpeculativeDecoder,
+        inputs: Any,
+        config: GenerationConfig,
+        streamer: Any,
+        start: float,
+    ) -> Any:
+        """openvino.genai's StatefulSpeculativeLLMPipeline: batch 1, greedy, the prompt (or the
+        whole templated chat history) prefilled into both models each call."""
+        spec.prepare(config)
+        if isinstance(inputs, (TokenizedInputs, ov.Tensor, np.ndarray)):
+            ids, mask = self._encoded_inputs(inputs)
+            res = spec.generate(ids, mask, config, streamer)
+            res.perf_metrics.raw_metrics.generate_durations = [(_now() - start) * 1e6]
+            res.perf_metrics._evaluated = False
+            res.perf_metrics.evaluate_statistics(start)
+            return res
+        t0 = _now()
+        as_str = isinstance(inputs, str)
+        if isinstance(inputs, ChatHistory):
+            if not config.apply_chat_template:
+                raise ConfigError(
+                    "Chat template must be applied when using ChatHistory in generate method."
+                )
+            self._require_template()
+            if not len(inputs):
+                raise UserInputError(
+                    "Chat history must not be empty when using ChatHistory in generate method."
+                )
+            text = self._tokenizer.apply_chat_template(inputs, add_generation_prompt=True)
+            enc = self._tokenizer.encode(text, add_special_tokens=False)
+        elif as_str or (
+            isinstance(inputs, (list, tuple)) and all(isinstance(p, str) for p in inputs)
+        ):
+            prompts = [inputs] if as_str else list(inputs)
+            if len(prompts) != 1:
+                raise UserInputError(
+                    "Currently only batch size=1 is supported (speculative decoding); "
+                    "generate one prompt at a time"
+                )
+            prompt = prompts[0]
+            if self._chat_active:
+                self._history.append({"role": "user", "content": prompt})
+                text = self._tokenizer.apply_chat_template(
+                    self._history, add_generation_prompt=True
+                )
+                enc = self._tokenizer.encode(text, add_special_tokens=False)
+            elif config.apply_chat_template and self._tokenizer.chat_template:
+                text = self._tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt}], add_generation_prompt=True
+                )
+                enc = self._tokenizer.encode(text, add_special_tokens=False)
+            else:
+                enc = self._tokenizer.encode(prompt)
+        else:
+            raise UserInputError(
+                "generate() takes a str, a list of str, a ChatHistory, TokenizedInputs or an "
+                f"openvino.Tensor of ids; got {type(inputs).__name__}"
+            )
+        tokenize_us = (_now() - t0) * 1e6
+        ids, mask = np.array(enc.input_ids.data), np.array(enc.attention_mask.data)
+        try:
+            res = spec.generate(ids, mask, config, streamer)
+        except Exception:
+            if self._chat_active and not isinstance(inputs, ChatHistory):
+                self._history.pop()
+            raise
+        t1 = _now()
+        out = DecodedResults()
+        out.texts = [self._tokenizer.decode(t) for t in res.tokens]
+        out.scores, out.finish_reasons = res.scores, res.finish_reasons
+        if self._chat_active and not isinstance(inputs, ChatHistory):
+            if spec.cancelled:
+                self._history.pop()  # CANCEL drops the user turn
+            else:
+                self._history.append({"role": "assistant", "content": out.texts[0]})
+        pm = res.perf_metrics
+        raw = pm.raw_metrics
+        raw.tokenization_durations = [tokenize_us]
+        raw.detokenization_durations = [(_now() - t1) * 1e6]
+        raw.generate_durations = [(_now() - start) * 1e6]
+        pm.load_time = self._load_time
+        pm._evaluated = False
+        pm.evaluate_statistics(start)
+        out.perf_metrics = pm
+        out.extended_perf_metrics = res.extended_perf_metrics
+        return out.texts[0] if as_str else out
 
     def _trim_kv(self, keep: int) -> None:
         """Keep the first ``keep`` positions of every KV state (CPU chat reuse)."""

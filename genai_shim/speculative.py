@@ -1,0 +1,458 @@
+"""Speculative decoding with a draft model: openvino.genai's stateful FastDraft pipeline."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from genai_shim.generation_config import SIZE_MAX, GenerationConfig
+from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
+from genai_shim.perf_metrics import RawPerfMetrics, SDPerModelsPerfMetrics
+from genai_shim.results import EncodedResults, GenerationFinishReason
+from genai_shim.streamers import StreamingStatus, make_streamer, status_from_callback
+from genai_shim.tokenizer import Tokenizer
+from ov_npu_emu.errors import ConfigError, IRReadError, PromptTooLongError, UserInputError
+
+__all__ = ["DEFAULT_NUM_ASSISTANT_TOKENS", "DraftModel", "SpeculativeDecoder", "draft_model"]
+
+logger = logging.getLogger(__name__)
+
+MODEL_XML = "openvino_model.xml"
+#: candidates per step when neither the pipeline's nor the call's config sets num_assistant_tokens
+DEFAULT_NUM_ASSISTANT_TOKENS = 5
+_TOKENIZER_PROBE = "Could you please tell me something about OpenVINO.GenAI?"
+
+
+@dataclass
+class DraftModel:
+    """What :func:`draft_model` returns: a folder, a device ("" = the main model's) and its
+    compile properties; pass it as ``LLMPipeline(..., draft_model=...)``."""
+
+    models_path: Path
+    device: str = ""
+    properties: dict[str, Any] = field(default_factory=dict)
+
+
+def draft_model(models_path: str | os.PathLike, device: str = "", **properties: Any) -> DraftModel:
+    """``openvino_genai.draft_model(path, device, **properties)``: describe the draft model."""
+    if not isinstance(models_path, (str, os.PathLike)):
+        raise UserInputError(
+            f"draft_model() takes a model folder path, got {type(models_path).__name__}"
+        )
+    folder = Path(models_path)
+    if not (folder / MODEL_XML).is_file():
+        raise IRReadError(
+            f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass the draft model's "
+            "optimum-intel export folder to draft_model()"
+        )
+    if not isinstance(device, str):
+        raise UserInputError(f"draft_model() device must be a str, got {type(device).__name__}")
+    return DraftModel(folder, device.upper(), dict(properties))
+
+
+def tokenizers_equal(lhs: Tokenizer, rhs: Tokenizer) -> bool:
+    """The real ``are_tokenizers_equal``: same length of one probe encoding and the same
+    BOS / EOS / PAD ids (it does not compare vocabularies)."""
+    a = np.asarray(lhs.encode(_TOKENIZER_PROBE).input_ids.data).shape
+    b = np.asarray(rhs.encode(_TOKENIZER_PROBE).input_ids.data).shape
+    return (
+        a == b
+        and lhs.get_eos_token_id() == rhs.get_eos_token_id()
+        and lhs.get_bos_token_id() == rhs.get_bos_token_id()
+        and lhs.get_pad_token_id() == rhs.get_pad_token_id()
+    )
+
+
+def _us(seconds: float) -> float:
+    return seconds * 1e6
+
+
+class _InferWrapper:
+    """One stateful model driven token by token (the real ``LLMInferWrapper``): greedy argmax of
+    the last rows, a processed-token counter, KV trimming and the capacity rules."""
+
+    def __init__(
+        self,
+        core: Any,
+        folder: Path,
+        device: str,
+        properties: dict[str, Any],
+        max_generation_token_len: int | None = None,
+    ) -> None:
+        self.device = device
+        self.is_npu = device.split(".")[0] == "NPU"
+        model = core.read_model(folder / MODEL_XML)
+        self._seq_axis = get_kv_axes_pos(model)[1]
+        self.max_prompt_len = SIZE_MAX
+        self.kvcache_total = SIZE_MAX  # what the real pipeline believes
+        self._kv_limit = SIZE_MAX  # what the compiled model really holds
+        if self.is_npu:
+            props = dict(properties)
+            if max_generation_token_len is not None:
+                props["NPUW_LLM_MAX_GENERATION_TOKEN_LEN"] = max_generation_token_len
+            npu = translate_npu_config(model, props)
+            compiled = core.compile_model(model, "NPU", npu.config)
+            self.max_prompt_len = int(compiled.get_property("NPUW_LLM_MAX_PROMPT_LEN"))
+            total = self.max_prompt_len + int(compiled.get_property("NPUW_LLM_MIN_RESPONSE_LEN"))
+            self.kvcache_total = total
+            # NPUW keeps M slots of the KV buffer for the tokens of one generate call.
+            m = int(compiled.get_property("NPUW_LLM_MAX_GENERATION_TOKEN_LEN"))
+            self._kv_limit = total - m
+        else:
+            compiled = core.compile_model(model, device, properties)
+        self._request = compiled.create_infer_request()
+        names = {n for p in compiled.inputs for n in p.get_names()}
+        self._has_pos = "position_ids" in names
+        self._has_beam = "beam_idx" in names
+        self.config = GenerationConfig()
+        self.raw = RawPerfMetrics()
+        self.raw.m_inference_durations = [0.0]
+        self.num_processed = 0
+        self.first_prompt_len = 0
+        self.last_token = -1
+
+    # -- capacity (the real's arithmetic) ------------------------------------------------------
+    def kvcache_capacity(self) -> int:
+        if self.is_npu:
+            return min(self.kvcache_total, self._kv_limit) - self.num_processed
+        return SIZE_MAX
+
+    def generation_capacity(self) -> int:
+        max_new = self.config.get_max_new_tokens()
+        if self.first_prompt_len > 0:
+            return max_new - (self.num_processed - self.first_prompt_len + 1)
+        return max_new
+
+    def can_infer(self, n: int = 1) -> bool:
+        if self.is_npu and n > self.kvcache_capacity():
+            return False
+        cfg = self.config
+        # The real looks at the last token sampled by the last call, even if it was rejected.
+        if not cfg.ignore_eos and self.last_token == cfg.eos_token_id:
+            return False
+        if self.last_token in cfg.stop_token_ids:
+            return False
+        return self.generation_capacity() > 0
+
+    # -- inference -----------------------------------------------------------------------------
+    def _run(self, ids: list[int], start: int) -> np.ndarray:
+        n = len(ids)
+        feed: dict[str, np.ndarray] = {
+            "input_ids": np.asarray([ids], dtype=np.int64),
+            "attention_mask": np.ones((1, start + n), dtype=np.int64),
+        }
+        if self._has_pos:
+            feed["position_ids"] = np.arange(start, start + n, dtype=np.int64)[None, :]
+        if self._has_beam:
+            feed["beam_idx"] = np.zeros(1, dtype=np.int32)
+        t0 = time.perf_counter()
+        out = self._request.infer(feed, share_outputs=True)
+        self._infer_us = _us(time.perf_counter() - t0)
+        return np.asarray(out["logits"])
+
+    def infer_first(self, ids: list[int]) -> int:
+        t0 = time.perf_counter()
+        if self.is_npu and len(ids) > self.max_prompt_len:
+            raise PromptTooLongError(
+                f"LLM model on NPU may only process prompts up to {self.max_prompt_len} tokens. "
+                'Set the "MAX_PROMPT_LEN" config option to increase the limit.'
+            )
+        logits = self._run(ids, 0)
+        self.num_processed = self.first_prompt_len = len(ids)
+        self.last_token = int(np.argmax(logits[0, -1]))
+        self._record(self._infer_us, _us(time.perf_counter() - t0), 1)
+        return self.last_token
+
+    def infer_next(self, token: int, append_perf_stat: bool = False) -> int:
+        t0 = time.perf_counter()
+        logits = self._run([token], self.num_processed)
+        self.num_processed += 1
+        self.last_token = int(np.argmax(logits[0, -1]))
+        if append_perf_stat:
+            # The prefix token's call and this one count as one candidate.
+            self.raw.m_durations[-1] += _us(time.perf_counter() - t0)
+            self.raw.m_inference_durations[0] += self._infer_us
+        else:
+            self._record(self._infer_us, _us(time.perf_counter() - t0), 1)
+        return self.last_token
+
+    def infer_next_return_all(self, tokens: list[int]) -> list[int]:
+        t0 = time.perf_counter()
+        logits = self._run(tokens, self.num_processed)
+        self.num_processed += len(tokens)
+        # The valid rows are the last ones (NPUW right-aligns a short call).
+        rows = logits[0, logits.shape[1] - len(tokens) :]
+        sampled = [int(t) for t in np.argmax(rows, axis=-1)]
+        self.last_token = sampled[-1]
+        self._record(self._infer_us, _us(time.perf_counter() - t0), len(tokens))
+        return sampled
+
+    def _record(self, infer_us: float, call_us: float, tokens: int) -> None:
+        self.raw.m_durations.append(call_us)
+        self.raw.m_inference_durations[0] += infer_us
+        self.raw.m_batch_sizes.append(tokens)
+
+    def trim_kv_cache(self, n: int) -> None:
+        """Forget the last ``n`` processed tokens: NPUW rolls back through the next call's
+        position_ids; elsewhere the KV states are cut."""
+        if n >= self.num_processed:
+            raise UserInputError(f"cannot trim {n} of {self.num_processed} processed tokens")
+        keep = self.num_processed - n
+        if not self.is_npu and n:
+            for state in self._request.query_state():
+                data = np.asarray(state.state.data)
+                index = [slice(None)] * data.ndim
+                index[self._seq_axis] = slice(0, keep)
+                state.state = ov.Tensor(np.ascontiguousarray(data[tuple(index)]))
+        self.num_processed = keep
+
+    def reset(self) -> None:
+        self._request.reset_state()
+        self.raw = RawPerfMetrics()
+        self.raw.m_inference_durations = [0.0]
+        self.num_processed = self.first_prompt_len = 0
+        self.last_token = -1
+
+
+class SpeculativeDecoder:
+    """The real ``StatefulSpeculativeLLMPipeline`` loop over a main and a draft model.
+
+    The draft proposes ``num_assistant_tokens`` candidates one by one; the main model scores the
+    last accepted token plus all candidates in one call and keeps the longest matching prefix
+    plus its own next token; both KV caches drop the rejected tail.  The candidate count grows
+    by 2 (up to twice the requested number) after a fully accepted step and shrinks by 1
+    otherwise.  Greedy only, batch 1.
+    """
+
+    def __init__(
+        self,
+        core: Any,
+        main_folder: Path,
+        main_device: str,
+        main_props: dict[str, Any],
+        draft: DraftModel,
+        tokenizer: Tokenizer,
+        config: GenerationConfig,
+    ) -> None:
+        draft_tokenizer = Tokenizer(draft.models_path)
+        if not tokenizers_equal(tokenizer, draft_tokenizer):
+            raise ConfigError(
+                "Tokenizers for draft and main models are different! Speculative decoding needs "
+                "a draft model exported with the main model's tokenizer (same special tokens).",
+                key="draft_model",
+            )
+        self.tokenizer = tokenizer
+        draft_device = draft.device or main_device
+        draft_props = dict(draft.properties)
+        if not draft_props and draft_device == main_device:
+            draft_props = dict(main_props)
+        self.draft = _InferWrapper(core, draft.models_path, draft_device, draft_props)
+        self.ensure_num_assistant_tokens(config)
+        self.max_candidates = 2 * int(config.num_assistant_tokens)
+        self.candidates = int(config.num_assistant_tokens)
+        self.main = _InferWrapper(
+            core, main_folder, main_device, main_props, self.max_candidates + 1
+        )
+        self.cancelled = False
+
+    @staticmethod
+    def ensure_num_assistant_tokens(config: GenerationConfig) -> None:
+        if config.assistant_confidence_threshold != 0:
+            raise ConfigError(
+                "Stateful (non-Continuous Batching) Speculative Decoding pipeline only supports "
+                "num_assistant_tokens, not assistant_confidence_threshold. Set "
+                "assistant_confidence_threshold to 0.f or remove its specification.",
+                key="assistant_confidence_threshold",
+            )
+        if config.num_assistant_tokens == 0:
+            config.num_assistant_tokens = DEFAULT_NUM_ASSISTANT_TOKENS
+
+    def prepare(self, config: GenerationConfig) -> None:
+        """Per-call config checks (after the pipeline's own resolution and validation)."""
+        self.ensure_num_assistant_tokens(config)
+        self.candidates = int(config.num_assistant_tokens)
+        self.max_candidates = 2 * self.candidates
+        config.validate()
+        if not self.main.is_npu:
+            self._check_cpu_config(config)
+
+    @staticmethod
+    def _check_cpu_config(config: GenerationConfig) -> None:
+        """The real runs a CPU main model through continuous-batching speculative decoding with
+        its full sampler; genai_shim runs the same greedy FastDraft loop as on NPU, so sampler
+        features that would change the CPU answer are refused instead of silently ignored."""
+        unsupported = [
+            name
+            for name, used in (
+                ("stop_strings", bool(config.stop_strings)),
+                ("repetition_penalty", config.repetition_penalty != 1.0),
+                ("presence_penalty", config.presence_penalty != 0.0),
+                ("frequency_penalty", config.frequency_penalty != 0.0),
+                ("min_new_tokens", config.min_new_tokens > 0),
+                ("logprobs", config.logprobs > 0),
+            )
+            if used
+        ]
+        if unsupported:
+            raise ConfigError(
+                "genai_shim's speculative decoding with a CPU main model is greedy argmax with "
+                f"EOS / stop_token_ids only; {', '.join(unsupported)} would change the answer. "
+                "Remove them, or drop draft_model (see docs/genai_shim.md, 'Speculative "
+                "decoding')",
+                key=unsupported[0],
+            )
+
+    def _update_candidates(self, accepted: int) -> None:
+        if accepted == self.candidates:
+            self.candidates = min(self.candidates + 2, self.max_candidates)
+        else:
+            self.candidates = max(self.candidates - 1, 1)
+
+    def generate(
+        self, ids: np.ndarray, mask: np.ndarray, config: GenerationConfig, streamer: Any
+    ) -> EncodedResults:
+        if ids.shape[0] != 1:
+            raise UserInputError("Currently only batch size=1 is supported")
+        if not config.is_greedy_decoding():
+            raise UserInputError(
+                "Currently only greedy decoding is supported (speculative decoding); remove "
+                "do_sample / num_beams"
+            )
+        if config.num_return_sequences != 1:
+            raise UserInputError('Currently only "num_return_sequences" equal to 1 is supported!')
+        self.cancelled = False
+        main, draft = self.main, self.draft
+        main.config = config
+        # The draft ignores EOS and stop strings; only the main model's limits end the answer.
+        draft.config = config.copy()
+        draft.config.ignore_eos = True
+        draft.config.stop_strings = set()
+        draft.config.max_new_tokens = config.get_max_new_tokens()
+        stream = make_streamer(streamer, self.tokenizer)
+        perf = SDPerModelsPerfMetrics()
+        raw = perf.raw_metrics
+        prompt = ids[0][mask[0].astype(bool)].tolist() if mask.all() else None
+        if prompt is None:
+            raise UserInputError(
+                "Speculative decoding takes an unpadded prompt (attention_mask of ones)"
+            )
+        tokens: list[int] = []
+        status, stopped = StreamingStatus.RUNNING, False
+        try:
+            t0 = time.perf_counter()
+            out = main.infer_first(prompt)
+            t1 = time.perf_counter()
+            self._token_stat(raw, _us(t1 - t0), t1, 1)
+            draft.infer_first(prompt)
+            status = self._stream(stream, [out])
+            tokens.append(out)
+            stopped = not main.is_npu and self._is_stop(out)
+            prefix = -1  # the draft's last accepted candidate, not yet in its KV cache
+            while not stopped and main.can_infer() and status == StreamingStatus.RUNNING:
+                it0 = time.perf_counter()
+                room = min(
+                    draft.kvcache_capacity() - (1 if prefix == -1 else 0),
+                    main.kvcache_capacity() - 1,
+                )
+                n = min(room, main.generation_capacity() - 1)
+                if n <= 0:
+                    # No room for candidates: finish token by token if the KV cache allows.
+                    remainder = main.generation_capacity()
+                    if remainder > 0 and main.can_infer(remainder):
+                        for _ in range(remainder):
+                            out = main.infer_next(out)
+                            t_end = time.perf_counter()
+                            status = self._stream(stream, [out])
+                            tokens.append(out)
+                            self._token_stat(raw, _us(time.perf_counter() - it0), t_end, 1)
+                            it0 = time.perf_counter()
+                    break
+                n = min(self.candidates, n)
+                if prefix != -1:
+                    draft.infer_next(prefix)
+                cand = [draft.infer_next(out, prefix != -1)]
+                for _ in range(1, n):
+                    cand.append(draft.infer_next(cand[-1]))
+                prefix = cand[-1]
+                ref = main.infer_next_return_all([out, *cand])
+                t_main = time.perf_counter()
+                accepted = 0
+                for r, c in zip(ref[:-1], cand):
+                    if r != c:
+                        break
+                    accepted += 1
+                rejected = len(cand) - accepted
+                validated = ref[: len(ref) - rejected]
+                out = validated[-1]
+                if rejected:
+                    draft.trim_kv_cache(rejected - 1)
+                    main.trim_kv_cache(rejected)
+                    prefix = -1
+                self._update_candidates(accepted)
+                main.raw.m_batch_sizes[-1] -= rejected
+                perf.num_draft_tokens += n
+                perf.num_accepted_tokens += accepted
+                if not main.is_npu:
+                    # Continuous batching (the real CPU path) ends at the first stop token.
+                    cut = next((i for i, t in enumerate(validated) if self._is_stop(t)), None)
+                    if cut is not None:
+                        validated = validated[: cut + 1]
+                        stopped = True
+                status = self._stream(stream, validated)
+                tokens.extend(validated)
+                self._token_stat(raw, _us(time.perf_counter() - it0), t_main, len(validated))
+                if stopped:
+                    break
+            self.cancelled = status == StreamingStatus.CANCEL
+            if stream is not None:
+                stream.end()
+        finally:
+            # Not a chat: both caches start empty next time (also after an error).
+            main_raw, draft_raw = main.raw, draft.raw
+            main.reset()
+            draft.reset()
+        perf.main_model_metrics.raw_metrics = main_raw
+        perf.draft_model_metrics.raw_metrics = draft_raw
+        perf.num_input_tokens = int(ids.shape[1])
+        res = EncodedResults()
+        res.tokens = [tokens]
+        res.scores = [0.0]
+        # The real NPU pipeline reports LENGTH whatever ended the answer, STOP / NONE when the
+        # streamer stopped / cancelled it (measured); the CPU (continuous batching) one STOP at
+        # a stop token.
+        if self.cancelled:
+            reason = GenerationFinishReason.NONE
+        elif stopped or status == StreamingStatus.STOP:
+            reason = GenerationFinishReason.STOP
+        elif status == StreamingStatus.TOOL_CALL_STOP:
+            reason = GenerationFinishReason.TOOL_CALL
+        else:
+            reason = GenerationFinishReason.LENGTH
+        res.finish_reasons = [reason]
+        res.perf_metrics = perf
+        res.extended_perf_metrics = perf
+        return res
+
+    def _is_stop(self, token: int) -> bool:
+        cfg = self.main.config
+        return (not cfg.ignore_eos and token == cfg.eos_token_id) or token in cfg.stop_token_ids
+
+    @staticmethod
+    def _token_stat(raw: RawPerfMetrics, duration_us: float, when: float, n: int) -> None:
+        raw.m_token_infer_durations.append(duration_us)
+        raw.m_inference_durations[0] += duration_us
+        raw.m_new_token_times.append(when)
+        raw.m_batch_sizes.append(n)
+
+    @staticmethod
+    def _stream(stream: Any, tokens: list[int]) -> StreamingStatus:
+        if stream is None:
+            return StreamingStatus.RUNNING
+        return status_from_callback(stream.write(list(tokens)))
