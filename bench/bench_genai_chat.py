@@ -1,8 +1,9 @@
 """Chat cost per turn: NPU re-prefills the whole templated history, CPU continues its KV cache.
 
-Usage: python bench/bench_genai_chat.py [MODEL_DIR] [--turns N] [--tokens N]
+Usage: python bench/bench_genai_chat.py [MODEL_DIR] [--turns N] [--tokens N] [--block N]
 Prints, per turn, the prompt tokens each device had to prefill and the time of the turn, then the
-ratios NPU/CPU side by side. The model folder needs a chat template; without one a simple
+ratios NPU/CPU side by side; a third column runs NPU with NPUW prefix caching (chunked prefill,
+NPUW_LLM_ENABLE_PREFIX_CACHING=YES), which restores the history blocks of the previous turns. The model folder needs a chat template; without one a simple
 Question/Answer template is added in a temporary copy.
 """
 
@@ -79,7 +80,13 @@ def main() -> int:
     ap.add_argument("model_dir", nargs="?", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--block", type=int, default=16, help="prefix-cache block (= chunk) size")
     args = ap.parse_args()
+    cached = {
+        "NPUW_LLM_PREFILL_CHUNK_SIZE": args.block,
+        "NPUW_LLM_ENABLE_PREFIX_CACHING": "YES",
+        "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE": args.block,
+    }
     import genai_shim
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,14 +96,23 @@ def main() -> int:
             npu = run_chat(
                 genai_shim.LLMPipeline(str(folder), "NPU", **F32, **NPU), args.turns, args.tokens
             )
+            npu_pc = run_chat(
+                genai_shim.LLMPipeline(str(folder), "NPU", **F32, **NPU, **cached),
+                args.turns,
+                args.tokens,
+            )
         except Exception as e:  # noqa: BLE001 - e.g. NPUW not installed
             print(f"NPU unavailable: {e}")
             return 1
     print(
-        f"{'turn':>4} {'CPU prefill':>12} {'NPU prefill':>12} {'ratio':>6} {'CPU ms':>8} {'NPU ms':>8} {'ratio':>6}"
+        f"{'turn':>4} {'CPU prefill':>12} {'NPU prefill':>12} {'ratio':>6} {'CPU ms':>8} "
+        f"{'NPU ms':>8} {'ratio':>6} {'NPU+prefix ms':>14} {'ratio':>6}"
     )
-    for i, ((pc, tc), (pn, tn)) in enumerate(zip(cpu, npu), 1):
-        print(f"{i:>4} {pc:>12} {pn:>12} {pn / pc:>6.1f} {tc:>8.1f} {tn:>8.1f} {tn / tc:>6.1f}")
+    for i, ((pc, tc), (pn, tn), (_, tp)) in enumerate(zip(cpu, npu, npu_pc), 1):
+        print(
+            f"{i:>4} {pc:>12} {pn:>12} {pn / pc:>6.1f} {tc:>8.1f} {tn:>8.1f} {tn / tc:>6.1f} "
+            f"{tp:>14.1f} {tp / tc:>6.1f}"
+        )
     total_c, total_n = sum(p for p, _ in cpu), sum(p for p, _ in npu)
     print(f"total prefilled tokens: CPU {total_c}, NPU {total_n} (ratio {total_n / total_c:.1f})")
     return 0
