@@ -260,6 +260,9 @@ class SpeculativeDecoder:
         self.main = _InferWrapper(
             core, main_folder, main_device, main_props, self.max_candidates + 1
         )
+        # Without any NPU model the real library runs continuous-batching speculative decoding
+        # instead (stops at the first stop token, has a full sampler).
+        self.continuous_batching = not self.main.is_npu and not self.draft.is_npu
         self.cancelled = False
 
     @staticmethod
@@ -280,14 +283,14 @@ class SpeculativeDecoder:
         self.candidates = int(config.num_assistant_tokens)
         self.max_candidates = 2 * self.candidates
         config.validate()
-        if not self.main.is_npu:
+        if self.continuous_batching:
             self._check_cpu_config(config)
 
     @staticmethod
     def _check_cpu_config(config: GenerationConfig) -> None:
-        """The real runs a CPU main model through continuous-batching speculative decoding with
-        its full sampler; genai_shim runs the same greedy FastDraft loop as on NPU, so sampler
-        features that would change the CPU answer are refused instead of silently ignored."""
+        """Without an NPU model the real runs continuous-batching speculative decoding with its
+        full sampler; genai_shim runs the same greedy FastDraft loop as on NPU, so sampler
+        features that would change the answer are refused instead of silently ignored."""
         unsupported = [
             name
             for name, used in (
@@ -302,7 +305,7 @@ class SpeculativeDecoder:
         ]
         if unsupported:
             raise ConfigError(
-                "genai_shim's speculative decoding with a CPU main model is greedy argmax with "
+                "genai_shim's speculative decoding without an NPU model is greedy argmax with "
                 f"EOS / stop_token_ids only; {', '.join(unsupported)} would change the answer. "
                 "Remove them, or drop draft_model (see docs/genai_shim.md, 'Speculative "
                 "decoding')",
@@ -353,7 +356,7 @@ class SpeculativeDecoder:
             draft.infer_first(prompt)
             status = self._stream(stream, [out])
             tokens.append(out)
-            stopped = not main.is_npu and self._is_stop(out)
+            stopped = self.continuous_batching and self._is_stop(out)
             prefix = -1  # the draft's last accepted candidate, not yet in its KV cache
             while not stopped and main.can_infer() and status == StreamingStatus.RUNNING:
                 it0 = time.perf_counter()
@@ -399,7 +402,7 @@ class SpeculativeDecoder:
                 main.raw.m_batch_sizes[-1] -= rejected
                 perf.num_draft_tokens += n
                 perf.num_accepted_tokens += accepted
-                if not main.is_npu:
+                if self.continuous_batching:
                     # Continuous batching (the real CPU path) ends at the first stop token.
                     cut = next((i for i, t in enumerate(validated) if self._is_stop(t)), None)
                     if cut is not None:

@@ -326,3 +326,17 @@ def test_bad_draft_arguments(stories_dir: Path, tmp_path: Path) -> None:
         genai_shim.draft_model(tmp_path, "CPU")
     with pytest.raises(UserInputError, match="draft_model must be"):
         genai_shim.LLMPipeline(str(stories_dir), "NPU", draft_model=str(stories_dir))
+
+
+def test_cpu_main_with_npu_draft_is_the_stateful_pipeline(
+    stories_dir: Path, tiny_draft: Path, real_genai: Any
+) -> None:
+    """One model on NPU is enough for the real stateful pipeline: its stop-token rule applies."""
+    kw = {"max_new_tokens": 60, "num_assistant_tokens": 3, "stop_token_ids": {13}}
+    res = {}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        pipe = _pipe(impl, stories_dir, tiny_draft, device="CPU", draft_device="NPU")
+        res[name] = pipe.generate([PROMPTS[0]], **kw)
+    assert res["ours"].texts == res["real"].texts
+    assert _counters(res["ours"]) == _counters(res["real"])
+    assert res["ours"].perf_metrics.get_num_generated_tokens() == 60  # past the "\n" (id 13)
