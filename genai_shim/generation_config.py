@@ -101,6 +101,7 @@ _JSON_KEYS = (
     "min_p",
     "rng_seed",
     "apply_chat_template",
+    "num_assistant_tokens",  # measured: the real reads it (speculative decoding's window)
 )
 
 

@@ -340,3 +340,22 @@ def test_cpu_main_with_npu_draft_is_the_stateful_pipeline(
     assert res["ours"].texts == res["real"].texts
     assert _counters(res["ours"]) == _counters(res["real"])
     assert res["ours"].perf_metrics.get_num_generated_tokens() == 60  # past the "\n" (id 13)
+
+
+def test_generation_config_json_sets_the_compiled_window(
+    stories_dir: Path, real_genai: Any, tmp_path: Path
+) -> None:
+    """num_assistant_tokens from generation_config.json (8) sizes the main model's window
+    (2 × 8 + 1 → 24 tokens per call), so 10 candidates growing to 20 fit (16 would not)."""
+    folder = tmp_path / "stories_n8"
+    shutil.copytree(stories_dir, folder)
+    config = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps(dict(config, num_assistant_tokens=8)))
+    got = {}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        pipe = _pipe(impl, folder, folder)
+        assert pipe.get_generation_config().num_assistant_tokens == 8
+        res = pipe.generate([PROMPTS[0]], max_new_tokens=60, num_assistant_tokens=10)
+        got[name] = _counters(res)
+    assert got["ours"] == got["real"]
+    assert max(got["ours"]["main_batches"]) > 16
