@@ -359,3 +359,15 @@ def test_generation_config_json_sets_the_compiled_window(
         got[name] = _counters(res)
     assert got["ours"] == got["real"]
     assert max(got["ours"]["main_batches"]) > 16
+
+
+def test_full_stack_on_emulated_npu(stories_dir: Path) -> None:
+    """genai_shim → NPUW → the emulated NPU (NPUW_DEVICES at its default), draft on CPU."""
+    pipe = genai_shim.LLMPipeline(
+        str(stories_dir), "NPU", draft_model=genai_shim.draft_model(str(stories_dir), "CPU"),
+        MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=64,
+    )
+    res = pipe.generate([PROMPTS[0]], max_new_tokens=30, num_assistant_tokens=3)
+    cpu = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)
+    assert res.texts[0] == cpu.generate(PROMPTS[0], max_new_tokens=30)
+    assert res.extended_perf_metrics.get_num_accepted_tokens() > 10
