@@ -209,9 +209,47 @@ def _clamp(ins, outs, params):  # type: ignore[no-untyped-def]
     return functools.partial(np.clip, x, lo, hi, out=o, casting="unsafe")
 
 
+#: f16 bits placed at bit 13 of an f32 are the value scaled by 2**-112 (both exponent fields end
+#: at bit 23 of the shifted word); multiplying back is exact for normals, zeros and subnormals
+_F16_REBIAS = np.float32(2.0 ** 112)
+_F16_SIGN_EM = np.int32(-0x70000001)  # 0x8FFFFFFF: sign bit, then exponent/mantissa at bits 13..27
+_F32_SUBNORMAL = np.float32(1e-40)
+
+
+def _f16_to_f32(x: np.ndarray, o: np.ndarray) -> Runner:
+    """Exact f16 -> f32 with four whole-array integer/float passes.
+
+    numpy converts halves one element at a time (about 1.7 ns each), which made the past-KV
+    Converts of a decode step the costliest SHAVE tasks.  Infinities/NaNs (f16 exponent 31) and a
+    thread flushing subnormal operands to zero take numpy's own conversion, so every input gets
+    numpy's bits.
+    """
+    n = x.size
+    s16 = x.reshape(-1).view(np.int16)
+    u16 = s16.view(np.uint16)
+    of = o.reshape(-1)
+    word = np.empty(n, np.int32)
+    expo = np.empty(n, np.uint16)
+    wf = word.view(np.float32)
+
+    def run() -> None:
+        np.copyto(word, s16)  # sign-extended: the sign fills bits 15..31
+        np.left_shift(word, 13, out=word)  # exponent/mantissa to bits 13..27, sign copies at 28..31
+        np.bitwise_and(word, _F16_SIGN_EM, out=word)
+        np.bitwise_and(u16, 0x7C00, out=expo)
+        if np.maximum.reduce(expo) == 0x7C00 or _F32_SUBNORMAL * _F16_REBIAS == 0:  # inf/NaN, or DAZ on
+            np.copyto(o, x, casting="unsafe")
+            return
+        np.multiply(wf, _F16_REBIAS, out=of)
+    return run
+
+
 @kernel("convert")
 def _convert(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
+    if x.dtype == np.float16 and o.dtype == np.float32 and x.size >= 256 \
+            and x.flags.c_contiguous and o.flags.c_contiguous:
+        return _f16_to_f32(x, o)
     if x.dtype.kind == "f" and o.dtype.kind in "iub":
         if o.dtype == np.bool_:
             return functools.partial(np.not_equal, x, 0, out=o)
@@ -359,10 +397,14 @@ def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     scores = np.empty((*batch, L, S), np.float32)
     rowmax = np.empty((*batch, L, 1), np.float32)
+    # with several query rows BLAS is ~4x faster on a row-major K^T than on the transposed view of K
+    # (the copy costs one pass over K); one query row (decode) multiplies the view directly
+    kt_buf = np.empty((*k.shape[:-2], k.shape[-1], S), np.float32) if L >= 8 else None
     q32 = np.empty(q.shape, np.float32) if f32 else q
-    k32 = np.empty(k.shape, np.float32) if f32 else k
+    k32 = np.empty(k.shape, np.float32) if f32 and kt_buf is None else k
     v32 = np.empty(v.shape, np.float32) if f32 else v
-    kt = np.swapaxes(k32, -1, -2)
+    kt = np.swapaxes(k32, -1, -2) if kt_buf is None else kt_buf
+    k_src = np.swapaxes(k, -1, -2)
     bias = np.where(np.tril(np.ones((L, S), bool)), 0.0, -np.inf).astype(np.float32) if causal else None
     blocked = np.empty(mask.shape, np.bool_) if mask is not None and mask.dtype == np.bool_ else None
     direct = not f32 and o.dtype == np.float32 and tuple(o.shape[:-2]) == tuple(batch)
@@ -370,8 +412,11 @@ def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
     def run() -> None:
         if f32:
             np.copyto(q32, q)
-            np.copyto(k32, k)
             np.copyto(v32, v)
+            if kt_buf is None:
+                np.copyto(k32, k)
+        if kt_buf is not None:
+            np.copyto(kt_buf, k_src, casting="unsafe")
         np.matmul(q32, kt, out=scores)
         np.multiply(scores, scale, out=scores)
         if mask is not None:
