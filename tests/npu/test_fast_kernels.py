@@ -64,3 +64,66 @@ def test_sdpa_many_query_rows_match_cpu(npu_core, L, S, dtype):
     assert rel_err(a, ref) <= tol
     feed2 = {n: (x * 0.5).astype(dtype) for n, x in feed.items()}  # a second inference re-stages K^T
     assert rel_err(np.array(req.infer(feed2)[0]), cpu_reference(model, feed2)[0]) <= tol
+
+
+def _gqa_model(L: int, S: int, mask: str, extra_reader: bool, hkv: int = 2, g: int = 3) -> ov.Model:
+    """SDPA over K/V heads expanded the optimum way: Unsqueeze -> Broadcast -> Reshape."""
+    h, d = hkv * g, 8
+    q = ops.parameter([1, h, L, d], np.float32, name="q")
+    k = ops.parameter([1, hkv, S, d], np.float32, name="k")
+    v = ops.parameter([1, hkv, S, 4], np.float32, name="v")
+
+    def expand(x, dd):
+        b = ops.broadcast(ops.unsqueeze(x, ops.constant(np.array([2], np.int64))),
+                          ops.constant(np.array([1, hkv, g, S, dd], np.int64)))
+        return b, ops.reshape(b, ops.constant(np.array([1, h, S, dd], np.int64)), False)
+
+    kb, ke = expand(k, d)
+    _, ve = expand(v, 4)
+    params = [q, k, v]
+    if mask == "none":
+        att = ops.scaled_dot_product_attention(q, ke, ve, causal=True)
+    else:
+        m = ops.parameter([1, h if mask == "bool_per_head" else 1, L, S],
+                          np.bool_ if mask.startswith("bool") else np.float32, name="m")
+        params.append(m)
+        att = ops.scaled_dot_product_attention(q, ke, ve, m)
+    results = [ops.result(att)]
+    if extra_reader:  # the broadcast is read by something else too: it must stay a task
+        results.append(ops.result(ops.multiply(kb, ops.constant(np.float32(2.0)))))
+    return ov.Model(results, params, "gqa")
+
+
+def _gqa_feed(model: ov.Model, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feed = {}
+    for p in model.inputs:
+        shape, name = list(p.get_shape()), p.get_any_name()
+        if p.get_element_type() == ov.Type.boolean:
+            feed[name] = rng.random(shape) > 0.4
+            feed[name][..., 0] = True  # no fully masked row
+        else:
+            feed[name] = rng.standard_normal(shape).astype(np.float32)
+    return feed
+
+
+@pytest.mark.parametrize("L, S, mask, extra_reader", [
+    (1, 70, "float", False),  # decode
+    (3, 20, "bool_per_head", False),
+    (10, 24, "none", False),  # causal, prefill-sized (staged K^T)
+    (2, 16, "float", True),
+], ids=["decode", "per_head_bool", "causal_prefill", "broadcast_kept"])
+def test_grouped_query_sdpa_reads_kv_heads_once(npu_core, L, S, mask, extra_reader):
+    """The compiler drops the KV head broadcast only when SDPAs alone read it; results match CPU."""
+    model = _gqa_model(L, S, mask, extra_reader)
+    cm = npu_core.compile_model(model, "NPU", {})
+    kernels = [t["kernel"] for t in cm.impl.parsed.meta["tasks"]]
+    # kept K broadcast: the SDPA stays plain, so V's heads are expanded for it as well
+    assert kernels.count("broadcast") == (2 if extra_reader else 0)
+    assert kernels.count("sdpa") == 1
+    req = cm.create_infer_request()
+    for seed in (0, 1):  # a second inference with new data through the same command list
+        feed = _gqa_feed(model, seed)
+        res = req.infer(feed)
+        for i, ref in enumerate(cpu_reference(model, feed)):
+            assert rel_err(np.array(res[i]), ref) <= F32_TOL

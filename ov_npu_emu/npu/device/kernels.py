@@ -383,23 +383,50 @@ def _gather(ins, outs, params):  # type: ignore[no-untyped-def]
     return run
 
 
+def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` reshaped without copying (a copy would detach the kernel from device memory)."""
+    v = a.view()
+    v.shape = shape  # raises instead of copying
+    return v
+
+
 @kernel("sdpa")
 def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
+    """Attention; params: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head.
+
+    Grouped (G > 1): K/V hold Hkv heads and query head h reads K/V head h // G, as the IR's
+    Unsqueeze/Broadcast/Reshape expansion did; the G query heads of a group share one matmul.
+    """
     q, k, v = ins[:3]
     mask = ins[3] if len(ins) > 3 else None
     o = outs[0]
     causal, scale = bool(params[0]), float(params[2])
+    groups = int(params[3]) if params.size > 3 and params[3] > 1 else 1
     if scale == 0.0:
         scale = 1.0 / math.sqrt(q.shape[-1])
     L, S = q.shape[-2], k.shape[-2]
     f32 = any(t.dtype != np.float32 for t in (q, k, v))
+    if groups > 1:
+        b, h = q.shape[0], q.shape[1]
+        if q.ndim != 4 or k.ndim != 4 or h != k.shape[1] * groups or o.shape[:2] != (b, h):
+            raise ExecutionError(f"sdpa: {groups} query heads per K/V head do not fit q {q.shape}, k {k.shape}")
+        hkv = k.shape[1]
+        q = _view(q, (b, hkv, groups * L, q.shape[-1]))  # query rows of a group stacked: one matmul each
+        o = _view(o, (b, hkv, groups * L, o.shape[-1]))
     # scratch buffers live as long as the command list: nothing is allocated per inference
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    scores = np.empty((*batch, L, S), np.float32)
-    rowmax = np.empty((*batch, L, 1), np.float32)
+    rows = q.shape[-2]
+    scores = np.empty((*batch, rows, S), np.float32)
+    rowmax = np.empty((*batch, rows, 1), np.float32)
+    # mask and causal bias apply per query head and row: on grouped scores through a 5-D view
+    scores_m = scores.reshape(*batch, groups, L, S) if groups > 1 else scores
+    if mask is not None and groups > 1:
+        m4 = _view(mask, (1,) * (4 - mask.ndim) + mask.shape)
+        mask = _view(m4, (m4.shape[0], 1, 1, *m4.shape[2:]) if m4.shape[1] == 1 else
+                     (m4.shape[0], hkv, groups, *m4.shape[2:]))
     # with several query rows BLAS is ~4x faster on a row-major K^T than on the transposed view of K
     # (the copy costs one pass over K); one query row (decode) multiplies the view directly
-    kt_buf = np.empty((*k.shape[:-2], k.shape[-1], S), np.float32) if L >= 8 else None
+    kt_buf = np.empty((*k.shape[:-2], k.shape[-1], S), np.float32) if rows >= 8 else None
     q32 = np.empty(q.shape, np.float32) if f32 else q
     k32 = np.empty(k.shape, np.float32) if f32 and kt_buf is None else k
     v32 = np.empty(v.shape, np.float32) if f32 else v
@@ -408,6 +435,10 @@ def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
     bias = np.where(np.tril(np.ones((L, S), bool)), 0.0, -np.inf).astype(np.float32) if causal else None
     blocked = np.empty(mask.shape, np.bool_) if mask is not None and mask.dtype == np.bool_ else None
     direct = not f32 and o.dtype == np.float32 and tuple(o.shape[:-2]) == tuple(batch)
+    # a few grouped rows against the K^T view: numpy's BLAS dispatch only takes the transposed
+    # view for one row per head (gemv), so each group's query rows multiply separately
+    qk_parts = [(_view(q32, (*batch, groups, L, q.shape[-1]))[..., g, :, :], scores_m[..., g, :, :])
+                for g in range(groups)] if groups > 1 and kt_buf is None else []
 
     def run() -> None:
         if f32:
@@ -417,16 +448,20 @@ def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
                 np.copyto(k32, k)
         if kt_buf is not None:
             np.copyto(kt_buf, k_src, casting="unsafe")
-        np.matmul(q32, kt, out=scores)
+        if qk_parts:
+            for qg, sg in qk_parts:
+                np.matmul(qg, kt, out=sg)
+        else:
+            np.matmul(q32, kt, out=scores)
         np.multiply(scores, scale, out=scores)
         if mask is not None:
             if blocked is not None:
                 np.logical_not(mask, out=blocked)
-                np.copyto(scores, -np.inf, where=blocked)
+                np.copyto(scores_m, -np.inf, where=blocked)
             else:
-                np.add(scores, mask, out=scores, casting="unsafe")
+                np.add(scores_m, mask, out=scores_m, casting="unsafe")
         if bias is not None:
-            np.add(scores, bias, out=scores)
+            np.add(scores_m, bias, out=scores_m)
         np.maximum.reduce(scores, axis=-1, keepdims=True, out=rowmax)  # np.max/np.sum minus their Python layers
         np.subtract(scores, rowmax, out=scores)
         np.exp(scores, out=scores)
