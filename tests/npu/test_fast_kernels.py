@@ -127,3 +127,136 @@ def test_grouped_query_sdpa_reads_kv_heads_once(npu_core, L, S, mask, extra_read
         res = req.infer(feed)
         for i, ref in enumerate(cpu_reference(model, feed)):
             assert rel_err(np.array(res[i]), ref) <= F32_TOL
+
+
+@pytest.mark.parametrize("n", [7, 64, 172, 4097])
+def test_reduce_mean_has_np_mean_bits(n):
+    """The f32 division by the count gives np.mean's bits (it divides in f64 and rounds)."""
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal((300, n)) * rng.uniform(1e-3, 1e3, (300, 1))).astype(np.float32)
+    o = np.empty((300, 1), np.float32)
+    make_kernel("reduce_mean", [x], [o], np.array([1.0]))()
+    np.testing.assert_array_equal(o.view(np.uint32), x.mean(axis=1, keepdims=True).view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_swish_constants_keep_the_input_precision(dtype):
+    """Swish's -beta multiplies in the input's precision (as a Python float would)."""
+    x = np.random.default_rng(2).standard_normal((1, 1, 172)).astype(dtype)
+    y = np.empty_like(x)
+    make_kernel("swish", [x], [y], np.array([1.7]))()
+    den = np.exp(np.multiply(x, -1.7).astype(np.float32)) + np.float32(1.0)
+    np.testing.assert_array_equal(y, np.divide(x, den).astype(dtype))
+
+
+def _attention64(q, k, v, m, groups):
+    """float64 reference; m is additive (bool: True attends)."""
+    k, v = np.repeat(k, groups, axis=1).astype(np.float64), np.repeat(v, groups, axis=1).astype(np.float64)
+    if m.dtype == np.bool_:
+        m = np.where(m, 0.0, -np.inf)
+    with np.errstate(invalid="ignore"):
+        s = q.astype(np.float64) @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]) + m
+        s = np.exp(s - s.max(-1, keepdims=True))
+        return (s / s.sum(-1, keepdims=True)) @ v
+
+
+def _chunk_mask(L, S, filled, dtype, low=-65504.0):
+    """NPUW's chunked-prefill mask: ``filled`` past slots, unfilled ones, then L causal new rows."""
+    m = np.zeros((1, 1, L, S), bool)
+    m[..., :filled] = True
+    m[..., S - L:] = np.tril(np.ones((L, L), bool))
+    return m if dtype == np.bool_ else np.where(m, 0.0, low).astype(dtype)
+
+
+@pytest.fixture
+def skip_spy(monkeypatch):
+    """Records whether each SDPA run took the masked-column path."""
+    from ov_npu_emu.npu.device import kernels
+
+    taken: list[bool] = []
+    real = kernels._masked_column_skipper
+
+    def spy(*a, **kw):
+        run = real(*a, **kw)
+        if run is None:
+            return None
+
+        def wrapped() -> bool:
+            taken.append(run())
+            return taken[-1]
+        return wrapped
+    monkeypatch.setattr(kernels, "_masked_column_skipper", spy)
+    return taken
+
+
+@pytest.mark.parametrize("groups, mask_dtype, in_dtype", [
+    (2, np.float32, np.float32), (1, np.float32, np.float32), (2, np.bool_, np.float32), (2, np.float16, np.float16),
+], ids=["grouped", "plain", "bool_mask", "f16"])
+def test_sdpa_skips_masked_columns_exactly(skip_spy, groups, mask_dtype, in_dtype):
+    rng = np.random.default_rng(5)
+    L, S, hkv = 32, 512, 4 // groups  # 4 query heads: a score matrix big enough to skip columns
+    q = rng.standard_normal((1, hkv * groups, L, 8)).astype(in_dtype)
+    k = rng.standard_normal((1, hkv, S, 8)).astype(in_dtype)
+    v = rng.standard_normal((1, hkv, S, 8)).astype(in_dtype)
+    m = _chunk_mask(L, S, 100, mask_dtype)
+    o = np.empty(q.shape, in_dtype)
+    if groups == 1:
+        run = make_kernel("sdpa", [q, k, v, m], [o], np.array([0.0, 1.0, 0.0]))
+    else:
+        run = make_kernel("sdpa", [q, k, v, m], [o], np.array([0.0, 1.0, 0.0, float(groups)]))
+    run()
+    assert skip_spy == [True]
+    tol = 1e-5 if in_dtype == np.float32 else 5e-3
+    np.testing.assert_allclose(o, _attention64(q, k, v, m, groups), atol=tol)
+    m[...] = _chunk_mask(L, S, S - L, mask_dtype)  # window full: the next run takes the full path
+    run()
+    assert skip_spy == [True, False]
+    np.testing.assert_allclose(o, _attention64(q, k, v, m, groups), atol=tol)
+
+
+@pytest.mark.parametrize("case", ["nan_in_masked_v", "fully_masked_row", "scores_beyond_mask", "inf_in_masked_k"])
+def test_sdpa_masked_column_skip_falls_back(skip_spy, case):
+    """Whenever skipping could change a result, the kernel computes every column."""
+    from ov_npu_emu.npu.device import kernels
+
+    rng = np.random.default_rng(8)
+    L, S = 32, 512
+    q = rng.standard_normal((1, 4, L, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 2, S, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 2, S, 8)).astype(np.float32)
+    m = _chunk_mask(L, S, 100, np.float32)
+    if case == "nan_in_masked_v":
+        v[0, 1, 300] = np.nan  # 0 * NaN poisons the full computation's outputs
+    elif case == "fully_masked_row":
+        m[0, 0, 3] = -65504.0  # softmax over equal scores: every column counts
+    elif case == "scores_beyond_mask":
+        q *= 300.0
+        k *= 300.0  # |q.k| can exceed the mask's 65504: masked columns may not vanish
+    else:
+        k[0, 0, 250] = np.inf
+    outs = []
+    for min_scores in (kernels._SKIP_MIN_SCORES, 1 << 60):  # with the skipper, then the plain kernel
+        kernels._SKIP_MIN_SCORES, saved = min_scores, kernels._SKIP_MIN_SCORES
+        try:
+            o = np.empty(q.shape, np.float32)
+            with np.errstate(invalid="ignore"):  # inf * 0 in the plain kernel's matmul
+                make_kernel("sdpa", [q, k, v, m], [o], np.array([0.0, 1.0, 0.0, 2.0]))()
+        finally:
+            kernels._SKIP_MIN_SCORES = saved
+        outs.append(o)
+    assert skip_spy == [False]
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_chunked_prefill_attention_matches_cpu(npu_core, skip_spy):
+    """A GQA prefill chunk over a mostly unfilled KV window, compiled, against the CPU plugin."""
+    L, S = 32, 512
+    model = _gqa_model(L, S, "float", False)
+    cm = npu_core.compile_model(model, "NPU", {})
+    req = cm.create_infer_request()
+    for filled in (0, 200, S - L):
+        feed = _gqa_feed(model, filled)
+        feed["m"] = _chunk_mask(L, S, filled, np.float32)
+        a = np.array(req.infer(feed)[0])
+        assert rel_err(a, cpu_reference(model, feed)[0]) <= F32_TOL
+    assert skip_spy == [True, True, False]
