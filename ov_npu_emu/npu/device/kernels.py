@@ -407,7 +407,7 @@ def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 #: (exp(x) == 0 for x < -103.98), with room for the roundings of scale and mask additions
 _EXP_ZERO_MARGIN = 128.0
 #: skip masked-out columns only when at least this share of the window is masked out
-_SKIP_SHARE = 0.25
+_SKIP_SHARE = 0.05
 #: ... and only for score matrices this large: the checks and gathers cost ~30 numpy calls,
 #: more than a decode step's whole attention
 _SKIP_MIN_SCORES = 1 << 16
