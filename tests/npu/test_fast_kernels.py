@@ -260,3 +260,27 @@ def test_chunked_prefill_attention_matches_cpu(npu_core, skip_spy):
         a = np.array(req.infer(feed)[0])
         assert rel_err(a, cpu_reference(model, feed)[0]) <= F32_TOL
     assert skip_spy == [True, True, False]
+
+
+@pytest.mark.parametrize("low, skipped", [(-3000.0, False), (-1e6, True)], ids=["gap_within_slack", "wide_gap"])
+def test_sdpa_masked_column_skip_with_huge_mask_offsets(skip_spy, low, skipped):
+    """A mask shifted by -1e9 (f32 spacing 64 there): skip only past the rounding slack, same result."""
+    from ov_npu_emu.npu.device import kernels
+
+    rng = np.random.default_rng(9)
+    L, S = 32, 512
+    q = rng.standard_normal((1, 4, L, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 2, S, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 2, S, 8)).astype(np.float32)
+    m = (_chunk_mask(L, S, 100, np.float32, low=low) - np.float32(1e9)).astype(np.float32)
+    outs = []
+    for min_scores in (kernels._SKIP_MIN_SCORES, 1 << 60):  # with the skipper, then the plain kernel
+        kernels._SKIP_MIN_SCORES, saved = min_scores, kernels._SKIP_MIN_SCORES
+        try:
+            o = np.empty(q.shape, np.float32)
+            make_kernel("sdpa", [q, k, v, m], [o], np.array([0.0, 1.0, 0.0, 2.0]))()
+        finally:
+            kernels._SKIP_MIN_SCORES = saved
+        outs.append(o)
+    assert skip_spy == [skipped]
+    np.testing.assert_allclose(outs[0], outs[1], atol=1e-6)

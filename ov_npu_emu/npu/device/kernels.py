@@ -420,7 +420,8 @@ def _masked_column_skipper(q32, k, v, mask_in, mask, groups: int, L: int, scale:
     A column is skipped when its mask is so low against every row's best open column that
     exp(score - rowmax) underflows to exactly 0 for any q and K within the bound
     B = max|q| * max|k| * D * |scale| (a score moves by at most B):
-    colmax(mask) <= min_rows(rowmax(mask)) - 2B - margin.  Such columns add exact zeros to the
+    colmax(mask) <= min_rows(rowmax(mask)) - 2B - margin (less relative slack for the f32
+    roundings of large masks and scores).  Such columns add exact zeros to the
     row sums and (V finite) to the output, so the result is the full computation's up to
     summation order.  NaN/inf in q, K or V, a fully masked row or a mostly open window take the
     full path.  Chunked prefill and short prompts in a long KV window mask most columns.
@@ -455,14 +456,16 @@ def _masked_column_skipper(q32, k, v, mask_in, mask, groups: int, L: int, scale:
         else:
             np.maximum.reduce(m2, axis=0, out=colmax)
             np.maximum.reduce(m2, axis=1, out=rowmask)
-            floor = float(np.minimum.reduce(rowmask)) - _EXP_ZERO_MARGIN
-            if not math.isfinite(floor) or np.count_nonzero(colmax <= floor) < _SKIP_SHARE * S:
+            rowmin = float(np.minimum.reduce(rowmask))
+            if not math.isfinite(rowmin) or np.count_nonzero(colmax <= rowmin - _EXP_ZERO_MARGIN) < _SKIP_SHARE * S:
                 return False
-        bound = absmax(qa) * absmax(ka) * D * abs(scale)
+        # the relative terms cover the f32 roundings of q.k (D terms), scale and mask additions
+        bound = absmax(qa) * absmax(ka) * D * abs(scale) * (1.0 + 2.0 ** -10)
         if not math.isfinite(bound) or not math.isfinite(absmax(va)):
             return False
         if not is_bool:
-            keep = ~(colmax <= floor - 2.0 * bound)
+            limit = rowmin - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0 ** -16 * (abs(rowmin) + 2.0 * bound)
+            keep = ~(colmax <= limit)
         idx = np.flatnonzero(keep)
         n = idx.size
         if n == 0 or S - n < _SKIP_SHARE * S:
