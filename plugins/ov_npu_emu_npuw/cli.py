@@ -97,6 +97,17 @@ def run(args: argparse.Namespace) -> int:
         "kv_tensors": len(kv),
         "kv_bytes_per_request": kv.nbytes,
         "capacity_tokens": req._impl.capacity,
+        "features": {
+            key: cm.get_property(key)
+            for key in (
+                "NPUW_LLM_SHARED_HEAD",
+                "NPUW_LLM_CACHE_ROPE",
+                "NPUW_LLM_GENERATE_GROUPED_ATTENTION",
+                "NPUW_LLM_OPTIMIZE_V_TENSORS",
+                "NPUW_LLM_ENABLE_PREFIX_CACHING",
+                "NPUW_LLM_MAX_GENERATION_TOKEN_LEN",
+            )
+        },
         "models": rows,
     }
     if args.export:
@@ -113,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"KV buffer: {len(kv)} tensors, {kv.nbytes / 1e6:.2f} MB per request, "
         f"capacity {summary['capacity_tokens']} tokens"
+    )
+    print(
+        "features: "
+        + ", ".join(f"{k.removeprefix('NPUW_LLM_')}={v}" for k, v in summary["features"].items())
     )
     for r in rows:
         print(f"  {r['model']:28s} {r['compile_s']:7.2f} s  {r['inputs']}  past {r['past']}")

@@ -216,7 +216,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     kv = kv.with_v_transposed(cfg.optimize_v)
     kv_type = ov.Type.f16 if cfg.kv_precision == "f16" else ov.Type.f32
     name = model.get_friendly_name()
-    head_model = make_lm_head_model(stateless) if cfg.shared_head else None
+    head_model = make_lm_head_model(stateless, cfg.max_gen_len) if cfg.shared_head else None
     if cfg.shared_head and head_model is None:
         logger.warning("no LM head MatMul found: NPUW_LLM_SHARED_HEAD ignored for %s", name)
         cfg = dataclasses.replace(cfg, shared_head=False)
@@ -228,7 +228,11 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     jobs += [(f"{name}_prefill", "prefill")] + ([(f"{name}_lm_head", "head")] if shared else [])
     # like LLMCompiledModel: one weights-bank name for prefill, generate variants and LM head, so
     # the device keeps one copy of the weights (and of their decompressed form) for all of them
-    bank = {"NPUW_WEIGHTS_BANK": str(cfg.raw.get("NPUW_WEIGHTS_BANK") or f"{name}-{uuid.uuid4().hex[:12]}")}
+    bank = {
+        "NPUW_WEIGHTS_BANK": str(
+            cfg.raw.get("NPUW_WEIGHTS_BANK") or f"{name}-{uuid.uuid4().hex[:12]}"
+        )
+    }
     prefill_config = {**cfg.prefill_config, **bank}
     generate_config = {**cfg.generate_config, **bank}
     seconds: dict[str, float] = {}
@@ -241,18 +245,34 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         t0 = time.perf_counter()
         if what == "prefill":
             static = make_prefill_model(
-                stateless, kv, cfg.max_prompt_len, cfg.chunk_size, kv_type, shared, rope
+                stateless,
+                kv,
+                cfg.max_prompt_len,
+                cfg.chunk_size,
+                kv_type,
+                shared,
+                rope,
+                cfg.max_gen_len,
             )
             prefill = core.compile_model(static, device, prefill_config)
         elif what == "head":
             # No single-thread default here: run inline right after a variant, the head took
             # 85 µs with one thread vs 29 µs with the plugin's own choice (docs/npuw.md).
-            head_config = generate_config if cfg.head_config is None else {**cfg.head_config, **bank}
+            head_config = (
+                generate_config if cfg.head_config is None else {**cfg.head_config, **bank}
+            )
             head = core.compile_model(head_model, device, head_config)
             sub_defaults["lm_head"] = {}
         else:
             static = make_generate_model(
-                stateless, kv, int(what), kv_type, shared, cfg.grouped_attention, rope
+                stateless,
+                kv,
+                int(what),
+                kv_type,
+                shared,
+                cfg.grouped_attention,
+                rope,
+                cfg.max_gen_len,
             )
             extra = generate_default_config(device, static, generate_config, kv, int(what))
             generate[int(what)] = core.compile_model(static, device, {**generate_config, **extra})
@@ -310,7 +330,9 @@ class _TtyProgress:
 
     def done(self, seconds: float) -> None:
         if self.enabled:
-            sys.stderr.write(f"\r\033[K[NPUW] compiled {self.total} sub-models in {seconds:.1f} s\n")
+            sys.stderr.write(
+                f"\r\033[K[NPUW] compiled {self.total} sub-models in {seconds:.1f} s\n"
+            )
             sys.stderr.flush()
 
 

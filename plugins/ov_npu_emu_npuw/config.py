@@ -42,6 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "NPUW_LLM_SHARED_HEAD": True,  # the LM head is a third model shared by prefill and generate
     "NPUW_LLM_OPTIMIZE_V_TENSORS": False,  # real: YES; ours stores V [1,H,D,S] only when asked
     "NPUW_LLM_CACHE_ROPE": True,  # sin/cos tables for positions [0, total KV size)
+    "NPUW_LLM_ENABLE_PREFIX_CACHING": False,  # needs chunked prefill
+    "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE": 256,  # forced to the chunk size unless it divides it
+    "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS": 128,  # LRU capacity per infer request
     "NPUW_DEVICES": "NPU",  # real: "NPU,CPU"; ours means the emulated NPU
     "KV_CACHE_PRECISION": "f16",
     VARIANTS_KEY: "",
@@ -74,9 +77,6 @@ IGNORED_KEYS = frozenset(
         "NPUW_LLM_PREFILL_ATTENTION_HINT",
         "NPUW_LLM_GENERATE_ATTENTION_HINT",
         "NPUW_LLM_MAX_LORA_RANK",
-        "NPUW_LLM_ENABLE_PREFIX_CACHING",
-        "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE",
-        "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS",
         "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE",
         "CACHE_MODE",
     }
@@ -188,6 +188,9 @@ class LLMConfig:
     # generate variants: SDPA → grouped-query MatMul/Softmax/MatMul; None until the device is known
     grouped_attention: bool | None = None
     cache_rope: bool = False  # artefacts from before the key default to what they were built with
+    prefix_block: int = 0  # prefix-cache block size in tokens; 0: prefix caching off
+    prefix_max_blocks: int = 128
+    max_gen_len: int = 1  # tokens per generate call (NPUW_LLM_MAX_GENERATION_TOKEN_LEN, aligned)
     # shared LM head sub-config; None: the generate sub-config (see parse_config)
     head_config: dict[str, Any] | None = None
 
@@ -208,7 +211,7 @@ class LLMConfig:
             "NPUW_LLM_SEQ_LEN_DIM": 2,
             "NPUW_LLM_MAX_PROMPT_LEN": self.max_prompt_len,
             "NPUW_LLM_MIN_RESPONSE_LEN": self.min_response_len,
-            "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 1,
+            "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": self.max_gen_len,
             "NPUW_LLM_PREFILL_CHUNK_SIZE": self.chunk_size
             if self.chunk_size
             else int(self.raw.get("NPUW_LLM_PREFILL_CHUNK_SIZE", 1024)),
@@ -220,6 +223,10 @@ class LLMConfig:
             "NPUW_LLM_SHARED_HEAD": self.shared_head,
             "NPUW_LLM_OPTIMIZE_V_TENSORS": self.optimize_v,
             "NPUW_LLM_CACHE_ROPE": self.cache_rope,
+            "NPUW_LLM_ENABLE_PREFIX_CACHING": bool(self.prefix_block),
+            "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE": self.prefix_block
+            or int(self.raw.get("NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE", 256)),
+            "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS": self.prefix_max_blocks,
             "NPUW_DEVICES": ",".join(self.devices),
             "KV_CACHE_PRECISION": self.kv_precision,
             "CACHE_DIR": self.cache_dir,
@@ -266,16 +273,11 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
                 f"{key}={raw[key]} is not supported: only the BNSD KV layout ({key}={want}) is",
                 key=key,
             )
-    if (
-        _uint(
-            "NPUW_LLM_MAX_GENERATION_TOKEN_LEN", get("NPUW_LLM_MAX_GENERATION_TOKEN_LEN"), minimum=1
-        )
-        != 1
-    ):
-        raise ConfigError(
-            "NPUW_LLM_MAX_GENERATION_TOKEN_LEN > 1 (speculative decoding) is not supported; use 1",
-            key="NPUW_LLM_MAX_GENERATION_TOKEN_LEN",
-        )
+    max_gen = _uint(
+        "NPUW_LLM_MAX_GENERATION_TOKEN_LEN", get("NPUW_LLM_MAX_GENERATION_TOKEN_LEN"), minimum=1
+    )
+    if max_gen != 1:
+        max_gen = align_to(max_gen, 8)  # real rule: several tokens per call are aligned to 8
 
     prefill_hint = str(get("NPUW_LLM_PREFILL_HINT")).upper()
     if prefill_hint not in ("DYNAMIC", "STATIC"):
@@ -315,6 +317,48 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
     else:
         max_prompt = align_to(max_prompt, chunk)
     total = max_prompt + min_response
+    if max_gen > 1 and chunk and chunk < max_gen:
+        raise ConfigError(
+            f"NPUW_LLM_PREFILL_CHUNK_SIZE {chunk} is smaller than NPUW_LLM_MAX_GENERATION_TOKEN_LEN "
+            f"{max_gen} (aligned to 8): the prefill could not produce that many positions for "
+            "the shared LM head; use a chunk of at least that size",
+            key="NPUW_LLM_PREFILL_CHUNK_SIZE",
+        )
+    if max_gen > min_response:
+        raise ConfigError(
+            f"NPUW_LLM_MAX_GENERATION_TOKEN_LEN {max_gen} (aligned to 8) exceeds "
+            f"NPUW_LLM_MIN_RESPONSE_LEN {min_response}: a generate variant picked for a prompt "
+            "could not take one call; raise MIN_RESPONSE_LEN or lower MAX_GENERATION_TOKEN_LEN",
+            key="NPUW_LLM_MAX_GENERATION_TOKEN_LEN",
+        )
+
+    prefix_block = 0
+    max_blocks = _uint(
+        "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS",
+        get("NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS"),
+        minimum=1,
+    )
+    block = _uint(
+        "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE", get("NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE"), minimum=1
+    )
+    if _bool("NPUW_LLM_ENABLE_PREFIX_CACHING", get("NPUW_LLM_ENABLE_PREFIX_CACHING")):
+        if not chunk:
+            raise ConfigError(
+                "NPUW_LLM_ENABLE_PREFIX_CACHING works with chunked prefill only: set "
+                "NPUW_LLM_PREFILL_HINT=DYNAMIC and NPUW_LLM_PREFILL_CHUNK_SIZE below "
+                f"NPUW_LLM_MAX_PROMPT_LEN ({max_prompt})",
+                key="NPUW_LLM_ENABLE_PREFIX_CACHING",
+            )
+        # real rule: a block must not straddle chunks, so a block size that does not divide
+        # the chunk becomes the chunk size
+        prefix_block = block if chunk % block == 0 else chunk
+        if prefix_block != block:
+            logger.info(
+                "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE %d does not divide the chunk size %d: using %d",
+                block,
+                chunk,
+                chunk,
+            )
 
     pyramid = _bool("NPUW_LLM_GENERATE_PYRAMID", get("NPUW_LLM_GENERATE_PYRAMID"))
     explicit = get(VARIANTS_KEY)
@@ -371,7 +415,11 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
     # (the real one starts it from its own default: see docs/npuw.md on f32 hints).
     head: dict[str, Any] | None = None
     if HEAD_CONFIG_KEY in raw or "++" + HEAD_CONFIG_KEY in raw:
-        head = _subconfig(HEAD_CONFIG_KEY, raw[HEAD_CONFIG_KEY]) if HEAD_CONFIG_KEY in raw else dict(subs[1])
+        head = (
+            _subconfig(HEAD_CONFIG_KEY, raw[HEAD_CONFIG_KEY])
+            if HEAD_CONFIG_KEY in raw
+            else dict(subs[1])
+        )
         if "++" + HEAD_CONFIG_KEY in raw:
             head.update(_subconfig("++" + HEAD_CONFIG_KEY, raw["++" + HEAD_CONFIG_KEY]))
     return LLMConfig(
@@ -395,4 +443,7 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         else _bool(GROUPED_ATTENTION_KEY, get(GROUPED_ATTENTION_KEY)),
         head_config=head,
         cache_rope=_bool("NPUW_LLM_CACHE_ROPE", get("NPUW_LLM_CACHE_ROPE")),
+        prefix_block=prefix_block,
+        prefix_max_blocks=max_blocks,
+        max_gen_len=max_gen,
     )

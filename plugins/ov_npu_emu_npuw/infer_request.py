@@ -12,6 +12,7 @@ from ov_npu_emu.errors import KVCacheFullError, PromptTooLongError, UserInputErr
 from ov_npu_emu.runtime.device import DeviceInferRequest, VariableState
 from ov_npu_emu_npuw.config import select_variant
 from ov_npu_emu_npuw.kvcache import KVBuffers
+from ov_npu_emu_npuw.prefix_cache import PrefixCache
 from ov_npu_emu_npuw.transform import EMBED
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class _Staging:
         mask_len: int,
         present_names: tuple[str, ...],
         embed: np.ndarray | None = None,
+        bind_embed: bool = False,
     ) -> None:
         self.ids = np.zeros((1, q_len), np.int64)
         self.mask = np.zeros((1, mask_len), np.int64)
@@ -100,6 +102,12 @@ class _Staging:
             self._get = req.impl.get_tensor
             self._embed_index = outs[EMBED].index
             self._embed = embed
+            self._embed_out: np.ndarray | None = None
+            if bind_embed:
+                # Generate variants: an own array bound as the output makes the copy one numpy
+                # assignment (fetching the device's output tensor each step cost ~6 µs).
+                self._embed_out = np.zeros_like(embed)
+                req.set_tensor(EMBED, ov.Tensor(self._embed_out, shared_memory=True))
             self.logits_tensor = None
         else:
             port = outs["logits"]
@@ -109,7 +117,10 @@ class _Staging:
 
     def hand_embed(self) -> None:
         """Copy this model's last hidden state into the shared head's input."""
-        self._embed[...] = self._get(self._embed_index, False).data
+        if self._embed_out is not None:
+            self._embed[...] = self._embed_out
+        else:
+            self._embed[...] = self._get(self._embed_index, False).data
 
     def zero(self) -> None:
         self.ids.fill(0)
@@ -134,7 +145,8 @@ class LLMInferRequest(DeviceInferRequest):
         self._vocab = last.get_length() if last is not None and last.is_static else 0
         self._P = cfg.max_prompt_len
         self._C = cfg.chunk_size
-        self.capacity = cfg.total_size - 1  # the largest variant's past holds K−1 tokens
+        self._M = cfg.max_gen_len  # tokens per generate call (1 unless speculative decoding)
+        self.capacity = cfg.total_size - self._M  # the largest variant's past holds K−M tokens
         self._rope_limit = cfg.total_size if cfg.cache_rope else 0
         self.kv = KVBuffers(
             cm.kv.num_heads,
@@ -165,25 +177,30 @@ class LLMInferRequest(DeviceInferRequest):
         if self._C:
             for i, name in enumerate(cm.kv.past_names):
                 self._prefill.set_tensor(name, self.kv.tensor(i, self._P - self._C))
-        # Generate variants: each past is the prefix view with K−1 slots (no allocation of its own).
+        # Generate variants: each past is the prefix view with K−M slots (no allocation of its own).
         self._gen: dict[int, InferRequest] = {}
         self._gs: dict[int, _Staging] = {}
         for k, sub in cm.subs.generate.items():
             req = sub.create_infer_request()
-            self._gs[k] = _Staging(req, 1, k, cm.kv.present_names, embed)
+            self._gs[k] = _Staging(req, self._M, k, cm.kv.present_names, embed, bind_embed=True)
             for i, name in enumerate(cm.kv.past_names):
-                req.set_tensor(name, self.kv.tensor(i, k - 1))
+                req.set_tensor(name, self.kv.tensor(i, k - self._M))
             self._gen[k] = req
         # Per variant and KV tensor: (logical past view, last row of `present`) so a decode step
         # writes its new KV row with one slice assignment per tensor and no lookups.
         self._rows: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
             k: [
-                (self.kv.seq(i, k - 1), self._logical(i, p)[:, :, -1, :])
+                (self.kv.seq(i, k - self._M), self._logical(i, p)[:, :, -1, :])
                 for i, p in enumerate(st.present)
             ]
             for k, st in self._gs.items()
         }
         self.num_stored_tokens = 0
+        # NPUW_LLM_ENABLE_PREFIX_CACHING: per request, like the KV it copies from
+        self.prefix = (
+            PrefixCache(cfg.prefix_block, cfg.prefix_max_blocks) if cfg.prefix_block else None
+        )
+        self.restored_tokens = 0  # prompt tokens the last prefill took from the prefix cache
         self.variant: int = cfg.variants[0]  # KV size of the bound generate variant
         self.prefill_calls = 0  # chunks (or whole prefills) run in the last prefill
         self.switches = 0  # variant switches in this conversation
@@ -312,6 +329,11 @@ class LLMInferRequest(DeviceInferRequest):
         s.zero()
         past_slots = P - C
         stored, calls = 0, 0
+        cacheable = self.prefix is not None and self._plain_prompt(mask, pos)
+        if cacheable:
+            stored = self._restore_prefix(ids[0], n, past_slots)
+            s.mask[0, :stored] = 1
+        self.restored_tokens = stored
         while stored < n:
             cur = min(n - stored, C)
             s.mask[0, past_slots:] = 0
@@ -330,6 +352,47 @@ class LLMInferRequest(DeviceInferRequest):
                 self._in_present = cur  # the last chunk stays in `present` until copy_kvcache
         self.prefill_calls = calls
         self.num_stored_tokens = n
+        if cacheable:
+            self.prefix.store(ids[0], n, lambda a, b: self._prompt_rows(a, b, past_slots, n))
+
+    # -- prefix cache -------------------------------------------------------------------
+    def _plain_prompt(self, mask: np.ndarray, pos: np.ndarray) -> bool:
+        """Cached KV is only valid for an unpadded prompt at consecutive positions from the
+        first one; anything else (padding, custom positions) bypasses the cache."""
+        p0 = self._first_pos or 0
+        return bool(mask.all()) and bool(
+            (pos[0] == np.arange(p0, p0 + pos.shape[1], dtype=pos.dtype)).all()
+        )
+
+    def _restore_prefix(self, tokens: np.ndarray, n: int, past_slots: int) -> int:
+        """Copy the cached blocks that start the prompt into the prefill past; returns their
+        token count (at least the last token is always computed: its logits are the output)."""
+        blocks = self.prefix.match(tokens, n - 1)
+        b = self.prefix.block_size
+        for j, block in enumerate(blocks):
+            for i, rows in enumerate(block.kv):
+                self.kv.seq(i, past_slots)[:, :, j * b : (j + 1) * b, :] = rows
+        return len(blocks) * b
+
+    def _prompt_rows(self, a: int, b: int, past_slots: int, n: int) -> list[np.ndarray]:
+        """KV of prompt tokens [a, b) after a chunked prefill: the past holds [0, n − t), the
+        last chunk's ``present`` holds the final t tokens."""
+        t = self._in_present
+        out = []
+        for i, present in enumerate(self._pf.present):
+            past = self.kv.seq(i, past_slots)
+            if b <= n - t:
+                out.append(past[:, :, a:b, :])
+                continue
+            new = self._logical(i, present)
+            new = new[:, :, new.shape[2] - t :, :]  # token n − t + j is row j
+            parts = []
+            if a < n - t:
+                parts.append(past[:, :, a : n - t, :])
+            lo = max(a, n - t) - (n - t)
+            parts.append(new[:, :, lo : b - (n - t), :])
+            out.append(np.concatenate(parts, axis=2) if len(parts) > 1 else parts[0])
+        return out
 
     def _logical(self, i: int, present: np.ndarray) -> np.ndarray:
         """``present`` of KV tensor ``i`` as [1, H, n, D] whatever its storage layout."""
@@ -354,7 +417,7 @@ class LLMInferRequest(DeviceInferRequest):
 
     def _copy_kvcache(self) -> None:
         """Prefill KV → past of the bound generate variant (once per conversation, parallel over layers)."""
-        n, t, slots = self._prompt_len, self._in_present, self.variant - 1
+        n, t, slots = self._prompt_len, self._in_present, self.variant - self._M
         if self._C:
             self.kv.migrate(
                 self._P - self._C, slots, n - t
@@ -371,16 +434,17 @@ class LLMInferRequest(DeviceInferRequest):
         self._kv_ready = True
 
     # -- generate -----------------------------------------------------------------------
-    def _switch_variant(self) -> None:
-        """Bind the next larger variant and migrate the stored tokens (views differ in stride)."""
-        stored = self.num_stored_tokens
-        larger = [k for k in self._cfg.variants if k - 1 > stored]
+    def _switch_variant(self, need: int) -> None:
+        """Bind the smallest larger variant whose past holds ``need`` tokens and migrate the
+        stored tokens (views differ in stride)."""
+        stored, M = self.num_stored_tokens, self._M
+        larger = [k for k in self._cfg.variants if k > self.variant and k - M >= need]
         if not larger:
             raise KVCacheFullError(
-                f"KV-Cache is full: num_stored_tokens={stored} capacity={self.variant - 1}"
+                f"KV-Cache is full: num_stored_tokens={stored} capacity={self.variant - M}"
             )
         new = larger[0]
-        self.kv.migrate(self.variant - 1, new - 1, stored)
+        self.kv.migrate(self.variant - M, new - M, stored)
         logger.debug(
             "switch generate variant kv%d → kv%d at %d stored tokens", self.variant, new, stored
         )
@@ -388,11 +452,11 @@ class LLMInferRequest(DeviceInferRequest):
         self.switches += 1
 
     def _infer_generate(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
-        n = ids.shape[1]
-        if n > 1:
+        n, M = ids.shape[1], self._M
+        if n > M:
             raise UserInputError(
-                'Input prompt length is greater than output "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 1.\n'
-                "Please adjust it."
+                "Input prompt length is greater than output "
+                f'"NPUW_LLM_MAX_GENERATION_TOKEN_LEN": {M}.\nPlease adjust it.'
             )
         if not self._kv_ready:
             self._copy_kvcache()
@@ -405,23 +469,33 @@ class LLMInferRequest(DeviceInferRequest):
                 "continue at the next position or start a new conversation at the first position"
             )
         self.num_stored_tokens = p0  # rewind (what speculative decoding uses to reject tokens)
-        if self.num_stored_tokens >= self.variant - 1:
-            self._switch_variant()
+        if self.num_stored_tokens + n > self.variant - M:  # the new rows must fit the past
+            self._switch_variant(self.num_stored_tokens + n)
         K = self.variant
         s = self._gs[K]
         hist = self.num_stored_tokens
-        s.ids[0, 0] = ids[0, 0]
-        s.pos[0, 0] = p0
         s.mask.fill(0)
-        user_hist = mask[0, :-1][:hist]  # caller's mask minus the current token
+        user_hist = mask[0, :-n][:hist]  # caller's mask minus the current tokens
         s.mask[0, : user_hist.shape[0]] = user_hist
-        s.mask[0, -1] = 1  # the new token is the last column (past K−1 ++ new 1)
-        s.run()
-        # The real NPUW overlaps the head with this KV write; here a thread hand-off costs more
-        # than the overlap saves: run it in line (the new token goes to past slot `hist`).
-        for dst, src in self._rows[K]:
-            dst[:, :, hist, :] = src
-        self.num_stored_tokens = hist + 1
+        if M == 1:
+            s.ids[0, 0] = ids[0, 0]
+            s.pos[0, 0] = p0
+            s.mask[0, -1] = 1  # the new token is the last column (past K−1 ++ new 1)
+            s.run()
+            # The real NPUW overlaps the head with this KV write; here a thread hand-off costs
+            # more than the overlap saves: run it in line (the new token goes to slot `hist`).
+            for dst, src in self._rows[K]:
+                dst[:, :, hist, :] = src
+        else:
+            # n ≤ M tokens right-aligned in the M slots; the padding slots are masked out
+            s.ids.fill(0)
+            s.ids[0, M - n :] = ids[0]
+            s.pos.fill(0)
+            s.pos[0, M - n :] = pos[0]
+            s.mask[0, K - n :] = 1
+            s.run()
+            self._update_kvcache_for(s, K - M, hist + n, n)
+        self.num_stored_tokens = hist + n
         if self._head is not None:
             s.hand_embed()
             self._run_head()

@@ -113,9 +113,7 @@ def import_llm(
         ) from e
 
 
-def _import_llm(
-    core: Core, blob: bytes, config: Mapping[str, Any] | None
-) -> LLMCompiledModel:
+def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LLMCompiledModel:
     from ov_npu_emu_npuw.compiled_model import LLMCompiledModel, SubModels, configure_logging
 
     configure_logging()
@@ -197,15 +195,25 @@ def _import_llm(
     bad = [n for n in kv.present_names if n not in pf_out]
     bad += [n for n in kv.past_names if not all(n in names for names in gen_in)]
     sizes = (*kv.num_heads, *kv.head_dims)
-    if not all(type(x) is int and 0 < x < 1 << 16 for x in sizes) or len(kv.num_heads) != len(kv.past_names):
+    if not all(type(x) is int and 0 < x < 1 << 16 for x in sizes) or len(kv.num_heads) != len(
+        kv.past_names
+    ):
         bad.append(f"heads/dims {sizes}")
     if bad or len(kv.past_names) != len(kv.present_names):
-        raise BlobFormatError(f"NPUW LLM artefact KV descriptor does not match its sub-models {bad}; re-export it")
+        raise BlobFormatError(
+            f"NPUW LLM artefact KV descriptor does not match its sub-models {bad}; re-export it"
+        )
     ins = [_port(i, d) for i, d in enumerate(header["inputs"])]
     outs = [_port(i, d) for i, d in enumerate(header["outputs"])]
     logger.info("imported NPUW LLM %s (%d sub-models on %s)", header["name"], len(parts), device)
     return LLMCompiledModel(
-        header["name"], cfg, kv, device, SubModels(prefill, generate, head), ins, outs,
+        header["name"],
+        cfg,
+        kv,
+        device,
+        SubModels(prefill, generate, head),
+        ins,
+        outs,
         sub_defaults=sub_defaults,
     )
 

@@ -217,6 +217,43 @@ def _kv_heads(out: ov.Output) -> ov.Output:
     return kv
 
 
+def _is_swap_last_two(node: ov.Node) -> bool:
+    if node.get_type_name() != "Transpose":
+        return False
+    order = node.input_value(1).get_node()
+    if order.get_type_name() != "Constant":
+        return False
+    return [int(x) for x in order.get_data().ravel()] == [0, 1, 3, 2]
+
+
+def _stored_transposed(v: ov.Output) -> ov.Output | None:
+    """``Concat(Transpose(past_T), new)`` on axis 2 → ``Concat(past_T, Transpose(new))`` on axis 3.
+
+    With NPUW_LLM_OPTIMIZE_V_TENSORS the past V arrives as [B, H, D, S] and ``_transpose_v``
+    turns it back for the model; when the attention can read [B, H, D, S] itself (MatMul with
+    transpose_b), both transposes of the long past go away and only the one new row is moved.
+    An f16→f32 Convert between the past and its Transpose is kept (on the untransposed past).
+    """
+    concat = v.get_node()
+    if concat.get_type_name() != "Concat" or concat.get_input_size() != 2:
+        return None
+    rank = v.get_partial_shape().rank.get_length()
+    if concat.get_attributes()["axis"] not in (2, 2 - rank):
+        return None
+    past, new = concat.input_value(0), concat.input_value(1)
+    convert = None
+    if past.get_node().get_type_name() == "Convert":
+        convert = past.get_node()
+        past = convert.input_value(0)
+    if not _is_swap_last_two(past.get_node()):
+        return None
+    stored = past.get_node().input_value(0)  # [B, H, D, S−1]
+    if convert is not None:
+        stored = ops.convert(stored, convert.get_destination_type()).output(0)
+    order = ops.constant([0, 1, 3, 2], ov.Type.i64)
+    return ops.concat([stored, ops.transpose(new, order).output(0)], 3).output(0)
+
+
 def _head_independent(mask: ov.Output) -> bool:
     """A 4-D attention mask that is the same for every head ([B|1, 1, 1, S]), or a scalar."""
     ps = mask.get_partial_shape()
@@ -225,7 +262,13 @@ def _head_independent(mask: ov.Output) -> bool:
     r = ps.rank.get_length()
     if r == 0:
         return True
-    return r == 4 and ps[1].is_static and ps[1].get_length() == 1 and ps[2].is_static and ps[2].get_length() == 1
+    return (
+        r == 4
+        and ps[1].is_static
+        and ps[1].get_length() == 1
+        and ps[2].is_static
+        and ps[2].get_length() == 1
+    )
 
 
 def group_attention(model: ov.Model) -> int:
@@ -273,7 +316,11 @@ def group_attention(model: ov.Model) -> int:
                 mask = ops.select(mask, zero, neg).output(0)
             scores = ops.add(scores, mask)
         probs = ops.softmax(scores, -1)
-        out = ops.matmul(probs, v, False, False)  # [B, Hkv, G, D]
+        v_t = _stored_transposed(v)
+        if v_t is not None:  # V kept as [B, Hkv, D, S] (OPTIMIZE_V_TENSORS): read it in place
+            out = ops.matmul(probs, v_t, False, True)  # [B, Hkv, G, D]
+        else:
+            out = ops.matmul(probs, v, False, False)  # [B, Hkv, G, D]
         out = ops.reshape(out, ops.constant([b, hq, 1, d], ov.Type.i64), False)
         out.set_friendly_name(sdpa.get_friendly_name())
         sdpa.output(0).replace(out.output(0))
@@ -339,7 +386,11 @@ def cache_rope(model: ov.Model, positions: int) -> int:
         shape = list(op.get_output_partial_shape(0).to_shape())
         table = np.asarray(tables[i])
         changed = [a for a, (d, t) in enumerate(zip(shape, table.shape)) if d != t]
-        if len(table.shape) != len(shape) or len(changed) != 1 or table.shape[changed[0]] != positions:
+        if (
+            len(table.shape) != len(shape)
+            or len(changed) != 1
+            or table.shape[changed[0]] != positions
+        ):
             continue
         gathered = ops.gather(ops.constant(table), flat, ops.constant(changed[0], ov.Type.i64))
         out = ops.reshape(gathered, ops.constant(shape, ov.Type.i64), False)
@@ -369,15 +420,16 @@ def _head_matmul(model: ov.Model) -> ov.Node | None:
     return node
 
 
-def _slice_logits_to_last(model: ov.Model) -> None:
-    """Compute the LM head for the last position only (real NPUW_SLICE_OUT): [1,S,E] → [1,1,E]."""
+def _slice_logits_to_last(model: ov.Model, keep: int = 1) -> None:
+    """Compute the LM head for the last ``keep`` positions only (real NPUW_SLICE_OUT):
+    [1,S,E] → [1,keep,E]."""
     mm = _head_matmul(model)
     if mm is None:
         logger.debug("logits are not produced by a MatMul; computing all positions")
         return
     sl = ops.slice(
         mm.input_value(0),
-        ops.constant([-1], ov.Type.i64),
+        ops.constant([-keep], ov.Type.i64),
         ops.constant([2**62], ov.Type.i64),
         ops.constant([1], ov.Type.i64),
         ops.constant([1], ov.Type.i64),
@@ -399,8 +451,9 @@ def _redirect_logits_to_embed(model: ov.Model) -> None:
     model.add_results([embed])
 
 
-def make_lm_head_model(stateless: ov.Model) -> ov.Model | None:
-    """The LM head cut out of the model: ``npuw_output_embed [1,1,E]`` → ``logits [1,1,V]``."""
+def make_lm_head_model(stateless: ov.Model, positions: int = 1) -> ov.Model | None:
+    """The LM head cut out of the model: ``npuw_output_embed [1,N,E]`` → ``logits [1,N,V]``
+    (N = ``positions``: NPUW_LLM_MAX_GENERATION_TOKEN_LEN)."""
     m = stateless.clone()
     mm = _head_matmul(m)
     if mm is None:
@@ -409,7 +462,7 @@ def make_lm_head_model(stateless: ov.Model) -> ov.Model | None:
     width = hidden.get_partial_shape()[2]
     if not width.is_static:
         return None
-    param = ops.parameter([1, 1, width.get_length()], hidden.get_element_type(), name=EMBED)
+    param = ops.parameter([1, positions, width.get_length()], hidden.get_element_type(), name=EMBED)
     param.output(0).get_tensor().set_names({EMBED})
     mm.input(0).replace_source_output(param.output(0))
     head = ov.Model([_result(m, "logits")], [param], f"{stateless.get_friendly_name()}_lm_head")
@@ -444,10 +497,12 @@ def make_prefill_model(
     kv_type: ov.Type,
     shared_head: bool = False,
     rope_positions: int = 0,
+    max_gen_len: int = 1,
 ) -> ov.Model:
     """Static prefill: [1,P] without past (whole prompt) or [1,C] chunk with [1,H,P−C,D] past.
 
     ``rope_positions`` > 0 precomputes RoPE sin/cos for that many positions (NPUW_LLM_CACHE_ROPE).
+    With a shared head, the last ``max_gen_len`` hidden states are output (the head's width).
     """
     m = stateless.clone()
     m.set_friendly_name(f"{stateless.get_friendly_name()}_prefill")
@@ -457,7 +512,7 @@ def make_prefill_model(
         _remove_empty_kv_inputs(m, kv)
     _convert_kv_precision(m, kv, kv_type, has_past=bool(chunk))
     _transpose_v(m, kv, has_past=bool(chunk))
-    _slice_logits_to_last(m)
+    _slice_logits_to_last(m, max_gen_len if shared_head else 1)
     if shared_head:
         _redirect_logits_to_embed(m)
     _static(m, kv, chunk or max_prompt, max_prompt, has_past=bool(chunk))
@@ -474,8 +529,10 @@ def make_generate_model(
     shared_head: bool = False,
     grouped_attention: bool = False,
     rope_positions: int = 0,
+    max_gen_len: int = 1,
 ) -> ov.Model:
-    """Static generate variant: [1,1] token, [1,K] mask, past [1,H,K−1,D], present [1,H,1,D]."""
+    """Static generate variant: [1,M] tokens, [1,K] mask, past [1,H,K−M,D], present [1,H,M,D]
+    (M = ``max_gen_len``, 1 unless NPUW_LLM_MAX_GENERATION_TOKEN_LEN says otherwise)."""
     m = stateless.clone()
     m.set_friendly_name(f"{stateless.get_friendly_name()}_kv{kv_size}")
     _redirect_new_kv_to_output(m, kv)
@@ -483,10 +540,10 @@ def make_generate_model(
     _transpose_v(m, kv, has_past=True)
     if shared_head:
         _redirect_logits_to_embed(m)
-    _static(m, kv, 1, kv_size, has_past=True)
+    _static(m, kv, max_gen_len, kv_size, has_past=True)
     if rope_positions:
         cache_rope(m, rope_positions)
-    if grouped_attention:
+    if grouped_attention:  # rewrites one-token attention only
         n = group_attention(m)
         logger.debug("%s: %d attention nodes in grouped-query form", m.get_friendly_name(), n)
     return m

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["F32_SUB", "greedy", "real_npuw_config"]
+__all__ = ["F32_SUB", "decode_step", "greedy", "real_npuw_config"]
 
 #: f32 compute for the sub-models (the CPU default is bf16 here)
 F32_SUB = {"INFERENCE_PRECISION_HINT": "f32"}
@@ -102,3 +102,30 @@ def assert_matches_real(
     assert first >= min_equal and margin < 1e-3, (
         f"ids diverge from the real NPUW at {first} (CPU top-2 gap {margin})"
     )
+
+
+def decode_step(model: Any, stored: int, seed: int = 0) -> tuple[np.ndarray, Any]:
+    """One step of a static generate model on the CPU plugin (f32, 1 thread) with random past KV
+    of which ``stored`` slots are valid; returns (``npuw_output_embed`` copy, compiled model)."""
+    import openvino as ov
+
+    from ov_npu_emu_npuw.transform import EMBED
+
+    cm = ov.Core().compile_model(model, "CPU", {**F32_SUB, "INFERENCE_NUM_THREADS": 1})
+    req = cm.create_infer_request()
+    rng = np.random.default_rng(seed)
+    for port in cm.inputs:
+        name, shape = port.any_name, list(port.get_shape())
+        if name == "input_ids":
+            value = np.array([[7]], np.int64)
+        elif name == "attention_mask":
+            value = np.zeros(shape, np.int64)
+            value[0, :stored] = 1
+            value[0, -1] = 1
+        elif name == "position_ids":
+            value = np.array([[stored]], np.int64)
+        else:
+            value = rng.standard_normal(shape).astype(port.get_element_type().to_dtype())
+        req.set_tensor(name, ov.Tensor(value))
+    req.infer()
+    return req.get_tensor(EMBED).data.copy(), cm

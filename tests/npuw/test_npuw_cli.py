@@ -36,6 +36,8 @@ def test_npuw_command_summarizes_and_exports(tmp_path, capsys, emu_core):
     assert names == ["Model0_prefill", "Model0_kv128", "Model0_kv192", "Model0_lm_head"]
     assert out["models"][1]["past"] == "[1,4,127,8]"
     assert out["models"][3]["inputs"] == {"npuw_output_embed": "[1,1,64]"}
+    assert out["features"]["NPUW_LLM_GENERATE_GROUPED_ATTENTION"] is True  # device CPU
+    assert out["features"]["NPUW_LLM_ENABLE_PREFIX_CACHING"] is False
     cm = emu_core.import_model(blob.read_bytes(), "NPU")
     assert cm.get_property("NPUW_LLM_GENERATE_VARIANTS") == "128,192"
 

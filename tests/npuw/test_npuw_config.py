@@ -90,7 +90,11 @@ def test_subconfigs_replace_or_merge():
         ({"NPUW_LLM_GENERATE_VARIANTS": "256,4096"}, "exceeds the total KV size 1152"),
         ({"NPUW_LLM_PREFILL_CONFIG": "f32"}, "must be a dict"),
         ({"KV_CACHE_PRECISION": "u8"}, "use f16 or f32"),
-        ({"NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 8}, "speculative decoding"),
+        ({"NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 130}, "exceeds NPUW_LLM_MIN_RESPONSE_LEN 128"),
+        (
+            {"NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 5, "NPUW_LLM_PREFILL_CHUNK_SIZE": 4},
+            "smaller than NPUW_LLM_MAX_GENERATION_TOKEN_LEN 8",
+        ),
         ({"NPUW_LLM_GENERATE_PYRAMID": "maybe"}, "YES or NO"),
     ],
 )

@@ -18,40 +18,18 @@ import pytest
 from ov_npu_emu.errors import ConfigError
 from ov_npu_emu.modelbuilder import make_model_folder
 from ov_npu_emu_npuw.transform import (
-    EMBED,
     group_attention,
     make_generate_model,
     make_prefill_model,
     to_stateless,
 )
+from tests.npuw._oracle import decode_step
 
 F32_1T = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}
 
 
 def _types(model: ov.Model) -> Counter:
     return Counter(op.get_type_name() for op in model.get_ordered_ops())
-
-
-def _run(model: ov.Model, stored: int, seed: int = 0) -> tuple[np.ndarray, ov.CompiledModel]:
-    """One decode step with random past KV, ``stored`` valid past slots; returns the embed output."""
-    cm = ov.Core().compile_model(model, "CPU", F32_1T)
-    req = cm.create_infer_request()
-    rng = np.random.default_rng(seed)
-    for port in cm.inputs:
-        name, shape = port.any_name, list(port.get_shape())
-        if name == "input_ids":
-            value = np.array([[7]], np.int64)
-        elif name == "attention_mask":
-            value = np.zeros(shape, np.int64)
-            value[0, :stored] = 1
-            value[0, -1] = 1
-        elif name == "position_ids":
-            value = np.array([[stored]], np.int64)
-        else:
-            value = rng.standard_normal(shape).astype(port.get_element_type().to_dtype())
-        req.set_tensor(name, ov.Tensor(value))
-    req.infer()
-    return req.get_tensor(EMBED).data.copy(), cm
 
 
 @pytest.fixture(scope="module", params=["stories260K", "small", "mha"])
@@ -77,15 +55,17 @@ def test_grouped_generate_computes_what_sdpa_computes(stateless, kv_type):
     assert _types(grouped)["ScaledDotProductAttention"] == 0
     assert _types(grouped)["Softmax"] == layers
     for stored in (0, 37, 255):
-        a, cm_plain = _run(plain, stored)
-        b, cm_grouped = _run(grouped, stored)
+        a, cm_plain = decode_step(plain, stored)
+        b, cm_grouped = decode_step(grouped, stored)
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5 * float(np.abs(a).max()))
     # What the CPU plugin runs: no KV head broadcast or K transpose left per layer.
     rt_plain = Counter(
-        op.get_rt_info()["layerType"].astype(str) for op in cm_plain.get_runtime_model().get_ordered_ops()
+        op.get_rt_info()["layerType"].astype(str)
+        for op in cm_plain.get_runtime_model().get_ordered_ops()
     )
     rt_grouped = Counter(
-        op.get_rt_info()["layerType"].astype(str) for op in cm_grouped.get_runtime_model().get_ordered_ops()
+        op.get_rt_info()["layerType"].astype(str)
+        for op in cm_grouped.get_runtime_model().get_ordered_ops()
     )
     assert rt_grouped["Broadcast"] == 0
     assert rt_grouped["Transpose"] == 0
@@ -140,7 +120,9 @@ def test_which_attention_is_rewritten(causal, mask_shape, rewritten):
     "device, value, effective",
     [("CPU", None, True), ("NPU", None, False), ("CPU", "NO", False), ("NPU", "YES", True)],
 )
-def test_default_follows_the_device_and_reads_back(emu_core, stories_model, device, value, effective):
+def test_default_follows_the_device_and_reads_back(
+    emu_core, stories_model, device, value, effective
+):
     if device not in emu_core.registry.names():
         pytest.skip(f"{device} is not registered")
     cfg = {
@@ -169,3 +151,35 @@ def test_bad_value_is_a_config_error(emu_core, stories_model):
                 "NPUW_LLM_GENERATE_GROUPED_ATTENTION": "maybe",
             },
         )
+
+
+def test_transposed_v_is_read_in_place(stateless):
+    """With NPUW_LLM_OPTIMIZE_V_TENSORS the grouped form reads the stored [B,H,D,S] V directly."""
+    sl, kv = stateless
+    kv_t = kv.with_v_transposed(True)
+    plain = make_generate_model(sl, kv_t, 128, ov.Type.f16, shared_head=True)
+    grouped = make_generate_model(
+        sl, kv_t, 128, ov.Type.f16, shared_head=True, grouped_attention=True
+    )
+
+    def transposes_after_past_v(model: ov.Model) -> int:
+        count = 0
+        for param in model.get_parameters():
+            if not param.get_friendly_name().endswith(".value"):
+                continue
+            frontier = [t.get_node() for t in param.output(0).get_target_inputs()]
+            while frontier:
+                node = frontier.pop()
+                if node.get_type_name() == "Transpose":
+                    count += 1
+                elif node.get_type_name() == "Convert":
+                    frontier += [t.get_node() for t in node.output(0).get_target_inputs()]
+        return count
+
+    layers = len(kv.past_names) // 2
+    assert transposes_after_past_v(plain) == layers  # _transpose_v turns the past back
+    assert transposes_after_past_v(grouped) == 0
+    for stored in (0, 100):
+        a, _ = decode_step(plain, stored)
+        b, _ = decode_step(grouped, stored)
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5 * float(np.abs(a).max()))

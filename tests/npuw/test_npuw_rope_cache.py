@@ -10,9 +10,13 @@ import openvino as ov
 import pytest
 
 from ov_npu_emu.errors import UserInputError
-from ov_npu_emu_npuw.transform import EMBED, cache_rope, make_generate_model, make_prefill_model, to_stateless
-
-F32_1T = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}
+from ov_npu_emu_npuw.transform import (
+    cache_rope,
+    make_generate_model,
+    make_prefill_model,
+    to_stateless,
+)
+from tests.npuw._oracle import decode_step
 
 
 @pytest.fixture(scope="module", params=["stories260K", "tiny"])
@@ -30,33 +34,15 @@ def _trig(model: ov.Model) -> int:
     return counts["Sin"] + counts["Cos"]
 
 
-def _step(model: ov.Model, position: int) -> np.ndarray:
-    req = ov.Core().compile_model(model, "CPU", F32_1T).create_infer_request()
-    rng = np.random.default_rng(0)
-    for port in req.model_inputs:
-        name, shape = port.any_name, list(port.get_shape())
-        if name == "input_ids":
-            value = np.array([[7]], np.int64)
-        elif name == "attention_mask":
-            value = np.zeros(shape, np.int64)
-            value[0, :position] = 1
-            value[0, -1] = 1
-        elif name == "position_ids":
-            value = np.array([[position]], np.int64)
-        else:
-            value = rng.standard_normal(shape).astype(port.get_element_type().to_dtype())
-        req.set_tensor(name, ov.Tensor(value))
-    req.infer()
-    return req.get_tensor(EMBED).data.copy()
-
-
 def test_generate_reads_the_table_and_computes_the_same(stateless):
     sl, kv = stateless
     plain = make_generate_model(sl, kv, 256, ov.Type.f32, shared_head=True)
     cached = make_generate_model(sl, kv, 256, ov.Type.f32, shared_head=True, rope_positions=1152)
     assert _trig(plain) > 0 and _trig(cached) == 0
     for position in (0, 37, 255):
-        np.testing.assert_allclose(_step(cached, position), _step(plain, position), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            decode_step(cached, position)[0], decode_step(plain, position)[0], rtol=1e-6, atol=1e-6
+        )
 
 
 def test_prefill_tables_and_a_position_free_model(stateless):
@@ -98,7 +84,9 @@ def test_positions_past_the_table_are_a_typed_error(emu_core, stories_model):
     cm = emu_core.compile_model(stories_model, "NPU", BASE)
     assert cm.get_property("NPUW_LLM_CACHE_ROPE") is True
     req = cm.create_infer_request()
-    with pytest.raises(UserInputError, match=r"beyond the RoPE cache of 128 positions.*NPUW_LLM_CACHE_ROPE=NO"):
+    with pytest.raises(
+        UserInputError, match=r"beyond the RoPE cache of 128 positions.*NPUW_LLM_CACHE_ROPE=NO"
+    ):
         _prefill(req, 126)
     _prefill(req, 0)  # the request is still usable
     off = emu_core.compile_model(stories_model, "NPU", {**BASE, "NPUW_LLM_CACHE_ROPE": "NO"})
