@@ -23,7 +23,9 @@ SIZE_MAX = 2**64 - 1
 
 
 class StopCriteria(enum.IntEnum):
-    """Beam-search stop criteria (kept for API compatibility; beam search is not implemented)."""
+    """When a beam group stops once it holds num_beams / num_beam_groups finished beams: at once
+    (EARLY), when no running beam can beat the worst of them at its current length (HEURISTIC)
+    or at max_new_tokens (NEVER)."""
 
     EARLY = 0
     HEURISTIC = 1
@@ -196,7 +198,13 @@ class GenerationConfig:
         if self.max_new_tokens != SIZE_MAX:
             return int(self.max_new_tokens)
         if self.max_length != SIZE_MAX:
-            return max(int(self.max_length) - int(prompt_length), 0)
+            if self.max_length <= prompt_length:
+                raise ConfigError(
+                    "Internal error: generation_config.max_length should be bigger than number "
+                    "of prompt tokens",
+                    key="max_length",
+                )
+            return int(self.max_length) - int(prompt_length)
         return SIZE_MAX
 
     def is_greedy_decoding(self) -> bool:
@@ -251,21 +259,39 @@ class GenerationConfig:
             self.min_new_tokens <= self.max_new_tokens,
             "min_new_tokens must be less or equal max_new_tokens",
         )
-        need(
-            self.repetition_penalty > 0.0,
-            "'repetition_penalty' must be a strictly positive float, but got "
-            f"{self.repetition_penalty:g}",
-        )
-        need(
-            -2.0 <= self.presence_penalty <= 2.0,
-            "'presence_penalty' penalty must be within [-2.0; 2.0], but got "
-            f"{self.presence_penalty:g}",
-        )
-        need(
-            -2.0 <= self.frequency_penalty <= 2.0,
-            "'frequence_penalty' penalty must be within [-2.0; 2.0], but got "
-            f"{self.frequency_penalty:g}",
-        )
+        if not self.is_beam_search():
+            need(
+                self.repetition_penalty > 0.0,
+                "'repetition_penalty' must be a strictly positive float, but got "
+                f"{self.repetition_penalty:g}",
+            )
+            need(
+                -2.0 <= self.presence_penalty <= 2.0,
+                "'presence_penalty' penalty must be within [-2.0; 2.0], but got "
+                f"{self.presence_penalty:g}",
+            )
+            need(
+                -2.0 <= self.frequency_penalty <= 2.0,
+                "'frequence_penalty' penalty must be within [-2.0; 2.0], but got "
+                f"{self.frequency_penalty:g}",
+            )
+        else:
+            # The real beam search applies no logit processor, so it rejects the penalties.
+            need(
+                self.frequency_penalty == 0.0,
+                "'frequency_penalty' is not currently supported by beam search and should be "
+                f"0.0f, but got {self.frequency_penalty:g}",
+            )
+            need(
+                self.presence_penalty == 0.0,
+                "'presence_penalty' is not currently supported by beam search and should be "
+                f"0.0f, but got {self.presence_penalty:g}",
+            )
+            need(
+                self.repetition_penalty == 1.0,
+                "'repetition_penalty' is not currently supported by beam search and should be "
+                f"1.0f, but got {self.repetition_penalty:g}",
+            )
         if self.is_multinomial():
             need(
                 self.temperature > 0.0,
@@ -286,10 +312,33 @@ class GenerationConfig:
             )
         if self.is_beam_search():
             need(
+                self.num_beam_groups > 0 and self.num_beams % self.num_beam_groups == 0,
+                f"'num_beams' ({self.num_beams}) should be divisible by 'num_beam_groups' "
+                f"({self.num_beam_groups})",
+            )
+            need(
                 self.num_beams >= self.num_return_sequences,
                 f"'num_beams' ({self.num_beams}) must be greater equal than 'num_return_sequences' "
                 f"({self.num_return_sequences})",
             )
+            need(
+                not self.do_sample,
+                "Beam search with sampling is not supported yet. Please either set do_sample=false "
+                "to use beam search or set num_beams=1 if you with to use multinomial sampling.",
+            )
+            need(self.no_repeat_ngram_size > 0, "'no_repeat_ngram_size' must be positive")
+            if self.num_beam_groups > 1:
+                need(
+                    self.diversity_penalty != 0.0,
+                    "For grouped beam search 'diversity_penalty' should not be zero, otherwise it "
+                    "fallbacks to non-grouped beam search",
+                )
+            else:
+                need(
+                    self.diversity_penalty == 0.0,
+                    "For beam search 'diversity_penalty' is applicable only when grouped beam "
+                    "search is used, but got 'num_beam_groups' == 1",
+                )
 
     # -- misc --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
+from genai_shim.beam_search import GroupBeamSearcher, SequenceGroup
 from genai_shim.chat import ChatHistory
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
 from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
@@ -76,12 +77,13 @@ class SchedulerConfig:
 class _Seq:
     """One running sequence of a generate() call."""
 
-    def __init__(self, prompt: list[int], config: GenerationConfig) -> None:
+    def __init__(self, prompt: list[int], config: GenerationConfig, max_new: int) -> None:
         self.prompt = prompt
         self.tokens: list[int] = []
         self.score = 0.0
         self.finish: GenerationFinishReason | None = None
         self.processor = LogitProcessor(config, prompt)
+        self.max_new = max_new
         self.streamed = 0
         self.out_of_memory = False
 
@@ -153,10 +155,15 @@ class LLMPipeline:
                     "(see docs/genai_shim.md, 'Not supported')",
                     key=k,
                 )
+        backend = str(props.get("ATTENTION_BACKEND", "PA")).upper()
         for k in _GENAI_ONLY_KEYS:
             props.pop(k, None)
         self._device = str(device).upper()
         self._is_npu = self._device.split(".")[0] == "NPU"
+        # The real "CPU" pipeline is continuous batching (paged attention) unless
+        # ATTENTION_BACKEND=SDPA; genai_shim always runs the stateful model, but follows the
+        # few rules that differ between the two (max_length per prompt, beam rows of a batch).
+        self._paged = not self._is_npu and backend != "SDPA"
         self._tokenizer = tokenizer if tokenizer is not None else Tokenizer(folder)
         gc_path = folder / "generation_config.json"
         self._config = GenerationConfig(gc_path) if gc_path.is_file() else GenerationConfig()
@@ -307,9 +314,11 @@ class LLMPipeline:
             return self._generate_history(inputs, config, streamer, start)
         if isinstance(inputs, str):
             if self._chat_active:
-                return self._generate_chat_string(inputs, config, streamer, start)
-            res = self._generate_texts([inputs], config, streamer, start)
-            return res.texts[0]
+                res = self._generate_chat_string(inputs, config, streamer, start)
+            else:
+                res = self._generate_texts([inputs], config, streamer, start)
+            # The real binding returns a str only when one sequence was asked for.
+            return res.texts[0] if config.num_return_sequences == 1 else res
         if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, str) for p in inputs):
             if self._chat_active:
                 raise UserInputError(
@@ -463,7 +472,7 @@ class LLMPipeline:
 
     def _generate_chat_string(
         self, prompt: str, config: GenerationConfig, streamer: Any, start: float
-    ) -> str:
+    ) -> DecodedResults:
         if self._chat_input == "history":
             raise UserInputError(
                 "Chat doesn't support switching between input types. Please, continue using "
@@ -499,7 +508,7 @@ class LLMPipeline:
         else:
             self._chat_ids = ids[0].tolist() + enc_res.tokens[0]
             self._history.append({"role": "assistant", "content": res.texts[0]})
-        return res.texts[0]
+        return res
 
     # -- KV cache ------------------------------------------------------------------------------
     def _reset_kv(self) -> None:
@@ -576,16 +585,21 @@ class LLMPipeline:
             self._check_npu(ids, config)
         if config.echo:
             raise UserInputError("Echo is not supported in the stateful pipeline")
-        if config.is_beam_search():
-            raise UserInputError(
-                "Beam search is not implemented by genai_shim (the real NPU pipeline rejects it "
-                "too); use greedy or multinomial decoding"
+        if (
+            self._paged
+            and config.max_new_tokens == SIZE_MAX
+            and config.max_length != SIZE_MAX
+            and int(mask.sum(axis=1).max()) >= config.max_length
+        ):
+            # Nothing may be generated; the real CPU pipeline rejects it with this message.
+            raise ConfigError(
+                "'max_length' must be greater than the number of prompt tokens", key="max_length"
             )
         batch = ids.shape[0]
         # Parallel sampling: n sequences per prompt share the prompt's KV row (beam_idx copies it).
         n = int(config.num_return_sequences) if config.is_multinomial() else 1
         stream = make_streamer(streamer, self._tokenizer)
-        if stream is not None and batch * n != 1:
+        if stream is not None and (batch * n != 1 or config.is_beam_search()):
             raise UserInputError(
                 "Currently streaming is possible only with batch size=1 and only for greedy or "
                 "multinomial decoding"
@@ -593,7 +607,9 @@ class LLMPipeline:
         perf = PerfMetrics()
         perf.load_time = self._load_time
         perf.raw_metrics.m_inference_durations = [0.0]
-        perf.num_input_tokens = int(ids.size)  # padded batch size × length, as the real one counts
+        # The stateful pipeline counts the padded batch (size × width); the paged one returns
+        # the metrics of its first request, i.e. the first prompt's tokens (both measured).
+        perf.num_input_tokens = int(mask[0].sum()) if self._paged else int(ids.size)
         self._sampler.set_seed(config.rng_seed)
 
         # New conversation vs. continuing one: on NPU (full-history mode) and outside chat the
@@ -614,12 +630,12 @@ class LLMPipeline:
             past = common
         else:
             self._reset_kv()
+        prompts = [ids[b][mask[b].astype(bool)].tolist() for b in range(batch)]
         seqs = [
-            _Seq(ids[b][mask[b].astype(bool)].tolist(), config)
+            _Seq(prompts[b], config, self._max_new_tokens(config, len(prompts[b]), ids.shape[1]))
             for b in range(batch)
             for _ in range(n)
         ]
-        max_new = config.get_max_new_tokens(ids.shape[1])
         stop_window, stop_strings = self._stop_strings(config)
 
         # Prefill: positions count only real (unmasked) tokens, padding gets 0.
@@ -635,6 +651,10 @@ class LLMPipeline:
         )
         if keep_kv and batch == 1:
             self._kv_tokens = seqs[0].prompt[:]
+        if config.is_beam_search():
+            return self._beam_search(
+                ids, full_mask, logits, config, perf, keep_kv, stop_window, stop_strings
+            )
         active = list(range(batch * n))
         kv_row = {s: s // n for s in active}  # sequence -> its row in the KV cache / mask
         stream_stopped = False
@@ -647,7 +667,7 @@ class LLMPipeline:
                 s.tokens.append(token)
                 s.processor.register(token)
                 s.score += logp
-                self._check_finish(s, config, max_new, stop_window, stop_strings)
+                self._check_finish(s, config, stop_window, stop_strings)
             if stream is not None and not stream_stopped:
                 status = self._stream(stream, seqs[0], stop_window)
                 stream_stopped = status != StreamingStatus.RUNNING
@@ -701,6 +721,102 @@ class LLMPipeline:
         res.perf_metrics = perf
         return res
 
+    def _beam_search(
+        self,
+        ids: np.ndarray,
+        mask: np.ndarray,
+        logits: np.ndarray,
+        config: GenerationConfig,
+        perf: PerfMetrics,
+        keep_kv: bool,
+        stop_window: int,
+        stop_strings: list[str],
+    ) -> EncodedResults:
+        """Group beam search after the prefill: one SequenceGroup per prompt row, the running
+        beams of all prompts batched in one model call, ``beam_idx`` picking each beam's parent
+        row of the KV cache (the stateful model gathers the state itself)."""
+        matcher = None
+        if stop_strings:
+            include = config.include_stop_str_in_output
+
+            def matcher(tokens: list[int]) -> int | None:
+                if len(tokens) < stop_window:
+                    return None
+                return self._match_stop_string(tokens, stop_window, stop_strings, include)
+
+        # A row's prompt: its unpadded tokens in the paged pipeline (one request per prompt), the
+        # padded row in the stateful one; no_repeat_ngram_size looks at it.
+        width = ids.shape[1]
+        rows = [ids[b][mask[b].astype(bool)] if self._paged else ids[b] for b in range(len(ids))]
+        groups = [
+            SequenceGroup(b, row.tolist(), config, self._max_new_tokens(config, len(row), width))
+            for b, row in enumerate(rows)
+        ]
+        searchers = [GroupBeamSearcher(g, matcher) for g in groups]
+        # Row of each prompt's first beam in the previous model call.
+        offsets = {g.request_id: g.request_id for g in groups}
+        active = list(groups)
+        last = logits[:, -1, :]
+        while True:
+            # Sample: each prompt reads its own consecutive rows of the logits.
+            row, sampled = 0, 0
+            for g in active:
+                n_rows = g.num_running()
+                if n_rows:
+                    sampled += 1  # the real counts one generated token per prompt and step
+                searchers[g.request_id].step(last[row : row + n_rows])
+                row += n_rows
+            perf.raw_metrics.m_batch_sizes[-1] = sampled
+            active = [g for g in active if g.num_running()]
+            if not active:
+                break
+            step_ids: list[int] = []
+            parents: list[int] = []
+            for g in active:
+                rows = searchers[g.request_id].beam_rows()
+                for s in g.running():
+                    step_ids.append(s.tokens[-1])
+                    parents.append(rows.get(s.id, 0) + offsets[g.request_id])
+            # This call's rows: each prompt's running beams, prompt after prompt.
+            first = 0
+            for i, g in enumerate(active):
+                if self._paged or i == 0:
+                    offsets[g.request_id] = first
+                else:
+                    # The stateful pipeline adds the offset stored under the previous
+                    # *position* used as a request id (beam_offets[i - 1] in lm_encoding.cpp);
+                    # kept, as it picks the KV rows once an earlier prompt of 3+ has finished.
+                    offsets[g.request_id] = active[i - 1].num_running() + offsets.get(i - 1, 0)
+                first += g.num_running()
+            beam = np.asarray(parents, dtype=np.int32)
+            mask = np.concatenate([mask[beam], np.ones((len(parents), 1), dtype=np.int64)], axis=1)
+            pos = mask[:, :-1].sum(axis=1, keepdims=True).astype(np.int64)
+            out = self._infer(
+                np.asarray(step_ids, dtype=np.int64).reshape(-1, 1), mask, pos, beam, perf
+            )
+            last = out[:, -1, :]
+        res = EncodedResults()
+        lp = float(config.length_penalty)
+        for g in groups:
+            for s in g.results():
+                res.tokens.append(list(s.tokens))
+                res.scores.append(float(s.beam_score(lp)))
+                res.finish_reasons.append(s.finish)
+        if keep_kv and ids.shape[0] == 1:
+            # Chat: the KV holds the prompt followed by the last step's beams; keep the prompt
+            # only, the next turn feeds the chosen answer as part of its prompt (as the real
+            # one does by trimming the generated length).
+            self._trim_kv(len(self._kv_tokens))
+        else:
+            self._kv_tokens = []
+        res.perf_metrics = perf
+        return res
+
+    def _max_new_tokens(self, config: GenerationConfig, prompt_len: int, width: int) -> int:
+        """max_length counts from each prompt's own length in the real paged (continuous
+        batching) pipeline, from the padded batch width in the stateful one (both measured)."""
+        return config.get_max_new_tokens(prompt_len if self._paged else width)
+
     def _stop_strings(self, config: GenerationConfig) -> tuple[int, list[str]]:
         """(stream window = longest stop string in tokens, the stop strings)."""
         if not config.stop_strings:
@@ -712,7 +828,7 @@ class LLMPipeline:
         return window, sorted(config.stop_strings)
 
     def _check_finish(
-        self, s: _Seq, config: GenerationConfig, max_new: int, window: int, stops: list[str]
+        self, s: _Seq, config: GenerationConfig, window: int, stops: list[str]
     ) -> None:
         token = s.tokens[-1]
         if not config.ignore_eos and token in config.stop_token_ids:
@@ -726,7 +842,7 @@ class LLMPipeline:
                 del s.tokens[len(s.tokens) - removed :]
                 s.finish = GenerationFinishReason.STOP
                 return
-        if len(s.tokens) >= max_new:
+        if len(s.tokens) >= s.max_new:
             s.finish = GenerationFinishReason.LENGTH
             return
         if self._is_npu and len(s.prompt) + len(s.tokens) - 1 >= self._kv_capacity:

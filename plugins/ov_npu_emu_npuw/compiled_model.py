@@ -88,6 +88,8 @@ class SubModels:
     prefill: CompiledModel
     generate: dict[int, CompiledModel]  # KV size -> variant
     lm_head: CompiledModel | None = None  # shared LM head (NPUW_LLM_SHARED_HEAD)
+    # PYRAMID prefill attention: mask length -> chunk-prefill model with a shorter past
+    prefill_pyramid: dict[int, CompiledModel] = dataclasses.field(default_factory=dict)
 
 
 class LLMCompiledModel(DeviceCompiledModel):
@@ -225,6 +227,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     rope = cfg.total_size if cfg.cache_rope else 0
     # real order: generate variants, prefill, LM head
     jobs: list[tuple[str, int | str]] = [(f"{name}_kv{k}", k) for k in cfg.variants]
+    jobs += [(f"{name}_prefill_p{p}", f"prefill:{p}") for p in cfg.prefill_pyramid]
     jobs += [(f"{name}_prefill", "prefill")] + ([(f"{name}_lm_head", "head")] if shared else [])
     # like LLMCompiledModel: one weights-bank name for prefill, generate variants and LM head, so
     # the device keeps one copy of the weights (and of their decompressed form) for all of them
@@ -238,12 +241,19 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     seconds: dict[str, float] = {}
     sub_defaults: dict[str, dict[str, Any]] = {}  # role -> NPUW default sub-config added
     generate: dict[int, CompiledModel] = {}
+    pyramid: dict[int, CompiledModel] = {}
     prefill = head = None
     progress = _TtyProgress(len(jobs))
     for n, (sub_name, what) in enumerate(jobs, 1):
         progress.step(n, sub_name, device)
         t0 = time.perf_counter()
-        if what == "prefill":
+        if isinstance(what, str) and what.startswith("prefill:"):
+            size = int(what.split(":")[1])
+            static = make_prefill_model(
+                stateless, kv, size, cfg.chunk_size, kv_type, shared, rope, cfg.max_gen_len
+            )
+            pyramid[size] = core.compile_model(static, device, prefill_config)
+        elif what == "prefill":
             static = make_prefill_model(
                 stateless,
                 kv,
@@ -301,7 +311,15 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     if prefill is None:  # unreachable: the job list always ends with the prefill
         raise PluginError("prefill model was not compiled")
     return LLMCompiledModel(
-        name, cfg, kv, device, SubModels(prefill, generate, head), ins, outs, seconds, sub_defaults
+        name,
+        cfg,
+        kv,
+        device,
+        SubModels(prefill, generate, head, pyramid),
+        ins,
+        outs,
+        seconds,
+        sub_defaults,
     )
 
 

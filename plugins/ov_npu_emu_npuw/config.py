@@ -37,6 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 1,
     "NPUW_LLM_PREFILL_CHUNK_SIZE": 1024,
     "NPUW_LLM_PREFILL_HINT": "DYNAMIC",
+    "NPUW_LLM_PREFILL_ATTENTION_HINT": "STATIC",  # PYRAMID (DYNAMIC, HFA): smaller chunk models
     "NPUW_LLM_GENERATE_HINT": "FAST_COMPILE",
     "NPUW_LLM_GENERATE_PYRAMID": True,
     "NPUW_LLM_SHARED_HEAD": True,  # the LM head is a third model shared by prefill and generate
@@ -74,7 +75,6 @@ IGNORED_KEYS = frozenset(
         "NPUW_CACHE_DIR",
         "NPUW_ACC_CHECK",
         "NPUW_LLM_OPTIMIZE_FP8",
-        "NPUW_LLM_PREFILL_ATTENTION_HINT",
         "NPUW_LLM_GENERATE_ATTENTION_HINT",
         "NPUW_LLM_MAX_LORA_RANK",
         "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE",
@@ -191,6 +191,8 @@ class LLMConfig:
     prefix_block: int = 0  # prefix-cache block size in tokens; 0: prefix caching off
     prefix_max_blocks: int = 128
     max_gen_len: int = 1  # tokens per generate call (NPUW_LLM_MAX_GENERATION_TOKEN_LEN, aligned)
+    prefill_attention_hint: str = "STATIC"
+    prefill_pyramid: tuple[int, ...] = ()  # mask lengths of the smaller chunk-prefill models
     # shared LM head sub-config; None: the generate sub-config (see parse_config)
     head_config: dict[str, Any] | None = None
 
@@ -216,6 +218,7 @@ class LLMConfig:
             if self.chunk_size
             else int(self.raw.get("NPUW_LLM_PREFILL_CHUNK_SIZE", 1024)),
             "NPUW_LLM_PREFILL_HINT": self.prefill_hint,
+            "NPUW_LLM_PREFILL_ATTENTION_HINT": self.prefill_attention_hint,
             "NPUW_LLM_GENERATE_HINT": self.generate_hint,
             "NPUW_LLM_GENERATE_PYRAMID": self.pyramid,
             VARIANTS_KEY: ",".join(map(str, self.variants)),
@@ -242,6 +245,7 @@ class LLMConfig:
         d = dict(d)
         d["variants"] = tuple(d["variants"])
         d["devices"] = tuple(d["devices"])
+        d["prefill_pyramid"] = tuple(d.get("prefill_pyramid", ()))
         d.setdefault("grouped_attention", False)  # artefacts written before the key existed
         return cls(**d)
 
@@ -360,6 +364,24 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
                 chunk,
             )
 
+    attention_hint = str(get("NPUW_LLM_PREFILL_ATTENTION_HINT")).upper()
+    if attention_hint not in ("STATIC", "DYNAMIC", "PYRAMID", "HFA"):
+        raise ConfigError(
+            "NPUW_LLM_PREFILL_ATTENTION_HINT must be STATIC, DYNAMIC, PYRAMID or HFA, got "
+            f"{get('NPUW_LLM_PREFILL_ATTENTION_HINT')!r}",
+            key="NPUW_LLM_PREFILL_ATTENTION_HINT",
+        )
+    prefill_pyramid: tuple[int, ...] = ()
+    if attention_hint != "STATIC" and chunk:
+        # Ours: chunk-prefill models of mask length 2C, 4C, … below P, so a chunk attends over
+        # a past about the size of its history instead of P − C (real: attention isolated per
+        # chunk; it applies with chunking only).
+        sizes, size = [], 2 * chunk
+        while size < max_prompt:
+            sizes.append(size)
+            size *= 2
+        prefill_pyramid = tuple(sizes)
+
     pyramid = _bool("NPUW_LLM_GENERATE_PYRAMID", get("NPUW_LLM_GENERATE_PYRAMID"))
     explicit = get(VARIANTS_KEY)
     if explicit not in ("", None, [], ()):
@@ -446,4 +468,6 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         prefix_block=prefix_block,
         prefix_max_blocks=max_blocks,
         max_gen_len=max_gen,
+        prefill_attention_hint=attention_hint,
+        prefill_pyramid=prefill_pyramid,
     )

@@ -172,11 +172,21 @@ class LLMInferRequest(DeviceInferRequest):
             self._head.set_tensor("logits", self._head_logits)
             self._run_head = self._head.impl.infer
         # Prefill: the chunked past is one more prefix view of the same KV memory.
-        self._prefill = cm.subs.prefill.create_infer_request()
-        self._pf = _Staging(self._prefill, self._C or self._P, self._P, cm.kv.present_names, embed)
-        if self._C:
-            for i, name in enumerate(cm.kv.past_names):
-                self._prefill.set_tensor(name, self.kv.tensor(i, self._P - self._C))
+        # PYRAMID prefill attention adds chunk models of mask length 2C, 4C, …: each past is
+        # again a prefix view of the KV buffer, [1,H,size−C,D].
+        self._pfs: dict[int, _Staging] = {}
+        self._pf_reqs: list[InferRequest] = []
+        subs = {**cm.subs.prefill_pyramid, self._P: cm.subs.prefill}
+        for size, sub in sorted(subs.items()):
+            req = sub.create_infer_request()
+            self._pfs[size] = _Staging(req, self._C or self._P, size, cm.kv.present_names, embed)
+            if self._C:
+                for i, name in enumerate(cm.kv.past_names):
+                    req.set_tensor(name, self.kv.tensor(i, size - self._C))
+            self._pf_reqs.append(req)
+        self._prefill = self._pf_reqs[-1]
+        self._pf = self._pfs[self._P]  # the staging the last prefill call ran on
+        self._pf_slots = self._P - self._C  # and its past slots
         # Generate variants: each past is the prefix view with K−M slots (no allocation of its own).
         self._gen: dict[int, InferRequest] = {}
         self._gs: dict[int, _Staging] = {}
@@ -313,7 +323,7 @@ class LLMInferRequest(DeviceInferRequest):
 
     def _whole_prefill(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
         """Right-align the prompt in [1, P]; the left padding is masked out."""
-        n, P, s = ids.shape[1], self._P, self._pf
+        n, P, s = ids.shape[1], self._P, self._pfs[self._P]
         s.zero()
         s.ids[0, P - n :] = ids[0]
         s.mask[0, P - n :] = mask
@@ -324,20 +334,28 @@ class LLMInferRequest(DeviceInferRequest):
         self._in_present = n
 
     def _chunked_prefill(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
-        """Chunks of C read the past of earlier chunks; their KV accumulates left-aligned."""
-        n, P, C, s = ids.shape[1], self._P, self._C, self._pf
-        s.zero()
-        past_slots = P - C
+        """Chunks of C read the past of earlier chunks; their KV accumulates left-aligned.
+
+        With PYRAMID prefill attention each chunk runs on the smallest model whose past holds
+        the history so far; moving up a model migrates the stored tokens to its view.
+        """
+        n, C = ids.shape[1], self._C
+        for st in self._pfs.values():
+            st.zero()
         stored, calls = 0, 0
         cacheable = self.prefix is not None and self._plain_prompt(mask, pos)
+        size = self._prefill_size(0)
         if cacheable:
-            stored = self._restore_prefix(ids[0], n, past_slots)
-            s.mask[0, :stored] = 1
+            hit = self.prefix.match(ids[0], n - 1)
+            size = self._prefill_size(len(hit) * self.prefix.block_size)
+            stored = self._restore_prefix(hit, size - C)
+            self._pfs[size].mask[0, :stored] = 1
         self.restored_tokens = stored
         while stored < n:
+            s, past_slots = self._pfs[size], size - C
             cur = min(n - stored, C)
             s.mask[0, past_slots:] = 0
-            s.mask[0, P - cur :] = mask[stored : stored + cur]
+            s.mask[0, size - cur :] = mask[stored : stored + cur]
             s.ids.fill(0)
             s.ids[0, C - cur :] = ids[0, stored : stored + cur]
             s.pos.fill(0)
@@ -345,15 +363,29 @@ class LLMInferRequest(DeviceInferRequest):
             s.run()
             calls += 1
             stored += cur
-            if stored < n:  # not the last chunk: move its KV into the past, mark it as history
-                self._update_kvcache_for(s, past_slots, stored, cur)
-                s.mask[0, stored - cur : stored] = mask[stored - cur : stored]
-            else:
+            if stored >= n:
                 self._in_present = cur  # the last chunk stays in `present` until copy_kvcache
+                break
+            need = self._prefill_size(stored)
+            if need != size:  # a bigger pyramid model: same tokens, another view of the buffer
+                self.kv.migrate(past_slots, need - C, stored - cur)
+                self._pfs[need].mask[0, : stored - cur] = s.mask[0, : stored - cur]
+                size = need
+            # not the last chunk: move its KV into the past, mark it as history
+            self._update_kvcache_for(s, size - C, stored, cur)
+            self._pfs[size].mask[0, stored - cur : stored] = mask[stored - cur : stored]
+        self._pf, self._pf_slots = self._pfs[size], size - C
         self.prefill_calls = calls
         self.num_stored_tokens = n
         if cacheable:
-            self.prefix.store(ids[0], n, lambda a, b: self._prompt_rows(a, b, past_slots, n))
+            self.prefix.store(ids[0], n, lambda a, b: self._prompt_rows(a, b, self._pf_slots, n))
+
+    def _prefill_size(self, history: int) -> int:
+        """Mask length of the smallest chunk-prefill model whose past holds ``history`` tokens."""
+        for size in self._pfs:  # ascending
+            if size - self._C >= history:
+                return size
+        return self._P
 
     # -- prefix cache -------------------------------------------------------------------
     def _plain_prompt(self, mask: np.ndarray, pos: np.ndarray) -> bool:
@@ -364,10 +396,9 @@ class LLMInferRequest(DeviceInferRequest):
             (pos[0] == np.arange(p0, p0 + pos.shape[1], dtype=pos.dtype)).all()
         )
 
-    def _restore_prefix(self, tokens: np.ndarray, n: int, past_slots: int) -> int:
-        """Copy the cached blocks that start the prompt into the prefill past; returns their
-        token count (at least the last token is always computed: its logits are the output)."""
-        blocks = self.prefix.match(tokens, n - 1)
+    def _restore_prefix(self, blocks: list, past_slots: int) -> int:
+        """Copy the matched cached blocks into the prefill past; returns their token count (the
+        match leaves at least the last token to compute: its logits are the output)."""
         b = self.prefix.block_size
         for j, block in enumerate(blocks):
             for i, rows in enumerate(block.kv):
@@ -418,10 +449,8 @@ class LLMInferRequest(DeviceInferRequest):
     def _copy_kvcache(self) -> None:
         """Prefill KV → past of the bound generate variant (once per conversation, parallel over layers)."""
         n, t, slots = self._prompt_len, self._in_present, self.variant - self._M
-        if self._C:
-            self.kv.migrate(
-                self._P - self._C, slots, n - t
-            )  # chunked past → generate layout (aliased)
+        if self._C:  # chunked past → generate layout (aliased)
+            self.kv.migrate(self._pf_slots, slots, n - t)
 
         def put(i: int) -> None:
             src = self._logical(i, self._pf.present[i])

@@ -72,6 +72,10 @@ def export_llm(cm: LLMCompiledModel) -> bytes:
     parts = [
         (f"kv{k}", sub.export_model().getvalue()) for k, sub in sorted(cm.subs.generate.items())
     ]
+    parts += [
+        (f"prefill_p{p}", sub.export_model().getvalue())
+        for p, sub in sorted(cm.subs.prefill_pyramid.items())
+    ]
     parts.append(("prefill", cm.subs.prefill.export_model().getvalue()))
     if cm.subs.lm_head is not None:
         parts.append(("lm_head", cm.subs.lm_head.export_model().getvalue()))
@@ -176,6 +180,10 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
             k: core.import_model(parts[f"kv{k}"], device, sub(f"kv{k}")) for k in cfg.variants
         }
         prefill = core.import_model(parts["prefill"], device, sub_cfg)
+        pyramid = {
+            p: core.import_model(parts[f"prefill_p{p}"], device, sub_cfg)
+            for p in cfg.prefill_pyramid
+        }
         head = (
             core.import_model(parts["lm_head"], device, sub("lm_head")) if cfg.shared_head else None
         )
@@ -211,7 +219,7 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
         cfg,
         kv,
         device,
-        SubModels(prefill, generate, head),
+        SubModels(prefill, generate, head, pyramid),
         ins,
         outs,
         sub_defaults=sub_defaults,

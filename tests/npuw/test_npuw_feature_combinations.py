@@ -1,5 +1,7 @@
 """The NPUW switches compose: the combinations give the CPU model's logits.
 
+Switches: V layout, shared head, tokens per call, prefix cache, grouped attention, PYRAMID prefill.
+
 One scenario per combination — a prompt, decode calls with rollback, a variant switch, then a
 second prompt sharing a prefix — checked call by call against the f32 CPU stateful model.
 """
@@ -17,10 +19,10 @@ _RNG = np.random.default_rng(11)
 FIRST = [1] + _RNG.integers(3, 512, size=29).tolist()  # 30 + MIN_RESPONSE 64 → kv96
 SECOND = FIRST[:20] + _RNG.integers(3, 512, size=10).tolist()  # one 16-token block shared
 
-# An orthogonal array: 8 runs in which every pair of the 5 switches takes all 4 value pairs
-# (the full product, 32 runs, passed as well but costs a minute of CI).
+# An orthogonal array: 8 runs in which every pair of the 6 switches takes all 4 value pairs
+# (the full product of the first five, 32 runs, passed as well but costs a minute of CI).
 COMBOS = [
-    {"v_t": a, "head": b, "m": 8 if c else 1, "prefix": a ^ b, "grouped": a ^ c}
+    {"v_t": a, "head": b, "m": 8 if c else 1, "prefix": a ^ b, "grouped": a ^ c, "pyramid": b ^ c}
     for a, b, c in itertools.product((False, True), repeat=3)
 ]
 
@@ -60,6 +62,7 @@ def test_switches_compose(combo, stories_model, cpu_request, emu_core):
         NPUW_LLM_ENABLE_PREFIX_CACHING=combo["prefix"],
         NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE=16,
         NPUW_LLM_GENERATE_GROUPED_ATTENTION=combo["grouped"],
+        NPUW_LLM_PREFILL_ATTENTION_HINT="PYRAMID" if combo["pyramid"] else "STATIC",
     )
     req = emu_core.compile_model(stories_model, "NPU", cfg).create_infer_request()
     rng = np.random.default_rng(5)

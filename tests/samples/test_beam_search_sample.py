@@ -1,0 +1,31 @@
+"""samples/beam_search_causal_lm.py under genai_shim and under the real openvino_genai (CPU)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.samples.test_samples import _only_import_and_device_differ, run
+
+SCORE = re.compile(r"^(-?\d+\.\d{6}): ", flags=re.MULTILINE)
+
+
+def _split(out: str) -> tuple[str, list[float]]:
+    """(output with every leading "score: " blanked, the scores)."""
+    return SCORE.sub("S: ", out), [float(s) for s in SCORE.findall(out)]
+
+
+def test_beam_search_causal_lm(stories_dir, real_genai):
+    args = [str(stories_dir), "Once upon a time", "Lily"]
+    ours_text, ours_scores = _split(run("ours", "-", "beam_search_causal_lm.py", *args))
+    real_text, real_scores = _split(run("real", "-", "beam_search_causal_lm.py", *args))
+    # 15 beams in 3 groups, all returned, for each of the two prompts
+    assert len(ours_scores) == 30
+    assert ours_text == real_text
+    # printed with 6 decimals; the two CPU plugins' logits differ in the last float32 bits
+    assert ours_scores == pytest.approx(real_scores, abs=1e-5)
+
+
+def test_beam_search_sample_differs_only_in_import():
+    _only_import_and_device_differ("beam_search_causal_lm.py")
