@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -166,11 +167,16 @@ class Worker:
 
     def __init__(self, name: str, argv: list[str]) -> None:
         self.name = name
+        # One BLAS thread per worker unless the caller chose: an idle worker's spinning OpenBLAS
+        # threads stole the cores from the running one (ours on the emulated NPU, TTFT@20
+        # 79 ms vs 9.5 ms; the real NPUW and our CPU device do not use numpy's BLAS).
+        env = {"OPENBLAS_NUM_THREADS": "1", **os.environ}
         self.proc = subprocess.Popen(
             [sys.executable, __file__, *argv, "--worker", name],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=env,
         )
         self.compile_s = self._ask(None)["compile_s"]
 
