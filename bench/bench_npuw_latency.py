@@ -2,7 +2,7 @@
 
 Usage: python bench/bench_npuw_latency.py [--model DIR_OR_XML | --preset NAME [--layers N] [--vocab V]]
                                           [--new 32] [--repeat 5] [--prompts 20,400,1000]
-                                          [--devices CPU,NPU] [--interleave step|run] [--auto-threads]
+                                          [--devices CPU,NPU] [--interleave both|run|step] [--auto-threads]
                                           [--also KEY=VALUE [--also KEY=VALUE ...]] [--in-process]
 
 Every configuration runs the same model, driven through the stateful interface the way
@@ -10,8 +10,10 @@ openvino.genai drives it, each in its own worker process (as a user would run on
 ``--in-process`` all share this process, and then the real NPUW's and our CPU thread pools fight
 over the 2 cores and share caches between steps).  All setups decode the *same* generation: the real
 NPUW's greedy tokens (from a first pass) are fed to every setup, so each step has the same
-position and history everywhere.  The setups alternate every decode step (``--interleave
-step``, the default) or every whole generation (``--interleave run``), the order rotating every
+position and history everywhere.  The setups alternate every whole generation (``--interleave
+run``) or every decode step (``--interleave step``; by default both are measured, one table
+each: per-step alternation makes every step resume cold after another setup's, which costs a
+short step relatively more), the order rotating every
 repeat, so that load from other jobs on this shared machine hits them alike.  TTFT is the median
 over the repeats, TPOT the median over all decode steps of all repeats; ratios are ours / real.
 Our generate variant is chosen by the real rule (smallest ≥ prompt + MIN_RESPONSE_LEN) and
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -166,11 +169,16 @@ class Worker:
 
     def __init__(self, name: str, argv: list[str]) -> None:
         self.name = name
+        # One BLAS thread per worker unless the caller chose: an idle worker's spinning OpenBLAS
+        # threads stole the cores from the running one (ours on the emulated NPU, TTFT@20
+        # 79 ms vs 9.5 ms; the real NPUW and our CPU device do not use numpy's BLAS).
+        env = {"OPENBLAS_NUM_THREADS": "1", **os.environ}
         self.proc = subprocess.Popen(
             [sys.executable, __file__, *argv, "--worker", name],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=env,
         )
         self.compile_s = self._ask(None)["compile_s"]
 
@@ -183,7 +191,9 @@ class Worker:
             raise SystemExit(f"worker {self.name!r} died (exit code {self.proc.wait()})")
         return json.loads(line)
 
-    def generation(self, prompt: list[int], n_new: int, out: dict, feed: list[int] | None) -> Iterator[None]:
+    def generation(
+        self, prompt: list[int], n_new: int, out: dict, feed: list[int] | None
+    ) -> Iterator[None]:
         """Same contract as the in-process ``generation``; each step is one round trip."""
         self._ask({"prompt": prompt, "n_new": n_new, "feed": feed})
         yield
@@ -211,9 +221,80 @@ def interleaved_gens(gens: list[Iterator[None]], per_step: bool) -> None:
                 live.remove(g)
 
 
+def measure(
+    gen_of: dict, names: list[str], prompts: dict, lengths: list[int], args, mode: str
+) -> dict:
+    """Medians per (setup, prompt length): TTFT, TPOT, the variant used, greedy agreement."""
+    ttft: dict[tuple[str, int], list[float]] = {}
+    steps: dict[tuple[str, int], list[float]] = {}
+    variant: dict[tuple[str, int], str] = {}
+    agree: dict[tuple[str, int], int] = {}
+    for n in lengths:
+        ref: dict = {}
+        for _ in gen_of["real NPUW/CPU"](prompts[n], args.new, ref, None):  # also a warm-up
+            pass
+        feed = ref["tokens"]
+        for r in range(args.repeat):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            outs = {name: {} for name in order}
+            interleaved_gens(
+                [gen_of[name](prompts[n], args.new, outs[name], feed) for name in order],
+                mode == "step",
+            )
+            for name, o in outs.items():
+                ttft.setdefault((name, n), []).append(o["ttft"])
+                steps.setdefault((name, n), []).extend(o["steps"])
+                variant[name, n] = o["variant"]
+                same = [a == b for a, b in zip(o["tokens"], feed)] + [False]
+                agree[name, n] = same.index(False)
+    med = {k: (statistics.median(ttft[k]), statistics.median(steps[k])) for k in ttft}
+    return {"med": med, "variant": variant, "agree": agree, "names": names}
+
+
+def report(m: dict, compile_s: dict, lengths: list[int], args) -> None:
+    med, variant, agree, names = m["med"], m["variant"], m["agree"], m["names"]
+    hdr = f"{'setup':18s} {'compile s':>9s} " + " ".join(
+        f"{'TTFT@' + str(n):>9s} {'TPOT@' + str(n):>9s} {'KV':>6s}" for n in lengths
+    )
+    print(hdr)
+    for name in names:
+        print(
+            f"{name:18s} {compile_s[name]:9.2f} "
+            + " ".join(
+                f"{med[name, n][0]:9.2f} {med[name, n][1]:9.3f} {variant[name, n]:>6s}"
+                for n in lengths
+            )
+        )
+    print(
+        "ratios ours / real (targets: TTFT ≤ 0.1 at 20 tokens, TPOT ≤ 0.5 with a smaller variant):"
+    )
+    for name in names:
+        if name.startswith("ours"):
+            base = "real NPUW/CPU"
+            print(
+                f"  {name:16s} "
+                + "  ".join(
+                    f"TTFT@{n} {med[name, n][0] / med[base, n][0]:.3f} "
+                    f"TPOT@{n} {med[name, n][1] / med[base, n][1]:.3f}"
+                    for n in lengths
+                )
+            )
+    print(
+        "greedy agrees with the real NPUW for the first N of the fed tokens: "
+        + ", ".join(
+            f"{name} @{n}: {agree[name, n]}/{args.new}"
+            for name in names
+            if name.startswith("ours")
+            for n in lengths
+        )
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
+    ap.add_argument(
+        "--model", default=str(find_shared_model("stories260K") or "../shared/models/stories260K")
+    )
     ap.add_argument(
         "--preset", help="build a model-builder preset instead (e.g. small, qwen2.5-0.5b-shape)"
     )
@@ -225,9 +306,11 @@ def main() -> int:
     ap.add_argument("--devices", default="CPU,NPU", help="our NPUW_DEVICES to compare")
     ap.add_argument(
         "--interleave",
-        choices=("step", "run"),
-        default="step",
-        help="alternate the setups every decode step (default) or every whole generation",
+        choices=("both", "run", "step"),
+        default="both",
+        help="alternate the setups every whole generation (run: a generation's steady state), "
+        "every decode step (step: each step resumes cold after another setup's), or measure "
+        "both in turn (default)",
     )
     ap.add_argument(
         "--in-process",
@@ -267,7 +350,9 @@ def main() -> int:
             from ov_npu_emu.modelbuilder import make_model_folder
 
             over = {
-                k: v for k, v in (("num_hidden_layers", args.layers), ("vocab_size", args.vocab)) if v
+                k: v
+                for k, v in (("num_hidden_layers", args.layers), ("vocab_size", args.vocab))
+                if v
             }
             path = make_model_folder(
                 Path(tempfile.mkdtemp(prefix="npuw_bench_")), preset=args.preset, **over
@@ -287,7 +372,15 @@ def main() -> int:
     if args.in_process:
         for name, cfg in configs.items():
             reqs[name], compile_s[name] = compile_setup(model, cfg)
-        gen_of = {n: (lambda r: lambda *a: generation(r, *a))(r) for n, r in reqs.items()}
+
+        def in_process(req):
+            def gen(prompt, n_new, out, feed):
+                yield from generation(req, prompt, n_new, out, feed)
+                out["variant"] = variant_of(req)
+
+            return gen
+
+        gen_of = {n: in_process(r) for n, r in reqs.items()}
     else:
         passthrough = [a for a in sys.argv[1:]]
         for name in configs:
@@ -298,66 +391,14 @@ def main() -> int:
     print(
         f"model {xml} | MAX_PROMPT_LEN {MAX_PROMPT}, MIN_RESPONSE_LEN {MIN_RESPONSE} | ours: "
         f"{OURS_EXTRA} | --also {also or '-'} | {args.new} new tokens × {args.repeat} repeats, "
-        f"setups alternated per {args.interleave}, "
+        f"alternation: {args.interleave}, "
         + ("all in one process" if args.in_process else "one process per setup")
     )
-    ttft: dict[tuple[str, int], list[float]] = {}
-    steps: dict[tuple[str, int], list[float]] = {}
-    variant: dict[tuple[str, int], str] = {}
-    agree: dict[tuple[str, int], int] = {}
-    for n in lengths:
-        ref: dict = {}
-        for _ in gen_of["real NPUW/CPU"](prompts[n], args.new, ref, None):  # also a warm-up
-            pass
-        feed = ref["tokens"]
-        for r in range(args.repeat):
-            names = list(reqs)
-            names = names[r % len(names) :] + names[: r % len(names)]
-            outs = {name: {} for name in names}
-            interleaved_gens(
-                [gen_of[name](prompts[n], args.new, outs[name], feed) for name in names],
-                args.interleave == "step",
-            )
-            for name, o in outs.items():
-                ttft.setdefault((name, n), []).append(o["ttft"])
-                steps.setdefault((name, n), []).extend(o["steps"])
-                variant[name, n] = o.get("variant") or variant_of(reqs[name])
-                same = [a == b for a, b in zip(o["tokens"], feed)] + [False]
-                agree[name, n] = same.index(False)
-    med = {k: (statistics.median(ttft[k]), statistics.median(steps[k])) for k in ttft}
-    hdr = f"{'setup':18s} {'compile s':>9s} " + " ".join(
-        f"{'TTFT@' + str(n):>9s} {'TPOT@' + str(n):>9s} {'KV':>6s}" for n in lengths
-    )
-    print(hdr)
-    for name in reqs:
-        print(
-            f"{name:18s} {compile_s[name]:9.2f} "
-            + " ".join(
-                f"{med[name, n][0]:9.2f} {med[name, n][1]:9.3f} {variant[name, n]:>6s}"
-                for n in lengths
-            )
-        )
-    print("ratios ours / real (targets: TTFT ≤ 0.1 at 20 tokens, TPOT ≤ 0.5 with a smaller variant):")
-    for name in reqs:
-        if name.startswith("ours"):
-            base = "real NPUW/CPU"
-            print(
-                f"  {name:16s} "
-                + "  ".join(
-                    f"TTFT@{n} {med[name, n][0] / med[base, n][0]:.3f} "
-                    f"TPOT@{n} {med[name, n][1] / med[base, n][1]:.3f}"
-                    for n in lengths
-                )
-            )
-    print(
-        "greedy agrees with the real NPUW for the first N of the fed tokens: "
-        + ", ".join(
-            f"{name} @{n}: {agree[name, n]}/{args.new}"
-            for name in reqs
-            if name.startswith("ours")
-            for n in lengths
-        )
-    )
+    modes = ["run", "step"] if args.interleave == "both" else [args.interleave]
+    for mode in modes:
+        if len(modes) > 1:
+            print(f"--- setups alternated per {mode} ---")
+        report(measure(gen_of, list(reqs), prompts, lengths, args, mode), compile_s, lengths, args)
     for w in reqs.values():
         if isinstance(w, Worker):
             w.close()

@@ -211,6 +211,9 @@ class LLMInferRequest(DeviceInferRequest):
             PrefixCache(cfg.prefix_block, cfg.prefix_max_blocks) if cfg.prefix_block else None
         )
         self.restored_tokens = 0  # prompt tokens the last prefill took from the prefix cache
+        # tokens whose KV is in the buffer, in order (prompt, then generated), while the prefix
+        # cache can use them; None when the conversation is not cacheable
+        self._conv: list[int] | None = None
         self.variant: int = cfg.variants[0]  # KV size of the bound generate variant
         self.prefill_calls = 0  # chunks (or whole prefills) run in the last prefill
         self.switches = 0  # variant switches in this conversation
@@ -295,6 +298,7 @@ class LLMInferRequest(DeviceInferRequest):
             raise UserInputError(
                 f"attention_mask has {mask.shape[1]} entries for a {n}-token prompt"
             )
+        self._store_conversation()  # before its KV is cleared
         # prepare_for_new_conversation
         self.kv.zero()
         self.num_stored_tokens = 0
@@ -351,6 +355,7 @@ class LLMInferRequest(DeviceInferRequest):
             stored = self._restore_prefix(hit, size - C)
             self._pfs[size].mask[0, :stored] = 1
         self.restored_tokens = stored
+        self._conv = [int(t) for t in ids[0]] if cacheable else None
         while stored < n:
             s, past_slots = self._pfs[size], size - C
             cur = min(n - stored, C)
@@ -388,6 +393,22 @@ class LLMInferRequest(DeviceInferRequest):
         return self._P
 
     # -- prefix cache -------------------------------------------------------------------
+    def _store_conversation(self) -> None:
+        """Cache the blocks of the ending conversation, generated tokens included.
+
+        A chat's next prompt re-sends this history: its blocks can then be restored instead of
+        prefilled.  (The real NPUW stores only blocks its prefill computed; ours also keeps the
+        KV the generate steps wrote, which is what a CPU stateful pipeline would have reused.)
+        """
+        conv, self._conv = self._conv, None
+        if conv is None or self.prefix is None or not self._kv_ready:
+            return  # not cacheable, or only the prompt, whose blocks prefill already stored
+        slots = self.variant - self._M
+        n = min(len(conv), slots)
+        self.prefix.store(
+            conv, n, lambda a, b: [self.kv.seq(i, slots)[:, :, a:b, :] for i in range(len(self.kv))]
+        )
+
     def _plain_prompt(self, mask: np.ndarray, pos: np.ndarray) -> bool:
         """Cached KV is only valid for an unpadded prompt at consecutive positions from the
         first one; anything else (padding, custom positions) bypasses the cache."""
@@ -525,6 +546,12 @@ class LLMInferRequest(DeviceInferRequest):
             s.run()
             self._update_kvcache_for(s, K - M, hist + n, n)
         self.num_stored_tokens = hist + n
+        if self._conv is not None:
+            if mask.all():
+                del self._conv[hist:]  # a rewind drops the rejected tokens
+                self._conv += [int(t) for t in ids[0]]
+            else:  # history with holes: its KV no longer matches a plain prompt
+                self._conv = None
         if self._head is not None:
             s.hand_embed()
             self._run_head()

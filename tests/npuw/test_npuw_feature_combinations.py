@@ -78,3 +78,35 @@ def test_switches_compose(combo, stories_model, cpu_request, emu_core):
         assert req._impl.switches == 1
     if combo["prefix"]:
         assert req._impl.restored_tokens == 16
+
+
+def test_switches_survive_export_import(stories_model, cpu_request, emu_core):
+    cfg = real_npuw_config(
+        64,
+        64,
+        NPUW_LLM_PREFILL_CHUNK_SIZE=16,
+        NPUW_LLM_GENERATE_VARIANTS="96",
+        KV_CACHE_PRECISION="f32",
+        NPUW_LLM_MAX_GENERATION_TOKEN_LEN=8,
+        NPUW_LLM_ENABLE_PREFIX_CACHING="YES",
+        NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE=16,
+        NPUW_LLM_PREFILL_ATTENTION_HINT="PYRAMID",
+    )
+    back = emu_core.import_model(
+        emu_core.compile_model(stories_model, "NPU", cfg).export_model(), "NPU"
+    )
+    for key, want in (
+        ("NPUW_LLM_MAX_GENERATION_TOKEN_LEN", 8),
+        ("NPUW_LLM_ENABLE_PREFIX_CACHING", True),
+        ("NPUW_LLM_PREFILL_ATTENTION_HINT", "PYRAMID"),
+        ("NPUW_LLM_GENERATE_GROUPED_ATTENTION", True),
+        ("NPUW_LLM_CACHE_ROPE", True),
+    ):
+        assert back.get_property(key) == want, key
+    req = back.create_infer_request()
+    for prompt in (FIRST, SECOND):
+        req.reset_state()
+        _check(cpu_request, prompt, _call(req, prompt, 0), 1)
+        cand = [5, 6, 7]
+        _check(cpu_request, prompt + cand, _call(req, cand, len(prompt)), 3)
+    assert req._impl.restored_tokens == 16

@@ -131,3 +131,33 @@ def test_whole_prompt_hit_still_computes_its_logits(stories_model, cpu_request, 
     for prompt in (x, y, x, y):
         assert greedy(req, prompt, 1)[0] == want[id(prompt)]
     assert req._impl.restored_tokens == 96 and req._impl.prefill_calls == 1
+
+
+@pytest.mark.parametrize("device", ["CPU", "NPU"])
+def test_generated_tokens_are_cached_for_the_next_turn(
+    device, stories_model, cpu_request, emu_core
+):
+    """A chat re-sends prompt + answer: the answer's KV (written by generate steps) is restored
+    too.  (The real NPUW caches only prefill-computed blocks: it would restore 16 here.)"""
+    if device not in emu_core.registry.names():
+        pytest.skip(f"{device} is not registered")
+    cfg = {**_cfg(device, "YES"), "KV_CACHE_PRECISION": "f32"}
+    req = emu_core.compile_model(stories_model, "NPU", cfg).create_infer_request()
+    first = BASE[:30]
+    answer = greedy(req, first, 40)[0]  # feeds the prompt and 39 generated tokens
+    follow_up = first + answer[:39] + SHARED[100:110]
+    ids = greedy(req, follow_up, 20)[0]
+    assert req._impl.restored_tokens == 64  # 69 cached tokens → 4 whole blocks of 16
+    assert ids == greedy(cpu_request, follow_up, 20)[0]
+    # a rollback drops the rejected tokens from what is cached
+    req.reset_state()
+    greedy(req, first, 3)
+    req.infer(
+        {
+            "input_ids": np.array([[7]], np.int64),
+            "attention_mask": np.ones((1, 31), np.int64),
+            "position_ids": np.array([[30]], np.int64),  # rewinds the two generated tokens
+            "beam_idx": np.zeros(1, np.int32),
+        }
+    )
+    assert req._impl._conv == first + [7]

@@ -76,6 +76,9 @@ class _Lowerer:
         self.out = Lowered()
         self.vals: dict[tuple[str, int], Value] = {}
         self.consts: dict[tuple[str, int], ov.Node] = {}
+        #: grouped-query KV: (node, port) of a head-broadcast (or its reshape) that only SDPAs read
+        #: -> (the un-broadcast [B, Hkv, S, D] value, group size); no task materializes it
+        self.kv_groups: dict[tuple[str, int], tuple[Value, int]] = {}
         self._dma_rr = 0
 
     # -- values ---------------------------------------------------------------------------
@@ -282,6 +285,11 @@ class _Lowerer:
         self.vals[(node.get_name(), 0)] = o
 
     def op_alias(self, node: ov.Node) -> None:
+        src = node.input_value(0)
+        grouped = self.kv_groups.get((src.get_node().get_name(), src.get_index()))
+        if grouped is not None:  # the [B, Hkv*G, S, D] reshape of a grouped KV broadcast
+            self.kv_groups[(node.get_name(), 0)] = grouped
+            return
         self.vals[(node.get_name(), 0)] = self.alias(self.inp(node, 0), tuple(node.get_output_shape(0)))
 
     def op_convert(self, node: ov.Node) -> None:
@@ -346,10 +354,38 @@ class _Lowerer:
         self.shave("transpose", [x], [o], perm, node)
         self.vals[(node.get_name(), 0)] = o
 
+    def _kv_group_size(self, node: ov.Node, x: Value, mode: str) -> int:
+        """G when ``node`` repeats KV heads [B, Hkv, 1, S, D] -> [B, Hkv, G, S, D] for SDPAs only.
+
+        Optimum's (and the builder's) GQA expansion is Unsqueeze -> Broadcast -> Reshape to
+        [B, Hkv*G, S, D] feeding the K/V inputs of ScaledDotProductAttention.  The SDPA task then
+        reads the Hkv heads once per group (as the NPU's attention kernel does) instead of a
+        broadcast copy; any other reader keeps the broadcast task.
+        """
+        out_shape = tuple(node.get_output_shape(0))
+        if mode not in ("numpy", "bidirectional") or len(out_shape) != 5 or len(x.shape) != 5:
+            return 0
+        b, hkv, g, s_len, d = out_shape
+        if x.shape != (b, hkv, 1, s_len, d) or g < 2:
+            return 0
+        for target in node.output(0).get_target_inputs():
+            r = target.get_node()
+            if r.get_type_name() not in _ALIAS_OPS or tuple(r.get_output_shape(0)) != (b, hkv * g, s_len, d):
+                return 0
+            for use in r.output(0).get_target_inputs():
+                if use.get_node().get_type_name() != "ScaledDotProductAttention" or use.get_index() not in (1, 2):
+                    return 0
+        return g
+
     def op_broadcast(self, node: ov.Node) -> None:
         x = self.inp(node, 0)
         out_shape = tuple(node.get_output_shape(0))
         mode = str(node.get_attributes().get("mode", "numpy")).lower()
+        g = self._kv_group_size(node, x, mode)
+        if g:
+            b, hkv, _, s_len, d = out_shape
+            self.kv_groups[(node.get_name(), 0)] = (self.alias(x, (b, hkv, s_len, d)), g)
+            return
         src = x
         if mode == "explicit":
             axes = [int(a) for a in self.need_const(node, 2, "axes_mapping").reshape(-1)]
@@ -439,8 +475,20 @@ class _Lowerer:
             self.shave("take", [x, iv], [o], [], node)
         self.vals[(node.get_name(), 0)] = o
 
+    def _sdpa_kv(self, node: ov.Node, i: int) -> tuple[Value, int]:
+        src = node.input_value(i)
+        grouped = self.kv_groups.get((src.get_node().get_name(), src.get_index()))
+        return grouped if grouped is not None else (self.inp(node, i), 1)
+
     def op_sdpa(self, node: ov.Node) -> None:
-        q, k, v = (self.inp(node, i) for i in range(3))
+        q = self.inp(node, 0)
+        (k, gk), (v, gv) = self._sdpa_kv(node, 1), self._sdpa_kv(node, 2)
+        grouped_ok = (len(q.shape) == len(k.shape) == len(v.shape) == 4 and q.shape[0] == k.shape[0] == v.shape[0]
+                      and q.shape[1] == k.shape[1] * gk)
+        if gk != gv or not grouped_ok:  # read the KV heads expanded (the plain SDPA task)
+            k = self._expand_heads(k, gk, node) if gk > 1 else k
+            v = self._expand_heads(v, gv, node) if gv > 1 else v
+            gk = gv = 1
         ins = [q, k, v]
         has_mask = node.get_input_size() > 3
         scale = 0.0
@@ -457,9 +505,18 @@ class _Lowerer:
                                      op_type="ScaledDotProductAttention", node_name=node.get_friendly_name())
         causal = bool(node.get_attributes().get("causal", False))
         o = self.node_out(node)
-        t = self.shave("sdpa", ins, [o], [1.0 if causal else 0.0, 1.0 if has_mask else 0.0, scale], node)
+        # params[3]: query heads per K/V head (grouped-query attention; 1 = plain)
+        t = self.shave("sdpa", ins, [o], [1.0 if causal else 0.0, 1.0 if has_mask else 0.0, scale, float(gk)],
+                       node)
         t.cycles = shave_cycles(self.hw, int(np.prod(q.shape)) * k.shape[-2] * 2, 2)
         self.vals[(node.get_name(), 0)] = o
+
+    def _expand_heads(self, x: Value, g: int, node: ov.Node) -> Value:
+        """[B, Hkv, S, D] -> [B, Hkv*G, S, D] by a broadcast task (the ungrouped SDPA input)."""
+        b, hkv, s_len, d = x.shape
+        o = self.scratch((b, hkv, g, s_len, d), x.dtype)
+        self.shave("broadcast", [self.alias(x, (b, hkv, 1, s_len, d))], [o], [], node)
+        return self.alias(o, (b, hkv * g, s_len, d))
 
     def op_matmul(self, node: ov.Node) -> None:
         a, b = self.inp(node, 0), self.inp(node, 1)

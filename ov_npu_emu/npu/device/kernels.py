@@ -191,13 +191,22 @@ def _swish(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
     beta = float(params[0]) if params.size else 1.0
     tmp = np.empty(o.shape, np.float32)
+    # 0-d arrays of the dtype a Python float would take (NEP 50): same loops, no per-call scalar
+    # conversion (~0.5 us per ufunc call on these small tensors)
+    neg_beta = _weak_scalar(-beta, x.dtype)
+    one = np.array(1.0, np.float32)
 
     def run() -> None:
-        np.multiply(x, -beta, out=tmp)
+        np.multiply(x, neg_beta, out=tmp)
         np.exp(tmp, out=tmp)
-        np.add(tmp, 1.0, out=tmp)
+        np.add(tmp, one, out=tmp)
         np.divide(x, tmp, out=o, casting="unsafe")
     return run
+
+
+def _weak_scalar(value: float, dtype: np.dtype) -> np.ndarray | float:
+    """``value`` as a 0-d array of the type a Python float takes next to ``dtype`` operands."""
+    return np.array(value, dtype) if np.dtype(dtype).kind == "f" else value
 
 
 @kernel("clamp")
@@ -209,9 +218,47 @@ def _clamp(ins, outs, params):  # type: ignore[no-untyped-def]
     return functools.partial(np.clip, x, lo, hi, out=o, casting="unsafe")
 
 
+#: f16 bits placed at bit 13 of an f32 are the value scaled by 2**-112 (both exponent fields end
+#: at bit 23 of the shifted word); multiplying back is exact for normals, zeros and subnormals
+_F16_REBIAS = np.float32(2.0 ** 112)
+_F16_SIGN_EM = np.int32(-0x70000001)  # 0x8FFFFFFF: sign bit, then exponent/mantissa at bits 13..27
+_F32_SUBNORMAL = np.float32(1e-40)
+
+
+def _f16_to_f32(x: np.ndarray, o: np.ndarray) -> Runner:
+    """Exact f16 -> f32 with four whole-array integer/float passes.
+
+    numpy converts halves one element at a time (about 1.7 ns each), which made the past-KV
+    Converts of a decode step the costliest SHAVE tasks.  Infinities/NaNs (f16 exponent 31) and a
+    thread flushing subnormal operands to zero take numpy's own conversion, so every input gets
+    numpy's bits.
+    """
+    n = x.size
+    s16 = x.reshape(-1).view(np.int16)
+    u16 = s16.view(np.uint16)
+    of = o.reshape(-1)
+    word = np.empty(n, np.int32)
+    expo = np.empty(n, np.uint16)
+    wf = word.view(np.float32)
+
+    def run() -> None:
+        np.copyto(word, s16)  # sign-extended: the sign fills bits 15..31
+        np.left_shift(word, 13, out=word)  # exponent/mantissa to bits 13..27, sign copies at 28..31
+        np.bitwise_and(word, _F16_SIGN_EM, out=word)
+        np.bitwise_and(u16, 0x7C00, out=expo)
+        if np.maximum.reduce(expo) == 0x7C00 or _F32_SUBNORMAL * _F16_REBIAS == 0:  # inf/NaN, or DAZ on
+            np.copyto(o, x, casting="unsafe")
+            return
+        np.multiply(wf, _F16_REBIAS, out=of)
+    return run
+
+
 @kernel("convert")
 def _convert(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
+    if x.dtype == np.float16 and o.dtype == np.float32 and x.size >= 256 \
+            and x.flags.c_contiguous and o.flags.c_contiguous:
+        return _f16_to_f32(x, o)
     if x.dtype.kind == "f" and o.dtype.kind in "iub":
         if o.dtype == np.bool_:
             return functools.partial(np.not_equal, x, 0, out=o)
@@ -275,8 +322,12 @@ def _make_reduce(name: str) -> Maker:
                                      casting="unsafe")
         fn = _REDUCE[name]
         if name == "reduce_mean" and x.dtype == o.dtype == np.float32:
-            # np.mean's own f32 steps (sum, then divide by the intp count) without its Python layers
-            count = np.intp(math.prod(x.shape[a] for a in axes))
+            # np.mean's own f32 steps (sum, then divide by the intp count) without its Python layers.
+            # np.mean divides in f64 and rounds to f32; for a count exact in f32 a correctly rounded
+            # f32 division gives the same bits (53 >= 2*24 + 2: double rounding is innocuous) and
+            # skips the mixed-type loop (~2 us per call)
+            n_items = math.prod(x.shape[a] for a in axes)
+            count = np.array(n_items, np.float32) if n_items < 2 ** 24 else np.intp(n_items)
 
             def mean() -> None:
                 np.add.reduce(x, axis=axes, keepdims=True, out=ok)
@@ -345,43 +396,186 @@ def _gather(ins, outs, params):  # type: ignore[no-untyped-def]
     return run
 
 
+def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` reshaped without copying (a copy would detach the kernel from device memory)."""
+    v = a.view()
+    v.shape = shape  # raises instead of copying
+    return v
+
+
+#: margin (in logits) below which a masked-out column's exp() underflows to exactly 0 in f32
+#: (exp(x) == 0 for x < -103.98), with room for the roundings of scale and mask additions
+_EXP_ZERO_MARGIN = 128.0
+#: skip masked-out columns only when at least this share of the window is masked out
+_SKIP_SHARE = 0.05
+#: ... and only for score matrices this large: the checks and gathers cost ~30 numpy calls,
+#: more than a decode step's whole attention
+_SKIP_MIN_SCORES = 1 << 16
+
+
+def _masked_column_skipper(q32, k, v, mask_in, mask, groups: int, L: int, scale: float,  # type: ignore[no-untyped-def]
+                           batch: tuple[int, ...], rows: int, o, direct: bool) -> Callable[[], bool] | None:
+    """Attention over only the columns the mask leaves open, when that is provably the same.
+
+    A column is skipped when its mask is so low against every row's best open column that
+    exp(score - rowmax) underflows to exactly 0 for any q and K within the bound
+    B = max|q| * max|k| * D * |scale| (a score moves by at most B):
+    colmax(mask) <= min_rows(rowmax(mask)) - 2B - margin (less relative slack for the f32
+    roundings of large masks and scores).  Such columns add exact zeros to the
+    row sums and (V finite) to the output, so the result is the full computation's up to
+    summation order.  NaN/inf in q, K or V, a fully masked row or a mostly open window take the
+    full path.  Chunked prefill and short prompts in a long KV window mask most columns.
+    """
+    S, D = k.shape[-2], k.shape[-1]
+    try:
+        m2 = _view(mask_in, (-1, S))
+    except (AttributeError, ValueError):
+        return None
+    is_bool = m2.dtype == np.bool_
+    colmax = np.empty(S, np.bool_ if is_bool else m2.dtype)
+    rowmask = np.empty(m2.shape[0], colmax.dtype)
+    kb, vb = k.shape[:-2], v.shape[:-2]
+    kt_flat = np.empty(math.prod(kb) * D * S, np.float32)
+    v_flat = np.empty(math.prod(vb) * S * v.shape[-1], np.float32)
+    m_flat = np.empty(mask.size, mask.dtype)
+    s_flat = np.empty(math.prod(batch) * rows * S, np.float32)
+    rowmax = np.empty((*batch, rows, 1), np.float32)
+    qa = q32.reshape(-1) if q32.flags.c_contiguous else q32
+    ka, va = k.reshape(-1), v.reshape(-1)
+
+    def absmax(x: np.ndarray) -> float:  # NaN propagates through both reductions
+        return max(abs(float(np.maximum.reduce(x, axis=None))), abs(float(np.minimum.reduce(x, axis=None))))
+
+    def run() -> bool:
+        if is_bool:
+            np.logical_or.reduce(m2, axis=0, out=colmax)
+            np.logical_or.reduce(m2, axis=1, out=rowmask)
+            if not rowmask.all():  # a fully masked row: NaN in the full computation, keep it
+                return False
+            keep = colmax
+        else:
+            np.maximum.reduce(m2, axis=0, out=colmax)
+            np.maximum.reduce(m2, axis=1, out=rowmask)
+            rowmin = float(np.minimum.reduce(rowmask))
+            if not math.isfinite(rowmin) or np.count_nonzero(colmax <= rowmin - _EXP_ZERO_MARGIN) < _SKIP_SHARE * S:
+                return False
+        # the relative terms cover the f32 roundings of q.k (D terms), scale and mask additions
+        bound = absmax(qa) * absmax(ka) * D * abs(scale) * (1.0 + 2.0 ** -10)
+        if not math.isfinite(bound) or not math.isfinite(absmax(va)):
+            return False
+        if not is_bool:
+            limit = rowmin - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0 ** -16 * (abs(rowmin) + 2.0 * bound)
+            keep = ~(colmax <= limit)
+        idx = np.flatnonzero(keep)
+        n = idx.size
+        if n == 0 or S - n < _SKIP_SHARE * S:
+            return False
+        kt = kt_flat[:math.prod(kb) * D * n].reshape(*kb, D, n)
+        np.copyto(kt, np.swapaxes(np.take(k, idx, axis=-2), -1, -2), casting="unsafe")
+        vr = v_flat[:math.prod(vb) * n * v.shape[-1]].reshape(*vb, n, v.shape[-1])
+        np.copyto(vr, np.take(v, idx, axis=-2), casting="unsafe")
+        mr = m_flat[:mask.size // S * n].reshape(*mask.shape[:-1], n)
+        np.take(mask, idx, axis=-1, out=mr)
+        sc = s_flat[:math.prod(batch) * rows * n].reshape(*batch, rows, n)
+        scm = sc.reshape(*batch, groups, L, n) if groups > 1 else sc
+        np.matmul(q32, kt, out=sc)
+        np.multiply(sc, scale, out=sc)
+        if is_bool:
+            np.copyto(scm, -np.inf, where=~mr)
+        else:
+            np.add(scm, mr, out=scm, casting="unsafe")
+        np.maximum.reduce(sc, axis=-1, keepdims=True, out=rowmax)
+        np.subtract(sc, rowmax, out=sc)
+        np.exp(sc, out=sc)
+        np.add.reduce(sc, axis=-1, keepdims=True, out=rowmax)
+        np.divide(sc, rowmax, out=sc)
+        if direct:
+            np.matmul(sc, vr, out=o)
+        else:
+            np.copyto(o, np.matmul(sc, vr).reshape(o.shape), casting="unsafe")
+        return True
+    return run
+
+
 @kernel("sdpa")
 def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
+    """Attention; params: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head.
+
+    Grouped (G > 1): K/V hold Hkv heads and query head h reads K/V head h // G, as the IR's
+    Unsqueeze/Broadcast/Reshape expansion did; the G query heads of a group share one matmul.
+    """
     q, k, v = ins[:3]
     mask = ins[3] if len(ins) > 3 else None
+    mask_in = mask
     o = outs[0]
     causal, scale = bool(params[0]), float(params[2])
+    groups = int(params[3]) if params.size > 3 and params[3] > 1 else 1
     if scale == 0.0:
         scale = 1.0 / math.sqrt(q.shape[-1])
     L, S = q.shape[-2], k.shape[-2]
     f32 = any(t.dtype != np.float32 for t in (q, k, v))
+    if groups > 1:
+        b, h = q.shape[0], q.shape[1]
+        if q.ndim != 4 or k.ndim != 4 or h != k.shape[1] * groups or o.shape[:2] != (b, h):
+            raise ExecutionError(f"sdpa: {groups} query heads per K/V head do not fit q {q.shape}, k {k.shape}")
+        hkv = k.shape[1]
+        q = _view(q, (b, hkv, groups * L, q.shape[-1]))  # query rows of a group stacked: one matmul each
+        o = _view(o, (b, hkv, groups * L, o.shape[-1]))
     # scratch buffers live as long as the command list: nothing is allocated per inference
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    scores = np.empty((*batch, L, S), np.float32)
-    rowmax = np.empty((*batch, L, 1), np.float32)
+    rows = q.shape[-2]
+    scores = np.empty((*batch, rows, S), np.float32)
+    rowmax = np.empty((*batch, rows, 1), np.float32)
+    # mask and causal bias apply per query head and row: on grouped scores through a 5-D view
+    scores_m = scores.reshape(*batch, groups, L, S) if groups > 1 else scores
+    if mask is not None and groups > 1:
+        m4 = _view(mask, (1,) * (4 - mask.ndim) + mask.shape)
+        mask = _view(m4, (m4.shape[0], 1, 1, *m4.shape[2:]) if m4.shape[1] == 1 else
+                     (m4.shape[0], hkv, groups, *m4.shape[2:]))
+    # with several query rows BLAS is ~4x faster on a row-major K^T than on the transposed view of K
+    # (the copy costs one pass over K); one query row (decode) multiplies the view directly
+    kt_buf = np.empty((*k.shape[:-2], k.shape[-1], S), np.float32) if rows >= 8 else None
     q32 = np.empty(q.shape, np.float32) if f32 else q
-    k32 = np.empty(k.shape, np.float32) if f32 else k
+    k32 = np.empty(k.shape, np.float32) if f32 and kt_buf is None else k
     v32 = np.empty(v.shape, np.float32) if f32 else v
-    kt = np.swapaxes(k32, -1, -2)
+    kt = np.swapaxes(k32, -1, -2) if kt_buf is None else kt_buf
+    k_src = np.swapaxes(k, -1, -2)
     bias = np.where(np.tril(np.ones((L, S), bool)), 0.0, -np.inf).astype(np.float32) if causal else None
     blocked = np.empty(mask.shape, np.bool_) if mask is not None and mask.dtype == np.bool_ else None
     direct = not f32 and o.dtype == np.float32 and tuple(o.shape[:-2]) == tuple(batch)
+    # a few grouped rows against the K^T view: numpy's BLAS dispatch only takes the transposed
+    # view for one row per head (gemv), so each group's query rows multiply separately
+    qk_parts = [(_view(q32, (*batch, groups, L, q.shape[-1]))[..., g, :, :], scores_m[..., g, :, :])
+                for g in range(groups)] if groups > 1 and kt_buf is None else []
+    skip = None
+    if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
+        skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct)
 
     def run() -> None:
         if f32:
             np.copyto(q32, q)
-            np.copyto(k32, k)
+        if skip is not None and skip():
+            return
+        if f32:
             np.copyto(v32, v)
-        np.matmul(q32, kt, out=scores)
+            if kt_buf is None:
+                np.copyto(k32, k)
+        if kt_buf is not None:
+            np.copyto(kt_buf, k_src, casting="unsafe")
+        if qk_parts:
+            for qg, sg in qk_parts:
+                np.matmul(qg, kt, out=sg)
+        else:
+            np.matmul(q32, kt, out=scores)
         np.multiply(scores, scale, out=scores)
         if mask is not None:
             if blocked is not None:
                 np.logical_not(mask, out=blocked)
-                np.copyto(scores, -np.inf, where=blocked)
+                np.copyto(scores_m, -np.inf, where=blocked)
             else:
-                np.add(scores, mask, out=scores, casting="unsafe")
+                np.add(scores_m, mask, out=scores_m, casting="unsafe")
         if bias is not None:
-            np.add(scores, bias, out=scores)
+            np.add(scores_m, bias, out=scores_m)
         np.maximum.reduce(scores, axis=-1, keepdims=True, out=rowmax)  # np.max/np.sum minus their Python layers
         np.subtract(scores, rowmax, out=scores)
         np.exp(scores, out=scores)
