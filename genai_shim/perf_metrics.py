@@ -127,11 +127,6 @@ class PerfMetrics:
         self.ipot = _mean_std(raw.m_token_infer_durations)
         self.ttft = _mean_std(raw.m_times_to_first_token)
         self.generate_duration = _mean_std(raw.generate_durations)
-        self.tokenization_duration = _mean_std(raw.tokenization_durations)
-        self.detokenization_duration = _mean_std(raw.detokenization_durations)
-        self.chat_template_duration = _mean_std(raw.chat_template_durations)
-        self.sampling_duration = _mean_std(raw.sampling_durations)
-        self.inference_duration = _mean_std(raw.m_inference_durations)
         g = raw.grammar_compile_times
         if g:
             ms = _mean_std(g)
@@ -140,6 +135,16 @@ class PerfMetrics:
             )
         else:
             self.grammar_compile_time = SummaryStats()
+        self._finish_statistics()
+
+    def _finish_statistics(self) -> None:
+        """The stage durations and the throughput (from TPOT), common to every evaluation."""
+        raw = self.raw_metrics
+        self.tokenization_duration = _mean_std(raw.tokenization_durations)
+        self.detokenization_duration = _mean_std(raw.detokenization_durations)
+        self.chat_template_duration = _mean_std(raw.chat_template_durations)
+        self.sampling_duration = _mean_std(raw.sampling_durations)
+        self.inference_duration = _mean_std(raw.m_inference_durations)
         tp = self.tpot
         # Same expression as the real one, including its behaviour for an empty TPOT (-1).
         self.throughput = (
@@ -286,18 +291,7 @@ class SDPerfMetrics(PerfMetrics):
         self.tpot = _mean_std(tpot)
         self.avg_latency = _mean_std(latency)
         self.ipot = _mean_std(raw.m_token_infer_durations)
-        self.inference_duration = _mean_std(raw.m_inference_durations)
-        self.tokenization_duration = _mean_std(raw.tokenization_durations)
-        self.detokenization_duration = _mean_std(raw.detokenization_durations)
-        self.chat_template_duration = _mean_std(raw.chat_template_durations)
-        self.sampling_duration = _mean_std(raw.sampling_durations)
-        tp = self.tpot
-        self.throughput = (
-            MeanStdPair(1000.0 / tp.mean, tp.std * 1000.0 / (tp.mean * tp.mean))
-            if tp.mean != 0
-            else MeanStdPair(float("inf"), float("nan"))
-        )
-        self._evaluated = True
+        self._finish_statistics()
 
     def get_ttst(self) -> MeanStdPair:
         self.evaluate_statistics()
