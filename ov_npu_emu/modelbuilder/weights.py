@@ -11,7 +11,7 @@ from ov_npu_emu.errors import ConfigError
 from ov_npu_emu.modelbuilder.config import DTYPES, GROUP_SIZES, LlamaConfig
 
 EMBED_STD_NUMERATOR = 0.3  # embedding std = 0.3·init_scale/√hidden (see init_weights)
-#: gemma: std = 1.0·init_scale/hidden; the graph multiplies by √hidden, giving 1.0·init_scale/√hidden
+#: gemma: std = 1.0·init_scale/hidden; × √hidden in the graph makes it 1.0·init_scale/√hidden
 GEMMA_EMBED_STD_NUMERATOR = 1.0
 
 __all__ = [

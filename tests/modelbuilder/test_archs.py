@@ -164,7 +164,8 @@ def test_reference_logits_match_cpu(arch_dir: Path) -> None:
 
 def test_cpu_stateful_greedy(arch_dir: Path, expected: list[int]) -> None:
     compiled = ov.Core().compile_model(arch_dir / "openvino_model.xml", "CPU", F32)
-    assert greedy(compiled.create_infer_request(), _prompt(arch_dir), NEW_TOKENS) == (expected, None)
+    req = compiled.create_infer_request()
+    assert greedy(req, _prompt(arch_dir), NEW_TOKENS) == (expected, None)
 
 
 # ---------------------------------------------------------------------- pipelines
@@ -183,11 +184,19 @@ def test_real_genai_cpu(arch_dir: Path, expected: list[int]) -> None:
     assert _genai_ids(ov_genai, arch_dir, "CPU", **F32) == expected
 
 
+def test_real_genai_npuw_on_cpu(arch_dir: Path, expected: list[int]) -> None:
+    """Real genai on "NPU" = the real NPUW with every sub-model on the CPU plugin."""
+    ov_genai = pytest.importorskip("openvino_genai")
+    props = {"NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE", **F32, **LENS}
+    assert _genai_ids(ov_genai, arch_dir, "NPU", **props) == expected
+
+
 def test_real_npuw_on_cpu(arch_dir: Path, expected: list[int]) -> None:
     compiled = ov.Core().compile_model(
         arch_dir / "openvino_model.xml", "NPU", real_npuw_config(64, 64)
     )
-    assert greedy(compiled.create_infer_request(), _prompt(arch_dir), NEW_TOKENS) == (expected, None)
+    req = compiled.create_infer_request()
+    assert greedy(req, _prompt(arch_dir), NEW_TOKENS) == (expected, None)
 
 
 @pytest.mark.parametrize("sub_device", ["CPU", "NPU"])
@@ -208,7 +217,9 @@ ALL_TRANSFORMS = {
 
 
 @pytest.mark.parametrize("sub_device", ["CPU", "NPU"])
-def test_genai_shim_npu_all_transforms(arch_dir: Path, expected: list[int], sub_device: str) -> None:
+def test_genai_shim_npu_all_transforms(
+    arch_dir: Path, expected: list[int], sub_device: str
+) -> None:
     genai_shim = pytest.importorskip("genai_shim")
     props = {"NPUW_DEVICES": sub_device, **F32, **LENS, **ALL_TRANSFORMS}
     assert _genai_ids(genai_shim, arch_dir, "NPU", **props) == expected
@@ -232,7 +243,8 @@ def test_compressed_reference_matches_cpu(tmp_path: Path, preset: str, dtype: st
     folder = make_model_folder(tmp_path, preset, dtype, group_size=16)
     # no int8 activation quantization for int4 MatMuls: the reference is exact
     props = F32 | {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
-    req = ov.Core().compile_model(folder / "openvino_model.xml", "CPU", props).create_infer_request()
+    compiled = ov.Core().compile_model(folder / "openvino_model.xml", "CPU", props)
+    req = compiled.create_infer_request()
     ids = np.array([PROMPTS[preset]], np.int64)
     req.infer(
         {
