@@ -109,7 +109,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="q/k/v projections with bias (Qwen2 style)",
     )
     p.add_argument(
-        "--model-type", choices=["llama", "qwen2"], default=None, help="config.json model_type"
+        "--model-type",
+        choices=["llama", "qwen2", "phi3", "gemma"],  # modelbuilder.ARCHITECTURES
+        default=None,
+        help="architecture (config.json model_type); the *-tiny presets set it",
     )
     p.add_argument(
         "--overwrite", action="store_true", help="rebuild even if OUTPUT_DIR holds the same model"

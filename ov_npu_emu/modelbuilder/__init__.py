@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from ov_npu_emu.modelbuilder.config import DTYPES, GROUP_SIZES, PRESETS, LlamaConfig, get_preset
+from ov_npu_emu.modelbuilder.config import (
+    ARCHITECTURES,
+    DTYPES,
+    GROUP_SIZES,
+    PRESETS,
+    LlamaConfig,
+    get_preset,
+)
 from ov_npu_emu.modelbuilder.folder import (
     MANIFEST_NAME,
     MODEL_FILES,
@@ -25,6 +32,7 @@ __all__ = [
     # configuration
     "LlamaConfig",
     "PRESETS",
+    "ARCHITECTURES",
     "DTYPES",
     "GROUP_SIZES",
     "get_preset",

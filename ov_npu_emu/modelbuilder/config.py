@@ -9,7 +9,16 @@ from typing import Any
 
 from ov_npu_emu.errors import ConfigError
 
-__all__ = ["DTYPES", "GROUP_SIZES", "PRESETS", "LlamaConfig", "get_preset"]
+__all__ = ["ARCHITECTURES", "DTYPES", "GROUP_SIZES", "PRESETS", "LlamaConfig", "get_preset"]
+
+#: model_type -> HF ``architectures`` entry.  phi3 and gemma change the graph (see graph.py);
+#: llama and qwen2 differ only in the q/k/v bias.
+ARCHITECTURES: dict[str, str] = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "gemma": "GemmaForCausalLM",
+}
 
 #: Weight storage formats the builder can write (see ``weights.quantize``).
 DTYPES: tuple[str, ...] = ("f32", "f16", "int8", "int4")
@@ -36,7 +45,7 @@ class LlamaConfig:
     max_position_embeddings: int = 2048  # advertised context (config.json only; RoPE is computed)
     tie_word_embeddings: bool = True  # lm_head reuses the embedding table
     attention_bias: bool = False  # q/k/v projections have a bias (Qwen2 style); o_proj never does
-    model_type: str = "llama"  # "llama" or "qwen2": config.json model_type / architectures
+    model_type: str = "llama"  # a key of ARCHITECTURES: config.json model_type / architectures
     bos_token_id: int = 1  # matches the builder tokenizer's <s>
     eos_token_id: int = 2  # matches the builder tokenizer's </s>
     pad_token_id: int = 0  # matches the builder tokenizer's <unk>
@@ -74,9 +83,14 @@ class LlamaConfig:
             "head_dim",
         )
         need(
-            self.model_type in ("llama", "qwen2"),
-            f"model_type must be llama or qwen2, got {self.model_type!r}",
+            self.model_type in ARCHITECTURES,
+            f"model_type must be one of {', '.join(ARCHITECTURES)}, got {self.model_type!r}",
             "model_type",
+        )
+        need(
+            not (self.model_type == "phi3" and self.attention_bias),
+            "phi3 has no q/k/v bias (its fused qkv_proj is bias-free); drop attention_bias",
+            "attention_bias",
         )
         need(self.rms_norm_eps > 0, "rms_norm_eps must be > 0", "rms_norm_eps")
         need(self.rope_theta > 0, "rope_theta must be > 0", "rope_theta")
@@ -86,6 +100,16 @@ class LlamaConfig:
             need(0 <= value < self.vocab_size, f"{name}={value} is outside the vocabulary", name)
 
     # ------------------------------------------------------------------ derived sizes
+
+    @property
+    def is_phi3(self) -> bool:
+        """Fused qkv_proj and gate_up_proj (one MatMul each, then split)."""
+        return self.model_type == "phi3"
+
+    @property
+    def is_gemma(self) -> bool:
+        """Embeddings × √hidden, RMSNorm × (1 + w), GELU-tanh MLP."""
+        return self.model_type == "gemma"
 
     @property
     def num_kv_groups(self) -> int:
@@ -134,7 +158,7 @@ class LlamaConfig:
 
     def to_hf_dict(self) -> dict[str, Any]:
         """An HF-style ``config.json`` dict (LlamaForCausalLM / Qwen2ForCausalLM)."""
-        arch = "Qwen2ForCausalLM" if self.model_type == "qwen2" else "LlamaForCausalLM"
+        arch = ARCHITECTURES[self.model_type]
         out: dict[str, Any] = {
             "architectures": [arch],
             "model_type": self.model_type,
@@ -164,6 +188,17 @@ class LlamaConfig:
             # Qwen2 always has q/k/v bias; HF's config has no attention_bias field for it.
             out.pop("attention_bias")
             out["use_sliding_window"] = False
+        elif self.model_type == "phi3":
+            # Phi3Config: no head_dim / mlp_bias fields; sliding_window None = full attention.
+            for key in ("head_dim", "mlp_bias"):
+                out.pop(key)
+            out["sliding_window"] = None
+            out["original_max_position_embeddings"] = self.max_position_embeddings
+            out["embd_pdrop"] = out["resid_pdrop"] = 0.0
+        elif self.model_type == "gemma":
+            # GemmaConfig names the MLP activation hidden_activation (hidden_act is legacy).
+            out.pop("mlp_bias")
+            out["hidden_act"] = out["hidden_activation"] = "gelu_pytorch_tanh"
         return out
 
     @classmethod
@@ -183,7 +218,7 @@ class LlamaConfig:
             rms_norm_eps=float(data.get("rms_norm_eps", 1e-6)),
             rope_theta=float(data.get("rope_theta", 10000.0)),
             max_position_embeddings=int(data.get("max_position_embeddings", 2048)),
-            tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
+            tie_word_embeddings=bool(data.get("tie_word_embeddings", model_type == "gemma")),
             attention_bias=bool(data.get("attention_bias", model_type == "qwen2")),
             model_type=model_type,
             bos_token_id=int(data.get("bos_token_id") or 1),
@@ -220,6 +255,21 @@ PRESETS: dict[str, LlamaConfig] = {
         tie_word_embeddings=True,
         attention_bias=True,
         model_type="qwen2",
+    ),
+    # Phi-3's structure (fused projections, untied head) at tiny's sizes; GQA as Phi-3-medium,
+    # so the fused qkv splits unequally.
+    "phi3-tiny": LlamaConfig(
+        tie_word_embeddings=False,
+        model_type="phi3",
+    ),
+    # Gemma-2b's structure (MQA, tied head, head_dim != hidden/heads) at tiny's sizes.
+    "gemma-tiny": LlamaConfig(
+        num_key_value_heads=1,
+        head_dim=32,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        model_type="gemma",
+        init_scale=2.0,  # with init_scale 1 the tied GELU model greedily repeats one token
     ),
 }
 

@@ -117,9 +117,11 @@ class _Builder:
         mean = ops.reduce_mean(sq, _i64([-1]), keep_dims=True)
         rstd = ops.divide(_f32([1.0]), ops.sqrt(ops.add(mean, _f32([self.c.rms_norm_eps]))))
         normed = ops.multiply(x, rstd)
-        return ops.multiply(
-            normed, self.weight(w, f"{name}.weight"), name=f"{name}/Multiply"
-        ).output(0)
+        scale = self.weight(w, f"{name}.weight")
+        if self.c.is_gemma:
+            # GemmaRMSNorm: x̂ · (1 + w); the Add stays in the IR (the plugins fold it)
+            scale = ops.add(_f32([1.0]), scale, name=f"{name}/one_plus_weight").output(0)
+        return ops.multiply(normed, scale, name=f"{name}/Multiply").output(0)
 
     # ------------------------------------------------------------------ shared sub-graphs
 
@@ -207,23 +209,45 @@ class _Builder:
 
     # ------------------------------------------------------------------ blocks
 
+    def qkv(self, x: Output, lw: LayerWeights, p: str) -> tuple[Output, Output, Output]:
+        """[B,S,H] -> q [B,Hq,S,D] (roped), k [B,Hkv,S,D] (roped), v [B,Hkv,S,D]."""
+        c = self.c
+        if lw.qkv_proj is not None:
+            # phi3: one MatMul, then VariadicSplit along the feature axis into q | k | v
+            fused = self.linear(x, lw.qkv_proj, f"{p}.self_attn.qkv_proj")
+            parts = ops.variadic_split(
+                fused, _i64(-1), _i64([c.q_size, c.kv_size, c.kv_size]),
+                name=f"{p}.self_attn/qkv_split",
+            )
+            q_lin, k_lin, v_lin = parts.output(0), parts.output(1), parts.output(2)
+        else:
+            q_lin = self.linear(x, lw.q_proj, f"{p}.self_attn.q_proj", lw.q_bias)
+            k_lin = self.linear(x, lw.k_proj, f"{p}.self_attn.k_proj", lw.k_bias)
+            v_lin = self.linear(x, lw.v_proj, f"{p}.self_attn.v_proj", lw.v_bias)
+        q = self.rope(self.heads(q_lin, c.num_attention_heads))
+        k = self.rope(self.heads(k_lin, c.num_key_value_heads))
+        return q, k, self.heads(v_lin, c.num_key_value_heads)
+
+    def mlp(self, x: Output, lw: LayerWeights, p: str) -> Output:
+        """down(act(gate(x)) · up(x)); phi3 fuses gate|up, gemma uses GELU-tanh."""
+        if lw.gate_up_proj is not None:
+            fused = self.linear(x, lw.gate_up_proj, f"{p}.mlp.gate_up_proj")
+            halves = ops.split(fused, _i64(-1), 2, name=f"{p}.mlp/gate_up_split")  # chunk(2)
+            gate_lin, up = halves.output(0), halves.output(1)
+        else:
+            gate_lin = self.linear(x, lw.gate_proj, f"{p}.mlp.gate_proj")
+            up = self.linear(x, lw.up_proj, f"{p}.mlp.up_proj")
+        if self.c.is_gemma:
+            gate = ops.gelu(gate_lin, approximation_mode="tanh", name=f"{p}.mlp.act/Gelu")
+        else:
+            gate = ops.swish(gate_lin, _f32(1.0))
+        return self.linear(ops.multiply(gate, up).output(0), lw.down_proj, f"{p}.mlp.down_proj")
+
     def layer(self, i: int, h: Output, lw: LayerWeights) -> Output:
         c = self.c
         p = f"model.layers.{i}"
         x = self.rms_norm(h, lw.input_norm, f"{p}.input_layernorm")
-        q = self.rope(
-            self.heads(
-                self.linear(x, lw.q_proj, f"{p}.self_attn.q_proj", lw.q_bias), c.num_attention_heads
-            )
-        )
-        k = self.rope(
-            self.heads(
-                self.linear(x, lw.k_proj, f"{p}.self_attn.k_proj", lw.k_bias), c.num_key_value_heads
-            )
-        )
-        v = self.heads(
-            self.linear(x, lw.v_proj, f"{p}.self_attn.v_proj", lw.v_bias), c.num_key_value_heads
-        )
+        q, k, v = self.qkv(x, lw, p)
         key_id, value_id = kv_variable_ids(i)
         k_all = self.expand_kv(self.cache(k, key_id, f"{p}.self_attn.key_cache"))
         v_all = self.expand_kv(self.cache(v, value_id, f"{p}.self_attn.value_cache"))
@@ -239,15 +263,16 @@ class _Builder:
         )
 
         x = self.rms_norm(h.output(0), lw.post_norm, f"{p}.post_attention_layernorm")
-        gate = ops.swish(self.linear(x, lw.gate_proj, f"{p}.mlp.gate_proj"), _f32(1.0))
-        up = self.linear(x, lw.up_proj, f"{p}.mlp.up_proj")
-        down = self.linear(ops.multiply(gate, up).output(0), lw.down_proj, f"{p}.mlp.down_proj")
-        return ops.add(h, down, name=f"{p}/mlp_residual").output(0)
+        return ops.add(h, self.mlp(x, lw, p), name=f"{p}/mlp_residual").output(0)
 
     def build(self, name: str) -> ov.Model:
         self.build_shared()
         embed = self.weight(self.w.embed, "model.embed_tokens.weight")
         h = ops.gather(embed, self.input_ids, _i64(0), name="model.embed_tokens/Gather").output(0)
+        if self.c.is_gemma:
+            # GemmaModel: hidden * normalizer, a constant √hidden rounded to the compute dtype
+            normalizer = _f32(float(np.float32(np.sqrt(self.c.hidden_size))))
+            h = ops.multiply(h, normalizer, name="model/embed_scale").output(0)
         for i, lw in enumerate(self.w.layers):
             h = self.layer(i, h, lw)
         h = self.rms_norm(h, self.w.final_norm, "model.norm")

@@ -61,6 +61,7 @@ class LlamaReference:
         self.embed = dense(weights.embed)
         self.head = self.embed if weights.lm_head is None else dense(weights.lm_head)
         self.final_norm = dense(weights.final_norm)
+        self.gemma = self.config.is_gemma
         self.layers = [
             _DenseLayer(
                 dense(lw.input_norm),
@@ -85,7 +86,8 @@ class LlamaReference:
 
     def _rms_norm(self, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         mean = np.mean(x * x, axis=-1, keepdims=True)
-        return x * (1.0 / np.sqrt(mean + self.config.rms_norm_eps)) * w
+        scale = 1.0 + w if self.gemma else w  # GemmaRMSNorm stores w, applies (1 + w)
+        return x * (1.0 / np.sqrt(mean + self.config.rms_norm_eps)) * scale
 
     def _rope_tables(self, position_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # The graph multiplies Convert(position_ids, f32) by the f32 inv_freq in f32.
@@ -100,6 +102,12 @@ class LlamaReference:
             y = y + b
         batch, seq = x.shape[:2]
         return y.reshape(batch, seq, n, self.config.head_dim).transpose(0, 2, 1, 3)
+
+    def _act(self, x: np.ndarray) -> np.ndarray:
+        if self.gemma:  # gelu_pytorch_tanh
+            inner = np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)
+            return 0.5 * x * (1.0 + np.tanh(inner))
+        return x / (1.0 + np.exp(-x))  # SiLU
 
     @staticmethod
     def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -169,6 +177,8 @@ class LlamaReference:
         mask = self._mask(attention_mask, seq)
         groups = c.num_kv_groups
         h = self.embed[ids]  # [B,S,H]
+        if self.gemma:
+            h = h * float(np.float32(np.sqrt(c.hidden_size)))  # the graph's f32 constant
         present: KVCache = []
         for layer, (past_k, past_v) in zip(self.layers, past):
             x = self._rms_norm(h, layer.input_norm)
@@ -192,7 +202,7 @@ class LlamaReference:
             x = self._rms_norm(h, layer.post_norm)
             gate = x @ layer.gate.T
             up = x @ layer.up.T
-            h = h + ((gate / (1.0 + np.exp(-gate))) * up) @ layer.down.T
+            h = h + (self._act(gate) * up) @ layer.down.T
         logits = self._rms_norm(h, self.final_norm) @ self.head.T
         return logits, present
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -10,6 +11,8 @@ from ov_npu_emu.errors import ConfigError
 from ov_npu_emu.modelbuilder.config import DTYPES, GROUP_SIZES, LlamaConfig
 
 EMBED_STD_NUMERATOR = 0.3  # embedding std = 0.3·init_scale/√hidden (see init_weights)
+#: gemma: std = 1.0·init_scale/hidden; × √hidden in the graph makes it 1.0·init_scale/√hidden
+GEMMA_EMBED_STD_NUMERATOR = 1.0
 
 __all__ = [
     "LayerWeights",
@@ -68,6 +71,14 @@ class StoredWeight:
             return prod.reshape(self.shape)
         return self.data.astype(np.float32)
 
+    def rows(self, start: int, stop: int) -> StoredWeight:
+        """Output rows [start, stop) of a 2-D weight: exact for every kind, since all scales and
+        zero points are per output row (or per row group)."""
+        def cut(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.ascontiguousarray(a[start:stop])
+
+        return StoredWeight(self.kind, cut(self.data), cut(self.zero_point), cut(self.scale))
+
     @property
     def nbytes(self) -> int:
         extra = sum(a.nbytes for a in (self.zero_point, self.scale) if a is not None)
@@ -91,6 +102,18 @@ class LayerWeights:
     q_bias: StoredWeight | None = None  # [Hq*D] when attention_bias
     k_bias: StoredWeight | None = None  # [Hkv*D]
     v_bias: StoredWeight | None = None  # [Hkv*D]
+    # phi3: the stored fused weights; q/k/v_proj and gate/up_proj are then row views of them
+    qkv_proj: StoredWeight | None = None  # [(Hq+2*Hkv)*D, H]
+    gate_up_proj: StoredWeight | None = None  # [2*I, H]: gate rows first, then up
+
+    def stored(self) -> list[StoredWeight]:
+        """The weights the IR holds (fused ones once, not their row views)."""
+        views: set[str] = set()
+        if self.qkv_proj is not None:
+            views |= {"q_proj", "k_proj", "v_proj"}
+        if self.gate_up_proj is not None:
+            views |= {"gate_proj", "up_proj"}
+        return [v for k, v in vars(self).items() if v is not None and k not in views]
 
 
 @dataclass
@@ -116,9 +139,7 @@ class LlamaWeights:
         if self.lm_head is not None:
             total += self.lm_head.nbytes
         for layer in self.layers:
-            for value in vars(layer).values():
-                if value is not None:
-                    total += value.nbytes
+            total += sum(value.nbytes for value in layer.stored())
         return total
 
 
@@ -197,6 +218,30 @@ def check_dtype(dtype: str, group_size: int) -> None:
         )
 
 
+def _phi3_layer(c: LlamaConfig, norm: Any, fused: Any, linear: Any) -> LayerWeights:
+    """A phi3 block: same draws as Llama's (q, k, v, o, gate, up, down), stored fused."""
+    input_norm = norm()
+    h, q, kv, i = c.hidden_size, c.q_size, c.kv_size, c.intermediate_size
+    # o_proj is drawn between v and gate in Llama's order; keep it so per-part draws line up
+    qkv = fused((q, h), (kv, h), (kv, h))
+    o_proj = linear(h, q)
+    post_norm = norm()
+    gate_up = fused((i, h), (i, h))
+    return LayerWeights(
+        input_norm=input_norm,
+        q_proj=qkv.rows(0, q),
+        k_proj=qkv.rows(q, q + kv),
+        v_proj=qkv.rows(q + kv, q + 2 * kv),
+        o_proj=o_proj,
+        post_norm=post_norm,
+        gate_proj=gate_up.rows(0, i),
+        up_proj=gate_up.rows(i, 2 * i),
+        down_proj=linear(h, i),
+        qkv_proj=qkv,
+        gate_up_proj=gate_up,
+    )
+
+
 def init_weights(
     config: LlamaConfig, seed: int = 0, dtype: str = "f32", group_size: int = 128
 ) -> LlamaWeights:
@@ -223,18 +268,30 @@ def init_weights(
         return _store(normal((out_f, in_f), s / np.sqrt(in_f)), dtype, True, group_size)
 
     def norm() -> StoredWeight:
-        return _store(1.0 + normal((c.hidden_size,), 0.1), dtype, compressible=False)
+        # gemma stores w and scales by (1 + w); same effective scale as the others
+        base = 0.0 if c.is_gemma else 1.0
+        return _store(base + normal((c.hidden_size,), 0.1), dtype, compressible=False)
+
+    def fused(*parts: tuple[int, int]) -> StoredWeight:
+        # drawn part by part (Llama's order), quantized as one matrix: scales are per row
+        mats = [normal((out_f, in_f), s / np.sqrt(in_f)) for out_f, in_f in parts]
+        return _store(np.concatenate(mats, axis=0), dtype, True, group_size)
 
     def bias(n: int) -> StoredWeight:
         return _store(normal((n,), 0.1 * s), dtype, compressible=False)
 
     embed_std = s * EMBED_STD_NUMERATOR / np.sqrt(c.hidden_size)
+    if c.is_gemma:  # the graph multiplies by √hidden again
+        embed_std = s * GEMMA_EMBED_STD_NUMERATOR / c.hidden_size
     # embeddings and lm_head stay int8 in int4 exports (optimum's backup precision)
     embed = _store(
         normal((c.vocab_size, c.hidden_size), embed_std), dtype, True, group_size, int4=False
     )
     layers = []
     for _ in range(c.num_hidden_layers):
+        if c.is_phi3:
+            layers.append(_phi3_layer(c, norm, fused, linear))
+            continue
         layer = LayerWeights(
             input_norm=norm(),
             q_proj=linear(c.q_size, c.hidden_size),
