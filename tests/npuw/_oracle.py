@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["F32_SUB", "decode_step", "greedy", "real_npuw_config"]
+__all__ = ["F32_SUB", "call", "decode_step", "greedy", "real_npuw_config"]
 
 #: f32 compute for the sub-models (the CPU default is bf16 here)
 F32_SUB = {"INFERENCE_PRECISION_HINT": "f32"}
@@ -129,3 +129,18 @@ def decode_step(model: Any, stored: int, seed: int = 0) -> tuple[np.ndarray, Any
         req.set_tensor(name, ov.Tensor(value))
     req.infer()
     return req.get_tensor(EMBED).data.copy(), cm
+
+
+def call(req: Any, ids: list[int], start: int) -> np.ndarray:
+    """One stateful call feeding ``ids`` at positions ``start…`` (history all attended);
+    returns a copy of the logits."""
+    n = start + len(ids)
+    req.infer(
+        {
+            "input_ids": np.array([ids], np.int64),
+            "attention_mask": np.ones((1, n), np.int64),
+            "position_ids": np.arange(start, n, dtype=np.int64)[None],
+            "beam_idx": np.zeros(1, np.int32),
+        }
+    )
+    return np.asarray(req.get_tensor("logits").data).copy()

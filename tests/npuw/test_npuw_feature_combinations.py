@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tests.npuw._oracle import real_npuw_config
+from tests.npuw._oracle import call, real_npuw_config
 
 _RNG = np.random.default_rng(11)
 FIRST = [1] + _RNG.integers(3, 512, size=29).tolist()  # 30 + MIN_RESPONSE 64 → kv96
@@ -27,22 +27,9 @@ COMBOS = [
 ]
 
 
-def _call(req, ids: list[int], start: int) -> np.ndarray:
-    n = start + len(ids)
-    req.infer(
-        {
-            "input_ids": np.array([ids], np.int64),
-            "attention_mask": np.ones((1, n), np.int64),
-            "position_ids": np.arange(start, n, dtype=np.int64)[None],
-            "beam_idx": np.zeros(1, np.int32),
-        }
-    )
-    return np.asarray(req.get_tensor("logits").data)
-
-
 def _check(cpu, seq: list[int], got: np.ndarray, n: int) -> None:
     cpu.reset_state()
-    want = _call(cpu, seq, 0)[0, -n:]
+    want = call(cpu, seq, 0)[0, -n:]
     np.testing.assert_allclose(got[0, -n:], want, atol=1e-3 * float(np.abs(want).max()))
 
 
@@ -69,11 +56,11 @@ def test_switches_compose(combo, stories_model, cpu_request, emu_core):
     for prompt in (FIRST, SECOND):
         req.reset_state()
         seq = list(prompt)
-        _check(cpu_request, seq, _call(req, seq, 0), 1)
+        _check(cpu_request, seq, call(req, seq, 0), 1)
         while len(seq) < 100:  # past kv96 → a switch to kv128
             n = int(rng.integers(1, combo["m"] + 1))
             cand = rng.integers(3, 512, size=n).tolist()
-            _check(cpu_request, seq + cand, _call(req, cand, len(seq)), n)
+            _check(cpu_request, seq + cand, call(req, cand, len(seq)), n)
             seq += cand[: int(rng.integers(1, n + 1))]
         assert req._impl.switches == 1
     if combo["prefix"]:
@@ -106,7 +93,7 @@ def test_switches_survive_export_import(stories_model, cpu_request, emu_core):
     req = back.create_infer_request()
     for prompt in (FIRST, SECOND):
         req.reset_state()
-        _check(cpu_request, prompt, _call(req, prompt, 0), 1)
+        _check(cpu_request, prompt, call(req, prompt, 0), 1)
         cand = [5, 6, 7]
-        _check(cpu_request, prompt + cand, _call(req, cand, len(prompt)), 3)
+        _check(cpu_request, prompt + cand, call(req, cand, len(prompt)), 3)
     assert req._impl.restored_tokens == 16

@@ -8,7 +8,7 @@ import openvino as ov
 import pytest
 
 from ov_npu_emu.errors import KVCacheFullError, UserInputError
-from tests.npuw._oracle import real_npuw_config
+from tests.npuw._oracle import call, real_npuw_config
 
 PROMPT = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426]
 
@@ -24,23 +24,10 @@ def _cfg(device: str) -> dict:
     )
 
 
-def _call(req, ids: list[int], start: int) -> np.ndarray:
-    n = start + len(ids)
-    req.infer(
-        {
-            "input_ids": np.array([ids], np.int64),
-            "attention_mask": np.ones((1, n), np.int64),
-            "position_ids": np.arange(start, n, dtype=np.int64)[None],
-            "beam_idx": np.zeros(1, np.int32),
-        }
-    )
-    return np.asarray(req.get_tensor("logits").data).copy()
-
-
 def _reference(cpu, seq: list[int], n: int) -> np.ndarray:
     """Logits of the last ``n`` tokens of ``seq`` from the stateful CPU model in one call."""
     cpu.reset_state()
-    return _call(cpu, seq, 0)[0, -n:]
+    return call(cpu, seq, 0)[0, -n:]
 
 
 def _speculate(req, cpu, rng) -> tuple[list[tuple[int, ...]], int]:
@@ -49,12 +36,12 @@ def _speculate(req, cpu, rng) -> tuple[list[tuple[int, ...]], int]:
     CPU model; returns the logits shapes seen and the greedy ids agreement count."""
     req.reset_state()
     seq = list(PROMPT)
-    _call(req, seq, 0)
+    call(req, seq, 0)
     shapes, agree = [], 0
     while len(seq) < 150:
         n = int(rng.integers(1, 9))
         cand = rng.integers(3, 512, size=n).tolist()
-        logits = _call(req, cand, len(seq))
+        logits = call(req, cand, len(seq))
         shapes.append(logits.shape)
         want = _reference(cpu, seq + cand, n)
         got = logits[0, -n:]
@@ -84,12 +71,12 @@ def test_shapes_and_errors_like_the_real(stories_model, emu_core):
     ours = emu_core.compile_model(stories_model, "NPU", _cfg("CPU")).create_infer_request()
     for req in (real, ours):
         req.reset_state()
-        _call(req, PROMPT, 0)
-        assert _call(req, [5, 6, 7], len(PROMPT)).shape == (1, 8, 512)
+        call(req, PROMPT, 0)
+        assert call(req, [5, 6, 7], len(PROMPT)).shape == (1, 8, 512)
     with pytest.raises(UserInputError) as err:
-        _call(ours, list(range(3, 12)), len(PROMPT) + 3)
+        call(ours, list(range(3, 12)), len(PROMPT) + 3)
     with pytest.raises(RuntimeError) as real_err:
-        _call(real, list(range(3, 12)), len(PROMPT) + 3)
+        call(real, list(range(3, 12)), len(PROMPT) + 3)
     text = 'Input prompt length is greater than output "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 8.\nPlease adjust it.'
     assert str(err.value) == text and text in str(real_err.value)
 
@@ -99,13 +86,13 @@ def test_kv_full_with_several_tokens(stories_model, emu_core):
     cfg = {**_cfg("CPU"), "NPUW_LLM_GENERATE_VARIANTS": ""}
     req = emu_core.compile_model(stories_model, "NPU", cfg).create_infer_request()
     req.reset_state()
-    _call(req, PROMPT, 0)
+    call(req, PROMPT, 0)
     stored = len(PROMPT)
     while stored < 184:
-        _call(req, list(range(3, 11)), stored)
+        call(req, list(range(3, 11)), stored)
         stored += 8
     assert req._impl.num_stored_tokens == 184
     with pytest.raises(
         KVCacheFullError, match="KV-Cache is full: num_stored_tokens=184 capacity=184"
     ):
-        _call(req, [5], stored)
+        call(req, [5], stored)
