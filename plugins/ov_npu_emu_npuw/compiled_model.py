@@ -226,9 +226,12 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     # one table size for all sub-models: a conversation never gets past the total KV size
     rope = cfg.total_size if cfg.cache_rope else 0
     # real order: generate variants, prefill, LM head
-    jobs: list[tuple[str, int | str]] = [(f"{name}_kv{k}", k) for k in cfg.variants]
-    jobs += [(f"{name}_prefill_p{p}", f"prefill:{p}") for p in cfg.prefill_pyramid]
-    jobs += [(f"{name}_prefill", "prefill")] + ([(f"{name}_lm_head", "head")] if shared else [])
+    # (sub-model name, kind, size): the KV size of a variant, the mask length of a prefill
+    jobs: list[tuple[str, str, int]] = [(f"{name}_kv{k}", "kv", k) for k in cfg.variants]
+    jobs += [(f"{name}_prefill_p{p}", "prefill", p) for p in cfg.prefill_pyramid]
+    jobs.append((f"{name}_prefill", "prefill", cfg.max_prompt_len))
+    if shared:
+        jobs.append((f"{name}_lm_head", "head", 0))
     # like LLMCompiledModel: one weights-bank name for prefill, generate variants and LM head, so
     # the device keeps one copy of the weights (and of their decompressed form) for all of them
     bank = {
@@ -244,28 +247,19 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     pyramid: dict[int, CompiledModel] = {}
     prefill = head = None
     progress = _TtyProgress(len(jobs))
-    for n, (sub_name, what) in enumerate(jobs, 1):
+    for n, (sub_name, kind, size) in enumerate(jobs, 1):
         progress.step(n, sub_name, device)
         t0 = time.perf_counter()
-        if isinstance(what, str) and what.startswith("prefill:"):
-            size = int(what.split(":")[1])
+        if kind == "prefill":
             static = make_prefill_model(
                 stateless, kv, size, cfg.chunk_size, kv_type, shared, rope, cfg.max_gen_len
             )
-            pyramid[size] = core.compile_model(static, device, prefill_config)
-        elif what == "prefill":
-            static = make_prefill_model(
-                stateless,
-                kv,
-                cfg.max_prompt_len,
-                cfg.chunk_size,
-                kv_type,
-                shared,
-                rope,
-                cfg.max_gen_len,
-            )
-            prefill = core.compile_model(static, device, prefill_config)
-        elif what == "head":
+            compiled = core.compile_model(static, device, prefill_config)
+            if size == cfg.max_prompt_len:
+                prefill = compiled
+            else:
+                pyramid[size] = compiled
+        elif kind == "head":
             # No single-thread default here: run inline right after a variant, the head took
             # 85 µs with one thread vs 29 µs with the plugin's own choice (docs/npuw.md).
             head_config = (
@@ -277,16 +271,16 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
             static = make_generate_model(
                 stateless,
                 kv,
-                int(what),
+                size,
                 kv_type,
                 shared,
                 cfg.grouped_attention,
                 rope,
                 cfg.max_gen_len,
             )
-            extra = generate_default_config(device, static, generate_config, kv, int(what))
-            generate[int(what)] = core.compile_model(static, device, {**generate_config, **extra})
-            sub_defaults[f"kv{what}"] = extra
+            extra = generate_default_config(device, static, generate_config, kv, size)
+            generate[size] = core.compile_model(static, device, {**generate_config, **extra})
+            sub_defaults[f"kv{size}"] = extra
         seconds[sub_name] = time.perf_counter() - t0
         logger.info(
             "[%d/%d] compiled %s on %s in %.2f s", n, len(jobs), sub_name, device, seconds[sub_name]
