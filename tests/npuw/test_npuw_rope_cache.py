@@ -14,6 +14,7 @@ from ov_npu_emu_npuw.transform import (
     cache_rope,
     make_generate_model,
     make_prefill_model,
+    rotate_half_as_matmul,
     to_stateless,
 )
 from tests.npuw._oracle import decode_step
@@ -92,3 +93,28 @@ def test_positions_past_the_table_are_a_typed_error(emu_core, stories_model):
     off = emu_core.compile_model(stories_model, "NPU", {**BASE, "NPUW_LLM_CACHE_ROPE": "NO"})
     assert off.get_property("NPUW_LLM_CACHE_ROPE") is False
     _prefill(off.create_infer_request(), 126)  # computed sin/cos: any position works
+
+
+def test_rotate_half_becomes_one_exact_matmul(stateless, monkeypatch):
+    """HF rotate_half (Split, Negative, Concat) → x·R with a ±1 permutation: bit-identical."""
+    import ov_npu_emu_npuw.transform as T
+
+    sl, kv = stateless
+    rotated = make_generate_model(sl, kv, 128, ov.Type.f32, shared_head=True)
+    monkeypatch.setattr(T, "rotate_half_as_matmul", lambda m: 0)
+    plain = make_generate_model(sl, kv, 128, ov.Type.f32, shared_head=True)
+    layers = len(kv.past_names) // 2
+    assert Counter(op.get_type_name() for op in plain.get_ordered_ops())["Negative"] == 2 * layers
+    assert Counter(op.get_type_name() for op in rotated.get_ordered_ops())["Negative"] == 0
+    for position in (0, 77):
+        np.testing.assert_array_equal(
+            decode_step(rotated, position)[0], decode_step(plain, position)[0]
+        )
+
+
+def test_rotate_half_leaves_other_concats_alone():
+    x = ov.opset13.parameter([1, 2, 1, 8], ov.Type.f32)
+    halves = ov.opset13.split(x, -1, 2)
+    swapped = ov.opset13.concat([halves.output(1), halves.output(0)], -1)  # no Negative
+    model = ov.Model([ov.opset13.result(swapped)], [x])
+    assert rotate_half_as_matmul(model) == 0
