@@ -417,7 +417,9 @@ class SpeculativeDecoder:
             if stream is not None:
                 stream.end()
         finally:
-            # Not a chat: both caches start empty next time (also after an error).
+            # Every call starts from empty caches, chat turns too (the whole templated history is
+            # prefilled again, as the real does) and after an error. The real's start_chat skips
+            # this reset, which breaks a stateful CPU draft on turn 2 (docs/genai_shim.md).
             main_raw, draft_raw = main.raw, draft.raw
             main.reset()
             draft.reset()
