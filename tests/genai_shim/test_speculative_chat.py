@@ -13,7 +13,7 @@ import genai_shim
 from tests.genai_shim.conftest import F32, REAL_NPU, needs_npuw
 from tests.genai_shim.test_speculative import _build_draft, _counters
 
-pytestmark = needs_npuw
+pytestmark = [needs_npuw, pytest.mark.filterwarnings("ignore:start_chat:DeprecationWarning")]
 
 # The history of turn 3 is 104 tokens: the prompt window must hold it (the real checks it too).
 NPU_PROPS = {"MAX_PROMPT_LEN": 256, "MIN_RESPONSE_LEN": 64}
