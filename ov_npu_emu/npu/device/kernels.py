@@ -413,6 +413,20 @@ _SKIP_SHARE = 0.05
 _SKIP_MIN_SCORES = 1 << 16
 
 
+def _softmax_times_v(scores, rowmax, v, o, direct: bool) -> None:  # type: ignore[no-untyped-def]
+    """``o = softmax(scores, -1) @ v``, the softmax in place in ``scores`` (``rowmax`` is scratch);
+    ``direct``: ``o`` has the product's shape and dtype, else it is copied in reshaped."""
+    np.maximum.reduce(scores, axis=-1, keepdims=True, out=rowmax)  # np.max/np.sum minus their Python layers
+    np.subtract(scores, rowmax, out=scores)
+    np.exp(scores, out=scores)
+    np.add.reduce(scores, axis=-1, keepdims=True, out=rowmax)
+    np.divide(scores, rowmax, out=scores)
+    if direct:
+        np.matmul(scores, v, out=o)
+    else:
+        np.copyto(o, np.matmul(scores, v).reshape(o.shape), casting="unsafe")
+
+
 def _masked_column_skipper(q32, k, v, mask_in, mask, groups: int, L: int, scale: float,  # type: ignore[no-untyped-def]
                            batch: tuple[int, ...], rows: int, o, direct: bool) -> Callable[[], bool] | None:
     """Attention over only the columns the mask leaves open, when that is provably the same.
@@ -484,15 +498,7 @@ def _masked_column_skipper(q32, k, v, mask_in, mask, groups: int, L: int, scale:
             np.copyto(scm, -np.inf, where=~mr)
         else:
             np.add(scm, mr, out=scm, casting="unsafe")
-        np.maximum.reduce(sc, axis=-1, keepdims=True, out=rowmax)
-        np.subtract(sc, rowmax, out=sc)
-        np.exp(sc, out=sc)
-        np.add.reduce(sc, axis=-1, keepdims=True, out=rowmax)
-        np.divide(sc, rowmax, out=sc)
-        if direct:
-            np.matmul(sc, vr, out=o)
-        else:
-            np.copyto(o, np.matmul(sc, vr).reshape(o.shape), casting="unsafe")
+        _softmax_times_v(sc, rowmax, vr, o, direct)
         return True
     return run
 
@@ -576,15 +582,7 @@ def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
                 np.add(scores_m, mask, out=scores_m, casting="unsafe")
         if bias is not None:
             np.add(scores_m, bias, out=scores_m)
-        np.maximum.reduce(scores, axis=-1, keepdims=True, out=rowmax)  # np.max/np.sum minus their Python layers
-        np.subtract(scores, rowmax, out=scores)
-        np.exp(scores, out=scores)
-        np.add.reduce(scores, axis=-1, keepdims=True, out=rowmax)
-        np.divide(scores, rowmax, out=scores)
-        if direct:
-            np.matmul(scores, v32, out=o)
-        else:
-            np.copyto(o, np.matmul(scores, v32).reshape(o.shape), casting="unsafe")
+        _softmax_times_v(scores, rowmax, v32, o, direct)
     return run
 
 
