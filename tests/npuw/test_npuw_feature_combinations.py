@@ -33,16 +33,23 @@ def _check(cpu, seq: list[int], got: np.ndarray, n: int) -> None:
     np.testing.assert_allclose(got[0, -n:], want, atol=1e-3 * float(np.abs(want).max()))
 
 
-@pytest.mark.parametrize(
-    "combo", COMBOS, ids=lambda c: "-".join(f"{k}{int(v)}" for k, v in c.items())
-)
-def test_switches_compose(combo, stories_model, cpu_request, emu_core):
-    cfg = real_npuw_config(
+def _config(**switches) -> dict:
+    """64 + 64 tokens, 16-token chunks, variants 96 and 128, f32 KV (exact), plus ``switches``."""
+    return real_npuw_config(
         64,
         64,
         NPUW_LLM_PREFILL_CHUNK_SIZE=16,
         NPUW_LLM_GENERATE_VARIANTS="96",
         KV_CACHE_PRECISION="f32",
+        **switches,
+    )
+
+
+@pytest.mark.parametrize(
+    "combo", COMBOS, ids=lambda c: "-".join(f"{k}{int(v)}" for k, v in c.items())
+)
+def test_switches_compose(combo, stories_model, cpu_request, emu_core):
+    cfg = _config(
         NPUW_LLM_OPTIMIZE_V_TENSORS=combo["v_t"],
         NPUW_LLM_SHARED_HEAD=combo["head"],
         NPUW_LLM_MAX_GENERATION_TOKEN_LEN=combo["m"],
@@ -68,12 +75,7 @@ def test_switches_compose(combo, stories_model, cpu_request, emu_core):
 
 
 def test_switches_survive_export_import(stories_model, cpu_request, emu_core):
-    cfg = real_npuw_config(
-        64,
-        64,
-        NPUW_LLM_PREFILL_CHUNK_SIZE=16,
-        NPUW_LLM_GENERATE_VARIANTS="96",
-        KV_CACHE_PRECISION="f32",
+    cfg = _config(
         NPUW_LLM_MAX_GENERATION_TOKEN_LEN=8,
         NPUW_LLM_ENABLE_PREFIX_CACHING="YES",
         NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE=16,
