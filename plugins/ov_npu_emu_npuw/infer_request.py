@@ -85,7 +85,8 @@ class _Staging:
             ("position_ids", self.pos),
         ):
             req.set_tensor(name, ov.Tensor(arr, shared_memory=True))
-        outs = {p.any_name: p for p in req.model_outputs}
+        # every name of a port: a device may keep other names beside ours (gpt2's embed output)
+        outs = {n: p for p in req.model_outputs for n in p.names}
         self.present: list[np.ndarray] = []
         for name in present_names:
             port = outs[name]
@@ -135,8 +136,7 @@ class LLMInferRequest(DeviceInferRequest):
         cfg = cm.cfg
         self._cm = cm
         self._cfg = cfg
-        self._names = [p.any_name for p in cm.inputs]
-        self._index = {n: i for i, n in enumerate(self._names)}
+        self._index = {n: i for i, p in enumerate(cm.inputs) for n in p.names}
         self._user: list[ov.Tensor] = [
             ov.Tensor(p.element_type, [0] * p.partial_shape.rank.get_length()) for p in cm.inputs
         ]
@@ -248,9 +248,16 @@ class LLMInferRequest(DeviceInferRequest):
         self.num_stored_tokens = 0
 
     def infer(self) -> None:
-        ids, mask, pos = (self._input(n) for n in ("input_ids", "attention_mask", "position_ids"))
+        ids, mask = self._input("input_ids"), self._input("attention_mask")
         if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
             raise UserInputError(f"input_ids must be [1, n>0] (batch 1), got {list(ids.shape)}")
+        if "position_ids" in self._index:
+            pos = self._input("position_ids")
+        else:
+            # A model without position_ids (Bloom's ALiBi) takes its positions from the mask,
+            # as transformers does: the mask covers the history plus the new tokens.
+            start = mask.shape[-1] - ids.shape[1]
+            pos = np.arange(start, start + ids.shape[1], dtype=np.int64)[None]
         if pos.shape != ids.shape:
             raise UserInputError(
                 f"position_ids {list(pos.shape)} must match input_ids {list(ids.shape)}"

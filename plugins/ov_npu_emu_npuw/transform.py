@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+from collections.abc import Mapping
 
 import numpy as np
 import openvino as ov
@@ -22,6 +23,7 @@ __all__ = [
     "make_lm_head_model",
     "make_prefill_model",
     "rotate_half_as_matmul",
+    "sliding_windows",
     "to_stateless",
 ]
 
@@ -59,11 +61,12 @@ def to_stateless(model: ov.Model) -> tuple[ov.Model, KVLayout]:
     Uses OpenVINO's own StatefulToStateless pass (the one real NPUW runs), then checks what it made.
     """
     names = _names(model)
-    missing = [n for n in _REQUIRED if n not in names]
+    missing = [n for n in _REQUIRED if n not in names and n != "position_ids"]
     if missing:
         raise UserInputError(
-            f"NPUW_LLM needs a stateful LLM with inputs input_ids, attention_mask, position_ids, beam_idx; "
-            f"the model lacks {missing}. Export it with optimum-intel (task text-generation-with-past)."
+            f"NPUW_LLM needs a stateful LLM with inputs input_ids, attention_mask, beam_idx "
+            f"(and position_ids where the model has them); the model lacks {missing}. "
+            "Export it with optimum-intel (task text-generation-with-past)."
         )
     if "beam_idx" not in names or not model.get_sinks():
         raise UserInputError(
@@ -77,6 +80,12 @@ def to_stateless(model: ov.Model) -> tuple[ov.Model, KVLayout]:
         raise CompileError(
             f"stateful_to_stateless_transformation failed: {e}", stage="transform"
         ) from e
+    if "position_ids" not in names:
+        # Like the real AddPositionIdsParam: every static sub-model takes positions (unused by
+        # a model that derives them from the mask, used by the sliding-window rewrite).
+        pos = ops.parameter([-1, -1], ov.Type.i64, name="position_ids")
+        pos.output(0).get_tensor().set_names({"position_ids"})
+        m.add_parameters([pos])
     past, present, heads, dims = [], [], [], []
     for p in m.inputs:
         name = p.get_any_name()
@@ -132,10 +141,29 @@ def _kv_concat(param: ov.Node) -> ov.Node:
 
 
 def _remove_empty_kv_inputs(model: ov.Model, kv: KVLayout) -> None:
-    """Static prefill has no past: Concat(past[0], new) becomes new and the past inputs go away."""
-    for name in kv.past_names:
+    """Static prefill has no past: Concat(past[0], new) becomes new and the past inputs go away.
+
+    Real exports also read the past length through ShapeOf(past) (transformers' causal-mask and
+    cache-position code); with no past that shape is [1, Hkv, 0, D], so each ShapeOf becomes that
+    constant (as the real RemoveEmptyKVTensors does) before the parameter is removed.
+    """
+    for i, name in enumerate(kv.past_names):
         param = _param(model, name)
         concat = _kv_concat(param)
+        for t in list(param.output(0).get_target_inputs()):
+            user = t.get_node()
+            if user.get_instance_id() == concat.get_instance_id():
+                continue
+            if user.get_type_name() != "ShapeOf":
+                raise CompileError(
+                    f"{name}: the static prefill model has no past KV, but "
+                    f"{user.get_type_name()} {user.get_friendly_name()!r} reads it; only "
+                    "Concat(past, new) and ShapeOf(past) can be resolved",
+                    stage="transform",
+                )
+            dt = user.get_output_element_type(0).to_dtype()
+            empty = np.array([1, kv.num_heads[i], 0, kv.head_dims[i]], dt)
+            user.output(0).replace(ops.constant(empty).output(0))
         concat.output(0).replace(concat.input_value(1))
         model.remove_parameter(param)
 
@@ -460,6 +488,137 @@ def rotate_half_as_matmul(model: ov.Model) -> int:
     return done
 
 
+def _allowed(mask: np.ndarray) -> np.ndarray:
+    """Which (query, key) pairs an attention mask lets through: True, or an additive 0 (not a
+    large negative fill)."""
+    return mask.astype(bool) if mask.dtype == np.bool_ else mask > -1.0
+
+
+def sliding_windows(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[str, int]:
+    """Per SDPA whose mask is a sliding window narrower than ``capacity``: its window.
+
+    Exports compute the causal / sliding-window mask from KV *slot* indices (``kv_idx <= q_idx``,
+    ``kv_idx > q_idx - W``), which are positions only in a contiguous cache.  NPUW's buffers are
+    not: the prefill is right-aligned and padded, a generate step keeps its history left-aligned
+    with the new token in the last column.  A causal mask survives that (padding is masked by
+    ``attention_mask``), a window does not.  The mask subgraph is evaluated once on the CPU
+    plugin for a ``capacity``-token prompt with no past and classified per SDPA: causal (kept),
+    causal with a window ``W`` (rewritten by :func:`_position_masks`), anything else is an error.
+    """
+    m = stateless.clone()
+    sdpas = [op for op in m.get_ordered_ops() if op.get_type_name() == "ScaledDotProductAttention"]
+    sdpas = [op for op in sdpas if op.get_input_size() > 3]
+    if not sdpas:
+        return {}
+    probe = ov.Model([ops.result(op.input_value(3)) for op in sdpas], m.get_parameters(), "masks")
+    shapes: dict[str, ov.PartialShape] = {}
+    feed: dict[str, np.ndarray] = {}
+    for p in probe.get_parameters():
+        names = p.output(0).get_names()
+        name = next((n for n in (*kv.past_names, *_REQUIRED) if n in names), "")
+        dt = p.get_element_type().to_dtype()
+        if name in kv.past_names:
+            i = kv.past_names.index(name)
+            shape = [1, kv.num_heads[i], 0, kv.head_dims[i]]
+            feed[name] = np.zeros(shape, dt)
+        elif name == "position_ids":
+            shape = [1, capacity]
+            feed[name] = np.arange(capacity, dtype=dt)[None]
+        elif name in ("input_ids", "attention_mask"):
+            shape = [1, capacity]
+            feed[name] = np.ones(shape, dt)
+        else:
+            return {}  # inputs we cannot synthesize (embeddings, LoRA): leave the masks as they are
+        shapes[name] = ov.PartialShape(shape)
+    try:
+        probe.reshape(shapes)
+        compiled = ov.Core().compile_model(probe, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        masks = compiled(feed)
+    except RuntimeError as e:
+        logger.debug("attention masks could not be evaluated (%s); left as they are", e)
+        return {}
+    q = np.arange(capacity)[:, None]
+    dist = q - np.arange(capacity)[None, :]
+    causal = dist >= 0
+    windows: dict[str, int] = {}
+    for i, op in enumerate(sdpas):
+        allowed = _allowed(np.asarray(masks[i]))
+        allowed = allowed.reshape(-1, *allowed.shape[-2:])
+        if allowed.shape[-2:] != (capacity, capacity):
+            continue  # not a [.., L, S] mask (e.g. a scalar): nothing position-dependent
+        if all((a == causal).all() for a in allowed):
+            continue
+        w = int(allowed[0][-1].sum())
+        if all((a == (causal & (dist < w))).all() for a in allowed):
+            windows[op.get_friendly_name()] = w
+            continue
+        raise CompileError(
+            f"SDPA {op.get_friendly_name()!r}: its attention mask is neither causal nor a causal "
+            "sliding window, so NPUW cannot lay its KV cache out statically (the mask depends "
+            "on KV slot indices)",
+            stage="transform",
+        )
+    if windows:
+        logger.info("sliding-window attention in %d of %d layers (window %s)", len(windows),
+                    len(sdpas), sorted(set(windows.values())))
+    return windows
+
+
+def _position_masks(model: ov.Model, windows: Mapping[str, int]) -> None:
+    """Rewrite each windowed SDPA mask on token positions instead of KV slots (static shapes).
+
+    The query positions are ``position_ids``; a past slot ``j`` holds position ``j`` (NPUW keeps
+    the history left-aligned from 0) and the last L slots hold the current tokens.  Allowed:
+    ``attention_mask[j] and 0 <= q_pos - kv_pos < W``.
+    """
+    if not windows:
+        return
+    pos = _param(model, "position_ids").output(0)
+    am = _param(model, "attention_mask").output(0)
+    q_len = pos.get_partial_shape()[1].get_length()
+    s_len = am.get_partial_shape()[1].get_length()
+    i64 = ov.Type.i64
+    q_flat = ops.convert(ops.reshape(pos, ops.constant([q_len], i64), False), i64)
+    kv_pos = q_flat
+    if s_len > q_len:
+        kv_pos = ops.concat([ops.constant(np.arange(s_len - q_len, dtype=np.int64)), q_flat], 0)
+    dist = ops.subtract(
+        ops.reshape(q_flat, ops.constant([1, 1, q_len, 1], i64), False),
+        ops.reshape(kv_pos, ops.constant([1, 1, 1, s_len], i64), False),
+    )
+    keep = ops.reshape(
+        ops.not_equal(am, ops.constant(np.array(0, am.get_element_type().to_dtype()))),
+        ops.constant([1, 1, 1, s_len], i64),
+        False,
+    )
+    causal = ops.logical_and(keep, ops.greater_equal(dist, ops.constant(np.array(0, np.int64))))
+    for op in model.get_ordered_ops():
+        w = windows.get(op.get_friendly_name())
+        if w is None or op.get_type_name() != "ScaledDotProductAttention":
+            continue
+        allowed = ops.logical_and(causal, ops.less(dist, ops.constant(np.array(w, np.int64))))
+        old = op.input_value(3)
+        et = old.get_element_type()
+        if et == ov.Type.boolean:
+            new = allowed.output(0)
+        else:
+            zero = ops.constant(np.array(0, et.to_dtype()))
+            fill = ops.constant(np.array(_mask_fill(old), et.to_dtype()))
+            new = ops.select(allowed, zero, fill).output(0)
+        op.input(3).replace_source_output(new)
+    model.validate_nodes_and_infer_types()
+
+
+def _mask_fill(mask: ov.Output) -> float:
+    """The fill value of a Select(cond, 0, fill) mask, else f16's lowest (NaN-free under f32)."""
+    node = mask.get_node()
+    if node.get_type_name() == "Select":
+        fill = node.input_value(2).get_node()
+        if fill.get_type_name() == "Constant" and fill.get_output_shape(0) == []:
+            return float(fill.get_data())
+    return float(np.finfo(np.float16).min)
+
+
 EMBED = "npuw_output_embed"
 
 
@@ -556,6 +715,7 @@ def make_prefill_model(
     shared_head: bool = False,
     rope_positions: int = 0,
     max_gen_len: int = 1,
+    windows: Mapping[str, int] | None = None,
 ) -> ov.Model:
     """Static prefill: [1,P] without past (whole prompt) or [1,C] chunk with [1,H,P−C,D] past.
 
@@ -574,6 +734,7 @@ def make_prefill_model(
     if shared_head:
         _redirect_logits_to_embed(m)
     _static(m, kv, chunk or max_prompt, max_prompt, has_past=bool(chunk))
+    _position_masks(m, windows or {})
     if rope_positions:
         cache_rope(m, rope_positions)
     rotate_half_as_matmul(m)
@@ -589,6 +750,7 @@ def make_generate_model(
     grouped_attention: bool = False,
     rope_positions: int = 0,
     max_gen_len: int = 1,
+    windows: Mapping[str, int] | None = None,
 ) -> ov.Model:
     """Static generate variant: [1,M] tokens, [1,K] mask, past [1,H,K−M,D], present [1,H,M,D]
     (M = ``max_gen_len``, 1 unless NPUW_LLM_MAX_GENERATION_TOKEN_LEN says otherwise)."""
@@ -600,6 +762,7 @@ def make_generate_model(
     if shared_head:
         _redirect_logits_to_embed(m)
     _static(m, kv, max_gen_len, kv_size, has_past=True)
+    _position_masks(m, windows or {})
     if rope_positions:
         cache_rope(m, rope_positions)
     rotate_half_as_matmul(m)  # exact; −4% per decode step on CPU, neutral on the emulated NPU

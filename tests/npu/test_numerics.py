@@ -93,7 +93,32 @@ OPS = {
     "mvn": lambda x: ops.mvn(x, np.array([1]), True, 1e-5, "inside_sqrt"),
     "cumsum_rev_excl": lambda x: ops.cumsum(x, np.int64(1), exclusive=True, reverse=True),
     "convert_i32": lambda x: ops.convert(ops.convert(ops.multiply(x, ops.constant(np.float32(3))), "i32"), "f32"),
+    # ops of optimum-intel exports (mask construction, Gemma-2 soft-cap) that builder graphs lack
+    "bitwise_bool": lambda x: ops.select(
+        ops.bitwise_xor(
+            ops.bitwise_and(ops.greater(x, ops.constant(np.float32(-1))), ops.bitwise_not(ops.less(x, ops.constant(np.float32(0.5))))),
+            ops.bitwise_or(ops.less(x, ops.constant(np.float32(-1.5))), ops.greater(x, ops.constant(np.float32(1.2))))),
+        x, ops.constant(np.float32(-7))),
+    "bitwise_int": lambda x: ops.convert(
+        ops.bitwise_or(
+            ops.bitwise_and(_i32(x, 9), ops.constant(np.int32(6))),
+            ops.bitwise_xor(ops.bitwise_not(_i32(x, 5)), ops.constant(np.int32(3)))), "f32"),
+    "mod_int": lambda x: ops.convert(ops.mod(_i32(x, 10), ops.constant(np.int32(3))), "f32"),
+    "floor_mod_int": lambda x: ops.convert(ops.floor_mod(_i32(x, 10), ops.constant(np.int32(3))), "f32"),
+    "softcap_tanh": lambda x: ops.multiply(ops.tanh(ops.divide(x, ops.constant(np.float32(0.3)))), ops.constant(np.float32(30))),
+    "scatter_nd_update": lambda x: ops.scatter_nd_update(
+        x, np.array([[0, 1], [1, 3], [1, 0]]), ops.reshape(ops.slice(x, np.array([0, 2]), np.array([1, 5]), np.array([1, 1])), np.array([3]), False)),
+    "scatter_update_axis1": lambda x: ops.scatter_update(
+        x, np.array([4, 0]), ops.multiply(ops.slice(x, np.array([0]), np.array([2]), np.array([1]), np.array([1])), ops.constant(np.float32(2))), np.int64(1)),
+    "scatter_elements_update": lambda x: ops.scatter_elements_update(
+        x, np.array([[1, 3], [4, 0]]), ops.negative(ops.slice(x, np.array([0]), np.array([2]), np.array([1]), np.array([1]))), np.int64(1)),
+    "reduce_prod": lambda x: ops.reduce_prod(ops.add(x, ops.constant(np.float32(2))), np.array([1]), True),
 }
+
+
+def _i32(x, scale):
+    """x·scale as i32 (negative values included): integer operands for the integer ops."""
+    return ops.convert(ops.multiply(x, ops.constant(np.float32(scale))), "i32")
 
 
 @pytest.mark.parametrize("name", sorted(OPS))

@@ -27,13 +27,14 @@ _BINARY = {
     "Less": "less", "LessEqual": "less_equal", "Greater": "greater", "GreaterEqual": "greater_equal",
     "LogicalAnd": "logical_and", "LogicalOr": "logical_or", "LogicalXor": "logical_xor",
     "FloorMod": "floor_mod", "Mod": "mod",
+    "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor",
 }
 _UNARY = {
     "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
     "Sqrt": "sqrt", "Negative": "negative", "Abs": "abs", "Sin": "sin", "Cos": "cos",
     "Erf": "erf", "Floor": "floor", "Ceiling": "ceiling", "LogicalNot": "logical_not",
     "SoftPlus": "softplus", "HSwish": "hswish", "HSigmoid": "hsigmoid", "Sign": "sign",
-    "Mish": "mish", "Tan": "tan", "Atan": "atan",
+    "Mish": "mish", "Tan": "tan", "Atan": "atan", "BitwiseNot": "bitwise_not",
 }
 #: vector FLOPs per element charged by the cost model (transcendentals cost more)
 _FLOPS = {"exp": 8, "log": 8, "erf": 12, "gelu": 14, "swish": 10, "sigmoid": 10, "tanh": 10,
@@ -475,6 +476,40 @@ class _Lowerer:
             self.shave("take", [x, iv], [o], [], node)
         self.vals[(node.get_name(), 0)] = o
 
+    def op_scatter(self, node: ov.Node) -> None:
+        """Scatter*Update with constant indices: data and updates joined in one buffer, then one
+        gather whose map comes from evaluating the op on index tensors at compile time."""
+        if str(node.get_attributes().get("reduction", "none")).lower() != "none":
+            raise UnsupportedOpError(
+                f"{node.get_type_name()} {node.get_friendly_name()!r}: reductions are not supported on NPU",
+                op_type=node.get_type_name(), node_name=node.get_friendly_name())
+        x, u = self.inp(node, 0), self.inp(node, 2)
+        n, m = int(np.prod(x.shape, dtype=np.int64)), int(np.prod(u.shape, dtype=np.int64))
+        ins = [ov.Tensor(np.arange(n, dtype=np.int64).reshape(x.shape)),
+               ov.Tensor(np.ascontiguousarray(self.need_const(node, 1, "indices"))),
+               ov.Tensor(np.arange(n, n + m, dtype=np.int64).reshape(u.shape))]
+        for i in range(3, node.get_input_size()):
+            ins.append(ov.Tensor(np.ascontiguousarray(self.need_const(node, i, f"input {i}"))))
+        out_shape = tuple(node.get_output_shape(0))
+        res = ov.Tensor(ov.Type.i64, ov.Shape(list(out_shape)))
+        if not node.evaluate([res], ins):
+            raise UnsupportedOpError(f"{node.get_type_name()} {node.get_friendly_name()!r} could not be evaluated "
+                                     "for index lowering", op_type=node.get_type_name(),
+                                     node_name=node.get_friendly_name())
+        o = self.node_out(node)
+        joined = self.scratch((n + m,), o.dtype)
+        for src, off in ((x, 0), (u, n * o.dtype.itemsize)):
+            if src.dtype != o.dtype:
+                y = self.scratch(src.shape, o.dtype)
+                self.shave("convert", [src], [y], [], node)
+                src = y
+            if src.nbytes:
+                self.dma(src, 0, joined, off, 1, 1, src.nbytes, (0, 0), (0, 0), node)
+        idx = np.array(res.data).reshape(out_shape)
+        iv = self.new_value(idx.shape, np.dtype(np.int64), Place.CONST, data=np.ascontiguousarray(idx))
+        self.shave("take", [joined, iv], [o], [], node)
+        self.vals[(node.get_name(), 0)] = o
+
     def _sdpa_kv(self, node: ov.Node, i: int) -> tuple[Value, int]:
         src = node.input_value(i)
         grouped = self.kv_groups.get((src.get_node().get_name(), src.get_index()))
@@ -725,6 +760,9 @@ _HANDLERS: dict[str, Callable[[_Lowerer, ov.Node], None]] = {
     "Concat": _Lowerer.op_concat,
     "Split": _Lowerer.op_split,
     "VariadicSplit": _Lowerer.op_split,
+    "ScatterNDUpdate": _Lowerer.op_scatter,
+    "ScatterUpdate": _Lowerer.op_scatter,
+    "ScatterElementsUpdate": _Lowerer.op_scatter,
     "ScaledDotProductAttention": _Lowerer.op_sdpa,
     "MatMul": _Lowerer.op_matmul,
     "Convolution": _Lowerer.op_conv,

@@ -54,6 +54,8 @@ _BIN_UFUNC = {
     "less": np.less, "less_equal": np.less_equal, "greater": np.greater,
     "greater_equal": np.greater_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
     "logical_xor": np.logical_xor, "floor_mod": np.mod, "mod": np.fmod,
+    # OpenVINO's Bitwise* on boolean are the logical ops, on integers bitwise: numpy's too
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
 }
 
 
@@ -100,7 +102,7 @@ _UN_UFUNC = {
     "relu": None, "tanh": np.tanh, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
     "negative": np.negative, "abs": np.abs, "sin": np.sin, "cos": np.cos, "floor": np.floor,
     "ceiling": np.ceil, "logical_not": np.logical_not, "sign": np.sign, "tan": np.tan,
-    "atan": np.arctan,
+    "atan": np.arctan, "bitwise_not": np.invert,
 }
 
 
