@@ -20,7 +20,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
 
-from ov_npu_emu.testing import find_shared_model
+from ov_npu_emu.models import find_model
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 NPU = {"NPUW_DEVICES": "CPU", "MAX_PROMPT_LEN": 512, "MIN_RESPONSE_LEN": 128}
@@ -77,7 +77,7 @@ def run_chat(pipe: Any, turns: int, tokens: int) -> list[tuple[int, float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model_dir", nargs="?", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
+    ap.add_argument("model_dir", nargs="?", default=str(find_model("stories260K")))
     ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--block", type=int, default=16, help="prefix-cache block (= chunk) size")

@@ -18,7 +18,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
 
-from ov_npu_emu.testing import find_shared_model
+from ov_npu_emu.models import find_model
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 NPU = {
@@ -70,7 +70,7 @@ def measure(setups: dict[str, tuple[Any, Any, float]], iters: int) -> dict[str, 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model_dir", nargs="?", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
+    ap.add_argument("model_dir", nargs="?", default=str(find_model("stories260K")))
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--iters", type=int, default=7)
     ap.add_argument("--devices", default="CPU,NPU")

@@ -76,18 +76,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", default=None,
                     help="git revision to compare with (default: where this branch forked from main)")
-    ap.add_argument("--model", default=None, help="optimum-intel LLM folder (default: shared stories260K)")
+    ap.add_argument("--model", default=None, help="optimum-intel LLM folder (default: the bundled stories260K)")
     ap.add_argument("--kv", type=int, default=256, help="KV capacity of the decode step")
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--modes", default="npu,npuw")
     args = ap.parse_args()
     sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
-    from ov_npu_emu.testing import find_shared_model
+    from ov_npu_emu.models import find_model
 
-    model = Path(args.model) if args.model else find_shared_model("stories260K")
-    if model is None:
-        print("stories260K not found; pass --model", file=sys.stderr)
-        return 2
+    model = Path(args.model) if args.model else find_model("stories260K")
     base_rev = args.baseline or subprocess.run(["git", "-C", str(ROOT), "merge-base", "HEAD", "main"],
                                                capture_output=True, text=True, check=True).stdout.strip()
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", base_rev],

@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "plugins"), str(HERE)]
 
 import bench_npuw_latency as lat  # noqa: E402
-from ov_npu_emu.testing import find_shared_model  # noqa: E402
+from ov_npu_emu.models import find_model  # noqa: E402
 
 SETUP = "ours NPUW/NPU"
 
@@ -47,7 +47,7 @@ class TreeWorker(lat.Worker):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", required=True, help="root of the baseline checkout")
-    ap.add_argument("--model", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
+    ap.add_argument("--model", default=str(find_model("stories260K")))
     ap.add_argument("--prompts", default="20,400,1000")
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3)

@@ -17,12 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
 
 from ov_npu_emu import Core
-from ov_npu_emu.testing import find_shared_model
+from ov_npu_emu.models import find_model
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=str(find_shared_model("stories260K") or "../shared/models/stories260K"))
+    ap.add_argument("--model", default=str(find_model("stories260K")))
     ap.add_argument("--max-prompt", type=int, default=1024)
     args = ap.parse_args()
     path = Path(args.model)

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
 
 from ov_npu_emu import Core
-from ov_npu_emu.testing import find_shared_model
+from ov_npu_emu.models import find_model
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 MAX_PROMPT, MIN_RESPONSE = 1024, 128
@@ -293,9 +293,7 @@ def report(m: dict, compile_s: dict, lengths: list[int], args) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--model", default=str(find_shared_model("stories260K") or "../shared/models/stories260K")
-    )
+    ap.add_argument("--model", default=str(find_model("stories260K")))
     ap.add_argument(
         "--preset", help="build a model-builder preset instead (e.g. small, qwen2.5-0.5b-shape)"
     )

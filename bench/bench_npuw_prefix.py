@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
 
 from ov_npu_emu import Core
-from ov_npu_emu.testing import find_shared_model
+from ov_npu_emu.models import find_model
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 
@@ -49,9 +49,7 @@ def prefill_ms(req, prompt: list[int]) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--model", default=str(find_shared_model("stories260K") or "../shared/models/stories260K")
-    )
+    ap.add_argument("--model", default=str(find_model("stories260K")))
     ap.add_argument("--prefix", type=int, default=896, help="shared prefix length in tokens")
     ap.add_argument("--tail", type=int, default=64, help="new tokens after the prefix")
     ap.add_argument("--chunk", type=int, default=64, help="NPUW_LLM_PREFILL_CHUNK_SIZE")

@@ -9,7 +9,8 @@ Opt in from a conftest with ``pytest_plugins = ["ov_npu_emu.testing"]`` (the pro
 ``tiny_model_dir_int4``   the same model with sym int4 weights, group size 16 (int8 embeddings)
 ``small_model_dir``       builder ``small`` preset folder, f32 (4 layers, hidden 256, vocab 2048)
 ``tiny_reference``        :class:`~ov_npu_emu.modelbuilder.LlamaReference` of ``tiny_model_dir``
-``stories260k_dir``       the real trained stories260K folder; skips when absent
+``stories260k_dir``       the trained stories260K folder bundled in ov_npu_emu/models (see
+                          :func:`ov_npu_emu.models.find_model`); an error, not a skip, if missing
 
 Model factories (plain functions returning an ``openvino.Model``; static shapes):
 
@@ -25,7 +26,6 @@ Oracle helpers:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,8 +40,6 @@ if TYPE_CHECKING:  # openvino and the builder load lazily: importing this plugin
 
 __all__ = [
     "CPU_EXACT_CONFIG",
-    "MODELS_DIR_ENV",
-    "find_shared_model",
     "make_add_model",
     "make_model_with_memory",
     "make_small_cnn",
@@ -54,26 +52,6 @@ __all__ = [
     "tiny_model_dir_int4",
     "tiny_reference",
 ]
-
-#: Environment variable naming a folder that holds shared models (``<dir>/stories260K``).
-MODELS_DIR_ENV = "OV_NPU_EMU_MODELS_DIR"
-
-_REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def find_shared_model(name: str) -> Path | None:
-    """Locate ``shared/models/<name>``: ``$OV_NPU_EMU_MODELS_DIR/<name>`` first, then a
-    ``shared/models/<name>`` beside the repository or any of its parents (git worktrees nest)."""
-    env = os.environ.get(MODELS_DIR_ENV)
-    if env:
-        candidate = Path(env) / name
-        return candidate if candidate.is_dir() else None
-    for parent in _REPO_ROOT.parents:
-        candidate = parent / "shared" / "models" / name
-        if candidate.is_dir():
-            return candidate
-    return None
-
 
 #: CPU plugin config for exact f32 comparisons: this CPU otherwise computes in bf16, stores KV
 #: as u8, and quantizes activations dynamically for int8-weight models.
@@ -254,8 +232,8 @@ def tiny_reference(tiny_model_dir: Path) -> LlamaReference:
 
 @pytest.fixture(scope="session")
 def stories260k_dir() -> Path:
-    """The real TinyStories 260K model folder (optimum export + tokenizer IR); skips if absent."""
-    path = find_shared_model("stories260K")
-    if path is None or not (path / "openvino_model.xml").is_file():
-        pytest.skip(f"stories260K not found (set {MODELS_DIR_ENV} to the folder holding it)")
-    return path
+    """The trained TinyStories 260K model folder (optimum export + tokenizer IR) bundled in
+    ``ov_npu_emu/models``, or ``$OV_NPU_EMU_MODELS_DIR/stories260K``; errors if missing."""
+    from ov_npu_emu.models import find_model
+
+    return find_model("stories260K")

@@ -1,9 +1,8 @@
-"""``ov-npu-emu demo``: build (or use) a small LLM and generate through the whole emulated stack."""
+"""``ov-npu-emu demo``: generate with a small trained LLM through the whole emulated stack."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -23,17 +22,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "would, on this machine without an NPU: genai_shim tokenizes and samples, the NPUW plugin "
             "splits the stateful LLM into a static prefill model and static generate variants over one "
             "KV buffer, and the emulated NPU compiles each into an ELF blob and runs it. Without "
-            "--model it builds the project's 'tiny' Llama (random weights, so the text is gibberish; "
-            "pass --model ../shared/models/stories260K or any optimum-intel export for real text)."
+            "--model it uses stories260K, the trained 260K-parameter TinyStories Llama from Andrej "
+            "Karpathy's llama2.c (MIT) that ships inside the package, so the text is English; "
+            "--model takes any optimum-intel export or a folder from `ov-npu-emu make-model`."
         ),
     )
-    p.add_argument("--model", type=Path, help="model folder (openvino_model.xml + tokenizer IR); default: build 'tiny'")
+    p.add_argument(
+        "--model",
+        type=Path,
+        help="model folder (openvino_model.xml + tokenizer IR); default: the bundled stories260K",
+    )
     p.add_argument("--device", default="auto", help="NPU (emulated, via NPUW) or CPU; default: NPU when available")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help=f"prompt text (default {DEFAULT_PROMPT!r})")
     p.add_argument("--max-new-tokens", type=int, default=40, help="tokens to generate (default 40)")
     p.add_argument("--max-prompt-len", type=int, default=256, help="NPU: MAX_PROMPT_LEN (default 256)")
     p.add_argument("--min-response-len", type=int, default=128, help="NPU: MIN_RESPONSE_LEN (default 128)")
-    p.add_argument("--cache", type=Path, help="where the built model goes (default ~/.cache/ov-npu-emu)")
     p.set_defaults(func=run)
 
 
@@ -44,14 +47,9 @@ def _model_folder(args: argparse.Namespace) -> tuple[Path, str]:
 
             raise UserInputError(f"{args.model} has no openvino_model.xml; pass a model folder")
         return args.model, "given"
-    from ov_npu_emu.modelbuilder import make_model_folder
+    from ov_npu_emu.models import find_model
 
-    cache = args.cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ov-npu-emu"
-    folder = cache / "tiny-f32-seed0"
-    if not (folder / "openvino_model.xml").is_file():
-        make_model_folder(folder, preset="tiny", dtype="f32", seed=0, overwrite=True)
-        return folder, "built just now (builder preset 'tiny', random weights)"
-    return folder, "builder preset 'tiny', random weights (cached)"
+    return find_model("stories260K"), "stories260K, trained TinyStories Llama (llama2.c, MIT)"
 
 
 def run(args: argparse.Namespace) -> int:

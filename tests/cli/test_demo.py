@@ -18,13 +18,14 @@ def _demo(*argv: str) -> str:
     return buf.getvalue()
 
 
-def test_demo_builds_tiny_and_generates_on_npu(tmp_path):
-    out = _demo("--cache", str(tmp_path), "--max-new-tokens", "8")
-    assert "built just now" in out
-    assert "emulated NPU" in out
-    assert re.search(r"perf +\d+ prompt tokens, 8 generated", out), out
-    # the second run reuses the cached folder
-    assert "(cached)" in _demo("--cache", str(tmp_path), "--max-new-tokens", "2")
+def test_demo_tells_a_story_with_the_bundled_model_on_npu():
+    """No arguments: the bundled stories260K through genai_shim -> NPUW -> emulated NPU, greedy."""
+    out = _demo()
+    assert "stories260K" in out and "emulated NPU" in out
+    assert "prompt   'Once upon a time'\n" in out
+    text = re.search(r"^output   (.*)\nperf ", out, re.MULTILINE | re.DOTALL).group(1)
+    assert text.startswith(", there was a little girl named Lily. She loved to play"), text
+    assert re.search(r"perf +5 prompt tokens, 40 generated", out), out
 
 
 def test_demo_text_matches_real_openvino_genai(stories260k_dir):

@@ -8,11 +8,6 @@ from typing import Any
 
 import pytest
 
-from ov_npu_emu.testing import find_shared_model
-
-#: the shared stories260K folder (see ov_npu_emu.testing.find_shared_model); may be absent
-STORIES = find_shared_model("stories260K") or Path("stories260K-not-found")
-
 #: force f32 compute and KV on the CPU plugin so token streams are comparable exactly
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 #: the real NPUW on this machine (no NPU): every submodel on CPU, no partitioning
@@ -21,10 +16,9 @@ NPU_LENS = {"MAX_PROMPT_LEN": 64, "MIN_RESPONSE_LEN": 64}
 
 
 @pytest.fixture(scope="session")
-def stories_dir() -> Path:
-    if not (STORIES / "openvino_model.xml").is_file():
-        pytest.skip("stories260K model folder not found (../shared/models/stories260K)")
-    return STORIES
+def stories_dir(stories260k_dir: Path) -> Path:
+    """The bundled stories260K folder (ov_npu_emu.testing's ``stories260k_dir``)."""
+    return stories260k_dir
 
 
 @pytest.fixture(scope="session", params=["stories260K", "tiny"])

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import sysconfig
 from collections import Counter
+from importlib import metadata
 
 import numpy as np
 import openvino as ov
+import pytest
 
+from ov_npu_emu.models import BUNDLED_MODELS_DIR, MODELS_DIR_ENV, find_model
 from ov_npu_emu.testing import (
-    find_shared_model,
     make_add_model,
     make_model_with_memory,
     make_small_cnn,
@@ -56,11 +60,45 @@ def test_make_small_cnn():
     assert prob.shape == (1, 10) and abs(float(prob.sum()) - 1.0) < 1e-5
 
 
-def test_find_shared_model_env_override(monkeypatch, tmp_path):
+def test_find_model_defaults_to_the_bundled_copy(monkeypatch):
+    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
+    folder = find_model("stories260K")
+    assert folder == BUNDLED_MODELS_DIR / "stories260K"
+    assert {"LICENSE", "README.md", "config.json", "openvino_tokenizer.xml"} <= {
+        f.name for f in folder.iterdir()
+    }
+    with pytest.raises(FileNotFoundError, match="'missing' not found in the ov_npu_emu package"):
+        find_model("missing")
+
+
+def test_find_model_env_override(monkeypatch, tmp_path):
     (tmp_path / "stories260K").mkdir()
-    monkeypatch.setenv("OV_NPU_EMU_MODELS_DIR", str(tmp_path))
-    assert find_shared_model("stories260K") == tmp_path / "stories260K"
-    assert find_shared_model("missing") is None
+    (tmp_path / "stories260K" / "openvino_model.xml").touch()
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
+    assert find_model("stories260K") == tmp_path / "stories260K"
+    with pytest.raises(FileNotFoundError, match=MODELS_DIR_ENV):
+        find_model("missing")
+
+
+def test_installed_package_ships_the_bundled_model():
+    """The wheel carries every file of ov_npu_emu/models/stories260K (pyproject package-data).
+
+    Checked on a regular install (what .ci/run makes); an editable install is the source tree.
+    Looks in site-packages only: the source tree's ov_npu_emu.egg-info is on sys.path too."""
+    site = sysconfig.get_paths()["purelib"]
+    dists = list(metadata.distributions(name="ov-npu-emu", path=[site]))
+    if not dists:
+        pytest.skip(f"ov-npu-emu is not installed in {site}")
+    dist = dists[0]
+    direct_url = json.loads(dist.read_text("direct_url.json") or "{}")
+    if direct_url.get("dir_info", {}).get("editable"):
+        pytest.skip("editable install: the package is the source tree")
+    installed = {f.as_posix() for f in dist.files or ()}
+    expected = {
+        f"ov_npu_emu/models/stories260K/{f.name}"
+        for f in (BUNDLED_MODELS_DIR / "stories260K").iterdir()
+    }
+    assert len(expected) == 12 and expected <= installed, sorted(expected - installed)
 
 
 def test_stories260k_fixture_runs_on_cpu(stories260k_dir):

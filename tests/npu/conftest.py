@@ -9,11 +9,6 @@ import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
-from ov_npu_emu.testing import find_shared_model
-
-#: the shared stories260K IR (see ov_npu_emu.testing.find_shared_model); may be absent
-STORIES = (find_shared_model("stories260K") or Path("stories260K-not-found")) / "openvino_model.xml"
-
 
 def cpu_reference(model: ov.Model, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Outputs of the real OpenVINO CPU plugin in f32 (the oracle).
@@ -80,17 +75,13 @@ def llm_feed(model: ov.Model, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="session")
-def stories_decode() -> ov.Model:
-    if not STORIES.exists():
-        pytest.skip("stories260K not available")
-    return static_llm(STORIES, 1, 15)
+def stories_decode(stories260k_dir: Path) -> ov.Model:
+    return static_llm(stories260k_dir / "openvino_model.xml", 1, 15)
 
 
 @pytest.fixture(scope="session")
-def stories_prefill() -> ov.Model:
-    if not STORIES.exists():
-        pytest.skip("stories260K not available")
-    return static_llm(STORIES, 8, 0)
+def stories_prefill(stories260k_dir: Path) -> ov.Model:
+    return static_llm(stories260k_dir / "openvino_model.xml", 8, 0)
 
 
 def make_add_model(shape: tuple[int, ...] = (2, 3)) -> ov.Model:

@@ -19,7 +19,7 @@ from ov_npu_emu.npu.compiler.lower import lower
 from ov_npu_emu.npu.compiler.memory import plan_memory
 from ov_npu_emu.npu.compiler.schedule import schedule
 from ov_npu_emu.npu.compiler.verify import verify_memory, verify_schedule
-from tests.npu.conftest import STORIES, cpu_reference, llm_feed, make_mlp, make_small_cnn, rel_err
+from tests.npu.conftest import cpu_reference, llm_feed, make_mlp, make_small_cnn, rel_err
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,11 +32,9 @@ def test_dynamic_input_names_the_input_and_says_reshape():
     assert e.value.input_name == "tokens"
 
 
-def test_stateful_llm_without_reshape_is_dynamic_shape_error(npu_core):
-    if not STORIES.exists():
-        pytest.skip("stories260K not available")
+def test_stateful_llm_without_reshape_is_dynamic_shape_error(npu_core, stories260k_dir):
     with pytest.raises(DynamicShapeError, match="input_ids"):
-        npu_core.compile_model(str(STORIES), "NPU")
+        npu_core.compile_model(str(stories260k_dir / "openvino_model.xml"), "NPU")
 
 
 def test_unsupported_op_names_type_and_node():

@@ -7,18 +7,12 @@ from pathlib import Path
 import openvino as ov
 import pytest
 
-from ov_npu_emu.testing import CPU_EXACT_CONFIG, find_shared_model
-
-#: the shared stories260K folder (see ov_npu_emu.testing.find_shared_model); may be absent
-STORIES = find_shared_model("stories260K") or Path("stories260K-not-found")
+from ov_npu_emu.testing import CPU_EXACT_CONFIG
 
 
 @pytest.fixture(scope="session")
-def stories_model() -> ov.Model:
-    xml = STORIES / "openvino_model.xml"
-    if not xml.exists():
-        pytest.skip("stories260K model folder is absent")
-    return ov.Core().read_model(xml)
+def stories_model(stories260k_dir: Path) -> ov.Model:
+    return ov.Core().read_model(stories260k_dir / "openvino_model.xml")
 
 
 @pytest.fixture(scope="session")

@@ -5,18 +5,13 @@ from __future__ import annotations
 import json
 
 from ov_npu_emu.cli import main
-from tests.npuw.conftest import STORIES
 
 
-def test_npuw_command_summarizes_and_exports(tmp_path, capsys, emu_core):
-    if not STORIES.exists():
-        import pytest
-
-        pytest.skip("stories260K absent")
+def test_npuw_command_summarizes_and_exports(tmp_path, capsys, emu_core, stories260k_dir):
     blob = tmp_path / "llm.blob"
     argv = [
         "npuw",
-        str(STORIES),
+        str(stories260k_dir),
         "--max-prompt",
         "128",
         "--min-response",
