@@ -22,7 +22,7 @@ from ov_npu_emu_npuw.transform import (
     make_generate_model,
     make_lm_head_model,
     make_prefill_model,
-    sliding_windows,
+    position_masks,
     to_stateless,
 )
 
@@ -217,7 +217,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     t_all = time.perf_counter()
     stateless, kv = to_stateless(model)
     kv = kv.with_v_transposed(cfg.optimize_v)
-    windows = sliding_windows(stateless, kv, cfg.total_size)
+    masks = position_masks(stateless, kv, cfg.total_size)
     kv_type = ov.Type.f16 if cfg.kv_precision == "f16" else ov.Type.f32
     name = model.get_friendly_name()
     head_model = make_lm_head_model(stateless, cfg.max_gen_len) if cfg.shared_head else None
@@ -255,7 +255,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         if kind == "prefill":
             static = make_prefill_model(
                 stateless, kv, size, cfg.chunk_size, kv_type, shared, rope, cfg.max_gen_len,
-                windows=windows,
+                masks=masks,
             )
             compiled = core.compile_model(static, device, prefill_config)
             if size == cfg.max_prompt_len:
@@ -280,7 +280,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
                 cfg.grouped_attention,
                 rope,
                 cfg.max_gen_len,
-                windows=windows,
+                masks=masks,
             )
             extra = generate_default_config(device, static, generate_config, kv, size)
             generate[size] = core.compile_model(static, device, {**generate_config, **extra})

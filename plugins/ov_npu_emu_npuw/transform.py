@@ -23,7 +23,8 @@ __all__ = [
     "make_lm_head_model",
     "make_prefill_model",
     "rotate_half_as_matmul",
-    "sliding_windows",
+    "PositionMask",
+    "position_masks",
     "to_stateless",
 ]
 
@@ -488,22 +489,57 @@ def rotate_half_as_matmul(model: ov.Model) -> int:
     return done
 
 
-def _allowed(mask: np.ndarray) -> np.ndarray:
-    """Which (query, key) pairs an attention mask lets through: True, or an additive 0 (not a
-    large negative fill)."""
-    return mask.astype(bool) if mask.dtype == np.bool_ else mask > -1.0
+@dataclasses.dataclass(frozen=True)
+class PositionMask:
+    """How one SDPA's mask depends on positions, when KV slots and positions differ in NPUW's
+    layouts: a causal window of ``window`` tokens (0: none) and a per-head linear bias
+    ``slopes[h] * (pos(k) - pos(q))`` (ALiBi; empty: none)."""
+
+    window: int = 0
+    slopes: tuple[float, ...] = ()
 
 
-def sliding_windows(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[str, int]:
-    """Per SDPA whose mask is a sliding window narrower than ``capacity``: its window.
+def _classify(mask: np.ndarray, capacity: int) -> PositionMask | None:
+    """None for a plain causal mask (correct on slots as it is); a PositionMask for a window or a
+    linear bias; raises ValueError for anything else.  ``mask`` is [..., capacity, capacity] for
+    a ``capacity``-token prompt at positions 0.. with no past."""
+    m = mask.reshape(-1, capacity, capacity)
+    if m.dtype == np.bool_:
+        allowed, bias = m, np.zeros(m.shape, np.float32)
+    else:
+        lowest = float(m.min())
+        allowed = m > lowest / 2 if lowest <= -1e4 else np.ones(m.shape, bool)
+        bias = np.where(allowed, m, 0).astype(np.float64)
+    dist = np.arange(capacity)[:, None] - np.arange(capacity)[None, :]  # pos(q) - pos(k)
+    causal = dist >= 0
+    window = int(allowed[0, -1].sum())
+    if not all((a == (causal & (dist < window))).all() for a in allowed):
+        raise ValueError("its allowed (query, key) pairs are neither causal nor a causal window")
+    window = 0 if window >= capacity else window
+    slopes: tuple[float, ...] = ()
+    if bias.any():
+        # a row-constant offset does not change softmax: only bias(k) - bias(q) matters
+        rel = bias - np.diagonal(bias, axis1=1, axis2=2)[:, :, None]
+        slopes = tuple(float(-rel[h, -1, 0] / (capacity - 1)) for h in range(len(rel)))
+        expect = -np.asarray(slopes)[:, None, None] * dist[None]
+        if not np.allclose(np.where(allowed, rel, 0), np.where(allowed, expect, 0), rtol=1e-4, atol=1e-3):
+            raise ValueError("it adds a position bias that is not linear in the distance (not ALiBi)")
+    if not window and not slopes:
+        return None
+    return PositionMask(window, slopes)
 
-    Exports compute the causal / sliding-window mask from KV *slot* indices (``kv_idx <= q_idx``,
-    ``kv_idx > q_idx - W``), which are positions only in a contiguous cache.  NPUW's buffers are
-    not: the prefill is right-aligned and padded, a generate step keeps its history left-aligned
-    with the new token in the last column.  A causal mask survives that (padding is masked by
-    ``attention_mask``), a window does not.  The mask subgraph is evaluated once on the CPU
-    plugin for a ``capacity``-token prompt with no past and classified per SDPA: causal (kept),
-    causal with a window ``W`` (rewritten by :func:`_position_masks`), anything else is an error.
+
+def position_masks(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[str, PositionMask]:
+    """Per SDPA whose mask needs token positions in NPUW's layouts: what it computes.
+
+    Exports compute masks from KV *slot* indices (``kv_idx <= q_idx``, ``kv_idx > q_idx - W``,
+    ALiBi's ``slope * (kv_idx - q_idx)``), which are positions only in a contiguous cache.
+    NPUW's buffers are not: the prefill is right-aligned and padded, a generate step keeps its
+    history left-aligned with the new token in the last column.  A causal mask survives that
+    (padding is masked by ``attention_mask``); a window or a distance bias does not.  The mask
+    subgraph is evaluated once on the CPU plugin for a ``capacity``-token prompt with no past and
+    classified per SDPA (see :func:`_classify`); those with a window narrower than ``capacity``
+    or a bias are rewritten by :func:`_position_masks`, anything else is a CompileError.
     """
     m = stateless.clone()
     sdpas = [op for op in m.get_ordered_ops() if op.get_type_name() == "ScaledDotProductAttention"]
@@ -535,43 +571,44 @@ def sliding_windows(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[st
         compiled = ov.Core().compile_model(probe, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         masks = compiled(feed)
     except RuntimeError as e:
-        logger.debug("attention masks could not be evaluated (%s); left as they are", e)
-        return {}
-    q = np.arange(capacity)[:, None]
-    dist = q - np.arange(capacity)[None, :]
-    causal = dist >= 0
-    windows: dict[str, int] = {}
-    for i, op in enumerate(sdpas):
-        allowed = _allowed(np.asarray(masks[i]))
-        allowed = allowed.reshape(-1, *allowed.shape[-2:])
-        if allowed.shape[-2:] != (capacity, capacity):
-            continue  # not a [.., L, S] mask (e.g. a scalar): nothing position-dependent
-        if all((a == causal).all() for a in allowed):
-            continue
-        w = int(allowed[0][-1].sum())
-        if all((a == (causal & (dist < w))).all() for a in allowed):
-            windows[op.get_friendly_name()] = w
-            continue
-        raise CompileError(
-            f"SDPA {op.get_friendly_name()!r}: its attention mask is neither causal nor a causal "
-            "sliding window, so NPUW cannot lay its KV cache out statically (the mask depends "
-            "on KV slot indices)",
-            stage="transform",
+        logger.warning(
+            "attention masks could not be evaluated (%s); left as they are, so a sliding window "
+            "or ALiBi (if the model has one) would apply to KV slots, not positions", e
         )
-    if windows:
-        logger.info("sliding-window attention in %d of %d layers (window %s)", len(windows),
-                    len(sdpas), sorted(set(windows.values())))
-    return windows
+        return {}
+    found: dict[str, PositionMask] = {}
+    for i, op in enumerate(sdpas):
+        mask = np.asarray(masks[i])
+        if mask.ndim < 2 or mask.shape[-2:] != (capacity, capacity):
+            continue  # not a [.., L, S] mask (e.g. a scalar): nothing position-dependent
+        try:
+            spec = _classify(mask, capacity)
+        except ValueError as e:
+            raise CompileError(
+                f"SDPA {op.get_friendly_name()!r}: {e}, so NPUW cannot lay its KV cache out "
+                "statically (the mask is computed on KV slot indices)",
+                stage="transform",
+            ) from None
+        if spec is not None:
+            found[op.get_friendly_name()] = spec
+    if found:
+        logger.info(
+            "attention on positions in %d of %d layers: windows %s, ALiBi in %d",
+            len(found), len(sdpas), sorted({s.window for s in found.values() if s.window}),
+            sum(bool(s.slopes) for s in found.values()),
+        )
+    return found
 
 
-def _position_masks(model: ov.Model, windows: Mapping[str, int]) -> None:
-    """Rewrite each windowed SDPA mask on token positions instead of KV slots (static shapes).
+def _position_masks(model: ov.Model, specs: Mapping[str, PositionMask]) -> None:
+    """Rewrite each SDPA mask of ``specs`` on token positions instead of KV slots (static shapes).
 
     The query positions are ``position_ids``; a past slot ``j`` holds position ``j`` (NPUW keeps
     the history left-aligned from 0) and the last L slots hold the current tokens.  Allowed:
-    ``attention_mask[j] and 0 <= q_pos - kv_pos < W``.
+    ``attention_mask[j] and 0 <= pos(q) - pos(j) (< W)``; the value added where allowed is
+    ``slope[h] * (pos(j) - pos(q))`` with ALiBi, else 0.
     """
-    if not windows:
+    if not specs:
         return
     pos = _param(model, "position_ids").output(0)
     am = _param(model, "attention_mask").output(0)
@@ -593,20 +630,67 @@ def _position_masks(model: ov.Model, windows: Mapping[str, int]) -> None:
     )
     causal = ops.logical_and(keep, ops.greater_equal(dist, ops.constant(np.array(0, np.int64))))
     for op in model.get_ordered_ops():
-        w = windows.get(op.get_friendly_name())
-        if w is None or op.get_type_name() != "ScaledDotProductAttention":
+        spec = specs.get(op.get_friendly_name())
+        if spec is None or op.get_type_name() != "ScaledDotProductAttention":
             continue
-        allowed = ops.logical_and(causal, ops.less(dist, ops.constant(np.array(w, np.int64))))
+        allowed = causal
+        if spec.window:
+            allowed = ops.logical_and(causal, ops.less(dist, ops.constant(np.array(spec.window, np.int64))))
         old = op.input_value(3)
         et = old.get_element_type()
         if et == ov.Type.boolean:
+            if spec.slopes:
+                raise CompileError(f"{op.get_friendly_name()}: a boolean mask cannot carry ALiBi",
+                                   stage="transform")
             new = allowed.output(0)
         else:
-            zero = ops.constant(np.array(0, et.to_dtype()))
-            fill = ops.constant(np.array(_mask_fill(old), et.to_dtype()))
-            new = ops.select(allowed, zero, fill).output(0)
+            dt = et.to_dtype()
+            value = ops.constant(np.array(0, dt))
+            if spec.slopes:  # [1, H, 1, 1] slopes times [1, 1, L, S] distances
+                slopes = np.asarray(spec.slopes, dt).reshape(1, -1, 1, 1)
+                value = ops.multiply(ops.constant(-slopes), ops.convert(dist, et))
+            fill = ops.constant(np.array(_mask_fill(old), dt))
+            new = ops.select(allowed, value, fill).output(0)
         op.input(3).replace_source_output(new)
     model.validate_nodes_and_infer_types()
+
+
+def _padding_attends_itself(model: ov.Model) -> None:
+    """In a padded prefill, let each padding query attend to its own (padding) slot.
+
+    A left-padding query row has every key masked (causal: only earlier slots, all padding).
+    Exports whose mask is boolean or filled with -inf make that row NaN, and the NaN hidden
+    state becomes NaN K/V in the next layer, which poisons the real rows through 0 * NaN in
+    probs @ V (GPTBigCode). Unmasking the diagonal where the key is padding touches no real
+    row (their diagonal key is real and already allowed) and keeps the padding rows finite.
+    """
+    am = _param(model, "attention_mask").output(0)
+    q_len = _param(model, "input_ids").get_partial_shape()[1].get_length()
+    s_len = am.get_partial_shape()[1].get_length()
+    i64 = ov.Type.i64
+    pad = ops.reshape(
+        ops.equal(am, ops.constant(np.array(0, am.get_element_type().to_dtype()))),
+        ops.constant([1, 1, 1, s_len], i64),
+        False,
+    )
+    q_slot = ops.constant(np.arange(s_len - q_len, s_len, dtype=np.int64).reshape(1, 1, q_len, 1))
+    k_slot = ops.constant(np.arange(s_len, dtype=np.int64).reshape(1, 1, 1, s_len))
+    fix = ops.logical_and(ops.equal(q_slot, k_slot), pad)
+    done = 0
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "ScaledDotProductAttention" or op.get_input_size() < 4:
+            continue
+        old = op.input_value(3)
+        if old.get_partial_shape().rank.get_length() < 2:
+            continue  # a scalar mask: no rows to fix
+        if old.get_element_type() == ov.Type.boolean:
+            new = ops.logical_or(old, fix)
+        else:
+            new = ops.select(fix, ops.constant(np.array(0, old.get_element_type().to_dtype())), old)
+        op.input(3).replace_source_output(new.output(0))
+        done += 1
+    if done:
+        model.validate_nodes_and_infer_types()
 
 
 def _mask_fill(mask: ov.Output) -> float:
@@ -715,7 +799,7 @@ def make_prefill_model(
     shared_head: bool = False,
     rope_positions: int = 0,
     max_gen_len: int = 1,
-    windows: Mapping[str, int] | None = None,
+    masks: Mapping[str, PositionMask] | None = None,
 ) -> ov.Model:
     """Static prefill: [1,P] without past (whole prompt) or [1,C] chunk with [1,H,P−C,D] past.
 
@@ -734,7 +818,8 @@ def make_prefill_model(
     if shared_head:
         _redirect_logits_to_embed(m)
     _static(m, kv, chunk or max_prompt, max_prompt, has_past=bool(chunk))
-    _position_masks(m, windows or {})
+    _position_masks(m, masks or {})
+    _padding_attends_itself(m)
     if rope_positions:
         cache_rope(m, rope_positions)
     rotate_half_as_matmul(m)
@@ -750,7 +835,7 @@ def make_generate_model(
     grouped_attention: bool = False,
     rope_positions: int = 0,
     max_gen_len: int = 1,
-    windows: Mapping[str, int] | None = None,
+    masks: Mapping[str, PositionMask] | None = None,
 ) -> ov.Model:
     """Static generate variant: [1,M] tokens, [1,K] mask, past [1,H,K−M,D], present [1,H,M,D]
     (M = ``max_gen_len``, 1 unless NPUW_LLM_MAX_GENERATION_TOKEN_LEN says otherwise)."""
@@ -762,7 +847,7 @@ def make_generate_model(
     if shared_head:
         _redirect_logits_to_embed(m)
     _static(m, kv, max_gen_len, kv_size, has_past=True)
-    _position_masks(m, windows or {})
+    _position_masks(m, masks or {})
     if rope_positions:
         cache_rope(m, rope_positions)
     rotate_half_as_matmul(m)  # exact; −4% per decode step on CPU, neutral on the emulated NPU

@@ -112,6 +112,24 @@ OPS = {
         x, np.array([4, 0]), ops.multiply(ops.slice(x, np.array([0]), np.array([2]), np.array([1]), np.array([1])), ops.constant(np.float32(2))), np.int64(1)),
     "scatter_elements_update": lambda x: ops.scatter_elements_update(
         x, np.array([[1, 3], [4, 0]]), ops.negative(ops.slice(x, np.array([0]), np.array([2]), np.array([1]), np.array([1]))), np.int64(1)),
+    "gather_elements": lambda x: ops.gather_elements(
+        ops.tile(x, np.array([1, 2])), ops.convert(ops.abs(_i32(x, 3)), "i64"), 1),
+    "topk_max_values_and_indices": lambda x: ops.concat([
+        ops.topk(x, np.int64(3), 1, "max", "value").output(0),
+        ops.convert(ops.topk(x, np.int64(3), 1, "max", "value").output(1), "f32")], 1),
+    "topk_min_by_index_axis0": lambda x: ops.concat([
+        ops.topk(x, np.int64(1), 0, "min", "index").output(0),
+        ops.convert(ops.topk(x, np.int64(1), 0, "min", "index").output(1), "f32")], 0),
+    # computed indices (MoE routing): the runtime kernels, not the compile-time index map
+    "scatter_elements_runtime": lambda x: ops.scatter_elements_update(
+        ops.multiply(x, ops.constant(np.float32(0))), ops.topk(x, np.int64(2), 1, "max", "value").output(1),
+        ops.topk(x, np.int64(2), 1, "max", "value").output(0), np.int64(1)),
+    "scatter_update_runtime": lambda x: ops.scatter_update(
+        x, ops.topk(ops.reduce_sum(x, np.array([0])), np.int64(2), 0, "min", "index").output(1),
+        ops.negative(ops.slice(x, np.array([0]), np.array([2]), np.array([1]), np.array([1]))), np.int64(1)),
+    "scatter_nd_runtime": lambda x: ops.scatter_nd_update(
+        x, ops.reshape(ops.topk(ops.reduce_sum(x, np.array([1])), np.int64(1), 0, "max", "value").output(1), np.array([1, 1]), False),
+        ops.negative(ops.slice(x, np.array([1]), np.array([2]), np.array([1]), np.array([0])))),
     "reduce_prod": lambda x: ops.reduce_prod(ops.add(x, ops.constant(np.float32(2))), np.array([1]), True),
 }
 

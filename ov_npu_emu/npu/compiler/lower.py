@@ -232,7 +232,8 @@ class _Lowerer:
                 else:
                     raise UnsupportedOpError(
                         f"the NPU compiler does not support {t} (node {node.get_friendly_name()!r}); "
-                        "there is no fallback to another device — use device CPU or HETERO-style splitting",
+                        "there is no fallback to another device: compile the model on device CPU (for an LLM "
+                        "through NPUW: NPUW_DEVICES=CPU)",
                         op_type=t, node_name=node.get_friendly_name())
             handler(self, node)
         self._bind_outputs()
@@ -416,6 +417,39 @@ class _Lowerer:
             self.shave("gather", [data, idx], [o], [axis, bd], node)
         self.vals[(node.get_name(), 0)] = o
 
+    def op_gather_elements(self, node: ov.Node) -> None:
+        data, idx = self.inp(node, 0), self.inp(node, 1)
+        axis = int(node.get_attributes()["axis"]) % len(data.shape)
+        o = self.node_out(node)
+        self.shave("gather_elements", [data, idx], [o], [axis], node)
+        self.vals[(node.get_name(), 0)] = o
+
+    def _scatter_runtime(self, node: ov.Node, x: Value, u: Value) -> None:
+        """Scatter*Update whose indices are computed (MoE routing): one SHAVE task."""
+        t = node.get_type_name()
+        idx = self.inp(node, 1)
+        o = self.node_out(node)
+        if t == "ScatterNDUpdate":
+            self.shave("scatter_nd", [x, idx, u], [o], [], node)
+        else:
+            axis = int(self.need_const(node, 3, "axis").reshape(-1)[0]) % len(x.shape)
+            kernel = "scatter_elements" if t == "ScatterElementsUpdate" else "scatter_update"
+            self.shave(kernel, [x, idx, u], [o], [axis], node)
+        self.vals[(node.get_name(), 0)] = o
+
+    def op_topk(self, node: ov.Node) -> None:
+        """TopK (MoE routers): values and indices in one SHAVE task; ties keep the lower index."""
+        x = self.inp(node, 0)
+        k = int(self.need_const(node, 1, "k").reshape(-1)[0])
+        attrs = node.get_attributes()
+        axis = int(attrs["axis"]) % len(x.shape)
+        mode = 1.0 if str(attrs["mode"]).lower() == "max" else 0.0
+        by_index = 1.0 if str(attrs["sort"]).lower() == "index" else 0.0
+        values, indices = self.node_out(node, 0), self.node_out(node, 1)
+        self.shave("topk", [x], [values, indices], [axis, k, mode, by_index], node)
+        self.vals[(node.get_name(), 0)] = values
+        self.vals[(node.get_name(), 1)] = indices
+
     def op_concat(self, node: ov.Node) -> None:
         o = self.node_out(node)
         axis = int(node.get_attributes()["axis"]) % len(o.shape)
@@ -484,6 +518,9 @@ class _Lowerer:
                 f"{node.get_type_name()} {node.get_friendly_name()!r}: reductions are not supported on NPU",
                 op_type=node.get_type_name(), node_name=node.get_friendly_name())
         x, u = self.inp(node, 0), self.inp(node, 2)
+        if self.const_of(node, 1) is None:
+            self._scatter_runtime(node, x, u)
+            return
         n, m = int(np.prod(x.shape, dtype=np.int64)), int(np.prod(u.shape, dtype=np.int64))
         ins = [ov.Tensor(np.arange(n, dtype=np.int64).reshape(x.shape)),
                ov.Tensor(np.ascontiguousarray(self.need_const(node, 1, "indices"))),
@@ -757,6 +794,8 @@ _HANDLERS: dict[str, Callable[[_Lowerer, ov.Node], None]] = {
     "Transpose": _Lowerer.op_transpose,
     "Broadcast": _Lowerer.op_broadcast,
     "Gather": _Lowerer.op_gather,
+    "TopK": _Lowerer.op_topk,
+    "GatherElements": _Lowerer.op_gather_elements,
     "Concat": _Lowerer.op_concat,
     "Split": _Lowerer.op_split,
     "VariadicSplit": _Lowerer.op_split,

@@ -398,6 +398,87 @@ def _gather(ins, outs, params):  # type: ignore[no-untyped-def]
     return run
 
 
+@kernel("gather_elements")
+def _gather_elements(ins, outs, params):  # type: ignore[no-untyped-def]
+    data, idx = ins
+    o = outs[0]
+    axis = int(params[0])
+    dim = data.shape[axis]
+
+    def run() -> None:
+        # negative indices count from the end; wrapped like the gather kernel's mode="wrap"
+        np.copyto(o, np.take_along_axis(data, np.mod(idx, dim), axis=axis), casting="unsafe")
+    return run
+
+
+@kernel("topk")
+def _topk(ins, outs, params):  # type: ignore[no-untyped-def]
+    x = ins[0]
+    values, indices = outs
+    axis, k = int(params[0]), int(params[1])
+    largest, by_index = bool(params[2]), bool(params[3])
+
+    def run() -> None:
+        # a stable sort of the negated values: equal values keep their order (lower index first)
+        order = np.argsort(-x if largest else x, axis=axis, kind="stable")
+        top = np.take(order, np.arange(k), axis=axis)
+        if by_index:
+            top = np.sort(top, axis=axis)
+        np.copyto(indices, top, casting="unsafe")
+        np.copyto(values, np.take_along_axis(x, top, axis=axis), casting="unsafe")
+    return run
+
+
+def _wrapped(idx: np.ndarray, dims: tuple[int, ...] | int) -> np.ndarray:
+    """Indices with negatives counted from the end (OpenVINO) and out-of-range ones wrapped,
+    like the gather kernel's mode="wrap": no IndexError from inside a task."""
+    return np.mod(idx, np.asarray(dims, dtype=np.int64))
+
+
+@kernel("scatter_elements")
+def _scatter_elements(ins, outs, params):  # type: ignore[no-untyped-def]
+    data, idx, upd = ins
+    o = outs[0]
+    axis = int(params[0])
+
+    def run() -> None:
+        np.copyto(o, data, casting="unsafe")
+        np.put_along_axis(o, _wrapped(idx, data.shape[axis]).astype(np.intp), upd.astype(o.dtype), axis=axis)
+    return run
+
+
+@kernel("scatter_update")
+def _scatter_update(ins, outs, params):  # type: ignore[no-untyped-def]
+    data, idx, upd = ins
+    o = outs[0]
+    axis = int(params[0])
+
+    def run() -> None:
+        np.copyto(o, data, casting="unsafe")
+        # updates are [data.shape[:axis], idx.shape, data.shape[axis+1:]]
+        flat = _wrapped(idx, data.shape[axis]).reshape(-1)
+        u = upd.reshape((*data.shape[:axis], flat.size, *data.shape[axis + 1:]))
+        sel = (slice(None),) * axis
+        for j, i in enumerate(flat):
+            o[(*sel, int(i))] = u[(*sel, j)]
+    return run
+
+
+@kernel("scatter_nd")
+def _scatter_nd(ins, outs, params):  # type: ignore[no-untyped-def]
+    data, idx, upd = ins
+    o = outs[0]
+    depth = idx.shape[-1]
+
+    def run() -> None:
+        np.copyto(o, data, casting="unsafe")
+        keys = _wrapped(idx.reshape(-1, depth), data.shape[:depth])
+        u = upd.reshape((keys.shape[0], *data.shape[depth:]))
+        for j, key in enumerate(keys):
+            o[tuple(int(v) for v in key)] = u[j]
+    return run
+
+
 def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """``a`` reshaped without copying (a copy would detach the kernel from device memory)."""
     v = a.view()
