@@ -56,6 +56,17 @@ def _np_dtype(t: ov.Type) -> np.dtype:
     return np.dtype(t.to_dtype())
 
 
+def _index_map(node: ov.Node, ins: list[ov.Tensor], out_shape: tuple[int, ...]) -> np.ndarray:
+    """Run a data-movement op's reference evaluate() on i64 "iota" inputs: it moves elements by
+    position, so what comes back is the source index of every output element."""
+    res = ov.Tensor(ov.Type.i64, ov.Shape(list(out_shape)))
+    if not node.evaluate([res], ins):
+        raise UnsupportedOpError(f"{node.get_type_name()} {node.get_friendly_name()!r} could not be evaluated "
+                                 "for index lowering", op_type=node.get_type_name(),
+                                 node_name=node.get_friendly_name())
+    return np.array(res.data).reshape(out_shape)
+
+
 class Lowered:
     """Result of lowering: values, tasks in topological order, port bookkeeping."""
 
@@ -493,14 +504,7 @@ class _Lowerer:
         ins = [ov.Tensor(np.arange(n, dtype=np.int64).reshape(x.shape))]
         for i in range(1, node.get_input_size()):
             ins.append(ov.Tensor(np.ascontiguousarray(self.need_const(node, i, f"input {i}"))))
-        res = ov.Tensor(ov.Type.i64, ov.Shape(list(out_shape)))
-        # the reference evaluate() moves elements by position, so an i64 "iota" tensor comes back
-        # as the source index of every output element
-        if not node.evaluate([res], ins):
-            raise UnsupportedOpError(f"{node.get_type_name()} {node.get_friendly_name()!r} could not be evaluated "
-                                     "for index lowering", op_type=node.get_type_name(),
-                                     node_name=node.get_friendly_name())
-        idx = np.array(res.data).reshape(out_shape)
+        idx = _index_map(node, ins, out_shape)
         o = self.node_out(node)
         sl = _as_slices(idx, x.shape)
         if sl is not None:
@@ -527,12 +531,7 @@ class _Lowerer:
                ov.Tensor(np.arange(n, n + m, dtype=np.int64).reshape(u.shape))]
         for i in range(3, node.get_input_size()):
             ins.append(ov.Tensor(np.ascontiguousarray(self.need_const(node, i, f"input {i}"))))
-        out_shape = tuple(node.get_output_shape(0))
-        res = ov.Tensor(ov.Type.i64, ov.Shape(list(out_shape)))
-        if not node.evaluate([res], ins):
-            raise UnsupportedOpError(f"{node.get_type_name()} {node.get_friendly_name()!r} could not be evaluated "
-                                     "for index lowering", op_type=node.get_type_name(),
-                                     node_name=node.get_friendly_name())
+        idx = _index_map(node, ins, tuple(node.get_output_shape(0)))
         o = self.node_out(node)
         joined = self.scratch((n + m,), o.dtype)
         for src, off in ((x, 0), (u, n * o.dtype.itemsize)):
@@ -542,7 +541,6 @@ class _Lowerer:
                 src = y
             if src.nbytes:
                 self.dma(src, 0, joined, off, 1, 1, src.nbytes, (0, 0), (0, 0), node)
-        idx = np.array(res.data).reshape(out_shape)
         iv = self.new_value(idx.shape, np.dtype(np.int64), Place.CONST, data=np.ascontiguousarray(idx))
         self.shave("take", [joined, iv], [o], [], node)
         self.vals[(node.get_name(), 0)] = o
