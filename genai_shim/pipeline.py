@@ -80,7 +80,7 @@ class _Seq:
     def __init__(self, prompt: list[int], config: GenerationConfig, max_new: int) -> None:
         self.prompt = prompt
         self.tokens: list[int] = []
-        self.score = 0.0
+        self.logps: list[float] = []  # per generated token (scores sum the kept ones)
         self.finish: GenerationFinishReason | None = None
         self.processor = LogitProcessor(config, prompt)
         self.max_new = max_new
@@ -774,7 +774,7 @@ class LLMPipeline:
                 token, logp = self._sampler.sample(s.processor, last[row])
                 s.tokens.append(token)
                 s.processor.register(token)
-                s.score += logp
+                s.logps.append(logp)
                 self._check_finish(s, config, stop_window, stop_strings)
             if stream is not None and not stream_stopped:
                 status = self._stream(stream, seqs[0], stop_window)
@@ -820,7 +820,8 @@ class LLMPipeline:
         res = EncodedResults()
         for s in seqs:
             res.tokens.append(s.tokens)
-            res.scores.append(float(s.score))
+            # Tokens a stop string removed take their log-probabilities with them (measured).
+            res.scores.append(float(sum(s.logps[: len(s.tokens)])))
             res.finish_reasons.append(
                 s.finish if s.finish is not None else GenerationFinishReason.NONE
             )
