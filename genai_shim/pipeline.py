@@ -133,19 +133,32 @@ class LLMPipeline:
     model runs as is and chat keeps the KV cache between turns.
     """
 
-    def __init__(self, models_path: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         t0 = _now()
-        tokenizer, device, config = self._parse_ctor(args, kwargs)
-        if not isinstance(models_path, (str, os.PathLike)):
-            raise UserInputError(
-                f"models_path must be a folder path (str or os.PathLike), got {type(models_path).__name__}"
-            )
-        folder = Path(models_path)
-        if not (folder / MODEL_XML).is_file():
-            raise IRReadError(
-                f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel "
-                "export folder"
-            )
+        memory = self._parse_memory_ctor(args, kwargs)
+        in_config: GenerationConfig | None = None
+        if memory is not None:
+            # LLMPipeline(model: str, weights: Tensor, tokenizer, device, generation_config=None,
+            # **properties): the IR's XML text and its weights, no folder.
+            model_xml, weights, tokenizer, device, in_config = memory
+            folder: Path | None = None
+            config: Mapping[str, Any] | None = None
+        else:
+            if not args and "models_path" not in kwargs:
+                raise UserInputError("LLMPipeline() needs models_path")
+            models_path = args[0] if args else kwargs.pop("models_path")
+            tokenizer, device, config = self._parse_ctor(args[1:], kwargs)
+            if not isinstance(models_path, (str, bytes, os.PathLike)):
+                raise UserInputError(
+                    "models_path must be a folder path (str or os.PathLike), got "
+                    f"{type(models_path).__name__}"
+                )
+            folder = Path(os.fsdecode(models_path))
+            if not (folder / MODEL_XML).is_file():
+                raise IRReadError(
+                    f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel "
+                    "export folder"
+                )
         props: dict[str, Any] = dict(config or {})
         props.update(kwargs)
         for k, feature in _UNSUPPORTED_FEATURES.items():
@@ -172,8 +185,11 @@ class LLMPipeline:
         # few rules that differ between the two (max_length per prompt, beam rows of a batch).
         self._paged = not self._is_npu and backend != "SDPA"
         self._tokenizer = tokenizer if tokenizer is not None else Tokenizer(folder)
-        gc_path = folder / "generation_config.json"
-        self._config = GenerationConfig(gc_path) if gc_path.is_file() else GenerationConfig()
+        if folder is None:
+            self._config = in_config.copy() if in_config is not None else GenerationConfig()
+        else:
+            gc_path = folder / "generation_config.json"
+            self._config = GenerationConfig(gc_path) if gc_path.is_file() else GenerationConfig()
         if self._config.eos_token_id == -1 and self._tokenizer.get_eos_token_id() != -1:
             self._config.set_eos_token_id(self._tokenizer.get_eos_token_id())
 
@@ -186,6 +202,12 @@ class LLMPipeline:
         self._kv_tokens: list[int] = []  # ids whose keys/values sit in the KV cache (batch 1)
         self._chat_ids: list[int] = []  # template-less chat: all ids of the conversation so far
         self._cancelled = False
+        if draft is not None and folder is None:
+            raise ConfigError(
+                "genai_shim does not implement speculative decoding (draft_model) for a model "
+                "given in memory; pass the model's folder instead",
+                key="draft_model",
+            )
         if draft is not None:
             # Speculative decoding: the stateful FastDraft pipeline owns both models.
             self._spec = SpeculativeDecoder(
@@ -193,7 +215,11 @@ class LLMPipeline:
             )
             self._load_time = (_now() - t0) * 1000.0
             return
-        model = self._core.read_model(folder / MODEL_XML)
+        if folder is None:
+            raw = np.ascontiguousarray(np.asarray(weights.data)).reshape(-1).view(np.uint8)
+            model = self._core.read_model(model_xml.encode("utf-8"), memoryview(raw))
+        else:
+            model = self._core.read_model(folder / MODEL_XML)
         self._batch_axis, self._seq_axis = get_kv_axes_pos(model)
         self._max_prompt_len = SIZE_MAX
         self._kv_capacity = SIZE_MAX
@@ -207,6 +233,44 @@ class LLMPipeline:
         self._has_beam = "beam_idx" in self._input_names
         self._sampler = Sampler()
         self._load_time = (_now() - t0) * 1000.0
+
+    @staticmethod
+    def _parse_memory_ctor(
+        args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[str, ov.Tensor, Tokenizer, str, GenerationConfig | None] | None:
+        """The in-memory overload's arguments, or None for the folder overloads."""
+        if not (len(args) > 1 and isinstance(args[1], ov.Tensor)) and "weights" not in kwargs:
+            return None
+        names = ("model", "weights", "tokenizer", "device", "generation_config")
+        if len(args) > len(names):
+            raise UserInputError(
+                "LLMPipeline(model, weights, tokenizer, device, generation_config=None, "
+                f"**properties) takes at most 5 positional arguments, got {len(args)}"
+            )
+        got = dict(zip(names, args))
+        for n in names[len(args) :]:
+            if n in kwargs:
+                got[n] = kwargs.pop(n)
+        for n in names[:4]:
+            if n not in got:
+                raise UserInputError(
+                    f"LLMPipeline(model, weights, tokenizer, device, ...) is missing {n!r}"
+                )
+        checks = (
+            ("model", str, "the IR's XML text (str)"),
+            ("weights", ov.Tensor, "an openvino.Tensor"),
+            ("tokenizer", Tokenizer, "a Tokenizer"),
+            ("device", str, "a device name (str)"),
+        )
+        for n, typ, what in checks:
+            if not isinstance(got[n], typ):
+                raise UserInputError(f"{n} must be {what}, got {type(got[n]).__name__}")
+        gc = got.get("generation_config")
+        if gc is not None and not isinstance(gc, GenerationConfig):
+            raise UserInputError(
+                f"generation_config must be a GenerationConfig, got {type(gc).__name__}"
+            )
+        return got["model"], got["weights"], got["tokenizer"], got["device"], gc
 
     @staticmethod
     def _parse_ctor(
@@ -235,7 +299,7 @@ class LLMPipeline:
         return tokenizer, device or "CPU", config
 
     # -- NPU -----------------------------------------------------------------------------------
-    def _compile_npu(self, model: ov.Model, props: dict[str, Any], folder: Path) -> Any:
+    def _compile_npu(self, model: ov.Model, props: dict[str, Any], folder: Path | None) -> Any:
         npu = translate_npu_config(model, props)
         if npu.blob_path is not None and not npu.export_blob:
             path = Path(npu.blob_path)
@@ -246,7 +310,10 @@ class LLMPipeline:
         else:
             compiled = self._core.compile_model(model, "NPU", npu.config)
             if npu.export_blob:
-                target = npu.blob_path or os.fspath(folder / "openvino_model.blob")
+                # A model from memory exports next to the working directory, as the real does.
+                target = npu.blob_path or os.fspath(
+                    (folder or Path()) / "openvino_model.blob"
+                )
                 if not target.endswith(".blob"):
                     raise ConfigError(
                         f"Please provide a full path to blob file in BLOB_PATH: {target}",
