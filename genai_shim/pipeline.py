@@ -21,7 +21,13 @@ from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler
 from genai_shim.speculative import DraftModel, SpeculativeDecoder
-from genai_shim.streamers import StreamerBase, StreamingStatus, call_write, make_streamer
+from genai_shim.streamers import (
+    StreamerBase,
+    StreamingStatus,
+    call_write,
+    make_streamer,
+    status_from_callback,
+)
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
 from ov_npu_emu.errors import (
     BlobFormatError,
@@ -54,7 +60,6 @@ _GENAI_ONLY_KEYS = (
 
 #: features openvino.genai offers through pipeline properties that genai_shim does not implement
 _UNSUPPORTED_FEATURES = {
-    "prompt_lookup": "prompt-lookup decoding",
     "adapters": "LoRA adapters",
 }
 
@@ -168,6 +173,17 @@ class LLMPipeline:
                     "(see docs/genai_shim.md, 'Not supported')",
                     key=k,
                 )
+        prompt_lookup = props.get("prompt_lookup", False)
+        if not isinstance(prompt_lookup, bool):
+            raise ConfigError(
+                f"prompt_lookup must be a bool, got {type(prompt_lookup).__name__}",
+                key="prompt_lookup",
+            )
+        if prompt_lookup and props.get("draft_model") is not None:
+            raise ConfigError(
+                "genai_shim does not combine prompt_lookup with draft_model; use one of them",
+                key="prompt_lookup",
+            )
         backend = str(props.get("ATTENTION_BACKEND", "PA")).upper()
         draft = props.get("draft_model")
         if draft is not None and not isinstance(draft, DraftModel):
@@ -184,6 +200,15 @@ class LLMPipeline:
         # ATTENTION_BACKEND=SDPA; genai_shim always runs the stateful model, but follows the
         # few rules that differ between the two (max_length per prompt, beam rows of a batch).
         self._paged = not self._is_npu and backend != "SDPA"
+        # Prompt lookup: the real runs it in its continuous-batching pipeline on CPU; on NPU the
+        # property has no effect (the stateful NPU pipeline decodes token by token, measured on
+        # openvino_genai 2026.4.1), so genai_shim does the same and says so in the log.
+        self._prompt_lookup = prompt_lookup and not self._is_npu
+        if prompt_lookup and self._is_npu:
+            logger.warning(
+                "prompt_lookup has no effect on NPU (as in openvino_genai): decoding one token "
+                "per model call"
+            )
         self._tokenizer = tokenizer if tokenizer is not None else Tokenizer(folder)
         if folder is None:
             self._config = in_config.copy() if in_config is not None else GenerationConfig()
@@ -771,6 +796,21 @@ class LLMPipeline:
                 "'max_length' must be greater than the number of prompt tokens", key="max_length"
             )
         batch = ids.shape[0]
+        if self._prompt_lookup:
+            if not config.is_prompt_lookup():
+                # the real text (a RuntimeError from PromptLookupImpl::add_request)
+                raise ConfigError(
+                    "`max_ngram_size` && `num_assistant_tokens` should be specified for "
+                    "`prompt lookup decoding`",
+                    key="max_ngram_size",
+                )
+            if batch != 1:
+                raise ConfigError(
+                    "genai_shim's prompt lookup decodes one prompt per generate() call "
+                    f"(got {batch}); call generate() per prompt or drop prompt_lookup",
+                    key="prompt_lookup",
+                )
+            keep_kv = False  # every call prefills the whole prompt (the output is the same)
         # Parallel sampling: n sequences per prompt share the prompt's KV row (beam_idx copies it).
         n = int(config.num_return_sequences) if config.is_multinomial() else 1
         stream = make_streamer(streamer, self._tokenizer)
@@ -830,6 +870,16 @@ class LLMPipeline:
             return self._beam_search(
                 ids, full_mask, logits, config, perf, keep_kv, stop_window, stop_strings
             )
+        if self._prompt_lookup:
+            stream_stopped = self._prompt_lookup_decode(
+                seqs[0], logits[0, -1], full_mask, config, perf, stream, stop_window, stop_strings
+            )
+            if stream is not None:
+                if not stream_stopped:
+                    self._stream_list(stream, seqs[0], 0)
+                stream.end()
+                stream.end()  # the real's prompt-lookup pipeline ends the streamer twice
+            return self._encoded_results(seqs, perf, keep_kv)
         active = list(range(batch * n))
         kv_row = {s: s // n for s in active}  # sequence -> its row in the KV cache / mask
         stream_stopped = False
@@ -884,6 +934,9 @@ class LLMPipeline:
             if not stream_stopped:
                 self._stream(stream, seqs[0], 0)
             stream.end()
+        return self._encoded_results(seqs, perf, keep_kv)
+
+    def _encoded_results(self, seqs: list[_Seq], perf: PerfMetrics, keep_kv: bool) -> EncodedResults:
         res = EncodedResults()
         for s in seqs:
             res.tokens.append(s.tokens)
@@ -896,6 +949,114 @@ class LLMPipeline:
             self._kv_tokens = []
         res.perf_metrics = perf
         return res
+
+    # -- prompt lookup decoding -----------------------------------------------------------------
+    @staticmethod
+    def _lookup_candidates(ids: list[int], num_pred: int, max_ngram_size: int) -> list[int]:
+        """openvino.genai's prompt-lookup candidates: the longest suffix n-gram (max_ngram_size
+        down to 1, at most half the sequence) found earliest in prompt + generated ids; the
+        tokens following that occurrence, at most ``num_pred`` of them."""
+        if num_pred <= 0:
+            return []
+        length = len(ids)
+        if max_ngram_size >= length:
+            max_ngram_size = length // 2
+        for size in range(max_ngram_size, 0, -1):
+            ngram = ids[length - size :]
+            for i in range(length - size):
+                if ids[i : i + size] == ngram:
+                    start = i + size
+                    return ids[start : start + min(length - start, num_pred)]
+        return []
+
+    def _prompt_lookup_decode(
+        self,
+        s: _Seq,
+        row: np.ndarray,
+        mask: np.ndarray,
+        config: GenerationConfig,
+        perf: PerfMetrics,
+        stream: StreamerBase | None,
+        window: int,
+        stops: list[str],
+    ) -> bool:
+        """Prompt-lookup decoding of one sequence after the prefill (``row`` = its last logits).
+
+        Each step feeds the last token plus the candidates copied from the prompt / answer in
+        one model call, samples every position as plain decoding would, keeps the candidates
+        up to the first mismatch plus the sampled token there, and cuts the rejected ones from
+        the KV cache.  The tokens equal plain decoding's; ``m_batch_sizes`` records the tokens
+        each step sampled (the real's series).  An accepted candidate scores 0 (the real
+        appends candidates with log-probability 0 and keeps it, measured with logprobs).
+        Returns whether a streamer stopped the generation."""
+        token, logp = self._sampler.sample(s.processor, row)
+        self._append(s, token, logp, config, window, stops)
+        stopped = self._pl_stream(stream, s, window)
+        n_past = len(s.prompt)
+        beam = np.zeros(1, dtype=np.int32)
+        while s.finish is None and not stopped:
+            left = s.max_new - len(s.tokens) - 1
+            cands = self._lookup_candidates(
+                s.prompt + s.tokens, min(int(config.num_assistant_tokens), left), int(config.max_ngram_size)
+            )
+            feed = [s.tokens[-1], *cands]
+            n = len(feed)
+            logits = self._infer(
+                np.asarray([feed], dtype=np.int64),
+                np.ones((1, n_past + n), dtype=np.int64),
+                np.arange(n_past, n_past + n, dtype=np.int64)[None, :],
+                beam,
+                perf,
+            )
+            sampled = 0
+            for i in range(n):
+                token, logp = self._sampler.sample(s.processor, logits[0, i])
+                accepted = i < len(cands) and token == cands[i]
+                self._append(s, token, 0.0 if accepted else logp, config, window, stops)
+                sampled += 1
+                if s.finish is not None or not accepted:
+                    break
+            # tokens sampled this step, counted before a stop string removes any (measured)
+            perf.raw_metrics.m_batch_sizes[-1] = sampled
+            if s.finish is None:
+                # the KV keeps everything but the newest token, which the next call feeds
+                n_past = len(s.prompt) + len(s.tokens) - 1
+                self._trim_kv(n_past)
+            stopped = self._pl_stream(stream, s, window)
+        return stopped
+
+    def _append(
+        self, s: _Seq, token: int, logp: float, config: GenerationConfig, window: int, stops: list[str]
+    ) -> None:
+        s.tokens.append(token)
+        s.processor.register(token)
+        s.logps.append(logp)
+        self._check_finish(s, config, window, stops)
+
+    def _pl_stream(self, stream: StreamerBase | None, s: _Seq, window: int) -> bool:
+        """Stream one step's tokens as one ``write(list)``; True when the streamer stopped."""
+        if stream is None:
+            return False
+        status = self._stream_list(stream, s, window)
+        if status == StreamingStatus.RUNNING:
+            return False
+        if s.finish is None:
+            s.finish = {
+                StreamingStatus.STOP: GenerationFinishReason.STOP,
+                StreamingStatus.CANCEL: GenerationFinishReason.NONE,
+                StreamingStatus.TOOL_CALL_STOP: GenerationFinishReason.TOOL_CALL,
+            }[status]
+        self._cancelled = status == StreamingStatus.CANCEL
+        return True
+
+    @staticmethod
+    def _stream_list(stream: StreamerBase, s: _Seq, window: int) -> StreamingStatus:
+        limit = len(s.tokens) if s.finish is not None else max(len(s.tokens) - window, 0)
+        if s.streamed >= limit:
+            return StreamingStatus.RUNNING
+        chunk = s.tokens[s.streamed : limit]
+        s.streamed = limit
+        return status_from_callback(stream.write(chunk))
 
     def _beam_search(
         self,
