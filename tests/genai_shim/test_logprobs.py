@@ -164,3 +164,20 @@ def test_logprobs_match_real_npu(stories_dir, npu_one, real_npu, kw):
     m = ours.generate(ours.get_tokenizer().encode(PROMPT), max_new_tokens=10, logprobs=1, do_sample=True, rng_seed=3)
     r = real_npu.generate(real_npu.get_tokenizer().encode(PROMPT), max_new_tokens=10, logprobs=1, do_sample=True, rng_seed=3)
     assert m.scores[0] < 0 and r.scores[0] < 0
+
+
+def test_speculative_npu_scores_stay_zero_like_real(stories_dir, real_genai, npu_one):
+    """The real stateful speculative pipeline (NPU main model) returns 0.0 with logprobs too
+    (measured); genai_shim's does the same.  With a CPU main model genai_shim refuses logprobs
+    (ConfigError, see test_speculative)."""
+    kw = {"max_new_tokens": 10, "logprobs": 1}
+    real = real_genai.LLMPipeline(
+        str(stories_dir), "NPU", draft_model=real_genai.draft_model(str(stories_dir), "CPU", **F32),
+        **REAL_NPU, **NPU_LENS, **F32,
+    )
+    ours = genai_shim.LLMPipeline(
+        str(stories_dir), "NPU", draft_model=genai_shim.draft_model(str(stories_dir), "CPU", **F32),
+        **npu_one["props"], **NPU_LENS,
+    )
+    a, b = ours.generate([PROMPT], **kw), real.generate([PROMPT], **kw)
+    assert a.texts == b.texts and a.scores == b.scores == [0.0]
