@@ -85,7 +85,7 @@ class Tokenizer:
         """``Tokenizer(tokenizer_path, properties={}, **kwargs)`` or, from memory,
         ``Tokenizer(tokenizer_model: str, tokenizer_weights: Tensor, detokenizer_model: str,
         detokenizer_weights: Tensor, **kwargs)`` (IR XML text and its weights as a u8 Tensor,
-        as openvino_genai's second overload; an empty XML string leaves that half out)."""
+        as openvino_genai's second overload; both IRs are required, as there)."""
         self._lock = threading.RLock()
         in_memory = len(args) > 1 and isinstance(args[1], ov.Tensor) or (
             "tokenizer_model" in kwargs or "tokenizer_weights" in kwargs
@@ -115,9 +115,12 @@ class Tokenizer:
                 TOKENIZER_XML: (parts["tokenizer_model"], parts["tokenizer_weights"]),
                 DETOKENIZER_XML: (parts["detokenizer_model"], parts["detokenizer_weights"]),
             }
-            self._sources = {k: v for k, v in self._sources.items() if v[0]}
-            if not self._sources:
-                raise IRReadError("Tokenizer(...) from memory got two empty models")
+            if not all(xml.strip() for xml, _ in self._sources.values()):
+                # the real reads both and fails on an empty one (measured, 2026.4.1)
+                raise IRReadError(
+                    "Unable to read the model. Please check if the model format is supported "
+                    "and model is correct. (an in-memory tokenizer needs both IRs' XML text)"
+                )
             self._folder = None
             self._where = "the in-memory models"
             folder = None

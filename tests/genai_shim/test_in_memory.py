@@ -13,7 +13,7 @@ import openvino as ov
 import pytest
 
 import genai_shim
-from ov_npu_emu.errors import ConfigError, UserInputError
+from ov_npu_emu.errors import ConfigError, IRReadError, UserInputError
 from tests.genai_shim.conftest import F32, NPU_LENS, REAL_NPU
 
 pytestmark = pytest.mark.oracle
@@ -78,6 +78,9 @@ def test_tokenizer_from_memory_keywords_and_errors(stories_dir):
         genai_shim.Tokenizer(tx, tw)
     with pytest.raises(UserInputError, match="tokenizer_model"):
         genai_shim.Tokenizer(b"<xml/>", tw, dx, dw)
+    empty = ov.Tensor(np.zeros(0, np.uint8))
+    with pytest.raises(IRReadError, match="Unable to read the model"):
+        genai_shim.Tokenizer(tx, tw, "", empty)
 
 
 @pytest.mark.parametrize("device", ["CPU", "NPU"])
