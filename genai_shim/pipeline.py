@@ -204,6 +204,13 @@ class LLMPipeline:
         # property has no effect (the stateful NPU pipeline decodes token by token, measured on
         # openvino_genai 2026.4.1), so genai_shim does the same and says so in the log.
         self._prompt_lookup = prompt_lookup and not self._is_npu
+        if self._prompt_lookup and backend == "SDPA":
+            # the real's text (prompt lookup runs on its paged-attention pipeline only)
+            raise ConfigError(
+                "User properties are conflicting: some of them requires PagedAttention backend, "
+                "while 'ATTENTION_BACKEND' is set to 'SDPA'",
+                key="ATTENTION_BACKEND",
+            )
         if prompt_lookup and self._is_npu:
             logger.warning(
                 "prompt_lookup has no effect on NPU (as in openvino_genai): decoding one token "

@@ -140,7 +140,7 @@ def test_prompt_lookup_multinomial_runs(pl_pipes):
     assert again.texts == res.texts and res.scores[0] < 0
 
 
-def test_prompt_lookup_errors(pl_pipes, stories_dir, tiny_model_dir):
+def test_prompt_lookup_errors(pl_pipes, stories_dir, tiny_model_dir, real_genai):
     # the real: RuntimeError "`max_ngram_size` && `num_assistant_tokens` should be specified ..."
     for kw in ({}, {"max_ngram_size": 3}, {"num_assistant_tokens": 3}):
         with pytest.raises(ConfigError, match="should be specified for `prompt lookup decoding`"):
@@ -154,6 +154,9 @@ def test_prompt_lookup_errors(pl_pipes, stories_dir, tiny_model_dir):
     with pytest.raises(ConfigError, match="one prompt") as ei:
         pl_pipes["ours"].generate([PROMPT, "Tom and"], max_new_tokens=4, **PL)
     assert ei.value.key == "prompt_lookup"
+    for mod in (genai_shim, real_genai):
+        with pytest.raises(RuntimeError, match="requires PagedAttention backend"):
+            mod.LLMPipeline(str(stories_dir), "CPU", prompt_lookup=True, ATTENTION_BACKEND="SDPA")
     with pytest.raises(ConfigError, match="prompt_lookup must be a bool"):
         genai_shim.LLMPipeline(str(stories_dir), "CPU", prompt_lookup="yes")
     with pytest.raises(ConfigError, match="draft_model"):
