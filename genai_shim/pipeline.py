@@ -260,6 +260,7 @@ class LLMPipeline:
         else:
             self._compiled = self._core.compile_model(model, self._device, props)
         self._request = self._compiled.create_infer_request()
+        self._pl_requests: list[Any] = []  # prompt lookup: one more request per extra prompt
         self._input_names = {n for p in self._compiled.inputs for n in p.get_names()}
         self._has_pos = "position_ids" in self._input_names
         self._has_beam = "beam_idx" in self._input_names
@@ -724,12 +725,15 @@ class LLMPipeline:
 
     def _trim_kv(self, keep: int) -> None:
         """Keep the first ``keep`` positions of every KV state (CPU chat reuse)."""
-        for state in self._request.query_state():
+        self._cut_states(self._request, keep)
+        self._kv_tokens = self._kv_tokens[:keep]
+
+    def _cut_states(self, request: Any, keep: int) -> None:
+        for state in request.query_state():
             data = np.asarray(state.state.data)
             index = [slice(None)] * data.ndim
             index[self._seq_axis] = slice(0, keep)
             state.state = ov.Tensor(np.ascontiguousarray(data[tuple(index)]))
-        self._kv_tokens = self._kv_tokens[:keep]
 
     # -- the generation loop -------------------------------------------------------------------
     def _check_npu(self, ids: np.ndarray, config: GenerationConfig) -> None:
@@ -811,12 +815,6 @@ class LLMPipeline:
                     "`prompt lookup decoding`",
                     key="max_ngram_size",
                 )
-            if batch != 1:
-                raise ConfigError(
-                    "genai_shim's prompt lookup decodes one prompt per generate() call "
-                    f"(got {batch}); call generate() per prompt or drop prompt_lookup",
-                    key="prompt_lookup",
-                )
             keep_kv = False  # every call prefills the whole prompt (the output is the same)
         # Parallel sampling: n sequences per prompt share the prompt's KV row (beam_idx copies it).
         n = int(config.num_return_sequences) if config.is_multinomial() else 1
@@ -859,6 +857,16 @@ class LLMPipeline:
             for _ in range(n)
         ]
         stop_window, stop_strings = self._stop_strings(config)
+        if self._prompt_lookup:
+            stream_stopped = self._prompt_lookup_run(
+                seqs, config, perf, stream, stop_window, stop_strings
+            )
+            if stream is not None:
+                if not stream_stopped:
+                    self._stream_list(stream, seqs[0], 0)
+                stream.end()
+                stream.end()  # the real's prompt-lookup pipeline ends the streamer twice
+            return self._encoded_results(seqs, perf, keep_kv)
 
         # Prefill: positions count only real (unmasked) tokens, padding gets 0.
         feed_ids, feed_mask = ids[:, past:], mask
@@ -877,16 +885,6 @@ class LLMPipeline:
             return self._beam_search(
                 ids, full_mask, logits, config, perf, keep_kv, stop_window, stop_strings
             )
-        if self._prompt_lookup:
-            stream_stopped = self._prompt_lookup_decode(
-                seqs[0], logits[0, -1], full_mask, config, perf, stream, stop_window, stop_strings
-            )
-            if stream is not None:
-                if not stream_stopped:
-                    self._stream_list(stream, seqs[0], 0)
-                stream.end()
-                stream.end()  # the real's prompt-lookup pipeline ends the streamer twice
-            return self._encoded_results(seqs, perf, keep_kv)
         active = list(range(batch * n))
         kv_row = {s: s // n for s in active}  # sequence -> its row in the KV cache / mask
         stream_stopped = False
@@ -976,61 +974,91 @@ class LLMPipeline:
                     return ids[start : start + min(length - start, num_pred)]
         return []
 
-    def _prompt_lookup_decode(
+    def _prompt_lookup_run(
         self,
-        s: _Seq,
-        row: np.ndarray,
-        mask: np.ndarray,
+        seqs: list[_Seq],
         config: GenerationConfig,
         perf: PerfMetrics,
         stream: StreamerBase | None,
         window: int,
         stops: list[str],
     ) -> bool:
-        """Prompt-lookup decoding of one sequence after the prefill (``row`` = its last logits).
+        """Prompt-lookup decoding of every prompt in lockstep, each on its own infer request
+        (the real's continuous batching keeps one KV sequence per request).
 
-        Each step feeds the last token plus the candidates copied from the prompt / answer in
-        one model call, samples every position as plain decoding would, keeps the candidates
-        up to the first mismatch plus the sampled token there, and cuts the rejected ones from
-        the KV cache.  The tokens equal plain decoding's; ``m_batch_sizes`` records the tokens
-        each step sampled (the real's series).  An accepted candidate scores 0 (the real
-        appends candidates with log-probability 0 and keeps it, measured with logprobs).
-        Returns whether a streamer stopped the generation."""
-        token, logp = self._sampler.sample(s.processor, row)
-        self._append(s, token, logp, config, window, stops)
-        stopped = self._pl_stream(stream, s, window)
-        n_past = len(s.prompt)
-        beam = np.zeros(1, dtype=np.int32)
-        while s.finish is None and not stopped:
-            left = s.max_new - len(s.tokens) - 1
-            cands = self._lookup_candidates(
-                s.prompt + s.tokens, min(int(config.num_assistant_tokens), left), int(config.max_ngram_size)
-            )
-            feed = [s.tokens[-1], *cands]
-            n = len(feed)
-            logits = self._infer(
-                np.asarray([feed], dtype=np.int64),
-                np.ones((1, n_past + n), dtype=np.int64),
-                np.arange(n_past, n_past + n, dtype=np.int64)[None, :],
-                beam,
-                perf,
-            )
+        Each step feeds a sequence's last token plus the candidates copied from its prompt /
+        answer in one model call, samples every position as plain decoding would, keeps the
+        candidates up to the first mismatch plus the token sampled there, and cuts the rejected
+        ones from that request's KV cache.  The tokens equal plain decoding's.  Per lockstep
+        step one metrics entry: ``m_batch_sizes`` = tokens sampled over all prompts (counted
+        before a stop string removes any), the real's series.  An accepted candidate scores 0
+        (the real appends candidates with log-probability 0 and keeps it, measured with
+        logprobs).  Returns whether a streamer stopped the generation."""
+        while len(self._pl_requests) < len(seqs) - 1:
+            self._pl_requests.append(self._compiled.create_infer_request())
+        requests = [self._request, *self._pl_requests[: len(seqs) - 1]]
+        raw = perf.raw_metrics
+        past = [0] * len(seqs)
+
+        def record(t0: float, sampled: int) -> None:
+            t1 = _now()
+            raw.m_token_infer_durations.append((t1 - t0) * 1e6)
+            raw.m_inference_durations[0] += (t1 - t0) * 1e6
+            raw.m_new_token_times.append(t1)
+            raw.m_batch_sizes.append(sampled)
+
+        t0 = _now()
+        for i, (s, req) in enumerate(zip(seqs, requests)):  # prefill
+            req.reset_state()
+            logits = self._run_request(req, s.prompt, 0)
+            token, logp = self._sampler.sample(s.processor, logits[0, -1])
+            self._append(s, token, logp, config, window, stops)
+            past[i] = len(s.prompt)
+        record(t0, len(seqs))
+        stopped = self._pl_stream(stream, seqs[0], window)
+        while not stopped:
+            live = [i for i, s in enumerate(seqs) if s.finish is None]
+            if not live:
+                break
+            t0 = _now()
             sampled = 0
-            for i in range(n):
-                token, logp = self._sampler.sample(s.processor, logits[0, i])
-                accepted = i < len(cands) and token == cands[i]
-                self._append(s, token, 0.0 if accepted else logp, config, window, stops)
-                sampled += 1
-                if s.finish is not None or not accepted:
-                    break
-            # tokens sampled this step, counted before a stop string removes any (measured)
-            perf.raw_metrics.m_batch_sizes[-1] = sampled
-            if s.finish is None:
-                # the KV keeps everything but the newest token, which the next call feeds
-                n_past = len(s.prompt) + len(s.tokens) - 1
-                self._trim_kv(n_past)
-            stopped = self._pl_stream(stream, s, window)
+            for i in live:
+                s, req = seqs[i], requests[i]
+                left = s.max_new - len(s.tokens) - 1
+                cands = self._lookup_candidates(
+                    s.prompt + s.tokens,
+                    min(int(config.num_assistant_tokens), left),
+                    int(config.max_ngram_size),
+                )
+                feed = [s.tokens[-1], *cands]
+                logits = self._run_request(req, feed, past[i])
+                for k in range(len(feed)):
+                    token, logp = self._sampler.sample(s.processor, logits[0, k])
+                    accepted = k < len(cands) and token == cands[k]
+                    self._append(s, token, 0.0 if accepted else logp, config, window, stops)
+                    sampled += 1
+                    if s.finish is not None or not accepted:
+                        break
+                if s.finish is None:
+                    # the KV keeps everything but the newest token, which the next call feeds
+                    past[i] = len(s.prompt) + len(s.tokens) - 1
+                    self._cut_states(req, past[i])
+            record(t0, sampled)
+            stopped = self._pl_stream(stream, seqs[0], window)
         return stopped
+
+    def _run_request(self, request: Any, ids: list[int], past: int) -> np.ndarray:
+        """One call of a batch-1 request: ``ids`` after ``past`` tokens already in its KV."""
+        n = len(ids)
+        feed: dict[str, np.ndarray] = {
+            "input_ids": np.asarray([ids], dtype=np.int64),
+            "attention_mask": np.ones((1, past + n), dtype=np.int64),
+        }
+        if self._has_pos:
+            feed["position_ids"] = np.arange(past, past + n, dtype=np.int64)[None, :]
+        if self._has_beam:
+            feed["beam_idx"] = np.zeros(1, dtype=np.int32)
+        return np.asarray(request.infer(feed, share_outputs=True)["logits"])
 
     def _append(
         self, s: _Seq, token: int, logp: float, config: GenerationConfig, window: int, stops: list[str]

@@ -73,6 +73,27 @@ def test_prompt_lookup_matches_real_cpu(pl_pipes, kw):
     assert ta.scores == pytest.approx(tb.scores, abs=2e-3)
 
 
+BATCHES = {
+    "two": ([PROMPT, "Tom and"], {"max_new_tokens": 60}),
+    "two_swapped_logprobs": (["Tom and", PROMPT], {"max_new_tokens": 60, "logprobs": 1}),
+    "three_stop_tokens": (
+        [PROMPT, "Tom and", "Lily"], {"max_new_tokens": 45, "stop_token_ids": {2, 426}, "logprobs": 1}
+    ),
+    "max_length": ([PROMPT, "Tom and"], {"max_length": 40}),
+    "stop_strings": ([PROMPT, "Tom and"], {"max_new_tokens": 60, "stop_strings": {"ball", "park"}}),
+}
+
+
+@pytest.mark.parametrize(("prompts", "kw"), list(BATCHES.values()), ids=list(BATCHES))
+def test_prompt_lookup_batch_matches_real(pl_pipes, prompts, kw):
+    """Batches run in lockstep: per step the batch size is the sum of every prompt's sampled
+    tokens, ``num_input_tokens`` the first prompt's length (measured)."""
+    a = pl_pipes["ours"].generate(prompts, **PL, **kw)
+    b = pl_pipes["real"].generate(prompts, **PL, **kw)
+    assert _summary(a) == _summary(b)
+    assert a.scores == pytest.approx(b.scores, abs=2e-3)
+
+
 def test_prompt_lookup_accepts_candidates_and_equals_plain(pl_pipes, pipelines, stories_dir):
     res = pl_pipes["ours"].generate([PROMPT], max_new_tokens=300, **PL)
     sizes = list(res.perf_metrics.raw_metrics.m_batch_sizes)
@@ -150,10 +171,9 @@ def test_prompt_lookup_errors(pl_pipes, stories_dir, tiny_model_dir, real_genai)
     for kind in ("ours", "real"):  # GenerationConfig.validate, real text
         with pytest.raises(RuntimeError, match="not compatible with assistant generation"):
             pl_pipes[kind].generate(PROMPT, max_new_tokens=4, num_beams=2, **PL)
-    # batches: the real decodes them; genai_shim refuses instead of dropping prompt lookup
-    with pytest.raises(ConfigError, match="one prompt") as ei:
-        pl_pipes["ours"].generate([PROMPT, "Tom and"], max_new_tokens=4, **PL)
-    assert ei.value.key == "prompt_lookup"
+    for kind in ("ours", "real"):
+        with pytest.raises(RuntimeError, match="streaming is possible only with batch size=1"):
+            pl_pipes[kind].generate([PROMPT, "Tom and"], max_new_tokens=4, streamer=print, **PL)
     for mod in (genai_shim, real_genai):
         with pytest.raises(RuntimeError, match="requires PagedAttention backend"):
             mod.LLMPipeline(str(stories_dir), "CPU", prompt_lookup=True, ATTENTION_BACKEND="SDPA")
