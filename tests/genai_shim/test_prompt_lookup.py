@@ -199,3 +199,20 @@ def test_prompt_lookup_on_npu_decodes_token_by_token_like_real(stories_dir, real
         a, b = ours.generate([PROMPT], **kw), real.generate([PROMPT], **kw)
         assert a.texts == b.texts
         assert list(a.perf_metrics.raw_metrics.m_batch_sizes) == list(b.perf_metrics.raw_metrics.m_batch_sizes) == [1] * 40
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_prompt_lookup_chat_like_real(chat_dir, real_genai):
+    """start_chat turns and a ChatHistory (templated stories260K) give the real's answers."""
+    kw = {**PL, "max_new_tokens": 30}
+    got = []
+    for mod in (genai_shim, real_genai):
+        pipe = mod.LLMPipeline(str(chat_dir), "CPU", prompt_lookup=True, **F32)
+        pipe.start_chat()
+        answers = [pipe.generate(q, **kw) for q in ("Who is Lily?", "What did she find?")]
+        pipe.finish_chat()
+        history = mod.ChatHistory()
+        history.append({"role": "user", "content": "Who is Lily?"})
+        res = pipe.generate(history, **kw)
+        got.append((answers, res.texts, list(res.perf_metrics.raw_metrics.m_batch_sizes)))
+    assert got[0] == got[1]
