@@ -143,3 +143,17 @@ def test_in_memory_errors(stories_dir, tiny_model_dir):
             model, weights, tok, "CPU", draft_model=genai_shim.draft_model(str(tiny_model_dir), "CPU")
         )
     assert ei.value.key == "draft_model"
+
+
+def test_prompt_lookup_from_memory_like_real(stories_dir, real_genai):
+    got = []
+    for mod in (genai_shim, real_genai):
+        model, weights = decrypt_model(stories_dir, "openvino_model.xml", "openvino_model.bin")
+        pipe = mod.LLMPipeline(model, weights, read_tokenizer(mod, stories_dir), "CPU", prompt_lookup=True, **F32)
+        res = pipe.generate(
+            ["Once upon a time, there was a little girl named Lily. She loved to play"],
+            max_new_tokens=60, num_assistant_tokens=5, max_ngram_size=3,
+        )
+        got.append((res.texts, list(res.perf_metrics.raw_metrics.m_batch_sizes)))
+    assert got[0] == got[1]
+    assert max(got[0][1]) > 1
