@@ -21,7 +21,13 @@ from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler
 from genai_shim.speculative import DraftModel, SpeculativeDecoder
-from genai_shim.streamers import StreamerBase, StreamingStatus, call_write, make_streamer
+from genai_shim.streamers import (
+    StreamerBase,
+    StreamingStatus,
+    call_write,
+    make_streamer,
+    status_from_callback,
+)
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
 from ov_npu_emu.errors import (
     BlobFormatError,
@@ -54,7 +60,6 @@ _GENAI_ONLY_KEYS = (
 
 #: features openvino.genai offers through pipeline properties that genai_shim does not implement
 _UNSUPPORTED_FEATURES = {
-    "prompt_lookup": "prompt-lookup decoding",
     "adapters": "LoRA adapters",
 }
 
@@ -80,7 +85,7 @@ class _Seq:
     def __init__(self, prompt: list[int], config: GenerationConfig, max_new: int) -> None:
         self.prompt = prompt
         self.tokens: list[int] = []
-        self.score = 0.0
+        self.logps: list[float] = []  # per generated token (scores sum the kept ones)
         self.finish: GenerationFinishReason | None = None
         self.processor = LogitProcessor(config, prompt)
         self.max_new = max_new
@@ -133,19 +138,32 @@ class LLMPipeline:
     model runs as is and chat keeps the KV cache between turns.
     """
 
-    def __init__(self, models_path: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         t0 = _now()
-        tokenizer, device, config = self._parse_ctor(args, kwargs)
-        if not isinstance(models_path, (str, os.PathLike)):
-            raise UserInputError(
-                f"models_path must be a folder path (str or os.PathLike), got {type(models_path).__name__}"
-            )
-        folder = Path(models_path)
-        if not (folder / MODEL_XML).is_file():
-            raise IRReadError(
-                f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel "
-                "export folder"
-            )
+        memory = self._parse_memory_ctor(args, kwargs)
+        in_config: GenerationConfig | None = None
+        if memory is not None:
+            # LLMPipeline(model: str, weights: Tensor, tokenizer, device, generation_config=None,
+            # **properties): the IR's XML text and its weights, no folder.
+            model_xml, weights, tokenizer, device, in_config = memory
+            folder: Path | None = None
+            config: Mapping[str, Any] | None = None
+        else:
+            if not args and "models_path" not in kwargs:
+                raise UserInputError("LLMPipeline() needs models_path")
+            models_path = args[0] if args else kwargs.pop("models_path")
+            tokenizer, device, config = self._parse_ctor(args[1:], kwargs)
+            if not isinstance(models_path, (str, bytes, os.PathLike)):
+                raise UserInputError(
+                    "models_path must be a folder path (str or os.PathLike), got "
+                    f"{type(models_path).__name__}"
+                )
+            folder = Path(os.fsdecode(models_path))
+            if not (folder / MODEL_XML).is_file():
+                raise IRReadError(
+                    f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel "
+                    "export folder"
+                )
         props: dict[str, Any] = dict(config or {})
         props.update(kwargs)
         for k, feature in _UNSUPPORTED_FEATURES.items():
@@ -155,6 +173,17 @@ class LLMPipeline:
                     "(see docs/genai_shim.md, 'Not supported')",
                     key=k,
                 )
+        prompt_lookup = props.get("prompt_lookup", False)
+        if not isinstance(prompt_lookup, bool):
+            raise ConfigError(
+                f"prompt_lookup must be a bool, got {type(prompt_lookup).__name__}",
+                key="prompt_lookup",
+            )
+        if prompt_lookup and props.get("draft_model") is not None:
+            raise ConfigError(
+                "genai_shim does not combine prompt_lookup with draft_model; use one of them",
+                key="prompt_lookup",
+            )
         backend = str(props.get("ATTENTION_BACKEND", "PA")).upper()
         draft = props.get("draft_model")
         if draft is not None and not isinstance(draft, DraftModel):
@@ -171,9 +200,28 @@ class LLMPipeline:
         # ATTENTION_BACKEND=SDPA; genai_shim always runs the stateful model, but follows the
         # few rules that differ between the two (max_length per prompt, beam rows of a batch).
         self._paged = not self._is_npu and backend != "SDPA"
+        # Prompt lookup: the real runs it in its continuous-batching pipeline on CPU; on NPU the
+        # property has no effect (the stateful NPU pipeline decodes token by token, measured on
+        # openvino_genai 2026.4.1), so genai_shim does the same and says so in the log.
+        self._prompt_lookup = prompt_lookup and not self._is_npu
+        if self._prompt_lookup and backend == "SDPA":
+            # the real's text (prompt lookup runs on its paged-attention pipeline only)
+            raise ConfigError(
+                "User properties are conflicting: some of them requires PagedAttention backend, "
+                "while 'ATTENTION_BACKEND' is set to 'SDPA'",
+                key="ATTENTION_BACKEND",
+            )
+        if prompt_lookup and self._is_npu:
+            logger.warning(
+                "prompt_lookup has no effect on NPU (as in openvino_genai): decoding one token "
+                "per model call"
+            )
         self._tokenizer = tokenizer if tokenizer is not None else Tokenizer(folder)
-        gc_path = folder / "generation_config.json"
-        self._config = GenerationConfig(gc_path) if gc_path.is_file() else GenerationConfig()
+        if folder is None:
+            self._config = in_config.copy() if in_config is not None else GenerationConfig()
+        else:
+            gc_path = folder / "generation_config.json"
+            self._config = GenerationConfig(gc_path) if gc_path.is_file() else GenerationConfig()
         if self._config.eos_token_id == -1 and self._tokenizer.get_eos_token_id() != -1:
             self._config.set_eos_token_id(self._tokenizer.get_eos_token_id())
 
@@ -186,6 +234,12 @@ class LLMPipeline:
         self._kv_tokens: list[int] = []  # ids whose keys/values sit in the KV cache (batch 1)
         self._chat_ids: list[int] = []  # template-less chat: all ids of the conversation so far
         self._cancelled = False
+        if draft is not None and folder is None:
+            raise ConfigError(
+                "genai_shim does not implement speculative decoding (draft_model) for a model "
+                "given in memory; pass the model's folder instead",
+                key="draft_model",
+            )
         if draft is not None:
             # Speculative decoding: the stateful FastDraft pipeline owns both models.
             self._spec = SpeculativeDecoder(
@@ -193,7 +247,11 @@ class LLMPipeline:
             )
             self._load_time = (_now() - t0) * 1000.0
             return
-        model = self._core.read_model(folder / MODEL_XML)
+        if folder is None:
+            raw = np.ascontiguousarray(np.asarray(weights.data)).reshape(-1).view(np.uint8)
+            model = self._core.read_model(model_xml.encode("utf-8"), memoryview(raw))
+        else:
+            model = self._core.read_model(folder / MODEL_XML)
         self._batch_axis, self._seq_axis = get_kv_axes_pos(model)
         self._max_prompt_len = SIZE_MAX
         self._kv_capacity = SIZE_MAX
@@ -202,11 +260,50 @@ class LLMPipeline:
         else:
             self._compiled = self._core.compile_model(model, self._device, props)
         self._request = self._compiled.create_infer_request()
+        self._pl_requests: list[Any] = []  # prompt lookup: one more request per extra prompt
         self._input_names = {n for p in self._compiled.inputs for n in p.get_names()}
         self._has_pos = "position_ids" in self._input_names
         self._has_beam = "beam_idx" in self._input_names
         self._sampler = Sampler()
         self._load_time = (_now() - t0) * 1000.0
+
+    @staticmethod
+    def _parse_memory_ctor(
+        args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[str, ov.Tensor, Tokenizer, str, GenerationConfig | None] | None:
+        """The in-memory overload's arguments, or None for the folder overloads."""
+        if not (len(args) > 1 and isinstance(args[1], ov.Tensor)) and "weights" not in kwargs:
+            return None
+        names = ("model", "weights", "tokenizer", "device", "generation_config")
+        if len(args) > len(names):
+            raise UserInputError(
+                "LLMPipeline(model, weights, tokenizer, device, generation_config=None, "
+                f"**properties) takes at most 5 positional arguments, got {len(args)}"
+            )
+        got = dict(zip(names, args))
+        for n in names[len(args) :]:
+            if n in kwargs:
+                got[n] = kwargs.pop(n)
+        for n in names[:4]:
+            if n not in got:
+                raise UserInputError(
+                    f"LLMPipeline(model, weights, tokenizer, device, ...) is missing {n!r}"
+                )
+        checks = (
+            ("model", str, "the IR's XML text (str)"),
+            ("weights", ov.Tensor, "an openvino.Tensor"),
+            ("tokenizer", Tokenizer, "a Tokenizer"),
+            ("device", str, "a device name (str)"),
+        )
+        for n, typ, what in checks:
+            if not isinstance(got[n], typ):
+                raise UserInputError(f"{n} must be {what}, got {type(got[n]).__name__}")
+        gc = got.get("generation_config")
+        if gc is not None and not isinstance(gc, GenerationConfig):
+            raise UserInputError(
+                f"generation_config must be a GenerationConfig, got {type(gc).__name__}"
+            )
+        return got["model"], got["weights"], got["tokenizer"], got["device"], gc
 
     @staticmethod
     def _parse_ctor(
@@ -235,7 +332,7 @@ class LLMPipeline:
         return tokenizer, device or "CPU", config
 
     # -- NPU -----------------------------------------------------------------------------------
-    def _compile_npu(self, model: ov.Model, props: dict[str, Any], folder: Path) -> Any:
+    def _compile_npu(self, model: ov.Model, props: dict[str, Any], folder: Path | None) -> Any:
         npu = translate_npu_config(model, props)
         if npu.blob_path is not None and not npu.export_blob:
             path = Path(npu.blob_path)
@@ -246,7 +343,10 @@ class LLMPipeline:
         else:
             compiled = self._core.compile_model(model, "NPU", npu.config)
             if npu.export_blob:
-                target = npu.blob_path or os.fspath(folder / "openvino_model.blob")
+                # A model from memory exports next to the working directory, as the real does.
+                target = npu.blob_path or os.fspath(
+                    (folder or Path()) / "openvino_model.blob"
+                )
                 if not target.endswith(".blob"):
                     raise ConfigError(
                         f"Please provide a full path to blob file in BLOB_PATH: {target}",
@@ -625,12 +725,15 @@ class LLMPipeline:
 
     def _trim_kv(self, keep: int) -> None:
         """Keep the first ``keep`` positions of every KV state (CPU chat reuse)."""
-        for state in self._request.query_state():
+        self._cut_states(self._request, keep)
+        self._kv_tokens = self._kv_tokens[:keep]
+
+    def _cut_states(self, request: Any, keep: int) -> None:
+        for state in request.query_state():
             data = np.asarray(state.state.data)
             index = [slice(None)] * data.ndim
             index[self._seq_axis] = slice(0, keep)
             state.state = ov.Tensor(np.ascontiguousarray(data[tuple(index)]))
-        self._kv_tokens = self._kv_tokens[:keep]
 
     # -- the generation loop -------------------------------------------------------------------
     def _check_npu(self, ids: np.ndarray, config: GenerationConfig) -> None:
@@ -704,6 +807,15 @@ class LLMPipeline:
                 "'max_length' must be greater than the number of prompt tokens", key="max_length"
             )
         batch = ids.shape[0]
+        if self._prompt_lookup:
+            if not config.is_prompt_lookup():
+                # the real text (a RuntimeError from PromptLookupImpl::add_request)
+                raise ConfigError(
+                    "`max_ngram_size` && `num_assistant_tokens` should be specified for "
+                    "`prompt lookup decoding`",
+                    key="max_ngram_size",
+                )
+            keep_kv = False  # every call prefills the whole prompt (the output is the same)
         # Parallel sampling: n sequences per prompt share the prompt's KV row (beam_idx copies it).
         n = int(config.num_return_sequences) if config.is_multinomial() else 1
         stream = make_streamer(streamer, self._tokenizer)
@@ -745,6 +857,16 @@ class LLMPipeline:
             for _ in range(n)
         ]
         stop_window, stop_strings = self._stop_strings(config)
+        if self._prompt_lookup:
+            stream_stopped = self._prompt_lookup_run(
+                seqs, config, perf, stream, stop_window, stop_strings
+            )
+            if stream is not None:
+                if not stream_stopped:
+                    self._stream_list(stream, seqs[0], 0)
+                stream.end()
+                stream.end()  # the real's prompt-lookup pipeline ends the streamer twice
+            return self._encoded_results(seqs, perf, keep_kv)
 
         # Prefill: positions count only real (unmasked) tokens, padding gets 0.
         feed_ids, feed_mask = ids[:, past:], mask
@@ -774,7 +896,7 @@ class LLMPipeline:
                 token, logp = self._sampler.sample(s.processor, last[row])
                 s.tokens.append(token)
                 s.processor.register(token)
-                s.score += logp
+                s.logps.append(logp)
                 self._check_finish(s, config, stop_window, stop_strings)
             if stream is not None and not stream_stopped:
                 status = self._stream(stream, seqs[0], stop_window)
@@ -817,10 +939,14 @@ class LLMPipeline:
             if not stream_stopped:
                 self._stream(stream, seqs[0], 0)
             stream.end()
+        return self._encoded_results(seqs, perf, keep_kv)
+
+    def _encoded_results(self, seqs: list[_Seq], perf: PerfMetrics, keep_kv: bool) -> EncodedResults:
         res = EncodedResults()
         for s in seqs:
             res.tokens.append(s.tokens)
-            res.scores.append(float(s.score))
+            # Tokens a stop string removed take their log-probabilities with them (measured).
+            res.scores.append(float(sum(s.logps[: len(s.tokens)])))
             res.finish_reasons.append(
                 s.finish if s.finish is not None else GenerationFinishReason.NONE
             )
@@ -828,6 +954,144 @@ class LLMPipeline:
             self._kv_tokens = []
         res.perf_metrics = perf
         return res
+
+    # -- prompt lookup decoding -----------------------------------------------------------------
+    @staticmethod
+    def _lookup_candidates(ids: list[int], num_pred: int, max_ngram_size: int) -> list[int]:
+        """openvino.genai's prompt-lookup candidates: the longest suffix n-gram (max_ngram_size
+        down to 1, at most half the sequence) found earliest in prompt + generated ids; the
+        tokens following that occurrence, at most ``num_pred`` of them."""
+        if num_pred <= 0:
+            return []
+        length = len(ids)
+        if max_ngram_size >= length:
+            max_ngram_size = length // 2
+        for size in range(max_ngram_size, 0, -1):
+            ngram = ids[length - size :]
+            for i in range(length - size):
+                if ids[i : i + size] == ngram:
+                    start = i + size
+                    return ids[start : start + min(length - start, num_pred)]
+        return []
+
+    def _prompt_lookup_run(
+        self,
+        seqs: list[_Seq],
+        config: GenerationConfig,
+        perf: PerfMetrics,
+        stream: StreamerBase | None,
+        window: int,
+        stops: list[str],
+    ) -> bool:
+        """Prompt-lookup decoding of every prompt in lockstep, each on its own infer request
+        (the real's continuous batching keeps one KV sequence per request).
+
+        Each step feeds a sequence's last token plus the candidates copied from its prompt /
+        answer in one model call, samples every position as plain decoding would, keeps the
+        candidates up to the first mismatch plus the token sampled there, and cuts the rejected
+        ones from that request's KV cache.  The tokens equal plain decoding's.  Per lockstep
+        step one metrics entry: ``m_batch_sizes`` = tokens sampled over all prompts (counted
+        before a stop string removes any), the real's series.  An accepted candidate scores 0
+        (the real appends candidates with log-probability 0 and keeps it, measured with
+        logprobs).  Returns whether a streamer stopped the generation."""
+        while len(self._pl_requests) < len(seqs) - 1:
+            self._pl_requests.append(self._compiled.create_infer_request())
+        requests = [self._request, *self._pl_requests[: len(seqs) - 1]]
+        raw = perf.raw_metrics
+        past = [0] * len(seqs)
+
+        def record(t0: float, sampled: int) -> None:
+            t1 = _now()
+            raw.m_token_infer_durations.append((t1 - t0) * 1e6)
+            raw.m_inference_durations[0] += (t1 - t0) * 1e6
+            raw.m_new_token_times.append(t1)
+            raw.m_batch_sizes.append(sampled)
+
+        t0 = _now()
+        for i, (s, req) in enumerate(zip(seqs, requests)):  # prefill
+            req.reset_state()
+            logits = self._run_request(req, s.prompt, 0)
+            token, logp = self._sampler.sample(s.processor, logits[0, -1])
+            self._append(s, token, logp, config, window, stops)
+            past[i] = len(s.prompt)
+        record(t0, len(seqs))
+        stopped = self._pl_stream(stream, seqs[0], window)
+        while not stopped:
+            live = [i for i, s in enumerate(seqs) if s.finish is None]
+            if not live:
+                break
+            t0 = _now()
+            sampled = 0
+            for i in live:
+                s, req = seqs[i], requests[i]
+                left = s.max_new - len(s.tokens) - 1
+                cands = self._lookup_candidates(
+                    s.prompt + s.tokens,
+                    min(int(config.num_assistant_tokens), left),
+                    int(config.max_ngram_size),
+                )
+                feed = [s.tokens[-1], *cands]
+                logits = self._run_request(req, feed, past[i])
+                for k in range(len(feed)):
+                    token, logp = self._sampler.sample(s.processor, logits[0, k])
+                    accepted = k < len(cands) and token == cands[k]
+                    self._append(s, token, 0.0 if accepted else logp, config, window, stops)
+                    sampled += 1
+                    if s.finish is not None or not accepted:
+                        break
+                if s.finish is None:
+                    # the KV keeps everything but the newest token, which the next call feeds
+                    past[i] = len(s.prompt) + len(s.tokens) - 1
+                    self._cut_states(req, past[i])
+            record(t0, sampled)
+            stopped = self._pl_stream(stream, seqs[0], window)
+        return stopped
+
+    def _run_request(self, request: Any, ids: list[int], past: int) -> np.ndarray:
+        """One call of a batch-1 request: ``ids`` after ``past`` tokens already in its KV."""
+        n = len(ids)
+        feed: dict[str, np.ndarray] = {
+            "input_ids": np.asarray([ids], dtype=np.int64),
+            "attention_mask": np.ones((1, past + n), dtype=np.int64),
+        }
+        if self._has_pos:
+            feed["position_ids"] = np.arange(past, past + n, dtype=np.int64)[None, :]
+        if self._has_beam:
+            feed["beam_idx"] = np.zeros(1, dtype=np.int32)
+        return np.asarray(request.infer(feed, share_outputs=True)["logits"])
+
+    def _append(
+        self, s: _Seq, token: int, logp: float, config: GenerationConfig, window: int, stops: list[str]
+    ) -> None:
+        s.tokens.append(token)
+        s.processor.register(token)
+        s.logps.append(logp)
+        self._check_finish(s, config, window, stops)
+
+    def _pl_stream(self, stream: StreamerBase | None, s: _Seq, window: int) -> bool:
+        """Stream one step's tokens as one ``write(list)``; True when the streamer stopped."""
+        if stream is None:
+            return False
+        status = self._stream_list(stream, s, window)
+        if status == StreamingStatus.RUNNING:
+            return False
+        if s.finish is None:
+            s.finish = {
+                StreamingStatus.STOP: GenerationFinishReason.STOP,
+                StreamingStatus.CANCEL: GenerationFinishReason.NONE,
+                StreamingStatus.TOOL_CALL_STOP: GenerationFinishReason.TOOL_CALL,
+            }[status]
+        self._cancelled = status == StreamingStatus.CANCEL
+        return True
+
+    @staticmethod
+    def _stream_list(stream: StreamerBase, s: _Seq, window: int) -> StreamingStatus:
+        limit = len(s.tokens) if s.finish is not None else max(len(s.tokens) - window, 0)
+        if s.streamed >= limit:
+            return StreamingStatus.RUNNING
+        chunk = s.tokens[s.streamed : limit]
+        s.streamed = limit
+        return status_from_callback(stream.write(chunk))
 
     def _beam_search(
         self,

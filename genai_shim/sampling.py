@@ -10,7 +10,7 @@ import numpy as np
 
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
 
-__all__ = ["LogitProcessor", "Sampler"]
+__all__ = ["LogitProcessor", "Sampler", "raw_logprob"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,20 @@ class Sampler:
         self.rng = np.random.default_rng(int(seed))
 
     def sample(self, processor: LogitProcessor, logits: np.ndarray) -> tuple[int, float]:
-        """Return (token, log-probability used for the score)."""
+        """Return (token, log-probability used for the score).
+
+        With ``logprobs > 0`` the log-probability is that of the token under the model's raw
+        distribution (log-softmax of the logits before penalties, temperature, top-k/p), for
+        greedy and multinomial alike; otherwise greedy scores 0 and multinomial the
+        log-probability under the filtered distribution it drew from (both measured on
+        openvino_genai 2026.4.1).
+        """
+        token, logp = self._select(processor, logits)
+        if processor.config.logprobs > 0:
+            logp = raw_logprob(logits, token)
+        return token, logp
+
+    def _select(self, processor: LogitProcessor, logits: np.ndarray) -> tuple[int, float]:
         if not processor.config.do_sample and not processor.needs_penalties():
             # Plain greedy: argmax of the row as is (no copy; f16→f32 keeps order and ties).
             return int(np.argmax(logits)), 0.0
@@ -113,3 +126,10 @@ class Sampler:
         ids, probs = processor.probabilities(vec)
         k = int(self.rng.choice(len(ids), p=probs))
         return int(ids[k]), float(np.log(probs[k]))
+
+
+def raw_logprob(logits: np.ndarray, token: int) -> float:
+    """log_softmax(logits)[token] of one row of raw logits."""
+    row = np.asarray(logits, dtype=np.float64)
+    top = row.max()
+    return float(row[token] - top - np.log(np.exp(row - top).sum()))

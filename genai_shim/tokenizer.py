@@ -81,33 +81,87 @@ class Tokenizer:
     :param properties: accepted for API compatibility (tokenization always runs on the host).
     """
 
-    def __init__(
-        self,
-        tokenizer_path: str | os.PathLike,
-        properties: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        folder = Path(tokenizer_path)
-        if folder.is_file():
-            folder = folder.parent
-        tok_xml, detok_xml = folder / TOKENIZER_XML, folder / DETOKENIZER_XML
-        if not tok_xml.is_file() and not detok_xml.is_file():
-            raise IRReadError(
-                f"Neither {TOKENIZER_XML} nor {DETOKENIZER_XML} found in {os.fspath(folder)!r}; "
-                "convert the "
-                "tokenizer with openvino_tokenizers (convert_tokenizer(..., with_detokenizer=True))"
-            )
-        self._folder = folder
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """``Tokenizer(tokenizer_path, properties={}, **kwargs)`` or, from memory,
+        ``Tokenizer(tokenizer_model: str, tokenizer_weights: Tensor, detokenizer_model: str,
+        detokenizer_weights: Tensor, **kwargs)`` (IR XML text and its weights as a u8 Tensor,
+        as openvino_genai's second overload; both IRs are required, as there)."""
         self._lock = threading.RLock()
-        core = _core()
-        self._tok_model = core.read_model(tok_xml) if tok_xml.is_file() else None
-        self._detok_model = core.read_model(detok_xml) if detok_xml.is_file() else None
+        in_memory = len(args) > 1 and isinstance(args[1], ov.Tensor) or (
+            "tokenizer_model" in kwargs or "tokenizer_weights" in kwargs
+        )
+        if in_memory:
+            names = ("tokenizer_model", "tokenizer_weights", "detokenizer_model", "detokenizer_weights")
+            if len(args) > 4:
+                raise UserInputError(
+                    "Tokenizer(tokenizer_model, tokenizer_weights, detokenizer_model, "
+                    f"detokenizer_weights, **properties) takes 4 positional arguments, got {len(args)}"
+                )
+            parts = dict(zip(names, args))
+            for n in names[len(args) :]:
+                if n not in kwargs:
+                    raise UserInputError(f"Tokenizer(...) from memory is missing {n!r}")
+                parts[n] = kwargs.pop(n)
+            for xml_key, w_key in (names[:2], names[2:]):
+                if not isinstance(parts[xml_key], str):
+                    raise UserInputError(
+                        f"{xml_key} must be the IR's XML text (str), got {type(parts[xml_key]).__name__}"
+                    )
+                if not isinstance(parts[w_key], ov.Tensor):
+                    raise UserInputError(
+                        f"{w_key} must be an openvino.Tensor, got {type(parts[w_key]).__name__}"
+                    )
+            self._sources: dict[str, Any] = {
+                TOKENIZER_XML: (parts["tokenizer_model"], parts["tokenizer_weights"]),
+                DETOKENIZER_XML: (parts["detokenizer_model"], parts["detokenizer_weights"]),
+            }
+            if not all(xml.strip() for xml, _ in self._sources.values()):
+                # the real reads both and fails on an empty one (measured, 2026.4.1)
+                raise IRReadError(
+                    "Unable to read the model. Please check if the model format is supported "
+                    "and model is correct. (an in-memory tokenizer needs both IRs' XML text)"
+                )
+            self._folder = None
+            self._where = "the in-memory models"
+            folder = None
+        else:
+            if not args and "tokenizer_path" not in kwargs:
+                raise UserInputError("Tokenizer() needs tokenizer_path")
+            tokenizer_path = args[0] if args else kwargs.pop("tokenizer_path")
+            if len(args) > 2:
+                raise UserInputError(
+                    f"Tokenizer(tokenizer_path, properties={{}}, **kwargs) got {len(args)} "
+                    "positional arguments"
+                )
+            if not isinstance(tokenizer_path, (str, bytes, os.PathLike)):
+                raise UserInputError(
+                    f"tokenizer_path must be a folder path, got {type(tokenizer_path).__name__}"
+                )
+            folder = Path(os.fsdecode(tokenizer_path))
+            if folder.is_file():
+                folder = folder.parent
+            tok_xml, detok_xml = folder / TOKENIZER_XML, folder / DETOKENIZER_XML
+            if not tok_xml.is_file() and not detok_xml.is_file():
+                raise IRReadError(
+                    f"Neither {TOKENIZER_XML} nor {DETOKENIZER_XML} found in {os.fspath(folder)!r}; "
+                    "convert the "
+                    "tokenizer with openvino_tokenizers (convert_tokenizer(..., with_detokenizer=True))"
+                )
+            self._sources = {n: folder / n for n in (TOKENIZER_XML, DETOKENIZER_XML) if (folder / n).is_file()}
+            self._folder = folder
+            self._where = repr(os.fspath(folder))
+        self._tok_model = self._read(TOKENIZER_XML)
+        self._detok_model = self._read(DETOKENIZER_XML)
         self._encoders: dict[bool, Any] = {}
         self._decoders: dict[bool, Any] = {}
-        cfg = _read_json(folder / "tokenizer_config.json")
-        special_map = _read_json(folder / "special_tokens_map.json")
-        gen = _read_json(folder / "generation_config.json")
-        conf = _read_json(folder / "config.json")
+        # From memory there is no folder: ids and the chat template come from the IR only.
+        def side(name: str) -> dict[str, Any]:
+            return _read_json(folder / name) if folder is not None else {}
+
+        cfg = side("tokenizer_config.json")
+        special_map = side("special_tokens_map.json")
+        gen = side("generation_config.json")
+        conf = side("config.json")
         models = [m for m in (self._tok_model, self._detok_model) if m is not None]
 
         def first_id(key: str) -> int:
@@ -144,7 +198,11 @@ class Tokenizer:
         self._bos = token_text(self._bos_id, "bos_token")
         self._eos = token_text(self._eos_id, "eos_token")
         # The real tokenizer reports the EOS text as pad text when no pad id is known.
-        self._pad = token_text(self._pad_id, "pad_token") if self._pad_id >= 0 else self._eos
+        # From memory (no folder) it reports an empty pad text instead (measured, 2026.4.1).
+        if self._pad_id >= 0:
+            self._pad = token_text(self._pad_id, "pad_token")
+        else:
+            self._pad = self._eos if folder is not None else ""
         template = None
         for m in models:
             template = template or _rt(m, "chat_template")
@@ -162,6 +220,15 @@ class Tokenizer:
         )
 
     # -- IR plumbing ---------------------------------------------------------------------------
+    def _read(self, name: str) -> ov.Model | None:
+        """A fresh ov.Model of the tokenizer or detokenizer (from the folder or from memory)."""
+        src = self._sources.get(name)
+        if src is None:
+            return None
+        if isinstance(src, tuple):
+            return _core().read_model(src[0], src[1])
+        return _core().read_model(src)
+
     def _read_vocab(self) -> list[str]:
         """Token strings from the detokenizer's VocabDecoder constants (begins, ends, chars)."""
         if self._detok_model is None:
@@ -195,7 +262,7 @@ class Tokenizer:
             if add_special_tokens not in self._encoders:
                 if self._tok_model is None:
                     raise IRReadError(
-                        f"{TOKENIZER_XML} was not found in {os.fspath(self._folder)!r}; encode() "
+                        f"{TOKENIZER_XML} was not found in {self._where}; encode() "
                         "needs it"
                     )
                 model = self._tok_model if add_special_tokens else self._without_special_tokens()
@@ -208,7 +275,7 @@ class Tokenizer:
         CombineSegments takes (begin, end, data) triples; the added special tokens (BOS, EOS…)
         are all-constant triples, so their ``end`` is rewired to their ``begin``.
         """
-        model = _core().read_model(self._folder / TOKENIZER_XML)
+        model = self._read(TOKENIZER_XML)
         for op in model.get_ordered_ops():
             if op.get_type_name() != "CombineSegments":
                 continue
@@ -225,10 +292,10 @@ class Tokenizer:
             if skip_special_tokens not in self._decoders:
                 if self._detok_model is None:
                     raise IRReadError(
-                        f"{DETOKENIZER_XML} was not found in {os.fspath(self._folder)!r}; "
+                        f"{DETOKENIZER_XML} was not found in {self._where}; "
                         "decode() needs it (convert the tokenizer with with_detokenizer=True)"
                     )
-                model = _core().read_model(self._folder / DETOKENIZER_XML)
+                model = self._read(DETOKENIZER_XML)
                 for op in model.get_ordered_ops():
                     if op.get_type_name() == "VocabDecoder" and op.get_input_size() > 4:
                         ids = np.array(
