@@ -569,8 +569,22 @@ def export_arch(arch: str, formats: list[str], out_root: Path, work: Path, log=p
     return errors
 
 
+def check_export_env() -> None:
+    """Fail early, with the fix, on the two known environment traps."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is not None:
+        raise SystemExit("torchvision is installed (optimum-intel 2.2 pulls it in) and breaks "
+                         "`import transformers` next to torch 2.14: pip uninstall -y torchvision")
+    missing = [m for m in ("torch", "transformers", "optimum.intel", "nncf", "tokenizers")
+               if importlib.util.find_spec(m.split(".")[0]) is None]
+    if missing:
+        raise SystemExit(f"missing {missing}: pip install -e '.[fixtures]' (then pip uninstall -y torchvision)")
+
+
 def run_exports(names: list[str], out_root: Path, log=print) -> dict[str, str]:
     """One worker process per architecture (fresh imports, no state shared between them)."""
+    check_export_env()
     out_root.mkdir(parents=True, exist_ok=True)
     by_arch: dict[str, list[str]] = {}
     for n in names:
@@ -668,6 +682,18 @@ def _ov_margins(path: Path, prompt_ids: list[int], golden: list[int]):
     return margins, argmax_ok
 
 
+def _compare_run(path: Path, props: dict, prompt_ids: list[int], ids: list[int]) -> dict:
+    try:
+        rids, _ = _genai_run(path, "CPU", props, prompt_ids)
+    except Exception as e:  # noqa: BLE001 - e.g. no f16 compute on this CPU
+        return {"properties": props, "same_ids": None, "error": f"{type(e).__name__}: {e}"}
+    r = {"properties": props, "same_ids": rids == ids}
+    if rids != ids:
+        r["ids"] = rids
+        r["first_difference"] = next(i for i, (x, y) in enumerate(zip(rids, ids)) if x != y)
+    return r
+
+
 def record_golden(path: Path, log=print) -> dict:
     """golden.json for one fixture folder.
 
@@ -693,12 +719,9 @@ def record_golden(path: Path, log=print) -> dict:
         robust = {}
         if min(margins) >= MIN_MARGIN:
             for label, props in checks:
-                rids, _ = _genai_run(path, "CPU", props, prompt_ids)
-                robust[label] = {"properties": props, "same_ids": rids == ids}
-                if rids != ids:
-                    robust[label]["ids"] = rids
-                    robust[label]["first_difference"] = next(i for i, (x, y) in enumerate(zip(rids, ids)) if x != y)
-        ok = min(margins) >= MIN_MARGIN and all(r["same_ids"] for r in robust.values())
+                robust[label] = _compare_run(path, props, prompt_ids, ids)
+        # a check this machine cannot run (no f16 compute) has same_ids None and does not count
+        ok = min(margins) >= MIN_MARGIN and all(r["same_ids"] is not False for r in robust.values())
         tried.append({"prompt_index": index, "min_margin": round(min(margins), 5), "robust": ok})
         cand = (index, prompt, prompt_ids, ids, text, margins, argmax_ok, robust, ok)
         if chosen is None or min(margins) > min(chosen[5]):
@@ -734,19 +757,10 @@ def record_golden(path: Path, log=print) -> dict:
                          "error_type": type(e).__name__, "error": str(e).strip()}
     for label, props in checks:
         if label not in robust:  # not robust enough to have been checked: record anyway
-            rids, _ = _genai_run(path, "CPU", props, prompt_ids)
-            robust[label] = {"properties": props, "same_ids": rids == ids}
-            if rids != ids:
-                robust[label]["ids"] = rids
-                robust[label]["first_difference"] = next(i for i, (x, y) in enumerate(zip(rids, ids)) if x != y)
+            robust[label] = _compare_run(path, props, prompt_ids, ids)
     # the CPU plugin's defaults here: bf16 compute where the CPU has it, KV cache precision from
     # the model's rt_info (optimum-intel writes f16) - informative only, not required to agree
-    rids, _ = _genai_run(path, "CPU", {}, prompt_ids)
-    robust["cpu_default_properties"] = {"properties": {}, "same_ids": rids == ids}
-    if rids != ids:
-        robust["cpu_default_properties"]["ids"] = rids
-        robust["cpu_default_properties"]["first_difference"] = next(
-            i for i, (x, y) in enumerate(zip(rids, ids)) if x != y)
+    robust["cpu_default_properties"] = _compare_run(path, {}, prompt_ids, ids)
     g["robustness"] = {"robust": ok, "min_margin_required": MIN_MARGIN, "prompts_tried": tried, **robust}
     g["versions"] = {"openvino": ov.get_version(), "openvino_genai": og.get_version()}
     return g
@@ -790,6 +804,31 @@ def run_goldens(names: list[str], out_root: Path, check: bool, log=print) -> int
     return bad
 
 
+def summary_table(out_root: Path) -> str:
+    """Markdown table of the fixtures in out_root, from their golden.json files."""
+    rows = ["| fixture | model_type | format | size | min margin | distinct ids | f16 KV / f16 compute / defaults "
+            "same | real NPUW on CPU |", "|---|---|---|---|---|---|---|---|"]
+    total = 0
+    for n in fixture_names():
+        path = out_root / n
+        if not (path / "golden.json").exists():
+            continue
+        g = json.loads((path / "golden.json").read_text())
+        size = sum(f.stat().st_size for f in path.iterdir())
+        total += size
+        r = g["robustness"]
+        same = " / ".join({True: "yes", False: "**no**", None: "n/a"}[r[k]["same_ids"]]
+                          for k in ("cpu_kv_f16", "cpu_f16_compute", "cpu_default_properties"))
+        if g["npuw_cpu"]["ok"]:
+            npuw = "same ids" if g["npuw_cpu"]["equals_cpu"] else "**other ids**"
+        else:
+            npuw = "fails: `" + g["npuw_cpu"]["error"].strip().splitlines()[-1][:70] + "`"
+        rows.append(f"| {n} | {g['model_type']} | {g['weight_format']} | {size / 1024:.0f} KiB | "
+                    f"{g['margins']['min']:.3f} | {g['distinct_ids']} | {same} | {npuw} |")
+    rows.append(f"\n{len(rows) - 2} fixtures, {total / 2 ** 20:.1f} MiB.")
+    return "\n".join(rows) + "\n"
+
+
 # --------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -804,6 +843,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--search-seeds", metavar="ARCH", help="torch-only: print margins for seeds 0..N-1")
     ap.add_argument("--seeds", type=int, default=20, help="how many seeds --search-seeds tries")
     ap.add_argument("--list", action="store_true", help="list fixture names and their optimum-cli flags")
+    ap.add_argument("--table", action="store_true", help="print a markdown summary of the goldens in --out")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)  # ARCH OUT WORK FORMAT...
     a = ap.parse_args(argv)
 
@@ -815,6 +855,9 @@ def main(argv: list[str] | None = None) -> int:
         for n in fixture_names():
             arch, fmt = split_name(n)
             print(f"{n:28s} {ARCHS[arch].model_type:12s} {' '.join(FORMATS[fmt])}")
+        return 0
+    if a.table:
+        print(summary_table(a.out), end="")
         return 0
     if a.search_seeds:
         search_seeds(a.search_seeds, range(a.seeds))
