@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "tests" / "fixtures" / "optimum"
 CORPUS_FILE = Path(__file__).resolve().parent / "fixture_corpus.txt"
 
-# Golden prompts: short English sentences, 10-20 tokens with these tokenizers. A golden uses the
+# Golden prompts: short English sentences, 19-28 tokens with these tokenizers. A golden uses the
 # first one whose 32 greedy tokens are robust (see record_golden); the seed search uses PROMPT.
 PROMPTS = (
     "The keeper lit every lamp and watched the small ship on the water.",
@@ -104,7 +104,7 @@ class Arch:
     seed: int
     formats: tuple[str, ...] = ("fp32",)
     logit_scale: float = 8.0  # std of the random logits (lm_head init), see init_weights
-    head_tail: float = float(os.environ.get("FX_HEAD_TAIL", "0.5"))  # lognormal sigma of lm_head row norms
+    head_tail: float = 0.5  # lognormal sigma of the lm_head row norms (heavy-tailed logits)
     qk_gain: float = 1.5  # q/k projection gain: sharper attention, so positions and the KV matter
     chat_template: str | None = None
     note: str = ""
@@ -112,14 +112,15 @@ class Arch:
 
 _LLAMA_BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
-_BIG = dict(hidden_size=128, intermediate_size=256)  # group size 128 applies to every matmul
+_BIG = dict(hidden_size=128, intermediate_size=128)  # group size 128 applies to every matmul
 
 ARCHS: dict[str, Arch] = {
-    "llama": Arch("llama", "llama", {**_LLAMA_BASE, **_BIG}, seed=22, formats=ALL_FORMATS),
-    "qwen2": Arch("qwen2", "bytelevel", {**_LLAMA_BASE, **_BIG, "tie_word_embeddings": True}, seed=11,
+    "llama": Arch("llama", "llama", {**_LLAMA_BASE, **_BIG}, seed=9, formats=ALL_FORMATS,
+                  note="GQA 4/2, untied, SentencePiece-style tokenizer with BOS"),
+    "qwen2": Arch("qwen2", "bytelevel", {**_LLAMA_BASE, **_BIG, "tie_word_embeddings": True}, seed=17,
                   formats=ALL_FORMATS, chat_template=CHATML_TEMPLATE,
                   note="q/k/v bias, tied embeddings, ChatML chat template"),
-    "phi3": Arch("phi3", "llama", {**_LLAMA_BASE, **_BIG, "sliding_window": 24}, seed=2,
+    "phi3": Arch("phi3", "llama", {**_LLAMA_BASE, **_BIG, "sliding_window": 24}, seed=7,
                  formats=ALL_FORMATS, note="fused qkv and gate_up projections, sliding window 24"),
     "gemma2": Arch("gemma2", "llama", {**_LLAMA_BASE, "head_dim": 16, "query_pre_attn_scalar": 16,
                                       "sliding_window": 16,
@@ -367,7 +368,7 @@ def fake_quantize(model, fmt: str):
 
     import torch
 
-    def asym(w, bits, axis_groups):
+    def asym(w, bits):
         lo, hi = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
         levels = 2 ** bits - 1
         scale = ((hi - lo) / levels).clamp_min(1e-12)
@@ -390,22 +391,22 @@ def fake_quantize(model, fmt: str):
             conv1d = type(modules[name.rsplit(".", 1)[0]]).__name__ == "Conv1D"
             w = p.t() if conv1d else p  # [out, in]
             if fmt == "int8" or id(p) in emb or any(n in name.split(".") for n in _EMBED_NAMES):
-                q = asym(w, 8, None)
+                q = asym(w, 8)
             else:
                 gs = int(fmt.rsplit("g", 1)[1])
                 if w.shape[1] % gs:
-                    q = asym(w, 8, None)  # NNCF falls back to int8 for such layers
+                    q = asym(w, 8)  # NNCF falls back to int8 for such layers
                 else:
                     g = w.reshape(w.shape[0], -1, gs)
-                    q = (sym4(g) if "-sym-" in fmt else asym(g, 4, None)).reshape(w.shape)
+                    q = (sym4(g) if "-sym-" in fmt else asym(g, 4)).reshape(w.shape)
             p.copy_(q.t() if conv1d else q)
     return m
 
 
 def search_seeds(arch: str, seeds: range) -> None:
     """Print, per seed, over every format of the architecture (compressed ones fake-quantized):
-    the smallest greedy top1-top2 margin, the smallest margin / logit std, the distinct tokens of
-    the fp32 continuation, and for how many formats an all-f16 / all-bf16 torch run gives the
+    the smallest greedy top1-top2 margin, the smallest margin / logit std, the fewest distinct
+    tokens in a continuation, and for how many formats an all-f16 / all-bf16 torch run gives the
     same 32 ids (proxies for f16 KV/compute and for the CPU plugin's default bf16 + u8 KV).
     The best seed: most formats f16-stable, then >= 8 distinct tokens, then most bf16-stable, then
     relative margin >= 0.005, then the most distinct tokens, then the largest relative margin."""
@@ -425,7 +426,7 @@ def search_seeds(arch: str, seeds: range) -> None:
         for fmt in spec.formats:
             m = model if fmt == "fp32" else fake_quantize(model, fmt)
             ids, margins, stds = torch_greedy(m, prompt_ids)
-            distinct = len(set(ids)) if distinct is None else distinct
+            distinct = len(set(ids)) if distinct is None else min(distinct, len(set(ids)))
             rels.append(min(x / s for x, s in zip(margins, stds)))
             margins_all.append(min(margins))
             f16_same += torch_greedy(m, prompt_ids, dtype=torch.float16)[0] == ids
@@ -734,6 +735,7 @@ def record_golden(path: Path, log=print) -> dict:
         "fixture": path.name,
         "arch": arch,
         "model_type": spec.model_type,
+        "arch_note": spec.note,
         "weight_format": fmt,
         "optimum_cli_flags": FORMATS[fmt],
         "prompt": prompt,
@@ -752,6 +754,8 @@ def record_golden(path: Path, log=print) -> dict:
         nids, ntext = _genai_run(path, "NPU", npuw_props, prompt_ids)
         g["npuw_cpu"] = {"device": "NPU", "properties": npuw_props, "ok": True, "ids": nids, "text": ntext,
                          "equals_cpu": nids == ids}
+        if nids != ids:
+            g["npuw_cpu"]["first_difference"] = next(i for i, (x, y) in enumerate(zip(nids, ids)) if x != y)
     except Exception as e:  # noqa: BLE001 - the real NPUW's failure is the outcome we record
         g["npuw_cpu"] = {"device": "NPU", "properties": npuw_props, "ok": False,
                          "error_type": type(e).__name__, "error": str(e).strip()}
