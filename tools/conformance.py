@@ -1,0 +1,144 @@
+"""Conformance matrix of the committed optimum-cli fixtures (tests/fixtures/optimum).
+
+Runs every fixture's golden prompt through genai_shim on each setup — "CPU", "NPU" with
+NPUW_DEVICES=CPU, "NPU" on the emulated device — with f32 hints, and compares the 32 greedy ids
+with the golden recorded from the real openvino_genai on CPU.  The real NPUW's outcome on CPU
+comes from the golden (recorded by tools/make_optimum_fixtures.py --goldens).
+
+    python tools/conformance.py                  # print the matrix (markdown)
+    python tools/conformance.py --write          # regenerate docs/conformance.md
+    python tools/conformance.py --only llama-fp32 qwen2-int4-sym-g16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "optimum"
+DOC = ROOT / "docs" / "conformance.md"
+
+#: exact-token comparisons: f32 compute and KV; no dynamic activation quantization
+F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+#: static shapes small enough for CI, large enough for prompt + 32 tokens and the sliding windows
+NPU_SHAPES = {"MAX_PROMPT_LEN": 64, "MIN_RESPONSE_LEN": 64}
+SETUPS: dict[str, tuple[str, dict[str, object]]] = {
+    "CPU": ("CPU", {}),
+    "NPUW on CPU": ("NPU", {**NPU_SHAPES, "NPUW_DEVICES": "CPU"}),
+    "NPU (emulated)": ("NPU", NPU_SHAPES),
+}
+
+
+def fixtures() -> list[Path]:
+    """Fixture folders that have a golden, sorted by name."""
+    if not FIXTURES.is_dir():
+        return []
+    return sorted(p for p in FIXTURES.iterdir() if (p / "golden.json").is_file())
+
+
+def golden(path: Path) -> dict:
+    return json.loads((path / "golden.json").read_text(encoding="utf-8"))
+
+
+def generate(path: Path, setup: str) -> list[int]:
+    """32 greedy ids for the golden prompt on ``setup`` (raises what the pipeline raises)."""
+    import genai_shim
+
+    g = golden(path)
+    device, extra = SETUPS[setup]
+    pipe = genai_shim.LLMPipeline(str(path), device, **F32, **extra)
+    cfg = genai_shim.GenerationConfig()
+    cfg.max_new_tokens = g["max_new_tokens"]
+    cfg.ignore_eos = True
+    ids = ov.Tensor(np.array([g["prompt_ids"]], dtype=np.int64))
+    return [int(t) for t in pipe.generate(ids, cfg).tokens[0]]
+
+
+def _cell(ok: bool, note: str = "") -> str:
+    return ("✔" if ok else "✘") + (f" {note}" if note else "")
+
+
+def _gist(error: str) -> str:
+    """The informative line of an OpenVINO error (the last one; the others name source files)."""
+    lines = [ln.strip() for ln in error.strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else "?")[:80].replace("|", "\\|")
+
+
+def matrix(paths: list[Path], log=print) -> str:
+    rows = []
+    for path in paths:
+        g = golden(path)
+        want = g["cpu"]["ids"]
+        cells = []
+        for setup in SETUPS:
+            t0 = time.perf_counter()
+            try:
+                got = generate(path, setup)
+                diff = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+                cells.append(_cell(got == want, "" if got == want else f"(differs at token {diff})"))
+            except Exception as e:  # noqa: BLE001 - the outcome is what the matrix reports
+                cells.append(_cell(False, f"`{type(e).__name__}`"))
+            log(f"{path.name:32s} {setup:16s} {cells[-1]} ({time.perf_counter() - t0:.1f} s)")
+        real = g["npuw_cpu"]
+        if real["ok"]:
+            cells.append(_cell(real["ids"] == want, "" if real["ids"] == want else "(other ids)"))
+        else:
+            cells.append(_cell(False, f"`{_gist(real['error'])}`"))
+        rows.append(f"| {g['arch']} | {g['weight_format']} | " + " | ".join(cells) + " |")
+    head = "| architecture | weights | " + " | ".join(SETUPS) + " | real NPUW on CPU |"
+    sep = "|" + "---|" * (len(SETUPS) + 3)
+    return "\n".join([head, sep, *rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--write", action="store_true", help=f"write {DOC.relative_to(ROOT)}")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="fixture folder names")
+    args = ap.parse_args(argv)
+    paths = [p for p in fixtures() if not args.only or p.name in args.only]
+    if not paths:
+        print(f"no fixtures with golden.json under {FIXTURES}", file=sys.stderr)
+        return 1
+    table = matrix(paths, log=lambda s: print(s, file=sys.stderr))
+    if not args.write:
+        print(table)
+        return 0
+    DOC.write_text(_DOC_HEAD + table + "\n" + _DOC_TAIL, encoding="utf-8")
+    print(f"wrote {DOC}", file=sys.stderr)
+    return 0
+
+
+_DOC_HEAD = """# Conformance matrix: real optimum-cli exports
+
+Generated by `python tools/conformance.py --write` from the fixtures in `tests/fixtures/optimum/`
+(tiny seeded random models exported with `optimum-cli export openvino --task
+text-generation-with-past`; see that folder's README). Do not edit by hand.
+
+Each cell: do the 32 greedy token ids for the golden prompt equal the ids the **real**
+`openvino_genai.LLMPipeline` produced on CPU? All runs use f32 hints
+(`INFERENCE_PRECISION_HINT=f32`, `KV_CACHE_PRECISION=f32`, `DYNAMIC_QUANTIZATION_GROUP_SIZE=0`);
+the NPU setups use `MAX_PROMPT_LEN=64`, `MIN_RESPONSE_LEN=64`.
+
+- **CPU**: `genai_shim.LLMPipeline(dir, "CPU")`.
+- **NPUW on CPU**: `genai_shim.LLMPipeline(dir, "NPU", NPUW_DEVICES="CPU")` — our NPUW, static
+  sub-models on the OpenVINO CPU plugin.
+- **NPU (emulated)**: `genai_shim.LLMPipeline(dir, "NPU")` — our NPUW on the emulated NPU (ELF
+  blob, driver, command lists).
+- **real NPUW on CPU**: the real `openvino_genai.LLMPipeline(dir, "NPU", NPUW_DEVICES="CPU",
+  NPUW_ONLINE_PIPELINE="NONE")`, recorded in each fixture's `golden.json`.
+
+"""
+
+_DOC_TAIL = """
+The same comparison runs in the test suite (`tests/conformance/test_optimum_exports.py`).
+"""
+
+if __name__ == "__main__":
+    raise SystemExit(main())
