@@ -19,6 +19,7 @@ Examples:
   python tools/make_optimum_fixtures.py --goldens            # (re-)record golden.json files
   python tools/make_optimum_fixtures.py --goldens --check    # re-record into memory, compare
   python tools/make_optimum_fixtures.py --search-seeds llama # torch-only seed search for peaky logits
+  python tools/make_optimum_fixtures.py --compare-torch      # fp32 goldens == the HF torch model's greedy
   python tools/make_optimum_fixtures.py --list
 
 Each fixture folder is written to a temporary folder first and moved into place when complete,
@@ -440,6 +441,32 @@ def search_seeds(arch: str, seeds: range) -> None:
           f"f16 same {best[4]}/{len(spec.formats)}, bf16 same {best[5]}/{len(spec.formats)})")
 
 
+def compare_torch(names: list[str], out_root: Path) -> int:
+    """Check the fp32 goldens against the HF torch model they were exported from: the same prompt
+    ids from the HF tokenizer, the same 32 greedy ids (no cache, full recompute), margins within
+    1e-3. Catches an export (or a tokenizer conversion) that silently differs from the model."""
+    import torch
+
+    torch.set_num_threads(1)
+    bad = 0
+    for n in names:
+        arch, fmt = split_name(n)
+        path = out_root / n
+        if fmt != "fp32" or not (path / "golden.json").exists():
+            continue
+        g = json.loads((path / "golden.json").read_text())
+        with tempfile.TemporaryDirectory() as d:
+            model, tok = build_hf_model(arch, Path(d))
+        ids, margins, _ = torch_greedy(model, g["prompt_ids"])
+        same_prompt = tok(g["prompt"]).input_ids == g["prompt_ids"]
+        diff = max(abs(x - y) for x, y in zip(margins, g["margins"]["per_step"]))
+        ok = same_prompt and ids == g["cpu"]["ids"] and diff < 1e-3
+        bad += not ok
+        print(f"[{n}] prompt ids {'same' if same_prompt else 'DIFFER'}, greedy ids "
+              f"{'same' if ids == g['cpu']['ids'] else 'DIFFER'}, max margin difference {diff:.1e}", flush=True)
+    return bad
+
+
 # --------------------------------------------------------------------------------------------
 # export (runs optimum-cli)
 # --------------------------------------------------------------------------------------------
@@ -848,6 +875,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=20, help="how many seeds --search-seeds tries")
     ap.add_argument("--list", action="store_true", help="list fixture names and their optimum-cli flags")
     ap.add_argument("--table", action="store_true", help="print a markdown summary of the goldens in --out")
+    ap.add_argument("--compare-torch", action="store_true",
+                    help="torch: check the fp32 goldens against the HF models they were exported from")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)  # ARCH OUT WORK FORMAT...
     a = ap.parse_args(argv)
 
@@ -872,6 +901,8 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [o for o in a.only if o not in ARCHS and o not in fixture_names()]
         if unknown:
             ap.error(f"unknown fixtures {unknown}; --list shows them")
+    if a.compare_torch:
+        return 1 if compare_torch(names, a.out) else 0
     if a.goldens:
         bad = run_goldens(names, a.out, a.check)
         return 1 if bad else 0
