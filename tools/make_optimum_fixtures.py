@@ -160,6 +160,18 @@ ARCHS: dict[str, Arch] = {
                                               num_attention_heads=4, multi_query=True,
                                               new_decoder_architecture=False, parallel_attn=True, alibi=False),
                    seed=19, note="multi-query, parallel attention/MLP, RoPE"),
+    "mpt": Arch("mpt", "bytelevel", dict(vocab_size=512, d_model=64, n_layers=2, n_heads=4, expansion_ratio=2,
+                                        max_seq_len=2048),
+                seed=0, note="ALiBi added to the attention mask on KV slots, no position_ids input"),
+    "gpt_bigcode": Arch("gpt_bigcode", "bytelevel", dict(vocab_size=512, n_embd=64, n_layer=2, n_head=4,
+                                                        multi_query=True, n_positions=2048),
+                        seed=0, note="multi-query attention, boolean SDPA mask (padding rows fully masked)"),
+    "mixtral": Arch("mixtral", "llama", {**_LLAMA_BASE, "intermediate_size": 64, "num_local_experts": 4,
+                                        "num_experts_per_tok": 2, "sliding_window": None},
+                    seed=0, note="mixture of experts: TopK routing, ScatterElementsUpdate on computed indices"),
+    "gptj": Arch("gptj", "bytelevel", dict(vocab_size=512, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
+                                          n_positions=2048),
+                 seed=0, note="interleaved rotary on 8 of 16 dims (sin/cos by GatherElements), parallel block"),
 }
 
 
@@ -300,6 +312,9 @@ def init_weights(model, spec: Arch, seed: int) -> None:
                         p.copy_(g - 1 if zero_based else g)
                     else:
                         p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+                continue
+            if p.ndim == 3:  # fused MoE experts [experts, out, in] (transformers 5 Mixtral)
+                p.copy_(torch.randn(p.shape, generator=gen) / p.shape[2] ** 0.5)
                 continue
             assert p.ndim == 2, name
             is_head = any(n in leaf for n in _HEAD_NAMES) or (tied and any(n in leaf for n in _EMBED_NAMES[:4]))
