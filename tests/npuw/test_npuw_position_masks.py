@@ -52,3 +52,22 @@ def test_alibi_slopes_per_head_with_any_row_offset():
 def test_other_masks_are_rejected(mask):
     with pytest.raises(ValueError):
         _classify(mask, N)
+
+
+def test_unknown_reader_of_the_past_is_a_compile_error_naming_it():
+    """A past KV input read by something NPUW cannot resolve in the no-past prefill: typed error."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from ov_npu_emu.errors import CompileError
+    from ov_npu_emu_npuw.transform import _param, make_prefill_model, to_stateless
+    from tools.conformance import FIXTURES
+
+    model = ov.Core().read_model(FIXTURES / "llama-fp32" / "openvino_model.xml")
+    stateless, kv = to_stateless(model)
+    past = _param(stateless, kv.past_names[0])
+    odd = ops.reduce_sum(past, np.array([2]), True)
+    odd.set_friendly_name("odd_reader")
+    stateless.add_results([ops.result(odd)])
+    with pytest.raises(CompileError, match="ReduceSum 'odd_reader' reads it"):
+        make_prefill_model(stateless, kv, 32, 0, ov.Type.f32)
