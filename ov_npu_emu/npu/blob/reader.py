@@ -108,6 +108,12 @@ class BlobReader:
             raise BlobFormatError(f"{SEC_META} JSON is corrupt: {e}") from e
         validate_meta(self.meta)
 
+    def close(self) -> None:
+        """Drop the blob: pyelftools' objects form reference cycles around the stream, so
+        without this the blob (weights included) lives until the cyclic GC runs."""
+        self.elf.stream.close()
+        self._blob = b""
+
     def get_section_by_name(self, name: str) -> SectionInfo | None:
         for s in self.iter_sections():
             if s.name == name:

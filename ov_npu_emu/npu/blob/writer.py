@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import logging
 import struct
+from typing import Protocol
 
 from ov_npu_emu.errors import UserInputError
 from ov_npu_emu.npu.blob.format import align_up
@@ -54,13 +55,21 @@ class RelocEntry:
     addend: int  # A
 
 
+class Chunked(Protocol):
+    """Section data given as chunks (``len`` is the total): copied into the blob chunk by chunk."""
+
+    chunks: list[bytes | memoryview]
+
+    def __len__(self) -> int: ...
+
+
 @dataclasses.dataclass
 class _Section:
     name: str
     sh_type: int
     flags: int
     align: int
-    data: bytes | bytearray | memoryview
+    data: bytes | bytearray | memoryview | Chunked
     size: int
     link: int = 0
     info: int = 0
@@ -90,7 +99,7 @@ class BlobWriter:
         self.state = WriterState.HEADER
 
     def add_section(
-        self, name: str, data: bytes | bytearray | None, *, nobits_size: int = 0, alloc: bool = False,
+        self, name: str, data: bytes | bytearray | Chunked | None, *, nobits_size: int = 0, alloc: bool = False,
         writable: bool = False, align: int = 64, entsize: int = 0,
     ) -> int:
         """Add a PROGBITS section (``data``) or a NOBITS one (``data=None``, ``nobits_size``)."""
@@ -172,7 +181,10 @@ class BlobWriter:
             offsets.append(start)
             pos = start
             if sec.sh_type != SHT_NOBITS:
-                chunks.append(sec.data)
+                if hasattr(sec.data, "chunks"):
+                    chunks.extend(sec.data.chunks)
+                else:
+                    chunks.append(sec.data)
                 pos += sec.size
         shoff = align_up(pos, 8)
         chunks.append(bytes(shoff - pos))

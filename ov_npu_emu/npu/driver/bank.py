@@ -67,7 +67,7 @@ class WeightsBank:
         self._bases: list[int] = []
         self._live: list[BankEntry] = []
         self._next = WEIGHTS_BASE
-        self.counters = {"acquired": 0, "shared": 0, "freed": 0, "compared_bytes": 0}
+        self.counters = {"acquired": 0, "shared": 0, "freed": 0, "compared_bytes": 0, "adopted": 0}
 
     def reserve(self, nbytes: int) -> int:
         """A fresh device address range (with a guard page) below the host mappings."""
@@ -78,8 +78,23 @@ class WeightsBank:
                 raise BlobFormatError("emulated NPU weights address space exhausted; release compiled models")
             return base
 
-    def acquire(self, bank: str, data: np.ndarray) -> BankEntry:
-        """The entry holding ``data`` (uint8) in ``bank``: shared if present, else a new copy."""
+    def lookup(self, bank: str, data: np.ndarray) -> BankEntry | None:
+        """The live entry holding ``data`` in ``bank``, if any (no reference is taken)."""
+        key = (bank, int(data.size), fingerprint(data))
+        with self.lock:
+            for e in self._by_key.get(key, ()):
+                self.counters["compared_bytes"] += e.nbytes
+                if np.array_equal(e.buf, data):
+                    return e
+            return None
+
+    def acquire(self, bank: str, data: np.ndarray, *, adopt: bool = False) -> BankEntry:
+        """The entry holding ``data`` (uint8) in ``bank``: shared if present, else a new one.
+
+        A new entry copies ``data``, or with ``adopt`` keeps ``data`` itself (a read-only view of
+        a loaded blob, which the entry then keeps alive): no second copy of the weights while
+        the blob is parsed.
+        """
         key = (bank, int(data.size), fingerprint(data))
         with self.lock:
             for e in self._by_key.get(key, ()):
@@ -88,9 +103,13 @@ class WeightsBank:
                     e.refs += 1
                     self.counters["shared"] += 1
                     return e
-            buf = np.empty(data.size, np.uint8)
-            buf[:] = data
-            buf.flags.writeable = False
+            if adopt and not data.flags.writeable:
+                buf = data
+                self.counters["adopted"] += 1
+            else:
+                buf = np.empty(data.size, np.uint8)
+                buf[:] = data
+                buf.flags.writeable = False
             e = BankEntry(bank, self.reserve(data.size), buf, key, refs=1)
             self._by_key.setdefault(key, []).append(e)
             i = bisect.bisect(self._bases, e.base)
@@ -180,12 +199,20 @@ class BankedWeights:
         self.private.flags.writeable = False
         self.private_base = bank.reserve(self.private.size)
         self._spans: list[_Span] = []
+        # New entries adopt their bytes from the blob (views, no copy) when most of the banked
+        # bytes are new: the blob then stays alive as their memory. When most are shared (a
+        # generate variant after the prefill model), the few new ones are copied so the blob,
+        # with its duplicate of the shared weights, can be freed.
+        big = [(o, n) for o, n in spans if n >= BANK_MIN_BYTES]
+        with bank.lock:
+            new = sum(n for o, n in big if bank.lookup(name, data[o:o + n]) is None)
+        adopt = 2 * new >= sum(n for _, n in big) > 0
         try:
             for o, n in spans:
                 if n < BANK_MIN_BYTES:
                     self._spans.append(_Span(o, n, self.private_base + poff[o], None))
                 else:
-                    e = bank.acquire(name, data[o:o + n])
+                    e = bank.acquire(name, data[o:o + n], adopt=adopt)
                     self.entries.append(e)
                     self._spans.append(_Span(o, n, e.base, e))
         except BaseException:
@@ -272,8 +299,12 @@ class BankWeightsCache:
     and ``nbytes`` count the entries it used, ``misses`` the ones it had to fill.
     """
 
-    def __init__(self, weights: BankedWeights) -> None:
+    def __init__(self, weights: BankedWeights, budget: int | None = None) -> None:
         self._w = weights
+        #: bytes of decompressed weights the whole bank may hold (None: no limit); a fill that
+        #: would pass it is refused and the task decompresses tile by tile on every run instead
+        self.budget = budget
+        self.refused = 0
         self._private: dict[tuple, np.ndarray] = {}
         self._used: dict[tuple, int] = {}
         self.hits = 0
@@ -296,7 +327,7 @@ class BankWeightsCache:
             return None
         return (key[0], tuple(names), *key[2:])
 
-    def get(self, key: tuple, make: Callable[[], np.ndarray]) -> np.ndarray:
+    def get(self, key: tuple, make: Callable[[], np.ndarray], nbytes: int | None = None) -> np.ndarray | None:
         shared = self._shared_key(key)
         # stored on the bank entry of the compressed operand, so it is shared and freed with it
         owner = self._w.owner(int(key[1][0])) if shared is not None else None
@@ -313,6 +344,12 @@ class BankWeightsCache:
                     self.shared_hits += 1
                     self._used[key] = int(hit.nbytes)
                 return hit
+            if self.budget is not None and nbytes is not None:
+                held = sum(e.dq_nbytes for e in self._w.bank.entries()) + sum(
+                    int(a.nbytes) for a in self._private.values())
+                if held + nbytes > self.budget:
+                    self.refused += 1
+                    return None
             arr = np.ascontiguousarray(make())
             arr.flags.writeable = False
             table[key] = arr

@@ -31,9 +31,11 @@ class ParsedBlob:
     """What every request of one compiled model shares: sections, relocations, metadata, weights."""
 
     def __init__(self, blob: bytes, *, weights_cache: bool = True, bank: WeightsBank | None = None,
-                 bank_name: str = "") -> None:
+                 bank_name: str = "", cache_budget: int | None = None) -> None:
         """:param bank: the device's weights bank; None keeps the weights private (a view of the blob)
         :param bank_name: the bank scope (``NPUW_WEIGHTS_BANK``); "" is the device's anonymous bank
+        :param cache_budget: bytes of decompressed weights the cache may hold (None: no limit;
+            banked: the whole bank's)
         """
         blob = bytes(blob)
         reader = BlobReader(blob)
@@ -72,7 +74,7 @@ class ParsedBlob:
             # weights are mapped read-only and shared by every request (no copy per request)
             self.weights = np.frombuffer(w.data, np.uint8) if w.data else np.zeros(1, np.uint8)
             #: decompressed compressed weights, shared by every request (None: decompress per run)
-            self.weights_cache = WeightsCache() if weights_cache else None
+            self.weights_cache = WeightsCache(cache_budget) if weights_cache else None
         else:
             self.banked = BankedWeights(bank, bank_name, w.data, self.meta.get("constants"))
             # the blob minus its weights: export splices the bank's copy back in, so the weights
@@ -83,8 +85,9 @@ class ParsedBlob:
             self.sections = {n: dataclasses.replace(si, data=memoryview(b"" if n == SEC_WEIGHTS else bytes(si.data)))
                              for n, si in self.sections.items()}
             self.weights = np.zeros(1, np.uint8)
-            self.weights_cache = BankWeightsCache(self.banked) if weights_cache else None
+            self.weights_cache = BankWeightsCache(self.banked, cache_budget) if weights_cache else None
             self._finalizer = weakref.finalize(self, self.banked.release)
+        reader.close()
         del blob, reader
 
     @property
