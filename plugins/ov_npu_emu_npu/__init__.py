@@ -226,7 +226,7 @@ class NpuInferRequest(DeviceInferRequest):
 
 
 #: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
-DEFAULT_WEIGHTS_CACHE_MB = 256
+DEFAULT_WEIGHTS_CACHE_MB = 128
 
 
 def _cache_budget(config: Mapping[str, Any]) -> int | None:
@@ -380,7 +380,10 @@ class NpuDevice(Device):
         # imported lazily: the runtime path (import_model) must not need the compiler
         from ov_npu_emu.npu.compiler import compile_to_blob
 
-        blob = compile_to_blob(model, config)
+        # banked (the default): the blob comes split, its weights left in the model's constants,
+        # which the bank adopts (no copy of the weights between the IR and the device)
+        banked = str(config.get("NPU_EMU_WEIGHTS_BANK", "YES")).upper() in ("YES", "TRUE", "1")
+        blob = compile_to_blob(model, config, split=banked)
         return NpuCompiledModel(blob, self, config)
 
     def import_model(self, blob: bytes, config: Mapping[str, Any]) -> NpuCompiledModel:

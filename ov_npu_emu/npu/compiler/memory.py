@@ -27,9 +27,11 @@ class WeightsImage:
     so a compile holds the weights once (in the blob) instead of twice (an image, then the blob).
     """
 
-    def __init__(self, size: int, chunks: list[bytes | memoryview]) -> None:
+    def __init__(self, size: int, chunks: list[bytes | memoryview], pieces: dict[int, np.ndarray]) -> None:
         self.size = size
         self.chunks = chunks
+        #: read-only uint8 view of each constant by its offset (a split blob's driver banks these)
+        self.pieces = pieces
 
     def __len__(self) -> int:
         return self.size
@@ -134,14 +136,17 @@ def plan_memory(lw: Lowered, cmx_size: int) -> MemoryPlan:
     consts = unique
     # chunks, not a preallocated image: weights can be gigabytes and the writer copies them once
     chunks: list[bytes | memoryview] = []
+    pieces: dict[int, np.ndarray] = {}
     pos = 0
     for v in consts:
         if v.offset > pos:
             chunks.append(bytes(v.offset - pos))
-        data = np.ascontiguousarray(v.data, dtype=v.dtype).reshape(-1).view(np.uint8)
+        data = np.ascontiguousarray(v.data, dtype=v.dtype).reshape(-1).view(np.uint8).view()
+        data.flags.writeable = False
         chunks.append(memoryview(data))
+        pieces[v.offset] = data
         pos = v.offset + v.nbytes
-    blob = WeightsImage(size, chunks)
+    blob = WeightsImage(size, chunks, pieces)
     for v in roots:
         if v.place is Place.CONST and v.producers:
             raise MemoryPlanError(f"task writes into constant value {v.vid}", stage="memory")

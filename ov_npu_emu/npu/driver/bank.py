@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import logging
 import threading
+from typing import Any
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -171,20 +172,34 @@ class BankedWeights:
     lands ``A - offset`` bytes into that constant's device memory, as in a flat section.
     """
 
-    def __init__(self, bank: WeightsBank, name: str, section: memoryview,
+    def __init__(self, bank: WeightsBank, name: str, section: Any,
                  constants: Sequence[Sequence[int]] | None) -> None:
-        data = np.frombuffer(section, np.uint8) if len(section) else np.zeros(0, np.uint8)
+        """``section``: the ``.npu.weights`` bytes (a view of the blob), or the compiler's weights
+        image of a split blob (``pieces``: a read-only array per constant offset), whose
+        constants the bank adopts as they are."""
+        pieces: dict[int, np.ndarray] | None = getattr(section, "pieces", None)
+        size = len(section)
+        data = np.frombuffer(section, np.uint8) if pieces is None and size else np.zeros(0, np.uint8)
+
+        def piece(o: int, n: int) -> np.ndarray:
+            if pieces is None:
+                return data[o:o + n]
+            a = pieces.get(o)
+            if a is None or a.size < n:
+                raise BlobFormatError(f"constant ({o}, {n}) is not in the compiled weights image")
+            return a[:n]
+
         try:
-            spans = sorted((int(o), int(n)) for o, n in (constants or [(0, data.size)]) if int(n) > 0)
+            spans = sorted((int(o), int(n)) for o, n in (constants or [(0, size)]) if int(n) > 0)
         except (TypeError, ValueError) as e:
             raise BlobFormatError(f"the blob's constant table is corrupt ({e}); re-export the blob") from e
         for o, n in spans:
-            if o < 0 or o + n > data.size:
+            if o < 0 or o + n > size:
                 raise BlobFormatError(f"constant table entry ({o}, {n}) lies outside .npu.weights "
-                                      f"({data.size} bytes); the blob is corrupt")
+                                      f"({size} bytes); the blob is corrupt")
         self.bank = bank
         self.name = name
-        self.section_size = int(data.size)
+        self.section_size = int(size)
         self.entries: list[BankEntry] = []
         private = [(o, n) for o, n in spans if n < BANK_MIN_BYTES]
         # private constants keep their section order, 64-byte aligned, in one small image
@@ -195,7 +210,7 @@ class BankedWeights:
             top = align_up(top + n, 64)
         self.private = np.zeros(max(top, 1), np.uint8)
         for o, n in private:
-            self.private[poff[o]:poff[o] + n] = data[o:o + n]
+            self.private[poff[o]:poff[o] + n] = piece(o, n)
         self.private.flags.writeable = False
         self.private_base = bank.reserve(self.private.size)
         self._spans: list[_Span] = []
@@ -203,16 +218,20 @@ class BankedWeights:
         # bytes are new: the blob then stays alive as their memory. When most are shared (a
         # generate variant after the prefill model), the few new ones are copied so the blob,
         # with its duplicate of the shared weights, can be freed.
+        # A split blob's constants are separate arrays: each new entry adopts its own.
         big = [(o, n) for o, n in spans if n >= BANK_MIN_BYTES]
-        with bank.lock:
-            new = sum(n for o, n in big if bank.lookup(name, data[o:o + n]) is None)
-        adopt = 2 * new >= sum(n for _, n in big) > 0
+        if pieces is not None:
+            adopt = True
+        else:
+            with bank.lock:
+                new = sum(n for o, n in big if bank.lookup(name, piece(o, n)) is None)
+            adopt = 2 * new >= sum(n for _, n in big) > 0
         try:
             for o, n in spans:
                 if n < BANK_MIN_BYTES:
                     self._spans.append(_Span(o, n, self.private_base + poff[o], None))
                 else:
-                    e = bank.acquire(name, data[o:o + n], adopt=adopt)
+                    e = bank.acquire(name, piece(o, n), adopt=adopt)
                     self.entries.append(e)
                     self._spans.append(_Span(o, n, e.base, e))
         except BaseException:
