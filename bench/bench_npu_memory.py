@@ -101,7 +101,7 @@ def main() -> None:
               f"| {r['peak']:.0f} MB | {target:.0f} MB | {r['peak'] / target:.2f} | {r['load_s']:.1f} s "
               f"| {r['gen_s']:.1f} s |")
         if args.stages:
-            print(f"|   stages: {r['stages']} ids {r['ids']} |")
+            print(f"|   stages: {[(k, round(v)) for k, v in r['stages']]}, text {r['text']!r} |")
 
 
 if __name__ == "__main__":

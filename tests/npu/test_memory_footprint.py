@@ -98,3 +98,31 @@ def test_bad_cache_budget_is_a_config_error(npu_core, small_models):
 
     with pytest.raises(ConfigError, match="NPU_EMU_WEIGHTS_CACHE_MB"):
         npu_core.compile_model(small_models["int8"], "NPU", {"NPU_EMU_WEIGHTS_CACHE_MB": "lots"})
+
+
+@pytest.mark.parametrize("fmt", ["f16", "i4", "u4", "u8", "i8"])
+@pytest.mark.parametrize("tile", [7, 100, 500])
+def test_tile_dequantizer_is_bit_exact(fmt, tile):
+    """The uncached matmul_dq path decompresses exactly as dequantize() (and the cache fill) do."""
+    from ov_npu_emu.npu.blob.format import WEIGHT_FORMATS
+    from ov_npu_emu.npu.device.kernels import TileDequantizer, dequantize
+
+    rng = np.random.default_rng(1)
+    n, k = 500, 256
+    q, sc, zp = {
+        "f16": (rng.standard_normal((n, k)).astype(np.float16), None, None),
+        "i4": (rng.integers(0, 255, (n, k // 32, 16), dtype=np.uint8),
+               (rng.random((n, k // 32, 1)) + 0.1).astype(np.float16), None),
+        "u4": (rng.integers(0, 255, (n, k // 32, 16), dtype=np.uint8),
+               (rng.random((n, k // 32, 1)) + 0.1).astype(np.float32),
+               rng.integers(0, 15, (n, k // 32, 1), dtype=np.uint8)),
+        "u8": (rng.integers(0, 255, (n, 1, k), dtype=np.uint8), (rng.random((n, 1, 1)) + 0.1).astype(np.float16),
+               rng.integers(0, 255, (n, 1, 1), dtype=np.uint8)),
+        "i8": (rng.integers(-128, 127, (n, 1, k), dtype=np.int8), (rng.random((n, 1, 1)) + 0.1).astype(np.float16),
+               None),
+    }[fmt]
+    code = WEIGHT_FORMATS[fmt]
+    td = TileDequantizer(code, q, sc, zp, False, k, tile)
+    got = np.concatenate([td.rows(r, min(n, r + tile)).copy() for r in range(0, n, tile)])
+    want = dequantize(code, q, sc, zp, False, k)
+    assert np.array_equal(want.view(np.uint32), got.view(np.uint32))

@@ -891,7 +891,8 @@ class TileDequantizer:
 
     Same values as :func:`dequantize` (the same f32 operations in the same order: values, minus
     zero point, times scale), with fewer whole-tile passes and no allocation per tile: 4-bit
-    bytes go through a 256-entry table, f16 through the four-pass exact conversion. Used by
+    bytes go through a 256-entry table, f16 through the four-pass exact conversion, scales and
+    zero points are converted per tile into scratch. Used by
     ``matmul_dq`` when the weight is not in the driver's cache, i.e. on every inference.
     """
 
@@ -902,10 +903,7 @@ class TileDequantizer:
             raise ExecutionError(f"unknown compressed weight format code {fmt}")
         self.fmt, self.q, self.scale, self.zp, self.mul_f16, self.k = fmt, q, scale, zp, mul_f16, k
         self.fast = not mul_f16 and (self.name == "f16" or scale is not None)
-        if self.fast and self.name != "f16":
-            # f32 copies of the (small: one per group) scales and zero points, converted once
-            self.scale = np.ascontiguousarray(scale, dtype=np.float32)
-            self.zp = None if zp is None else np.ascontiguousarray(zp, dtype=np.float32)
+
 
     def rows(self, r0: int, r1: int) -> np.ndarray:
         """Rows [r0, r1) as f32 [r1 - r0, k] (a view of the thread's buffer, valid until the next
@@ -935,9 +933,15 @@ class TileDequantizer:
             np.take(table, q.view(np.uint8), axis=0, out=shaped.reshape(*q.shape, 2))
         else:
             np.copyto(shaped, q, casting="unsafe")
+        # scales / zero points to f32 per tile, in scratch: f32 copies held per task would add
+        # 1/gs of the weights' count × 4 bytes for every sub-model
         if zp is not None:
-            np.subtract(shaped, zp, out=shaped)
-        np.multiply(shaped, scale, out=shaped)
+            zp32 = _tile_scratch("dq_zp", zp.size, np.float32).reshape(zp.shape)
+            np.copyto(zp32, zp, casting="unsafe")
+            np.subtract(shaped, zp32, out=shaped)
+        sc32 = _tile_scratch("dq_scale", scale.size, np.float32).reshape(scale.shape)
+        np.copyto(sc32, scale, casting="unsafe")
+        np.multiply(shaped, sc32, out=shaped)
         return out.reshape(r1 - r0, self.k)
 
 
