@@ -228,7 +228,8 @@ class LlamaConfig:
 
 
 #: Named model shapes.  ``tiny`` is for unit tests, ``small`` for integration tests and demos,
-#: ``qwen2.5-0.5b-shape`` for benchmarks (random weights, the real model's shapes).
+#: ``qwen2.5-0.5b-shape`` and the ``llama-3.x-*-shape`` ones for benchmarks (random weights, the
+#: real model's shapes).
 PRESETS: dict[str, LlamaConfig] = {
     "tiny": LlamaConfig(),
     "small": LlamaConfig(
@@ -255,6 +256,49 @@ PRESETS: dict[str, LlamaConfig] = {
         tie_word_embeddings=True,
         attention_bias=True,
         model_type="qwen2",
+    ),
+    # Llama 3.x shapes (HF config.json of meta-llama/Llama-3.2-1B, -3B, Llama-3.1-8B): GQA with
+    # 8 KV heads, vocab 128256, rope_theta 500000, tied embeddings for 1B/3B.  Not modelled:
+    # rope_scaling "llama3" (the builder's RoPE is the default one) and Llama 3's token ids
+    # (the byte-level builder tokenizer keeps ids 0/1/2 for pad/bos/eos).
+    "llama-3.2-1b-shape": LlamaConfig(
+        vocab_size=128256,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        max_position_embeddings=131072,
+        tie_word_embeddings=True,
+    ),
+    "llama-3.2-3b-shape": LlamaConfig(
+        vocab_size=128256,
+        hidden_size=3072,
+        intermediate_size=8192,
+        num_hidden_layers=28,
+        num_attention_heads=24,
+        num_key_value_heads=8,
+        head_dim=128,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        max_position_embeddings=131072,
+        tie_word_embeddings=True,
+    ),
+    "llama-3.1-8b-shape": LlamaConfig(
+        vocab_size=128256,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        max_position_embeddings=131072,
+        tie_word_embeddings=False,
     ),
     # Phi-3's structure (fused projections, untied head) at tiny's sizes; GQA as Phi-3-medium,
     # so the fused qkv splits unequally.

@@ -22,7 +22,13 @@ from ov_npu_emu.modelbuilder.tokenizer import (
     PAD_ID,
     build_tokenizer,
 )
-from ov_npu_emu.modelbuilder.weights import LlamaWeights, check_dtype, init_weights
+from ov_npu_emu.modelbuilder.weights import (
+    LlamaWeights,
+    StreamedWeights,
+    WeightSpill,
+    check_dtype,
+    init_weights,
+)
 
 __all__ = [
     "MANIFEST_NAME",
@@ -39,6 +45,8 @@ logger = logging.getLogger(__name__)
 #: Builder manifest: how the folder was made, so weights (and the reference) can be regenerated.
 MANIFEST_NAME = "ov_npu_emu_model.json"
 MANIFEST_VERSION = 1
+#: scratch file of streamed weights while a folder is written (removed afterwards)
+SCRATCH_NAME = ".ov_npu_emu_weights.scratch"
 #: Files every builder folder contains.
 MODEL_FILES: tuple[str, ...] = (
     "openvino_model.xml",
@@ -127,16 +135,24 @@ def make_model_folder(
         except IRReadError:
             pass
 
-    weights = init_weights(config, seed, dtype, group_size)
-    model = build_model(weights, name=f"ov_npu_emu_{preset}")
-    tokenizer, detokenizer = build_tokenizer(
-        config.vocab_size, model_max_length=config.max_position_embeddings
-    )
-    for m in (model, tokenizer, detokenizer):
-        normalize_node_names(m)
-
     folder.mkdir(parents=True, exist_ok=True)
-    ov.save_model(model, folder / "openvino_model.xml", compress_to_fp16=False)
+    # Weights are drawn layer by layer and streamed to a scratch file whose memmapped bytes the
+    # model's Constants share, so building an 8B folder holds about one layer in memory.  The
+    # order model, tokenizer, save is kept: the tokenizer IRs hold auto names from the
+    # process-global node counter, which save_model advances.
+    spill = WeightSpill(folder / SCRATCH_NAME)
+    try:
+        weights = StreamedWeights(config, seed, dtype, group_size, spill)
+        model = build_model(weights, name=f"ov_npu_emu_{preset}")
+        tokenizer, detokenizer = build_tokenizer(
+            config.vocab_size, model_max_length=config.max_position_embeddings
+        )
+        for m in (model, tokenizer, detokenizer):
+            normalize_node_names(m)
+        ov.save_model(model, folder / "openvino_model.xml", compress_to_fp16=False)
+        del model, weights
+    finally:
+        spill.close()
     ov.save_model(tokenizer, folder / "openvino_tokenizer.xml", compress_to_fp16=False)
     ov.save_model(detokenizer, folder / "openvino_detokenizer.xml", compress_to_fp16=False)
     _write_json(folder / "config.json", config.to_hf_dict())

@@ -9,7 +9,13 @@ from openvino import Output
 from openvino.op.util import Variable, VariableInfo
 
 from ov_npu_emu.modelbuilder.config import LlamaConfig
-from ov_npu_emu.modelbuilder.weights import LayerWeights, LlamaWeights, StoredWeight
+from ov_npu_emu.modelbuilder.weights import (
+    LayerWeights,
+    LlamaWeights,
+    StoredWeight,
+    StreamedWeights,
+    pack_int4,
+)
 
 __all__ = ["MASK_MIN", "build_model", "kv_variable_ids", "rope_inv_freq"]
 
@@ -41,6 +47,15 @@ def _i64(values: list[int] | int, name: str | None = None) -> Output:
     return node.output(0)
 
 
+def _constant(data: np.ndarray, name: str) -> ov.Node:
+    """A weight Constant; memmapped (streamed) data is shared, not copied."""
+    if isinstance(data, np.memmap):
+        node = ov.op.Constant(data, shared_memory=True)
+        node.set_friendly_name(name)
+        return node
+    return ops.constant(data, name=name)
+
+
 def _f32(values: list[float] | float) -> Output:
     return ops.constant(np.array(values, dtype=np.float32)).output(0)
 
@@ -48,7 +63,7 @@ def _f32(values: list[float] | float) -> Output:
 class _Builder:
     """Holds the shared sub-graphs (mask, RoPE tables, KV init) while layers are added."""
 
-    def __init__(self, config: LlamaConfig, weights: LlamaWeights) -> None:
+    def __init__(self, config: LlamaConfig, weights: LlamaWeights | StreamedWeights) -> None:
         self.c = config
         self.w = weights
         self.sinks: list[ov.Node] = []
@@ -67,17 +82,20 @@ class _Builder:
 
     def weight(self, sw: StoredWeight, name: str) -> Output:
         """Constant (+ decompression) sub-graph producing the f32 weight."""
-        const = ops.constant(sw.data, name=name)
+        if sw.kind == "int4":
+            # The i8 values were once made a Constant here and dropped; one throwaway node keeps
+            # the process-global node counter, hence the tokenizer IRs' auto names, unchanged.
+            ops.constant(np.int8(0))
+            return self.int4_weight(sw, name)
+        const = _constant(sw.data, name)
         if sw.kind == "f32":
             return const.output(0)
         if sw.kind == "f16":
             # What ov.save_model(compress_to_fp16=True) produces: f16 constant + Convert.
             return ops.convert(const, ov.Type.f32, name=f"{name}/decompress").output(0)
-        if sw.kind == "int4":
-            return self.int4_weight(sw, name)
         # int8: (Convert(u8) - Convert(zp)) * Convert(f16 scale); all in f32 so it stays exact.
-        zp = ops.constant(sw.zero_point, name=f"{name}/zero_point")
-        scale = ops.constant(sw.scale, name=f"{name}/scale")
+        zp = _constant(sw.zero_point, f"{name}/zero_point")
+        scale = _constant(sw.scale, f"{name}/scale")
         sub = ops.subtract(ops.convert(const, ov.Type.f32), ops.convert(zp, ov.Type.f32))
         return ops.multiply(sub, ops.convert(scale, ov.Type.f32), name=f"{name}/decompress").output(
             0
@@ -86,18 +104,17 @@ class _Builder:
     def int4_weight(self, sw: StoredWeight, name: str) -> Output:
         """NNCF's sym int4 layout: i4 [N,G,gs] -> Convert f16 -> × f16 scale [N,G,1] ->
         Reshape [N,K] -> Convert f32 (channel-wise: i4 [N,K] × scale [N,1], no Reshape)."""
-        q = np.ascontiguousarray(sw.data, dtype=np.int8)
-        nib = (q.reshape(-1) & 0xF).astype(np.uint8)
-        if nib.size % 2:
-            nib = np.append(nib, np.uint8(0))
-        tensor = ov.Tensor(ov.Type.i4, ov.Shape(list(q.shape)))
-        # OpenVINO packs two i4 values per byte, the first in the low nibble
-        np.asarray(tensor.data).view(np.uint8)[:] = nib[0::2] | (nib[1::2] << 4)
-        const = ops.constant(tensor)
+        shape = ov.Shape(list(sw.data.shape))
+        if sw.packed is not None:  # streamed: the Constant shares the memmapped bytes
+            const = ov.op.Constant(ov.Tensor(sw.packed, shape, ov.Type.i4), shared_memory=True)
+        else:
+            tensor = ov.Tensor(ov.Type.i4, shape)
+            np.asarray(tensor.data).view(np.uint8)[:] = pack_int4(sw.data)
+            const = ops.constant(tensor)
         const.set_friendly_name(name)
-        scale = ops.constant(sw.scale, name=f"{name}/scale")
+        scale = _constant(sw.scale, f"{name}/scale")
         y = ops.multiply(ops.convert(const, ov.Type.f16), scale)
-        if q.ndim == 3:
+        if sw.data.ndim == 3:
             y = ops.reshape(y, _i64(list(sw.shape)), special_zero=False)
         return ops.convert(y, ov.Type.f32, name=f"{name}/decompress").output(0)
 
@@ -293,7 +310,7 @@ class _Builder:
         return ov.Model([result], self.sinks, params, name)
 
 
-def build_model(weights: LlamaWeights, name: str | None = None) -> ov.Model:
+def build_model(weights: LlamaWeights | StreamedWeights, name: str | None = None) -> ov.Model:
     """The stateful LLM ov.Model for ``weights`` (its config, dtype and values).
 
     Interface (optimum-intel, ``text-generation-with-past``): inputs ``input_ids``,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,10 +17,14 @@ EMBED_STD_NUMERATOR = 0.3  # embedding std = 0.3·init_scale/√hidden (see init
 GEMMA_EMBED_STD_NUMERATOR = 1.0
 
 __all__ = [
+    "DRAW_CHUNK_BYTES",
     "LayerWeights",
     "LlamaWeights",
     "StoredWeight",
+    "StreamedWeights",
+    "WeightSpill",
     "init_weights",
+    "pack_int4",
     "quantize_int4_sym",
     "quantize_int8",
 ]
@@ -38,6 +44,9 @@ class StoredWeight:
     data: np.ndarray  # f32 / f16 / u8 / i8 (int4 values) payload
     zero_point: np.ndarray | None = None  # int8 only: u8 [N,1]
     scale: np.ndarray | None = None  # int8: f16 [N,1]; int4: f16 [N,G,1] or [N,1]
+    #: int4 streamed to disk (WeightSpill): the packed bytes; ``data`` is then a zero-stride
+    #: placeholder of the values' shape (only the IR is built from such a weight)
+    packed: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -242,18 +251,36 @@ def _phi3_layer(c: LlamaConfig, norm: Any, fused: Any, linear: Any) -> LayerWeig
     )
 
 
-def init_weights(
-    config: LlamaConfig, seed: int = 0, dtype: str = "f32", group_size: int = 128
-) -> LlamaWeights:
-    """Draw all weights from ``numpy.random.default_rng(seed)`` in a fixed order.
+#: f32 bytes drawn at once for a big matrix: rows are drawn, and stored (quantized), in chunks of
+#: this size, so an 8B model's [128256, 4096] embedding never exists in f32 as a whole.  The
+#: values are the same as one draw (the generator's stream does not depend on the call sizes) and
+#: so are the stored forms (every scale and zero point is per output row).
+DRAW_CHUNK_BYTES = 64 << 20
 
-    Init scales are chosen so the random model is not degenerate: projections have std
-    ``init_scale / sqrt(fan_in)`` (each block adds O(1) to the residual stream), embeddings
-    ``0.3·init_scale / sqrt(hidden)``, RMSNorm weights ``1 + 0.1·N(0,1)``, biases ``0.1·N(0,1)``.
-    A small embedding matters with tied weights: when the input embedding dominates the
-    residual stream the tied LM head scores the input token highest and greedy decoding
-    repeats it forever.
-    """
+
+def pack_int4(q: np.ndarray) -> np.ndarray:
+    """int4 values (i8 in [-8, 7]) -> bytes as OpenVINO packs i4: two per byte, low nibble first."""
+    nib = (np.ascontiguousarray(q, dtype=np.int8).reshape(-1) & 0xF).astype(np.uint8)
+    if nib.size % 2:
+        nib = np.append(nib, np.uint8(0))
+    return nib[0::2] | (nib[1::2] << 4)
+
+
+def _concat(parts: list[StoredWeight]) -> StoredWeight:
+    if len(parts) == 1:
+        return parts[0]
+
+    def cat(name: str) -> np.ndarray | None:
+        arrays = [getattr(p, name) for p in parts]
+        return None if arrays[0] is None else np.concatenate(arrays, axis=0)
+
+    return StoredWeight(parts[0].kind, cat("data"), cat("zero_point"), cat("scale"))
+
+
+def _draws(
+    config: LlamaConfig, seed: int, dtype: str, group_size: int
+) -> Iterator[StoredWeight | LayerWeights | None]:
+    """The weights in draw order: embed, each layer, final norm, lm_head (None when tied)."""
     check_dtype(dtype, group_size)
     if not isinstance(seed, int) or seed < 0:
         raise ConfigError(f"seed must be a non-negative int, got {seed!r}", key="seed")
@@ -264,8 +291,15 @@ def init_weights(
     def normal(shape: tuple[int, ...], std: float) -> np.ndarray:
         return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
 
+    def matrix(out_f: int, in_f: int, std: float, *, int4: bool = True) -> StoredWeight:
+        step = max(1, DRAW_CHUNK_BYTES // (4 * in_f))
+        return _concat([
+            _store(normal((min(step, out_f - r0), in_f), std), dtype, True, group_size, int4=int4)
+            for r0 in range(0, out_f, step)
+        ])
+
     def linear(out_f: int, in_f: int) -> StoredWeight:
-        return _store(normal((out_f, in_f), s / np.sqrt(in_f)), dtype, True, group_size)
+        return matrix(out_f, in_f, s / np.sqrt(in_f))
 
     def norm() -> StoredWeight:
         # gemma stores w and scales by (1 + w); same effective scale as the others
@@ -284,13 +318,10 @@ def init_weights(
     if c.is_gemma:  # the graph multiplies by √hidden again
         embed_std = s * GEMMA_EMBED_STD_NUMERATOR / c.hidden_size
     # embeddings and lm_head stay int8 in int4 exports (optimum's backup precision)
-    embed = _store(
-        normal((c.vocab_size, c.hidden_size), embed_std), dtype, True, group_size, int4=False
-    )
-    layers = []
+    yield matrix(c.vocab_size, c.hidden_size, embed_std, int4=False)
     for _ in range(c.num_hidden_layers):
         if c.is_phi3:
-            layers.append(_phi3_layer(c, norm, fused, linear))
+            yield _phi3_layer(c, norm, fused, linear)
             continue
         layer = LayerWeights(
             input_norm=norm(),
@@ -309,10 +340,126 @@ def init_weights(
                 bias(c.kv_size),
                 bias(c.kv_size),
             )
-        layers.append(layer)
-    final_norm = norm()
-    lm_head = None
-    if not c.tie_word_embeddings:
-        head_w = normal((c.vocab_size, c.hidden_size), s / np.sqrt(c.hidden_size))
-        lm_head = _store(head_w, dtype, True, group_size, int4=False)
-    return LlamaWeights(c, dtype, seed, embed, final_norm, layers, lm_head)
+        yield layer
+    yield norm()
+    if c.tie_word_embeddings:
+        yield None
+    else:
+        yield matrix(c.vocab_size, c.hidden_size, s / np.sqrt(c.hidden_size), int4=False)
+
+
+def init_weights(
+    config: LlamaConfig, seed: int = 0, dtype: str = "f32", group_size: int = 128
+) -> LlamaWeights:
+    """Draw all weights from ``numpy.random.default_rng(seed)`` in a fixed order.
+
+    Init scales are chosen so the random model is not degenerate: projections have std
+    ``init_scale / sqrt(fan_in)`` (each block adds O(1) to the residual stream), embeddings
+    ``0.3·init_scale / sqrt(hidden)``, RMSNorm weights ``1 + 0.1·N(0,1)``, biases ``0.1·N(0,1)``.
+    A small embedding matters with tied weights: when the input embedding dominates the
+    residual stream the tied LM head scores the input token highest and greedy decoding
+    repeats it forever.
+    """
+    it = _draws(config, seed, dtype, group_size)
+    embed = next(it)
+    layers = [next(it) for _ in range(config.num_hidden_layers)]
+    final_norm = next(it)
+    lm_head = next(it)
+    return LlamaWeights(config, dtype, seed, embed, final_norm, layers, lm_head)  # type: ignore[arg-type]
+
+
+class StreamedWeights:
+    """The weights of :func:`init_weights`, drawn lazily in the same order and handed to ``spill``.
+
+    ``graph.build_model`` reads ``embed``, then iterates ``layers`` once, then ``final_norm`` and
+    ``lm_head`` — the draw order — so only one layer is in memory at a time: ``spill`` (see
+    :class:`WeightSpill`) moves every stored weight to a scratch file that the model's constants
+    share, and ``ov.save_model`` streams it to the ``.bin``.
+    """
+
+    def __init__(self, config: LlamaConfig, seed: int, dtype: str, group_size: int,
+                 spill: Callable[[Any], Any]) -> None:
+        self.config, self.dtype, self.seed = config, dtype, seed
+        self._it = _draws(config, seed, dtype, group_size)
+        self._spill = spill
+        self.embed: StoredWeight = spill(next(self._it))
+        self._layers_done = False
+        self._tail: list[Any] = []
+
+    @property
+    def layers(self) -> Iterator[LayerWeights]:
+        if self._layers_done:
+            raise ConfigError("StreamedWeights.layers can be iterated once")
+        self._layers_done = True
+        for _ in range(self.config.num_hidden_layers):
+            yield self._spill(next(self._it))
+
+    def _rest(self) -> list[Any]:
+        if not self._tail:
+            if not self._layers_done:
+                raise ConfigError("StreamedWeights: iterate the layers before the final norm")
+            self._tail = [self._spill(next(self._it)), self._spill(next(self._it))]
+        return self._tail
+
+    @property
+    def final_norm(self) -> StoredWeight:
+        return self._rest()[0]
+
+    @property
+    def lm_head(self) -> StoredWeight | None:
+        return self._rest()[1]
+
+
+class WeightSpill:
+    """Writes stored weights to a scratch file and hands back memmapped copies (f32 / f16 / u8
+    payloads as they are; int4 as the packed bytes in ``StoredWeight.packed``, with a zero-stride
+    placeholder in ``data``).  Memory then holds one layer's draws at a time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._file = open(self.path, "w+b")  # noqa: SIM115 - closed by close()
+        self._pos = 0
+        # The model's Constants share these maps (an i4 Constant through an ov.Tensor that does
+        # not keep its numpy owner alive), so they live until close(), after save_model.
+        self._maps: list[np.ndarray] = []
+
+    def array(self, a: np.ndarray) -> np.ndarray:
+        a = np.ascontiguousarray(a)
+        pad = -self._pos % 64
+        if pad:
+            self._file.write(b"\0" * pad)
+            self._pos += pad
+        off = self._pos
+        self._file.write(a.tobytes() if a.nbytes < (16 << 20) else memoryview(a).cast("B"))
+        self._pos += a.nbytes
+        self._file.flush()
+        if a.nbytes == 0:
+            return a
+        m = np.memmap(self.path, dtype=a.dtype, mode="r+", offset=off, shape=a.shape)
+        self._maps.append(m)
+        return m
+
+    def weight(self, sw: StoredWeight) -> StoredWeight:
+        if sw.kind == "int4":
+            packed = self.array(pack_int4(sw.data))
+            placeholder = np.broadcast_to(np.int8(0), sw.data.shape)
+            return StoredWeight("int4", placeholder, None, self.array(sw.scale), packed=packed)
+        zp = None if sw.zero_point is None else self.array(sw.zero_point)
+        scale = None if sw.scale is None else self.array(sw.scale)
+        return StoredWeight(sw.kind, self.array(sw.data), zp, scale)
+
+    def __call__(self, item: Any) -> Any:
+        if item is None:
+            return None
+        if isinstance(item, StoredWeight):
+            return self.weight(item)
+        # phi3's q/k/v and gate/up row views are not written (the graph uses the fused weights)
+        keep = {id(w) for w in item.stored()}
+        spilled = {k: (self.weight(v) if v is not None and id(v) in keep else None)
+                   for k, v in vars(item).items()}
+        return LayerWeights(**spilled)
+
+    def close(self) -> None:
+        self._maps.clear()
+        self._file.close()
+        self.path.unlink(missing_ok=True)

@@ -225,6 +225,21 @@ class NpuInferRequest(DeviceInferRequest):
         return self._cm.task_names
 
 
+#: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
+DEFAULT_WEIGHTS_CACHE_MB = 128
+
+
+def _cache_budget(config: Mapping[str, Any]) -> int | None:
+    """NPU_EMU_WEIGHTS_CACHE_MB in bytes; a negative value means no limit (None)."""
+    raw = config.get("NPU_EMU_WEIGHTS_CACHE_MB", DEFAULT_WEIGHTS_CACHE_MB)
+    try:
+        mb = float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"NPU_EMU_WEIGHTS_CACHE_MB={raw!r}: expected a number of MiB (-1: no limit)",
+                          key="NPU_EMU_WEIGHTS_CACHE_MB") from None
+    return None if mb < 0 else int(mb * 2**20)
+
+
 class NpuCompiledModel(DeviceCompiledModel):
     """A parsed NPU blob: ports come from its metadata, not from an ov.Model."""
 
@@ -243,7 +258,8 @@ class NpuCompiledModel(DeviceCompiledModel):
         #: NPU_EMU_WEIGHTS_CACHE=NO: matmul_dq decompresses its weight tiles on every inference;
         #: NPU_EMU_WEIGHTS_BANK=NO: private weights and cache per compiled model (no sharing)
         self.parsed = ParsedBlob(blob, weights_cache=wc in ("YES", "TRUE", "1"),
-                                 bank=device.bank if banked else None, bank_name=self.bank_name)
+                                 bank=device.bank if banked else None, bank_name=self.bank_name,
+                                 cache_budget=_cache_budget(config))
         meta = self.parsed.meta
         self._device = device
         self.queue = device.queue
@@ -317,6 +333,7 @@ class NpuDevice(Device):
         "NPU_EMU_MUTABLE_COMMAND_LIST": "YES",
         "NPU_EMU_WEIGHT_COMPRESSION": "YES",
         "NPU_EMU_WEIGHTS_CACHE": "YES",
+        "NPU_EMU_WEIGHTS_CACHE_MB": DEFAULT_WEIGHTS_CACHE_MB,
         "NPU_EMU_WEIGHTS_BANK": "YES",
         "DEVICE_ARCHITECTURE": "NPU-EMU",
         "OPTIMIZATION_CAPABILITIES": ["FP32", "FP16", "INT8", "INT4", "EXPORT_IMPORT"],
@@ -347,6 +364,7 @@ class NpuDevice(Device):
         if str(merged.get("NPU_EMU_BARRIER_WALK", "ONCE")).upper() not in ("ONCE", "EVERY_INFERENCE"):
             raise ConfigError(f"NPU_EMU_BARRIER_WALK={merged['NPU_EMU_BARRIER_WALK']!r}: expected ONCE or "
                               "EVERY_INFERENCE", key="NPU_EMU_BARRIER_WALK")
+        _cache_budget(merged)
         for key in ("NPU_EMU_WEIGHTS_BANK", "NPU_EMU_WEIGHTS_CACHE"):
             if str(merged.get(key, "YES")).upper() not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
                 raise ConfigError(f"{key}={merged[key]!r}: expected YES or NO", key=key)
@@ -362,7 +380,10 @@ class NpuDevice(Device):
         # imported lazily: the runtime path (import_model) must not need the compiler
         from ov_npu_emu.npu.compiler import compile_to_blob
 
-        blob = compile_to_blob(model, config)
+        # banked (the default): the blob comes split, its weights left in the model's constants,
+        # which the bank adopts (no copy of the weights between the IR and the device)
+        banked = str(config.get("NPU_EMU_WEIGHTS_BANK", "YES")).upper() in ("YES", "TRUE", "1")
+        blob = compile_to_blob(model, config, split=banked)
         return NpuCompiledModel(blob, self, config)
 
     def import_model(self, blob: bytes, config: Mapping[str, Any]) -> NpuCompiledModel:

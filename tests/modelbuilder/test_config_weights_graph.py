@@ -35,7 +35,10 @@ def test_num_parameters_matches_weights(overrides):
 
 
 def test_presets():
-    assert set(PRESETS) == {"tiny", "small", "qwen2.5-0.5b-shape", "phi3-tiny", "gemma-tiny"}
+    assert set(PRESETS) == {
+        "tiny", "small", "qwen2.5-0.5b-shape", "phi3-tiny", "gemma-tiny",
+        "llama-3.2-1b-shape", "llama-3.2-3b-shape", "llama-3.1-8b-shape",
+    }
     q = PRESETS["qwen2.5-0.5b-shape"]
     assert (q.hidden_size, q.num_hidden_layers, q.num_attention_heads, q.num_key_value_heads) == (
         896,
@@ -47,6 +50,44 @@ def test_presets():
     assert q.tie_word_embeddings and q.attention_bias and q.model_type == "qwen2"
     assert 490e6 < q.num_parameters() < 500e6  # Qwen2.5-0.5B: 494M
     assert 2e6 < PRESETS["small"].num_parameters() < 8e6
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "params", "tied"),
+    [
+        # (layers, hidden, heads, kv heads, head_dim, intermediate); HF num_parameters()
+        ("llama-3.2-1b-shape", (16, 2048, 32, 8, 64, 8192), 1_235_814_400, True),
+        ("llama-3.2-3b-shape", (28, 3072, 24, 8, 128, 8192), 3_212_749_824, True),
+        ("llama-3.1-8b-shape", (32, 4096, 32, 8, 128, 14336), 8_030_261_248, False),
+    ],
+)
+def test_llama3_presets(name, shape, params, tied):
+    c = PRESETS[name]
+    got = (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
+           c.head_dim, c.intermediate_size)
+    assert got == shape
+    assert (c.vocab_size, c.rope_theta, c.model_type) == (128256, 500000.0, "llama")
+    assert c.tie_word_embeddings is tied and not c.attention_bias
+    assert c.num_parameters() == params
+
+
+def test_chunked_draws_equal_one_draw(monkeypatch):
+    """Big matrices are drawn and quantized in row chunks: same values as one draw."""
+    from ov_npu_emu.modelbuilder import weights as wmod
+
+    config = get_preset("small")
+    for dtype in ("f32", "int8", "int4"):
+        whole = init_weights(config, 3, dtype)
+        monkeypatch.setattr(wmod, "DRAW_CHUNK_BYTES", 4 * 256 * 7)  # 7 rows of hidden 256
+        chunked = init_weights(config, 3, dtype)
+        monkeypatch.undo()
+        pairs = [(whole.embed, chunked.embed), (whole.lm_head, chunked.lm_head)]
+        pairs += [(a, b) for la, lb in zip(whole.layers, chunked.layers)
+                  for a, b in zip(la.stored(), lb.stored())]
+        for a, b in pairs:
+            for name in ("data", "zero_point", "scale"):
+                x, y = getattr(a, name), getattr(b, name)
+                assert (x is None and y is None) or np.array_equal(x, y), (dtype, name)
 
 
 def test_hf_dict_round_trip():

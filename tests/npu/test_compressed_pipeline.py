@@ -17,8 +17,8 @@ def test_int4_gs16_through_npuw_on_emulated_npu(tiny_model_dir_int4, monkeypatch
     formats: list[dict[str, int]] = []
     real = compiler.compile_to_blob
 
-    def spy(model, config=None):
-        blob = real(model, config)
+    def spy(model, config=None, **kwargs):
+        blob = real(model, config, **kwargs)
         from ov_npu_emu.npu.blob.reader import BlobReader
 
         formats.append(BlobReader(blob).meta["weights_format"]["counts"])

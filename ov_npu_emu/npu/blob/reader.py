@@ -27,7 +27,7 @@ from ov_npu_emu.npu.blob.format import (
 )
 from ov_npu_emu.npu.blob.validate import validate_meta
 
-__all__ = ["BlobReader", "META_HEAD", "Relocation", "SectionInfo", "pack_meta"]
+__all__ = ["BlobReader", "META_HEAD", "Relocation", "SectionInfo", "SplitBlob", "pack_meta"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,17 +71,83 @@ class Relocation:
     user: str | None  # "in" / "out" for user-I/O relocations (section flags), else None
 
 
+@dataclasses.dataclass
+class SplitBlob:
+    """A blob handed over in three parts, the way a compiler and driver in one process share it:
+    the bytes before one section (``head``), that section's data as chunks it never copies
+    (``image``: ``chunks`` in file order and ``pieces``, read-only uint8 arrays by section
+    offset), and the bytes after it (``tail``). ``join()`` gives the ordinary blob."""
+
+    head: bytes
+    image: Any
+    tail: bytes
+
+    @property
+    def hole(self) -> int:
+        return len(self.image)
+
+    def __len__(self) -> int:
+        return len(self.head) + self.hole + len(self.tail)
+
+    def join(self) -> bytes:
+        return b"".join([self.head, *self.image.chunks, self.tail])
+
+
+class _HoleStream(io.RawIOBase):
+    """Seekable reads over head + (hole) + tail; the hole reads as zeros (ELF parsing never
+    reads section contents it is not asked for)."""
+
+    def __init__(self, split: SplitBlob) -> None:
+        self._s = split
+        self._pos = 0
+        self._tail0 = len(split.head) + split.hole
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = pos if whence == 0 else self._pos + pos if whence == 1 else len(self._s) + pos
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._s) if n is None or n < 0 else min(len(self._s), self._pos + n)
+        out = bytearray()
+        p = self._pos
+        head, tail = self._s.head, self._s.tail
+        while p < end:
+            if p < len(head):
+                q = min(end, len(head))
+                out += head[p:q]
+            elif p < self._tail0:
+                q = min(end, self._tail0)
+                out += bytes(q - p)
+            else:
+                q = end
+                out += tail[p - self._tail0:q - self._tail0]
+            p = q
+        self._pos = end
+        return bytes(out)
+
+
 class BlobReader:
     """A thin layer over ``ELFFile`` keeping pyelftools' naming (get_section_by_name, iter_*)."""
 
-    def __init__(self, blob: bytes) -> None:
-        if not isinstance(blob, (bytes, bytearray, memoryview)):
+    def __init__(self, blob: bytes | SplitBlob) -> None:
+        self._split = blob if isinstance(blob, SplitBlob) else None
+        if self._split is None and not isinstance(blob, (bytes, bytearray, memoryview)):
             raise BlobFormatError(f"an NPU blob must be bytes, got {type(blob).__name__}")
-        self._blob = blob if isinstance(blob, bytes) else bytes(blob)
+        self._blob = self._split.head if self._split is not None else blob if isinstance(blob, bytes) else bytes(blob)
         if self._blob[:4] != b"\x7fELF":
             raise BlobFormatError("not an NPU blob: missing ELF magic; export it with CompiledModel.export_model() on device NPU")
         try:
-            self.elf = ELFFile(io.BytesIO(self._blob))
+            stream = _HoleStream(self._split) if self._split is not None else io.BytesIO(self._blob)
+            self.elf = ELFFile(stream)
             machine = self.elf.header["e_machine"]
             sec = self.elf.get_section_by_name(SEC_META)
         except _ELF_ERRORS as e:
@@ -108,23 +174,41 @@ class BlobReader:
             raise BlobFormatError(f"{SEC_META} JSON is corrupt: {e}") from e
         validate_meta(self.meta)
 
+    def close(self) -> None:
+        """Drop the blob: pyelftools' objects form reference cycles around the stream, so
+        without this the blob (weights included) lives until the cyclic GC runs."""
+        self.elf.stream.close()
+        self._blob = b""
+        self._split = None
+
     def get_section_by_name(self, name: str) -> SectionInfo | None:
         for s in self.iter_sections():
             if s.name == name:
                 return s
         return None
 
+    def _view(self, off: int, size: int) -> memoryview:
+        """File bytes [off, off + size) without a copy (of a split blob: the hole reads as empty)."""
+        if self._split is None:
+            return memoryview(self._blob)[off:off + size]
+        head, tail0 = len(self._split.head), len(self._split.head) + self._split.hole
+        if off + size <= head:
+            return memoryview(self._split.head)[off:off + size]
+        if off >= tail0:
+            return memoryview(self._split.tail)[off - tail0:off - tail0 + size]
+        return memoryview(b"")
+
     def iter_sections(self) -> Iterator[SectionInfo]:
-        view = memoryview(self._blob)
+        total = len(self._split) if self._split is not None else len(self._blob)
         try:
             for i, s in enumerate(self.elf.iter_sections()):
                 nobits = s["sh_type"] == "SHT_NOBITS"
                 off, size = s["sh_offset"], s["sh_size"]
-                if not nobits and off + size > len(self._blob):
+                if not nobits and off + size > total:
                     raise BlobFormatError(f"section {s.name} runs past the end of the blob (truncated)")
                 # a view, not s.data(): weights can be gigabytes and must not be copied per lookup
                 yield SectionInfo(i, s.name, size, nobits, bool(s["sh_flags"] & 0x2),
-                                  view[0:0] if nobits else view[off:off + size])
+                                  memoryview(b"") if nobits else self._view(off, size))
         except _ELF_ERRORS as e:
             raise BlobFormatError(f"corrupt NPU blob section table: {e}") from e
 

@@ -6,9 +6,11 @@ import dataclasses
 import enum
 import logging
 import struct
+from typing import Any, Protocol
 
 from ov_npu_emu.errors import UserInputError
 from ov_npu_emu.npu.blob.format import align_up
+from ov_npu_emu.npu.blob.reader import SplitBlob
 
 __all__ = ["BlobWriter", "RelocEntry", "Symbol", "WriterState"]
 
@@ -54,13 +56,21 @@ class RelocEntry:
     addend: int  # A
 
 
+class Chunked(Protocol):
+    """Section data given as chunks (``len`` is the total): copied into the blob chunk by chunk."""
+
+    chunks: list[bytes | memoryview]
+
+    def __len__(self) -> int: ...
+
+
 @dataclasses.dataclass
 class _Section:
     name: str
     sh_type: int
     flags: int
     align: int
-    data: bytes | bytearray | memoryview
+    data: bytes | bytearray | memoryview | Chunked
     size: int
     link: int = 0
     info: int = 0
@@ -90,7 +100,7 @@ class BlobWriter:
         self.state = WriterState.HEADER
 
     def add_section(
-        self, name: str, data: bytes | bytearray | None, *, nobits_size: int = 0, alloc: bool = False,
+        self, name: str, data: bytes | bytearray | Chunked | None, *, nobits_size: int = 0, alloc: bool = False,
         writable: bool = False, align: int = 64, entsize: int = 0,
     ) -> int:
         """Add a PROGBITS section (``data``) or a NOBITS one (``data=None``, ``nobits_size``)."""
@@ -150,8 +160,12 @@ class BlobWriter:
         )
         self.state = WriterState.RELOCS
 
-    def finish(self) -> bytes:
-        """Lay out sections, the section-name table and the header table; return the image."""
+    def finish(self, split: str | None = None) -> bytes | SplitBlob:
+        """Lay out sections, the section-name table and the header table; return the image.
+
+        With ``split`` (the name of a section added with chunked data) the image is returned as
+        a :class:`SplitBlob`: bytes before that section, its chunks uncopied, bytes after it.
+        """
         self._expect(WriterState.SYMTAB, WriterState.RELOCS)
         shstr = bytearray(b"\0")
         name_offs = [0]
@@ -166,13 +180,19 @@ class BlobWriter:
         chunks: list[bytes | bytearray | memoryview] = []
         pos = _EHDR.size
         offsets = [0]
+        cut: tuple[int, Any] | None = None  # (index in chunks, data) of the split section
         for sec in self._sections[1:]:
             start = align_up(pos, max(sec.align, 1))
             chunks.append(bytes(start - pos))
             offsets.append(start)
             pos = start
             if sec.sh_type != SHT_NOBITS:
-                chunks.append(sec.data)
+                if sec.name == split and hasattr(sec.data, "chunks"):
+                    cut = (len(chunks), sec.data)
+                elif hasattr(sec.data, "chunks"):
+                    chunks.extend(sec.data.chunks)
+                else:
+                    chunks.append(sec.data)
                 pos += sec.size
         shoff = align_up(pos, 8)
         chunks.append(bytes(shoff - pos))
@@ -184,6 +204,11 @@ class BlobWriter:
             _SHDR.size, len(self._sections), len(self._sections) - 1,
         )
         self.state = WriterState.DONE
+        if split is not None:
+            if cut is None:
+                raise UserInputError(f"cannot split the blob at {split!r}: no such chunked section")
+            i, data = cut
+            return SplitBlob(b"".join([header, *chunks[:i]]), data, b"".join(chunks[i:]))
         out = b"".join([header, *chunks])
         logger.debug("blob written: %d bytes, %d sections", len(out), len(self._sections))
         return out

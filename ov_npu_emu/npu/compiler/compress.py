@@ -115,7 +115,9 @@ def _match(out: ov.Output) -> CompressedWeight | None:
     name = out.get_node().get_friendly_name()
     if node.get_type_name() == "Constant":
         if converted and _type(node.output(0)) == "f16" and tuple(node.get_output_shape(0)) == shape:
-            return CompressedWeight(name, "f16", shape, np.array(node.get_data()).reshape(shape), None, None, False)
+            # views of the Constants' data (get_data keeps its node alive): no copy of the weights
+            return CompressedWeight(name, "f16", shape, np.asarray(node.get_data()).reshape(shape), None, None,
+                                    False)
         return None
     if node.get_type_name() != "Multiply":
         return None
@@ -151,9 +153,9 @@ def _match(out: ov.Output) -> CompressedWeight | None:
             continue
         g = qshape[1] if len(qshape) == 3 else 1
         if fmt in ("u4", "i4"):
-            q = np.array(qc.get_data()).view(np.uint8).reshape(shape[0], g, shape[1] // g // 2)
+            q = np.asarray(qc.get_data()).view(np.uint8).reshape(shape[0], g, shape[1] // g // 2)
         else:
-            q = np.array(qc.get_data()).reshape(shape[0], g, shape[1] // g)
+            q = np.asarray(qc.get_data()).reshape(shape[0], g, shape[1] // g)
         return CompressedWeight(name, fmt, shape, q, scale, zp, _type(node.output(0)) == "f16")
     return None
 

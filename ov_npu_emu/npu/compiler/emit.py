@@ -39,7 +39,7 @@ from ov_npu_emu.npu.blob.format import (
     operand_addr_offset,
     rela_name,
 )
-from ov_npu_emu.npu.blob.reader import pack_meta
+from ov_npu_emu.npu.blob.reader import SplitBlob, pack_meta
 from ov_npu_emu.npu.blob.writer import BlobWriter, RelocEntry, Symbol
 from ov_npu_emu.npu.compiler.graph import Place, Value
 from ov_npu_emu.npu.compiler.lower import Lowered
@@ -90,7 +90,8 @@ def _operand(v: Value) -> Operand:
     return Operand(0, code, tuple(v.shape))
 
 
-def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, Any]) -> bytes:
+def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, Any], *,
+              split: bool = False) -> bytes | SplitBlob:
     """Write the ELF blob (see docs/npu_blob_format.md)."""
     relocs = _Relocs()
     kernels: dict[str, int] = {}
@@ -165,5 +166,6 @@ def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, An
     flags = {"": 0, "userin": VPU_SHF_USERINPUT, "userout": VPU_SHF_USEROUTPUT}
     for (target, kind), entries in sorted(relocs.entries.items()):
         w.add_relocations(target, entries, name=rela_name(target, kind), flags=flags[kind])
-    return w.finish()
+    # split: the weights stay where they are (views of the model's constants) for an in-process load
+    return w.finish(SEC_WEIGHTS if split else None)
 

@@ -12,7 +12,7 @@ from ov_npu_emu.npu.blob.format import align_up
 from ov_npu_emu.npu.compiler.graph import Place, Value
 from ov_npu_emu.npu.compiler.lower import Lowered
 
-__all__ = ["ALIGN", "MemoryPlan", "plan_memory"]
+__all__ = ["ALIGN", "MemoryPlan", "WeightsImage", "plan_memory"]
 
 logger = logging.getLogger(__name__)
 
@@ -20,11 +20,31 @@ logger = logging.getLogger(__name__)
 ALIGN = 64
 
 
+class WeightsImage:
+    """The packed constant region as a list of chunks (padding and views of the constants' data).
+
+    It is never materialised on its own: the blob writer copies the chunks straight into the blob,
+    so a compile holds the weights once (in the blob) instead of twice (an image, then the blob).
+    """
+
+    def __init__(self, size: int, chunks: list[bytes | memoryview], pieces: dict[int, np.ndarray]) -> None:
+        self.size = size
+        self.chunks = chunks
+        #: read-only uint8 view of each constant by its offset (a split blob's driver banks these)
+        self.pieces = pieces
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.chunks)
+
+
 @dataclasses.dataclass
 class MemoryPlan:
     """Region sizes and the ordering constraints that buffer reuse adds."""
 
-    weights: bytes | bytearray  # the packed constant region
+    weights: WeightsImage  # the packed constant region
     scratch_size: int  # bytes of DDR scratch
     cmx_used: int  # bytes of CMX used at peak
     reuse_deps: dict[int, set[int]]  # task id -> earlier tasks it must wait for (write-after-read)
@@ -114,11 +134,19 @@ def plan_memory(lw: Lowered, cmx_size: int) -> MemoryPlan:
         size = v.offset + v.nbytes
         unique.append(v)
     consts = unique
-    # one preallocated image, filled in place: weights can be gigabytes
-    blob = bytearray(size)
-    image = np.frombuffer(blob, np.uint8)
+    # chunks, not a preallocated image: weights can be gigabytes and the writer copies them once
+    chunks: list[bytes | memoryview] = []
+    pieces: dict[int, np.ndarray] = {}
+    pos = 0
     for v in consts:
-        image[v.offset:v.offset + v.nbytes] = np.ascontiguousarray(v.data, dtype=v.dtype).reshape(-1).view(np.uint8)
+        if v.offset > pos:
+            chunks.append(bytes(v.offset - pos))
+        data = np.ascontiguousarray(v.data, dtype=v.dtype).reshape(-1).view(np.uint8).view()
+        data.flags.writeable = False
+        chunks.append(memoryview(data))
+        pieces[v.offset] = data
+        pos = v.offset + v.nbytes
+    blob = WeightsImage(size, chunks, pieces)
     for v in roots:
         if v.place is Place.CONST and v.producers:
             raise MemoryPlanError(f"task writes into constant value {v.vid}", stage="memory")

@@ -13,6 +13,7 @@ import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, MemoryPlanError
 from ov_npu_emu.npu.arch import HardwareConfig
+from ov_npu_emu.npu.blob.reader import SplitBlob
 from ov_npu_emu.npu.blob.validate import DEVICE_MEMORY_LIMIT
 from ov_npu_emu.npu.compiler.emit import emit_blob, in_symbol, out_symbol
 from ov_npu_emu.npu.compiler.frontend import prepare
@@ -64,8 +65,14 @@ def _weights_format(lw: Any) -> dict[str, Any]:
             "f32_equivalent_bytes": sum(int(r["f32_bytes"]) for r in records)}
 
 
-def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None) -> bytes:
-    """Compile a static ``openvino.Model`` into an NPU ELF blob."""
+def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
+                    split: bool = False) -> bytes | SplitBlob:
+    """Compile a static ``openvino.Model`` into an NPU ELF blob.
+
+    ``split``: return it as a :class:`SplitBlob` whose ``.npu.weights`` are views of the model's
+    constants (no copy), for a driver in the same process to bank them; ``.join()`` gives the
+    bytes ``split=False`` returns.
+    """
     config = dict(config or {})
     t0 = time.perf_counter()
     hw = HardwareConfig.from_config(config)
@@ -112,7 +119,7 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None) ->
         "dma_channels": hw.dma_channels,
         "weights_format": _weights_format(lw),
     }
-    blob = emit_blob(lw, plan, sched, meta)
+    blob = emit_blob(lw, plan, sched, meta, split=split)
     logger.info("compiled %r: %d tasks, %d barriers, %d variables, %d bytes in %.2fs", model.get_friendly_name(),
                 len(lw.tasks), len(sched.barriers), n_var, len(blob), time.perf_counter() - t0)
     return blob

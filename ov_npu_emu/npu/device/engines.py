@@ -42,7 +42,9 @@ class AddressSpaceLike(Protocol):
 class WeightsCacheLike(Protocol):
     """The driver's cache of decompressed weights (see driver.memory.WeightsCache)."""
 
-    def get(self, key: tuple, make: Callable[[], np.ndarray]) -> np.ndarray: ...
+    def get(self, key: tuple, make: Callable[[], np.ndarray], nbytes: int | None = None) -> np.ndarray | None:
+        """The cached array for ``key`` (``make`` fills it), or None when ``nbytes`` more would
+        pass the cache's budget."""
 
 
 @dataclasses.dataclass
@@ -89,7 +91,9 @@ def _bind_cached_dq(views: list[np.ndarray], addrs: list[int], n_in: int, params
                                     None if zp is None else zp[r0:r1], mul_f16, k)
         return out
 
-    w = wcache.get(key, fill)
+    w = wcache.get(key, fill, 4 * n * k)
+    if w is None:  # over the cache's budget: decompress tile by tile on every run
+        return make_kernel("matmul_dq", views[:n_in], views[n_in:], params)
     if w.shape != (n, k):
         raise ExecutionError(f"weights cache entry has shape {w.shape}, expected {(n, k)}")
     return make_kernel("matmul", [views[0], w], views[n_in:], params[:2])

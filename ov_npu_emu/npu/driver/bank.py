@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import logging
 import threading
+from typing import Any
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -67,7 +68,7 @@ class WeightsBank:
         self._bases: list[int] = []
         self._live: list[BankEntry] = []
         self._next = WEIGHTS_BASE
-        self.counters = {"acquired": 0, "shared": 0, "freed": 0, "compared_bytes": 0}
+        self.counters = {"acquired": 0, "shared": 0, "freed": 0, "compared_bytes": 0, "adopted": 0}
 
     def reserve(self, nbytes: int) -> int:
         """A fresh device address range (with a guard page) below the host mappings."""
@@ -78,8 +79,23 @@ class WeightsBank:
                 raise BlobFormatError("emulated NPU weights address space exhausted; release compiled models")
             return base
 
-    def acquire(self, bank: str, data: np.ndarray) -> BankEntry:
-        """The entry holding ``data`` (uint8) in ``bank``: shared if present, else a new copy."""
+    def lookup(self, bank: str, data: np.ndarray) -> BankEntry | None:
+        """The live entry holding ``data`` in ``bank``, if any (no reference is taken)."""
+        key = (bank, int(data.size), fingerprint(data))
+        with self.lock:
+            for e in self._by_key.get(key, ()):
+                self.counters["compared_bytes"] += e.nbytes
+                if np.array_equal(e.buf, data):
+                    return e
+            return None
+
+    def acquire(self, bank: str, data: np.ndarray, *, adopt: bool = False) -> BankEntry:
+        """The entry holding ``data`` (uint8) in ``bank``: shared if present, else a new one.
+
+        A new entry copies ``data``, or with ``adopt`` keeps ``data`` itself (a read-only view of
+        a loaded blob, which the entry then keeps alive): no second copy of the weights while
+        the blob is parsed.
+        """
         key = (bank, int(data.size), fingerprint(data))
         with self.lock:
             for e in self._by_key.get(key, ()):
@@ -88,9 +104,13 @@ class WeightsBank:
                     e.refs += 1
                     self.counters["shared"] += 1
                     return e
-            buf = np.empty(data.size, np.uint8)
-            buf[:] = data
-            buf.flags.writeable = False
+            if adopt and not data.flags.writeable:
+                buf = data
+                self.counters["adopted"] += 1
+            else:
+                buf = np.empty(data.size, np.uint8)
+                buf[:] = data
+                buf.flags.writeable = False
             e = BankEntry(bank, self.reserve(data.size), buf, key, refs=1)
             self._by_key.setdefault(key, []).append(e)
             i = bisect.bisect(self._bases, e.base)
@@ -152,20 +172,34 @@ class BankedWeights:
     lands ``A - offset`` bytes into that constant's device memory, as in a flat section.
     """
 
-    def __init__(self, bank: WeightsBank, name: str, section: memoryview,
+    def __init__(self, bank: WeightsBank, name: str, section: Any,
                  constants: Sequence[Sequence[int]] | None) -> None:
-        data = np.frombuffer(section, np.uint8) if len(section) else np.zeros(0, np.uint8)
+        """``section``: the ``.npu.weights`` bytes (a view of the blob), or the compiler's weights
+        image of a split blob (``pieces``: a read-only array per constant offset), whose
+        constants the bank adopts as they are."""
+        pieces: dict[int, np.ndarray] | None = getattr(section, "pieces", None)
+        size = len(section)
+        data = np.frombuffer(section, np.uint8) if pieces is None and size else np.zeros(0, np.uint8)
+
+        def piece(o: int, n: int) -> np.ndarray:
+            if pieces is None:
+                return data[o:o + n]
+            a = pieces.get(o)
+            if a is None or a.size < n:
+                raise BlobFormatError(f"constant ({o}, {n}) is not in the compiled weights image")
+            return a[:n]
+
         try:
-            spans = sorted((int(o), int(n)) for o, n in (constants or [(0, data.size)]) if int(n) > 0)
+            spans = sorted((int(o), int(n)) for o, n in (constants or [(0, size)]) if int(n) > 0)
         except (TypeError, ValueError) as e:
             raise BlobFormatError(f"the blob's constant table is corrupt ({e}); re-export the blob") from e
         for o, n in spans:
-            if o < 0 or o + n > data.size:
+            if o < 0 or o + n > size:
                 raise BlobFormatError(f"constant table entry ({o}, {n}) lies outside .npu.weights "
-                                      f"({data.size} bytes); the blob is corrupt")
+                                      f"({size} bytes); the blob is corrupt")
         self.bank = bank
         self.name = name
-        self.section_size = int(data.size)
+        self.section_size = int(size)
         self.entries: list[BankEntry] = []
         private = [(o, n) for o, n in spans if n < BANK_MIN_BYTES]
         # private constants keep their section order, 64-byte aligned, in one small image
@@ -176,16 +210,28 @@ class BankedWeights:
             top = align_up(top + n, 64)
         self.private = np.zeros(max(top, 1), np.uint8)
         for o, n in private:
-            self.private[poff[o]:poff[o] + n] = data[o:o + n]
+            self.private[poff[o]:poff[o] + n] = piece(o, n)
         self.private.flags.writeable = False
         self.private_base = bank.reserve(self.private.size)
         self._spans: list[_Span] = []
+        # New entries adopt their bytes from the blob (views, no copy) when most of the banked
+        # bytes are new: the blob then stays alive as their memory. When most are shared (a
+        # generate variant after the prefill model), the few new ones are copied so the blob,
+        # with its duplicate of the shared weights, can be freed.
+        # A split blob's constants are separate arrays: each new entry adopts its own.
+        big = [(o, n) for o, n in spans if n >= BANK_MIN_BYTES]
+        if pieces is not None:
+            adopt = True
+        else:
+            with bank.lock:
+                new = sum(n for o, n in big if bank.lookup(name, piece(o, n)) is None)
+            adopt = 2 * new >= sum(n for _, n in big) > 0
         try:
             for o, n in spans:
                 if n < BANK_MIN_BYTES:
                     self._spans.append(_Span(o, n, self.private_base + poff[o], None))
                 else:
-                    e = bank.acquire(name, data[o:o + n])
+                    e = bank.acquire(name, piece(o, n), adopt=adopt)
                     self.entries.append(e)
                     self._spans.append(_Span(o, n, e.base, e))
         except BaseException:
@@ -272,8 +318,12 @@ class BankWeightsCache:
     and ``nbytes`` count the entries it used, ``misses`` the ones it had to fill.
     """
 
-    def __init__(self, weights: BankedWeights) -> None:
+    def __init__(self, weights: BankedWeights, budget: int | None = None) -> None:
         self._w = weights
+        #: bytes of decompressed weights the whole bank may hold (None: no limit); a fill that
+        #: would pass it is refused and the task decompresses tile by tile on every run instead
+        self.budget = budget
+        self.refused = 0
         self._private: dict[tuple, np.ndarray] = {}
         self._used: dict[tuple, int] = {}
         self.hits = 0
@@ -296,7 +346,7 @@ class BankWeightsCache:
             return None
         return (key[0], tuple(names), *key[2:])
 
-    def get(self, key: tuple, make: Callable[[], np.ndarray]) -> np.ndarray:
+    def get(self, key: tuple, make: Callable[[], np.ndarray], nbytes: int | None = None) -> np.ndarray | None:
         shared = self._shared_key(key)
         # stored on the bank entry of the compressed operand, so it is shared and freed with it
         owner = self._w.owner(int(key[1][0])) if shared is not None else None
@@ -313,6 +363,12 @@ class BankWeightsCache:
                     self.shared_hits += 1
                     self._used[key] = int(hit.nbytes)
                 return hit
+            if self.budget is not None and nbytes is not None:
+                held = sum(e.dq_nbytes for e in self._w.bank.entries()) + sum(
+                    int(a.nbytes) for a in self._private.values())
+                if held + nbytes > self.budget:
+                    self.refused += 1
+                    return None
             arr = np.ascontiguousarray(make())
             arr.flags.writeable = False
             table[key] = arr

@@ -17,7 +17,7 @@ from ov_npu_emu.npu.blob.format import (
     SEC_WEIGHTS,
     MemKind,
 )
-from ov_npu_emu.npu.blob.reader import BlobReader, Relocation, SectionInfo
+from ov_npu_emu.npu.blob.reader import BlobReader, Relocation, SectionInfo, SplitBlob
 from ov_npu_emu.npu.blob.validate import DEVICE_MEMORY_LIMIT
 from ov_npu_emu.npu.driver.bank import BankedWeights, BankWeightsCache, WeightsBank
 from ov_npu_emu.npu.driver.memory import ARENA_BASE, WEIGHTS_BASE, AddressSpace, DeviceArena, WeightsCache
@@ -30,12 +30,17 @@ logger = logging.getLogger(__name__)
 class ParsedBlob:
     """What every request of one compiled model shares: sections, relocations, metadata, weights."""
 
-    def __init__(self, blob: bytes, *, weights_cache: bool = True, bank: WeightsBank | None = None,
-                 bank_name: str = "") -> None:
+    def __init__(self, blob: bytes | SplitBlob, *, weights_cache: bool = True, bank: WeightsBank | None = None,
+                 bank_name: str = "", cache_budget: int | None = None) -> None:
         """:param bank: the device's weights bank; None keeps the weights private (a view of the blob)
         :param bank_name: the bank scope (``NPUW_WEIGHTS_BANK``); "" is the device's anonymous bank
+        :param cache_budget: bytes of decompressed weights the cache may hold (None: no limit;
+            banked: the whole bank's)
         """
-        blob = bytes(blob)
+        if isinstance(blob, SplitBlob) and bank is None:
+            blob = blob.join()  # private weights are a view of the kept blob
+        if not isinstance(blob, SplitBlob):
+            blob = bytes(blob)
         reader = BlobReader(blob)
         self.meta: dict[str, Any] = reader.meta
         self.sections: dict[str, SectionInfo] = {s.name: s for s in reader.iter_sections()}
@@ -72,19 +77,26 @@ class ParsedBlob:
             # weights are mapped read-only and shared by every request (no copy per request)
             self.weights = np.frombuffer(w.data, np.uint8) if w.data else np.zeros(1, np.uint8)
             #: decompressed compressed weights, shared by every request (None: decompress per run)
-            self.weights_cache = WeightsCache() if weights_cache else None
+            self.weights_cache = WeightsCache(cache_budget) if weights_cache else None
         else:
-            self.banked = BankedWeights(bank, bank_name, w.data, self.meta.get("constants"))
+            split = isinstance(blob, SplitBlob)
+            # a split blob (compiled in this process): the bank adopts the views of the model's
+            # constants, so the weights are never copied between the IR and the device
+            self.banked = BankedWeights(bank, bank_name, blob.image if split else w.data, self.meta.get("constants"))
             # the blob minus its weights: export splices the bank's copy back in, so the weights
             # exist once in the process however many compiled models hold them
-            off = _section_offset(reader, SEC_WEIGHTS)
-            self._head, self._tail = blob[:off], blob[off + w.size:]
+            if split:
+                self._head, self._tail = blob.head, blob.tail
+            else:
+                off = _section_offset(reader, SEC_WEIGHTS)
+                self._head, self._tail = blob[:off], blob[off + w.size:]
             # section views must not pin the blob (and with it a second copy of the weights)
             self.sections = {n: dataclasses.replace(si, data=memoryview(b"" if n == SEC_WEIGHTS else bytes(si.data)))
                              for n, si in self.sections.items()}
             self.weights = np.zeros(1, np.uint8)
-            self.weights_cache = BankWeightsCache(self.banked) if weights_cache else None
+            self.weights_cache = BankWeightsCache(self.banked, cache_budget) if weights_cache else None
             self._finalizer = weakref.finalize(self, self.banked.release)
+        reader.close()
         del blob, reader
 
     @property

@@ -128,22 +128,30 @@ class WeightsCache:
     shapes and format the descriptor carries, the first time a command list binds it (like a
     weights cache in device DDR). ``NPU_EMU_WEIGHTS_CACHE=NO`` disables it: matmul_dq then
     decompresses tile by tile on every run. Entries are read-only and never evicted; the
-    weights they come from are read-only too.
+    weights they come from are read-only too. ``budget`` bounds the bytes held
+    (``NPU_EMU_WEIGHTS_CACHE_MB``): weights that do not fit are not cached, and their tasks
+    decompress tile by tile on every run.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, budget: int | None = None) -> None:
         self._entries: dict[tuple, np.ndarray] = {}
         self._lock = threading.Lock()
         self.nbytes = 0  # bytes held
         self.hits = 0
         self.misses = 0
+        #: bytes it may hold (None: no limit); over it a fill is refused (``get`` returns None)
+        self.budget = budget
+        self.refused = 0
 
-    def get(self, key: tuple, make: Callable[[], np.ndarray]) -> np.ndarray:
+    def get(self, key: tuple, make: Callable[[], np.ndarray], nbytes: int | None = None) -> np.ndarray | None:
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
                 self.hits += 1
                 return hit
+            if self.budget is not None and nbytes is not None and self.nbytes + nbytes > self.budget:
+                self.refused += 1
+                return None
             arr = np.ascontiguousarray(make())
             arr.flags.writeable = False
             self._entries[key] = arr
