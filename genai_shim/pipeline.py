@@ -20,7 +20,7 @@ from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler
-from genai_shim.speculative import DraftModel, SpeculativeDecoder
+from genai_shim.speculative import DraftModel, SpeculativeDecoder, continuation_feed
 from genai_shim.streamers import (
     StreamerBase,
     StreamingStatus,
@@ -1049,15 +1049,7 @@ class LLMPipeline:
 
     def _run_request(self, request: Any, ids: list[int], past: int) -> np.ndarray:
         """One call of a batch-1 request: ``ids`` after ``past`` tokens already in its KV."""
-        n = len(ids)
-        feed: dict[str, np.ndarray] = {
-            "input_ids": np.asarray([ids], dtype=np.int64),
-            "attention_mask": np.ones((1, past + n), dtype=np.int64),
-        }
-        if self._has_pos:
-            feed["position_ids"] = np.arange(past, past + n, dtype=np.int64)[None, :]
-        if self._has_beam:
-            feed["beam_idx"] = np.zeros(1, dtype=np.int32)
+        feed = continuation_feed(ids, past, self._has_pos, self._has_beam)
         return np.asarray(request.infer(feed, share_outputs=True)["logits"])
 
     def _append(

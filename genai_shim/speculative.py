@@ -30,6 +30,22 @@ DEFAULT_NUM_ASSISTANT_TOKENS = 5
 _TOKENIZER_PROBE = "Could you please tell me something about OpenVINO.GenAI?"
 
 
+def continuation_feed(
+    ids: list[int], past: int, has_pos: bool, has_beam: bool
+) -> dict[str, np.ndarray]:
+    """Inputs of one batch-1 stateful call: ``ids`` after ``past`` tokens already in the KV."""
+    n = len(ids)
+    feed: dict[str, np.ndarray] = {
+        "input_ids": np.asarray([ids], dtype=np.int64),
+        "attention_mask": np.ones((1, past + n), dtype=np.int64),
+    }
+    if has_pos:
+        feed["position_ids"] = np.arange(past, past + n, dtype=np.int64)[None, :]
+    if has_beam:
+        feed["beam_idx"] = np.zeros(1, dtype=np.int32)
+    return feed
+
+
 @dataclass
 class DraftModel:
     """What :func:`draft_model` returns: a folder, a device ("" = the main model's) and its
@@ -143,15 +159,7 @@ class _InferWrapper:
 
     # -- inference -----------------------------------------------------------------------------
     def _run(self, ids: list[int], start: int) -> np.ndarray:
-        n = len(ids)
-        feed: dict[str, np.ndarray] = {
-            "input_ids": np.asarray([ids], dtype=np.int64),
-            "attention_mask": np.ones((1, start + n), dtype=np.int64),
-        }
-        if self._has_pos:
-            feed["position_ids"] = np.arange(start, start + n, dtype=np.int64)[None, :]
-        if self._has_beam:
-            feed["beam_idx"] = np.zeros(1, dtype=np.int32)
+        feed = continuation_feed(ids, start, self._has_pos, self._has_beam)
         t0 = time.perf_counter()
         out = self._request.infer(feed, share_outputs=True)
         self._infer_us = _us(time.perf_counter() - t0)
