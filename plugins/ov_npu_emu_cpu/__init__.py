@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,8 +27,36 @@ from ov_npu_emu.runtime.device import (
 
 __all__ = ["CpuDevice", "ovnpu_register_devices"]
 
-#: marks our export envelope, so a foreign blob is a typed error rather than an openvino crash
-_MAGIC = b"OVNPUEMU-CPU\x00\x01"
+#: our export envelope: magic | u64 payload length | SHA-256 of the payload | the CPU plugin's
+#: export. A foreign, truncated or damaged blob is a typed error, never handed to openvino (whose
+#: importer may accept a damaged stream and compute with it)
+_MAGIC = b"OVNPUEMU-CPU\x00\x02"
+_MAGIC_V1 = b"OVNPUEMU-CPU\x00\x01"
+_ENVELOPE = struct.Struct("<Q32s")
+
+
+def _seal(payload: bytes) -> bytes:
+    return _MAGIC + _ENVELOPE.pack(len(payload), hashlib.sha256(payload).digest()) + payload
+
+
+def _unseal(blob: bytes) -> bytes:
+    if blob.startswith(_MAGIC_V1):
+        raise BlobFormatError("CPU blob was exported by an older ov-npu-emu (no checksum); re-export it "
+                              "with CompiledModel.export_model() on device CPU")
+    if not blob.startswith(_MAGIC):
+        raise BlobFormatError("not a CPU export of ov_npu_emu (bad magic); re-export it with "
+                              "CompiledModel.export_model() on device CPU")
+    head = len(_MAGIC) + _ENVELOPE.size
+    if len(blob) < head:
+        raise BlobFormatError("CPU blob is truncated (envelope incomplete); re-export it")
+    size, digest = _ENVELOPE.unpack_from(blob, len(_MAGIC))
+    if size != len(blob) - head:
+        raise BlobFormatError(f"CPU blob is truncated or extended: the envelope says {size} bytes of export, "
+                              f"the file has {len(blob) - head}; re-export it")
+    payload = blob[head:]
+    if hashlib.sha256(payload).digest() != digest:
+        raise BlobFormatError("CPU blob is damaged (SHA-256 mismatch over the CPU plugin's export); re-export it")
+    return payload
 
 
 def _ov_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -136,7 +166,7 @@ class CpuCompiledModel(DeviceCompiledModel):
         return CpuInferRequest(self._cm.create_infer_request(), self._inline)
 
     def export_model(self) -> bytes:
-        return _MAGIC + self._cm.export_model().getvalue()
+        return _seal(self._cm.export_model().getvalue())
 
     def get_property(self, name: str) -> Any:
         try:
@@ -169,10 +199,9 @@ class CpuDevice(Device):
             raise ExecutionError(f"CPU plugin could not compile {model.get_friendly_name()!r}: {e}") from e
 
     def import_model(self, blob: bytes, config: Mapping[str, Any]) -> CpuCompiledModel:
-        if not blob.startswith(_MAGIC):
-            raise BlobFormatError("not a CPU export of ov_npu_emu (bad magic); re-export it with CompiledModel.export_model() on device CPU")
+        payload = _unseal(blob)
         try:
-            return CpuCompiledModel(openvino_core().import_model(io.BytesIO(blob[len(_MAGIC):]), "CPU", _ov_config(config)))
+            return CpuCompiledModel(openvino_core().import_model(io.BytesIO(payload), "CPU", _ov_config(config)))
         except RuntimeError as e:
             raise BlobFormatError(f"CPU blob could not be imported (corrupt or from another OpenVINO version): {e}") from e
 

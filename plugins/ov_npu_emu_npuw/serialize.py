@@ -1,8 +1,9 @@
 """Export/import of a compiled NPUW LLM as one artefact, and the CACHE_DIR cache built on it.
 
-Layout: ``MAGIC`` | u32 format version | u64 header length | header (UTF-8 JSON: versions, config,
-KV descriptor, ports, sub-blob table with sizes and SHA-256) | the sub-blobs back to back (each one
-is what the sub-model's device wrote with ``export_model``; for the emulated NPU, its ELF blob).
+Layout: ``MAGIC`` | u32 format version | u64 header length | SHA-256 of the header | header (UTF-8
+JSON: versions, config, KV descriptor, ports, sub-blob table with sizes and SHA-256) | the sub-blobs
+back to back (each one is what the sub-model's device wrote with ``export_model``; for the emulated
+NPU, its ELF blob). Every byte is covered by a hash, checked before it is parsed or used.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ __all__ = [
 logger = logging.getLogger("ov_npu_emu_npuw")
 
 MAGIC = b"\x13\x37OVNPUEMU-NPUWLLM\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: SHA-256 of the header
 _FIXED = struct.Struct("<IQ")
 
 
@@ -99,7 +100,9 @@ def export_llm(cm: LLMCompiledModel) -> bytes:
         ],
     }
     h = json.dumps(header, sort_keys=True).encode()
-    return b"".join([MAGIC, _FIXED.pack(FORMAT_VERSION, len(h)), h, *(b for _, b in parts)])
+    return b"".join(
+        [MAGIC, _FIXED.pack(FORMAT_VERSION, len(h)), hashlib.sha256(h).digest(), h, *(b for _, b in parts)]
+    )
 
 
 def import_llm(
@@ -136,8 +139,14 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
             f"NPUW LLM artefact format {fmt} is not supported (this build reads {FORMAT_VERSION}); "
             "re-export it with this version"
         )
-    if len(blob) < off + hlen:
+    if len(blob) < off + 32 + hlen:
         raise BlobFormatError("NPUW LLM artefact is truncated (header incomplete); re-export it")
+    digest = blob[off : off + 32]
+    off += 32
+    if hashlib.sha256(blob[off : off + hlen]).digest() != digest:
+        raise BlobFormatError(
+            f"NPUW LLM artefact header (bytes {off}..{off + hlen - 1}) is corrupt (SHA-256 mismatch); re-export it"
+        )
     try:
         header = json.loads(blob[off : off + hlen])
     except ValueError as e:
@@ -163,6 +172,11 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
             )
         parts[entry["role"]] = data
         off += entry["size"]
+    if off != len(blob):
+        raise BlobFormatError(
+            f"NPUW LLM artefact has {len(blob) - off} unexpected bytes after its last sub-blob "
+            "(spliced or extended); re-export it"
+        )
     cfg = LLMConfig.from_json(header["config"])
     device = header["device"]
     sub_cfg = {

@@ -20,6 +20,7 @@ from ov_npu_emu.npu.blob.format import (
     VPU_SHF_USEROUTPUT,
 )
 from ov_npu_emu.npu.blob.reader import META_HEAD
+from ov_npu_emu.npu.blob.integrity import reseal
 from ov_npu_emu.npu.blob.writer import RelocEntry, Symbol
 from ov_npu_emu.npu.compiler import compile_to_blob
 from tests.npu.conftest import make_mlp
@@ -112,17 +113,17 @@ def test_version_mismatch_is_rejected(blob):
     magic, major, minor, n = META_HEAD.unpack_from(bad, off)
     META_HEAD.pack_into(bad, off, magic, major + 1, minor, n)
     with pytest.raises(BlobFormatError, match=f"version {major + 1}.{minor} is not supported"):
-        BlobReader(bytes(bad))
+        BlobReader(reseal(bad))
     # a newer minor (unknown kernels) is rejected; an older minor of the same major is read
     META_HEAD.pack_into(bad, off, magic, major, minor + 1, n)
     with pytest.raises(BlobFormatError, match=f"version {major}.{minor + 1} is not supported"):
-        BlobReader(bytes(bad))
+        BlobReader(reseal(bad))
     META_HEAD.pack_into(bad, off, magic, major, 0, n)
-    assert BlobReader(bytes(bad)).meta["model_name"] == BlobReader(blob).meta["model_name"]
+    assert BlobReader(reseal(bad)).meta["model_name"] == BlobReader(blob).meta["model_name"]
     bad2 = bytearray(blob)
     bad2[off:off + 8] = b"XXXXXXXX"
     with pytest.raises(BlobFormatError, match="magic"):
-        BlobReader(bytes(bad2))
+        BlobReader(reseal(bad2))
 
 
 def test_import_rejects_corrupt_blob_through_core(npu_core, blob):

@@ -10,6 +10,7 @@ import pytest
 from elftools.elf.elffile import ELFFile
 from openvino import opset13 as ops
 
+from ov_npu_emu.npu.blob.integrity import reseal
 from ov_npu_emu.modelbuilder import make_model_folder
 from ov_npu_emu.npu.blob.format import SEC_WEIGHTS, operand_addr_offset
 from ov_npu_emu.npu.blob.reader import BlobReader
@@ -145,11 +146,11 @@ def test_corrupt_scale_relocation_changes_output(npu_core, folders, cache):
     off, addend = _dq_scale_reloc(blob)
     bad = bytearray(blob)
     bad[off:off + 8] = (addend + 2).to_bytes(8, "little", signed=True)  # one f16 scale further
-    out = np.array(npu_core.import_model(bytes(bad), "NPU", cfg).create_infer_request().infer(feed)[0])
+    out = np.array(npu_core.import_model(reseal(bad), "NPU", cfg).create_infer_request().infer(feed)[0])
     assert not np.allclose(out, good, atol=1e-3)
     # and restoring the addend restores the result (the descriptor, not a cache, decides)
     bad[off:off + 8] = addend.to_bytes(8, "little", signed=True)
-    again = np.array(npu_core.import_model(bytes(bad), "NPU", cfg).create_infer_request().infer(feed)[0])
+    again = np.array(npu_core.import_model(reseal(bad), "NPU", cfg).create_infer_request().infer(feed)[0])
     np.testing.assert_array_equal(again, good)
 
 

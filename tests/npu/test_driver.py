@@ -16,6 +16,7 @@ from openvino import opset13 as ops
 
 from ov_npu_emu.errors import ConfigError, ExecutionError
 from ov_npu_emu.npu.blob import BlobReader
+from ov_npu_emu.npu.blob.integrity import reseal
 from tests.npu.conftest import cpu_reference, llm_feed, make_add_model, make_mlp, rel_err
 
 
@@ -43,7 +44,7 @@ def test_corrupt_user_input_relocation_changes_result(npu_core):
     first = infos[0]
     other = [s for s in syms if s != first >> 32][0]
     bad[off + 8: off + 16] = ((other << 32) | (first & 0xFFFFFFFF)).to_bytes(8, "little")
-    out = npu_core.import_model(bytes(bad), "NPU").create_infer_request().infer(feed)[0]
+    out = npu_core.import_model(reseal(bad), "NPU").create_infer_request().infer(feed)[0]
     assert not np.array_equal(out, good)
     np.testing.assert_array_equal(out, np.zeros(4, np.float32))
 
@@ -53,7 +54,7 @@ def test_relocation_addend_past_the_tensor_is_a_page_fault(npu_core):
     off, _ = _rela(blob, ".rela.npu.shave.userin")
     bad = bytearray(blob)
     bad[off + 16: off + 24] = (4096).to_bytes(8, "little", signed=True)
-    req = npu_core.import_model(bytes(bad), "NPU").create_infer_request()
+    req = npu_core.import_model(reseal(bad), "NPU").create_infer_request()
     with pytest.raises(ExecutionError, match="not mapped"):
         req.infer({"x": np.zeros((2, 3), np.float32)})
 
@@ -127,7 +128,7 @@ def test_device_errors_reach_the_waiter_through_the_fence_in_thread_mode(npu_cor
     bid, producers, consumers = BARRIER.unpack_from(bad, off)
     BARRIER.pack_into(bad, off, bid, producers + 1, consumers)
     cfg = {"NPU_EMU_QUEUE_MODE": "thread", "NPU_EMU_FENCE_MODE": mode}
-    req = npu_core.import_model(bytes(bad), "NPU", cfg).create_infer_request()
+    req = npu_core.import_model(reseal(bad), "NPU", cfg).create_infer_request()
     with pytest.raises(BarrierDeadlockError):  # raised on the device thread, re-raised by the fence wait
         req.infer({"x": np.zeros((1, 4, 16), np.float32)})
 
@@ -187,7 +188,7 @@ def test_barrier_with_an_extra_producer_deadlocks_with_typed_error(npu_core):
     bad = bytearray(blob)
     bid, producers, consumers = BARRIER.unpack_from(bad, off)
     BARRIER.pack_into(bad, off, bid, producers + 1, consumers)  # a producer that never posts
-    req = npu_core.import_model(bytes(bad), "NPU").create_infer_request()
+    req = npu_core.import_model(reseal(bad), "NPU").create_infer_request()
     with pytest.raises(BarrierDeadlockError, match="no runnable task"):
         req.infer({"x": np.zeros((1, 4, 16), np.float32)})
 
@@ -207,5 +208,5 @@ def test_static_weight_relocation_drives_the_result(npu_core):
             add = int.from_bytes(bad[off + i + 16: off + i + 24], "little", signed=True)
             bad[off + i + 16: off + i + 24] = (add + 64).to_bytes(8, "little", signed=True)
             break
-    out = npu_core.import_model(bytes(bad), "NPU").create_infer_request().infer(x)[0]
+    out = npu_core.import_model(reseal(bad), "NPU").create_infer_request().infer(x)[0]
     assert not np.allclose(out, good)

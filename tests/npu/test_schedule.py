@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ov_npu_emu.npu.blob.integrity import reseal
 from ov_npu_emu.errors import BarrierDeadlockError, ConfigError
 from tests.npu.conftest import llm_feed, make_mlp
 
@@ -75,7 +76,7 @@ def test_deadlock_on_replay_path_each_inference(npu_core):
     bad = bytearray(blob)
     bid, producers, consumers = BARRIER.unpack_from(bad, off)
     BARRIER.pack_into(bad, off, bid, producers + 1, consumers)
-    req = npu_core.import_model(bytes(bad), "NPU").create_infer_request()
+    req = npu_core.import_model(reseal(bad), "NPU").create_infer_request()
     for _ in range(2):  # no schedule is cached from a failed walk
         with pytest.raises(BarrierDeadlockError, match="no runnable task"):
             req.infer({"x": np.zeros((1, 4, 16), np.float32)})

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from elftools.elf.elffile import ELFFile
 
+from ov_npu_emu.npu.blob.integrity import reseal
 from ov_npu_emu.errors import BlobFormatError, ConfigError, ExecutionError
 from ov_npu_emu.modelbuilder import make_model_folder
 from ov_npu_emu.npu.blob.format import SEC_WEIGHTS, operand_addr_offset
@@ -177,7 +178,7 @@ def test_corrupt_weight_relocation_changes_result_and_spares_sharers(npu_core, s
     off, addend, other = _banked_dq_relocs(blob)
     bad = bytearray(blob)
     bad[off:off + 8] = other.to_bytes(8, "little", signed=True)
-    bad_cm = npu_core.import_model(bytes(bad), "NPU")
+    bad_cm = npu_core.import_model(reseal(bad), "NPU")
     # same weights: the corrupted blob shares every bank entry with the good one
     assert bad_cm.impl.parsed.banked.entries == good_cm.impl.parsed.banked.entries
     out = _run(bad_cm, feed)
@@ -187,7 +188,7 @@ def test_corrupt_weight_relocation_changes_result_and_spares_sharers(npu_core, s
     # a shift that runs past the entry reads unmapped device memory: a page fault, not a neighbour
     bad[off:off + 8] = (addend + 64).to_bytes(8, "little", signed=True)
     with pytest.raises(ExecutionError, match="page fault"):
-        _run(npu_core.import_model(bytes(bad), "NPU"), feed)
+        _run(npu_core.import_model(reseal(bad), "NPU"), feed)
 
 
 def test_export_rebuilds_the_identical_blob(npu_core, small):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -71,13 +72,14 @@ def test_artefact_layout(blob):
 
 
 def _with_header(blob: bytes, edit) -> bytes:
-    """Rewrite the JSON header of an artefact (keeps the framing valid)."""
+    """Rewrite the JSON header of an artefact (keeps the framing and the header hash valid)."""
     off = len(MAGIC)
     fmt, hlen = struct.unpack_from("<IQ", blob, off)
-    header = json.loads(blob[off + 12 : off + 12 + hlen])
+    start = off + 12 + 32  # past the header's SHA-256
+    header = json.loads(blob[start : start + hlen])
     edit(header)
     h = json.dumps(header).encode()
-    return MAGIC + struct.pack("<IQ", fmt, len(h)) + h + blob[off + 12 + hlen :]
+    return MAGIC + struct.pack("<IQ", fmt, len(h)) + hashlib.sha256(h).digest() + h + blob[start + hlen :]
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from elftools.elf.elffile import ELFFile
 import ov_npu_emu as ov
 from ov_npu_emu.errors import BlobFormatError, NpuEmuError, RelocationError
 from ov_npu_emu.npu.blob.reader import META_HEAD
+from ov_npu_emu.npu.blob.integrity import reseal
 from ov_npu_emu.testing import make_add_model, make_model_with_memory
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -108,7 +109,7 @@ def _rewrite_meta(blob: bytes, edit) -> bytes:  # noqa: ANN001
     js = json.dumps(meta, separators=(",", ":")).encode()
     assert len(js) <= length, "edited metadata must not grow"
     js = js.ljust(length)
-    return blob[:off] + META_HEAD.pack(magic, major, minor, length) + js + blob[off + META_HEAD.size + length:]
+    return reseal(blob[:off] + META_HEAD.pack(magic, major, minor, length) + js + blob[off + META_HEAD.size + length:])
 
 
 def test_newer_blob_version_is_rejected(core: ov.Core, blob: bytes) -> None:
@@ -134,7 +135,7 @@ def test_huge_nobits_section_size_does_not_allocate(core: ov.Core, blob: bytes) 
     b = bytearray(blob)
     struct.pack_into("<Q", b, hdr + 32, 1 << 42)  # Elf64_Shdr.sh_size: 4 TiB of scratch
     with pytest.raises(BlobFormatError, match="device memory"):
-        _run(core, bytes(b))
+        _run(core, reseal(b))
 
 
 def test_relocation_offset_out_of_range(core: ov.Core, blob: bytes) -> None:
@@ -143,7 +144,7 @@ def test_relocation_offset_out_of_range(core: ov.Core, blob: bytes) -> None:
     b = bytearray(blob)
     struct.pack_into("<Q", b, rela["sh_offset"], 1 << 40)  # r_offset of the first entry
     with pytest.raises((RelocationError, BlobFormatError, NpuEmuError)):
-        _run(core, bytes(b))
+        _run(core, reseal(b))
 
 
 def test_cpu_blob_on_npu_and_npu_blob_on_cpu(core: ov.Core, blob: bytes) -> None:
@@ -201,4 +202,4 @@ def test_dma_row_count_flip_is_rejected_not_run_for_minutes(core: ov.Core, blob:
     b = bytearray(blob)
     b[off + 51] ^= 0x80  # the top bit of d0 (row count) of the first descriptor: 2**31 + 1 rows
     with pytest.raises(ExecutionError, match="corrupt"):
-        _run(core, bytes(b))
+        _run(core, reseal(b))

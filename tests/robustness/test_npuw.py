@@ -59,18 +59,22 @@ PROMPT = [5, 17, 99, 3, 250]
 def _header(blob: bytes) -> tuple[int, int]:
     from ov_npu_emu_npuw.serialize import MAGIC
 
-    return len(MAGIC) + 12, struct.unpack_from("<Q", blob, len(MAGIC) + 4)[0]
+    # MAGIC | u32 format | u64 header length | SHA-256 of the header | header
+    return len(MAGIC) + 12 + 32, struct.unpack_from("<Q", blob, len(MAGIC) + 4)[0]
 
 
 def _with_header(blob: bytes, edit) -> bytes:  # noqa: ANN001
-    """Re-encode the JSON header after ``edit(header)`` (lengths updated)."""
-    from ov_npu_emu_npuw.serialize import MAGIC
+    """Re-encode the JSON header after ``edit(header)`` (length and hash updated: this tests the
+    checks behind the header hash)."""
+    import hashlib
+
+    from ov_npu_emu_npuw.serialize import FORMAT_VERSION, MAGIC
 
     off, hlen = _header(blob)
     h = json.loads(blob[off:off + hlen])
     edit(h)
     js = json.dumps(h).encode()
-    return MAGIC + struct.pack("<IQ", 1, len(js)) + js + blob[off + hlen:]
+    return MAGIC + struct.pack("<IQ", FORMAT_VERSION, len(js)) + hashlib.sha256(js).digest() + js + blob[off + hlen:]
 
 
 @pytest.mark.parametrize("edit", [

@@ -25,6 +25,7 @@ from ov_npu_emu.npu.blob.format import (
     VPU_SHF_USERINPUT,
     VPU_SHF_USEROUTPUT,
 )
+from ov_npu_emu.npu.blob.integrity import is_sealed, seal, verify
 from ov_npu_emu.npu.blob.validate import validate_meta
 
 __all__ = ["BlobReader", "META_HEAD", "Relocation", "SectionInfo", "SplitBlob", "pack_meta"]
@@ -76,7 +77,8 @@ class SplitBlob:
     """A blob handed over in three parts, the way a compiler and driver in one process share it:
     the bytes before one section (``head``), that section's data as chunks it never copies
     (``image``: ``chunks`` in file order and ``pieces``, read-only uint8 arrays by section
-    offset), and the bytes after it (``tail``). ``join()`` gives the ordinary blob."""
+    offset), and the bytes after it (``tail``). ``join()`` gives the ordinary (sealed) blob.
+    It never left the process, so it carries no integrity trailer and is not verified."""
 
     head: bytes
     image: Any
@@ -90,7 +92,7 @@ class SplitBlob:
         return len(self.head) + self.hole + len(self.tail)
 
     def join(self) -> bytes:
-        return b"".join([self.head, *self.image.chunks, self.tail])
+        return seal(b"".join([self.head, *self.image.chunks, self.tail]))
 
 
 class _HoleStream(io.RawIOBase):
@@ -145,6 +147,13 @@ class BlobReader:
         self._blob = self._split.head if self._split is not None else blob if isinstance(blob, bytes) else bytes(blob)
         if self._blob[:4] != b"\x7fELF":
             raise BlobFormatError("not an NPU blob: missing ELF magic; export it with CompiledModel.export_model() on device NPU")
+        if (self._split is None and len(self._blob) >= 20 and not is_sealed(self._blob)
+                and struct.unpack_from("<H", self._blob, 18)[0] != EM_NPU_EMU):
+            raise BlobFormatError("foreign ELF file (another e_machine, no ov-npu-emu integrity trailer); "
+                                  "this is not an ov-npu-emu NPU blob")
+        #: bytes of the ELF image; a blob from bytes is checked against its integrity trailer
+        #: before anything else reads it, and sections must lie inside the image
+        self.image_size = len(self._split) if self._split is not None else verify(self._blob)
         try:
             stream = _HoleStream(self._split) if self._split is not None else io.BytesIO(self._blob)
             self.elf = ELFFile(stream)
@@ -199,7 +208,7 @@ class BlobReader:
         return memoryview(b"")
 
     def iter_sections(self) -> Iterator[SectionInfo]:
-        total = len(self._split) if self._split is not None else len(self._blob)
+        total = self.image_size
         try:
             for i, s in enumerate(self.elf.iter_sections()):
                 nobits = s["sh_type"] == "SHT_NOBITS"

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from ov_npu_emu.errors import UserInputError
 from ov_npu_emu.npu.blob.format import align_up
+from ov_npu_emu.npu.blob.integrity import seal
 from ov_npu_emu.npu.blob.reader import SplitBlob
 
 __all__ = ["BlobWriter", "RelocEntry", "Symbol", "WriterState"]
@@ -163,8 +164,9 @@ class BlobWriter:
     def finish(self, split: str | None = None) -> bytes | SplitBlob:
         """Lay out sections, the section-name table and the header table; return the image.
 
-        With ``split`` (the name of a section added with chunked data) the image is returned as
-        a :class:`SplitBlob`: bytes before that section, its chunks uncopied, bytes after it.
+        The image ends in its integrity trailer (:mod:`.integrity`). With ``split`` (the name of a
+        section added with chunked data) it is returned unsealed as a :class:`SplitBlob`: bytes
+        before that section, its chunks uncopied, bytes after it (``join()`` seals it).
         """
         self._expect(WriterState.SYMTAB, WriterState.RELOCS)
         shstr = bytearray(b"\0")
@@ -209,6 +211,6 @@ class BlobWriter:
                 raise UserInputError(f"cannot split the blob at {split!r}: no such chunked section")
             i, data = cut
             return SplitBlob(b"".join([header, *chunks[:i]]), data, b"".join(chunks[i:]))
-        out = b"".join([header, *chunks])
+        out = seal(b"".join([header, *chunks]))
         logger.debug("blob written: %d bytes, %d sections", len(out), len(self._sections))
         return out

@@ -17,6 +17,7 @@ from ov_npu_emu.npu.blob.format import (
     SEC_WEIGHTS,
     MemKind,
 )
+from ov_npu_emu.npu.blob.integrity import seal
 from ov_npu_emu.npu.blob.reader import BlobReader, Relocation, SectionInfo, SplitBlob
 from ov_npu_emu.npu.blob.validate import DEVICE_MEMORY_LIMIT
 from ov_npu_emu.npu.driver.bank import BankedWeights, BankWeightsCache, WeightsBank
@@ -85,6 +86,8 @@ class ParsedBlob:
             self.banked = BankedWeights(bank, bank_name, blob.image if split else w.data, self.meta.get("constants"))
             # the blob minus its weights: export splices the bank's copy back in, so the weights
             # exist once in the process however many compiled models hold them
+            #: a split blob is unsealed (it never left the process): export seals it
+            self._sealed = not split
             if split:
                 self._head, self._tail = blob.head, blob.tail
             else:
@@ -104,7 +107,8 @@ class ParsedBlob:
         """The blob as loaded (rebuilt from the bank when the weights are banked)."""
         if self.banked is None:
             return self._blob
-        return self._head + self.banked.section_bytes() + self._tail
+        data = self._head + self.banked.section_bytes() + self._tail
+        return data if self._sealed else seal(data)
 
     @blob.setter
     def blob(self, value: bytes) -> None:
