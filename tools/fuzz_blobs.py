@@ -1,0 +1,254 @@
+"""Fuzz the importers: damaged NPU blobs, NPUW LLM artefacts and CPU exports must never run.
+
+Every mutant (bit flips, random bytes, truncation, extension, splices, deleted or inserted ranges,
+header and trailer edits) is imported and, if that succeeds, run. The contract:
+
+* ``sealed`` mutants (the file as a user would get it): **0 ran**, 0 foreign exceptions (anything
+  not an ``ov_npu_emu.errors.NpuEmuError``), none slower than the time limit.
+* ``resealed`` NPU-blob mutants (checksums recomputed after the damage, as a buggy or hostile
+  writer would): the parsers behind the checksum must stay bounded -- running is allowed, but
+  0 foreign exceptions and none slower than the limit.
+
+``python tools/fuzz_blobs.py --mutants 10000`` is the long run (minutes); the test suite runs a few
+hundred with a fixed seed (tests/robustness/test_fuzz.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import random
+import signal
+import sys
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: what one mutant may cost at most (import + one inference), seconds
+TIME_LIMIT = 5.0
+
+Mutator = Callable[[bytes, random.Random, bytes], bytes]
+
+
+def _flip(b: bytes, rng: random.Random, _: bytes) -> bytes:
+    out = bytearray(b)
+    for _ in range(rng.choice((1, 1, 2, 4))):
+        out[rng.randrange(len(out))] ^= 1 << rng.randrange(8)
+    return bytes(out)
+
+
+def _byte(b: bytes, rng: random.Random, _: bytes) -> bytes:
+    out = bytearray(b)
+    i = rng.randrange(len(out))
+    out[i] = (out[i] + rng.randrange(1, 256)) & 0xFF
+    return bytes(out)
+
+
+def _truncate(b: bytes, rng: random.Random, _: bytes) -> bytes:
+    return b[:rng.randrange(len(b))]
+
+
+def _extend(b: bytes, rng: random.Random, _: bytes) -> bytes:
+    return b + rng.randbytes(rng.choice((1, 8, 64, 4096)))
+
+
+def _splice(b: bytes, rng: random.Random, other: bytes) -> bytes:
+    """A range overwritten by bytes from elsewhere in this file or in another artefact."""
+    src = rng.choice((b, other))
+    n = rng.randrange(1, min(256, len(src), len(b)) + 1)
+    i, j = rng.randrange(len(b) - n + 1), rng.randrange(len(src) - n + 1)
+    out = bytearray(b)
+    out[i:i + n] = src[j:j + n]
+    return bytes(out)
+
+
+def _delete(b: bytes, rng: random.Random, _: bytes) -> bytes:
+    i = rng.randrange(len(b))
+    return b[:i] + b[i + rng.randrange(1, 65):]
+
+
+def _insert(b: bytes, rng: random.Random, _: bytes) -> bytes:
+    i = rng.randrange(len(b))
+    return b[:i] + rng.randbytes(rng.randrange(1, 65)) + b[i:]
+
+
+def _head(b: bytes, rng: random.Random, other: bytes) -> bytes:
+    """Damage in the first 128 bytes (ELF header / artefact framing)."""
+    out = bytearray(b)
+    out[rng.randrange(min(128, len(out)))] ^= 1 << rng.randrange(8)
+    return bytes(out)
+
+
+def _tail(b: bytes, rng: random.Random, other: bytes) -> bytes:
+    """Damage in the last 4 KiB (section headers, checksum table, trailer)."""
+    out = bytearray(b)
+    out[len(out) - 1 - rng.randrange(min(4096, len(out)))] ^= 1 << rng.randrange(8)
+    return bytes(out)
+
+
+MUTATORS: dict[str, Mutator] = {
+    "flip": _flip, "byte": _byte, "truncate": _truncate, "extend": _extend, "splice": _splice,
+    "delete": _delete, "insert": _insert, "head": _head, "tail": _tail,
+}
+
+
+def mutants(blob: bytes, other: bytes, rng: random.Random, n: int) -> Iterator[tuple[str, bytes]]:
+    """``n`` (kind, mutant) pairs, each different from ``blob``."""
+    kinds = list(MUTATORS)
+    made = 0
+    while made < n:
+        kind = kinds[made % len(kinds)]
+        m = MUTATORS[kind](blob, rng, other)
+        if m != blob:
+            made += 1
+            yield kind, m
+
+
+class _Slow(BaseException):
+    """Raised by the watchdog; a BaseException so no ``except Exception`` in the code under test eats it."""
+
+
+@contextlib.contextmanager
+def _watchdog(seconds: float) -> Iterator[None]:
+    def fire(*_: Any) -> None:
+        raise _Slow
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@dataclasses.dataclass
+class Target:
+    """One artefact to fuzz: its bytes, the device to import it on and a feed to run it with."""
+
+    name: str
+    blob: bytes
+    device: str
+    feed: dict[str, np.ndarray] | None  # None: ones of every input's shape and type
+    steps: int = 2  # inferences per successful import (the second takes the replay path)
+
+
+def outcome(core: Any, target: Target, blob: bytes, limit: float = TIME_LIMIT) -> tuple[str, float]:
+    """("rejected" | "ran" | "foreign:<Type>: <message>" | "slow", seconds) for one mutant."""
+    from ov_npu_emu.errors import NpuEmuError
+
+    t0 = time.perf_counter()
+    try:
+        with _watchdog(limit), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cm = core.import_model(blob, target.device)
+            feed = target.feed if target.feed is not None else {
+                p.get_any_name(): np.ones(list(p.get_shape()), p.get_element_type().to_dtype()) for p in cm.inputs}
+            req = cm.create_infer_request()
+            for _ in range(target.steps):
+                req.infer(feed)
+            for s in req.query_state():
+                s.state  # noqa: B018  (reads every state back)
+        result = "ran"
+    except _Slow:
+        result = "slow"
+    except NpuEmuError:
+        result = "rejected"
+    except Exception as e:  # noqa: BLE001 - the point: anything else is a finding
+        result = f"foreign:{type(e).__name__}: {str(e)[:200]}"
+    return result, time.perf_counter() - t0
+
+
+def targets(core: Any, tiny_model_dir: Path | None = None) -> list[Target]:
+    """The artefacts fuzzed: a stateful NPU blob, a CPU export and (given a model) an NPUW artefact."""
+    from ov_npu_emu.testing import make_add_model, make_model_with_memory
+
+    out = []
+    m = make_model_with_memory((1, 4), np.float32, "v")
+    out.append(Target("npu", core.compile_model(m, "NPU").export_model().getvalue(), "NPU",
+                      {"input_data": np.ones((1, 4), np.float32)}))
+    add = make_add_model()
+    feed = {p.get_any_name(): np.ones(list(p.get_shape()), p.get_element_type().to_dtype()) for p in add.inputs}
+    out.append(Target("cpu", core.compile_model(add, "CPU").export_model().getvalue(), "CPU", feed))
+    if tiny_model_dir is not None:
+        cfg = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "NPU",
+               "NPUW_LLM_MAX_PROMPT_LEN": 16, "NPUW_LLM_MIN_RESPONSE_LEN": 8}
+        cm = core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", cfg)
+        # one generate variant alone: an NPU blob with the LLM kernels (gather, matmul, SDPA, rope)
+        kv = min(cm.impl.subs.generate)
+        out.append(Target("npu-llm", cm.impl.subs.generate[kv].export_model().getvalue(), "NPU", None))
+        ids = np.array([[5, 17, 99]], np.int64)
+        out.append(Target("npuw", cm.export_model().getvalue(), "NPU", {
+            "input_ids": ids, "attention_mask": np.ones((1, 3), np.int64),
+            "position_ids": np.arange(3, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)}, steps=1))
+    return out
+
+
+def fuzz(core: Any, target: Target, other: bytes, n: int, seed: int, *, resealed: bool = False,
+         limit: float = TIME_LIMIT) -> dict[str, Any]:
+    """Run ``n`` mutants of ``target``; returns counts, the slowest time and examples of findings."""
+    from ov_npu_emu.npu.blob.integrity import seal, strip
+
+    rng = random.Random(seed)
+    counts: Counter[str] = Counter()
+    findings: list[str] = []
+    slowest = 0.0
+    # resealed: damage the ELF image, then give it valid checksums (without trusting its headers)
+    base = strip(target.blob) if resealed else target.blob
+    for kind, m in mutants(base, other, rng, n):
+        if resealed:
+            m = seal(m, by_section=False)
+        res, dt = outcome(core, target, m, limit)
+        slowest = max(slowest, dt)
+        key = res.split(":", 1)[0]
+        counts[key] += 1
+        if key in ("foreign", "slow") or (key == "ran" and not resealed):
+            findings.append(f"{target.name}/{kind}: {res} ({dt:.2f} s)")
+    return {"target": target.name, "resealed": resealed, "counts": dict(counts), "slowest_s": slowest,
+            "findings": findings}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mutants", type=int, default=10_000, help="sealed mutants in total, spread over the targets")
+    p.add_argument("--resealed", type=int, default=2_000, help="resealed NPU-blob mutants (bounded parsers)")
+    p.add_argument("--seed", type=int, default=2026)
+    p.add_argument("--limit", type=float, default=TIME_LIMIT, help="seconds one mutant may take")
+    args = p.parse_args(argv)
+
+    import tempfile
+
+    import ov_npu_emu as ov
+    from ov_npu_emu.modelbuilder import make_model_folder
+
+    core = ov.Core()
+    with tempfile.TemporaryDirectory() as d:
+        folder = make_model_folder(Path(d) / "tiny", "tiny", "f32", seed=0)
+        tg = targets(core, folder)
+    per = max(1, args.mutants // len(tg))
+    reports = [fuzz(core, t, tg[(i + 1) % len(tg)].blob, per, args.seed + i, limit=args.limit)
+               for i, t in enumerate(tg)]
+    npu = [t for t in tg if t.device == "NPU" and t.name != "npuw"]
+    reports += [fuzz(core, t, tg[1].blob, max(1, args.resealed // len(npu)), args.seed + 99 + i, resealed=True,
+                     limit=args.limit) for i, t in enumerate(npu)]
+    bad = 0
+    for r in reports:
+        print(f"{r['target']:5s} {'resealed' if r['resealed'] else 'sealed  '} {r['counts']} "
+              f"slowest {r['slowest_s']:.2f} s")
+        for f in r["findings"][:20]:
+            print("   ", f)
+        bad += len(r["findings"])
+    print("OK: no damaged artefact ran, no foreign exception, none slow" if not bad else f"{bad} findings")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
