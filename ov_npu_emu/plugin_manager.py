@@ -48,11 +48,11 @@ def get_plugin_manager(*, load_entrypoints: bool = True, builtins: bool = True) 
                 continue
             try:
                 mod = importlib.import_module(module)
-            except ModuleNotFoundError as e:
-                if e.name == module:  # not built yet / not installed: just absent
-                    logger.debug("built-in plugin %s not available", module)
-                    continue
-                raise PluginError(f"built-in plugin {module!r} failed to import: {e}") from e
+            except ImportError as e:
+                # a missing built-in is a broken install, never a silent fallback to fewer devices;
+                # leaving one out on purpose is what OV_NPU_EMU_DISABLED_PLUGINS is for
+                raise PluginError(f"built-in plugin {module!r} failed to import: {e}; reinstall ov-npu-emu "
+                                  f"(or set {DISABLE_ENV}={name} to run without it)") from e
             pm.register(mod, name=name)
     if load_entrypoints:
         _load_entrypoints(pm)

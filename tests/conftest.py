@@ -15,3 +15,12 @@ def core():
     from ov_npu_emu import Core
 
     return Core()
+
+
+@pytest.fixture(scope="session")
+def require_npuw() -> None:
+    """Fails (never skips) when the built-in NPUW plugin is not registered."""
+    from ov_npu_emu import Core
+
+    assert Core().plugin_manager.get_plugin("npuw") is not None, (
+        "the built-in NPUW plugin (plugins/ov_npu_emu_npuw) is not registered")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,11 +13,13 @@ import openvino as ov
 import pluggy
 
 from ov_npu_emu.api.compiled_model import CompiledModel
-from ov_npu_emu.errors import ConfigError, IRReadError, UserInputError
+from ov_npu_emu.errors import CompileError, ConfigError, IRReadError, NpuEmuError, UserInputError
 from ov_npu_emu.plugin_manager import get_plugin_manager
 from ov_npu_emu.registry import DeviceRegistry, canonical_device_name
 
 __all__ = ["Core", "Version"]
+
+logger = logging.getLogger("ov_npu_emu")
 
 _ov_core: ov.Core | None = None
 
@@ -74,26 +77,54 @@ class Core:
     def get_available_devices(self) -> list[str]:
         return sorted(self.registry.names())
 
-    def default_device(self) -> str:
-        """What ``AUTO`` (or no device name) means here: the emulated NPU if present, else CPU."""
-        names = self.registry.names()
-        return "NPU" if "NPU" in names else ("CPU" if "CPU" in names else (names[0] if names else "NPU"))
+    def auto_candidates(self, device_name: str | None, config: Mapping[str, Any] | None = None) -> list[str] | None:
+        """The devices ``AUTO`` tries, in order; None when ``device_name`` is not AUTO.
+
+        As OpenVINO's AUTO: ``"AUTO:NPU,CPU"`` or ``MULTI_DEVICE_PRIORITIES`` give the list; without
+        one it is every registered device except NPU (which AUTO uses only when listed), CPU last.
+        """
+        raw = "AUTO" if device_name is None else str(device_name).strip()
+        if raw.upper() != "AUTO" and not raw.upper().startswith("AUTO:"):
+            return None
+        listed = raw[5:] if ":" in raw else str((config or {}).get("MULTI_DEVICE_PRIORITIES", "") or "")
+        names = [canonical_device_name(x) for x in listed.split(",") if x.strip()]
+        if not names:
+            names = [n for n in self.registry.names() if n not in ("CPU", "NPU")]
+            names += ["CPU"] if "CPU" in self.registry else []
+        for n in names:
+            if n not in self.registry:
+                self.registry.get(n)  # DeviceNotFoundError with a suggestion
+        if not names:
+            raise ConfigError("AUTO found no device to use; name one (e.g. 'AUTO:NPU' or 'NPU')", key="AUTO")
+        return names
 
     def _device_name(self, device_name: str | None) -> str:
-        if device_name is None or canonical_device_name(device_name) == "AUTO":
-            return self.default_device()
+        if self.auto_candidates(device_name) is not None:
+            raise ConfigError(
+                f"{device_name or 'AUTO'} has no properties of its own here; set them on the device itself "
+                f"({', '.join(self.registry.names())})", key="AUTO")
         name = canonical_device_name(device_name)
         self.registry.get(name)  # raises DeviceNotFoundError with a suggestion
         return name
 
-    def _claimable_device(self, device_name: str | None) -> tuple[str, Any]:
+    def _claimable_device(self, device_name: str) -> tuple[str, Any]:
         """Canonical name and device, or None when unregistered: a claim hook may still serve it
         (NPUW claims "NPU" LLM configs and runs them on NPUW_DEVICES, e.g. CPU)."""
-        if device_name is None or canonical_device_name(device_name) == "AUTO":
-            name = self.default_device()
-        else:
-            name = canonical_device_name(device_name)
+        name = canonical_device_name(device_name)
         return name, (self.registry.get(name) if name in self.registry else None)
+
+    def _auto(self, what: str, candidates: list[str], config: Mapping[str, Any] | None,
+              attempt: Any) -> CompiledModel:
+        """Try ``attempt(device, config)`` on each candidate in turn; the first success wins."""
+        cfg = {k: v for k, v in (config or {}).items() if k != "MULTI_DEVICE_PRIORITIES"}
+        failures = []
+        for name in candidates:
+            try:
+                return attempt(name, cfg)
+            except NpuEmuError as e:
+                failures.append(f"{name}: {type(e).__name__}: {e}")
+                logger.info("AUTO: %s on %s failed, trying the next device: %s", what, name, e)
+        raise CompileError(f"AUTO could not {what} on any of {candidates}:\n  " + "\n  ".join(failures))
 
     # -- models ------------------------------------------------------------------------
     def read_model(self, model: str | os.PathLike | bytes | ov.Model, weights: Any = None, config: Mapping[str, Any] | None = None) -> ov.Model:
@@ -137,6 +168,10 @@ class Core:
             model = self.read_model(model)
         if config is not None and not isinstance(config, Mapping):
             raise UserInputError(f"config must be a dict of properties, got {type(config).__name__}")
+        candidates = self.auto_candidates(device_name, config)
+        if candidates is not None:
+            return self._auto("compile the model", candidates, config,
+                              lambda name, cfg: self.compile_model(model, name, cfg))
         name, device = self._claimable_device(device_name)
         merged = device.merged_config(config) if device is not None else dict(config or {})
         impl = self._pm.hook.ovnpu_compile_model(core=self, model=model, device_name=name, config=merged)
@@ -162,6 +197,10 @@ class Core:
             blob = bytes(blob)
         else:
             raise UserInputError(f"import_model needs bytes, a binary stream or a Tensor, got {type(model_stream).__name__}")
+        candidates = self.auto_candidates(device_name, config)
+        if candidates is not None:
+            return self._auto("import the blob", candidates, config,
+                              lambda name, cfg: self.import_model(blob, name, cfg))
         name, device = self._claimable_device(device_name)
         merged = device.merged_config(config) if device is not None else dict(config or {})
         impl = self._pm.hook.ovnpu_import_model(core=self, blob=blob, device_name=name, config=merged)

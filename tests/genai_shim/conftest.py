@@ -26,17 +26,15 @@ def model_dir(request: pytest.FixtureRequest) -> Path:
     """Every model the oracle tests run on: stories260K and the builder's tiny folder."""
     if request.param == "stories260K":
         return request.getfixturevalue("stories_dir")
-    try:
-        return request.getfixturevalue("tiny_model_dir")
-    except pytest.FixtureLookupError:
-        pytest.skip("tiny_model_dir fixture (ov_npu_emu.testing, model builder) not available yet")
+    return request.getfixturevalue("tiny_model_dir")
 
 
 @pytest.fixture(scope="session")
 def real_genai() -> Any:
-    return pytest.importorskip(
-        "openvino_genai", reason="real openvino_genai (oracle) not installed"
-    )
+    """The real openvino_genai (the oracle; a test dependency, so missing it is a failure)."""
+    import openvino_genai
+
+    return openvino_genai
 
 
 def npuw_available() -> bool:
@@ -47,9 +45,10 @@ def npuw_available() -> bool:
     return pm.get_plugin("npuw") is not None
 
 
-needs_npuw = pytest.mark.skipif(
-    not npuw_available(), reason="NPUW plugin (plugins/ov_npu_emu_npuw) not available"
-)
+#: marks tests that go through our NPUW; it is a built-in plugin, so it must be there (no skip;
+#: the fixture is in tests/conftest.py)
+needs_npuw = pytest.mark.usefixtures("require_npuw")
+
 
 
 @pytest.fixture(scope="session")
@@ -98,8 +97,7 @@ def chat_dir(stories_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 def _npu_backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     props = {**F32, "NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE"}
     if kind == "npuw":
-        if not npuw_available():
-            pytest.skip("NPUW plugin (plugins/ov_npu_emu_npuw) not available")
+        assert npuw_available(), "the built-in NPUW plugin (plugins/ov_npu_emu_npuw) is not registered"
         return {"props": props, "plugin": None}
     import genai_shim.pipeline
     from tests.genai_shim.fake_npuw import FakeNpuwPlugin, make_core_with_fake
@@ -111,16 +109,16 @@ def _npu_backend(kind: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 @pytest.fixture(params=["fake_npuw", "npuw"])
 def npu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Device "NPU" for genai_shim: through the real NPUW plugin (skips until it is merged) and
-    through a CPU-backed test double of it (tests the pipeline's NPU logic on its own).
+    """Device "NPU" for genai_shim: through our NPUW plugin and through a CPU-backed test double
+    of it (tests the pipeline's NPU logic on its own, e.g. the config it hands over).
 
     Returns ``{"props": ..., "plugin": fake-or-None}``; ``props`` go to LLMPipeline(..., "NPU").
     """
     return _npu_backend(request.param, monkeypatch)
 
 
-@pytest.fixture(params=["npuw" if npuw_available() else "fake_npuw"])
+@pytest.fixture(params=["npuw"])
 def npu_one(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """Like ``npu`` but one backend only: our NPUW when it is registered, else the test double
-    (keeps the slower oracle comparisons within the CI time budget)."""
+    """Like ``npu`` but our NPUW only (keeps the slower oracle comparisons within the CI time
+    budget); a missing NPUW plugin fails, it never falls back to the test double."""
     return _npu_backend(request.param, monkeypatch)

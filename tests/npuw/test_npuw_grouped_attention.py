@@ -123,8 +123,6 @@ def test_which_attention_is_rewritten(causal, mask_shape, rewritten):
 def test_default_follows_the_device_and_reads_back(
     emu_core, stories_model, device, value, effective
 ):
-    if device not in emu_core.registry.names():
-        pytest.skip(f"{device} is not registered")
     cfg = {
         "NPU_USE_NPUW": "YES",
         "NPUW_LLM": "YES",

@@ -173,10 +173,14 @@ def test_not_an_llm_is_a_typed_error(emu_core):
         emu_core.compile_model(model, "NPU", real_npuw_config(64, 64))
 
 
-def test_plain_npu_still_needs_the_device(emu_core, stories_model):
+def test_plain_npu_still_needs_the_device(stories_model, monkeypatch):
     """Only NPUW LLM configs are claimed; anything else on an unregistered "NPU" is DeviceNotFoundError."""
-    if "NPU" in emu_core.registry:
-        pytest.skip("the emulated NPU is registered")
+    from ov_npu_emu import Core
+    from ov_npu_emu.plugin_manager import DISABLE_ENV
+
+    monkeypatch.setenv(DISABLE_ENV, "npu")
+    emu_core = Core()
+    assert "NPU" not in emu_core.registry
     with pytest.raises(DeviceNotFoundError):
         emu_core.compile_model(stories_model, "NPU", {"NPU_USE_NPUW": "YES"})
     with pytest.raises(DeviceNotFoundError):

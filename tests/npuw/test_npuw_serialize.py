@@ -34,8 +34,6 @@ def blob(compiled):
 
 @pytest.mark.parametrize("device", ["CPU", "NPU"])
 def test_export_import_in_fresh_process(device, stories_model, emu_core, cpu_request, tmp_path):
-    if device not in emu_core.registry:
-        pytest.skip(f"device {device} is not registered yet")
     compiled = emu_core.compile_model(stories_model, "NPU", {**CFG, "NPUW_DEVICES": device})
     expected, _ = greedy(compiled.create_infer_request(), SHORT, 64)
     blob = compiled.export_model().getvalue()

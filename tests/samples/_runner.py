@@ -6,7 +6,7 @@
   that import line and the device are the only differences between our samples and upstream's.
 * Every ``LLMPipeline`` gets f32 hints (exact token equality between implementations) and, on
   "NPU", the NPUW-on-CPU keys; ``DEVICE`` (if not "-") replaces the sample's device.  On "NPU",
-  genai_shim uses our NPUW plugin when it is registered, else the CPU-backed NPUW test double.
+  genai_shim uses our NPUW plugin (a missing plugin is an error, never a test double).
 """
 
 from __future__ import annotations
@@ -38,11 +38,7 @@ def main() -> None:
         from tests.genai_shim.conftest import npuw_available
 
         if not npuw_available():
-            import genai_shim.pipeline
-            from tests.genai_shim.fake_npuw import FakeNpuwPlugin, make_core_with_fake
-
-            plugin = FakeNpuwPlugin()
-            genai_shim.pipeline._make_core = lambda: make_core_with_fake(plugin)
+            raise SystemExit("the built-in NPUW plugin is not registered: reinstall ov-npu-emu")
     source = Path(sample).read_text(encoding="utf-8")
     if impl == "real":
         source, n = re.subn(

@@ -606,7 +606,9 @@ class _Lowerer:
             return
         arow = a.shape[-1] * a.dtype.itemsize
         orow = o.shape[-1] * o.dtype.itemsize
-        # half of CMX for a tile pair keeps room for the next tile's prefetch
+        # a tile pair takes at most half of CMX. Nothing prefetches into the other half yet: every
+        # tile gets its own CMX values, but the planner may reuse the same offsets and the tiles'
+        # DMA-in / compute / DMA-out run in sequence (dma_hidden_fraction 0 on such a MatMul)
         tile = max(1, (self.hw.cmx_size // 2) // max(1, arow + orow))
         if arow + orow > self.hw.cmx_size // 2:
             self.mm(a, b, o, params, node, macs)
