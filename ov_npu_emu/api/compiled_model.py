@@ -77,6 +77,8 @@ class CompiledModel:
     def get_property(self, name: str) -> Any:
         if name == "EXECUTION_DEVICES":
             return [self._device]
+        if name == "LOADED_FROM_CACHE":
+            return bool(getattr(self._impl, "loaded_from_cache", False))
         return self._impl.get_property(name)
 
     def set_property(self, properties: dict[str, Any]) -> None:

@@ -16,6 +16,8 @@ from ov_npu_emu.api.compiled_model import CompiledModel
 from ov_npu_emu.errors import CompileError, ConfigError, IRReadError, NpuEmuError, UserInputError
 from ov_npu_emu.plugin_manager import get_plugin_manager
 from ov_npu_emu.registry import DeviceRegistry, canonical_device_name
+from ov_npu_emu.runtime import model_cache
+from ov_npu_emu.runtime.device import Device, DeviceCompiledModel
 
 __all__ = ["Core", "Version"]
 
@@ -177,8 +179,34 @@ class Core:
         impl = self._pm.hook.ovnpu_compile_model(core=self, model=model, device_name=name, config=merged)
         if impl is None:
             device = device if device is not None else self.registry.get(name)  # DeviceNotFoundError
-            impl = device.compile_model(model, merged)
+            impl = self._compile_cached(device, model, merged)
         return CompiledModel(impl, name)
+
+    def _compile_cached(self, device: Device, model: ov.Model, config: dict[str, Any]) -> DeviceCompiledModel:
+        """``device.compile_model``, through ``CACHE_DIR`` when the device leaves caching to Core."""
+        cache_dir = str(config.get("CACHE_DIR") or self._core_properties.get("CACHE_DIR") or "")
+        if not cache_dir or not device.MODEL_CACHE:
+            return device.compile_model(model, config)
+        mode = str(config.get("CACHE_MODE", "OPTIMIZE_SPEED")).upper()
+        if mode != "OPTIMIZE_SPEED":
+            raise ConfigError(
+                f"CACHE_MODE={config['CACHE_MODE']!r}: the {device.NAME} device caches whole blobs only "
+                "(OPTIMIZE_SPEED); weightless OPTIMIZE_SIZE blobs are not implemented for it", key="CACHE_MODE")
+        cfg = {k: v for k, v in config.items() if k not in ("CACHE_DIR", "CACHE_MODE")}
+        path = model_cache.entry_path(cache_dir, device.NAME, model, cfg,
+                                      {"openvino": ov.get_version(), "device": device.version()})
+        blob = model_cache.read_entry(path)
+        if blob is not None:
+            try:
+                impl = device.import_model(blob, cfg)
+                impl.loaded_from_cache = True
+                logger.info("CACHE_DIR: %s loaded from %s", model.get_friendly_name(), path)
+                return impl
+            except NpuEmuError as e:
+                logger.warning("CACHE_DIR entry %s could not be loaded (%s); compiling instead", path, e)
+        impl = device.compile_model(model, cfg)
+        model_cache.write_entry(path, impl.export_model())
+        return impl
 
     def import_model(self, model_stream: bytes | io.IOBase | ov.Tensor | Any, device_name: str, config: Mapping[str, Any] | None = None) -> CompiledModel:
         """Restore an exported model (bytes, a binary stream, or a u8 Tensor)."""

@@ -138,6 +138,9 @@ class DeviceInferRequest(abc.ABC):
 class DeviceCompiledModel(abc.ABC):
     """A model compiled for (or imported onto) a device."""
 
+    #: set by Core when the model came out of CACHE_DIR (``LOADED_FROM_CACHE``)
+    loaded_from_cache: bool = False
+
     inputs: Sequence[PortInfo]
     outputs: Sequence[PortInfo]
 
@@ -173,6 +176,10 @@ class Device(abc.ABC):
     FULL_DEVICE_NAME: ClassVar[str] = ""
     #: property name -> default value; also the answer to SUPPORTED_PROPERTIES
     DEFAULT_PROPERTIES: ClassVar[Mapping[str, Any]] = {}
+    #: True: Core keeps this device's compilations under ``CACHE_DIR`` (export on the first
+    #: compile, import afterwards), as OpenVINO's core does; the device must export and import.
+    #: False: ``CACHE_DIR`` is passed through to the device (which caches itself or rejects it).
+    MODEL_CACHE: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._properties: dict[str, Any] = dict(self.DEFAULT_PROPERTIES)

@@ -324,6 +324,7 @@ class NpuDevice(Device):
 
     NAME = "NPU"
     FULL_DEVICE_NAME = "Intel(R) AI Boost (ov-npu-emu emulated NPU)"
+    MODEL_CACHE = True  # CACHE_DIR: Core stores the exported ELF blob and imports it next time
     DEFAULT_PROPERTIES: Mapping[str, Any] = {
         "INFERENCE_PRECISION_HINT": "f32",
         "PERF_COUNT": "NO",

@@ -22,6 +22,7 @@ import openvino as ov
 
 from ov_npu_emu.errors import BlobFormatError, NpuEmuError
 from ov_npu_emu.runtime.device import PortInfo
+from ov_npu_emu.runtime.model_cache import model_hash
 from ov_npu_emu_npuw.config import LLMConfig
 from ov_npu_emu_npuw.transform import KVLayout
 
@@ -240,32 +241,13 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
     )
 
 
-def _model_hash(model: ov.Model) -> str:
-    """Hash of the graph: op types, shapes, connections and constant bytes."""
-    h = hashlib.sha256()
-    ops = model.get_ordered_ops()
-    index = {op.get_name(): i for i, op in enumerate(ops)}
-    for op in ops:
-        h.update(op.get_type_name().encode())
-        for inp in op.inputs():
-            src = inp.get_source_output()
-            h.update(f"{index.get(src.get_node().get_name(), -1)}:{src.get_index()};".encode())
-        for out in op.outputs():
-            h.update(
-                f"{out.get_element_type()}{out.get_partial_shape()}{sorted(out.get_names())}".encode()
-            )
-        if op.get_type_name() == "Constant":
-            h.update(memoryview(np.ascontiguousarray(op.data)).cast("B"))
-    return h.hexdigest()
-
-
 def cache_key(model: ov.Model, cfg: LLMConfig) -> str:
     """Model hash + effective config + versions: any change gives a new entry."""
     conf = cfg.to_json()
     conf.pop("cache_dir", None)
     conf["raw"] = {k: v for k, v in conf["raw"].items() if k != "CACHE_DIR"}
     payload = json.dumps(
-        {"model": _model_hash(model), "config": conf, "versions": _versions()},
+        {"model": model_hash(model), "config": conf, "versions": _versions()},
         sort_keys=True,
         default=str,
     )

@@ -117,3 +117,17 @@ def test_every_hook_is_documented():
     assert hooks, "no hooks found"
     missing = [h for h in hooks if h not in doc]
     assert not missing, f"hooks missing from docs/plugin_authoring.md: {missing}"
+
+
+def test_a_missing_builtin_plugin_fails_loudly(monkeypatch):
+    """A broken install must not quietly lose a device (tests would fall back or skip)."""
+    from ov_npu_emu import plugin_manager
+    from ov_npu_emu.errors import PluginError
+
+    monkeypatch.setitem(plugin_manager.BUILTIN_PLUGINS, "npu", "ov_npu_emu_npu_not_installed")
+    with pytest.raises(PluginError, match="ov_npu_emu_npu_not_installed.*reinstall"):
+        plugin_manager.get_plugin_manager(load_entrypoints=False)
+    # leaving it out on purpose is allowed, and then the device is simply not there
+    monkeypatch.setenv(plugin_manager.DISABLE_ENV, "npu")
+    pm = plugin_manager.get_plugin_manager(load_entrypoints=False)
+    assert pm.get_plugin("npu") is None and pm.get_plugin("cpu") is not None
