@@ -7,13 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import openvino as ov
 
-from ov_npu_emu.cli.compile import load_model, parse_kv
-from ov_npu_emu.errors import UserInputError
+from ov_npu_emu.cli._models import example_inputs, load_model, parse_kv, static_llm
 
-__all__ = ["example_inputs", "register", "run", "static_llm"]
+__all__ = ["register", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,52 +28,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=10, help="show the N most expensive tasks")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
-
-
-def static_llm(model: ov.Model, seq: int, past: int) -> ov.Model:
-    """Stateful optimum-intel decoder -> stateless with past-KV inputs, static [1, seq] over ``past``."""
-    from openvino._offline_transformations import stateful_to_stateless_transformation
-
-    if model.get_sinks():
-        stateful_to_stateless_transformation(model)
-    shapes: dict[str, list[int]] = {}
-    for p in model.inputs:
-        n, ps = p.get_any_name(), p.get_partial_shape()
-        if n.startswith("past_key_values") or n.startswith("past."):
-            shapes[n] = [1, ps[1].get_length(), past, ps[3].get_length()]
-        elif n == "beam_idx":
-            shapes[n] = [1]
-        elif n == "attention_mask":
-            shapes[n] = [1, past + seq]
-        elif n in ("input_ids", "position_ids"):
-            shapes[n] = [1, seq]
-        else:
-            raise UserInputError(f"cannot infer a static shape for LLM input {n!r}; use --shape")
-    model.reshape(shapes)
-    return model
-
-
-def example_inputs(model: ov.Model, seed: int = 0) -> dict[str, np.ndarray]:
-    """Plausible inputs: random floats, token 1s, a full attention mask, positions after the past."""
-    rng = np.random.default_rng(seed)
-    feed: dict[str, np.ndarray] = {}
-    for p in model.inputs:
-        n, shape = p.get_any_name(), list(p.get_shape())
-        dt = np.dtype(np.bool_) if p.get_element_type() == ov.Type.boolean else np.dtype(p.get_element_type().to_dtype())
-        if n == "position_ids":
-            feed[n] = (np.arange(shape[-1]) + max(0, _mask_len(model) - shape[-1])).reshape(shape).astype(dt)
-        elif dt.kind == "f":
-            feed[n] = rng.standard_normal(shape).astype(dt)
-        else:
-            feed[n] = np.ones(shape, dt) if n != "beam_idx" else np.zeros(shape, dt)
-    return feed
-
-
-def _mask_len(model: ov.Model) -> int:
-    for p in model.inputs:
-        if p.get_any_name() == "attention_mask":
-            return int(p.get_shape()[-1])
-    return 0
 
 
 def run(args: argparse.Namespace) -> int:

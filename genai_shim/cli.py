@@ -1,4 +1,9 @@
-"""``ov-npu-emu demo``: generate with a small trained LLM through the whole emulated stack."""
+"""``ov-npu-emu demo``: generate with a small trained LLM through the whole emulated stack.
+
+genai_shim adds this subcommand through the ``ovnpu_add_cli_commands`` hook (registered as the
+``genai_shim`` entry point of the ``ov_npu_emu`` group), so the runtime's CLI never imports the
+application layer.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "run"]
+from ov_npu_emu.hookspecs import hookimpl
+
+__all__ = ["ovnpu_add_cli_commands", "register", "run"]
 
 DEFAULT_PROMPT = "Once upon a time"
+
+
+@hookimpl
+def ovnpu_add_cli_commands(subparsers: argparse._SubParsersAction) -> None:
+    register(subparsers)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
