@@ -15,7 +15,7 @@ class GenerationFinishReason(enum.IntEnum):
 
     NONE = 0  # still running, or cancelled by the streamer
     STOP = 1  # EOS / stop token / stop string / streamer STOP
-    LENGTH = 2  # max_new_tokens, max_length, or the NPU KV-cache capacity
+    LENGTH = 2  # max_new_tokens or max_length (a full NPU KV cache leaves NONE, as the real)
     TOOL_CALL = 3  # streamer returned TOOL_CALL_STOP
 
 

@@ -211,7 +211,7 @@ def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCo
 def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     device = pick_device(core, cfg.devices)
     if cfg.grouped_attention is None:
-        # Measured (docs/npuw.md): on the CPU plugin the grouped form saves ~30% per generate
+        # Measured (docs/npuw.md): on the CPU plugin the grouped form saves ~25% per generate
         # step; on the emulated NPU one SDPA SHAVE task beats five tasks.
         cfg = dataclasses.replace(cfg, grouped_attention=device == "CPU")
     t_all = time.perf_counter()

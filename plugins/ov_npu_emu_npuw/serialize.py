@@ -115,7 +115,7 @@ def import_llm(
     except NpuEmuError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
-        # the JSON header is not checksummed: a damaged field surfaces wherever it is first used
+        # the header is hashed, so this is a header written wrong (or edited and re-hashed)
         raise BlobFormatError(
             f"NPUW LLM artefact header is corrupt ({type(e).__name__}: {e}); re-export it"
         ) from e

@@ -29,25 +29,10 @@ def rel_err(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def static_llm(xml: Path, seq: int, past: int) -> ov.Model:
-    """A stateful optimum-intel export made stateless and static: [1, seq] tokens over ``past`` KV."""
-    from openvino._offline_transformations import stateful_to_stateless_transformation
+    """The stateful LLM at ``xml`` as one static step: [1, seq] tokens over ``past`` KV."""
+    from ov_npu_emu.cli._models import static_llm as make_static
 
-    m = ov.Core().read_model(xml)
-    stateful_to_stateless_transformation(m)
-    shapes = {}
-    for p in m.inputs:
-        n = p.get_any_name()
-        ps = p.get_partial_shape()
-        if n.startswith("past"):
-            shapes[n] = [1, ps[1].get_length(), past, ps[3].get_length()]
-        elif n == "beam_idx":
-            shapes[n] = [1]
-        elif n == "attention_mask":
-            shapes[n] = [1, past + seq]
-        else:
-            shapes[n] = [1, seq]
-    m.reshape(shapes)
-    return m
+    return make_static(ov.Core().read_model(xml), seq, past)
 
 
 def llm_feed(model: ov.Model, seed: int = 0) -> dict[str, np.ndarray]:
@@ -84,7 +69,8 @@ def stories_prefill(stories260k_dir: Path) -> ov.Model:
     return static_llm(stories260k_dir / "openvino_model.xml", 8, 0)
 
 
-def make_add_model(shape: tuple[int, ...] = (2, 3)) -> ov.Model:
+def make_add_relu_model(shape: tuple[int, ...] = (2, 3)) -> ov.Model:
+    """relu(x + a constant ramp): one input ``x``, output ``y`` (unlike testing.make_add_model's a + b)."""
     x = ops.parameter(list(shape), np.float32, name="x")
     y = ops.relu(ops.add(x, ops.constant(np.linspace(-1, 1, int(np.prod(shape)), dtype=np.float32).reshape(shape))))
     r = ops.result(y)
@@ -102,7 +88,8 @@ def make_mlp(rows: int = 4, k: int = 16, n: int = 32) -> ov.Model:
     return ov.Model([ops.result(y)], [x], "mlp")
 
 
-def make_small_cnn() -> ov.Model:
+def make_group_conv_cnn() -> ov.Model:
+    """conv, max-pool, group conv, clamp, avg-pool, FC, softmax on [1,3,16,16] (testing.make_small_cnn differs)."""
     rng = np.random.default_rng(2)
     x = ops.parameter([1, 3, 16, 16], np.float32, name="image")
     w1 = ops.constant(rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3)

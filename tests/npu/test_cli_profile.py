@@ -10,7 +10,7 @@ import openvino as ov
 import pytest
 
 from ov_npu_emu.cli import main
-from tests.npu.conftest import make_add_model, make_mlp
+from tests.npu.conftest import make_add_relu_model, make_mlp
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_profile_tiny_llm_decode_writes_trace_with_engine_lanes(tiny_model_dir, 
 
 
 def test_profiling_info_per_task(npu_core):
-    cm = npu_core.compile_model(make_add_model(), "NPU", {"PERF_COUNT": "YES"})
+    cm = npu_core.compile_model(make_add_relu_model(), "NPU", {"PERF_COUNT": "YES"})
     req = cm.create_infer_request()
     req.infer({"x": np.ones((2, 3), np.float32)})
     info = req.get_profiling_info()

@@ -19,7 +19,7 @@ from ov_npu_emu.npu.compiler.lower import lower
 from ov_npu_emu.npu.compiler.memory import plan_memory
 from ov_npu_emu.npu.compiler.schedule import schedule
 from ov_npu_emu.npu.compiler.verify import verify_memory, verify_schedule
-from tests.npu.conftest import cpu_reference, llm_feed, make_mlp, make_small_cnn, rel_err
+from tests.npu.conftest import cpu_reference, llm_feed, make_mlp, make_group_conv_cnn, rel_err
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,7 +132,7 @@ def test_runtime_packages_never_import_the_compiler():
 
 
 def test_convolution_is_staged_and_channel_tiled_in_small_cmx(npu_core):
-    m = make_small_cnn()
+    m = make_group_conv_cnn()
     feed = {"image": np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)}
     tasks = BlobReader(compile_to_blob(m, {"NPU_EMU_CMX_SIZE": 8192})).meta["tasks"]
     convs = [t for t in tasks if t["kernel"] == "conv"]

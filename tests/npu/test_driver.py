@@ -17,7 +17,7 @@ from openvino import opset13 as ops
 from ov_npu_emu.errors import ConfigError, ExecutionError
 from ov_npu_emu.npu.blob import BlobReader
 from ov_npu_emu.npu.blob.integrity import reseal
-from tests.npu.conftest import cpu_reference, llm_feed, make_add_model, make_mlp, rel_err
+from tests.npu.conftest import cpu_reference, llm_feed, make_add_relu_model, make_mlp, rel_err
 
 
 def _two_input_model() -> ov.Model:
@@ -50,7 +50,7 @@ def test_corrupt_user_input_relocation_changes_result(npu_core):
 
 
 def test_relocation_addend_past_the_tensor_is_a_page_fault(npu_core):
-    blob = npu_core.compile_model(make_add_model(), "NPU").export_model().getvalue()
+    blob = npu_core.compile_model(make_add_relu_model(), "NPU").export_model().getvalue()
     off, _ = _rela(blob, ".rela.npu.shave.userin")
     bad = bytearray(blob)
     bad[off + 16: off + 24] = (4096).to_bytes(8, "little", signed=True)
@@ -104,17 +104,17 @@ def test_set_state_marks_state_arguments_for_update(npu_core):
 @pytest.mark.parametrize("queue", ["inline", "thread"])
 @pytest.mark.parametrize("mode", ["interrupt", "polling"])
 def test_fence_and_queue_modes(npu_core, mode, queue):
-    cm = npu_core.compile_model(make_add_model(), "NPU", {"NPU_EMU_FENCE_MODE": mode, "NPU_EMU_QUEUE_MODE": queue})
+    cm = npu_core.compile_model(make_add_relu_model(), "NPU", {"NPU_EMU_FENCE_MODE": mode, "NPU_EMU_QUEUE_MODE": queue})
     x = np.ones((2, 3), np.float32)
     out = cm.create_infer_request().infer({"x": x})[0]
-    assert rel_err(out, cpu_reference(make_add_model(), {"x": x})[0]) == 0.0
+    assert rel_err(out, cpu_reference(make_add_relu_model(), {"x": x})[0]) == 0.0
 
 
 def test_bad_fence_or_queue_mode_is_config_error(npu_core):
     with pytest.raises(ConfigError):
-        npu_core.compile_model(make_add_model(), "NPU", {"NPU_EMU_FENCE_MODE": "smoke-signals"})
+        npu_core.compile_model(make_add_relu_model(), "NPU", {"NPU_EMU_FENCE_MODE": "smoke-signals"})
     with pytest.raises(ConfigError):
-        npu_core.compile_model(make_add_model(), "NPU", {"NPU_EMU_QUEUE_MODE": "carrier-pigeon"})
+        npu_core.compile_model(make_add_relu_model(), "NPU", {"NPU_EMU_QUEUE_MODE": "carrier-pigeon"})
 
 
 @pytest.mark.parametrize("mode", ["interrupt", "polling"])

@@ -10,9 +10,9 @@ from openvino import opset13 as ops
 from tests.npu.conftest import (
     cpu_reference,
     llm_feed,
-    make_add_model,
+    make_add_relu_model,
     make_mlp,
-    make_small_cnn,
+    make_group_conv_cnn,
     rel_err,
     static_llm,
 )
@@ -28,7 +28,7 @@ def _run(core, model, feed, config=None):
     return [np.array(res[i]) for i in range(len(model.outputs))]
 
 
-@pytest.mark.parametrize("builder", [make_add_model, make_mlp, make_small_cnn], ids=["add", "mlp", "cnn"])
+@pytest.mark.parametrize("builder", [make_add_relu_model, make_mlp, make_group_conv_cnn], ids=["add", "mlp", "cnn"])
 def test_small_models_match_cpu(npu_core, builder):
     m = builder()
     rng = np.random.default_rng(0)
@@ -235,7 +235,7 @@ def test_sdpa_masks_and_scale(npu_core, mask_kind):
 @pytest.mark.parametrize("which", ["cnn", "tiny_prefill"])
 def test_f16_mode_on_cnn_and_builder_prefill(npu_core, tiny_model_dir, which):
     if which == "cnn":
-        m = make_small_cnn()
+        m = make_group_conv_cnn()
         feed = {"image": np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)}
     else:
         m = static_llm(tiny_model_dir / "openvino_model.xml", 16, 0)
