@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 
 from ov_npu_emu.cli._models import example_inputs, load_model, parse_kv, static_llm
 
@@ -25,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="LLM: profile one decode step (1 token over N past KV rows; stateless static)")
     p.add_argument("--prefill", type=int, metavar="N", help="LLM: profile a prefill of N tokens")
     p.add_argument("--trace", metavar="OUT.json", help="write a Chrome-trace timeline here")
+    p.add_argument("--html", metavar="OUT.html",
+                   help="write one self-contained page (no network): engine lanes with barriers, the CMX and "
+                        "DDR memory maps over time, the KV-cache inputs, the most expensive tasks")
     p.add_argument("--top", type=int, default=10, help="show the N most expensive tasks")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run)
@@ -52,6 +56,14 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         Path(args.trace).write_text(chrome_trace(tl, names))
         summary["trace"] = args.trace
+    if args.html:
+        from ov_npu_emu.npu.device.report import html_report
+
+        kv = [{"name": p.get_any_name(), "shape": list(p.get_shape()), "type": p.get_element_type().get_type_name(),
+               "bytes": int(np.prod(list(p.get_shape()), dtype=np.int64)) * p.get_element_type().size}
+              for p in model.inputs if p.get_any_name().startswith(("past_key_values", "past."))]
+        Path(args.html).write_text(html_report(tl, impl.blob_meta, names, kv=kv), encoding="utf-8")
+        summary["html"] = args.html
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -66,4 +78,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"  #{t['task']:<5d} {t['engine']:6s} {t['kernel']:12s} {t['cycles']:>9d} cyc  {t['node']}")
     if args.trace:
         print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
+    if args.html:
+        print(f"report written to {args.html} (open in any browser; no network needed)")
     return 0

@@ -224,6 +224,11 @@ class NpuInferRequest(DeviceInferRequest):
         """Task id -> (source node, op type), from the blob metadata."""
         return self._cm.task_names
 
+    @property
+    def blob_meta(self) -> dict[str, Any]:
+        """The blob's metadata (memory plan, barriers, tasks) for profiling reports."""
+        return self._cm.parsed.meta
+
 
 #: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
 DEFAULT_WEIGHTS_CACHE_MB = 128

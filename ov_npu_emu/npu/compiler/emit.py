@@ -146,6 +146,12 @@ def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, An
     # the constant table: the driver's weights bank shares constants across blobs one by one
     meta["constants"] = [[off, n] for off, n in plan.constants]
     meta["barriers"] = [{"id": b.bid, "producers": b.producers, "consumers": b.consumers} for b in sched.barriers]
+    # the memory plan as placed: [region, offset, bytes, first task, last task] per activation
+    # buffer (what `profile --html` draws as the CMX/DDR map over time)
+    meta["buffers"] = [[v.place.name.lower(), v.offset, v.nbytes, min(v.producers + v.readers),
+                        max(v.producers + v.readers)]
+                       for v in lw.values if v.alias is None and v.place in (Place.SCRATCH, Place.CMX)
+                       and v.offset >= 0 and (v.producers or v.readers)]
 
     w = BlobWriter()
     w.write_header(EM_NPU_EMU, ELFOSABI_NPU_EMU, BLOB_VERSION[0])
