@@ -10,6 +10,7 @@ from typing import Any
 import openvino as ov
 
 from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.options import as_bool
 
 __all__ = [
     "DEFAULT_MAX_PROMPT_LEN",
@@ -62,12 +63,6 @@ def _pop_int(cfg: dict[str, Any], key: str, default: int) -> int:
     return int(value)
 
 
-def _yes(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().upper() in ("YES", "TRUE", "1")
-
-
 def get_kv_axes_pos(model: ov.Model) -> tuple[int, int]:
     """(batch axis, sequence axis) of the KV cache: the Gather(beam_idx) axis and the Concat axis
     after it; (0, 2) when the pattern is not found."""
@@ -97,7 +92,7 @@ def translate_npu_config(model: ov.Model, properties: Mapping[str, Any]) -> NpuC
     out = NpuCompileConfig()
     blob = cfg.pop("BLOB_PATH", None)
     out.blob_path = str(blob) if blob not in (None, "") else None
-    out.export_blob = _yes(cfg.pop("EXPORT_BLOB", False))
+    out.export_blob = as_bool("EXPORT_BLOB", cfg.pop("EXPORT_BLOB", False))
     out.max_prompt_len = _pop_int(cfg, "MAX_PROMPT_LEN", DEFAULT_MAX_PROMPT_LEN)
     out.min_response_len = _pop_int(cfg, "MIN_RESPONSE_LEN", DEFAULT_MIN_RESPONSE_LEN)
     batch_dim, seq_dim = get_kv_axes_pos(model)

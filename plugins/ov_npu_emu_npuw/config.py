@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.options import as_bool
 
 __all__ = [
     "LLMConfig",
@@ -99,14 +100,8 @@ def align_to(value: int, alignment: int) -> int:
 
 
 def _bool(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    s = str(value).strip().upper()
-    if s in ("YES", "TRUE", "1", "ON"):
-        return True
-    if s in ("NO", "FALSE", "0", "OFF", ""):
-        return False
-    raise ConfigError(f"{key} must be YES or NO, got {value!r}", key=key)
+    # "" reads as NO here: genai passes empty strings for keys it does not set
+    return False if isinstance(value, str) and not value.strip() else as_bool(key, value)
 
 
 def _uint(key: str, value: Any, *, minimum: int = 0) -> int:

@@ -21,6 +21,7 @@ from ov_npu_emu.npu.compiler.lower import lower
 from ov_npu_emu.npu.compiler.memory import plan_memory
 from ov_npu_emu.npu.compiler.schedule import schedule
 from ov_npu_emu.npu.compiler.verify import verify_memory, verify_schedule
+from ov_npu_emu.options import as_bool
 
 __all__ = ["COMPILER_VERSION", "compile_to_blob", "precision_of"]
 
@@ -40,10 +41,7 @@ def precision_of(config: Mapping[str, Any]) -> str:
 
 
 def _flag(config: Mapping[str, Any], key: str, default: bool) -> bool:
-    v = str(config.get(key, "YES" if default else "NO")).upper()
-    if v not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
-        raise ConfigError(f"{key}={config[key]!r}: expected YES or NO", key=key)
-    return v in ("YES", "TRUE", "1")
+    return as_bool(key, config[key]) if key in config else default
 
 
 def _port(port: ov.Output, shape: tuple[int, ...], symbol: str, state: str | None) -> dict[str, Any]:

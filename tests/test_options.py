@@ -1,0 +1,54 @@
+"""One parser per kind of configuration value, the same spellings in every layer."""
+
+from __future__ import annotations
+
+import pytest
+
+from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.options import as_bool, as_choice, as_uint, check_known
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("YES", True), ("yes", True), ("TRUE", True), ("1", True), ("ON", True), (True, True), (1, True),
+    ("NO", False), ("false", False), ("0", False), ("off", False), (False, False), (0, False),
+])
+def test_bool_spellings(value, expected):
+    assert as_bool("K", value) is expected
+
+
+@pytest.mark.parametrize("value", ["Y", "enable", "", "2", None])
+def test_bad_bool_names_the_key(value):
+    with pytest.raises(ConfigError, match="K=.*expected YES or NO") as e:
+        as_bool("K", value)
+    assert e.value.key == "K"
+
+
+def test_uint_and_choice():
+    assert as_uint("N", "64") == 64 and as_uint("N", 3, minimum=1) == 3
+    for bad in ("-1", "1.5", "x", True):
+        with pytest.raises(ConfigError, match="whole number"):
+            as_uint("N", bad)
+    assert as_choice("M", "once", ["ONCE", "EVERY_INFERENCE"]) == "ONCE"
+    with pytest.raises(ConfigError, match="one of ONCE, EVERY_INFERENCE"):
+        as_choice("M", "twice", ["ONCE", "EVERY_INFERENCE"])
+
+
+def test_unknown_keys_in_our_namespace_suggest_the_right_one():
+    check_known({"NPU_EMU_CMX_SIZE": 1, "OTHER": 2}, ("NPU_EMU_",), {"NPU_EMU_CMX_SIZE"}, "NPU")
+    with pytest.raises(ConfigError, match=r"NPU_EMU_CMX_SIZ \(did you mean NPU_EMU_CMX_SIZE\?\)"):
+        check_known({"NPU_EMU_CMX_SIZ": 1}, ("NPU_EMU_",), {"NPU_EMU_CMX_SIZE"}, "NPU")
+
+
+def test_compiler_flags_use_the_shared_spellings():
+    import numpy as np
+
+    import ov_npu_emu as ov
+    from ov_npu_emu.testing import make_add_model
+
+    core = ov.Core()
+    feed = {"a": np.ones((2, 3), np.float32), "b": np.ones((2, 3), np.float32)}
+    for v in ("ON", "off", True):  # "ON" used to be an error here and a silent NO elsewhere
+        cm = core.compile_model(make_add_model(), "NPU", {"NPU_EMU_STAGING": v, "NPU_EMU_VERIFY": v})
+        np.testing.assert_array_equal(cm.create_infer_request().infer(feed)[0], 2 * np.ones((2, 3)))
+    with pytest.raises(ConfigError, match="NPU_EMU_VERIFY"):
+        core.compile_model(make_add_model(), "NPU", {"NPU_EMU_VERIFY": "maybe"})
