@@ -1,0 +1,114 @@
+"""KV_CACHE_PRECISION=u8 / u4 in our NPUW: quantised when written, dequantised by the graph.
+
+Agreement is measured against the same NPUW with the default f16 KV on the project's usual
+stories260K prompt; docs/npuw.md ("Quantised KV cache") has the numbers over five prompts.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ov_npu_emu.cli import main
+from ov_npu_emu.errors import ConfigError
+from ov_npu_emu_npuw.kvquant import dequantize, quantize, quantize_channels, unpack
+
+from ._oracle import greedy
+
+#: "Once upon a time, there was a little girl named Lily." (stories260K tokenizer)
+PROMPT = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426]
+NEW = 96
+_RUNS: dict[tuple[str, str], tuple[list[int], object]] = {}
+
+
+def _run(emu_core, xml: str, device: str, precision: str) -> tuple[list[int], object]:
+    if (device, precision) not in _RUNS:
+        cfg = {
+            "NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": device,
+            "NPUW_LLM_MAX_PROMPT_LEN": 64, "NPUW_LLM_MIN_RESPONSE_LEN": 128,
+            "KV_CACHE_PRECISION": precision,
+        }
+        req = emu_core.compile_model(xml, "NPU", cfg).create_infer_request()
+        ids, err = greedy(req, PROMPT, NEW)
+        assert err is None, err
+        _RUNS[device, precision] = (ids, req._impl.kv)
+    return _RUNS[device, precision]
+
+
+@pytest.mark.parametrize("device", ["CPU", "NPU"])
+@pytest.mark.parametrize("precision,min_agree,data_ratio", [("u8", 0.90, 0.5), ("u4", 0.50, 0.25)])
+def test_quantised_kv_agrees_with_f16(emu_core, stories260k_dir, device, precision, min_agree, data_ratio):
+    xml = str(stories260k_dir / "openvino_model.xml")
+    ref, kv16 = _run(emu_core, xml, device, "f16")
+    ids, kv = _run(emu_core, xml, device, precision)
+    agree = sum(a == b for a, b in zip(ids, ref))
+    assert len(ids) == NEW and agree >= min_agree * NEW, (agree, ids, ref)
+    # memory: the data is half (u8) / a quarter (u4) of f16, scales and residual beside it
+    assert kv.data_nbytes == data_ratio * kv16.nbytes
+    assert kv.scale_nbytes > 0 and kv.residual_nbytes > 0
+    assert kv.nbytes == kv.data_nbytes + kv.scale_nbytes + kv.residual_nbytes < kv16.nbytes
+
+
+@pytest.mark.parametrize("dtype,precision", [("f16", "f16"), ("int8", "u8"), ("int4", "u4")])
+def test_kv_plan_of_the_model_equals_what_npuw_allocated(
+    capsys, emu_core, stories260k_dir, dtype, precision
+):
+    """`ov-npu-emu kv-plan MODEL` == the nbytes of the KV buffers our NPUW really allocated."""
+    _, kv = _run(emu_core, str(stories260k_dir / "openvino_model.xml"), "CPU", precision)
+    argv = ["kv-plan", str(stories260k_dir), "--max-prompt", "64", "--min-response", "128",
+            "--dtype", dtype, "--json"]
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["bytes"] == kv.nbytes
+    assert (plan["data_bytes"], plan["scale_bytes"], plan["residual_bytes"]) == (
+        kv.data_nbytes, kv.scale_nbytes, kv.residual_nbytes,
+    )
+    assert plan["capacity_tokens"] == kv.max_slots == 191
+    assert [v["kv_size"] for v in plan["variants"]] == [192]
+    t = plan["terms"]
+    assert (t["layers"], t["kv_heads"], t["head_dim"], t["seq"], t["batch"]) == (5, 4, 8, 191, 1)
+    if precision == "f16":
+        assert plan["bytes"] == 2 * 5 * 1 * 191 * 4 * 8 * 2
+
+
+def test_kv_plan_variants_are_views_of_one_buffer(capsys, stories260k_dir):
+    argv = ["kv-plan", str(stories260k_dir), "--max-prompt", "128", "--min-response", "64",
+            "--variants", "128", "--dtype", "int8", "--json"]
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [(v["kv_size"], v["past_slots"]) for v in plan["variants"]] == [(128, 127), (192, 191)]
+    assert plan["variants"][-1]["bytes"] == plan["bytes"] > plan["variants"][0]["bytes"]
+
+
+def test_value_rows_and_key_channels_round_trip():
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((1, 2, 5, 8)) * [1, 1, 1, 20, 1, 1, 1, 1] + 5).astype(np.float32)
+    for prec, levels in (("u8", 255), ("u4", 15)):
+        q, sc, zp = quantize(x, prec, 4)
+        assert q.shape == (1, 2, 5, 8 if prec == "u8" else 4) and sc.shape == (1, 2, 5, 2)
+        err = np.abs(dequantize(q, sc, zp, prec, 4) - x)
+        rng_g = np.ptp(x.reshape(1, 2, 5, 2, 4), -1).repeat(4, -1).reshape(x.shape)
+        assert (err <= rng_g / levels * 0.5 + 0.02 * np.abs(x).max()).all()
+        # keys: one scale per channel over the tokens of a block
+        q, sc, zp = quantize_channels(x, prec)
+        assert sc.shape == (1, 2, 1, 8)
+        back = unpack(q, prec) * sc.astype(np.float32) + zp.astype(np.float32)
+        assert np.abs(back - x).max() <= np.ptp(x, axis=2).max() / levels * 0.5 + 0.05
+
+
+def test_quantised_kv_rejects_what_it_does_not_implement(emu_core, stories260k_dir):
+    xml = str(stories260k_dir / "openvino_model.xml")
+    base = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "CPU", "KV_CACHE_PRECISION": "u8"}
+    with pytest.raises(ConfigError, match="NPUW_LLM_ENABLE_PREFIX_CACHING"):
+        emu_core.compile_model(xml, "NPU", {
+            **base, "NPUW_LLM_ENABLE_PREFIX_CACHING": "YES", "NPUW_LLM_PREFILL_CHUNK_SIZE": 64,
+            "NPUW_LLM_MAX_PROMPT_LEN": 256,
+        })
+    with pytest.raises(ConfigError, match="NPUW_LLM_OPTIMIZE_V_TENSORS"):
+        emu_core.compile_model(xml, "NPU", {**base, "NPUW_LLM_OPTIMIZE_V_TENSORS": "YES"})
+    with pytest.raises(Exception, match="NPUW_EMU_KV_GROUP_SIZE"):
+        emu_core.compile_model(xml, "NPU", {**base, "NPUW_EMU_KV_GROUP_SIZE": 3})
+    with pytest.raises(ConfigError, match="use f16, f32, u8 or u4"):
+        emu_core.compile_model(xml, "NPU", {**base, "KV_CACHE_PRECISION": "i8"})
