@@ -112,3 +112,40 @@ def test_quantised_kv_rejects_what_it_does_not_implement(emu_core, stories260k_d
         emu_core.compile_model(xml, "NPU", {**base, "NPUW_EMU_KV_GROUP_SIZE": 3})
     with pytest.raises(ConfigError, match="use f16, f32, u8 or u4"):
         emu_core.compile_model(xml, "NPU", {**base, "KV_CACHE_PRECISION": "i8"})
+
+
+def test_quantised_kv_survives_chunks_variant_switch_and_rewind(emu_core, stories260k_dir):
+    """Chunked prefill + a variant switch move bytes, scales and zero points together (the
+    same tokens as without the switch), and a rewind into an older key block re-quantises it."""
+    xml = str(stories260k_dir / "openvino_model.xml")
+    prompt = PROMPT + [274, 287, 269, 345, 400, 428, 263, 377, 267, 265, 282, 295, 433, 426]
+    cfg = {
+        "NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "CPU",
+        "NPUW_LLM_MAX_PROMPT_LEN": 64, "NPUW_LLM_MIN_RESPONSE_LEN": 64,
+        "NPUW_LLM_PREFILL_CHUNK_SIZE": 16, "KV_CACHE_PRECISION": "u8",
+    }
+    one = emu_core.compile_model(xml, "NPU", cfg).create_infer_request()
+    ref, err = greedy(one, prompt, 8)
+    step7 = np.asarray(one.get_tensor("logits").data)[0, -1].copy()  # logits of token 7
+    ref, err = greedy(one, prompt, 72)
+    assert err is None and one._impl.prefill_calls == 2
+    req = emu_core.compile_model(
+        xml, "NPU", {**cfg, "NPUW_LLM_GENERATE_VARIANTS": "64,96"}
+    ).create_infer_request()
+    ids, err = greedy(req, prompt, 72)  # 30 + 72 tokens: kv96 → kv128
+    assert err is None and req._impl.switches == 1 and req._impl.variant == 128
+    assert ids == ref
+    # rewind into key block 4 (positions 32..39; the last block is 12): token 6 again at its
+    # position, then token 7. Block 4 is re-quantised from its stored rows (their exact values
+    # are gone) plus the new row: close to, not bit-equal with, the first pass.
+    n = len(prompt)
+    for j in (6, 7):
+        req.infer({
+            "input_ids": np.array([[ids[j - 1]]], np.int64),
+            "attention_mask": np.ones((1, n + j), np.int64),
+            "position_ids": np.array([[n + j - 1]], np.int64),
+            "beam_idx": np.zeros(1, np.int32),
+        })
+    again = np.asarray(req.get_tensor("logits").data)[0, -1]
+    assert int(again.argmax()) == ids[7]
+    assert np.abs(again - step7).max() < 0.02 * np.abs(step7).max(), np.abs(again - step7).max()
