@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "npuw"))
@@ -30,7 +31,9 @@ PROMPTS = [
 ]
 
 
-def run(core: Core, device: str, precision: str, group: int, new: int) -> tuple[list[list[int]], object]:
+def run(
+    core: Core, device: str, precision: str, group: int, new: int
+) -> tuple[list[list[int]], object, float]:
     cfg = {
         "NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": device,
         "NPUW_LLM_MAX_PROMPT_LEN": 64, "NPUW_LLM_MIN_RESPONSE_LEN": 128,
@@ -39,12 +42,14 @@ def run(core: Core, device: str, precision: str, group: int, new: int) -> tuple[
     xml = find_model("stories260K") / "openvino_model.xml"
     req = core.compile_model(str(xml), "NPU", cfg).create_infer_request()
     outs = []
+    t0 = time.perf_counter()
     for p in PROMPTS:
         ids, err = greedy(req, p, new)
         if err:
             raise SystemExit(err)
         outs.append(ids)
-    return outs, req._impl.kv
+    ms = (time.perf_counter() - t0) * 1e3 / (len(PROMPTS) * new)  # prefill included
+    return outs, req._impl.kv, ms
 
 
 def main() -> None:
@@ -55,19 +60,20 @@ def main() -> None:
     a = ap.parse_args()
     core = Core()
     print(f"{'device':6s} {'KV':4s} {'G':>3s}  agreement per prompt (of {a.new})   mean   "
-          "KV bytes (data + scales + residual)   vs f16")
+          "KV bytes (data + scales + residual)   vs f16   ms/token (vs f16)")
     for dev in a.devices.split(","):
-        base, kv16 = run(core, dev, "f16", 0, a.new)
-        print(f"{dev:6s} f16  {'-':>3s}  {'':36s} {'':6s} {kv16.nbytes:>9,d}")
+        base, kv16, ms16 = run(core, dev, "f16", 0, a.new)
+        print(f"{dev:6s} f16  {'-':>3s}  {'':36s} {'':6s} {kv16.nbytes:>9,d}{'':43s}{ms16:.2f}")
         for prec in ("u8", "u4"):
             for g in map(int, a.groups.split(",")):
-                outs, kv = run(core, dev, prec, g, a.new)
+                outs, kv, ms = run(core, dev, prec, g, a.new)
                 agree = [sum(x == y for x, y in zip(o, b)) for o, b in zip(outs, base)]
                 mean = sum(agree) / len(agree)
                 print(
                     f"{dev:6s} {prec:4s} {g or kv.head_dims[0]:>3d}  {str(agree):36s} {mean:5.1f}  "
                     f"{kv.nbytes:>9,d} ({kv.data_nbytes:,} + {kv.scale_nbytes:,} + "
-                    f"{kv.residual_nbytes:,})  {kv.nbytes / kv16.nbytes:.2f}×"
+                    f"{kv.residual_nbytes:,})  {kv.nbytes / kv16.nbytes:.2f}×    "
+                    f"{ms:.2f} ({ms / ms16:.2f}×)"
                 )
 
 

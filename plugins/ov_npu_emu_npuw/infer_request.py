@@ -550,8 +550,9 @@ class LLMInferRequest(DeviceInferRequest):
             # The real NPUW overlaps the head with this KV write; here a thread hand-off costs
             # more than the overlap saves: run it in line (the new token goes to slot `hist`).
             if self.kv.quantized:
-                for i, st in enumerate(s.present):
-                    self.kv.write(i, K - M, hist, self._logical(i, st)[:, :, -1:, :])
+                self.kv.write_step(
+                    K - M, hist, [self._logical(i, p)[:, :, -1:, :] for i, p in enumerate(s.present)]
+                )
             else:
                 for dst, src in self._rows[K]:
                     dst[:, :, hist, :] = src

@@ -173,6 +173,56 @@ class KVBuffers:
         vs[:, :, start : start + n, :] = sc
         vz[:, :, start : start + n, :] = zp
 
+    def write_step(self, slots: int, start: int, rows: list[np.ndarray]) -> None:
+        """:meth:`write` for every tensor at once (the one-token generate step): when all keys
+        (and all values) share a shape and the keys sit in the same block, the quantisation
+        arithmetic runs once on the stacked rows instead of once per tensor."""
+        keys = [i for i in range(len(rows)) if self.keys[i]]
+        vals = [i for i in range(len(rows)) if not self.keys[i]]
+        g = self.groups[0]
+        uniform = (
+            len({r.shape for r in rows}) == 1
+            and len(set(self.groups)) == 1
+            and len({self._res_block[i] for i in keys}) <= 1
+        )
+        if not uniform:
+            for i, r in enumerate(rows):
+                self.write(i, slots, start, r)
+            return
+        n = rows[0].shape[2]
+        if vals:
+            q, sc, zp = quantize(np.concatenate([rows[i] for i in vals]), self.precision, g)
+            for j, i in enumerate(vals):
+                self.view(i, slots)[:, :, start : start + n, :] = q[j : j + 1]
+                vs, vz = self.aux_view(i, slots)
+                vs[:, :, start : start + n, :] = sc[j : j + 1]
+                vz[:, :, start : start + n, :] = zp[j : j + 1]
+        if not keys:
+            return
+        end = start + n
+        b = start // g
+        base = b * g
+        exact = np.concatenate([rows[i] for i in keys]).astype(np.float32)  # [L, H, n, D]
+        if start > base:
+            if self._res_block[keys[0]] == b:
+                prev = np.concatenate([self.residual[i][:, :, : start - base] for i in keys])
+            else:  # a rewind into an older block
+                prev = np.concatenate([self._dequant_key(i, slots, base, start) for i in keys])
+            exact = np.concatenate([prev.astype(np.float32), exact], axis=2)
+        last = (end - 1) // g
+        for blk in range(b, last + 1):
+            lo, hi = blk * g, min((blk + 1) * g, end)
+            q, sc, zp = quantize_channels(exact[:, :, lo - base : hi - base, :], self.precision)
+            for j, i in enumerate(keys):
+                self.view(i, slots)[:, :, lo:hi, :] = q[j : j + 1]
+                vs, vz = self.aux_view(i, slots)
+                vs[:, :, blk : blk + 1, :] = sc[j : j + 1]
+                vz[:, :, blk : blk + 1, :] = zp[j : j + 1]
+        tail = exact[:, :, last * g - base :, :]
+        for j, i in enumerate(keys):
+            self.residual[i][:, :, : end - last * g, :] = tail[j : j + 1]
+            self._res_block[i] = last
+
     def _write_key(self, i: int, slots: int, start: int, rows: np.ndarray) -> None:
         """Keys: per-channel scales per block of G tokens; the block that ``start`` falls in is
         re-quantised together with its earlier rows (exact from the residual)."""
