@@ -149,3 +149,26 @@ def test_quantised_kv_survives_chunks_variant_switch_and_rewind(emu_core, storie
     again = np.asarray(req.get_tensor("logits").data)[0, -1]
     assert int(again.argmax()) == ids[7]
     assert np.abs(again - step7).max() < 0.02 * np.abs(step7).max(), np.abs(again - step7).max()
+
+
+@pytest.mark.parametrize("precision", ["u8", "u4"])
+def test_batched_step_write_equals_per_tensor_writes(precision):
+    """write_step (all layers at once) stores exactly what write() stores tensor by tensor,
+    including across key-block boundaries and after a rewind into an older block."""
+    from ov_npu_emu_npuw.kvcache import KVBuffers
+
+    rng = np.random.default_rng(1)
+    keys = (True, False) * 3
+    make = lambda: KVBuffers((2,) * 6, (8,) * 6, 40, np.float16, None, precision, 4, keys)  # noqa: E731
+    a, b = make(), make()
+    prompt = [rng.standard_normal((1, 2, 6, 8)).astype(np.float16) for _ in range(6)]
+    for kv in (a, b):
+        for i, r in enumerate(prompt):
+            kv.write(i, 39, 0, r)
+    for pos in [*range(6, 20), 9, 10, 11]:  # then a rewind to 9 (block 2, closed) and on
+        rows = [rng.standard_normal((1, 2, 1, 8)).astype(np.float16) for _ in range(6)]
+        a.write_step(39, pos, rows)
+        for i, r in enumerate(rows):
+            b.write(i, 39, pos, r)
+    for x, y in zip((*a.flat, *a.scale_flat, *a.zp_flat), (*b.flat, *b.scale_flat, *b.zp_flat)):
+        np.testing.assert_array_equal(x, y)
