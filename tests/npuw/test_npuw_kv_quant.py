@@ -172,3 +172,47 @@ def test_batched_step_write_equals_per_tensor_writes(precision):
             b.write(i, 39, pos, r)
     for x, y in zip((*a.flat, *a.scale_flat, *a.zp_flat), (*b.flat, *b.scale_flat, *b.zp_flat)):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("precision,group", [("u4", 4)])  # u8, G = D: the agreement tests
+def test_graph_dequantisation_equals_the_host_scheme(stories_model, precision, group):
+    """A generate variant fed stored bytes + scales on the real CPU plugin gives the logits of
+    the f32 variant fed the host's dequantisation of the same bytes (kvquant.dequantize)."""
+    import openvino as ov
+
+    from ov_npu_emu_npuw.kvquant import BITS
+    from ov_npu_emu_npuw.transform import make_generate_model, to_stateless
+
+    stateless, kv = to_stateless(stories_model)
+    K, rng = 24, np.random.default_rng(2)
+    mk = lambda q: make_generate_model(stateless, kv, K, ov.Type.f32, kv_quant=q, kv_group=group)  # noqa: E731
+    core = ov.Core()
+    exact = core.compile_model(mk(""), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    quant = core.compile_model(mk(precision), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    feed = {
+        "input_ids": np.array([[7]], np.int64),
+        "attention_mask": np.ones((1, K), np.int64),
+        "position_ids": np.array([[K - 1]], np.int64),
+    }
+    ref_feed = dict(feed)
+    for name, h, d in zip(kv.past_names, kv.num_heads, kv.head_dims):
+        g = group or d
+        rows = (rng.standard_normal((1, h, K - 1, d)) * 3).astype(np.float32)
+        if name.endswith(".key"):  # per channel per block of g tokens
+            blocks = [quantize_channels(rows[:, :, a : a + g], precision) for a in range(0, K - 1, g)]
+            q = np.concatenate([b[0] for b in blocks], axis=2)
+            sc = np.concatenate([b[1] for b in blocks], axis=2)
+            zp = np.concatenate([b[2] for b in blocks], axis=2)
+            idx = np.arange(K - 1) // g
+            back = unpack(q, precision) * sc[:, :, idx].astype(np.float32) + zp[:, :, idx].astype(
+                np.float32
+            )
+        else:
+            q, sc, zp = quantize(rows, precision, g)
+            back = dequantize(q, sc, zp, precision, g)
+        assert q.shape[-1] == d * BITS[precision] // 8
+        feed |= {name: q, name + ".scale": sc, name + ".zp": zp}
+        ref_feed[name] = back
+    got = quant.create_infer_request().infer(feed)
+    want = exact.create_infer_request().infer(ref_feed)
+    np.testing.assert_allclose(got["logits"], want["logits"], rtol=1e-4, atol=1e-4)
