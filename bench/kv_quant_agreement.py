@@ -61,9 +61,16 @@ def main() -> None:
     core = Core()
     print(f"{'device':6s} {'KV':4s} {'G':>3s}  agreement per prompt (of {a.new})   mean   "
           "KV bytes (data + scales + residual)   vs f16   ms/token (vs f16)")
+    first = None
     for dev in a.devices.split(","):
         base, kv16, ms16 = run(core, dev, "f16", 0, a.new)
-        print(f"{dev:6s} f16  {'-':>3s}  {'':36s} {'':6s} {kv16.nbytes:>9,d}{'':43s}{ms16:.2f}")
+        same = ""
+        if first is None:
+            first = (dev, base)
+        else:  # the f16 texts of the devices: the test uses the CPU one for both
+            same = str([sum(x == y for x, y in zip(o, b)) for o, b in zip(base, first[1])])
+            same = f"{same} vs {first[0]} f16"
+        print(f"{dev:6s} f16  {'-':>3s}  {same:36s} {'':6s} {kv16.nbytes:>9,d}{'':43s}{ms16:.2f}")
         for prec in ("u8", "u4"):
             for g in map(int, a.groups.split(",")):
                 outs, kv, ms = run(core, dev, prec, g, a.new)
