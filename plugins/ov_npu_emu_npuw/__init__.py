@@ -47,7 +47,8 @@ def ovnpu_import_model(
 
 @hookimpl
 def ovnpu_add_cli_commands(subparsers: Any) -> None:
-    """``ov-npu-emu npuw``: compile with NPUW, show the static models and KV plan, export."""
-    from ov_npu_emu_npuw.cli import register
+    """``ov-npu-emu npuw`` and ``kv-plan``: compile with NPUW, show the static models and KV plan, export."""
+    from ov_npu_emu_npuw import cli, kvplan
 
-    register(subparsers)
+    cli.register(subparsers)
+    kvplan.register(subparsers)  # ``ov-npu-emu kv-plan``: KV bytes by the formula / per NPUW variant

@@ -96,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
         "kv_precision": cm.cfg.kv_precision,
         "kv_tensors": len(kv),
         "kv_bytes_per_request": kv.nbytes,
+        # u8/u4 KV (ours): of which scales + zero points, and the key residual (kvquant.py)
+        "kv_scale_bytes": kv.scale_nbytes,
+        "kv_residual_bytes": kv.residual_nbytes,
         "capacity_tokens": req._impl.capacity,
         "features": {
             key: cm.get_property(key)
@@ -121,8 +124,13 @@ def run(args: argparse.Namespace) -> int:
         f"chunk {summary['chunk'] or 'off (static prefill)'}, variants {summary['variants']}, "
         f"KV {summary['kv_precision']}"
     )
+    quant = (
+        f" (scales {kv.scale_nbytes / 1e6:.2f} MB, key residual {kv.residual_nbytes / 1e6:.2f} MB)"
+        if kv.quantized
+        else ""
+    )
     print(
-        f"KV buffer: {len(kv)} tensors, {kv.nbytes / 1e6:.2f} MB per request, "
+        f"KV buffer: {len(kv)} tensors, {kv.nbytes / 1e6:.2f} MB per request{quant}, "
         f"capacity {summary['capacity_tokens']} tokens"
     )
     print(

@@ -118,7 +118,8 @@ class LLMCompiledModel(DeviceCompiledModel):
         self.compile_seconds = compile_seconds or {}
         #: NPUW's per-device defaults added to each generate-side sub-config, by role ("kv256", "lm_head")
         self.sub_defaults = sub_defaults or {}
-        self.kv_dtype = np.float16 if cfg.kv_precision == "f16" else np.float32
+        # the present outputs' type; u8/u4 KV is quantised from f16 rows when written
+        self.kv_dtype = np.float32 if cfg.kv_precision == "f32" else np.float16
         self.loaded_from_cache = False
 
     def create_infer_request(self) -> LLMInferRequest:
@@ -218,7 +219,8 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     stateless, kv = to_stateless(model)
     kv = kv.with_v_transposed(cfg.optimize_v)
     masks = position_masks(stateless, kv, cfg.total_size)
-    kv_type = ov.Type.f16 if cfg.kv_precision == "f16" else ov.Type.f32
+    kv_type = ov.Type.f32 if cfg.kv_precision == "f32" else ov.Type.f16
+    kv_quant = cfg.kv_precision if cfg.kv_precision in ("u8", "u4") else ""
     name = model.get_friendly_name()
     head_model = make_lm_head_model(stateless, cfg.max_gen_len) if cfg.shared_head else None
     if cfg.shared_head and head_model is None:
@@ -255,7 +257,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         if kind == "prefill":
             static = make_prefill_model(
                 stateless, kv, size, cfg.chunk_size, kv_type, shared, rope, cfg.max_gen_len,
-                masks=masks,
+                masks=masks, kv_quant=kv_quant, kv_group=cfg.kv_group_size,
             )
             compiled = core.compile_model(static, device, prefill_config)
             if size == cfg.max_prompt_len:
@@ -281,6 +283,8 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
                 rope,
                 cfg.max_gen_len,
                 masks=masks,
+                kv_quant=kv_quant,
+                kv_group=cfg.kv_group_size,
             )
             extra = generate_default_config(device, static, generate_config, kv, size)
             generate[size] = core.compile_model(static, device, {**generate_config, **extra})

@@ -26,6 +26,8 @@ logger = logging.getLogger(__name__)
 VARIANTS_KEY = "NPUW_LLM_GENERATE_VARIANTS"
 #: our own key: generate variants compute attention as grouped-query MatMul/Softmax/MatMul
 GROUPED_ATTENTION_KEY = "NPUW_LLM_GENERATE_GROUPED_ATTENTION"
+#: our own key: values per scale/zero point of a u8/u4 KV cache (0: one group per head row)
+KV_GROUP_SIZE_KEY = "NPUW_EMU_KV_GROUP_SIZE"
 
 #: keys we interpret, with the real defaults (npuw_option_defs.inc) unless marked ours
 DEFAULTS: dict[str, Any] = {
@@ -51,6 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "KV_CACHE_PRECISION": "f16",
     VARIANTS_KEY: "",
     GROUPED_ATTENTION_KEY: None,  # ours; None: YES when the generate device is CPU, else NO
+    KV_GROUP_SIZE_KEY: 0,  # ours: u8/u4 KV group size; 0 = head_dim
     "CACHE_DIR": "",
 }
 
@@ -91,6 +94,11 @@ _KV_PRECISIONS = {
     "fp32": "f32",
     "float16": "f16",
     "float32": "f32",
+    # ours (quantised KV, ov_npu_emu_npuw/kvquant.py): u8 per-group asymmetric, u4 packed
+    "u8": "u8",
+    "u4": "u4",
+    "uint8": "u8",
+    "uint4": "u4",
 }
 
 
@@ -172,7 +180,7 @@ class LLMConfig:
     generate_hint: str
     pyramid: bool
     variants: tuple[int, ...]  # generate KV sizes, ascending; the last is the total
-    kv_precision: str  # "f16" | "f32"
+    kv_precision: str  # "f16" | "f32" | "u8" | "u4"
     optimize_v: bool  # store V transposed [1, H, D, S]
     shared_head: bool  # LM head cut into its own model
     devices: tuple[str, ...]
@@ -190,6 +198,7 @@ class LLMConfig:
     prefill_pyramid: tuple[int, ...] = ()  # mask lengths of the smaller chunk-prefill models
     # shared LM head sub-config; None: the generate sub-config (see parse_config)
     head_config: dict[str, Any] | None = None
+    kv_group_size: int = 0  # u8/u4 KV: values per scale/zero point; 0 = head_dim
 
     @property
     def total_size(self) -> int:
@@ -227,6 +236,7 @@ class LLMConfig:
             "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS": self.prefix_max_blocks,
             "NPUW_DEVICES": ",".join(self.devices),
             "KV_CACHE_PRECISION": self.kv_precision,
+            KV_GROUP_SIZE_KEY: self.kv_group_size,
             "CACHE_DIR": self.cache_dir,
         }
 
@@ -405,7 +415,8 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
     kv = {"float16_t": "f16", "float": "f32"}.get(kv, kv)
     if kv not in _KV_PRECISIONS:
         raise ConfigError(
-            f"KV_CACHE_PRECISION={get('KV_CACHE_PRECISION')!r} is not supported by NPUW here; use f16 or f32",
+            f"KV_CACHE_PRECISION={get('KV_CACHE_PRECISION')!r} is not supported by NPUW here; "
+            "use f16, f32, u8 or u4",
             key="KV_CACHE_PRECISION",
         )
 
@@ -439,6 +450,21 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         )
         if "++" + HEAD_CONFIG_KEY in raw:
             head.update(_subconfig("++" + HEAD_CONFIG_KEY, raw["++" + HEAD_CONFIG_KEY]))
+    kv_precision = _KV_PRECISIONS[kv]
+    if kv_precision in ("u8", "u4"):
+        for key, on in (
+            ("NPUW_LLM_ENABLE_PREFIX_CACHING", bool(prefix_block)),
+            (
+                "NPUW_LLM_OPTIMIZE_V_TENSORS",
+                _bool("NPUW_LLM_OPTIMIZE_V_TENSORS", get("NPUW_LLM_OPTIMIZE_V_TENSORS")),
+            ),
+        ):
+            if on:
+                raise ConfigError(
+                    f"KV_CACHE_PRECISION={kv_precision} cannot be combined with {key}=YES here "
+                    f"(not implemented for the quantised KV cache); set {key}=NO or use f16 KV",
+                    key="KV_CACHE_PRECISION",
+                )
     return LLMConfig(
         max_prompt_len=max_prompt,
         min_response_len=min_response,
@@ -447,7 +473,7 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         generate_hint=generate_hint,
         pyramid=pyramid,
         variants=variants,
-        kv_precision=_KV_PRECISIONS[kv],
+        kv_precision=kv_precision,
         shared_head=_bool("NPUW_LLM_SHARED_HEAD", get("NPUW_LLM_SHARED_HEAD")),
         optimize_v=_bool("NPUW_LLM_OPTIMIZE_V_TENSORS", get("NPUW_LLM_OPTIMIZE_V_TENSORS")),
         devices=devices,
@@ -465,4 +491,5 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         max_gen_len=max_gen,
         prefill_attention_hint=attention_hint,
         prefill_pyramid=prefill_pyramid,
+        kv_group_size=_uint(KV_GROUP_SIZE_KEY, get(KV_GROUP_SIZE_KEY)),
     )

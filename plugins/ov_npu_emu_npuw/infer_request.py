@@ -13,7 +13,7 @@ from ov_npu_emu.runtime.device import DeviceInferRequest, VariableState
 from ov_npu_emu_npuw.config import select_variant
 from ov_npu_emu_npuw.kvcache import KVBuffers
 from ov_npu_emu_npuw.prefix_cache import PrefixCache
-from ov_npu_emu_npuw.transform import EMBED
+from ov_npu_emu_npuw.transform import EMBED, SCALE_SUFFIX, ZP_SUFFIX
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.infer_request import InferRequest
@@ -154,6 +154,9 @@ class LLMInferRequest(DeviceInferRequest):
             self.capacity,
             cm.kv_dtype,
             tuple(cm.kv.transposed(i) for i in range(len(cm.kv.past_names))),
+            cfg.kv_precision,
+            cfg.kv_group_size,
+            tuple(n.endswith(".key") for n in cm.kv.past_names),
         )
         # Shared LM head: prefill and every variant write their last hidden state into `embed`,
         # which is the head's input (zero-copy), and the head writes `logits`.
@@ -181,8 +184,7 @@ class LLMInferRequest(DeviceInferRequest):
             req = sub.create_infer_request()
             self._pfs[size] = _Staging(req, self._C or self._P, size, cm.kv.present_names, embed)
             if self._C:
-                for i, name in enumerate(cm.kv.past_names):
-                    req.set_tensor(name, self.kv.tensor(i, size - self._C))
+                self._bind_past(req, size - self._C)
             self._pf_reqs.append(req)
         self._prefill = self._pf_reqs[-1]
         self._pf = self._pfs[self._P]  # the staging the last prefill call ran on
@@ -193,8 +195,7 @@ class LLMInferRequest(DeviceInferRequest):
         for k, sub in cm.subs.generate.items():
             req = sub.create_infer_request()
             self._gs[k] = _Staging(req, self._M, k, cm.kv.present_names, embed, bind_embed=True)
-            for i, name in enumerate(cm.kv.past_names):
-                req.set_tensor(name, self.kv.tensor(i, k - self._M))
+            self._bind_past(req, k - self._M)
             self._gen[k] = req
         # Per variant and KV tensor: (logical past view, last row of `present`) so a decode step
         # writes its new KV row with one slice assignment per tensor and no lookups.
@@ -287,6 +288,15 @@ class LLMInferRequest(DeviceInferRequest):
             self._infer_generate(ids, mask, pos)
 
     # -- helpers ------------------------------------------------------------------------
+    def _bind_past(self, req: InferRequest, slots: int) -> None:
+        """Bind the ``slots`` prefix views of the KV buffers (and u8/u4 scales) as the past."""
+        for i, name in enumerate(self._cm.kv.past_names):
+            req.set_tensor(name, self.kv.tensor(i, slots))
+            if self.kv.quantized:
+                scale, zp = self.kv.aux_tensors(i, slots)
+                req.set_tensor(f"{name}{SCALE_SUFFIX}", scale)
+                req.set_tensor(f"{name}{ZP_SUFFIX}", zp)
+
     def _input(self, name: str) -> np.ndarray:
         i = self._index.get(name)
         if i is None:
@@ -462,15 +472,13 @@ class LLMInferRequest(DeviceInferRequest):
 
         def put(i: int) -> None:
             src = self._logical(i, st.present[i])
-            self.kv.seq(i, slots)[:, :, stored - count : stored, :] = src[
-                :, :, src.shape[2] - count :, :
-            ]
+            self.kv.write(i, slots, stored - count, src[:, :, src.shape[2] - count :, :])
 
         self.kv.for_each(
             put,
             nbytes_hint=count
             * self.kv.num_heads[0]
-            * self.kv.head_dims[0]
+            * self.kv.row[0]
             * self.kv.dtype.itemsize,
         )
 
@@ -482,11 +490,11 @@ class LLMInferRequest(DeviceInferRequest):
 
         def put(i: int) -> None:
             src = self._logical(i, self._pf.present[i])
-            self.kv.seq(i, slots)[:, :, n - t : n, :] = src[:, :, src.shape[2] - t :, :]
+            self.kv.write(i, slots, n - t, src[:, :, src.shape[2] - t :, :])
 
         self.kv.for_each(
             put,
-            nbytes_hint=t * self.kv.num_heads[0] * self.kv.head_dims[0] * self.kv.dtype.itemsize,
+            nbytes_hint=t * self.kv.num_heads[0] * self.kv.row[0] * self.kv.dtype.itemsize,
         )
         self._kv_ready = True
 
@@ -541,8 +549,13 @@ class LLMInferRequest(DeviceInferRequest):
             s.run()
             # The real NPUW overlaps the head with this KV write; here a thread hand-off costs
             # more than the overlap saves: run it in line (the new token goes to slot `hist`).
-            for dst, src in self._rows[K]:
-                dst[:, :, hist, :] = src
+            if self.kv.quantized:
+                self.kv.write_step(
+                    K - M, hist, [self._logical(i, p)[:, :, -1:, :] for i, p in enumerate(s.present)]
+                )
+            else:
+                for dst, src in self._rows[K]:
+                    dst[:, :, hist, :] = src
         else:
             # n ≤ M tokens right-aligned in the M slots; the padding slots are masked out
             s.ids.fill(0)

@@ -16,6 +16,8 @@ from ov_npu_emu.errors import CompileError, UserInputError
 
 __all__ = [
     "EMBED",
+    "SCALE_SUFFIX",
+    "ZP_SUFFIX",
     "KVLayout",
     "cache_rope",
     "group_attention",
@@ -201,6 +203,69 @@ def _convert_kv_precision(model: ov.Model, kv: KVLayout, et: ov.Type, has_past: 
         src = res.input_value(0)
         if src.get_element_type() != et:
             res.input(0).replace_source_output(ops.convert(src, et).output(0))
+
+
+#: u8/u4 KV: the past's scale and zero-point inputs are named ``past_key_values.N.key`` + these
+SCALE_SUFFIX = ".scale"
+ZP_SUFFIX = ".zp"
+
+
+def dequantize_past(model: ov.Model, kv: KVLayout, precision: str, group: int) -> None:
+    """u8/u4 KV: each static past input becomes stored bytes + f16 scale + f16 zero point,
+    dequantised ``q · scale + zp`` by the graph (scheme: kvquant.py; keys per channel with one
+    scale row per block of G tokens, gathered to the tokens; values per token and group).  Run last, on a static
+    model: the other rewrites keep seeing the plain past Parameter."""
+    from ov_npu_emu_npuw.kvquant import stored_dim
+
+    for name, d in zip(kv.past_names, kv.head_dims):
+        old = _param(model, name)
+        shape = old.get_partial_shape().to_shape()
+        _, h, s, d_ = shape
+        if d_ != d:
+            raise CompileError(f"{name}: expected head dim {d}, got shape {list(shape)}", stage="transform")
+        g = group or d
+        if d % g or (precision == "u4" and d % 2):
+            raise CompileError(
+                f"KV head dim {d} of {name} does not split into groups of {g}"
+                + (" (u4 also needs an even head dim)" if precision == "u4" else "")
+                + "; set NPUW_EMU_KV_GROUP_SIZE to a divisor of it",
+                stage="transform",
+            )
+        ng = d // g
+        key = name.endswith(".key")
+        aux = [1, h, -(-s // g), d] if key else [1, h, s, ng]
+        data = ops.parameter([1, h, s, stored_dim(precision, d)], ov.Type.u8, name=name)
+        data.output(0).set_names({name})
+        scale = ops.parameter(aux, ov.Type.f16, name=name + SCALE_SUFFIX)
+        scale.output(0).set_names({name + SCALE_SUFFIX})
+        zp = ops.parameter(aux, ov.Type.f16, name=name + ZP_SUFFIX)
+        zp.output(0).set_names({name + ZP_SUFFIX})
+        x = ops.convert(data, ov.Type.f32).output(0)
+        if precision == "u4":  # low nibble: values [0, D/2), high nibble: [D/2, D)
+            hi = ops.floor(ops.multiply(x, ops.constant(np.float32(1 / 16)))).output(0)
+            lo = ops.subtract(x, ops.multiply(hi, ops.constant(np.float32(16)))).output(0)
+            x = ops.concat([lo, hi], 3).output(0)
+        sc = ops.convert(scale, ov.Type.f32).output(0)
+        z = ops.convert(zp, ov.Type.f32).output(0)
+        if key:  # per channel, one row of scales per block of g tokens: spread to the tokens
+            block = ops.constant(np.arange(s, dtype=np.int64) // g)
+            axis = ops.constant(np.int64(2))
+            sc = ops.gather(sc, block, axis).output(0)
+            z = ops.gather(z, block, axis).output(0)
+        elif ng > 1:
+            grouped = ops.constant(np.array([1, h, s, ng, g], np.int64))
+            x = ops.reshape(x, grouped, False).output(0)
+            sc = ops.unsqueeze(sc, ops.constant(np.int64(4))).output(0)
+            z = ops.unsqueeze(z, ops.constant(np.int64(4))).output(0)
+        y = ops.add(ops.multiply(x, sc), z).output(0)
+        if ng > 1 and not key:
+            y = ops.reshape(y, ops.constant(np.array([1, h, s, d], np.int64)), False).output(0)
+        y = ops.convert(y, old.get_element_type()).output(0)
+        for t in list(old.output(0).get_target_inputs()):
+            t.replace_source_output(y)
+        model.replace_parameter(model.get_parameter_index(old), data)
+        model.add_parameters([scale, zp])
+    model.validate_nodes_and_infer_types()
 
 
 def _transpose_v(model: ov.Model, kv: KVLayout, has_past: bool) -> None:
@@ -800,6 +865,8 @@ def make_prefill_model(
     rope_positions: int = 0,
     max_gen_len: int = 1,
     masks: Mapping[str, PositionMask] | None = None,
+    kv_quant: str = "",
+    kv_group: int = 0,
 ) -> ov.Model:
     """Static prefill: [1,P] without past (whole prompt) or [1,C] chunk with [1,H,P−C,D] past.
 
@@ -812,7 +879,7 @@ def make_prefill_model(
         _redirect_new_kv_to_output(m, kv)
     else:
         _remove_empty_kv_inputs(m, kv)
-    _convert_kv_precision(m, kv, kv_type, has_past=bool(chunk))
+    _convert_kv_precision(m, kv, kv_type, has_past=bool(chunk) and not kv_quant)
     _transpose_v(m, kv, has_past=bool(chunk))
     _slice_logits_to_last(m, max_gen_len if shared_head else 1)
     if shared_head:
@@ -823,6 +890,8 @@ def make_prefill_model(
     if rope_positions:
         cache_rope(m, rope_positions)
     rotate_half_as_matmul(m)
+    if kv_quant and chunk:
+        dequantize_past(m, kv, kv_quant, kv_group)
     return m
 
 
@@ -836,13 +905,15 @@ def make_generate_model(
     rope_positions: int = 0,
     max_gen_len: int = 1,
     masks: Mapping[str, PositionMask] | None = None,
+    kv_quant: str = "",
+    kv_group: int = 0,
 ) -> ov.Model:
     """Static generate variant: [1,M] tokens, [1,K] mask, past [1,H,K−M,D], present [1,H,M,D]
     (M = ``max_gen_len``, 1 unless NPUW_LLM_MAX_GENERATION_TOKEN_LEN says otherwise)."""
     m = stateless.clone()
     m.set_friendly_name(f"{stateless.get_friendly_name()}_kv{kv_size}")
     _redirect_new_kv_to_output(m, kv)
-    _convert_kv_precision(m, kv, kv_type, has_past=True)
+    _convert_kv_precision(m, kv, kv_type, has_past=not kv_quant)
     _transpose_v(m, kv, has_past=True)
     if shared_head:
         _redirect_logits_to_embed(m)
@@ -854,4 +925,6 @@ def make_generate_model(
     if grouped_attention:  # rewrites one-token attention only
         n = group_attention(m)
         logger.debug("%s: %d attention nodes in grouped-query form", m.get_friendly_name(), n)
+    if kv_quant:
+        dequantize_past(m, kv, kv_quant, kv_group)
     return m

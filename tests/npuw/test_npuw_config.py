@@ -89,7 +89,8 @@ def test_subconfigs_replace_or_merge():
         ({"NPUW_LLM_MAX_PROMT_LEN": 64}, "did you mean NPUW_LLM_MAX_PROMPT_LEN"),
         ({"NPUW_LLM_GENERATE_VARIANTS": "256,4096"}, "exceeds the total KV size 1152"),
         ({"NPUW_LLM_PREFILL_CONFIG": "f32"}, "must be a dict"),
-        ({"KV_CACHE_PRECISION": "u8"}, "use f16 or f32"),
+        ({"KV_CACHE_PRECISION": "i8"}, "use f16, f32, u8 or u4"),
+        ({"KV_CACHE_PRECISION": "u8", "NPUW_EMU_KV_GROUP_SIZE": "x"}, "NPUW_EMU_KV_GROUP_SIZE must be an integer"),
         ({"NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 130}, "exceeds NPUW_LLM_MIN_RESPONSE_LEN 128"),
         (
             {"NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 5, "NPUW_LLM_PREFILL_CHUNK_SIZE": 4},
