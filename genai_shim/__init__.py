@@ -9,6 +9,11 @@ from genai_shim.pipeline import LLMPipeline, SchedulerConfig
 from genai_shim.speculative import draft_model
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
 from genai_shim.streamers import StreamerBase, StreamingStatus, TextStreamer
+from genai_shim.structured_output import (
+    StructuralTagItem,
+    StructuralTagsConfig,
+    StructuredOutputConfig,
+)
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
 
 __version__ = "2026.4.1.0-ov_npu_emu"
@@ -21,6 +26,9 @@ __all__ = [
     # configuration
     "GenerationConfig",
     "StopCriteria",
+    "StructuredOutputConfig",
+    "StructuralTagsConfig",
+    "StructuralTagItem",
     # tokenization and chat
     "ChatHistory",
     "TokenizedInputs",

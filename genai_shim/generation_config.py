@@ -173,6 +173,15 @@ class GenerationConfig:
                 value = {int(v) for v in value}
             elif not all(isinstance(v, str) for v in value):
                 raise ConfigError("GenerationConfig.stop_strings must hold strings")
+        elif name == "structured_output_config":
+            from genai_shim.structured_output import StructuredOutputConfig
+
+            if value is not None and not isinstance(value, StructuredOutputConfig):
+                raise ConfigError(
+                    "GenerationConfig.structured_output_config must be a StructuredOutputConfig "
+                    f"or None, got {type(value).__name__}",
+                    key=name,
+                )
         else:
             value = _checked(name, value)
         object.__setattr__(self, name, value)
@@ -351,6 +360,9 @@ class GenerationConfig:
                 "Parameters `assistant_confidence_threshold` and `num_assistant_tokens` are "
                 "mutually exclusive in `GenerationConfig`",
             )
+
+        if self.structured_output_config is not None:
+            self.structured_output_config.validate()
 
     # -- misc --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
