@@ -88,9 +88,17 @@ def test_greedy_equals_real_cpu(pipelines, real_genai, case):
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("case", ["json_schema", "regex"])
-def test_greedy_equals_real_npu(pipelines, real_genai, case):
-    ours_pipe = pipelines("ours", GPT2, "NPU", NPUW_DEVICES="CPU", **NPU_LENS, **F32)
+@pytest.mark.parametrize(
+    "case, ours_props",
+    [
+        ("json_schema", {"NPUW_DEVICES": "CPU"}),
+        ("regex", {"NPUW_DEVICES": "CPU"}),
+        ("json_schema", {}),  # our NPUW on the emulated NPU device
+    ],
+    ids=["json_schema-npuw_cpu", "regex-npuw_cpu", "json_schema-emulated_npu"],
+)
+def test_greedy_equals_real_npu(pipelines, real_genai, case, ours_props):
+    ours_pipe = pipelines("ours", GPT2, "NPU", **ours_props, **NPU_LENS, **F32)
     real_pipe = pipelines("real", GPT2, "NPU", **REAL_NPU, **NPU_LENS, **F32)
     ours = _run(ours_pipe, genai_shim, GPT2, _constraints(genai_shim.StructuredOutputConfig)[case])
     real = _run(real_pipe, real_genai, GPT2, _constraints(real_genai.StructuredOutputConfig)[case])
@@ -223,3 +231,14 @@ def test_missing_xgrammar_names_what_to_install(monkeypatch, pipelines):
     cfg.structured_output_config = genai_shim.StructuredOutputConfig(regex="a+")
     with pytest.raises(ConfigError, match=r"pip install \"xgrammar==0\.1\.31\""):
         pipelines("ours", GPT2, "CPU", **F32).generate("hi", cfg)
+
+
+@pytest.mark.oracle
+def test_prompt_lookup_equals_real(pipelines, real_genai):
+    """Candidates are verified through the same masked sampling, as in the real."""
+    out = []
+    for kind, mod in (("ours", genai_shim), ("real", real_genai)):
+        pipe = pipelines(kind, GPT2, "CPU", prompt_lookup=True, **F32)
+        so = mod.StructuredOutputConfig(regex=REGEX)
+        out.append(_run(pipe, mod, GPT2, so, num_assistant_tokens=3, max_ngram_size=2).tokens)
+    assert out[0] == out[1]
