@@ -49,6 +49,14 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> object:
+    """Names of the real openvino_genai that genai_shim lacks raise UnsupportedFeatureError
+    (a ConfigError and an AttributeError) naming the feature."""
+    from genai_shim.api_coverage import missing
+
+    raise missing(name)
+
+
 def get_version() -> str:
     """Version string, like ``openvino_genai.get_version()``."""
     return __version__

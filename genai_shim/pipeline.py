@@ -15,7 +15,7 @@ import openvino as ov
 
 from genai_shim.beam_search import GroupBeamSearcher, SequenceGroup
 from genai_shim.chat import ChatHistory
-from genai_shim.generation_config import SIZE_MAX, GenerationConfig
+from genai_shim.generation_config import SIZE_MAX, GenerationConfig, check_supported
 from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
@@ -207,6 +207,7 @@ class LLMPipeline:
         # property has no effect (the stateful NPU pipeline decodes token by token, measured on
         # openvino_genai 2026.4.1), so genai_shim does the same and says so in the log.
         self._prompt_lookup = prompt_lookup and not self._is_npu
+        self._pl_requested = bool(prompt_lookup)  # the assisting fields are not "ignored" then
         if self._prompt_lookup and backend == "SDPA":
             # the real's text (prompt lookup runs on its paged-attention pipeline only)
             raise ConfigError(
@@ -466,6 +467,9 @@ class LLMPipeline:
         if config.eos_token_id == -1:
             config.set_eos_token_id(self._config.eos_token_id)
         config.validate()
+        check_supported(
+            config, assisted=self._spec is not None or self._pl_requested, folder_defaults=self._config
+        )
         if config.structured_output_config is not None:
             check_structured_output(config, speculative=self._spec is not None)
         return config
