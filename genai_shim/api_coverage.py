@@ -130,10 +130,11 @@ def field_rows(real_config: Any) -> list[tuple[str, str, str]]:
         if name in UNSUPPORTED_FIELDS:
             rows.append((name, "typed error", f"ConfigError unless default: {UNSUPPORTED_FIELDS[name]}"))
         elif name in ASSISTING_FIELDS:
-            rows.append(
-                (name, "implemented", "with draft_model or prompt_lookup; else ConfigError unless "
-                 "default or the folder's generation_config.json value")
+            note = (
+                "with draft_model or prompt_lookup; else ConfigError unless default or the "
+                "folder's generation_config.json value"
             )
+            rows.append((name, "implemented", note))
         elif name == "structured_output_config":
             rows.append((name, "implemented", "xgrammar; ConfigError with beam search or draft_model"))
         else:
@@ -149,18 +150,20 @@ def markdown(real: Any, shim: Any) -> str:
     """The coverage tables of docs/genai_shim.md (between MARK_BEGIN and MARK_END)."""
     names = coverage_rows(real, shim)
     fields = field_rows(real.GenerationConfig())
-    out = [
+    summary = (
         f"Public names of openvino_genai {real.get_version().split('-')[0]}: "
         f"{sum(r[1] == 'implemented' for r in names)} implemented, "
         f"{sum(r[1] == 'typed error' for r in names)} raise `UnsupportedFeatureError` naming their "
         "feature (`ov_npu_emu.errors`, a `ConfigError` and an `AttributeError`, so `hasattr` is "
-        "False).",
+        "False)."
+    )
+    implemented = ", ".join(f"`{n}`" for n, s, _ in names if s == "implemented")
+    out = [
+        summary,
         "",
         "| feature | status | names |",
         "|---|---|---|",
-        "| text generation | implemented | "
-        + ", ".join(f"`{n}`" for n, s, _ in names if s == "implemented")
-        + " |",
+        f"| text generation | implemented | {implemented} |",
     ]
     for feature, (members, offer) in FEATURES.items():
         present = [n for n, s, f in names if f == feature]
@@ -172,7 +175,9 @@ def markdown(real: Any, shim: Any) -> str:
     out += [f"| `{n}` | {s} | {d} |" for n, s, d in fields]
     out += [
         "",
-        "An unknown keyword in `GenerationConfig(...)`, `update_generation_config(...)` or "
-        "`generate(..., **kwargs)` is a `ConfigError` naming it (the real ignores it).",
+        (
+            "An unknown keyword in `GenerationConfig(...)`, `update_generation_config(...)` or "
+            "`generate(..., **kwargs)` is a `ConfigError` naming it (the real ignores it)."
+        ),
     ]
     return "\n".join(out)

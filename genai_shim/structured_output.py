@@ -31,17 +31,18 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
 from ov_npu_emu.errors import ConfigError
 
 __all__ = [
+    "GrammarConstraint",
     "StructuralTagItem",
     "StructuralTagsConfig",
     "StructuredOutputConfig",
-    "GrammarConstraint",
+    "check_structured_output",
     "make_constraint",
 ]
 
@@ -646,6 +647,3 @@ def make_constraint(tokenizer: Any, config: Any) -> GrammarConstraint | None:
         return None
     return GrammarConstraint(tokenizer, so, config.stop_token_ids)
 
-
-# keep the typing name used in annotations above importable
-StructuralTag = Union[str, _Tag]
