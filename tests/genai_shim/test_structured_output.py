@@ -242,3 +242,13 @@ def test_prompt_lookup_equals_real(pipelines, real_genai):
         so = mod.StructuredOutputConfig(regex=REGEX)
         out.append(_run(pipe, mod, GPT2, so, num_assistant_tokens=3, max_ngram_size=2).tokens)
     assert out[0] == out[1]
+
+
+def test_speculative_decoding_is_rejected_not_ignored(stories_dir):
+    pipe = genai_shim.LLMPipeline(
+        str(stories_dir), "CPU", draft_model=genai_shim.draft_model(str(stories_dir), "CPU")
+    )
+    cfg = genai_shim.GenerationConfig(max_new_tokens=4)
+    cfg.structured_output_config = genai_shim.StructuredOutputConfig(regex="a+")
+    with pytest.raises(ConfigError, match="speculative decoding"):
+        pipe.generate("Once upon a time", cfg)
