@@ -9,6 +9,11 @@ from genai_shim.pipeline import LLMPipeline, SchedulerConfig
 from genai_shim.speculative import draft_model
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
 from genai_shim.streamers import StreamerBase, StreamingStatus, TextStreamer
+from genai_shim.structured_output import (
+    StructuralTagItem,
+    StructuralTagsConfig,
+    StructuredOutputConfig,
+)
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
 
 __version__ = "2026.4.1.0-ov_npu_emu"
@@ -21,6 +26,9 @@ __all__ = [
     # configuration
     "GenerationConfig",
     "StopCriteria",
+    "StructuredOutputConfig",
+    "StructuralTagsConfig",
+    "StructuralTagItem",
     # tokenization and chat
     "ChatHistory",
     "TokenizedInputs",
@@ -39,6 +47,14 @@ __all__ = [
     "TextStreamer",
     "get_version",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Names of the real openvino_genai that genai_shim lacks raise UnsupportedFeatureError
+    (a ConfigError and an AttributeError) naming the feature."""
+    from genai_shim.api_coverage import missing
+
+    raise missing(name)
 
 
 def get_version() -> str:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ov_npu_emu.errors import ConfigError
 
-__all__ = ["SIZE_MAX", "GenerationConfig", "StopCriteria"]
+__all__ = ["SIZE_MAX", "UNSUPPORTED_FIELDS", "GenerationConfig", "StopCriteria", "check_supported"]
 
 logger = logging.getLogger(__name__)
 
@@ -173,18 +173,32 @@ class GenerationConfig:
                 value = {int(v) for v in value}
             elif not all(isinstance(v, str) for v in value):
                 raise ConfigError("GenerationConfig.stop_strings must hold strings")
+        elif name == "structured_output_config":
+            from genai_shim.structured_output import StructuredOutputConfig
+
+            if value is not None and not isinstance(value, StructuredOutputConfig):
+                raise ConfigError(
+                    "GenerationConfig.structured_output_config must be a StructuredOutputConfig "
+                    f"or None, got {type(value).__name__}",
+                    key=name,
+                )
         else:
             value = _checked(name, value)
         object.__setattr__(self, name, value)
 
     def update_generation_config(self, **kwargs: Any) -> None:
-        """Set several fields at once; unknown names are ignored (as the real binding does)."""
+        """Set several fields at once; an unknown name is a ConfigError (the real ignores it)."""
         eos = kwargs.pop("eos_token_id", None)
+        for k in kwargs:
+            if k not in _DEFAULTS:
+                # the real binding ignores unknown names; nothing is dropped silently here
+                raise ConfigError(
+                    f"GenerationConfig has no field {k!r} (openvino_genai would ignore it); the "
+                    f"fields are: {', '.join(_DEFAULTS)}",
+                    key=k,
+                )
         for k, v in kwargs.items():
-            if k in _DEFAULTS:
-                setattr(self, k, v)
-            else:
-                logger.debug("GenerationConfig: ignoring unknown field %s", k)
+            setattr(self, k, v)
         if eos is not None:
             self.set_eos_token_id(int(eos))
 
@@ -352,6 +366,9 @@ class GenerationConfig:
                 "mutually exclusive in `GenerationConfig`",
             )
 
+        if self.structured_output_config is not None:
+            self.structured_output_config.validate()
+
     # -- misc --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {k: copy.copy(getattr(self, k)) for k in _DEFAULTS}
@@ -365,3 +382,64 @@ class GenerationConfig:
     def __repr__(self) -> str:
         changed = {k: v for k, v in self.to_dict().items() if v != _DEFAULTS[k]}
         return f"GenerationConfig({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+
+
+#: GenerationConfig fields genai_shim's LLMPipeline does not act on → why.  A value other than
+#: the default is a ConfigError naming the field (the real LLMPipeline ignores most of them).
+UNSUPPORTED_FIELDS: dict[str, str] = {
+    "adapters": "LoRA adapters (AdapterConfig) are not implemented in genai_shim",
+    "parsers": "output parsers (DecodedResults.parsed) are not implemented in genai_shim",
+    "return_omni_outputs": "only openvino_genai's OmniPipeline uses it",
+    "pruning_ratio": "visual-token pruning: only openvino_genai's VLMPipeline uses it",
+    "relevance_weight": "visual-token pruning: only openvino_genai's VLMPipeline uses it",
+    "tree_depth": "tree search (Eagle3 speculative decoding) is not implemented in genai_shim",
+    "branching_factor": "tree search (Eagle3 speculative decoding) is not implemented in genai_shim",
+}
+
+#: fields only speculative decoding (draft_model) or prompt lookup reads
+ASSISTING_FIELDS = ("num_assistant_tokens", "assistant_confidence_threshold", "max_ngram_size")
+
+
+def _is_default(name: str, value: Any) -> bool:
+    default = _DEFAULTS[name]
+    if default is None:
+        return value is None or (isinstance(value, (list, tuple, dict, set)) and not value)
+    return value == default
+
+
+def check_supported(
+    config: GenerationConfig,
+    *,
+    assisted: bool,
+    folder_defaults: GenerationConfig | None = None,
+) -> None:
+    """Refuse fields the pipeline would otherwise drop silently.
+
+    ``assisted``: the pipeline has a draft model or prompt lookup (the assisting fields are
+    used).  ``folder_defaults``: the pipeline's own config (from generation_config.json); an
+    assisting value equal to it is left alone, as openvino_genai reads it from the folder and
+    uses it only for assisted generation.
+    """
+    for name, why in UNSUPPORTED_FIELDS.items():
+        value = getattr(config, name)
+        if not _is_default(name, value):
+            raise ConfigError(
+                f"GenerationConfig.{name}={value!r} is not supported: {why}. Leave it at its "
+                f"default ({_DEFAULTS[name]!r})",
+                key=name,
+            )
+    if assisted:
+        return
+    for name in ASSISTING_FIELDS:
+        value = getattr(config, name)
+        if _is_default(name, value):
+            continue
+        if folder_defaults is not None and getattr(folder_defaults, name) == value:
+            continue
+        raise ConfigError(
+            f"GenerationConfig.{name}={value!r} has no effect without a draft_model or "
+            "prompt_lookup=True pipeline property (openvino_genai would ignore it); create the "
+            "pipeline with draft_model=... or prompt_lookup=True, or leave it at "
+            f"{_DEFAULTS[name]!r}",
+            key=name,
+        )

@@ -15,7 +15,7 @@ import openvino as ov
 
 from genai_shim.beam_search import GroupBeamSearcher, SequenceGroup
 from genai_shim.chat import ChatHistory
-from genai_shim.generation_config import SIZE_MAX, GenerationConfig
+from genai_shim.generation_config import SIZE_MAX, GenerationConfig, check_supported
 from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
@@ -28,6 +28,7 @@ from genai_shim.streamers import (
     make_streamer,
     status_from_callback,
 )
+from genai_shim.structured_output import check_structured_output, make_constraint
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
 from ov_npu_emu.errors import (
     BlobFormatError,
@@ -82,12 +83,14 @@ class SchedulerConfig:
 class _Seq:
     """One running sequence of a generate() call."""
 
-    def __init__(self, prompt: list[int], config: GenerationConfig, max_new: int) -> None:
+    def __init__(
+        self, prompt: list[int], config: GenerationConfig, max_new: int, constraint: Any = None
+    ) -> None:
         self.prompt = prompt
         self.tokens: list[int] = []
         self.logps: list[float] = []  # per generated token (scores sum the kept ones)
         self.finish: GenerationFinishReason | None = None
-        self.processor = LogitProcessor(config, prompt)
+        self.processor = LogitProcessor(config, prompt, constraint)
         self.max_new = max_new
         self.streamed = 0
         self.out_of_memory = False
@@ -204,6 +207,7 @@ class LLMPipeline:
         # property has no effect (the stateful NPU pipeline decodes token by token, measured on
         # openvino_genai 2026.4.1), so genai_shim does the same and says so in the log.
         self._prompt_lookup = prompt_lookup and not self._is_npu
+        self._pl_requested = bool(prompt_lookup)  # the assisting fields are not "ignored" then
         if self._prompt_lookup and backend == "SDPA":
             # the real's text (prompt lookup runs on its paged-attention pipeline only)
             raise ConfigError(
@@ -463,6 +467,11 @@ class LLMPipeline:
         if config.eos_token_id == -1:
             config.set_eos_token_id(self._config.eos_token_id)
         config.validate()
+        check_supported(
+            config, assisted=self._spec is not None or self._pl_requested, folder_defaults=self._config
+        )
+        if config.structured_output_config is not None:
+            check_structured_output(config, speculative=self._spec is not None)
         return config
 
     # -- input preparation ---------------------------------------------------------------------
@@ -852,7 +861,12 @@ class LLMPipeline:
             self._reset_kv()
         prompts = [ids[b][mask[b].astype(bool)].tolist() for b in range(batch)]
         seqs = [
-            _Seq(prompts[b], config, self._max_new_tokens(config, len(prompts[b]), ids.shape[1]))
+            _Seq(
+                prompts[b],
+                config,
+                self._max_new_tokens(config, len(prompts[b]), ids.shape[1]),
+                make_constraint(self._tokenizer, config),
+            )
             for b in range(batch)
             for _ in range(n)
         ]

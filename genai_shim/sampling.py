@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -18,21 +19,26 @@ logger = logging.getLogger(__name__)
 class LogitProcessor:
     """Per-request logit transforms, applied in the real order:
 
-    EOS suppression (min_new_tokens) → repetition → presence → frequency penalty, then for
+    EOS suppression (min_new_tokens) → structured-output grammar mask → repetition → presence → frequency penalty, then for
     multinomial: top_k → temperature softmax → min_p → top_p.
     """
 
-    def __init__(self, config: GenerationConfig, prompt_ids: Iterable[int]) -> None:
+    def __init__(
+        self, config: GenerationConfig, prompt_ids: Iterable[int], constraint: Any = None
+    ) -> None:
         self.config = config
         self.prompt_ids = {int(t) for t in prompt_ids}
         self.generated: Counter[int] = Counter()
         self.num_generated = 0
+        #: structured output (genai_shim.structured_output.GrammarConstraint) or None
+        self.constraint = constraint
 
     def needs_penalties(self) -> bool:
         """Whether :meth:`apply_penalties` would change anything for the next token."""
         c = self.config
         return (
-            (c.min_new_tokens > 0 and self.num_generated < c.min_new_tokens)
+            self.constraint is not None
+            or (c.min_new_tokens > 0 and self.num_generated < c.min_new_tokens)
             or c.repetition_penalty != 1.0
             or c.presence_penalty != 0.0
             or c.frequency_penalty != 0.0
@@ -41,6 +47,8 @@ class LogitProcessor:
     def register(self, token: int) -> None:
         self.generated[int(token)] += 1
         self.num_generated += 1
+        if self.constraint is not None:
+            self.constraint.accept(token)
 
     def apply_penalties(self, logits: np.ndarray) -> np.ndarray:
         """In-place on a float32 vector; returns it."""
@@ -51,6 +59,9 @@ class LogitProcessor:
             for t in c.stop_token_ids:
                 if 0 <= t < logits.size:
                     logits[t] = 0.0
+        if self.constraint is not None:
+            # the real's grammar transform sits here: after the EOS penalty, before the others
+            self.constraint.mask(logits)
         if c.repetition_penalty != 1.0:
             p = float(c.repetition_penalty)
             for t in self.prompt_ids | set(self.generated):
@@ -70,6 +81,10 @@ class LogitProcessor:
         c = self.config
         ids = np.arange(logits.size)
         vals = logits.astype(np.float64)
+        if not np.isfinite(vals.max()):
+            # A grammar that allows no token of this vocabulary masks every logit to -inf (the
+            # real then draws from NaNs); take the first token, as greedy's argmax does.
+            return ids[:1], np.ones(1)
         if 0 < c.top_k < SIZE_MAX and c.top_k < logits.size:
             keep = np.argpartition(-vals, int(c.top_k) - 1)[: int(c.top_k)]
             ids, vals = ids[keep], vals[keep]

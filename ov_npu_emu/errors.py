@@ -28,6 +28,7 @@ __all__ = [
     "BarrierDeadlockError",
     "PromptTooLongError",
     "KVCacheFullError",
+    "UnsupportedFeatureError",
     "check",
 ]
 
@@ -138,6 +139,11 @@ class PromptTooLongError(UserInputError):
 
 class KVCacheFullError(NpuEmuError):
     """The largest static KV cache is full; no more tokens can be generated."""
+
+
+class UnsupportedFeatureError(ConfigError, AttributeError):
+    """A public name of the real openvino_genai that genai_shim does not implement (an
+    AttributeError too, so ``hasattr`` and ``getattr(mod, name, default)`` keep working)."""
 
 
 def check(cond: Any, message: str, exc: type[NpuEmuError] = UserInputError) -> None:
