@@ -51,9 +51,8 @@ XGRAMMAR_VERSION = "0.1.31"
 logger = logging.getLogger(__name__)
 
 _INSTALL_HINT = (
-    f'pip install "xgrammar=={XGRAMMAR_VERSION}" (or pip install "ov-npu-emu[structured]"; '
-    "on a machine with a local CPU build of torch install that torch first, xgrammar's "
-    "package metadata requires torch although genai_shim never imports it)"
+    f'pip install --no-deps "xgrammar=={XGRAMMAR_VERSION}" (--no-deps: its package metadata requires '
+    'torch, which genai_shim never imports; pip install "ov-npu-emu[structured]" takes that route)'
 )
 
 

@@ -229,7 +229,7 @@ def test_missing_xgrammar_names_what_to_install(monkeypatch, pipelines):
     monkeypatch.setattr(structured_output.importlib.util, "find_spec", lambda name: None)
     cfg = genai_shim.GenerationConfig(max_new_tokens=4)
     cfg.structured_output_config = genai_shim.StructuredOutputConfig(regex="a+")
-    with pytest.raises(ConfigError, match=r"pip install \"xgrammar==0\.1\.31\""):
+    with pytest.raises(ConfigError, match=r"pip install --no-deps \"xgrammar==0\.1\.31\""):
         pipelines("ours", GPT2, "CPU", **F32).generate("hi", cfg)
 
 
