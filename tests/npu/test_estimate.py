@@ -1,0 +1,114 @@
+"""NPU generation presets and ``ov-npu-emu estimate`` (cost-model TTFT/TPOT, layer extrapolation)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ov_npu_emu import Core
+from ov_npu_emu.cli import main
+from ov_npu_emu.cli._models import example_inputs
+from ov_npu_emu.cli.estimate import _hw_properties, estimate, shape_model
+from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.modelbuilder import get_preset
+from ov_npu_emu.npu.arch import HardwareConfig
+from ov_npu_emu.npu.platforms import PLATFORMS, get_platform
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "optimum" / "llama-int4-sym-g128"
+
+
+def test_presets_carry_the_published_constants():
+    mtl, lnl = HardwareConfig.preset("NPU3720"), HardwareConfig.preset("npu4000")
+    p3, p4 = PLATFORMS["NPU3720"], PLATFORMS["NPU4000"]
+    # Intel: NPU 3 = 4K MACs at 1.4 GHz (11.5 TOPS), NPU 4 = 12K MACs, 48 TOPS
+    assert (p3.macs_per_cycle, p3.clock_mhz, p3.tiles) == (4096, 1400.0, 2)
+    assert (p4.macs_per_cycle, p4.tiles) == (12288, 6)
+    assert p3.peak_tops == pytest.approx(11.47, abs=0.01) and p4.peak_tops == pytest.approx(47.9, abs=0.1)
+    assert mtl.cmx_size == 2 * 1_982_464 and lnl.cmx_size == 6 * 1_474_560
+    assert mtl.dma_channels == lnl.dma_channels == 2
+    for p, hw in ((p3, mtl), (p4, lnl)):
+        assert 0 < p.ddr_efficiency <= 1 and 0 < p.mac_efficiency <= 1 and p.step_overhead_ms >= 0
+        assert hw.ddr_bandwidth_gbps == pytest.approx(p.dram_gbps * p.ddr_efficiency)
+        assert hw.dpu_macs_per_cycle == round(p.macs_per_cycle * p.mac_efficiency)
+        assert hw.clock_mhz == p.clock_mhz
+
+
+def test_platform_key_is_a_base_that_other_keys_override():
+    hw = HardwareConfig.from_config({"NPU_EMU_PLATFORM": "NPU3720", "NPU_EMU_CLOCK_MHZ": "1000"})
+    assert hw.clock_mhz == 1000.0 and hw.dpu_macs_per_cycle == HardwareConfig.preset("NPU3720").dpu_macs_per_cycle
+    with pytest.raises(ConfigError, match="NPU3720"):
+        get_platform("NPU9999")
+    with pytest.raises(ConfigError, match="unknown NPU platform"):
+        Core().set_property("NPU", {"NPU_EMU_PLATFORM": "bogus"})
+
+
+def _run_json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_estimate_equals_the_timelines_of_the_executed_submodels(capsys):
+    """TTFT/TPOT are sums of the sub-models' cost-model makespans (plus the fixed step cost);
+    those makespans must equal the timelines of the same sub-models after a real inference."""
+    res = _run_json(capsys, ["estimate", "--preset", "tiny", "--npu", "NPU4000", "--full", "--prompt", "40",
+                             "--max-prompt-len", "128", "--min-response-len", "64", "--json"])
+    plat = get_platform("NPU4000")
+    core = Core()
+    core.set_property("NPU", _hw_properties(plat))
+    model, keep = shape_model(get_preset("tiny"), 2)
+    cm = core.compile_model(model, "NPU", {
+        "NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "NPU", "NPUW_LLM_MAX_PROMPT_LEN": 128,
+        "NPUW_LLM_MIN_RESPONSE_LEN": 64, "INFERENCE_PRECISION_HINT": "f16",
+        "NPUW_LLM_GENERATE_VARIANTS": str(res["generate_variant"])})
+    subs = cm.impl.subs
+    ran = {}
+    for key, sub in (("prefill_us", subs.prefill), ("generate_us", subs.generate[res["generate_variant"]]),
+                     ("head_us", subs.lm_head)):
+        req = sub.create_infer_request()
+        req.infer(example_inputs(sub))  # a real run on the emulated NPU
+        tl = req.impl.timeline()
+        ran[key] = tl.makespan / tl.clock_mhz
+    for key, us in ran.items():
+        assert res[key] == pytest.approx(us, rel=1e-12), key
+    assert res["prefill_len"] == 128 and res["prefill_calls"] == 1
+    assert res["ttft_ms"] == pytest.approx((ran["prefill_us"] + ran["head_us"]) / 1e3 + plat.step_overhead_ms)
+    assert res["tpot_ms"] == pytest.approx((ran["generate_us"] + ran["head_us"]) / 1e3 + plat.step_overhead_ms)
+    assert res["total_ms"] == pytest.approx(res["ttft_ms"] + 127 * res["tpot_ms"])
+    del keep
+
+
+def test_layer_extrapolation_matches_a_three_layer_compile():
+    cfg = get_preset("small", num_hidden_layers=3, vocab_size=512)
+    plat = get_platform("NPU3720")
+    kw = dict(prompt=100, max_prompt_len=256, min_response_len=64)
+    extrapolated = estimate(cfg, plat, **kw)
+    full_model, keep = shape_model(cfg, 3)
+    full = estimate(cfg, plat, full_model=full_model, **kw)
+    assert "extrapolated" in extrapolated["method"] and "all 3" in full["method"]
+    for key in ("prefill_us", "generate_us", "head_us", "ttft_ms", "tpot_ms"):
+        assert extrapolated[key] == pytest.approx(full[key], rel=0.01), key
+    # the per-layer increment is real work, and a faster generation is faster
+    assert extrapolated["per_layer_us"]["prefill_us"] > 0 and extrapolated["per_layer_us"]["generate_us"] > 0
+    del keep
+
+
+def test_estimate_reads_a_real_model_folder(capsys):
+    res = _run_json(capsys, ["estimate", str(FIXTURE), "--npu", "NPU3720", "--prompt", "16",
+                             "--max-prompt-len", "64", "--min-response-len", "64", "--json"])
+    cfg = json.loads((FIXTURE / "config.json").read_text())
+    assert res["layers"] == cfg["num_hidden_layers"] and "extrapolated" in res["method"]
+    full = _run_json(capsys, ["estimate", str(FIXTURE), "--npu", "NPU3720", "--prompt", "16", "--full",
+                              "--max-prompt-len", "64", "--min-response-len", "64", "--json"])
+    assert "all 2 layers" in full["method"] and np.isfinite(full["ttft_ms"]) and full["tpot_ms"] > 0
+
+
+def test_estimate_cli_errors(capsys):
+    assert main(["estimate", "--npu", "NPU4000"]) == 1
+    assert "--preset" in capsys.readouterr().err
+    assert main(["estimate", "--preset", "tiny", "--npu", "NPU4000", "--prompt", "2000"]) == 1
+    assert "--max-prompt-len" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["estimate", "--preset", "tiny", "--npu", "NPU1234"])
