@@ -41,7 +41,10 @@ QWEN3_06B = LlamaConfig(vocab_size=151936, hidden_size=1024, intermediate_size=3
 LLAMA2_7B = LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                         num_attention_heads=32, num_key_value_heads=32, head_dim=128, tie_word_embeddings=False)
 LLAMA32_1B = get_preset("llama-3.2-1b-shape")
-MODELS = {"Qwen3-8B": QWEN3_8B, "Qwen3-0.6B": QWEN3_06B, "Llama-2-7B": LLAMA2_7B, "Llama-3.2-1B": LLAMA32_1B}
+TINYLLAMA = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                        num_attention_heads=32, num_key_value_heads=4, head_dim=64, tie_word_embeddings=False)
+MODELS = {"Qwen3-8B": QWEN3_8B, "Qwen3-0.6B": QWEN3_06B, "Llama-2-7B": LLAMA2_7B, "Llama-3.2-1B": LLAMA32_1B,
+          "TinyLlama-1.1B": TINYLLAMA}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Point:
     rows: str
     role: str  # fit | held-out
     dram_gbps: float | None = None  # the SoC's DRAM when it differs from the preset's reference SoC
+    fmt: str = "int4"  # weight format of the synthesised model
 
 
 POINTS = [
@@ -66,6 +70,12 @@ POINTS = [
     Point("lnl-7b-ttft", "NPU4000", "258V/288V", "Llama-2-7B", 1024, "ttft", 1090.0, "4", "fit"),
     Point("lnl-0.6b-tpot", "NPU4000", "258V", "Qwen3-0.6B", 32, "tpot", 34.3, "6", "held-out"),
     Point("lnl-1b-tpot", "NPU4000", "258V", "Llama-3.2-1B", 32, "tpot", 19.8, "5 (ExecuTorch)", "held-out"),
+    # row 3: 2024 nightly NPUW, one run without warm-up, TPOT 268 ± 317 ms; weight format not stated
+    # (optimum-intel's default for > 1B parameters is int8). Shown, not part of the acceptance.
+    Point("mtl-tinyllama-ttft", "NPU3720", "125H", "TinyLlama-1.1B", 10, "ttft", 4742.0, "3 (outlier)",
+          "held-out, outlier", fmt="int8"),
+    Point("mtl-tinyllama-tpot", "NPU3720", "125H", "TinyLlama-1.1B", 10, "tpot", 268.0, "3 (outlier)",
+          "held-out, outlier", fmt="int8"),
 ]
 
 _cache: dict[tuple, dict] = {}
@@ -74,9 +84,9 @@ _cache: dict[tuple, dict] = {}
 def run_point(p: Point, plat: Platform) -> dict:
     if p.dram_gbps is not None:
         plat = dataclasses.replace(plat, dram_gbps=p.dram_gbps)
-    key = (p.model, p.prompt, plat)
+    key = (p.model, p.prompt, p.fmt, plat)
     if key not in _cache:
-        _cache[key] = estimate(MODELS[p.model], plat, prompt=p.prompt)
+        _cache[key] = estimate(MODELS[p.model], plat, prompt=p.prompt, fmt=p.fmt)
     return _cache[key]
 
 
@@ -117,11 +127,18 @@ def fit_prefill(plat: Platform, p: Point, iters: int = 4) -> Platform:
     return plat
 
 
+NEUTRAL = {"ddr_efficiency": 1.0, "mac_efficiency": 1.0, "step_overhead_ms": 0.0, "fitted_on": ()}
+
+
 def fit() -> dict[str, Platform]:
-    mtl = fit_decode(PLATFORMS["NPU3720"], _point("mtl-8b-tpot"), _point("arl-0.6b-tpot"))
+    # start from neutral terms, not the committed ones: the TTFT barely depends on mac_efficiency
+    # (see the docs), so its fixed point depends on the start (0.9789 from 1.0, 0.9734 from 0.9789)
+    mtl = PLATFORMS["NPU3720"].with_terms(**NEUTRAL)
+    mtl = fit_decode(mtl, _point("mtl-8b-tpot"), _point("arl-0.6b-tpot"))
     mtl = fit_prefill(mtl, _point("mtl-8b-ttft"))
-    mtl = fit_decode(mtl, _point("mtl-8b-tpot"), _point("arl-0.6b-tpot"), iters=2)  # prefill fit moved nothing here
-    lnl = PLATFORMS["NPU4000"].with_terms(step_overhead_ms=mtl.step_overhead_ms)
+    # re-solve: mac_efficiency barely touches decode, but the fit order should not matter
+    mtl = fit_decode(mtl, _point("mtl-8b-tpot"), _point("arl-0.6b-tpot"), iters=2)
+    lnl = PLATFORMS["NPU4000"].with_terms(**{**NEUTRAL, "step_overhead_ms": mtl.step_overhead_ms})
     lnl = fit_decode(lnl, _point("lnl-7b-tpot"), None)
     lnl = fit_prefill(lnl, _point("lnl-7b-ttft"))
     return {"NPU3720": mtl, "NPU4000": lnl}
@@ -134,7 +151,7 @@ def table(plats: dict[str, Platform]) -> list[str]:
     for p in POINTS:
         pred = predicted(p, plats[p.npu])
         err = (pred - p.published_ms) / p.published_ms
-        lines.append(f"| {p.pid} | {p.npu} ({p.soc}) | {p.model} INT4-CW | {p.metric.upper()} | {p.rows} | {p.role} "
+        lines.append(f"| {p.pid} | {p.npu} ({p.soc}) | {p.model} {p.fmt.upper()}{'-CW' if p.fmt == 'int4' else ''} | {p.metric.upper()} | {p.rows} | {p.role} "
                      f"| {p.published_ms:g} | {pred:.1f} ({pred - plats[p.npu].step_overhead_ms:.1f} + "
                      f"{plats[p.npu].step_overhead_ms:.1f}) | {err:+.1%} |")
     return lines
