@@ -29,8 +29,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from ov_npu_emu.cli.estimate import estimate  # noqa: E402
+from ov_npu_emu_npuw.estimate import estimate  # noqa: E402  (plugins/ is on sys.path above)
 from ov_npu_emu.modelbuilder import LlamaConfig, get_preset  # noqa: E402
 from ov_npu_emu.npu.platforms import PLATFORMS, Platform  # noqa: E402
 
@@ -163,7 +164,7 @@ def breakdown(p: Point, plat: Platform) -> str:
     from collections import Counter
 
     from ov_npu_emu import Core
-    from ov_npu_emu.cli.estimate import _hw_properties, shape_model
+    from ov_npu_emu_npuw.estimate import _hw_properties, shape_model
 
     per: list[Counter] = []
     for n in (1, 2):

@@ -47,7 +47,10 @@ def ovnpu_import_model(
 
 @hookimpl
 def ovnpu_add_cli_commands(subparsers: Any) -> None:
-    """``ov-npu-emu npuw``: compile with NPUW, show the static models and KV plan, export."""
+    """``ov-npu-emu npuw``: compile with NPUW, show the static models and KV plan, export;
+    ``ov-npu-emu estimate``: TTFT/TPOT of an LLM on a calibrated NPU generation."""
+    from ov_npu_emu_npuw import estimate
     from ov_npu_emu_npuw.cli import register
 
     register(subparsers)
+    estimate.register(subparsers)
