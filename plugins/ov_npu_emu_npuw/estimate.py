@@ -56,14 +56,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 # -- models ------------------------------------------------------------------------------------
-def _model_config(args: argparse.Namespace) -> tuple[Any, Path | None]:
-    """(LlamaConfig, IR path or None) from --preset or MODEL."""
+#: model types synthesised with their own structure; other decoder-only models with HF's usual
+#: config fields (qwen3, mistral, phi3, ...) become llama-structured models of the same shapes
+_OWN_STRUCTURE = ("llama", "qwen2", "gemma")
+
+
+def _model_config(args: argparse.Namespace) -> tuple[Any, Path | None, int | None, str]:
+    """(LlamaConfig or None, IR path or None, layer count, note) from --preset or MODEL."""
     from ov_npu_emu.modelbuilder import LlamaConfig, get_preset
 
     if args.preset and args.model:
         raise UserInputError("give MODEL or --preset, not both")
     if args.preset:
-        return get_preset(args.preset), None
+        config = get_preset(args.preset)
+        return config, None, config.num_hidden_layers, f"builder preset {args.preset}"
     if not args.model:
         raise UserInputError("give a model folder / IR .xml, or --preset NAME (see `ov-npu-emu make-model --help`)")
     path = Path(args.model)
@@ -72,11 +78,21 @@ def _model_config(args: argparse.Namespace) -> tuple[Any, Path | None]:
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise UserInputError(f"{folder}: no config.json (needed for the layer count and shapes)")
+    data = json.loads(cfg_path.read_text())
+    layers = data.get("num_hidden_layers", data.get("n_layer"))
+    model_type = str(data.get("model_type", "llama"))
+    note = f"shapes from {cfg_path}"
+    if model_type not in _OWN_STRUCTURE:
+        note += f" ({model_type} synthesised as a llama-structured model of the same shapes)"
+        data = {**data, "model_type": "llama"}
     try:
-        config = LlamaConfig.from_hf_dict(json.loads(cfg_path.read_text()))
+        config = LlamaConfig.from_hf_dict(data)
     except (KeyError, ValueError, TypeError) as e:
-        raise UserInputError(f"{cfg_path}: cannot read the model shape: {e}") from e
-    return config, xml if xml.is_file() else None
+        if args.full and xml.is_file() and layers is not None:
+            return None, xml, int(layers), f"{xml} ({model_type})"
+        raise UserInputError(f"{cfg_path}: cannot read the model shape ({e}); --full compiles the folder's "
+                             "own IR instead") from e
+    return config, xml if xml.is_file() else None, config.num_hidden_layers, note
 
 
 class _Keep:
@@ -199,13 +215,14 @@ _TIMES = ("prefill_us", "generate_us", "head_us")
 
 def estimate(config: Any, platform: Any, *, prompt: int = 512, max_prompt_len: int = 1024,
              min_response_len: int = 128, fmt: str = "int4", group_size: int = -1,
-             full_model: Any = None) -> dict[str, Any]:
+             full_model: Any = None, layers: int | None = None) -> dict[str, Any]:
     """Predicted TTFT / TPOT (ms) of ``config``'s shapes on ``platform``.
 
-    ``full_model`` (an ov.Model) is compiled as is; otherwise 1- and 2-layer models of the same
-    shape are and the times are extrapolated to ``config.num_hidden_layers``.
+    ``full_model`` (an ov.Model of ``layers`` layers; ``config`` may then be None) is compiled as
+    is; otherwise 1- and 2-layer models of the same shape are and the times are extrapolated to
+    ``config.num_hidden_layers``.
     """
-    layers = config.num_hidden_layers
+    layers = layers if layers is not None else config.num_hidden_layers
     kw = dict(prompt=prompt, max_prompt_len=max_prompt_len, min_response_len=min_response_len)
     if full_model is not None:
         parts = measure_llm(full_model, platform, **kw)
@@ -222,7 +239,8 @@ def estimate(config: Any, platform: Any, *, prompt: int = 512, max_prompt_len: i
         parts = dict(one)
         for k in _TIMES:
             parts[k] = one[k] + (layers - 1) * per_layer[k]
-        method = (f"compiled 1 and 2 layers, extrapolated linearly to {layers}: "
+        method = (f"compiled 1 and 2 layers ({fmt}{f' group {group_size}' if fmt == 'int4' else ''} "
+                  f"weights, constant-filled), extrapolated linearly to {layers}: "
                   "t(L) = t(1) + (L-1)*(t(2)-t(1))")
     ttft, tpot = _predict(parts, platform)
     return {"platform": platform.name, "layers": layers, "method": method, "prompt": prompt,
@@ -234,30 +252,33 @@ def run(args: argparse.Namespace) -> int:
     from ov_npu_emu.npu.platforms import get_platform
 
     platform = get_platform(args.npu)
-    config, xml = _model_config(args)
+    config, xml, layers, note = _model_config(args)
     if args.layers is not None:
         if args.layers < 1:
             raise UserInputError(f"--layers must be >= 1, got {args.layers}")
-        config = config.replace(num_hidden_layers=args.layers)
+        if config is None:
+            raise UserInputError("--layers needs a model whose config.json the builder can read")
+        config, layers = config.replace(num_hidden_layers=args.layers), args.layers
     full = None
     keep = None
     if args.full:
         if xml is not None and args.layers is None:
             from ov_npu_emu import Core
 
-            full = Core().read_model(str(xml))
+            full, note = Core().read_model(str(xml)), f"{xml} as exported"
         else:
-            full, keep = shape_model(config, config.num_hidden_layers, args.weight_format, args.group_size)
+            full, keep = shape_model(config, layers, args.weight_format, args.group_size)
     res = estimate(config, platform, prompt=args.prompt, max_prompt_len=args.max_prompt_len,
                    min_response_len=args.min_response_len, fmt=args.weight_format, group_size=args.group_size,
-                   full_model=full)
+                   full_model=full, layers=layers)
     del keep
+    res["model"] = note
     res["new_tokens"] = args.new
     res["total_ms"] = res["ttft_ms"] + max(0, args.new - 1) * res["tpot_ms"]
     if args.json:
         print(json.dumps(res, indent=2))
         return 0
-    print(f"{platform.name} ({platform.description}); {res['layers']} layers; {res['method']}")
+    print(f"{platform.name} ({platform.description}); {res['model']}, {res['layers']} layers; {res['method']}")
     print(f"prefill: {res['prefill_calls']} x {res['prefill_len']}-token call(s), "
           f"{res['prefill_us'] / 1e3:.2f} ms device each; generate variant KV {res['generate_variant']}: "
           f"{res['generate_us'] / 1e3:.2f} ms; LM head {res['head_us'] / 1e3:.2f} ms; "

@@ -76,6 +76,10 @@ def test_estimate_reads_a_real_model_folder(capsys):
     full = _run_json(capsys, ["estimate", str(FIXTURE), "--npu", "NPU3720", "--prompt", "16", "--full",
                               "--max-prompt-len", "64", "--min-response-len", "64", "--json"])
     assert "all 2 layers" in full["method"] and np.isfinite(full["ttft_ms"]) and full["tpot_ms"] > 0
+    # a decoder the builder has no structure for is synthesised llama-structured, and says so
+    qwen3 = _run_json(capsys, ["estimate", str(FIXTURE.parent / "qwen3-fp32"), "--npu", "NPU4000", "--prompt", "8",
+                               "--max-prompt-len", "64", "--min-response-len", "64", "--json"])
+    assert "qwen3 synthesised as a llama-structured model" in qwen3["model"] and qwen3["tpot_ms"] > 0
 
 
 def test_estimate_cli_errors(capsys):
