@@ -45,6 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--new", type=int, default=128, help="generated tokens (default 128)")
     p.add_argument("--max-prompt-len", type=int, default=1024, help="NPUW_LLM_MAX_PROMPT_LEN (default 1024)")
     p.add_argument("--min-response-len", type=int, default=128, help="NPUW_LLM_MIN_RESPONSE_LEN (default 128)")
+    p.add_argument("--chunk", type=int, help="NPUW_LLM_PREFILL_CHUNK_SIZE (power of two; default NPUW's 1024, "
+                                              "which means a static prefill up to 1024 tokens)")
     p.add_argument("--weight-format", default="int4", choices=["int4", "int8", "f16"],
                    help="weights of the synthesised shape models (default int4)")
     p.add_argument("--group-size", type=int, default=-1, help="int4 group size (-1 channel-wise, default)")
@@ -171,7 +173,7 @@ def _device_us(compiled: Any) -> float:
 
 
 def measure_llm(model: Any, platform: Any, prompt: int, max_prompt_len: int = 1024,
-                min_response_len: int = 128) -> dict[str, Any]:
+                min_response_len: int = 128, chunk: int | None = None) -> dict[str, Any]:
     """Compile ``model`` with NPUW for the emulated NPU set up as ``platform``; device time (µs) of
     the prefill, the generate variant NPUW picks for ``prompt`` tokens and the shared LM head."""
     from ov_npu_emu import Core
@@ -184,6 +186,8 @@ def measure_llm(model: Any, platform: Any, prompt: int, max_prompt_len: int = 10
     base = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "NPU",
             "NPUW_LLM_MAX_PROMPT_LEN": max_prompt_len, "NPUW_LLM_MIN_RESPONSE_LEN": min_response_len,
             "INFERENCE_PRECISION_HINT": "f16"}
+    if chunk is not None:
+        base["NPUW_LLM_PREFILL_CHUNK_SIZE"] = chunk
     # the variant NPUW's default pyramid would pick for this prompt; compile only that (+ the
     # total size, which NPUW always adds)
     probe = parse_config(base)
@@ -215,7 +219,7 @@ _TIMES = ("prefill_us", "generate_us", "head_us")
 
 def estimate(config: Any, platform: Any, *, prompt: int = 512, max_prompt_len: int = 1024,
              min_response_len: int = 128, fmt: str = "int4", group_size: int = -1,
-             full_model: Any = None, layers: int | None = None) -> dict[str, Any]:
+             full_model: Any = None, layers: int | None = None, chunk: int | None = None) -> dict[str, Any]:
     """Predicted TTFT / TPOT (ms) of ``config``'s shapes on ``platform``.
 
     ``full_model`` (an ov.Model of ``layers`` layers; ``config`` may then be None) is compiled as
@@ -223,7 +227,7 @@ def estimate(config: Any, platform: Any, *, prompt: int = 512, max_prompt_len: i
     ``config.num_hidden_layers``.
     """
     layers = layers if layers is not None else config.num_hidden_layers
-    kw = dict(prompt=prompt, max_prompt_len=max_prompt_len, min_response_len=min_response_len)
+    kw = dict(prompt=prompt, max_prompt_len=max_prompt_len, min_response_len=min_response_len, chunk=chunk)
     if full_model is not None:
         parts = measure_llm(full_model, platform, **kw)
         method = f"compiled all {layers} layers"
@@ -270,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
             full, keep = shape_model(config, layers, args.weight_format, args.group_size)
     res = estimate(config, platform, prompt=args.prompt, max_prompt_len=args.max_prompt_len,
                    min_response_len=args.min_response_len, fmt=args.weight_format, group_size=args.group_size,
-                   full_model=full, layers=layers)
+                   full_model=full, layers=layers, chunk=args.chunk)
     del keep
     res["model"] = note
     res["new_tokens"] = args.new

@@ -89,3 +89,11 @@ def test_estimate_cli_errors(capsys):
     assert "--max-prompt-len" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["estimate", "--preset", "tiny", "--npu", "NPU1234"])
+
+
+def test_chunked_prefill_is_charged_per_chunk(capsys):
+    res = _run_json(capsys, ["estimate", "--preset", "tiny", "--npu", "NPU3720", "--prompt", "70", "--chunk", "32",
+                             "--max-prompt-len", "128", "--min-response-len", "64", "--json"])
+    assert (res["prefill_calls"], res["prefill_len"], res["max_prompt_len"]) == (3, 32, 128)
+    fixed = get_platform("NPU3720").step_overhead_ms
+    assert res["ttft_ms"] == pytest.approx((3 * res["prefill_us"] + res["head_us"]) / 1e3 + fixed)
