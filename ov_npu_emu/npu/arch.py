@@ -61,9 +61,22 @@ class HardwareConfig:
     }
 
     @classmethod
+    def preset(cls, name: str) -> HardwareConfig:
+        """The calibrated preset of an NPU generation (``NPU3720``, ``NPU4000``; see npu/platforms.py)."""
+        from ov_npu_emu.npu.platforms import get_platform
+
+        return get_platform(name).hardware()
+
+    @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> HardwareConfig:
-        """Read the ``NPU_EMU_*`` keys of a compile config; unknown values are a ConfigError."""
+        """Read the ``NPU_EMU_*`` keys of a compile config; unknown values are a ConfigError.
+
+        ``NPU_EMU_PLATFORM=NPU3720|NPU4000`` starts from that generation's preset; the other
+        keys then override single fields.
+        """
         kw: dict[str, Any] = {}
+        if config.get("NPU_EMU_PLATFORM") not in (None, ""):
+            kw = {k: v for k, v in cls.preset(str(config["NPU_EMU_PLATFORM"])).to_dict().items()}
         for key, (field, typ) in cls.KEYS.items():
             if key in config:
                 try:
@@ -72,7 +85,10 @@ class HardwareConfig:
                     raise ConfigError(f"{key}={config[key]!r} is not a valid {typ.__name__}", key=key) from e
                 if kw[field] <= 0:
                     raise ConfigError(f"{key} must be positive, got {config[key]!r}", key=key)
-        return cls(**kw)
+        try:
+            return cls(**kw)
+        except TypeError as e:  # pragma: no cover - fields and KEYS are kept in sync
+            raise ConfigError(f"bad hardware config: {e}") from e
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

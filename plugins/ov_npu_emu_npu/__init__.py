@@ -166,14 +166,18 @@ class NpuInferRequest(DeviceInferRequest):
         return b
 
     # -- execution -----------------------------------------------------------------------
+    def _build_command_list(self, bindings: dict[str, int]) -> CommandList:
+        self.hpi.apply_input_output(bindings)
+        self.command_list = CommandList(self.hpi)
+        self.counters["command_list_builds"] += 1
+        logger.debug("command list built: %d tasks on %d lanes",
+                     sum(len(lane) for lane in self.command_list.lanes), len(self.command_list.lanes))
+        return self.command_list
+
     def infer(self) -> None:
         bindings = self._bindings()
         if self.command_list is None:
-            self.hpi.apply_input_output(bindings)
-            self.command_list = CommandList(self.hpi)
-            self.counters["command_list_builds"] += 1
-            logger.debug("command list built: %d tasks on %d lanes",
-                         sum(len(lane) for lane in self.command_list.lanes), len(self.command_list.lanes))
+            self._build_command_list(bindings)
         else:
             changed = {s: va for s, va in bindings.items() if self.hpi.io_addr.get(s) != va}
             if changed and not self._cm.mutable:
@@ -214,10 +218,10 @@ class NpuInferRequest(DeviceInferRequest):
         return out
 
     def timeline(self) -> Any:
-        """The cost-model timeline of this request's command list (build it by running once)."""
-        if self.command_list is None:
-            raise UserInputError("run infer() once before asking for the timeline")
-        return self.command_list.timeline(self._cm.clock_mhz)
+        """The cost-model timeline of this request's command list: a replay of the barrier graph
+        with each task's estimated cycles, so nothing needs to run (the list is built if needed)."""
+        cl = self.command_list if self.command_list is not None else self._build_command_list(self._bindings())
+        return cl.timeline(self._cm.clock_mhz)
 
     @property
     def task_names(self) -> dict[int, tuple[str, str]]:

@@ -47,8 +47,11 @@ def ovnpu_import_model(
 
 @hookimpl
 def ovnpu_add_cli_commands(subparsers: Any) -> None:
-    """``ov-npu-emu npuw`` and ``kv-plan``: compile with NPUW, show the static models and KV plan, export."""
-    from ov_npu_emu_npuw import cli, kvplan
+    """``ov-npu-emu npuw`` (compile with NPUW, show the static models and KV plan, export),
+    ``kv-plan`` (KV bytes by the formula / per NPUW variant) and ``estimate`` (TTFT/TPOT of an LLM
+    on a calibrated NPU generation)."""
+    from ov_npu_emu_npuw import cli, estimate, kvplan
 
     cli.register(subparsers)
-    kvplan.register(subparsers)  # ``ov-npu-emu kv-plan``: KV bytes by the formula / per NPUW variant
+    kvplan.register(subparsers)
+    estimate.register(subparsers)
