@@ -6,9 +6,10 @@ import dataclasses
 import logging
 import os
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -91,6 +92,9 @@ class SubModels:
     lm_head: CompiledModel | None = None  # shared LM head (NPUW_LLM_SHARED_HEAD)
     # PYRAMID prefill attention: mask length -> chunk-prefill model with a shorter past
     prefill_pyramid: dict[int, CompiledModel] = dataclasses.field(default_factory=dict)
+    # prefill ladder (NPUW_LLM_PREFILL_LADDER, CPU device): prompt size -> whole-prompt prefill,
+    # filled on first use by LLMCompiledModel.ladder_rung
+    prefill_ladder: dict[int, CompiledModel] = dataclasses.field(default_factory=dict)
 
 
 class LLMCompiledModel(DeviceCompiledModel):
@@ -107,6 +111,7 @@ class LLMCompiledModel(DeviceCompiledModel):
         outputs: list[PortInfo],
         compile_seconds: dict[str, float] | None = None,
         sub_defaults: dict[str, dict[str, Any]] | None = None,
+        ladder_factory: Callable[[int], CompiledModel] | None = None,
     ) -> None:
         self.name = name
         self.cfg = cfg
@@ -120,6 +125,35 @@ class LLMCompiledModel(DeviceCompiledModel):
         self.sub_defaults = sub_defaults or {}
         self.kv_dtype = np.float16 if cfg.kv_precision == "f16" else np.float32
         self.loaded_from_cache = False
+        # builds a ladder rung (a static whole-prompt prefill of that size); None after import
+        self._ladder_factory = ladder_factory
+        self._ladder_lock = threading.Lock()
+
+    def ladder_rung(self, n: int) -> tuple[int, CompiledModel] | None:
+        """The smallest prefill-ladder rung holding an ``n``-token prompt, compiled on first use;
+        None when the ladder is off, cannot be built (imported model) or no rung is smaller
+        than NPUW_LLM_MAX_PROMPT_LEN."""
+        size = next((s for s in self.cfg.ladder if s >= n), 0)
+        if not size:
+            return None
+        rung = self.subs.prefill_ladder.get(size)
+        if rung is None:
+            if self._ladder_factory is None:
+                return None
+            with self._ladder_lock:
+                rung = self.subs.prefill_ladder.get(size)
+                if rung is None:
+                    t0 = time.perf_counter()
+                    rung = self._ladder_factory(size)
+                    self.subs.prefill_ladder[size] = rung
+                    self.compile_seconds[f"{self.name}_prefill_l{size}"] = time.perf_counter() - t0
+                    logger.info(
+                        "compiled prefill ladder rung %d on %s in %.2f s",
+                        size,
+                        self.device,
+                        time.perf_counter() - t0,
+                    )
+        return size, rung
 
     def create_infer_request(self) -> LLMInferRequest:
         from ov_npu_emu_npuw.infer_request import LLMInferRequest
@@ -214,6 +248,9 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         # Measured (docs/npuw.md): on the CPU plugin the grouped form saves ~25% per generate
         # step; on the emulated NPU one SDPA SHAVE task beats five tasks.
         cfg = dataclasses.replace(cfg, grouped_attention=device == "CPU")
+    if cfg.ladder and device != "CPU":
+        # the emulated NPU keeps one static prefill and skips the padded rows on the device
+        cfg = dataclasses.replace(cfg, ladder=())
     t_all = time.perf_counter()
     stateless, kv = to_stateless(model)
     kv = kv.with_v_transposed(cfg.optimize_v)
@@ -308,6 +345,15 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         )
     if prefill is None:  # unreachable: the job list always ends with the prefill
         raise PluginError("prefill model was not compiled")
+    ladder_factory = None
+    if cfg.ladder:
+
+        def ladder_factory(size: int) -> CompiledModel:
+            static = make_prefill_model(
+                stateless, kv, size, 0, kv_type, shared, rope, cfg.max_gen_len, masks=masks
+            )
+            return core.compile_model(static, device, prefill_config)
+
     return LLMCompiledModel(
         name,
         cfg,
@@ -318,6 +364,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         outs,
         seconds,
         sub_defaults,
+        ladder_factory,
     )
 
 
