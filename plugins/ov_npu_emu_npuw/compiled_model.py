@@ -279,6 +279,10 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         )
     }
     prefill_config = {**cfg.prefill_config, **bank}
+    if cfg.prefill_ladder and not cfg.chunk_size and device == "NPU":
+        # our whole-prompt prefill reads only the real (right-aligned) rows of its outputs: the
+        # emulated NPU may skip the padding rows' attention (docs/npu_device.md)
+        prefill_config.setdefault("NPU_EMU_SKIP_PADDED_ROWS", "YES")
     generate_config = {**cfg.generate_config, **bank}
     seconds: dict[str, float] = {}
     sub_defaults: dict[str, dict[str, Any]] = {}  # role -> NPUW default sub-config added

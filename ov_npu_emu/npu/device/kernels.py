@@ -17,7 +17,7 @@ import numpy as np
 from ov_npu_emu.errors import ExecutionError
 from ov_npu_emu.npu.blob.format import SLICE_NONE, WEIGHT_FORMATS
 
-__all__ = ["DQ_TILE_BYTES", "KERNELS", "Runner", "dequantize", "make_kernel"]
+__all__ = ["DQ_TILE_BYTES", "KERNELS", "RowWindow", "Runner", "dequantize", "make_kernel"]
 
 Runner = Callable[[], None]
 Maker = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], np.ndarray], Runner]
@@ -32,10 +32,35 @@ def kernel(*names: str) -> Callable[[Maker], Maker]:
     return deco
 
 
-def make_kernel(name: str, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+class RowWindow:
+    """The driver's "valid rows" hint for one inference (NPU_EMU_SKIP_PADDED_ROWS).
+
+    ``size`` > 0: in attention whose query and key axes both have ``size`` entries, rows and
+    columns before ``start`` are left padding whose outputs nobody reads.  Attention then runs
+    on the window alone when the mask provably shuts every window row off the padding columns
+    (see :func:`_sdpa`); when it cannot prove that it sets ``violated`` and the driver re-runs
+    the inference without the hint.  ``size`` 0: no hint.
+    """
+
+    __slots__ = ("size", "start", "violated", "used")
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.start = 0
+        self.violated = False
+        self.used = 0  # attention tasks that ran on the window in the last inference
+
+    def active(self, rows: int, cols: int) -> bool:
+        return self.size > 0 and self.start > 0 and rows == cols == self.size
+
+
+def make_kernel(name: str, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray,
+                window: RowWindow | None = None) -> Runner:
     maker = KERNELS.get(name)
     if maker is None:
         raise ExecutionError(f"kernel {name!r} is not in this device's kernel library")
+    if window is not None and name == "sdpa":
+        return _sdpa(ins, outs, params, window)
     return maker(ins, outs, params)
 
 
@@ -587,12 +612,78 @@ def _masked_column_skipper(q32, k, v, mask_in, mask, groups: int, L: int, scale:
     return run
 
 
+def _windowed_attention(q5, k5, v5, mask5, bias, o5, scale: float, window: RowWindow) -> bool:
+    """Attention of the rows [start, L) over the columns [start, S) only; False (and nothing
+    written) when the mask does not provably shut those rows off the columns before ``start``.
+
+    Operands in one broadcastable layout (..., L|S, D); ``mask5`` broadcastable to the scores.
+    The driver sets the window only when every padding row is the same token at the same
+    position (so they all compute the same K/V) and the window holds at least one padding row:
+    the window's K rows then bound every skipped column's K.  With B = max|q| * max|K| * D *
+    |scale| over the window (any score moves by at most B), a padding column whose mask is
+    <= min over window rows of the row's best open mask entry - 2B - margin has
+    exp(score - rowmax) == 0 exactly in f32, as the masked-column skipper proves it; boolean
+    masks must simply be False there.  So the window rows are the full computation's.  The
+    padding rows of ``o5`` are zeroed (finite: no 0 * NaN can reach a real row later).
+    """
+    w0 = window.start
+    L = q5.shape[-2]
+    if mask5 is None or mask5.shape[-1] != L:
+        return False  # no mask, or one broadcast over the columns: the padding stays open
+    mrows = mask5[..., w0:, :] if mask5.shape[-2] == L else mask5
+    pad, win = mrows[..., :w0], mrows[..., w0:]
+    qs = q5[..., w0:, :]
+    ks = k5[..., w0:, :]
+    if mask5.dtype == np.bool_:
+        if pad.any() or not np.logical_or.reduce(win, axis=-1).all():
+            return False
+    else:
+        open_min = float(np.minimum.reduce(np.maximum.reduce(win, axis=-1), axis=None))
+        bound = (max(abs(float(np.maximum.reduce(qs, axis=None))), abs(float(np.minimum.reduce(qs, axis=None))))
+                 * max(abs(float(np.maximum.reduce(ks, axis=None))), abs(float(np.minimum.reduce(ks, axis=None))))
+                 * q5.shape[-1] * abs(scale) * (1.0 + 2.0 ** -10))
+        if not (math.isfinite(open_min) and math.isfinite(bound)):
+            return False
+        limit = open_min - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0 ** -16 * (abs(open_min) + 2.0 * bound)
+        if not float(np.maximum.reduce(pad, axis=None)) <= limit:
+            return False
+    vf = v5 if v5.dtype == np.float32 else v5.astype(np.float32)
+    if not math.isfinite(max(abs(float(np.maximum.reduce(vf, axis=None))),
+                             abs(float(np.minimum.reduce(vf, axis=None))))):
+        return False  # 0 * inf: a zero probability would not zero a padding column's V
+    if qs.dtype != np.float32:
+        qs = qs.astype(np.float32)
+    kt = np.ascontiguousarray(np.swapaxes(ks, -1, -2), dtype=np.float32)
+    sc = np.matmul(qs, kt)
+    np.multiply(sc, scale, out=sc)
+    if mask5.dtype == np.bool_:
+        np.copyto(sc, -np.inf, where=~win)
+    else:
+        np.add(sc, win, out=sc, casting="unsafe")
+    if bias is not None:
+        np.add(sc, bias[w0:, w0:], out=sc)
+    rowmax = np.maximum.reduce(sc, axis=-1, keepdims=True)
+    np.subtract(sc, rowmax, out=sc)
+    # the probabilities as full-width rows (exact zeros in the padding columns), so the row sums
+    # and probs @ V add in the full computation's order: bit-identical window rows
+    probs = np.zeros((*sc.shape[:-1], L), np.float32)
+    np.exp(sc, out=probs[..., w0:])
+    total = np.add.reduce(probs, axis=-1, keepdims=True)
+    np.divide(probs, total, out=probs)
+    out = np.matmul(probs, vf)
+    o5[..., :w0, :] = 0
+    np.copyto(o5[..., w0:, :], out.reshape(o5[..., w0:, :].shape), casting="unsafe")
+    window.used += 1
+    return True
+
+
 @kernel("sdpa")
-def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
+def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[no-untyped-def]
     """Attention; params: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head.
 
     Grouped (G > 1): K/V hold Hkv heads and query head h reads K/V head h // G, as the IR's
     Unsqueeze/Broadcast/Reshape expansion did; the G query heads of a group share one matmul.
+    ``window``: the driver's padded-rows hint (RowWindow), read on every run.
     """
     q, k, v = ins[:3]
     mask = ins[3] if len(ins) > 3 else None
@@ -640,8 +731,27 @@ def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
     skip = None
     if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
         skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct)
+    win_ops = None
+    if window is not None:
+        # one layout for the windowed path: (…, [G,] L|S, D), the mask broadcastable to it
+        o_full = outs[0]
+        if groups > 1:
+            q5 = _view(ins[0], (b, hkv, groups, L, q.shape[-1]))
+            k5, v5 = k[:, :, None], v[:, :, None]
+            o5 = _view(o_full, (b, hkv, groups, L, o_full.shape[-1]))
+        else:
+            q5, k5, v5 = ins[0], k, v
+            o5 = o_full if o_full.shape[:-2] == tuple(batch) and o_full.shape[-2] == L else None
+        if o5 is not None:
+            win_ops = (q5, k5, v5, mask, bias, o5)
 
     def run() -> None:
+        if window is not None and window.active(L, S):
+            # the hint is on for this attention: the window or a re-run, never the full path
+            # over padding rows that earlier windowed layers left zero
+            if win_ops is None or not _windowed_attention(*win_ops, scale, window):
+                window.violated = True
+            return
         if f32:
             np.copyto(q32, q)
         if skip is not None and skip():
