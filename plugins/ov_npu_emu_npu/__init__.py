@@ -229,7 +229,7 @@ class NpuInferRequest(DeviceInferRequest):
         skipped ones in attention's proof)."""
         w.size = w.start = w.used = 0
         w.violated = False
-        if self._mask_index < 0:
+        if self._mask_index < 0 or w.unusable:
             return
         mask = np.asarray(self._in[self._mask_index].tensor.data)
         if mask.ndim != 2 or mask.shape[0] != 1:

@@ -19,9 +19,13 @@ from tests.npuw._oracle import F32_SUB, greedy, real_npuw_config
 
 # "Once upon a time, there was a little girl named Lily." (stories260K tokenizer)
 SHORT = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426]
+# MAX_PROMPT_LEN 256 keeps the unoptimised prefill cheap; the bench runs the real default 1024
+P, R = 256, 64
 BASE = {
     "NPU_USE_NPUW": "YES",
     "NPUW_LLM": "YES",
+    "NPUW_LLM_MAX_PROMPT_LEN": P,
+    "NPUW_LLM_MIN_RESPONSE_LEN": R,
     "KV_CACHE_PRECISION": "f32",
     **F32_SUB,
 }
@@ -32,6 +36,10 @@ def _compiled(emu_core, llm, device: str, ladder: str, **extra):
     key = (llm[0], device, ladder, tuple(sorted(extra.items())))
     if key not in _COMPILED:
         cfg = {**BASE, "NPUW_DEVICES": device, "NPUW_LLM_PREFILL_LADDER": ladder, **extra}
+        if device == "NPU":
+            # stories260K's attention (8 columns of V) has no exact 128-row window at 256 rows
+            # (BLAS's small-product kernel, see _window_rows): 512
+            cfg["NPUW_LLM_MAX_PROMPT_LEN"] = 2 * P
         _COMPILED[key] = emu_core.compile_model(llm[1], "NPU", cfg)
     return _COMPILED[key]
 
@@ -57,14 +65,14 @@ def _assert_same(a, b) -> None:
 
 
 def test_cpu_ladder_is_exact_and_matches_real(llm_quick, emu_core):
-    """stories260K and a builder model: rung 64 instead of 1024, same ids and KV; real NPUW agrees."""
+    """stories260K and a builder model: rung 64 instead of 256, same ids and KV; real NPUW agrees."""
     prompt = SHORT if llm_quick[0] == "stories260K" else [1, *range(40, 60)]
     on = _prefill_state(_compiled(emu_core, llm_quick, "CPU", "YES"), prompt)
     off = _prefill_state(_compiled(emu_core, llm_quick, "CPU", "NO"), prompt)
-    assert (on[2], off[2]) == (64, 1024)
+    assert (on[2], off[2]) == (64, P)
     _assert_same(on, off)
     real = ov.Core().compile_model(
-        llm_quick[1], "NPU", real_npuw_config(1024, 128)
+        llm_quick[1], "NPU", real_npuw_config(P, R)
     ).create_infer_request()
     assert greedy(real, prompt, 6)[0] == on[0]
 
@@ -90,3 +98,86 @@ def test_ladder_config():
     assert parse_config({"NPUW_LLM_PREFILL_CHUNK_SIZE": 64}).ladder == ()
     with pytest.raises(ConfigError, match="NPUW_LLM_PREFILL_LADDER"):
         parse_config({"NPUW_LLM_PREFILL_LADDER": "maybe"})
+
+
+def test_npu_padded_rows_window_is_exact(llm_quick, emu_core):
+    """Emulated NPU: one static prefill, attention on the 128-row real window, same ids and KV."""
+    prompt = SHORT if llm_quick[0] == "stories260K" else [1, *range(40, 60)]
+    cm_on = _compiled(emu_core, llm_quick, "NPU", "YES")
+    on = _prefill_state(cm_on, prompt)
+    off = _prefill_state(_compiled(emu_core, llm_quick, "NPU", "NO"), prompt)
+    assert on[2] == off[2] == 2 * P  # the blob keeps its static shape
+    _assert_same(on, off)
+    req = cm_on.create_infer_request()
+    greedy(req, prompt, 1)
+    dev = req.impl._prefill.impl  # the prefill's NPU request
+    assert dev.counters["windowed_inferences"] == 1 and dev.counters["window_reruns"] == 0
+    assert dev.window.used > 0
+    assert cm_on.impl.subs.prefill.get_property("NPU_EMU_SKIP_PADDED_ROWS") == "YES"
+
+
+def _attention_case(groups: int, boolean: bool, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    L, D, hkv, w0 = 256, 16, 2, 128
+    q = rng.standard_normal((1, hkv * groups, L, D)).astype(np.float32)
+    k = rng.standard_normal((1, hkv, L, D)).astype(np.float32)
+    v = rng.standard_normal((1, hkv, L, D)).astype(np.float32)
+    allowed = np.tril(np.ones((L, L), bool))
+    allowed[w0 + 5 :, : w0 + 5] = False  # real rows from w0 + 5 on never see the padding
+    allowed[: w0 + 5] = np.eye(L, dtype=bool)[: w0 + 5]  # padding rows attend themselves
+    if boolean:
+        mask = allowed[None, None]
+    else:
+        mask = np.where(allowed, 0.0, np.finfo(np.float16).min).astype(np.float32)[None, None]
+    return q, k, v, mask, w0
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+@pytest.mark.parametrize("boolean", [False, True])
+def test_sdpa_window_rows_equal_full(groups, boolean):
+    from ov_npu_emu.npu.device.kernels import RowWindow, make_kernel
+
+    q, k, v, mask, w0 = _attention_case(groups, boolean)
+    params = np.array([0, 1, 0, groups], np.float64)
+    full, part = np.zeros_like(q), np.full_like(q, np.nan)
+    make_kernel("sdpa", [q, k, v, mask], [full], params)()
+    window = RowWindow()
+    run = make_kernel("sdpa", [q, k, v, mask], [part], params, window)
+    window.size, window.start = q.shape[-2], w0
+    run()
+    assert window.used == 1 and not window.violated
+    assert np.array_equal(part[..., w0:, :], full[..., w0:, :])  # bit for bit
+    assert not part[..., :w0, :].any()  # padding rows zeroed (finite)
+
+
+def test_sdpa_window_unusable_shape_stops_the_hint():
+    """stories260K's attention at 256 rows: no row count below 256 gives BLAS's full rows."""
+    from ov_npu_emu.npu.device.kernels import RowWindow, make_kernel
+
+    rng = np.random.default_rng(1)
+    L, w0 = 256, 128
+    q = rng.standard_normal((1, 8, L, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 4, L, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 4, L, 8)).astype(np.float32)
+    mask = np.where(np.tril(np.ones((L, L), bool)), 0.0, -65504.0).astype(np.float32)[None, None]
+    mask[..., w0:, :w0] = -65504.0
+    out = np.full_like(q, 7.0)
+    window = RowWindow()
+    run = make_kernel("sdpa", [q, k, v, mask], [out], np.array([0, 1, 0, 2], np.float64), window)
+    window.size, window.start = L, w0
+    run()
+    assert window.violated and window.unusable and (out == 7.0).all()
+
+
+def test_sdpa_window_refuses_open_padding():
+    """A real row that still sees a padding column: no window, the driver must re-run."""
+    from ov_npu_emu.npu.device.kernels import RowWindow, make_kernel
+
+    q, k, v, mask, w0 = _attention_case(1, False)
+    mask[..., -1, 3] = 0.0  # the last real row attends padding column 3
+    out = np.full_like(q, 7.0)
+    window = RowWindow()
+    run = make_kernel("sdpa", [q, k, v, mask], [out], np.array([0, 1, 0, 1], np.float64), window)
+    window.size, window.start = q.shape[-2], w0
+    run()
+    assert window.violated and window.used == 0 and (out == 7.0).all()  # nothing written
