@@ -283,9 +283,9 @@ class NpuInferRequest(DeviceInferRequest):
         return self._cm.parsed.meta
 
 
-#: NPU_EMU_SKIP_PADDED_ROWS: the real-row window is a multiple of this many rows.  Measured with
-#: numpy's OpenBLAS here: a row of an (M x 1024) @ (1024 x 8) product equals the same row of the
-#: full product from M = 128 on, not at M = 64 (another kernel for small products)
+#: NPU_EMU_SKIP_PADDED_ROWS: the real-row window is a multiple of this many rows: few window
+#: sizes (attention checks each size's BLAS row count once, kernels._window_rows), and numpy's
+#: OpenBLAS gives a big product's rows from 128 rows on for the shapes measured (not at 64)
 WINDOW_ALIGN = 128
 
 
