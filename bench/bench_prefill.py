@@ -97,7 +97,7 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str) -> dict:
 def run_worker(setup: str, folder: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--worker", setup, "--folder", folder, "--repeat",
            str(args.repeat), "--new", str(args.new), "--prompt", args.prompt]
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OV_NPU_EMU_PROGRESS": "0"})
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "OV_NPU_EMU_PROGRESS": "0"})
     if out.returncode:
         return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])

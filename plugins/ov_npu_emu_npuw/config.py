@@ -15,8 +15,8 @@ __all__ = [
     "LLMConfig",
     "align_to",
     "is_npuw_llm_config",
-    "parse_config",
     "ladder_sizes",
+    "parse_config",
     "pyramid_sizes",
     "select_variant",
 ]

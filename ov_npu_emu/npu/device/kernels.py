@@ -42,7 +42,7 @@ class RowWindow:
     the inference without the hint.  ``size`` 0: no hint.
     """
 
-    __slots__ = ("size", "start", "violated", "used", "unusable")
+    __slots__ = ("size", "start", "unusable", "used", "violated")
 
     def __init__(self) -> None:
         self.size = 0
