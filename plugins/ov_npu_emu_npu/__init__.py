@@ -146,8 +146,9 @@ class NpuInferRequest(DeviceInferRequest):
         if compiled.skip_padded_rows:
             self.window = RowWindow()
             names = {n: i for i, p in enumerate(compiled.inputs) for n in p.names}
-            self._mask_index = names.get("attention_mask", -1)
-            # the padding rows must be one token at one position (checked per inference)
+            # the padding rows must be one token at one position (checked per inference), so
+            # a model without token ids gets no window
+            self._mask_index = names.get("attention_mask", -1) if "input_ids" in names else -1
             self._uniform = [names[n] for n in ("input_ids", "position_ids") if n in names]
             self.counters.update(windowed_inferences=0, window_reruns=0)
 
