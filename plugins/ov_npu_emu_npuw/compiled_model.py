@@ -224,6 +224,17 @@ def generate_default_config(
     return {"INFERENCE_NUM_THREADS": 1} if work <= CPU_SINGLE_THREAD_STEP_BYTES else {}
 
 
+def skip_padded_rows(cfg: LLMConfig, device: str) -> bool:
+    """Whether the whole-prompt prefill gets NPU_EMU_SKIP_PADDED_ROWS=YES on the emulated NPU.
+
+    The device's window always holds the last 128 rows exactly; with the shared head the
+    prefill outputs its last MAX_GENERATION_TOKEN_LEN rows, so a longer one keeps the full run.
+    """
+    return (
+        device == "NPU" and cfg.prefill_ladder and not cfg.chunk_size and cfg.max_gen_len <= 128
+    )
+
+
 def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCompiledModel:
     """Compile a stateful LLM the NPUW way; with CACHE_DIR, reuse a previous compilation from disk."""
     configure_logging()
@@ -279,7 +290,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         )
     }
     prefill_config = {**cfg.prefill_config, **bank}
-    if cfg.prefill_ladder and not cfg.chunk_size and device == "NPU":
+    if skip_padded_rows(cfg, device):
         # our whole-prompt prefill reads only the real (right-aligned) rows of its outputs: the
         # emulated NPU may skip the padding rows' attention (docs/npu_device.md)
         prefill_config.setdefault("NPU_EMU_SKIP_PADDED_ROWS", "YES")

@@ -114,6 +114,9 @@ def test_npu_padded_rows_window_is_exact(llm_quick, emu_core):
     assert dev.counters["windowed_inferences"] == 1 and dev.counters["window_reruns"] == 0
     assert dev.window.used > 0
     assert cm_on.impl.subs.prefill.get_property("NPU_EMU_SKIP_PADDED_ROWS") == "YES"
+    # an exported NPUW model keeps it on import
+    back = emu_core.import_model(cm_on.export_model(), "NPU")
+    assert back.impl.subs.prefill.get_property("NPU_EMU_SKIP_PADDED_ROWS") == "YES"
 
 
 def _attention_case(groups: int, boolean: bool, seed: int = 0):
