@@ -24,6 +24,7 @@ from ov_npu_emu.npu.driver import (
     Region,
     RowWindow,
 )
+from ov_npu_emu.options import as_bool
 from ov_npu_emu.registry import DeviceRegistry
 from ov_npu_emu.runtime.device import (
     Device,
@@ -290,13 +291,6 @@ class NpuInferRequest(DeviceInferRequest):
 WINDOW_ALIGN = 128
 
 
-def _yes_no(config: Mapping[str, Any], key: str, default: str) -> bool:
-    value = str(config.get(key, default)).upper()
-    if value not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
-        raise ConfigError(f"{key}={config[key]!r}: expected YES or NO", key=key)
-    return value in ("YES", "TRUE", "1")
-
-
 #: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
 DEFAULT_WEIGHTS_CACHE_MB = 128
 
@@ -355,7 +349,9 @@ class NpuCompiledModel(DeviceCompiledModel):
         self.walk_every_inference = walk == "EVERY_INFERENCE"
         #: NPU_EMU_SKIP_PADDED_ROWS=YES: the caller (NPUW's prefill) reads no output row left of
         #: the first attended attention_mask entry; attention then runs on the real rows only
-        self.skip_padded_rows = _yes_no(config, "NPU_EMU_SKIP_PADDED_ROWS", "NO")
+        self.skip_padded_rows = as_bool(
+            "NPU_EMU_SKIP_PADDED_ROWS", config.get("NPU_EMU_SKIP_PADDED_ROWS", "NO")
+        )
         self.clock_mhz = float(meta["hw"]["clock_mhz"])
         self.task_names = {t["tid"]: (t["node"], t["op"]) for t in meta["tasks"]}
         self.inputs = [self._port(i, p) for i, p in enumerate(p for p in meta["inputs"] if p["state"] is None)]
