@@ -22,7 +22,9 @@ from ov_npu_emu.npu.driver import (
     HostParsedInference,
     ParsedBlob,
     Region,
+    RowWindow,
 )
+from ov_npu_emu.options import as_bool
 from ov_npu_emu.registry import DeviceRegistry
 from ov_npu_emu.runtime.device import (
     Device,
@@ -139,6 +141,17 @@ class NpuInferRequest(DeviceInferRequest):
             st = ZeroVariableState(self, v["id"], tuple(v["shape"]), _ov_type(v["element_type"]), init)
             self._states.append(st)
         self._var_ports = [(v["input"], v["output"]) for v in meta["variables"]]
+        # NPU_EMU_SKIP_PADDED_ROWS: the window of real rows, from the left-padded attention mask
+        self.window: RowWindow | None = None
+        self._mask_index = -1
+        if compiled.skip_padded_rows:
+            self.window = RowWindow()
+            names = {n: i for i, p in enumerate(compiled.inputs) for n in p.names}
+            # the padding rows must be one token at one position (checked per inference), so
+            # a model without token ids gets no window
+            self._mask_index = names.get("attention_mask", -1) if "input_ids" in names else -1
+            self._uniform = [names[n] for n in ("input_ids", "position_ids") if n in names]
+            self.counters.update(windowed_inferences=0, window_reruns=0)
 
     # -- tensors -------------------------------------------------------------------------
     def _bind(self, index: int, is_input: bool, tensor: ov.Tensor) -> None:
@@ -168,7 +181,7 @@ class NpuInferRequest(DeviceInferRequest):
     # -- execution -----------------------------------------------------------------------
     def _build_command_list(self, bindings: dict[str, int]) -> CommandList:
         self.hpi.apply_input_output(bindings)
-        self.command_list = CommandList(self.hpi)
+        self.command_list = CommandList(self.hpi, self.window)
         self.counters["command_list_builds"] += 1
         logger.debug("command list built: %d tasks on %d lanes",
                      sum(len(lane) for lane in self.command_list.lanes), len(self.command_list.lanes))
@@ -183,7 +196,7 @@ class NpuInferRequest(DeviceInferRequest):
             if changed and not self._cm.mutable:
                 # a driver without mutable command lists re-records the whole list
                 self.hpi.apply_input_output(changed)
-                self.command_list = CommandList(self.hpi)
+                self.command_list = CommandList(self.hpi, self.window)
                 self.counters["command_list_builds"] += 1
             elif changed:
                 patched = self.hpi.apply_input_output(changed)
@@ -193,10 +206,52 @@ class NpuInferRequest(DeviceInferRequest):
                 logger.debug("mutable command list update: %s -> %d argument pointers", sorted(changed), n)
         for st in self._states:
             st.update_pending = False
+        w = self.window
+        if w is not None:
+            self._set_window(w)
+        self._submit()
+        if w is not None and w.size:
+            if w.violated:
+                # attention could not prove the padding irrelevant: the whole inference again,
+                # without the hint (the unoptimised result)
+                w.size = 0
+                self._submit()
+                self.counters["window_reruns"] += 1
+            elif w.used:
+                self.counters["windowed_inferences"] += 1
+        self.counters["inferences"] += 1
+
+    def _submit(self) -> None:
+        assert self.command_list is not None
         value = self._cm.queue.submit(self.command_list, self.fence, profile=self._profile,
                                       inline=self._cm.queue_mode == "inline", walk=self._cm.walk_every_inference)
         self.fence.wait(value)
-        self.counters["inferences"] += 1
+
+    def _set_window(self, w: RowWindow) -> None:
+        """Real rows = from the first attended mask entry on (left padding before it).  The
+        window holds them and at least one padding row, rounded up to a multiple of
+        WINDOW_ALIGN rows; it is set only when all padding rows carry one token id at one
+        position (then they all compute the same K/V: the window's padding row stands for the
+        skipped ones in attention's proof)."""
+        w.size = w.start = w.used = 0
+        w.violated = False
+        if self._mask_index < 0 or w.unusable:
+            return
+        mask = np.asarray(self._in[self._mask_index].tensor.data)
+        if mask.ndim != 2 or mask.shape[0] != 1:
+            return
+        size = mask.shape[1]
+        nz = np.flatnonzero(mask[0])
+        if nz.size == 0:
+            return
+        first = int(nz[0])
+        for i in self._uniform:
+            x = np.asarray(self._in[i].tensor.data)
+            if x.shape != mask.shape or (first and not (x[0, :first] == x[0, 0]).all()):
+                return
+        start = size - min(size, -(-(size - first + 1) // WINDOW_ALIGN) * WINDOW_ALIGN)
+        if start > 0:
+            w.size, w.start = size, start
 
     def query_state(self) -> list[VariableState]:
         return list(self._states)
@@ -232,6 +287,12 @@ class NpuInferRequest(DeviceInferRequest):
     def blob_meta(self) -> dict[str, Any]:
         """The blob's metadata (memory plan, barriers, tasks) for profiling reports."""
         return self._cm.parsed.meta
+
+
+#: NPU_EMU_SKIP_PADDED_ROWS: the real-row window is a multiple of this many rows: few window
+#: sizes (attention checks each size's BLAS row count once, kernels._window_rows), and numpy's
+#: OpenBLAS gives a big product's rows from 128 rows on for the shapes measured (not at 64)
+WINDOW_ALIGN = 128
 
 
 #: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
@@ -290,6 +351,11 @@ class NpuCompiledModel(DeviceCompiledModel):
             raise ConfigError(f"NPU_EMU_BARRIER_WALK={config['NPU_EMU_BARRIER_WALK']!r}: expected ONCE or "
                               "EVERY_INFERENCE", key="NPU_EMU_BARRIER_WALK")
         self.walk_every_inference = walk == "EVERY_INFERENCE"
+        #: NPU_EMU_SKIP_PADDED_ROWS=YES: the caller (NPUW's prefill) reads no output row left of
+        #: the first attended attention_mask entry; attention then runs on the real rows only
+        self.skip_padded_rows = as_bool(
+            "NPU_EMU_SKIP_PADDED_ROWS", config.get("NPU_EMU_SKIP_PADDED_ROWS", "NO")
+        )
         self.clock_mhz = float(meta["hw"]["clock_mhz"])
         self.task_names = {t["tid"]: (t["node"], t["op"]) for t in meta["tasks"]}
         self.inputs = [self._port(i, p) for i, p in enumerate(p for p in meta["inputs"] if p["state"] is None)]
@@ -315,6 +381,7 @@ class NpuCompiledModel(DeviceCompiledModel):
             "NPU_EMU_FENCE_MODE": self.fence_mode,
             "NPU_EMU_QUEUE_MODE": self.queue_mode,
             "NPU_EMU_BARRIER_WALK": "EVERY_INFERENCE" if self.walk_every_inference else "ONCE",
+            "NPU_EMU_SKIP_PADDED_ROWS": "YES" if self.skip_padded_rows else "NO",
             "PERF_COUNT": "YES" if self.profile else "NO",
             "NPU_COMPILER_VERSION": meta["compiler"]["version"],
             "NPU_EMU_WEIGHTS_BANK": "YES" if self.parsed.banked is not None else "NO",
@@ -345,6 +412,7 @@ class NpuDevice(Device):
         "NPU_EMU_WEIGHTS_CACHE": "YES",
         "NPU_EMU_WEIGHTS_CACHE_MB": DEFAULT_WEIGHTS_CACHE_MB,
         "NPU_EMU_WEIGHTS_BANK": "YES",
+        "NPU_EMU_SKIP_PADDED_ROWS": "NO",
         "DEVICE_ARCHITECTURE": "NPU-EMU",
         "OPTIMIZATION_CAPABILITIES": ["FP32", "FP16", "INT8", "INT4", "EXPORT_IMPORT"],
     }
@@ -375,7 +443,7 @@ class NpuDevice(Device):
             raise ConfigError(f"NPU_EMU_BARRIER_WALK={merged['NPU_EMU_BARRIER_WALK']!r}: expected ONCE or "
                               "EVERY_INFERENCE", key="NPU_EMU_BARRIER_WALK")
         _cache_budget(merged)
-        for key in ("NPU_EMU_WEIGHTS_BANK", "NPU_EMU_WEIGHTS_CACHE"):
+        for key in ("NPU_EMU_WEIGHTS_BANK", "NPU_EMU_WEIGHTS_CACHE", "NPU_EMU_SKIP_PADDED_ROWS"):
             if str(merged.get(key, "YES")).upper() not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
                 raise ConfigError(f"{key}={merged[key]!r}: expected YES or NO", key=key)
         super().set_property(properties)

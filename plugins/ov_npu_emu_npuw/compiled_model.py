@@ -6,9 +6,10 @@ import dataclasses
 import logging
 import os
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -91,6 +92,9 @@ class SubModels:
     lm_head: CompiledModel | None = None  # shared LM head (NPUW_LLM_SHARED_HEAD)
     # PYRAMID prefill attention: mask length -> chunk-prefill model with a shorter past
     prefill_pyramid: dict[int, CompiledModel] = dataclasses.field(default_factory=dict)
+    # prefill ladder (NPUW_LLM_PREFILL_LADDER, CPU device): prompt size -> whole-prompt prefill,
+    # filled on first use by LLMCompiledModel.ladder_rung
+    prefill_ladder: dict[int, CompiledModel] = dataclasses.field(default_factory=dict)
 
 
 class LLMCompiledModel(DeviceCompiledModel):
@@ -107,6 +111,7 @@ class LLMCompiledModel(DeviceCompiledModel):
         outputs: list[PortInfo],
         compile_seconds: dict[str, float] | None = None,
         sub_defaults: dict[str, dict[str, Any]] | None = None,
+        ladder_factory: Callable[[int], CompiledModel] | None = None,
     ) -> None:
         self.name = name
         self.cfg = cfg
@@ -121,6 +126,35 @@ class LLMCompiledModel(DeviceCompiledModel):
         # the present outputs' type; u8/u4 KV is quantised from f16 rows when written
         self.kv_dtype = np.float32 if cfg.kv_precision == "f32" else np.float16
         self.loaded_from_cache = False
+        # builds a ladder rung (a static whole-prompt prefill of that size); None after import
+        self._ladder_factory = ladder_factory
+        self._ladder_lock = threading.Lock()
+
+    def ladder_rung(self, n: int) -> tuple[int, CompiledModel] | None:
+        """The smallest prefill-ladder rung holding an ``n``-token prompt, compiled on first use;
+        None when the ladder is off, cannot be built (imported model) or no rung is smaller
+        than NPUW_LLM_MAX_PROMPT_LEN."""
+        size = next((s for s in self.cfg.ladder if s >= n), 0)
+        if not size:
+            return None
+        rung = self.subs.prefill_ladder.get(size)
+        if rung is None:
+            if self._ladder_factory is None:
+                return None
+            with self._ladder_lock:
+                rung = self.subs.prefill_ladder.get(size)
+                if rung is None:
+                    t0 = time.perf_counter()
+                    rung = self._ladder_factory(size)
+                    self.subs.prefill_ladder[size] = rung
+                    self.compile_seconds[f"{self.name}_prefill_l{size}"] = time.perf_counter() - t0
+                    logger.info(
+                        "compiled prefill ladder rung %d on %s in %.2f s",
+                        size,
+                        self.device,
+                        time.perf_counter() - t0,
+                    )
+        return size, rung
 
     def create_infer_request(self) -> LLMInferRequest:
         from ov_npu_emu_npuw.infer_request import LLMInferRequest
@@ -191,6 +225,17 @@ def generate_default_config(
     return {"INFERENCE_NUM_THREADS": 1} if work <= CPU_SINGLE_THREAD_STEP_BYTES else {}
 
 
+def skip_padded_rows(cfg: LLMConfig, device: str) -> bool:
+    """Whether the whole-prompt prefill gets NPU_EMU_SKIP_PADDED_ROWS=YES on the emulated NPU.
+
+    The device's window always holds the last 128 rows exactly; with the shared head the
+    prefill outputs its last MAX_GENERATION_TOKEN_LEN rows, so a longer one keeps the full run.
+    """
+    return (
+        device == "NPU" and cfg.prefill_ladder and not cfg.chunk_size and cfg.max_gen_len <= 128
+    )
+
+
 def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCompiledModel:
     """Compile a stateful LLM the NPUW way; with CACHE_DIR, reuse a previous compilation from disk."""
     configure_logging()
@@ -215,6 +260,9 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         # Measured (docs/npuw.md): on the CPU plugin the grouped form saves ~25% per generate
         # step; on the emulated NPU one SDPA SHAVE task beats five tasks.
         cfg = dataclasses.replace(cfg, grouped_attention=device == "CPU")
+    if cfg.ladder and device != "CPU":
+        # the emulated NPU keeps one static prefill and skips the padded rows on the device
+        cfg = dataclasses.replace(cfg, ladder=())
     t_all = time.perf_counter()
     stateless, kv = to_stateless(model)
     kv = kv.with_v_transposed(cfg.optimize_v)
@@ -244,6 +292,10 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         )
     }
     prefill_config = {**cfg.prefill_config, **bank}
+    if skip_padded_rows(cfg, device):
+        # our whole-prompt prefill reads only the real (right-aligned) rows of its outputs: the
+        # emulated NPU may skip the padding rows' attention (docs/npu_device.md)
+        prefill_config.setdefault("NPU_EMU_SKIP_PADDED_ROWS", "YES")
     generate_config = {**cfg.generate_config, **bank}
     seconds: dict[str, float] = {}
     sub_defaults: dict[str, dict[str, Any]] = {}  # role -> NPUW default sub-config added
@@ -312,6 +364,15 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         )
     if prefill is None:  # unreachable: the job list always ends with the prefill
         raise PluginError("prefill model was not compiled")
+    ladder_factory = None
+    if cfg.ladder:
+
+        def ladder_factory(size: int) -> CompiledModel:
+            static = make_prefill_model(
+                stateless, kv, size, 0, kv_type, shared, rope, cfg.max_gen_len, masks=masks
+            )
+            return core.compile_model(static, device, prefill_config)
+
     return LLMCompiledModel(
         name,
         cfg,
@@ -322,6 +383,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         outs,
         seconds,
         sub_defaults,
+        ladder_factory,
     )
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "LLMConfig",
     "align_to",
     "is_npuw_llm_config",
+    "ladder_sizes",
     "parse_config",
     "pyramid_sizes",
     "select_variant",
@@ -28,6 +29,12 @@ VARIANTS_KEY = "NPUW_LLM_GENERATE_VARIANTS"
 GROUPED_ATTENTION_KEY = "NPUW_LLM_GENERATE_GROUPED_ATTENTION"
 #: our own key: values per scale/zero point of a u8/u4 KV cache (0: one group per head row)
 KV_GROUP_SIZE_KEY = "NPUW_EMU_KV_GROUP_SIZE"
+#: our own key: on NPUW_DEVICES=CPU, a whole-prompt (unchunked) prefill runs on the smallest of
+#: extra static prefill models of 64·2^k tokens (< MAX_PROMPT_LEN) that holds the prompt, compiled
+#: on first use; on the emulated NPU the device skips the padded rows instead (docs/npuw.md)
+LADDER_KEY = "NPUW_LLM_PREFILL_LADDER"
+#: smallest rung of the prefill ladder (the prompt alignment of NPUW_LLM_MAX_PROMPT_LEN)
+LADDER_BASE = 64
 
 #: keys we interpret, with the real defaults (npuw_option_defs.inc) unless marked ours
 DEFAULTS: dict[str, Any] = {
@@ -54,6 +61,7 @@ DEFAULTS: dict[str, Any] = {
     VARIANTS_KEY: "",
     GROUPED_ATTENTION_KEY: None,  # ours; None: YES when the generate device is CPU, else NO
     KV_GROUP_SIZE_KEY: 0,  # ours: u8/u4 KV group size; 0 = head_dim
+    LADDER_KEY: True,  # ours; token-proportional prefill for short prompts
     "CACHE_DIR": "",
 }
 
@@ -159,6 +167,15 @@ def pyramid_sizes(max_prompt: int, min_response: int) -> list[int]:
     return sizes
 
 
+def ladder_sizes(max_prompt: int) -> tuple[int, ...]:
+    """Prefill ladder rungs: 64, 128, 256, … below ``max_prompt`` (which is the top rung)."""
+    sizes, size = [], LADDER_BASE
+    while size < max_prompt:
+        sizes.append(size)
+        size *= 2
+    return tuple(sizes)
+
+
 def select_variant(sizes: list[int], prompt_len: int, min_response: int) -> int:
     """Smallest KV size ≥ prompt + MIN_RESPONSE_LEN (the largest when none fits), as NPUW does."""
     need = prompt_len + min_response
@@ -199,6 +216,10 @@ class LLMConfig:
     # shared LM head sub-config; None: the generate sub-config (see parse_config)
     head_config: dict[str, Any] | None = None
     kv_group_size: int = 0  # u8/u4 KV: values per scale/zero point; 0 = head_dim
+    # ours: token-proportional prefill (NPUW_LLM_PREFILL_LADDER); the rungs are the static
+    # prefill sizes below max_prompt_len (CPU device, whole-prompt prefill only)
+    prefill_ladder: bool = False
+    ladder: tuple[int, ...] = ()
 
     @property
     def total_size(self) -> int:
@@ -227,6 +248,7 @@ class LLMConfig:
             "NPUW_LLM_GENERATE_PYRAMID": self.pyramid,
             VARIANTS_KEY: ",".join(map(str, self.variants)),
             GROUPED_ATTENTION_KEY: self.grouped_attention,
+            LADDER_KEY: self.prefill_ladder,
             "NPUW_LLM_SHARED_HEAD": self.shared_head,
             "NPUW_LLM_OPTIMIZE_V_TENSORS": self.optimize_v,
             "NPUW_LLM_CACHE_ROPE": self.cache_rope,
@@ -252,6 +274,7 @@ class LLMConfig:
         d["devices"] = tuple(d["devices"])
         d["prefill_pyramid"] = tuple(d.get("prefill_pyramid", ()))
         d.setdefault("grouped_attention", False)  # artefacts written before the key existed
+        d["ladder"] = tuple(d.get("ladder", ()))
         return cls(**d)
 
 
@@ -388,6 +411,7 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         prefill_pyramid = tuple(sizes)
 
     pyramid = _bool("NPUW_LLM_GENERATE_PYRAMID", get("NPUW_LLM_GENERATE_PYRAMID"))
+    ladder = _bool(LADDER_KEY, get(LADDER_KEY))
     explicit = get(VARIANTS_KEY)
     if explicit not in ("", None, [], ()):
         items = explicit.split(",") if isinstance(explicit, str) else list(explicit)
@@ -492,4 +516,6 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         prefill_attention_hint=attention_hint,
         prefill_pyramid=prefill_pyramid,
         kv_group_size=_uint(KV_GROUP_SIZE_KEY, get(KV_GROUP_SIZE_KEY)),
+        prefill_ladder=ladder,
+        ladder=ladder_sizes(max_prompt) if ladder and not chunk else (),
     )

@@ -188,6 +188,10 @@ class LLMInferRequest(DeviceInferRequest):
             self._pf_reqs.append(req)
         self._prefill = self._pf_reqs[-1]
         self._pf = self._pfs[self._P]  # the staging the last prefill call ran on
+        self._embed = embed
+        # prefill ladder (CPU device, whole-prompt prefill): rung size -> staging, made on first use
+        self._ladder: dict[int, _Staging] = {}
+        self.prefill_size = self._P  # static prompt size the last prefill ran at
         self._pf_slots = self._P - self._C  # and its past slots
         # Generate variants: each past is the prefix view with K−M slots (no allocation of its own).
         self._gen: dict[int, InferRequest] = {}
@@ -343,8 +347,23 @@ class LLMInferRequest(DeviceInferRequest):
         )
 
     def _whole_prefill(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
-        """Right-align the prompt in [1, P]; the left padding is masked out."""
+        """Right-align the prompt in [1, P]; the left padding is masked out.
+
+        With the prefill ladder, P is the smallest rung that holds the prompt: the padding rows
+        are masked out of every valid row's attention, so the valid rows (their KV and the last
+        hidden state) are those of the full-size prefill."""
         n, P, s = ids.shape[1], self._P, self._pfs[self._P]
+        rung = self._cm.ladder_rung(n)
+        if rung is not None:
+            P, sub = rung
+            s = self._ladder.get(P)
+            if s is None:
+                s = _Staging(
+                    sub.create_infer_request(), P, P, self._cm.kv.present_names, self._embed
+                )
+                self._ladder[P] = s
+        self._pf = s
+        self.prefill_size = P
         s.zero()
         s.ids[0, P - n :] = ids[0]
         s.mask[0, P - n :] = mask

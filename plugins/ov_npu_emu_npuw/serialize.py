@@ -122,7 +122,12 @@ def import_llm(
 
 
 def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LLMCompiledModel:
-    from ov_npu_emu_npuw.compiled_model import LLMCompiledModel, SubModels, configure_logging
+    from ov_npu_emu_npuw.compiled_model import (
+        LLMCompiledModel,
+        SubModels,
+        configure_logging,
+        skip_padded_rows,
+    )
 
     configure_logging()
     if not blob.startswith(MAGIC):
@@ -194,7 +199,10 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
         generate = {
             k: core.import_model(parts[f"kv{k}"], device, sub(f"kv{k}")) for k in cfg.variants
         }
-        prefill = core.import_model(parts["prefill"], device, sub_cfg)
+        pf_cfg = dict(sub_cfg)
+        if skip_padded_rows(cfg, device):
+            pf_cfg.setdefault("NPU_EMU_SKIP_PADDED_ROWS", "YES")  # as compile_llm set it
+        prefill = core.import_model(parts["prefill"], device, pf_cfg)
         pyramid = {
             p: core.import_model(parts[f"prefill_p{p}"], device, sub_cfg)
             for p in cfg.prefill_pyramid

@@ -22,7 +22,7 @@ from ov_npu_emu.npu.blob.format import (
     Operand,
     TaskKind,
 )
-from ov_npu_emu.npu.device.kernels import DQ_TILE_BYTES, dequantize, make_kernel
+from ov_npu_emu.npu.device.kernels import DQ_TILE_BYTES, RowWindow, dequantize, make_kernel
 
 __all__ = ["DecodedTask", "ManagementCore", "Schedule", "decode_task"]
 
@@ -100,11 +100,13 @@ def _bind_cached_dq(views: list[np.ndarray], addrs: list[int], n_in: int, params
 
 
 def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offset: int, kind: TaskKind,
-                lists: np.ndarray, dma_channels: int, wcache: WeightsCacheLike | None = None) -> DecodedTask:
+                lists: np.ndarray, dma_channels: int, wcache: WeightsCacheLike | None = None,
+                window: RowWindow | None = None) -> DecodedTask:
     """Fetch one descriptor from device memory and bind it (addresses as relocated there).
 
     :param wcache: the driver's decompressed-weights cache; without it matmul_dq decompresses
         its weight tile by tile on every run.
+    :param window: the request's padded-rows hint (NPU_EMU_SKIP_PADDED_ROWS), read by attention
     """
     addr = section_addr + offset
     if kind is TaskKind.DMA:
@@ -142,7 +144,7 @@ def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offse
         if name == "matmul_dq" and wcache is not None:
             run = _bind_cached_dq(views, addrs, n_in, params, wcache)
         else:
-            run = make_kernel(name, views[:n_in], views[n_in:], params)
+            run = make_kernel(name, views[:n_in], views[n_in:], params, window)
     except NpuEmuError:
         raise
     except Exception as e:  # noqa: BLE001  # a kernel rejecting its operands means a corrupt descriptor

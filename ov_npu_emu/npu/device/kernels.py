@@ -17,7 +17,7 @@ import numpy as np
 from ov_npu_emu.errors import ExecutionError
 from ov_npu_emu.npu.blob.format import SLICE_NONE, WEIGHT_FORMATS
 
-__all__ = ["DQ_TILE_BYTES", "KERNELS", "Runner", "dequantize", "make_kernel"]
+__all__ = ["DQ_TILE_BYTES", "KERNELS", "RowWindow", "Runner", "dequantize", "make_kernel"]
 
 Runner = Callable[[], None]
 Maker = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], np.ndarray], Runner]
@@ -32,10 +32,36 @@ def kernel(*names: str) -> Callable[[Maker], Maker]:
     return deco
 
 
-def make_kernel(name: str, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+class RowWindow:
+    """The driver's "valid rows" hint for one inference (NPU_EMU_SKIP_PADDED_ROWS).
+
+    ``size`` > 0: in attention whose query and key axes both have ``size`` entries, rows and
+    columns before ``start`` are left padding whose outputs nobody reads.  Attention then runs
+    on the window alone when the mask provably shuts every window row off the padding columns
+    (see :func:`_sdpa`); when it cannot prove that it sets ``violated`` and the driver re-runs
+    the inference without the hint.  ``size`` 0: no hint.
+    """
+
+    __slots__ = ("size", "start", "unusable", "used", "violated")
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.start = 0
+        self.violated = False
+        self.used = 0  # attention tasks that ran on the window in the last inference
+        self.unusable = False  # an attention's shapes admit no exact window: stop hinting
+
+    def active(self, rows: int, cols: int) -> bool:
+        return self.size > 0 and self.start > 0 and rows == cols == self.size
+
+
+def make_kernel(name: str, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray,
+                window: RowWindow | None = None) -> Runner:
     maker = KERNELS.get(name)
     if maker is None:
         raise ExecutionError(f"kernel {name!r} is not in this device's kernel library")
+    if window is not None and name == "sdpa":
+        return _sdpa(ins, outs, params, window)
     return maker(ins, outs, params)
 
 
@@ -587,12 +613,129 @@ def _masked_column_skipper(q32, k, v, mask_in, mask, groups: int, L: int, scale:
     return run
 
 
+#: (batch, Hkv, G, L, D, Dv, window rows) -> rows per group the window's products run with, or 0
+#: when no row count up to L gives the full products' rows bit for bit (see _window_rows)
+_WINDOW_ROWS: dict[tuple[int, ...], int] = {}
+_WINDOW_LOCK = threading.Lock()
+
+
+def _window_rows(lead: tuple[int, ...], G: int, L: int, D: int, Dv: int, w: int) -> int:
+    """Rows per group (>= ``w``) with which the window's QK^T and probs @ V give the full
+    products' rows bit for bit, checked once per shape on random data.
+
+    BLAS picks its kernel by problem size (OpenBLAS here: a "small matrix" kernel whose
+    accumulation order differs, e.g. 64 of 1024 rows against 8 columns), so the window runs
+    with extra zero rows, doubling from ``w``, until its rows equal the full product's; 0 when
+    only the full row count does (then attention takes no window).
+    """
+    key = (*lead, G, L, D, Dv, w)
+    with _WINDOW_LOCK:
+        if key in _WINDOW_ROWS:
+            return _WINDOW_ROWS[key]
+        rng = np.random.default_rng(0)
+        q = rng.standard_normal((*lead, G * L, D)).astype(np.float32)
+        kt = rng.standard_normal((*lead, D, L)).astype(np.float32)
+        p = rng.random((*lead, G * L, L), dtype=np.float32)
+        v = rng.standard_normal((*lead, L, Dv)).astype(np.float32)
+        full_s = np.matmul(q, kt).reshape(*lead, G, L, L)
+        full_o = np.matmul(p, v).reshape(*lead, G, L, Dv)
+        found, m = 0, w
+        while m < L:
+            qw = np.ascontiguousarray(q.reshape(*lead, G, L, D)[..., L - m:, :]).reshape(*lead, G * m, D)
+            pw = np.ascontiguousarray(p.reshape(*lead, G, L, L)[..., L - m:, :]).reshape(*lead, G * m, L)
+            sw = np.matmul(qw, np.ascontiguousarray(kt[..., L - w:])).reshape(*lead, G, m, w)
+            ow = np.matmul(pw, v).reshape(*lead, G, m, Dv)
+            if (np.array_equal(sw[..., m - w:, :], full_s[..., L - w:, L - w:])
+                    and np.array_equal(ow[..., m - w:, :], full_o[..., L - w:, :])):
+                found = m
+                break
+            m *= 2
+        _WINDOW_ROWS[key] = found
+        return found
+
+
+def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWindow) -> bool:
+    """Attention of the rows [start, L) over the columns [start, S) only; False (and nothing
+    written) when the mask does not provably shut those rows off the columns before ``start``.
+
+    ``q5``/``o5``: (..., Hkv, G, L, D) (G query heads per K/V head, 1 without grouping),
+    ``k4``/``v4``: (..., Hkv, S, D), ``mask5`` broadcastable to the (..., Hkv, G, L, S) scores.
+    The driver sets the window only when every padding row is the same token at the same
+    position (so they all compute the same K/V) and the window holds at least one padding row:
+    the window's K rows then bound every skipped column's K.  With B = max|q| * max|K| * D *
+    |scale| over the window (any score moves by at most B), a padding column whose mask is
+    <= min over window rows of the row's best open mask entry - 2B - margin has
+    exp(score - rowmax) == 0 exactly in f32, as the masked-column skipper proves it; boolean
+    masks must simply be False there.  The probabilities are then laid out full-width (exact
+    zeros in the padding columns) so that the row sums and probs @ V add in the full
+    computation's order: the window rows are the full computation's, bit for bit (given BLAS
+    rows independent of the row count, see WINDOW_ALIGN in the NPU plugin).  The padding rows
+    of ``o5`` are zeroed (finite: no 0 * NaN can reach a real row later).
+    """
+    w0 = window.start
+    L = q5.shape[-2]
+    if mask5 is None or mask5.shape[-1] != L:
+        return False  # no mask, or one broadcast over the columns: the padding stays open
+    mrows = mask5[..., w0:, :] if mask5.shape[-2] == L else mask5
+    pad, win = mrows[..., :w0], mrows[..., w0:]
+    G, w = q5.shape[-3], L - w0
+    lead = q5.shape[:-3]
+    m = _window_rows(tuple(lead), G, L, q5.shape[-1], v4.shape[-1], w) if k4.shape[:-2] == lead else 0
+    if not m:
+        window.unusable = True  # a property of the shapes: no later inference can do better
+        return False
+    # the window rows last in m rows per group; the m - w rows before them are zero (discarded)
+    qm = np.zeros((*lead, G, m, q5.shape[-1]), np.float32)
+    qm[..., m - w:, :] = q5[..., w0:, :]
+    qs = qm.reshape(*lead, G * m, q5.shape[-1])
+    ks = k4[..., w0:, :]
+    if mask5.dtype == np.bool_:
+        if pad.any() or not np.logical_or.reduce(win, axis=-1).all():
+            return False
+    else:
+        open_min = float(np.minimum.reduce(np.maximum.reduce(win, axis=-1), axis=None))
+        bound = (max(abs(float(np.maximum.reduce(qs, axis=None))), abs(float(np.minimum.reduce(qs, axis=None))))
+                 * max(abs(float(np.maximum.reduce(ks, axis=None))), abs(float(np.minimum.reduce(ks, axis=None))))
+                 * q5.shape[-1] * abs(scale) * (1.0 + 2.0 ** -10))
+        if not (math.isfinite(open_min) and math.isfinite(bound)):
+            return False
+        limit = open_min - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0 ** -16 * (abs(open_min) + 2.0 * bound)
+        if not float(np.maximum.reduce(pad, axis=None)) <= limit:
+            return False
+    vf = v4 if v4.dtype == np.float32 else v4.astype(np.float32)
+    if not math.isfinite(max(abs(float(np.maximum.reduce(vf, axis=None))),
+                             abs(float(np.minimum.reduce(vf, axis=None))))):
+        return False  # 0 * inf: a zero probability would not zero a padding column's V
+    kt = np.ascontiguousarray(np.swapaxes(ks, -1, -2), dtype=np.float32)
+    scm = np.matmul(qs, kt)  # (..., Hkv, G*m, w): plain stacked GEMMs (no broadcast: BLAS)
+    sc5 = scm.reshape(*lead, G, m, w)[..., m - w:, :]
+    np.multiply(sc5, scale, out=sc5)
+    if mask5.dtype == np.bool_:
+        np.copyto(sc5, -np.inf, where=~win)
+    else:
+        np.add(sc5, win, out=sc5, casting="unsafe")
+    if bias is not None:
+        np.add(sc5, bias[w0:, w0:], out=sc5)
+    rowmax = np.maximum.reduce(sc5, axis=-1, keepdims=True)
+    np.subtract(sc5, rowmax, out=sc5)
+    probs = np.zeros((*lead, G, m, L), np.float32)
+    np.exp(sc5, out=probs[..., m - w:, w0:])
+    total = np.add.reduce(probs[..., m - w:, :], axis=-1, keepdims=True)
+    np.divide(probs[..., m - w:, :], total, out=probs[..., m - w:, :])
+    out = np.matmul(probs.reshape(*lead, G * m, L), vf).reshape(*lead, G, m, vf.shape[-1])
+    o5[..., :w0, :] = 0
+    np.copyto(o5[..., w0:, :], out[..., m - w:, :], casting="unsafe")
+    window.used += 1
+    return True
+
+
 @kernel("sdpa")
-def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
+def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[no-untyped-def]
     """Attention; params: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head.
 
     Grouped (G > 1): K/V hold Hkv heads and query head h reads K/V head h // G, as the IR's
     Unsqueeze/Broadcast/Reshape expansion did; the G query heads of a group share one matmul.
+    ``window``: the driver's padded-rows hint (RowWindow), read on every run.
     """
     q, k, v = ins[:3]
     mask = ins[3] if len(ins) > 3 else None
@@ -640,8 +783,29 @@ def _sdpa(ins, outs, params):  # type: ignore[no-untyped-def]
     skip = None
     if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
         skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct)
+    win_ops = None
+    if window is not None:
+        # one layout for the windowed path: (…, [G,] L|S, D), the mask broadcastable to it
+        o_full = outs[0]
+        if groups > 1:
+            q5 = _view(ins[0], (b, hkv, groups, L, q.shape[-1]))
+            o5 = _view(o_full, (b, hkv, groups, L, o_full.shape[-1]))
+            mask5 = mask
+        else:
+            q5 = ins[0][..., None, :, :]
+            ok = o_full.shape[:-2] == tuple(batch) and o_full.shape[-2] == L
+            o5 = o_full[..., None, :, :] if ok else None
+            mask5 = mask if mask is None or mask.ndim < 3 else mask[..., None, :, :]
+        if o5 is not None:
+            win_ops = (q5, k, v, mask5, bias, o5)
 
     def run() -> None:
+        if window is not None and window.active(L, S):
+            # the hint is on for this attention: the window or a re-run, never the full path
+            # over padding rows that earlier windowed layers left zero
+            if win_ops is None or not _windowed_attention(*win_ops, scale, window):
+                window.violated = True
+            return
         if f32:
             np.copyto(q32, q)
         if skip is not None and skip():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ov_npu_emu.npu.device.kernels import RowWindow
 from ov_npu_emu.npu.driver.bank import BankedWeights, BankEntry, WeightsBank
 from ov_npu_emu.npu.driver.command import FENCE_MODES, QUEUE_MODES, CommandList, CommandQueue, Fence
 from ov_npu_emu.npu.driver.hpi import HostParsedInference, ParsedBlob
@@ -20,5 +21,6 @@ __all__ = [
     "HostParsedInference",
     "ParsedBlob",
     "Region",
+    "RowWindow",
     "WeightsBank",
 ]

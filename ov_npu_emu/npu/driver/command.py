@@ -23,6 +23,7 @@ from ov_npu_emu.npu.blob.format import (
     TaskKind,
 )
 from ov_npu_emu.npu.device.engines import DecodedTask, ManagementCore, Schedule, decode_task
+from ov_npu_emu.npu.device.kernels import RowWindow
 from ov_npu_emu.npu.device.profiling import Timeline, simulate_timeline
 from ov_npu_emu.npu.driver.hpi import HostParsedInference
 
@@ -39,8 +40,9 @@ _ENGINE_SECTIONS = ((SEC_DMA, TaskKind.DMA, DMA_DESC.size), (SEC_DPU, TaskKind.D
 class CommandList:
     """The decoded, bound task lists of one request; later inferences patch it in place."""
 
-    def __init__(self, hpi: HostParsedInference) -> None:
+    def __init__(self, hpi: HostParsedInference, window: RowWindow | None = None) -> None:
         self.hpi = hpi
+        self.window = window  # the request's padded-rows hint, bound into its attention tasks
         self.dma_channels = int(hpi.parsed.meta.get("dma_channels", 1))
         aspace = hpi.aspace
         bsec = hpi.parsed.sections[SEC_BARRIERS]
@@ -67,7 +69,7 @@ class CommandList:
 
     def _decode(self, sec: str, kind: TaskKind, offset: int) -> DecodedTask:
         return decode_task(self.hpi.aspace, sec, self.hpi.section_addr[sec], offset, kind, self._lists,
-                           self.dma_channels, self.hpi.parsed.weights_cache)
+                           self.dma_channels, self.hpi.parsed.weights_cache, self.window)
 
     def update_mutable_commands(self, patched: list[tuple[str, int]]) -> int:
         """Re-fetch only the descriptors whose argument pointers were patched; returns how many args."""
