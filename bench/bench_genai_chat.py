@@ -3,7 +3,8 @@
 Usage: python bench/bench_genai_chat.py [MODEL_DIR] [--turns N] [--tokens N] [--block N]
 Prints, per turn, the prompt tokens each device had to prefill and the time of the turn, then the
 ratios NPU/CPU side by side; a third column runs NPU with NPUW prefix caching (chunked prefill,
-NPUW_LLM_ENABLE_PREFIX_CACHING=YES), which restores the history blocks of the previous turns. The model folder needs a chat template; without one a simple
+NPUW_LLM_ENABLE_PREFIX_CACHING=YES), which restores the history blocks of the previous turns. The
+model folder needs a chat template; without one a simple
 Question/Answer template is added in a temporary copy.
 """
 
@@ -93,9 +94,7 @@ def main() -> int:
         folder = with_template(Path(args.model_dir), Path(tmp))
         cpu = run_chat(genai_shim.LLMPipeline(str(folder), "CPU", **F32), args.turns, args.tokens)
         try:
-            npu = run_chat(
-                genai_shim.LLMPipeline(str(folder), "NPU", **F32, **NPU), args.turns, args.tokens
-            )
+            npu = run_chat(genai_shim.LLMPipeline(str(folder), "NPU", **F32, **NPU), args.turns, args.tokens)
             npu_pc = run_chat(
                 genai_shim.LLMPipeline(str(folder), "NPU", **F32, **NPU, **cached),
                 args.turns,
@@ -108,7 +107,7 @@ def main() -> int:
         f"{'turn':>4} {'CPU prefill':>12} {'NPU prefill':>12} {'ratio':>6} {'CPU ms':>8} "
         f"{'NPU ms':>8} {'ratio':>6} {'NPU+prefix ms':>14} {'ratio':>6}"
     )
-    for i, ((pc, tc), (pn, tn), (_, tp)) in enumerate(zip(cpu, npu, npu_pc), 1):
+    for i, ((pc, tc), (pn, tn), (_, tp)) in enumerate(zip(cpu, npu, npu_pc, strict=False), 1):
         print(
             f"{i:>4} {pc:>12} {pn:>12} {pn / pc:>6.1f} {tc:>8.1f} {tn:>8.1f} {tn / tc:>6.1f} "
             f"{tp:>14.1f} {tp / tc:>6.1f}"

@@ -206,12 +206,17 @@ def main() -> int:
                 print(f"  {name:18s} tracemalloc: held {r['traced_mb']:.1f} MB, peak {r['traced_peak_mb']:.1f} MB")
     before, after, real = (results.get(k) for k in ("ours NPU bank=NO", "ours NPU bank=YES", "real NPUW/CPU"))
     if before and after:
-        print(f"bank after/before: peak RSS {after['maxrss_mb'] / before['maxrss_mb']:.2f}, device weights "
-              f"{after['device']['weights'] / before['device']['weights']:.2f}, f32 cache "
-              f"{after['device']['dq'] / max(before['device']['dq'], 1):.2f}; same ids: {after['ids'] == before['ids']}")
+        print(
+            f"bank after/before: peak RSS {after['maxrss_mb'] / before['maxrss_mb']:.2f}, device weights "
+            f"{after['device']['weights'] / before['device']['weights']:.2f}, f32 cache "
+            f"{after['device']['dq'] / max(before['device']['dq'], 1):.2f}; same ids: {after['ids'] == before['ids']}"
+        )
     if after and real:
-        print(f"ours(bank)/real: TTFT {after['ttft_ms'] / real['ttft_ms']:.2f}, TPOT {after['tpot_ms'] / real['tpot_ms']:.2f}, "
-              f"peak RSS {after['maxrss_mb'] / real['maxrss_mb']:.2f}; same ids: {after['ids'] == real['ids']}")
+        print(
+            f"ours(bank)/real: TTFT {after['ttft_ms'] / real['ttft_ms']:.2f}, "
+            f"TPOT {after['tpot_ms'] / real['tpot_ms']:.2f}, "
+            f"peak RSS {after['maxrss_mb'] / real['maxrss_mb']:.2f}; same ids: {after['ids'] == real['ids']}"
+        )
     return 0
 
 

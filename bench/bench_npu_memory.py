@@ -81,13 +81,24 @@ def main() -> None:
     env = dict(os.environ)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "plugins"), env.get("PYTHONPATH", "")])
-    print("| folder | weights file | KV | RSS built | RSS after generate | peak RSS | target | peak / target | load | generate |")
+    print(
+        "| folder | weights file | KV | RSS built | RSS after generate | peak RSS | target | peak / target "
+        "| load | generate |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for d in args.dirs:
         folder = Path(d)
         extra = [f"--config={c}" for c in args.config]
-        cmd = [sys.executable, __file__, str(folder), "--child", f"--max-prompt={args.max_prompt}",
-               f"--min-response={args.min_response}", f"--new={args.new}", *extra]
+        cmd = [
+            sys.executable,
+            __file__,
+            str(folder),
+            "--child",
+            f"--max-prompt={args.max_prompt}",
+            f"--min-response={args.min_response}",
+            f"--new={args.new}",
+            *extra,
+        ]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if out.returncode:
             print(f"| {folder.name} | failed: {out.stderr.strip().splitlines()[-1:]} |")
@@ -97,9 +108,11 @@ def main() -> None:
         kv = _kv_mb(folder, args.max_prompt + args.min_response)
         target = 1.5 * wmb + kv + 300
         st = dict(r["stages"])
-        print(f"| {folder.name} | {wmb:.0f} MB | {kv:.0f} MB | {st['pipeline']:.0f} MB | {st['generate']:.0f} MB "
-              f"| {r['peak']:.0f} MB | {target:.0f} MB | {r['peak'] / target:.2f} | {r['load_s']:.1f} s "
-              f"| {r['gen_s']:.1f} s |")
+        print(
+            f"| {folder.name} | {wmb:.0f} MB | {kv:.0f} MB | {st['pipeline']:.0f} MB | {st['generate']:.0f} MB "
+            f"| {r['peak']:.0f} MB | {target:.0f} MB | {r['peak'] / target:.2f} | {r['load_s']:.1f} s "
+            f"| {r['gen_s']:.1f} s |"
+        )
         if args.stages:
             print(f"|   stages: {[(k, round(v)) for k, v in r['stages']]}, text {r['text']!r} |")
 

@@ -246,7 +246,7 @@ def measure(
                 ttft.setdefault((name, n), []).append(o["ttft"])
                 steps.setdefault((name, n), []).extend(o["steps"])
                 variant[name, n] = o["variant"]
-                same = [a == b for a, b in zip(o["tokens"], feed)] + [False]
+                same = [a == b for a, b in zip(o["tokens"], feed, strict=False)] + [False]
                 agree[name, n] = same.index(False)
     med = {k: (statistics.median(ttft[k]), statistics.median(steps[k])) for k in ttft}
     return {"med": med, "variant": variant, "agree": agree, "names": names}

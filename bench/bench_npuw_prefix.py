@@ -5,7 +5,8 @@ Usage: python bench/bench_npuw_prefix.py [--model DIR_OR_XML] [--prefix 896] [--
 
 The chat case: every turn re-sends the whole history, so turn N's prompt starts with turn N−1's.
 Each setup first runs prompt A = prefix + tail A (which fills its prefix cache), then prompt B =
-prefix + tail B (fresh random tails every time), whose prefill is timed (TTFT = prefill call + first token's argmax).  Setups:
+prefix + tail B (fresh random tails every time), whose prefill is timed (TTFT = prefill call +
+first token's argmax).  Setups:
 the real NPUW on CPU and ours (per device), each with NPUW_LLM_ENABLE_PREFIX_CACHING NO and YES,
 same MAX_PROMPT_LEN 1024 / MIN_RESPONSE_LEN 128, chunk and block size; all in this process, the
 order rotating every repeat.  Prints median TTFT per setup and the YES / NO ratio per stack.
@@ -88,9 +89,7 @@ def main() -> int:
     reqs = {}
     for on in ("NO", "YES"):
         cfg = {**base, "NPUW_LLM_ENABLE_PREFIX_CACHING": on}
-        reqs[f"real NPUW/CPU {on}"] = (
-            ov.Core().compile_model(model, "NPU", cfg).create_infer_request()
-        )
+        reqs[f"real NPUW/CPU {on}"] = ov.Core().compile_model(model, "NPU", cfg).create_infer_request()
         for dev in args.devices.split(","):
             if dev not in core.registry.names():
                 continue
@@ -120,9 +119,7 @@ def main() -> int:
     for stack in sorted({n.rsplit(" ", 1)[0] for n in names}):
         print(f"  {stack:18s} {med[stack + ' YES'] / med[stack + ' NO']:.3f}")
     if "ours NPUW/CPU YES" in med:
-        print(
-            f"ours/CPU YES vs real YES: {med['ours NPUW/CPU YES'] / med['real NPUW/CPU YES']:.3f}"
-        )
+        print(f"ours/CPU YES vs real YES: {med['ours NPUW/CPU YES'] / med['real NPUW/CPU YES']:.3f}")
     return 0
 
 

@@ -97,7 +97,9 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str) -> dict:
 def run_worker(setup: str, folder: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--worker", setup, "--folder", folder, "--repeat",
            str(args.repeat), "--new", str(args.new), "--prompt", args.prompt]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "OV_NPU_EMU_PROGRESS": "0"})
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, env={**os.environ, "OV_NPU_EMU_PROGRESS": "0"}
+    )
     if out.returncode:
         return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -121,10 +123,14 @@ def main() -> None:
         folder = model_folder(name.strip())
         rows = {s: run_worker(s, folder, args) for s in setups}
         real = rows.get("real", {})
-        print(f"\n{name}: {len(args.prompt.split())}-word prompt, MAX_PROMPT_LEN 1024, "
-              f"MIN_RESPONSE_LEN 128, f32, {args.new} new tokens, median of {args.repeat}")
-        print(f"{'setup':8s} {'load s':>7s} {'TTFT ms':>9s} {'xTTFT':>7s} {'TPOT ms':>8s} {'xTPOT':>7s} "
-              f"{'RSS MB':>7s}  same text")
+        print(
+            f"\n{name}: {len(args.prompt.split())}-word prompt, MAX_PROMPT_LEN 1024, "
+            f"MIN_RESPONSE_LEN 128, f32, {args.new} new tokens, median of {args.repeat}"
+        )
+        print(
+            f"{'setup':8s} {'load s':>7s} {'TTFT ms':>9s} {'xTTFT':>7s} {'TPOT ms':>8s} {'xTPOT':>7s} "
+            f"{'RSS MB':>7s}  same text"
+        )
         for s, r in rows.items():
             if "error" in r:
                 print(f"{s:8s} error: {r['error']}")
@@ -132,8 +138,10 @@ def main() -> None:
             rt = f"{r['ttft_ms'] / real['ttft_ms']:7.3f}" if "ttft_ms" in real else "      –"
             rp = f"{r['tpot_ms'] / real['tpot_ms']:7.3f}" if "tpot_ms" in real else "      –"
             same = "–" if "text" not in real else ("yes" if r["text"] == real["text"] else "NO")
-            print(f"{s:8s} {r['load_s']:7.2f} {r['ttft_ms']:9.2f} {rt} {r['tpot_ms']:8.2f} {rp} "
-                  f"{r['rss_mb']:7.0f}  {same}")
+            print(
+                f"{s:8s} {r['load_s']:7.2f} {r['ttft_ms']:9.2f} {rt} {r['tpot_ms']:8.2f} {rp} "
+                f"{r['rss_mb']:7.0f}  {same}"
+            )
 
 
 if __name__ == "__main__":

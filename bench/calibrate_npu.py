@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
 from ov_npu_emu_npuw.estimate import estimate  # noqa: E402  (plugins/ is on sys.path above)
+
 from ov_npu_emu.modelbuilder import LlamaConfig, get_preset  # noqa: E402
 from ov_npu_emu.npu.platforms import PLATFORMS, Platform  # noqa: E402
 
@@ -152,9 +153,12 @@ def table(plats: dict[str, Platform]) -> list[str]:
     for p in POINTS:
         pred = predicted(p, plats[p.npu])
         err = (pred - p.published_ms) / p.published_ms
-        lines.append(f"| {p.pid} | {p.npu} ({p.soc}) | {p.model} {p.fmt.upper()}{'-CW' if p.fmt == 'int4' else ''} | {p.metric.upper()} | {p.rows} | {p.role} "
-                     f"| {p.published_ms:g} | {pred:.1f} ({pred - plats[p.npu].step_overhead_ms:.1f} + "
-                     f"{plats[p.npu].step_overhead_ms:.1f}) | {err:+.1%} |")
+        lines.append(
+            f"| {p.pid} | {p.npu} ({p.soc}) | {p.model} {p.fmt.upper()}{'-CW' if p.fmt == 'int4' else ''} "
+            f"| {p.metric.upper()} | {p.rows} | {p.role} "
+            f"| {p.published_ms:g} | {pred:.1f} ({pred - plats[p.npu].step_overhead_ms:.1f} + "
+            f"{plats[p.npu].step_overhead_ms:.1f}) | {err:+.1%} |"
+        )
     return lines
 
 
@@ -163,16 +167,26 @@ def breakdown(p: Point, plat: Platform) -> str:
     (the 2-layer minus the 1-layer prefill timeline)."""
     from collections import Counter
 
-    from ov_npu_emu import Core
     from ov_npu_emu_npuw.estimate import _hw_properties, shape_model
+
+    from ov_npu_emu import Core
 
     per: list[Counter] = []
     for n in (1, 2):
         model, keep = shape_model(MODELS[p.model], n)
         core = Core()
         core.set_property("NPU", _hw_properties(plat))
-        cm = core.compile_model(model, "NPU", {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "NPU",
-                                               "INFERENCE_PRECISION_HINT": "f16", "NPUW_LLM_GENERATE_PYRAMID": "NO"})
+        cm = core.compile_model(
+            model,
+            "NPU",
+            {
+                "NPU_USE_NPUW": "YES",
+                "NPUW_LLM": "YES",
+                "NPUW_DEVICES": "NPU",
+                "INFERENCE_PRECISION_HINT": "f16",
+                "NPUW_LLM_GENERATE_PYRAMID": "NO",
+            },
+        )
         tl = cm.impl.subs.prefill.create_infer_request().impl.timeline()
         c: Counter = Counter()
         for tid, t in tl.tasks.items():
@@ -192,16 +206,24 @@ def main() -> int:
     t0 = time.perf_counter()
     plats = dict(PLATFORMS) if args.check else fit()
     for name, pl in plats.items():
-        print(f"{name}: ddr_efficiency={pl.ddr_efficiency:.4f} mac_efficiency={pl.mac_efficiency:.4f} "
-              f"step_overhead_ms={pl.step_overhead_ms:.3f}  (effective DDR {pl.dram_gbps * pl.ddr_efficiency:.1f} GB/s, "
-              f"effective {pl.peak_tops * pl.mac_efficiency:.2f} of {pl.peak_tops:.1f} INT8 TOPS)")
+        print(
+            f"{name}: ddr_efficiency={pl.ddr_efficiency:.4f} mac_efficiency={pl.mac_efficiency:.4f} "
+            f"step_overhead_ms={pl.step_overhead_ms:.3f}  (effective DDR {pl.dram_gbps * pl.ddr_efficiency:.1f} GB/s, "
+            f"effective {pl.peak_tops * pl.mac_efficiency:.2f} of {pl.peak_tops:.1f} INT8 TOPS)"
+        )
     print()
     print("\n".join(table(plats)))
     if not args.check:
         print("\nCross-generation check (NPU4000 constants with NPU3720's fitted efficiency terms):")
         mtl = plats["NPU3720"]
-        cross = {"NPU3720": mtl, "NPU4000": PLATFORMS["NPU4000"].with_terms(
-            ddr_efficiency=mtl.ddr_efficiency, mac_efficiency=mtl.mac_efficiency, step_overhead_ms=mtl.step_overhead_ms)}
+        cross = {
+            "NPU3720": mtl,
+            "NPU4000": PLATFORMS["NPU4000"].with_terms(
+                ddr_efficiency=mtl.ddr_efficiency,
+                mac_efficiency=mtl.mac_efficiency,
+                step_overhead_ms=mtl.step_overhead_ms,
+            ),
+        }
         print("\n".join(line for line in table(cross) if "NPU3720" not in line))
     if args.breakdown:
         print()

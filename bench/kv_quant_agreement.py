@@ -68,13 +68,13 @@ def main() -> None:
         if first is None:
             first = (dev, base)
         else:  # the f16 texts of the devices: the test uses the CPU one for both
-            same = str([sum(x == y for x, y in zip(o, b)) for o, b in zip(base, first[1])])
+            same = str([sum(x == y for x, y in zip(o, b, strict=False)) for o, b in zip(base, first[1], strict=False)])
             same = f"{same} vs {first[0]} f16"
         print(f"{dev:6s} f16  {'-':>3s}  {same:36s} {'':6s} {kv16.nbytes:>9,d}{'':43s}{ms16:.2f}")
         for prec in ("u8", "u4"):
             for g in map(int, a.groups.split(",")):
                 outs, kv, ms = run(core, dev, prec, g, a.new)
-                agree = [sum(x == y for x, y in zip(o, b)) for o, b in zip(outs, base)]
+                agree = [sum(x == y for x, y in zip(o, b, strict=False)) for o, b in zip(outs, base, strict=False)]
                 mean = sum(agree) / len(agree)
                 print(
                     f"{dev:6s} {prec:4s} {g or kv.head_dims[0]:>3d}  {str(agree):36s} {mean:5.1f}  "

@@ -165,7 +165,7 @@ def markdown(real: Any, shim: Any) -> str:
         "|---|---|---|",
         f"| text generation | implemented | {implemented} |",
     ]
-    for feature, (members, offer) in FEATURES.items():
+    for feature, (_members, offer) in FEATURES.items():
         present = [n for n, s, f in names if f == feature]
         if present:
             out.append(

@@ -169,7 +169,9 @@ class GenerationConfig:
             value = set(value) if value is not None else set()
             if name == "stop_token_ids":
                 if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
-                    raise ConfigError(f"GenerationConfig.stop_token_ids must hold integer ids, got {sorted(map(repr, value))}")
+                    raise ConfigError(
+                        f"GenerationConfig.stop_token_ids must hold integer ids, got {sorted(map(repr, value))}"
+                    )
                 value = {int(v) for v in value}
             elif not all(isinstance(v, str) for v in value):
                 raise ConfigError("GenerationConfig.stop_strings must hold strings")
@@ -215,8 +217,7 @@ class GenerationConfig:
         if self.max_length != SIZE_MAX:
             if self.max_length <= prompt_length:
                 raise ConfigError(
-                    "Internal error: generation_config.max_length should be bigger than number "
-                    "of prompt tokens",
+                    "Internal error: generation_config.max_length should be bigger than number of prompt tokens",
                     key="max_length",
                 )
             return int(self.max_length) - int(prompt_length)
@@ -253,8 +254,7 @@ class GenerationConfig:
         if self.ignore_eos:
             need(
                 self.max_new_tokens != SIZE_MAX or self.max_length != SIZE_MAX,
-                "ignore_eos is true, in this case either 'max_new_tokens', or 'max_length' "
-                "should be defined.",
+                "ignore_eos is true, in this case either 'max_new_tokens', or 'max_length' should be defined.",
             )
         need(
             self.eos_token_id != -1
@@ -277,18 +277,15 @@ class GenerationConfig:
         if not self.is_beam_search():
             need(
                 self.repetition_penalty > 0.0,
-                "'repetition_penalty' must be a strictly positive float, but got "
-                f"{self.repetition_penalty:g}",
+                f"'repetition_penalty' must be a strictly positive float, but got {self.repetition_penalty:g}",
             )
             need(
                 -2.0 <= self.presence_penalty <= 2.0,
-                "'presence_penalty' penalty must be within [-2.0; 2.0], but got "
-                f"{self.presence_penalty:g}",
+                f"'presence_penalty' penalty must be within [-2.0; 2.0], but got {self.presence_penalty:g}",
             )
             need(
                 -2.0 <= self.frequency_penalty <= 2.0,
-                "'frequence_penalty' penalty must be within [-2.0; 2.0], but got "
-                f"{self.frequency_penalty:g}",
+                f"'frequence_penalty' penalty must be within [-2.0; 2.0], but got {self.frequency_penalty:g}",
             )
         else:
             # The real beam search applies no logit processor, so it rejects the penalties.
@@ -315,8 +312,7 @@ class GenerationConfig:
             )
             need(
                 0.0 < self.top_p <= 1.0,
-                "When 'do_sample' is true, top_p must be a positive float > 0.0 and <= 1.0, but "
-                f"got {self.top_p:g}",
+                f"When 'do_sample' is true, top_p must be a positive float > 0.0 and <= 1.0, but got {self.top_p:g}",
             )
         else:
             need(
@@ -328,8 +324,7 @@ class GenerationConfig:
         if self.is_beam_search():
             need(
                 self.num_beam_groups > 0 and self.num_beams % self.num_beam_groups == 0,
-                f"'num_beams' ({self.num_beams}) should be divisible by 'num_beam_groups' "
-                f"({self.num_beam_groups})",
+                f"'num_beams' ({self.num_beams}) should be divisible by 'num_beam_groups' ({self.num_beam_groups})",
             )
             need(
                 self.num_beams >= self.num_return_sequences,

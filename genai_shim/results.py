@@ -50,7 +50,7 @@ class DecodedResults:
     def __str__(self) -> str:
         if len(self.texts) == 1:
             return self.texts[0]
-        return "\n".join(f"{s:.6f}: {t}" for s, t in zip(self.scores, self.texts))
+        return "\n".join(f"{s:.6f}: {t}" for s, t in zip(self.scores, self.texts, strict=False))
 
     def __repr__(self) -> str:
         reasons = self.finish_reasons

@@ -19,13 +19,12 @@ logger = logging.getLogger(__name__)
 class LogitProcessor:
     """Per-request logit transforms, applied in the real order:
 
-    EOS suppression (min_new_tokens) → structured-output grammar mask → repetition → presence → frequency penalty, then for
+    EOS suppression (min_new_tokens) → structured-output grammar mask → repetition → presence →
+    frequency penalty, then for
     multinomial: top_k → temperature softmax → min_p → top_p.
     """
 
-    def __init__(
-        self, config: GenerationConfig, prompt_ids: Iterable[int], constraint: Any = None
-    ) -> None:
+    def __init__(self, config: GenerationConfig, prompt_ids: Iterable[int], constraint: Any = None) -> None:
         self.config = config
         self.prompt_ids = {int(t) for t in prompt_ids}
         self.generated: Counter[int] = Counter()

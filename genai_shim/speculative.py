@@ -395,7 +395,7 @@ class SpeculativeDecoder:
                 ref = main.infer_next_return_all([out, *cand])
                 t_main = time.perf_counter()
                 accepted = 0
-                for r, c in zip(ref[:-1], cand):
+                for r, c in zip(ref[:-1], cand, strict=False):
                     if r != c:
                         break
                     accepted += 1

@@ -97,7 +97,7 @@ class Tokenizer:
                     "Tokenizer(tokenizer_model, tokenizer_weights, detokenizer_model, "
                     f"detokenizer_weights, **properties) takes 4 positional arguments, got {len(args)}"
                 )
-            parts = dict(zip(names, args))
+            parts = dict(zip(names, args, strict=False))
             for n in names[len(args) :]:
                 if n not in kwargs:
                     raise UserInputError(f"Tokenizer(...) from memory is missing {n!r}")
@@ -239,7 +239,7 @@ class Tokenizer:
                 if begins is None or ends is None or chars is None:
                     return []
                 raw = chars.tobytes()
-                self._vocab_bytes = [raw[int(b) : int(e)] for b, e in zip(begins, ends)]
+                self._vocab_bytes = [raw[int(b) : int(e)] for b, e in zip(begins, ends, strict=False)]
                 return [piece.decode("utf-8", errors="replace") for piece in self._vocab_bytes]
         return []
 
@@ -372,7 +372,7 @@ class Tokenizer:
         pad_to: int | None,
         side: str | None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        rows = [r[m.astype(bool)] for r, m in zip(ids, mask)]
+        rows = [r[m.astype(bool)] for r, m in zip(ids, mask, strict=False)]
         if truncate_to is not None:
             rows = [r[: int(truncate_to)] for r in rows]
         width = max([len(r) for r in rows] + [int(pad_to) if pad_to is not None else 0])

@@ -81,7 +81,7 @@ def matrix(paths: list[Path], log=print) -> str:
             t0 = time.perf_counter()
             try:
                 got = generate(path, setup)
-                diff = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+                diff = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), None)
                 cells.append(_cell(got == want, "" if got == want else f"(differs at token {diff})"))
             except Exception as e:  # noqa: BLE001 - the outcome is what the matrix reports
                 cells.append(_cell(False, f"`{type(e).__name__}`"))

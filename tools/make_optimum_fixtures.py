@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -443,7 +443,7 @@ def search_seeds(arch: str, seeds: range) -> None:
             m = model if fmt == "fp32" else fake_quantize(model, fmt)
             ids, margins, stds = torch_greedy(m, prompt_ids)
             distinct = len(set(ids)) if distinct is None else min(distinct, len(set(ids)))
-            rels.append(min(x / s for x, s in zip(margins, stds)))
+            rels.append(min(x / s for x, s in zip(margins, stds, strict=False)))
             margins_all.append(min(margins))
             f16_same += torch_greedy(m, prompt_ids, dtype=torch.float16)[0] == ids
             bf16_same += torch_greedy(m, prompt_ids, dtype=torch.bfloat16)[0] == ids
@@ -474,7 +474,7 @@ def compare_torch(names: list[str], out_root: Path) -> int:
             model, tok = build_hf_model(arch, Path(d))
         ids, margins, _ = torch_greedy(model, g["prompt_ids"])
         same_prompt = tok(g["prompt"]).input_ids == g["prompt_ids"]
-        diff = max(abs(x - y) for x, y in zip(margins, g["margins"]["per_step"]))
+        diff = max(abs(x - y) for x, y in zip(margins, g["margins"]["per_step"], strict=False))
         ok = same_prompt and ids == g["cpu"]["ids"] and diff < 1e-3
         bad += not ok
         print(f"[{n}] prompt ids {'same' if same_prompt else 'DIFFER'}, greedy ids "
@@ -733,7 +733,7 @@ def _compare_run(path: Path, props: dict, prompt_ids: list[int], ids: list[int])
     r = {"properties": props, "same_ids": rids == ids}
     if rids != ids:
         r["ids"] = rids
-        r["first_difference"] = next(i for i, (x, y) in enumerate(zip(rids, ids)) if x != y)
+        r["first_difference"] = next(i for i, (x, y) in enumerate(zip(rids, ids, strict=False)) if x != y)
     return r
 
 
@@ -797,10 +797,17 @@ def record_golden(path: Path, log=print) -> dict:
         g["npuw_cpu"] = {"device": "NPU", "properties": npuw_props, "ok": True, "ids": nids, "text": ntext,
                          "equals_cpu": nids == ids}
         if nids != ids:
-            g["npuw_cpu"]["first_difference"] = next(i for i, (x, y) in enumerate(zip(nids, ids)) if x != y)
+            g["npuw_cpu"]["first_difference"] = next(
+                i for i, (x, y) in enumerate(zip(nids, ids, strict=False)) if x != y
+            )
     except Exception as e:  # noqa: BLE001 - the real NPUW's failure is the outcome we record
-        g["npuw_cpu"] = {"device": "NPU", "properties": npuw_props, "ok": False,
-                         "error_type": type(e).__name__, "error": str(e).strip()}
+        g["npuw_cpu"] = {
+            "device": "NPU",
+            "properties": npuw_props,
+            "ok": False,
+            "error_type": type(e).__name__,
+            "error": str(e).strip(),
+        }
     for label, props in checks:
         if label not in robust:  # not robust enough to have been checked: record anyway
             robust[label] = _compare_run(path, props, prompt_ids, ids)
@@ -817,8 +824,10 @@ def dump_json(obj) -> str:
     import re
 
     text = json.dumps(obj, indent=1, ensure_ascii=False)
-    scalar_list = re.compile(r"\[\n\s*((?:(?:-?[0-9.eE+-]+|\"(?:[^\"\\\\]|\\\\.)*\"|true|false|null),\n\s*)*"
-                             r"(?:-?[0-9.eE+-]+|\"(?:[^\"\\\\]|\\\\.)*\"|true|false|null))\n\s*\]")
+    scalar_list = re.compile(
+        r"\[\n\s*((?:(?:-?[0-9.eE+-]+|\"(?:[^\"\\\\]|\\\\.)*\"|true|false|null),\n\s*)*"
+        r"(?:-?[0-9.eE+-]+|\"(?:[^\"\\\\]|\\\\.)*\"|true|false|null))\n\s*\]"
+    )
     text = scalar_list.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",\n")) + "]", text)
     return text + "\n"
 
@@ -834,8 +843,10 @@ def run_goldens(names: list[str], out_root: Path, check: bool, log=print) -> int
         g = record_golden(path, log)
         npuw = "ok" if g["npuw_cpu"]["ok"] else "FAILS: " + g["npuw_cpu"]["error"].splitlines()[-1][:100]
         rob = " ".join(f"{k}={v['same_ids']}" for k, v in g["robustness"].items() if isinstance(v, dict))
-        log(f"[{n}] {time.time() - t0:.1f}s prompt {g['prompt_index']} min margin {g['margins']['min']:.4f} "
-            f"distinct {g['distinct_ids']} robust {g['robustness']['robust']} npuw {npuw} | {rob}")
+        log(
+            f"[{n}] {time.time() - t0:.1f}s prompt {g['prompt_index']} min margin {g['margins']['min']:.4f} "
+            f"distinct {g['distinct_ids']} robust {g['robustness']['robust']} npuw {npuw} | {rob}"
+        )
         text = dump_json(g)
         if check:
             old = json.loads((path / "golden.json").read_text()) if (path / "golden.json").exists() else {}
@@ -852,8 +863,11 @@ def run_goldens(names: list[str], out_root: Path, check: bool, log=print) -> int
 
 def summary_table(out_root: Path) -> str:
     """Markdown table of the fixtures in out_root, from their golden.json files."""
-    rows = ["| fixture | model_type | format | size | min margin | distinct ids | f16 KV / f16 compute / defaults "
-            "same | real NPUW on CPU |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| fixture | model_type | format | size | min margin | distinct ids | f16 KV / f16 compute / defaults "
+        "same | real NPUW on CPU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     total = 0
     for n in fixture_names():
         path = out_root / n
@@ -863,35 +877,50 @@ def summary_table(out_root: Path) -> str:
         size = sum(f.stat().st_size for f in path.iterdir())
         total += size
         r = g["robustness"]
-        same = " / ".join({True: "yes", False: "**no**", None: "n/a"}[r[k]["same_ids"]]
-                          for k in ("cpu_kv_f16", "cpu_f16_compute", "cpu_default_properties"))
+        same = " / ".join(
+            {True: "yes", False: "**no**", None: "n/a"}[r[k]["same_ids"]]
+            for k in ("cpu_kv_f16", "cpu_f16_compute", "cpu_default_properties")
+        )
         if g["npuw_cpu"]["ok"]:
             npuw = "same ids" if g["npuw_cpu"]["equals_cpu"] else "**other ids**"
         else:
             npuw = "fails: `" + g["npuw_cpu"]["error"].strip().splitlines()[-1][:70] + "`"
-        rows.append(f"| {n} | {g['model_type']} | {g['weight_format']} | {size / 1024:.0f} KiB | "
-                    f"{g['margins']['min']:.3f} | {g['distinct_ids']} | {same} | {npuw} |")
-    rows.append(f"\n{len(rows) - 2} fixtures, {total / 2 ** 20:.1f} MiB.")
+        rows.append(
+            f"| {n} | {g['model_type']} | {g['weight_format']} | {size / 1024:.0f} KiB | "
+            f"{g['margins']['min']:.3f} | {g['distinct_ids']} | {same} | {npuw} |"
+        )
+    rows.append(f"\n{len(rows) - 2} fixtures, {total / 2**20:.1f} MiB.")
     return "\n".join(rows) + "\n"
 
 
 # --------------------------------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
-    ap.add_argument("--only", nargs="+", metavar="NAME",
-                    help="fixture names (e.g. llama-fp32) or architecture names (all of its formats)")
-    ap.add_argument("--check", action="store_true",
-                    help="regenerate into a temp dir and compare byte-for-byte with --out (with --goldens: "
-                         "re-record and compare ids/texts/errors)")
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="fixture names (e.g. llama-fp32) or architecture names (all of its formats)",
+    )
+    ap.add_argument(
+        "--check",
+        action="store_true",
+        help="regenerate into a temp dir and compare byte-for-byte with --out (with --goldens: "
+        "re-record and compare ids/texts/errors)",
+    )
     ap.add_argument("--goldens", action="store_true", help="record golden.json (needs only openvino_genai)")
     ap.add_argument("--search-seeds", metavar="ARCH", help="torch-only: print margins for seeds 0..N-1")
     ap.add_argument("--seeds", type=int, default=20, help="how many seeds --search-seeds tries")
     ap.add_argument("--list", action="store_true", help="list fixture names and their optimum-cli flags")
     ap.add_argument("--table", action="store_true", help="print a markdown summary of the goldens in --out")
-    ap.add_argument("--compare-torch", action="store_true",
-                    help="torch: check the fp32 goldens against the HF models they were exported from")
+    ap.add_argument(
+        "--compare-torch",
+        action="store_true",
+        help="torch: check the fp32 goldens against the HF models they were exported from",
+    )
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)  # ARCH OUT WORK FORMAT...
     a = ap.parse_args(argv)
 
@@ -927,8 +956,10 @@ def main(argv: list[str] | None = None) -> int:
             diffs = compare_trees(a.out, Path(d), [n for n in names if n not in errors])
         for line in diffs:
             print("DIFF", line)
-        print(f"--check: {len(names) - len(errors)} fixtures regenerated, {len(diffs)} differences, "
-              f"{len(errors)} export failures")
+        print(
+            f"--check: {len(names) - len(errors)} fixtures regenerated, {len(diffs)} differences, "
+            f"{len(errors)} export failures"
+        )
         return 1 if diffs or errors else 0
     errors = run_exports(names, a.out)
     for n, e in errors.items():

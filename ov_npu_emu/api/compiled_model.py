@@ -8,7 +8,7 @@ from typing import Any
 import openvino as ov
 
 from ov_npu_emu.api.infer_request import InferRequest
-from ov_npu_emu.api.ports import Port, ResultDict, resolve_port
+from ov_npu_emu.api.ports import Port, ResultDict
 from ov_npu_emu.errors import UserInputError
 from ov_npu_emu.runtime.device import DeviceCompiledModel, VariableState
 
@@ -49,7 +49,9 @@ class CompiledModel:
     def infer_new_request(self, inputs: Any = None) -> ResultDict:
         return self.create_infer_request().infer(inputs)
 
-    def __call__(self, inputs: Any = None, share_inputs: bool = True, share_outputs: bool = False, **kw: Any) -> ResultDict:
+    def __call__(
+        self, inputs: Any = None, share_inputs: bool = True, share_outputs: bool = False, **kw: Any
+    ) -> ResultDict:
         """Infer on an internal request kept across calls (so state persists, as in openvino)."""
         if self._request is None:
             self._request = self.create_infer_request()

@@ -129,7 +129,9 @@ class Core:
         raise CompileError(f"AUTO could not {what} on any of {candidates}:\n  " + "\n  ".join(failures))
 
     # -- models ------------------------------------------------------------------------
-    def read_model(self, model: str | os.PathLike | bytes | ov.Model, weights: Any = None, config: Mapping[str, Any] | None = None) -> ov.Model:
+    def read_model(
+        self, model: str | os.PathLike | bytes | ov.Model, weights: Any = None, config: Mapping[str, Any] | None = None
+    ) -> ov.Model:
         """Read an IR (path or XML bytes) with openvino; tokenizer IR extensions load on demand."""
         if isinstance(model, ov.Model):
             return model
@@ -160,11 +162,20 @@ class Core:
     def _read(model: Any, weights: Any) -> ov.Model:
         core = openvino_core()
         if isinstance(model, bytes):
-            w = ov.Tensor(__import__("numpy").frombuffer(weights or b"", dtype="uint8").copy()) if weights is not None else ov.Tensor(ov.Type.u8, [0])
+            w = (
+                ov.Tensor(__import__("numpy").frombuffer(weights or b"", dtype="uint8").copy())
+                if weights is not None
+                else ov.Tensor(ov.Type.u8, [0])
+            )
             return core.read_model(model.decode() if isinstance(model, bytes) else model, w)
         return core.read_model(os.fspath(model), os.fspath(weights) if weights is not None else None)
 
-    def compile_model(self, model: str | os.PathLike | ov.Model, device_name: str | None = None, config: Mapping[str, Any] | None = None) -> CompiledModel:
+    def compile_model(
+        self,
+        model: str | os.PathLike | ov.Model,
+        device_name: str | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> CompiledModel:
         """Compile for a device; a plugin may claim the call first (NPUW does for LLM configs)."""
         if not isinstance(model, ov.Model):
             model = self.read_model(model)
@@ -172,8 +183,9 @@ class Core:
             raise UserInputError(f"config must be a dict of properties, got {type(config).__name__}")
         candidates = self.auto_candidates(device_name, config)
         if candidates is not None:
-            return self._auto("compile the model", candidates, config,
-                              lambda name, cfg: self.compile_model(model, name, cfg))
+            return self._auto(
+                "compile the model", candidates, config, lambda name, cfg: self.compile_model(model, name, cfg)
+            )
         name, device = self._claimable_device(device_name)
         merged = device.merged_config(config) if device is not None else dict(config or {})
         impl = self._pm.hook.ovnpu_compile_model(core=self, model=model, device_name=name, config=merged)
@@ -191,10 +203,13 @@ class Core:
         if mode != "OPTIMIZE_SPEED":
             raise ConfigError(
                 f"CACHE_MODE={config['CACHE_MODE']!r}: the {device.NAME} device caches whole blobs only "
-                "(OPTIMIZE_SPEED); weightless OPTIMIZE_SIZE blobs are not implemented for it", key="CACHE_MODE")
+                "(OPTIMIZE_SPEED); weightless OPTIMIZE_SIZE blobs are not implemented for it",
+                key="CACHE_MODE",
+            )
         cfg = {k: v for k, v in config.items() if k not in ("CACHE_DIR", "CACHE_MODE")}
-        path = model_cache.entry_path(cache_dir, device.NAME, model, cfg,
-                                      {"openvino": ov.get_version(), "device": device.version()})
+        path = model_cache.entry_path(
+            cache_dir, device.NAME, model, cfg, {"openvino": ov.get_version(), "device": device.version()}
+        )
         blob = model_cache.read_entry(path)
         if blob is not None:
             try:
@@ -208,7 +223,12 @@ class Core:
         model_cache.write_entry(path, impl.export_model())
         return impl
 
-    def import_model(self, model_stream: bytes | io.IOBase | ov.Tensor | Any, device_name: str, config: Mapping[str, Any] | None = None) -> CompiledModel:
+    def import_model(
+        self,
+        model_stream: bytes | io.IOBase | ov.Tensor | Any,
+        device_name: str,
+        config: Mapping[str, Any] | None = None,
+    ) -> CompiledModel:
         """Restore an exported model (bytes, a binary stream, or a u8 Tensor)."""
         if isinstance(model_stream, (bytes, bytearray, memoryview)):
             blob = bytes(model_stream)
@@ -224,11 +244,14 @@ class Core:
                 )
             blob = bytes(blob)
         else:
-            raise UserInputError(f"import_model needs bytes, a binary stream or a Tensor, got {type(model_stream).__name__}")
+            raise UserInputError(
+                f"import_model needs bytes, a binary stream or a Tensor, got {type(model_stream).__name__}"
+            )
         candidates = self.auto_candidates(device_name, config)
         if candidates is not None:
-            return self._auto("import the blob", candidates, config,
-                              lambda name, cfg: self.import_model(blob, name, cfg))
+            return self._auto(
+                "import the blob", candidates, config, lambda name, cfg: self.import_model(blob, name, cfg)
+            )
         name, device = self._claimable_device(device_name)
         merged = device.merged_config(config) if device is not None else dict(config or {})
         impl = self._pm.hook.ovnpu_import_model(core=self, blob=blob, device_name=name, config=merged)

@@ -33,7 +33,7 @@ def _compatible(bounds: tuple[tuple[int, int], ...] | None, shape: tuple[int, ..
         return True
     if len(bounds) != len(shape):
         return False
-    for (lo, hi), v in zip(bounds, shape):
+    for (lo, hi), v in zip(bounds, shape, strict=False):
         if v < lo or (hi >= 0 and v > hi):
             return False
     return True
@@ -233,7 +233,9 @@ class InferRequest:
                 self._impl.set_tensor(port.index, True, ov.Tensor(np.ascontiguousarray(arr, dtype=want)))
 
     # -- inference ---------------------------------------------------------------------
-    def infer(self, inputs: Any = None, share_inputs: bool = False, share_outputs: bool = False, **_: Any) -> ResultDict:
+    def infer(
+        self, inputs: Any = None, share_inputs: bool = False, share_outputs: bool = False, **_: Any
+    ) -> ResultDict:
         """Run synchronously and return the outputs (see the class doc for ``share_*``)."""
         self._wait_idle()
         self._feed(inputs, share_inputs)

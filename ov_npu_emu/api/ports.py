@@ -162,13 +162,13 @@ class ResultDict(Mapping[Port, np.ndarray]):
         return len(self._ports)
 
     def __repr__(self) -> str:
-        return repr(dict(zip(self._ports, self._values)))
+        return repr(dict(zip(self._ports, self._values, strict=False)))
 
     def names(self) -> tuple[set[str], ...]:
         return tuple(p.get_names() for p in self._ports)
 
     def to_dict(self) -> dict[Port, np.ndarray]:
-        return dict(zip(self._ports, self._values))
+        return dict(zip(self._ports, self._values, strict=False))
 
     def to_tuple(self) -> tuple[np.ndarray, ...]:
         return tuple(self._values)

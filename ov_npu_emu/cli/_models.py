@@ -85,7 +85,9 @@ def example_inputs(model: ov.Model, seed: int = 0) -> dict[str, np.ndarray]:
     feed: dict[str, np.ndarray] = {}
     for p in model.inputs:
         n, shape = p.get_any_name(), list(p.get_shape())
-        dt = np.dtype(np.bool_) if p.get_element_type() == ov.Type.boolean else np.dtype(p.get_element_type().to_dtype())
+        dt = (
+            np.dtype(np.bool_) if p.get_element_type() == ov.Type.boolean else np.dtype(p.get_element_type().to_dtype())
+        )
         if n == "position_ids":
             feed[n] = (np.arange(shape[-1]) + max(0, _mask_len(model) - shape[-1])).reshape(shape).astype(dt)
         elif dt.kind == "f":

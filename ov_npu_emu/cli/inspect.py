@@ -32,10 +32,15 @@ def format_report(d: dict[str, Any], all_relocs: bool = False) -> str:
     for kind in ("inputs", "outputs"):
         for i, p in enumerate(md[kind]):
             st = f"  (state {p['state']})" if p["state"] else ""
-            out.append(f"  {kind[:-1]:6s} {i}: {p['symbol']:8s} {','.join(p['names']) or '-'} {p['element_type']} {p['shape']}{st}")
+            out.append(
+                f"  {kind[:-1]:6s} {i}: {p['symbol']:8s} {','.join(p['names']) or '-'} "
+                f"{p['element_type']} {p['shape']}{st}"
+            )
     out += ["", "Sections:", f"  {'Nr':>3} {'Name':28s} {'Size':>10} {'Kind':20s}"]
     for s in d["sections"]:
-        out.append(f"  {s['index']:3d} {s['name']:28s} {s['size']:10d} {s['kind'] or ('NOBITS' if s['nobits'] else '')}")
+        out.append(
+            f"  {s['index']:3d} {s['name']:28s} {s['size']:10d} {s['kind'] or ('NOBITS' if s['nobits'] else '')}"
+        )
     out += ["", "Symbols (user I/O, resolved per inference):"]
     out += [f"  {s['name']:10s} size {s['size']}" for s in d["symbols"]]
     by_sec: dict[str, int] = {}
@@ -51,8 +56,10 @@ def format_report(d: dict[str, Any], all_relocs: bool = False) -> str:
         for t in ts:
             kinds[t["kernel"]] = kinds.get(t["kernel"], 0) + 1
         cyc = sum(t["cycles"] for t in ts)
-        out.append(f"  {eng:6s} {len(ts):5d} tasks, {cyc} est. cycles: "
-                   + ", ".join(f"{k}x{n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])))
+        out.append(
+            f"  {eng:6s} {len(ts):5d} tasks, {cyc} est. cycles: "
+            + ", ".join(f"{k}x{n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        )
     b = d["barriers"]
     out += ["", f"Barriers: {len(b)}"]
     for x in b[:8]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ov_npu_emu.cli._models import example_inputs, load_model, parse_kv, static_llm
+from ov_npu_emu.cli._models import example_inputs, load_model, parse_kv
 
 __all__ = ["register", "run"]
 

@@ -180,7 +180,7 @@ class LlamaReference:
         if self.gemma:
             h = h * float(np.float32(np.sqrt(c.hidden_size)))  # the graph's f32 constant
         present: KVCache = []
-        for layer, (past_k, past_v) in zip(self.layers, past):
+        for layer, (past_k, past_v) in zip(self.layers, past, strict=False):
             x = self._rms_norm(h, layer.input_norm)
 
             q = self._rope(self._heads(x, layer.q, layer.q_bias, c.num_attention_heads), cos, sin)

@@ -72,7 +72,7 @@ def _bytes_to_unicode() -> dict[int, str]:
             printable.append(b)
             chars.append(256 + extra)
             extra += 1
-    return {b: chr(c) for b, c in zip(printable, chars)}
+    return {b: chr(c) for b, c in zip(printable, chars, strict=False)}
 
 
 _B2U = _bytes_to_unicode()

@@ -203,7 +203,9 @@ class CpuDevice(Device):
         try:
             return CpuCompiledModel(openvino_core().import_model(io.BytesIO(payload), "CPU", _ov_config(config)))
         except RuntimeError as e:
-            raise BlobFormatError(f"CPU blob could not be imported (corrupt or from another OpenVINO version): {e}") from e
+            raise BlobFormatError(
+                f"CPU blob could not be imported (corrupt or from another OpenVINO version): {e}"
+            ) from e
 
 
 @hookimpl

@@ -15,7 +15,6 @@ from ov_npu_emu.hookspecs import hookimpl
 from ov_npu_emu.npu.blob.format import MemKind
 from ov_npu_emu.npu.driver import (
     QUEUE_MODES,
-    WeightsBank,
     CommandList,
     CommandQueue,
     Fence,
@@ -23,6 +22,7 @@ from ov_npu_emu.npu.driver import (
     ParsedBlob,
     Region,
     RowWindow,
+    WeightsBank,
 )
 from ov_npu_emu.options import as_bool
 from ov_npu_emu.registry import DeviceRegistry
@@ -174,7 +174,7 @@ class NpuInferRequest(DeviceInferRequest):
     def _bindings(self) -> dict[str, int]:
         b = {f"in.{i}": x.region.base for i, x in self._in.items()}
         b.update({f"out.{j}": x.region.base for j, x in self._out.items()})
-        for st, (i, j) in zip(self._states, self._var_ports):
+        for st, (i, j) in zip(self._states, self._var_ports, strict=False):
             b[f"in.{i}"] = b[f"out.{j}"] = st.region.base
         return b
 

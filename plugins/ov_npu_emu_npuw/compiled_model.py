@@ -221,7 +221,7 @@ def generate_default_config(
     work = sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant")
     if kv is not None:
         # the step reads (and converts to f32) the whole past window of every KV tensor
-        work += 4 * kv_size * sum(h * d for h, d in zip(kv.num_heads, kv.head_dims))
+        work += 4 * kv_size * sum(h * d for h, d in zip(kv.num_heads, kv.head_dims, strict=False))
     return {"INFERENCE_NUM_THREADS": 1} if work <= CPU_SINGLE_THREAD_STEP_BYTES else {}
 
 

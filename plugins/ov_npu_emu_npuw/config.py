@@ -297,7 +297,8 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
             close = difflib.get_close_matches(key, sorted(known), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
             raise ConfigError(f"Unsupported NPUW LLM property {key}{hint}", key=key)
-    get = lambda k: raw.get(k, DEFAULTS[k])
+    def get(k: str) -> Any:
+        return raw.get(k, DEFAULTS[k])
 
     for key, want in (("NPUW_LLM_BATCH_DIM", 0), ("NPUW_LLM_SEQ_LEN_DIM", 2)):
         if _uint(key, get(key)) != want:

@@ -65,7 +65,7 @@ class KVBuffers:
         self.groups = tuple((group_size or d) for d in head_dims)
         # Allocated once for the largest view; nothing else in the plugin allocates KV memory.
         self.flat = [
-            np.zeros(h * max_slots * r, dtype=self.dtype) for h, r in zip(num_heads, self.row)
+            np.zeros(h * max_slots * r, dtype=self.dtype) for h, r in zip(num_heads, self.row, strict=False)
         ]
         self.scale_flat: list[np.ndarray] = []
         self.zp_flat: list[np.ndarray] = []
@@ -77,7 +77,7 @@ class KVBuffers:
             # keys: exact rows of the block being filled (re-quantised as it grows)
             self.residual = [
                 np.zeros((1, h, g, d), np.float16) if key else None
-                for h, d, g, key in zip(num_heads, head_dims, self.groups, self.keys)
+                for h, d, g, key in zip(num_heads, head_dims, self.groups, self.keys, strict=False)
             ]
         self._res_block = [-1] * len(num_heads)  # block index the residual holds
         self._tensors: dict[tuple[int, int], ov.Tensor] = {}
@@ -287,7 +287,7 @@ class KVBuffers:
             self.seq(i, dst_slots)[:, :, :count, :] = tmp
             if self.quantized:
                 rows = self._aux_rows(i, count)
-                for src, dst in zip(self.aux_view(i, src_slots), self.aux_view(i, dst_slots)):
+                for src, dst in zip(self.aux_view(i, src_slots), self.aux_view(i, dst_slots), strict=False):
                     tmp = src[:, :, :rows, :].copy()
                     dst[:, :, :rows, :] = tmp
 

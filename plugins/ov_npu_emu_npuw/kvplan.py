@@ -60,7 +60,7 @@ def plan_from_dims(
         if v is None or v <= 0:
             raise UserInputError(f"--{name} must be a positive integer, got {v}")
     parts = [_tensor_bytes(precision, batch * kv_heads, seq, head_dim, group, key) for key in (True, False)]
-    data, scales, residual = (layers * (k + v) for k, v in zip(*parts))
+    data, scales, residual = (layers * (k + v) for k, v in zip(*parts, strict=False))
     out: dict[str, Any] = {
         "terms": {
             "kv": 2, "layers": layers, "batch": batch, "seq": seq, "kv_heads": kv_heads,
@@ -98,7 +98,7 @@ def plan_from_model(path: str | Path, config: Mapping[str, Any], group: int = 0)
 
     def at(slots: int) -> tuple[int, int, int]:
         d = s = r = 0
-        for name, h, hd in zip(kv.past_names, kv.num_heads, kv.head_dims):
+        for name, h, hd in zip(kv.past_names, kv.num_heads, kv.head_dims, strict=False):
             a, b, c = _tensor_bytes(precision, h, slots, hd, group, name.endswith(".key"))
             d, s, r = d + a, s + b, r + c
         return d, s, r
@@ -235,14 +235,17 @@ def run(args: argparse.Namespace) -> int:
             raise UserInputError("give either a model or --layers/--kv-heads/--head-dim/--seq, not both")
         plan = plan_from_model(args.model, _model_config(args), args.group_size)
     else:
-        missing = [f"--{n}" for n, v in zip(("layers", "kv-heads", "head-dim", "seq"), dim_flags) if v is None]
+        missing = [
+            f"--{n}" for n, v in zip(("layers", "kv-heads", "head-dim", "seq"), dim_flags, strict=False) if v is None
+        ]
         if missing:
             raise UserInputError(
                 f"missing {', '.join(missing)}: give all dimensions, or a model folder "
                 "(see `ov-npu-emu kv-plan --help`)"
             )
-        plan = plan_from_dims(args.layers, args.kv_heads, args.head_dim, args.batch, args.seq,
-                              args.dtype or "f16", args.group_size)
+        plan = plan_from_dims(
+            args.layers, args.kv_heads, args.head_dim, args.batch, args.seq, args.dtype or "f16", args.group_size
+        )
     if args.json:
         print(json.dumps(plan, indent=2))
         return 0
@@ -254,7 +257,10 @@ def run(args: argparse.Namespace) -> int:
             f"{t['kv_heads']} kv_heads × {t['head_dim']} head_dim × {be:g} bytes"
         )
     else:
-        print(f"KV = sum over {plan['kv_tensors']} KV tensors of heads × seq × head_dim × bytes (heads/head_dim differ per layer)")
+        print(
+            f"KV = sum over {plan['kv_tensors']} KV tensors of heads × seq × head_dim × bytes "
+            "(heads/head_dim differ per layer)"
+        )
     if "model" in plan:
         print(
             f"model {plan['model']}: {plan['kv_tensors']} KV tensors, {plan['kv_cache_precision']}, "
@@ -262,21 +268,25 @@ def run(args: argparse.Namespace) -> int:
             f"capacity {plan['capacity_tokens']} tokens"
         )
         for v in plan["variants"]:
-            extra = (f" + scales {v['scale_bytes']:,} + residual {v['residual_bytes']:,}"
-                     if v["scale_bytes"] else "")
-            print(f"  variant kv{v['kv_size']:<6d} past {v['past_slots']:6d} slots: "
-                  f"{v['data_bytes']:,} B{extra}")
+            extra = f" + scales {v['scale_bytes']:,} + residual {v['residual_bytes']:,}" if v["scale_bytes"] else ""
+            print(f"  variant kv{v['kv_size']:<6d} past {v['past_slots']:6d} slots: {v['data_bytes']:,} B{extra}")
         print("  (variants are views of one buffer: the total is the largest)")
     print(f"data:   {_fmt(plan['data_bytes'])}")
     if "scale_overhead" in plan:
         g = plan["group_size"]
-        print(f"scales: {_fmt(plan['scale_bytes'])}  (f16 scale + zero point: values per {g} "
-              f"values of a row, keys per channel per {g} tokens)")
-        print(f"residual: {_fmt(plan['residual_bytes'])}  (exact f16 key rows of the block of {g} "
-              f"tokens being filled)  overhead +{100 * plan['scale_overhead']:.2f}% of data")
+        print(
+            f"scales: {_fmt(plan['scale_bytes'])}  (f16 scale + zero point: values per {g} "
+            f"values of a row, keys per channel per {g} tokens)"
+        )
+        print(
+            f"residual: {_fmt(plan['residual_bytes'])}  (exact f16 key rows of the block of {g} "
+            f"tokens being filled)  overhead +{100 * plan['scale_overhead']:.2f}% of data"
+        )
     print(f"total:  {_fmt(plan['bytes'])}")
     if "prefix_cache" in plan:
         pc = plan["prefix_cache"]
-        print(f"prefix cache (on demand, at most): {pc['max_blocks']} blocks × {pc['block_size']} "
-              f"tokens = {_fmt(pc['max_bytes'])}")
+        print(
+            f"prefix cache (on demand, at most): {pc['max_blocks']} blocks × {pc['block_size']} "
+            f"tokens = {_fmt(pc['max_bytes'])}"
+        )
     return 0

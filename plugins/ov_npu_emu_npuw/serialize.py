@@ -162,20 +162,17 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
     if want.get("openvino") != have["openvino"] or want.get("ov_npu_emu") != have["ov_npu_emu"]:
         raise BlobFormatError(
             f"This blobs was serialized with different OV version! artefact: openvino {want.get('openvino')}, "
-            f"ov_npu_emu {want.get('ov_npu_emu')}; running: openvino {have['openvino']}, ov_npu_emu {have['ov_npu_emu']}. "
+            f"ov_npu_emu {want.get('ov_npu_emu')}; "
+            f"running: openvino {have['openvino']}, ov_npu_emu {have['ov_npu_emu']}. "
             "Recompile the model (or delete the CACHE_DIR entry)."
         )
     parts: dict[str, bytes] = {}
     for entry in header["blobs"]:
         data = blob[off : off + entry["size"]]
         if len(data) != entry["size"]:
-            raise BlobFormatError(
-                f"NPUW LLM artefact is truncated in sub-blob {entry['role']}; re-export it"
-            )
+            raise BlobFormatError(f"NPUW LLM artefact is truncated in sub-blob {entry['role']}; re-export it")
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise BlobFormatError(
-                f"NPUW LLM artefact sub-blob {entry['role']} is corrupt (SHA-256 mismatch)"
-            )
+            raise BlobFormatError(f"NPUW LLM artefact sub-blob {entry['role']} is corrupt (SHA-256 mismatch)")
         parts[entry["role"]] = data
         off += entry["size"]
     if off != len(blob):
@@ -185,9 +182,7 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
         )
     cfg = LLMConfig.from_json(header["config"])
     device = header["device"]
-    sub_cfg = {
-        k: v for k, v in (config or {}).items() if not k.startswith(("NPU", "++NPUW", "CACHE_DIR"))
-    }
+    sub_cfg = {k: v for k, v in (config or {}).items() if not k.startswith(("NPU", "++NPUW", "CACHE_DIR"))}
     # a device blob does not carry runtime settings such as the thread count: re-apply NPUW's
     # defaults the compilation chose, unless the import config sets them itself
     sub_defaults: dict[str, dict[str, Any]] = {
@@ -196,20 +191,13 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
     }
     sub = lambda role: {**sub_cfg, **sub_defaults.get(role, {})}  # noqa: E731
     try:
-        generate = {
-            k: core.import_model(parts[f"kv{k}"], device, sub(f"kv{k}")) for k in cfg.variants
-        }
+        generate = {k: core.import_model(parts[f"kv{k}"], device, sub(f"kv{k}")) for k in cfg.variants}
         pf_cfg = dict(sub_cfg)
         if skip_padded_rows(cfg, device):
             pf_cfg.setdefault("NPU_EMU_SKIP_PADDED_ROWS", "YES")  # as compile_llm set it
         prefill = core.import_model(parts["prefill"], device, pf_cfg)
-        pyramid = {
-            p: core.import_model(parts[f"prefill_p{p}"], device, sub_cfg)
-            for p in cfg.prefill_pyramid
-        }
-        head = (
-            core.import_model(parts["lm_head"], device, sub("lm_head")) if cfg.shared_head else None
-        )
+        pyramid = {p: core.import_model(parts[f"prefill_p{p}"], device, sub_cfg) for p in cfg.prefill_pyramid}
+        head = core.import_model(parts["lm_head"], device, sub("lm_head")) if cfg.shared_head else None
     except KeyError as e:
         raise BlobFormatError(f"NPUW LLM artefact lacks sub-blob {e}") from e
     k = header["kv"]
@@ -226,14 +214,10 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
     bad = [n for n in kv.present_names if n not in pf_out]
     bad += [n for n in kv.past_names if not all(n in names for names in gen_in)]
     sizes = (*kv.num_heads, *kv.head_dims)
-    if not all(type(x) is int and 0 < x < 1 << 16 for x in sizes) or len(kv.num_heads) != len(
-        kv.past_names
-    ):
+    if not all(type(x) is int and 0 < x < 1 << 16 for x in sizes) or len(kv.num_heads) != len(kv.past_names):
         bad.append(f"heads/dims {sizes}")
     if bad or len(kv.past_names) != len(kv.present_names):
-        raise BlobFormatError(
-            f"NPUW LLM artefact KV descriptor does not match its sub-models {bad}; re-export it"
-        )
+        raise BlobFormatError(f"NPUW LLM artefact KV descriptor does not match its sub-models {bad}; re-export it")
     ins = [_port(i, d) for i, d in enumerate(header["inputs"])]
     outs = [_port(i, d) for i, d in enumerate(header["outputs"])]
     logger.info("imported NPUW LLM %s (%d sub-models on %s)", header["name"], len(parts), device)
@@ -266,9 +250,7 @@ def _path(cache_dir: str, key: str) -> str:
     return os.path.join(cache_dir, f"npuw_llm_{key}.blob")
 
 
-def load_cached(
-    core: Core, cache_dir: str, key: str, config: Mapping[str, Any]
-) -> LLMCompiledModel | None:
+def load_cached(core: Core, cache_dir: str, key: str, config: Mapping[str, Any]) -> LLMCompiledModel | None:
     """The cached compilation, or None (a broken entry is reported and ignored, never fatal)."""
     path = _path(cache_dir, key)
     if not os.path.exists(path):

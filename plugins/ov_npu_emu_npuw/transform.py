@@ -217,7 +217,7 @@ def dequantize_past(model: ov.Model, kv: KVLayout, precision: str, group: int) -
     model: the other rewrites keep seeing the plain past Parameter."""
     from ov_npu_emu_npuw.kvquant import stored_dim
 
-    for name, d in zip(kv.past_names, kv.head_dims):
+    for name, d in zip(kv.past_names, kv.head_dims, strict=False):
         old = _param(model, name)
         shape = old.get_partial_shape().to_shape()
         _, h, s, d_ = shape
@@ -271,7 +271,7 @@ def dequantize_past(model: ov.Model, kv: KVLayout, precision: str, group: int) -
 def _transpose_v(model: ov.Model, kv: KVLayout, has_past: bool) -> None:
     """Store V as [1,H,D,S] (real OptimizeValueTensors' layout) by transposing at the boundary."""
     order = ops.constant([0, 1, 3, 2], ov.Type.i64)
-    for i, (past, present) in enumerate(zip(kv.past_names, kv.present_names)):
+    for i, (past, present) in enumerate(zip(kv.past_names, kv.present_names, strict=False)):
         if not kv.transposed(i):
             continue
         if has_past:
@@ -480,7 +480,7 @@ def cache_rope(model: ov.Model, positions: int) -> int:
     for i, op in enumerate(trig):
         shape = list(op.get_output_partial_shape(0).to_shape())
         table = np.asarray(tables[i])
-        changed = [a for a, (d, t) in enumerate(zip(shape, table.shape)) if d != t]
+        changed = [a for a, (d, t) in enumerate(zip(shape, table.shape, strict=False)) if d != t]
         if (
             len(table.shape) != len(shape)
             or len(changed) != 1
@@ -843,7 +843,7 @@ def _static(model: ov.Model, kv: KVLayout, q_len: int, mask_len: int, has_past: 
         "position_ids": ov.PartialShape([1, q_len]),
     }
     if has_past:
-        for i, (name, h, d) in enumerate(zip(kv.past_names, kv.num_heads, kv.head_dims)):
+        for i, (name, h, d) in enumerate(zip(kv.past_names, kv.num_heads, kv.head_dims, strict=False)):
             s = mask_len - q_len
             shapes[name] = ov.PartialShape([1, h, d, s] if kv.transposed(i) else [1, h, s, d])
     try:

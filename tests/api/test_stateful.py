@@ -47,7 +47,7 @@ def test_state_accumulates_resets_and_sets_like_openvino(device):
     for r in (ref_req, req):
         assert [s.name for s in r.query_state()] == ["var_id_667"]
     # accumulate
-    for ours, ref in zip(_run(req, 3, value), _run(ref_req, 3, value)):
+    for ours, ref in zip(_run(req, 3, value), _run(ref_req, 3, value), strict=False):
         np.testing.assert_array_equal(ours, ref)
     np.testing.assert_array_equal(req.query_state()[0].state.data, ref_req.query_state()[0].state.data)
     np.testing.assert_array_equal(req.query_state()[0].state.data, 3 * value)

@@ -6,8 +6,6 @@ import io
 import re
 from contextlib import redirect_stdout
 
-import pytest
-
 from ov_npu_emu.cli import main
 
 

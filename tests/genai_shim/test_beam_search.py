@@ -266,7 +266,7 @@ def test_beam_rows_follow_parents(stories_dir):
     pipe._infer = spy  # type: ignore[method-assign]
     pipe.generate(PROMPTS, max_new_tokens=6, num_beams=3)
     assert [n for n, _ in calls] == [2] + [6] * 5
-    for (prev_rows, _), (_, beam) in zip(calls, calls[1:]):
+    for (prev_rows, _), (_, beam) in zip(calls, calls[1:], strict=False):
         assert beam.min() >= 0 and beam.max() < prev_rows
     assert set(calls[1][1][:3]) == {0} and set(calls[1][1][3:]) == {1}
 

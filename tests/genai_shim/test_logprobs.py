@@ -122,10 +122,10 @@ def test_multinomial_logprobs_rule_of_real(pipelines, stories_dir, reference, kw
         pipe = pipelines(kind, stories_dir, "CPU", **F32)
         prompt = prompt or _prompt_ids(pipe)
         with_lp = pipe.generate(pipe.get_tokenizer().encode(PROMPT), max_new_tokens=10, logprobs=1, **kw)
-        for toks, score in zip(with_lp.tokens, with_lp.scores):
+        for toks, score in zip(with_lp.tokens, with_lp.scores, strict=False):
             assert score == pytest.approx(sum(reference(prompt, list(toks))), abs=TOL), kind
         without = pipe.generate(pipe.get_tokenizer().encode(PROMPT), max_new_tokens=10, **kw)
-        for toks, score in zip(without.tokens, without.scores):
+        for _toks, score in zip(without.tokens, without.scores, strict=False):
             # the filtered distribution is sharper or equal: its log-probs are not below zero
             # and differ from the raw ones unless the filter is neutral
             assert score <= 0.0, kind
@@ -162,7 +162,9 @@ def test_logprobs_match_real_npu(stories_dir, npu_one, real_npu, kw):
     assert a.scores == pytest.approx(b.scores, abs=TOL)
     # multinomial on NPU: the same rule as on CPU
     m = ours.generate(ours.get_tokenizer().encode(PROMPT), max_new_tokens=10, logprobs=1, do_sample=True, rng_seed=3)
-    r = real_npu.generate(real_npu.get_tokenizer().encode(PROMPT), max_new_tokens=10, logprobs=1, do_sample=True, rng_seed=3)
+    r = real_npu.generate(
+        real_npu.get_tokenizer().encode(PROMPT), max_new_tokens=10, logprobs=1, do_sample=True, rng_seed=3
+    )
     assert m.scores[0] < 0 and r.scores[0] < 0
 
 
@@ -172,12 +174,19 @@ def test_speculative_npu_scores_stay_zero_like_real(stories_dir, real_genai, npu
     (ConfigError, see test_speculative)."""
     kw = {"max_new_tokens": 10, "logprobs": 1}
     real = real_genai.LLMPipeline(
-        str(stories_dir), "NPU", draft_model=real_genai.draft_model(str(stories_dir), "CPU", **F32),
-        **REAL_NPU, **NPU_LENS, **F32,
+        str(stories_dir),
+        "NPU",
+        draft_model=real_genai.draft_model(str(stories_dir), "CPU", **F32),
+        **REAL_NPU,
+        **NPU_LENS,
+        **F32,
     )
     ours = genai_shim.LLMPipeline(
-        str(stories_dir), "NPU", draft_model=genai_shim.draft_model(str(stories_dir), "CPU", **F32),
-        **npu_one["props"], **NPU_LENS,
+        str(stories_dir),
+        "NPU",
+        draft_model=genai_shim.draft_model(str(stories_dir), "CPU", **F32),
+        **npu_one["props"],
+        **NPU_LENS,
     )
     a, b = ours.generate([PROMPT], **kw), real.generate([PROMPT], **kw)
     assert a.texts == b.texts and a.scores == b.scores == [0.0]

@@ -131,8 +131,8 @@ def test_prompt_lookup_streamer_base_like_real(pl_pipes, real_genai):
             def write(self, token):
                 self.calls.append(list(token))
                 if self.stop_after and len(self.calls) >= self.stop_after:
-                    return mod.StreamingStatus.STOP
-                return mod.StreamingStatus.RUNNING
+                    return mod.StreamingStatus.STOP  # noqa: B023 - called within this iteration
+                return mod.StreamingStatus.RUNNING  # noqa: B023 - called within this iteration
 
             def end(self):
                 self.calls.append("end")
@@ -198,7 +198,9 @@ def test_prompt_lookup_on_npu_decodes_token_by_token_like_real(stories_dir, real
     for kw in ({"max_new_tokens": 40}, {"max_new_tokens": 40, **PL}):
         a, b = ours.generate([PROMPT], **kw), real.generate([PROMPT], **kw)
         assert a.texts == b.texts
-        assert list(a.perf_metrics.raw_metrics.m_batch_sizes) == list(b.perf_metrics.raw_metrics.m_batch_sizes) == [1] * 40
+        assert (
+            list(a.perf_metrics.raw_metrics.m_batch_sizes) == list(b.perf_metrics.raw_metrics.m_batch_sizes) == [1] * 40
+        )
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

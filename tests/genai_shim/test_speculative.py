@@ -190,12 +190,12 @@ def test_streamer_base_gets_validated_lists_and_cancel(
 
         class Recorder(impl.StreamerBase):  # type: ignore[name-defined,misc]
             def write(self, token: Any) -> Any:
-                seen.append(list(token) if isinstance(token, list) else token)
-                cancel = len(seen) == 4
-                return impl.StreamingStatus.CANCEL if cancel else impl.StreamingStatus.RUNNING
+                seen.append(list(token) if isinstance(token, list) else token)  # noqa: B023 - called within this iteration
+                cancel = len(seen) == 4  # noqa: B023 - called within this iteration
+                return impl.StreamingStatus.CANCEL if cancel else impl.StreamingStatus.RUNNING  # noqa: B023 - called within this iteration
 
             def end(self) -> None:
-                seen.append("end")
+                seen.append("end")  # noqa: B023 - called within this iteration
 
         res = pair[name].generate([PROMPTS[0]], max_new_tokens=25, num_assistant_tokens=3,
                                   streamer=Recorder())

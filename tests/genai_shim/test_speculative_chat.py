@@ -104,7 +104,7 @@ def test_chat_history_texts_and_counters_equal_real(
     assert [r.texts for r in ours] == [r.texts for r in real] == plain_texts
     assert len({r.texts[0] for r in ours}) == 3  # three different answers, not one repeated
     assert _counters(ours[0]) == _counters(real[0])
-    for o, r in zip(ours, real):
+    for o, r in zip(ours, real, strict=False):
         co, cr = _counters(o), _counters(r)
         assert {k: co[k] for k in PER_CALL} == {k: cr[k] for k in PER_CALL}
         # The real's per-model counts stay at the first call's values (evaluated once).
@@ -118,7 +118,7 @@ def test_chat_history_texts_and_counters_equal_real(
     assert inputs[0] < inputs[1] < inputs[2]
     # The real's series run on from turn to turn; ours restart, and concatenate to the real's.
     series: list[int] = []
-    for turn, (o, r) in enumerate(zip(ours, real), 1):
+    for turn, (o, r) in enumerate(zip(ours, real, strict=False), 1):
         series += _counters(o)["batches"]
         assert _counters(r)["batches"] == series
         assert _counters(r)["main_batches"] == series

@@ -41,7 +41,7 @@ def test_status_mapping(value, expected):
 @pytest.mark.parametrize("ret", [None, False, True, 0, 1, 2, 3, 5], ids=repr)
 def test_callback_return_values_match_real(pair, real_genai, ret):
     results = []
-    for pipe, mod in zip(pair, (genai_shim, real_genai)):
+    for pipe, _mod in zip(pair, (genai_shim, real_genai), strict=False):
         calls = []
 
         def cb(text, calls=calls):
@@ -95,7 +95,7 @@ def _collector(mod, stop_at=10):
 def test_streamer_base_write_and_end_match_real(pair, real_genai):
     ours, real = pair
     got = []
-    for pipe, mod in zip(pair, (genai_shim, real_genai)):
+    for pipe, mod in zip(pair, (genai_shim, real_genai), strict=False):
         s = _collector(mod)
         r = pipe.generate(pipe.get_tokenizer().encode(PROMPT), max_new_tokens=30, streamer=s)
         got.append((s.items, r.tokens, [int(f) for f in r.finish_reasons]))
@@ -109,7 +109,7 @@ def test_streamer_base_write_and_end_match_real(pair, real_genai):
 @pytest.mark.oracle
 def test_stop_string_tokens_are_not_streamed(pair, real_genai):
     got = []
-    for pipe, mod in zip(pair, (genai_shim, real_genai)):
+    for pipe, mod in zip(pair, (genai_shim, real_genai), strict=False):
         s = _collector(mod, stop_at=-1)
         r = pipe.generate(PROMPT, max_new_tokens=40, stop_strings={"park."}, streamer=s)
         got.append((s.items, r))
@@ -120,7 +120,7 @@ def test_stop_string_tokens_are_not_streamed(pair, real_genai):
 @pytest.mark.oracle
 def test_text_streamer_chunks_match_real(pair, real_genai):
     chunks = []
-    for pipe, mod in zip(pair, (genai_shim, real_genai)):
+    for pipe, mod in zip(pair, (genai_shim, real_genai), strict=False):
         out = []
         pipe.generate(
             PROMPT, max_new_tokens=60, streamer=mod.TextStreamer(pipe.get_tokenizer(), out.append)

@@ -10,7 +10,11 @@ from ov_npu_emu.errors import ConfigError
 
 @pytest.mark.parametrize(
     ("key", "value", "feature"),
-    [("draft_model", object(), "speculative decoding"), ("prompt_lookup", "yes", "prompt_lookup must be a bool"), ("adapters", object(), "LoRA")],
+    [
+        ("draft_model", object(), "speculative decoding"),
+        ("prompt_lookup", "yes", "prompt_lookup must be a bool"),
+        ("adapters", object(), "LoRA"),
+    ],
     ids=["draft_model", "prompt_lookup", "adapters"],
 )
 def test_unsupported_feature_property_raises(tiny_model_dir, key, value, feature):

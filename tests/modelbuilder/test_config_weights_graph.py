@@ -82,8 +82,8 @@ def test_chunked_draws_equal_one_draw(monkeypatch):
         chunked = init_weights(config, 3, dtype)
         monkeypatch.undo()
         pairs = [(whole.embed, chunked.embed), (whole.lm_head, chunked.lm_head)]
-        pairs += [(a, b) for la, lb in zip(whole.layers, chunked.layers)
-                  for a, b in zip(la.stored(), lb.stored())]
+        pairs += [(a, b) for la, lb in zip(whole.layers, chunked.layers, strict=False)
+                  for a, b in zip(la.stored(), lb.stored(), strict=False)]
         for a, b in pairs:
             for name in ("data", "zero_point", "scale"):
                 x, y = getattr(a, name), getattr(b, name)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
-
-import openvino_genai as ov_genai
 import openvino as ov
+import openvino_genai as ov_genai
+import pytest
 
 from ov_npu_emu.modelbuilder import load_reference
 

@@ -26,7 +26,7 @@ def test_vocab_layout_and_merges_are_consistent():
     assert vocab.tokens[:3] == SPECIAL_TOKENS
     assert [vocab.token_bytes(3 + b) for b in range(256)] == [bytes([b]) for b in range(256)]
     known = set(vocab.tokens[:MIN_VOCAB_SIZE])
-    for (left, right), token in zip(vocab.merges, vocab.tokens[MIN_VOCAB_SIZE:]):
+    for (left, right), token in zip(vocab.merges, vocab.tokens[MIN_VOCAB_SIZE:], strict=False):
         assert left in known and right in known and left + right == token
         known.add(token)
     assert build_vocab(512) == vocab  # deterministic

@@ -19,8 +19,8 @@ from ov_npu_emu.npu.blob.format import (
     VPU_SHF_USERINPUT,
     VPU_SHF_USEROUTPUT,
 )
-from ov_npu_emu.npu.blob.reader import META_HEAD
 from ov_npu_emu.npu.blob.integrity import reseal
+from ov_npu_emu.npu.blob.reader import META_HEAD
 from ov_npu_emu.npu.blob.writer import RelocEntry, Symbol
 from ov_npu_emu.npu.compiler import compile_to_blob
 from tests.npu.conftest import make_mlp
@@ -61,7 +61,9 @@ def test_writer_round_trip_through_pyelftools():
     assert elf.get_section_by_name(".bss")["sh_size"] == 128
     syms = {s.name: s["st_size"] for s in elf.get_section_by_name(".symtab").iter_symbols() if s.name}
     assert syms == {"in.0": 8, "out.0": 12}
-    rel = [(r["r_offset"], r["r_info_type"], r["r_addend"]) for r in elf.get_section_by_name(".rela.a").iter_relocations()]
+    rel = [
+        (r["r_offset"], r["r_info_type"], r["r_addend"]) for r in elf.get_section_by_name(".rela.a").iter_relocations()
+    ]
     assert rel == [(0, R_NPU_64, 64)]
     user = elf.get_section_by_name(".rela.a.userin")
     assert user["sh_flags"] & VPU_SHF_USERINPUT
@@ -89,8 +91,15 @@ def test_readelf_parses_blob_without_warnings(blob, tmp_path):
     p = subprocess.run(["readelf", "-S", "-r", "-s", "-W", str(path)], capture_output=True, text=True)
     assert p.returncode == 0
     assert p.stderr == ""
-    for name in (".npu.dpu", ".npu.shave", ".npu.dma", ".npu.weights", ".rela.npu.dpu", ".rela.npu.dma.userin",
-                 ".userout"):
+    for name in (
+        ".npu.dpu",
+        ".npu.shave",
+        ".npu.dma",
+        ".npu.weights",
+        ".rela.npu.dpu",
+        ".rela.npu.dma.userin",
+        ".userout",
+    ):
         assert name in p.stdout
     assert "in.0" in p.stdout and "out.0" in p.stdout
 
@@ -121,7 +130,7 @@ def test_version_mismatch_is_rejected(blob):
     META_HEAD.pack_into(bad, off, magic, major, 0, n)
     assert BlobReader(reseal(bad)).meta["model_name"] == BlobReader(blob).meta["model_name"]
     bad2 = bytearray(blob)
-    bad2[off:off + 8] = b"XXXXXXXX"
+    bad2[off : off + 8] = b"XXXXXXXX"
     with pytest.raises(BlobFormatError, match="magic"):
         BlobReader(reseal(bad2))
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import ov_npu_emu
 import openvino as ov
 import pytest
 
+import ov_npu_emu
 from ov_npu_emu.cli import main
 from tests.npu.conftest import make_add_relu_model, make_mlp
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import openvino as ov
-import pytest
 
 from ov_npu_emu.modelbuilder import load_reference
 

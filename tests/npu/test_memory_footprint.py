@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ov_npu_emu.npu.blob.integrity import verify
 from ov_npu_emu.modelbuilder import make_model_folder
+from ov_npu_emu.npu.blob.integrity import verify
 from ov_npu_emu.npu.blob.reader import BlobReader, SplitBlob
 from ov_npu_emu.npu.compiler import compile_to_blob
 from ov_npu_emu.npu.driver import WeightsBank

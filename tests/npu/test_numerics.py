@@ -11,8 +11,8 @@ from tests.npu.conftest import (
     cpu_reference,
     llm_feed,
     make_add_relu_model,
-    make_mlp,
     make_group_conv_cnn,
+    make_mlp,
     rel_err,
     static_llm,
 )
@@ -34,7 +34,7 @@ def test_small_models_match_cpu(npu_core, builder):
     rng = np.random.default_rng(0)
     feed = {p.get_any_name(): rng.standard_normal(list(p.get_shape())).astype(np.float32) for p in m.inputs}
     ours, ref = _run(npu_core, m, feed), cpu_reference(m, feed)
-    for a, b in zip(ours, ref):
+    for a, b in zip(ours, ref, strict=False):
         assert a.shape == b.shape
         assert rel_err(a, b) <= F32_TOL
 
@@ -45,7 +45,7 @@ def test_llm_static_shapes_match_cpu(npu_core, which, request):
     feed = llm_feed(m)
     ours, ref = _run(npu_core, m, feed), cpu_reference(m, feed)
     assert len(ours) == 11
-    for a, b in zip(ours, ref):
+    for a, b in zip(ours, ref, strict=False):
         assert rel_err(a, b) <= F32_TOL
     # the greedy token agrees too
     assert np.array_equal(ours[0][0, -1].argmax(), ref[0][0, -1].argmax())
@@ -55,11 +55,11 @@ def test_f16_mode_within_documented_tolerance(npu_core, stories_decode):
     feed = llm_feed(stories_decode)
     ours = _run(npu_core, stories_decode, feed, {"INFERENCE_PRECISION_HINT": "f16"})
     ref = cpu_reference(stories_decode, feed)
-    errs = [rel_err(a, b) for a, b in zip(ours, ref)]
+    errs = [rel_err(a, b) for a, b in zip(ours, ref, strict=False)]
     assert max(errs) <= F16_TOL
     # f16 storage really happened: results are not bit-identical to the f32 run
     f32 = _run(npu_core, stories_decode, feed)
-    assert any(not np.array_equal(a, b) for a, b in zip(ours, f32))
+    assert any(not np.array_equal(a, b) for a, b in zip(ours, f32, strict=False))
 
 
 def _unary_model(fn, shape=(2, 5)):
@@ -76,10 +76,14 @@ OPS = {
     "exp": lambda x: ops.exp(x),
     "negative": lambda x: ops.negative(x),
     "sin_cos": lambda x: ops.add(ops.sin(x), ops.cos(x)),
-    "strided_slice": lambda x: ops.strided_slice(x, np.array([0, 1]), np.array([2, 5]), np.array([1, 2]), [0, 0], [0, 0]),
+    "strided_slice": lambda x: ops.strided_slice(
+        x, np.array([0, 1]), np.array([2, 5]), np.array([1, 2]), [0, 0], [0, 0]
+    ),
     "slice_neg": lambda x: ops.slice(x, np.array([4]), np.array([-6]), np.array([-1]), np.array([1])),
     "variadic_split": lambda x: ops.multiply(*ops.variadic_split(x, 1, np.array([2, 3])).outputs()[:1] * 2),
-    "transpose_concat": lambda x: ops.concat([ops.transpose(x, np.array([1, 0])), ops.transpose(x, np.array([1, 0]))], 1),
+    "transpose_concat": lambda x: ops.concat(
+        [ops.transpose(x, np.array([1, 0])), ops.transpose(x, np.array([1, 0]))], 1
+    ),
     "reduce": lambda x: ops.reduce_sum(ops.power(x, ops.constant(np.float32(2.0))), np.array([1]), True),
     "select": lambda x: ops.select(ops.greater(x, ops.constant(np.float32(0))), x, ops.constant(np.float32(-1))),
     "broadcast": lambda x: ops.broadcast(ops.unsqueeze(x, np.array([0])), np.array([3, 2, 5])),
@@ -96,40 +100,85 @@ OPS = {
     # ops of optimum-intel exports (mask construction, Gemma-2 soft-cap) that builder graphs lack
     "bitwise_bool": lambda x: ops.select(
         ops.bitwise_xor(
-            ops.bitwise_and(ops.greater(x, ops.constant(np.float32(-1))), ops.bitwise_not(ops.less(x, ops.constant(np.float32(0.5))))),
-            ops.bitwise_or(ops.less(x, ops.constant(np.float32(-1.5))), ops.greater(x, ops.constant(np.float32(1.2))))),
-        x, ops.constant(np.float32(-7))),
+            ops.bitwise_and(
+                ops.greater(x, ops.constant(np.float32(-1))),
+                ops.bitwise_not(ops.less(x, ops.constant(np.float32(0.5)))),
+            ),
+            ops.bitwise_or(ops.less(x, ops.constant(np.float32(-1.5))), ops.greater(x, ops.constant(np.float32(1.2)))),
+        ),
+        x,
+        ops.constant(np.float32(-7)),
+    ),
     "bitwise_int": lambda x: ops.convert(
         ops.bitwise_or(
             ops.bitwise_and(_i32(x, 9), ops.constant(np.int32(6))),
-            ops.bitwise_xor(ops.bitwise_not(_i32(x, 5)), ops.constant(np.int32(3)))), "f32"),
+            ops.bitwise_xor(ops.bitwise_not(_i32(x, 5)), ops.constant(np.int32(3))),
+        ),
+        "f32",
+    ),
     "mod_int": lambda x: ops.convert(ops.mod(_i32(x, 10), ops.constant(np.int32(3))), "f32"),
     "floor_mod_int": lambda x: ops.convert(ops.floor_mod(_i32(x, 10), ops.constant(np.int32(3))), "f32"),
-    "softcap_tanh": lambda x: ops.multiply(ops.tanh(ops.divide(x, ops.constant(np.float32(0.3)))), ops.constant(np.float32(30))),
+    "softcap_tanh": lambda x: ops.multiply(
+        ops.tanh(ops.divide(x, ops.constant(np.float32(0.3)))), ops.constant(np.float32(30))
+    ),
     "scatter_nd_update": lambda x: ops.scatter_nd_update(
-        x, np.array([[0, 1], [1, 3], [1, 0]]), ops.reshape(ops.slice(x, np.array([0, 2]), np.array([1, 5]), np.array([1, 1])), np.array([3]), False)),
+        x,
+        np.array([[0, 1], [1, 3], [1, 0]]),
+        ops.reshape(ops.slice(x, np.array([0, 2]), np.array([1, 5]), np.array([1, 1])), np.array([3]), False),
+    ),
     "scatter_update_axis1": lambda x: ops.scatter_update(
-        x, np.array([4, 0]), ops.multiply(ops.slice(x, np.array([0]), np.array([2]), np.array([1]), np.array([1])), ops.constant(np.float32(2))), np.int64(1)),
+        x,
+        np.array([4, 0]),
+        ops.multiply(
+            ops.slice(x, np.array([0]), np.array([2]), np.array([1]), np.array([1])), ops.constant(np.float32(2))
+        ),
+        np.int64(1),
+    ),
     "scatter_elements_update": lambda x: ops.scatter_elements_update(
-        x, np.array([[1, 3], [4, 0]]), ops.negative(ops.slice(x, np.array([0]), np.array([2]), np.array([1]), np.array([1]))), np.int64(1)),
+        x,
+        np.array([[1, 3], [4, 0]]),
+        ops.negative(ops.slice(x, np.array([0]), np.array([2]), np.array([1]), np.array([1]))),
+        np.int64(1),
+    ),
     "gather_elements": lambda x: ops.gather_elements(
-        ops.tile(x, np.array([1, 2])), ops.convert(ops.abs(_i32(x, 3)), "i64"), 1),
-    "topk_max_values_and_indices": lambda x: ops.concat([
-        ops.topk(x, np.int64(3), 1, "max", "value").output(0),
-        ops.convert(ops.topk(x, np.int64(3), 1, "max", "value").output(1), "f32")], 1),
-    "topk_min_by_index_axis0": lambda x: ops.concat([
-        ops.topk(x, np.int64(1), 0, "min", "index").output(0),
-        ops.convert(ops.topk(x, np.int64(1), 0, "min", "index").output(1), "f32")], 0),
+        ops.tile(x, np.array([1, 2])), ops.convert(ops.abs(_i32(x, 3)), "i64"), 1
+    ),
+    "topk_max_values_and_indices": lambda x: ops.concat(
+        [
+            ops.topk(x, np.int64(3), 1, "max", "value").output(0),
+            ops.convert(ops.topk(x, np.int64(3), 1, "max", "value").output(1), "f32"),
+        ],
+        1,
+    ),
+    "topk_min_by_index_axis0": lambda x: ops.concat(
+        [
+            ops.topk(x, np.int64(1), 0, "min", "index").output(0),
+            ops.convert(ops.topk(x, np.int64(1), 0, "min", "index").output(1), "f32"),
+        ],
+        0,
+    ),
     # computed indices (MoE routing): the runtime kernels, not the compile-time index map
     "scatter_elements_runtime": lambda x: ops.scatter_elements_update(
-        ops.multiply(x, ops.constant(np.float32(0))), ops.topk(x, np.int64(2), 1, "max", "value").output(1),
-        ops.topk(x, np.int64(2), 1, "max", "value").output(0), np.int64(1)),
+        ops.multiply(x, ops.constant(np.float32(0))),
+        ops.topk(x, np.int64(2), 1, "max", "value").output(1),
+        ops.topk(x, np.int64(2), 1, "max", "value").output(0),
+        np.int64(1),
+    ),
     "scatter_update_runtime": lambda x: ops.scatter_update(
-        x, ops.topk(ops.reduce_sum(x, np.array([0])), np.int64(2), 0, "min", "index").output(1),
-        ops.negative(ops.slice(x, np.array([0]), np.array([2]), np.array([1]), np.array([1]))), np.int64(1)),
+        x,
+        ops.topk(ops.reduce_sum(x, np.array([0])), np.int64(2), 0, "min", "index").output(1),
+        ops.negative(ops.slice(x, np.array([0]), np.array([2]), np.array([1]), np.array([1]))),
+        np.int64(1),
+    ),
     "scatter_nd_runtime": lambda x: ops.scatter_nd_update(
-        x, ops.reshape(ops.topk(ops.reduce_sum(x, np.array([1])), np.int64(1), 0, "max", "value").output(1), np.array([1, 1]), False),
-        ops.negative(ops.slice(x, np.array([1]), np.array([2]), np.array([1]), np.array([0])))),
+        x,
+        ops.reshape(
+            ops.topk(ops.reduce_sum(x, np.array([1])), np.int64(1), 0, "max", "value").output(1),
+            np.array([1, 1]),
+            False,
+        ),
+        ops.negative(ops.slice(x, np.array([1]), np.array([2]), np.array([1]), np.array([0]))),
+    ),
     "reduce_prod": lambda x: ops.reduce_prod(ops.add(x, ops.constant(np.float32(2))), np.array([1]), True),
 }
 
@@ -178,7 +227,7 @@ def test_weight_decompression_subgraph(npu_core):
         outs.append(ops.result(ops.matmul(x, wf, False, True)))
     m = ov.Model(outs, [x], "wdq")
     feed = {"x": rng.standard_normal((1, 2, 16)).astype(np.float32)}
-    for a, b in zip(_run(npu_core, m, feed), cpu_reference(m, feed)):
+    for a, b in zip(_run(npu_core, m, feed), cpu_reference(m, feed), strict=False):
         assert rel_err(a, b) <= F32_TOL
 
 
@@ -191,7 +240,7 @@ def test_builder_llms_match_cpu(npu_core, request, fixture, seq, past):
     m = static_llm(request.getfixturevalue(fixture) / "openvino_model.xml", seq, past)
     feed = llm_feed(m)
     ours, ref = _run(npu_core, m, feed), cpu_reference(m, feed)
-    for a, b in zip(ours, ref):
+    for a, b in zip(ours, ref, strict=False):
         assert rel_err(a, b) <= F32_TOL
 
 
@@ -210,8 +259,10 @@ def test_sdpa_masks_and_scale(npu_core, mask_kind):
     q = ops.parameter([1, 2, 3, 8], np.float32, name="q")
     k = ops.parameter([1, 2, 5, 8], np.float32, name="k")
     v = ops.parameter([1, 2, 5, 4], np.float32, name="v")
-    feed = {n: rng.standard_normal(s).astype(np.float32) for n, s in (("q", [1, 2, 3, 8]), ("k", [1, 2, 5, 8]),
-                                                                       ("v", [1, 2, 5, 4]))}
+    feed = {
+        n: rng.standard_normal(s).astype(np.float32)
+        for n, s in (("q", [1, 2, 3, 8]), ("k", [1, 2, 5, 8]), ("v", [1, 2, 5, 4]))
+    }
     params = [q, k, v]
     if mask_kind == "bool":
         m = ops.parameter([1, 1, 3, 5], np.bool_, name="m")
@@ -225,8 +276,9 @@ def test_sdpa_masks_and_scale(npu_core, mask_kind):
         att = ops.scaled_dot_product_attention(q, k, v, m)
         params.append(m)
     else:
-        att = ops.scaled_dot_product_attention(q, k, v, ops.constant(np.zeros((1, 1, 3, 5), np.float32)),
-                                               ops.constant(np.float32(0.3)))
+        att = ops.scaled_dot_product_attention(
+            q, k, v, ops.constant(np.zeros((1, 1, 3, 5), np.float32)), ops.constant(np.float32(0.3))
+        )
     model = ov.Model([ops.result(att)], params, "sdpa")
     (a,), (b,) = _run(npu_core, model, feed), cpu_reference(model, feed)
     assert rel_err(a, b) <= F32_TOL
@@ -241,7 +293,7 @@ def test_f16_mode_on_cnn_and_builder_prefill(npu_core, tiny_model_dir, which):
         m = static_llm(tiny_model_dir / "openvino_model.xml", 16, 0)
         feed = llm_feed(m)
     ours = _run(npu_core, m, feed, {"INFERENCE_PRECISION_HINT": "f16"})
-    for a, b in zip(ours, cpu_reference(m, feed)):
+    for a, b in zip(ours, cpu_reference(m, feed), strict=False):
         assert rel_err(a, b) <= F16_TOL
 
 
@@ -253,6 +305,6 @@ def test_pooling_pads_and_rounding(npu_core, exclude_pad, rounding):
     mx = ops.max_pool(x, [2, 2], [1, 1], [1, 1], [0, 0], [3, 3], rounding).output(0)
     m = ov.Model([ops.result(a), ops.result(mx)], [x], "pool")
     feed = {"x": np.random.default_rng(7).standard_normal((1, 2, 7, 7)).astype(np.float32)}
-    for a_, b_ in zip(_run(npu_core, m, feed), cpu_reference(m, feed)):
+    for a_, b_ in zip(_run(npu_core, m, feed), cpu_reference(m, feed), strict=False):
         assert a_.shape == b_.shape
         assert rel_err(a_, b_) <= F32_TOL

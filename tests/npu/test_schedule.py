@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ov_npu_emu.npu.blob.integrity import reseal
 from ov_npu_emu.errors import BarrierDeadlockError, ConfigError
+from ov_npu_emu.npu.blob.integrity import reseal
 from tests.npu.conftest import llm_feed, make_mlp
 
 
@@ -37,7 +37,7 @@ def test_schedule_respects_every_barrier_and_fifo(npu_core, stories_decode):
         assert [at[t.tid] for t in lane] == sorted(at[t.tid] for t in lane)
     # the FIFOs interleave: the order is not lane after lane
     lane_of = [t.lane for t in sched.tasks]
-    assert sum(a != b for a, b in zip(lane_of, lane_of[1:])) > len(cl.lanes)
+    assert sum(a != b for a, b in zip(lane_of, lane_of[1:], strict=False)) > len(cl.lanes)
 
 
 def test_replay_equals_walking_every_inference(npu_core, stories_decode):
@@ -48,7 +48,7 @@ def test_replay_equals_walking_every_inference(npu_core, stories_decode):
         f = llm_feed(stories_decode, seed)
         a = [np.array(x) for x in once.infer(f).values()]
         b = [np.array(x) for x in walk.infer(f).values()]
-        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+        assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=False))
     assert walk.impl.command_list.schedule is None  # the per-task walk never made one
 
 
@@ -64,7 +64,7 @@ def test_patch_swaps_tasks_into_the_schedule(npu_core):
     assert req.impl.command_list.schedule is sched  # barriers unchanged: kept, tasks swapped
     # the replayed DMA reads the patched address (a stale bound task would read x0's buffer)
     np.testing.assert_array_equal(out, ref1)
-    assert all(a is b for a, b in zip(sched.runs, (t.run for t in sched.tasks)))
+    assert all(a is b for a, b in zip(sched.runs, (t.run for t in sched.tasks), strict=False))
 
 
 def test_deadlock_on_replay_path_each_inference(npu_core):

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from ov_npu_emu.npu.blob.integrity import reseal
 from ov_npu_emu.errors import BlobFormatError, ConfigError, ExecutionError
 from ov_npu_emu.modelbuilder import make_model_folder
 from ov_npu_emu.npu.blob.format import SEC_WEIGHTS, operand_addr_offset
+from ov_npu_emu.npu.blob.integrity import reseal
 from ov_npu_emu.npu.blob.reader import BlobReader
 from ov_npu_emu.npu.driver import WeightsBank
 from ov_npu_emu.npu.driver.bank import BANK_MIN_BYTES

@@ -94,7 +94,7 @@ def assert_matches_real(
     Such a divergence is accepted only after ``min_equal`` identical ids and only where the CPU
     model's top-2 logit gap is below 1e-3.
     """
-    first = next((i for i, (a, b) in enumerate(zip(ours, real)) if a != b), None)
+    first = next((i for i, (a, b) in enumerate(zip(ours, real, strict=False)) if a != b), None)
     if first is None:
         assert len(ours) == len(real) or min(len(ours), len(real)) >= min_equal
         return
@@ -108,7 +108,6 @@ def decode_step(model: Any, stored: int, seed: int = 0) -> tuple[np.ndarray, Any
     """One step of a static generate model on the CPU plugin (f32, 1 thread) with random past KV
     of which ``stored`` slots are valid; returns (``npuw_output_embed`` copy, compiled model)."""
     import openvino as ov
-
     from ov_npu_emu_npuw.transform import EMBED
 
     cm = ov.Core().compile_model(model, "CPU", {**F32_SUB, "INFERENCE_NUM_THREADS": 1})

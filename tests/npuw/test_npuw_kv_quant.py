@@ -10,10 +10,10 @@ import json
 
 import numpy as np
 import pytest
+from ov_npu_emu_npuw.kvquant import dequantize, quantize, quantize_channels, unpack
 
 from ov_npu_emu.cli import main
 from ov_npu_emu.errors import ConfigError
-from ov_npu_emu_npuw.kvquant import dequantize, quantize, quantize_channels, unpack
 
 from ._oracle import greedy
 
@@ -45,7 +45,7 @@ def test_quantised_kv_agrees_with_f16(emu_core, stories260k_dir, device, precisi
     # the CPU run serves as the reference for the emulated NPU too, one compile fewer.
     ref, kv16 = _run(emu_core, xml, "CPU", "f16")
     ids, kv = _run(emu_core, xml, device, precision)
-    agree = sum(a == b for a, b in zip(ids, ref))
+    agree = sum(a == b for a, b in zip(ids, ref, strict=False))
     assert len(ids) == NEW and agree >= min_agree * NEW, (agree, ids, ref)
     # memory: the data is half (u8) / a quarter (u4) of f16, scales and residual beside it
     assert kv.data_nbytes == data_ratio * kv16.nbytes
@@ -185,7 +185,7 @@ def test_batched_step_write_equals_per_tensor_writes(precision):
         a.write_step(39, pos, rows)
         for i, r in enumerate(rows):
             b.write(i, 39, pos, r)
-    for x, y in zip((*a.flat, *a.scale_flat, *a.zp_flat), (*b.flat, *b.scale_flat, *b.zp_flat)):
+    for x, y in zip((*a.flat, *a.scale_flat, *a.zp_flat), (*b.flat, *b.scale_flat, *b.zp_flat), strict=False):
         np.testing.assert_array_equal(x, y)
 
 
@@ -194,7 +194,6 @@ def test_graph_dequantisation_equals_the_host_scheme(stories_model, precision, g
     """A generate variant fed stored bytes + scales on the real CPU plugin gives the logits of
     the f32 variant fed the host's dequantisation of the same bytes (kvquant.dequantize)."""
     import openvino as ov
-
     from ov_npu_emu_npuw.kvquant import BITS
     from ov_npu_emu_npuw.transform import make_generate_model, to_stateless
 
@@ -210,7 +209,7 @@ def test_graph_dequantisation_equals_the_host_scheme(stories_model, precision, g
         "position_ids": np.array([[K - 1]], np.int64),
     }
     ref_feed = dict(feed)
-    for name, h, d in zip(kv.past_names, kv.num_heads, kv.head_dims):
+    for name, h, d in zip(kv.past_names, kv.num_heads, kv.head_dims, strict=False):
         g = group or d
         rows = (rng.standard_normal((1, h, K - 1, d)) * 3).astype(np.float32)
         if name.endswith(".key"):  # per channel per block of g tokens

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from ov_npu_emu_npuw.transform import PositionMask, _classify
 
 N = 12
@@ -58,9 +57,9 @@ def test_unknown_reader_of_the_past_is_a_compile_error_naming_it():
     """A past KV input read by something NPUW cannot resolve in the no-past prefill: typed error."""
     import openvino as ov
     from openvino import opset13 as ops
+    from ov_npu_emu_npuw.transform import _param, make_prefill_model, to_stateless
 
     from ov_npu_emu.errors import CompileError
-    from ov_npu_emu_npuw.transform import _param, make_prefill_model, to_stateless
     from tools.conformance import FIXTURES
 
     model = ov.Core().read_model(FIXTURES / "llama-fp32" / "openvino_model.xml")

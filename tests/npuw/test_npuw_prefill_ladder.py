@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 import pytest
+from ov_npu_emu_npuw.config import ladder_sizes, parse_config
 
 from ov_npu_emu.errors import ConfigError
-from ov_npu_emu_npuw.config import ladder_sizes, parse_config
 from tests.npuw._oracle import F32_SUB, greedy, real_npuw_config
 
 # "Once upon a time, there was a little girl named Lily." (stories260K tokenizer)
@@ -61,7 +61,7 @@ def _prefill_state(cm, prompt: list[int]):
 def _assert_same(a, b) -> None:
     assert a[0] == b[0]
     assert len(a[1]) == len(b[1])
-    for x, y in zip(a[1], b[1]):
+    for x, y in zip(a[1], b[1], strict=False):
         assert x.dtype == y.dtype and np.array_equal(x, y)  # bit for bit, not allclose
 
 

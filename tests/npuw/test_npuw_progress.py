@@ -23,7 +23,11 @@ class _Tty(io.StringIO):
         return True
 
 
-@pytest.mark.parametrize(("tty", "env", "shown"), [(True, "1", True), (False, "1", False), (True, "0", False)], ids=["tty", "pipe", "disabled"])
+@pytest.mark.parametrize(
+    ("tty", "env", "shown"),
+    [(True, "1", True), (False, "1", False), (True, "0", False)],
+    ids=["tty", "pipe", "disabled"],
+)
 def test_progress_line_only_on_a_terminal(tiny_model_dir, monkeypatch, tty, env, shown):
     err = _Tty() if tty else io.StringIO()
     monkeypatch.setattr("sys.stderr", err)

@@ -8,8 +8,6 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 import pytest
-
-from ov_npu_emu.errors import UserInputError
 from ov_npu_emu_npuw.transform import (
     cache_rope,
     make_generate_model,
@@ -17,6 +15,8 @@ from ov_npu_emu_npuw.transform import (
     rotate_half_as_matmul,
     to_stateless,
 )
+
+from ov_npu_emu.errors import UserInputError
 from tests.npuw._oracle import decode_step
 
 

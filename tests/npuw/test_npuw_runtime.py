@@ -54,7 +54,7 @@ def test_smaller_variants_allocate_no_kv_memory(small_cm):
     cm = small_cm.impl
     # one buffer sized for the largest variant (K=256 → 255 past slots), f16 by default
     assert kv.dtype == np.float16
-    assert kv.nbytes == sum(h * (256 - 1) * d * 2 for h, d in zip(cm.kv.num_heads, cm.kv.head_dims))
+    assert kv.nbytes == sum(h * (256 - 1) * d * 2 for h, d in zip(cm.kv.num_heads, cm.kv.head_dims, strict=False))
     # every variant's past (and the chunked-prefill past) is a view of the one buffer
     for k, sub in impl._gen.items():
         for i, name in enumerate(cm.kv.past_names):
@@ -69,7 +69,7 @@ def test_smaller_variants_allocate_no_kv_memory(small_cm):
     per_variant = sum(
         h * (k - 1) * d * kv.dtype.itemsize
         for k in (128, 192)
-        for h, d in zip(cm.kv.num_heads, cm.kv.head_dims)
+        for h, d in zip(cm.kv.num_heads, cm.kv.head_dims, strict=False)
     )
     assert kv.nbytes <= allocated < kv.nbytes + per_variant
 
@@ -255,4 +255,4 @@ def test_seed_variants_at_full_scale(stories_model, emu_core):
         _, err = greedy(req, ([1] + SHORT[1:] * 70)[:n], 2)
         assert err is None and req._impl.variant == variant
     kv = req._impl.kv
-    assert kv.nbytes == sum(h * 1151 * d * 2 for h, d in zip(kv.num_heads, kv.head_dims))
+    assert kv.nbytes == sum(h * 1151 * d * 2 for h, d in zip(kv.num_heads, kv.head_dims, strict=False))

@@ -60,5 +60,5 @@ def test_damage_names_the_section(all_targets: dict[str, Target]) -> None:
     where = sec["sh_offset"] + sec["sh_size"] // 2
     bad = bytearray(blob)
     bad[where] ^= 1
-    with pytest.raises(BlobFormatError, match=rf"\.npu\.weights fails its checksum \(file offset 0x[0-9a-f]+"):
+    with pytest.raises(BlobFormatError, match=r"\.npu\.weights fails its checksum \(file offset 0x[0-9a-f]+"):
         BlobReader(bytes(bad))

@@ -13,8 +13,8 @@ from elftools.elf.elffile import ELFFile
 
 import ov_npu_emu as ov
 from ov_npu_emu.errors import BlobFormatError, NpuEmuError, RelocationError
-from ov_npu_emu.npu.blob.reader import META_HEAD
 from ov_npu_emu.npu.blob.integrity import reseal
+from ov_npu_emu.npu.blob.reader import META_HEAD
 from ov_npu_emu.testing import make_add_model, make_model_with_memory
 
 pytestmark = pytest.mark.filterwarnings("ignore")

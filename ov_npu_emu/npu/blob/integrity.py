@@ -85,7 +85,10 @@ def seal(image: bytes | bytearray | memoryview, *, by_section: bool = True) -> b
 
 def is_sealed(blob: bytes | bytearray | memoryview) -> bool:
     """Whether ``blob`` ends in an integrity trailer's magic (nothing is verified)."""
-    return len(blob) >= TRAILER.size and bytes(blob[len(blob) - TRAILER.size:len(blob) - TRAILER.size + 8]) == TRAILER_MAGIC
+    return (
+        len(blob) >= TRAILER.size
+        and bytes(blob[len(blob) - TRAILER.size : len(blob) - TRAILER.size + 8]) == TRAILER_MAGIC
+    )
 
 
 def _fail(what: str) -> BlobFormatError:
@@ -103,9 +106,11 @@ def verify(blob: bytes | bytearray | memoryview) -> int:
         raise _fail(f"{total} bytes is shorter than its integrity trailer (truncated)")
     magic, fmt, n, table_off, table_crc, crc = TRAILER.unpack_from(view, total - TRAILER.size)
     if magic != TRAILER_MAGIC:
-        raise _fail("no integrity trailer at the end of the file (truncated, extended, or written by an "
-                    "ov-npu-emu older than blob format 1.2)")
-    if zlib.crc32(view[total - TRAILER.size: total - 4]) != crc:
+        raise _fail(
+            "no integrity trailer at the end of the file (truncated, extended, or written by an "
+            "ov-npu-emu older than blob format 1.2)"
+        )
+    if zlib.crc32(view[total - TRAILER.size : total - 4]) != crc:
         raise _fail(f"the integrity trailer at file offset {total - TRAILER.size:#x} fails its checksum")
     if fmt != TRAILER_FORMAT:
         raise _fail(f"integrity trailer format {fmt} is unknown (this runtime reads {TRAILER_FORMAT})")
@@ -121,7 +126,7 @@ def verify(blob: bytes | bytearray | memoryview) -> int:
         name = label.rstrip(b"\0").decode("ascii", "replace")
         if off != pos or size == 0 or off + size > table_off:
             raise _fail(f"checksum table entry {i} ({name}) does not continue the image at {pos:#x}")
-        if zlib.crc32(view[off:off + size]) != want:
+        if zlib.crc32(view[off : off + size]) != want:
             raise _fail(f"{name} fails its checksum (file offset {off:#x}..{off + size - 1:#x})")
         pos = off + size
     if pos != table_off:
@@ -140,4 +145,4 @@ def reseal(blob: bytes | bytearray) -> bytes:
 
 def strip(blob: bytes) -> bytes:
     """The verified image of a sealed blob (without its table and trailer)."""
-    return blob[:verify(blob)]
+    return blob[: verify(blob)]

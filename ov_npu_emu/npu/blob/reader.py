@@ -146,11 +146,19 @@ class BlobReader:
             raise BlobFormatError(f"an NPU blob must be bytes, got {type(blob).__name__}")
         self._blob = self._split.head if self._split is not None else blob if isinstance(blob, bytes) else bytes(blob)
         if self._blob[:4] != b"\x7fELF":
-            raise BlobFormatError("not an NPU blob: missing ELF magic; export it with CompiledModel.export_model() on device NPU")
-        if (self._split is None and len(self._blob) >= 20 and not is_sealed(self._blob)
-                and struct.unpack_from("<H", self._blob, 18)[0] != EM_NPU_EMU):
-            raise BlobFormatError("foreign ELF file (another e_machine, no ov-npu-emu integrity trailer); "
-                                  "this is not an ov-npu-emu NPU blob")
+            raise BlobFormatError(
+                "not an NPU blob: missing ELF magic; export it with CompiledModel.export_model() on device NPU"
+            )
+        if (
+            self._split is None
+            and len(self._blob) >= 20
+            and not is_sealed(self._blob)
+            and struct.unpack_from("<H", self._blob, 18)[0] != EM_NPU_EMU
+        ):
+            raise BlobFormatError(
+                "foreign ELF file (another e_machine, no ov-npu-emu integrity trailer); "
+                "this is not an ov-npu-emu NPU blob"
+            )
         #: bytes of the ELF image; a blob from bytes is checked against its integrity trailer
         #: before anything else reads it, and sections must lie inside the image
         self.image_size = len(self._split) if self._split is not None else verify(self._blob)
@@ -199,12 +207,12 @@ class BlobReader:
     def _view(self, off: int, size: int) -> memoryview:
         """File bytes [off, off + size) without a copy (of a split blob: the hole reads as empty)."""
         if self._split is None:
-            return memoryview(self._blob)[off:off + size]
+            return memoryview(self._blob)[off : off + size]
         head, tail0 = len(self._split.head), len(self._split.head) + self._split.hole
         if off + size <= head:
-            return memoryview(self._split.head)[off:off + size]
+            return memoryview(self._split.head)[off : off + size]
         if off >= tail0:
-            return memoryview(self._split.tail)[off - tail0:off - tail0 + size]
+            return memoryview(self._split.tail)[off - tail0 : off - tail0 + size]
         return memoryview(b"")
 
     def iter_sections(self) -> Iterator[SectionInfo]:
@@ -216,8 +224,14 @@ class BlobReader:
                 if not nobits and off + size > total:
                     raise BlobFormatError(f"section {s.name} runs past the end of the blob (truncated)")
                 # a view, not s.data(): weights can be gigabytes and must not be copied per lookup
-                yield SectionInfo(i, s.name, size, nobits, bool(s["sh_flags"] & 0x2),
-                                  memoryview(b"") if nobits else self._view(off, size))
+                yield SectionInfo(
+                    i,
+                    s.name,
+                    size,
+                    nobits,
+                    bool(s["sh_flags"] & 0x2),
+                    memoryview(b"") if nobits else self._view(off, size),
+                )
         except _ELF_ERRORS as e:
             raise BlobFormatError(f"corrupt NPU blob section table: {e}") from e
 

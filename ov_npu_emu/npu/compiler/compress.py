@@ -93,7 +93,7 @@ def _per_group(a: np.ndarray, qshape: tuple[int, ...]) -> np.ndarray | None:
     full = (1,) * (len(qshape) - a.ndim) + tuple(a.shape)
     if len(full) != len(qshape) or full[-1] != 1:
         return None
-    if any(d not in (1, q) for d, q in zip(full[:-1], qshape[:-1])):
+    if any(d not in (1, q) for d, q in zip(full[:-1], qshape[:-1], strict=False)):
         return None
     b = np.broadcast_to(a.reshape(full), (*qshape[:-1], 1))
     n = qshape[0]

@@ -112,15 +112,16 @@ def prepare(model: ov.Model, *, compress: bool = True) -> Prepared:
     for rv in read_values:
         var_id = rv.get_variable_id()
         if var_id not in assigns:
-            raise CompileError(f"ReadValue {rv.get_friendly_name()!r} (variable {var_id!r}) has no Assign", stage="lift")
+            raise CompileError(
+                f"ReadValue {rv.get_friendly_name()!r} (variable {var_id!r}) has no Assign", stage="lift"
+            )
         shape = tuple(int(d) for d in rv.get_output_shape(0))
         et = rv.get_output_element_type(0)
         init = None
         if rv.get_input_size() == 1:
             src = rv.input_value(0).get_node()
             if src.get_type_name() != "Constant":
-                raise CompileError(
-                    f"initial value of variable {var_id!r} is not constant after folding", stage="lift")
+                raise CompileError(f"initial value of variable {var_id!r} is not constant after folding", stage="lift")
             data = np.array(src.get_data()).reshape(shape)
             init = None if not data.any() else data
         # the ReadValue becomes a Parameter: the runtime binds the state buffer to it
@@ -148,7 +149,10 @@ def prepare(model: ov.Model, *, compress: bool = True) -> Prepared:
     for n in m.get_ordered_ops():
         for i in range(n.get_output_size()):
             if n.get_output_partial_shape(i).is_dynamic:
-                raise CompileError(f"{n.get_type_name()} {n.get_friendly_name()!r} has a dynamic output shape "
-                                   "although all inputs are static", stage="frontend")
+                raise CompileError(
+                    f"{n.get_type_name()} {n.get_friendly_name()!r} has a dynamic output shape "
+                    "although all inputs are static",
+                    stage="frontend",
+                )
     logger.debug("front end: %d user inputs, %d lifted variables", n_in, len(variables))
     return Prepared(m, n_in, n_out, variables, compressed)

@@ -187,19 +187,34 @@ class _Lowerer:
         self.out.tasks.append(t)
         return t
 
-    def shave(self, kernel: str, ins: list[Value], outs: list[Value], params: list[float], node: ov.Node | None) -> Task:
+    def shave(
+        self, kernel: str, ins: list[Value], outs: list[Value], params: list[float], node: ov.Node | None
+    ) -> Task:
         elems = max(int(np.prod(v.shape, dtype=np.int64)) for v in ins + outs)
         cyc = shave_cycles(self.hw, elems, _FLOPS.get(kernel, 1))
         return self._task(TaskKind.SHAVE, kernel, ins, outs, params, node, cyc, self.hw.dma_channels + 1)
 
-    def dpu(self, kernel: str, ins: list[Value], outs: list[Value], params: list[float], node: ov.Node,
-            macs: int) -> Task:
+    def dpu(
+        self, kernel: str, ins: list[Value], outs: list[Value], params: list[float], node: ov.Node, macs: int
+    ) -> Task:
         wbytes = sum(v.nbytes for v in ins if v.root.place is Place.CONST)
-        return self._task(TaskKind.DPU, kernel, ins, outs, params, node, dpu_cycles(self.hw, macs, wbytes),
-                          self.hw.dma_channels)
+        return self._task(
+            TaskKind.DPU, kernel, ins, outs, params, node, dpu_cycles(self.hw, macs, wbytes), self.hw.dma_channels
+        )
 
-    def dma(self, src: Value, src_off: int, dst: Value, dst_off: int, d0: int, d1: int, row: int,
-            ss: tuple[int, int], ds: tuple[int, int], node: ov.Node | None) -> Task:
+    def dma(
+        self,
+        src: Value,
+        src_off: int,
+        dst: Value,
+        dst_off: int,
+        d0: int,
+        d1: int,
+        row: int,
+        ss: tuple[int, int],
+        ds: tuple[int, int],
+        node: ov.Node | None,
+    ) -> Task:
         lane = self._dma_rr % self.hw.dma_channels
         self._dma_rr += 1
         spec = DmaSpec(src, src_off, dst, dst_off, d0, d1, row, ss, ds)
@@ -217,8 +232,9 @@ class _Lowerer:
         m = self.prep.model
         params = m.get_parameters()
         for idx, p in enumerate(params):
-            v = self.new_value(tuple(p.get_output_shape(0)), _np_dtype(p.get_output_element_type(0)),
-                               Place.INPUT, port=idx)
+            v = self.new_value(
+                tuple(p.get_output_shape(0)), _np_dtype(p.get_output_element_type(0)), Place.INPUT, port=idx
+            )
             self.vals[(p.get_name(), 0)] = v
             self.out.inputs.append(v)
         for name, cw in self.prep.compressed.items():
@@ -245,7 +261,9 @@ class _Lowerer:
                         f"the NPU compiler does not support {t} (node {node.get_friendly_name()!r}); "
                         "there is no fallback to another device: compile the model on device CPU (for an LLM "
                         "through NPUW: NPUW_DEVICES=CPU)",
-                        op_type=t, node_name=node.get_friendly_name())
+                        op_type=t,
+                        node_name=node.get_friendly_name(),
+                    )
             handler(self, node)
         self._bind_outputs()
         return self.out
@@ -265,8 +283,13 @@ class _Lowerer:
             root = v.root
             lifted = j >= n_user
             # write straight into the user's output buffer when the value is ours alone
-            if (not lifted and root.place is Place.SCRATCH and root.vid not in bound and root.producers
-                    and root.dtype == et):
+            if (
+                not lifted
+                and root.place is Place.SCRATCH
+                and root.vid not in bound
+                and root.producers
+                and root.dtype == et
+            ):
                 root.place, root.port = Place.OUTPUT, j
                 bound.add(root.vid)
                 for a in self.out.values:
@@ -355,8 +378,14 @@ class _Lowerer:
         x = self.inp(node, 0)
         axes = sorted({int(a) % len(x.shape) for a in self.need_const(node, 1, "axes").reshape(-1)})
         o = self.node_out(node)
-        kernel = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max",
-                  "ReduceMin": "reduce_min", "ReduceProd": "reduce_prod", "ReduceL2": "reduce_l2"}[node.get_type_name()]
+        kernel = {
+            "ReduceMean": "reduce_mean",
+            "ReduceSum": "reduce_sum",
+            "ReduceMax": "reduce_max",
+            "ReduceMin": "reduce_min",
+            "ReduceProd": "reduce_prod",
+            "ReduceL2": "reduce_l2",
+        }[node.get_type_name()]
         self.shave(kernel, [x], [o], axes, node)
         self.vals[(node.get_name(), 0)] = o
 
@@ -403,7 +432,7 @@ class _Lowerer:
         if mode == "explicit":
             axes = [int(a) for a in self.need_const(node, 2, "axes_mapping").reshape(-1)]
             shape = [1] * len(out_shape)
-            for d, a in zip(x.shape, axes):
+            for d, a in zip(x.shape, axes, strict=False):
                 shape[a] = d
             src = self.alias(x, tuple(shape))
         o = self.node_out(node)
@@ -465,7 +494,7 @@ class _Lowerer:
         o = self.node_out(node)
         axis = int(node.get_attributes()["axis"]) % len(o.shape)
         outer = int(np.prod(o.shape[:axis], dtype=np.int64))
-        inner = int(np.prod(o.shape[axis + 1:], dtype=np.int64)) * o.dtype.itemsize
+        inner = int(np.prod(o.shape[axis + 1 :], dtype=np.int64)) * o.dtype.itemsize
         pos = 0
         for i in range(node.get_input_size()):
             x = self.inp(node, i)
@@ -484,7 +513,7 @@ class _Lowerer:
         x = self.inp(node, 0)
         axis = int(self.need_const(node, 1, "axis").reshape(-1)[0]) % len(x.shape)
         outer = int(np.prod(x.shape[:axis], dtype=np.int64))
-        inner = int(np.prod(x.shape[axis + 1:], dtype=np.int64)) * x.dtype.itemsize
+        inner = int(np.prod(x.shape[axis + 1 :], dtype=np.int64)) * x.dtype.itemsize
         pos = 0
         for i in range(node.get_output_size()):
             shape = tuple(node.get_output_shape(i))
@@ -520,15 +549,19 @@ class _Lowerer:
         if str(node.get_attributes().get("reduction", "none")).lower() != "none":
             raise UnsupportedOpError(
                 f"{node.get_type_name()} {node.get_friendly_name()!r}: reductions are not supported on NPU",
-                op_type=node.get_type_name(), node_name=node.get_friendly_name())
+                op_type=node.get_type_name(),
+                node_name=node.get_friendly_name(),
+            )
         x, u = self.inp(node, 0), self.inp(node, 2)
         if self.const_of(node, 1) is None:
             self._scatter_runtime(node, x, u)
             return
         n, m = int(np.prod(x.shape, dtype=np.int64)), int(np.prod(u.shape, dtype=np.int64))
-        ins = [ov.Tensor(np.arange(n, dtype=np.int64).reshape(x.shape)),
-               ov.Tensor(np.ascontiguousarray(self.need_const(node, 1, "indices"))),
-               ov.Tensor(np.arange(n, n + m, dtype=np.int64).reshape(u.shape))]
+        ins = [
+            ov.Tensor(np.arange(n, dtype=np.int64).reshape(x.shape)),
+            ov.Tensor(np.ascontiguousarray(self.need_const(node, 1, "indices"))),
+            ov.Tensor(np.arange(n, n + m, dtype=np.int64).reshape(u.shape)),
+        ]
         for i in range(3, node.get_input_size()):
             ins.append(ov.Tensor(np.ascontiguousarray(self.need_const(node, i, f"input {i}"))))
         idx = _index_map(node, ins, tuple(node.get_output_shape(0)))
@@ -553,8 +586,11 @@ class _Lowerer:
     def op_sdpa(self, node: ov.Node) -> None:
         q = self.inp(node, 0)
         (k, gk), (v, gv) = self._sdpa_kv(node, 1), self._sdpa_kv(node, 2)
-        grouped_ok = (len(q.shape) == len(k.shape) == len(v.shape) == 4 and q.shape[0] == k.shape[0] == v.shape[0]
-                      and q.shape[1] == k.shape[1] * gk)
+        grouped_ok = (
+            len(q.shape) == len(k.shape) == len(v.shape) == 4
+            and q.shape[0] == k.shape[0] == v.shape[0]
+            and q.shape[1] == k.shape[1] * gk
+        )
         if gk != gv or not grouped_ok:  # read the KV heads expanded (the plain SDPA task)
             k = self._expand_heads(k, gk, node) if gk > 1 else k
             v = self._expand_heads(v, gv, node) if gv > 1 else v
@@ -567,17 +603,22 @@ class _Lowerer:
         if node.get_input_size() > 4:
             c = self.const_of(node, 4)
             if c is None:
-                raise UnsupportedOpError("ScaledDotProductAttention with a non-constant scale",
-                                         op_type="ScaledDotProductAttention", node_name=node.get_friendly_name())
+                raise UnsupportedOpError(
+                    "ScaledDotProductAttention with a non-constant scale",
+                    op_type="ScaledDotProductAttention",
+                    node_name=node.get_friendly_name(),
+                )
             scale = float(c.reshape(-1)[0])
         if node.get_input_size() > 5:
-            raise UnsupportedOpError("ScaledDotProductAttention with attention sinks",
-                                     op_type="ScaledDotProductAttention", node_name=node.get_friendly_name())
+            raise UnsupportedOpError(
+                "ScaledDotProductAttention with attention sinks",
+                op_type="ScaledDotProductAttention",
+                node_name=node.get_friendly_name(),
+            )
         causal = bool(node.get_attributes().get("causal", False))
         o = self.node_out(node)
         # params[3]: query heads per K/V head (grouped-query attention; 1 = plain)
-        t = self.shave("sdpa", ins, [o], [1.0 if causal else 0.0, 1.0 if has_mask else 0.0, scale, float(gk)],
-                       node)
+        t = self.shave("sdpa", ins, [o], [1.0 if causal else 0.0, 1.0 if has_mask else 0.0, scale, float(gk)], node)
         t.cycles = shave_cycles(self.hw, int(np.prod(q.shape)) * k.shape[-2] * 2, 2)
         self.vals[(node.get_name(), 0)] = o
 
@@ -599,8 +640,14 @@ class _Lowerer:
         self.vals[(node.get_name(), 0)] = o
         # stage the activation rows through CMX: DDR -> CMX (DMA), DPU in CMX, CMX -> DDR (DMA)
         rows = int(np.prod(a.shape[:-1], dtype=np.int64))
-        batch_ok = len(a.shape) >= 2 and not ta and int(np.prod(o.shape[:-1], dtype=np.int64)) == rows \
-            and b.root.place is Place.CONST and len(b.shape) == 2 and a.dtype == o.dtype
+        batch_ok = (
+            len(a.shape) >= 2
+            and not ta
+            and int(np.prod(o.shape[:-1], dtype=np.int64)) == rows
+            and b.root.place is Place.CONST
+            and len(b.shape) == 2
+            and a.dtype == o.dtype
+        )
         if not (self.stage and batch_ok):
             self.mm(a, b, o, params, node, macs)
             return
@@ -621,16 +668,20 @@ class _Lowerer:
             self.mm(ca, b, co, params, node, macs * r // max(rows, 1))
             self.dma(co, 0, o, r0 * orow, 1, 1, r * orow, (0, 0), (0, 0), node)
 
-    def _conv_pads(self, node: ov.Node, x_shape: tuple[int, ...], kshape: tuple[int, ...],
-                   strides: list[int], dil: list[int]) -> tuple[list[int], list[int]]:
+    def _conv_pads(
+        self, node: ov.Node, x_shape: tuple[int, ...], kshape: tuple[int, ...], strides: list[int], dil: list[int]
+    ) -> tuple[list[int], list[int]]:
         at = node.get_attributes()
-        pb, pe = [int(p) for p in at.get("pads_begin", [0] * len(kshape))], [int(p) for p in at.get("pads_end", [0] * len(kshape))]
+        pb, pe = (
+            [int(p) for p in at.get("pads_begin", [0] * len(kshape))],
+            [int(p) for p in at.get("pads_end", [0] * len(kshape))],
+        )
         auto = str(at.get("auto_pad", "explicit")).lower()
         if auto == "valid":
             return [0] * len(kshape), [0] * len(kshape)
         if auto in ("same_upper", "same_lower"):
             pb, pe = [], []
-            for d, k, s, dl in zip(x_shape[2:], kshape, strides, dil):
+            for d, k, s, dl in zip(x_shape[2:], kshape, strides, dil, strict=False):
                 out = -(-d // s)
                 total = max(0, (out - 1) * s + (k - 1) * dl + 1 - d)
                 lo = total // 2 if auto == "same_upper" else total - total // 2
@@ -653,8 +704,15 @@ class _Lowerer:
         self.vals[(node.get_name(), 0)] = o
         half = self.hw.cmx_size // 2
         per_channel = o.nbytes // max(o.shape[1], 1)
-        if not (self.stage and not group and o.shape[0] == 1 and w.root.place is Place.CONST and w.alias is None
-                and x.dtype == o.dtype and x.nbytes + per_channel <= half):
+        if not (
+            self.stage
+            and not group
+            and o.shape[0] == 1
+            and w.root.place is Place.CONST
+            and w.alias is None
+            and x.dtype == o.dtype
+            and x.nbytes + per_channel <= half
+        ):
             self.dpu("conv", [x, w], [o], params, node, macs)
             return
         # input resident in CMX; output channels tiled so each tile's result fits beside it
@@ -663,7 +721,7 @@ class _Lowerer:
         tile = max(1, (half - x.nbytes) // per_channel)
         for c0 in range(0, o.shape[1], tile):
             c = min(tile, o.shape[1] - c0)
-            wt = self.new_value((c, *w.shape[1:]), w.dtype, Place.CONST, data=w.data[c0:c0 + c])
+            wt = self.new_value((c, *w.shape[1:]), w.dtype, Place.CONST, data=w.data[c0 : c0 + c])
             co = self.new_value((1, c, *o.shape[2:]), o.dtype, Place.CMX)
             self.dpu("conv", [cx, wt], [co], params, node, macs * c // o.shape[1])
             self.dma(co, 0, o, c0 * per_channel, 1, 1, co.nbytes, (0, 0), (0, 0), node)
@@ -683,8 +741,9 @@ class _Lowerer:
             pe[i] += max(0, need)
         if t == "MaxPool":
             if node.get_output_size() > 1 and node.output(1).get_target_inputs():
-                raise UnsupportedOpError("MaxPool indices output is not supported", op_type=t,
-                                         node_name=node.get_friendly_name())
+                raise UnsupportedOpError(
+                    "MaxPool indices output is not supported", op_type=t, node_name=node.get_friendly_name()
+                )
             params = [len(kshape), *kshape, *strides, *dil, *pb, *pe]
             self.shave("maxpool", [x], [o], params, node)
         else:
@@ -757,8 +816,13 @@ def _op_mvn(self: _Lowerer, node: ov.Node) -> None:
     axes = sorted({int(a) % len(x.shape) for a in self.need_const(node, 1, "axes").reshape(-1)})
     inside = str(at.get("eps_mode", "INSIDE_SQRT")).upper() == "INSIDE_SQRT"
     o = self.node_out(node)
-    self.shave("mvn", [x], [o], [1.0 if at.get("normalize_variance", True) else 0.0, float(at["eps"]),
-                                 1.0 if inside else 0.0, *axes], node)
+    self.shave(
+        "mvn",
+        [x],
+        [o],
+        [1.0 if at.get("normalize_variance", True) else 0.0, float(at["eps"]), 1.0 if inside else 0.0, *axes],
+        node,
+    )
     self.vals[(node.get_name(), 0)] = o
 
 
@@ -767,8 +831,7 @@ def _op_cumsum(self: _Lowerer, node: ov.Node) -> None:
     axis = int(self.need_const(node, 1, "axis").reshape(-1)[0]) % len(x.shape) if node.get_input_size() > 1 else 0
     at = node.get_attributes()
     o = self.node_out(node)
-    self.shave("cumsum", [x], [o], [axis, 1.0 if at.get("exclusive") else 0.0, 1.0 if at.get("reverse") else 0.0],
-               node)
+    self.shave("cumsum", [x], [o], [axis, 1.0 if at.get("exclusive") else 0.0, 1.0 if at.get("reverse") else 0.0], node)
     self.vals[(node.get_name(), 0)] = o
 
 

@@ -17,17 +17,20 @@ def verify_memory(lw: Lowered) -> None:
         vs = [v for v in lw.values if v.alias is None and v.place is place and (v.producers or v.readers)]
         for v in vs:
             if v.offset < 0 or v.offset % 64:
-                raise MemoryPlanError(f"value {v.vid} in {place.value} is unplaced or unaligned ({v.offset})", stage="memory")
+                raise MemoryPlanError(
+                    f"value {v.vid} in {place.value} is unplaced or unaligned ({v.offset})", stage="memory"
+                )
         spans = [(v, min(v.producers + v.readers), max(v.producers + v.readers)) for v in vs]
         spans.sort(key=lambda s: s[0].offset)
         for i, (a, a0, a1) in enumerate(spans):
             a_end = a.offset + align_up(max(a.nbytes, 1), 64)
-            for b, b0, b1 in spans[i + 1:]:
+            for b, b0, b1 in spans[i + 1 :]:
                 if b.offset >= a_end:
                     break
                 if not (a1 < b0 or b1 < a0):
-                    raise MemoryPlanError(f"values {a.vid} and {b.vid} overlap in {place.value} while both live",
-                                          stage="memory")
+                    raise MemoryPlanError(
+                        f"values {a.vid} and {b.vid} overlap in {place.value} while both live", stage="memory"
+                    )
 
 
 def verify_schedule(lw: Lowered, sched: Schedule) -> None:
@@ -48,6 +51,7 @@ def verify_schedule(lw: Lowered, sched: Schedule) -> None:
         for v in t.ins:
             for p in v.root.producers:
                 if p < t.tid and p not in covered:
-                    raise CompileError(f"task {t.tid} reads value {v.vid} without waiting for task {p}",
-                                       stage="schedule")
+                    raise CompileError(
+                        f"task {t.tid} reads value {v.vid} without waiting for task {p}", stage="schedule"
+                    )
         lane_prev.setdefault(t.lane, []).append(t.tid)

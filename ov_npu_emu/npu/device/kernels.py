@@ -71,18 +71,34 @@ def _erf(x: np.ndarray, out: np.ndarray) -> None:
     s = np.sign(x64)
     a = np.abs(x64)
     t = 1.0 / (1.0 + 0.3275911 * a)
-    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * np.exp(-a * a)
+    y = 1.0 - (
+        ((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592
+    ) * t * np.exp(-a * a)
     np.multiply(s, y, out=out, casting="unsafe")
 
 
 _BIN_UFUNC = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "power": np.power,
-    "maximum": np.maximum, "minimum": np.minimum, "equal": np.equal, "not_equal": np.not_equal,
-    "less": np.less, "less_equal": np.less_equal, "greater": np.greater,
-    "greater_equal": np.greater_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
-    "logical_xor": np.logical_xor, "floor_mod": np.mod, "mod": np.fmod,
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "power": np.power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor,
+    "floor_mod": np.mod,
+    "mod": np.fmod,
     # OpenVINO's Bitwise* on boolean are the logical ops, on integers bitwise: numpy's too
-    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
 }
 
 
@@ -96,6 +112,7 @@ def _make_binary(name: str) -> Maker:
         if o.dtype == a.dtype or o.dtype == np.bool_:
             return functools.partial(uf, a, b, out=o)
         return functools.partial(uf, a, b, out=o, casting="unsafe")
+
     return maker
 
 
@@ -122,14 +139,27 @@ def _sqdiff(ins, outs, params):  # type: ignore[no-untyped-def]
     def run() -> None:
         np.subtract(a, b, out=o, casting="unsafe")
         np.square(o, out=o)
+
     return run
 
 
 _UN_UFUNC = {
-    "relu": None, "tanh": np.tanh, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
-    "negative": np.negative, "abs": np.abs, "sin": np.sin, "cos": np.cos, "floor": np.floor,
-    "ceiling": np.ceil, "logical_not": np.logical_not, "sign": np.sign, "tan": np.tan,
-    "atan": np.arctan, "bitwise_not": np.invert,
+    "relu": None,
+    "tanh": np.tanh,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "negative": np.negative,
+    "abs": np.abs,
+    "sin": np.sin,
+    "cos": np.cos,
+    "floor": np.floor,
+    "ceiling": np.ceil,
+    "logical_not": np.logical_not,
+    "sign": np.sign,
+    "tan": np.tan,
+    "atan": np.arctan,
+    "bitwise_not": np.invert,
 }
 
 
@@ -141,6 +171,7 @@ def _make_unary(name: str) -> Maker:
         if name == "relu":
             return functools.partial(np.maximum, x, 0, out=o, casting="unsafe")
         return functools.partial(uf, x, out=o, casting="unsafe")
+
     return maker
 
 
@@ -157,6 +188,7 @@ def _sigmoid(ins, outs, params):  # type: ignore[no-untyped-def]
         np.exp(o, out=o)
         np.add(o, 1, out=o)
         np.reciprocal(o, out=o)
+
     return run
 
 
@@ -212,6 +244,7 @@ def _gelu(ins, outs, params):  # type: ignore[no-untyped-def]
         np.multiply(tmp, x, out=tmp)
         np.multiply(tmp, 0.5, out=tmp)
         np.copyto(o, tmp, casting="unsafe")
+
     return run
 
 
@@ -230,6 +263,7 @@ def _swish(ins, outs, params):  # type: ignore[no-untyped-def]
         np.exp(tmp, out=tmp)
         np.add(tmp, one, out=tmp)
         np.divide(x, tmp, out=o, casting="unsafe")
+
     return run
 
 
@@ -249,7 +283,7 @@ def _clamp(ins, outs, params):  # type: ignore[no-untyped-def]
 
 #: f16 bits placed at bit 13 of an f32 are the value scaled by 2**-112 (both exponent fields end
 #: at bit 23 of the shifted word); multiplying back is exact for normals, zeros and subnormals
-_F16_REBIAS = np.float32(2.0 ** 112)
+_F16_REBIAS = np.float32(2.0**112)
 _F16_SIGN_EM = np.int32(-0x70000001)  # 0x8FFFFFFF: sign bit, then exponent/mantissa at bits 13..27
 _F32_SUBNORMAL = np.float32(1e-40)
 
@@ -279,14 +313,20 @@ def _f16_to_f32(x: np.ndarray, o: np.ndarray) -> Runner:
             np.copyto(o, x, casting="unsafe")
             return
         np.multiply(wf, _F16_REBIAS, out=of)
+
     return run
 
 
 @kernel("convert")
 def _convert(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
-    if x.dtype == np.float16 and o.dtype == np.float32 and x.size >= 256 \
-            and x.flags.c_contiguous and o.flags.c_contiguous:
+    if (
+        x.dtype == np.float16
+        and o.dtype == np.float32
+        and x.size >= 256
+        and x.flags.c_contiguous
+        and o.flags.c_contiguous
+    ):
         return _f16_to_f32(x, o)
     if x.dtype.kind == "f" and o.dtype.kind in "iub":
         if o.dtype == np.bool_:
@@ -304,6 +344,7 @@ def _select(ins, outs, params):  # type: ignore[no-untyped-def]
     def run() -> None:
         np.copyto(o, b, casting="unsafe")
         np.copyto(o, a, casting="unsafe", where=c)
+
     return run
 
 
@@ -329,15 +370,22 @@ def _make_softmax(log: bool) -> Maker:
                 np.exp(tmp, out=tmp)
                 np.sum(tmp, axis=axis, keepdims=True, out=sm)
                 np.divide(tmp, sm, out=o, casting="unsafe")
+
         return run
+
     return maker
 
 
 KERNELS["softmax"] = _make_softmax(False)
 KERNELS["log_softmax"] = _make_softmax(True)
 
-_REDUCE = {"reduce_mean": np.mean, "reduce_sum": np.sum, "reduce_max": np.max, "reduce_min": np.min,
-           "reduce_prod": np.prod}
+_REDUCE = {
+    "reduce_mean": np.mean,
+    "reduce_sum": np.sum,
+    "reduce_max": np.max,
+    "reduce_min": np.min,
+    "reduce_prod": np.prod,
+}
 
 
 def _make_reduce(name: str) -> Maker:
@@ -347,8 +395,9 @@ def _make_reduce(name: str) -> Maker:
         kshape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
         ok = o.reshape(kshape)
         if name == "reduce_l2":
-            return lambda: np.copyto(ok, np.sqrt(np.sum(np.square(x, dtype=np.float32), axis=axes, keepdims=True)),
-                                     casting="unsafe")
+            return lambda: np.copyto(
+                ok, np.sqrt(np.sum(np.square(x, dtype=np.float32), axis=axes, keepdims=True)), casting="unsafe"
+            )
         fn = _REDUCE[name]
         if name == "reduce_mean" and x.dtype == o.dtype == np.float32:
             # np.mean's own f32 steps (sum, then divide by the intp count) without its Python layers.
@@ -356,15 +405,17 @@ def _make_reduce(name: str) -> Maker:
             # f32 division gives the same bits (53 >= 2*24 + 2: double rounding is innocuous) and
             # skips the mixed-type loop (~2 us per call)
             n_items = math.prod(x.shape[a] for a in axes)
-            count = np.array(n_items, np.float32) if n_items < 2 ** 24 else np.intp(n_items)
+            count = np.array(n_items, np.float32) if n_items < 2**24 else np.intp(n_items)
 
             def mean() -> None:
                 np.add.reduce(x, axis=axes, keepdims=True, out=ok)
                 np.true_divide(ok, count, out=ok, casting="unsafe")
+
             return mean
         if o.dtype == np.float16:
             return lambda: np.copyto(ok, fn(x, axis=axes, keepdims=True, dtype=np.float32), casting="unsafe")
         return lambda: fn(x, axis=axes, keepdims=True, out=ok)
+
     return maker
 
 
@@ -422,6 +473,7 @@ def _gather(ins, outs, params):  # type: ignore[no-untyped-def]
     def run() -> None:
         for b in range(nb):
             np.copyto(o2[b], np.take(d2[b], i2[b], axis=axis - bd, mode="wrap"), casting="unsafe")
+
     return run
 
 
@@ -435,6 +487,7 @@ def _gather_elements(ins, outs, params):  # type: ignore[no-untyped-def]
     def run() -> None:
         # negative indices count from the end; wrapped like the gather kernel's mode="wrap"
         np.copyto(o, np.take_along_axis(data, np.mod(idx, dim), axis=axis), casting="unsafe")
+
     return run
 
 
@@ -453,6 +506,7 @@ def _topk(ins, outs, params):  # type: ignore[no-untyped-def]
             top = np.sort(top, axis=axis)
         np.copyto(indices, top, casting="unsafe")
         np.copyto(values, np.take_along_axis(x, top, axis=axis), casting="unsafe")
+
     return run
 
 
@@ -471,6 +525,7 @@ def _scatter_elements(ins, outs, params):  # type: ignore[no-untyped-def]
     def run() -> None:
         np.copyto(o, data, casting="unsafe")
         np.put_along_axis(o, _wrapped(idx, data.shape[axis]).astype(np.intp), upd.astype(o.dtype), axis=axis)
+
     return run
 
 
@@ -484,10 +539,11 @@ def _scatter_update(ins, outs, params):  # type: ignore[no-untyped-def]
         np.copyto(o, data, casting="unsafe")
         # updates are [data.shape[:axis], idx.shape, data.shape[axis+1:]]
         flat = _wrapped(idx, data.shape[axis]).reshape(-1)
-        u = upd.reshape((*data.shape[:axis], flat.size, *data.shape[axis + 1:]))
+        u = upd.reshape((*data.shape[:axis], flat.size, *data.shape[axis + 1 :]))
         sel = (slice(None),) * axis
         for j, i in enumerate(flat):
             o[(*sel, int(i))] = u[(*sel, j)]
+
     return run
 
 
@@ -503,6 +559,7 @@ def _scatter_nd(ins, outs, params):  # type: ignore[no-untyped-def]
         u = upd.reshape((keys.shape[0], *data.shape[depth:]))
         for j, key in enumerate(keys):
             o[tuple(int(v) for v in key)] = u[j]
+
     return run
 
 
@@ -537,8 +594,20 @@ def _softmax_times_v(scores, rowmax, v, o, direct: bool) -> None:  # type: ignor
         np.copyto(o, np.matmul(scores, v).reshape(o.shape), casting="unsafe")
 
 
-def _masked_column_skipper(q32, k, v, mask_in, mask, groups: int, L: int, scale: float,  # type: ignore[no-untyped-def]
-                           batch: tuple[int, ...], rows: int, o, direct: bool) -> Callable[[], bool] | None:
+def _masked_column_skipper(
+    q32,
+    k,
+    v,
+    mask_in,
+    mask,
+    groups: int,
+    L: int,
+    scale: float,  # type: ignore[no-untyped-def]
+    batch: tuple[int, ...],
+    rows: int,
+    o,
+    direct: bool,
+) -> Callable[[], bool] | None:
     """Attention over only the columns the mask leaves open, when that is provably the same.
 
     A column is skipped when its mask is so low against every row's best open column that
@@ -584,23 +653,23 @@ def _masked_column_skipper(q32, k, v, mask_in, mask, groups: int, L: int, scale:
             if not math.isfinite(rowmin) or np.count_nonzero(colmax <= rowmin - _EXP_ZERO_MARGIN) < _SKIP_SHARE * S:
                 return False
         # the relative terms cover the f32 roundings of q.k (D terms), scale and mask additions
-        bound = absmax(qa) * absmax(ka) * D * abs(scale) * (1.0 + 2.0 ** -10)
+        bound = absmax(qa) * absmax(ka) * D * abs(scale) * (1.0 + 2.0**-10)
         if not math.isfinite(bound) or not math.isfinite(absmax(va)):
             return False
         if not is_bool:
-            limit = rowmin - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0 ** -16 * (abs(rowmin) + 2.0 * bound)
+            limit = rowmin - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(rowmin) + 2.0 * bound)
             keep = ~(colmax <= limit)
         idx = np.flatnonzero(keep)
         n = idx.size
         if n == 0 or S - n < _SKIP_SHARE * S:
             return False
-        kt = kt_flat[:math.prod(kb) * D * n].reshape(*kb, D, n)
+        kt = kt_flat[: math.prod(kb) * D * n].reshape(*kb, D, n)
         np.copyto(kt, np.swapaxes(np.take(k, idx, axis=-2), -1, -2), casting="unsafe")
-        vr = v_flat[:math.prod(vb) * n * v.shape[-1]].reshape(*vb, n, v.shape[-1])
+        vr = v_flat[: math.prod(vb) * n * v.shape[-1]].reshape(*vb, n, v.shape[-1])
         np.copyto(vr, np.take(v, idx, axis=-2), casting="unsafe")
-        mr = m_flat[:mask.size // S * n].reshape(*mask.shape[:-1], n)
+        mr = m_flat[: mask.size // S * n].reshape(*mask.shape[:-1], n)
         np.take(mask, idx, axis=-1, out=mr)
-        sc = s_flat[:math.prod(batch) * rows * n].reshape(*batch, rows, n)
+        sc = s_flat[: math.prod(batch) * rows * n].reshape(*batch, rows, n)
         scm = sc.reshape(*batch, groups, L, n) if groups > 1 else sc
         np.matmul(q32, kt, out=sc)
         np.multiply(sc, scale, out=sc)
@@ -610,6 +679,7 @@ def _masked_column_skipper(q32, k, v, mask_in, mask, groups: int, L: int, scale:
             np.add(scm, mr, out=scm, casting="unsafe")
         _softmax_times_v(sc, rowmax, vr, o, direct)
         return True
+
     return run
 
 
@@ -641,12 +711,13 @@ def _window_rows(lead: tuple[int, ...], G: int, L: int, D: int, Dv: int, w: int)
         full_o = np.matmul(p, v).reshape(*lead, G, L, Dv)
         found, m = 0, w
         while m < L:
-            qw = np.ascontiguousarray(q.reshape(*lead, G, L, D)[..., L - m:, :]).reshape(*lead, G * m, D)
-            pw = np.ascontiguousarray(p.reshape(*lead, G, L, L)[..., L - m:, :]).reshape(*lead, G * m, L)
-            sw = np.matmul(qw, np.ascontiguousarray(kt[..., L - w:])).reshape(*lead, G, m, w)
+            qw = np.ascontiguousarray(q.reshape(*lead, G, L, D)[..., L - m :, :]).reshape(*lead, G * m, D)
+            pw = np.ascontiguousarray(p.reshape(*lead, G, L, L)[..., L - m :, :]).reshape(*lead, G * m, L)
+            sw = np.matmul(qw, np.ascontiguousarray(kt[..., L - w :])).reshape(*lead, G, m, w)
             ow = np.matmul(pw, v).reshape(*lead, G, m, Dv)
-            if (np.array_equal(sw[..., m - w:, :], full_s[..., L - w:, L - w:])
-                    and np.array_equal(ow[..., m - w:, :], full_o[..., L - w:, :])):
+            if np.array_equal(sw[..., m - w :, :], full_s[..., L - w :, L - w :]) and np.array_equal(
+                ow[..., m - w :, :], full_o[..., L - w :, :]
+            ):
                 found = m
                 break
             m *= 2
@@ -686,7 +757,7 @@ def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWi
         return False
     # the window rows last in m rows per group; the m - w rows before them are zero (discarded)
     qm = np.zeros((*lead, G, m, q5.shape[-1]), np.float32)
-    qm[..., m - w:, :] = q5[..., w0:, :]
+    qm[..., m - w :, :] = q5[..., w0:, :]
     qs = qm.reshape(*lead, G * m, q5.shape[-1])
     ks = k4[..., w0:, :]
     if mask5.dtype == np.bool_:
@@ -694,21 +765,26 @@ def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWi
             return False
     else:
         open_min = float(np.minimum.reduce(np.maximum.reduce(win, axis=-1), axis=None))
-        bound = (max(abs(float(np.maximum.reduce(qs, axis=None))), abs(float(np.minimum.reduce(qs, axis=None))))
-                 * max(abs(float(np.maximum.reduce(ks, axis=None))), abs(float(np.minimum.reduce(ks, axis=None))))
-                 * q5.shape[-1] * abs(scale) * (1.0 + 2.0 ** -10))
+        bound = (
+            max(abs(float(np.maximum.reduce(qs, axis=None))), abs(float(np.minimum.reduce(qs, axis=None))))
+            * max(abs(float(np.maximum.reduce(ks, axis=None))), abs(float(np.minimum.reduce(ks, axis=None))))
+            * q5.shape[-1]
+            * abs(scale)
+            * (1.0 + 2.0**-10)
+        )
         if not (math.isfinite(open_min) and math.isfinite(bound)):
             return False
-        limit = open_min - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0 ** -16 * (abs(open_min) + 2.0 * bound)
+        limit = open_min - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(open_min) + 2.0 * bound)
         if not float(np.maximum.reduce(pad, axis=None)) <= limit:
             return False
     vf = v4 if v4.dtype == np.float32 else v4.astype(np.float32)
-    if not math.isfinite(max(abs(float(np.maximum.reduce(vf, axis=None))),
-                             abs(float(np.minimum.reduce(vf, axis=None))))):
+    if not math.isfinite(
+        max(abs(float(np.maximum.reduce(vf, axis=None))), abs(float(np.minimum.reduce(vf, axis=None))))
+    ):
         return False  # 0 * inf: a zero probability would not zero a padding column's V
     kt = np.ascontiguousarray(np.swapaxes(ks, -1, -2), dtype=np.float32)
     scm = np.matmul(qs, kt)  # (..., Hkv, G*m, w): plain stacked GEMMs (no broadcast: BLAS)
-    sc5 = scm.reshape(*lead, G, m, w)[..., m - w:, :]
+    sc5 = scm.reshape(*lead, G, m, w)[..., m - w :, :]
     np.multiply(sc5, scale, out=sc5)
     if mask5.dtype == np.bool_:
         np.copyto(sc5, -np.inf, where=~win)
@@ -719,12 +795,12 @@ def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWi
     rowmax = np.maximum.reduce(sc5, axis=-1, keepdims=True)
     np.subtract(sc5, rowmax, out=sc5)
     probs = np.zeros((*lead, G, m, L), np.float32)
-    np.exp(sc5, out=probs[..., m - w:, w0:])
-    total = np.add.reduce(probs[..., m - w:, :], axis=-1, keepdims=True)
-    np.divide(probs[..., m - w:, :], total, out=probs[..., m - w:, :])
+    np.exp(sc5, out=probs[..., m - w :, w0:])
+    total = np.add.reduce(probs[..., m - w :, :], axis=-1, keepdims=True)
+    np.divide(probs[..., m - w :, :], total, out=probs[..., m - w :, :])
     out = np.matmul(probs.reshape(*lead, G * m, L), vf).reshape(*lead, G, m, vf.shape[-1])
     o5[..., :w0, :] = 0
-    np.copyto(o5[..., w0:, :], out[..., m - w:, :], casting="unsafe")
+    np.copyto(o5[..., w0:, :], out[..., m - w :, :], casting="unsafe")
     window.used += 1
     return True
 
@@ -763,8 +839,9 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
     scores_m = scores.reshape(*batch, groups, L, S) if groups > 1 else scores
     if mask is not None and groups > 1:
         m4 = _view(mask, (1,) * (4 - mask.ndim) + mask.shape)
-        mask = _view(m4, (m4.shape[0], 1, 1, *m4.shape[2:]) if m4.shape[1] == 1 else
-                     (m4.shape[0], hkv, groups, *m4.shape[2:]))
+        mask = _view(
+            m4, (m4.shape[0], 1, 1, *m4.shape[2:]) if m4.shape[1] == 1 else (m4.shape[0], hkv, groups, *m4.shape[2:])
+        )
     # with several query rows BLAS is ~4x faster on a row-major K^T than on the transposed view of K
     # (the copy costs one pass over K); one query row (decode) multiplies the view directly
     kt_buf = np.empty((*k.shape[:-2], k.shape[-1], S), np.float32) if rows >= 8 else None
@@ -778,8 +855,11 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
     direct = not f32 and o.dtype == np.float32 and tuple(o.shape[:-2]) == tuple(batch)
     # a few grouped rows against the K^T view: numpy's BLAS dispatch only takes the transposed
     # view for one row per head (gemv), so each group's query rows multiply separately
-    qk_parts = [(_view(q32, (*batch, groups, L, q.shape[-1]))[..., g, :, :], scores_m[..., g, :, :])
-                for g in range(groups)] if groups > 1 and kt_buf is None else []
+    qk_parts = (
+        [(_view(q32, (*batch, groups, L, q.shape[-1]))[..., g, :, :], scores_m[..., g, :, :]) for g in range(groups)]
+        if groups > 1 and kt_buf is None
+        else []
+    )
     skip = None
     if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
         skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct)
@@ -831,6 +911,7 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
         if bias is not None:
             np.add(scores_m, bias, out=scores_m)
         _softmax_times_v(scores, rowmax, v32, o, direct)
+
     return run
 
 
@@ -842,8 +923,9 @@ def _matmul(ins, outs, params):  # type: ignore[no-untyped-def]
     av = np.swapaxes(a, -1, -2) if ta and a.ndim > 1 else a
     bv = np.swapaxes(b, -1, -2) if tb and b.ndim > 1 else b
     if a.ndim == 1 or b.ndim == 1 or a.dtype != np.float32 or b.dtype != np.float32 or o.dtype != np.float32:
-        return lambda: np.copyto(o, np.matmul(av.astype(np.float32), bv.astype(np.float32)).reshape(o.shape),
-                                 casting="unsafe")
+        return lambda: np.copyto(
+            o, np.matmul(av.astype(np.float32), bv.astype(np.float32)).reshape(o.shape), casting="unsafe"
+        )
     return functools.partial(np.matmul, av, bv, out=o)
 
 
@@ -853,11 +935,11 @@ def _conv(ins, outs, params):  # type: ignore[no-untyped-def]
     o = outs[0]
     p = [int(v) for v in params]
     groups, nd = p[0], p[1]
-    strides, dil, pb, pe = p[2:2 + nd], p[2 + nd:2 + 2 * nd], p[2 + 2 * nd:2 + 3 * nd], p[2 + 3 * nd:2 + 4 * nd]
+    strides, dil, pb, pe = p[2 : 2 + nd], p[2 + nd : 2 + 2 * nd], p[2 + 2 * nd : 2 + 3 * nd], p[2 + 3 * nd : 2 + 4 * nd]
     ks = w.shape[-nd:]
-    padded = np.zeros((*x.shape[:2], *[d + a + b for d, a, b in zip(x.shape[2:], pb, pe)]), np.float32)
-    inner = tuple(slice(a, a + d) for a, d in zip(pb, x.shape[2:]))
-    win_shape = tuple((k - 1) * d + 1 for k, d in zip(ks, dil))
+    padded = np.zeros((*x.shape[:2], *[d + a + b for d, a, b in zip(x.shape[2:], pb, pe, strict=False)]), np.float32)
+    inner = tuple(slice(a, a + d) for a, d in zip(pb, x.shape[2:], strict=False))
+    win_shape = tuple((k - 1) * d + 1 for k, d in zip(ks, dil, strict=False))
     win = np.lib.stride_tricks.sliding_window_view(padded, win_shape, axis=tuple(range(2, 2 + nd)))
     sel = (slice(None), slice(None), *[slice(None, None, s) for s in strides], *[slice(None, None, d) for d in dil])
     win = win[sel]
@@ -872,7 +954,7 @@ def _conv(ins, outs, params):  # type: ignore[no-untyped-def]
     else:
         g = groups
         eq = f"ngc{sp}{kk},goc{kk}->ngo{sp}"
-        wv = wf.reshape((g, -1, *wf.shape[-nd - 1:])) if wf.ndim == nd + 3 else wf
+        wv = wf.reshape((g, -1, *wf.shape[-nd - 1 :])) if wf.ndim == nd + 3 else wf
         xv = win.reshape((win.shape[0], g, -1, *win.shape[2:]))
     path = np.einsum_path(eq, xv, wv, optimize="optimal")[0]
 
@@ -880,6 +962,7 @@ def _conv(ins, outs, params):  # type: ignore[no-untyped-def]
         padded[(slice(None), slice(None), *inner)] = x
         r = np.einsum(eq, xv, wv, optimize=path)
         np.copyto(o, r.reshape(o.shape), casting="unsafe")
+
     return run
 
 
@@ -888,13 +971,15 @@ def _make_pool(kind: str) -> Maker:
         x, o = ins[0], outs[0]
         p = [int(v) for v in params]
         nd = p[0]
-        ks, st, dl = p[1:1 + nd], p[1 + nd:1 + 2 * nd], p[1 + 2 * nd:1 + 3 * nd]
-        pb, pe = p[1 + 3 * nd:1 + 4 * nd], p[1 + 4 * nd:1 + 5 * nd]
+        ks, st, dl = p[1 : 1 + nd], p[1 + nd : 1 + 2 * nd], p[1 + 2 * nd : 1 + 3 * nd]
+        pb, pe = p[1 + 3 * nd : 1 + 4 * nd], p[1 + 4 * nd : 1 + 5 * nd]
         fill = -np.inf if kind == "max" else 0.0
-        padded = np.full((*x.shape[:2], *[d + a + b for d, a, b in zip(x.shape[2:], pb, pe)]), fill, np.float32)
-        inner = tuple(slice(a, a + d) for a, d in zip(pb, x.shape[2:]))
+        padded = np.full(
+            (*x.shape[:2], *[d + a + b for d, a, b in zip(x.shape[2:], pb, pe, strict=False)]), fill, np.float32
+        )
+        inner = tuple(slice(a, a + d) for a, d in zip(pb, x.shape[2:], strict=False))
         axes = tuple(range(2, 2 + nd))
-        wshape = tuple((k - 1) * d + 1 for k, d in zip(ks, dl))
+        wshape = tuple((k - 1) * d + 1 for k, d in zip(ks, dl, strict=False))
 
         def windows(arr: np.ndarray) -> np.ndarray:
             w = np.lib.stride_tricks.sliding_window_view(arr, wshape, axis=axes)
@@ -904,24 +989,34 @@ def _make_pool(kind: str) -> Maker:
         win = windows(padded)
         red = tuple(range(2 + nd, 2 + 2 * nd))
         if kind == "max":
+
             def run() -> None:
                 padded[(slice(None), slice(None), *inner)] = x
                 np.copyto(o, win.max(axis=red), casting="unsafe")
+
             return run
         excl = bool(p[1 + 5 * nd])
-        real_pe = p[2 + 5 * nd:2 + 6 * nd]
+        real_pe = p[2 + 5 * nd : 2 + 6 * nd]
         ones = np.zeros(padded.shape, np.float32)
         # exclude_pad counts only real elements; otherwise explicit pads count but ceil overhang does not
         if excl:
             ones[(slice(None), slice(None), *inner)] = 1
         else:
-            ones[(slice(None), slice(None), *[slice(0, a + d + r) for a, d, r in zip(pb, x.shape[2:], real_pe)])] = 1
+            ones[
+                (
+                    slice(None),
+                    slice(None),
+                    *[slice(0, a + d + r) for a, d, r in zip(pb, x.shape[2:], real_pe, strict=False)],
+                )
+            ] = 1
         counts = windows(ones).sum(axis=red)
 
         def run_avg() -> None:
             padded[(slice(None), slice(None), *inner)] = x
             np.copyto(o, win.sum(axis=red) / counts, casting="unsafe")
+
         return run_avg
+
     return maker
 
 
@@ -951,15 +1046,16 @@ def _pad(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
     mode, value = int(params[0]), float(params[1])
     n = x.ndim
-    pb, pe = [int(v) for v in params[2:2 + n]], [int(v) for v in params[2 + n:2 + 2 * n]]
-    width = list(zip(pb, pe))
+    pb, pe = [int(v) for v in params[2 : 2 + n]], [int(v) for v in params[2 + n : 2 + 2 * n]]
+    width = list(zip(pb, pe, strict=False))
     name = ("constant", "edge", "reflect", "symmetric")[mode]
     if name == "constant":
-        inner = o[tuple(slice(b, b + d) for b, d in zip(pb, x.shape))]
+        inner = o[tuple(slice(b, b + d) for b, d in zip(pb, x.shape, strict=False))]
 
         def run() -> None:
             o.fill(value)
             np.copyto(inner, x, casting="unsafe")
+
         return run
     return lambda: np.copyto(o, np.pad(x, width, mode=name), casting="unsafe")
 
@@ -977,6 +1073,7 @@ def _mvn(ins, outs, params):  # type: ignore[no-untyped-def]
             var = np.mean(c * c, axis=axes, keepdims=True)
             c = c / (np.sqrt(var + eps) if inside else np.sqrt(var) + eps)
         np.copyto(o, c, casting="unsafe")
+
     return run
 
 
@@ -991,6 +1088,7 @@ def _cumsum(ins, outs, params):  # type: ignore[no-untyped-def]
         if exclusive:
             c = np.concatenate([np.zeros_like(np.take(c, [0], axis=axis)), np.delete(c, -1, axis=axis)], axis=axis)
         np.copyto(o, np.flip(c, axis) if reverse else c, casting="unsafe")
+
     return run
 
 
@@ -1001,8 +1099,9 @@ _FMT = {code: name for name, code in WEIGHT_FORMATS.items()}
 DQ_TILE_BYTES = 256 * 1024
 
 
-def dequantize(fmt: int, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, mul_f16: bool,
-               k: int) -> np.ndarray:
+def dequantize(
+    fmt: int, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, mul_f16: bool, k: int
+) -> np.ndarray:
     """Rows of a compressed weight -> f32 [rows, k], rounding as the IR's decompression does.
 
     ``q`` is [rows, G, gs] (8-bit), [rows, G, gs/2] packed nibbles (4-bit, low nibble first) or
@@ -1060,14 +1159,14 @@ class TileDequantizer:
     ``matmul_dq`` when the weight is not in the driver's cache, i.e. on every inference.
     """
 
-    def __init__(self, fmt: int, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None,
-                 mul_f16: bool, k: int, tile: int) -> None:
+    def __init__(
+        self, fmt: int, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, mul_f16: bool, k: int, tile: int
+    ) -> None:
         self.name = _FMT.get(fmt)
         if self.name is None:
             raise ExecutionError(f"unknown compressed weight format code {fmt}")
         self.fmt, self.q, self.scale, self.zp, self.mul_f16, self.k = fmt, q, scale, zp, mul_f16, k
         self.fast = not mul_f16 and (self.name == "f16" or scale is not None)
-
 
     def rows(self, r0: int, r1: int) -> np.ndarray:
         """Rows [r0, r1) as f32 [r1 - r0, k] (a view of the thread's buffer, valid until the next
@@ -1109,8 +1208,9 @@ class TileDequantizer:
         return out.reshape(r1 - r0, self.k)
 
 
-def _dq_operands(ins: Sequence[np.ndarray], first: int, has_zp: bool
-                 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+def _dq_operands(
+    ins: Sequence[np.ndarray], first: int, has_zp: bool
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     q = ins[first]
     scale = ins[first + 1] if len(ins) > first + 1 else None
     zp = ins[first + 2] if has_zp and len(ins) > first + 2 else None
@@ -1151,6 +1251,7 @@ def _matmul_dq(ins, outs, params):  # type: ignore[no-untyped-def]
                 dst += np.matmul(x[..., r0:r1], w)
         if acc is not None:
             np.copyto(o, acc, casting="unsafe")
+
     return run
 
 
@@ -1172,4 +1273,5 @@ def _gather_dq(ins, outs, params):  # type: ignore[no-untyped-def]
         r = np.where(r < 0, r + n, r)  # OpenVINO's negative indices
         w = dequantize(fmt, q[r], None if scale is None else scale[r], None if zp is None else zp[r], mul_f16, k)
         np.copyto(flat, w, casting="unsafe")
+
     return run

@@ -7,8 +7,8 @@ import dataclasses
 import hashlib
 import logging
 import threading
-from typing import Any
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

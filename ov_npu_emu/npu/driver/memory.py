@@ -102,7 +102,7 @@ class DeviceArena:
         offs: dict[str, int] = {}
         pos = 0
         # allocate grouped by kind, like the driver's per-kind buffer objects
-        for name, kind, size in sorted(sizes, key=lambda s: int(s[1])):
+        for name, _kind, size in sorted(sizes, key=lambda s: int(s[1])):
             offs[name] = pos
             pos = align_up(pos + max(size, 1), align)
         self.buf = np.zeros(max(pos, align), np.uint8)
