@@ -15,6 +15,7 @@ import openvino as ov
 
 from genai_shim.beam_search import GroupBeamSearcher, SequenceGroup
 from genai_shim.chat import ChatHistory
+from genai_shim.continuous_batching.pipeline import SchedulerConfig
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
 from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
@@ -39,6 +40,7 @@ from ov_npu_emu.errors import (
 
 __all__ = ["LLMPipeline", "SchedulerConfig"]
 
+
 logger = logging.getLogger(__name__)
 
 MODEL_XML = "openvino_model.xml"
@@ -62,21 +64,6 @@ _GENAI_ONLY_KEYS = (
 _UNSUPPORTED_FEATURES = {
     "adapters": "LoRA adapters",
 }
-
-
-class SchedulerConfig:
-    """Accepted for API compatibility (continuous batching is not emulated; the pipeline is
-    always the stateful one).  Attributes can be set freely."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.enable_prefix_caching = False
-        self.max_num_batched_tokens = 256
-        self.cache_size = 0
-        self.num_kv_blocks = 0
-        self.max_num_seqs = 256
-        self.dynamic_split_fuse = True
-        for k, v in kwargs.items():
-            setattr(self, k, v)
 
 
 class _Seq:

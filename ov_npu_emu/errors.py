@@ -28,6 +28,7 @@ __all__ = [
     "BarrierDeadlockError",
     "PromptTooLongError",
     "KVCacheFullError",
+    "KVBlockError",
     "check",
 ]
 
@@ -138,6 +139,11 @@ class PromptTooLongError(UserInputError):
 
 class KVCacheFullError(NpuEmuError):
     """The largest static KV cache is full; no more tokens can be generated."""
+
+
+class KVBlockError(ExecutionError):
+    """A paged-KV block table names a block that is out of range, free, or owned by another
+    sequence (the block-status check of the continuous-batching block manager)."""
 
 
 def check(cond: Any, message: str, exc: type[NpuEmuError] = UserInputError) -> None:

@@ -1,0 +1,189 @@
+"""The paged-attention model: OpenVINO's own ``paged_attention_transformation`` applied to the
+stateful export, compiled by the device plugin, fed the way openvino.genai's continuous-batching
+model runner feeds it (facts read from its sources, code written anew).
+
+Model inputs after the transformation (checked on stories260K and optimum exports):
+``input_ids [T]``, ``position_ids [T]`` (all scheduled tokens of all sequences, concatenated),
+``past_lens [S]`` (tokens already in the cache per sequence), ``subsequence_begins [S+1]`` and
+``block_indices_begins [S+1]`` (prefix sums), ``block_indices [B]`` (the sequences' block tables
+concatenated), ``max_context_len []``, ``score_aggregation_window [S]`` and per layer
+``key_cache.N`` / ``value_cache.N`` whose shape and precision the plugin chooses at compile time
+(CPU: ``[blocks, kv_heads, 32, head_size]`` f32/f16, or u8 with by-channel key scales in extra
+rows).  ``sampled_tokens_indices [K]`` is ours/the real's gather before the LM head, so only the
+rows that are sampled are projected onto the vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from ov_npu_emu.errors import ConfigError, KVBlockError
+
+__all__ = ["PagedModel", "prepare_paged_model"]
+
+#: KV block size the real continuous-batching pipeline uses on CPU (kv_cache_manager.hpp)
+CPU_BLOCK_SIZE = 32
+
+
+def _llm_matmul(model: ov.Model) -> tuple[Any, int] | tuple[None, int]:
+    """The LM-head MatMul feeding the logits (directly or through Add / Transpose / softcap)."""
+    last = model.output(0).get_node().input_value(0).get_node()
+    axis = 0  # paged models carry all tokens in dimension 0
+    t = last.get_type_name()
+    if t == "MatMul":
+        return last, axis
+    if t == "Add":
+        n = last.input_value(0).get_node()
+        return (n, axis) if n.get_type_name() == "MatMul" else (None, axis)
+    if t == "Transpose":
+        n = last.input_value(0).get_node()
+        order = last.input_value(1).get_node().get_vector()
+        return (n, int(order[axis])) if n.get_type_name() == "MatMul" else (None, axis)
+    if t == "Multiply":
+        tanh = last.input_value(0).get_node()
+        if tanh.get_type_name() == "Tanh":
+            div = tanh.input_value(0).get_node()
+            if div.get_type_name() == "Divide":
+                n = div.input_value(0).get_node()
+                if n.get_type_name() == "MatMul":
+                    return n, axis
+    return None, axis
+
+
+def prepare_paged_model(model: ov.Model) -> bool:
+    """Transform a stateful LLM in place into its paged-attention form; True when a
+    ``sampled_tokens_indices`` gather was added before the LM head."""
+    from openvino._offline_transformations import paged_attention_transformation
+
+    names = {n for p in model.inputs for n in p.get_names()}
+    if "input_ids" not in names:
+        raise ConfigError(
+            "the paged-attention backend needs an LLM with an input_ids input; use "
+            "ATTENTION_BACKEND='SDPA'",
+            key="ATTENTION_BACKEND",
+        )
+    # the real's flags: per-layer block indices off, score outputs off, score aggregation on
+    paged_attention_transformation(model, False, False, True)
+    model.validate_nodes_and_infer_types()
+    matmul, axis = _llm_matmul(model)
+    if matmul is None or matmul.input(0).get_partial_shape().rank.get_length() != 3:
+        return False
+    from openvino import opset8
+
+    idx = opset8.parameter(ov.PartialShape([-1]), ov.Type.i64, name="sampled_tokens_indices")
+    idx.output(0).get_tensor().set_names({"sampled_tokens_indices"})
+    gather = opset8.gather(matmul.input_value(0), idx, opset8.constant(np.array([axis], dtype=np.int64)))
+    matmul.input(0).replace_source_output(gather.output(0))
+    model.add_parameters([idx])
+    model.validate_nodes_and_infer_types()
+    return True
+
+
+class PagedModel:
+    """A compiled paged-attention LLM plus its KV cache tensors (one pair per layer)."""
+
+    def __init__(self, core: Any, model: ov.Model, device: str, props: dict[str, Any]) -> None:
+        self.has_gather = prepare_paged_model(model)
+        self.compiled = core.compile_model(model, device, props)
+        self.request = self.compiled.create_infer_request()
+        names = {n for p in self.compiled.inputs for n in p.get_names()}
+        self._has_score_window = "score_aggregation_window" in names
+        self.key_ports: list[tuple[str, ov.Type, list[int]]] = []
+        self.value_ports: list[tuple[str, ov.Type, list[int]]] = []
+        for port in self.compiled.inputs:
+            for name in port.get_names():
+                if name.startswith(("key_cache.", "value_cache.")):
+                    ps = port.get_partial_shape()
+                    dims = [ps[i].get_length() for i in range(1, 4)]
+                    entry = (name, port.get_element_type(), dims)
+                    (self.key_ports if name.startswith("key") else self.value_ports).append(entry)
+                    break
+        key = lambda e: int(e[0].split(".")[1])  # noqa: E731
+        self.key_ports.sort(key=key)
+        self.value_ports.sort(key=key)
+        if not self.key_ports or len(self.key_ports) != len(self.value_ports):
+            raise ConfigError("the paged model has no (or unpaired) key_cache / value_cache inputs")
+        # block size: the CPU value cache's token axis (32), as the real assumes for CPU
+        self.block_size = int(self.value_ports[0][2][1])
+        self.block_bytes = 0
+        for _, t, dims in self.key_ports + self.value_ports:
+            self.block_bytes += int(np.prod(dims)) * t.size
+        self.num_blocks = 0
+        self._caches: list[ov.Tensor] = []
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.key_ports)
+
+    @property
+    def cache_bytes(self) -> int:
+        return self.num_blocks * self.block_bytes
+
+    def allocate(self, num_blocks: int) -> None:
+        """Grow every cache tensor to ``num_blocks`` blocks, keeping the blocks already written."""
+        if num_blocks <= self.num_blocks:
+            return
+        new: list[ov.Tensor] = []
+        for i, (name, t, dims) in enumerate(self.key_ports + self.value_ports):
+            tensor = ov.Tensor(t, [num_blocks, *dims])
+            raw = np.asarray(tensor.data).view(np.uint8).reshape(-1)
+            if self._caches:
+                old = np.asarray(self._caches[i].data).view(np.uint8).reshape(-1)
+                raw[: old.size] = old
+                raw[old.size :] = 0
+            else:
+                raw[:] = 0
+            self.request.set_tensor(name, tensor)
+            new.append(tensor)
+        self._caches = new
+        self.num_blocks = int(num_blocks)
+
+    def forward(
+        self,
+        entries: list[tuple[np.ndarray, int, list[int], bool]],
+    ) -> np.ndarray:
+        """One model call.  ``entries``: per sequence (its scheduled token ids, tokens already
+        cached, its block table, whether its last token's logits are wanted).  Returns the logits
+        rows of the wanted sequences, in order."""
+        bs = self.block_size
+        n_seq = len(entries)
+        lens = np.fromiter((e[0].size for e in entries), dtype=np.int64, count=n_seq)
+        past = np.fromiter((e[1] for e in entries), dtype=np.int64, count=n_seq)
+        ctx = past + lens
+        nblk = -(-ctx // bs)
+        ids = np.concatenate([e[0] for e in entries]).astype(np.int64, copy=False)
+        pos = np.concatenate([np.arange(p, c, dtype=np.int64) for p, c in zip(past, ctx)])
+        sub = np.zeros(n_seq + 1, dtype=np.int32)
+        np.cumsum(lens, out=sub[1:])
+        bib = np.zeros(n_seq + 1, dtype=np.int32)
+        np.cumsum(nblk, out=bib[1:])
+        blocks = np.concatenate(
+            [np.asarray(e[2][: int(k)], dtype=np.int32) for e, k in zip(entries, nblk)]
+        )
+        if blocks.size and (blocks.min() < 0 or blocks.max() >= self.num_blocks):
+            raise KVBlockError(
+                f"block index outside 0..{self.num_blocks - 1} reached the model call; refused"
+            )
+        feed: dict[str, Any] = {
+            "input_ids": ids,
+            "position_ids": pos,
+            "past_lens": past.astype(np.int32),
+            "subsequence_begins": sub,
+            "block_indices_begins": bib,
+            "block_indices": blocks,
+            "max_context_len": np.array(int(ctx.max()), dtype=np.int32),
+        }
+        if self._has_score_window:
+            feed["score_aggregation_window"] = np.ones(n_seq, dtype=np.int32)
+        want = [i for i, e in enumerate(entries) if e[3]]
+        if self.has_gather:
+            feed["sampled_tokens_indices"] = (sub[1:][want] - 1).astype(np.int64)
+        out = self.request.infer(feed, share_outputs=True)
+        logits = np.asarray(out["logits"])
+        logits = logits.reshape(logits.shape[0], -1)
+        if self.has_gather:
+            return logits
+        return logits[sub[1:][want] - 1]
