@@ -183,7 +183,7 @@ class PagedModel:
             feed["sampled_tokens_indices"] = (sub[1:][want] - 1).astype(np.int64)
         out = self.request.infer(feed, share_outputs=True)
         logits = np.asarray(out["logits"])
-        logits = logits.reshape(logits.shape[0], -1)
+        logits = logits.reshape(-1, logits.shape[-1])
         if self.has_gather:
             return logits
         return logits[sub[1:][want] - 1]
