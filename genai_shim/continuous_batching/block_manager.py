@@ -119,6 +119,33 @@ class BlockManager:
                 f"{int(self.owner[b])}; the table was corrupted (nothing was run)"
             )
 
+    def check_batch(self, wanted: list[tuple[int, int]]) -> list[list[int]]:
+        """:meth:`check` for every ``(seq_id, num_tokens)`` of one model call at once: the
+        tables, after one vectorised test that every block used is in range, in use, owned by
+        its sequence and named once; the per-sequence check finds the culprit otherwise."""
+        tables = []
+        sizes = []
+        for seq_id, num_tokens in wanted:
+            table = self.tables.get(seq_id)
+            if table is None or len(table) * self.block_size < num_tokens:
+                self.check(seq_id, num_tokens)  # raises with the precise message
+            tables.append(table)
+            sizes.append(len(table))
+        flat = np.fromiter((b for t in tables for b in t), dtype=np.int64, count=sum(sizes))
+        seqs = np.repeat(np.fromiter((w[0] for w in wanted), dtype=np.int64, count=len(wanted)), sizes)
+        ok = flat.size == 0 or (
+            flat.min() >= 0
+            and flat.max() < self.num_blocks
+            and bool(np.all(self.status[flat] == USED))
+            and bool(np.all(self.owner[flat] == seqs))
+            and np.unique(flat).size == flat.size
+        )
+        if not ok:
+            for seq_id, num_tokens in wanted:
+                self.check(seq_id, num_tokens)
+            raise KVBlockError("one block appears in the tables of two sequences; refused")
+        return tables
+
     def check(self, seq_id: int, num_tokens: int) -> list[int]:
         """The table of ``seq_id`` after validating it holds ``num_tokens`` tokens in blocks
         that exist, are in use and belong to it; :class:`KVBlockError` otherwise."""

@@ -360,10 +360,13 @@ class ContinuousBatchingPipeline:
                 f"{self._blocks.num_blocks} blocks of {self._blocks.block_size} tokens); raise "
                 "SchedulerConfig.num_kv_blocks / cache_size or shorten the prompts"
             )
+        tables = self._blocks.check_batch([(c.request.seq_id, c.past + c.count) for c in chunks])
         entries = []
-        for c in chunks:
-            table = self._blocks.check(c.request.seq_id, c.past + c.count)
-            toks = np.asarray(c.request.token_slice(c.past, c.count), dtype=np.int64)
+        for c, table in zip(chunks, tables):
+            if c.count == 1 and c.past >= len(c.request.prompt):
+                toks = np.array([c.request.generated[c.past - len(c.request.prompt)]], dtype=np.int64)
+            else:
+                toks = np.asarray(c.request.token_slice(c.past, c.count), dtype=np.int64)
             entries.append((toks, c.past, table, c.samples))
         t0 = time.perf_counter()
         logits = self._model.forward(entries)
