@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from ov_npu_emu.errors import ConfigError, KVBlockError
+from ov_npu_emu.errors import ConfigError, ExecutionError, KVBlockError, NpuEmuError
 
 __all__ = ["PagedModel", "prepare_paged_model"]
 
@@ -141,49 +141,86 @@ class PagedModel:
         self._caches = new
         self.num_blocks = int(num_blocks)
 
+    def _bind_ports(self) -> None:
+        """Input/output indices of the device request, for the per-step fast path."""
+        self._impl = self.request.impl
+        self._in_idx = {}
+        for i, port in enumerate(self.compiled.inputs):
+            for name in port.get_names():
+                self._in_idx[name] = i
+        self._logits_idx = 0
+        for i, port in enumerate(self.compiled.outputs):
+            if "logits" in port.get_names():
+                self._logits_idx = i
+
     def forward(
         self,
-        entries: list[tuple[np.ndarray, int, list[int], bool]],
+        entries: list[tuple[list[int], int, list[int], bool]],
     ) -> np.ndarray:
         """One model call.  ``entries``: per sequence (its scheduled token ids, tokens already
         cached, its block table, whether its last token's logits are wanted).  Returns the logits
-        rows of the wanted sequences, in order."""
+        rows of the wanted sequences, in order.
+
+        The arrays are built from Python lists (a handful of numpy calls per step) and bound to
+        the device request directly: every value is made here with the port's dtype, so the
+        generic per-input checks of ``InferRequest.infer`` are not needed on this hot path."""
+        if not hasattr(self, "_impl"):
+            self._bind_ports()
         bs = self.block_size
-        n_seq = len(entries)
-        lens = np.fromiter((e[0].size for e in entries), dtype=np.int64, count=n_seq)
-        past = np.fromiter((e[1] for e in entries), dtype=np.int64, count=n_seq)
-        ctx = past + lens
-        nblk = -(-ctx // bs)
-        ids = np.concatenate([e[0] for e in entries]).astype(np.int64, copy=False)
-        pos = np.concatenate([np.arange(p, c, dtype=np.int64) for p, c in zip(past, ctx)])
-        sub = np.zeros(n_seq + 1, dtype=np.int32)
-        np.cumsum(lens, out=sub[1:])
-        bib = np.zeros(n_seq + 1, dtype=np.int32)
-        np.cumsum(nblk, out=bib[1:])
-        blocks = np.concatenate(
-            [np.asarray(e[2][: int(k)], dtype=np.int32) for e, k in zip(entries, nblk)]
-        )
-        if blocks.size and (blocks.min() < 0 or blocks.max() >= self.num_blocks):
+        ids: list[int] = []
+        pos: list[int] = []
+        past_l: list[int] = []
+        sub = [0]
+        bib = [0]
+        blocks: list[int] = []
+        want: list[int] = []
+        max_ctx = 0
+        for toks, past, table, sample in entries:
+            n = len(toks)
+            ctx = past + n
+            ids.extend(toks)
+            if n == 1:
+                pos.append(past)
+            else:
+                pos.extend(range(past, ctx))
+            past_l.append(past)
+            sub.append(sub[-1] + n)
+            k = -(-ctx // bs)
+            blocks.extend(table[:k])
+            bib.append(bib[-1] + k)
+            if sample:
+                want.append(sub[-1] - 1)
+            if ctx > max_ctx:
+                max_ctx = ctx
+        blk = np.array(blocks, dtype=np.int32)
+        if blk.size and (blk.min() < 0 or blk.max() >= self.num_blocks):
             raise KVBlockError(
                 f"block index outside 0..{self.num_blocks - 1} reached the model call; refused"
             )
-        feed: dict[str, Any] = {
-            "input_ids": ids,
-            "position_ids": pos,
-            "past_lens": past.astype(np.int32),
-            "subsequence_begins": sub,
-            "block_indices_begins": bib,
-            "block_indices": blocks,
-            "max_context_len": np.array(int(ctx.max()), dtype=np.int32),
+        feed = {
+            "input_ids": np.array(ids, dtype=np.int64),
+            "position_ids": np.array(pos, dtype=np.int64),
+            "past_lens": np.array(past_l, dtype=np.int32),
+            "subsequence_begins": np.array(sub, dtype=np.int32),
+            "block_indices_begins": np.array(bib, dtype=np.int32),
+            "block_indices": blk,
+            "max_context_len": np.array(max_ctx, dtype=np.int32),
         }
         if self._has_score_window:
-            feed["score_aggregation_window"] = np.ones(n_seq, dtype=np.int32)
-        want = [i for i, e in enumerate(entries) if e[3]]
+            feed["score_aggregation_window"] = np.ones(len(entries), dtype=np.int32)
         if self.has_gather:
-            feed["sampled_tokens_indices"] = (sub[1:][want] - 1).astype(np.int64)
-        out = self.request.infer(feed, share_outputs=True)
-        logits = np.asarray(out["logits"])
+            feed["sampled_tokens_indices"] = np.array(want, dtype=np.int64)
+        impl = self._impl
+        for name, arr in feed.items():
+            impl.set_tensor(self._in_idx[name], True, ov.Tensor(arr, shared_memory=True))
+        try:
+            impl.infer()
+        except NpuEmuError:
+            raise
+        except Exception as e:  # a device bug must still surface as our error type
+            raise ExecutionError(f"paged-attention inference failed: {e}") from e
+        logits = np.asarray(impl.get_tensor(self._logits_idx, False).data)
         logits = logits.reshape(-1, logits.shape[-1])
         if self.has_gather:
             return logits
-        return logits[sub[1:][want] - 1]
+        return logits[want]

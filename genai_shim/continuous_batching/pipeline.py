@@ -364,9 +364,9 @@ class ContinuousBatchingPipeline:
         entries = []
         for c, table in zip(chunks, tables):
             if c.count == 1 and c.past >= len(c.request.prompt):
-                toks = np.array([c.request.generated[c.past - len(c.request.prompt)]], dtype=np.int64)
+                toks = [c.request.generated[c.past - len(c.request.prompt)]]
             else:
-                toks = np.asarray(c.request.token_slice(c.past, c.count), dtype=np.int64)
+                toks = c.request.token_slice(c.past, c.count)
             entries.append((toks, c.past, table, c.samples))
         t0 = time.perf_counter()
         logits = self._model.forward(entries)
