@@ -373,12 +373,20 @@ class ContinuousBatchingPipeline:
         self._metrics.inference_duration = (time.perf_counter() - t0) * 1e6
         row = 0
         sampled = 0
+        greedy_rows: np.ndarray | None = None
         for c in chunks:
             c.request.processed = c.past + c.count
             if not c.samples:
                 continue
             s = by_req[id(c.request)]
-            token, logp = s.sampler.sample(s.processor, logits[row])
+            cfg = s.config
+            if not cfg.do_sample and cfg.logprobs == 0 and not s.processor.needs_penalties():
+                # plain greedy (the Sampler's first branch), one argmax over all rows per step
+                if greedy_rows is None:
+                    greedy_rows = logits.argmax(axis=1)
+                token, logp = int(greedy_rows[row]), 0.0
+            else:
+                token, logp = s.sampler.sample(s.processor, logits[row])
             row += 1
             sampled += 1
             s.processor.register(token)

@@ -95,10 +95,21 @@ class Scheduler:
         return chunks
 
     def _generate_phase(self, active: list[Request], chunks: list[ScheduledChunk], budget: int) -> int:
+        bs = self.blocks.block_size
+        tables = self.blocks.tables
         for i, req in enumerate(active):
             if budget <= 0:
                 break
-            if req.state != Request.RUNNING or not req.in_generate_phase:
+            if req.state != Request.RUNNING:
+                continue
+            nt = len(req.prompt) + len(req.generated)
+            if req.processed != nt - 1 or req.processed < len(req.prompt):
+                continue  # not in the generate phase
+            table = tables.get(req.seq_id)
+            if table is not None and len(table) * bs >= nt:
+                # fast path: the pending token fits the last block
+                chunks.append(ScheduledChunk(req, req.processed, 1))
+                budget -= 1
                 continue
             while not self._ensure(req, req.num_tokens):
                 # victim: the latest request holding blocks, never one of higher priority
