@@ -15,6 +15,8 @@ import openvino as ov
 
 from genai_shim.beam_search import GroupBeamSearcher, SequenceGroup
 from genai_shim.chat import ChatHistory
+from genai_shim.continuous_batching.llm_backend import PagedBackend
+from genai_shim.continuous_batching.llm_backend import supports as pa_supports
 from genai_shim.continuous_batching.pipeline import SchedulerConfig
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
 from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
@@ -179,6 +181,7 @@ class LLMPipeline:
                 f"returns (speculative decoding), got {type(draft).__name__}",
                 key="draft_model",
             )
+        scheduler_config = props.get("scheduler_config")
         for k in _GENAI_ONLY_KEYS:
             props.pop(k, None)
         self._device = str(device).upper()
@@ -252,6 +255,12 @@ class LLMPipeline:
         self._has_pos = "position_ids" in self._input_names
         self._has_beam = "beam_idx" in self._input_names
         self._sampler = Sampler()
+        # The real CPU LLMPipeline is its continuous-batching (PagedAttention) pipeline unless
+        # ATTENTION_BACKEND=SDPA: greedy / multinomial calls outside chat run on ours
+        # (genai_shim/continuous_batching, built on first use); the rest on the stateful model.
+        self._pa: PagedBackend | None = None
+        if self._paged and not self._prompt_lookup and folder is not None:
+            self._pa = PagedBackend(folder, self._tokenizer, self._device, props, scheduler_config)
         self._load_time = (_now() - t0) * 1000.0
 
     @staticmethod
@@ -853,6 +862,14 @@ class LLMPipeline:
                     self._stream_list(stream, seqs[0], 0)
                 stream.end()
                 stream.end()  # the real's prompt-lookup pipeline ends the streamer twice
+            return self._encoded_results(seqs, perf, keep_kv)
+
+        if self._pa is not None and pa_supports(config, keep_kv):
+            stream_stopped = self._pa.run(self, seqs, config, stream, perf, stop_window)
+            if stream is not None:
+                if not stream_stopped:
+                    self._stream(stream, seqs[0], 0)
+                stream.end()
             return self._encoded_results(seqs, perf, keep_kv)
 
         # Prefill: positions count only real (unmasked) tokens, padding gets 0.
