@@ -207,3 +207,25 @@ def test_block_manager_bookkeeping() -> None:
         bm.check(2, 1)
     with pytest.raises(KVBlockError, match="copy-on-write"):
         bm.fork(2, 3)
+
+
+def test_llm_pipeline_cpu_batch_runs_paged_backend(
+    pipelines: Any, stories_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prompts = PROMPTS[:3]
+    ours = pipelines("ours", stories_dir, **F32)
+    real = pipelines("real", stories_dir, **F32)
+    calls: list[int] = []
+    run = ours._pa.run
+    monkeypatch.setattr(ours._pa, "run", lambda *a, **k: calls.append(1) or run(*a, **k))
+    got = ours.generate(prompts, max_new_tokens=30, stop_strings={"park"})
+    want = real.generate(prompts, max_new_tokens=30, stop_strings={"park"})
+    assert calls == [1]  # the paged backend ran
+    assert got.texts == want.texts
+    assert got.perf_metrics.get_num_input_tokens() == want.perf_metrics.get_num_input_tokens()
+    assert got.perf_metrics.get_num_generated_tokens() == want.perf_metrics.get_num_generated_tokens()
+    # beam search is not paged here: the stateful model runs it
+    ours.generate("Once upon a time", max_new_tokens=5, num_beams=2)
+    assert calls == [1]
+    sdpa = genai_shim.LLMPipeline(str(stories_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
+    assert sdpa._pa is None
