@@ -5,14 +5,15 @@ Usage: python bench/bench_continuous_batching.py [MODEL_DIR] [--small] [--tokens
        [--concurrency 1 4 8] [--f32] [--blocks N]
 --small builds the model builder's "small" preset into a temporary folder and uses it.
 Prints, per number of concurrent requests: TPOT (ms, mean over the requests' perf metrics) and
-throughput (generated tokens / wall time of generate()), best of --repeat runs, and the ratio
-ours/real; then the KV memory per request of the paged cache vs the stateful pipeline's
+throughput (generated tokens / wall time of generate()), medians of --repeat runs that alternate
+ours and real (order flipped every round), and the ratio ours/real; then the KV memory per request of the paged cache vs the stateful pipeline's
 contiguous buffer. Default properties unless --f32 (both sides get the same properties).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -45,28 +46,26 @@ PROMPTS = [
 ]
 
 
-def run(mod: Any, folder: Path, n: int, tokens: int, props: dict[str, Any], blocks: int, repeat: int) -> tuple[float, float, list[str]]:
+def make(mod: Any, folder: Path, props: dict[str, Any], blocks: int) -> Any:
     sc = mod.SchedulerConfig()
     sc.num_kv_blocks = blocks
-    pipe = mod.ContinuousBatchingPipeline(str(folder), sc, "CPU", props)
+    return mod.ContinuousBatchingPipeline(str(folder), sc, "CPU", props)
+
+
+def once(mod: Any, pipe: Any, n: int, tokens: int) -> tuple[float, float, list[str]]:
+    """(mean TPOT ms of the requests, tokens/s over the generate() wall time, texts)."""
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(n)]
-    best_tp, best_tpot, texts = 0.0, float("inf"), []
-    for _ in range(repeat + 1):  # first run warms up
-        cfgs = []
-        for _ in range(n):
-            c = mod.GenerationConfig()
-            c.max_new_tokens = tokens
-            c.ignore_eos = True
-            cfgs.append(c)
-        t0 = time.perf_counter()
-        res = pipe.generate(prompts, cfgs)
-        wall = time.perf_counter() - t0
-        ntok = n * tokens  # ignore_eos: every request generates exactly `tokens`
-        tpot = sum(r.perf_metrics.get_tpot().mean for r in res) / len(res)
-        best_tp = max(best_tp, ntok / wall)
-        best_tpot = min(best_tpot, tpot)
-        texts = [r.m_generation_ids[0] for r in res]
-    return best_tpot, best_tp, texts
+    cfgs = []
+    for _ in range(n):
+        c = mod.GenerationConfig()
+        c.max_new_tokens = tokens
+        c.ignore_eos = True
+        cfgs.append(c)
+    t0 = time.perf_counter()
+    res = pipe.generate(prompts, cfgs)
+    wall = time.perf_counter() - t0
+    tpot = sum(r.perf_metrics.get_tpot().mean for r in res) / len(res)
+    return tpot, n * tokens / wall, [r.m_generation_ids[0] for r in res]  # ignore_eos: n × tokens
 
 
 def main() -> None:
@@ -94,19 +93,25 @@ def main() -> None:
         folder = Path(a.model) if a.model else find_model("stories260K")
     props = dict(F32) if a.f32 else {}
     print(f"model {folder.name}, {a.tokens} new tokens per request, num_kv_blocks {a.blocks}, "
-          f"{'f32' if a.f32 else 'default properties'}, best of {a.repeat}")
+          f"{'f32' if a.f32 else 'default properties'}, median of {a.repeat} alternated runs")
     print(f"{'requests':>8} | {'TPOT ours':>10} {'TPOT real':>10} {'ratio':>6} | "
           f"{'tok/s ours':>10} {'tok/s real':>10} {'ratio':>6} | same texts")
+    pipes = {"ours": make(ours, folder, props, a.blocks), "real": make(real, folder, props, a.blocks)}
+    mods = {"ours": ours, "real": real}
     for n in a.concurrency:
-        to, po, xo = run(ours, folder, n, a.tokens, props, a.blocks, a.repeat)
-        tr, pr, xr = run(real, folder, n, a.tokens, props, a.blocks, a.repeat)
+        got: dict[str, list[tuple[float, float]]] = {"ours": [], "real": []}
+        texts: dict[str, list[str]] = {}
+        for it in range(a.repeat + 1):  # the first round warms up; order flips every round
+            for k in (("ours", "real") if it % 2 else ("real", "ours")):
+                tpot, tps, texts[k] = once(mods[k], pipes[k], n, a.tokens)
+                if it:
+                    got[k].append((tpot, tps))
+        to, tr = (statistics.median(x[0] for x in got[k]) for k in ("ours", "real"))
+        po, pr = (statistics.median(x[1] for x in got[k]) for k in ("ours", "real"))
         print(f"{n:>8} | {to:>8.3f}ms {tr:>8.3f}ms {to / tr:>6.2f} | {po:>10.0f} {pr:>10.0f} "
-              f"{po / pr:>6.2f} | {xo == xr}")
+              f"{po / pr:>6.2f} | {texts['ours'] == texts['real']}")
     # KV memory per request: paged blocks actually used vs the contiguous stateful buffer
-    sc = ours.SchedulerConfig()
-    sc.num_kv_blocks = a.blocks
-    pipe = ours.ContinuousBatchingPipeline(str(folder), sc, "CPU", props)
-    m = pipe._model
+    m = pipes["ours"]._model
     prompt_len = 8
     used = -(-(prompt_len + a.tokens) // m.block_size) * m.block_bytes
     per_token = m.block_bytes / m.block_size
