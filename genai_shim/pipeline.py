@@ -245,23 +245,55 @@ class LLMPipeline:
         self._batch_axis, self._seq_axis = get_kv_axes_pos(model)
         self._max_prompt_len = SIZE_MAX
         self._kv_capacity = SIZE_MAX
-        if self._is_npu:
-            self._compiled = self._compile_npu(model, props, folder)
-        else:
-            self._compiled = self._core.compile_model(model, self._device, props)
-        self._request = self._compiled.create_infer_request()
         self._pl_requests: list[Any] = []  # prompt lookup: one more request per extra prompt
-        self._input_names = {n for p in self._compiled.inputs for n in p.get_names()}
-        self._has_pos = "position_ids" in self._input_names
-        self._has_beam = "beam_idx" in self._input_names
         self._sampler = Sampler()
         # The real CPU LLMPipeline is its continuous-batching (PagedAttention) pipeline unless
         # ATTENTION_BACKEND=SDPA: greedy / multinomial calls outside chat run on ours
-        # (genai_shim/continuous_batching, built on first use); the rest on the stateful model.
+        # (genai_shim/continuous_batching), compiled here as the real's load; the stateful model
+        # (beam search, chat, ...) is then compiled on first use.
         self._pa: PagedBackend | None = None
-        if self._paged and not self._prompt_lookup and folder is not None:
+        self._st: tuple[Any, Any, set[str]] | None = None
+        self._st_src = (model, props)
+        if self._is_npu:
+            self._set_stateful(self._compile_npu(model, props, folder))
+        elif self._paged and not self._prompt_lookup and folder is not None:
             self._pa = PagedBackend(folder, self._tokenizer, self._device, props, scheduler_config)
+            self._pa.engine  # noqa: B018  (compile now)
+        else:
+            self._set_stateful(self._core.compile_model(model, self._device, props))
         self._load_time = (_now() - t0) * 1000.0
+
+    # -- the stateful model (compiled at construction, or on first use next to the PA backend) --
+    def _set_stateful(self, compiled: Any) -> tuple[Any, Any, set[str]]:
+        names = {n for p in compiled.inputs for n in p.get_names()}
+        self._st = (compiled, compiled.create_infer_request(), names)
+        return self._st
+
+    def _stateful(self) -> tuple[Any, Any, set[str]]:
+        if self._st is None:
+            model, props = self._st_src
+            return self._set_stateful(self._core.compile_model(model, self._device, props))
+        return self._st
+
+    @property
+    def _compiled(self) -> Any:
+        return self._stateful()[0]
+
+    @property
+    def _request(self) -> Any:
+        return self._stateful()[1]
+
+    @property
+    def _input_names(self) -> set[str]:
+        return self._stateful()[2]
+
+    @property
+    def _has_pos(self) -> bool:
+        return "position_ids" in self._stateful()[2]
+
+    @property
+    def _has_beam(self) -> bool:
+        return "beam_idx" in self._stateful()[2]
 
     @staticmethod
     def _parse_memory_ctor(
@@ -465,7 +497,8 @@ class LLMPipeline:
     def _check_ids(self, ids: np.ndarray) -> None:
         """Token ids outside the vocabulary would index the embedding out of bounds (the CPU
         plugin silently reads zeros), so reject them here, on every device."""
-        shape = self._compiled.output("logits").get_partial_shape()
+        compiled = self._pa.engine.compiled if self._st is None and self._pa else self._compiled
+        shape = compiled.output("logits").get_partial_shape()
         vocab = shape[shape.rank.get_length() - 1] if shape.rank.is_static else None
         if vocab is not None and vocab.is_static and ids.size:
             lo, hi = int(ids.min()), int(ids.max())
@@ -625,7 +658,7 @@ class LLMPipeline:
 
     # -- KV cache ------------------------------------------------------------------------------
     def _reset_kv(self) -> None:
-        if self._spec is None:  # the speculative pipeline resets its models every call
+        if self._spec is None and self._st is not None:  # speculative: reset every call
             self._request.reset_state()
         self._kv_tokens = []
 

@@ -275,6 +275,11 @@ class ContinuousBatchingPipeline:
         return True
 
     # -- public API ------------------------------------------------------------------------
+    @property
+    def compiled(self) -> Any:
+        """The compiled paged-attention model."""
+        return self._model.compiled
+
     def get_tokenizer(self) -> Tokenizer:
         return self._tokenizer
 
