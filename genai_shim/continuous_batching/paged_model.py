@@ -152,6 +152,40 @@ class PagedModel:
         for i, port in enumerate(self.compiled.outputs):
             if "logits" in port.get_names():
                 self._logits_idx = i
+        # one numpy buffer per per-step input, wrapped once in an ov.Tensor bound to the request;
+        # a step only sets the tensor's shape and writes the values (no tensor objects per step)
+        self._bufs: dict[str, tuple[np.ndarray, ov.Tensor]] = {}
+        dtypes = {
+            "input_ids": np.int64,
+            "position_ids": np.int64,
+            "past_lens": np.int32,
+            "subsequence_begins": np.int32,
+            "block_indices_begins": np.int32,
+            "block_indices": np.int32,
+            "score_aggregation_window": np.int32,
+            "sampled_tokens_indices": np.int64,
+        }
+        for name, dt in dtypes.items():
+            if name in self._in_idx:
+                self._new_buf(name, dt, 256)
+        ctx = np.zeros((), dtype=np.int32)
+        self._ctx = (ctx, ov.Tensor(ctx, shared_memory=True))
+        self._impl.set_tensor(self._in_idx["max_context_len"], True, self._ctx[1])
+
+    def _new_buf(self, name: str, dtype: Any, capacity: int) -> None:
+        buf = np.zeros(capacity, dtype=dtype)
+        tensor = ov.Tensor(buf, shared_memory=True)
+        self._impl.set_tensor(self._in_idx[name], True, tensor)
+        self._bufs[name] = (buf, tensor)
+
+    def _put(self, name: str, values: list[int]) -> None:
+        buf, tensor = self._bufs[name]
+        n = len(values)
+        if n > buf.size:
+            self._new_buf(name, buf.dtype, max(n, 2 * buf.size))
+            buf, tensor = self._bufs[name]
+        tensor.shape = [n]
+        buf[:n] = values
 
     def forward(
         self,
@@ -192,27 +226,23 @@ class PagedModel:
                 want.append(sub[-1] - 1)
             if ctx > max_ctx:
                 max_ctx = ctx
-        blk = np.array(blocks, dtype=np.int32)
-        if blk.size and (blk.min() < 0 or blk.max() >= self.num_blocks):
+        if blocks and (min(blocks) < 0 or max(blocks) >= self.num_blocks):
             raise KVBlockError(
                 f"block index outside 0..{self.num_blocks - 1} reached the model call; refused"
             )
-        feed = {
-            "input_ids": np.array(ids, dtype=np.int64),
-            "position_ids": np.array(pos, dtype=np.int64),
-            "past_lens": np.array(past_l, dtype=np.int32),
-            "subsequence_begins": np.array(sub, dtype=np.int32),
-            "block_indices_begins": np.array(bib, dtype=np.int32),
-            "block_indices": blk,
-            "max_context_len": np.array(max_ctx, dtype=np.int32),
-        }
+        put = self._put
+        put("input_ids", ids)
+        put("position_ids", pos)
+        put("past_lens", past_l)
+        put("subsequence_begins", sub)
+        put("block_indices_begins", bib)
+        put("block_indices", blocks)
+        self._ctx[0][()] = max_ctx
         if self._has_score_window:
-            feed["score_aggregation_window"] = np.ones(len(entries), dtype=np.int32)
+            put("score_aggregation_window", [1] * len(entries))
         if self.has_gather:
-            feed["sampled_tokens_indices"] = np.array(want, dtype=np.int64)
+            put("sampled_tokens_indices", want)
         impl = self._impl
-        for name, arr in feed.items():
-            impl.set_tensor(self._in_idx[name], True, ov.Tensor(arr, shared_memory=True))
         try:
             impl.infer()
         except NpuEmuError:
