@@ -1,9 +1,11 @@
-"""Paged KV cache bookkeeping: fixed-size blocks, a free list, one block table per sequence and
-a block-status array that every model call is checked against (seed 002's bounds check)."""
+"""Paged KV cache bookkeeping: fixed-size blocks, a free list, one block table per sequence,
+optional prefix caching (full blocks found again by their token content), and a block-status
+array that every model call is checked against (seed 002's bounds check)."""
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -11,28 +13,43 @@ from ov_npu_emu.errors import KVBlockError, KVCacheFullError
 
 __all__ = ["BlockManager"]
 
-#: block status values (the owner sequence id is kept separately)
-FREE = 0
-USED = 1
+#: ``owner`` of a block that is free or only held by the prefix cache
+NOBODY = -1
+#: ``owner`` of a block that more than one sequence acquired (a cached prefix block: read-only)
+SHARED = -2
 
 
 class BlockManager:
     """Blocks ``0 .. num_blocks-1`` of ``block_size`` token slots each.
 
-    ``tables[seq_id]`` lists the physical blocks of one sequence in logical order; a block
-    belongs to at most one sequence (no prefix sharing / copy-on-write here).  ``status`` and
-    ``owner`` are numpy arrays so :meth:`check` can validate a whole batch cheaply.
+    ``tables[seq_id]`` lists the physical blocks of one sequence in logical order.  ``status``
+    holds each block's reference count (0 = free or cached but unused) and ``owner`` the sequence
+    that may write it (``SHARED`` for prefix blocks several sequences read), both numpy arrays so
+    one vectorised test validates a whole model call.
+
+    With ``prefix_caching`` every block a sequence has filled completely is remembered under
+    (its parent block's entry, its tokens); a new sequence whose tokens start the same way takes
+    those blocks instead of computing them.  Cached blocks nobody uses are evicted, least
+    recently used first, when the free list runs dry.
     """
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False) -> None:
         if block_size <= 0:
             raise KVBlockError(f"block size must be positive, got {block_size}")
         self.block_size = int(block_size)
+        self.prefix_caching = bool(prefix_caching)
         self.num_blocks = 0
-        self.status = np.zeros(0, dtype=np.int8)
+        self.status = np.zeros(0, dtype=np.int32)
         self.owner = np.zeros(0, dtype=np.int64)
         self._free: deque[int] = deque()
         self.tables: dict[int, list[int]] = {}
+        # prefix cache: (parent entry id, tokens) -> (entry id, block); block -> its key
+        self._cache: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
+        self._key_of: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self._evictable: OrderedDict[int, None] = OrderedDict()
+        self._chain: dict[int, list[int]] = {}  # seq -> entry ids of its registered blocks
+        self._next_entry = 1
+        self.cache_hits = 0  # blocks taken from the prefix cache
         self.grow(num_blocks)
 
     # -- capacity --------------------------------------------------------------------------
@@ -41,18 +58,19 @@ class BlockManager:
         if num_blocks <= self.num_blocks:
             return
         old = self.num_blocks
-        self.status = np.concatenate([self.status, np.zeros(num_blocks - old, dtype=np.int8)])
-        self.owner = np.concatenate([self.owner, np.full(num_blocks - old, -1, dtype=np.int64)])
+        self.status = np.concatenate([self.status, np.zeros(num_blocks - old, dtype=np.int32)])
+        self.owner = np.concatenate([self.owner, np.full(num_blocks - old, NOBODY, dtype=np.int64)])
         self._free.extend(range(old, num_blocks))
         self.num_blocks = int(num_blocks)
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free)
+        """Blocks that can be handed out: free ones and unused cached ones."""
+        return len(self._free) + len(self._evictable)
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self.num_free_blocks
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-int(num_tokens) // self.block_size)
@@ -62,37 +80,47 @@ class BlockManager:
         have = len(self.tables.get(seq_id, ()))
         return max(self.blocks_for(num_tokens) - have, 0)
 
-    def free_slots(self, seq_id: int, num_tokens_now: int) -> int:
-        """Token slots ``seq_id`` could still get: its own partial block plus the free list."""
-        have = len(self.tables.get(seq_id, ())) * self.block_size
-        return have - int(num_tokens_now) + len(self._free) * self.block_size
-
     # -- allocation ------------------------------------------------------------------------
+    def _take(self) -> int:
+        if self._free:
+            return self._free.popleft()
+        b, _ = self._evictable.popitem(last=False)  # least recently used cached block
+        key = self._key_of.pop(b)
+        del self._cache[key]
+        return b
+
     def allocate(self, seq_id: int, num_tokens: int) -> None:
         """Make ``seq_id``'s table hold at least ``num_tokens`` token slots."""
         need = self.required_blocks(seq_id, num_tokens)
-        if need > len(self._free):
+        if need > self.num_free_blocks:
             raise KVCacheFullError(
-                f"sequence {seq_id} needs {need} more KV blocks, {len(self._free)} are free; "
+                f"sequence {seq_id} needs {need} more KV blocks, {self.num_free_blocks} are free; "
                 "raise SchedulerConfig.num_kv_blocks (or cache_size)"
             )
         table = self.tables.setdefault(seq_id, [])
         for _ in range(need):
-            b = self._free.popleft()
-            self.status[b] = USED
+            b = self._take()
+            self.status[b] = 1
             self.owner[b] = seq_id
             table.append(b)
 
     def free(self, seq_id: int) -> None:
-        """Return every block of ``seq_id`` to the free list (no-op for unknown ids)."""
+        """Drop ``seq_id``'s references; unreferenced blocks go back to the free list, or stay
+        in the prefix cache (evictable) when their content is registered."""
         table = self.tables.pop(seq_id, None)
+        self._chain.pop(seq_id, None)
         if not table:
             return
         for b in table:
-            self._check_block(seq_id, b)
-            self.status[b] = FREE
-            self.owner[b] = -1
-            self._free.append(b)
+            if not 0 <= b < self.num_blocks or self.status[b] <= 0:
+                self._check_block(seq_id, b, writable=False)
+            self.status[b] -= 1
+            if self.status[b] == 0:
+                self.owner[b] = NOBODY
+                if b in self._key_of:
+                    self._evictable[b] = None
+                else:
+                    self._free.append(b)
 
     def fork(self, parent_id: int, child_id: int) -> None:
         raise KVBlockError(
@@ -101,54 +129,86 @@ class BlockManager:
             "num_return_sequences=1"
         )
 
+    # -- prefix caching --------------------------------------------------------------------
+    def restore_prefix(self, seq_id: int, tokens: Sequence[int], limit: int) -> int:
+        """Give a sequence without blocks the cached blocks its first tokens match, at most
+        ``limit`` tokens (at least one token must still be computed); returns the tokens
+        restored (a multiple of the block size)."""
+        if not self.prefix_caching or seq_id in self.tables:
+            return 0
+        bs = self.block_size
+        parent = 0
+        table: list[int] = []
+        chain: list[int] = []
+        while (len(table) + 1) * bs <= limit:
+            i = len(table)
+            hit = self._cache.get((parent, tuple(tokens[i * bs : (i + 1) * bs])))
+            if hit is None:
+                break
+            entry, b = hit
+            if self.status[b] == 0:
+                self._evictable.pop(b, None)
+                self.owner[b] = seq_id
+            else:
+                self.owner[b] = SHARED
+            self.status[b] += 1
+            table.append(b)
+            chain.append(entry)
+            parent = entry
+        if table:
+            self.tables[seq_id] = table
+            self._chain[seq_id] = chain
+            self.cache_hits += len(table)
+        return len(table) * bs
+
+    def register(self, seq_id: int, tokens: Sequence[int], processed: int) -> None:
+        """Remember the blocks of ``seq_id`` that ``processed`` tokens have filled."""
+        if not self.prefix_caching:
+            return
+        bs = self.block_size
+        table = self.tables.get(seq_id, [])
+        chain = self._chain.setdefault(seq_id, [])
+        while len(chain) < min(processed // bs, len(table)):
+            i = len(chain)
+            key = (chain[-1] if chain else 0, tuple(tokens[i * bs : (i + 1) * bs]))
+            hit = self._cache.get(key)
+            if hit is not None:
+                chain.append(hit[0])  # same content cached in another block: follow that entry
+                continue
+            b = table[i]
+            if b in self._key_of:  # the block already carries another key (cannot happen)
+                chain.append(self._cache[self._key_of[b]][0])
+                continue
+            entry = self._next_entry
+            self._next_entry += 1
+            self._cache[key] = (entry, b)
+            self._key_of[b] = key
+            chain.append(entry)
+
     # -- checks ----------------------------------------------------------------------------
-    def _check_block(self, seq_id: int, b: int) -> None:
+    def _check_block(self, seq_id: int, b: int, writable: bool) -> None:
         if not 0 <= b < self.num_blocks:
             raise KVBlockError(
                 f"block table of sequence {seq_id} names block {b}, outside 0..{self.num_blocks - 1}; "
                 "the table was corrupted (nothing was run)"
             )
-        if self.status[b] != USED:
+        if self.status[b] <= 0:
             raise KVBlockError(
                 f"block table of sequence {seq_id} names block {b}, which is free; the table "
                 "was corrupted (nothing was run)"
             )
-        if self.owner[b] != seq_id:
+        owner = int(self.owner[b])
+        if owner != seq_id and not (owner == SHARED and not writable):
+            what = "shared (read-only prefix)" if owner == SHARED else f"owned by sequence {owner}"
             raise KVBlockError(
-                f"block table of sequence {seq_id} names block {b}, owned by sequence "
-                f"{int(self.owner[b])}; the table was corrupted (nothing was run)"
+                f"block table of sequence {seq_id} names block {b}, {what}; the table was "
+                "corrupted (nothing was run)"
             )
 
-    def check_batch(self, wanted: list[tuple[int, int]]) -> list[list[int]]:
-        """:meth:`check` for every ``(seq_id, num_tokens)`` of one model call at once: the
-        tables, after one vectorised test that every block used is in range, in use, owned by
-        its sequence and named once; the per-sequence check finds the culprit otherwise."""
-        tables = []
-        sizes = []
-        for seq_id, num_tokens in wanted:
-            table = self.tables.get(seq_id)
-            if table is None or len(table) * self.block_size < num_tokens:
-                self.check(seq_id, num_tokens)  # raises with the precise message
-            tables.append(table)
-            sizes.append(len(table))
-        flat = np.fromiter((b for t in tables for b in t), dtype=np.int64, count=sum(sizes))
-        seqs = np.repeat(np.fromiter((w[0] for w in wanted), dtype=np.int64, count=len(wanted)), sizes)
-        ok = flat.size == 0 or (
-            flat.min() >= 0
-            and flat.max() < self.num_blocks
-            and bool(np.all(self.status[flat] == USED))
-            and bool(np.all(self.owner[flat] == seqs))
-            and np.unique(flat).size == flat.size
-        )
-        if not ok:
-            for seq_id, num_tokens in wanted:
-                self.check(seq_id, num_tokens)
-            raise KVBlockError("one block appears in the tables of two sequences; refused")
-        return tables
-
-    def check(self, seq_id: int, num_tokens: int) -> list[int]:
-        """The table of ``seq_id`` after validating it holds ``num_tokens`` tokens in blocks
-        that exist, are in use and belong to it; :class:`KVBlockError` otherwise."""
+    def check(self, seq_id: int, num_tokens: int, past: int = 0) -> list[int]:
+        """The table of ``seq_id`` after validating it holds ``num_tokens`` tokens in blocks that
+        exist and are in use, that the blocks written from token ``past`` on are its own, and
+        that no block is named twice; :class:`KVBlockError` otherwise."""
         table = self.tables.get(seq_id)
         if table is None:
             raise KVBlockError(f"sequence {seq_id} has no block table")
@@ -157,24 +217,52 @@ class BlockManager:
                 f"sequence {seq_id} needs {num_tokens} token slots but its table holds "
                 f"{len(table)} blocks of {self.block_size}"
             )
-        arr = np.asarray(table, dtype=np.int64)
-        if (
-            arr.size
-            and (
-                arr.min() < 0
-                or arr.max() >= self.num_blocks
-                or not np.all(self.status[arr] == USED)
-                or not np.all(self.owner[arr] == seq_id)
-                or np.unique(arr).size != arr.size
-            )
-        ):
-            seen: set[int] = set()
-            for b in table:
-                self._check_block(seq_id, int(b))
-                if b in seen:
-                    raise KVBlockError(
-                        f"block table of sequence {seq_id} names block {b} twice; the table was "
-                        "corrupted (nothing was run)"
-                    )
-                seen.add(int(b))
+        first_written = past // self.block_size
+        seen: set[int] = set()
+        for i, b in enumerate(table):
+            self._check_block(seq_id, int(b), writable=i >= first_written)
+            if b in seen:
+                raise KVBlockError(
+                    f"block table of sequence {seq_id} names block {b} twice; the table was "
+                    "corrupted (nothing was run)"
+                )
+            seen.add(int(b))
         return table
+
+    def check_batch(self, wanted: list[tuple[int, int, int]]) -> list[list[int]]:
+        """:meth:`check` for every ``(seq_id, num_tokens, past)`` of one model call at once: one
+        vectorised test (in range, in use, written blocks owned by their sequence, shared
+        blocks only read, no block written twice); the per-sequence check names the culprit."""
+        tables = []
+        sizes = []
+        bs = self.block_size
+        for seq_id, num_tokens, _ in wanted:
+            table = self.tables.get(seq_id)
+            if table is None or len(table) * bs < num_tokens:
+                self.check(seq_id, num_tokens)  # raises with the precise message
+            tables.append(table)
+            sizes.append(len(table))
+        flat = np.fromiter((b for t in tables for b in t), dtype=np.int64, count=sum(sizes))
+        seqs = np.repeat(np.fromiter((w[0] for w in wanted), dtype=np.int64, count=len(wanted)), sizes)
+        written = np.fromiter(
+            (i >= w[2] // bs for w, t in zip(wanted, tables) for i in range(len(t))),
+            dtype=bool,
+            count=flat.size,
+        )
+        ok = True
+        if flat.size:
+            if flat.min() < 0 or flat.max() >= self.num_blocks:
+                ok = False
+            else:
+                own = self.owner[flat]
+                mine = own == seqs
+                ok = (
+                    bool(np.all(self.status[flat] > 0))
+                    and bool(np.all(mine | (~written & (own == SHARED))))
+                    and np.unique(flat[mine]).size == int(mine.sum())
+                )
+        if not ok:
+            for seq_id, num_tokens, past in wanted:
+                self.check(seq_id, num_tokens, past)
+            raise KVBlockError("one block appears in the tables of two sequences; refused")
+        return tables

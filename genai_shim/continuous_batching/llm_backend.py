@@ -5,7 +5,6 @@ rest (see :func:`supports`)."""
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,6 @@ from genai_shim.results import GenerationFinishReason
 from genai_shim.streamers import StreamerBase, StreamingStatus
 
 __all__ = ["PagedBackend", "supports"]
-
-logger = logging.getLogger(__name__)
 
 
 def supports(config: GenerationConfig, keep_kv: bool) -> bool:
@@ -50,21 +47,10 @@ class PagedBackend:
     ) -> None:
         if scheduler_config is None:
             # the real's get_latency_oriented_scheduler_config(): no limit on the tokens of one
-            # model call (whole prompts, never chunked) and prefix caching on; the latter is not
-            # implemented here and only saves prefill time, so it stays off
+            # model call (whole prompts, never chunked) and prefix caching on
             scheduler_config = SchedulerConfig()
             scheduler_config.max_num_batched_tokens = SIZE_MAX
-        elif getattr(scheduler_config, "enable_prefix_caching", False):
-            logger.warning(
-                "genai_shim: prefix caching is not implemented; LLMPipeline runs without it "
-                "(same outputs, no prefill reuse)"
-            )
-            copy = SchedulerConfig()
-            for k in vars(copy):
-                if hasattr(scheduler_config, k):
-                    setattr(copy, k, getattr(scheduler_config, k))
-            copy.enable_prefix_caching = False
-            scheduler_config = copy
+            scheduler_config.enable_prefix_caching = True
         self._args = (folder, tokenizer, device, dict(props), scheduler_config)
         self._engine: ContinuousBatchingPipeline | None = None
 

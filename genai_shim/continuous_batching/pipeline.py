@@ -119,6 +119,7 @@ class PipelineMetrics:
         self.la_peak_pool_blocks = 0
         self.inference_duration = 0.0  # µs of the last step's model call
         self.preemptions = 0  # ours: requests preempted (recompute) so far
+        self.prefix_cache_hits = 0  # ours: KV blocks taken from the prefix cache so far
 
 
 class _State:
@@ -218,12 +219,6 @@ class ContinuousBatchingPipeline:
         if props.pop("adapters", None):
             raise ConfigError("genai_shim does not implement LoRA adapters", key="adapters")
         self._sc = scheduler_config
-        if getattr(scheduler_config, "enable_prefix_caching", False):
-            raise ConfigError(
-                "genai_shim's continuous batching does not implement prefix caching yet; set "
-                "SchedulerConfig.enable_prefix_caching = False",
-                key="enable_prefix_caching",
-            )
         if getattr(scheduler_config, "use_cache_eviction", False) or getattr(scheduler_config, "use_sparse_attention", False):
             raise ConfigError(
                 "genai_shim's continuous batching does not implement cache eviction or sparse "
@@ -250,7 +245,11 @@ class ContinuousBatchingPipeline:
             num_blocks = int(cache_gb * (1 << 30)) // self._model.block_bytes
         self._dynamic = num_blocks == 0
         self._model.allocate(max(num_blocks, 1) if not self._dynamic else 8)
-        self._blocks = BlockManager(self._model.num_blocks, self._model.block_size)
+        self._blocks = BlockManager(
+            self._model.num_blocks,
+            self._model.block_size,
+            prefix_caching=bool(getattr(scheduler_config, "enable_prefix_caching", False)),
+        )
         self._scheduler = Scheduler(
             self._blocks,
             max_num_batched_tokens=int(scheduler_config.max_num_batched_tokens),
@@ -365,7 +364,7 @@ class ContinuousBatchingPipeline:
                 f"{self._blocks.num_blocks} blocks of {self._blocks.block_size} tokens); raise "
                 "SchedulerConfig.num_kv_blocks / cache_size or shorten the prompts"
             )
-        tables = self._blocks.check_batch([(c.request.seq_id, c.past + c.count) for c in chunks])
+        tables = self._blocks.check_batch([(c.request.seq_id, c.past + c.count, c.past) for c in chunks])
         entries = []
         for c, table in zip(chunks, tables):
             if c.count == 1 and c.past >= len(c.request.prompt):
@@ -379,8 +378,13 @@ class ContinuousBatchingPipeline:
         row = 0
         sampled = 0
         greedy_rows: np.ndarray | None = None
+        bs = self._blocks.block_size
         for c in chunks:
             c.request.processed = c.past + c.count
+            if self._blocks.prefix_caching and c.past // bs != c.request.processed // bs:
+                r = c.request
+                self._blocks.register(r.seq_id, r.prompt + r.generated, r.processed)
+        for c in chunks:
             if not c.samples:
                 continue
             s = by_req[id(c.request)]
@@ -410,6 +414,7 @@ class ContinuousBatchingPipeline:
         m.avg_cache_usage = self._usage_sum / self._usage_n
         m.cache_size_in_bytes = m.kv_cache_size_in_bytes = self._model.cache_bytes
         m.preemptions = self._scheduler.preemptions
+        m.prefix_cache_hits = self._blocks.cache_hits
 
     def _check_finish(self, s: _State) -> None:
         toks = s.req.generated

@@ -72,6 +72,12 @@ class Scheduler:
                 return False
         return True
 
+    def _restore(self, req: Request) -> None:
+        """Prefix caching: a request without blocks starts after its cached full blocks."""
+        if self.blocks.prefix_caching and req.processed == 0 and req.seq_id not in self.blocks.tables:
+            tokens = req.prompt + req.generated
+            req.processed = self.blocks.restore_prefix(req.seq_id, tokens, len(tokens) - 1)
+
     def _preempt(self, req: Request) -> None:
         """Preemption by recompute: drop all blocks; the request re-feeds prompt + generated."""
         self.blocks.free(req.seq_id)
@@ -136,6 +142,7 @@ class Scheduler:
                 continue
             if any(c.request is req for c in chunks):
                 continue
+            self._restore(req)
             n = min(budget, req.num_tokens - req.processed)
             # shrink the chunk to what the cache can hold (after trying to grow it)
             self._ensure(req, req.processed + n)
@@ -153,6 +160,7 @@ class Scheduler:
         for req in active:
             if req.state != Request.WAITING:
                 continue
+            self._restore(req)
             n = req.num_tokens - req.processed
             if n > budget or running >= self.max_num_seqs:
                 break

@@ -182,12 +182,43 @@ def test_unsupported_features_are_typed_errors(ours: Any, stories_dir: Path) -> 
     c.num_beams = 2
     with pytest.raises(ConfigError, match="beam search"):
         ours.generate(["A"], [c])
-    sc = _sched(genai_shim, 8)
-    sc.enable_prefix_caching = True
-    with pytest.raises(ConfigError, match="prefix caching"):
-        genai_shim.ContinuousBatchingPipeline(str(stories_dir), sc, "CPU", F32)
     with pytest.raises(UserInputError, match="streaming is possible only with batch size=1"):
         ours.generate(["A", "B"], [genai_shim.GenerationConfig(max_new_tokens=2)] * 2, lambda s: None)
+
+
+def test_prefix_caching_reuses_blocks_and_keeps_texts(real_genai: Any, stories_dir: Path) -> None:
+    base = " ".join(["Once upon a time there was a little dog named Max who liked to play."] * 4)
+    prompts = [base + " One day", base + " The cat", base]
+    out = {}
+    for name, mod in (("real", real_genai), ("ours", genai_shim)):
+        sc = _sched(mod, 40, 64)
+        sc.enable_prefix_caching = True
+        pipe = mod.ContinuousBatchingPipeline(str(stories_dir), sc, "CPU", F32)
+        texts = []
+        for batch in (prompts, prompts[:1]):  # the second call finds the first call's blocks
+            cfgs = [mod.GenerationConfig(max_new_tokens=30) for _ in batch]
+            texts.append([r.m_generation_ids[0] for r in pipe.generate(batch, cfgs)])
+        out[name] = texts
+        if name == "ours":
+            assert pipe.get_metrics().prefix_cache_hits > 0
+            assert pipe._blocks.num_free_blocks == 40  # cached blocks count as free (evictable)
+    assert out["ours"] == out["real"]
+
+
+def test_block_manager_prefix_sharing_is_read_only() -> None:
+    bm = BlockManager(6, 4, prefix_caching=True)
+    toks = list(range(100, 111))  # 11 tokens: two full blocks and a partial one
+    bm.allocate(1, 11)
+    bm.register(1, toks, 11)
+    assert bm.restore_prefix(2, toks, len(toks) - 1) == 8  # two full blocks shared
+    bm.allocate(2, 11)
+    assert bm.tables[2][:2] == bm.tables[1][:2] and bm.tables[2][2] != bm.tables[1][2]
+    bm.check_batch([(1, 11, 10), (2, 11, 8)])  # reads of shared blocks, own writes: fine
+    with pytest.raises(KVBlockError, match="shared"):
+        bm.check_batch([(2, 11, 4)])  # would write into a shared prefix block
+    bm.free(1)
+    bm.free(2)
+    assert bm.num_free_blocks == 6 and int(bm.status.sum()) == 0
 
 
 def test_block_manager_bookkeeping() -> None:
