@@ -101,7 +101,7 @@ class PagedModel:
                     entry = (name, port.get_element_type(), dims)
                     (self.key_ports if name.startswith("key") else self.value_ports).append(entry)
                     break
-        key = lambda e: int(e[0].split(".")[1])  # noqa: E731
+        key = lambda e: int(e[0].split(".")[1])
         self.key_ports.sort(key=key)
         self.value_ports.sort(key=key)
         if not self.key_ports or len(self.key_ports) != len(self.value_ports):
@@ -224,8 +224,7 @@ class PagedModel:
             bib.append(bib[-1] + k)
             if sample:
                 want.append(sub[-1] - 1)
-            if ctx > max_ctx:
-                max_ctx = ctx
+            max_ctx = max(max_ctx, ctx)
         if blocks and (min(blocks) < 0 or max(blocks) >= self.num_blocks):
             raise KVBlockError(
                 f"block index outside 0..{self.num_blocks - 1} reached the model call; refused"

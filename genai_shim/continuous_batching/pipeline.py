@@ -25,10 +25,10 @@ from ov_npu_emu.errors import ConfigError, IRReadError, KVCacheFullError, UserIn
 
 __all__ = [
     "ContinuousBatchingPipeline",
+    "EncodedGenerationResult",
     "GenerationHandle",
     "GenerationOutput",
     "GenerationResult",
-    "EncodedGenerationResult",
     "GenerationStatus",
     "PipelineMetrics",
     "SchedulerConfig",
