@@ -36,6 +36,7 @@ from ov_npu_emu.errors import (
     BlobFormatError,
     ConfigError,
     IRReadError,
+    NpuEmuError,
     PromptTooLongError,
     UserInputError,
 )
@@ -182,6 +183,8 @@ class LLMPipeline:
                 key="draft_model",
             )
         scheduler_config = props.get("scheduler_config")
+        # the real re-throws paged-attention failures only when PA was asked for explicitly
+        explicit_pa = scheduler_config is not None or "ATTENTION_BACKEND" in props
         for k in _GENAI_ONLY_KEYS:
             props.pop(k, None)
         self._device = str(device).upper()
@@ -258,7 +261,15 @@ class LLMPipeline:
             self._set_stateful(self._compile_npu(model, props, folder))
         elif self._paged and not self._prompt_lookup and folder is not None:
             self._pa = PagedBackend(folder, self._tokenizer, self._device, props, scheduler_config)
-            self._pa.engine  # noqa: B018  (compile now)
+            try:
+                self._pa.engine  # noqa: B018  (compile now)
+            except (NpuEmuError, RuntimeError) as e:
+                if explicit_pa:
+                    raise
+                # as the real: fall back to the stateful pipeline, saying why
+                logger.warning("paged attention is not available (%s); using the stateful model", e)
+                self._pa = None
+                self._set_stateful(self._core.compile_model(model, self._device, props))
         else:
             self._set_stateful(self._core.compile_model(model, self._device, props))
         self._load_time = (_now() - t0) * 1000.0

@@ -260,3 +260,19 @@ def test_llm_pipeline_cpu_batch_runs_paged_backend(
     assert calls == [1]
     sdpa = genai_shim.LLMPipeline(str(stories_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
     assert sdpa._pa is None
+
+
+def test_llm_pipeline_falls_back_to_stateful_like_the_real(
+    stories_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from genai_shim.continuous_batching import paged_model
+
+    def broken(model: Any) -> bool:
+        raise ConfigError("no paged attention for this model")
+
+    monkeypatch.setattr(paged_model, "prepare_paged_model", broken)
+    pipe = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)  # default PA: falls back
+    assert pipe._pa is None
+    assert pipe.generate("Once upon a time", max_new_tokens=5)
+    with pytest.raises(ConfigError, match="no paged attention"):  # asked for: re-raised
+        genai_shim.LLMPipeline(str(stories_dir), "CPU", ATTENTION_BACKEND="PA", **F32)
