@@ -481,6 +481,15 @@ class ContinuousBatchingPipeline:
         states: list[_State] = []
         try:
             for i, (p, c) in enumerate(zip(prompts, configs)):
+                if isinstance(p, str) and c.apply_chat_template and self._tokenizer.chat_template:
+                    # the real generate(prompts) templates each prompt as one user message
+                    # (add_request with a str does not)
+                    templated = self._tokenizer.apply_chat_template(
+                        [{"role": "user", "content": p}], add_generation_prompt=True
+                    )
+                    p = ov.Tensor(
+                        np.asarray(self._tokenizer.encode(templated, add_special_tokens=False).input_ids.data)
+                    )
                 self.add_request(i, p, c)
                 states.append(self._states[-1])
         except Exception:

@@ -276,3 +276,14 @@ def test_llm_pipeline_falls_back_to_stateful_like_the_real(
     assert pipe.generate("Once upon a time", max_new_tokens=5)
     with pytest.raises(ConfigError, match="no paged attention"):  # asked for: re-raised
         genai_shim.LLMPipeline(str(stories_dir), "CPU", ATTENTION_BACKEND="PA", **F32)
+
+
+def test_generate_templates_prompts_like_the_real(real_genai: Any, tiny_model_dir: Path) -> None:
+    # the builder's tokenizer has a chat template: generate(prompts) applies it per prompt
+    prompts = ["Once upon a time", "The little dog"]
+    out = {}
+    for name, mod in (("real", real_genai), ("ours", genai_shim)):
+        pipe = mod.ContinuousBatchingPipeline(str(tiny_model_dir), _sched(mod, 16), "CPU", F32)
+        cfgs = [mod.GenerationConfig(max_new_tokens=12, ignore_eos=True) for _ in prompts]
+        out[name] = [r.m_generation_ids[0] for r in pipe.generate(prompts, cfgs)]
+    assert out["ours"] == out["real"]
