@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import enum
 import os
 import time
@@ -549,14 +550,16 @@ class ContinuousBatchingPipeline:
             r.m_scores = [float(sum(s.logps))]
             r.m_finish_reasons = [s.finish]
             r.m_status = s.status
-            pm = PerfMetrics()
-            pm.load_time = perf.load_time
-            pm.raw_metrics = raw
-            pm.raw_metrics.generate_durations = [(time.perf_counter() - start) * 1e6]
-            pm.evaluate_statistics(start)
-            pm.num_input_tokens = len(s.req.prompt)
-            r.perf_metrics = pm
             results.append(r)
+        # one evaluation of the shared series; each result carries its own prompt length
+        raw.generate_durations = [(time.perf_counter() - start) * 1e6]
+        pm = PerfMetrics()
+        pm.load_time = perf.load_time
+        pm.raw_metrics = raw
+        pm.evaluate_statistics(start)
+        for r, s in zip(results, states):
+            r.perf_metrics = copy.copy(pm)
+            r.perf_metrics.num_input_tokens = len(s.req.prompt)
         return results
 
 
