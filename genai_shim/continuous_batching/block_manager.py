@@ -50,6 +50,9 @@ class BlockManager:
         self._chain: dict[int, list[int]] = {}  # seq -> entry ids of its registered blocks
         self._next_entry = 1
         self.cache_hits = 0  # blocks taken from the prefix cache
+        # check_batch: seq -> (verified table, epoch, its blocks); epoch bumps on frees etc.
+        self._verified: dict[int, tuple[list[int], int, set[int], int]] = {}
+        self._epoch = 0
         self.grow(num_blocks)
 
     # -- capacity --------------------------------------------------------------------------
@@ -85,6 +88,7 @@ class BlockManager:
         if self._free:
             return self._free.popleft()
         b, _ = self._evictable.popitem(last=False)  # least recently used cached block
+        self._epoch += 1
         key = self._key_of.pop(b)
         del self._cache[key]
         return b
@@ -109,6 +113,8 @@ class BlockManager:
         in the prefix cache (evictable) when their content is registered."""
         table = self.tables.pop(seq_id, None)
         self._chain.pop(seq_id, None)
+        self._verified.pop(seq_id, None)
+        self._epoch += 1
         if not table:
             return
         for b in table:
@@ -156,6 +162,7 @@ class BlockManager:
             chain.append(entry)
             parent = entry
         if table:
+            self._epoch += 1
             self.tables[seq_id] = table
             self._chain[seq_id] = chain
             self.cache_hits += len(table)
@@ -230,39 +237,43 @@ class BlockManager:
         return table
 
     def check_batch(self, wanted: list[tuple[int, int, int]]) -> list[list[int]]:
-        """:meth:`check` for every ``(seq_id, num_tokens, past)`` of one model call at once: one
-        vectorised test (in range, in use, written blocks owned by their sequence, shared
-        blocks only read, no block written twice); the per-sequence check names the culprit."""
-        tables = []
-        sizes = []
+        """:meth:`check` for every ``(seq_id, num_tokens, past)`` of one model call.
+
+        Each sequence's last verified table is remembered with its write start and the
+        manager's epoch (bumped by every free, eviction and prefix restore, the only operations
+        that change the status of blocks already in a table): when the epoch is unchanged, the
+        write start has not moved back and the table still starts with that snapshot, only its
+        new blocks are tested; otherwise (a table edited in place, an epoch change) the whole
+        table is.  A forged entry is therefore always seen, at a cost per step that does not
+        grow with the sequence length.  No block may be written by two sequences of one call."""
         bs = self.block_size
-        for seq_id, num_tokens, _ in wanted:
+        tables = []
+        for seq_id, num_tokens, past in wanted:
             table = self.tables.get(seq_id)
             if table is None or len(table) * bs < num_tokens:
                 self.check(seq_id, num_tokens)  # raises with the precise message
+            snap = self._verified.get(seq_id)
+            first_written = past // bs
+            if snap is not None and snap[1] == self._epoch and first_written >= snap[3]:
+                old, _, seen, _ = snap
+                n = len(old)
+                if len(table) >= n and table[:n] == old:
+                    for i in range(n, len(table)):
+                        b = table[i]
+                        if b in seen:
+                            self.check(seq_id, num_tokens, past)
+                        self._check_block(seq_id, b, writable=i >= first_written)
+                        seen.add(b)
+                        old.append(b)
+                    tables.append(table)
+                    continue
+            self.check(seq_id, num_tokens, past)
+            # blocks before first_written were verified read-only: a later call may only move
+            # the write region forward (it moves back only after a free, which bumps the epoch)
+            self._verified[seq_id] = (list(table), self._epoch, set(table), first_written)
             tables.append(table)
-            sizes.append(len(table))
-        flat = np.fromiter((b for t in tables for b in t), dtype=np.int64, count=sum(sizes))
-        seqs = np.repeat(np.fromiter((w[0] for w in wanted), dtype=np.int64, count=len(wanted)), sizes)
-        written = np.fromiter(
-            (i >= w[2] // bs for w, t in zip(wanted, tables) for i in range(len(t))),
-            dtype=bool,
-            count=flat.size,
-        )
-        ok = True
-        if flat.size:
-            if flat.min() < 0 or flat.max() >= self.num_blocks:
-                ok = False
-            else:
-                own = self.owner[flat]
-                mine = own == seqs
-                ok = (
-                    bool(np.all(self.status[flat] > 0))
-                    and bool(np.all(mine | (~written & (own == SHARED))))
-                    and np.unique(flat[mine]).size == int(mine.sum())
-                )
-        if not ok:
-            for seq_id, num_tokens, past in wanted:
-                self.check(seq_id, num_tokens, past)
-            raise KVBlockError("one block appears in the tables of two sequences; refused")
+        if len(wanted) > 1:
+            written = [b for (_, _, past), t in zip(wanted, tables) for b in t[past // bs :]]
+            if len(set(written)) != len(written):
+                raise KVBlockError("one block is written by two sequences in one call; refused")
         return tables

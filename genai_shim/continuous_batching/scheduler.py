@@ -135,12 +135,13 @@ class Scheduler:
         return budget
 
     def _prompt_phase_split(self, active: list[Request], chunks: list[ScheduledChunk], budget: int) -> None:
+        scheduled = {id(c.request) for c in chunks}
         for req in active:
             if budget <= 0:
                 break
-            if req.in_generate_phase and req.state == Request.RUNNING:
+            if id(req) in scheduled:
                 continue
-            if any(c.request is req for c in chunks):
+            if req.state == Request.RUNNING and req.in_generate_phase:
                 continue
             self._restore(req)
             n = min(budget, req.num_tokens - req.processed)

@@ -240,6 +240,25 @@ def test_block_manager_bookkeeping() -> None:
         bm.fork(2, 3)
 
 
+def test_block_check_sees_forgeries_after_a_verified_step() -> None:
+    bm = BlockManager(8, 4)
+    bm.allocate(1, 8)
+    bm.allocate(2, 8)
+    bm.check_batch([(1, 8, 7), (2, 8, 7)])  # verified once: later calls test only new blocks
+    bm.allocate(1, 9)
+    bm.check_batch([(1, 9, 8), (2, 8, 7)])
+    bm.tables[1].append(bm.tables[1][0])  # a new entry naming its own first block again
+    with pytest.raises(KVBlockError, match="twice"):
+        bm.check_batch([(1, 13, 12)])
+    bm.tables[1].pop()
+    saved = bm.tables[2][1]
+    bm.tables[2][1] = bm.tables[1][2]  # in place: another sequence's block
+    with pytest.raises(KVBlockError, match="owned by sequence 1"):
+        bm.check_batch([(1, 9, 8), (2, 8, 7)])
+    bm.tables[2][1] = saved
+    assert bm.check_batch([(1, 9, 8), (2, 8, 7)]) == [bm.tables[1], bm.tables[2]]
+
+
 def test_llm_pipeline_cpu_batch_runs_paged_backend(
     pipelines: Any, stories_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
