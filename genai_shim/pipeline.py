@@ -43,7 +43,6 @@ from ov_npu_emu.errors import (
 
 __all__ = ["LLMPipeline", "SchedulerConfig"]
 
-
 logger = logging.getLogger(__name__)
 
 MODEL_XML = "openvino_model.xml"
