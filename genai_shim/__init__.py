@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from genai_shim.chat import ChatHistory
+from genai_shim.continuous_batching import (
+    ContinuousBatchingPipeline,
+    EncodedGenerationResult,
+    GenerationHandle,
+    GenerationOutput,
+    GenerationResult,
+    GenerationStatus,
+    PipelineMetrics,
+)
 from genai_shim.generation_config import GenerationConfig, StopCriteria
 from genai_shim.perf_metrics import MeanStdPair, PerfMetrics, RawPerfMetrics, SummaryStats
 from genai_shim.pipeline import LLMPipeline, SchedulerConfig
@@ -21,7 +30,14 @@ __version__ = "2026.4.1.0-ov_npu_emu"
 __all__ = [
     # pipeline
     "LLMPipeline",
+    "ContinuousBatchingPipeline",
     "SchedulerConfig",
+    "GenerationHandle",
+    "GenerationOutput",
+    "GenerationResult",
+    "EncodedGenerationResult",
+    "GenerationStatus",
+    "PipelineMetrics",
     "draft_model",
     # configuration
     "GenerationConfig",

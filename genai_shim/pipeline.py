@@ -15,6 +15,9 @@ import openvino as ov
 
 from genai_shim.beam_search import GroupBeamSearcher, SequenceGroup
 from genai_shim.chat import ChatHistory
+from genai_shim.continuous_batching.llm_backend import PagedBackend
+from genai_shim.continuous_batching.llm_backend import supports as pa_supports
+from genai_shim.continuous_batching.pipeline import SchedulerConfig
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig, check_supported
 from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
@@ -34,6 +37,7 @@ from ov_npu_emu.errors import (
     BlobFormatError,
     ConfigError,
     IRReadError,
+    NpuEmuError,
     PromptTooLongError,
     UserInputError,
 )
@@ -63,21 +67,6 @@ _GENAI_ONLY_KEYS = (
 _UNSUPPORTED_FEATURES = {
     "adapters": "LoRA adapters",
 }
-
-
-class SchedulerConfig:
-    """Accepted for API compatibility (continuous batching is not emulated; the pipeline is
-    always the stateful one).  Attributes can be set freely."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.enable_prefix_caching = False
-        self.max_num_batched_tokens = 256
-        self.cache_size = 0
-        self.num_kv_blocks = 0
-        self.max_num_seqs = 256
-        self.dynamic_split_fuse = True
-        for k, v in kwargs.items():
-            setattr(self, k, v)
 
 
 class _Seq:
@@ -195,6 +184,9 @@ class LLMPipeline:
                 f"returns (speculative decoding), got {type(draft).__name__}",
                 key="draft_model",
             )
+        scheduler_config = props.get("scheduler_config")
+        # the real re-throws paged-attention failures only when PA was asked for explicitly
+        explicit_pa = scheduler_config is not None or "ATTENTION_BACKEND" in props
         for k in _GENAI_ONLY_KEYS:
             props.pop(k, None)
         self._device = str(device).upper()
@@ -259,17 +251,63 @@ class LLMPipeline:
         self._batch_axis, self._seq_axis = get_kv_axes_pos(model)
         self._max_prompt_len = SIZE_MAX
         self._kv_capacity = SIZE_MAX
-        if self._is_npu:
-            self._compiled = self._compile_npu(model, props, folder)
-        else:
-            self._compiled = self._core.compile_model(model, self._device, props)
-        self._request = self._compiled.create_infer_request()
         self._pl_requests: list[Any] = []  # prompt lookup: one more request per extra prompt
-        self._input_names = {n for p in self._compiled.inputs for n in p.get_names()}
-        self._has_pos = "position_ids" in self._input_names
-        self._has_beam = "beam_idx" in self._input_names
         self._sampler = Sampler()
+        # The real CPU LLMPipeline is its continuous-batching (PagedAttention) pipeline unless
+        # ATTENTION_BACKEND=SDPA: greedy / multinomial calls outside chat run on ours
+        # (genai_shim/continuous_batching), compiled here as the real's load; the stateful model
+        # (beam search, chat, ...) is then compiled on first use.
+        self._pa: PagedBackend | None = None
+        self._st: tuple[Any, Any, set[str]] | None = None
+        self._st_src = (model, props)
+        if self._is_npu:
+            self._set_stateful(self._compile_npu(model, props, folder))
+        elif self._paged and not self._prompt_lookup and folder is not None:
+            self._pa = PagedBackend(folder, self._tokenizer, self._device, props, scheduler_config)
+            try:
+                self._pa.engine  # noqa: B018  (compile now)
+            except (NpuEmuError, RuntimeError) as e:
+                if explicit_pa:
+                    raise
+                # as the real: fall back to the stateful pipeline, saying why
+                logger.warning("paged attention is not available (%s); using the stateful model", e)
+                self._pa = None
+                self._set_stateful(self._core.compile_model(model, self._device, props))
+        else:
+            self._set_stateful(self._core.compile_model(model, self._device, props))
         self._load_time = (_now() - t0) * 1000.0
+
+    # -- the stateful model (compiled at construction, or on first use next to the PA backend) --
+    def _set_stateful(self, compiled: Any) -> tuple[Any, Any, set[str]]:
+        names = {n for p in compiled.inputs for n in p.get_names()}
+        self._st = (compiled, compiled.create_infer_request(), names)
+        return self._st
+
+    def _stateful(self) -> tuple[Any, Any, set[str]]:
+        if self._st is None:
+            model, props = self._st_src
+            return self._set_stateful(self._core.compile_model(model, self._device, props))
+        return self._st
+
+    @property
+    def _compiled(self) -> Any:
+        return self._stateful()[0]
+
+    @property
+    def _request(self) -> Any:
+        return self._stateful()[1]
+
+    @property
+    def _input_names(self) -> set[str]:
+        return self._stateful()[2]
+
+    @property
+    def _has_pos(self) -> bool:
+        return "position_ids" in self._stateful()[2]
+
+    @property
+    def _has_beam(self) -> bool:
+        return "beam_idx" in self._stateful()[2]
 
     @staticmethod
     def _parse_memory_ctor(
@@ -478,7 +516,8 @@ class LLMPipeline:
     def _check_ids(self, ids: np.ndarray) -> None:
         """Token ids outside the vocabulary would index the embedding out of bounds (the CPU
         plugin silently reads zeros), so reject them here, on every device."""
-        shape = self._compiled.output("logits").get_partial_shape()
+        compiled = self._pa.engine.compiled if self._st is None and self._pa else self._compiled
+        shape = compiled.output("logits").get_partial_shape()
         vocab = shape[shape.rank.get_length() - 1] if shape.rank.is_static else None
         if vocab is not None and vocab.is_static and ids.size:
             lo, hi = int(ids.min()), int(ids.max())
@@ -638,7 +677,7 @@ class LLMPipeline:
 
     # -- KV cache ------------------------------------------------------------------------------
     def _reset_kv(self) -> None:
-        if self._spec is None:  # the speculative pipeline resets its models every call
+        if self._spec is None and self._st is not None:  # speculative: reset every call
             self._request.reset_state()
         self._kv_tokens = []
 
@@ -880,6 +919,14 @@ class LLMPipeline:
                     self._stream_list(stream, seqs[0], 0)
                 stream.end()
                 stream.end()  # the real's prompt-lookup pipeline ends the streamer twice
+            return self._encoded_results(seqs, perf, keep_kv)
+
+        if self._pa is not None and pa_supports(config, keep_kv):
+            stream_stopped = self._pa.run(self, seqs, config, stream, perf, stop_window)
+            if stream is not None:
+                if not stream_stopped:
+                    self._stream(stream, seqs[0], 0)
+                stream.end()
             return self._encoded_results(seqs, perf, keep_kv)
 
         # Prefill: positions count only real (unmasked) tokens, padding gets 0.

@@ -29,6 +29,7 @@ __all__ = [
     "PromptTooLongError",
     "KVCacheFullError",
     "UnsupportedFeatureError",
+    "KVBlockError",
     "check",
 ]
 
@@ -144,6 +145,11 @@ class KVCacheFullError(NpuEmuError):
 class UnsupportedFeatureError(ConfigError, AttributeError):
     """A public name of the real openvino_genai that genai_shim does not implement (an
     AttributeError too, so ``hasattr`` and ``getattr(mod, name, default)`` keep working)."""
+
+
+class KVBlockError(ExecutionError):
+    """A paged-KV block table names a block that is out of range, free, or owned by another
+    sequence (the block-status check of the continuous-batching block manager)."""
 
 
 def check(cond: Any, message: str, exc: type[NpuEmuError] = UserInputError) -> None:

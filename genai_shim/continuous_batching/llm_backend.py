@@ -1,0 +1,118 @@
+"""The paged-attention backend of ``LLMPipeline(..., "CPU")``: openvino.genai runs its CPU
+LLMPipeline as a continuous-batching pipeline unless ``ATTENTION_BACKEND="SDPA"``; genai_shim
+does the same for the calls this backend supports and keeps the stateful (SDPA) model for the
+rest (see :func:`supports`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from genai_shim.continuous_batching.pipeline import (
+    ContinuousBatchingPipeline,
+    GenerationStatus,
+    SchedulerConfig,
+)
+from genai_shim.generation_config import SIZE_MAX, GenerationConfig
+from genai_shim.perf_metrics import PerfMetrics
+from genai_shim.results import GenerationFinishReason
+from genai_shim.streamers import StreamerBase, StreamingStatus
+
+__all__ = ["PagedBackend", "supports"]
+
+
+def supports(config: GenerationConfig, keep_kv: bool) -> bool:
+    """Calls the paged backend runs: greedy or multinomial with one sequence per prompt,
+    outside chat.  Beam search and several return sequences (they need copy-on-write block
+    forks) and chat (which keeps the KV cache between calls) use the stateful model."""
+    return (
+        not keep_kv
+        and not config.is_beam_search()
+        and config.num_return_sequences == 1
+        and not config.echo
+    )
+
+
+class PagedBackend:
+    """A ContinuousBatchingPipeline owned by an LLMPipeline, built on first use."""
+
+    def __init__(
+        self,
+        folder: Path,
+        tokenizer: Any,
+        device: str,
+        props: dict[str, Any],
+        scheduler_config: Any = None,
+    ) -> None:
+        if scheduler_config is None:
+            # the real's get_latency_oriented_scheduler_config(): no limit on the tokens of one
+            # model call (whole prompts, never chunked) and prefix caching on
+            scheduler_config = SchedulerConfig()
+            scheduler_config.max_num_batched_tokens = SIZE_MAX
+            scheduler_config.enable_prefix_caching = True
+        self._args = (folder, tokenizer, device, dict(props), scheduler_config)
+        self._engine: ContinuousBatchingPipeline | None = None
+
+    @property
+    def engine(self) -> ContinuousBatchingPipeline:
+        if self._engine is None:
+            folder, tokenizer, device, props, sc = self._args
+            self._engine = ContinuousBatchingPipeline(folder, tokenizer, sc, device, props)
+        return self._engine
+
+    def run(
+        self,
+        pipe: Any,
+        seqs: list[Any],
+        config: GenerationConfig,
+        stream: StreamerBase | None,
+        perf: PerfMetrics,
+        stop_window: int,
+    ) -> bool:
+        """Generate for every ``_Seq`` of ``seqs`` (their prompts are set), filling their tokens,
+        log-probabilities and finish reasons; returns whether the streamer stopped.  Streaming
+        goes through ``pipe._stream`` so the rules equal the stateful path's."""
+        eng = self.engine
+        states = [eng._new_state(list(s.prompt), config) for s in seqs]
+        for s, st in zip(seqs, states):
+            st.max_new = s.max_new
+            st.sampler = pipe._sampler  # one seeded stream per generate() call, as the SDPA path
+        eng._states.extend(states)
+        raw = perf.raw_metrics
+        stream_stopped = False
+        try:
+            while eng.has_non_finished_requests():
+                eng.step()
+                t1 = time.perf_counter()
+                raw.m_inference_durations[0] += eng._metrics.inference_duration
+                if eng._last_batch > 0:
+                    raw.m_token_infer_durations.append(eng._metrics.inference_duration)
+                    raw.m_new_token_times.append(t1)
+                    raw.m_batch_sizes.append(eng._last_batch)
+                if stream is not None and not stream_stopped:
+                    s0, st0 = seqs[0], states[0]
+                    s0.tokens = st0.req.generated
+                    if st0.status != GenerationStatus.RUNNING:
+                        s0.finish = st0.finish
+                    status = pipe._stream(stream, s0, stop_window)
+                    stream_stopped = status != StreamingStatus.RUNNING
+                    if stream_stopped and st0.status == GenerationStatus.RUNNING:
+                        s0.finish = {
+                            StreamingStatus.STOP: GenerationFinishReason.STOP,
+                            StreamingStatus.CANCEL: GenerationFinishReason.NONE,
+                            StreamingStatus.TOOL_CALL_STOP: GenerationFinishReason.TOOL_CALL,
+                        }[status]
+                        pipe._cancelled = status == StreamingStatus.CANCEL
+                        eng._finish(st0, GenerationStatus.STOP, keep=True)
+                        st0.finish = s0.finish
+        finally:
+            for st in states:
+                eng._finish(st, GenerationStatus.CANCEL, keep=False)
+            eng._states = [st for st in eng._states if st not in states]
+        for s, st in zip(seqs, states):
+            s.tokens = list(st.req.generated)
+            s.logps = list(st.logps)
+            if s.finish is None:
+                s.finish = st.finish
+        return stream_stopped

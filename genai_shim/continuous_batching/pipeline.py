@@ -1,0 +1,573 @@
+"""``ContinuousBatchingPipeline``: requests scheduled by our Scheduler over a paged KV cache
+(BlockManager), run by OpenVINO's paged-attention model on the device plugin."""
+
+from __future__ import annotations
+
+import copy
+import enum
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from genai_shim.continuous_batching.block_manager import BlockManager
+from genai_shim.continuous_batching.paged_model import PagedModel
+from genai_shim.continuous_batching.scheduler import Request, Scheduler
+from genai_shim.generation_config import GenerationConfig
+from genai_shim.perf_metrics import PerfMetrics
+from genai_shim.results import GenerationFinishReason
+from genai_shim.sampling import LogitProcessor, Sampler
+from genai_shim.streamers import StreamingStatus, call_write, make_streamer
+from genai_shim.tokenizer import Tokenizer
+from ov_npu_emu.errors import ConfigError, IRReadError, KVCacheFullError, UserInputError
+
+__all__ = [
+    "ContinuousBatchingPipeline",
+    "EncodedGenerationResult",
+    "GenerationHandle",
+    "GenerationOutput",
+    "GenerationResult",
+    "GenerationStatus",
+    "PipelineMetrics",
+    "SchedulerConfig",
+]
+
+MODEL_XML = "openvino_model.xml"
+
+
+class SchedulerConfig:
+    """openvino_genai.SchedulerConfig: the real fields with the real defaults (2026.4.1)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.max_num_batched_tokens = 256
+        self.num_kv_blocks = 0
+        self.cache_size = 0
+        self.dynamic_split_fuse = True
+        self.max_num_seqs = 256
+        self.enable_prefix_caching = False
+        self.use_cache_eviction = False
+        self.use_sparse_attention = False
+        self.num_linear_attention_blocks = 0
+        self.cache_interval_multiplier = None
+        self.cache_eviction_config = None
+        self.sparse_attention_config = None
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
+    def to_string(self) -> str:
+        return (
+            f"SchedulerConfig {{ max_num_batched_tokens: {self.max_num_batched_tokens}, "
+            f"num_kv_blocks: {self.num_kv_blocks}, cache_size: {self.cache_size}, "
+            f"dynamic_split_fuse: {self.dynamic_split_fuse}, max_num_seqs: {self.max_num_seqs}, "
+            f"enable_prefix_caching: {self.enable_prefix_caching} }}"
+        )
+
+    def __repr__(self) -> str:
+        return self.to_string()
+
+
+class GenerationStatus(enum.IntEnum):
+    RUNNING = 0
+    FINISHED = 1
+    IGNORED = 2
+    CANCEL = 3
+    STOP = 4
+
+
+class GenerationOutput:
+    def __init__(self) -> None:
+        self.generated_ids: list[int] = []
+        self.generated_log_probs: list[float] = []
+        self.score = 0.0
+        self.finish_reason = GenerationFinishReason.NONE
+
+
+class GenerationResult:
+    """Result of one prompt: ``m_generation_ids`` are texts (str prompts)."""
+
+    def __init__(self) -> None:
+        self.m_request_id = 0
+        self.m_generation_ids: list[Any] = []
+        self.m_scores: list[float] = []
+        self.m_finish_reasons: list[GenerationFinishReason] = []
+        self.m_status = GenerationStatus.RUNNING
+        self.perf_metrics = PerfMetrics()
+        self.extended_perf_metrics = None
+
+    def get_generation_ids(self) -> list[Any]:
+        return self.m_generation_ids
+
+    def __repr__(self) -> str:
+        return f"GenerationResult(id={self.m_request_id}, {self.m_generation_ids!r}, status={self.m_status.name})"
+
+
+class EncodedGenerationResult(GenerationResult):
+    """Result of one tokenized prompt: ``m_generation_ids`` are lists of token ids."""
+
+
+class PipelineMetrics:
+    def __init__(self) -> None:
+        self.requests = 0
+        self.scheduled_requests = 0
+        self.cache_usage = 0.0
+        self.max_cache_usage = 0.0
+        self.avg_cache_usage = 0.0
+        self.cache_size_in_bytes = 0
+        self.kv_cache_size_in_bytes = 0
+        self.la_peak_pool_blocks = 0
+        self.inference_duration = 0.0  # µs of the last step's model call
+        self.preemptions = 0  # ours: requests preempted (recompute) so far
+        self.prefix_cache_hits = 0  # ours: KV blocks taken from the prefix cache so far
+
+
+class _State:
+    """Per-request generation state around a scheduler Request."""
+
+    def __init__(self, req: Request, config: GenerationConfig, max_new: int, stops: list[str], window: int) -> None:
+        self.req = req
+        self.config = config
+        self.max_new = max_new
+        self.stops = stops
+        self.window = window
+        self.processor = LogitProcessor(config, req.prompt)
+        self.sampler = Sampler(config.rng_seed)
+        self.logps: list[float] = []
+        self.finish = GenerationFinishReason.NONE
+        self.status = GenerationStatus.RUNNING
+        self.read_pos = 0
+        self.request_id = 0
+
+
+class GenerationHandle:
+    """Handle of one request added with ``add_request``."""
+
+    def __init__(self, state: _State, pipe: ContinuousBatchingPipeline) -> None:
+        self._s = state
+        self._pipe = pipe
+
+    def get_status(self) -> GenerationStatus:
+        return self._s.status
+
+    def can_read(self) -> bool:
+        return len(self._s.req.generated) > self._s.read_pos
+
+    def _output(self, start: int) -> GenerationOutput:
+        s = self._s
+        out = GenerationOutput()
+        out.generated_ids = list(s.req.generated[start:])
+        out.generated_log_probs = list(s.logps[start:])
+        out.score = float(sum(s.logps))
+        out.finish_reason = s.finish
+        return out
+
+    def read(self) -> dict[int, GenerationOutput]:
+        """New tokens since the last read, keyed by sequence id (0)."""
+        out = self._output(self._s.read_pos)
+        self._s.read_pos = len(self._s.req.generated)
+        return {0: out}
+
+    def read_all(self) -> list[GenerationOutput]:
+        self._s.read_pos = len(self._s.req.generated)
+        return [self._output(0)]
+
+    def stop(self) -> None:
+        self._pipe._finish(self._s, GenerationStatus.STOP, keep=True)
+
+    def cancel(self) -> None:
+        self._pipe._finish(self._s, GenerationStatus.CANCEL, keep=False)
+
+    def get_perf_metrics(self) -> PerfMetrics:
+        return PerfMetrics()
+
+
+def _make_core() -> Any:
+    from ov_npu_emu import Core
+
+    return Core()
+
+
+class ContinuousBatchingPipeline:
+    """``ContinuousBatchingPipeline(models_path, scheduler_config, device, properties={},
+    tokenizer_properties={})`` or ``(models_path, tokenizer, scheduler_config, device,
+    **properties)``."""
+
+    def __init__(self, models_path: Any, *args: Any, **kwargs: Any) -> None:
+        t0 = time.perf_counter()
+        tokenizer: Tokenizer | None = None
+        args_l = list(args)
+        if args_l and isinstance(args_l[0], Tokenizer):
+            tokenizer = args_l.pop(0)
+        elif "tokenizer" in kwargs:
+            tokenizer = kwargs.pop("tokenizer")
+        scheduler_config = args_l.pop(0) if args_l else kwargs.pop("scheduler_config", None)
+        device = args_l.pop(0) if args_l else kwargs.pop("device", "CPU")
+        props: dict[str, Any] = dict(args_l.pop(0)) if args_l else dict(kwargs.pop("properties", {}) or {})
+        kwargs.pop("tokenizer_properties", None)
+        props.update(kwargs)
+        if not isinstance(scheduler_config, SchedulerConfig) and not _is_scheduler_config(scheduler_config):
+            raise UserInputError(
+                "scheduler_config must be a genai_shim.SchedulerConfig, got "
+                f"{type(scheduler_config).__name__}"
+            )
+        folder = Path(os.fsdecode(models_path))
+        if not (folder / MODEL_XML).is_file():
+            raise IRReadError(f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel export folder")
+        for k in ("ATTENTION_BACKEND", "scheduler_config", "STATIC_PIPELINE", "prompt_lookup", "draft_model"):
+            props.pop(k, None)
+        if props.pop("adapters", None):
+            raise ConfigError("genai_shim does not implement LoRA adapters", key="adapters")
+        self._sc = scheduler_config
+        if getattr(scheduler_config, "use_cache_eviction", False) or getattr(scheduler_config, "use_sparse_attention", False):
+            raise ConfigError(
+                "genai_shim's continuous batching does not implement cache eviction or sparse "
+                "attention; leave use_cache_eviction / use_sparse_attention False",
+                key="scheduler_config",
+            )
+        self._device = str(device).upper()
+        if self._device.split(".")[0] == "NPU":
+            raise ConfigError(
+                "the paged-attention (continuous batching) backend runs on CPU here; NPU uses the "
+                "stateful NPUW pipeline (LLMPipeline(..., 'NPU'))",
+                key="device",
+            )
+        self._tokenizer = tokenizer if tokenizer is not None else Tokenizer(folder)
+        gc_path = folder / "generation_config.json"
+        self._config = GenerationConfig(gc_path) if gc_path.is_file() else GenerationConfig()
+        if self._config.eos_token_id == -1 and self._tokenizer.get_eos_token_id() != -1:
+            self._config.set_eos_token_id(self._tokenizer.get_eos_token_id())
+        core = _make_core()
+        self._model = PagedModel(core, core.read_model(folder / MODEL_XML), self._device, props)
+        num_blocks = int(getattr(scheduler_config, "num_kv_blocks", 0) or 0)
+        cache_gb = float(getattr(scheduler_config, "cache_size", 0) or 0)
+        if num_blocks == 0 and cache_gb > 0:
+            num_blocks = int(cache_gb * (1 << 30)) // self._model.block_bytes
+        self._dynamic = num_blocks == 0
+        self._model.allocate(max(num_blocks, 1) if not self._dynamic else 8)
+        self._blocks = BlockManager(
+            self._model.num_blocks,
+            self._model.block_size,
+            prefix_caching=bool(getattr(scheduler_config, "enable_prefix_caching", False)),
+        )
+        self._scheduler = Scheduler(
+            self._blocks,
+            max_num_batched_tokens=int(scheduler_config.max_num_batched_tokens),
+            max_num_seqs=int(scheduler_config.max_num_seqs),
+            dynamic_split_fuse=bool(scheduler_config.dynamic_split_fuse),
+            grow_cache=self._grow if self._dynamic else None,
+        )
+        self._states: list[_State] = []
+        self._next_seq = 0
+        self._metrics = PipelineMetrics()
+        self._usage_sum = 0.0
+        self._usage_n = 0
+        self._last_batch = 0
+        self._load_time = (time.perf_counter() - t0) * 1000.0
+
+    # -- cache -----------------------------------------------------------------------------
+    def _grow(self, more: int) -> bool:
+        """Dynamic cache: at least double, never less than asked."""
+        n = max(self._model.num_blocks * 2, self._model.num_blocks + more)
+        self._model.allocate(n)
+        self._blocks.grow(n)
+        return True
+
+    # -- public API ------------------------------------------------------------------------
+    @property
+    def compiled(self) -> Any:
+        """The compiled paged-attention model."""
+        return self._model.compiled
+
+    def get_tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    def get_config(self) -> GenerationConfig:
+        return self._config.copy()
+
+    def get_metrics(self) -> PipelineMetrics:
+        return self._metrics
+
+    def start_chat(self, system_message: str = "") -> None:
+        raise UserInputError("genai_shim's ContinuousBatchingPipeline has no chat mode; use LLMPipeline")
+
+    def finish_chat(self) -> None:
+        raise UserInputError("genai_shim's ContinuousBatchingPipeline has no chat mode; use LLMPipeline")
+
+    def has_non_finished_requests(self) -> bool:
+        return any(s.status == GenerationStatus.RUNNING for s in self._states)
+
+    def add_request(self, request_id: int, prompt: Any, generation_config: GenerationConfig) -> GenerationHandle:
+        if isinstance(prompt, str):
+            ids = self._tokenizer.encode(prompt, add_special_tokens=True).input_ids.data
+        elif isinstance(prompt, (ov.Tensor, np.ndarray)):
+            ids = np.asarray(prompt.data if isinstance(prompt, ov.Tensor) else prompt)
+        else:
+            raise UserInputError(
+                f"add_request takes a prompt str or an openvino.Tensor of ids, got {type(prompt).__name__}"
+            )
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.ndim == 2:
+            if ids.shape[0] != 1:
+                raise UserInputError("Use multiple tensors to pass a batch.")
+            ids = ids[0]
+        state = self._new_state(list(map(int, ids)), generation_config)
+        state.request_id = int(request_id)
+        self._states.append(state)
+        return GenerationHandle(state, self)
+
+    def _new_state(self, prompt: list[int], generation_config: GenerationConfig) -> _State:
+        if not isinstance(generation_config, GenerationConfig):
+            raise UserInputError(f"generation_config must be a GenerationConfig, got {type(generation_config).__name__}")
+        config = generation_config.copy()
+        if not config.stop_token_ids:
+            config.stop_token_ids = set(self._config.stop_token_ids)
+        if config.eos_token_id == -1:
+            config.set_eos_token_id(self._config.eos_token_id)
+        config.validate()
+        if config.num_beams > 1 or config.num_return_sequences > 1:
+            raise ConfigError(
+                "genai_shim's paged backend does not implement beam search or several return "
+                "sequences per request (copy-on-write block forks); use LLMPipeline with "
+                "ATTENTION_BACKEND='SDPA'",
+                key="num_beams",
+            )
+        if config.max_length <= len(prompt) and config.max_length != _size_max():
+            raise UserInputError("'max_length' must be greater than the number of prompt tokens")
+        window, stops = 0, []
+        if config.stop_strings:
+            for s in config.stop_strings:
+                enc = self._tokenizer.encode(s, add_special_tokens=False)
+                window = max(window, int(np.asarray(enc.input_ids.data).shape[1]))
+            stops = sorted(config.stop_strings)
+        req = Request(self._next_seq, prompt)
+        self._next_seq += 1
+        return _State(req, config, config.get_max_new_tokens(len(prompt)), stops, window)
+
+    def _finish(self, s: _State, status: GenerationStatus, keep: bool) -> None:
+        if s.status != GenerationStatus.RUNNING:
+            return
+        s.status = status
+        s.req.state = Request.FINISHED
+        self._blocks.free(s.req.seq_id)
+
+    def step(self) -> None:
+        """Schedule, run one model call over every scheduled chunk, sample, retire finished."""
+        running = [s for s in self._states if s.status == GenerationStatus.RUNNING]
+        if not running:
+            return
+        by_req = {id(s.req): s for s in running}
+        chunks = self._scheduler.schedule([s.req for s in running])
+        if not chunks:
+            raise KVCacheFullError(
+                "no request fits the KV cache ("
+                f"{self._blocks.num_blocks} blocks of {self._blocks.block_size} tokens); raise "
+                "SchedulerConfig.num_kv_blocks / cache_size or shorten the prompts"
+            )
+        tables = self._blocks.check_batch([(c.request.seq_id, c.past + c.count, c.past) for c in chunks])
+        entries = []
+        for c, table in zip(chunks, tables):
+            if c.count == 1 and c.past >= len(c.request.prompt):
+                toks = [c.request.generated[c.past - len(c.request.prompt)]]
+            else:
+                toks = c.request.token_slice(c.past, c.count)
+            entries.append((toks, c.past, table, c.samples))
+        t0 = time.perf_counter()
+        logits = self._model.forward(entries)
+        self._metrics.inference_duration = (time.perf_counter() - t0) * 1e6
+        row = 0
+        sampled = 0
+        greedy_rows: np.ndarray | None = None
+        bs = self._blocks.block_size
+        for c in chunks:
+            c.request.processed = c.past + c.count
+            if self._blocks.prefix_caching and c.past // bs != c.request.processed // bs:
+                r = c.request
+                self._blocks.register(r.seq_id, r.prompt + r.generated, r.processed)
+        for c in chunks:
+            if not c.samples:
+                continue
+            s = by_req[id(c.request)]
+            cfg = s.config
+            if not cfg.do_sample and cfg.logprobs == 0 and not s.processor.needs_penalties():
+                # plain greedy (the Sampler's first branch), one argmax over all rows per step
+                if greedy_rows is None:
+                    greedy_rows = logits.argmax(axis=1)
+                token, logp = int(greedy_rows[row]), 0.0
+            else:
+                token, logp = s.sampler.sample(s.processor, logits[row])
+            row += 1
+            sampled += 1
+            s.processor.register(token)
+            c.request.generated.append(token)
+            s.logps.append(logp)
+            self._check_finish(s)
+        self._last_batch = sampled
+        m = self._metrics
+        m.requests = len(running)
+        m.scheduled_requests = len(chunks)
+        used = self._blocks.num_used_blocks / max(self._blocks.num_blocks, 1) * 100.0
+        m.cache_usage = used
+        m.max_cache_usage = max(m.max_cache_usage, used)
+        self._usage_sum += used
+        self._usage_n += 1
+        m.avg_cache_usage = self._usage_sum / self._usage_n
+        m.cache_size_in_bytes = m.kv_cache_size_in_bytes = self._model.cache_bytes
+        m.preemptions = self._scheduler.preemptions
+        m.prefix_cache_hits = self._blocks.cache_hits
+
+    def _check_finish(self, s: _State) -> None:
+        toks = s.req.generated
+        token = toks[-1]
+        c = s.config
+        if not c.ignore_eos and token in c.stop_token_ids:
+            s.finish = GenerationFinishReason.STOP
+        elif s.stops and len(toks) >= s.window and (removed := self._match_stop(s)) is not None:
+            if removed:
+                del toks[len(toks) - removed :]
+                del s.logps[len(s.logps) - removed :]
+            s.finish = GenerationFinishReason.STOP
+        elif len(toks) >= s.max_new:
+            s.finish = GenerationFinishReason.LENGTH
+        else:
+            return
+        self._finish(s, GenerationStatus.FINISHED, keep=True)
+
+    def _match_stop(self, s: _State) -> int | None:
+        """Trailing tokens to drop when a stop string occurs in the decoded last ``window``
+        tokens (the real match_stop_string rules, as genai_shim's LLMPipeline applies them)."""
+        buffer = s.req.generated[len(s.req.generated) - s.window :]
+        text = self._tokenizer.decode(buffer)
+        for stop in s.stops:
+            pos = text.find(stop)
+            if pos == -1:
+                continue
+            kept = text[: pos + (len(stop) if s.config.include_stop_str_in_output else 0)].rstrip(" \n")
+            if not kept:
+                return len(buffer)
+            for i in range(len(buffer)):
+                if kept in self._tokenizer.decode(buffer[: i + 1]):
+                    return len(buffer) - i - 1
+            return 0
+        return None
+
+    def generate(self, prompts: Any, generation_config: Any = None, streamer: Any = None) -> list[GenerationResult]:
+        start = time.perf_counter()
+        if self.has_non_finished_requests():
+            raise UserInputError(
+                "Generate cannot be called while ContinuousBatchingPipeline is already in running "
+                "state. Use ContinuousBatchingPipeline::add_request"
+            )
+        single = isinstance(prompts, (str, ov.Tensor))
+        if single:
+            prompts = [prompts]
+            if isinstance(generation_config, GenerationConfig):
+                generation_config = [generation_config]
+        prompts = list(prompts)
+        configs = list(generation_config) if generation_config is not None else [self._config] * len(prompts)
+        if len(configs) != len(prompts):
+            raise UserInputError(
+                f"generate() got {len(prompts)} prompts and {len(configs)} generation configs; pass one config per prompt"
+            )
+        encoded = bool(prompts) and not isinstance(prompts[0], str)
+        stream = make_streamer(streamer, self._tokenizer)
+        if stream is not None and not (
+            len(prompts) == 1 and configs[0].num_return_sequences == 1 and configs[0].num_beams == 1
+        ):
+            raise UserInputError(
+                "Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding"
+            )
+        t_tok = time.perf_counter()
+        states: list[_State] = []
+        try:
+            for i, (p, c) in enumerate(zip(prompts, configs)):
+                if isinstance(p, str) and c.apply_chat_template and self._tokenizer.chat_template:
+                    # the real generate(prompts) templates each prompt as one user message
+                    # (add_request with a str does not)
+                    templated = self._tokenizer.apply_chat_template(
+                        [{"role": "user", "content": p}], add_generation_prompt=True
+                    )
+                    p = ov.Tensor(
+                        np.asarray(self._tokenizer.encode(templated, add_special_tokens=False).input_ids.data)
+                    )
+                self.add_request(i, p, c)
+                states.append(self._states[-1])
+        except Exception:
+            self._states = [s for s in self._states if s not in states]
+            raise
+        tok_us = (time.perf_counter() - t_tok) * 1e6
+        perf = PerfMetrics()
+        perf.load_time = self._load_time
+        raw = perf.raw_metrics
+        raw.m_inference_durations = [0.0]
+        raw.tokenization_durations.append(tok_us)
+        streamed = 0
+        try:
+            while self.has_non_finished_requests():
+                t0 = time.perf_counter()
+                self.step()
+                t1 = time.perf_counter()
+                raw.m_inference_durations[0] += self._metrics.inference_duration
+                if self._last_batch > 0:
+                    raw.m_token_infer_durations.append((t1 - t0) * 1e6)
+                    raw.m_new_token_times.append(t1)
+                    raw.m_batch_sizes.append(self._last_batch)
+                if stream is not None:
+                    s = states[0]
+                    limit = len(s.req.generated) if s.status != GenerationStatus.RUNNING else max(len(s.req.generated) - s.window, 0)
+                    while streamed < limit:
+                        st = call_write(stream, s.req.generated[streamed])
+                        streamed += 1
+                        if st == StreamingStatus.STOP:
+                            self._finish(s, GenerationStatus.STOP, keep=True)
+                            break
+                        if st == StreamingStatus.CANCEL:
+                            self._finish(s, GenerationStatus.CANCEL, keep=False)
+                            break
+        except Exception:
+            for s in states:
+                self._finish(s, GenerationStatus.CANCEL, keep=False)
+            self._states = [s for s in self._states if s not in states]
+            raise
+        finally:
+            if stream is not None:
+                stream.end()
+        self._states = [s for s in self._states if s not in states]
+        results: list[GenerationResult] = []
+        for i, s in enumerate(states):
+            r: GenerationResult = EncodedGenerationResult() if encoded else GenerationResult()
+            r.m_request_id = i
+            ids = list(s.req.generated)
+            if s.config.echo:
+                ids = list(s.req.prompt) + ids
+            if encoded:
+                r.m_generation_ids = [ids]
+            else:
+                t_d = time.perf_counter()
+                r.m_generation_ids = [self._tokenizer.decode(ids)]
+                raw.detokenization_durations.append((time.perf_counter() - t_d) * 1e6)
+            r.m_scores = [float(sum(s.logps))]
+            r.m_finish_reasons = [s.finish]
+            r.m_status = s.status
+            results.append(r)
+        # one evaluation of the shared series; each result carries its own prompt length
+        raw.generate_durations = [(time.perf_counter() - start) * 1e6]
+        pm = PerfMetrics()
+        pm.load_time = perf.load_time
+        pm.raw_metrics = raw
+        pm.evaluate_statistics(start)
+        for r, s in zip(results, states):
+            r.perf_metrics = copy.copy(pm)
+            r.perf_metrics.num_input_tokens = len(s.req.prompt)
+        return results
+
+
+def _size_max() -> int:
+    from genai_shim.generation_config import SIZE_MAX
+
+    return SIZE_MAX
+
+
+def _is_scheduler_config(obj: Any) -> bool:
+    return all(hasattr(obj, k) for k in ("max_num_batched_tokens", "num_kv_blocks", "dynamic_split_fuse"))
