@@ -6,7 +6,8 @@ Usage: python bench/bench_continuous_batching.py [MODEL_DIR] [--small] [--tokens
 --small builds the model builder's "small" preset into a temporary folder and uses it.
 Prints, per number of concurrent requests: TPOT (ms, mean over the requests' perf metrics) and
 throughput (generated tokens / wall time of generate()), medians of --repeat runs that alternate
-ours and real (order flipped every round), and the ratio ours/real; then the KV memory per request of the paged cache vs the stateful pipeline's
+ours and real (order flipped every round), and the ratio ours/real; then the KV memory per request
+of the paged cache vs the stateful pipeline's
 contiguous buffer. Default properties unless --f32 (both sides get the same properties).
 """
 

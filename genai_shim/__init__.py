@@ -15,8 +15,8 @@ from genai_shim.continuous_batching import (
 from genai_shim.generation_config import GenerationConfig, StopCriteria
 from genai_shim.perf_metrics import MeanStdPair, PerfMetrics, RawPerfMetrics, SummaryStats
 from genai_shim.pipeline import LLMPipeline, SchedulerConfig
-from genai_shim.speculative import draft_model
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
+from genai_shim.speculative import draft_model
 from genai_shim.streamers import StreamerBase, StreamingStatus, TextStreamer
 from genai_shim.structured_output import (
     StructuralTagItem,

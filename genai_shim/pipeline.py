@@ -322,7 +322,7 @@ class LLMPipeline:
                 "LLMPipeline(model, weights, tokenizer, device, generation_config=None, "
                 f"**properties) takes at most 5 positional arguments, got {len(args)}"
             )
-        got = dict(zip(names, args))
+        got = dict(zip(names, args, strict=False))
         for n in names[len(args) :]:
             if n in kwargs:
                 got[n] = kwargs.pop(n)
@@ -886,7 +886,7 @@ class LLMPipeline:
         if keep_kv and not self._is_npu and batch == 1:
             row = ids[0][mask[0].astype(bool)].tolist()
             common = 0
-            for a, b in zip(self._kv_tokens, row):
+            for a, b in zip(self._kv_tokens, row, strict=False):
                 if a != b:
                     break
                 common += 1
@@ -1069,7 +1069,7 @@ class LLMPipeline:
             raw.m_batch_sizes.append(sampled)
 
         t0 = _now()
-        for i, (s, req) in enumerate(zip(seqs, requests)):  # prefill
+        for i, (s, req) in enumerate(zip(seqs, requests, strict=False)):  # prefill
             req.reset_state()
             logits = self._run_request(req, s.prompt, 0)
             token, logp = self._sampler.sample(s.processor, logits[0, -1])

@@ -273,7 +273,7 @@ class BlockManager:
             self._verified[seq_id] = (list(table), self._epoch, set(table), first_written)
             tables.append(table)
         if len(wanted) > 1:
-            written = [b for (_, _, past), t in zip(wanted, tables) for b in t[past // bs :]]
+            written = [b for (_, _, past), t in zip(wanted, tables, strict=False) for b in t[past // bs :]]
             if len(set(written)) != len(written):
                 raise KVBlockError("one block is written by two sequences in one call; refused")
         return tables

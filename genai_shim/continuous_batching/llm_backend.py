@@ -75,7 +75,7 @@ class PagedBackend:
         goes through ``pipe._stream`` so the rules equal the stateful path's."""
         eng = self.engine
         states = [eng._new_state(list(s.prompt), config) for s in seqs]
-        for s, st in zip(seqs, states):
+        for s, st in zip(seqs, states, strict=False):
             st.max_new = s.max_new
             st.sampler = pipe._sampler  # one seeded stream per generate() call, as the SDPA path
         eng._states.extend(states)
@@ -110,7 +110,7 @@ class PagedBackend:
             for st in states:
                 eng._finish(st, GenerationStatus.CANCEL, keep=False)
             eng._states = [st for st in eng._states if st not in states]
-        for s, st in zip(seqs, states):
+        for s, st in zip(seqs, states, strict=False):
             s.tokens = list(st.req.generated)
             s.logps = list(st.logps)
             if s.finish is None:

@@ -101,9 +101,11 @@ class PagedModel:
                     entry = (name, port.get_element_type(), dims)
                     (self.key_ports if name.startswith("key") else self.value_ports).append(entry)
                     break
-        key = lambda e: int(e[0].split(".")[1])
-        self.key_ports.sort(key=key)
-        self.value_ports.sort(key=key)
+        def layer(e: tuple[str, Any, list[int]]) -> int:
+            return int(e[0].split(".")[1])
+
+        self.key_ports.sort(key=layer)
+        self.value_ports.sort(key=layer)
         if not self.key_ports or len(self.key_ports) != len(self.value_ports):
             raise ConfigError("the paged model has no (or unpaired) key_cache / value_cache inputs")
         # block size: the CPU value cache's token axis (32), as the real assumes for CPU

@@ -214,13 +214,17 @@ class ContinuousBatchingPipeline:
             )
         folder = Path(os.fsdecode(models_path))
         if not (folder / MODEL_XML).is_file():
-            raise IRReadError(f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel export folder")
+            raise IRReadError(
+                f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel export folder"
+            )
         for k in ("ATTENTION_BACKEND", "scheduler_config", "STATIC_PIPELINE", "prompt_lookup", "draft_model"):
             props.pop(k, None)
         if props.pop("adapters", None):
             raise ConfigError("genai_shim does not implement LoRA adapters", key="adapters")
         self._sc = scheduler_config
-        if getattr(scheduler_config, "use_cache_eviction", False) or getattr(scheduler_config, "use_sparse_attention", False):
+        if getattr(scheduler_config, "use_cache_eviction", False) or getattr(
+            scheduler_config, "use_sparse_attention", False
+        ):
             raise ConfigError(
                 "genai_shim's continuous batching does not implement cache eviction or sparse "
                 "attention; leave use_cache_eviction / use_sparse_attention False",
@@ -319,7 +323,9 @@ class ContinuousBatchingPipeline:
 
     def _new_state(self, prompt: list[int], generation_config: GenerationConfig) -> _State:
         if not isinstance(generation_config, GenerationConfig):
-            raise UserInputError(f"generation_config must be a GenerationConfig, got {type(generation_config).__name__}")
+            raise UserInputError(
+                f"generation_config must be a GenerationConfig, got {type(generation_config).__name__}"
+            )
         config = generation_config.copy()
         if not config.stop_token_ids:
             config.stop_token_ids = set(self._config.stop_token_ids)
@@ -367,7 +373,7 @@ class ContinuousBatchingPipeline:
             )
         tables = self._blocks.check_batch([(c.request.seq_id, c.past + c.count, c.past) for c in chunks])
         entries = []
-        for c, table in zip(chunks, tables):
+        for c, table in zip(chunks, tables, strict=False):
             if c.count == 1 and c.past >= len(c.request.prompt):
                 toks = [c.request.generated[c.past - len(c.request.prompt)]]
             else:
@@ -468,7 +474,8 @@ class ContinuousBatchingPipeline:
         configs = list(generation_config) if generation_config is not None else [self._config] * len(prompts)
         if len(configs) != len(prompts):
             raise UserInputError(
-                f"generate() got {len(prompts)} prompts and {len(configs)} generation configs; pass one config per prompt"
+                f"generate() got {len(prompts)} prompts and {len(configs)} generation configs; "
+                "pass one config per prompt"
             )
         encoded = bool(prompts) and not isinstance(prompts[0], str)
         stream = make_streamer(streamer, self._tokenizer)
@@ -481,7 +488,7 @@ class ContinuousBatchingPipeline:
         t_tok = time.perf_counter()
         states: list[_State] = []
         try:
-            for i, (p, c) in enumerate(zip(prompts, configs)):
+            for i, (p, c) in enumerate(zip(prompts, configs, strict=False)):
                 if isinstance(p, str) and c.apply_chat_template and self._tokenizer.chat_template:
                     # the real generate(prompts) templates each prompt as one user message
                     # (add_request with a str does not)
@@ -515,7 +522,11 @@ class ContinuousBatchingPipeline:
                     raw.m_batch_sizes.append(self._last_batch)
                 if stream is not None:
                     s = states[0]
-                    limit = len(s.req.generated) if s.status != GenerationStatus.RUNNING else max(len(s.req.generated) - s.window, 0)
+                    limit = (
+                        len(s.req.generated)
+                        if s.status != GenerationStatus.RUNNING
+                        else max(len(s.req.generated) - s.window, 0)
+                    )
                     while streamed < limit:
                         st = call_write(stream, s.req.generated[streamed])
                         streamed += 1
@@ -557,7 +568,7 @@ class ContinuousBatchingPipeline:
         pm.load_time = perf.load_time
         pm.raw_metrics = raw
         pm.evaluate_statistics(start)
-        for r, s in zip(results, states):
+        for r, s in zip(results, states, strict=False):
             r.perf_metrics = copy.copy(pm)
             r.perf_metrics.num_input_tokens = len(s.req.prompt)
         return results

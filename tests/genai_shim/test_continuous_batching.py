@@ -126,7 +126,7 @@ def test_prompt_larger_than_cache_is_a_typed_error(stories_dir: Path) -> None:
 
 def test_forged_block_table_entry(ours: Any, real_results: list[Any]) -> None:
     cfgs = _configs(genai_shim)
-    handles = [ours.add_request(i, p, c) for i, (p, c) in enumerate(zip(PROMPTS, cfgs))]
+    handles = [ours.add_request(i, p, c) for i, (p, c) in enumerate(zip(PROMPTS, cfgs, strict=False))]
     ours.step()
     ours.step()
     tables = ours._blocks.tables
@@ -138,7 +138,7 @@ def test_forged_block_table_entry(ours: Any, real_results: list[Any]) -> None:
         with pytest.raises(KVBlockError, match="block"):
             ours.step()
         # nothing ran: the caches are byte-identical, the table is restored by hand
-        assert all(np.array_equal(b, np.asarray(t.data)) for b, t in zip(before, ours._model._caches))
+        assert all(np.array_equal(b, np.asarray(t.data)) for b, t in zip(before, ours._model._caches, strict=False))
         tables[seq_a][0] = saved
     while ours.has_non_finished_requests():
         ours.step()
