@@ -21,6 +21,7 @@ from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler
 from genai_shim.streamers import StreamingStatus, call_write, make_streamer
+from genai_shim.structured_output import check_structured_output, make_constraint
 from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import ConfigError, IRReadError, KVCacheFullError, UserInputError
 
@@ -126,13 +127,16 @@ class PipelineMetrics:
 class _State:
     """Per-request generation state around a scheduler Request."""
 
-    def __init__(self, req: Request, config: GenerationConfig, max_new: int, stops: list[str], window: int) -> None:
+    def __init__(
+        self, req: Request, config: GenerationConfig, max_new: int, stops: list[str], window: int,
+        constraint: Any = None,
+    ) -> None:
         self.req = req
         self.config = config
         self.max_new = max_new
         self.stops = stops
         self.window = window
-        self.processor = LogitProcessor(config, req.prompt)
+        self.processor = LogitProcessor(config, req.prompt, constraint)
         self.sampler = Sampler(config.rng_seed)
         self.logps: list[float] = []
         self.finish = GenerationFinishReason.NONE
@@ -347,9 +351,13 @@ class ContinuousBatchingPipeline:
                 enc = self._tokenizer.encode(s, add_special_tokens=False)
                 window = max(window, int(np.asarray(enc.input_ids.data).shape[1]))
             stops = sorted(config.stop_strings)
+        constraint = None
+        if config.structured_output_config is not None:  # the grammar mask, as on the stateful path
+            check_structured_output(config)
+            constraint = make_constraint(self._tokenizer, config)
         req = Request(self._next_seq, prompt)
         self._next_seq += 1
-        return _State(req, config, config.get_max_new_tokens(len(prompt)), stops, window)
+        return _State(req, config, config.get_max_new_tokens(len(prompt)), stops, window, constraint)
 
     def _finish(self, s: _State, status: GenerationStatus, keep: bool) -> None:
         if s.status != GenerationStatus.RUNNING:
