@@ -19,6 +19,7 @@ from genai_shim.continuous_batching.llm_backend import PagedBackend
 from genai_shim.continuous_batching.llm_backend import supports as pa_supports
 from genai_shim.continuous_batching.pipeline import SchedulerConfig
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig, check_supported
+from genai_shim.model_folder import MODEL_XML, model_folder
 from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
@@ -36,7 +37,6 @@ from genai_shim.tokenizer import TokenizedInputs, Tokenizer
 from ov_npu_emu.errors import (
     BlobFormatError,
     ConfigError,
-    IRReadError,
     NpuEmuError,
     PromptTooLongError,
     UserInputError,
@@ -46,7 +46,6 @@ __all__ = ["LLMPipeline", "SchedulerConfig"]
 
 logger = logging.getLogger(__name__)
 
-MODEL_XML = "openvino_model.xml"
 _CHAT_DEPRECATION = (
     "start_chat() / finish_chat() API is deprecated and will be removed in the next major release. "
     "Please use generate() with ChatHistory argument."
@@ -150,12 +149,7 @@ class LLMPipeline:
                     "models_path must be a folder path (str or os.PathLike), got "
                     f"{type(models_path).__name__}"
                 )
-            folder = Path(os.fsdecode(models_path))
-            if not (folder / MODEL_XML).is_file():
-                raise IRReadError(
-                    f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel "
-                    "export folder"
-                )
+            folder = model_folder(models_path)
         props: dict[str, Any] = dict(config or {})
         props.update(kwargs)
         for k, feature in _UNSUPPORTED_FEATURES.items():

@@ -13,18 +13,18 @@ import numpy as np
 import openvino as ov
 
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
+from genai_shim.model_folder import MODEL_XML, model_folder
 from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
 from genai_shim.perf_metrics import RawPerfMetrics, SDPerModelsPerfMetrics
 from genai_shim.results import EncodedResults, GenerationFinishReason
 from genai_shim.streamers import StreamingStatus, make_streamer, status_from_callback
 from genai_shim.tokenizer import Tokenizer
-from ov_npu_emu.errors import ConfigError, IRReadError, PromptTooLongError, UserInputError
+from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
 
 __all__ = ["DEFAULT_NUM_ASSISTANT_TOKENS", "DraftModel", "SpeculativeDecoder", "draft_model"]
 
 logger = logging.getLogger(__name__)
 
-MODEL_XML = "openvino_model.xml"
 #: candidates per step when neither the pipeline's nor the call's config sets num_assistant_tokens
 DEFAULT_NUM_ASSISTANT_TOKENS = 5
 _TOKENIZER_PROBE = "Could you please tell me something about OpenVINO.GenAI?"
@@ -62,12 +62,7 @@ def draft_model(models_path: str | os.PathLike, device: str = "", **properties: 
         raise UserInputError(
             f"draft_model() takes a model folder path, got {type(models_path).__name__}"
         )
-    folder = Path(models_path)
-    if not (folder / MODEL_XML).is_file():
-        raise IRReadError(
-            f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass the draft model's "
-            "optimum-intel export folder to draft_model()"
-        )
+    folder = model_folder(models_path, "the draft model's optimum-intel export folder to draft_model()")
     if not isinstance(device, str):
         raise UserInputError(f"draft_model() device must be a str, got {type(device).__name__}")
     return DraftModel(folder, device.upper(), dict(properties))

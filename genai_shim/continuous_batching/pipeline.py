@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import copy
 import enum
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,13 +15,14 @@ from genai_shim.continuous_batching.block_manager import BlockManager
 from genai_shim.continuous_batching.paged_model import PagedModel
 from genai_shim.continuous_batching.scheduler import Request, Scheduler
 from genai_shim.generation_config import GenerationConfig
+from genai_shim.model_folder import MODEL_XML, model_folder
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler
 from genai_shim.streamers import StreamingStatus, call_write, make_streamer
 from genai_shim.structured_output import check_structured_output, make_constraint
 from genai_shim.tokenizer import Tokenizer
-from ov_npu_emu.errors import ConfigError, IRReadError, KVCacheFullError, UserInputError
+from ov_npu_emu.errors import ConfigError, KVCacheFullError, UserInputError
 
 __all__ = [
     "ContinuousBatchingPipeline",
@@ -36,7 +35,6 @@ __all__ = [
     "SchedulerConfig",
 ]
 
-MODEL_XML = "openvino_model.xml"
 
 
 class SchedulerConfig:
@@ -216,11 +214,7 @@ class ContinuousBatchingPipeline:
                 "scheduler_config must be a genai_shim.SchedulerConfig, got "
                 f"{type(scheduler_config).__name__}"
             )
-        folder = Path(os.fsdecode(models_path))
-        if not (folder / MODEL_XML).is_file():
-            raise IRReadError(
-                f"{MODEL_XML} was not found in {os.fspath(folder)!r}; pass an optimum-intel export folder"
-            )
+        folder = model_folder(models_path)
         for k in ("ATTENTION_BACKEND", "scheduler_config", "STATIC_PIPELINE", "prompt_lookup", "draft_model"):
             props.pop(k, None)
         if props.pop("adapters", None):
