@@ -30,7 +30,8 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
             "CacheEvictionConfig", "AggregationMode", "KVCrushConfig", "KVCrushAnchorPointMode",
             "SparseAttentionConfig", "SparseAttentionMode",
         ),
-        "genai_shim has LLMPipeline only",
+        "cache eviction, KVCrush and sparse attention are not implemented; "
+        "SchedulerConfig.use_cache_eviction / use_sparse_attention raise ConfigError",
     ),
     "output parsers": (
         (

@@ -54,6 +54,8 @@ class SchedulerConfig:
         self.cache_eviction_config = None
         self.sparse_attention_config = None
         for k, v in kwargs.items():
+            if not hasattr(self, k):  # the real's constructor takes only its fields
+                raise ConfigError(f"SchedulerConfig has no field {k!r}", key=k)
             setattr(self, k, v)
 
     def to_string(self) -> str:
@@ -215,7 +217,12 @@ class ContinuousBatchingPipeline:
                 f"{type(scheduler_config).__name__}"
             )
         folder = model_folder(models_path)
-        for k in ("ATTENTION_BACKEND", "scheduler_config", "STATIC_PIPELINE", "prompt_lookup", "draft_model"):
+        props.pop("ATTENTION_BACKEND", None)  # this pipeline is the paged backend whatever it says
+        props.pop("scheduler_config", None)
+        for k in ("STATIC_PIPELINE", "prompt_lookup", "draft_model"):
+            if props.get(k):  # never dropped silently: the real runs these, genai_shim does not here
+                raise ConfigError(
+                    f"{k} is not implemented by genai_shim's ContinuousBatchingPipeline; use LLMPipeline", key=k)
             props.pop(k, None)
         if props.pop("adapters", None):
             raise ConfigError("genai_shim does not implement LoRA adapters", key="adapters")

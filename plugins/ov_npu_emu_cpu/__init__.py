@@ -59,10 +59,15 @@ def _unseal(blob: bytes) -> bytes:
     return payload
 
 
+#: keys openvino's Core itself handles in a compile config (its model cache), not the CPU plugin
+_CORE_KEYS = ("CACHE_DIR", "CACHE_MODE")
+
+
 def _ov_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep only what the real CPU plugin understands (NPU/NPUW keys may be merged in upstream)."""
+    """Keep what the real CPU plugin and openvino's Core understand (NPU/NPUW keys may be merged
+    in upstream); CACHE_DIR goes through to openvino's own model cache."""
     supported = openvino_core().get_property("CPU", "SUPPORTED_PROPERTIES")  # name -> "RO"/"RW"/"WO"
-    return {k: v for k, v in config.items() if supported.get(k) in ("RW", "WO")}
+    return {k: v for k, v in config.items() if supported.get(k) in ("RW", "WO") or (k in _CORE_KEYS and v)}
 
 
 class CpuVariableState(VariableState):
@@ -164,6 +169,14 @@ class CpuCompiledModel(DeviceCompiledModel):
             except RuntimeError:  # no runtime graph to inspect: the general (async) path
                 self._inline = False
         return CpuInferRequest(self._cm.create_infer_request(), self._inline)
+
+    @property
+    def loaded_from_cache(self) -> bool:  # type: ignore[override]
+        """openvino's own answer (its CACHE_DIR model cache)."""
+        try:
+            return bool(self._cm.get_property("LOADED_FROM_CACHE"))
+        except RuntimeError:
+            return False
 
     def export_model(self) -> bytes:
         return _seal(self._cm.export_model().getvalue())

@@ -58,3 +58,12 @@ def test_a_damaged_entry_recompiles_with_a_warning(tmp_path, caplog):
 def test_weightless_cache_mode_is_a_typed_error(tmp_path):
     with pytest.raises(ConfigError, match="OPTIMIZE_SIZE"):
         ov.Core().compile_model(make_add_model(), "NPU", {"CACHE_DIR": str(tmp_path), "CACHE_MODE": "OPTIMIZE_SIZE"})
+
+
+def test_cpu_passes_cache_dir_to_openvinos_model_cache(tmp_path):
+    core = ov.Core()
+    first = core.compile_model(make_add_model(), "CPU", {"CACHE_DIR": str(tmp_path)})
+    again = core.compile_model(make_add_model(), "CPU", {"CACHE_DIR": str(tmp_path)})
+    assert first.get_property("LOADED_FROM_CACHE") is False and again.get_property("LOADED_FROM_CACHE") is True
+    assert any(tmp_path.iterdir())
+    np.testing.assert_array_equal(_run(again), _run(first))

@@ -306,3 +306,11 @@ def test_generate_templates_prompts_like_the_real(real_genai: Any, tiny_model_di
         cfgs = [mod.GenerationConfig(max_new_tokens=12, ignore_eos=True) for _ in prompts]
         out[name] = [r.m_generation_ids[0] for r in pipe.generate(prompts, cfgs)]
     assert out["ours"] == out["real"]
+
+
+def test_nothing_is_accepted_and_dropped(stories_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="SchedulerConfig has no field 'num_kv_block'"):
+        genai_shim.SchedulerConfig(num_kv_block=64)
+    with pytest.raises(ConfigError, match="prompt_lookup is not implemented"):
+        genai_shim.ContinuousBatchingPipeline(str(stories_dir), genai_shim.SchedulerConfig(), "CPU",
+                                              {**F32, "prompt_lookup": True})
