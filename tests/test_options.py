@@ -52,3 +52,21 @@ def test_compiler_flags_use_the_shared_spellings():
         np.testing.assert_array_equal(cm.create_infer_request().infer(feed)[0], 2 * np.ones((2, 3)))
     with pytest.raises(ConfigError, match="NPU_EMU_VERIFY"):
         core.compile_model(make_add_model(), "NPU", {"NPU_EMU_VERIFY": "maybe"})
+
+
+def test_npu_device_keys_are_parsed_once_and_typos_are_errors():
+    import ov_npu_emu as ov
+    from ov_npu_emu.testing import make_add_model
+
+    core = ov.Core()
+    # "ON" used to leave mutable command lists silently off (only YES/TRUE/1 counted)
+    cm = core.compile_model(make_add_model(), "NPU", {"NPU_EMU_MUTABLE_COMMAND_LIST": "ON"})
+    assert cm.impl.mutable is True
+    assert core.compile_model(make_add_model(), "NPU", {"NPU_EMU_MUTABLE_COMMAND_LIST": "off"}).impl.mutable is False
+    typo = r"NPU_EMU_MUTABLE_COMAND_LIST \(did you mean NPU_EMU_MUTABLE_COMMAND_LIST\?\)"
+    with pytest.raises(ConfigError, match=typo):
+        core.compile_model(make_add_model(), "NPU", {"NPU_EMU_MUTABLE_COMAND_LIST": "NO"})
+    with pytest.raises(ConfigError, match="NPU_EMU_QUEUE_MODE=.*one of"):
+        core.set_property("NPU", {"NPU_EMU_QUEUE_MODE": "carrier-pigeon"})
+    # other namespaces pass by (NPUW's keys reach the device through NPUW's sub-configs)
+    core.compile_model(make_add_model(), "NPU", {"NPUW_WEIGHTS_BANK": "x", "PERF_COUNT": "YES"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 from collections.abc import Mapping
@@ -24,7 +25,7 @@ from ov_npu_emu.npu.driver import (
     RowWindow,
     WeightsBank,
 )
-from ov_npu_emu.options import as_bool
+from ov_npu_emu.options import as_bool, as_choice, check_known
 from ov_npu_emu.registry import DeviceRegistry
 from ov_npu_emu.runtime.device import (
     Device,
@@ -310,52 +311,74 @@ def _cache_budget(config: Mapping[str, Any]) -> int | None:
     return None if mb < 0 else int(mb * 2**20)
 
 
+#: compile-time keys read by the compiler (ov_npu_emu.npu.compiler.pipeline / arch), besides the
+#: device properties below: an ``NPU_EMU_*`` key in neither set is a typo, not a no-op
+COMPILER_KEYS = ("NPU_EMU_STAGING", "NPU_EMU_VERIFY", "NPU_EMU_PLATFORM", "NPU_EMU_CMX_SIZE", "NPU_EMU_DDR_BW_GBPS",
+                 "NPU_EMU_DMA_CHANNELS", "NPU_EMU_DPU_MACS", "NPU_EMU_SHAVE_FLOPS", "NPU_EMU_CLOCK_MHZ")
+
+
+@dataclasses.dataclass(frozen=True)
+class NpuOptions:
+    """The emulated NPU's runtime keys, parsed once with the shared converters (ov_npu_emu.options)."""
+
+    weights_cache: bool = True  # NPU_EMU_WEIGHTS_CACHE: keep decompressed weights (NO: per inference)
+    weights_bank: bool = True  # NPU_EMU_WEIGHTS_BANK: constants shared through the device's bank
+    cache_budget: int | None = DEFAULT_WEIGHTS_CACHE_MB * 2**20  # NPU_EMU_WEIGHTS_CACHE_MB in bytes
+    fence_mode: str = "interrupt"  # NPU_EMU_FENCE_MODE
+    queue_mode: str = "inline"  # NPU_EMU_QUEUE_MODE
+    mutable: bool = True  # NPU_EMU_MUTABLE_COMMAND_LIST (NO: a driver without mutable lists)
+    walk_every_inference: bool = False  # NPU_EMU_BARRIER_WALK=EVERY_INFERENCE
+    skip_padded_rows: bool = False  # NPU_EMU_SKIP_PADDED_ROWS
+    profile: bool = False  # PERF_COUNT
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any]) -> NpuOptions:
+        check_known(config, ("NPU_EMU_",), [*NpuDevice.DEFAULT_PROPERTIES, *COMPILER_KEYS], "The NPU device")
+        fence = str(config.get("NPU_EMU_FENCE_MODE", "interrupt")).lower()
+        Fence(fence)  # validates the mode now, not at the first inference
+        return cls(
+            weights_cache=as_bool("NPU_EMU_WEIGHTS_CACHE", config.get("NPU_EMU_WEIGHTS_CACHE", "YES")),
+            weights_bank=as_bool("NPU_EMU_WEIGHTS_BANK", config.get("NPU_EMU_WEIGHTS_BANK", "YES")),
+            cache_budget=_cache_budget(config),
+            fence_mode=fence,
+            queue_mode=as_choice("NPU_EMU_QUEUE_MODE", config.get("NPU_EMU_QUEUE_MODE", "inline"),
+                                 QUEUE_MODES).lower(),
+            mutable=as_bool("NPU_EMU_MUTABLE_COMMAND_LIST", config.get("NPU_EMU_MUTABLE_COMMAND_LIST", "YES")),
+            walk_every_inference=as_choice("NPU_EMU_BARRIER_WALK", config.get("NPU_EMU_BARRIER_WALK", "ONCE"),
+                                           ("ONCE", "EVERY_INFERENCE")) == "EVERY_INFERENCE",
+            skip_padded_rows=as_bool("NPU_EMU_SKIP_PADDED_ROWS", config.get("NPU_EMU_SKIP_PADDED_ROWS", "NO")),
+            profile=as_bool("PERF_COUNT", config.get("PERF_COUNT", "NO")),
+        )
+
+
 class NpuCompiledModel(DeviceCompiledModel):
     """A parsed NPU blob: ports come from its metadata, not from an ov.Model."""
 
     def __init__(self, blob: bytes, device: NpuDevice, config: Mapping[str, Any]) -> None:
-        wc = str(config.get("NPU_EMU_WEIGHTS_CACHE", "YES")).upper()
-        if wc not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
-            raise ConfigError(f"NPU_EMU_WEIGHTS_CACHE={config['NPU_EMU_WEIGHTS_CACHE']!r}: expected YES or NO",
-                              key="NPU_EMU_WEIGHTS_CACHE")
-        wb = str(config.get("NPU_EMU_WEIGHTS_BANK", "YES")).upper()
-        if wb not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
-            raise ConfigError(f"NPU_EMU_WEIGHTS_BANK={config['NPU_EMU_WEIGHTS_BANK']!r}: expected YES or NO",
-                              key="NPU_EMU_WEIGHTS_BANK")
+        opts = NpuOptions.parse(config)
         #: NPUW passes one bank name to all its sub-models; "" is the device's anonymous bank
         self.bank_name = str(config.get("NPUW_WEIGHTS_BANK", "") or "")
-        banked = wb in ("YES", "TRUE", "1")
         #: NPU_EMU_WEIGHTS_CACHE=NO: matmul_dq decompresses its weight tiles on every inference;
         #: NPU_EMU_WEIGHTS_BANK=NO: private weights and cache per compiled model (no sharing)
-        self.parsed = ParsedBlob(blob, weights_cache=wc in ("YES", "TRUE", "1"),
-                                 bank=device.bank if banked else None, bank_name=self.bank_name,
-                                 cache_budget=_cache_budget(config))
+        self.parsed = ParsedBlob(blob, weights_cache=opts.weights_cache,
+                                 bank=device.bank if opts.weights_bank else None, bank_name=self.bank_name,
+                                 cache_budget=opts.cache_budget)
         meta = self.parsed.meta
         self._device = device
         self.queue = device.queue
-        self.fence_mode = str(config.get("NPU_EMU_FENCE_MODE", "interrupt")).lower()
-        Fence(self.fence_mode)  # validates the mode now, not at the first inference
+        self.fence_mode = opts.fence_mode
         #: "inline": the submitting thread runs the management core (default, no thread handoff);
         #: "thread": a device thread runs it while the host waits on the fence
-        self.queue_mode = str(config.get("NPU_EMU_QUEUE_MODE", "inline")).lower()
-        if self.queue_mode not in QUEUE_MODES:
-            raise ConfigError(f"NPU_EMU_QUEUE_MODE={self.queue_mode!r}: expected one of {QUEUE_MODES}",
-                              key="NPU_EMU_QUEUE_MODE")
-        self.profile = str(config.get("PERF_COUNT", "NO")).upper() in ("YES", "TRUE", "1")
+        self.queue_mode = opts.queue_mode
+        self.profile = opts.profile
         #: NPU_EMU_MUTABLE_COMMAND_LIST=NO emulates a driver without mutable command lists
-        self.mutable = str(config.get("NPU_EMU_MUTABLE_COMMAND_LIST", "YES")).upper() in ("YES", "TRUE", "1")
+        self.mutable = opts.mutable
         #: NPU_EMU_BARRIER_WALK=EVERY_INFERENCE: the management core re-walks the barriers task by
         #: task on every inference; ONCE (default): walks once per command-list build and replays
-        walk = str(config.get("NPU_EMU_BARRIER_WALK", "ONCE")).upper()
-        if walk not in ("ONCE", "EVERY_INFERENCE"):
-            raise ConfigError(f"NPU_EMU_BARRIER_WALK={config['NPU_EMU_BARRIER_WALK']!r}: expected ONCE or "
-                              "EVERY_INFERENCE", key="NPU_EMU_BARRIER_WALK")
-        self.walk_every_inference = walk == "EVERY_INFERENCE"
+        self.walk_every_inference = opts.walk_every_inference
         #: NPU_EMU_SKIP_PADDED_ROWS=YES: the caller (NPUW's prefill) reads no output row left of
         #: the first attended attention_mask entry; attention then runs on the real rows only
-        self.skip_padded_rows = as_bool(
-            "NPU_EMU_SKIP_PADDED_ROWS", config.get("NPU_EMU_SKIP_PADDED_ROWS", "NO")
-        )
+        self.skip_padded_rows = opts.skip_padded_rows
         self.clock_mhz = float(meta["hw"]["clock_mhz"])
         self.task_names = {t["tid"]: (t["node"], t["op"]) for t in meta["tasks"]}
         self.inputs = [self._port(i, p) for i, p in enumerate(p for p in meta["inputs"] if p["state"] is None)]
@@ -435,17 +458,7 @@ class NpuDevice(Device):
         merged = self.merged_config(properties)
         HardwareConfig.from_config(merged)
         precision_of(merged)
-        Fence(str(merged.get("NPU_EMU_FENCE_MODE", "interrupt")).lower())
-        if str(merged.get("NPU_EMU_QUEUE_MODE", "inline")).lower() not in QUEUE_MODES:
-            raise ConfigError(f"NPU_EMU_QUEUE_MODE={merged['NPU_EMU_QUEUE_MODE']!r}: expected one of {QUEUE_MODES}",
-                              key="NPU_EMU_QUEUE_MODE")
-        if str(merged.get("NPU_EMU_BARRIER_WALK", "ONCE")).upper() not in ("ONCE", "EVERY_INFERENCE"):
-            raise ConfigError(f"NPU_EMU_BARRIER_WALK={merged['NPU_EMU_BARRIER_WALK']!r}: expected ONCE or "
-                              "EVERY_INFERENCE", key="NPU_EMU_BARRIER_WALK")
-        _cache_budget(merged)
-        for key in ("NPU_EMU_WEIGHTS_BANK", "NPU_EMU_WEIGHTS_CACHE", "NPU_EMU_SKIP_PADDED_ROWS"):
-            if str(merged.get(key, "YES")).upper() not in ("YES", "NO", "TRUE", "FALSE", "1", "0"):
-                raise ConfigError(f"{key}={merged[key]!r}: expected YES or NO", key=key)
+        NpuOptions.parse(merged)
         super().set_property(properties)
 
     @property
@@ -460,7 +473,7 @@ class NpuDevice(Device):
 
         # banked (the default): the blob comes split, its weights left in the model's constants,
         # which the bank adopts (no copy of the weights between the IR and the device)
-        banked = str(config.get("NPU_EMU_WEIGHTS_BANK", "YES")).upper() in ("YES", "TRUE", "1")
+        banked = NpuOptions.parse(config).weights_bank
         blob = compile_to_blob(model, config, split=banked)
         return NpuCompiledModel(blob, self, config)
 
