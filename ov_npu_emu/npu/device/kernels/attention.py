@@ -1,0 +1,388 @@
+"""Scaled dot-product attention (SHAVE), with the masked-column skipper and the padded-row window."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from ov_npu_emu.errors import ExecutionError
+from ov_npu_emu.npu.device.kernels.registry import kernel
+
+
+class RowWindow:
+    """The driver's "valid rows" hint for one inference (NPU_EMU_SKIP_PADDED_ROWS).
+
+    ``size`` > 0: in attention whose query and key axes both have ``size`` entries, rows and
+    columns before ``start`` are left padding whose outputs nobody reads.  Attention then runs
+    on the window alone when the mask provably shuts every window row off the padding columns
+    (see :func:`_sdpa`); when it cannot prove that it sets ``violated`` and the driver re-runs
+    the inference without the hint.  ``size`` 0: no hint.
+    """
+
+    __slots__ = ("size", "start", "unusable", "used", "violated")
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.start = 0
+        self.violated = False
+        self.used = 0  # attention tasks that ran on the window in the last inference
+        self.unusable = False  # an attention's shapes admit no exact window: stop hinting
+
+    def active(self, rows: int, cols: int) -> bool:
+        return self.size > 0 and self.start > 0 and rows == cols == self.size
+
+
+
+def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` reshaped without copying (a copy would detach the kernel from device memory)."""
+    v = a.view()
+    v.shape = shape  # raises instead of copying
+    return v
+
+
+#: margin (in logits) below which a masked-out column's exp() underflows to exactly 0 in f32
+#: (exp(x) == 0 for x < -103.98), with room for the roundings of scale and mask additions
+_EXP_ZERO_MARGIN = 128.0
+#: skip masked-out columns only when at least this share of the window is masked out
+_SKIP_SHARE = 0.05
+#: ... and only for score matrices this large: the checks and gathers cost ~30 numpy calls,
+#: more than a decode step's whole attention
+_SKIP_MIN_SCORES = 1 << 16
+
+
+def _softmax_times_v(scores, rowmax, v, o, direct: bool) -> None:  # type: ignore[no-untyped-def]
+    """``o = softmax(scores, -1) @ v``, the softmax in place in ``scores`` (``rowmax`` is scratch);
+    ``direct``: ``o`` has the product's shape and dtype, else it is copied in reshaped."""
+    np.maximum.reduce(scores, axis=-1, keepdims=True, out=rowmax)  # np.max/np.sum minus their Python layers
+    np.subtract(scores, rowmax, out=scores)
+    np.exp(scores, out=scores)
+    np.add.reduce(scores, axis=-1, keepdims=True, out=rowmax)
+    np.divide(scores, rowmax, out=scores)
+    if direct:
+        np.matmul(scores, v, out=o)
+    else:
+        np.copyto(o, np.matmul(scores, v).reshape(o.shape), casting="unsafe")
+
+
+def _masked_column_skipper(
+    q32,
+    k,
+    v,
+    mask_in,
+    mask,
+    groups: int,
+    L: int,
+    scale: float,  # type: ignore[no-untyped-def]
+    batch: tuple[int, ...],
+    rows: int,
+    o,
+    direct: bool,
+) -> Callable[[], bool] | None:
+    """Attention over only the columns the mask leaves open, when that is provably the same.
+
+    A column is skipped when its mask is so low against every row's best open column that
+    exp(score - rowmax) underflows to exactly 0 for any q and K within the bound
+    B = max|q| * max|k| * D * |scale| (a score moves by at most B):
+    colmax(mask) <= min_rows(rowmax(mask)) - 2B - margin (less relative slack for the f32
+    roundings of large masks and scores).  Such columns add exact zeros to the
+    row sums and (V finite) to the output, so the result is the full computation's up to
+    summation order.  NaN/inf in q, K or V, a fully masked row or a mostly open window take the
+    full path.  Chunked prefill and short prompts in a long KV window mask most columns.
+    """
+    S, D = k.shape[-2], k.shape[-1]
+    try:
+        m2 = _view(mask_in, (-1, S))
+    except (AttributeError, ValueError):
+        return None
+    is_bool = m2.dtype == np.bool_
+    colmax = np.empty(S, np.bool_ if is_bool else m2.dtype)
+    rowmask = np.empty(m2.shape[0], colmax.dtype)
+    kb, vb = k.shape[:-2], v.shape[:-2]
+    kt_flat = np.empty(math.prod(kb) * D * S, np.float32)
+    v_flat = np.empty(math.prod(vb) * S * v.shape[-1], np.float32)
+    m_flat = np.empty(mask.size, mask.dtype)
+    s_flat = np.empty(math.prod(batch) * rows * S, np.float32)
+    rowmax = np.empty((*batch, rows, 1), np.float32)
+    qa = q32.reshape(-1) if q32.flags.c_contiguous else q32
+    ka, va = k.reshape(-1), v.reshape(-1)
+
+    def absmax(x: np.ndarray) -> float:  # NaN propagates through both reductions
+        return max(abs(float(np.maximum.reduce(x, axis=None))), abs(float(np.minimum.reduce(x, axis=None))))
+
+    def run() -> bool:
+        if is_bool:
+            np.logical_or.reduce(m2, axis=0, out=colmax)
+            np.logical_or.reduce(m2, axis=1, out=rowmask)
+            if not rowmask.all():  # a fully masked row: NaN in the full computation, keep it
+                return False
+            keep = colmax
+        else:
+            np.maximum.reduce(m2, axis=0, out=colmax)
+            np.maximum.reduce(m2, axis=1, out=rowmask)
+            rowmin = float(np.minimum.reduce(rowmask))
+            if not math.isfinite(rowmin) or np.count_nonzero(colmax <= rowmin - _EXP_ZERO_MARGIN) < _SKIP_SHARE * S:
+                return False
+        # the relative terms cover the f32 roundings of q.k (D terms), scale and mask additions
+        bound = absmax(qa) * absmax(ka) * D * abs(scale) * (1.0 + 2.0**-10)
+        if not math.isfinite(bound) or not math.isfinite(absmax(va)):
+            return False
+        if not is_bool:
+            limit = rowmin - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(rowmin) + 2.0 * bound)
+            keep = ~(colmax <= limit)
+        idx = np.flatnonzero(keep)
+        n = idx.size
+        if n == 0 or S - n < _SKIP_SHARE * S:
+            return False
+        kt = kt_flat[: math.prod(kb) * D * n].reshape(*kb, D, n)
+        np.copyto(kt, np.swapaxes(np.take(k, idx, axis=-2), -1, -2), casting="unsafe")
+        vr = v_flat[: math.prod(vb) * n * v.shape[-1]].reshape(*vb, n, v.shape[-1])
+        np.copyto(vr, np.take(v, idx, axis=-2), casting="unsafe")
+        mr = m_flat[: mask.size // S * n].reshape(*mask.shape[:-1], n)
+        np.take(mask, idx, axis=-1, out=mr)
+        sc = s_flat[: math.prod(batch) * rows * n].reshape(*batch, rows, n)
+        scm = sc.reshape(*batch, groups, L, n) if groups > 1 else sc
+        np.matmul(q32, kt, out=sc)
+        np.multiply(sc, scale, out=sc)
+        if is_bool:
+            np.copyto(scm, -np.inf, where=~mr)
+        else:
+            np.add(scm, mr, out=scm, casting="unsafe")
+        _softmax_times_v(sc, rowmax, vr, o, direct)
+        return True
+
+    return run
+
+
+#: (batch, Hkv, G, L, D, Dv, window rows) -> rows per group the window's products run with, or 0
+#: when no row count up to L gives the full products' rows bit for bit (see _window_rows)
+_WINDOW_ROWS: dict[tuple[int, ...], int] = {}
+_WINDOW_LOCK = threading.Lock()
+
+
+def _window_rows(lead: tuple[int, ...], G: int, L: int, D: int, Dv: int, w: int) -> int:
+    """Rows per group (>= ``w``) with which the window's QK^T and probs @ V give the full
+    products' rows bit for bit, checked once per shape on random data.
+
+    BLAS picks its kernel by problem size (OpenBLAS here: a "small matrix" kernel whose
+    accumulation order differs, e.g. 64 of 1024 rows against 8 columns), so the window runs
+    with extra zero rows, doubling from ``w``, until its rows equal the full product's; 0 when
+    only the full row count does (then attention takes no window).
+    """
+    key = (*lead, G, L, D, Dv, w)
+    with _WINDOW_LOCK:
+        if key in _WINDOW_ROWS:
+            return _WINDOW_ROWS[key]
+        rng = np.random.default_rng(0)
+        q = rng.standard_normal((*lead, G * L, D)).astype(np.float32)
+        kt = rng.standard_normal((*lead, D, L)).astype(np.float32)
+        p = rng.random((*lead, G * L, L), dtype=np.float32)
+        v = rng.standard_normal((*lead, L, Dv)).astype(np.float32)
+        full_s = np.matmul(q, kt).reshape(*lead, G, L, L)
+        full_o = np.matmul(p, v).reshape(*lead, G, L, Dv)
+        found, m = 0, w
+        while m < L:
+            qw = np.ascontiguousarray(q.reshape(*lead, G, L, D)[..., L - m :, :]).reshape(*lead, G * m, D)
+            pw = np.ascontiguousarray(p.reshape(*lead, G, L, L)[..., L - m :, :]).reshape(*lead, G * m, L)
+            sw = np.matmul(qw, np.ascontiguousarray(kt[..., L - w :])).reshape(*lead, G, m, w)
+            ow = np.matmul(pw, v).reshape(*lead, G, m, Dv)
+            if np.array_equal(sw[..., m - w :, :], full_s[..., L - w :, L - w :]) and np.array_equal(
+                ow[..., m - w :, :], full_o[..., L - w :, :]
+            ):
+                found = m
+                break
+            m *= 2
+        _WINDOW_ROWS[key] = found
+        return found
+
+
+def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWindow) -> bool:
+    """Attention of the rows [start, L) over the columns [start, S) only; False (and nothing
+    written) when the mask does not provably shut those rows off the columns before ``start``.
+
+    ``q5``/``o5``: (..., Hkv, G, L, D) (G query heads per K/V head, 1 without grouping),
+    ``k4``/``v4``: (..., Hkv, S, D), ``mask5`` broadcastable to the (..., Hkv, G, L, S) scores.
+    The driver sets the window only when every padding row is the same token at the same
+    position (so they all compute the same K/V) and the window holds at least one padding row:
+    the window's K rows then bound every skipped column's K.  With B = max|q| * max|K| * D *
+    |scale| over the window (any score moves by at most B), a padding column whose mask is
+    <= min over window rows of the row's best open mask entry - 2B - margin has
+    exp(score - rowmax) == 0 exactly in f32, as the masked-column skipper proves it; boolean
+    masks must simply be False there.  The probabilities are then laid out full-width (exact
+    zeros in the padding columns) so that the row sums and probs @ V add in the full
+    computation's order: the window rows are the full computation's, bit for bit (given BLAS
+    rows independent of the row count, see WINDOW_ALIGN in the NPU plugin).  The padding rows
+    of ``o5`` are zeroed (finite: no 0 * NaN can reach a real row later).
+    """
+    w0 = window.start
+    L = q5.shape[-2]
+    if mask5 is None or mask5.shape[-1] != L:
+        return False  # no mask, or one broadcast over the columns: the padding stays open
+    mrows = mask5[..., w0:, :] if mask5.shape[-2] == L else mask5
+    pad, win = mrows[..., :w0], mrows[..., w0:]
+    G, w = q5.shape[-3], L - w0
+    lead = q5.shape[:-3]
+    m = _window_rows(tuple(lead), G, L, q5.shape[-1], v4.shape[-1], w) if k4.shape[:-2] == lead else 0
+    if not m:
+        window.unusable = True  # a property of the shapes: no later inference can do better
+        return False
+    # the window rows last in m rows per group; the m - w rows before them are zero (discarded)
+    qm = np.zeros((*lead, G, m, q5.shape[-1]), np.float32)
+    qm[..., m - w :, :] = q5[..., w0:, :]
+    qs = qm.reshape(*lead, G * m, q5.shape[-1])
+    ks = k4[..., w0:, :]
+    if mask5.dtype == np.bool_:
+        if pad.any() or not np.logical_or.reduce(win, axis=-1).all():
+            return False
+    else:
+        open_min = float(np.minimum.reduce(np.maximum.reduce(win, axis=-1), axis=None))
+        bound = (
+            max(abs(float(np.maximum.reduce(qs, axis=None))), abs(float(np.minimum.reduce(qs, axis=None))))
+            * max(abs(float(np.maximum.reduce(ks, axis=None))), abs(float(np.minimum.reduce(ks, axis=None))))
+            * q5.shape[-1]
+            * abs(scale)
+            * (1.0 + 2.0**-10)
+        )
+        if not (math.isfinite(open_min) and math.isfinite(bound)):
+            return False
+        limit = open_min - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(open_min) + 2.0 * bound)
+        if not float(np.maximum.reduce(pad, axis=None)) <= limit:
+            return False
+    vf = v4 if v4.dtype == np.float32 else v4.astype(np.float32)
+    if not math.isfinite(
+        max(abs(float(np.maximum.reduce(vf, axis=None))), abs(float(np.minimum.reduce(vf, axis=None))))
+    ):
+        return False  # 0 * inf: a zero probability would not zero a padding column's V
+    kt = np.ascontiguousarray(np.swapaxes(ks, -1, -2), dtype=np.float32)
+    scm = np.matmul(qs, kt)  # (..., Hkv, G*m, w): plain stacked GEMMs (no broadcast: BLAS)
+    sc5 = scm.reshape(*lead, G, m, w)[..., m - w :, :]
+    np.multiply(sc5, scale, out=sc5)
+    if mask5.dtype == np.bool_:
+        np.copyto(sc5, -np.inf, where=~win)
+    else:
+        np.add(sc5, win, out=sc5, casting="unsafe")
+    if bias is not None:
+        np.add(sc5, bias[w0:, w0:], out=sc5)
+    rowmax = np.maximum.reduce(sc5, axis=-1, keepdims=True)
+    np.subtract(sc5, rowmax, out=sc5)
+    probs = np.zeros((*lead, G, m, L), np.float32)
+    np.exp(sc5, out=probs[..., m - w :, w0:])
+    total = np.add.reduce(probs[..., m - w :, :], axis=-1, keepdims=True)
+    np.divide(probs[..., m - w :, :], total, out=probs[..., m - w :, :])
+    out = np.matmul(probs.reshape(*lead, G * m, L), vf).reshape(*lead, G, m, vf.shape[-1])
+    o5[..., :w0, :] = 0
+    np.copyto(o5[..., w0:, :], out[..., m - w :, :], casting="unsafe")
+    window.used += 1
+    return True
+
+
+@kernel("sdpa")
+def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[no-untyped-def]
+    """Attention; params: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head.
+
+    Grouped (G > 1): K/V hold Hkv heads and query head h reads K/V head h // G, as the IR's
+    Unsqueeze/Broadcast/Reshape expansion did; the G query heads of a group share one matmul.
+    ``window``: the driver's padded-rows hint (RowWindow), read on every run.
+    """
+    q, k, v = ins[:3]
+    mask = ins[3] if len(ins) > 3 else None
+    mask_in = mask
+    o = outs[0]
+    causal, scale = bool(params[0]), float(params[2])
+    groups = int(params[3]) if params.size > 3 and params[3] > 1 else 1
+    if scale == 0.0:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    L, S = q.shape[-2], k.shape[-2]
+    f32 = any(t.dtype != np.float32 for t in (q, k, v))
+    if groups > 1:
+        b, h = q.shape[0], q.shape[1]
+        if q.ndim != 4 or k.ndim != 4 or h != k.shape[1] * groups or o.shape[:2] != (b, h):
+            raise ExecutionError(f"sdpa: {groups} query heads per K/V head do not fit q {q.shape}, k {k.shape}")
+        hkv = k.shape[1]
+        q = _view(q, (b, hkv, groups * L, q.shape[-1]))  # query rows of a group stacked: one matmul each
+        o = _view(o, (b, hkv, groups * L, o.shape[-1]))
+    # scratch buffers live as long as the command list: nothing is allocated per inference
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    rows = q.shape[-2]
+    scores = np.empty((*batch, rows, S), np.float32)
+    rowmax = np.empty((*batch, rows, 1), np.float32)
+    # mask and causal bias apply per query head and row: on grouped scores through a 5-D view
+    scores_m = scores.reshape(*batch, groups, L, S) if groups > 1 else scores
+    if mask is not None and groups > 1:
+        m4 = _view(mask, (1,) * (4 - mask.ndim) + mask.shape)
+        mask = _view(
+            m4, (m4.shape[0], 1, 1, *m4.shape[2:]) if m4.shape[1] == 1 else (m4.shape[0], hkv, groups, *m4.shape[2:])
+        )
+    # with several query rows BLAS is ~4x faster on a row-major K^T than on the transposed view of K
+    # (the copy costs one pass over K); one query row (decode) multiplies the view directly
+    kt_buf = np.empty((*k.shape[:-2], k.shape[-1], S), np.float32) if rows >= 8 else None
+    q32 = np.empty(q.shape, np.float32) if f32 else q
+    k32 = np.empty(k.shape, np.float32) if f32 and kt_buf is None else k
+    v32 = np.empty(v.shape, np.float32) if f32 else v
+    kt = np.swapaxes(k32, -1, -2) if kt_buf is None else kt_buf
+    k_src = np.swapaxes(k, -1, -2)
+    bias = np.where(np.tril(np.ones((L, S), bool)), 0.0, -np.inf).astype(np.float32) if causal else None
+    blocked = np.empty(mask.shape, np.bool_) if mask is not None and mask.dtype == np.bool_ else None
+    direct = not f32 and o.dtype == np.float32 and tuple(o.shape[:-2]) == tuple(batch)
+    # a few grouped rows against the K^T view: numpy's BLAS dispatch only takes the transposed
+    # view for one row per head (gemv), so each group's query rows multiply separately
+    qk_parts = (
+        [(_view(q32, (*batch, groups, L, q.shape[-1]))[..., g, :, :], scores_m[..., g, :, :]) for g in range(groups)]
+        if groups > 1 and kt_buf is None
+        else []
+    )
+    skip = None
+    if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
+        skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct)
+    win_ops = None
+    if window is not None:
+        # one layout for the windowed path: (…, [G,] L|S, D), the mask broadcastable to it
+        o_full = outs[0]
+        if groups > 1:
+            q5 = _view(ins[0], (b, hkv, groups, L, q.shape[-1]))
+            o5 = _view(o_full, (b, hkv, groups, L, o_full.shape[-1]))
+            mask5 = mask
+        else:
+            q5 = ins[0][..., None, :, :]
+            ok = o_full.shape[:-2] == tuple(batch) and o_full.shape[-2] == L
+            o5 = o_full[..., None, :, :] if ok else None
+            mask5 = mask if mask is None or mask.ndim < 3 else mask[..., None, :, :]
+        if o5 is not None:
+            win_ops = (q5, k, v, mask5, bias, o5)
+
+    def run() -> None:
+        if window is not None and window.active(L, S):
+            # the hint is on for this attention: the window or a re-run, never the full path
+            # over padding rows that earlier windowed layers left zero
+            if win_ops is None or not _windowed_attention(*win_ops, scale, window):
+                window.violated = True
+            return
+        if f32:
+            np.copyto(q32, q)
+        if skip is not None and skip():
+            return
+        if f32:
+            np.copyto(v32, v)
+            if kt_buf is None:
+                np.copyto(k32, k)
+        if kt_buf is not None:
+            np.copyto(kt_buf, k_src, casting="unsafe")
+        if qk_parts:
+            for qg, sg in qk_parts:
+                np.matmul(qg, kt, out=sg)
+        else:
+            np.matmul(q32, kt, out=scores)
+        np.multiply(scores, scale, out=scores)
+        if mask is not None:
+            if blocked is not None:
+                np.logical_not(mask, out=blocked)
+                np.copyto(scores_m, -np.inf, where=blocked)
+            else:
+                np.add(scores_m, mask, out=scores_m, casting="unsafe")
+        if bias is not None:
+            np.add(scores_m, bias, out=scores_m)
+        _softmax_times_v(scores, rowmax, v32, o, direct)
+
+    return run

@@ -1,0 +1,119 @@
+"""DPU kernels: MatMul and Convolution, and the (SHAVE) pooling kernels."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
+from ov_npu_emu.npu.device.kernels.registry import KERNELS, Maker, Runner, kernel
+
+
+@kernel("matmul")
+def _matmul(ins, outs, params):  # type: ignore[no-untyped-def]
+    a, b = ins
+    o = outs[0]
+    ta, tb = bool(params[0]), bool(params[1])
+    av = np.swapaxes(a, -1, -2) if ta and a.ndim > 1 else a
+    bv = np.swapaxes(b, -1, -2) if tb and b.ndim > 1 else b
+    if a.ndim == 1 or b.ndim == 1 or a.dtype != np.float32 or b.dtype != np.float32 or o.dtype != np.float32:
+        return lambda: np.copyto(
+            o, np.matmul(av.astype(np.float32), bv.astype(np.float32)).reshape(o.shape), casting="unsafe"
+        )
+    return functools.partial(np.matmul, av, bv, out=o)
+
+
+@kernel("conv")
+def _conv(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, w = ins
+    o = outs[0]
+    p = [int(v) for v in params]
+    groups, nd = p[0], p[1]
+    strides, dil, pb, pe = p[2 : 2 + nd], p[2 + nd : 2 + 2 * nd], p[2 + 2 * nd : 2 + 3 * nd], p[2 + 3 * nd : 2 + 4 * nd]
+    ks = w.shape[-nd:]
+    padded = np.zeros((*x.shape[:2], *[d + a + b for d, a, b in zip(x.shape[2:], pb, pe, strict=False)]), np.float32)
+    inner = tuple(slice(a, a + d) for a, d in zip(pb, x.shape[2:], strict=False))
+    win_shape = tuple((k - 1) * d + 1 for k, d in zip(ks, dil, strict=False))
+    win = np.lib.stride_tricks.sliding_window_view(padded, win_shape, axis=tuple(range(2, 2 + nd)))
+    sel = (slice(None), slice(None), *[slice(None, None, s) for s in strides], *[slice(None, None, d) for d in dil])
+    win = win[sel]
+    win = win[(slice(None), slice(None), *[slice(0, n) for n in o.shape[2:]])]
+    sp = "hwdxyz"[:nd]
+    kk = "ijklmn"[:nd]
+    wf = w.astype(np.float32)
+    if groups == 1:
+        eq = f"nc{sp}{kk},oc{kk}->no{sp}"
+        wv = wf
+        xv = win
+    else:
+        g = groups
+        eq = f"ngc{sp}{kk},goc{kk}->ngo{sp}"
+        wv = wf.reshape((g, -1, *wf.shape[-nd - 1 :])) if wf.ndim == nd + 3 else wf
+        xv = win.reshape((win.shape[0], g, -1, *win.shape[2:]))
+    path = np.einsum_path(eq, xv, wv, optimize="optimal")[0]
+
+    def run() -> None:
+        padded[(slice(None), slice(None), *inner)] = x
+        r = np.einsum(eq, xv, wv, optimize=path)
+        np.copyto(o, r.reshape(o.shape), casting="unsafe")
+
+    return run
+
+
+def _make_pool(kind: str) -> Maker:
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+        x, o = ins[0], outs[0]
+        p = [int(v) for v in params]
+        nd = p[0]
+        ks, st, dl = p[1 : 1 + nd], p[1 + nd : 1 + 2 * nd], p[1 + 2 * nd : 1 + 3 * nd]
+        pb, pe = p[1 + 3 * nd : 1 + 4 * nd], p[1 + 4 * nd : 1 + 5 * nd]
+        fill = -np.inf if kind == "max" else 0.0
+        padded = np.full(
+            (*x.shape[:2], *[d + a + b for d, a, b in zip(x.shape[2:], pb, pe, strict=False)]), fill, np.float32
+        )
+        inner = tuple(slice(a, a + d) for a, d in zip(pb, x.shape[2:], strict=False))
+        axes = tuple(range(2, 2 + nd))
+        wshape = tuple((k - 1) * d + 1 for k, d in zip(ks, dl, strict=False))
+
+        def windows(arr: np.ndarray) -> np.ndarray:
+            w = np.lib.stride_tricks.sliding_window_view(arr, wshape, axis=axes)
+            w = w[(slice(None), slice(None), *[slice(None, None, s) for s in st], *[slice(None, None, d) for d in dl])]
+            return w[(slice(None), slice(None), *[slice(0, n) for n in o.shape[2:]])]
+
+        win = windows(padded)
+        red = tuple(range(2 + nd, 2 + 2 * nd))
+        if kind == "max":
+
+            def run() -> None:
+                padded[(slice(None), slice(None), *inner)] = x
+                np.copyto(o, win.max(axis=red), casting="unsafe")
+
+            return run
+        excl = bool(p[1 + 5 * nd])
+        real_pe = p[2 + 5 * nd : 2 + 6 * nd]
+        ones = np.zeros(padded.shape, np.float32)
+        # exclude_pad counts only real elements; otherwise explicit pads count but ceil overhang does not
+        if excl:
+            ones[(slice(None), slice(None), *inner)] = 1
+        else:
+            ones[
+                (
+                    slice(None),
+                    slice(None),
+                    *[slice(0, a + d + r) for a, d, r in zip(pb, x.shape[2:], real_pe, strict=False)],
+                )
+            ] = 1
+        counts = windows(ones).sum(axis=red)
+
+        def run_avg() -> None:
+            padded[(slice(None), slice(None), *inner)] = x
+            np.copyto(o, win.sum(axis=red) / counts, casting="unsafe")
+
+        return run_avg
+
+    return maker
+
+
+KERNELS["maxpool"] = _make_pool("max")
+KERNELS["avgpool"] = _make_pool("avg")

@@ -1,0 +1,29 @@
+"""The kernel library's registry: kernel name -> *maker*.
+
+A maker takes the operand views and the task's parameters and returns a zero-argument callable.
+Makers run once per command-list build, so scratch arrays a kernel needs are allocated there,
+never on the per-inference path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+__all__ = ["KERNELS", "Maker", "Runner", "kernel"]
+
+Runner = Callable[[], None]
+Maker = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], np.ndarray], Runner]
+KERNELS: dict[str, Maker] = {}
+
+
+def kernel(*names: str) -> Callable[[Maker], Maker]:
+    """Register the decorated maker under ``names``."""
+
+    def deco(fn: Maker) -> Maker:
+        for n in names:
+            KERNELS[n] = fn
+        return fn
+
+    return deco
