@@ -66,6 +66,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 #: real NPUW keys about partitioning/folding that have no meaning here: accepted and ignored
+#: (CACHE_MODE and NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE only at their defaults: see parse_config)
 IGNORED_KEYS = frozenset(
     {
         "NPUW_ONLINE_PIPELINE",
@@ -299,6 +300,20 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
             raise ConfigError(f"Unsupported NPUW LLM property {key}{hint}", key=key)
     def get(k: str) -> Any:
         return raw.get(k, DEFAULTS[k])
+
+    # real keys of features we do not have: accepted at their defaults, never silently dropped
+    if str(raw.get("CACHE_MODE", "OPTIMIZE_SPEED") or "OPTIMIZE_SPEED").upper() != "OPTIMIZE_SPEED":
+        raise ConfigError(
+            f"CACHE_MODE={raw['CACHE_MODE']!r}: weightless NPUW blobs (OPTIMIZE_SIZE) are not implemented "
+            "here; use OPTIMIZE_SPEED (the artefact keeps its weights)",
+            key="CACHE_MODE",
+        )
+    if _bool("NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE", raw.get("NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE", False)):
+        raise ConfigError(
+            "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE=YES: block-based KV is not implemented by our NPUW; the "
+            "KV cache is one contiguous buffer (leave the key at NO)",
+            key="NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE",
+        )
 
     for key, want in (("NPUW_LLM_BATCH_DIM", 0), ("NPUW_LLM_SEQ_LEN_DIM", 2)):
         if _uint(key, get(key)) != want:
