@@ -25,6 +25,7 @@ from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler
 from genai_shim.speculative import DraftModel, SpeculativeDecoder, continuation_feed
+from genai_shim.stop_strings import match_stop_string, stop_window
 from genai_shim.streamers import (
     StreamerBase,
     StreamingStatus,
@@ -1237,14 +1238,7 @@ class LLMPipeline:
         return config.get_max_new_tokens(prompt_len if self._paged else width)
 
     def _stop_strings(self, config: GenerationConfig) -> tuple[int, list[str]]:
-        """(stream window = longest stop string in tokens, the stop strings)."""
-        if not config.stop_strings:
-            return 0, []
-        window = 0
-        for s in config.stop_strings:
-            enc = self._tokenizer.encode(s, add_special_tokens=False)
-            window = max(window, int(np.asarray(enc.input_ids.data).shape[1]))
-        return window, sorted(config.stop_strings)
+        return stop_window(self._tokenizer, config)
 
     def _check_finish(
         self, s: _Seq, config: GenerationConfig, window: int, stops: list[str]
@@ -1273,22 +1267,7 @@ class LLMPipeline:
     def _match_stop_string(
         self, tokens: list[int], window: int, stops: list[str], include: bool
     ) -> int | None:
-        """Number of trailing tokens to drop when a stop string occurs in the decoded last
-        ``window`` tokens (None: no match) — the real match_stop_string rules."""
-        buffer = tokens[len(tokens) - window :]
-        text = self._tokenizer.decode(buffer)
-        for stop in stops:
-            pos = text.find(stop)
-            if pos == -1:
-                continue
-            kept = text[: pos + (len(stop) if include else 0)].rstrip(" \n")
-            if not kept:
-                return len(buffer)
-            for i in range(len(buffer)):
-                if kept in self._tokenizer.decode(buffer[: i + 1]):
-                    return len(buffer) - i - 1
-            return 0
-        return None
+        return match_stop_string(self._tokenizer, tokens, window, stops, include)
 
     @staticmethod
     def _stream(stream: StreamerBase, s: _Seq, window: int) -> StreamingStatus:

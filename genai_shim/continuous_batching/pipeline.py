@@ -19,6 +19,7 @@ from genai_shim.model_folder import MODEL_XML, model_folder
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler
+from genai_shim.stop_strings import match_stop_string, stop_window
 from genai_shim.streamers import StreamingStatus, call_write, make_streamer
 from genai_shim.structured_output import check_structured_output, make_constraint
 from genai_shim.tokenizer import Tokenizer
@@ -346,12 +347,7 @@ class ContinuousBatchingPipeline:
             )
         if config.max_length <= len(prompt) and config.max_length != _size_max():
             raise UserInputError("'max_length' must be greater than the number of prompt tokens")
-        window, stops = 0, []
-        if config.stop_strings:
-            for s in config.stop_strings:
-                enc = self._tokenizer.encode(s, add_special_tokens=False)
-                window = max(window, int(np.asarray(enc.input_ids.data).shape[1]))
-            stops = sorted(config.stop_strings)
+        window, stops = stop_window(self._tokenizer, config)
         constraint = None
         if config.structured_output_config is not None:  # the grammar mask, as on the stateful path
             check_structured_output(config)
@@ -450,22 +446,9 @@ class ContinuousBatchingPipeline:
         self._finish(s, GenerationStatus.FINISHED, keep=True)
 
     def _match_stop(self, s: _State) -> int | None:
-        """Trailing tokens to drop when a stop string occurs in the decoded last ``window``
-        tokens (the real match_stop_string rules, as genai_shim's LLMPipeline applies them)."""
-        buffer = s.req.generated[len(s.req.generated) - s.window :]
-        text = self._tokenizer.decode(buffer)
-        for stop in s.stops:
-            pos = text.find(stop)
-            if pos == -1:
-                continue
-            kept = text[: pos + (len(stop) if s.config.include_stop_str_in_output else 0)].rstrip(" \n")
-            if not kept:
-                return len(buffer)
-            for i in range(len(buffer)):
-                if kept in self._tokenizer.decode(buffer[: i + 1]):
-                    return len(buffer) - i - 1
-            return 0
-        return None
+        """Trailing tokens to drop when a stop string matched (as genai_shim's LLMPipeline)."""
+        return match_stop_string(self._tokenizer, s.req.generated, s.window, s.stops,
+                                 s.config.include_stop_str_in_output)
 
     def generate(self, prompts: Any, generation_config: Any = None, streamer: Any = None) -> list[GenerationResult]:
         start = time.perf_counter()
