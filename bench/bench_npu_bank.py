@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from procstat import rss_mb  # bench/procstat.py (the script's own folder is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins")]
@@ -66,12 +67,6 @@ def _generate(req, prompt: list[int], n_new: int) -> tuple[float, float, list[in
     return ttft, statistics.median(steps) if steps else float("nan"), ids
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def _device_bytes(cm) -> dict[str, int]:
@@ -117,7 +112,7 @@ def child(args: argparse.Namespace) -> dict:
         cm = core.compile_model(args.xml, "NPU", _npuw_config(args, "NPU"))
         res["compile_s"] = time.perf_counter() - t
         req = cm.create_infer_request()
-    res["rss_after_compile_mb"] = _rss_mb()
+    res["rss_after_compile_mb"] = rss_mb()
     _generate(req, prompt[:8], 3)  # warm-up: command lists and decompressed weights
     runs = [_generate(req, prompt, args.new) for _ in range(args.repeat)]
     res["ttft_ms"] = min(r[0] for r in runs)
@@ -137,7 +132,7 @@ def child(args: argparse.Namespace) -> dict:
 
         gc.collect()
         res["traced_mb"], res["traced_peak_mb"] = (x / 2**20 for x in tracemalloc.get_traced_memory())
-    res["rss_mb"] = _rss_mb()
+    res["rss_mb"] = rss_mb()
     res["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return res
 

@@ -22,17 +22,13 @@ import sys
 import time
 from pathlib import Path
 
+from procstat import rss_mb  # bench/procstat.py (the script's own folder is on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PROMPT = "Once upon a time there was a little girl who lived in a village near"
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def _child(args: argparse.Namespace) -> None:
@@ -40,17 +36,17 @@ def _child(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     import genai_shim
 
-    stages.append(("import", _rss_mb()))
+    stages.append(("import", rss_mb()))
     cfg = dict(kv.split("=", 1) for kv in args.config)
     pipe = genai_shim.LLMPipeline(
         args.dirs[0], "NPU", MAX_PROMPT_LEN=args.max_prompt, MIN_RESPONSE_LEN=args.min_response, **cfg
     )
     t_load = time.perf_counter() - t0
-    stages.append(("pipeline", _rss_mb()))
+    stages.append(("pipeline", rss_mb()))
     t1 = time.perf_counter()
     res = pipe.generate([PROMPT], max_new_tokens=args.new)
     t_gen = time.perf_counter() - t1
-    stages.append(("generate", _rss_mb()))
+    stages.append(("generate", rss_mb()))
     ids = [list(map(int, t)) for t in getattr(res, "tokens", [])]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"stages": stages, "peak": peak, "load_s": t_load, "gen_s": t_gen,
