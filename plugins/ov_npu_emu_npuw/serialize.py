@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import struct
-import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,7 @@ import openvino as ov
 
 from ov_npu_emu.errors import BlobFormatError, NpuEmuError
 from ov_npu_emu.runtime.device import PortInfo
-from ov_npu_emu.runtime.model_cache import model_hash
+from ov_npu_emu.runtime.model_cache import model_hash, read_entry, write_entry
 from ov_npu_emu_npuw.config import LLMConfig
 from ov_npu_emu_npuw.transform import KVLayout
 
@@ -253,12 +252,12 @@ def _path(cache_dir: str, key: str) -> str:
 def load_cached(core: Core, cache_dir: str, key: str, config: Mapping[str, Any]) -> LLMCompiledModel | None:
     """The cached compilation, or None (a broken entry is reported and ignored, never fatal)."""
     path = _path(cache_dir, key)
-    if not os.path.exists(path):
+    blob = read_entry(path)
+    if blob is None:
         return None
     try:
-        with open(path, "rb") as f:
-            cm = import_llm(core, f.read(), config)
-    except (NpuEmuError, OSError) as e:
+        cm = import_llm(core, blob, config)
+    except NpuEmuError as e:
         logger.warning("CACHE_DIR entry %s could not be loaded (%s); compiling instead", path, e)
         return None
     cm.loaded_from_cache = True
@@ -268,12 +267,4 @@ def load_cached(core: Core, cache_dir: str, key: str, config: Mapping[str, Any])
 
 def store_cached(cache_dir: str, key: str, cm: LLMCompiledModel) -> None:
     """Write atomically (temp file + rename) so a crash never leaves half an entry."""
-    try:
-        os.makedirs(cache_dir, exist_ok=True)
-        data = export_llm(cm)
-        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".npuw_tmp_")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, _path(cache_dir, key))
-    except OSError as e:
-        logger.warning("could not write CACHE_DIR entry in %s: %s", cache_dir, e)
+    write_entry(_path(cache_dir, key), export_llm(cm))
