@@ -15,6 +15,7 @@ __all__ = [
     "DMA_DESC",
     "DMA_DST_OFFSET",
     "DMA_SRC_OFFSET",
+    "ELF_HEADER",
     "ELFOSABI_NPU_EMU",
     "EM_NPU_EMU",
     "KERNEL_ENTRY",
@@ -37,6 +38,12 @@ __all__ = [
     "SEC_SCRATCH",
     "SEC_SHAVE",
     "SEC_WEIGHTS",
+    "SECTION_HEADER",
+    "SHT_NOBITS",
+    "SHT_PROGBITS",
+    "SHT_RELA",
+    "SHT_STRTAB",
+    "SHT_SYMTAB",
     "SLICE_NONE",
     "SUPPORTED_VERSIONS",
     "TASK_HEAD",
@@ -133,6 +140,11 @@ WEIGHT_FORMATS: dict[str, int] = {"u8": 1, "i8": 2, "u4": 3, "i4": 4, "f16": 5}
 #: "stop" of a slice parameter meaning "to the end" (negative steps that run past index 0)
 SLICE_NONE = -(2**31)
 MAX_DIMS = 6
+
+#: Elf64_Ehdr and Elf64_Shdr (written by writer.py, walked by integrity.py before pyelftools runs)
+ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
+SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")
+SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS = 1, 2, 3, 4, 8
 
 #: DPU/SHAVE task header: task_id, kind, n_in, n_out, flags, n_params, n_wait, n_post, pad,
 #: wait_off, post_off (u32 indices into .npu.barrier_lists), kernel_addr, params_addr, est_cycles

@@ -23,6 +23,7 @@ import struct
 import zlib
 
 from ov_npu_emu.errors import BlobFormatError
+from ov_npu_emu.npu.blob.format import ELF_HEADER, SECTION_HEADER, SHT_NOBITS
 
 __all__ = ["ENTRY", "PIECE", "TRAILER", "TRAILER_MAGIC", "is_sealed", "reseal", "seal", "strip", "verify"]
 
@@ -33,9 +34,6 @@ ENTRY = struct.Struct("<QQI32s")
 #: checksum granularity inside a section: a damaged weight is located to within 1 MiB
 PIECE = 1 << 20
 
-_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-_SHDR = struct.Struct("<IIQQQQIIQQ")
-_SHT_NOBITS = 8
 
 
 def _ranges(image: bytes | memoryview) -> list[tuple[int, int, str]]:
@@ -43,19 +41,19 @@ def _ranges(image: bytes | memoryview) -> list[tuple[int, int, str]]:
 
     Only called by :func:`seal` on an image this package wrote; a malformed one is a writer bug.
     """
-    (_, _, _, _, _, _, shoff, _, _, _, _, shentsize, shnum, shstrndx) = _EHDR.unpack_from(image, 0)
-    headers = [_SHDR.unpack_from(image, shoff + i * shentsize) for i in range(shnum)]
+    (_, _, _, _, _, _, shoff, _, _, _, _, shentsize, shnum, shstrndx) = ELF_HEADER.unpack_from(image, 0)
+    headers = [SECTION_HEADER.unpack_from(image, shoff + i * shentsize) for i in range(shnum)]
     strtab = headers[shstrndx]
     names = bytes(image[strtab[4]: strtab[4] + strtab[5]])
 
     def name(h: tuple[int, ...]) -> str:
         return names[h[0]: names.index(b"\0", h[0])].decode()
 
-    spans = sorted((h[4], h[5], name(h)) for h in headers[1:] if h[1] != _SHT_NOBITS and h[5])
+    spans = sorted((h[4], h[5], name(h)) for h in headers[1:] if h[1] != SHT_NOBITS and h[5])
     spans.append((shoff, shnum * shentsize, "section headers"))
     out: list[tuple[int, int, str]] = []
-    pos = _EHDR.size
-    out.append((0, _EHDR.size, "ELF header"))
+    pos = ELF_HEADER.size
+    out.append((0, ELF_HEADER.size, "ELF header"))
     for off, size, label in spans:
         if off > pos:
             out.append((pos, off - pos, f"padding before {label}"))

@@ -9,7 +9,16 @@ import struct
 from typing import Any, Protocol
 
 from ov_npu_emu.errors import UserInputError
-from ov_npu_emu.npu.blob.format import align_up
+from ov_npu_emu.npu.blob.format import (
+    ELF_HEADER,
+    SECTION_HEADER,
+    SHT_NOBITS,
+    SHT_PROGBITS,
+    SHT_RELA,
+    SHT_STRTAB,
+    SHT_SYMTAB,
+    align_up,
+)
 from ov_npu_emu.npu.blob.integrity import seal
 from ov_npu_emu.npu.blob.reader import SplitBlob
 
@@ -17,12 +26,9 @@ __all__ = ["BlobWriter", "RelocEntry", "Symbol", "WriterState"]
 
 logger = logging.getLogger(__name__)
 
-_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-_SHDR = struct.Struct("<IIQQQQIIQQ")
 _SYM = struct.Struct("<IBBHQQ")
 _RELA = struct.Struct("<QQq")
 
-SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_NOBITS = 1, 2, 3, 4, 8
 SHF_WRITE, SHF_ALLOC, SHF_INFO_LINK = 0x1, 0x2, 0x40
 STB_LOCAL, STB_GLOBAL = 0, 1
 STT_NOTYPE, STT_OBJECT, STT_SECTION = 0, 1, 3
@@ -180,7 +186,7 @@ class BlobWriter:
 
         # chunks joined once at the end: section data (weights) is copied exactly once
         chunks: list[bytes | bytearray | memoryview] = []
-        pos = _EHDR.size
+        pos = ELF_HEADER.size
         offsets = [0]
         cut: tuple[int, Any] | None = None  # (index in chunks, data) of the split section
         for sec in self._sections[1:]:
@@ -199,11 +205,11 @@ class BlobWriter:
         shoff = align_up(pos, 8)
         chunks.append(bytes(shoff - pos))
         for i, sec in enumerate(self._sections):
-            chunks.append(_SHDR.pack(name_offs[i], sec.sh_type, sec.flags, 0, offsets[i], sec.size,
+            chunks.append(SECTION_HEADER.pack(name_offs[i], sec.sh_type, sec.flags, 0, offsets[i], sec.size,
                                      sec.link, sec.info, sec.align if i else 0, sec.entsize))
-        header = _EHDR.pack(
-            self._ident, ET_REL, self._machine, 1, 0, 0, shoff, 0, _EHDR.size, 0, 0,
-            _SHDR.size, len(self._sections), len(self._sections) - 1,
+        header = ELF_HEADER.pack(
+            self._ident, ET_REL, self._machine, 1, 0, 0, shoff, 0, ELF_HEADER.size, 0, 0,
+            SECTION_HEADER.size, len(self._sections), len(self._sections) - 1,
         )
         self.state = WriterState.DONE
         if split is not None:
