@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,100 +12,41 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from genai_shim.beam_search import GroupBeamSearcher, SequenceGroup
 from genai_shim.chat import ChatHistory
+from genai_shim.chat_session import ChatSession, require_template
 from genai_shim.continuous_batching.llm_backend import PagedBackend
 from genai_shim.continuous_batching.llm_backend import supports as pa_supports
 from genai_shim.continuous_batching.pipeline import SchedulerConfig
+from genai_shim.decoding import (
+    STREAMER_FINISH,
+    OneRow,
+    RunningSequence,
+    StatefulRequests,
+    check_finish,
+    encoded_results,
+    stream_chunk,
+    stream_tokens,
+)
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig, check_supported
 from genai_shim.model_folder import MODEL_XML, model_folder
-from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
+from genai_shim.npu_compile import compile_npu
+from genai_shim.npu_config import get_kv_axes_pos
 from genai_shim.perf_metrics import PerfMetrics
-from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
-from genai_shim.sampling import LogitProcessor, Sampler
-from genai_shim.speculative import DraftModel, SpeculativeDecoder, continuation_feed
-from genai_shim.stop_strings import match_stop_string, stop_window
-from genai_shim.streamers import (
-    StreamerBase,
-    StreamingStatus,
-    call_write,
-    make_streamer,
-    status_from_callback,
-)
+from genai_shim.pipeline_args import encoded_inputs, parse_ctor, parse_memory_ctor, split_properties, stack_rows
+from genai_shim.prompt_lookup import run_prompt_lookup
+from genai_shim.results import DecodedResults, EncodedResults
+from genai_shim.sampling import Sampler
+from genai_shim.speculative import DraftModel, SpeculativeDecoder, generate_speculative
+from genai_shim.stateful_beam import run_beam_search
+from genai_shim.stop_strings import stop_window
+from genai_shim.streamers import StreamingStatus, make_streamer
 from genai_shim.structured_output import check_structured_output, make_constraint
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
-from ov_npu_emu.errors import (
-    BlobFormatError,
-    ConfigError,
-    NpuEmuError,
-    PromptTooLongError,
-    UserInputError,
-)
+from ov_npu_emu.errors import ConfigError, NpuEmuError, PromptTooLongError, UserInputError
 
 __all__ = ["LLMPipeline", "SchedulerConfig"]
 
 logger = logging.getLogger(__name__)
-
-_CHAT_DEPRECATION = (
-    "start_chat() / finish_chat() API is deprecated and will be removed in the next major release. "
-    "Please use generate() with ChatHistory argument."
-)
-
-#: properties openvino.genai consumes itself on any device (never passed to compile_model)
-_GENAI_ONLY_KEYS = (
-    "scheduler_config",
-    "draft_model",
-    "prompt_lookup",
-    "adapters",
-    "ATTENTION_BACKEND",
-    "STATIC_PIPELINE",
-)
-
-
-#: features openvino.genai offers through pipeline properties that genai_shim does not implement
-_UNSUPPORTED_FEATURES = {
-    "adapters": "LoRA adapters",
-}
-
-
-class _Seq:
-    """One running sequence of a generate() call."""
-
-    def __init__(
-        self, prompt: list[int], config: GenerationConfig, max_new: int, constraint: Any = None
-    ) -> None:
-        self.prompt = prompt
-        self.tokens: list[int] = []
-        self.logps: list[float] = []  # per generated token (scores sum the kept ones)
-        self.finish: GenerationFinishReason | None = None
-        self.processor = LogitProcessor(config, prompt, constraint)
-        self.max_new = max_new
-        self.streamed = 0
-        self.out_of_memory = False
-
-
-class _OneRow:
-    """Per-step inputs of a single running row, in buffers reused across the decode steps."""
-
-    def __init__(self, mask: np.ndarray) -> None:
-        n = mask.shape[1]
-        self._buf = np.ones((1, max(2 * n, 64)), dtype=np.int64)
-        self._buf[:, :n] = mask
-        self._len = n
-        self._pos = int(mask.sum()) - 1  # position of the last fed token
-        self.ids = np.zeros((1, 1), dtype=np.int64)
-        self.beam = np.zeros(1, dtype=np.int32)
-        self._pos_arr = np.zeros((1, 1), dtype=np.int64)
-
-    def step(self) -> tuple[np.ndarray, np.ndarray]:
-        """(attention mask with one more 1, position of the new token)."""
-        if self._len == self._buf.shape[1]:
-            self._buf = np.concatenate([self._buf, np.ones_like(self._buf)], axis=1)
-        self._len += 1
-        self._pos += 1
-        self._pos_arr[0, 0] = self._pos
-        return self._buf[:, : self._len], self._pos_arr
-
 
 def _now() -> float:
     return time.perf_counter()
@@ -132,7 +72,7 @@ class LLMPipeline:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         t0 = _now()
-        memory = self._parse_memory_ctor(args, kwargs)
+        memory = parse_memory_ctor(args, kwargs)
         in_config: GenerationConfig | None = None
         if memory is not None:
             # LLMPipeline(model: str, weights: Tensor, tokenizer, device, generation_config=None,
@@ -144,46 +84,22 @@ class LLMPipeline:
             if not args and "models_path" not in kwargs:
                 raise UserInputError("LLMPipeline() needs models_path")
             models_path = args[0] if args else kwargs.pop("models_path")
-            tokenizer, device, config = self._parse_ctor(args[1:], kwargs)
+            tokenizer, device, config = parse_ctor(args[1:], kwargs)
             if not isinstance(models_path, (str, bytes, os.PathLike)):
                 raise UserInputError(
                     "models_path must be a folder path (str or os.PathLike), got "
                     f"{type(models_path).__name__}"
                 )
             folder = model_folder(models_path)
-        props: dict[str, Any] = dict(config or {})
-        props.update(kwargs)
-        for k, feature in _UNSUPPORTED_FEATURES.items():
-            if props.get(k):  # silently decoding without them would lose what was asked for
-                raise ConfigError(
-                    f"genai_shim does not implement {feature} ({k!r}); remove the property "
-                    "(see docs/genai_shim.md, 'Not supported')",
-                    key=k,
-                )
-        prompt_lookup = props.get("prompt_lookup", False)
-        if not isinstance(prompt_lookup, bool):
-            raise ConfigError(
-                f"prompt_lookup must be a bool, got {type(prompt_lookup).__name__}",
-                key="prompt_lookup",
-            )
-        if prompt_lookup and props.get("draft_model") is not None:
-            raise ConfigError(
-                "genai_shim does not combine prompt_lookup with draft_model; use one of them",
-                key="prompt_lookup",
-            )
-        backend = str(props.get("ATTENTION_BACKEND", "PA")).upper()
-        draft = props.get("draft_model")
+        opts = split_properties({**(config or {}), **kwargs})
+        props, prompt_lookup, backend = opts.compile, opts.prompt_lookup, opts.backend
+        draft, scheduler_config = opts.draft, opts.scheduler_config
         if draft is not None and not isinstance(draft, DraftModel):
             raise ConfigError(
                 "draft_model must be what genai_shim.draft_model(path, device, **properties) "
                 f"returns (speculative decoding), got {type(draft).__name__}",
                 key="draft_model",
             )
-        scheduler_config = props.get("scheduler_config")
-        # the real re-throws paged-attention failures only when PA was asked for explicitly
-        explicit_pa = scheduler_config is not None or "ATTENTION_BACKEND" in props
-        for k in _GENAI_ONLY_KEYS:
-            props.pop(k, None)
         self._device = str(device).upper()
         self._is_npu = self._device.split(".")[0] == "NPU"
         # The real "CPU" pipeline is continuous batching (paged attention) unless
@@ -218,13 +134,9 @@ class LLMPipeline:
 
         self._core = _make_core()
         self._spec: SpeculativeDecoder | None = None
-        # chat state
-        self._chat_active = False
-        self._history: list[dict[str, Any]] = []
-        self._chat_input: str | None = None  # "string" or "history" for the running chat
+        self._chat = ChatSession()
         self._kv_tokens: list[int] = []  # ids whose keys/values sit in the KV cache (batch 1)
-        self._chat_ids: list[int] = []  # template-less chat: all ids of the conversation so far
-        self._cancelled = False
+        self._cancelled = False  # the last generate() was cancelled by its streamer
         if draft is not None and folder is None:
             raise ConfigError(
                 "genai_shim does not implement speculative decoding (draft_model) for a model "
@@ -256,13 +168,15 @@ class LLMPipeline:
         self._st: tuple[Any, Any, set[str]] | None = None
         self._st_src = (model, props)
         if self._is_npu:
-            self._set_stateful(self._compile_npu(model, props, folder))
+            npu = compile_npu(self._core, model, props, folder)
+            self._max_prompt_len, self._kv_capacity = npu.max_prompt_len, npu.kv_capacity
+            self._set_stateful(npu.compiled)
         elif self._paged and not self._prompt_lookup and folder is not None:
             self._pa = PagedBackend(folder, self._tokenizer, self._device, props, scheduler_config)
             try:
                 self._pa.engine  # noqa: B018  (compile now)
             except (NpuEmuError, RuntimeError) as e:
-                if explicit_pa:
+                if opts.explicit_pa:
                     raise
                 # as the real: fall back to the stateful pipeline, saying why
                 logger.warning("paged attention is not available (%s); using the stateful model", e)
@@ -304,104 +218,6 @@ class LLMPipeline:
     def _has_beam(self) -> bool:
         return "beam_idx" in self._stateful()[2]
 
-    @staticmethod
-    def _parse_memory_ctor(
-        args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[str, ov.Tensor, Tokenizer, str, GenerationConfig | None] | None:
-        """The in-memory overload's arguments, or None for the folder overloads."""
-        if not (len(args) > 1 and isinstance(args[1], ov.Tensor)) and "weights" not in kwargs:
-            return None
-        names = ("model", "weights", "tokenizer", "device", "generation_config")
-        if len(args) > len(names):
-            raise UserInputError(
-                "LLMPipeline(model, weights, tokenizer, device, generation_config=None, "
-                f"**properties) takes at most 5 positional arguments, got {len(args)}"
-            )
-        got = dict(zip(names, args, strict=False))
-        for n in names[len(args) :]:
-            if n in kwargs:
-                got[n] = kwargs.pop(n)
-        for n in names[:4]:
-            if n not in got:
-                raise UserInputError(
-                    f"LLMPipeline(model, weights, tokenizer, device, ...) is missing {n!r}"
-                )
-        checks = (
-            ("model", str, "the IR's XML text (str)"),
-            ("weights", ov.Tensor, "an openvino.Tensor"),
-            ("tokenizer", Tokenizer, "a Tokenizer"),
-            ("device", str, "a device name (str)"),
-        )
-        for n, typ, what in checks:
-            if not isinstance(got[n], typ):
-                raise UserInputError(f"{n} must be {what}, got {type(got[n]).__name__}")
-        gc = got.get("generation_config")
-        if gc is not None and not isinstance(gc, GenerationConfig):
-            raise UserInputError(
-                f"generation_config must be a GenerationConfig, got {type(gc).__name__}"
-            )
-        return got["model"], got["weights"], got["tokenizer"], got["device"], gc
-
-    @staticmethod
-    def _parse_ctor(
-        args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Tokenizer | None, str, Mapping[str, Any] | None]:
-        tokenizer = kwargs.pop("tokenizer", None)
-        device = kwargs.pop("device", None)
-        config = kwargs.pop("config", None)
-        rest = list(args)
-        if rest and isinstance(rest[0], Tokenizer):
-            tokenizer = rest.pop(0)
-        if rest and isinstance(rest[0], str):
-            device = rest.pop(0)
-        if rest and isinstance(rest[0], Mapping):
-            config = rest.pop(0)
-        if rest:
-            raise UserInputError(
-                "LLMPipeline(models_path, device='CPU', config=None, **properties) or "
-                "LLMPipeline(models_path, tokenizer, device, config=None, **properties); got "
-                f"extra {rest!r}"
-            )
-        if config is not None and not isinstance(config, Mapping):
-            raise UserInputError(
-                f"config must be a dict of properties, got {type(config).__name__}"
-            )
-        return tokenizer, device or "CPU", config
-
-    # -- NPU -----------------------------------------------------------------------------------
-    def _compile_npu(self, model: ov.Model, props: dict[str, Any], folder: Path | None) -> Any:
-        npu = translate_npu_config(model, props)
-        if npu.blob_path is not None and not npu.export_blob:
-            path = Path(npu.blob_path)
-            if not path.is_file():
-                raise BlobFormatError(f"Blob file is not found at: {npu.blob_path}")
-            with open(path, "rb") as f:
-                compiled = self._core.import_model(f.read(), "NPU", npu.config)
-        else:
-            compiled = self._core.compile_model(model, "NPU", npu.config)
-            if npu.export_blob:
-                # A model from memory exports next to the working directory, as the real does.
-                target = npu.blob_path or os.fspath(
-                    (folder or Path()) / "openvino_model.blob"
-                )
-                if not target.endswith(".blob"):
-                    raise ConfigError(
-                        f"Please provide a full path to blob file in BLOB_PATH: {target}",
-                        key="BLOB_PATH",
-                    )
-                try:
-                    with open(target, "wb") as f:
-                        compiled.export_model(f)
-                except OSError as e:
-                    raise ConfigError(
-                        f"Blob file can't be exported to: {target}", key="BLOB_PATH"
-                    ) from e
-        # NPUW aligns the lengths; the pipeline uses what the compiled model reports.
-        self._max_prompt_len = int(compiled.get_property("NPUW_LLM_MAX_PROMPT_LEN"))
-        min_response = int(compiled.get_property("NPUW_LLM_MIN_RESPONSE_LEN"))
-        self._kv_capacity = self._max_prompt_len + min_response - 1
-        return compiled
-
     # -- public API ----------------------------------------------------------------------------
     def get_tokenizer(self) -> Tokenizer:
         return self._tokenizer
@@ -419,19 +235,11 @@ class LLMPipeline:
 
     def start_chat(self, system_message: str = "") -> None:
         """Start a chat (deprecated upstream in favour of ``generate(ChatHistory)``)."""
-        warnings.warn(_CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
+        self._chat.start(system_message)
         self._reset_kv()
-        self._chat_active = True
-        self._chat_input = None
-        self._history = [{"role": "system", "content": system_message}] if system_message else []
-        self._chat_ids = []
 
     def finish_chat(self) -> None:
-        warnings.warn(_CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
-        self._chat_active = False
-        self._chat_input = None
-        self._history = []
-        self._chat_ids = []
+        self._chat.finish()
         self._reset_kv()
 
     def __call__(
@@ -455,9 +263,9 @@ class LLMPipeline:
         start = _now()
         config = self._resolve_config(generation_config, kwargs)
         if self._spec is not None:
-            return self._generate_speculative(self._spec, inputs, config, streamer, start)
+            return generate_speculative(self._spec, inputs, config, streamer, start, self._chat, self._load_time)
         if isinstance(inputs, (TokenizedInputs, ov.Tensor, np.ndarray)):
-            ids, mask = self._encoded_inputs(inputs)
+            ids, mask = encoded_inputs(inputs)
             self._check_ids(ids)
             res = self._generate_ids(ids, mask, config, streamer, start, keep_kv=False)
             res.perf_metrics.raw_metrics.generate_durations.append((_now() - start) * 1e6)
@@ -467,14 +275,14 @@ class LLMPipeline:
         if isinstance(inputs, ChatHistory):
             return self._generate_history(inputs, config, streamer, start)
         if isinstance(inputs, str):
-            if self._chat_active:
+            if self._chat.active:
                 res = self._generate_chat_string(inputs, config, streamer, start)
             else:
                 res = self._generate_texts([inputs], config, streamer, start)
             # The real binding returns a str only when one sequence was asked for.
             return res.texts[0] if config.num_return_sequences == 1 else res
         if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(p, str) for p in inputs):
-            if self._chat_active:
+            if self._chat.active:
                 raise UserInputError(
                     "In chat mode generate() takes a single string; call finish_chat() for batches"
                 )
@@ -521,33 +329,6 @@ class LLMPipeline:
                     f"input_ids must be token ids in [0, {vocab.get_length()}), got values {lo}..{hi}"
                 )
 
-    @staticmethod
-    def _encoded_inputs(inputs: Any) -> tuple[np.ndarray, np.ndarray]:
-        try:
-            return LLMPipeline._encoded_arrays(inputs)
-        except (ValueError, TypeError) as e:  # numpy: strings, ragged lists, None
-            if isinstance(e, UserInputError):
-                raise
-            raise UserInputError(f"input_ids must be integer token ids: {e}") from e
-
-    @staticmethod
-    def _encoded_arrays(inputs: Any) -> tuple[np.ndarray, np.ndarray]:
-        if isinstance(inputs, TokenizedInputs):
-            ids = np.asarray(inputs.input_ids.data, dtype=np.int64)
-            mask = np.asarray(inputs.attention_mask.data, dtype=np.int64)
-        else:
-            ids = np.asarray(
-                inputs.data if isinstance(inputs, ov.Tensor) else inputs, dtype=np.int64
-            )
-            mask = np.ones_like(ids)
-        if ids.ndim == 1:
-            ids, mask = ids[None, :], mask[None, :]
-        if ids.ndim != 2 or ids.shape != mask.shape or ids.shape[1] == 0:
-            raise UserInputError(
-                f"input_ids must be a non-empty [batch, length] tensor, got shape {list(ids.shape)}"
-            )
-        return np.array(ids), np.array(mask)
-
     def _tokenize_templated(
         self, text_or_history: Any, perf: PerfMetrics
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -568,7 +349,7 @@ class LLMPipeline:
             rows = [
                 self._tokenize_templated([{"role": "user", "content": p}], perf) for p in prompts
             ]
-            ids, mask = self._stack(rows)
+            ids, mask = stack_rows(rows)
         else:
             t0 = _now()
             enc = self._tokenizer.encode(prompts if len(prompts) > 1 else prompts[0])
@@ -576,15 +357,6 @@ class LLMPipeline:
             ids, mask = np.array(enc.input_ids.data), np.array(enc.attention_mask.data)
         enc_res = self._generate_ids(ids, mask, config, streamer, start, keep_kv=False)
         return self._decode_results(enc_res, perf, start)
-
-    def _stack(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-        width = max(r[0].shape[1] for r in rows)
-        ids = np.zeros((len(rows), width), dtype=np.int64)
-        mask = np.zeros((len(rows), width), dtype=np.int64)
-        for i, (r_ids, r_mask) in enumerate(rows):
-            n = r_ids.shape[1]
-            ids[i, width - n :], mask[i, width - n :] = r_ids[0], r_mask[0]
-        return ids, mask
 
     def _decode_results(
         self, enc: EncodedResults, perf: PerfMetrics, start: float
@@ -610,21 +382,11 @@ class LLMPipeline:
         return out
 
     # -- chat ----------------------------------------------------------------------------------
-    def _require_template(self) -> None:
-        if not self._tokenizer.chat_template:
-            raise ConfigError(
-                "Chat template must not be empty when using ChatHistory in generate method."
-            )
-
     def _generate_history(
         self, history: ChatHistory, config: GenerationConfig, streamer: Any, start: float
     ) -> DecodedResults:
-        self._require_template()
-        if self._chat_input == "string":
-            raise UserInputError(
-                "Chat doesn't support switching between input types. Please, continue using "
-                "StringInputs or restart the chat."
-            )
+        require_template(self._tokenizer)
+        self._chat.claim("history")
         perf = PerfMetrics()
         ids, mask = self._tokenize_templated(history, perf)
         enc = self._generate_ids(ids, mask, config, streamer, start, keep_kv=True)
@@ -633,41 +395,30 @@ class LLMPipeline:
     def _generate_chat_string(
         self, prompt: str, config: GenerationConfig, streamer: Any, start: float
     ) -> DecodedResults:
-        if self._chat_input == "history":
-            raise UserInputError(
-                "Chat doesn't support switching between input types. Please, continue using "
-                "ChatHistory or restart the chat."
-            )
-        self._chat_input = "string"
+        self._chat.claim("string")
         perf = PerfMetrics()
-        self._history.append({"role": "user", "content": prompt})
+        history = self._chat.user_turn(prompt)
         if self._tokenizer.chat_template:
-            ids, mask = self._tokenize_templated(self._history, perf)
+            ids, mask = self._tokenize_templated(history, perf)
         else:
             # No template: the conversation is the plain concatenation of turns (our choice;
             # documented), re-prefilled on NPU, continued from the KV cache elsewhere.
             t0 = _now()
             enc = self._tokenizer.encode(prompt)
             perf.raw_metrics.tokenization_durations.append((_now() - t0) * 1e6)
-            ids = np.concatenate(
-                [
-                    np.array([self._chat_ids], dtype=np.int64).reshape(1, -1),
-                    np.array(enc.input_ids.data),
-                ],
-                axis=1,
-            )
+            previous = np.array([self._chat.ids], dtype=np.int64).reshape(1, -1)
+            ids = np.concatenate([previous, np.array(enc.input_ids.data)], axis=1)
             mask = np.ones_like(ids)
         try:
             enc_res = self._generate_ids(ids, mask, config, streamer, start, keep_kv=True)
         except Exception:
-            self._history.pop()
+            self._chat.drop_user_turn()
             raise
         res = self._decode_results(enc_res, perf, start)
         if self._cancelled:
-            self._history.pop()  # CANCEL drops the user turn
+            self._chat.drop_user_turn()  # CANCEL drops the user turn
         else:
-            self._chat_ids = ids[0].tolist() + enc_res.tokens[0]
-            self._history.append({"role": "assistant", "content": res.texts[0]})
+            self._chat.answer(res.texts[0], ids[0].tolist() + enc_res.tokens[0])
         return res
 
     # -- KV cache ------------------------------------------------------------------------------
@@ -676,107 +427,13 @@ class LLMPipeline:
             self._request.reset_state()
         self._kv_tokens = []
 
-    # -- speculative decoding ------------------------------------------------------------------
-    def _generate_speculative(
-        self,
-        spec: SpeculativeDecoder,
-        inputs: Any,
-        config: GenerationConfig,
-        streamer: Any,
-        start: float,
-    ) -> Any:
-        """openvino.genai's StatefulSpeculativeLLMPipeline: batch 1, greedy, the prompt (or the
-        whole templated chat history) prefilled into both models each call."""
-        spec.prepare(config)
-        if isinstance(inputs, (TokenizedInputs, ov.Tensor, np.ndarray)):
-            ids, mask = self._encoded_inputs(inputs)
-            res = spec.generate(ids, mask, config, streamer)
-            res.perf_metrics.raw_metrics.generate_durations = [(_now() - start) * 1e6]
-            res.perf_metrics._evaluated = False
-            res.perf_metrics.evaluate_statistics(start)
-            return res
-        t0 = _now()
-        as_str = isinstance(inputs, str)
-        if isinstance(inputs, ChatHistory):
-            if not config.apply_chat_template:
-                raise ConfigError(
-                    "Chat template must be applied when using ChatHistory in generate method."
-                )
-            self._require_template()
-            if not len(inputs):
-                raise UserInputError(
-                    "Chat history must not be empty when using ChatHistory in generate method."
-                )
-            text = self._tokenizer.apply_chat_template(inputs, add_generation_prompt=True)
-            enc = self._tokenizer.encode(text, add_special_tokens=False)
-        elif as_str or (
-            isinstance(inputs, (list, tuple)) and all(isinstance(p, str) for p in inputs)
-        ):
-            prompts = [inputs] if as_str else list(inputs)
-            if len(prompts) != 1:
-                raise UserInputError(
-                    "Currently only batch size=1 is supported (speculative decoding); "
-                    "generate one prompt at a time"
-                )
-            prompt = prompts[0]
-            if self._chat_active:
-                self._history.append({"role": "user", "content": prompt})
-                text = self._tokenizer.apply_chat_template(
-                    self._history, add_generation_prompt=True
-                )
-                enc = self._tokenizer.encode(text, add_special_tokens=False)
-            elif config.apply_chat_template and self._tokenizer.chat_template:
-                text = self._tokenizer.apply_chat_template(
-                    [{"role": "user", "content": prompt}], add_generation_prompt=True
-                )
-                enc = self._tokenizer.encode(text, add_special_tokens=False)
-            else:
-                enc = self._tokenizer.encode(prompt)
-        else:
-            raise UserInputError(
-                "generate() takes a str, a list of str, a ChatHistory, TokenizedInputs or an "
-                f"openvino.Tensor of ids; got {type(inputs).__name__}"
-            )
-        tokenize_us = (_now() - t0) * 1e6
-        ids, mask = np.array(enc.input_ids.data), np.array(enc.attention_mask.data)
-        try:
-            res = spec.generate(ids, mask, config, streamer)
-        except Exception:
-            if self._chat_active and not isinstance(inputs, ChatHistory):
-                self._history.pop()
-            raise
-        t1 = _now()
-        out = DecodedResults()
-        out.texts = [self._tokenizer.decode(t) for t in res.tokens]
-        out.scores, out.finish_reasons = res.scores, res.finish_reasons
-        if self._chat_active and not isinstance(inputs, ChatHistory):
-            if spec.cancelled:
-                self._history.pop()  # CANCEL drops the user turn
-            else:
-                self._history.append({"role": "assistant", "content": out.texts[0]})
-        pm = res.perf_metrics
-        raw = pm.raw_metrics
-        raw.tokenization_durations = [tokenize_us]
-        raw.detokenization_durations = [(_now() - t1) * 1e6]
-        raw.generate_durations = [(_now() - start) * 1e6]
-        pm.load_time = self._load_time
-        pm._evaluated = False
-        pm.evaluate_statistics(start)
-        out.perf_metrics = pm
-        out.extended_perf_metrics = res.extended_perf_metrics
-        return out.texts[0] if as_str else out
-
     def _trim_kv(self, keep: int) -> None:
         """Keep the first ``keep`` positions of every KV state (CPU chat reuse)."""
-        self._cut_states(self._request, keep)
+        self._requests().cut(self._request, keep)
         self._kv_tokens = self._kv_tokens[:keep]
 
-    def _cut_states(self, request: Any, keep: int) -> None:
-        for state in request.query_state():
-            data = np.asarray(state.state.data)
-            index = [slice(None)] * data.ndim
-            index[self._seq_axis] = slice(0, keep)
-            state.state = ov.Tensor(np.ascontiguousarray(data[tuple(index)]))
+    def _requests(self) -> StatefulRequests:
+        return StatefulRequests(self._has_pos, self._has_beam, self._seq_axis)
 
     # -- the generation loop -------------------------------------------------------------------
     def _check_npu(self, ids: np.ndarray, config: GenerationConfig) -> None:
@@ -895,7 +552,7 @@ class LLMPipeline:
             self._reset_kv()
         prompts = [ids[b][mask[b].astype(bool)].tolist() for b in range(batch)]
         seqs = [
-            _Seq(
+            RunningSequence(
                 prompts[b],
                 config,
                 self._max_new_tokens(config, len(prompts[b]), ids.shape[1]),
@@ -906,12 +563,23 @@ class LLMPipeline:
         ]
         stop_window, stop_strings = self._stop_strings(config)
         if self._prompt_lookup:
-            stream_stopped = self._prompt_lookup_run(
-                seqs, config, perf, stream, stop_window, stop_strings
+            while len(self._pl_requests) < len(seqs) - 1:  # one KV sequence per prompt
+                self._pl_requests.append(self._compiled.create_infer_request())
+            requests = [self._request, *self._pl_requests[: len(seqs) - 1]]
+            stream_stopped, self._cancelled = run_prompt_lookup(
+                seqs,
+                requests,
+                self._requests(),
+                self._sampler,
+                lambda s: self._check_finish(s, config, stop_window, stop_strings),
+                config,
+                perf,
+                stream,
+                stop_window,
             )
             if stream is not None:
                 if not stream_stopped:
-                    self._stream_list(stream, seqs[0], 0)
+                    stream_chunk(stream, seqs[0], 0)
                 stream.end()
                 stream.end()  # the real's prompt-lookup pipeline ends the streamer twice
             return self._encoded_results(seqs, perf, keep_kv)
@@ -938,13 +606,31 @@ class LLMPipeline:
         if keep_kv and batch == 1:
             self._kv_tokens = seqs[0].prompt[:]
         if config.is_beam_search():
-            return self._beam_search(
-                ids, full_mask, logits, config, perf, keep_kv, stop_window, stop_strings
+            res = run_beam_search(
+                ids,
+                full_mask,
+                logits,
+                config,
+                perf,
+                infer=self._infer,
+                paged=self._paged,
+                max_new_tokens=lambda prompt_len, width: self._max_new_tokens(config, prompt_len, width),
+                tokenizer=self._tokenizer,
+                stop_window=stop_window,
+                stop_strings=stop_strings,
             )
+            if keep_kv and batch == 1:
+                # Chat: the KV holds the prompt followed by the last step's beams; keep the prompt
+                # only, the next turn feeds the chosen answer as part of its prompt (as the real
+                # one does by trimming the generated length).
+                self._trim_kv(len(self._kv_tokens))
+            else:
+                self._kv_tokens = []
+            return res
         active = list(range(batch * n))
         kv_row = {s: s // n for s in active}  # sequence -> its row in the KV cache / mask
         stream_stopped = False
-        one: _OneRow | None = None
+        one: OneRow | None = None
         last = np.repeat(logits[:, -1, :], n, axis=0)
         while True:
             for row, b in enumerate(active):
@@ -958,11 +644,7 @@ class LLMPipeline:
                 status = self._stream(stream, seqs[0], stop_window)
                 stream_stopped = status != StreamingStatus.RUNNING
                 if stream_stopped and seqs[0].finish is None:
-                    seqs[0].finish = {
-                        StreamingStatus.STOP: GenerationFinishReason.STOP,
-                        StreamingStatus.CANCEL: GenerationFinishReason.NONE,
-                        StreamingStatus.TOOL_CALL_STOP: GenerationFinishReason.TOOL_CALL,
-                    }[status]
+                    seqs[0].finish = STREAMER_FINISH[status]
                     self._cancelled = status == StreamingStatus.CANCEL
             still = [b for b in active if seqs[b].finish is None and not seqs[b].out_of_memory]
             if not still:
@@ -972,7 +654,7 @@ class LLMPipeline:
                 # One row (the common case): the mask grows by a 1 in a preallocated buffer and
                 # the position by one, instead of re-concatenating and re-summing the mask.
                 if one is None:
-                    one = _OneRow(full_mask)
+                    one = OneRow(full_mask)
                 full_mask, step_pos = one.step()
                 step_ids = one.ids
                 step_ids[0, 0] = seqs[still[0]].tokens[-1]
@@ -997,240 +679,10 @@ class LLMPipeline:
             stream.end()
         return self._encoded_results(seqs, perf, keep_kv)
 
-    def _encoded_results(self, seqs: list[_Seq], perf: PerfMetrics, keep_kv: bool) -> EncodedResults:
-        res = EncodedResults()
-        for s in seqs:
-            res.tokens.append(s.tokens)
-            # Tokens a stop string removed take their log-probabilities with them (measured).
-            res.scores.append(float(sum(s.logps[: len(s.tokens)])))
-            res.finish_reasons.append(
-                s.finish if s.finish is not None else GenerationFinishReason.NONE
-            )
+    def _encoded_results(self, seqs: list[RunningSequence], perf: PerfMetrics, keep_kv: bool) -> EncodedResults:
         if not keep_kv:
             self._kv_tokens = []
-        res.perf_metrics = perf
-        return res
-
-    # -- prompt lookup decoding -----------------------------------------------------------------
-    @staticmethod
-    def _lookup_candidates(ids: list[int], num_pred: int, max_ngram_size: int) -> list[int]:
-        """openvino.genai's prompt-lookup candidates: the longest suffix n-gram (max_ngram_size
-        down to 1, at most half the sequence) found earliest in prompt + generated ids; the
-        tokens following that occurrence, at most ``num_pred`` of them."""
-        if num_pred <= 0:
-            return []
-        length = len(ids)
-        if max_ngram_size >= length:
-            max_ngram_size = length // 2
-        for size in range(max_ngram_size, 0, -1):
-            ngram = ids[length - size :]
-            for i in range(length - size):
-                if ids[i : i + size] == ngram:
-                    start = i + size
-                    return ids[start : start + min(length - start, num_pred)]
-        return []
-
-    def _prompt_lookup_run(
-        self,
-        seqs: list[_Seq],
-        config: GenerationConfig,
-        perf: PerfMetrics,
-        stream: StreamerBase | None,
-        window: int,
-        stops: list[str],
-    ) -> bool:
-        """Prompt-lookup decoding of every prompt in lockstep, each on its own infer request
-        (the real's continuous batching keeps one KV sequence per request).
-
-        Each step feeds a sequence's last token plus the candidates copied from its prompt /
-        answer in one model call, samples every position as plain decoding would, keeps the
-        candidates up to the first mismatch plus the token sampled there, and cuts the rejected
-        ones from that request's KV cache.  The tokens equal plain decoding's.  Per lockstep
-        step one metrics entry: ``m_batch_sizes`` = tokens sampled over all prompts (counted
-        before a stop string removes any), the real's series.  An accepted candidate scores 0
-        (the real appends candidates with log-probability 0 and keeps it, measured with
-        logprobs).  Returns whether a streamer stopped the generation."""
-        while len(self._pl_requests) < len(seqs) - 1:
-            self._pl_requests.append(self._compiled.create_infer_request())
-        requests = [self._request, *self._pl_requests[: len(seqs) - 1]]
-        raw = perf.raw_metrics
-        past = [0] * len(seqs)
-
-        def record(t0: float, sampled: int) -> None:
-            t1 = _now()
-            raw.m_token_infer_durations.append((t1 - t0) * 1e6)
-            raw.m_inference_durations[0] += (t1 - t0) * 1e6
-            raw.m_new_token_times.append(t1)
-            raw.m_batch_sizes.append(sampled)
-
-        t0 = _now()
-        for i, (s, req) in enumerate(zip(seqs, requests, strict=False)):  # prefill
-            req.reset_state()
-            logits = self._run_request(req, s.prompt, 0)
-            token, logp = self._sampler.sample(s.processor, logits[0, -1])
-            self._append(s, token, logp, config, window, stops)
-            past[i] = len(s.prompt)
-        record(t0, len(seqs))
-        stopped = self._pl_stream(stream, seqs[0], window)
-        while not stopped:
-            live = [i for i, s in enumerate(seqs) if s.finish is None]
-            if not live:
-                break
-            t0 = _now()
-            sampled = 0
-            for i in live:
-                s, req = seqs[i], requests[i]
-                left = s.max_new - len(s.tokens) - 1
-                cands = self._lookup_candidates(
-                    s.prompt + s.tokens,
-                    min(int(config.num_assistant_tokens), left),
-                    int(config.max_ngram_size),
-                )
-                feed = [s.tokens[-1], *cands]
-                logits = self._run_request(req, feed, past[i])
-                for k in range(len(feed)):
-                    token, logp = self._sampler.sample(s.processor, logits[0, k])
-                    accepted = k < len(cands) and token == cands[k]
-                    self._append(s, token, 0.0 if accepted else logp, config, window, stops)
-                    sampled += 1
-                    if s.finish is not None or not accepted:
-                        break
-                if s.finish is None:
-                    # the KV keeps everything but the newest token, which the next call feeds
-                    past[i] = len(s.prompt) + len(s.tokens) - 1
-                    self._cut_states(req, past[i])
-            record(t0, sampled)
-            stopped = self._pl_stream(stream, seqs[0], window)
-        return stopped
-
-    def _run_request(self, request: Any, ids: list[int], past: int) -> np.ndarray:
-        """One call of a batch-1 request: ``ids`` after ``past`` tokens already in its KV."""
-        feed = continuation_feed(ids, past, self._has_pos, self._has_beam)
-        return np.asarray(request.infer(feed, share_outputs=True)["logits"])
-
-    def _append(
-        self, s: _Seq, token: int, logp: float, config: GenerationConfig, window: int, stops: list[str]
-    ) -> None:
-        s.tokens.append(token)
-        s.processor.register(token)
-        s.logps.append(logp)
-        self._check_finish(s, config, window, stops)
-
-    def _pl_stream(self, stream: StreamerBase | None, s: _Seq, window: int) -> bool:
-        """Stream one step's tokens as one ``write(list)``; True when the streamer stopped."""
-        if stream is None:
-            return False
-        status = self._stream_list(stream, s, window)
-        if status == StreamingStatus.RUNNING:
-            return False
-        if s.finish is None:
-            s.finish = {
-                StreamingStatus.STOP: GenerationFinishReason.STOP,
-                StreamingStatus.CANCEL: GenerationFinishReason.NONE,
-                StreamingStatus.TOOL_CALL_STOP: GenerationFinishReason.TOOL_CALL,
-            }[status]
-        self._cancelled = status == StreamingStatus.CANCEL
-        return True
-
-    @staticmethod
-    def _stream_list(stream: StreamerBase, s: _Seq, window: int) -> StreamingStatus:
-        limit = len(s.tokens) if s.finish is not None else max(len(s.tokens) - window, 0)
-        if s.streamed >= limit:
-            return StreamingStatus.RUNNING
-        chunk = s.tokens[s.streamed : limit]
-        s.streamed = limit
-        return status_from_callback(stream.write(chunk))
-
-    def _beam_search(
-        self,
-        ids: np.ndarray,
-        mask: np.ndarray,
-        logits: np.ndarray,
-        config: GenerationConfig,
-        perf: PerfMetrics,
-        keep_kv: bool,
-        stop_window: int,
-        stop_strings: list[str],
-    ) -> EncodedResults:
-        """Group beam search after the prefill: one SequenceGroup per prompt row, the running
-        beams of all prompts batched in one model call, ``beam_idx`` picking each beam's parent
-        row of the KV cache (the stateful model gathers the state itself)."""
-        matcher = None
-        if stop_strings:
-            include = config.include_stop_str_in_output
-
-            def matcher(tokens: list[int]) -> int | None:
-                if len(tokens) < stop_window:
-                    return None
-                return self._match_stop_string(tokens, stop_window, stop_strings, include)
-
-        # A row's prompt: its unpadded tokens in the paged pipeline (one request per prompt), the
-        # padded row in the stateful one; no_repeat_ngram_size looks at it.
-        width = ids.shape[1]
-        rows = [ids[b][mask[b].astype(bool)] if self._paged else ids[b] for b in range(len(ids))]
-        groups = [
-            SequenceGroup(b, row.tolist(), config, self._max_new_tokens(config, len(row), width))
-            for b, row in enumerate(rows)
-        ]
-        searchers = [GroupBeamSearcher(g, matcher) for g in groups]
-        # Row of each prompt's first beam in the previous model call.
-        offsets = {g.request_id: g.request_id for g in groups}
-        active = list(groups)
-        last = logits[:, -1, :]
-        while True:
-            # Sample: each prompt reads its own consecutive rows of the logits.
-            row, sampled = 0, 0
-            for g in active:
-                n_rows = g.num_running()
-                if n_rows:
-                    sampled += 1  # the real counts one generated token per prompt and step
-                searchers[g.request_id].step(last[row : row + n_rows])
-                row += n_rows
-            perf.raw_metrics.m_batch_sizes[-1] = sampled
-            active = [g for g in active if g.num_running()]
-            if not active:
-                break
-            step_ids: list[int] = []
-            parents: list[int] = []
-            for g in active:
-                rows = searchers[g.request_id].beam_rows()
-                for s in g.running():
-                    step_ids.append(s.tokens[-1])
-                    parents.append(rows.get(s.id, 0) + offsets[g.request_id])
-            # This call's rows: each prompt's running beams, prompt after prompt.
-            first = 0
-            for i, g in enumerate(active):
-                if self._paged or i == 0:
-                    offsets[g.request_id] = first
-                else:
-                    # The stateful pipeline adds the offset stored under the previous
-                    # *position* used as a request id (beam_offets[i - 1] in lm_encoding.cpp);
-                    # kept, as it picks the KV rows once an earlier prompt of 3+ has finished.
-                    offsets[g.request_id] = active[i - 1].num_running() + offsets.get(i - 1, 0)
-                first += g.num_running()
-            beam = np.asarray(parents, dtype=np.int32)
-            mask = np.concatenate([mask[beam], np.ones((len(parents), 1), dtype=np.int64)], axis=1)
-            pos = mask[:, :-1].sum(axis=1, keepdims=True).astype(np.int64)
-            out = self._infer(
-                np.asarray(step_ids, dtype=np.int64).reshape(-1, 1), mask, pos, beam, perf
-            )
-            last = out[:, -1, :]
-        res = EncodedResults()
-        lp = float(config.length_penalty)
-        for g in groups:
-            for s in g.results():
-                res.tokens.append(list(s.tokens))
-                res.scores.append(float(s.beam_score(lp)))
-                res.finish_reasons.append(s.finish)
-        if keep_kv and ids.shape[0] == 1:
-            # Chat: the KV holds the prompt followed by the last step's beams; keep the prompt
-            # only, the next turn feeds the chosen answer as part of its prompt (as the real
-            # one does by trimming the generated length).
-            self._trim_kv(len(self._kv_tokens))
-        else:
-            self._kv_tokens = []
-        res.perf_metrics = perf
-        return res
+        return encoded_results(seqs, perf)
 
     def _max_new_tokens(self, config: GenerationConfig, prompt_len: int, width: int) -> int:
         """max_length counts from each prompt's own length in the real paged (continuous
@@ -1240,43 +692,8 @@ class LLMPipeline:
     def _stop_strings(self, config: GenerationConfig) -> tuple[int, list[str]]:
         return stop_window(self._tokenizer, config)
 
-    def _check_finish(
-        self, s: _Seq, config: GenerationConfig, window: int, stops: list[str]
-    ) -> None:
-        token = s.tokens[-1]
-        if not config.ignore_eos and token in config.stop_token_ids:
-            s.finish = GenerationFinishReason.STOP
-            return
-        if stops and len(s.tokens) >= window:
-            removed = self._match_stop_string(
-                s.tokens, window, stops, config.include_stop_str_in_output
-            )
-            if removed is not None:
-                del s.tokens[len(s.tokens) - removed :]
-                s.finish = GenerationFinishReason.STOP
-                return
-        if len(s.tokens) >= s.max_new:
-            s.finish = GenerationFinishReason.LENGTH
-            return
-        if self._is_npu and len(s.prompt) + len(s.tokens) - 1 >= self._kv_capacity:
-            # The real pipeline marks the sequence OUT_OF_MEMORY and stops without an error; its
-            # finish reason stays NONE (measured on openvino_genai 2026.4.1, NPU via NPUW on CPU).
-            s.finish = GenerationFinishReason.NONE
-            s.out_of_memory = True
+    def _check_finish(self, s: RunningSequence, config: GenerationConfig, window: int, stops: list[str]) -> None:
+        check_finish(s, config, self._tokenizer, window, stops, self._kv_capacity if self._is_npu else None)
 
-    def _match_stop_string(
-        self, tokens: list[int], window: int, stops: list[str], include: bool
-    ) -> int | None:
-        return match_stop_string(self._tokenizer, tokens, window, stops, include)
-
-    @staticmethod
-    def _stream(stream: StreamerBase, s: _Seq, window: int) -> StreamingStatus:
-        """Stream tokens that can no longer be removed by a stop string."""
-        limit = len(s.tokens) if s.finish is not None else max(len(s.tokens) - window, 0)
-        status = StreamingStatus.RUNNING
-        while s.streamed < limit:
-            status = call_write(stream, s.tokens[s.streamed])
-            s.streamed += 1
-            if status != StreamingStatus.RUNNING:
-                break
-        return status
+    #: the paged backend streams through the same rules
+    _stream = staticmethod(stream_tokens)

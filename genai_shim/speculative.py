@@ -12,16 +12,26 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
+from genai_shim.chat import ChatHistory
+from genai_shim.chat_session import ChatSession, require_template
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
 from genai_shim.model_folder import MODEL_XML, model_folder
-from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
+from genai_shim.npu_compile import compile_npu
+from genai_shim.npu_config import get_kv_axes_pos
 from genai_shim.perf_metrics import RawPerfMetrics, SDPerModelsPerfMetrics
-from genai_shim.results import EncodedResults, GenerationFinishReason
+from genai_shim.pipeline_args import encoded_inputs
+from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
 from genai_shim.streamers import StreamingStatus, make_streamer, status_from_callback
-from genai_shim.tokenizer import Tokenizer
+from genai_shim.tokenizer import TokenizedInputs, Tokenizer
 from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
 
-__all__ = ["DEFAULT_NUM_ASSISTANT_TOKENS", "DraftModel", "SpeculativeDecoder", "draft_model"]
+__all__ = [
+    "DEFAULT_NUM_ASSISTANT_TOKENS",
+    "DraftModel",
+    "SpeculativeDecoder",
+    "draft_model",
+    "generate_speculative",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -108,10 +118,10 @@ class _InferWrapper:
             props = dict(properties)
             if max_generation_token_len is not None:
                 props["NPUW_LLM_MAX_GENERATION_TOKEN_LEN"] = max_generation_token_len
-            npu = translate_npu_config(model, props)
-            compiled = core.compile_model(model, "NPU", npu.config)
-            self.max_prompt_len = int(compiled.get_property("NPUW_LLM_MAX_PROMPT_LEN"))
-            total = self.max_prompt_len + int(compiled.get_property("NPUW_LLM_MIN_RESPONSE_LEN"))
+            npu = compile_npu(core, model, props, folder)
+            compiled = npu.compiled
+            self.max_prompt_len = npu.max_prompt_len
+            total = self.max_prompt_len + npu.min_response_len
             self.kvcache_total = total
             # NPUW keeps M slots of the KV buffer for the tokens of one generate call.
             m = int(compiled.get_property("NPUW_LLM_MAX_GENERATION_TOKEN_LEN"))
@@ -255,7 +265,8 @@ class SpeculativeDecoder:
         draft_device = draft.device or main_device
         draft_props = dict(draft.properties)
         if not draft_props and draft_device == main_device:
-            draft_props = dict(main_props)
+            # the main model's properties, less its blob: one BLOB_PATH cannot hold two models
+            draft_props = {k: v for k, v in main_props.items() if k not in ("BLOB_PATH", "EXPORT_BLOB")}
         self.draft = _InferWrapper(core, draft.models_path, draft_device, draft_props)
         self.ensure_num_assistant_tokens(config)
         self.max_candidates = 2 * int(config.num_assistant_tokens)
@@ -464,3 +475,91 @@ class SpeculativeDecoder:
         if stream is None:
             return StreamingStatus.RUNNING
         return status_from_callback(stream.write(list(tokens)))
+
+
+def generate_speculative(
+    spec: SpeculativeDecoder,
+    inputs: Any,
+    config: GenerationConfig,
+    streamer: Any,
+    start: float,
+    chat: ChatSession,
+    load_time: float,
+) -> Any:
+    """openvino.genai's StatefulSpeculativeLLMPipeline: batch 1, greedy, the prompt (or the
+    whole templated chat history) prefilled into both models each call."""
+    spec.prepare(config)
+    if isinstance(inputs, (TokenizedInputs, ov.Tensor, np.ndarray)):
+        ids, mask = encoded_inputs(inputs)
+        res = spec.generate(ids, mask, config, streamer)
+        res.perf_metrics.raw_metrics.generate_durations = [(time.perf_counter() - start) * 1e6]
+        res.perf_metrics._evaluated = False
+        res.perf_metrics.evaluate_statistics(start)
+        return res
+    t0 = time.perf_counter()
+    as_str = isinstance(inputs, str)
+    if isinstance(inputs, ChatHistory):
+        if not config.apply_chat_template:
+            raise ConfigError(
+                "Chat template must be applied when using ChatHistory in generate method."
+            )
+        require_template(spec.tokenizer)
+        if not len(inputs):
+            raise UserInputError(
+                "Chat history must not be empty when using ChatHistory in generate method."
+            )
+        text = spec.tokenizer.apply_chat_template(inputs, add_generation_prompt=True)
+        enc = spec.tokenizer.encode(text, add_special_tokens=False)
+    elif as_str or (
+        isinstance(inputs, (list, tuple)) and all(isinstance(p, str) for p in inputs)
+    ):
+        prompts = [inputs] if as_str else list(inputs)
+        if len(prompts) != 1:
+            raise UserInputError(
+                "Currently only batch size=1 is supported (speculative decoding); "
+                "generate one prompt at a time"
+            )
+        prompt = prompts[0]
+        if chat.active:
+            text = spec.tokenizer.apply_chat_template(chat.user_turn(prompt), add_generation_prompt=True)
+            enc = spec.tokenizer.encode(text, add_special_tokens=False)
+        elif config.apply_chat_template and spec.tokenizer.chat_template:
+            text = spec.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True
+            )
+            enc = spec.tokenizer.encode(text, add_special_tokens=False)
+        else:
+            enc = spec.tokenizer.encode(prompt)
+    else:
+        raise UserInputError(
+            "generate() takes a str, a list of str, a ChatHistory, TokenizedInputs or an "
+            f"openvino.Tensor of ids; got {type(inputs).__name__}"
+        )
+    tokenize_us = (time.perf_counter() - t0) * 1e6
+    ids, mask = np.array(enc.input_ids.data), np.array(enc.attention_mask.data)
+    try:
+        res = spec.generate(ids, mask, config, streamer)
+    except Exception:
+        if chat.active and not isinstance(inputs, ChatHistory):
+            chat.drop_user_turn()
+        raise
+    t1 = time.perf_counter()
+    out = DecodedResults()
+    out.texts = [spec.tokenizer.decode(t) for t in res.tokens]
+    out.scores, out.finish_reasons = res.scores, res.finish_reasons
+    if chat.active and not isinstance(inputs, ChatHistory):
+        if spec.cancelled:
+            chat.drop_user_turn()  # CANCEL drops the user turn
+        else:
+            chat.answer(out.texts[0])
+    pm = res.perf_metrics
+    raw = pm.raw_metrics
+    raw.tokenization_durations = [tokenize_us]
+    raw.detokenization_durations = [(time.perf_counter() - t1) * 1e6]
+    raw.generate_durations = [(time.perf_counter() - start) * 1e6]
+    pm.load_time = load_time
+    pm._evaluated = False
+    pm.evaluate_statistics(start)
+    out.perf_metrics = pm
+    out.extended_perf_metrics = res.extended_perf_metrics
+    return out.texts[0] if as_str else out

@@ -100,15 +100,15 @@ def test_cancel_drops_turn_from_history(chat_dir):
     pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32)
     pipe.start_chat()
     pipe.generate("Who is Lily?", max_new_tokens=5)
-    assert [m["role"] for m in pipe._history] == ["user", "assistant"]
+    assert [m["role"] for m in pipe._chat.history] == ["user", "assistant"]
     pipe.generate(
         "Stop now", max_new_tokens=20, streamer=lambda s: genai_shim.StreamingStatus.CANCEL
     )
-    assert [m["role"] for m in pipe._history] == ["user", "assistant"]
+    assert [m["role"] for m in pipe._chat.history] == ["user", "assistant"]
     pipe.generate(
         "Stop later", max_new_tokens=20, streamer=lambda s: genai_shim.StreamingStatus.STOP
     )
-    assert [m["role"] for m in pipe._history] == ["user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in pipe._chat.history] == ["user", "assistant", "user", "assistant"]
 
 
 def test_chat_history_object_api():

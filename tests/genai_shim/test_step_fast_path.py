@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from genai_shim.generation_config import GenerationConfig
-from genai_shim.pipeline import _OneRow
+from genai_shim.decoding import OneRow
 from genai_shim.sampling import LogitProcessor, Sampler
 
 
 def test_one_row_buffers_match_concatenate_and_sum():
     mask = np.array([[0, 0, 1, 1, 1]], np.int64)  # left padding: positions count real tokens only
-    one = _OneRow(mask)
+    one = OneRow(mask)
     ref = mask.copy()
     for _ in range(150):  # past the initial buffer size, so it has to grow
         ref = np.concatenate([ref, np.ones((1, 1), np.int64)], axis=1)
