@@ -18,14 +18,9 @@ import openvino as ov
 from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, PluginError
 from ov_npu_emu.runtime.device import DeviceCompiledModel, PortInfo
 from ov_npu_emu_npuw.config import LLMConfig, parse_config
-from ov_npu_emu_npuw.transform import (
-    KVLayout,
-    make_generate_model,
-    make_lm_head_model,
-    make_prefill_model,
-    position_masks,
-    to_stateless,
-)
+from ov_npu_emu_npuw.model_io import KVLayout
+from ov_npu_emu_npuw.position_masks import position_masks
+from ov_npu_emu_npuw.transform import make_generate_model, make_lm_head_model, make_prefill_model, to_stateless
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.compiled_model import CompiledModel

@@ -23,7 +23,7 @@ from ov_npu_emu.errors import BlobFormatError, NpuEmuError
 from ov_npu_emu.runtime.device import PortInfo
 from ov_npu_emu.runtime.model_cache import model_hash, read_entry, write_entry
 from ov_npu_emu_npuw.config import LLMConfig
-from ov_npu_emu_npuw.transform import KVLayout
+from ov_npu_emu_npuw.model_io import KVLayout
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.core import Core

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from collections.abc import Mapping
@@ -13,45 +12,23 @@ import openvino.opset13 as ops
 from openvino._offline_transformations import stateful_to_stateless_transformation
 
 from ov_npu_emu.errors import CompileError, UserInputError
+from ov_npu_emu_npuw.attention_rewrites import cache_rope, group_attention, rotate_half_as_matmul
+from ov_npu_emu_npuw.model_io import REQUIRED_INPUTS, KVLayout, find_param, find_result
+from ov_npu_emu_npuw.position_masks import PositionMask, padding_attends_itself, rewrite_position_masks
 
 __all__ = [
     "EMBED",
     "SCALE_SUFFIX",
     "ZP_SUFFIX",
-    "KVLayout",
-    "cache_rope",
-    "group_attention",
     "make_generate_model",
     "make_lm_head_model",
     "make_prefill_model",
-    "rotate_half_as_matmul",
-    "PositionMask",
-    "position_masks",
     "to_stateless",
 ]
 
 logger = logging.getLogger(__name__)
 
 _PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
-_REQUIRED = ("input_ids", "attention_mask", "position_ids")
-
-
-@dataclasses.dataclass(frozen=True)
-class KVLayout:
-    """Names and per-tensor shape facts of the KV cache, in ``past_key_values`` order."""
-
-    past_names: tuple[str, ...]  # past_key_values.N.key|value
-    present_names: tuple[str, ...]  # present.N.key|value (same order)
-    num_heads: tuple[int, ...]  # Hkv per tensor
-    head_dims: tuple[int, ...]  # D per tensor
-    v_transposed: bool = False  # value tensors stored [1, Hkv, D, S] (NPUW_LLM_OPTIMIZE_V_TENSORS)
-
-    def transposed(self, i: int) -> bool:
-        """Whether KV tensor ``i`` is stored with the sequence as the last axis."""
-        return self.v_transposed and self.past_names[i].endswith(".value")
-
-    def with_v_transposed(self, flag: bool) -> KVLayout:
-        return dataclasses.replace(self, v_transposed=flag)
 
 
 def _names(model: ov.Model) -> set[str]:
@@ -64,7 +41,7 @@ def to_stateless(model: ov.Model) -> tuple[ov.Model, KVLayout]:
     Uses OpenVINO's own StatefulToStateless pass (the one real NPUW runs), then checks what it made.
     """
     names = _names(model)
-    missing = [n for n in _REQUIRED if n not in names and n != "position_ids"]
+    missing = [n for n in REQUIRED_INPUTS if n not in names and n != "position_ids"]
     if missing:
         raise UserInputError(
             f"NPUW_LLM needs a stateful LLM with inputs input_ids, attention_mask, beam_idx "
@@ -115,20 +92,6 @@ def to_stateless(model: ov.Model) -> tuple[ov.Model, KVLayout]:
     return m, KVLayout(tuple(past), tuple(present), tuple(heads), tuple(dims))
 
 
-def _result(model: ov.Model, name: str) -> ov.Node:
-    for r in model.get_results():
-        if name in r.output(0).get_names():
-            return r
-    raise CompileError(f"output {name} not found", stage="transform")
-
-
-def _param(model: ov.Model, name: str) -> ov.Node:
-    for p in model.get_parameters():
-        if name in p.output(0).get_names():
-            return p
-    raise CompileError(f"input {name} not found", stage="transform")
-
-
 def _kv_concat(param: ov.Node) -> ov.Node:
     """The Concat(past, new) that consumes a past KV parameter (optimum layout)."""
     targets = list(param.output(0).get_target_inputs())
@@ -151,7 +114,7 @@ def _remove_empty_kv_inputs(model: ov.Model, kv: KVLayout) -> None:
     constant (as the real RemoveEmptyKVTensors does) before the parameter is removed.
     """
     for i, name in enumerate(kv.past_names):
-        param = _param(model, name)
+        param = find_param(model, name)
         concat = _kv_concat(param)
         for t in list(param.output(0).get_target_inputs()):
             user = t.get_node()
@@ -174,7 +137,7 @@ def _remove_empty_kv_inputs(model: ov.Model, kv: KVLayout) -> None:
 def _redirect_new_kv_to_output(model: ov.Model, kv: KVLayout) -> None:
     """present outputs only the new rows: Result(Concat(past, new)) becomes Result(new)."""
     for name in kv.present_names:
-        res = _result(model, name)
+        res = find_result(model, name)
         src = res.input_value(0).get_node()
         if src.get_type_name() != "Concat" or src.get_input_size() != 2:
             raise CompileError(
@@ -188,7 +151,7 @@ def _convert_kv_precision(model: ov.Model, kv: KVLayout, et: ov.Type, has_past: 
     """Store KV as ``et`` at the model boundary; compute stays in the model's own precision."""
     if has_past:
         for name in kv.past_names:
-            param = _param(model, name)
+            param = find_param(model, name)
             orig = param.get_element_type()
             if orig == et:
                 continue
@@ -199,7 +162,7 @@ def _convert_kv_precision(model: ov.Model, kv: KVLayout, et: ov.Type, has_past: 
             for t in targets:
                 t.replace_source_output(conv.output(0))
     for name in kv.present_names:
-        res = _result(model, name)
+        res = find_result(model, name)
         src = res.input_value(0)
         if src.get_element_type() != et:
             res.input(0).replace_source_output(ops.convert(src, et).output(0))
@@ -218,7 +181,7 @@ def dequantize_past(model: ov.Model, kv: KVLayout, precision: str, group: int) -
     from ov_npu_emu_npuw.kvquant import stored_dim
 
     for name, d in zip(kv.past_names, kv.head_dims, strict=False):
-        old = _param(model, name)
+        old = find_param(model, name)
         shape = old.get_partial_shape().to_shape()
         _, h, s, d_ = shape
         if d_ != d:
@@ -275,7 +238,7 @@ def _transpose_v(model: ov.Model, kv: KVLayout, has_past: bool) -> None:
         if not kv.transposed(i):
             continue
         if has_past:
-            param = _param(model, past)
+            param = find_param(model, past)
             targets = list(param.output(0).get_target_inputs())
             ps = param.get_partial_shape()
             param.set_partial_shape(ov.PartialShape([ps[0], ps[1], ps[3], ps[2]]))
@@ -283,489 +246,8 @@ def _transpose_v(model: ov.Model, kv: KVLayout, has_past: bool) -> None:
             back = ops.transpose(param.output(0), order)
             for t in targets:
                 t.replace_source_output(back.output(0))
-        res = _result(model, present)
+        res = find_result(model, present)
         res.input(0).replace_source_output(ops.transpose(res.input_value(0), order).output(0))
-
-
-def _kv_heads(out: ov.Output) -> ov.Output:
-    """The un-repeated KV tensor [B, Hkv, S, D] behind a GQA head repeat, else ``out`` itself.
-
-    optimum exports ``repeat_kv`` as Reshape(Broadcast(Unsqueeze(kv, 2), [B, Hkv, G, S, D])).
-    """
-    reshape = out.get_node()
-    if reshape.get_type_name() != "Reshape":
-        return out
-    bcast = reshape.input_value(0).get_node()
-    if bcast.get_type_name() != "Broadcast":
-        return out
-    unsq = bcast.input_value(0).get_node()
-    if unsq.get_type_name() != "Unsqueeze":
-        return out
-    kv = unsq.input_value(0)
-    kv_shape, q_shape = kv.get_partial_shape(), out.get_partial_shape()
-    if not (kv_shape.is_static and q_shape.is_static and kv_shape.rank.get_length() == 4):
-        return out
-    b, hkv, s, d = kv_shape.to_shape()
-    _, hq, s2, d2 = q_shape.to_shape()
-    if (s, d) != (s2, d2) or hq % hkv:
-        return out
-    return kv
-
-
-def _is_swap_last_two(node: ov.Node) -> bool:
-    if node.get_type_name() != "Transpose":
-        return False
-    order = node.input_value(1).get_node()
-    if order.get_type_name() != "Constant":
-        return False
-    return [int(x) for x in order.get_data().ravel()] == [0, 1, 3, 2]
-
-
-def _stored_transposed(v: ov.Output) -> ov.Output | None:
-    """``Concat(Transpose(past_T), new)`` on axis 2 → ``Concat(past_T, Transpose(new))`` on axis 3.
-
-    With NPUW_LLM_OPTIMIZE_V_TENSORS the past V arrives as [B, H, D, S] and ``_transpose_v``
-    turns it back for the model; when the attention can read [B, H, D, S] itself (MatMul with
-    transpose_b), both transposes of the long past go away and only the one new row is moved.
-    An f16→f32 Convert between the past and its Transpose is kept (on the untransposed past).
-    """
-    concat = v.get_node()
-    if concat.get_type_name() != "Concat" or concat.get_input_size() != 2:
-        return None
-    rank = v.get_partial_shape().rank.get_length()
-    if concat.get_attributes()["axis"] not in (2, 2 - rank):
-        return None
-    past, new = concat.input_value(0), concat.input_value(1)
-    convert = None
-    if past.get_node().get_type_name() == "Convert":
-        convert = past.get_node()
-        past = convert.input_value(0)
-    if not _is_swap_last_two(past.get_node()):
-        return None
-    stored = past.get_node().input_value(0)  # [B, H, D, S−1]
-    if convert is not None:
-        stored = ops.convert(stored, convert.get_destination_type()).output(0)
-    order = ops.constant([0, 1, 3, 2], ov.Type.i64)
-    return ops.concat([stored, ops.transpose(new, order).output(0)], 3).output(0)
-
-
-def _head_independent(mask: ov.Output) -> bool:
-    """A 4-D attention mask that is the same for every head ([B|1, 1, 1, S]), or a scalar."""
-    ps = mask.get_partial_shape()
-    if ps.rank.is_dynamic:
-        return False
-    r = ps.rank.get_length()
-    if r == 0:
-        return True
-    return (
-        r == 4
-        and ps[1].is_static
-        and ps[1].get_length() == 1
-        and ps[2].is_static
-        and ps[2].get_length() == 1
-    )
-
-
-def group_attention(model: ov.Model) -> int:
-    """Rewrite each non-causal SDPA of a one-token model as grouped-query MatMul/Softmax/MatMul.
-
-    For one query token the query heads that share a KV head become the rows of one small GEMM
-    ([B, Hkv, G, D] x [B, Hkv, S, D]^T), so the KV heads are never broadcast to Hq and K is never
-    transposed in memory (MatMul's transpose_b reads it in place).  On the CPU plugin the SDPA of
-    a static one-token model otherwise runs as Broadcast + Transpose(K) + an MHA subgraph per
-    layer; this form has ~16 fewer runtime nodes per layer and gave bit-identical outputs
-    (docs/npuw.md, "grouped attention").  Returns how many SDPA nodes were rewritten.
-    """
-    done = 0
-    for sdpa in model.get_ordered_ops():
-        if sdpa.get_type_name() != "ScaledDotProductAttention" or sdpa.get_attributes().get(
-            "causal", False
-        ):
-            continue
-        if sdpa.get_input_size() > 5:  # attention sinks: leave it to the device
-            continue
-        q = sdpa.input_value(0)
-        k, v = _kv_heads(sdpa.input_value(1)), _kv_heads(sdpa.input_value(2))
-        qs, ks, vs = (x.get_partial_shape() for x in (q, k, v))
-        if not (qs.is_static and ks.is_static and vs.is_static) or qs.rank.get_length() != 4:
-            continue
-        b, hq, lq, d = qs.to_shape()
-        hkv = ks.to_shape()[1]
-        if lq != 1 or vs.to_shape()[1] != hkv or hq % hkv:
-            continue
-        mask = sdpa.input_value(3) if sdpa.get_input_size() > 3 else None
-        if mask is not None and not _head_independent(mask):
-            continue  # a per-head mask would not line up with the grouped heads
-        et = q.get_element_type()
-        qg = ops.reshape(q, ops.constant([b, hkv, hq // hkv, d], ov.Type.i64), False)
-        scores = ops.matmul(qg, k, False, True)  # [B, Hkv, G, S]
-        if sdpa.get_input_size() > 4:
-            scale = sdpa.input_value(4)
-        else:
-            scale = ops.constant(np.array([1.0 / np.sqrt(d)], et.to_dtype()))
-        scores = ops.multiply(scores, scale)
-        if mask is not None:
-            if mask.get_element_type() == ov.Type.boolean:  # True = attend
-                zero = ops.constant(np.array(0, et.to_dtype()))
-                neg = ops.constant(np.array(-np.inf, et.to_dtype()))
-                mask = ops.select(mask, zero, neg).output(0)
-            scores = ops.add(scores, mask)
-        probs = ops.softmax(scores, -1)
-        v_t = _stored_transposed(v)
-        if v_t is not None:  # V kept as [B, Hkv, D, S] (OPTIMIZE_V_TENSORS): read it in place
-            out = ops.matmul(probs, v_t, False, True)  # [B, Hkv, G, D]
-        else:
-            out = ops.matmul(probs, v, False, False)  # [B, Hkv, G, D]
-        out = ops.reshape(out, ops.constant([b, hq, 1, d], ov.Type.i64), False)
-        out.set_friendly_name(sdpa.get_friendly_name())
-        sdpa.output(0).replace(out.output(0))
-        done += 1
-    if done:
-        model.validate_nodes_and_infer_types()
-    return done
-
-
-def _only_input(node: ov.Node, param: ov.Node) -> bool:
-    """Whether ``node`` depends on no Parameter other than ``param`` (and on ``param``)."""
-    seen: set[int] = set()
-    stack = [node]
-    found = False
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if n.get_type_name() == "Parameter":
-            if n.get_friendly_name() != param.get_friendly_name():
-                return False
-            found = True
-        stack.extend(n.input_value(i).get_node() for i in range(n.get_input_size()))
-    return found
-
-
-def cache_rope(model: ov.Model, positions: int) -> int:
-    """Replace the sin/cos computed from ``position_ids`` by a Gather from precomputed tables.
-
-    Like the real NPUW_LLM_CACHE_ROPE: every Sin/Cos whose value depends on ``position_ids`` alone
-    becomes ``Gather(table, position_ids)`` with ``table`` holding positions ``[0, positions)``.
-    The tables are computed by the CPU plugin in f32 from the model's own subgraph (so any RoPE
-    variant the model computes is cached as it is), and each table must change along exactly one
-    axis with the positions.  Returns how many Sin/Cos outputs were replaced.
-    """
-    pos = _param(model, "position_ids")
-    q_len = pos.get_partial_shape()
-    if not q_len.is_static or q_len.rank.get_length() != 2 or q_len[0].get_length() != 1:
-        return 0
-    trig = [
-        op
-        for op in model.get_ordered_ops()
-        if op.get_type_name() in ("Sin", "Cos") and _only_input(op, pos)
-    ]
-    if not trig:
-        return 0
-    # Evaluate the sin/cos subgraph for all positions on a throw-away clone.
-    clone = model.clone()
-    by_name = {op.get_friendly_name(): op for op in clone.get_ordered_ops()}
-    sub_pos = _param(clone, "position_ids")
-    sub = ov.Model([by_name[op.get_friendly_name()].output(0) for op in trig], [sub_pos], "rope")
-    try:
-        sub.reshape({sub_pos.output(0): ov.PartialShape([1, positions])})
-        compiled = ov.Core().compile_model(sub, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-        tables = compiled({0: np.arange(positions, dtype=pos.get_element_type().to_dtype())[None]})
-    except RuntimeError as e:
-        logger.debug("RoPE cache: cannot evaluate the sin/cos subgraph (%s); left as is", e)
-        return 0
-    flat = ops.reshape(pos, ops.constant([-1], ov.Type.i64), False)
-    done = 0
-    for i, op in enumerate(trig):
-        shape = list(op.get_output_partial_shape(0).to_shape())
-        table = np.asarray(tables[i])
-        changed = [a for a, (d, t) in enumerate(zip(shape, table.shape, strict=False)) if d != t]
-        if (
-            len(table.shape) != len(shape)
-            or len(changed) != 1
-            or table.shape[changed[0]] != positions
-        ):
-            continue
-        gathered = ops.gather(ops.constant(table), flat, ops.constant(changed[0], ov.Type.i64))
-        out = ops.reshape(gathered, ops.constant(shape, ov.Type.i64), False)
-        out.set_friendly_name(op.get_friendly_name())
-        op.output(0).replace(out.output(0))
-        done += 1
-    if done:
-        model.validate_nodes_and_infer_types()
-    return done
-
-
-def _halves(concat: ov.Node) -> ov.Output | None:
-    """``x`` when ``concat`` is HF's rotate_half: Concat(−x[..., h:], x[..., :h]) on the last
-    axis, with the halves taken by one Split/VariadicSplit of ``x`` in two equal parts."""
-    if concat.get_input_size() != 2:
-        return None
-    neg, first = concat.input_value(0), concat.input_value(1)
-    if neg.get_node().get_type_name() != "Negative":
-        return None
-    second = neg.get_node().input_value(0)
-    split = second.get_node()
-    if (
-        split.get_type_name() not in ("Split", "VariadicSplit")
-        or first.get_node().get_instance_id() != split.get_instance_id()
-        or second.get_index() != 1
-        or first.get_index() != 0
-        or split.get_output_size() != 2
-    ):
-        return None
-    x = split.input_value(0)
-    ps = x.get_partial_shape()
-    if not ps.rank.is_static or not ps[ps.rank.get_length() - 1].is_static:
-        return None
-    rank, d = ps.rank.get_length(), ps[ps.rank.get_length() - 1].get_length()
-    axis = concat.get_attributes()["axis"]
-    if axis not in (-1, rank - 1) or d % 2:
-        return None
-    if list(split.get_output_partial_shape(0)) != list(split.get_output_partial_shape(1)):
-        return None
-    return x
-
-
-def rotate_half_as_matmul(model: ov.Model) -> int:
-    """Replace each HF ``rotate_half`` (Split, Negative, Concat) by one MatMul with a constant
-    ±1 permutation matrix: x·R has exactly one non-zero product per output, so it is exact;
-    three runtime nodes become one.  Returns how many were replaced."""
-    done = 0
-    for concat in model.get_ordered_ops():
-        if concat.get_type_name() != "Concat":
-            continue
-        x = _halves(concat)
-        if x is None:
-            continue
-        d = x.get_partial_shape()[x.get_partial_shape().rank.get_length() - 1].get_length()
-        h = d // 2
-        rot = np.zeros((d, d), x.get_element_type().to_dtype())
-        rot[np.arange(h) + h, np.arange(h)] = -1  # out[i] = −x[i + h]
-        rot[np.arange(h), np.arange(h) + h] = 1  # out[i + h] = x[i]
-        # [out, in] with transpose_b: the layout the CPU plugin's FullyConnected takes as is
-        out = ops.matmul(x, ops.constant(np.ascontiguousarray(rot.T)), False, True)
-        out.set_friendly_name(concat.get_friendly_name())
-        concat.output(0).replace(out.output(0))
-        done += 1
-    if done:
-        model.validate_nodes_and_infer_types()
-    return done
-
-
-@dataclasses.dataclass(frozen=True)
-class PositionMask:
-    """How one SDPA's mask depends on positions, when KV slots and positions differ in NPUW's
-    layouts: a causal window of ``window`` tokens (0: none) and a per-head linear bias
-    ``slopes[h] * (pos(k) - pos(q))`` (ALiBi; empty: none)."""
-
-    window: int = 0
-    slopes: tuple[float, ...] = ()
-
-
-def _classify(mask: np.ndarray, capacity: int) -> PositionMask | None:
-    """None for a plain causal mask (correct on slots as it is); a PositionMask for a window or a
-    linear bias; raises ValueError for anything else.  ``mask`` is [..., capacity, capacity] for
-    a ``capacity``-token prompt at positions 0.. with no past."""
-    m = mask.reshape(-1, capacity, capacity)
-    if m.dtype == np.bool_:
-        allowed, bias = m, np.zeros(m.shape, np.float32)
-    else:
-        lowest = float(m.min())
-        allowed = m > lowest / 2 if lowest <= -1e4 else np.ones(m.shape, bool)
-        bias = np.where(allowed, m, 0).astype(np.float64)
-    dist = np.arange(capacity)[:, None] - np.arange(capacity)[None, :]  # pos(q) - pos(k)
-    causal = dist >= 0
-    window = int(allowed[0, -1].sum())
-    if not all((a == (causal & (dist < window))).all() for a in allowed):
-        raise ValueError("its allowed (query, key) pairs are neither causal nor a causal window")
-    window = 0 if window >= capacity else window
-    slopes: tuple[float, ...] = ()
-    if bias.any():
-        # a row-constant offset does not change softmax: only bias(k) - bias(q) matters
-        rel = bias - np.diagonal(bias, axis1=1, axis2=2)[:, :, None]
-        slopes = tuple(float(-rel[h, -1, 0] / (capacity - 1)) for h in range(len(rel)))
-        expect = -np.asarray(slopes)[:, None, None] * dist[None]
-        if not np.allclose(np.where(allowed, rel, 0), np.where(allowed, expect, 0), rtol=1e-4, atol=1e-3):
-            raise ValueError("it adds a position bias that is not linear in the distance (not ALiBi)")
-    if not window and not slopes:
-        return None
-    return PositionMask(window, slopes)
-
-
-def position_masks(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[str, PositionMask]:
-    """Per SDPA whose mask needs token positions in NPUW's layouts: what it computes.
-
-    Exports compute masks from KV *slot* indices (``kv_idx <= q_idx``, ``kv_idx > q_idx - W``,
-    ALiBi's ``slope * (kv_idx - q_idx)``), which are positions only in a contiguous cache.
-    NPUW's buffers are not: the prefill is right-aligned and padded, a generate step keeps its
-    history left-aligned with the new token in the last column.  A causal mask survives that
-    (padding is masked by ``attention_mask``); a window or a distance bias does not.  The mask
-    subgraph is evaluated once on the CPU plugin for a ``capacity``-token prompt with no past and
-    classified per SDPA (see :func:`_classify`); those with a window narrower than ``capacity``
-    or a bias are rewritten by :func:`_position_masks`, anything else is a CompileError.
-    """
-    m = stateless.clone()
-    sdpas = [op for op in m.get_ordered_ops() if op.get_type_name() == "ScaledDotProductAttention"]
-    sdpas = [op for op in sdpas if op.get_input_size() > 3]
-    if not sdpas:
-        return {}
-    probe = ov.Model([ops.result(op.input_value(3)) for op in sdpas], m.get_parameters(), "masks")
-    shapes: dict[str, ov.PartialShape] = {}
-    feed: dict[str, np.ndarray] = {}
-    for p in probe.get_parameters():
-        names = p.output(0).get_names()
-        name = next((n for n in (*kv.past_names, *_REQUIRED) if n in names), "")
-        dt = p.get_element_type().to_dtype()
-        if name in kv.past_names:
-            i = kv.past_names.index(name)
-            shape = [1, kv.num_heads[i], 0, kv.head_dims[i]]
-            feed[name] = np.zeros(shape, dt)
-        elif name == "position_ids":
-            shape = [1, capacity]
-            feed[name] = np.arange(capacity, dtype=dt)[None]
-        elif name in ("input_ids", "attention_mask"):
-            shape = [1, capacity]
-            feed[name] = np.ones(shape, dt)
-        else:
-            return {}  # inputs we cannot synthesize (embeddings, LoRA): leave the masks as they are
-        shapes[name] = ov.PartialShape(shape)
-    try:
-        probe.reshape(shapes)
-        compiled = ov.Core().compile_model(probe, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-        masks = compiled(feed)
-    except RuntimeError as e:
-        logger.warning(
-            "attention masks could not be evaluated (%s); left as they are, so a sliding window "
-            "or ALiBi (if the model has one) would apply to KV slots, not positions", e
-        )
-        return {}
-    found: dict[str, PositionMask] = {}
-    for i, op in enumerate(sdpas):
-        mask = np.asarray(masks[i])
-        if mask.ndim < 2 or mask.shape[-2:] != (capacity, capacity):
-            continue  # not a [.., L, S] mask (e.g. a scalar): nothing position-dependent
-        try:
-            spec = _classify(mask, capacity)
-        except ValueError as e:
-            raise CompileError(
-                f"SDPA {op.get_friendly_name()!r}: {e}, so NPUW cannot lay its KV cache out "
-                "statically (the mask is computed on KV slot indices)",
-                stage="transform",
-            ) from None
-        if spec is not None:
-            found[op.get_friendly_name()] = spec
-    if found:
-        logger.info(
-            "attention on positions in %d of %d layers: windows %s, ALiBi in %d",
-            len(found), len(sdpas), sorted({s.window for s in found.values() if s.window}),
-            sum(bool(s.slopes) for s in found.values()),
-        )
-    return found
-
-
-def _position_masks(model: ov.Model, specs: Mapping[str, PositionMask]) -> None:
-    """Rewrite each SDPA mask of ``specs`` on token positions instead of KV slots (static shapes).
-
-    The query positions are ``position_ids``; a past slot ``j`` holds position ``j`` (NPUW keeps
-    the history left-aligned from 0) and the last L slots hold the current tokens.  Allowed:
-    ``attention_mask[j] and 0 <= pos(q) - pos(j) (< W)``; the value added where allowed is
-    ``slope[h] * (pos(j) - pos(q))`` with ALiBi, else 0.
-    """
-    if not specs:
-        return
-    pos = _param(model, "position_ids").output(0)
-    am = _param(model, "attention_mask").output(0)
-    q_len = pos.get_partial_shape()[1].get_length()
-    s_len = am.get_partial_shape()[1].get_length()
-    i64 = ov.Type.i64
-    q_flat = ops.convert(ops.reshape(pos, ops.constant([q_len], i64), False), i64)
-    kv_pos = q_flat
-    if s_len > q_len:
-        kv_pos = ops.concat([ops.constant(np.arange(s_len - q_len, dtype=np.int64)), q_flat], 0)
-    dist = ops.subtract(
-        ops.reshape(q_flat, ops.constant([1, 1, q_len, 1], i64), False),
-        ops.reshape(kv_pos, ops.constant([1, 1, 1, s_len], i64), False),
-    )
-    keep = ops.reshape(
-        ops.not_equal(am, ops.constant(np.array(0, am.get_element_type().to_dtype()))),
-        ops.constant([1, 1, 1, s_len], i64),
-        False,
-    )
-    causal = ops.logical_and(keep, ops.greater_equal(dist, ops.constant(np.array(0, np.int64))))
-    for op in model.get_ordered_ops():
-        spec = specs.get(op.get_friendly_name())
-        if spec is None or op.get_type_name() != "ScaledDotProductAttention":
-            continue
-        allowed = causal
-        if spec.window:
-            allowed = ops.logical_and(causal, ops.less(dist, ops.constant(np.array(spec.window, np.int64))))
-        old = op.input_value(3)
-        et = old.get_element_type()
-        if et == ov.Type.boolean:
-            if spec.slopes:
-                raise CompileError(f"{op.get_friendly_name()}: a boolean mask cannot carry ALiBi",
-                                   stage="transform")
-            new = allowed.output(0)
-        else:
-            dt = et.to_dtype()
-            value = ops.constant(np.array(0, dt))
-            if spec.slopes:  # [1, H, 1, 1] slopes times [1, 1, L, S] distances
-                slopes = np.asarray(spec.slopes, dt).reshape(1, -1, 1, 1)
-                value = ops.multiply(ops.constant(-slopes), ops.convert(dist, et))
-            fill = ops.constant(np.array(_mask_fill(old), dt))
-            new = ops.select(allowed, value, fill).output(0)
-        op.input(3).replace_source_output(new)
-    model.validate_nodes_and_infer_types()
-
-
-def _padding_attends_itself(model: ov.Model) -> None:
-    """In a padded prefill, let each padding query attend to its own (padding) slot.
-
-    A left-padding query row has every key masked (causal: only earlier slots, all padding).
-    Exports whose mask is boolean or filled with -inf make that row NaN, and the NaN hidden
-    state becomes NaN K/V in the next layer, which poisons the real rows through 0 * NaN in
-    probs @ V (GPTBigCode). Unmasking the diagonal where the key is padding touches no real
-    row (their diagonal key is real and already allowed) and keeps the padding rows finite.
-    """
-    am = _param(model, "attention_mask").output(0)
-    q_len = _param(model, "input_ids").get_partial_shape()[1].get_length()
-    s_len = am.get_partial_shape()[1].get_length()
-    i64 = ov.Type.i64
-    pad = ops.reshape(
-        ops.equal(am, ops.constant(np.array(0, am.get_element_type().to_dtype()))),
-        ops.constant([1, 1, 1, s_len], i64),
-        False,
-    )
-    q_slot = ops.constant(np.arange(s_len - q_len, s_len, dtype=np.int64).reshape(1, 1, q_len, 1))
-    k_slot = ops.constant(np.arange(s_len, dtype=np.int64).reshape(1, 1, 1, s_len))
-    fix = ops.logical_and(ops.equal(q_slot, k_slot), pad)
-    done = 0
-    for op in model.get_ordered_ops():
-        if op.get_type_name() != "ScaledDotProductAttention" or op.get_input_size() < 4:
-            continue
-        old = op.input_value(3)
-        if old.get_partial_shape().rank.get_length() < 2:
-            continue  # a scalar mask: no rows to fix
-        if old.get_element_type() == ov.Type.boolean:
-            new = ops.logical_or(old, fix)
-        else:
-            new = ops.select(fix, ops.constant(np.array(0, old.get_element_type().to_dtype())), old)
-        op.input(3).replace_source_output(new.output(0))
-        done += 1
-    if done:
-        model.validate_nodes_and_infer_types()
-
-
-def _mask_fill(mask: ov.Output) -> float:
-    """The fill value of a Select(cond, 0, fill) mask, else f16's lowest (NaN-free under f32)."""
-    node = mask.get_node()
-    if node.get_type_name() == "Select":
-        fill = node.input_value(2).get_node()
-        if fill.get_type_name() == "Constant" and fill.get_output_shape(0) == []:
-            return float(fill.get_data())
-    return float(np.finfo(np.float16).min)
 
 
 EMBED = "npuw_output_embed"
@@ -773,7 +255,7 @@ EMBED = "npuw_output_embed"
 
 def _head_matmul(model: ov.Model) -> ov.Node | None:
     """The vocabulary MatMul that produces ``logits`` (through Convert/Add/softcap ops), if any."""
-    node = _result(model, "logits").input_value(0).get_node()
+    node = find_result(model, "logits").input_value(0).get_node()
     hops = 0
     while node.get_type_name() != "MatMul" and hops < 8 and node.get_input_size() >= 1:
         node = node.input_value(0).get_node()
@@ -810,7 +292,7 @@ def _redirect_logits_to_embed(model: ov.Model) -> None:
         raise CompileError(
             "shared LM head: no vocabulary MatMul found before 'logits'", stage="transform"
         )
-    res = _result(model, "logits")
+    res = find_result(model, "logits")
     embed = ops.result(mm.input_value(0))
     embed.output(0).get_tensor().set_names({EMBED})
     model.remove_result(res)
@@ -831,7 +313,7 @@ def make_lm_head_model(stateless: ov.Model, positions: int = 1) -> ov.Model | No
     param = ops.parameter([1, positions, width.get_length()], hidden.get_element_type(), name=EMBED)
     param.output(0).get_tensor().set_names({EMBED})
     mm.input(0).replace_source_output(param.output(0))
-    head = ov.Model([_result(m, "logits")], [param], f"{stateless.get_friendly_name()}_lm_head")
+    head = ov.Model([find_result(m, "logits")], [param], f"{stateless.get_friendly_name()}_lm_head")
     head.validate_nodes_and_infer_types()
     return head
 
@@ -885,8 +367,8 @@ def make_prefill_model(
     if shared_head:
         _redirect_logits_to_embed(m)
     _static(m, kv, chunk or max_prompt, max_prompt, has_past=bool(chunk))
-    _position_masks(m, masks or {})
-    _padding_attends_itself(m)
+    rewrite_position_masks(m, masks or {})
+    padding_attends_itself(m)
     if rope_positions:
         cache_rope(m, rope_positions)
     rotate_half_as_matmul(m)
@@ -918,7 +400,7 @@ def make_generate_model(
     if shared_head:
         _redirect_logits_to_embed(m)
     _static(m, kv, max_gen_len, kv_size, has_past=True)
-    _position_masks(m, masks or {})
+    rewrite_position_masks(m, masks or {})
     if rope_positions:
         cache_rope(m, rope_positions)
     rotate_half_as_matmul(m)  # exact; −4% per decode step on CPU, neutral on the emulated NPU

@@ -227,12 +227,13 @@ def test_genai_shim_npu_all_transforms(
 
 def test_npuw_transforms_apply(arch_dir: Path) -> None:
     """The lead's NPUW rewrites recognise the phi3/gemma patterns (none silently skipped)."""
+    import ov_npu_emu_npuw.attention_rewrites as rewrites
     import ov_npu_emu_npuw.transform as transform
     c = get_preset(arch_dir.name.rstrip("0123456789"))
     stateless, kv = transform.to_stateless(ov.Core().read_model(arch_dir / "openvino_model.xml"))
     gen = transform.make_generate_model(stateless, kv, 128, ov.Type.f32)
-    assert transform.group_attention(gen.clone()) == c.num_hidden_layers
-    assert transform.cache_rope(gen.clone(), 128) == 2  # one Sin, one Cos shared by all layers
+    assert rewrites.group_attention(gen.clone()) == c.num_hidden_layers
+    assert rewrites.cache_rope(gen.clone(), 128) == 2  # one Sin, one Cos shared by all layers
     assert transform.make_lm_head_model(stateless) is not None
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import openvino as ov
 import pytest
 from ov_npu_emu_npuw.compiled_model import CPU_SINGLE_THREAD_STEP_BYTES, generate_default_config
-from ov_npu_emu_npuw.transform import KVLayout
+from ov_npu_emu_npuw.model_io import KVLayout
 
 from ov_npu_emu.testing import CPU_EXACT_CONFIG
 

@@ -14,8 +14,8 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 import pytest
+from ov_npu_emu_npuw.attention_rewrites import group_attention
 from ov_npu_emu_npuw.transform import (
-    group_attention,
     make_generate_model,
     make_prefill_model,
     to_stateless,
