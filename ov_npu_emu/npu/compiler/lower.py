@@ -17,6 +17,14 @@ import openvino as ov
 from ov_npu_emu.errors import CompileError, UnsupportedOpError
 from ov_npu_emu.npu.arch import HardwareConfig, dma_cycles, dpu_cycles, shave_cycles
 from ov_npu_emu.npu.blob.format import MAX_DIMS, MAX_OPERANDS, WEIGHT_FORMATS, TaskKind
+from ov_npu_emu.npu.blob.kernel_params import (
+    NO_PARAMS,
+    KernelParams,
+    MatMulDqParams,
+    MatMulParams,
+    SdpaParams,
+    pack_params,
+)
 from ov_npu_emu.npu.compiler import lower_conv, lower_elementwise, lower_movement
 from ov_npu_emu.npu.compiler.compress import F16_DQ_ROUNDING, CompressedWeight
 from ov_npu_emu.npu.compiler.frontend import Prepared
@@ -102,15 +110,16 @@ class _Lowerer:
         self.out.compressed.append(v)
         return v
 
-    def mm(self, a: Value, b: Value, o: Value, params: list[float], node: ov.Node, macs: int) -> None:
+    def mm(self, a: Value, b: Value, o: Value, params: MatMulParams, node: ov.Node, macs: int) -> None:
         """One DPU MatMul task; a compressed ``b`` is decompressed per tile by matmul_dq."""
         if b.comp is None:
             self.dpu("matmul", [a, b], [o], params, node, macs)
             return
         c = b.comp
         n, k = b.shape
-        dq = [WEIGHT_FORMATS[c.fmt], 1.0 if c.has_zp else 0.0, F16_DQ_ROUNDING, n, k]
-        self.dpu("matmul_dq", [a, *c.operands], [o], [*params, *dq], node, macs)
+        dq = MatMulDqParams(params.transpose_a, params.transpose_b, WEIGHT_FORMATS[c.fmt], c.has_zp, F16_DQ_ROUNDING,
+                            n, k)
+        self.dpu("matmul_dq", [a, *c.operands], [o], dq, node, macs)
 
     def const_of(self, node: ov.Node, i: int) -> np.ndarray | None:
         src = node.input_value(i).get_node()
@@ -134,7 +143,7 @@ class _Lowerer:
         return self.new_value(shape, src.dtype, root.place, port=root.port, alias=root)
 
     # -- tasks ----------------------------------------------------------------------------
-    def _task(self, kind: TaskKind, kernel: str, ins: list[Value], outs: list[Value], params: list[float],
+    def _task(self, kind: TaskKind, kernel: str, ins: list[Value], outs: list[Value], params: KernelParams | None,
               node: ov.Node | None, cycles: int, lane: int, dma: DmaSpec | None = None) -> Task:
         for v in ins + outs:
             if len(v.shape) > MAX_DIMS:
@@ -144,7 +153,12 @@ class _Lowerer:
                     node_name=node.get_friendly_name() if node else "")
         if len(ins) + len(outs) > MAX_OPERANDS:
             raise CompileError(f"{kernel}: too many operands", stage="lower")
-        t = Task(len(self.out.tasks), kind, kernel, ins, outs, [float(p) for p in params],
+        packed: list[float] = []
+        if params is not None:  # DPU/SHAVE: the kernel's own record, on the engine it runs on
+            if params.ENGINE != kind.name:
+                raise CompileError(f"{kernel} runs on the {params.ENGINE}, not the {kind.name}", stage="lower")
+            packed = list(pack_params(kernel, params))
+        t = Task(len(self.out.tasks), kind, kernel, ins, outs, packed,
                  node.get_friendly_name() if node is not None else "", node.get_type_name() if node is not None else "",
                  dma, cycles, lane)
         for v in ins:
@@ -155,14 +169,14 @@ class _Lowerer:
         return t
 
     def shave(
-        self, kernel: str, ins: list[Value], outs: list[Value], params: list[float], node: ov.Node | None
+        self, kernel: str, ins: list[Value], outs: list[Value], params: KernelParams, node: ov.Node | None
     ) -> Task:
         elems = max(int(np.prod(v.shape, dtype=np.int64)) for v in ins + outs)
         cyc = shave_cycles(self.hw, elems, _FLOPS.get(kernel, 1))
         return self._task(TaskKind.SHAVE, kernel, ins, outs, params, node, cyc, self.hw.dma_channels + 1)
 
     def dpu(
-        self, kernel: str, ins: list[Value], outs: list[Value], params: list[float], node: ov.Node, macs: int
+        self, kernel: str, ins: list[Value], outs: list[Value], params: KernelParams, node: ov.Node, macs: int
     ) -> Task:
         wbytes = sum(v.nbytes for v in ins if v.root.place is Place.CONST)
         return self._task(
@@ -185,12 +199,12 @@ class _Lowerer:
         lane = self._dma_rr % self.hw.dma_channels
         self._dma_rr += 1
         spec = DmaSpec(src, src_off, dst, dst_off, d0, d1, row, ss, ds)
-        return self._task(TaskKind.DMA, "dma", [src], [dst], [], node, dma_cycles(self.hw, d0 * d1 * row), lane, spec)
+        return self._task(TaskKind.DMA, "dma", [src], [dst], None, node, dma_cycles(self.hw, d0 * d1 * row), lane, spec)
 
     def copy(self, src: Value, dst: Value, node: ov.Node | None) -> None:
         """Whole-tensor copy; a dtype change goes through a SHAVE convert instead of DMA."""
         if src.dtype != dst.dtype:
-            self.shave("convert", [src], [dst], [], node)
+            self.shave("convert", [src], [dst], NO_PARAMS, node)
         else:
             self.dma(src, 0, dst, 0, 1, 1, src.nbytes, (0, 0), (0, 0), node)
 
@@ -302,8 +316,8 @@ class _Lowerer:
             )
         causal = bool(node.get_attributes().get("causal", False))
         o = self.node_out(node)
-        # params[3]: query heads per K/V head (grouped-query attention; 1 = plain)
-        t = self.shave("sdpa", ins, [o], [1.0 if causal else 0.0, 1.0 if has_mask else 0.0, scale, float(gk)], node)
+        # kv_groups: query heads per K/V head (grouped-query attention; 1 = plain)
+        t = self.shave("sdpa", ins, [o], SdpaParams(causal, has_mask, scale, gk), node)
         t.cycles = shave_cycles(self.hw, int(np.prod(q.shape)) * k.shape[-2] * 2, 2)
         self.vals[(node.get_name(), 0)] = o
 
@@ -311,7 +325,7 @@ class _Lowerer:
         """[B, Hkv, S, D] -> [B, Hkv*G, S, D] by a broadcast task (the ungrouped SDPA input)."""
         b, hkv, s_len, d = x.shape
         o = self.scratch((b, hkv, g, s_len, d), x.dtype)
-        self.shave("broadcast", [self.alias(x, (b, hkv, 1, s_len, d))], [o], [], node)
+        self.shave("broadcast", [self.alias(x, (b, hkv, 1, s_len, d))], [o], NO_PARAMS, node)
         return self.alias(o, (b, hkv * g, s_len, d))
 
     def op_matmul(self, node: ov.Node) -> None:
@@ -321,7 +335,7 @@ class _Lowerer:
         o = self.node_out(node)
         k = a.shape[-2] if ta and len(a.shape) > 1 else a.shape[-1]
         macs = int(np.prod(o.shape, dtype=np.int64)) * k
-        params = [1.0 if ta else 0.0, 1.0 if tb else 0.0]
+        params = MatMulParams(ta, tb)
         self.vals[(node.get_name(), 0)] = o
         # stage the activation rows through CMX: DDR -> CMX (DMA), DPU in CMX, CMX -> DDR (DMA)
         rows = int(np.prod(a.shape[:-1], dtype=np.int64))

@@ -8,6 +8,7 @@ import numpy as np
 import openvino as ov
 
 from ov_npu_emu.errors import UnsupportedOpError
+from ov_npu_emu.npu.blob.kernel_params import AvgPoolParams, ConvParams, MaxPoolParams
 from ov_npu_emu.npu.compiler.graph import Place
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def op_conv(lw: _Lowerer, node: ov.Node) -> None:
     groups = w.shape[0] if group else 1
     o = lw.node_out(node)
     macs = int(np.prod(o.shape)) * int(np.prod(w.shape)) // max(w.shape[0] * (w.shape[1] if group else 1), 1)
-    params = [groups, nd, *strides, *dil, *pb, *pe]
+    params = ConvParams(groups, nd, strides, dil, pb, pe)
     lw.vals[(node.get_name(), 0)] = o
     half = lw.hw.cmx_size // 2
     per_channel = o.nbytes // max(o.shape[1], 1)
@@ -95,13 +96,11 @@ def op_pool(lw: _Lowerer, node: ov.Node) -> None:
             raise UnsupportedOpError(
                 "MaxPool indices output is not supported", op_type=t, node_name=node.get_friendly_name()
             )
-        params = [len(kshape), *kshape, *strides, *dil, *pb, *pe]
-        lw.shave("maxpool", [x], [o], params, node)
+        lw.shave("maxpool", [x], [o], MaxPoolParams(len(kshape), kshape, strides, dil, pb, pe), node)
     else:
-        excl = 1.0 if at.get("exclude-pad", at.get("exclude_pad", False)) else 0.0
-        real_pe = [int(p) for p in _conv_pads(node, x.shape, tuple(kshape), strides, dil)[1]]
-        params = [len(kshape), *kshape, *strides, *dil, *pb, *pe, excl, *real_pe]
-        lw.shave("avgpool", [x], [o], params, node)
+        excl = bool(at.get("exclude-pad", at.get("exclude_pad", False)))
+        node_pe = _conv_pads(node, x.shape, tuple(kshape), strides, dil)[1]
+        lw.shave("avgpool", [x], [o], AvgPoolParams(len(kshape), kshape, strides, dil, pb, pe, excl, node_pe), node)
     lw.vals[(node.get_name(), 0)] = o
 
 

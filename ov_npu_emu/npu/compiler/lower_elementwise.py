@@ -10,6 +10,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 import openvino as ov
 
+from ov_npu_emu.npu.blob.kernel_params import (
+    NO_PARAMS,
+    AxisParams,
+    ClampParams,
+    CumSumParams,
+    DivideParams,
+    EluParams,
+    GeluParams,
+    KernelParams,
+    MvnParams,
+    ReduceParams,
+    SwishParams,
+)
 from ov_npu_emu.npu.compiler.graph import Place, np_dtype
 
 if TYPE_CHECKING:
@@ -39,16 +52,16 @@ def op_binary(lw: _Lowerer, node: ov.Node) -> None:
     a, b = lw.inp(node, 0), lw.inp(node, 1)
     o = lw.node_out(node)
     kernel = _BINARY[node.get_type_name()]
-    params: list[float] = []
+    params: KernelParams = NO_PARAMS
     if kernel == "divide":
-        params = [1.0 if node.get_attributes().get("m_pythondiv", True) else 0.0]
+        params = DivideParams(bool(node.get_attributes().get("m_pythondiv", True)))
     lw.shave(kernel, [a, b], [o], params, node)
     lw.vals[(node.get_name(), 0)] = o
 
 
 def op_unary(lw: _Lowerer, node: ov.Node) -> None:
     o = lw.node_out(node)
-    lw.shave(_UNARY[node.get_type_name()], [lw.inp(node, 0)], [o], [], node)
+    lw.shave(_UNARY[node.get_type_name()], [lw.inp(node, 0)], [o], NO_PARAMS, node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -63,14 +76,14 @@ def op_convert(lw: _Lowerer, node: ov.Node) -> None:
         lw.vals[(node.get_name(), 0)] = lw.alias(x, x.shape)
         return
     o = lw.node_out(node)
-    lw.shave("convert", [x], [o], [], node)
+    lw.shave("convert", [x], [o], NO_PARAMS, node)
     lw.vals[(node.get_name(), 0)] = o
 
 
 def op_gelu(lw: _Lowerer, node: ov.Node) -> None:
     mode = str(node.get_attributes().get("approximation_mode", "ERF")).upper()
     o = lw.node_out(node)
-    lw.shave("gelu", [lw.inp(node, 0)], [o], [1.0 if mode == "TANH" else 0.0], node)
+    lw.shave("gelu", [lw.inp(node, 0)], [o], GeluParams(mode == "TANH"), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -79,20 +92,20 @@ def op_swish(lw: _Lowerer, node: ov.Node) -> None:
     if node.get_input_size() > 1:
         beta = float(lw.need_const(node, 1, "beta").reshape(-1)[0])
     o = lw.node_out(node)
-    lw.shave("swish", [lw.inp(node, 0)], [o], [beta], node)
+    lw.shave("swish", [lw.inp(node, 0)], [o], SwishParams(beta), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
 def op_clamp(lw: _Lowerer, node: ov.Node) -> None:
     at = node.get_attributes()
     o = lw.node_out(node)
-    lw.shave("clamp", [lw.inp(node, 0)], [o], [float(at["min"]), float(at["max"])], node)
+    lw.shave("clamp", [lw.inp(node, 0)], [o], ClampParams(float(at["min"]), float(at["max"])), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
 def op_select(lw: _Lowerer, node: ov.Node) -> None:
     o = lw.node_out(node)
-    lw.shave("select", [lw.inp(node, i) for i in range(3)], [o], [], node)
+    lw.shave("select", [lw.inp(node, i) for i in range(3)], [o], NO_PARAMS, node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -100,7 +113,7 @@ def op_softmax(lw: _Lowerer, node: ov.Node) -> None:
     x = lw.inp(node, 0)
     axis = int(node.get_attributes().get("axis", 1)) % len(x.shape)
     o = lw.node_out(node)
-    lw.shave("log_softmax" if node.get_type_name() == "LogSoftmax" else "softmax", [x], [o], [axis], node)
+    lw.shave("log_softmax" if node.get_type_name() == "LogSoftmax" else "softmax", [x], [o], AxisParams(axis), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -116,19 +129,19 @@ def op_reduce(lw: _Lowerer, node: ov.Node) -> None:
         "ReduceProd": "reduce_prod",
         "ReduceL2": "reduce_l2",
     }[node.get_type_name()]
-    lw.shave(kernel, [x], [o], axes, node)
+    lw.shave(kernel, [x], [o], ReduceParams(axes), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
 def op_prelu(lw: _Lowerer, node: ov.Node) -> None:
     o = lw.node_out(node)
-    lw.shave("prelu", [lw.inp(node, 0), lw.inp(node, 1)], [o], [], node)
+    lw.shave("prelu", [lw.inp(node, 0), lw.inp(node, 1)], [o], NO_PARAMS, node)
     lw.vals[(node.get_name(), 0)] = o
 
 
 def op_elu(lw: _Lowerer, node: ov.Node) -> None:
     o = lw.node_out(node)
-    lw.shave("elu", [lw.inp(node, 0)], [o], [float(node.get_attributes()["alpha"])], node)
+    lw.shave("elu", [lw.inp(node, 0)], [o], EluParams(float(node.get_attributes()["alpha"])), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -138,13 +151,8 @@ def op_mvn(lw: _Lowerer, node: ov.Node) -> None:
     axes = sorted({int(a) % len(x.shape) for a in lw.need_const(node, 1, "axes").reshape(-1)})
     inside = str(at.get("eps_mode", "INSIDE_SQRT")).upper() == "INSIDE_SQRT"
     o = lw.node_out(node)
-    lw.shave(
-        "mvn",
-        [x],
-        [o],
-        [1.0 if at.get("normalize_variance", True) else 0.0, float(at["eps"]), 1.0 if inside else 0.0, *axes],
-        node,
-    )
+    params = MvnParams(bool(at.get("normalize_variance", True)), float(at["eps"]), inside, axes)
+    lw.shave("mvn", [x], [o], params, node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -153,7 +161,7 @@ def op_cumsum(lw: _Lowerer, node: ov.Node) -> None:
     axis = int(lw.need_const(node, 1, "axis").reshape(-1)[0]) % len(x.shape) if node.get_input_size() > 1 else 0
     at = node.get_attributes()
     o = lw.node_out(node)
-    lw.shave("cumsum", [x], [o], [axis, 1.0 if at.get("exclusive") else 0.0, 1.0 if at.get("reverse") else 0.0], node)
+    lw.shave("cumsum", [x], [o], CumSumParams(axis, bool(at.get("exclusive")), bool(at.get("reverse"))), node)
     lw.vals[(node.get_name(), 0)] = o
 
 

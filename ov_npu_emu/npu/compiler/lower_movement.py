@@ -11,6 +11,16 @@ import openvino as ov
 from ov_npu_emu.errors import UnsupportedOpError
 from ov_npu_emu.npu.arch import shave_cycles
 from ov_npu_emu.npu.blob.format import SLICE_NONE, WEIGHT_FORMATS
+from ov_npu_emu.npu.blob.kernel_params import (
+    NO_PARAMS,
+    AxisParams,
+    GatherDqParams,
+    GatherParams,
+    PadParams,
+    SliceParams,
+    TopKParams,
+    TransposeParams,
+)
 from ov_npu_emu.npu.compiler.compress import F16_DQ_ROUNDING
 from ov_npu_emu.npu.compiler.graph import Place, Value
 
@@ -77,7 +87,7 @@ def op_transpose(lw: _Lowerer, node: ov.Node) -> None:
     x = lw.inp(node, 0)
     perm = [int(p) for p in lw.need_const(node, 1, "permutation").reshape(-1)] or list(range(len(x.shape)))[::-1]
     o = lw.node_out(node)
-    lw.shave("transpose", [x], [o], perm, node)
+    lw.shave("transpose", [x], [o], TransposeParams(perm), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -122,7 +132,7 @@ def op_broadcast(lw: _Lowerer, node: ov.Node) -> None:
             shape[a] = d
         src = lw.alias(x, tuple(shape))
     o = lw.node_out(node)
-    lw.shave("broadcast", [src], [o], [], node)
+    lw.shave("broadcast", [src], [o], NO_PARAMS, node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -137,11 +147,11 @@ def op_gather(lw: _Lowerer, node: ov.Node) -> None:
         # embedding lookup: only the gathered rows are decompressed (axis 0, batch_dims 0)
         c = data.comp
         n, k = data.shape
-        dq = [WEIGHT_FORMATS[c.fmt], 1.0 if c.has_zp else 0.0, F16_DQ_ROUNDING, n, k]
+        dq = GatherDqParams(WEIGHT_FORMATS[c.fmt], c.has_zp, F16_DQ_ROUNDING, n, k)
         t = lw.shave("gather_dq", [c.operands[0], idx, *c.operands[1:]], [o], dq, node)
         t.cycles = shave_cycles(lw.hw, int(np.prod(o.shape, dtype=np.int64)), 3)
     else:
-        lw.shave("gather", [data, idx], [o], [axis, bd], node)
+        lw.shave("gather", [data, idx], [o], GatherParams(axis, bd), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -149,7 +159,7 @@ def op_gather_elements(lw: _Lowerer, node: ov.Node) -> None:
     data, idx = lw.inp(node, 0), lw.inp(node, 1)
     axis = int(node.get_attributes()["axis"]) % len(data.shape)
     o = lw.node_out(node)
-    lw.shave("gather_elements", [data, idx], [o], [axis], node)
+    lw.shave("gather_elements", [data, idx], [o], AxisParams(axis), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -159,11 +169,11 @@ def _scatter_runtime(lw: _Lowerer, node: ov.Node, x: Value, u: Value) -> None:
     idx = lw.inp(node, 1)
     o = lw.node_out(node)
     if t == "ScatterNDUpdate":
-        lw.shave("scatter_nd", [x, idx, u], [o], [], node)
+        lw.shave("scatter_nd", [x, idx, u], [o], NO_PARAMS, node)
     else:
         axis = int(lw.need_const(node, 3, "axis").reshape(-1)[0]) % len(x.shape)
         kernel = "scatter_elements" if t == "ScatterElementsUpdate" else "scatter_update"
-        lw.shave(kernel, [x, idx, u], [o], [axis], node)
+        lw.shave(kernel, [x, idx, u], [o], AxisParams(axis), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -173,10 +183,10 @@ def op_topk(lw: _Lowerer, node: ov.Node) -> None:
     k = int(lw.need_const(node, 1, "k").reshape(-1)[0])
     attrs = node.get_attributes()
     axis = int(attrs["axis"]) % len(x.shape)
-    mode = 1.0 if str(attrs["mode"]).lower() == "max" else 0.0
-    by_index = 1.0 if str(attrs["sort"]).lower() == "index" else 0.0
+    largest = str(attrs["mode"]).lower() == "max"
+    by_index = str(attrs["sort"]).lower() == "index"
     values, indices = lw.node_out(node, 0), lw.node_out(node, 1)
-    lw.shave("topk", [x], [values, indices], [axis, k, mode, by_index], node)
+    lw.shave("topk", [x], [values, indices], TopKParams(axis, k, largest, by_index), node)
     lw.vals[(node.get_name(), 0)] = values
     lw.vals[(node.get_name(), 1)] = indices
 
@@ -191,7 +201,7 @@ def op_concat(lw: _Lowerer, node: ov.Node) -> None:
         x = lw.inp(node, i)
         if x.dtype != o.dtype:  # f16 mode: user inputs in f32 join f16 activations
             y = lw.scratch(x.shape, o.dtype)
-            lw.shave("convert", [x], [y], [], node)
+            lw.shave("convert", [x], [y], NO_PARAMS, node)
             x = y
         ai = x.shape[axis]
         if ai:
@@ -230,10 +240,10 @@ def op_index(lw: _Lowerer, node: ov.Node) -> None:
     o = lw.node_out(node)
     sl = _as_slices(idx, x.shape)
     if sl is not None:
-        lw.shave("slice", [x], [o], [v for s in sl for v in s], node)
+        lw.shave("slice", [x], [o], SliceParams(sl), node)
     else:
         iv = lw.new_value(idx.shape, np.dtype(np.int64), Place.CONST, data=np.ascontiguousarray(idx))
-        lw.shave("take", [x, iv], [o], [], node)
+        lw.shave("take", [x, iv], [o], NO_PARAMS, node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -264,12 +274,12 @@ def op_scatter(lw: _Lowerer, node: ov.Node) -> None:
     for src, off in ((x, 0), (u, n * o.dtype.itemsize)):
         if src.dtype != o.dtype:
             y = lw.scratch(src.shape, o.dtype)
-            lw.shave("convert", [src], [y], [], node)
+            lw.shave("convert", [src], [y], NO_PARAMS, node)
             src = y
         if src.nbytes:
             lw.dma(src, 0, joined, off, 1, 1, src.nbytes, (0, 0), (0, 0), node)
     iv = lw.new_value(idx.shape, np.dtype(np.int64), Place.CONST, data=np.ascontiguousarray(idx))
-    lw.shave("take", [joined, iv], [o], [], node)
+    lw.shave("take", [joined, iv], [o], NO_PARAMS, node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -285,7 +295,7 @@ def op_pad(lw: _Lowerer, node: ov.Node) -> None:
         value = float(lw.need_const(node, 3, "pad_value").reshape(-1)[0])
     modes = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}
     o = lw.node_out(node)
-    lw.shave("pad", [x], [o], [modes[mode], value, *pb, *pe], node)
+    lw.shave("pad", [x], [o], PadParams(modes[mode], value, pb, pe), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
