@@ -25,6 +25,8 @@ import numpy as np
 from ov_npu_emu.errors import KernelParamsError
 
 __all__ = [
+    "DOC_BEGIN",
+    "DOC_END",
     "KERNEL_PARAMS",
     "AvgPoolParams",
     "AxisParams",
@@ -438,6 +440,11 @@ def unpack_params(kernel: str, values: Sequence[float] | np.ndarray | KernelPara
         pack_params(kernel, values)
         return values
     return cls.unpack(values, kernel)
+
+
+#: the generated table sits between these lines of docs/npu_blob_format.md
+DOC_BEGIN = "<!-- kernel-params:begin -->"
+DOC_END = "<!-- kernel-params:end -->"
 
 
 def markdown() -> str:
