@@ -121,3 +121,15 @@ def test_blob_format_doc_table_is_generated_from_the_records():
     doc = DOC.read_text(encoding="utf-8")
     table = doc.partition(kp.DOC_BEGIN)[2].partition(kp.DOC_END)[0].strip()
     assert table == kp.markdown(), "docs/npu_blob_format.md is stale: run python tools/kernel_params_doc.py --write"
+
+
+def test_a_record_on_the_wrong_engine_is_a_compile_error():
+    from ov_npu_emu.errors import CompileError
+    from ov_npu_emu.npu.arch import HardwareConfig
+    from ov_npu_emu.npu.compiler.graph import Place
+    from ov_npu_emu.npu.compiler.lower import _Lowerer
+
+    lw = _Lowerer(None, HardwareConfig(), False, False)  # the task builders never read the model
+    v = lw.new_value((2, 2), np.float32, Place.SCRATCH)
+    with pytest.raises(CompileError, match="matmul runs on the DPU, not the SHAVE"):
+        lw.shave("matmul", [v, v], [v], kp.MatMulParams(False, False), None)
