@@ -24,6 +24,7 @@ __all__ = [
     "MemoryPlanError",
     "RelocationError",
     "BlobFormatError",
+    "KernelParamsError",
     "ExecutionError",
     "BarrierDeadlockError",
     "PromptTooLongError",
@@ -120,6 +121,14 @@ class RelocationError(NpuEmuError):
 
 class BlobFormatError(NpuEmuError):
     """A blob or exported artefact is corrupt, truncated, foreign or from another version."""
+
+
+class KernelParamsError(BlobFormatError):
+    """A task's parameter block does not fit its kernel's record (npu/blob/kernel_params.py)."""
+
+    def __init__(self, message: str, *, kernel: str) -> None:
+        super().__init__(message)
+        self.kernel = kernel
 
 
 class ExecutionError(NpuEmuError):

@@ -9,12 +9,18 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
-__all__ = ["CompressedWeight", "PLACEHOLDER_PREFIX", "detach_compressed_weights", "unpack4"]
+__all__ = ["CompressedWeight", "F16_DQ_ROUNDING", "PLACEHOLDER_PREFIX", "detach_compressed_weights", "unpack4"]
 
 logger = logging.getLogger(__name__)
 
 #: name prefix of the temporary Parameters that stand in for detached weights during folding
 PLACEHOLDER_PREFIX = "__npu_compressed_weight."
+
+#: Decompression math is f32 even when the IR multiplies the scale in f16 (NNCF's int4 layout):
+#: the DPU's fused decompression works like the CPU plugin's, our oracle. OpenVINO's constant
+#: folding would round (q - zp)·scale to f16 instead (<= 1 f16 ulp of a weight apart). The
+#: kernels still implement the f16 rounding (the matmul_dq / gather_dq flag) for experiments.
+F16_DQ_ROUNDING = False
 
 _INT_TYPES = {"u8": "u8", "i8": "i8", "u4": "u4", "i4": "i4"}
 

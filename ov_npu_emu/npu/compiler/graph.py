@@ -6,10 +6,18 @@ import dataclasses
 import enum
 
 import numpy as np
+import openvino as ov
 
 from ov_npu_emu.npu.blob.format import TaskKind
 
-__all__ = ["DmaSpec", "Packed", "Place", "Task", "Value"]
+__all__ = ["DmaSpec", "Packed", "Place", "Task", "Value", "np_dtype"]
+
+
+def np_dtype(t: ov.Type) -> np.dtype:
+    """The numpy dtype of an OpenVINO element type (boolean included)."""
+    if t == ov.Type.boolean:
+        return np.dtype(np.bool_)
+    return np.dtype(t.to_dtype())
 
 
 class Place(enum.Enum):

@@ -22,6 +22,7 @@ from ov_npu_emu.npu.blob.format import (
     Operand,
     TaskKind,
 )
+from ov_npu_emu.npu.blob.kernel_params import MatMulDqParams, MatMulParams
 from ov_npu_emu.npu.device.kernels import DQ_TILE_BYTES, RowWindow, dequantize, make_kernel
 
 __all__ = ["DecodedTask", "ManagementCore", "Schedule", "decode_task"]
@@ -73,7 +74,8 @@ def _strided(aspace: AddressSpaceLike, addr: int, d0: int, d1: int, row: int, s0
 def _bind_cached_dq(views: list[np.ndarray], addrs: list[int], n_in: int, params: np.ndarray,
                     wcache: WeightsCacheLike) -> Callable[[], None]:
     """matmul_dq with the driver's weights cache: decompress once per (addresses, shapes, format)."""
-    fmt, has_zp, mul_f16, n, k = int(params[2]), bool(params[3]), bool(params[4]), int(params[5]), int(params[6])
+    p = MatMulDqParams.unpack(params, "matmul_dq")
+    fmt, has_zp, mul_f16, n, k = p.weight_format, p.has_zero_point, p.f16_rounding, p.n, p.k
     q = views[1]
     scale = views[2] if n_in > 2 else None
     zp = views[3] if has_zp and n_in > 3 else None
@@ -93,10 +95,10 @@ def _bind_cached_dq(views: list[np.ndarray], addrs: list[int], n_in: int, params
 
     w = wcache.get(key, fill, 4 * n * k)
     if w is None:  # over the cache's budget: decompress tile by tile on every run
-        return make_kernel("matmul_dq", views[:n_in], views[n_in:], params)
+        return make_kernel("matmul_dq", views[:n_in], views[n_in:], p)
     if w.shape != (n, k):
         raise ExecutionError(f"weights cache entry has shape {w.shape}, expected {(n, k)}")
-    return make_kernel("matmul", [views[0], w], views[n_in:], params[:2])
+    return make_kernel("matmul", [views[0], w], views[n_in:], MatMulParams(p.transpose_a, p.transpose_b))
 
 
 def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offset: int, kind: TaskKind,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
+from ov_npu_emu.npu.blob.kernel_params import KernelParams, unpack_params
 from ov_npu_emu.npu.device.kernels import dequant, elementwise, linear, movement  # noqa: F401 - registers
 from ov_npu_emu.npu.device.kernels.attention import RowWindow, _sdpa
 from ov_npu_emu.npu.device.kernels.dequant import DQ_TILE_BYTES, TileDequantizer, dequantize
@@ -20,11 +21,15 @@ __all__ = ["DQ_TILE_BYTES", "KERNELS", "Maker", "RowWindow", "Runner", "TileDequ
            "make_kernel"]
 
 
-def make_kernel(name: str, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray,
-                window: RowWindow | None = None) -> Runner:
+def make_kernel(name: str, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray],
+                params: np.ndarray | Sequence[float] | KernelParams, window: RowWindow | None = None) -> Runner:
+    """Bind kernel ``name`` to its operand views; ``params`` is the task's f64 parameter block (or
+    its record), unpacked here once so every kernel reads named fields (KernelParamsError if it
+    does not fit the kernel's record)."""
     maker = KERNELS.get(name)
     if maker is None:
         raise ExecutionError(f"kernel {name!r} is not in this device's kernel library")
+    record = unpack_params(name, params)
     if window is not None and name == "sdpa":
-        return _sdpa(ins, outs, params, window)
-    return maker(ins, outs, params)
+        return _sdpa(ins, outs, record, window)
+    return maker(ins, outs, record)

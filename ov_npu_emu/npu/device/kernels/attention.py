@@ -280,7 +280,7 @@ def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWi
 
 @kernel("sdpa")
 def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[no-untyped-def]
-    """Attention; params: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head.
+    """Attention (SdpaParams: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head).
 
     Grouped (G > 1): K/V hold Hkv heads and query head h reads K/V head h // G, as the IR's
     Unsqueeze/Broadcast/Reshape expansion did; the G query heads of a group share one matmul.
@@ -290,8 +290,8 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
     mask = ins[3] if len(ins) > 3 else None
     mask_in = mask
     o = outs[0]
-    causal, scale = bool(params[0]), float(params[2])
-    groups = int(params[3]) if params.size > 3 and params[3] > 1 else 1
+    causal, scale = params.causal, params.scale
+    groups = max(params.kv_groups, 1)
     if scale == 0.0:
         scale = 1.0 / math.sqrt(q.shape[-1])
     L, S = q.shape[-2], k.shape[-2]

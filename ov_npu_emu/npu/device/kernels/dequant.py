@@ -140,8 +140,8 @@ def _matmul_dq(ins, outs, params):  # type: ignore[no-untyped-def]
     """MatMul against a compressed weight, decompressed tile by tile of output channels."""
     a = ins[0]
     o = outs[0]
-    ta, tb = bool(params[0]), bool(params[1])
-    fmt, has_zp, mul_f16, n, k = int(params[2]), bool(params[3]), bool(params[4]), int(params[5]), int(params[6])
+    ta, tb = params.transpose_a, params.transpose_b
+    fmt, has_zp, mul_f16, n, k = params.weight_format, params.has_zero_point, params.f16_rounding, params.n, params.k
     q, scale, zp = _dq_operands(ins, 1, has_zp)
     if q.shape[0] != n or (scale is not None and scale.shape[0] != n):
         raise ExecutionError(f"matmul_dq: weight rows {q.shape[0]} do not match N={n}")
@@ -178,7 +178,7 @@ def _gather_dq(ins, outs, params):  # type: ignore[no-untyped-def]
     """Embedding lookup in a compressed table: only the gathered rows are decompressed."""
     idx = ins[1]
     o = outs[0]
-    fmt, has_zp, mul_f16, n, k = int(params[0]), bool(params[1]), bool(params[2]), int(params[3]), int(params[4])
+    fmt, has_zp, mul_f16, n, k = params.weight_format, params.has_zero_point, params.f16_rounding, params.n, params.k
     q = ins[0]
     scale = ins[2] if len(ins) > 2 else None
     zp = ins[3] if has_zp and len(ins) > 3 else None

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ov_npu_emu.npu.blob.kernel_params import AxisParams, KernelParams, ReduceParams
 from ov_npu_emu.npu.device.kernels.registry import KERNELS, Maker, Runner, kernel
 
 
@@ -51,7 +52,7 @@ _BIN_UFUNC = {
 def _make_binary(name: str) -> Maker:
     uf = _BIN_UFUNC[name]
 
-    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: KernelParams) -> Runner:
         a, b = ins
         o = outs[0]
         # bound as C-level partials: no Python frame per task on the hot path
@@ -72,7 +73,7 @@ def _divide(ins, outs, params):  # type: ignore[no-untyped-def]
     o = outs[0]
     if o.dtype.kind == "f":
         return functools.partial(np.divide, a, b, out=o, casting="unsafe")
-    if params.size and params[0]:  # python division for integers: floor
+    if params.python_division:  # python division for integers: floor
         return lambda: np.floor_divide(a, b, out=o)
     return lambda: np.copyto(o, np.trunc(a / b), casting="unsafe")
 
@@ -112,7 +113,7 @@ _UN_UFUNC = {
 def _make_unary(name: str) -> Maker:
     uf = _UN_UFUNC[name]
 
-    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: KernelParams) -> Runner:
         x, o = ins[0], outs[0]
         if name == "relu":
             return functools.partial(np.maximum, x, 0, out=o, casting="unsafe")
@@ -171,7 +172,7 @@ KERNELS.update({"hswish": _hswish, "hsigmoid": _hsigmoid, "mish": _mish})
 @kernel("gelu")
 def _gelu(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
-    tanh_mode = bool(params.size and params[0])
+    tanh_mode = params.tanh_approximation
     tmp = np.empty(o.shape, np.float32)
     c = math.sqrt(2.0 / math.pi)
 
@@ -197,7 +198,7 @@ def _gelu(ins, outs, params):  # type: ignore[no-untyped-def]
 @kernel("swish")
 def _swish(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
-    beta = float(params[0]) if params.size else 1.0
+    beta = params.beta
     tmp = np.empty(o.shape, np.float32)
     # 0-d arrays of the dtype a Python float would take (NEP 50): same loops, no per-call scalar
     # conversion (~0.5 us per ufunc call on these small tensors)
@@ -221,7 +222,7 @@ def _weak_scalar(value: float, dtype: np.dtype) -> np.ndarray | float:
 @kernel("clamp")
 def _clamp(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
-    lo, hi = float(params[0]), float(params[1])
+    lo, hi = params.min_value, params.max_value
     if o.dtype.kind in "iu":
         lo, hi = math.ceil(lo), math.floor(hi)
     return functools.partial(np.clip, x, lo, hi, out=o, casting="unsafe")
@@ -295,9 +296,9 @@ def _select(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 def _make_softmax(log: bool) -> Maker:
-    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: AxisParams) -> Runner:
         x, o = ins[0], outs[0]
-        axis = int(params[0])
+        axis = params.axis
         rshape = list(x.shape)
         rshape[axis] = 1
         mx = np.empty(rshape, np.float32)
@@ -335,9 +336,9 @@ _REDUCE = {
 
 
 def _make_reduce(name: str) -> Maker:
-    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: ReduceParams) -> Runner:
         x, o = ins[0], outs[0]
-        axes = tuple(int(a) for a in params)
+        axes = params.axes
         kshape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
         ok = o.reshape(kshape)
         if name == "reduce_l2":
@@ -383,7 +384,7 @@ def _prelu(ins, outs, params):  # type: ignore[no-untyped-def]
 @kernel("elu")
 def _elu(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
-    alpha = float(params[0])
+    alpha = params.alpha
     return lambda: np.copyto(o, np.where(x > 0, x, alpha * (np.exp(np.minimum(x, 0)) - 1)), casting="unsafe")
 
 
@@ -391,8 +392,7 @@ def _elu(ins, outs, params):  # type: ignore[no-untyped-def]
 @kernel("mvn")
 def _mvn(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
-    norm_var, eps, inside = bool(params[0]), float(params[1]), bool(params[2])
-    axes = tuple(int(a) for a in params[3:])
+    norm_var, eps, inside, axes = params.normalize_variance, params.eps, params.eps_inside_sqrt, params.axes
 
     def run() -> None:
         xf = x.astype(np.float32, copy=False)
@@ -408,7 +408,7 @@ def _mvn(ins, outs, params):  # type: ignore[no-untyped-def]
 @kernel("cumsum")
 def _cumsum(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
-    axis, exclusive, reverse = int(params[0]), bool(params[1]), bool(params[2])
+    axis, exclusive, reverse = params.axis, params.exclusive, params.reverse
 
     def run() -> None:
         v = np.flip(x, axis) if reverse else x

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ov_npu_emu.npu.blob.kernel_params import AvgPoolParams, MaxPoolParams
 from ov_npu_emu.npu.device.kernels.registry import KERNELS, Maker, Runner, kernel
 
 
@@ -14,7 +15,7 @@ from ov_npu_emu.npu.device.kernels.registry import KERNELS, Maker, Runner, kerne
 def _matmul(ins, outs, params):  # type: ignore[no-untyped-def]
     a, b = ins
     o = outs[0]
-    ta, tb = bool(params[0]), bool(params[1])
+    ta, tb = params.transpose_a, params.transpose_b
     av = np.swapaxes(a, -1, -2) if ta and a.ndim > 1 else a
     bv = np.swapaxes(b, -1, -2) if tb and b.ndim > 1 else b
     if a.ndim == 1 or b.ndim == 1 or a.dtype != np.float32 or b.dtype != np.float32 or o.dtype != np.float32:
@@ -28,9 +29,8 @@ def _matmul(ins, outs, params):  # type: ignore[no-untyped-def]
 def _conv(ins, outs, params):  # type: ignore[no-untyped-def]
     x, w = ins
     o = outs[0]
-    p = [int(v) for v in params]
-    groups, nd = p[0], p[1]
-    strides, dil, pb, pe = p[2 : 2 + nd], p[2 + nd : 2 + 2 * nd], p[2 + 2 * nd : 2 + 3 * nd], p[2 + 3 * nd : 2 + 4 * nd]
+    groups, nd = params.groups, params.nd
+    strides, dil, pb, pe = params.strides, params.dilations, params.pads_begin, params.pads_end
     ks = w.shape[-nd:]
     padded = np.zeros((*x.shape[:2], *[d + a + b for d, a, b in zip(x.shape[2:], pb, pe, strict=False)]), np.float32)
     inner = tuple(slice(a, a + d) for a, d in zip(pb, x.shape[2:], strict=False))
@@ -62,12 +62,11 @@ def _conv(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 def _make_pool(kind: str) -> Maker:
-    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray) -> Runner:
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: MaxPoolParams | AvgPoolParams) -> Runner:
         x, o = ins[0], outs[0]
-        p = [int(v) for v in params]
-        nd = p[0]
-        ks, st, dl = p[1 : 1 + nd], p[1 + nd : 1 + 2 * nd], p[1 + 2 * nd : 1 + 3 * nd]
-        pb, pe = p[1 + 3 * nd : 1 + 4 * nd], p[1 + 4 * nd : 1 + 5 * nd]
+        nd = params.nd
+        ks, st, dl = params.kernel, params.strides, params.dilations
+        pb, pe = params.pads_begin, params.pads_end
         fill = -np.inf if kind == "max" else 0.0
         padded = np.full(
             (*x.shape[:2], *[d + a + b for d, a, b in zip(x.shape[2:], pb, pe, strict=False)]), fill, np.float32
@@ -90,8 +89,9 @@ def _make_pool(kind: str) -> Maker:
                 np.copyto(o, win.max(axis=red), casting="unsafe")
 
             return run
-        excl = bool(p[1 + 5 * nd])
-        real_pe = p[2 + 5 * nd : 2 + 6 * nd]
+        assert isinstance(params, AvgPoolParams)
+        excl = params.exclude_pad
+        real_pe = params.node_pads_end
         ones = np.zeros(padded.shape, np.float32)
         # exclude_pad counts only real elements; otherwise explicit pads count but ceil overhang does not
         if excl:

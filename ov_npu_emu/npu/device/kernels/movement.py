@@ -13,7 +13,7 @@ from ov_npu_emu.npu.device.kernels.registry import kernel
 @kernel("transpose")
 def _transpose(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
-    xt = x.transpose([int(p) for p in params])
+    xt = x.transpose(params.perm)
     return functools.partial(np.copyto, o, xt, casting="unsafe")
 
 
@@ -26,8 +26,7 @@ def _broadcast(ins, outs, params):  # type: ignore[no-untyped-def]
 @kernel("slice")
 def _slice(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
-    p = [int(v) for v in params]
-    sl = tuple(slice(p[i], None if p[i + 1] == SLICE_NONE else p[i + 1], p[i + 2]) for i in range(0, len(p), 3))
+    sl = tuple(slice(start, None if stop == SLICE_NONE else stop, step) for start, stop, step in params.bounds)
     view = x[sl]
     return lambda: np.copyto(o, view, casting="unsafe")
 
@@ -46,7 +45,7 @@ def _take(ins, outs, params):  # type: ignore[no-untyped-def]
 def _gather(ins, outs, params):  # type: ignore[no-untyped-def]
     data, idx = ins
     o = outs[0]
-    axis, bd = int(params[0]), int(params[1])
+    axis, bd = params.axis, params.batch_dims
     if bd == 0:
         if o.dtype == data.dtype:
             # mode="wrap" maps negative indices like OpenVINO and avoids numpy's buffered copy
@@ -68,7 +67,7 @@ def _gather(ins, outs, params):  # type: ignore[no-untyped-def]
 def _gather_elements(ins, outs, params):  # type: ignore[no-untyped-def]
     data, idx = ins
     o = outs[0]
-    axis = int(params[0])
+    axis = params.axis
     dim = data.shape[axis]
 
     def run() -> None:
@@ -82,8 +81,8 @@ def _gather_elements(ins, outs, params):  # type: ignore[no-untyped-def]
 def _topk(ins, outs, params):  # type: ignore[no-untyped-def]
     x = ins[0]
     values, indices = outs
-    axis, k = int(params[0]), int(params[1])
-    largest, by_index = bool(params[2]), bool(params[3])
+    axis, k = params.axis, params.k
+    largest, by_index = params.largest, params.sort_by_index
 
     def run() -> None:
         # a stable sort of the negated values: equal values keep their order (lower index first)
@@ -107,7 +106,7 @@ def _wrapped(idx: np.ndarray, dims: tuple[int, ...] | int) -> np.ndarray:
 def _scatter_elements(ins, outs, params):  # type: ignore[no-untyped-def]
     data, idx, upd = ins
     o = outs[0]
-    axis = int(params[0])
+    axis = params.axis
 
     def run() -> None:
         np.copyto(o, data, casting="unsafe")
@@ -120,7 +119,7 @@ def _scatter_elements(ins, outs, params):  # type: ignore[no-untyped-def]
 def _scatter_update(ins, outs, params):  # type: ignore[no-untyped-def]
     data, idx, upd = ins
     o = outs[0]
-    axis = int(params[0])
+    axis = params.axis
 
     def run() -> None:
         np.copyto(o, data, casting="unsafe")
@@ -154,9 +153,8 @@ def _scatter_nd(ins, outs, params):  # type: ignore[no-untyped-def]
 @kernel("pad")
 def _pad(ins, outs, params):  # type: ignore[no-untyped-def]
     x, o = ins[0], outs[0]
-    mode, value = int(params[0]), float(params[1])
-    n = x.ndim
-    pb, pe = [int(v) for v in params[2 : 2 + n]], [int(v) for v in params[2 + n : 2 + 2 * n]]
+    mode, value = params.mode, params.value
+    pb, pe = params.pads_begin, params.pads_end
     width = list(zip(pb, pe, strict=False))
     name = ("constant", "edge", "reflect", "symmetric")[mode]
     if name == "constant":

@@ -1,6 +1,7 @@
 """The kernel library's registry: kernel name -> *maker*.
 
-A maker takes the operand views and the task's parameters and returns a zero-argument callable.
+A maker takes the operand views and the task's parameter record (ov_npu_emu.npu.blob.kernel_params,
+unpacked by make_kernel) and returns a zero-argument callable.
 Makers run once per command-list build, so scratch arrays a kernel needs are allocated there,
 never on the per-inference path.
 """
@@ -11,10 +12,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ov_npu_emu.npu.blob.kernel_params import KernelParams
+
 __all__ = ["KERNELS", "Maker", "Runner", "kernel"]
 
 Runner = Callable[[], None]
-Maker = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], np.ndarray], Runner]
+Maker = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], KernelParams], Runner]
 KERNELS: dict[str, Maker] = {}
 
 
