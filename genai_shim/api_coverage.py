@@ -20,10 +20,6 @@ INTERNAL = frozenset({"openvino", "os", "py_openvino_genai"})
 
 #: feature → (names of openvino_genai 2026.4.1 that belong to it, what genai_shim offers)
 FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
-    "LoRA adapters": (
-        ("Adapter", "AdapterConfig"),
-        "not implemented; GenerationConfig.adapters and the adapters property raise ConfigError",
-    ),
     "continuous batching pipeline": (
         (
             "ContinuousBatchingPipeline", "GenerationResult", "GenerationStatus",

@@ -19,6 +19,7 @@ from genai_shim.continuous_batching.llm_backend import PagedBackend
 from genai_shim.continuous_batching.llm_backend import supports as pa_supports
 from genai_shim.continuous_batching.pipeline import SchedulerConfig
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig, check_supported
+from genai_shim.lora_controller import AdapterController, resolve_adapters
 from genai_shim.model_folder import MODEL_XML, model_folder
 from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
@@ -64,9 +65,7 @@ _GENAI_ONLY_KEYS = (
 
 
 #: features openvino.genai offers through pipeline properties that genai_shim does not implement
-_UNSUPPORTED_FEATURES = {
-    "adapters": "LoRA adapters",
-}
+_UNSUPPORTED_FEATURES: dict[str, str] = {}
 
 
 class _Seq:
@@ -182,6 +181,13 @@ class LLMPipeline:
         scheduler_config = props.get("scheduler_config")
         # the real re-throws paged-attention failures only when PA was asked for explicitly
         explicit_pa = scheduler_config is not None or "ATTENTION_BACKEND" in props
+        adapters = resolve_adapters(props.get("adapters"))
+        if adapters and (draft is not None or prompt_lookup):
+            raise ConfigError(
+                "genai_shim applies LoRA adapters in the stateful and NPU pipelines only, not with "
+                "draft_model or prompt_lookup; drop one of them",
+                key="adapters",
+            )
         for k in _GENAI_ONLY_KEYS:
             props.pop(k, None)
         self._device = str(device).upper()
@@ -218,6 +224,7 @@ class LLMPipeline:
 
         self._core = _make_core()
         self._spec: SpeculativeDecoder | None = None
+        self._lora: AdapterController | None = None
         # chat state
         self._chat_active = False
         self._history: list[dict[str, Any]] = []
@@ -244,6 +251,11 @@ class LLMPipeline:
         else:
             model = self._core.read_model(folder / MODEL_XML)
         self._batch_axis, self._seq_axis = get_kv_axes_pos(model)
+        # LoRA goes into the graph before compiling (the real's AdapterController); with adapters
+        # the CPU pipeline is the stateful one (genai_shim's paged backend has no LoRA).
+        if adapters is not None:
+            self._lora = AdapterController(model, adapters, self._device)
+            self._config.adapters = adapters
         self._max_prompt_len = SIZE_MAX
         self._kv_capacity = SIZE_MAX
         self._pl_requests: list[Any] = []  # prompt lookup: one more request per extra prompt
@@ -257,7 +269,7 @@ class LLMPipeline:
         self._st_src = (model, props)
         if self._is_npu:
             self._set_stateful(self._compile_npu(model, props, folder))
-        elif self._paged and not self._prompt_lookup and folder is not None:
+        elif self._paged and not self._prompt_lookup and folder is not None and self._lora is None:
             self._pa = PagedBackend(folder, self._tokenizer, self._device, props, scheduler_config)
             try:
                 self._pa.engine  # noqa: B018  (compile now)
@@ -501,7 +513,10 @@ class LLMPipeline:
             config.set_eos_token_id(self._config.eos_token_id)
         config.validate()
         check_supported(
-            config, assisted=self._spec is not None or self._pl_requested, folder_defaults=self._config
+            config,
+            assisted=self._spec is not None or self._pl_requested,
+            folder_defaults=self._config,
+            lora=self._lora is not None,
         )
         if config.structured_output_config is not None:
             check_structured_output(config, speculative=self._spec is not None)
@@ -673,8 +688,22 @@ class LLMPipeline:
     # -- KV cache ------------------------------------------------------------------------------
     def _reset_kv(self) -> None:
         if self._spec is None and self._st is not None:  # speculative: reset every call
-            self._request.reset_state()
+            if self._lora is not None:  # the adapters' variables outlive a conversation
+                self._lora.reset_kv(self._request)
+            else:
+                self._request.reset_state()
         self._kv_tokens = []
+
+    def _apply_adapters(self, config: GenerationConfig) -> None:
+        adapters = resolve_adapters(config.adapters)
+        if self._lora is not None:
+            self._lora.apply(self._request, adapters)
+        elif adapters:  # the real would decode without them; never silently here
+            raise ConfigError(
+                "Adapters are passed to AdapterController but it was not configured to use adapters. "
+                "Enable using adapters by pass them in the constructor first.",
+                key="adapters",
+            )
 
     # -- speculative decoding ------------------------------------------------------------------
     def _generate_speculative(
@@ -773,6 +802,8 @@ class LLMPipeline:
 
     def _cut_states(self, request: Any, keep: int) -> None:
         for state in request.query_state():
+            if self._lora is not None and self._lora.has_state_name(state.get_name()):
+                continue
             data = np.asarray(state.state.data)
             index = [slice(None)] * data.ndim
             index[self._seq_axis] = slice(0, keep)
@@ -874,6 +905,7 @@ class LLMPipeline:
         # the metrics of its first request, i.e. the first prompt's tokens (both measured).
         perf.num_input_tokens = int(mask[0].sum()) if self._paged else int(ids.size)
         self._sampler.set_seed(config.rng_seed)
+        self._apply_adapters(config)
 
         # New conversation vs. continuing one: on NPU (full-history mode) and outside chat the
         # state is reset and the whole prompt is prefilled; CPU chat reuses the common prefix.
