@@ -45,22 +45,26 @@ def _layer(pattern: re.Pattern[str], name: str, groups: tuple[int, ...]) -> str 
     return None
 
 
+#: the real's text when the bytes are not a safetensors file
+_NOT_SAFETENSORS = "Cannot parse safetensor as a Safetensors file format. Safetensors file format is supported only"
+
+
 def read_safetensors(data: bytes | memoryview, origin: str) -> dict[str, np.ndarray]:
     """The documented format: u64 little-endian header size, a JSON header of
     ``name -> {dtype, shape, data_offsets}`` (plus an optional ``__metadata__``), then the data.
     Tensors come back as float32 arrays (bf16/f16 widened: LoRA math runs in f32 here)."""
     buf = memoryview(data).cast("B")
     if len(buf) < 8:
-        raise UserInputError(f"{origin}: not a safetensors file (shorter than its 8-byte header size)")
+        raise UserInputError(f"{_NOT_SAFETENSORS} ({origin}: shorter than its 8-byte header size)")
     (hsize,) = struct.unpack("<Q", buf[:8])
     if 8 + hsize > len(buf):
-        raise UserInputError(f"{origin}: not a safetensors file (header size {hsize} past the end)")
+        raise UserInputError(f"{_NOT_SAFETENSORS} ({origin}: header size {hsize} past the end)")
     try:
         header = json.loads(bytes(buf[8 : 8 + hsize]))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserInputError(f"{origin}: not a safetensors file (header is not JSON: {e})") from e
+        raise UserInputError(f"{_NOT_SAFETENSORS} ({origin}: header is not JSON: {e})") from e
     if not isinstance(header, dict):
-        raise UserInputError(f"{origin}: not a safetensors file (header is not a JSON object)")
+        raise UserInputError(f"{_NOT_SAFETENSORS} ({origin}: header is not a JSON object)")
     body = buf[8 + hsize :]
     out: dict[str, np.ndarray] = {}
     for name, info in header.items():
@@ -149,7 +153,9 @@ class Adapter:
             raw = np.ascontiguousarray(np.asarray(tensor.data)).reshape(-1).view(np.uint8)
             self._layers, self._constants = _group(read_safetensors(raw.tobytes(), "safetensor"), "safetensor")
             self._constants = {}  # the real's Tensor constructor groups A/B/alpha only
+            self._source: str | None = "safetensor"
             return
+        self._source = None
         if path is None:
             self._layers, self._constants = {}, {}
             return
@@ -164,6 +170,7 @@ class Adapter:
         if p.suffix != ".safetensors":
             raise UserInputError(f"Expected .safetensors file, got: {os.fspath(path)}")
         self._layers, self._constants = _group(read_safetensors(p.read_bytes(), os.fspath(p)), os.fspath(p))
+        self._source = os.fspath(p)
         if self._constants:
             raise ConfigError(
                 f"{os.fspath(p)} carries whole replacement weights ({', '.join(sorted(self._constants))}); "
@@ -173,7 +180,9 @@ class Adapter:
 
     @property
     def _valid(self) -> bool:
-        return hasattr(self, "_layers") and bool(self._layers or self._constants)
+        # as the real: any adapter read from a file or tensor is truthy, even one whose tensors
+        # match no LoRA name (pipelines then warn that they are unused)
+        return self._source is not None
 
     def __bool__(self) -> bool:
         return self._valid
@@ -187,7 +196,7 @@ class Adapter:
         return self
 
     def __repr__(self) -> str:
-        return f"<Adapter: {len(self._layers)} layers>" if self._valid else "<Adapter: empty>"
+        return f"<Adapter {self._source}: {len(self._layers)} layers>" if self._valid else "<Adapter: empty>"
 
 
 class AdapterConfig:

@@ -695,15 +695,9 @@ class LLMPipeline:
         self._kv_tokens = []
 
     def _apply_adapters(self, config: GenerationConfig) -> None:
-        adapters = resolve_adapters(config.adapters)
+        # (without a controller check_supported refused a non-default GenerationConfig.adapters)
         if self._lora is not None:
-            self._lora.apply(self._request, adapters)
-        elif adapters:  # the real would decode without them; never silently here
-            raise ConfigError(
-                "Adapters are passed to AdapterController but it was not configured to use adapters. "
-                "Enable using adapters by pass them in the constructor first.",
-                key="adapters",
-            )
+            self._lora.apply(self._request, resolve_adapters(config.adapters))
 
     # -- speculative decoding ------------------------------------------------------------------
     def _generate_speculative(
