@@ -129,7 +129,9 @@ class LoraStates:
     sub-request, and the variable states genai writes."""
 
     def __init__(self, inputs: dict[str, tuple[tuple[int, ...], np.dtype]], max_rank: int) -> None:
-        self.max_rank = max_rank
+        # the compiled inputs are the truth (an imported model keeps the rank it was built with)
+        ranks = {shape[_DIMS[_factor(n)][0]] for n, (shape, _) in inputs.items()}
+        self.max_rank = ranks.pop() if len(ranks) == 1 else max_rank
         # zeros: alpha 0, so no adapter acts until genai writes one
         self.bound = {n: np.zeros(shape, dtype) for n, (shape, dtype) in inputs.items()}
         self.states = [_LoraState(self, n) for n in sorted(self.bound)]
