@@ -251,8 +251,8 @@ class LLMPipeline:
         else:
             model = self._core.read_model(folder / MODEL_XML)
         self._batch_axis, self._seq_axis = get_kv_axes_pos(model)
-        # LoRA goes into the graph before compiling (the real's AdapterController); with adapters
-        # the CPU pipeline is the stateful one (genai_shim's paged backend has no LoRA).
+        # LoRA goes into the graph before compiling (the real's AdapterController); the paged
+        # backend injects its own copy (its model is read and compiled separately).
         if adapters is not None:
             self._lora = AdapterController(model, adapters, self._device)
             self._config.adapters = adapters
@@ -269,8 +269,9 @@ class LLMPipeline:
         self._st_src = (model, props)
         if self._is_npu:
             self._set_stateful(self._compile_npu(model, props, folder))
-        elif self._paged and not self._prompt_lookup and folder is not None and self._lora is None:
-            self._pa = PagedBackend(folder, self._tokenizer, self._device, props, scheduler_config)
+        elif self._paged and not self._prompt_lookup and folder is not None:
+            pa_props = props if adapters is None else {**props, "adapters": adapters}
+            self._pa = PagedBackend(folder, self._tokenizer, self._device, pa_props, scheduler_config)
             try:
                 self._pa.engine  # noqa: B018  (compile now)
             except (NpuEmuError, RuntimeError) as e:
@@ -899,7 +900,6 @@ class LLMPipeline:
         # the metrics of its first request, i.e. the first prompt's tokens (both measured).
         perf.num_input_tokens = int(mask[0].sum()) if self._paged else int(ids.size)
         self._sampler.set_seed(config.rng_seed)
-        self._apply_adapters(config)
 
         # New conversation vs. continuing one: on NPU (full-history mode) and outside chat the
         # state is reset and the whole prompt is prefilled; CPU chat reuses the common prefix.
@@ -950,6 +950,7 @@ class LLMPipeline:
                 stream.end()
             return self._encoded_results(seqs, perf, keep_kv)
 
+        self._apply_adapters(config)  # the stateful model's (the paged backend has its own)
         # Prefill: positions count only real (unmasked) tokens, padding gets 0.
         feed_ids, feed_mask = ids[:, past:], mask
         pos = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)[:, past:].astype(np.int64)

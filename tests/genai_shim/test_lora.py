@@ -56,12 +56,52 @@ def real_cpu(real_genai) -> list[str]:
 
 
 def test_cpu_matches_real(real_cpu):
-    ours = _run(genai_shim, "CPU", **F32)
+    """Default "CPU": the paged-attention backend, as the real (its own LoRA variables)."""
+    a, b = genai_shim.Adapter(str(QV_R8)), genai_shim.Adapter(str(MLP_R4))
+    pipe = genai_shim.LLMPipeline(str(LLAMA), "CPU", adapters=genai_shim.AdapterConfig(a), **F32)
+    ours = _sequence(genai_shim, pipe, a, b)
+    assert pipe._pa is not None and pipe._st is None  # never fell back to the stateful model
     assert ours == real_cpu
     on, off, half, unregistered, blend, back = ours
     # the adapter changes the text, alpha matters, and the call without adapters is the
     # construction config again (not a test that cannot fail)
     assert len({on, off, half, blend}) == 4 and unregistered == off and back == on
+
+
+def test_cpu_stateful_and_beam_search_match_real(real_genai, real_cpu):
+    """ATTENTION_BACKEND=SDPA (the stateful model) gives the same sequence; beam search (stateful
+    model here, paged in the real) with the adapter at alpha 0.5 too."""
+    assert _run(genai_shim, "CPU", ATTENTION_BACKEND="SDPA", **F32) == real_cpu
+
+    def beams(mod):
+        a = mod.Adapter(str(QV_R8))
+        pipe = mod.LLMPipeline(str(LLAMA), "CPU", adapters=mod.AdapterConfig(a, 0.5), **F32)
+        return pipe.generate(PROMPT, max_new_tokens=8, num_beams=3, num_return_sequences=2).texts
+
+    assert beams(genai_shim) == beams(real_genai)
+
+
+def test_continuous_batching_pipeline_matches_real(real_genai):
+    """ContinuousBatchingPipeline(..., {"adapters": ...}): per-call adapters through
+    GenerationConfig.adapters, one value for all requests of a call (the real's error)."""
+
+    def run(mod):
+        a = mod.Adapter(str(QV_R8))
+        sc = mod.SchedulerConfig()
+        sc.cache_size = 1
+        cb = mod.ContinuousBatchingPipeline(str(LLAMA), sc, "CPU", {**F32, "adapters": mod.AdapterConfig(a)})
+        plain, half, off = (mod.GenerationConfig(max_new_tokens=8) for _ in range(3))
+        half.adapters, off.adapters = mod.AdapterConfig(a, 0.5), mod.AdapterConfig()
+        out = [[r.m_generation_ids for r in cb.generate([PROMPT, "the cat"], [plain, plain])]]
+        out.append([r.m_generation_ids for r in cb.generate([PROMPT], [half])])
+        out.append([r.m_generation_ids for r in cb.generate([PROMPT], [off])])
+        with pytest.raises(RuntimeError, match="LoRA adapters value must be the same for all requests"):
+            cb.generate([PROMPT, "x"], [half, off])
+        return out
+
+    ours = run(genai_shim)
+    assert ours == run(real_genai)
+    assert len({str(x) for x in ours[0][:1] + ours[1] + ours[2]}) == 3
 
 
 def test_npuw_on_cpu_matches_real_npu(real_genai, real_cpu, monkeypatch):
