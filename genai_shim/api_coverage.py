@@ -124,7 +124,10 @@ def field_rows(real_config: Any) -> list[tuple[str, str, str]]:
     for name in sorted(n for n in dir(real_config) if not n.startswith("_")):
         if callable(getattr(real_config, name)):
             continue
-        if name in UNSUPPORTED_FIELDS:
+        if name == "adapters":
+            note = "LoRA; in a pipeline created with the adapters property, else ConfigError unless default"
+            rows.append((name, "implemented", note))
+        elif name in UNSUPPORTED_FIELDS:
             rows.append((name, "typed error", f"ConfigError unless default: {UNSUPPORTED_FIELDS[name]}"))
         elif name in ASSISTING_FIELDS:
             note = (
