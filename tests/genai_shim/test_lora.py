@@ -199,6 +199,14 @@ def test_adapter_errors_match_real(real_genai, tmp_path):
     unrelated = _write(tmp_path / "other.safetensors", {"foo.weight": np.ones((2, 2), np.float32)})
     assert bool(real_genai.Adapter(str(unrelated))) is bool(genai_shim.Adapter(str(unrelated))) is True
     assert bool(real_genai.Adapter()) is bool(genai_shim.Adapter()) is False
+    # Adapter(ov.Tensor) reads the same bytes from memory
+    import openvino as ov
+
+    blob = ov.Tensor(np.frombuffer(QV_R8.read_bytes(), np.uint8).copy())
+    assert bool(real_genai.Adapter(blob)) is True
+    from_memory, from_file = genai_shim.Adapter(blob), genai_shim.Adapter(str(QV_R8))
+    assert sorted(from_memory._layers) == sorted(from_file._layers) and len(from_file._layers) == 4
+    assert all(np.array_equal(from_memory._layers[k].B, from_file._layers[k].B) for k in from_file._layers)
 
 
 def test_adapter_config_matches_real(real_genai):
