@@ -13,6 +13,7 @@ from genai_shim.continuous_batching import (
     PipelineMetrics,
 )
 from genai_shim.generation_config import GenerationConfig, StopCriteria
+from genai_shim.lora import Adapter, AdapterConfig
 from genai_shim.perf_metrics import MeanStdPair, PerfMetrics, RawPerfMetrics, SummaryStats
 from genai_shim.pipeline import LLMPipeline, SchedulerConfig
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
@@ -45,6 +46,8 @@ __all__ = [
     "StructuredOutputConfig",
     "StructuralTagsConfig",
     "StructuralTagItem",
+    "Adapter",
+    "AdapterConfig",
     # tokenization and chat
     "ChatHistory",
     "TokenizedInputs",

@@ -20,10 +20,6 @@ INTERNAL = frozenset({"openvino", "os", "py_openvino_genai"})
 
 #: feature → (names of openvino_genai 2026.4.1 that belong to it, what genai_shim offers)
 FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
-    "LoRA adapters": (
-        ("Adapter", "AdapterConfig"),
-        "not implemented; GenerationConfig.adapters and the adapters property raise ConfigError",
-    ),
     "continuous batching pipeline": (
         (
             "ContinuousBatchingPipeline", "GenerationResult", "GenerationStatus",
@@ -128,7 +124,10 @@ def field_rows(real_config: Any) -> list[tuple[str, str, str]]:
     for name in sorted(n for n in dir(real_config) if not n.startswith("_")):
         if callable(getattr(real_config, name)):
             continue
-        if name in UNSUPPORTED_FIELDS:
+        if name == "adapters":
+            note = "LoRA; in a pipeline created with the adapters property, else ConfigError unless default"
+            rows.append((name, "implemented", note))
+        elif name in UNSUPPORTED_FIELDS:
             rows.append((name, "typed error", f"ConfigError unless default: {UNSUPPORTED_FIELDS[name]}"))
         elif name in ASSISTING_FIELDS:
             note = (

@@ -3,6 +3,7 @@ finishes (EOS, stop strings, length, the NPU's KV capacity) and how its tokens a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -75,8 +76,11 @@ class OneRow:
 class StatefulRequests:
     """Batch-1 infer requests of one stateful model, fed a continuation of their KV."""
 
-    def __init__(self, has_pos: bool, has_beam: bool, seq_axis: int) -> None:
+    def __init__(
+        self, has_pos: bool, has_beam: bool, seq_axis: int, keep_state: Callable[[str], bool] | None = None
+    ) -> None:
         self.has_pos, self.has_beam, self.seq_axis = has_pos, has_beam, seq_axis
+        self._keep_state = keep_state  # states that are not KV (LoRA variables) are never cut
 
     def run(self, request: Any, ids: list[int], past: int) -> np.ndarray:
         """One call: ``ids`` after ``past`` tokens already in the request's KV."""
@@ -86,6 +90,8 @@ class StatefulRequests:
     def cut(self, request: Any, keep: int) -> None:
         """Keep the first ``keep`` positions of every KV state."""
         for state in request.query_state():
+            if self._keep_state is not None and self._keep_state(state.get_name()):
+                continue
             data = np.asarray(state.state.data)
             index = [slice(None)] * data.ndim
             index[self.seq_axis] = slice(0, keep)

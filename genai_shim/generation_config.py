@@ -382,7 +382,10 @@ class GenerationConfig:
 #: GenerationConfig fields genai_shim's LLMPipeline does not act on → why.  A value other than
 #: the default is a ConfigError naming the field (the real LLMPipeline ignores most of them).
 UNSUPPORTED_FIELDS: dict[str, str] = {
-    "adapters": "LoRA adapters (AdapterConfig) are not implemented in genai_shim",
+    "adapters": (
+        "LoRA adapters apply only in an LLMPipeline created with the adapters property "
+        "(adapters=AdapterConfig(...)), as openvino_genai's AdapterController"
+    ),
     "parsers": "output parsers (DecodedResults.parsed) are not implemented in genai_shim",
     "return_omni_outputs": "only openvino_genai's OmniPipeline uses it",
     "pruning_ratio": "visual-token pruning: only openvino_genai's VLMPipeline uses it",
@@ -407,15 +410,18 @@ def check_supported(
     *,
     assisted: bool,
     folder_defaults: GenerationConfig | None = None,
+    lora: bool = False,
 ) -> None:
     """Refuse fields the pipeline would otherwise drop silently.
 
     ``assisted``: the pipeline has a draft model or prompt lookup (the assisting fields are
     used).  ``folder_defaults``: the pipeline's own config (from generation_config.json); an
     assisting value equal to it is left alone, as openvino_genai reads it from the folder and
-    uses it only for assisted generation.
+    uses it only for assisted generation.  ``lora``: the pipeline applies ``adapters``.
     """
     for name, why in UNSUPPORTED_FIELDS.items():
+        if lora and name == "adapters":
+            continue
         value = getattr(config, name)
         if not _is_default(name, value):
             raise ConfigError(

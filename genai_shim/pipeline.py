@@ -28,6 +28,7 @@ from genai_shim.decoding import (
     stream_tokens,
 )
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig, check_supported
+from genai_shim.lora_controller import AdapterController, resolve_adapters
 from genai_shim.model_folder import MODEL_XML, model_folder
 from genai_shim.npu_compile import compile_npu
 from genai_shim.npu_config import get_kv_axes_pos
@@ -94,6 +95,13 @@ class LLMPipeline:
         opts = split_properties({**(config or {}), **kwargs})
         props, prompt_lookup, backend = opts.compile, opts.prompt_lookup, opts.backend
         draft, scheduler_config = opts.draft, opts.scheduler_config
+        adapters = resolve_adapters(opts.adapters)
+        if adapters and (draft is not None or prompt_lookup):
+            raise ConfigError(
+                "genai_shim applies LoRA adapters in the stateful and NPU pipelines only, not with "
+                "draft_model or prompt_lookup; drop one of them",
+                key="adapters",
+            )
         if draft is not None and not isinstance(draft, DraftModel):
             raise ConfigError(
                 "draft_model must be what genai_shim.draft_model(path, device, **properties) "
@@ -134,6 +142,7 @@ class LLMPipeline:
 
         self._core = _make_core()
         self._spec: SpeculativeDecoder | None = None
+        self._lora: AdapterController | None = None
         self._chat = ChatSession()
         self._kv_tokens: list[int] = []  # ids whose keys/values sit in the KV cache (batch 1)
         self._cancelled = False  # the last generate() was cancelled by its streamer
@@ -156,6 +165,11 @@ class LLMPipeline:
         else:
             model = self._core.read_model(folder / MODEL_XML)
         self._batch_axis, self._seq_axis = get_kv_axes_pos(model)
+        # LoRA goes into the graph before compiling (the real's AdapterController); the paged
+        # backend injects its own copy (its model is read and compiled separately).
+        if adapters is not None:
+            self._lora = AdapterController(model, adapters, self._device)
+            self._config.adapters = adapters
         self._max_prompt_len = SIZE_MAX
         self._kv_capacity = SIZE_MAX
         self._pl_requests: list[Any] = []  # prompt lookup: one more request per extra prompt
@@ -172,7 +186,8 @@ class LLMPipeline:
             self._max_prompt_len, self._kv_capacity = npu.max_prompt_len, npu.kv_capacity
             self._set_stateful(npu.compiled)
         elif self._paged and not self._prompt_lookup and folder is not None:
-            self._pa = PagedBackend(folder, self._tokenizer, self._device, props, scheduler_config)
+            pa_props = props if adapters is None else {**props, "adapters": adapters}
+            self._pa = PagedBackend(folder, self._tokenizer, self._device, pa_props, scheduler_config)
             try:
                 self._pa.engine  # noqa: B018  (compile now)
             except (NpuEmuError, RuntimeError) as e:
@@ -309,7 +324,10 @@ class LLMPipeline:
             config.set_eos_token_id(self._config.eos_token_id)
         config.validate()
         check_supported(
-            config, assisted=self._spec is not None or self._pl_requested, folder_defaults=self._config
+            config,
+            assisted=self._spec is not None or self._pl_requested,
+            folder_defaults=self._config,
+            lora=self._lora is not None,
         )
         if config.structured_output_config is not None:
             check_structured_output(config, speculative=self._spec is not None)
@@ -424,8 +442,16 @@ class LLMPipeline:
     # -- KV cache ------------------------------------------------------------------------------
     def _reset_kv(self) -> None:
         if self._spec is None and self._st is not None:  # speculative: reset every call
-            self._request.reset_state()
+            if self._lora is not None:  # the adapters' variables outlive a conversation
+                self._lora.reset_kv(self._request)
+            else:
+                self._request.reset_state()
         self._kv_tokens = []
+
+    def _apply_adapters(self, config: GenerationConfig) -> None:
+        # (without a controller check_supported refused a non-default GenerationConfig.adapters)
+        if self._lora is not None:
+            self._lora.apply(self._request, resolve_adapters(config.adapters))
 
     def _trim_kv(self, keep: int) -> None:
         """Keep the first ``keep`` positions of every KV state (CPU chat reuse)."""
@@ -433,7 +459,8 @@ class LLMPipeline:
         self._kv_tokens = self._kv_tokens[:keep]
 
     def _requests(self) -> StatefulRequests:
-        return StatefulRequests(self._has_pos, self._has_beam, self._seq_axis)
+        keep = self._lora.has_state_name if self._lora is not None else None
+        return StatefulRequests(self._has_pos, self._has_beam, self._seq_axis, keep)
 
     # -- the generation loop -------------------------------------------------------------------
     def _check_npu(self, ids: np.ndarray, config: GenerationConfig) -> None:
@@ -592,6 +619,7 @@ class LLMPipeline:
                 stream.end()
             return self._encoded_results(seqs, perf, keep_kv)
 
+        self._apply_adapters(config)  # the stateful model's (the paged backend has its own)
         # Prefill: positions count only real (unmasked) tokens, padding gets 0.
         feed_ids, feed_mask = ids[:, past:], mask
         pos = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)[:, past:].astype(np.int64)

@@ -35,12 +35,6 @@ GENAI_ONLY_KEYS = (
 )
 
 
-#: features openvino.genai offers through pipeline properties that genai_shim does not implement
-UNSUPPORTED_FEATURES = {
-    "adapters": "LoRA adapters",
-}
-
-
 def parse_memory_ctor(
     args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[str, ov.Tensor, Tokenizer, str, GenerationConfig | None] | None:
@@ -149,19 +143,13 @@ class PipelineProperties:
     backend: str  # ATTENTION_BACKEND, upper case ("PA" unless given)
     draft: Any
     scheduler_config: Any
+    adapters: Any
     #: the real re-throws paged-attention failures only when PA was asked for explicitly
     explicit_pa: bool
 
 
 def split_properties(props: dict[str, Any]) -> PipelineProperties:
     props = dict(props)
-    for k, feature in UNSUPPORTED_FEATURES.items():
-        if props.get(k):  # silently decoding without them would lose what was asked for
-            raise ConfigError(
-                f"genai_shim does not implement {feature} ({k!r}); remove the property "
-                "(see docs/genai_shim.md, 'Not supported')",
-                key=k,
-            )
     prompt_lookup = props.get("prompt_lookup", False)
     if not isinstance(prompt_lookup, bool):
         raise ConfigError(
@@ -177,6 +165,7 @@ def split_properties(props: dict[str, Any]) -> PipelineProperties:
     draft = props.get("draft_model")
     scheduler_config = props.get("scheduler_config")
     explicit_pa = scheduler_config is not None or "ATTENTION_BACKEND" in props
+    adapters = props.get("adapters")
     for k in GENAI_ONLY_KEYS:
         props.pop(k, None)
-    return PipelineProperties(props, prompt_lookup, backend, draft, scheduler_config, explicit_pa)
+    return PipelineProperties(props, prompt_lookup, backend, draft, scheduler_config, adapters, explicit_pa)

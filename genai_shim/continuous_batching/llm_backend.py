@@ -74,6 +74,7 @@ class PagedBackend:
         log-probabilities and finish reasons; returns whether the streamer stopped.  Streaming
         goes through ``pipe._stream`` so the rules equal the stateful path's."""
         eng = self.engine
+        eng.apply_adapters([config])
         states = [eng._new_state(list(s.prompt), config) for s in seqs]
         for s, st in zip(seqs, states, strict=False):
             st.max_new = s.max_new

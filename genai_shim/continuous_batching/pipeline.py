@@ -15,6 +15,7 @@ from genai_shim.continuous_batching.block_manager import BlockManager
 from genai_shim.continuous_batching.paged_model import PagedModel
 from genai_shim.continuous_batching.scheduler import Request, Scheduler
 from genai_shim.generation_config import GenerationConfig
+from genai_shim.lora_controller import AdapterController, resolve_adapters
 from genai_shim.model_folder import MODEL_XML, model_folder
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import GenerationFinishReason
@@ -225,8 +226,7 @@ class ContinuousBatchingPipeline:
                 raise ConfigError(
                     f"{k} is not implemented by genai_shim's ContinuousBatchingPipeline; use LLMPipeline", key=k)
             props.pop(k, None)
-        if props.pop("adapters", None):
-            raise ConfigError("genai_shim does not implement LoRA adapters", key="adapters")
+        adapters = resolve_adapters(props.pop("adapters", None))  # LoRA (genai_shim/lora_controller.py)
         self._sc = scheduler_config
         if getattr(scheduler_config, "use_cache_eviction", False) or getattr(
             scheduler_config, "use_sparse_attention", False
@@ -249,7 +249,12 @@ class ContinuousBatchingPipeline:
         if self._config.eos_token_id == -1 and self._tokenizer.get_eos_token_id() != -1:
             self._config.set_eos_token_id(self._tokenizer.get_eos_token_id())
         core = _make_core()
-        self._model = PagedModel(core, core.read_model(folder / MODEL_XML), self._device, props)
+        model = core.read_model(folder / MODEL_XML)
+        # the real's initialize_pipeline: LoRA variables go in before compiling
+        self._lora = AdapterController(model, adapters, self._device) if adapters is not None else None
+        if adapters is not None:
+            self._config.adapters = adapters
+        self._model = PagedModel(core, model, self._device, props)
         num_blocks = int(getattr(scheduler_config, "num_kv_blocks", 0) or 0)
         cache_gb = float(getattr(scheduler_config, "cache_size", 0) or 0)
         if num_blocks == 0 and cache_gb > 0:
@@ -355,6 +360,20 @@ class ContinuousBatchingPipeline:
         req = Request(self._next_seq, prompt)
         self._next_seq += 1
         return _State(req, config, config.get_max_new_tokens(len(prompt)), stops, window, constraint)
+
+    def apply_adapters(self, configs: list[GenerationConfig]) -> None:
+        """The real's set_adapters: one adapter config for all requests of a generate() call."""
+        first = configs[0].adapters if configs else None
+        if any(c.adapters != first for c in configs[1:]):
+            raise UserInputError("LoRA adapters value must be the same for all requests")
+        if self._lora is not None:
+            self._lora.apply(self._model.request, resolve_adapters(first))
+        elif first:  # the real would decode without them; never silently here
+            raise ConfigError(
+                "GenerationConfig.adapters is set but this pipeline was created without the adapters "
+                "property (adapters=AdapterConfig(...)), which registers the layers LoRA adapts",
+                key="adapters",
+            )
 
     def _finish(self, s: _State, status: GenerationStatus, keep: bool) -> None:
         if s.status != GenerationStatus.RUNNING:
@@ -469,6 +488,7 @@ class ContinuousBatchingPipeline:
                 f"generate() got {len(prompts)} prompts and {len(configs)} generation configs; "
                 "pass one config per prompt"
             )
+        self.apply_adapters(configs)
         encoded = bool(prompts) and not isinstance(prompts[0], str)
         stream = make_streamer(streamer, self._tokenizer)
         if stream is not None and not (

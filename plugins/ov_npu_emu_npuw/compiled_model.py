@@ -18,6 +18,7 @@ import openvino as ov
 from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, PluginError
 from ov_npu_emu.runtime.device import DeviceCompiledModel, PortInfo
 from ov_npu_emu_npuw.config import LLMConfig, parse_config
+from ov_npu_emu_npuw.lora import lift_lora_states
 from ov_npu_emu_npuw.model_io import KVLayout
 from ov_npu_emu_npuw.position_masks import position_masks
 from ov_npu_emu_npuw.transform import make_generate_model, make_lm_head_model, make_prefill_model, to_stateless
@@ -262,6 +263,8 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     stateless, kv = to_stateless(model)
     kv = kv.with_v_transposed(cfg.optimize_v)
     masks = position_masks(stateless, kv, cfg.total_size)
+    # after the mask probe (it feeds every parameter): LoRA variables -> inputs of static rank
+    lift_lora_states(stateless, cfg.max_lora_rank)
     kv_type = ov.Type.f32 if cfg.kv_precision == "f32" else ov.Type.f16
     kv_quant = cfg.kv_precision if cfg.kv_precision in ("u8", "u4") else ""
     name = model.get_friendly_name()

@@ -58,6 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS": 128,  # LRU capacity per infer request
     "NPUW_DEVICES": "NPU",  # real: "NPU,CPU"; ours means the emulated NPU
     "KV_CACHE_PRECISION": "f16",
+    "NPUW_LLM_MAX_LORA_RANK": 32,  # static rank of the LoRA inputs (ov_npu_emu_npuw/lora.py)
     VARIANTS_KEY: "",
     GROUPED_ATTENTION_KEY: None,  # ours; None: YES when the generate device is CPU, else NO
     KV_GROUP_SIZE_KEY: 0,  # ours: u8/u4 KV group size; 0 = head_dim
@@ -89,7 +90,6 @@ IGNORED_KEYS = frozenset(
         "NPUW_ACC_CHECK",
         "NPUW_LLM_OPTIMIZE_FP8",
         "NPUW_LLM_GENERATE_ATTENTION_HINT",
-        "NPUW_LLM_MAX_LORA_RANK",
         "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE",
         "CACHE_MODE",
     }
@@ -221,6 +221,7 @@ class LLMConfig:
     # prefill sizes below max_prompt_len (CPU device, whole-prompt prefill only)
     prefill_ladder: bool = False
     ladder: tuple[int, ...] = ()
+    max_lora_rank: int = 32  # NPUW_LLM_MAX_LORA_RANK: LoRA inputs' static rank
 
     @property
     def total_size(self) -> int:
@@ -240,6 +241,7 @@ class LLMConfig:
             "NPUW_LLM_MAX_PROMPT_LEN": self.max_prompt_len,
             "NPUW_LLM_MIN_RESPONSE_LEN": self.min_response_len,
             "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": self.max_gen_len,
+            "NPUW_LLM_MAX_LORA_RANK": self.max_lora_rank,
             "NPUW_LLM_PREFILL_CHUNK_SIZE": self.chunk_size
             if self.chunk_size
             else int(self.raw.get("NPUW_LLM_PREFILL_CHUNK_SIZE", 1024)),
@@ -534,4 +536,5 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         kv_group_size=_uint(KV_GROUP_SIZE_KEY, get(KV_GROUP_SIZE_KEY)),
         prefill_ladder=ladder,
         ladder=ladder_sizes(max_prompt) if ladder and not chunk else (),
+        max_lora_rank=_uint("NPUW_LLM_MAX_LORA_RANK", get("NPUW_LLM_MAX_LORA_RANK"), minimum=1),
     )

@@ -12,6 +12,7 @@ from ov_npu_emu.errors import KVCacheFullError, PromptTooLongError, UserInputErr
 from ov_npu_emu.runtime.device import DeviceInferRequest, VariableState
 from ov_npu_emu_npuw.config import select_variant
 from ov_npu_emu_npuw.kvcache import KVBuffers
+from ov_npu_emu_npuw.lora import LoraStates, lora_inputs
 from ov_npu_emu_npuw.prefix_cache import PrefixCache
 from ov_npu_emu_npuw.transform import EMBED, SCALE_SUFFIX, ZP_SUFFIX
 
@@ -75,7 +76,10 @@ class _Staging:
         present_names: tuple[str, ...],
         embed: np.ndarray | None = None,
         bind_embed: bool = False,
+        lora: LoraStates | None = None,
     ) -> None:
+        if lora is not None:
+            lora.bind(req)  # every sub-model reads the same padded LoRA tensors
         self.ids = np.zeros((1, q_len), np.int64)
         self.mask = np.zeros((1, mask_len), np.int64)
         self.pos = np.zeros((1, q_len), np.int64)
@@ -174,6 +178,8 @@ class LLMInferRequest(DeviceInferRequest):
             )
             self._head.set_tensor("logits", self._head_logits)
             self._run_head = self._head.impl.infer
+        # LoRA inputs (NPUW_LLM_MAX_LORA_RANK): one padded tensor each, shared by all sub-models
+        self.lora = LoraStates(lora_inputs(cm.subs.prefill.inputs), cfg.max_lora_rank)
         # Prefill: the chunked past is one more prefix view of the same KV memory.
         # PYRAMID prefill attention adds chunk models of mask length 2C, 4C, …: each past is
         # again a prefix view of the KV buffer, [1,H,size−C,D].
@@ -182,7 +188,9 @@ class LLMInferRequest(DeviceInferRequest):
         subs = {**cm.subs.prefill_pyramid, self._P: cm.subs.prefill}
         for size, sub in sorted(subs.items()):
             req = sub.create_infer_request()
-            self._pfs[size] = _Staging(req, self._C or self._P, size, cm.kv.present_names, embed)
+            self._pfs[size] = _Staging(
+                req, self._C or self._P, size, cm.kv.present_names, embed, lora=self.lora
+            )
             if self._C:
                 self._bind_past(req, size - self._C)
             self._pf_reqs.append(req)
@@ -198,7 +206,9 @@ class LLMInferRequest(DeviceInferRequest):
         self._gs: dict[int, _Staging] = {}
         for k, sub in cm.subs.generate.items():
             req = sub.create_infer_request()
-            self._gs[k] = _Staging(req, self._M, k, cm.kv.present_names, embed, bind_embed=True)
+            self._gs[k] = _Staging(
+                req, self._M, k, cm.kv.present_names, embed, bind_embed=True, lora=self.lora
+            )
             self._bind_past(req, k - self._M)
             self._gen[k] = req
         # Per variant and KV tensor: (logical past view, last row of `present`) so a decode step
@@ -245,7 +255,7 @@ class LLMInferRequest(DeviceInferRequest):
         self._user[index] = tensor
 
     def query_state(self) -> list[VariableState]:
-        return [StoredTokensState(self)]
+        return [StoredTokensState(self), *self.lora.states]
 
     def reset_state(self) -> None:
         """New conversation: the next call is a prefill, whatever its length."""
@@ -321,6 +331,7 @@ class LLMInferRequest(DeviceInferRequest):
             )
         self._store_conversation()  # before its KV is cleared
         # prepare_for_new_conversation
+        self.lora.apply()
         self.kv.zero()
         self.num_stored_tokens = 0
         self._kv_ready = False
@@ -359,7 +370,12 @@ class LLMInferRequest(DeviceInferRequest):
             s = self._ladder.get(P)
             if s is None:
                 s = _Staging(
-                    sub.create_infer_request(), P, P, self._cm.kv.present_names, self._embed
+                    sub.create_infer_request(),
+                    P,
+                    P,
+                    self._cm.kv.present_names,
+                    self._embed,
+                    lora=self.lora,
                 )
                 self._ladder[P] = s
         self._pf = s
