@@ -42,3 +42,22 @@ def test_no_upward_imports(package, forbidden):
         if mod.startswith(forbidden)
     ]
     assert not bad, "\n".join(bad)
+
+
+#: issue 11's rule: a module a newcomer can read in one sitting (split along seams, not by line)
+MAX_MODULE_LINES = 750
+
+
+def test_no_module_over_the_size_limit():
+    tracked = [
+        f
+        for d in ("ov_npu_emu", "plugins", "genai_shim", "tools", "bench", "tests")
+        for f in (ROOT / d).rglob("*.py")
+        if ".venv" not in f.parts
+    ]
+    big = [
+        f"{f.relative_to(ROOT)}: {n} lines"
+        for f in tracked
+        if (n := len(f.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not big, f"split these along their seams (limit {MAX_MODULE_LINES}):\n" + "\n".join(big)
