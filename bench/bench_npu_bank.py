@@ -123,7 +123,7 @@ def child(args: argparse.Namespace) -> dict:
             for sub in cm.impl.subs.generate.values():
                 sub.create_infer_request().infer()
         res["device"] = _device_bytes(cm)
-        impl = req._impl
+        impl = req.impl
         res["device"]["kv"] = int(impl.kv.nbytes)
         res["device"]["arenas"] = sum(int(r.impl.hpi.arena.buf.nbytes)
                                       for r in [impl._prefill, *impl._gen.values()] if hasattr(r.impl, "hpi"))

@@ -49,7 +49,7 @@ def run(
             raise SystemExit(err)
         outs.append(ids)
     ms = (time.perf_counter() - t0) * 1e3 / (len(PROMPTS) * new)  # prefill included
-    return outs, req._impl.kv, ms
+    return outs, req.impl.kv, ms
 
 
 def main() -> None:

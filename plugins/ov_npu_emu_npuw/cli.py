@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     compiled = core.compile_model(str(xml), "NPU", _config(args))
     cm = compiled.impl
     req = compiled.create_infer_request()
-    kv = req._impl.kv
+    kv = req.impl.kv
     models = [("prefill", cm.subs.prefill)] + [
         (f"kv{k}", s) for k, s in sorted(cm.subs.generate.items())
     ]
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         # u8/u4 KV (ours): of which scales + zero points, and the key residual (kvquant.py)
         "kv_scale_bytes": kv.scale_nbytes,
         "kv_residual_bytes": kv.residual_nbytes,
-        "capacity_tokens": req._impl.capacity,
+        "capacity_tokens": req.impl.capacity,
         "features": {
             key: cm.get_property(key)
             for key in (

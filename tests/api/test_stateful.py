@@ -5,25 +5,9 @@ from __future__ import annotations
 import numpy as np
 import openvino as real_ov
 import pytest
-from openvino import opset13 as ops
-from openvino.op.util import Variable, VariableInfo
 
 import ov_npu_emu as ov
-
-
-def make_model_with_memory(shape=(1, 4), var_id="var_id_667") -> real_ov.Model:
-    x = ops.parameter(list(shape), np.float32, name="input_data")
-    info = VariableInfo()
-    info.data_shape = real_ov.PartialShape(list(shape))
-    info.data_type = real_ov.Type.f32
-    info.variable_id = var_id
-    var = Variable(info)
-    rv = ops.read_value(ops.constant(np.zeros(shape, np.float32)), var)
-    add = ops.add(rv, x)
-    asg = ops.assign(add, var)
-    res = ops.result(add)
-    res.output(0).get_tensor().set_names({"res"})
-    return real_ov.Model([res], [asg], [x], "memory_model")
+from ov_npu_emu.testing import make_model_with_memory
 
 
 def stateful_devices() -> list[str]:

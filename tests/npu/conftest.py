@@ -112,3 +112,13 @@ def npu_core():
     import ov_npu_emu
 
     return ov_npu_emu.Core()
+
+
+def section_span(blob: bytes, name: str) -> tuple[int, int]:
+    """(file offset, size) of the blob's ELF section ``name``."""
+    import io
+
+    from elftools.elf.elffile import ELFFile
+
+    sec = ELFFile(io.BytesIO(blob)).get_section_by_name(name)
+    return sec["sh_offset"], sec["sh_size"]

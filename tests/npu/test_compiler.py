@@ -48,7 +48,7 @@ def test_unsupported_op_names_type_and_node():
 
 
 def test_lambda_lifting_records_variables():
-    from tests.api.test_stateful import make_model_with_memory
+    from ov_npu_emu.testing import make_model_with_memory
 
     prep = prepare(make_model_with_memory())
     assert [v.variable_id for v in prep.variables] == ["var_id_667"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
@@ -11,13 +10,12 @@ import textwrap
 import numpy as np
 import openvino as ov
 import pytest
-from elftools.elf.elffile import ELFFile
 from openvino import opset13 as ops
 
 from ov_npu_emu.errors import ConfigError, ExecutionError
 from ov_npu_emu.npu.blob import BlobReader
 from ov_npu_emu.npu.blob.integrity import reseal
-from tests.npu.conftest import cpu_reference, llm_feed, make_add_relu_model, make_mlp, rel_err
+from tests.npu.conftest import cpu_reference, llm_feed, make_add_relu_model, make_mlp, rel_err, section_span
 
 
 def _two_input_model() -> ov.Model:
@@ -26,18 +24,13 @@ def _two_input_model() -> ov.Model:
     return ov.Model([ops.result(ops.subtract(a, b))], [a, b], "sub")
 
 
-def _rela(blob: bytes, name: str) -> tuple[int, int]:
-    sec = ELFFile(io.BytesIO(blob)).get_section_by_name(name)
-    return sec["sh_offset"], sec["sh_size"]
-
-
 def test_corrupt_user_input_relocation_changes_result(npu_core):
     blob = npu_core.compile_model(_two_input_model(), "NPU").export_model().getvalue()
     feed = {"a": np.array([1, 2, 3, 4], np.float32), "b": np.array([10, 20, 30, 40], np.float32)}
     good = npu_core.import_model(blob, "NPU").create_infer_request().infer(feed)[0]
     np.testing.assert_array_equal(good, feed["a"] - feed["b"])
     # re-point the relocation of input "a" at the symbol of input "b": a - b becomes b - b
-    off, size = _rela(blob, ".rela.npu.shave.userin")
+    off, size = section_span(blob, ".rela.npu.shave.userin")
     bad = bytearray(blob)
     infos = [int.from_bytes(bad[off + i + 8: off + i + 16], "little") for i in range(0, size, 24)]
     syms = sorted({i >> 32 for i in infos})
@@ -51,7 +44,7 @@ def test_corrupt_user_input_relocation_changes_result(npu_core):
 
 def test_relocation_addend_past_the_tensor_is_a_page_fault(npu_core):
     blob = npu_core.compile_model(make_add_relu_model(), "NPU").export_model().getvalue()
-    off, _ = _rela(blob, ".rela.npu.shave.userin")
+    off, _ = section_span(blob, ".rela.npu.shave.userin")
     bad = bytearray(blob)
     bad[off + 16: off + 24] = (4096).to_bytes(8, "little", signed=True)
     req = npu_core.import_model(reseal(bad), "NPU").create_infer_request()
@@ -86,7 +79,7 @@ def test_mutable_command_list_patches_only_changed_pointers(npu_core):
 
 
 def test_set_state_marks_state_arguments_for_update(npu_core):
-    from tests.api.test_stateful import make_model_with_memory
+    from ov_npu_emu.testing import make_model_with_memory
 
     req = npu_core.compile_model(make_model_with_memory(), "NPU").create_infer_request()
     one = np.ones((1, 4), np.float32)
@@ -123,7 +116,7 @@ def test_device_errors_reach_the_waiter_through_the_fence_in_thread_mode(npu_cor
     from ov_npu_emu.npu.blob.format import BARRIER
 
     blob = npu_core.compile_model(make_mlp(), "NPU").export_model().getvalue()
-    off, _ = _rela(blob, ".npu.barriers")
+    off, _ = section_span(blob, ".npu.barriers")
     bad = bytearray(blob)
     bid, producers, consumers = BARRIER.unpack_from(bad, off)
     BARRIER.pack_into(bad, off, bid, producers + 1, consumers)
@@ -183,7 +176,7 @@ def test_barrier_with_an_extra_producer_deadlocks_with_typed_error(npu_core):
     from ov_npu_emu.npu.blob.format import BARRIER
 
     blob = npu_core.compile_model(make_mlp(), "NPU").export_model().getvalue()
-    off, size = _rela(blob, ".npu.barriers")
+    off, size = section_span(blob, ".npu.barriers")
     assert size >= BARRIER.size
     bad = bytearray(blob)
     bid, producers, consumers = BARRIER.unpack_from(bad, off)
@@ -200,7 +193,7 @@ def test_static_weight_relocation_drives_the_result(npu_core):
     good = npu_core.import_model(blob, "NPU").create_infer_request().infer(x)[0]
     reader_relocs = [r for r in BlobReader(blob)
                      .iter_relocations() if r.section == ".rela.npu.dpu" and r.symbol == ".npu.weights"]
-    off, size = _rela(blob, ".rela.npu.dpu")
+    off, size = section_span(blob, ".rela.npu.dpu")
     bad = bytearray(blob)
     for i in range(0, size, 24):
         r_off = int.from_bytes(bad[off + i: off + i + 8], "little")

@@ -7,7 +7,7 @@ import pytest
 
 from ov_npu_emu.errors import BarrierDeadlockError, ConfigError
 from ov_npu_emu.npu.blob.integrity import reseal
-from tests.npu.conftest import llm_feed, make_mlp
+from tests.npu.conftest import llm_feed, make_mlp, section_span
 
 
 def _producers(cl) -> dict[int, list[int]]:
@@ -69,10 +69,9 @@ def test_patch_swaps_tasks_into_the_schedule(npu_core):
 
 def test_deadlock_on_replay_path_each_inference(npu_core):
     from ov_npu_emu.npu.blob.format import BARRIER
-    from tests.npu.test_driver import _rela
 
     blob = npu_core.compile_model(make_mlp(), "NPU").export_model().getvalue()
-    off, _ = _rela(blob, ".npu.barriers")
+    off, _ = section_span(blob, ".npu.barriers")
     bad = bytearray(blob)
     bid, producers, consumers = BARRIER.unpack_from(bad, off)
     BARRIER.pack_into(bad, off, bid, producers + 1, consumers)

@@ -69,9 +69,9 @@ def test_switches_compose(combo, stories_model, cpu_request, emu_core):
             cand = rng.integers(3, 512, size=n).tolist()
             _check(cpu_request, seq + cand, call(req, cand, len(seq)), n)
             seq += cand[: int(rng.integers(1, n + 1))]
-        assert req._impl.switches == 1
+        assert req.impl.switches == 1
     if combo["prefix"]:
-        assert req._impl.restored_tokens == 16
+        assert req.impl.restored_tokens == 16
 
 
 def test_switches_survive_export_import(stories_model, cpu_request, emu_core):
@@ -98,4 +98,4 @@ def test_switches_survive_export_import(stories_model, cpu_request, emu_core):
         _check(cpu_request, prompt, call(req, prompt, 0), 1)
         cand = [5, 6, 7]
         _check(cpu_request, prompt + cand, call(req, cand, len(prompt)), 3)
-    assert req._impl.restored_tokens == 16
+    assert req.impl.restored_tokens == 16

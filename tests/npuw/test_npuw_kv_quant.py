@@ -33,7 +33,7 @@ def _run(emu_core, xml: str, device: str, precision: str) -> tuple[list[int], ob
         req = emu_core.compile_model(xml, "NPU", cfg).create_infer_request()
         ids, err = greedy(req, PROMPT, NEW)
         assert err is None, err
-        _RUNS[device, precision] = (ids, req._impl.kv)
+        _RUNS[device, precision] = (ids, req.impl.kv)
     return _RUNS[device, precision]
 
 
@@ -141,7 +141,7 @@ def test_quantised_kv_survives_chunks_variant_switch_and_rewind(emu_core, storie
     first, err = greedy(req, prompt, 8)
     step7 = np.asarray(req.get_tensor("logits").data)[0, -1].copy()  # logits of token 7
     ids, err = greedy(req, prompt, 66)  # a new conversation: 95 tokens stored, kv96 full
-    impl, kv = req._impl, req._impl.kv
+    impl, kv = req.impl, req.impl.kv
     assert err is None and ids[:8] == first and impl.prefill_calls == 2
     assert (impl.variant, impl.num_stored_tokens, impl.switches) == (96, 95, 0)
     before = [

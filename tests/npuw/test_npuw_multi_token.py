@@ -60,7 +60,7 @@ def test_candidates_and_rollback_match_the_cpu_model(device, stories_model, cpu_
     shapes, agree = _speculate(req, cpu_request, np.random.default_rng(3))
     assert set(shapes) == {(1, 8, 512)}  # like the real: all M rows, the valid ones last
     assert agree == len(shapes)
-    assert req._impl.switches == 1 and req._impl.variant == 192
+    assert req.impl.switches == 1 and req.impl.variant == 192
 
 
 def test_shapes_and_errors_like_the_real(stories_model, emu_core):
@@ -89,7 +89,7 @@ def test_kv_full_with_several_tokens(stories_model, emu_core):
     while stored < 184:
         call(req, list(range(3, 11)), stored)
         stored += 8
-    assert req._impl.num_stored_tokens == 184
+    assert req.impl.num_stored_tokens == 184
     with pytest.raises(
         KVCacheFullError, match="KV-Cache is full: num_stored_tokens=184 capacity=184"
     ):

@@ -105,7 +105,7 @@ def test_greedy_matches_real_npuw_and_cpu(name, device, llm, emu_core):
     req = cm.create_infer_request()
     ours, err = greedy(req, prompt, n)
     real, real_err, ref = _oracle(llm, name)
-    assert req._impl.prefill_calls == calls and req._impl.switches == switches
+    assert req.impl.prefill_calls == calls and req.impl.switches == switches
     if name == "kv_limit":
         assert real_err is not None and KV_FULL in real_err
         assert err == KV_FULL
@@ -164,9 +164,9 @@ def test_v_transposed_layout(llm_quick, emu_core):
     )
     req = emu_core.compile_model(model, "NPU", _ours(cfg)).create_infer_request()
     ours, err = greedy(req, LONG[:60], 100)  # two chunks, kv128, then a switch to kv192
-    assert err is None and req._impl.prefill_calls == 2 and req._impl.switches == 1
-    gen = req._impl._gen[128]
-    h, d = req._impl.kv.num_heads[0], req._impl.kv.head_dims[0]
+    assert err is None and req.impl.prefill_calls == 2 and req.impl.switches == 1
+    gen = req.impl._gen[128]
+    h, d = req.impl.kv.num_heads[0], req.impl.kv.head_dims[0]
     assert list(gen.get_tensor("past_key_values.0.value").shape) == [1, h, d, 127]
     assert list(gen.get_tensor("past_key_values.0.key").shape) == [1, h, 127, d]
     assert ours == greedy(cpu, LONG[:60], 100)[0]

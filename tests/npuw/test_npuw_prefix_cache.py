@@ -84,7 +84,7 @@ def real_ids(stories_model):
 def test_restored_prefix_gives_the_same_ids(device, stories_model, cpu_request, emu_core, real_ids):
     cfg = {**_cfg(device, "YES"), "KV_CACHE_PRECISION": "f32"}
     req = emu_core.compile_model(stories_model, "NPU", cfg).create_infer_request()
-    impl = req._impl
+    impl = req.impl
     got, calls, restored = [], [], []
     for prompt in (BASE, SHARED, BASE):
         got.append(greedy(req, prompt, 40)[0])
@@ -112,7 +112,7 @@ def test_padded_prompt_bypasses_the_cache(stories_model, emu_core):
             "beam_idx": np.zeros(1, np.int32),
         }
     )
-    assert req._impl.restored_tokens == 0 and req._impl.prefill_calls == 4
+    assert req.impl.restored_tokens == 0 and req.impl.prefill_calls == 4
 
 
 def test_whole_prompt_hit_still_computes_its_logits(stories_model, cpu_request, emu_core):
@@ -128,7 +128,7 @@ def test_whole_prompt_hit_still_computes_its_logits(stories_model, cpu_request, 
     assert want[id(x)] != want[id(y)]  # else stale logits would go unnoticed
     for prompt in (x, y, x, y):
         assert greedy(req, prompt, 1)[0] == want[id(prompt)]
-    assert req._impl.restored_tokens == 96 and req._impl.prefill_calls == 1
+    assert req.impl.restored_tokens == 96 and req.impl.prefill_calls == 1
 
 
 @pytest.mark.parametrize("device", ["CPU", "NPU"])
@@ -143,7 +143,7 @@ def test_generated_tokens_are_cached_for_the_next_turn(
     answer = greedy(req, first, 40)[0]  # feeds the prompt and 39 generated tokens
     follow_up = first + answer[:39] + SHARED[100:110]
     ids = greedy(req, follow_up, 20)[0]
-    assert req._impl.restored_tokens == 64  # 69 cached tokens → 4 whole blocks of 16
+    assert req.impl.restored_tokens == 64  # 69 cached tokens → 4 whole blocks of 16
     assert ids == greedy(cpu_request, follow_up, 20)[0]
     # a rollback drops the rejected tokens from what is cached
     req.reset_state()
@@ -156,4 +156,4 @@ def test_generated_tokens_are_cached_for_the_next_turn(
             "beam_idx": np.zeros(1, np.int32),
         }
     )
-    assert req._impl._conv == first + [7]
+    assert req.impl._conv == first + [7]

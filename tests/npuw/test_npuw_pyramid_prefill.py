@@ -45,7 +45,7 @@ def test_ids_match_the_cpu_model(device, stories_model, cpu_request, emu_core):
     cm = emu_core.compile_model(stories_model, "NPU", _cfg(device))
     assert sorted(cm.impl.subs.prefill_pyramid) == [64, 128]
     req = cm.create_infer_request()
-    impl = req._impl
+    impl = req.impl
     for n, last_model in ((20, 64), (70, 128), (150, 256), (250, 256)):
         prompt = LONG[:n]
         assert greedy(req, prompt, 24)[0] == greedy(cpu_request, prompt, 24)[0], n

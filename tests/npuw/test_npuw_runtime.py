@@ -33,7 +33,7 @@ def small_cm(stories_model, emu_core):
 def test_variant_selected_at_prefill(small_cm, prompt_len, variant):
     req = small_cm.create_infer_request()
     greedy(req, ([1] + SHORT[1:] * 20)[:prompt_len], 1)
-    assert req._impl.variant == variant
+    assert req.impl.variant == variant
     assert req.query_state()[0].state.data.tolist() == [prompt_len]
 
 
@@ -49,7 +49,7 @@ def test_smaller_variants_allocate_no_kv_memory(small_cm):
     diff = after.compare_to(before, "filename")
     allocated = sum(d.size_diff for d in diff)
     by_kv_manager = sum(d.size_diff for d in diff if d.traceback[0].filename.endswith("kvcache.py"))
-    impl = req._impl
+    impl = req.impl
     kv = impl.kv
     cm = small_cm.impl
     # one buffer sized for the largest variant (K=256 → 255 past slots), f16 by default
@@ -241,8 +241,8 @@ def test_prompt_length_edges(exact_cm, cpu_request):
     ]:
         ours, err = greedy(req, text[:n], 12)
         assert err is None and ours == greedy(cpu_request, text[:n], 12)[0], n
-        assert req._impl.variant == variant
-        assert req._impl.prefill_calls == (calls if hint == "DYNAMIC" else 1)
+        assert req.impl.variant == variant
+        assert req.impl.prefill_calls == (calls if hint == "DYNAMIC" else 1)
 
 
 def test_seed_variants_at_full_scale(stories_model, emu_core):
@@ -253,6 +253,6 @@ def test_seed_variants_at_full_scale(stories_model, emu_core):
     req = cm.create_infer_request()
     for n, variant in [(20, 256), (400, 1024), (1000, 1152)]:  # 148 → 256, 528 → 1024, 1128 → 1152
         _, err = greedy(req, ([1] + SHORT[1:] * 70)[:n], 2)
-        assert err is None and req._impl.variant == variant
-    kv = req._impl.kv
+        assert err is None and req.impl.variant == variant
+    kv = req.impl.kv
     assert kv.nbytes == sum(h * 1151 * d * 2 for h, d in zip(kv.num_heads, kv.head_dims, strict=False))
