@@ -1,0 +1,101 @@
+"""Weightless NPUW artefacts (CACHE_MODE=OPTIMIZE_SIZE, WEIGHTS_PATH / MODEL_PTR on import).
+
+What the real NPUW on CPU does (measured with openvino 2026.4.1 on stories260K): OPTIMIZE_SIZE
+exports without the weights, import without WEIGHTS_PATH/MODEL_PTR fails with "Blob is weightless
+but no WEIGHTS_PATH nor MODEL_PTR property is provided!", a missing file with "Can not open file …
+for mapping", WEIGHTS_PATH on a blob with weights fails. Ours also checks each constant's hash, so
+a wrong or edited .bin is a typed error (the real maps whatever it is given).
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from ov_npu_emu.errors import BlobFormatError, ConfigError
+from tests.npuw._oracle import greedy, real_npuw_config
+
+PROMPT_IDS = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426]
+CFG = real_npuw_config(64, 64, NPUW_DEVICES="NPU", NPUW_LLM_GENERATE_VARIANTS="128")
+
+
+@pytest.fixture(scope="module")
+def ir(stories260k_dir: Path) -> tuple[str, str]:
+    return str(stories260k_dir / "openvino_model.xml"), str(stories260k_dir / "openvino_model.bin")
+
+
+@pytest.fixture(scope="module")
+def exported(emu_core, ir):
+    """(tokens of the compiled model, artefact with weights, weightless artefact)."""
+    full = emu_core.compile_model(ir[0], "NPU", {**CFG, "CACHE_MODE": "OPTIMIZE_SPEED"})
+    tokens, _ = greedy(full.create_infer_request(), PROMPT_IDS, 64)
+    slim = emu_core.compile_model(ir[0], "NPU", {**CFG, "CACHE_MODE": "OPTIMIZE_SIZE"})
+    assert slim.get_property("CACHE_MODE") == "OPTIMIZE_SIZE"
+    return tokens, full.export_model().getvalue(), slim.export_model().getvalue()
+
+
+def _ir_constants(xml: str, bin_path: str, min_size: int = 4096) -> list[bytes]:
+    data = Path(bin_path).read_bytes()
+    out = []
+    for layer in ET.parse(xml).iter("layer"):
+        d = layer.find("data")
+        if layer.get("type") == "Const" and d is not None and int(d.get("size", 0)) >= min_size:
+            off, size = int(d.get("offset", 0)), int(d.get("size", 0))
+            out.append(data[off : off + size])
+    return out
+
+
+def test_weightless_artefact_holds_no_ir_weights(exported, ir):
+    _, full, slim = exported
+    consts = _ir_constants(*ir)
+    assert consts and all(c in full for c in consts)  # the check can fail: they are in the full one
+    assert not any(c in slim for c in consts)
+    # the sub-blobs each carried (nearly) the whole .bin; now only their programs remain
+    assert len(slim) < len(full) // 4
+
+
+@pytest.mark.parametrize("source", ["WEIGHTS_PATH", "MODEL_PTR"])
+def test_import_restores_the_same_tokens(exported, emu_core, ir, source):
+    tokens, _, slim = exported
+    given = ir[1] if source == "WEIGHTS_PATH" else emu_core.read_model(ir[0])
+    cm = emu_core.import_model(slim, "NPU", {source: given})
+    assert greedy(cm.create_infer_request(), PROMPT_IDS, 64)[0] == tokens
+
+
+def test_wrong_or_missing_weights_are_typed_errors(exported, emu_core, ir, tmp_path):
+    _, full, slim = exported
+    with pytest.raises(ConfigError, match="Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR"):
+        emu_core.import_model(slim, "NPU", {})
+    with pytest.raises(ConfigError, match="Can not open file .* for mapping"):
+        emu_core.import_model(slim, "NPU", {"WEIGHTS_PATH": str(tmp_path / "none.bin")})
+    edited = bytearray(Path(ir[1]).read_bytes())
+    edited[len(edited) // 2] ^= 0x40  # one bit inside a weight
+    (tmp_path / "edited.bin").write_bytes(edited)
+    with pytest.raises(BlobFormatError, match=r"does not hold the weights .* SHA-256 mismatch"):
+        emu_core.import_model(slim, "NPU", {"WEIGHTS_PATH": str(tmp_path / "edited.bin")})
+    (tmp_path / "short.bin").write_bytes(bytes(edited[:1000]))
+    with pytest.raises(BlobFormatError, match="1000 bytes but the blob was exported from"):
+        emu_core.import_model(slim, "NPU", {"WEIGHTS_PATH": str(tmp_path / "short.bin")})
+    # the real fails on WEIGHTS_PATH with a blob that holds its weights too: never ignored
+    with pytest.raises(ConfigError, match="holds its weights"):
+        emu_core.import_model(full, "NPU", {"WEIGHTS_PATH": ir[1]})
+
+
+def test_bad_cache_mode_and_cpu_sub_blobs_are_config_errors(emu_core, ir):
+    with pytest.raises(ConfigError, match="CACHE_MODE='FAST' is not one of"):
+        emu_core.compile_model(ir[0], "NPU", {**CFG, "CACHE_MODE": "FAST"})
+    with pytest.raises(ConfigError, match="emulated NPU's sub-blobs, not CPU"):
+        emu_core.compile_model(ir[0], "NPU", {**CFG, "NPUW_DEVICES": "CPU", "CACHE_MODE": "OPTIMIZE_SIZE"})
+
+
+def test_cache_dir_stores_weightless_entries(emu_core, ir, exported, tmp_path):
+    tokens, _, slim = exported
+    cfg = {**CFG, "CACHE_MODE": "OPTIMIZE_SIZE", "CACHE_DIR": str(tmp_path)}
+    emu_core.compile_model(ir[0], "NPU", cfg)
+    (entry,) = tmp_path.glob("npuw_llm_*.blob")
+    assert entry.stat().st_size < len(slim) + 4096
+    warm = emu_core.compile_model(ir[0], "NPU", cfg)
+    assert warm._impl.loaded_from_cache
+    assert greedy(warm.create_infer_request(), PROMPT_IDS, 64)[0] == tokens
