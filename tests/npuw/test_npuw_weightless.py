@@ -18,6 +18,7 @@ from ov_npu_emu.errors import BlobFormatError, ConfigError
 from tests.npuw._oracle import greedy, real_npuw_config
 
 PROMPT_IDS = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "optimum"
 CFG = real_npuw_config(64, 64, NPUW_DEVICES="NPU", NPUW_LLM_GENERATE_VARIANTS="128")
 
 
@@ -78,6 +79,9 @@ def test_wrong_or_missing_weights_are_typed_errors(exported, emu_core, ir, tmp_p
     (tmp_path / "short.bin").write_bytes(bytes(edited[:1000]))
     with pytest.raises(BlobFormatError, match="1000 bytes but the blob was exported from"):
         emu_core.import_model(slim, "NPU", {"WEIGHTS_PATH": str(tmp_path / "short.bin")})
+    other = emu_core.read_model(FIXTURES / "llama-fp32" / "openvino_model.xml")
+    with pytest.raises(BlobFormatError, match="MODEL_PTR lacks a constant"):
+        emu_core.import_model(slim, "NPU", {"MODEL_PTR": other})
     # the real fails on WEIGHTS_PATH with a blob that holds its weights too: never ignored
     with pytest.raises(ConfigError, match="holds its weights"):
         emu_core.import_model(full, "NPU", {"WEIGHTS_PATH": ir[1]})
@@ -99,3 +103,42 @@ def test_cache_dir_stores_weightless_entries(emu_core, ir, exported, tmp_path):
     warm = emu_core.compile_model(ir[0], "NPU", cfg)
     assert warm._impl.loaded_from_cache
     assert greedy(warm.create_infer_request(), PROMPT_IDS, 64)[0] == tokens
+
+
+def _edit_refs(blob: bytes, edit) -> bytes:  # noqa: ANN001
+    """``edit(header)`` on the JSON header, re-hashed: tests the checks behind the header hash."""
+    import hashlib
+    import json
+    import struct
+
+    from ov_npu_emu_npuw.serialize import FORMAT_VERSION, MAGIC
+
+    off = len(MAGIC) + 12 + 32
+    hlen = struct.unpack_from("<Q", blob, len(MAGIC) + 4)[0]
+    header = json.loads(blob[off : off + hlen])
+    edit(header)
+    js = json.dumps(header).encode()
+    return MAGIC + struct.pack("<IQ", FORMAT_VERSION, len(js)) + hashlib.sha256(js).digest() + js + blob[off + hlen :]
+
+
+def _swap_two_refs(h) -> None:  # noqa: ANN001
+    # two equal-sized constants traded: every hash still matches its own bytes, the blob does not
+    refs = h["blobs"][0]["refs"]
+    a, b = next((x, y) for x in refs for y in refs if x is not y and x[1] == y[1] and x[3] != y[3])
+    a[2:], b[2:] = b[2:], a[2:]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        _swap_two_refs,
+        lambda h: h["blobs"][0]["refs"][0].__setitem__(0, -5),
+        lambda h: h["blobs"][0]["refs"].reverse(),
+        lambda h: h["blobs"][0].__setitem__("restored_size", 1),
+    ],
+    ids=["swapped", "negative_position", "unordered", "size"],
+)
+def test_edited_weight_references_are_typed_errors(exported, emu_core, ir, edit):
+    slim = _edit_refs(exported[2], edit)
+    with pytest.raises(BlobFormatError):
+        emu_core.import_model(slim, "NPU", {"WEIGHTS_PATH": ir[1]})
