@@ -255,7 +255,7 @@ def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCo
             return cached
     cm = _build(core, model, cfg)
     cm.weights_path = weights_path
-    if cfg.weightless and cm.device != "NPU":
+    if cfg.weightless and cm.device not in ("NPU", "CPU"):
         raise ConfigError(
             f"CACHE_MODE=OPTIMIZE_SIZE: weightless NPUW artefacts are implemented for the emulated "
             f"NPU's sub-blobs, not {cm.device} ones (NPUW_DEVICES={','.join(cfg.devices)}); use "
@@ -304,6 +304,9 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
             cfg.raw.get("NPUW_WEIGHTS_BANK") or f"{name}-{uuid.uuid4().hex[:12]}"
         )
     }
+    if cfg.weightless and device == "CPU":
+        # the CPU plugin writes weightless blobs itself (its constants remember their .bin offset)
+        bank["CACHE_MODE"] = "OPTIMIZE_SIZE"
     prefill_config = {**cfg.prefill_config, **bank}
     if skip_padded_rows(cfg, device):
         # our whole-prompt prefill reads only the real (right-aligned) rows of its outputs: the

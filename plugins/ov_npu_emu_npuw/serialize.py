@@ -29,7 +29,15 @@ from ov_npu_emu.runtime.device import PortInfo
 from ov_npu_emu.runtime.model_cache import model_hash, read_entry, write_entry
 from ov_npu_emu_npuw.config import LLMConfig
 from ov_npu_emu_npuw.model_io import KVLayout
-from ov_npu_emu_npuw.weightless import WeightsIndex, WeightsSource, describe, restore_blob, strip_blob
+from ov_npu_emu_npuw.weightless import (
+    WeightsIndex,
+    WeightsSource,
+    bin_identity,
+    check_bin_identity,
+    describe,
+    restore_blob,
+    strip_blob,
+)
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.core import Core
@@ -88,9 +96,13 @@ def export_llm(cm: LLMCompiledModel) -> bytes:
         parts.append(("lm_head", cm.subs.lm_head.export_model().getvalue()))
     table = [{"role": r, "size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for r, b in parts]
     weightless = None
-    if cm.cfg.weightless:
+    if cm.cfg.weightless and cm.device == "CPU":
+        # the CPU plugin wrote weightless blobs itself (compiled with CACHE_MODE=OPTIMIZE_SIZE); it
+        # reads the weights back by offset without checking them, so the whole .bin is hashed
+        weightless = {"by": "device", **bin_identity(cm.weights_path)}
+    elif cm.cfg.weightless:
         index = WeightsIndex.from_ir(cm.weights_path)
-        weightless = {"bin_size": index.bin_size, "bin_name": os.path.basename(index.path)}
+        weightless = {"by": "refs", "bin_size": index.bin_size, "bin_name": os.path.basename(index.path)}
         for i, (role, b) in enumerate(parts):
             stripped, refs = strip_blob(role, b, index)
             parts[i] = (role, stripped)
@@ -206,7 +218,10 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
             f"NPUW LLM artefact has {len(blob) - off} unexpected bytes after its last sub-blob "
             "(spliced or extended); re-export it"
         )
-    if header.get("weightless"):
+    device_keys: dict[str, Any] = {}
+    if header.get("weightless", {}) and header["weightless"].get("by") == "device":
+        device_keys = _device_weights(header["weightless"], weights_path, model_ptr)
+    elif header.get("weightless"):
         parts = _restore(header, parts, weights_path, model_ptr)
     elif weights_path or model_ptr is not None:
         # the real fails here too (its weights bank finds nothing to load): never ignore the key
@@ -222,6 +237,7 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
         for k, v in (config or {}).items()
         if not k.startswith(("NPU", "++NPUW", "CACHE_DIR")) and k != "CACHE_MODE"
     }
+    sub_cfg.update(device_keys)
     # a device blob does not carry runtime settings such as the thread count: re-apply NPUW's
     # defaults the compilation chose, unless the import config sets them itself
     sub_defaults: dict[str, dict[str, Any]] = {
@@ -270,6 +286,26 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
         outs,
         sub_defaults=sub_defaults,
     )
+
+
+def _device_weights(desc: Mapping[str, Any], weights_path: Any, model_ptr: Any) -> dict[str, Any]:
+    """The import keys that let the CPU plugin read its weightless sub-blobs, once the .bin is
+    proven to be the one they were exported from."""
+    if model_ptr is not None:
+        raise ConfigError(
+            "MODEL_PTR cannot restore CPU sub-blobs exported with CACHE_MODE=OPTIMIZE_SIZE (the CPU "
+            "plugin reads them from the .bin only); pass WEIGHTS_PATH=<model>.bin instead",
+            key="MODEL_PTR",
+        )
+    if not weights_path:
+        raise ConfigError(
+            "Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR property is provided! (CPU "
+            "sub-blobs exported with CACHE_MODE=OPTIMIZE_SIZE take their weights from "
+            "WEIGHTS_PATH=<model>.bin only)",
+            key="WEIGHTS_PATH",
+        )
+    check_bin_identity(os.fspath(weights_path), desc)
+    return {"WEIGHTS_PATH": os.fspath(weights_path), "CACHE_MODE": "OPTIMIZE_SIZE"}
 
 
 def _restore(

@@ -32,6 +32,8 @@ from ov_npu_emu.npu.blob.reader import BlobReader
 
 __all__ = [
     "MIN_REF_BYTES",
+    "bin_identity",
+    "check_bin_identity",
     "WeightsIndex",
     "WeightsSource",
     "restore_blob",
@@ -222,3 +224,45 @@ def restore_blob(role: str, stripped: bytes, refs: list[list[Any]], source: Weig
 def describe(refs: Mapping[str, list[list[Any]]]) -> tuple[int, int]:
     """(constants referenced, bytes referenced) over all sub-blobs."""
     return sum(len(r) for r in refs.values()), sum(n for r in refs.values() for _, n, _, _ in r)
+
+
+def _file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def bin_identity(bin_path: str) -> dict[str, Any]:
+    """Size and SHA-256 of the whole .bin (for sub-blobs whose device reads it by offset)."""
+    if not os.path.isfile(bin_path):
+        raise ConfigError(
+            f"CACHE_MODE=OPTIMIZE_SIZE: the weights file {bin_path} does not exist; pass "
+            "WEIGHTS_PATH=<model>.bin",
+            key="WEIGHTS_PATH",
+        )
+    return {
+        "bin_size": os.path.getsize(bin_path),
+        "bin_name": os.path.basename(bin_path),
+        "bin_sha256": _file_sha256(bin_path),
+    }
+
+
+def check_bin_identity(bin_path: str, want: Mapping[str, Any]) -> None:
+    if not os.path.isfile(bin_path):
+        raise ConfigError(
+            f"Can not open file {bin_path} for mapping. Ensure that file exists and has appropriate permissions.",
+            key="WEIGHTS_PATH",
+        )
+    size = os.path.getsize(bin_path)
+    if size != int(want["bin_size"]):
+        raise BlobFormatError(
+            f"WEIGHTS_PATH {bin_path} is {size} bytes but the blob was exported from a "
+            f"{want['bin_size']}-byte .bin; pass the .bin of the model it was compiled from"
+        )
+    if _file_sha256(bin_path) != want["bin_sha256"]:
+        raise BlobFormatError(
+            f"WEIGHTS_PATH {bin_path} does not hold the weights this blob was exported with (SHA-256 "
+            "of the .bin differs); pass the .bin of the model it was compiled from, unmodified"
+        )

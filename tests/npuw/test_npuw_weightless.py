@@ -87,11 +87,31 @@ def test_wrong_or_missing_weights_are_typed_errors(exported, emu_core, ir, tmp_p
         emu_core.import_model(full, "NPU", {"WEIGHTS_PATH": ir[1]})
 
 
-def test_bad_cache_mode_and_cpu_sub_blobs_are_config_errors(emu_core, ir):
+def test_bad_cache_mode_is_a_config_error(emu_core, ir):
     with pytest.raises(ConfigError, match="CACHE_MODE='FAST' is not one of"):
         emu_core.compile_model(ir[0], "NPU", {**CFG, "CACHE_MODE": "FAST"})
-    with pytest.raises(ConfigError, match="emulated NPU's sub-blobs, not CPU"):
-        emu_core.compile_model(ir[0], "NPU", {**CFG, "NPUW_DEVICES": "CPU", "CACHE_MODE": "OPTIMIZE_SIZE"})
+
+
+def test_cpu_sub_blobs_are_weightless_through_the_cpu_plugin(emu_core, ir, tmp_path):
+    """NPUW_DEVICES=CPU: the CPU plugin writes the weightless sub-blobs (it reads the weights back
+    by offset and checks nothing), so the artefact carries the .bin's SHA-256 and import checks it."""
+    cfg = {**CFG, "NPUW_DEVICES": "CPU"}
+    full = emu_core.compile_model(ir[0], "NPU", cfg)
+    tokens, _ = greedy(full.create_infer_request(), PROMPT_IDS, 32)
+    slim = emu_core.compile_model(ir[0], "NPU", {**cfg, "CACHE_MODE": "OPTIMIZE_SIZE"}).export_model().getvalue()
+    assert len(slim) < len(full.export_model().getvalue()) // 2
+    f32 = {"INFERENCE_PRECISION_HINT": "f32"}
+    cm = emu_core.import_model(slim, "NPU", {**f32, "WEIGHTS_PATH": ir[1]})
+    assert greedy(cm.create_infer_request(), PROMPT_IDS, 32)[0] == tokens
+    with pytest.raises(ConfigError, match="Blob is weightless but no WEIGHTS_PATH"):
+        emu_core.import_model(slim, "NPU", f32)
+    with pytest.raises(ConfigError, match="MODEL_PTR cannot restore CPU sub-blobs"):
+        emu_core.import_model(slim, "NPU", {"MODEL_PTR": emu_core.read_model(ir[0])})
+    edited = bytearray(Path(ir[1]).read_bytes())
+    edited[len(edited) // 2] ^= 0x40
+    (tmp_path / "edited.bin").write_bytes(edited)
+    with pytest.raises(BlobFormatError, match="SHA-256 of the .bin differs"):
+        emu_core.import_model(slim, "NPU", {"WEIGHTS_PATH": str(tmp_path / "edited.bin")})
 
 
 def test_cache_dir_stores_weightless_entries(emu_core, ir, exported, tmp_path):
