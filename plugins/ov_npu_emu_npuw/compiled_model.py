@@ -258,8 +258,9 @@ def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCo
     if cfg.weightless and cm.device not in ("NPU", "CPU"):
         raise ConfigError(
             f"CACHE_MODE=OPTIMIZE_SIZE: weightless NPUW artefacts are implemented for the emulated "
-            f"NPU's sub-blobs, not {cm.device} ones (NPUW_DEVICES={','.join(cfg.devices)}); use "
-            "NPUW_DEVICES=NPU or CACHE_MODE=OPTIMIZE_SPEED",
+            f"NPU's and the CPU plugin's sub-blobs, not {cm.device} ones "
+            f"(NPUW_DEVICES={','.join(cfg.devices)}); use NPUW_DEVICES=NPU or CPU, or "
+            "CACHE_MODE=OPTIMIZE_SPEED",
             key="CACHE_MODE",
         )
     if key is not None:
