@@ -20,13 +20,13 @@ def blob_flow(mod, folder, device: str, blob: str) -> str:  # noqa: ANN001
         str(folder), "NPU", **props, MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=64,
         EXPORT_BLOB="YES", BLOB_PATH=blob, CACHE_MODE="OPTIMIZE_SIZE",
     )
-    first = exporter.generate("Once upon a time", max_new_tokens=30)
+    first = exporter.generate("Once upon a time", max_new_tokens=16)
     del exporter
     with pytest.raises(RuntimeError, match="Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR"):
         mod.LLMPipeline(str(folder), "NPU", **props, BLOB_PATH=blob)
     weights = str(folder / "openvino_model.bin")
     importer = mod.LLMPipeline(str(folder), "NPU", **props, BLOB_PATH=blob, WEIGHTS_PATH=weights)
-    assert importer.generate("Once upon a time", max_new_tokens=30) == first
+    assert importer.generate("Once upon a time", max_new_tokens=16) == first
     return first
 
 

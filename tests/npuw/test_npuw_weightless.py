@@ -97,12 +97,12 @@ def test_cpu_sub_blobs_are_weightless_through_the_cpu_plugin(emu_core, ir, tmp_p
     by offset and checks nothing), so the artefact carries the .bin's SHA-256 and import checks it."""
     cfg = {**CFG, "NPUW_DEVICES": "CPU"}
     full = emu_core.compile_model(ir[0], "NPU", cfg)
-    tokens, _ = greedy(full.create_infer_request(), PROMPT_IDS, 32)
+    tokens, _ = greedy(full.create_infer_request(), PROMPT_IDS, 16)
     slim = emu_core.compile_model(ir[0], "NPU", {**cfg, "CACHE_MODE": "OPTIMIZE_SIZE"}).export_model().getvalue()
     assert len(slim) < len(full.export_model().getvalue()) // 2
     f32 = {"INFERENCE_PRECISION_HINT": "f32"}
     cm = emu_core.import_model(slim, "NPU", {**f32, "WEIGHTS_PATH": ir[1]})
-    assert greedy(cm.create_infer_request(), PROMPT_IDS, 32)[0] == tokens
+    assert greedy(cm.create_infer_request(), PROMPT_IDS, 16)[0] == tokens
     with pytest.raises(ConfigError, match="Blob is weightless but no WEIGHTS_PATH"):
         emu_core.import_model(slim, "NPU", f32)
     with pytest.raises(ConfigError, match="MODEL_PTR cannot restore CPU sub-blobs"):
