@@ -139,6 +139,7 @@ class Target:
     device: str
     feed: dict[str, np.ndarray] | None  # None: ones of every input's shape and type
     steps: int = 2  # inferences per successful import (the second takes the replay path)
+    config: dict[str, Any] | None = None  # import config (a weightless artefact's WEIGHTS_PATH)
 
 
 def outcome(core: Any, target: Target, blob: bytes, limit: float = TIME_LIMIT) -> tuple[str, float]:
@@ -149,7 +150,7 @@ def outcome(core: Any, target: Target, blob: bytes, limit: float = TIME_LIMIT) -
     try:
         with _watchdog(limit), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cm = core.import_model(blob, target.device)
+            cm = core.import_model(blob, target.device, target.config or {})
             feed = target.feed if target.feed is not None else {
                 p.get_any_name(): np.ones(list(p.get_shape()), p.get_element_type().to_dtype()) for p in cm.inputs}
             req = cm.create_infer_request()
@@ -184,9 +185,13 @@ def targets(core: Any, tiny_model_dir: Path | None = None) -> list[Target]:
         kv = min(cm.impl.subs.generate)
         out.append(Target("npu-llm", cm.impl.subs.generate[kv].export_model().getvalue(), "NPU", None))
         ids = np.array([[5, 17, 99]], np.int64)
-        out.append(Target("npuw", cm.export_model().getvalue(), "NPU", {
-            "input_ids": ids, "attention_mask": np.ones((1, 3), np.int64),
-            "position_ids": np.arange(3, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)}, steps=1))
+        feed = {"input_ids": ids, "attention_mask": np.ones((1, 3), np.int64),
+                "position_ids": np.arange(3, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)}
+        out.append(Target("npuw", cm.export_model().getvalue(), "NPU", feed, steps=1))
+        # weightless (CACHE_MODE=OPTIMIZE_SIZE): sub-blobs without the IR's weights, restored on import
+        slim = core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", {**cfg, "CACHE_MODE": "OPTIMIZE_SIZE"})
+        out.append(Target("npuw-weightless", slim.export_model().getvalue(), "NPU", feed, steps=1,
+                          config={"WEIGHTS_PATH": str(tiny_model_dir / "openvino_model.bin")}))
     return out
 
 
@@ -234,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     per = max(1, args.mutants // len(tg))
     reports = [fuzz(core, t, tg[(i + 1) % len(tg)].blob, per, args.seed + i, limit=args.limit)
                for i, t in enumerate(tg)]
-    npu = [t for t in tg if t.device == "NPU" and t.name != "npuw"]
+    npu = [t for t in tg if t.device == "NPU" and not t.name.startswith("npuw")]
     reports += [fuzz(core, t, tg[1].blob, max(1, args.resealed // len(npu)), args.seed + 99 + i, resealed=True,
                      limit=args.limit) for i, t in enumerate(npu)]
     bad = 0

@@ -168,7 +168,13 @@ class Core:
                 else ov.Tensor(ov.Type.u8, [0])
             )
             return core.read_model(model.decode() if isinstance(model, bytes) else model, w)
-        return core.read_model(os.fspath(model), os.fspath(weights) if weights is not None else None)
+        path = os.fspath(model)
+        m = core.read_model(path, os.fspath(weights) if weights is not None else None)
+        if path.endswith(".xml"):
+            # where the constants live: a weightless NPUW export (CACHE_MODE=OPTIMIZE_SIZE) refers to it
+            bin_path = os.fspath(weights) if weights is not None else path[: -len(".xml")] + ".bin"
+            m.set_rt_info(os.path.abspath(bin_path), "__weights_path")
+        return m
 
     def compile_model(
         self,

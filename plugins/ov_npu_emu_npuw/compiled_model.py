@@ -122,6 +122,8 @@ class LLMCompiledModel(DeviceCompiledModel):
         # the present outputs' type; u8/u4 KV is quantised from f16 rows when written
         self.kv_dtype = np.float32 if cfg.kv_precision == "f32" else np.float16
         self.loaded_from_cache = False
+        #: the IR .bin a weightless export (CACHE_MODE=OPTIMIZE_SIZE) refers to
+        self.weights_path = ""
         # builds a ladder rung (a static whole-prompt prefill of that size); None after import
         self._ladder_factory = ladder_factory
         self._ladder_lock = threading.Lock()
@@ -237,14 +239,31 @@ def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCo
     configure_logging()
     cfg = parse_config(config)
     key = None
+    weights_path = ""
+    if cfg.weightless:
+        from ov_npu_emu_npuw.weightless import weights_path_of
+
+        weights_path = weights_path_of(model, cfg.weights_path)
     if cfg.cache_dir:
         from ov_npu_emu_npuw.serialize import cache_key, load_cached, store_cached
 
         key = cache_key(model, cfg)
-        cached = load_cached(core, cfg.cache_dir, key, config)
+        # a weightless entry takes its weights back from the model being compiled
+        source = {"WEIGHTS_PATH": weights_path} if weights_path else {}
+        cached = load_cached(core, cfg.cache_dir, key, {**config, **source})
         if cached is not None:
+            cached.weights_path = weights_path
             return cached
     cm = _build(core, model, cfg)
+    cm.weights_path = weights_path
+    if cfg.weightless and cm.device not in ("NPU", "CPU"):
+        raise ConfigError(
+            f"CACHE_MODE=OPTIMIZE_SIZE: weightless NPUW artefacts are implemented for the emulated "
+            f"NPU's and the CPU plugin's sub-blobs, not {cm.device} ones "
+            f"(NPUW_DEVICES={','.join(cfg.devices)}); use NPUW_DEVICES=NPU or CPU, or "
+            "CACHE_MODE=OPTIMIZE_SPEED",
+            key="CACHE_MODE",
+        )
     if key is not None:
         store_cached(cfg.cache_dir, key, cm)
     return cm
@@ -289,6 +308,9 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
             cfg.raw.get("NPUW_WEIGHTS_BANK") or f"{name}-{uuid.uuid4().hex[:12]}"
         )
     }
+    if cfg.weightless and device == "CPU":
+        # the CPU plugin writes weightless blobs itself (its constants remember their .bin offset)
+        bank["CACHE_MODE"] = "OPTIMIZE_SIZE"
     prefill_config = {**cfg.prefill_config, **bank}
     if skip_padded_rows(cfg, device):
         # our whole-prompt prefill reads only the real (right-aligned) rows of its outputs: the

@@ -67,7 +67,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 #: real NPUW keys about partitioning/folding that have no meaning here: accepted and ignored
-#: (CACHE_MODE and NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE only at their defaults: see parse_config)
+#: (NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE only at its default: see parse_config)
 IGNORED_KEYS = frozenset(
     {
         "NPUW_ONLINE_PIPELINE",
@@ -91,9 +91,12 @@ IGNORED_KEYS = frozenset(
         "NPUW_LLM_OPTIMIZE_FP8",
         "NPUW_LLM_GENERATE_ATTENTION_HINT",
         "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE",
-        "CACHE_MODE",
     }
 )
+#: keys NPUW itself consumes for export/import (weightless artefacts, serialize.py); never
+#: passed on to the sub-model devices
+CACHE_MODES = ("OPTIMIZE_SPEED", "OPTIMIZE_SIZE")
+EXPORT_KEYS = frozenset({"CACHE_MODE", "WEIGHTS_PATH"})
 SUBCONFIG_KEYS = ("NPUW_LLM_PREFILL_CONFIG", "NPUW_LLM_GENERATE_CONFIG")
 HEAD_CONFIG_KEY = "NPUW_LLM_SHARED_HEAD_CONFIG"
 _KV_PRECISIONS = {
@@ -222,6 +225,13 @@ class LLMConfig:
     prefill_ladder: bool = False
     ladder: tuple[int, ...] = ()
     max_lora_rank: int = 32  # NPUW_LLM_MAX_LORA_RANK: LoRA inputs' static rank
+    # CACHE_MODE as given ("" = unset): OPTIMIZE_SIZE exports without the IR's weights
+    cache_mode: str = ""
+    weights_path: str = ""  # WEIGHTS_PATH at compile: the .bin a weightless export refers to
+
+    @property
+    def weightless(self) -> bool:
+        return self.cache_mode == "OPTIMIZE_SIZE"
 
     @property
     def total_size(self) -> int:
@@ -263,6 +273,8 @@ class LLMConfig:
             "KV_CACHE_PRECISION": self.kv_precision,
             KV_GROUP_SIZE_KEY: self.kv_group_size,
             "CACHE_DIR": self.cache_dir,
+            # the real answers CACHE_MODE only when it was set (else "Unsupported configuration key")
+            **({"CACHE_MODE": self.cache_mode} if self.cache_mode else {}),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -303,13 +315,12 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
     def get(k: str) -> Any:
         return raw.get(k, DEFAULTS[k])
 
-    # real keys of features we do not have: accepted at their defaults, never silently dropped
-    if str(raw.get("CACHE_MODE", "OPTIMIZE_SPEED") or "OPTIMIZE_SPEED").upper() != "OPTIMIZE_SPEED":
+    cache_mode = str(raw.get("CACHE_MODE", "") or "").upper()
+    if cache_mode and cache_mode not in CACHE_MODES:
         raise ConfigError(
-            f"CACHE_MODE={raw['CACHE_MODE']!r}: weightless NPUW blobs (OPTIMIZE_SIZE) are not implemented "
-            "here; use OPTIMIZE_SPEED (the artefact keeps its weights)",
-            key="CACHE_MODE",
+            f"CACHE_MODE={raw['CACHE_MODE']!r} is not one of {', '.join(CACHE_MODES)}", key="CACHE_MODE"
         )
+    # real keys of features we do not have: accepted at their defaults, never silently dropped
     if _bool("NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE", raw.get("NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE", False)):
         raise ConfigError(
             "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE=YES: block-based KV is not implemented by our NPUW; the "
@@ -474,6 +485,7 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         for k, v in raw.items()
         if not k.startswith(("NPU", "++NPUW", "KV_CACHE_PRECISION", "CACHE_DIR"))
         and k not in IGNORED_KEYS
+        and k not in EXPORT_KEYS
     }
     subs: list[dict[str, Any]] = []
     for key in SUBCONFIG_KEYS:
@@ -537,4 +549,6 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         prefill_ladder=ladder,
         ladder=ladder_sizes(max_prompt) if ladder and not chunk else (),
         max_lora_rank=_uint("NPUW_LLM_MAX_LORA_RANK", get("NPUW_LLM_MAX_LORA_RANK"), minimum=1),
+        cache_mode=cache_mode,
+        weights_path=str(raw.get("WEIGHTS_PATH", "") or ""),
     )

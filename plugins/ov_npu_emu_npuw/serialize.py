@@ -4,6 +4,11 @@ Layout: ``MAGIC`` | u32 format version | u64 header length | SHA-256 of the head
 JSON: versions, config, KV descriptor, ports, sub-blob table with sizes and SHA-256) | the sub-blobs
 back to back (each one is what the sub-model's device wrote with ``export_model``; for the emulated
 NPU, its ELF blob). Every byte is covered by a hash, checked before it is parsed or used.
+
+A weightless artefact (CACHE_MODE=OPTIMIZE_SIZE, see weightless.py) stores each sub-blob without
+the constants found in the IR's ``.bin``; its table entry lists them (``refs``) and the SHA-256 of
+the sub-blob as restored, which import checks after splicing the weights back from WEIGHTS_PATH
+or MODEL_PTR.
 """
 
 from __future__ import annotations
@@ -19,11 +24,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import openvino as ov
 
-from ov_npu_emu.errors import BlobFormatError, NpuEmuError
+from ov_npu_emu.errors import BlobFormatError, ConfigError, NpuEmuError
 from ov_npu_emu.runtime.device import PortInfo
 from ov_npu_emu.runtime.model_cache import model_hash, read_entry, write_entry
 from ov_npu_emu_npuw.config import LLMConfig
 from ov_npu_emu_npuw.model_io import KVLayout
+from ov_npu_emu_npuw.weightless import (
+    WeightsIndex,
+    WeightsSource,
+    bin_identity,
+    check_bin_identity,
+    describe,
+    restore_blob,
+    strip_blob,
+)
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.core import Core
@@ -42,7 +56,7 @@ __all__ = [
 logger = logging.getLogger("ov_npu_emu_npuw")
 
 MAGIC = b"\x13\x37OVNPUEMU-NPUWLLM\x00"
-FORMAT_VERSION = 2  # 2: SHA-256 of the header
+FORMAT_VERSION = 3  # 2: SHA-256 of the header; 3: weightless sub-blobs (CACHE_MODE=OPTIMIZE_SIZE)
 _FIXED = struct.Struct("<IQ")
 
 
@@ -80,6 +94,28 @@ def export_llm(cm: LLMCompiledModel) -> bytes:
     parts.append(("prefill", cm.subs.prefill.export_model().getvalue()))
     if cm.subs.lm_head is not None:
         parts.append(("lm_head", cm.subs.lm_head.export_model().getvalue()))
+    table = [{"role": r, "size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for r, b in parts]
+    weightless = None
+    if cm.cfg.weightless and cm.device == "CPU":
+        # the CPU plugin wrote weightless blobs itself (compiled with CACHE_MODE=OPTIMIZE_SIZE); it
+        # reads the weights back by offset without checking them, so the whole .bin is hashed
+        weightless = {"by": "device", **bin_identity(cm.weights_path)}
+    elif cm.cfg.weightless:
+        index = WeightsIndex.from_ir(cm.weights_path)
+        weightless = {"by": "refs", "bin_size": index.bin_size, "bin_name": os.path.basename(index.path)}
+        for i, (role, b) in enumerate(parts):
+            stripped, refs = strip_blob(role, b, index)
+            parts[i] = (role, stripped)
+            table[i] = {
+                "role": role,
+                "size": len(stripped),
+                "sha256": hashlib.sha256(stripped).hexdigest(),
+                "refs": refs,
+                "restored_size": len(b),
+                "restored_sha256": table[i]["sha256"],
+            }
+        n, nbytes = describe({e["role"]: e["refs"] for e in table})
+        logger.info("weightless export: %d constants (%d bytes) refer to %s", n, nbytes, index.path)
     header = {
         "versions": _versions(),
         "name": cm.name,
@@ -95,9 +131,8 @@ def export_llm(cm: LLMCompiledModel) -> bytes:
         "sub_defaults": cm.sub_defaults,
         "inputs": [_port_json(p) for p in cm.inputs],
         "outputs": [_port_json(p) for p in cm.outputs],
-        "blobs": [
-            {"role": r, "size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for r, b in parts
-        ],
+        "weightless": weightless,
+        "blobs": table,
     }
     h = json.dumps(header, sort_keys=True).encode()
     return b"".join(
@@ -165,6 +200,10 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
             f"running: openvino {have['openvino']}, ov_npu_emu {have['ov_npu_emu']}. "
             "Recompile the model (or delete the CACHE_DIR entry)."
         )
+    cfg_in = dict(config or {})
+    weights_path = cfg_in.pop("WEIGHTS_PATH", None)
+    model_ptr = cfg_in.pop("MODEL_PTR", None)
+    config = cfg_in
     parts: dict[str, bytes] = {}
     for entry in header["blobs"]:
         data = blob[off : off + entry["size"]]
@@ -179,9 +218,26 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
             f"NPUW LLM artefact has {len(blob) - off} unexpected bytes after its last sub-blob "
             "(spliced or extended); re-export it"
         )
+    device_keys: dict[str, Any] = {}
+    if header.get("weightless", {}) and header["weightless"].get("by") == "device":
+        device_keys = _device_weights(header["weightless"], weights_path, model_ptr)
+    elif header.get("weightless"):
+        parts = _restore(header, parts, weights_path, model_ptr)
+    elif weights_path or model_ptr is not None:
+        # the real fails here too (its weights bank finds nothing to load): never ignore the key
+        raise ConfigError(
+            f"{'WEIGHTS_PATH' if weights_path else 'MODEL_PTR'} was given but this NPUW blob holds its "
+            "weights (exported with CACHE_MODE=OPTIMIZE_SPEED); import it without the key",
+            key="WEIGHTS_PATH" if weights_path else "MODEL_PTR",
+        )
     cfg = LLMConfig.from_json(header["config"])
     device = header["device"]
-    sub_cfg = {k: v for k, v in (config or {}).items() if not k.startswith(("NPU", "++NPUW", "CACHE_DIR"))}
+    sub_cfg = {
+        k: v
+        for k, v in (config or {}).items()
+        if not k.startswith(("NPU", "++NPUW", "CACHE_DIR")) and k != "CACHE_MODE"
+    }
+    sub_cfg.update(device_keys)
     # a device blob does not carry runtime settings such as the thread count: re-apply NPUW's
     # defaults the compilation chose, unless the import config sets them itself
     sub_defaults: dict[str, dict[str, Any]] = {
@@ -230,6 +286,52 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
         outs,
         sub_defaults=sub_defaults,
     )
+
+
+def _device_weights(desc: Mapping[str, Any], weights_path: Any, model_ptr: Any) -> dict[str, Any]:
+    """The import keys that let the CPU plugin read its weightless sub-blobs, once the .bin is
+    proven to be the one they were exported from."""
+    if model_ptr is not None:
+        raise ConfigError(
+            "MODEL_PTR cannot restore CPU sub-blobs exported with CACHE_MODE=OPTIMIZE_SIZE (the CPU "
+            "plugin reads them from the .bin only); pass WEIGHTS_PATH=<model>.bin instead",
+            key="MODEL_PTR",
+        )
+    if not weights_path:
+        raise ConfigError(
+            "Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR property is provided! (CPU "
+            "sub-blobs exported with CACHE_MODE=OPTIMIZE_SIZE take their weights from "
+            "WEIGHTS_PATH=<model>.bin only)",
+            key="WEIGHTS_PATH",
+        )
+    check_bin_identity(os.fspath(weights_path), desc)
+    return {"WEIGHTS_PATH": os.fspath(weights_path), "CACHE_MODE": "OPTIMIZE_SIZE"}
+
+
+def _restore(
+    header: Mapping[str, Any], parts: dict[str, bytes], weights_path: Any, model_ptr: Any
+) -> dict[str, bytes]:
+    """Every sub-blob with its weights spliced back, each checked against the exported hash."""
+    if model_ptr is not None and not isinstance(model_ptr, ov.Model):
+        raise ConfigError(
+            f"MODEL_PTR must be an openvino.Model, got {type(model_ptr).__name__}", key="MODEL_PTR"
+        )
+    source = WeightsSource(os.fspath(weights_path) if weights_path else None, model_ptr)
+    try:
+        source.check_size(int(header["weightless"]["bin_size"]))
+        out = {}
+        for entry in header["blobs"]:
+            role = entry["role"]
+            full = restore_blob(role, parts[role], entry["refs"], source)
+            if len(full) != entry["restored_size"] or hashlib.sha256(full).hexdigest() != entry["restored_sha256"]:
+                raise BlobFormatError(
+                    f"NPUW LLM artefact sub-blob {role} does not match its exported SHA-256 once its "
+                    "weights are restored; pass the .bin of the model it was compiled from"
+                )
+            out[role] = full
+        return out
+    finally:
+        source.close()
 
 
 def cache_key(model: ov.Model, cfg: LLMConfig) -> str:

@@ -29,12 +29,12 @@ def all_targets(core: ov.Core, tiny_model_dir: Path) -> dict[str, Target]:
 
 def test_every_target_runs_undamaged(core: ov.Core, all_targets: dict[str, Target]) -> None:
     # the harness can tell "ran" from "rejected": an intact artefact runs
-    assert set(all_targets) == {"npu", "cpu", "npu-llm", "npuw"}
+    assert set(all_targets) == {"npu", "cpu", "npu-llm", "npuw", "npuw-weightless"}
     for t in all_targets.values():
         assert outcome(core, t, t.blob)[0] == "ran", t.name
 
 
-@pytest.mark.parametrize("name", ["npu", "cpu", "npu-llm", "npuw"])
+@pytest.mark.parametrize("name", ["npu", "cpu", "npu-llm", "npuw", "npuw-weightless"])
 def test_damaged_artefacts_never_run(core: ov.Core, all_targets: dict[str, Target], name: str) -> None:
     t = all_targets[name]
     other = all_targets["cpu" if name != "cpu" else "npu"].blob

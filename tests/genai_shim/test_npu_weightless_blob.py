@@ -1,0 +1,50 @@
+"""The genai flow for weightless NPU blobs, side by side with the real openvino_genai (NPUW on CPU):
+EXPORT_BLOB + CACHE_MODE=OPTIMIZE_SIZE, then BLOB_PATH with and without WEIGHTS_PATH."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import genai_shim
+
+F32 = {"INFERENCE_PRECISION_HINT": "f32", "NPUW_ONLINE_PIPELINE": "NONE"}
+
+
+def blob_flow(mod, folder, device: str, blob: str) -> str:  # noqa: ANN001
+    """LLMPipeline NPU with EXPORT_BLOB + CACHE_MODE=OPTIMIZE_SIZE, then BLOB_PATH without and
+    with WEIGHTS_PATH; returns the text (the same before export and after import)."""
+    props = {**F32, "NPUW_DEVICES": device}
+    exporter = mod.LLMPipeline(
+        str(folder), "NPU", **props, MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=64,
+        EXPORT_BLOB="YES", BLOB_PATH=blob, CACHE_MODE="OPTIMIZE_SIZE",
+    )
+    first = exporter.generate("Once upon a time", max_new_tokens=16)
+    del exporter
+    with pytest.raises(RuntimeError, match="Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR"):
+        mod.LLMPipeline(str(folder), "NPU", **props, BLOB_PATH=blob)
+    weights = str(folder / "openvino_model.bin")
+    importer = mod.LLMPipeline(str(folder), "NPU", **props, BLOB_PATH=blob, WEIGHTS_PATH=weights)
+    assert importer.generate("Once upon a time", max_new_tokens=16) == first
+    return first
+
+
+@pytest.fixture(scope="module")
+def folder(stories_dir, tmp_path_factory):  # noqa: ANN001
+    out = tmp_path_factory.mktemp("weightless") / "model"
+    shutil.copytree(stories_dir, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def real_text(real_genai, folder):  # noqa: ANN001
+    """The real openvino_genai's run of the flow (its NPU path: NPUW on CPU)."""
+    return blob_flow(real_genai, folder, "CPU", str(folder.parent / "real.blob"))
+
+
+@pytest.mark.parametrize("ours_device", ["NPU", "CPU"])
+def test_genai_blob_flow_matches_the_real(folder, real_text, ours_device):
+    """Ours with NPUW_DEVICES=NPU (our references in the artefact) and CPU (the CPU plugin's
+    own weightless sub-blobs): the same text as the real, the same error without WEIGHTS_PATH."""
+    assert blob_flow(genai_shim, folder, ours_device, str(folder.parent / f"ours_{ours_device}.blob")) == real_text
