@@ -585,6 +585,8 @@ class LLMPipeline:
             return self._encoded_results(seqs, perf, keep_kv)
 
         if self._pa is not None and pa_supports(config, keep_kv):
+            if config.is_beam_search():
+                return self._pa.beam_search(seqs, config, perf)
             stream_stopped = self._pa.run(self, seqs, config, stream, perf, stop_window)
             if stream is not None:
                 if not stream_stopped:
