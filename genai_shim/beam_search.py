@@ -200,10 +200,14 @@ class _Group:
 
 
 def _log_softmax(row: np.ndarray) -> np.ndarray:
-    """float32 log-softmax; the exp-sum is accumulated left to right like std::accumulate."""
+    """float32 log-softmax; the exp-sum is accumulated left to right like std::accumulate.
+    exp and log are evaluated in float64 and rounded to float32: that is the correctly rounded
+    result glibc's expf / logf give, where numpy's vectorised float32 exp may be an ulp off
+    (which moved beam scores in the 6th decimal on gpt2-fp32)."""
     row = np.asarray(row, dtype=np.float32)
     shifted = row - row.max()
-    log_sum = np.log(np.add.accumulate(np.exp(shifted))[-1])
+    exps = np.exp(shifted.astype(np.float64)).astype(np.float32)
+    log_sum = np.float32(np.log(np.float64(np.add.accumulate(exps)[-1])))
     return shifted - log_sum
 
 

@@ -26,7 +26,7 @@ def supports(config: GenerationConfig, keep_kv: bool) -> bool:
     """Calls the paged backend runs: greedy, multinomial (also several samples per prompt)
     and beam search, outside chat.  Chat (which keeps the KV cache between calls) uses the
     stateful model."""
-    return not keep_kv and not config.echo
+    return not config.echo
 
 
 class PagedBackend:
