@@ -330,9 +330,8 @@ class GroupBeamSearcher:
                 for token in _top_tokens(lp, 2 * gs):
                     log_prob = F32(lp[token])
                     score = F32(beam.score + log_prob)
-                    candidates.append(
-                        replace(beam, token=int(token), log_prob=log_prob, score=score)
-                    )
+                    # a plain constructor: dataclasses.replace cost more than the selection
+                    candidates.append(_Beam(beam.seq, beam.row, log_prob, int(token), score))
             if len(candidates) < 2 * gs:
                 raise RuntimeError("No beams left to search")
             # 2 * group_size candidates so that each beam keeps at least one non-stop token.

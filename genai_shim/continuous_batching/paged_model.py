@@ -142,6 +142,8 @@ class PagedModel:
             new.append(tensor)
         self._caches = new
         self.num_blocks = int(num_blocks)
+        # byte views [blocks, bytes per block] of the caches, for copy_blocks
+        self._raw = [np.asarray(t.data).view(np.uint8).reshape(self.num_blocks, -1) for t in new]
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         """Copy-on-write: block ``dst`` of every layer's key and value cache becomes a copy of
@@ -152,8 +154,7 @@ class PagedModel:
         dst = np.asarray([c[1] for c in copies], dtype=np.int64)
         if min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= self.num_blocks:
             raise KVBlockError(f"block copy outside 0..{self.num_blocks - 1}; refused")
-        for tensor in self._caches:
-            raw = np.asarray(tensor.data).view(np.uint8).reshape(self.num_blocks, -1)
+        for raw in self._raw:
             raw[dst] = raw[src]
 
     def _bind_ports(self) -> None:

@@ -104,13 +104,20 @@ class Scheduler:
         chunks: list[ScheduledChunk] = []
         budget = self.max_num_batched_tokens
         active = [r for r in requests if r.state != Request.FINISHED]
-        if self.dynamic_split_fuse:
-            budget = self._generate_phase(active, chunks, budget)
-            self._prompt_phase_split(active, chunks, budget)
-        else:
-            budget = self._prompt_phase_vllm(active, chunks, budget)
-            if not chunks:
-                self._generate_phase(active, chunks, budget)
+        # copy-on-write copies of this step; only units scheduled earlier in the step make them
+        # and a victim is always a later unit, so no copy targets a block freed meanwhile
+        self._copies: list[tuple[int, int]] = []
+        try:
+            if self.dynamic_split_fuse:
+                budget = self._generate_phase(active, chunks, budget)
+                self._prompt_phase_split(active, chunks, budget)
+            else:
+                budget = self._prompt_phase_vllm(active, chunks, budget)
+                if not chunks:
+                    self._generate_phase(active, chunks, budget)
+        finally:
+            if self._copies:  # even if a check failed later: the tables already name the copies
+                self.copy_blocks(self._copies)
         return chunks
 
     @staticmethod
@@ -173,10 +180,8 @@ class Scheduler:
                 continue
             for req in unit:
                 self.blocks.allocate(req.seq_id, req.num_tokens)
-                # copy-on-write now: the table names the copy as soon as it exists
-                copies = self.blocks.make_writable(req.seq_id, req.processed)
-                if copies:
-                    self.copy_blocks(copies)
+                # copy-on-write: the KV is copied once per step (see schedule)
+                self._copies.extend(self.blocks.make_writable(req.seq_id, req.processed))
                 chunks.append(ScheduledChunk(req, req.processed, 1))
                 budget -= 1
         return budget
