@@ -75,6 +75,11 @@ class BlockManager:
         return len(self._free) + len(self._evictable)
 
     @property
+    def shared_blocks(self) -> dict[int, set[int]]:
+        """Blocks more than one sequence names, with those sequences."""
+        return self._holders
+
+    @property
     def num_used_blocks(self) -> int:
         return self.num_blocks - self.num_free_blocks
 

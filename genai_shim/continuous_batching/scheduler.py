@@ -142,8 +142,40 @@ class Scheduler:
         bs = self.blocks.block_size
         tables = self.blocks.tables
         status = self.blocks.status
-        units = self._units(active) if any(r.group is not None for r in active) else [[r] for r in active]
-        for i, unit in enumerate(units):
+        # single-sequence requests go through the per-request fast path (the common case); from
+        # the first group on (or a request needing blocks) the unit path takes over
+        shared = bool(self.blocks.shared_blocks)
+        for i, req in enumerate(active):
+            if budget <= 0:
+                break
+            if req.group is not None:
+                return self._generate_units(self._units(active[i:]), 0, chunks, budget)
+            if req.state != Request.RUNNING:
+                continue
+            nt = len(req.prompt) + len(req.generated)
+            if req.processed != nt - 1 or req.processed < len(req.prompt):
+                continue  # not in the generate phase
+            table = tables.get(req.seq_id)
+            if table is not None and len(table) * bs >= nt:
+                # the pending token fits the last block, which is the sequence's own unless some
+                # block is shared (a forged entry is left to check_batch)
+                b = table[req.processed // bs]
+                if not shared or (0 <= b < len(status) and status[b] == 1):
+                    chunks.append(ScheduledChunk(req, req.processed, 1))
+                    budget -= 1
+                    continue
+            return self._generate_units(self._units(active[i:]), 0, chunks, budget)
+        return budget
+
+    def _generate_units(
+        self, units: list[list[Request]], start: int, chunks: list[ScheduledChunk], budget: int
+    ) -> int:
+        """Decode steps for ``units[start:]``, each unit (a request's sequences) all or none."""
+        bs = self.blocks.block_size
+        tables = self.blocks.tables
+        status = self.blocks.status
+        for i in range(start, len(units)):
+            unit = units[i]
             if budget <= 0:
                 break
             if any(
