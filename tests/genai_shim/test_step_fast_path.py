@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from genai_shim.generation_config import GenerationConfig
 from genai_shim.decoding import OneRow
+from genai_shim.generation_config import GenerationConfig
 from genai_shim.sampling import LogitProcessor, Sampler
 
 
