@@ -52,13 +52,16 @@ def test_three_turn_start_chat_matches_real_cpu(chat_dir, real_genai):
 
 def test_chat_runs_on_paged_backend_like_real_default(chat_dir, real_genai):
     """The real CPU default (continuous batching) runs chat too: ours on its paged backend,
-    the stateful model never built, same turns as the real default pipeline."""
-    assert _history_chat(genai_shim, chat_dir, **F32) == _history_chat(real_genai, chat_dir, **F32)
-    ours = _start_chat(genai_shim, chat_dir, **F32)
-    assert ours == _start_chat(real_genai, chat_dir, **F32)
+    the stateful model never built, same turns as the real default pipeline (start_chat with
+    beams: test_beam_search.py::test_chat_with_beams_matches_real[PA])."""
     pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32)
-    pipe.start_chat("Tell a story.")
-    assert [pipe.generate(q, max_new_tokens=30) for q in QUESTIONS] == ours
+    history = genai_shim.ChatHistory([{"role": "system", "content": "Tell a story."}])
+    ours = []
+    for q in QUESTIONS:
+        history.append({"role": "user", "content": q})
+        ours.append(pipe.generate(history, max_new_tokens=30).texts[0])
+        history.append({"role": "assistant", "content": ours[-1]})
+    assert ours == _history_chat(real_genai, chat_dir, **F32)
     assert pipe._pa is not None and pipe._st is None
 
 
