@@ -2,13 +2,17 @@
 plugin) vs the real openvino_genai.ContinuousBatchingPipeline, side by side in one process.
 
 Usage: python bench/bench_continuous_batching.py [MODEL_DIR] [--small] [--tokens N] [--repeat N]
-       [--concurrency 1 4 8] [--f32] [--blocks N]
+       [--concurrency 1 4 8] [--f32] [--blocks N] [--beams N | --samples N]
 --small builds the model builder's "small" preset into a temporary folder and uses it.
 Prints, per number of concurrent requests: TPOT (ms, mean over the requests' perf metrics) and
 throughput (generated tokens / wall time of generate()), medians of --repeat runs that alternate
 ours and real (order flipped every round), and the ratio ours/real; then the KV memory per request
 of the paged cache vs the stateful pipeline's
 contiguous buffer. Default properties unless --f32 (both sides get the same properties).
+--beams N runs beam search (N beams, all returned) and --samples N parallel sampling (top_k 1,
+so both sides produce the same texts) instead of greedy: the forked sequences share the
+prompt's blocks copy-on-write; throughput then counts requests x --tokens (nominal) and the
+peak cache usage (PipelineMetrics.max_cache_usage) of both sides is printed too.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def make(mod: Any, folder: Path, props: dict[str, Any], blocks: int) -> Any:
     return mod.ContinuousBatchingPipeline(str(folder), sc, "CPU", props)
 
 
-def once(mod: Any, pipe: Any, n: int, tokens: int) -> tuple[float, float, list[str]]:
+def once(mod: Any, pipe: Any, n: int, tokens: int, beams: int = 1, samples: int = 1) -> tuple[float, float, list[str]]:
     """(mean TPOT ms of the requests, tokens/s over the generate() wall time, texts)."""
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(n)]
     cfgs = []
@@ -61,12 +65,16 @@ def once(mod: Any, pipe: Any, n: int, tokens: int) -> tuple[float, float, list[s
         c = mod.GenerationConfig()
         c.max_new_tokens = tokens
         c.ignore_eos = True
+        if beams > 1:
+            c.num_beams = c.num_return_sequences = beams
+        elif samples > 1:
+            c.do_sample, c.top_k, c.num_return_sequences = True, 1, samples
         cfgs.append(c)
     t0 = time.perf_counter()
     res = pipe.generate(prompts, cfgs)
     wall = time.perf_counter() - t0
     tpot = sum(r.perf_metrics.get_tpot().mean for r in res) / len(res)
-    return tpot, n * tokens / wall, [r.m_generation_ids[0] for r in res]  # ignore_eos: n × tokens
+    return tpot, n * tokens / wall, [t for r in res for t in r.m_generation_ids]  # ignore_eos: n × tokens
 
 
 def main() -> None:
@@ -78,6 +86,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--f32", action="store_true")
     ap.add_argument("--blocks", type=int, default=256, help="SchedulerConfig.num_kv_blocks (both)")
+    ap.add_argument("--beams", type=int, default=1, help="beam search with N beams (all returned)")
+    ap.add_argument("--samples", type=int, default=1, help="parallel sampling: N sequences per request")
     a = ap.parse_args()
 
     import openvino_genai as real
@@ -104,13 +114,17 @@ def main() -> None:
         texts: dict[str, list[str]] = {}
         for it in range(a.repeat + 1):  # the first round warms up; order flips every round
             for k in (("ours", "real") if it % 2 else ("real", "ours")):
-                tpot, tps, texts[k] = once(mods[k], pipes[k], n, a.tokens)
+                tpot, tps, texts[k] = once(mods[k], pipes[k], n, a.tokens, a.beams, a.samples)
                 if it:
                     got[k].append((tpot, tps))
         to, tr = (statistics.median(x[0] for x in got[k]) for k in ("ours", "real"))
         po, pr = (statistics.median(x[1] for x in got[k]) for k in ("ours", "real"))
         print(f"{n:>8} | {to:>8.3f}ms {tr:>8.3f}ms {to / tr:>6.2f} | {po:>10.0f} {pr:>10.0f} "
               f"{po / pr:>6.2f} | {texts['ours'] == texts['real']}")
+        if a.beams > 1 or a.samples > 1:
+            use = [pipes[k].get_metrics().max_cache_usage for k in ("ours", "real")]
+            print(f"{'':>8}   peak cache usage so far: ours {use[0]:.1f} %, real {use[1]:.1f} % "
+                  f"of {a.blocks} blocks")
     # KV memory per request: paged blocks actually used vs the contiguous stateful buffer
     m = pipes["ours"]._model
     prompt_len = 8

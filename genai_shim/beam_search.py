@@ -200,10 +200,14 @@ class _Group:
 
 
 def _log_softmax(row: np.ndarray) -> np.ndarray:
-    """float32 log-softmax; the exp-sum is accumulated left to right like std::accumulate."""
+    """float32 log-softmax; the exp-sum is accumulated left to right like std::accumulate.
+    exp and log are evaluated in float64 and rounded to float32: that is the correctly rounded
+    result glibc's expf / logf give, where numpy's vectorised float32 exp may be an ulp off
+    (which moved beam scores in the 6th decimal on gpt2-fp32)."""
     row = np.asarray(row, dtype=np.float32)
     shifted = row - row.max()
-    log_sum = np.log(np.add.accumulate(np.exp(shifted))[-1])
+    exps = np.exp(shifted.astype(np.float64)).astype(np.float32)
+    log_sum = np.float32(np.log(np.float64(np.add.accumulate(exps)[-1])))
     return shifted - log_sum
 
 
@@ -326,9 +330,8 @@ class GroupBeamSearcher:
                 for token in _top_tokens(lp, 2 * gs):
                     log_prob = F32(lp[token])
                     score = F32(beam.score + log_prob)
-                    candidates.append(
-                        replace(beam, token=int(token), log_prob=log_prob, score=score)
-                    )
+                    # a plain constructor: dataclasses.replace cost more than the selection
+                    candidates.append(_Beam(beam.seq, beam.row, log_prob, int(token), score))
             if len(candidates) < 2 * gs:
                 raise RuntimeError("No beams left to search")
             # 2 * group_size candidates so that each beam keeps at least one non-stop token.

@@ -562,7 +562,8 @@ class LLMPipeline:
         # New conversation vs. continuing one: on NPU (full-history mode) and outside chat the
         # state is reset and the whole prompt is prefilled; CPU chat reuses the common prefix.
         past = 0
-        if keep_kv and not self._is_npu and batch == 1:
+        paged = self._pa is not None and pa_supports(config, keep_kv)  # the real CPU default
+        if keep_kv and not self._is_npu and batch == 1 and not paged:
             row = ids[0][mask[0].astype(bool)].tolist()
             common = 0
             for a, b in zip(self._kv_tokens, row, strict=False):
@@ -611,7 +612,9 @@ class LLMPipeline:
                 stream.end()  # the real's prompt-lookup pipeline ends the streamer twice
             return self._encoded_results(seqs, perf, keep_kv)
 
-        if self._pa is not None and pa_supports(config, keep_kv):
+        if paged:
+            if config.is_beam_search():
+                return self._pa.beam_search(seqs, config, perf)
             stream_stopped = self._pa.run(self, seqs, config, stream, perf, stop_window)
             if stream is not None:
                 if not stream_stopped:

@@ -1,6 +1,7 @@
 """Paged KV cache bookkeeping: fixed-size blocks, a free list, one block table per sequence,
-optional prefix caching (full blocks found again by their token content), and a block-status
-array that every model call is checked against (seed 002's bounds check)."""
+optional prefix caching (full blocks found again by their token content), copy-on-write forks
+(beam search, parallel sampling: a fork shares its parent's blocks until it writes one), and a
+block-status array that every model call is checked against (seed 002's bounds check)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ class BlockManager:
 
     ``tables[seq_id]`` lists the physical blocks of one sequence in logical order.  ``status``
     holds each block's reference count (0 = free or cached but unused) and ``owner`` the sequence
-    that may write it (``SHARED`` for prefix blocks several sequences read), both numpy arrays so
+    that may write it (``SHARED`` for blocks several sequences read: prefix blocks and forks,
+    ``_holders`` names them), both numpy arrays so
     one vectorised test validates a whole model call.
 
     With ``prefix_caching`` every block a sequence has filled completely is remembered under
@@ -47,6 +49,7 @@ class BlockManager:
         self._cache: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
         self._key_of: dict[int, tuple[int, tuple[int, ...]]] = {}
         self._evictable: OrderedDict[int, None] = OrderedDict()
+        self._holders: dict[int, set[int]] = {}  # SHARED block -> the sequences naming it
         self._chain: dict[int, list[int]] = {}  # seq -> entry ids of its registered blocks
         self._next_entry = 1
         self.cache_hits = 0  # blocks taken from the prefix cache
@@ -70,6 +73,11 @@ class BlockManager:
     def num_free_blocks(self) -> int:
         """Blocks that can be handed out: free ones and unused cached ones."""
         return len(self._free) + len(self._evictable)
+
+    @property
+    def shared_blocks(self) -> dict[int, set[int]]:
+        """Blocks more than one sequence names, with those sequences."""
+        return self._holders
 
     @property
     def num_used_blocks(self) -> int:
@@ -118,22 +126,91 @@ class BlockManager:
         if not table:
             return
         for b in table:
-            if not 0 <= b < self.num_blocks or self.status[b] <= 0:
-                self._check_block(seq_id, b, writable=False)
-            self.status[b] -= 1
-            if self.status[b] == 0:
-                self.owner[b] = NOBODY
-                if b in self._key_of:
-                    self._evictable[b] = None
-                else:
-                    self._free.append(b)
+            if not 0 <= b < self.num_blocks or self.status[b] <= 0 or self.owner[b] == SHARED:
+                self._check_block(seq_id, b, writable=False)  # never drop another's reference
+            self._release(b, seq_id)
 
     def fork(self, parent_id: int, child_id: int) -> None:
-        raise KVBlockError(
-            "copy-on-write forks of KV blocks (beam search / parallel sampling in the paged "
-            "backend) are not implemented; use ATTENTION_BACKEND='SDPA' or num_beams=1 and "
-            "num_return_sequences=1"
-        )
+        """``child_id`` starts as a copy of ``parent_id``'s table: every block gains a reference
+        and becomes read-only for both (copy-on-write, see :meth:`make_writable`)."""
+        table = self.tables.get(parent_id)
+        if table is None:
+            raise KVBlockError(f"cannot fork sequence {parent_id}: it holds no KV blocks")
+        if child_id in self.tables:
+            raise KVBlockError(f"cannot fork into sequence {child_id}: it already holds KV blocks")
+        for b in table:
+            self._check_block(parent_id, b, writable=False)
+        self.tables[child_id] = list(table)
+        self._chain[child_id] = list(self._chain.get(parent_id, ()))
+        for b in table:
+            self.status[b] += 1
+            self._share(b, child_id)
+        self._epoch += 1
+
+    def _share(self, b: int, seq_id: int) -> None:
+        """``seq_id`` becomes one more holder of block ``b`` (its count is already raised)."""
+        holders = self._holders.get(b)
+        if holders is None:
+            holders = self._holders[b] = {int(self.owner[b])}
+            self.owner[b] = SHARED
+        holders.add(seq_id)
+
+    def copies_needed(self, writes: list[tuple[int, int]]) -> int:
+        """Block copies :meth:`make_writable` will make for every ``(seq_id, past)`` of one
+        step: a block shared by ``k`` sequences and written by ``w`` of them is copied
+        ``min(w, k - 1)`` times (the last holder writes the original)."""
+        n = self.num_blocks  # a forged entry needs no copy: check_batch refuses it
+        writers: dict[int, int] = {}
+        for seq_id, past in writes:
+            for b in self.tables.get(seq_id, ())[past // self.block_size :]:
+                if 0 <= b < n and self.status[b] > 1:
+                    writers[b] = writers.get(b, 0) + 1
+        return sum(min(w, int(self.status[b]) - 1) for b, w in writers.items())
+
+    def make_writable(self, seq_id: int, past: int) -> list[tuple[int, int]]:
+        """Copy-on-write: give ``seq_id`` its own copy of every shared block it writes from
+        token ``past`` on; returns the ``(source, destination)`` block copies the KV cache must
+        make before the model call."""
+        table = self.tables.get(seq_id)
+        if table is None:
+            return []
+        copies = []
+        for i in range(past // self.block_size, len(table)):
+            b = table[i]
+            if not 0 <= b < self.num_blocks or self.status[b] <= 1:
+                continue  # own block (or a forged entry, which check_batch refuses)
+            self._check_block(seq_id, b, writable=False)  # a forged shared entry: refused
+            if not self.num_free_blocks:
+                raise KVCacheFullError(
+                    f"sequence {seq_id} must copy a shared KV block but none is free; raise "
+                    "SchedulerConfig.num_kv_blocks (or cache_size)"
+                )
+            new = self._take()
+            self.status[new] = 1
+            self.owner[new] = seq_id
+            table[i] = new
+            self._release(b, seq_id)
+            copies.append((b, new))
+        if copies:
+            self._epoch += 1
+        return copies
+
+    def _release(self, b: int, seq_id: int) -> None:
+        """Drop one reference to block ``b`` (held by ``seq_id``, which no longer names it)."""
+        self.status[b] -= 1
+        if self.status[b] == 0:
+            self.owner[b] = NOBODY
+            if b in self._key_of:
+                self._evictable[b] = None
+            else:
+                self._free.append(b)
+            self._holders.pop(b, None)
+        elif self.owner[b] == SHARED:
+            holders = self._holders[b]
+            holders.discard(seq_id)
+            if self.status[b] == 1:  # the last holder may write the block again
+                self.owner[b] = holders.pop()
+                del self._holders[b]
 
     # -- prefix caching --------------------------------------------------------------------
     def restore_prefix(self, seq_id: int, tokens: Sequence[int], limit: int) -> int:
@@ -155,9 +232,10 @@ class BlockManager:
             if self.status[b] == 0:
                 self._evictable.pop(b, None)
                 self.owner[b] = seq_id
+                self.status[b] += 1
             else:
-                self.owner[b] = SHARED
-            self.status[b] += 1
+                self.status[b] += 1
+                self._share(b, seq_id)
             table.append(b)
             chain.append(entry)
             parent = entry
@@ -205,8 +283,13 @@ class BlockManager:
                 "was corrupted (nothing was run)"
             )
         owner = int(self.owner[b])
+        if owner == SHARED and seq_id not in self._holders[b]:
+            raise KVBlockError(
+                f"block table of sequence {seq_id} names block {b}, shared by sequences "
+                f"{sorted(self._holders[b])} only; the table was corrupted (nothing was run)"
+            )
         if owner != seq_id and not (owner == SHARED and not writable):
-            what = "shared (read-only prefix)" if owner == SHARED else f"owned by sequence {owner}"
+            what = "shared (read-only)" if owner == SHARED else f"owned by sequence {owner}"
             raise KVBlockError(
                 f"block table of sequence {seq_id} names block {b}, {what}; the table was "
                 "corrupted (nothing was run)"

@@ -23,15 +23,10 @@ __all__ = ["PagedBackend", "supports"]
 
 
 def supports(config: GenerationConfig, keep_kv: bool) -> bool:
-    """Calls the paged backend runs: greedy or multinomial with one sequence per prompt,
-    outside chat.  Beam search and several return sequences (they need copy-on-write block
-    forks) and chat (which keeps the KV cache between calls) use the stateful model."""
-    return (
-        not keep_kv
-        and not config.is_beam_search()
-        and config.num_return_sequences == 1
-        and not config.echo
-    )
+    """Calls the paged backend runs: greedy, multinomial (also several samples per prompt)
+    and beam search, outside chat.  Chat (which keeps the KV cache between calls) uses the
+    stateful model."""
+    return not config.echo
 
 
 class PagedBackend:
@@ -75,10 +70,15 @@ class PagedBackend:
         goes through ``pipe._stream`` so the rules equal the stateful path's."""
         eng = self.engine
         eng.apply_adapters([config])
-        states = [eng._new_state(list(s.prompt), config) for s in seqs]
-        for s, st in zip(seqs, states, strict=False):
+        # parallel sampling: ``seqs`` holds n consecutive sequences per prompt, one request
+        # (one state whose members fork from the prompt's sequence) serves all n
+        n = int(config.num_return_sequences) if config.is_multinomial() else 1
+        states = [eng._new_state(list(s.prompt), config) for s in seqs[::n]]
+        for s, st in zip(seqs[::n], states, strict=False):
             st.max_new = s.max_new
             st.sampler = pipe._sampler  # one seeded stream per generate() call, as the SDPA path
+            for m in st.members or ():
+                m.max_new, m.sampler = st.max_new, st.sampler
         eng._states.extend(states)
         raw = perf.raw_metrics
         stream_stopped = False
@@ -111,9 +111,43 @@ class PagedBackend:
             for st in states:
                 eng._finish(st, GenerationStatus.CANCEL, keep=False)
             eng._states = [st for st in eng._states if st not in states]
-        for s, st in zip(seqs, states, strict=False):
-            s.tokens = list(st.req.generated)
-            s.logps = list(st.logps)
+        outs = [o for st in states for o in st.outputs()]
+        for s, (tokens, logps, _, finish) in zip(seqs, outs, strict=False):
+            s.tokens = list(tokens)
+            s.logps = list(logps)
             if s.finish is None:
-                s.finish = st.finish
+                s.finish = finish
         return stream_stopped
+
+    def beam_search(self, seqs: list[Any], config: GenerationConfig, perf: PerfMetrics) -> Any:
+        """Beam search for every prompt of ``seqs``: the best ``num_return_sequences`` beams
+        per prompt, prompt after prompt, as EncodedResults."""
+        from genai_shim.results import EncodedResults
+
+        eng = self.engine
+        states = [eng._new_state(list(s.prompt), config) for s in seqs]
+        for s, st in zip(seqs, states, strict=False):
+            if s.max_new != st.max_new:
+                st.max_new = st.beams.group.max_new_tokens = s.max_new
+        eng._states.extend(states)
+        raw = perf.raw_metrics
+        try:
+            while eng.has_non_finished_requests():
+                eng.step()
+                raw.m_inference_durations[0] += eng._metrics.inference_duration
+                if eng._last_batch > 0:
+                    raw.m_token_infer_durations.append(eng._metrics.inference_duration)
+                    raw.m_new_token_times.append(time.perf_counter())
+                    raw.m_batch_sizes.append(eng._last_batch)
+        finally:
+            for st in states:
+                eng._finish(st, GenerationStatus.CANCEL, keep=False)
+            eng._states = [st for st in eng._states if st not in states]
+        res = EncodedResults()
+        for st in states:
+            for tokens, _, score, finish in st.outputs():
+                res.tokens.append(tokens)
+                res.scores.append(score)
+                res.finish_reasons.append(finish)
+        res.perf_metrics = perf
+        return res

@@ -142,6 +142,20 @@ class PagedModel:
             new.append(tensor)
         self._caches = new
         self.num_blocks = int(num_blocks)
+        # byte views [blocks, bytes per block] of the caches, for copy_blocks
+        self._raw = [np.asarray(t.data).view(np.uint8).reshape(self.num_blocks, -1) for t in new]
+
+    def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
+        """Copy-on-write: block ``dst`` of every layer's key and value cache becomes a copy of
+        block ``src`` (raw bytes, so any cache precision and its scale rows come along)."""
+        if not copies:
+            return
+        src = np.asarray([c[0] for c in copies], dtype=np.int64)
+        dst = np.asarray([c[1] for c in copies], dtype=np.int64)
+        if min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= self.num_blocks:
+            raise KVBlockError(f"block copy outside 0..{self.num_blocks - 1}; refused")
+        for raw in self._raw:
+            raw[dst] = raw[src]
 
     def _bind_ports(self) -> None:
         """Input/output indices of the device request, for the per-step fast path."""

@@ -12,6 +12,7 @@ import numpy as np
 import openvino as ov
 
 from genai_shim.continuous_batching.block_manager import BlockManager
+from genai_shim.continuous_batching.forks import BeamGroup, fork_request
 from genai_shim.continuous_batching.paged_model import PagedModel
 from genai_shim.continuous_batching.scheduler import Request, Scheduler
 from genai_shim.generation_config import GenerationConfig
@@ -145,6 +146,20 @@ class _State:
         self.status = GenerationStatus.RUNNING
         self.read_pos = 0
         self.request_id = 0
+        # several sequences per request: a BeamGroup (beam search), or the members of parallel
+        # sampling (num_return_sequences > 1), each a _State of its own sharing this sampler
+        self.beams: BeamGroup | None = None
+        self.members: list[_State] | None = None
+
+    def sequences(self) -> list[_State]:
+        """The states that sample one sequence each (this one, or its parallel samples)."""
+        return self.members if self.members is not None else [self]
+
+    def outputs(self) -> list[tuple[list[int], list[float], float, GenerationFinishReason]]:
+        """(tokens, their log-probabilities, score, finish reason) per returned sequence."""
+        if self.beams is not None:
+            return [(t, [], score, f) for t, score, f in self.beams.results()]
+        return [(m.req.generated, m.logps, float(sum(m.logps)), m.finish) for m in self.sequences()]
 
 
 class GenerationHandle:
@@ -170,14 +185,26 @@ class GenerationHandle:
         return out
 
     def read(self) -> dict[int, GenerationOutput]:
-        """New tokens since the last read, keyed by sequence id (0)."""
-        out = self._output(self._s.read_pos)
-        self._s.read_pos = len(self._s.req.generated)
-        return {0: out}
+        """New tokens since the last read, keyed by sequence id (0; one per parallel sample)."""
+        s = self._s
+        if s.members is None and s.beams is None:
+            out = self._output(s.read_pos)
+            s.read_pos = len(s.req.generated)
+            return {0: out}
+        return dict(enumerate(self.read_all()))
 
     def read_all(self) -> list[GenerationOutput]:
-        self._s.read_pos = len(self._s.req.generated)
-        return [self._output(0)]
+        s = self._s
+        s.read_pos = len(s.req.generated)
+        if s.members is None and s.beams is None:
+            return [self._output(0)]
+        outs = []
+        for tokens, logps, score, finish in s.outputs():
+            out = GenerationOutput()
+            out.generated_ids, out.generated_log_probs = list(tokens), list(logps)
+            out.score, out.finish_reason = score, finish
+            outs.append(out)
+        return outs
 
     def stop(self) -> None:
         self._pipe._finish(self._s, GenerationStatus.STOP, keep=True)
@@ -272,6 +299,7 @@ class ContinuousBatchingPipeline:
             max_num_seqs=int(scheduler_config.max_num_seqs),
             dynamic_split_fuse=bool(scheduler_config.dynamic_split_fuse),
             grow_cache=self._grow if self._dynamic else None,
+            copy_blocks=self._model.copy_blocks,
         )
         self._states: list[_State] = []
         self._next_seq = 0
@@ -343,13 +371,6 @@ class ContinuousBatchingPipeline:
         if config.eos_token_id == -1:
             config.set_eos_token_id(self._config.eos_token_id)
         config.validate()
-        if config.num_beams > 1 or config.num_return_sequences > 1:
-            raise ConfigError(
-                "genai_shim's paged backend does not implement beam search or several return "
-                "sequences per request (copy-on-write block forks); use LLMPipeline with "
-                "ATTENTION_BACKEND='SDPA'",
-                key="num_beams",
-            )
         if config.max_length <= len(prompt) and config.max_length != _size_max():
             raise UserInputError("'max_length' must be greater than the number of prompt tokens")
         window, stops = stop_window(self._tokenizer, config)
@@ -357,9 +378,25 @@ class ContinuousBatchingPipeline:
         if config.structured_output_config is not None:  # the grammar mask, as on the stateful path
             check_structured_output(config)
             constraint = make_constraint(self._tokenizer, config)
-        req = Request(self._next_seq, prompt)
+        req = Request(self._new_seq_id(), prompt)
+        state = _State(req, config, config.get_max_new_tokens(len(prompt)), stops, window, constraint)
+        if config.is_beam_search():
+            matcher = None
+            if stops:
+                def matcher(tokens: list[int]) -> int | None:
+                    if len(tokens) < window:
+                        return None
+                    return match_stop_string(self._tokenizer, tokens, window, stops,
+                                             config.include_stop_str_in_output)
+            state.beams = BeamGroup(req, config, state.max_new, self._blocks, self._new_seq_id, matcher)
+        elif config.num_return_sequences > 1:
+            req.group = state
+            state.members = [copy.copy(state)]  # member 0: the prompt's sequence
+        return state
+
+    def _new_seq_id(self) -> int:
         self._next_seq += 1
-        return _State(req, config, config.get_max_new_tokens(len(prompt)), stops, window, constraint)
+        return self._next_seq - 1
 
     def apply_adapters(self, configs: list[GenerationConfig]) -> None:
         """The real's set_adapters: one adapter config for all requests of a generate() call."""
@@ -381,14 +418,56 @@ class ContinuousBatchingPipeline:
         s.status = status
         s.req.state = Request.FINISHED
         self._blocks.free(s.req.seq_id)
+        if s.beams is not None:
+            s.beams.cancel()
+        for m in s.members or ():
+            if m.status == GenerationStatus.RUNNING:
+                self._finish(m, status, keep)
+
+    def _sample_forks(self, s: _State, logits: np.ndarray) -> list[_State]:
+        """Parallel sampling, first token: the prompt's sequence forks ``num_return_sequences``
+        - 1 more, each drawing its first token from the same logits (the real's order)."""
+        assert s.members is not None
+        first = s.members[0]
+        new = []
+        for _ in range(int(s.config.num_return_sequences) - 1):
+            m = copy.copy(first)
+            m.req = fork_request(self._blocks, first.req, self._new_seq_id())
+            constraint = None
+            if s.config.structured_output_config is not None:  # a fresh grammar state per fork
+                constraint = make_constraint(self._tokenizer, s.config)
+            m.processor = LogitProcessor(s.config, first.req.prompt, constraint)
+            m.logps = []
+            token, logp = m.sampler.sample(m.processor, logits)
+            m.processor.register(token)
+            m.req.generated.append(token)
+            m.logps.append(logp)
+            new.append(m)
+        s.members.extend(new)
+        return new
 
     def step(self) -> None:
         """Schedule, run one model call over every scheduled chunk, sample, retire finished."""
         running = [s for s in self._states if s.status == GenerationStatus.RUNNING]
         if not running:
             return
-        by_req = {id(s.req): s for s in running}
-        chunks = self._scheduler.schedule([s.req for s in running])
+        # the sequences to schedule, each with the state that samples it (a beam group's
+        # beams all map to the request's state)
+        by_req: dict[int, _State] = {}
+        reqs: list[Request] = []
+        for s in running:
+            if s.beams is not None:
+                seq_reqs = s.beams.requests
+                for r in seq_reqs:
+                    by_req[id(r)] = s
+            else:
+                seq_reqs = []
+                for m in s.sequences():
+                    if m.status == GenerationStatus.RUNNING:
+                        by_req[id(m.req)] = m
+                        seq_reqs.append(m.req)
+            reqs.extend(seq_reqs)
+        chunks = self._scheduler.schedule(reqs)
         if not chunks:
             raise KVCacheFullError(
                 "no request fits the KV cache ("
@@ -415,10 +494,15 @@ class ContinuousBatchingPipeline:
             if self._blocks.prefix_caching and c.past // bs != c.request.processed // bs:
                 r = c.request
                 self._blocks.register(r.seq_id, r.prompt + r.generated, r.processed)
+        beam_rows: dict[int, tuple[_State, dict[int, np.ndarray]]] = {}
         for c in chunks:
             if not c.samples:
                 continue
             s = by_req[id(c.request)]
+            if s.beams is not None:  # the group selects once all its beams' rows are known
+                beam_rows.setdefault(id(s), (s, {}))[1][c.request.seq_id] = logits[row]
+                row += 1
+                continue
             cfg = s.config
             if not cfg.do_sample and cfg.logprobs == 0 and not s.processor.needs_penalties():
                 # plain greedy (the Sampler's first branch), one argmax over all rows per step
@@ -427,12 +511,27 @@ class ContinuousBatchingPipeline:
                 token, logp = int(greedy_rows[row]), 0.0
             else:
                 token, logp = s.sampler.sample(s.processor, logits[row])
+            forks: list[_State] = []
+            if s.req.group is not None and not s.req.generated and len(s.req.group.members) == 1:
+                forks = self._sample_forks(s.req.group, logits[row])
             row += 1
-            sampled += 1
+            sampled += 1  # forks made now count from the next step (as the real counts)
             s.processor.register(token)
             c.request.generated.append(token)
             s.logps.append(logp)
-            self._check_finish(s)
+            for m in [s, *forks]:
+                self._check_finish(m)
+        for s, rows in beam_rows.values():
+            s.beams.step(rows)
+            sampled += 1  # the real counts one generated token per beam-search request and step
+            if s.beams.done:
+                s.status = GenerationStatus.FINISHED
+                s.finish = GenerationFinishReason.NONE
+        for s in running:
+            if s.members is not None and s.status == GenerationStatus.RUNNING and all(
+                m.status != GenerationStatus.RUNNING for m in s.members
+            ):
+                s.status = GenerationStatus.FINISHED
         self._last_batch = sampled
         m = self._metrics
         m.requests = len(running)
@@ -561,17 +660,21 @@ class ContinuousBatchingPipeline:
         for i, s in enumerate(states):
             r: GenerationResult = EncodedGenerationResult() if encoded else GenerationResult()
             r.m_request_id = i
-            ids = list(s.req.generated)
-            if s.config.echo:
-                ids = list(s.req.prompt) + ids
-            if encoded:
-                r.m_generation_ids = [ids]
-            else:
-                t_d = time.perf_counter()
-                r.m_generation_ids = [self._tokenizer.decode(ids)]
-                raw.detokenization_durations.append((time.perf_counter() - t_d) * 1e6)
-            r.m_scores = [float(sum(s.logps))]
-            r.m_finish_reasons = [s.finish]
+            outs = s.outputs()
+            texts: list[Any] = []
+            for ids, _, _, _ in outs:
+                ids = list(ids)
+                if s.config.echo:
+                    ids = list(s.req.prompt) + ids
+                if encoded:
+                    texts.append(ids)
+                else:
+                    t_d = time.perf_counter()
+                    texts.append(self._tokenizer.decode(ids))
+                    raw.detokenization_durations.append((time.perf_counter() - t_d) * 1e6)
+            r.m_generation_ids = texts
+            r.m_scores = [o[2] for o in outs]
+            r.m_finish_reasons = [o[3] for o in outs]
             r.m_status = s.status
             results.append(r)
         # one evaluation of the shared series; each result carries its own prompt length

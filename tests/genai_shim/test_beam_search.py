@@ -254,8 +254,9 @@ def test_npu_still_rejects_beams_with_real_message(stories_dir, npu_one):
 
 
 def test_beam_rows_follow_parents(stories_dir):
-    """Each step feeds one row per running beam and beam_idx names a row of the previous step."""
-    pipe = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)
+    """Stateful path: each step feeds one row per running beam and beam_idx names a row of the
+    previous step."""
+    pipe = genai_shim.LLMPipeline(str(stories_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
     calls: list[tuple[int, np.ndarray]] = []
     infer = pipe._infer
 

@@ -50,9 +50,25 @@ def test_three_turn_start_chat_matches_real_cpu(chat_dir, real_genai):
     )
 
 
-def test_cpu_chat_reuses_kv_cache(chat_dir):
-    """Turn 2 feeds only the tokens after the common prefix with what the KV cache holds."""
+def test_chat_runs_on_paged_backend_like_real_default(chat_dir, real_genai):
+    """The real CPU default (continuous batching) runs chat too: ours on its paged backend,
+    the stateful model never built, same turns as the real default pipeline (start_chat with
+    beams: test_beam_search.py::test_chat_with_beams_matches_real[PA])."""
     pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32)
+    history = genai_shim.ChatHistory([{"role": "system", "content": "Tell a story."}])
+    ours = []
+    for q in QUESTIONS:
+        history.append({"role": "user", "content": q})
+        ours.append(pipe.generate(history, max_new_tokens=30).texts[0])
+        history.append({"role": "assistant", "content": ours[-1]})
+    assert ours == _history_chat(real_genai, chat_dir, **F32)
+    assert pipe._pa is not None and pipe._st is None
+
+
+def test_cpu_chat_reuses_kv_cache(chat_dir):
+    """Stateful path: turn 2 feeds only the tokens after the common prefix with what the KV
+    cache holds."""
+    pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
     fed = []
     orig = pipe._infer
 
@@ -140,8 +156,8 @@ def test_string_prompt_uses_chat_template_like_real(chat_dir, real_genai, apply)
 
 def test_cpu_kv_trim_gives_same_answer_as_fresh_pipeline(chat_dir):
     """Editing an earlier message forces the KV cache to be trimmed to the common prefix; the
-    answer must equal that of a pipeline that prefills everything from scratch."""
-    pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32)
+    answer must equal that of a pipeline that prefills everything from scratch (stateful path)."""
+    pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
     h = genai_shim.ChatHistory([{"role": "user", "content": QUESTIONS[0]}])
     h.append({"role": "assistant", "content": pipe.generate(h, max_new_tokens=15).texts[0]})
     h.append({"role": "user", "content": QUESTIONS[1]})
@@ -155,5 +171,6 @@ def test_cpu_kv_trim_gives_same_answer_as_fresh_pipeline(chat_dir):
     edited.append({"role": "user", "content": QUESTIONS[2]})
     reused = pipe.generate(edited, max_new_tokens=20).texts[0]
     assert trims and 0 < trims[0] < kv_before, "the cache was trimmed to the common prefix"
-    fresh = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32).generate(edited, max_new_tokens=20)
+    fresh = genai_shim.LLMPipeline(str(chat_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
+    fresh = fresh.generate(edited, max_new_tokens=20)
     assert reused == fresh.texts[0]

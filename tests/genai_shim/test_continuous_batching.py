@@ -177,11 +177,6 @@ def test_optimum_export_ids(real_genai: Any) -> None:
 
 
 def test_unsupported_features_are_typed_errors(ours: Any, stories_dir: Path) -> None:
-    c = genai_shim.GenerationConfig()
-    c.max_new_tokens = 4
-    c.num_beams = 2
-    with pytest.raises(ConfigError, match="beam search"):
-        ours.generate(["A"], [c])
     with pytest.raises(UserInputError, match="streaming is possible only with batch size=1"):
         ours.generate(["A", "B"], [genai_shim.GenerationConfig(max_new_tokens=2)] * 2, lambda s: None)
 
@@ -236,7 +231,7 @@ def test_block_manager_bookkeeping() -> None:
     bm.tables[2].append(0)  # a freed block forged into a table
     with pytest.raises(KVBlockError, match="which is free"):
         bm.check(2, 1)
-    with pytest.raises(KVBlockError, match="copy-on-write"):
+    with pytest.raises(KVBlockError, match="which is free"):  # nor forked
         bm.fork(2, 3)
 
 

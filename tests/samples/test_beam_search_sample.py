@@ -18,13 +18,16 @@ def _split(out: str) -> tuple[str, list[float]]:
 
 def test_beam_search_causal_lm(stories_dir, real_genai):
     args = [str(stories_dir), "Once upon a time", "Lily"]
-    ours_text, ours_scores = _split(run("ours", "-", "beam_search_causal_lm.py", *args))
-    real_text, real_scores = _split(run("real", "-", "beam_search_causal_lm.py", *args))
+    ours = run("ours", "-", "beam_search_causal_lm.py", *args)
+    real = run("real", "-", "beam_search_causal_lm.py", *args)
+    ours_text, ours_scores = _split(ours)
+    real_text, real_scores = _split(real)
     # 15 beams in 3 groups, all returned, for each of the two prompts
     assert len(ours_scores) == 30
     assert ours_text == real_text
-    # printed with 6 decimals; the two CPU plugins' logits differ in the last float32 bits
     assert ours_scores == pytest.approx(real_scores, abs=1e-5)
+    # default properties: both run the paged-attention pipeline, so every printed digit agrees
+    assert ours == real
 
 
 def test_beam_search_sample_differs_only_in_import():
