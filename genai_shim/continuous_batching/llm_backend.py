@@ -125,6 +125,7 @@ class PagedBackend:
         from genai_shim.results import EncodedResults
 
         eng = self.engine
+        eng.apply_adapters([config])
         states = [eng._new_state(list(s.prompt), config) for s in seqs]
         for s, st in zip(seqs, states, strict=False):
             if s.max_new != st.max_new:
