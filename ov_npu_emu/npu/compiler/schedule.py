@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 
 from ov_npu_emu.errors import CompileError
+from ov_npu_emu.npu.compiler.graph import Value
 from ov_npu_emu.npu.compiler.lower import Lowered
 
-__all__ = ["Barrier", "Schedule", "schedule"]
+__all__ = ["Barrier", "Schedule", "schedule", "slot_read_deps", "slot_write_deps"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,13 +31,40 @@ class Schedule:
     posts: dict[int, list[int]]  # task id -> barrier ids it posts
 
 
+def _latest_write(slot: Value, tid: int) -> int:
+    """The last task before ``tid`` that wrote the slot (-1: none)."""
+    i = bisect.bisect_left(slot.producers, tid)
+    return slot.producers[i - 1] if i else -1
+
+
+def slot_read_deps(slot: Value, tid: int) -> list[int]:
+    """A read of a CMX slot waits for the write that filled it (earlier fills are ordered before
+    that one by the slot's own write-after-read edges)."""
+    w = _latest_write(slot, tid)
+    return [w] if w >= 0 else []
+
+
+def slot_write_deps(slot: Value, tid: int) -> list[int]:
+    """A write into a CMX slot waits for every reader of the previous contents (or, unread, for
+    the previous write): the DMA of tile i+2 must not overwrite what tile i's compute reads."""
+    w = _latest_write(slot, tid)
+    lo, hi = bisect.bisect_right(slot.readers, w), bisect.bisect_left(slot.readers, tid)
+    readers = slot.readers[lo:hi]
+    return readers if readers else ([w] if w >= 0 else [])
+
+
 def schedule(lw: Lowered, reuse_deps: dict[int, set[int]]) -> Schedule:
     """Collect dependencies, drop those the engine FIFOs already imply, group them into barriers."""
     tasks = lw.tasks
     for t in tasks:
-        srcs = t.ins
-        for v in srcs:
-            t.deps.update(p for p in v.root.producers if p < t.tid)
+        for v in t.ins:
+            if v.root.slot:
+                t.deps.update(slot_read_deps(v.root, t.tid))
+            else:
+                t.deps.update(p for p in v.root.producers if p < t.tid)
+        for v in t.outs:
+            if v.root.slot:
+                t.deps.update(slot_write_deps(v.root, t.tid))
         t.deps.update(reuse_deps.get(t.tid, ()))
     # lifted state: the write-back into the state buffer (aliased by the state input at run time)
     # must wait until every reader of the state input is done

@@ -6,9 +6,9 @@ from ov_npu_emu.errors import CompileError, MemoryPlanError
 from ov_npu_emu.npu.blob.format import align_up
 from ov_npu_emu.npu.compiler.graph import Place
 from ov_npu_emu.npu.compiler.lower import Lowered
-from ov_npu_emu.npu.compiler.schedule import Schedule
+from ov_npu_emu.npu.compiler.schedule import Schedule, slot_read_deps, slot_write_deps
 
-__all__ = ["verify_memory", "verify_schedule"]
+__all__ = ["verify_memory", "verify_schedule", "verify_slots"]
 
 
 def verify_memory(lw: Lowered) -> None:
@@ -49,9 +49,37 @@ def verify_schedule(lw: Lowered, sched: Schedule) -> None:
             covered.update(sched.barriers[b].producers)
         covered.update(lane_prev.get(t.lane, []))
         for v in t.ins:
+            if v.root.slot:
+                continue  # verify_slots: a slot is rewritten, only its latest write is read
             for p in v.root.producers:
                 if p < t.tid and p not in covered:
                     raise CompileError(
                         f"task {t.tid} reads value {v.vid} without waiting for task {p}", stage="schedule"
                     )
         lane_prev.setdefault(t.lane, []).append(t.tid)
+    verify_slots(lw, sched)
+
+
+def verify_slots(lw: Lowered, sched: Schedule) -> None:
+    """The CMX ping-pong slots are safe: no task reads a slot before the barrier (or lane order)
+    of the DMA that filled it, and no DMA overwrites a slot before the barriers of every reader of
+    its previous contents. By induction over each slot's history, every read sees exactly the
+    write it was scheduled after."""
+    lane_prev: dict[int, set[int]] = {}
+    for t in lw.tasks:
+        covered = set(lane_prev.get(t.lane, ()))
+        for b in sched.waits.get(t.tid, []):
+            covered.update(sched.barriers[b].producers)
+        for v in t.ins:
+            if v.root.slot:
+                missing = [p for p in slot_read_deps(v.root, t.tid) if p not in covered]
+                if missing:
+                    raise CompileError(f"task {t.tid} reads CMX slot {v.root.vid} before the barrier of task "
+                                       f"{missing[0]}, which fills it", stage="schedule")
+        for v in t.outs:
+            if v.root.slot:
+                missing = [r for r in slot_write_deps(v.root, t.tid) if r != t.tid and r not in covered]
+                if missing:
+                    raise CompileError(f"task {t.tid} overwrites CMX slot {v.root.vid} before the barrier of task "
+                                       f"{missing[0]}, which reads its previous contents", stage="schedule")
+        lane_prev.setdefault(t.lane, set()).add(t.tid)
