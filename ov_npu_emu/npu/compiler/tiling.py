@@ -17,6 +17,7 @@ The slot values are marked ``slot=True``: the scheduler orders them by their wri
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -82,16 +83,29 @@ def _estimate(hw: HardwareConfig, m: int, k: int, n: int, mt: int, kt: int, nt: 
     return max(dma / hw.dma_channels, dpu) + exposed, a_loads + w_loads + stores + steps
 
 
+@functools.lru_cache(maxsize=256)  # an LLM repeats a few MatMul shapes over all its layers
 def choose_tiling(hw: HardwareConfig, m: int, k: int, n: int, sizes: tuple[int, int, int], *,
                   split_k: bool) -> MatmulTiling | None:
     """The cheapest tiling whose two slots per stream fit the CMX; None when none does.
 
     ``sizes``: element bytes of activation, weight, output. ``split_k``: may K be chunked
-    (the accumulation is f32: only for f32 outputs).
+    (the accumulation is f32: only for f32 outputs). K stays whole unless splitting it is
+    needed or >10% cheaper: a whole row is one BLAS product, the closest to the CPU plugin's sums.
     """
+    whole = _cheapest(hw, m, k, n, sizes, [k])
+    if not split_k:
+        return whole
+    split = _cheapest(hw, m, k, n, sizes, [kt for kt in _sizes(k) if kt < k])
+    if split is not None and (whole is None or split.est_cycles < 0.9 * whole.est_cycles):
+        return split
+    return whole
+
+
+def _cheapest(hw: HardwareConfig, m: int, k: int, n: int, sizes: tuple[int, int, int],
+              k_chunks: list[int]) -> MatmulTiling | None:
     ai, wi, oi = sizes
     best: tuple[float, int, MatmulTiling] | None = None
-    for kt in _sizes(k) if split_k else [k]:
+    for kt in k_chunks:
         for mt in _sizes(m):
             for nt in _sizes(n):
                 need = 2 * (align_up(mt * kt * ai, _ALIGN) + align_up(kt * nt * wi, _ALIGN)
