@@ -19,6 +19,7 @@ from ov_npu_emu.npu.compiler.lower import lower
 from ov_npu_emu.npu.compiler.memory import plan_memory
 from ov_npu_emu.npu.compiler.schedule import schedule
 from ov_npu_emu.npu.compiler.verify import verify_memory, verify_schedule
+from ov_npu_emu.npu.device.profiling import overlap_spans
 from tests.npu.conftest import cpu_reference, rel_err
 
 CMX_32K = {"NPU_EMU_CMX_SIZE": 32768}
@@ -60,6 +61,17 @@ def test_issue_matmul_hides_dma_behind_compute_and_matches_cpu(tmp_path):
     assert off["dma_hidden_fraction"] < 0.05
     assert on["makespan_cycles"] < 0.8 * off["makespan_cycles"]
     np.testing.assert_array_equal(on_out, off_out)  # same tiles, same sums: only the timing differs
+
+
+def test_overlap_spans_add_up_to_the_reported_overlap():
+    m = _matmul(64, 256, 256)
+    feed = {"x": np.ones((1, 64, 256), np.float32)}
+    req = Core().compile_model(m, "NPU", {"PERF_COUNT": "YES", **CMX_32K}).create_infer_request()
+    req.infer(feed)
+    tl = req.impl.timeline()
+    spans = overlap_spans(tl)
+    assert len(spans) > 10
+    assert sum(e - s for s, e in spans) == tl.summary()["dma_compute_overlap_cycles"]
 
 
 def _capture(xml) -> str:  # type: ignore[no-untyped-def]
