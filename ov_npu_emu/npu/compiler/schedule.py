@@ -5,12 +5,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
+from collections.abc import Sequence
 
 from ov_npu_emu.errors import CompileError
 from ov_npu_emu.npu.compiler.graph import Value
 from ov_npu_emu.npu.compiler.lower import Lowered
 
-__all__ = ["Barrier", "Schedule", "schedule", "slot_read_deps", "slot_write_deps"]
+__all__ = ["Barrier", "Schedule", "last_per_lane", "schedule", "slot_read_deps", "slot_write_deps"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,18 +54,37 @@ def slot_write_deps(slot: Value, tid: int) -> list[int]:
     return readers if readers else ([w] if w >= 0 else [])
 
 
+def last_per_lane(tids: list[int], before: int, lane_of: Sequence[int], n_lanes: int) -> list[int]:
+    """The latest task of each lane among the sorted ``tids`` below ``before`` (``n_lanes``: how
+    many lanes ``tids`` run on, where the backward scan may stop): a lane runs its
+    FIFO in order, so waiting for it implies the lane's earlier ones (a tiled MatMul's output has
+    hundreds of producers; every reader listing them all made scheduling quadratic)."""
+    out: dict[int, int] = {}
+    i = bisect.bisect_left(tids, before)
+    while i > 0 and len(out) < n_lanes:
+        i -= 1
+        out.setdefault(lane_of[tids[i]], tids[i])
+    return list(out.values())
+
+
 def schedule(lw: Lowered, reuse_deps: dict[int, set[int]]) -> Schedule:
     """Collect dependencies, drop those the engine FIFOs already imply, group them into barriers."""
     tasks = lw.tasks
+    lane_of = [t.lane for t in tasks]
+    producer_lanes: dict[int, int] = {}  # root vid -> lanes its producers run on
     for t in tasks:
         for v in t.ins:
-            if v.root.slot:
-                t.deps.update(slot_read_deps(v.root, t.tid))
+            r = v.root
+            if r.slot:
+                t.deps.update(slot_read_deps(r, t.tid))
             else:
-                t.deps.update(p for p in v.root.producers if p < t.tid)
+                if r.vid not in producer_lanes:
+                    producer_lanes[r.vid] = len({lane_of[p] for p in r.producers})
+                t.deps.update(last_per_lane(r.producers, t.tid, lane_of, producer_lanes[r.vid]))
         for v in t.outs:
             if v.root.slot:
-                t.deps.update(slot_write_deps(v.root, t.tid))
+                readers = slot_write_deps(v.root, t.tid)
+                t.deps.update(last_per_lane(readers, t.tid, lane_of, len({lane_of[x] for x in readers})))
         t.deps.update(reuse_deps.get(t.tid, ()))
     # lifted state: the write-back into the state buffer (aliased by the state input at run time)
     # must wait until every reader of the state input is done
