@@ -71,3 +71,17 @@ def ovnpu_add_cli_commands(subparsers: Any) -> None:
     :param subparsers: the ``argparse`` sub-parser action; call ``subparsers.add_parser(...)``
         and ``set_defaults(func=run)`` where ``run(args) -> int``.
     """
+
+
+@hookspec(firstresult=True)
+def ovnpu_kv_plan(model_path: str, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The KV-cache plan of an LLM IR, for ``ov-npu-emu profile --html`` (the first result wins).
+
+    The NPUW plugin answers with its ``kv-plan`` for the model and keys (per generate variant
+    and in total, what NPUW would allocate); None when no plugin plans KV caches.
+
+    :param model_path: the ``openvino_model.xml`` (or its folder) being profiled.
+    :param config: the profile's ``--config`` keys (NPUW's among them).
+    :returns: a JSON-able dict with at least ``bytes`` and ``variants`` (each with ``kv_size``,
+        ``past_slots`` and ``bytes``), or None.
+    """

@@ -62,7 +62,10 @@ def run(args: argparse.Namespace) -> int:
         kv = [{"name": p.get_any_name(), "shape": list(p.get_shape()), "type": p.get_element_type().get_type_name(),
                "bytes": int(np.prod(list(p.get_shape()), dtype=np.int64)) * p.get_element_type().size}
               for p in model.inputs if p.get_any_name().startswith(("past_key_values", "past."))]
-        Path(args.html).write_text(html_report(tl, impl.blob_meta, names, kv=kv), encoding="utf-8")
+        plan = _kv_plan(args.model, config) if kv else None
+        if plan is not None:
+            summary["kv_plan"] = plan
+        Path(args.html).write_text(html_report(tl, impl.blob_meta, names, kv=kv, kv_plan=plan), encoding="utf-8")
         summary["html"] = args.html
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -81,3 +84,15 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         print(f"report written to {args.html} (open in any browser; no network needed)")
     return 0
+
+
+def _kv_plan(model: str, config: dict[str, Any]) -> dict[str, Any] | None:
+    """NPUW's KV plan for the profiled LLM, through the plugin hook (ov_npu_emu does not import
+    NPUW); None without a plugin that plans KV, or when it cannot plan this model."""
+    from ov_npu_emu.errors import NpuEmuError
+    from ov_npu_emu.plugin_manager import get_plugin_manager
+
+    try:
+        return get_plugin_manager().hook.ovnpu_kv_plan(model_path=model, config=config)
+    except NpuEmuError as e:  # the page still shows the static model's KV inputs
+        return {"error": str(e)}

@@ -314,7 +314,8 @@ def _cache_budget(config: Mapping[str, Any]) -> int | None:
 #: compile-time keys read by the compiler (ov_npu_emu.npu.compiler.pipeline / arch), besides the
 #: device properties below: an ``NPU_EMU_*`` key in neither set is a typo, not a no-op
 COMPILER_KEYS = ("NPU_EMU_STAGING", "NPU_EMU_VERIFY", "NPU_EMU_PLATFORM", "NPU_EMU_CMX_SIZE", "NPU_EMU_DDR_BW_GBPS",
-                 "NPU_EMU_DMA_CHANNELS", "NPU_EMU_DPU_MACS", "NPU_EMU_SHAVE_FLOPS", "NPU_EMU_CLOCK_MHZ")
+                 "NPU_EMU_DMA_CHANNELS", "NPU_EMU_DPU_MACS", "NPU_EMU_SHAVE_FLOPS", "NPU_EMU_CLOCK_MHZ",
+                 "NPU_EMU_PING_PONG")
 
 
 @dataclasses.dataclass(frozen=True)

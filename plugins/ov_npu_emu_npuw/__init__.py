@@ -18,6 +18,7 @@ __all__ = [
     "ovnpu_add_cli_commands",
     "ovnpu_compile_model",
     "ovnpu_import_model",
+    "ovnpu_kv_plan",
 ]
 
 
@@ -55,3 +56,12 @@ def ovnpu_add_cli_commands(subparsers: Any) -> None:
     cli.register(subparsers)
     kvplan.register(subparsers)
     estimate.register(subparsers)
+
+
+@hookimpl
+def ovnpu_kv_plan(model_path: str, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``kv-plan`` of the profiled model under the NPUW keys in ``config`` (others are not ours)."""
+    from ov_npu_emu_npuw.kvplan import plan_from_model
+
+    npuw = {k: v for k, v in config.items() if k.startswith("NPUW_") or k == "KV_CACHE_PRECISION"}
+    return plan_from_model(model_path, npuw)

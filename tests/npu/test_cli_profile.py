@@ -86,7 +86,9 @@ def test_profiling_info_per_task(npu_core):
     info = req.get_profiling_info()
     assert [p.exec_type for p in info] == ["SHAVE:add", "SHAVE:relu"]
     assert info[0].node_type == "Add"
-    slow_hw = {"PERF_COUNT": "YES", "NPU_EMU_DPU_MACS": 8, "NPU_EMU_SHAVE_FLOPS": 8, "NPU_EMU_DDR_BW_GBPS": 1}
+    # a slow clock too: timedelta keeps whole microseconds, and a small tile costs a few hundred cycles
+    slow_hw = {"PERF_COUNT": "YES", "NPU_EMU_DPU_MACS": 8, "NPU_EMU_SHAVE_FLOPS": 8, "NPU_EMU_DDR_BW_GBPS": 1,
+               "NPU_EMU_CLOCK_MHZ": 100}
     mlp = npu_core.compile_model(make_mlp(rows=64), "NPU", slow_hw).create_infer_request()
     mlp.infer({"x": np.ones((1, 64, 16), np.float32)})
     info = mlp.get_profiling_info()

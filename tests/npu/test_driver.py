@@ -187,13 +187,14 @@ def test_barrier_with_an_extra_producer_deadlocks_with_typed_error(npu_core):
 
 
 def test_static_weight_relocation_drives_the_result(npu_core):
-    """Shift the weights operand of the first DPU task by one row: the output changes."""
+    """Shift the weights source of the first weight DMA by one row: the output changes (the DPU
+    reads weights from CMX, where a DMA out of .npu.weights staged them)."""
     blob = npu_core.compile_model(make_mlp(), "NPU").export_model().getvalue()
     x = {"x": np.random.default_rng(0).standard_normal((1, 4, 16)).astype(np.float32)}
     good = npu_core.import_model(blob, "NPU").create_infer_request().infer(x)[0]
     reader_relocs = [r for r in BlobReader(blob)
-                     .iter_relocations() if r.section == ".rela.npu.dpu" and r.symbol == ".npu.weights"]
-    off, size = section_span(blob, ".rela.npu.dpu")
+                     .iter_relocations() if r.section == ".rela.npu.dma" and r.symbol == ".npu.weights"]
+    off, size = section_span(blob, ".rela.npu.dma")
     bad = bytearray(blob)
     for i in range(0, size, 24):
         r_off = int.from_bytes(bad[off + i: off + i + 8], "little")

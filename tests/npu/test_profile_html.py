@@ -63,8 +63,24 @@ def _png_pixels(data: bytes) -> np.ndarray:
 def page(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("html") / "profile.html"
     assert main(["profile", str(tiny_model_dir / "openvino_model.xml"), "--decode-kv", "31",
-                 "--config", "NPU_EMU_CMX_SIZE=32768", "--html", str(out), "--json"]) == 0
+                 "--config", "NPU_EMU_CMX_SIZE=32768", "--config", "NPUW_LLM_GENERATE_VARIANTS=512,1152",
+                 "--html", str(out), "--json"]) == 0
     return out
+
+
+def test_page_shows_the_npuw_kv_plan_per_generate_variant(page: Path, tiny_model_dir: Path) -> None:
+    """The NPUW plugin's kv-plan (through the ovnpu_kv_plan hook) for the profiled model's keys."""
+    from ov_npu_emu_npuw.kvplan import plan_from_model
+
+    plan = plan_from_model(tiny_model_dir / "openvino_model.xml", {"NPUW_LLM_GENERATE_VARIANTS": "512,1152"})
+    text = page.read_text(encoding="utf-8")
+    assert "NPUW KV plan per generate variant" in text and len(plan["variants"]) == 2
+    for v in plan["variants"]:
+        assert (f"<td class='num'>{v['kv_size']:,}</td><td class='num'>{v['past_slots']:,}</td>"
+                f"<td class='num'>{v['bytes']:,}</td>") in text
+    assert f"<td class='num'>{plan['bytes']:,}</td></tr></table>" in text
+    # the DMA-under-compute row (32 KiB CMX: the MatMuls' ping-pong) is drawn
+    assert ">DMA ∥ compute</text>" in text and text.count('class="overlap"') > 10
 
 
 def test_page_is_self_contained_and_complete(page: Path) -> None:

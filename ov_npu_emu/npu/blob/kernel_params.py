@@ -329,7 +329,7 @@ class PadParams(KernelParams):
 
 @dataclasses.dataclass(frozen=True)
 class MatMulParams(KernelParams):
-    KERNELS = ("matmul",)
+    KERNELS = ("matmul", "matmul_acc")  # matmul_acc adds into its output (K-split chunks)
     ENGINE = "DPU"
     transpose_a: bool = _flag("transpose the last two dims of the activation")
     transpose_b: bool = _flag("transpose the last two dims of the weight")

@@ -47,6 +47,9 @@ class Value:
     #: a compressed weight: the f32 value exists only inside matmul_dq / gather_dq, which read
     #: (q, scale[, zero point]) values listed here; the value itself is never placed
     comp: Packed | None = None
+    #: a CMX slot rewritten tile by tile (compiler/tiling.py): ordered by its write/read history
+    #: (a read waits for the latest write, a write for the readers of the previous contents)
+    slot: bool = False
 
     @property
     def nbytes(self) -> int:

@@ -29,6 +29,7 @@ from ov_npu_emu.npu.compiler import lower_conv, lower_elementwise, lower_movemen
 from ov_npu_emu.npu.compiler.compress import F16_DQ_ROUNDING, CompressedWeight
 from ov_npu_emu.npu.compiler.frontend import Prepared
 from ov_npu_emu.npu.compiler.graph import DmaSpec, Packed, Place, Task, Value, np_dtype
+from ov_npu_emu.npu.compiler.tiling import lower_tiled_matmul
 
 __all__ = ["Handler", "Lowered", "lower", "SUPPORTED_OPS"]
 
@@ -55,11 +56,12 @@ class Lowered:
 
 
 class _Lowerer:
-    def __init__(self, prep: Prepared, hw: HardwareConfig, f16: bool, stage: bool) -> None:
+    def __init__(self, prep: Prepared, hw: HardwareConfig, f16: bool, stage: bool, ping_pong: bool = True) -> None:
         self.prep = prep
         self.hw = hw
         self.f16 = f16
         self.stage = stage
+        self.ping_pong = ping_pong  # two CMX slots per tiled-MatMul stream (NPU_EMU_PING_PONG)
         self.out = Lowered()
         self.vals: dict[tuple[str, int], Value] = {}
         self.consts: dict[tuple[str, int], ov.Node] = {}
@@ -350,11 +352,14 @@ class _Lowerer:
         if not (self.stage and batch_ok):
             self.mm(a, b, o, params, node, macs)
             return
+        # plain weights: activation, weight and output tiles through CMX slots (ping-pong, K split)
+        if b.comp is None and lower_tiled_matmul(self, a, b, o, params.transpose_b, node,
+                                                 slots=2 if self.ping_pong else 1):
+            return
         arow = a.shape[-1] * a.dtype.itemsize
         orow = o.shape[-1] * o.dtype.itemsize
-        # a tile pair takes at most half of CMX. Nothing prefetches into the other half yet: every
-        # tile gets its own CMX values, but the planner may reuse the same offsets and the tiles'
-        # DMA-in / compute / DMA-out run in sequence (dma_hidden_fraction 0 on such a MatMul)
+        # compressed weights (or no tiling fits): only the activation rows are staged, a tile
+        # pair in half of CMX, and matmul_dq reads the weight from DDR
         tile = max(1, (self.hw.cmx_size // 2) // max(1, arow + orow))
         if arow + orow > self.hw.cmx_size // 2:
             self.mm(a, b, o, params, node, macs)
@@ -379,8 +384,9 @@ _HANDLERS: dict[str, Handler] = {
 SUPPORTED_OPS = frozenset(_HANDLERS)
 
 
-def lower(prep: Prepared, hw: HardwareConfig, *, f16: bool = False, stage: bool = True) -> Lowered:
+def lower(prep: Prepared, hw: HardwareConfig, *, f16: bool = False, stage: bool = True,
+          ping_pong: bool = True) -> Lowered:
     """Lower the prepared model to tasks; producers/readers are filled in here."""
-    lw = _Lowerer(prep, hw, f16, stage)
+    lw = _Lowerer(prep, hw, f16, stage, ping_pong)
     out = lw.run()
     return out

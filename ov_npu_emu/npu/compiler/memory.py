@@ -11,6 +11,7 @@ from ov_npu_emu.errors import MemoryPlanError
 from ov_npu_emu.npu.blob.format import align_up
 from ov_npu_emu.npu.compiler.graph import Place, Value
 from ov_npu_emu.npu.compiler.lower import Lowered
+from ov_npu_emu.npu.compiler.schedule import last_per_lane
 
 __all__ = ["ALIGN", "MemoryPlan", "WeightsImage", "plan_memory"]
 
@@ -57,7 +58,8 @@ def _lifetime(v: Value) -> tuple[int, int]:
     return min(touched), max(touched)
 
 
-def _place(values: list[Value], capacity: int | None, region: str) -> tuple[int, dict[int, set[int]]]:
+def _place(values: list[Value], capacity: int | None, region: str,
+           lane_of: list[int]) -> tuple[int, dict[int, set[int]]]:
     """Greedy by size: each buffer goes to the lowest offset free during its whole lifetime."""
     live = [v for v in values if v.producers or v.readers]
     spans = {v.vid: _lifetime(v) for v in live}
@@ -90,8 +92,10 @@ def _place(values: list[Value], capacity: int | None, region: str) -> tuple[int,
             mask = (offs < v.offset + align_up(max(v.nbytes, 1), ALIGN)) & (v.offset < ends) & (last < lo)
             for i in np.nonzero(mask)[0]:
                 u = placed[int(i)]
-                for p in v.producers:
-                    deps.setdefault(p, set()).update(t for t in u.producers + u.readers if t < p)
+                touched = sorted(u.producers + u.readers)
+                n_lanes = len({lane_of[x] for x in touched})
+                for p in v.producers:  # each lane's latest toucher implies its earlier ones (FIFO)
+                    deps.setdefault(p, set()).update(last_per_lane(touched, p, lane_of, n_lanes))
     return top, deps
 
 
@@ -150,8 +154,9 @@ def plan_memory(lw: Lowered, cmx_size: int) -> MemoryPlan:
     for v in roots:
         if v.place is Place.CONST and v.producers:
             raise MemoryPlanError(f"task writes into constant value {v.vid}", stage="memory")
-    scratch, d1 = _place([v for v in roots if v.place is Place.SCRATCH], None, "DDR scratch")
-    cmx, d2 = _place([v for v in roots if v.place is Place.CMX], cmx_size, "CMX")
+    lane_of = [t.lane for t in lw.tasks]
+    scratch, d1 = _place([v for v in roots if v.place is Place.SCRATCH], None, "DDR scratch", lane_of)
+    cmx, d2 = _place([v for v in roots if v.place is Place.CMX], cmx_size, "CMX", lane_of)
     for k, s in d2.items():
         d1.setdefault(k, set()).update(s)
     logger.debug("memory: weights %d B, scratch %d B, cmx %d B", len(blob), scratch, cmx)

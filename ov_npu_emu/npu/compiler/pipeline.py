@@ -78,7 +78,9 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
     # NPU_EMU_WEIGHT_COMPRESSION=NO folds decompression subgraphs to f32 constants (the old
     # behaviour; blobs 4-8x larger) - kept for comparisons
     prep = prepare(model, compress=_flag(config, "NPU_EMU_WEIGHT_COMPRESSION", True))
-    lw = lower(prep, hw, f16=precision == "f16", stage=_flag(config, "NPU_EMU_STAGING", True))
+    # NPU_EMU_PING_PONG=NO: one CMX slot per tiled-MatMul stream (no DMA/compute overlap), for A/B
+    lw = lower(prep, hw, f16=precision == "f16", stage=_flag(config, "NPU_EMU_STAGING", True),
+               ping_pong=_flag(config, "NPU_EMU_PING_PONG", True))
     plan = plan_memory(lw, hw.cmx_size)
     if plan.scratch_size > DEVICE_MEMORY_LIMIT:  # the request would allocate it on creation
         raise MemoryPlanError(f"activations need {plan.scratch_size} bytes of DDR scratch, more than the emulated "

@@ -10,7 +10,7 @@ from typing import Any
 from ov_npu_emu.npu.blob.format import TaskKind
 from ov_npu_emu.npu.device.engines import DecodedTask
 
-__all__ = ["Timeline", "chrome_trace", "simulate_timeline"]
+__all__ = ["Timeline", "chrome_trace", "overlap_spans", "simulate_timeline"]
 
 
 @dataclasses.dataclass
@@ -49,6 +49,23 @@ class Timeline:
             "dma_hidden_fraction": overlap / dma_total if dma_total else 0.0,
             "tasks": {k.name: sum(1 for t in self.tasks.values() if t.kind is k) for k in TaskKind},
         }
+
+
+def overlap_spans(tl: Timeline) -> list[tuple[int, int]]:
+    """Cycle spans where a DMA runs while a DPU or SHAVE task computes (the hidden DMA time)."""
+    dma = _union([(tl.start[i], tl.end[i]) for i, t in tl.tasks.items() if t.kind is TaskKind.DMA])
+    comp = _union([(tl.start[i], tl.end[i]) for i, t in tl.tasks.items() if t.kind is not TaskKind.DMA])
+    out: list[tuple[int, int]] = []
+    i = j = 0
+    while i < len(dma) and j < len(comp):
+        lo, hi = max(dma[i][0], comp[j][0]), min(dma[i][1], comp[j][1])
+        if hi > lo:
+            out.append((lo, hi))
+        if dma[i][1] < comp[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
 
 
 def _union(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ov_npu_emu.npu.blob.format import TaskKind
-from ov_npu_emu.npu.device.profiling import Timeline
+from ov_npu_emu.npu.device.profiling import Timeline, overlap_spans
 
 __all__ = ["html_report"]
 
@@ -48,7 +48,7 @@ def _axis(y: int, span_us: float) -> str:
 def _timeline_svg(tl: Timeline, names: Mapping[int, tuple[str, str]], barriers: Sequence[Mapping[str, Any]]) -> str:
     span = max(tl.makespan, 1)
     lane_h, top = 26, 8
-    rows = [*tl.lane_names, "barriers"]
+    rows = [*tl.lane_names, "DMA ∥ compute", "barriers"]
     height = top + lane_h * len(rows) + 24
     out = [f'<svg class="plot" width="{_LEFT + _W + 10}" height="{height}" '
            f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="engine timeline">']
@@ -65,6 +65,12 @@ def _timeline_svg(tl: Timeline, names: Mapping[int, tuple[str, str]], barriers: 
                    f'height="{lane_h - 6}" fill="{_COLORS[t.kind]}" class="task"><title>#{tid} {_esc(t.kernel)} '
                    f'{_esc(node)} ({_esc(op)}) {e - s} cycles, {s / tl.clock_mhz:.2f}–{e / tl.clock_mhz:.2f} µs; '
                    f'waits {list(t.waits)} posts {list(t.posts)}</title></rect>')
+    # DMA running under compute (ping-pong at work): the spans dma_hidden_fraction counts
+    y = top + (len(rows) - 2) * lane_h
+    for s, e in overlap_spans(tl):
+        out.append(f'<rect x="{x_of(s):.2f}" y="{y + 1}" width="{max(x_of(e) - x_of(s), 0.8):.2f}" '
+                   f'height="{lane_h - 6}" class="overlap"><title>DMA hidden behind compute: '
+                   f'{s / tl.clock_mhz:.2f}–{e / tl.clock_mhz:.2f} µs</title></rect>')
     # a barrier fires when its last producer ends: a tick on the barrier row
     y = top + (len(rows) - 1) * lane_h
     for b in barriers:
@@ -114,12 +120,31 @@ def _kv_table(kv: Sequence[Mapping[str, Any]]) -> str:
             f"<td class='num'>{total:,}</td></tr></table>")
 
 
+def _kv_plan_table(plan: Mapping[str, Any] | None) -> str:
+    """NPUW's plan for the model: every generate variant is a view of one KV buffer."""
+    if not plan:
+        return ""
+    if "error" in plan:
+        return f"<p class='note'>NPUW KV plan unavailable: {_esc(plan['error'])}</p>"
+    rows = "".join(f"<tr><td class='num'>{int(v['kv_size']):,}</td><td class='num'>{int(v['past_slots']):,}</td>"
+                   f"<td class='num'>{int(v['bytes']):,}</td></tr>" for v in plan.get("variants", []))
+    terms = plan.get("terms") or {}
+    formula = (" = 2 × " + " × ".join(f"{terms[k]:g}" if isinstance(terms[k], float) else str(terms[k])
+                                      for k in ("layers", "batch", "seq", "kv_heads", "head_dim",
+                                                "bytes_per_element"))) if terms else ""
+    return (f"<h3>NPUW KV plan per generate variant ({_esc(plan.get('kv_cache_precision', ''))}, "
+            f"MAX_PROMPT_LEN {plan.get('max_prompt_len')}, MIN_RESPONSE_LEN {plan.get('min_response_len')})</h3>"
+            f"<table class='kvplan'><tr><th>generate variant (KV size)</th><th>past slots</th><th>bytes</th></tr>"
+            f"{rows}<tr class='total'><td colspan='2'>one buffer of {int(plan.get('capacity_tokens', 0)):,} tokens"
+            f"{_esc(formula)}</td><td class='num'>{int(plan['bytes']):,}</td></tr></table>")
+
+
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:24px;color:#222;background:#fff}
-h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 6px}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 6px} h3{font-size:14px;margin:14px 0 4px}
 .note{color:#666} .plot{display:block} .lane{fill:#f3f4f6;stroke:#d0d4da}
 .label{font-size:11px;text-anchor:end;fill:#333} .tick{font-size:10px;text-anchor:middle;fill:#555}
-.axis{stroke:#888} .barrier{stroke:#d62828;stroke-width:1.2}
+.axis{stroke:#888} .barrier{stroke:#d62828;stroke-width:1.2} .overlap{fill:#6b4fbb}
 .task{stroke:#0003;stroke-width:.3} .buf{stroke:#fff;stroke-width:.4;opacity:.85}
 table{border-collapse:collapse;margin-top:4px} td,th{border:1px solid #d0d4da;padding:3px 8px;font-size:12px}
 th{background:#f3f4f6;text-align:left} .num{text-align:right;font-variant-numeric:tabular-nums}
@@ -129,13 +154,16 @@ vertical-align:-2px}
 
 
 def html_report(tl: Timeline, meta: Mapping[str, Any], names: Mapping[int, tuple[str, str]], *,
-                kv: Sequence[Mapping[str, Any]] = (), title: str = "") -> str:
-    """The page: summary, engine timeline with barriers, CMX and DDR maps over time, KV inputs."""
+                kv: Sequence[Mapping[str, Any]] = (), kv_plan: Mapping[str, Any] | None = None,
+                title: str = "") -> str:
+    """The page: summary, engine timeline with barriers, CMX and DDR maps over time, KV inputs and
+    (``kv_plan``, from the NPUW plugin's hook) the KV plan per generate variant."""
     summary = tl.summary()
     mem = meta.get("memory", {})
     buffers = meta.get("buffers", [])
     util = ", ".join(f"{k} {v:.0%}" for k, v in summary["utilization"].items())
     legend = "".join(f'<span style="background:{c}"></span>{k.name}' for k, c in _COLORS.items())
+    legend += '<span style="background:#6b4fbb"></span>DMA hidden behind compute'
     legend += '<span style="background:#d62828;width:3px"></span>barrier fires'
     top = sorted(tl.tasks.values(), key=lambda t: -(tl.end[t.tid] - tl.start[t.tid]))[:12]
     rows = "".join(f"<tr><td>#{t.tid}</td><td>{_esc(tl.lane_names[t.lane])}</td><td>{_esc(t.kernel)}</td>"
@@ -155,7 +183,7 @@ def html_report(tl: Timeline, meta: Mapping[str, Any], names: Mapping[int, tuple
 {_memory_svg(tl, buffers, "cmx", int(meta.get("hw", {}).get("cmx_size", 0)) or int(mem.get("cmx", 0)))}
 <h2>DDR scratch over time ({int(mem.get("scratch", 0)):,} B; weights {int(mem.get("weights", 0)):,} B not drawn)</h2>
 {_memory_svg(tl, buffers, "scratch", int(mem.get("scratch", 0)))}
-<h2>KV cache</h2>{_kv_table(kv)}
+<h2>KV cache</h2>{_kv_table(kv)}{_kv_plan_table(kv_plan)}
 <h2>Most expensive tasks</h2>
 <table><tr><th>task</th><th>engine</th><th>kernel</th><th>node</th><th>cycles</th></tr>{rows}</table>
 </body></html>

@@ -12,7 +12,13 @@ import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
 from ov_npu_emu.npu.blob.kernel_params import KernelParams, unpack_params
-from ov_npu_emu.npu.device.kernels import dequant, elementwise, linear, movement  # noqa: F401 - registers
+from ov_npu_emu.npu.device.kernels import (  # noqa: F401 - registers
+    accumulate,
+    dequant,
+    elementwise,
+    linear,
+    movement,
+)
 from ov_npu_emu.npu.device.kernels.attention import RowWindow, _sdpa
 from ov_npu_emu.npu.device.kernels.dequant import DQ_TILE_BYTES, TileDequantizer, dequantize
 from ov_npu_emu.npu.device.kernels.registry import KERNELS, Maker, Runner, kernel
