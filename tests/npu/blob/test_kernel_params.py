@@ -19,7 +19,7 @@ from ov_npu_emu.npu.compiler import compile_to_blob
 from ov_npu_emu.npu.device.kernels import KERNELS, make_kernel
 from tests.npu.conftest import make_mlp
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "npu_blob_format.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "npu_blob_format.md"
 
 
 def _sample(cls: type[kp.KernelParams]) -> kp.KernelParams:

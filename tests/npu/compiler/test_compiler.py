@@ -21,7 +21,7 @@ from ov_npu_emu.npu.compiler.schedule import schedule
 from ov_npu_emu.npu.compiler.verify import verify_memory, verify_schedule
 from tests.npu.conftest import cpu_reference, llm_feed, make_group_conv_cnn, make_mlp, rel_err
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_dynamic_input_names_the_input_and_says_reshape():
