@@ -218,7 +218,7 @@ class NpuInferRequest(DeviceInferRequest):
                 w.size = 0
                 self._submit()
                 self.counters["window_reruns"] += 1
-            elif w.used:
+            elif w.used or w.windowed_tasks:
                 self.counters["windowed_inferences"] += 1
         self.counters["inferences"] += 1
 
@@ -234,8 +234,7 @@ class NpuInferRequest(DeviceInferRequest):
         WINDOW_ALIGN rows; it is set only when all padding rows carry one token id at one
         position (then they all compute the same K/V: the window's padding row stands for the
         skipped ones in attention's proof)."""
-        w.size = w.start = w.used = 0
-        w.violated = False
+        w.reset()
         if self._mask_index < 0 or w.unusable:
             return
         mask = np.asarray(self._in[self._mask_index].tensor.data)

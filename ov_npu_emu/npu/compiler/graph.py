@@ -91,3 +91,5 @@ class Task:
     cycles: int = 0  # cost-model estimate
     lane: int = 0  # engine lane (DMA channel / DPU / SHAVE)
     deps: set[int] = dataclasses.field(default_factory=set)  # task ids that must finish first
+    #: token-row metadata when the task may run on a window of rows (compiler/tokens.py)
+    rows: dict[str, object] | None = None

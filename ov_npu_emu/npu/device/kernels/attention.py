@@ -22,7 +22,7 @@ class RowWindow:
     the inference without the hint.  ``size`` 0: no hint.
     """
 
-    __slots__ = ("size", "start", "unusable", "used", "violated")
+    __slots__ = ("rows_computed", "rows_full", "size", "start", "unusable", "used", "violated", "windowed_tasks")
 
     def __init__(self) -> None:
         self.size = 0
@@ -30,6 +30,17 @@ class RowWindow:
         self.violated = False
         self.used = 0  # attention tasks that ran on the window in the last inference
         self.unusable = False  # an attention's shapes admit no exact window: stop hinting
+        # row-wise tasks (device/windowed.py) in the last inference: how many ran on the window,
+        # and the token rows they computed against the rows a full run computes
+        self.windowed_tasks = 0
+        self.rows_computed = 0
+        self.rows_full = 0
+
+    def reset(self) -> None:
+        """Before an inference: no window until the driver sets one."""
+        self.size = self.start = self.used = 0
+        self.windowed_tasks = self.rows_computed = self.rows_full = 0
+        self.violated = False
 
     def active(self, rows: int, cols: int) -> bool:
         return self.size > 0 and self.start > 0 and rows == cols == self.size
@@ -250,7 +261,11 @@ def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWi
         limit = open_min - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(open_min) + 2.0 * bound)
         if not float(np.maximum.reduce(pad, axis=None)) <= limit:
             return False
-    vf = v4 if v4.dtype == np.float32 else v4.astype(np.float32)
+    # V's padding rows before w0 meet only exact-zero probabilities; row-wise tasks that ran on
+    # the window left them uncomputed, so they read as zeros here (0 * any finite V adds the
+    # same +0 to a sum, so the window rows are the full computation's either way)
+    vf = np.zeros(v4.shape, np.float32)
+    np.copyto(vf[..., w0:, :], v4[..., w0:, :], casting="unsafe")
     if not math.isfinite(
         max(abs(float(np.maximum.reduce(vf, axis=None))), abs(float(np.minimum.reduce(vf, axis=None))))
     ):
