@@ -36,6 +36,14 @@ logger = logging.getLogger(__name__)
 #: run's rows bit for bit (kernels/attention._window_rows does the same for attention)
 _PROBED = ("matmul", "matmul_dq", "conv", "softmax", "log_softmax", "mvn", "cumsum", "reduce_")
 _PROBES: dict[tuple[Any, ...], bool] = {}
+#: kernels that write their output only through ufunc ``out=`` / ``np.copyto`` (never a reshape
+#: of it, which would copy a strided view): a window of theirs may write a strided output
+_STRIDED_OUT_OK = frozenset({
+    "transpose", "broadcast", "add", "subtract", "multiply", "maximum", "minimum", "power", "equal",
+    "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or", "divide",
+    "squared_difference", "select", "swish", "tanh", "exp", "log", "sqrt", "negative", "abs", "sin", "cos",
+    "logical_not",
+})
 _PROBE_LOCK = threading.Lock()
 
 
@@ -119,7 +127,9 @@ def bind_task_window(name: str, rows: Mapping[str, Any], window: RowWindow, ins:
             try:
                 sv = _sliced(views, axes, ls)
                 # a kernel may reshape its output; only a view reshapes without a copy
-                if all(o.flags.c_contiguous for o, a in zip(sv[n_in:], axes[n_in:], strict=True) if a >= 0) and (
+                strided_ok = name in _STRIDED_OUT_OK
+                if all(strided_ok or o.flags.c_contiguous for o, a in zip(sv[n_in:], axes[n_in:], strict=True)
+                       if a >= 0) and (
                     not probed or _probe(name, make, ins, outs, axes, n_in, ls, params)
                 ):
                     r = make(sv[:n_in], sv[n_in:])
