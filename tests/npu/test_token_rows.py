@@ -145,3 +145,34 @@ def test_optimum_export_prefill_is_identical(emu_core, fixture):
     assert ids == ids_full
     for a, b in zip(kv, kv_full, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)  # bit for bit
+
+
+def test_attention_window_over_window_columns_only_is_exact():
+    """bench-small's attention shapes (4 K/V heads, 2 query heads each, head 64, 1024 rows):
+    the window's probabilities run over the window columns alone (the zero-padded full width
+    probed equal), and the window rows are the full kernel's bit for bit.  V's rows before the
+    window hold garbage (uncomputed by the row-wise tasks): they must not matter."""
+    from ov_npu_emu.npu.device.kernels import RowWindow, attention, make_kernel
+
+    rng = np.random.default_rng(2)
+    L, w0, D = 1024, 896, 64
+    q = rng.standard_normal((1, 8, L, D)).astype(np.float32)
+    k = rng.standard_normal((1, 4, L, D)).astype(np.float32)
+    v = rng.standard_normal((1, 4, L, D)).astype(np.float32)
+    allowed = np.tril(np.ones((L, L), bool))
+    allowed[w0 + 3 :, : w0 + 3] = False
+    allowed[: w0 + 3] = np.eye(L, dtype=bool)[: w0 + 3]
+    mask = np.where(allowed, 0.0, np.finfo(np.float16).min).astype(np.float32)[None, None]
+    params = np.array([0, 1, 0, 2], np.float64)
+    full = np.zeros_like(q)
+    make_kernel("sdpa", [q, k, v, mask], [full], params)()
+    v_garbage = v.copy()
+    v_garbage[..., :w0, :] = 1e30
+    out = np.zeros_like(q)
+    window = RowWindow()
+    run = make_kernel("sdpa", [q, k, v_garbage, mask], [out], params, window)
+    window.size, window.start = L, w0
+    run()
+    assert window.used == 1 and not window.violated
+    assert np.array_equal(out[..., w0 + 3 :, :], full[..., w0 + 3 :, :])
+    assert attention._NARROW[(1, 4, 2, L, D, L - w0, 128)]  # took the window-columns path
