@@ -2,7 +2,7 @@
 
 Usage: python bench/bench_scale.py [--models stories260K,bench-small,bench-0.5b] [--repeat 3]
                                    [--new 16] [--setups real,npu,npu-cpu,cpu] [--prompt TEXT]
-                                   [--q05-dir /work/models/q05-f16]
+                                   [--q05-dir /work/models/q05-f16] [--load-only]
 
 Every setup runs ``LLMPipeline(folder, device, ...)`` with f32 hints (INFERENCE_PRECISION_HINT
 and KV_CACHE_PRECISION f32) on a 12-word prompt, in its own worker process: one load (timed:
@@ -73,6 +73,9 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str) -> dict:
     cfg = g.GenerationConfig()
     cfg.max_new_tokens = new
     cfg.ignore_eos = True
+    if repeat == 0:  # --load-only
+        return {"load_s": load, "ttft_ms": float("nan"), "tpot_ms": float("nan"), "rss_load_mb": rss_load,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "text": ""}
     pipe.generate([prompt], cfg)  # warm-up
     ttft, tpot = [], []
     for _ in range(repeat):
@@ -111,12 +114,15 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=16)
     ap.add_argument("--prompt", default=PROMPT)
     ap.add_argument("--q05-dir", default="/work/models/q05-f16")
+    ap.add_argument("--load-only", action="store_true", help="time the pipeline's load only (no generate)")
     ap.add_argument("--worker")
     ap.add_argument("--folder")
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.folder, args.repeat, args.new, args.prompt)))
         return
+    if args.load_only:
+        args.repeat = 0
     setups = [s.strip() for s in args.setups.split(",") if s.strip()]
     unknown = sorted(set(setups) - set(SETUPS))
     if unknown:
@@ -140,7 +146,7 @@ def main() -> None:
             def ratio(key: str, r: dict = r, real: dict = real) -> str:
                 return f"{r[key] / real[key]:.2f}" if key in real and real[key] else "–"
 
-            same = "–" if "text" not in real else ("yes" if r["text"] == real["text"] else "no")
+            same = "–" if "text" not in real or args.load_only else ("yes" if r["text"] == real["text"] else "no")
             print(f"| {label} | {s} | {r['load_s']:.2f} | {r['ttft_ms']:.1f} | {r['tpot_ms']:.2f} | "
                   f"{r['peak_rss_mb']:.0f} | {r['rss_load_mb']:.0f} | {ratio('load_s')} | {ratio('ttft_ms')} | "
                   f"{ratio('tpot_ms')} | {same} |")
