@@ -176,3 +176,17 @@ def test_attention_window_over_window_columns_only_is_exact():
     assert window.used == 1 and not window.violated
     assert np.array_equal(out[..., w0 + 3 :, :], full[..., w0 + 3 :, :])
     assert attention._NARROW[(1, 4, 2, L, D, L - w0, 128)]  # took the window-columns path
+
+
+def test_attention_mask_chain_gets_windows_from_its_readers():
+    """The mask's element-wise chain has no token input, but a windowed attention reads only its
+    window rows: the selects computing it are windowed along the query axis (the device-level
+    window-vs-full check of this model is tests/npuw/test_npuw_prefill_ladder.py's
+    test_npu_driver_window_or_rerun)."""
+    from tests.npuw.test_npuw_prefill_ladder import _attention_model
+
+    meta = BlobReader(compile_to_blob(_attention_model(256, True), {})).meta
+    # the [1,1,P,P] ops (the [1,1,1,P] padding select has no query rows to skip)
+    square = [t for t in meta["tasks"] if t["kernel"] in ("select", "logical_and", "add") and t.get("rows")]
+    assert {t["kernel"] for t in square} == {"select", "logical_and", "add"}
+    assert all(t["rows"]["axes"][-1] == 2 and t["rows"]["off"] == 0 for t in square)

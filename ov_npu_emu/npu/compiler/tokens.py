@@ -68,6 +68,50 @@ class _Analysis:
         self.root_mark: dict[int, Mark | None] = {}  # root vid -> mark
         self.partial: set[int] = set()  # root vids whose padding rows may be uncomputed
         self.failure = ""
+        self.windowed_attention: list[Task] = []  # attentions that take the window
+
+    def demand_rows(self) -> int:
+        """Windows for the attention masks' element-wise chains (no token input: the forward
+        marks miss them).  A windowed attention reads only its mask's rows from the window on
+        (axis -2); walking back from it, an element-wise task whose output only such readers
+        read may compute just those rows too, slicing the operands that have L entries on the
+        aligned axis.  Returns how many tasks got windows this way."""
+        length = self.length
+        readers: dict[int, list[tuple[Task, int]]] = {}
+        for t in self.tasks:
+            for i, v in enumerate(t.ins):
+                readers.setdefault(v.root.vid, []).append((t, i))
+        sliced_by: dict[int, tuple[Task, int]] = {}  # tid -> (task, axis) chosen below
+        n = 0
+        for t in reversed(self.tasks):
+            if t.rows is not None or t.kind is TaskKind.DMA or t.kernel not in _ELEMENTWISE or len(t.outs) != 1:
+                continue
+            o = t.outs[0]
+            if o.alias is not None or o.place is not Place.SCRATCH or len(o.root.producers) != 1:
+                continue
+            # every reader must be a windowed attention's mask or a task sliced on this axis
+            axes = set()
+            for r, i in readers.get(o.vid, []):
+                if r in self.windowed_attention and i == 3 and r.ins[3] is o:
+                    axes.add(len(o.shape) - 2)
+                elif r.tid in sliced_by and r.ins[i] is o and r.rows and r.rows["axes"][i] >= 0:
+                    axes.add(r.rows["axes"][i])
+                else:
+                    axes.add(-1)
+            if len(axes) != 1 or -1 in axes:
+                continue
+            a = axes.pop()
+            if o.shape[a] != length:
+                continue
+            rank = len(o.shape)
+            in_axes = []
+            for v in t.ins:
+                q = a - (rank - len(v.shape))
+                in_axes.append(q if 0 <= q < len(v.shape) and v.shape[q] == length else -1)
+            t.rows = {"L": length, "off": 0, "n": length, "axes": [*in_axes, a]}
+            sliced_by[t.tid] = (t, a)
+            n += 1
+        return n
 
     def mark(self, v: Value) -> Mark | None:
         r = v.root
@@ -208,6 +252,7 @@ class _Analysis:
             if self.is_partial(v) and (m is None or _axis(v.shape, m) != len(v.shape) - 2 or m[3] != 0):
                 self._mixing(t, True)
                 return
+        self.windowed_attention.append(t)
         self.set_mark(o, _at(o.shape, len(o.shape) - 2, self.length, 0), True)
 
     def _slice(self, t: Task, mark: Mark | None, partial_in: bool) -> None:
@@ -293,6 +338,8 @@ def mark_token_rows(tasks: Sequence[Task], inputs: Sequence[Value], input_names:
         for t in tasks:
             t.rows = None
         return 0
+    if an.windowed_attention:
+        an.demand_rows()
     n = sum(1 for t in tasks if t.rows is not None and "min_row" not in t.rows)
     logger.debug("token-row windows: %d of %d tasks (L=%d)", n, len(tasks), length)
     return n
