@@ -376,7 +376,7 @@ class NpuCompiledModel(DeviceCompiledModel):
         #: task on every inference; ONCE (default): walks once per command-list build and replays
         self.walk_every_inference = opts.walk_every_inference
         #: NPU_EMU_SKIP_PADDED_ROWS=YES: the caller (NPUW's prefill) reads no output row left of
-        #: the first attended attention_mask entry; attention then runs on the real rows only
+        #: the first attended attention_mask entry; attention and the row-wise tasks run on the real rows only
         self.skip_padded_rows = opts.skip_padded_rows
         self.clock_mhz = float(meta["hw"]["clock_mhz"])
         self.task_names = {t["tid"]: (t["node"], t["op"]) for t in meta["tasks"]}
