@@ -290,9 +290,11 @@ class NpuInferRequest(DeviceInferRequest):
 
 
 #: NPU_EMU_SKIP_PADDED_ROWS: the real-row window is a multiple of this many rows: few window
-#: sizes (attention checks each size's BLAS row count once, kernels._window_rows), and numpy's
-#: OpenBLAS gives a big product's rows from 128 rows on for the shapes measured (not at 64)
-WINDOW_ALIGN = 128
+#: sizes (attention and the row-wise MatMuls probe each size's BLAS rows once and pad or fall
+#: back where a size is not exact: kernels/attention._window_rows, device/windowed.py).  Was
+#: 128 while only attention was windowed; 32 halves bench-small's windowed prefill (155 -> 72
+#: ms, the row-wise MatMuls dominate), results identical
+WINDOW_ALIGN = 32
 
 
 #: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank

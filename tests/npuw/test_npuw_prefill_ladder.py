@@ -102,7 +102,7 @@ def test_ladder_config():
 
 
 def test_npu_padded_rows_window_is_exact(llm_quick, emu_core):
-    """Emulated NPU: one static prefill, attention on the 128-row real window, same ids and KV."""
+    """Emulated NPU: one static prefill, attention on the real-row window, same ids and KV."""
     prompt = SHORT if llm_quick[0] == "stories260K" else [1, *range(40, 60)]
     cm_on = _compiled(emu_core, llm_quick, "NPU", "YES")
     on = _prefill_state(cm_on, prompt)
