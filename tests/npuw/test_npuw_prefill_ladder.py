@@ -102,7 +102,7 @@ def test_ladder_config():
 
 
 def test_npu_padded_rows_window_is_exact(llm_quick, emu_core):
-    """Emulated NPU: one static prefill, attention on the 128-row real window, same ids and KV."""
+    """Emulated NPU: one static prefill, attention on the real-row window, same ids and KV."""
     prompt = SHORT if llm_quick[0] == "stories260K" else [1, *range(40, 60)]
     cm_on = _compiled(emu_core, llm_quick, "NPU", "YES")
     on = _prefill_state(cm_on, prompt)
@@ -112,6 +112,9 @@ def test_npu_padded_rows_window_is_exact(llm_quick, emu_core):
     dev = on[3].impl._prefill.impl  # the prefill's NPU request (two prefills ran on it)
     assert dev.counters["windowed_inferences"] == 2 and dev.counters["window_reruns"] == 0
     assert dev.window.used > 0
+    # the weight MatMuls, norms and elementwise ops ran on the window's rows too (device/windowed.py)
+    w = dev.window
+    assert w.windowed_tasks > 0 and 0 < w.rows_computed < w.rows_full / 2
     assert cm_on.impl.subs.prefill.get_property("NPU_EMU_SKIP_PADDED_ROWS") == "YES"
     # an exported NPUW model keeps it on import
     back = emu_core.import_model(cm_on.export_model(), "NPU")

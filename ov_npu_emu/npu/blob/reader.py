@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 _ELF_ERRORS = (ELFError, struct.error, ValueError, IndexError, KeyError, TypeError, AttributeError,
                UnicodeDecodeError, OverflowError)
 
+#: Elf64_Rela: r_offset, r_info (symbol << 32 | type), r_addend
+_RELA = struct.Struct("<QQq")
 #: .npu.meta header: magic, major, minor, JSON length
 META_HEAD = struct.Struct("<8sHHI")
 
@@ -248,19 +250,28 @@ class BlobReader:
             raise BlobFormatError(f"corrupt NPU blob symbol table: {e}") from e
 
     def iter_relocations(self) -> Iterator[Relocation]:
+        # section names and symbols are read once: pyelftools re-parses a section header per
+        # get_section() and a symbol per get_symbol(), which made loading a big blob spend
+        # seconds here (one lookup per relocation); the Elf64_Rela entries are unpacked directly
         try:
+            sections = list(self.elf.iter_sections())
+            names = [sec.name for sec in sections]
             symtab = self.elf.get_section_by_name(".symtab")
-            for sec in self.elf.iter_sections():
+            if not isinstance(symtab, SymbolTableSection):
+                raise BlobFormatError("NPU blob has no valid .symtab")
+            symbols = [
+                names[sym["st_shndx"]] if sym["st_info"]["type"] == "STT_SECTION" else sym.name
+                for sym in symtab.iter_symbols()
+            ]
+            for sec in sections:
                 if not isinstance(sec, RelocationSection):
                     continue
                 flags = sec["sh_flags"]
                 user = "in" if flags & VPU_SHF_USERINPUT else "out" if flags & VPU_SHF_USEROUTPUT else None
-                target = self.elf.get_section(sec["sh_info"]).name
-                for r in sec.iter_relocations():
-                    sym = symtab.get_symbol(r["r_info_sym"])
-                    name = sym.name
-                    if sym["st_info"]["type"] == "STT_SECTION":
-                        name = self.elf.get_section(sym["st_shndx"]).name
-                    yield Relocation(sec.name, target, r["r_offset"], r["r_info_type"], r["r_addend"], name, user)
+                target = names[sec["sh_info"]]
+                if not sec.is_RELA() or sec["sh_entsize"] != _RELA.size or sec["sh_size"] % _RELA.size:
+                    raise BlobFormatError(f"relocation section {sec.name} is not an array of Elf64_Rela")
+                for off, info, addend in _RELA.iter_unpack(sec.data()):
+                    yield Relocation(sec.name, target, off, info & 0xFFFFFFFF, addend, symbols[info >> 32], user)
         except _ELF_ERRORS as e:
             raise BlobFormatError(f"corrupt NPU blob relocations: {e}") from e

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ov_npu_emu.errors import BlobFormatError
+from ov_npu_emu.npu.blob.format import MAX_DIMS
 
 __all__ = ["DEVICE_MEMORY_LIMIT", "ELEMENT_TYPES", "tensor_bytes", "validate_meta"]
 
@@ -50,6 +51,26 @@ def _port(p: Any, where: str) -> None:
         raise _fail(f"{where}.state is not a variable id")
 
 
+def _rows(rows: Any, where: str) -> None:
+    """A task's token-row marks (format 1.3): small non-negative integers the device slices by."""
+    def count(v: Any) -> bool:
+        return type(v) is int and 0 <= v < 2**31
+
+    if not isinstance(rows, Mapping) or not count(rows.get("L")):
+        raise _fail(f"{where} is not a token-row record")
+    if "min_row" in rows:
+        ok = count(rows["min_row"])
+    else:
+        ok = count(rows.get("off")) and count(rows.get("n"))
+        if "bpt" in rows:
+            ok = ok and count(rows["bpt"]) and rows["bpt"] > 0
+        else:
+            axes = rows.get("axes")
+            ok = ok and isinstance(axes, list) and all(type(a) is int and -1 <= a < MAX_DIMS for a in axes)
+    if not ok:
+        raise _fail(f"{where} has fields out of range")
+
+
 def validate_meta(meta: Any) -> None:
     """Raise BlobFormatError unless ``meta`` has every field the runtime reads, with sane values."""
     if not isinstance(meta, Mapping):
@@ -68,6 +89,8 @@ def validate_meta(meta: Any) -> None:
     for i, t in enumerate(meta["tasks"]):
         if not isinstance(t, Mapping) or not all(k in t for k in ("tid", "node", "op", "engine")):
             raise _fail(f"tasks[{i}] lacks tid/node/op/engine")
+        if "rows" in t:
+            _rows(t["rows"], f"tasks[{i}].rows")
     for what in ("inputs", "outputs"):
         for i, p in enumerate(meta[what]):
             _port(p, f"{what}[{i}]")

@@ -140,6 +140,8 @@ def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, An
                 relocs.add(name, base + operand_addr_offset(i), v)
         task_meta.append({"tid": t.tid, "engine": t.kind.name, "kernel": t.kernel, "node": t.node, "op": t.op,
                           "section": name, "offset": base, "lane": t.lane, "cycles": t.cycles})
+        if t.rows is not None:
+            task_meta[-1]["rows"] = t.rows
     meta = dict(meta)
     meta["tasks"] = task_meta
     meta["memory"] = {"weights": len(plan.weights), "scratch": plan.scratch_size, "cmx": plan.cmx_used}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 
 import numpy as np
 import openvino as ov
@@ -53,7 +54,7 @@ class Value:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
     @property
     def root(self) -> Value:
@@ -102,3 +103,5 @@ class Task:
     cycles: int = 0  # cost-model estimate
     lane: int = 0  # engine lane (DMA channel / DPU / SHAVE)
     deps: set[int] = dataclasses.field(default_factory=set)  # task ids that must finish first
+    #: token-row metadata when the task may run on a window of rows (compiler/tokens.py)
+    rows: dict[str, object] | None = None

@@ -11,7 +11,6 @@ from ov_npu_emu.errors import MemoryPlanError
 from ov_npu_emu.npu.blob.format import align_up
 from ov_npu_emu.npu.compiler.graph import Place, Value
 from ov_npu_emu.npu.compiler.lower import Lowered
-from ov_npu_emu.npu.compiler.schedule import last_per_lane
 
 __all__ = ["ALIGN", "MemoryPlan", "WeightsImage", "plan_memory"]
 
@@ -59,43 +58,60 @@ def _lifetime(v: Value) -> tuple[int, int]:
 
 
 def _place(values: list[Value], capacity: int | None, region: str,
-           lane_of: list[int]) -> tuple[int, dict[int, set[int]]]:
-    """Greedy by size: each buffer goes to the lowest offset free during its whole lifetime."""
+           lanes: list[int]) -> tuple[int, dict[int, set[int]]]:
+    """Greedy by size: each buffer goes to the lowest offset free during its whole lifetime.
+
+    :param lanes: engine lane per task id (reuse dependencies keep the latest task per lane)
+    """
     live = [v for v in values if v.producers or v.readers]
     spans = {v.vid: _lifetime(v) for v in live}
     placed: list[Value] = []
     top = 0
-    for v in sorted(live, key=lambda x: (-x.nbytes, spans[x.vid][0])):
+    # the placed buffers' lifetimes and address ranges as arrays: the overlap filter runs in
+    # numpy (it was a Python scan over every placed buffer per buffer: quadratic, minutes at 0.5B)
+    cap = max(len(live), 1)
+    p_lo, p_hi = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    p_off, p_end = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    for n, v in enumerate(sorted(live, key=lambda x: (-x.nbytes, spans[x.vid][0]))):
         lo, hi = spans[v.vid]
         size = align_up(max(v.nbytes, 1), ALIGN)
-        busy = sorted((u.offset, u.offset + align_up(max(u.nbytes, 1), ALIGN)) for u in placed
-                      if not (spans[u.vid][1] < lo or hi < spans[u.vid][0]))
+        both = ~((p_hi[:n] < lo) | (hi < p_lo[:n]))
+        order = np.argsort(p_off[:n][both], kind="stable")
         off = 0
-        for b0, b1 in busy:
+        for b0, b1 in zip(p_off[:n][both][order].tolist(), p_end[:n][both][order].tolist(), strict=True):
             if off + size <= b0:
                 break
             off = max(off, b1)
         v.offset = off
         top = max(top, off + size)
         placed.append(v)
+        p_lo[n], p_hi[n], p_off[n], p_end[n] = lo, hi, off, off + size
     if capacity is not None and top > capacity:
         raise MemoryPlanError(f"{region} needs {top} bytes but has {capacity}; raise NPU_EMU_CMX_SIZE "
                               "or let the compiler tile smaller", stage="memory")
-    # reuse of an address by a later buffer must wait for every task touching the earlier one
+    # reuse of an address by a later buffer must wait for every task touching the earlier one:
+    # those tasks all precede the new buffer's first task, and a lane runs in order, so the
+    # latest of them per lane stands for the rest (per-lane maxima as arrays: no quadratic sets)
     deps: dict[int, set[int]] = {}
     if placed:
         offs = np.array([u.offset for u in placed])
         ends = offs + np.array([align_up(max(u.nbytes, 1), ALIGN) for u in placed])
         last = np.array([spans[u.vid][1] for u in placed])
+        lane_ids = sorted(set(lanes))
+        latest = np.full((len(lane_ids), len(placed)), -1, np.int64)
+        row = {ln: i for i, ln in enumerate(lane_ids)}
+        for j, u in enumerate(placed):
+            for t in u.producers + u.readers:
+                r = row[lanes[t]]
+                latest[r, j] = max(latest[r, j], t)
         for v in placed:
             lo = spans[v.vid][0]
             mask = (offs < v.offset + align_up(max(v.nbytes, 1), ALIGN)) & (v.offset < ends) & (last < lo)
-            for i in np.nonzero(mask)[0]:
-                u = placed[int(i)]
-                touched = sorted(u.producers + u.readers)
-                n_lanes = len({lane_of[x] for x in touched})
-                for p in v.producers:  # each lane's latest toucher implies its earlier ones (FIFO)
-                    deps.setdefault(p, set()).update(last_per_lane(touched, p, lane_of, n_lanes))
+            if not v.producers or not mask.any():
+                continue
+            before = {int(t) for t in latest[:, mask].max(axis=1) if t >= 0}
+            for p in v.producers:
+                deps.setdefault(p, set()).update(before)
     return top, deps
 
 
@@ -154,9 +170,9 @@ def plan_memory(lw: Lowered, cmx_size: int) -> MemoryPlan:
     for v in roots:
         if v.place is Place.CONST and v.producers:
             raise MemoryPlanError(f"task writes into constant value {v.vid}", stage="memory")
-    lane_of = [t.lane for t in lw.tasks]
-    scratch, d1 = _place([v for v in roots if v.place is Place.SCRATCH], None, "DDR scratch", lane_of)
-    cmx, d2 = _place([v for v in roots if v.place is Place.CMX], cmx_size, "CMX", lane_of)
+    lanes = [t.lane for t in lw.tasks]
+    scratch, d1 = _place([v for v in roots if v.place is Place.SCRATCH], None, "DDR scratch", lanes)
+    cmx, d2 = _place([v for v in roots if v.place is Place.CMX], cmx_size, "CMX", lanes)
     for k, s in d2.items():
         d1.setdefault(k, set()).update(s)
     logger.debug("memory: weights %d B, scratch %d B, cmx %d B", len(blob), scratch, cmx)

@@ -20,6 +20,7 @@ from ov_npu_emu.npu.compiler.frontend import prepare
 from ov_npu_emu.npu.compiler.lower import lower
 from ov_npu_emu.npu.compiler.memory import plan_memory
 from ov_npu_emu.npu.compiler.schedule import schedule
+from ov_npu_emu.npu.compiler.tokens import mark_token_rows
 from ov_npu_emu.npu.compiler.verify import verify_memory, verify_schedule
 from ov_npu_emu.options import as_bool
 
@@ -81,6 +82,8 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
     # NPU_EMU_PING_PONG=NO: one CMX slot per tiled-MatMul stream (no DMA/compute overlap), for A/B
     lw = lower(prep, hw, f16=precision == "f16", stage=_flag(config, "NPU_EMU_STAGING", True),
                ping_pong=_flag(config, "NPU_EMU_PING_PONG", True))
+    mark_token_rows(lw.tasks, lw.inputs, [p.output(0).get_names() for p in prep.model.get_parameters()],
+                    bool(prep.variables))
     plan = plan_memory(lw, hw.cmx_size)
     if plan.scratch_size > DEVICE_MEMORY_LIMIT:  # the request would allocate it on creation
         raise MemoryPlanError(f"activations need {plan.scratch_size} bytes of DDR scratch, more than the emulated "

@@ -96,10 +96,14 @@ def schedule(lw: Lowered, reuse_deps: dict[int, set[int]]) -> Schedule:
     for t in tasks:
         if any(d >= t.tid for d in t.deps):
             raise CompileError(f"task {t.tid} depends on a later task (not topological)", stage="schedule")
-        # a task waits for its lane's previous task anyway (FIFO), so drop that edge
-        prev = last_on_lane.get(t.lane)
-        if prev is not None:
-            t.deps = {d for d in t.deps if not (tasks[d].lane == t.lane and d <= prev)}
+        # a task waits for its lane's previous task anyway (FIFO), so drop that edge; of another
+        # lane only the latest task is needed (it ran after that lane's earlier ones)
+        latest: dict[int, int] = {}
+        for d in t.deps:
+            lane = tasks[d].lane
+            if lane != t.lane and d > latest.get(lane, -1):
+                latest[lane] = d
+        t.deps = set(latest.values())
         last_on_lane[t.lane] = t.tid
     by_key: dict[frozenset[int], Barrier] = {}
     waits: dict[int, list[int]] = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+
 from ov_npu_emu.errors import CompileError, MemoryPlanError
 from ov_npu_emu.npu.blob.format import align_up
 from ov_npu_emu.npu.compiler.graph import Place, Task
@@ -20,17 +22,21 @@ def verify_memory(lw: Lowered) -> None:
                 raise MemoryPlanError(
                     f"value {v.vid} in {place.value} is unplaced or unaligned ({v.offset})", stage="memory"
                 )
-        spans = [(v, min(v.producers + v.readers), max(v.producers + v.readers)) for v in vs]
-        spans.sort(key=lambda s: s[0].offset)
-        for i, (a, a0, a1) in enumerate(spans):
-            a_end = a.offset + align_up(max(a.nbytes, 1), 64)
-            for b, b0, b1 in spans[i + 1 :]:
-                if b.offset >= a_end:
-                    break
-                if not (a1 < b0 or b1 < a0):
+        # sweep over time: buffers live at one time must be disjoint, so each new one needs
+        # checking only against its neighbours by address among the live ones
+        spans = sorted(((min(v.producers + v.readers), max(v.producers + v.readers), v) for v in vs),
+                       key=lambda s: (s[0], s[2].offset))
+        live: list[tuple[int, int, int, int]] = []  # (offset, end, last task, vid) sorted by offset
+        for t0, t1, v in spans:
+            live = [x for x in live if x[2] >= t0] if any(x[2] < t0 for x in live) else live
+            end = v.offset + align_up(max(v.nbytes, 1), 64)
+            i = bisect.bisect_left(live, (v.offset, end, t1, v.vid))
+            for j in (i - 1, i):
+                if 0 <= j < len(live) and live[j][0] < end and v.offset < live[j][1]:
                     raise MemoryPlanError(
-                        f"values {a.vid} and {b.vid} overlap in {place.value} while both live", stage="memory"
+                        f"values {live[j][3]} and {v.vid} overlap in {place.value} while both live", stage="memory"
                     )
+            live.insert(i, (v.offset, end, t1, v.vid))
 
 
 class _Reach:

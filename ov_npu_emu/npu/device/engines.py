@@ -7,8 +7,8 @@ import functools
 import logging
 import operator
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from ov_npu_emu.npu.blob.format import (
 )
 from ov_npu_emu.npu.blob.kernel_params import MatMulDqParams, MatMulParams
 from ov_npu_emu.npu.device.kernels import DQ_TILE_BYTES, RowWindow, dequantize, make_kernel
+from ov_npu_emu.npu.device.windowed import bind_dma_window, bind_task_window
 
 __all__ = ["DecodedTask", "ManagementCore", "Schedule", "decode_task"]
 
@@ -103,12 +104,15 @@ def _bind_cached_dq(views: list[np.ndarray], addrs: list[int], n_in: int, params
 
 def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offset: int, kind: TaskKind,
                 lists: np.ndarray, dma_channels: int, wcache: WeightsCacheLike | None = None,
-                window: RowWindow | None = None) -> DecodedTask:
+                window: RowWindow | None = None, rows: Mapping[str, Any] | None = None) -> DecodedTask:
     """Fetch one descriptor from device memory and bind it (addresses as relocated there).
 
     :param wcache: the driver's decompressed-weights cache; without it matmul_dq decompresses
         its weight tile by tile on every run.
     :param window: the request's padded-rows hint (NPU_EMU_SKIP_PADDED_ROWS), read by attention
+        and, with ``rows``, by the task itself
+    :param rows: the task's token-row metadata from the blob (device/windowed.py): a row-wise
+        task then runs on the window's rows only
     """
     addr = section_addr + offset
     if kind is TaskKind.DMA:
@@ -125,6 +129,8 @@ def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offse
             s = _strided(aspace, src, d0, d1, row, ss0, ss1)
             d = _strided(aspace, dst, d0, d1, row, ds0, ds1)
         run = _copy(d, s)
+        if window is not None and rows is not None and d0 == 1 and d1 == 1:
+            run = bind_dma_window(rows, window, d, s, run)
         return DecodedTask(tid, kind, chan % max(dma_channels, 1), section, offset,
                            tuple(int(x) for x in lists[wait_off:wait_off + n_wait]),
                            tuple(int(x) for x in lists[post_off:post_off + n_post]), cycles, "dma", run, (src, dst))
@@ -143,10 +149,14 @@ def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offse
         views.append(aspace.array(op.addr, DTYPES[op.dtype], op.shape))
         addrs.append(op.addr)
     try:
-        if name == "matmul_dq" and wcache is not None:
-            run = _bind_cached_dq(views, addrs, n_in, params, wcache)
-        else:
-            run = make_kernel(name, views[:n_in], views[n_in:], params, window)
+        def bind(ins: list[np.ndarray], outs: list[np.ndarray]) -> Callable[[], None]:
+            if name == "matmul_dq" and wcache is not None:
+                return _bind_cached_dq([*ins, *outs], addrs, n_in, params, wcache)
+            return make_kernel(name, ins, outs, params, window)
+
+        run = bind(views[:n_in], views[n_in:])
+        if window is not None and rows is not None:
+            run = bind_task_window(name, rows, window, views[:n_in], views[n_in:], params, run, bind)
     except NpuEmuError:
         raise
     except Exception as e:  # noqa: BLE001  # a kernel rejecting its operands means a corrupt descriptor

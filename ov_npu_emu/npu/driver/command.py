@@ -42,7 +42,10 @@ class CommandList:
 
     def __init__(self, hpi: HostParsedInference, window: RowWindow | None = None) -> None:
         self.hpi = hpi
-        self.window = window  # the request's padded-rows hint, bound into its attention tasks
+        self.window = window  # the request's padded-rows hint, bound into attention and row-wise tasks
+        # the compiler's token-row marks per task (device/windowed.py); only read with a window
+        self._rows = {int(t["tid"]): t["rows"] for t in hpi.parsed.meta["tasks"] if t.get("rows")} \
+            if window is not None else {}
         self.dma_channels = int(hpi.parsed.meta.get("dma_channels", 1))
         aspace = hpi.aspace
         bsec = hpi.parsed.sections[SEC_BARRIERS]
@@ -68,8 +71,13 @@ class CommandList:
         self.schedule: Schedule | None = None
 
     def _decode(self, sec: str, kind: TaskKind, offset: int) -> DecodedTask:
+        rows = None
+        if self._rows:
+            # the descriptor's task id, read the way the engine reads it (first u32 of the descriptor)
+            tid = int(np.frombuffer(self.hpi.aspace.read(self.hpi.section_addr[sec] + offset, 4), np.uint32)[0])
+            rows = self._rows.get(tid)
         return decode_task(self.hpi.aspace, sec, self.hpi.section_addr[sec], offset, kind, self._lists,
-                           self.dma_channels, self.hpi.parsed.weights_cache, self.window)
+                           self.dma_channels, self.hpi.parsed.weights_cache, self.window, rows)
 
     def update_mutable_commands(self, patched: list[tuple[str, int]]) -> int:
         """Re-fetch only the descriptors whose argument pointers were patched; returns how many args."""

@@ -22,7 +22,7 @@ class RowWindow:
     the inference without the hint.  ``size`` 0: no hint.
     """
 
-    __slots__ = ("size", "start", "unusable", "used", "violated")
+    __slots__ = ("rows_computed", "rows_full", "size", "start", "unusable", "used", "violated", "windowed_tasks")
 
     def __init__(self) -> None:
         self.size = 0
@@ -30,6 +30,17 @@ class RowWindow:
         self.violated = False
         self.used = 0  # attention tasks that ran on the window in the last inference
         self.unusable = False  # an attention's shapes admit no exact window: stop hinting
+        # row-wise tasks (device/windowed.py) in the last inference: how many ran on the window,
+        # and the token rows they computed against the rows a full run computes
+        self.windowed_tasks = 0
+        self.rows_computed = 0
+        self.rows_full = 0
+
+    def reset(self) -> None:
+        """Before an inference: no window until the driver sets one."""
+        self.size = self.start = self.used = 0
+        self.windowed_tasks = self.rows_computed = self.rows_full = 0
+        self.violated = False
 
     def active(self, rows: int, cols: int) -> bool:
         return self.size > 0 and self.start > 0 and rows == cols == self.size
@@ -198,6 +209,36 @@ def _window_rows(lead: tuple[int, ...], G: int, L: int, D: int, Dv: int, w: int)
         return found
 
 
+#: (batch, Hkv, G, L, Dv, window, rows per group) -> whether the window's probabilities over the
+#: window columns alone give the full-width (zero-padded) row sums and probs @ V bit for bit
+_NARROW: dict[tuple[int, ...], bool] = {}
+
+
+def _narrow_ok(lead: tuple[int, ...], G: int, L: int, Dv: int, w: int, m: int) -> bool:
+    """Checked once per shape on random data, like :func:`_window_rows`: the sums and BLAS
+    products skip the w0 zero columns only if their accumulation order is unchanged by that."""
+    key = (*lead, G, L, Dv, w, m)
+    with _WINDOW_LOCK:
+        hit = _NARROW.get(key)
+        if hit is not None:
+            return hit
+        rng = np.random.default_rng(1)
+        w0 = L - w
+        p = rng.random((*lead, G, L, L), dtype=np.float32)
+        p[..., :w0] = 0.0
+        v = rng.standard_normal((*lead, L, Dv)).astype(np.float32)
+        full_o = np.matmul(p.reshape(*lead, G * L, L), v).reshape(*lead, G, L, Dv)[..., w0:, :]
+        full_s = np.add.reduce(p, axis=-1)[..., w0:]
+        pn = np.zeros((*lead, G, m, w), np.float32)
+        pn[..., m - w :, :] = p[..., w0:, w0:]
+        nar_o = np.matmul(pn.reshape(*lead, G * m, w), np.ascontiguousarray(v[..., w0:, :]))
+        nar_o = nar_o.reshape(*lead, G, m, Dv)[..., m - w :, :]
+        nar_s = np.add.reduce(pn[..., m - w :, :], axis=-1)
+        ok = bool(np.array_equal(full_o, nar_o) and np.array_equal(full_s, nar_s))
+        _NARROW[key] = ok
+        return ok
+
+
 def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWindow) -> bool:
     """Attention of the rows [start, L) over the columns [start, S) only; False (and nothing
     written) when the mask does not provably shut those rows off the columns before ``start``.
@@ -250,7 +291,15 @@ def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWi
         limit = open_min - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(open_min) + 2.0 * bound)
         if not float(np.maximum.reduce(pad, axis=None)) <= limit:
             return False
-    vf = v4 if v4.dtype == np.float32 else v4.astype(np.float32)
+    # V's padding rows before w0 meet only exact-zero probabilities; row-wise tasks that ran on
+    # the window left them uncomputed, so they read as zeros here (0 * any finite V adds the
+    # same +0 to a sum, so the window rows are the full computation's either way)
+    narrow = _narrow_ok(tuple(lead), G, L, v4.shape[-1], w, m)
+    if narrow:  # the window's columns alone give the same sums and products (probed)
+        vf = np.ascontiguousarray(v4[..., w0:, :], dtype=np.float32)
+    else:
+        vf = np.zeros(v4.shape, np.float32)
+        np.copyto(vf[..., w0:, :], v4[..., w0:, :], casting="unsafe")
     if not math.isfinite(
         max(abs(float(np.maximum.reduce(vf, axis=None))), abs(float(np.minimum.reduce(vf, axis=None))))
     ):
@@ -267,11 +316,12 @@ def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWi
         np.add(sc5, bias[w0:, w0:], out=sc5)
     rowmax = np.maximum.reduce(sc5, axis=-1, keepdims=True)
     np.subtract(sc5, rowmax, out=sc5)
-    probs = np.zeros((*lead, G, m, L), np.float32)
-    np.exp(sc5, out=probs[..., m - w :, w0:])
+    width = w if narrow else L
+    probs = np.zeros((*lead, G, m, width), np.float32)
+    np.exp(sc5, out=probs[..., m - w :, width - w :])
     total = np.add.reduce(probs[..., m - w :, :], axis=-1, keepdims=True)
     np.divide(probs[..., m - w :, :], total, out=probs[..., m - w :, :])
-    out = np.matmul(probs.reshape(*lead, G * m, L), vf).reshape(*lead, G, m, vf.shape[-1])
+    out = np.matmul(probs.reshape(*lead, G * m, width), vf).reshape(*lead, G, m, vf.shape[-1])
     o5[..., :w0, :] = 0
     np.copyto(o5[..., w0:, :], out[..., m - w :, :], casting="unsafe")
     window.used += 1

@@ -1,0 +1,192 @@
+"""Token-row windows (NPU_EMU_SKIP_PADDED_ROWS): the compiler's token-axis analysis marks the
+row-wise tasks, and the device runs them on the real rows only with the full run's results.
+
+The oracle is the same blob run without the hint (every row computed); the real rows of every
+output must be bit-identical, and the row counters prove the window was applied.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import openvino.opset13 as ops
+import pytest
+
+from ov_npu_emu.npu.blob.reader import BlobReader
+from ov_npu_emu.npu.compiler.pipeline import compile_to_blob
+
+P, V, E, F = 256, 48, 32, 40
+FIRST = 200  # real rows start here: the window is rows [192, 256)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "optimum"
+
+
+@pytest.fixture(scope="module")
+def emu_core():
+    from ov_npu_emu import Core
+
+    return Core()
+
+
+def _model(token_mixing: bool = False, last_rows: int = 0) -> ov.Model:
+    """Embedding -> RMS norm -> MatMul -> SiLU * MatMul (an LLM's row-wise part) on [1, P] ids.
+
+    ``token_mixing``: also add the mean over the token axis to every row (a row-mixing op
+    reading windowed values: the analysis must then mark nothing).  ``last_rows``: output only
+    the last rows through a Slice (read from row P - last_rows on: the driver re-runs without
+    the window when the window starts later)."""
+    rng = np.random.default_rng(0)
+    ids = ops.parameter([1, P], ov.Type.i64, name="input_ids")
+    am = ops.parameter([1, P], ov.Type.i64, name="attention_mask")
+    pos = ops.parameter([1, P], ov.Type.i64, name="position_ids")
+    for p, n in ((ids, "input_ids"), (am, "attention_mask"), (pos, "position_ids")):
+        p.output(0).set_names({n})
+    x = ops.gather(ops.constant(rng.standard_normal((V, E)).astype(np.float32)), ids, 0)
+    x = ops.add(x, ops.unsqueeze(ops.convert(pos, ov.Type.f32), ops.constant(-1)))
+    ms = ops.reduce_mean(ops.multiply(x, x), ops.constant([-1]), True)
+    x = ops.multiply(x, ops.divide(ops.constant(np.float32(1)), ops.sqrt(ops.add(ms, ops.constant(np.float32(1e-6))))))
+    if token_mixing:
+        x = ops.add(x, ops.reduce_mean(x, ops.constant([1]), True))
+    w1 = ops.constant(rng.standard_normal((E, F)).astype(np.float32))
+    w2 = ops.constant(rng.standard_normal((F, E)).astype(np.float32))
+    h = ops.matmul(ops.swish(ops.matmul(x, w1, False, False)), w2, False, False)
+    out = ops.add(h, x)
+    if last_rows:
+        out = ops.slice(out, ops.constant([-last_rows]), ops.constant([2**62]), ops.constant([1]), ops.constant([1]))
+    out.output(0).set_names({"out"})
+    mask_out = ops.convert(am, ov.Type.f32)
+    mask_out.output(0).set_names({"mask_out"})
+    return ov.Model([out, mask_out], [ids, am, pos], "rows")
+
+
+def _rows_meta(model: ov.Model) -> list[dict | None]:
+    meta = BlobReader(compile_to_blob(model, {})).meta
+    return [t.get("rows") for t in meta["tasks"]]
+
+
+def test_analysis_marks_the_row_wise_tasks():
+    rows = _rows_meta(_model())
+    marked = [r for r in rows if r is not None]
+    assert marked and all(r["L"] == P for r in marked)
+    # every DPU/SHAVE task of the row-wise chain is marked (the mask chain has no token input)
+    meta = BlobReader(compile_to_blob(_model(), {})).meta
+    kinds = {t["kernel"] for t in meta["tasks"] if t.get("rows")}
+    assert {"gather", "reduce_mean", "matmul", "swish", "add"} <= kinds
+    # a mean over the token axis reads the padding rows: nothing may be windowed
+    assert all(r is None for r in _rows_meta(_model(token_mixing=True)))
+
+
+def _run(emu_core, model: ov.Model, skip: bool):
+    cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_SKIP_PADDED_ROWS": "YES" if skip else "NO"})
+    req = cm.create_infer_request()
+    ids = np.r_[np.full(FIRST, 3), np.arange(5, 5 + P - FIRST)].astype(np.int64)[None]
+    pos = np.r_[np.zeros(FIRST), np.arange(P - FIRST)].astype(np.int64)[None]
+    req.infer({"input_ids": ids, "attention_mask": (np.arange(P) >= FIRST).astype(np.int64)[None],
+               "position_ids": pos})
+    return req, np.array(req.get_tensor("out").data)
+
+
+def test_window_gives_the_full_runs_real_rows_and_counts_rows(emu_core):
+    model = _model()
+    _, full = _run(emu_core, model, False)
+    req, ours = _run(emu_core, model, True)
+    assert np.array_equal(ours[:, FIRST:], full[:, FIRST:])  # bit for bit
+    w = req.impl.window
+    assert req.impl.counters["windowed_inferences"] == 1 and req.impl.counters["window_reruns"] == 0
+    # rows [192, 256) of 256 (the real rows from 200 and a padding row, in steps of 32 rows)
+    assert w.windowed_tasks > 5 and w.rows_computed * 4 == w.rows_full
+
+
+def test_slice_of_rows_before_the_window_reruns(emu_core):
+    """The output Slice reads rows from 56 on, the window starts at 192: the driver re-runs the
+    inference without the window and every row is the full run's."""
+    model = _model(last_rows=200)
+    _, full = _run(emu_core, model, False)
+    req, ours = _run(emu_core, model, True)
+    assert req.impl.counters["window_reruns"] == 1
+    assert np.array_equal(ours, full)
+    # a Slice within the window keeps the window
+    model = _model(last_rows=50)  # rows from 206 on: real rows, inside the window
+    _, full = _run(emu_core, model, False)
+    req, ours = _run(emu_core, model, True)
+    assert req.impl.counters["window_reruns"] == 0 and req.impl.counters["windowed_inferences"] == 1
+    assert np.array_equal(ours, full)
+
+
+@pytest.mark.parametrize("fixture", ["llama-int4-sym-g128"])
+def test_optimum_export_prefill_is_identical(emu_core, fixture):
+    """A real optimum-cli export (int4 weights: matmul_dq and gather_dq) through NPUW on the
+    emulated NPU: greedy ids and the prompt's KV identical with and without the window (the
+    same compiled model, its prefill request told that no window fits: one compilation)."""
+    from tests.npuw._oracle import greedy
+    from tests.npuw.test_npuw_prefill_ladder import BASE
+
+    model = ov.Core().read_model(FIXTURES / fixture / "openvino_model.xml")
+    prompt = json.loads((FIXTURES / fixture / "golden.json").read_text())["prompt_ids"]
+    cm = emu_core.compile_model(model, "NPU", {**BASE, "NPUW_DEVICES": "NPU", "NPUW_LLM_MAX_PROMPT_LEN": P})
+    req = cm.create_infer_request()
+    impl = req.impl
+
+    def state():
+        ids, err = greedy(req, prompt, 3)
+        assert err is None
+        greedy(req, prompt, 2)  # prefill + one step: the prefill KV is in the buffer
+        return ids, [impl.kv.seq(i, impl.variant - 1)[:, :, : len(prompt) + 1].copy() for i in range(len(impl.kv))]
+
+    ids, kv = state()
+    dev = impl._prefill.impl
+    assert dev.counters["windowed_inferences"] == 2 and dev.counters["window_reruns"] == 0
+    assert dev.window.windowed_tasks > 0 and dev.window.rows_computed < dev.window.rows_full * 0.75
+    dev.window.unusable = True  # every row from now on
+    ids_full, kv_full = state()
+    assert dev.counters["windowed_inferences"] == 2 and dev.window.rows_full == 0
+    assert ids == ids_full
+    for a, b in zip(kv, kv_full, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)  # bit for bit
+
+
+def test_attention_window_over_window_columns_only_is_exact():
+    """bench-small's attention shapes (4 K/V heads, 2 query heads each, head 64, 1024 rows):
+    the window's probabilities run over the window columns alone (the zero-padded full width
+    probed equal), and the window rows are the full kernel's bit for bit.  V's rows before the
+    window hold garbage (uncomputed by the row-wise tasks): they must not matter."""
+    from ov_npu_emu.npu.device.kernels import RowWindow, attention, make_kernel
+
+    rng = np.random.default_rng(2)
+    L, w0, D = 1024, 896, 64
+    q = rng.standard_normal((1, 8, L, D)).astype(np.float32)
+    k = rng.standard_normal((1, 4, L, D)).astype(np.float32)
+    v = rng.standard_normal((1, 4, L, D)).astype(np.float32)
+    allowed = np.tril(np.ones((L, L), bool))
+    allowed[w0 + 3 :, : w0 + 3] = False
+    allowed[: w0 + 3] = np.eye(L, dtype=bool)[: w0 + 3]
+    mask = np.where(allowed, 0.0, np.finfo(np.float16).min).astype(np.float32)[None, None]
+    params = np.array([0, 1, 0, 2], np.float64)
+    full = np.zeros_like(q)
+    make_kernel("sdpa", [q, k, v, mask], [full], params)()
+    v_garbage = v.copy()
+    v_garbage[..., :w0, :] = 1e30
+    out = np.zeros_like(q)
+    window = RowWindow()
+    run = make_kernel("sdpa", [q, k, v_garbage, mask], [out], params, window)
+    window.size, window.start = L, w0
+    run()
+    assert window.used == 1 and not window.violated
+    assert np.array_equal(out[..., w0 + 3 :, :], full[..., w0 + 3 :, :])
+    assert attention._NARROW[(1, 4, 2, L, D, L - w0, 128)]  # took the window-columns path
+
+
+def test_attention_mask_chain_gets_windows_from_its_readers():
+    """The mask's element-wise chain has no token input, but a windowed attention reads only its
+    window rows: the selects computing it are windowed along the query axis (the device-level
+    window-vs-full check of this model is tests/npuw/test_npuw_prefill_ladder.py's
+    test_npu_driver_window_or_rerun)."""
+    from tests.npuw.test_npuw_prefill_ladder import _attention_model
+
+    meta = BlobReader(compile_to_blob(_attention_model(256, True), {})).meta
+    # the [1,1,P,P] ops (the [1,1,1,P] padding select has no query rows to skip)
+    square = [t for t in meta["tasks"] if t["kernel"] in ("select", "logical_and", "add") and t.get("rows")]
+    assert {t["kernel"] for t in square} == {"select", "logical_and", "add"}
+    assert all(t["rows"]["axes"][-1] == 2 and t["rows"]["off"] == 0 for t in square)
