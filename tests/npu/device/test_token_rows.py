@@ -20,7 +20,7 @@ from ov_npu_emu.npu.compiler.pipeline import compile_to_blob
 
 P, V, E, F = 256, 48, 32, 40
 FIRST = 200  # real rows start here: the window is rows [192, 256)
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "optimum"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "optimum"
 
 
 @pytest.fixture(scope="module")
