@@ -23,6 +23,7 @@ from ov_npu_emu.npu.blob.format import (
     TaskKind,
 )
 from ov_npu_emu.npu.device.kernels import DQ_TILE_BYTES, RowWindow, dequantize, make_kernel
+from ov_npu_emu.npu.device.kernels.dequant import stored_format_matmul
 
 __all__ = ["DecodedTask", "ManagementCore", "Schedule", "decode_task"]
 
@@ -72,7 +73,11 @@ def _strided(aspace: AddressSpaceLike, addr: int, d0: int, d1: int, row: int, s0
 
 def _bind_cached_dq(views: list[np.ndarray], addrs: list[int], n_in: int, params: np.ndarray,
                     wcache: WeightsCacheLike) -> Callable[[], None]:
-    """matmul_dq with the driver's weights cache: decompress once per (addresses, shapes, format)."""
+    """matmul_dq with the driver's weights cache: decompress once per (addresses, shapes, format).
+    Decode-shaped tasks read the weight as stored and take no cache entry."""
+    fast = stored_format_matmul(views[:n_in], views[n_in:], params)
+    if fast is not None:
+        return fast
     fmt, has_zp, mul_f16, n, k = int(params[2]), bool(params[3]), bool(params[4]), int(params[5]), int(params[6])
     q = views[1]
     scale = views[2] if n_in > 2 else None
