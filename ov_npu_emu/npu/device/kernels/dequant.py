@@ -10,10 +10,12 @@ import numpy as np
 from ov_npu_emu.errors import ExecutionError
 from ov_npu_emu.npu.blob.format import WEIGHT_FORMATS
 from ov_npu_emu.npu.device.kernels.elementwise import _F16_REBIAS, _F16_SIGN_EM, _F32_SUBNORMAL
-from ov_npu_emu.npu.device.kernels.gemv import MAX_ROWS, gemv_runner
 from ov_npu_emu.npu.device.kernels.registry import kernel
 
 _FMT = {code: name for name, code in WEIGHT_FORMATS.items()}
+#: the most activation rows a matmul_dq reads its weight as stored for (kernels/gemv.py); above
+#: it, BLAS on decompressed tiles wins (each decompressed weight is reused across the rows)
+STORED_FORMAT_MAX_ROWS = 16
 #: f32 bytes of one decompressed weight tile (the DPU's weight buffer in CMX)
 DQ_TILE_BYTES = 256 * 1024
 
@@ -137,7 +139,7 @@ def _dq_operands(
 
 
 def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: np.ndarray):  # type: ignore[no-untyped-def]
-    """matmul_dq for a decode-shaped activation (at most :data:`MAX_ROWS` rows, weight [N, K]
+    """matmul_dq for a decode-shaped activation (at most :data:`STORED_FORMAT_MAX_ROWS` rows, weight [N, K]
     as transpose_b): a runner reading the weight as stored (:mod:`.gemv`), or None when the
     operands need the decompress-then-BLAS path (more rows, batched/transposed operands, layouts
     the stored-format kernels do not read). Such a task needs no decompressed copy."""
@@ -148,8 +150,10 @@ def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], 
     if ta or not tb or name is None or a.ndim < 2 or a.shape[-1] != k or o.shape[-1] != n:
         return None
     m_rows = a.size // k
-    if not 1 <= m_rows <= MAX_ROWS or o.size != m_rows * n:
+    if not 1 <= m_rows <= STORED_FORMAT_MAX_ROWS or o.size != m_rows * n:
         return None
+    # numba loads (~2 s) on the first decode-shaped task, not with every import of the device
+    from ov_npu_emu.npu.device.kernels.gemv import gemv_runner
     q, scale, zp = _dq_operands(ins, 1, has_zp)
     # f32 C-contiguous views of the activation / result where they are such, else scratch
     # copied per run (views only: a reshape that copied would read stale data)

@@ -25,8 +25,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-#: the most activation rows the stored-format path takes; above it, BLAS on decompressed tiles wins
-MAX_ROWS = 16
+from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS as MAX_ROWS
+
 #: below this many weight elements one core does the whole product (a thread hand-off costs ~20 µs)
 _SPLIT_MIN_ELEMENTS = 1 << 18
 #: chunks of output channels per thread (each a kernel call of a few µs of dispatch)
