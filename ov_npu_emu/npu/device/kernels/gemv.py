@@ -79,8 +79,9 @@ def _gemv_f16(x, q, out, n0, n1, row):  # type: ignore[no-untyped-def]
         return
     for n in range(n0, n1):
         acc = np.float32(0.0)
+        qn, x0 = q[n], x[0]
         for j in range(k):
-            acc += x[0, j] * _f32(q[n, j])
+            acc += x0[j] * _f32(qn[j])
         out[0, n] = acc
 
 
@@ -88,12 +89,14 @@ def _gemv_f16(x, q, out, n0, n1, row):  # type: ignore[no-untyped-def]
 def _gemv_f16_rows(x, q, out, n0, n1, row):  # type: ignore[no-untyped-def]
     m_rows, k = x.shape
     for n in range(n0, n1):
+        qn = q[n]
         for j in range(k):
-            row[j] = _f32(q[n, j])
+            row[j] = _f32(qn[j])
         for m in range(m_rows):
             acc = np.float32(0.0)
+            xm = x[m]
             for j in range(k):
-                acc += x[m, j] * row[j]
+                acc += xm[j] * row[j]
             out[m, n] = acc
 
 
@@ -110,9 +113,11 @@ def _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row):  # type:
         z = fq  # (b ^ flip) - flip - zp: the flip is folded into the zero point (exact, small integers)
         if has_zp:
             z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
-        base = g * gs
+        # views indexed by the loop counter: LLVM then knows every index is in [0, gs) (an
+        # offset index keeps numba's negative-index branch, which blocks vectorising)
+        qg, dst = q[n, g], row[g * gs:(g + 1) * gs]
         for j in range(gs):
-            row[base + j] = _w(np.float32(q[n, g, j] ^ qf), z, s, mul_f16)
+            dst[j] = _w(np.float32(qg[j] ^ qf), z, s, mul_f16)
 
 
 @njit(**_JIT)
@@ -133,9 +138,9 @@ def _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row
             z = fq
             if has_zp:
                 z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
-            base = g * gs
+            qg, xg = q[n, g], x[0, g * gs:(g + 1) * gs]
             for j in range(gs):
-                acc += x[0, base + j] * _w(np.float32(q[n, g, j] ^ qf), z, s, mul_f16)
+                acc += xg[j] * _w(np.float32(qg[j] ^ qf), z, s, mul_f16)
         out[0, n] = acc
 
 
@@ -146,8 +151,9 @@ def _gemv_q8_rows(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1
         _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row)
         for m in range(m_rows):
             acc = np.float32(0.0)
+            xm = x[m]
             for j in range(k):
-                acc += x[m, j] * row[j]
+                acc += xm[j] * row[j]
             out[m, n] = acc
 
 
@@ -165,11 +171,12 @@ def _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row):  # type:
         z = fq
         if has_zp:
             z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
-        base = g * gh
+        qg = q[n, g]
+        lo, hi = row[g * gh:(g + 1) * gh], row[half + g * gh:half + (g + 1) * gh]
         for j in range(gh):
-            b = q[n, g, j]
-            row[base + j] = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
-            row[half + base + j] = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
+            b = qg[j]
+            lo[j] = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
+            hi[j] = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
 
 
 @njit(**_JIT)
@@ -177,10 +184,12 @@ def _gemv_q4_rows(x_even, x_odd, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16,
     m_rows, half = x_even.shape
     for n in range(n0, n1):
         _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row)
+        lo, hi = row[:half], row[half:]
         for m in range(m_rows):
             acc = np.float32(0.0)
+            xe, xo = x_even[m], x_odd[m]
             for j in range(half):
-                acc += x_even[m, j] * row[j] + x_odd[m, j] * row[half + j]
+                acc += xe[j] * lo[j] + xo[j] * hi[j]
             out[m, n] = acc
 
 
@@ -203,12 +212,13 @@ def _gemv_q4(x_even, x_odd, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out,
             z = fq
             if has_zp:
                 z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
-            base = g * gh
+            qg = q[n, g]
+            xe, xo = x_even[0, g * gh:(g + 1) * gh], x_odd[0, g * gh:(g + 1) * gh]
             for j in range(gh):
-                b = q[n, g, j]
+                b = qg[j]
                 lo = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
                 hi = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
-                acc += x_even[0, base + j] * lo + x_odd[0, base + j] * hi
+                acc += xe[j] * lo + xo[j] * hi
         out[0, n] = acc
 
 
