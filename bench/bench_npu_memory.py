@@ -5,7 +5,8 @@ Usage: python bench/bench_npu_memory.py DIR [DIR ...] [--max-prompt 256] [--min-
 
 Each folder runs in its own child process (peak RSS, ru_maxrss, is per process):
 ``LLMPipeline(dir, "NPU", MAX_PROMPT_LEN=..., MIN_RESPONSE_LEN=...)`` and one short greedy
-generate. The table gives the weights file (openvino_model.bin), the KV bytes of the NPUW KV
+generate. The table gives load time, TTFT / TPOT (the generate's perf metrics), the weights
+file (openvino_model.bin), the KV bytes of the NPUW KV
 buffer (f32: 2 · layers · Hkv · D · 4 · (MAX_PROMPT_LEN + MIN_RESPONSE_LEN)), RSS after the
 pipeline is built and after the generate, the peak, and the target 1.5 × file + KV + 300 MB.
 ``--stages`` also prints the RSS reported by the child at each stage.
@@ -49,7 +50,9 @@ def _child(args: argparse.Namespace) -> None:
     stages.append(("generate", rss_mb()))
     ids = [list(map(int, t)) for t in getattr(res, "tokens", [])]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    pm = res.perf_metrics
     print(json.dumps({"stages": stages, "peak": peak, "load_s": t_load, "gen_s": t_gen,
+                      "ttft_ms": pm.get_ttft().mean, "tpot_ms": pm.get_tpot().mean,
                       "text": str(res), "ids": ids}))
 
 
@@ -79,9 +82,9 @@ def main() -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "plugins"), env.get("PYTHONPATH", "")])
     print(
         "| folder | weights file | KV | RSS built | RSS after generate | peak RSS | target | peak / target "
-        "| load | generate |"
+        "| load | generate | TTFT | TPOT |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for d in args.dirs:
         folder = Path(d)
         extra = [f"--config={c}" for c in args.config]
@@ -107,7 +110,7 @@ def main() -> None:
         print(
             f"| {folder.name} | {wmb:.0f} MB | {kv:.0f} MB | {st['pipeline']:.0f} MB | {st['generate']:.0f} MB "
             f"| {r['peak']:.0f} MB | {target:.0f} MB | {r['peak'] / target:.2f} | {r['load_s']:.1f} s "
-            f"| {r['gen_s']:.1f} s |"
+            f"| {r['gen_s']:.1f} s | {r['ttft_ms']:.0f} ms | {r['tpot_ms']:.0f} ms |"
         )
         if args.stages:
             print(f"|   stages: {[(k, round(v)) for k, v in r['stages']]}, text {r['text']!r} |")

@@ -122,3 +122,41 @@ def section_span(blob: bytes, name: str) -> tuple[int, int]:
 
     sec = ELFFile(io.BytesIO(blob)).get_section_by_name(name)
     return sec["sh_offset"], sec["sh_size"]
+
+
+#: relative error allowed against the CPU plugin for f32 outputs of compressed-weight models
+F32_TOL = 1e-4
+
+
+def compressed_weight(rng, kind: str, n: int, k: int) -> tuple[ov.Output, np.ndarray]:
+    """Decompression subgraphs in the layouts optimum/NNCF export, and their f32 values (numpy)."""
+    if kind == "f16":
+        w = rng.standard_normal((n, k)).astype(np.float16)
+        return ops.convert(ops.constant(w), "f32").output(0), w.astype(np.float32)
+    if kind == "u8-asym":  # per channel, u8 zero point, f32 math
+        q = rng.integers(0, 256, (n, k)).astype(np.uint8)
+        zp = rng.integers(100, 156, (n, 1)).astype(np.uint8)
+        sc = (rng.random((n, 1)) * 0.01).astype(np.float16)
+        out = ops.multiply(ops.subtract(ops.convert(ops.constant(q), "f32"), ops.convert(ops.constant(zp), "f32")),
+                           ops.convert(ops.constant(sc), "f32"))
+        return out.output(0), (q.astype(np.float32) - zp) * sc.astype(np.float32)
+    if kind == "i8-sym":  # scale as a plain f32 constant
+        q = rng.integers(-128, 128, (n, k)).astype(np.int8)
+        sc = (rng.random((n, 1)) * 0.01).astype(np.float32)
+        return ops.multiply(ops.convert(ops.constant(q), "f32"), ops.constant(sc)).output(0), q * sc
+    if kind == "u4-asym-g8":  # grouped, u4 zero point per group, f16 math, Reshape, Convert
+        q = rng.integers(0, 16, (n, k // 8, 8)).astype(np.uint8)
+        zp = rng.integers(6, 10, (n, k // 8, 1)).astype(np.uint8)
+        sc = (rng.random((n, k // 8, 1)) * 0.05).astype(np.float16)
+        y = ops.multiply(ops.subtract(ops.convert(ops.constant(q, dtype=ov.Type.u4), "f16"),
+                                      ops.convert(ops.constant(zp, dtype=ov.Type.u4), "f16")), ops.constant(sc))
+        out = ops.convert(ops.reshape(y, ops.constant(np.array([n, k], np.int64)), False), "f32")
+        # f32 math, as the CPU plugin's fused decompression (constant folding would round to f16)
+        ref = ((q.astype(np.float32) - zp) * sc.astype(np.float32)).reshape(n, k)
+        return out.output(0), ref
+    if kind == "i4-cw":  # channel-wise, f16 math then Convert
+        q = rng.integers(-8, 8, (n, k)).astype(np.int8)
+        sc = (rng.random((n, 1)) * 0.05).astype(np.float16)
+        out = ops.convert(ops.multiply(ops.convert(ops.constant(q, dtype=ov.Type.i4), "f16"), ops.constant(sc)), "f32")
+        return out.output(0), q.astype(np.float32) * sc.astype(np.float32)
+    raise ValueError(kind)

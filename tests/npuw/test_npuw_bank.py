@@ -65,12 +65,13 @@ def test_submodels_share_weights_and_decompressed_cache(small_int8):
     assert all(p.impl.parsed.banked is None for p in priv)
     private_weights = sum(p.impl.parsed.weights.nbytes for p in priv)
     private_dq = sum(p.impl.parsed.weights_cache.nbytes for p in priv)
-    # one copy instead of one per sub-model (measured: 3.95 MB vs 11.4 MB int8 weights; f32 cache
-    # 13.7 MB vs 25.3 MB after prefill + kv48 ran; kv64 would add another 11.6 MB when it runs)
+    # one copy instead of one per sub-model (measured: 3.95 MB vs 11.4 MB int8 weights)
     assert stats["weights_bytes"] < 0.4 * private_weights
     pre, head = priv[0].impl.parsed.weights_cache.nbytes, priv[-1].impl.parsed.weights_cache.nbytes
-    assert private_dq > pre + head > 0
-    assert stats["dq_bytes"] == pre + head  # the generate variant reused all of the prefill's
+    # the generate variants (one token a step) read the weights as stored: only the prefill
+    # (and the LM head over the prefill's rows) decompress into the cache
+    assert private_dq == pre + head and pre > 0
+    assert stats["dq_bytes"] <= pre + head
     # only the first sub-model to run a weight decompressed it
     assert sum(s.impl.parsed.weights_cache.misses for s in subs) == sum(
         len(e.dq) for e in bank.entries()) + sum(len(s.impl.parsed.weights_cache._private) for s in subs)

@@ -24,6 +24,7 @@ from ov_npu_emu.npu.blob.format import (
 )
 from ov_npu_emu.npu.blob.kernel_params import MatMulDqParams, MatMulParams
 from ov_npu_emu.npu.device.kernels import DQ_TILE_BYTES, RowWindow, dequantize, make_kernel
+from ov_npu_emu.npu.device.kernels.dequant import stored_format_matmul
 from ov_npu_emu.npu.device.windowed import bind_dma_window, bind_task_window
 
 __all__ = ["DecodedTask", "ManagementCore", "Schedule", "decode_task"]
@@ -74,8 +75,12 @@ def _strided(aspace: AddressSpaceLike, addr: int, d0: int, d1: int, row: int, s0
 
 def _bind_cached_dq(views: list[np.ndarray], addrs: list[int], n_in: int, params: np.ndarray,
                     wcache: WeightsCacheLike) -> Callable[[], None]:
-    """matmul_dq with the driver's weights cache: decompress once per (addresses, shapes, format)."""
+    """matmul_dq with the driver's weights cache: decompress once per (addresses, shapes, format).
+    Decode-shaped tasks read the weight as stored and take no cache entry."""
     p = MatMulDqParams.unpack(params, "matmul_dq")
+    fast = stored_format_matmul(views[:n_in], views[n_in:], p)
+    if fast is not None:
+        return fast
     fmt, has_zp, mul_f16, n, k = p.weight_format, p.has_zero_point, p.f16_rounding, p.n, p.k
     q = views[1]
     scale = views[2] if n_in > 2 else None

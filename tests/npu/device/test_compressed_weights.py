@@ -14,9 +14,8 @@ from ov_npu_emu.modelbuilder import make_model_folder
 from ov_npu_emu.npu.blob.format import SEC_WEIGHTS, operand_addr_offset
 from ov_npu_emu.npu.blob.integrity import reseal
 from ov_npu_emu.npu.blob.reader import BlobReader
-from tests.npu.conftest import cpu_reference, llm_feed, rel_err, static_llm
+from tests.npu.conftest import F32_TOL, compressed_weight, cpu_reference, llm_feed, rel_err, static_llm
 
-F32_TOL = 1e-4
 WIDE = {"hidden_size": 128, "intermediate_size": 256, "head_dim": 32}
 
 # id: (dtype, group size, overrides of tiny)
@@ -101,8 +100,9 @@ def test_compressed_llms_match_cpu(npu_core, folders, key, seq, past):
 
 @pytest.mark.parametrize("cache", ["YES", "NO"])
 def test_per_tile_decompression_and_weights_cache_agree(npu_core, folders, cache):
-    """NPU_EMU_WEIGHTS_CACHE=NO decompresses tile by tile on every run; results are identical."""
-    m = static_llm(folders("int4-gs16") / "openvino_model.xml", 4, 8)
+    """NPU_EMU_WEIGHTS_CACHE=NO decompresses tile by tile on every run; results are identical.
+    32 prompt rows: decode-shaped tasks (<= 16 rows) read the weights as stored and skip the cache."""
+    m = static_llm(folders("int4-gs16") / "openvino_model.xml", 32, 8)
     feed = llm_feed(m)
     cm = npu_core.compile_model(m, "NPU", {"NPU_EMU_WEIGHTS_CACHE": cache})
     r1, r2 = cm.create_infer_request(), cm.create_infer_request()
@@ -154,40 +154,6 @@ def test_corrupt_scale_relocation_changes_output(npu_core, folders, cache):
     np.testing.assert_array_equal(again, good)
 
 
-def _weight(rng, kind: str, n: int, k: int) -> tuple[ov.Output, np.ndarray]:
-    """Decompression subgraphs in the layouts optimum/NNCF export, and their f32 values (numpy)."""
-    if kind == "f16":
-        w = rng.standard_normal((n, k)).astype(np.float16)
-        return ops.convert(ops.constant(w), "f32").output(0), w.astype(np.float32)
-    if kind == "u8-asym":  # per channel, u8 zero point, f32 math
-        q = rng.integers(0, 256, (n, k)).astype(np.uint8)
-        zp = rng.integers(100, 156, (n, 1)).astype(np.uint8)
-        sc = (rng.random((n, 1)) * 0.01).astype(np.float16)
-        out = ops.multiply(ops.subtract(ops.convert(ops.constant(q), "f32"), ops.convert(ops.constant(zp), "f32")),
-                           ops.convert(ops.constant(sc), "f32"))
-        return out.output(0), (q.astype(np.float32) - zp) * sc.astype(np.float32)
-    if kind == "i8-sym":  # scale as a plain f32 constant
-        q = rng.integers(-128, 128, (n, k)).astype(np.int8)
-        sc = (rng.random((n, 1)) * 0.01).astype(np.float32)
-        return ops.multiply(ops.convert(ops.constant(q), "f32"), ops.constant(sc)).output(0), q * sc
-    if kind == "u4-asym-g8":  # grouped, u4 zero point per group, f16 math, Reshape, Convert
-        q = rng.integers(0, 16, (n, k // 8, 8)).astype(np.uint8)
-        zp = rng.integers(6, 10, (n, k // 8, 1)).astype(np.uint8)
-        sc = (rng.random((n, k // 8, 1)) * 0.05).astype(np.float16)
-        y = ops.multiply(ops.subtract(ops.convert(ops.constant(q, dtype=ov.Type.u4), "f16"),
-                                      ops.convert(ops.constant(zp, dtype=ov.Type.u4), "f16")), ops.constant(sc))
-        out = ops.convert(ops.reshape(y, ops.constant(np.array([n, k], np.int64)), False), "f32")
-        # f32 math, as the CPU plugin's fused decompression (constant folding would round to f16)
-        ref = ((q.astype(np.float32) - zp) * sc.astype(np.float32)).reshape(n, k)
-        return out.output(0), ref
-    if kind == "i4-cw":  # channel-wise, f16 math then Convert
-        q = rng.integers(-8, 8, (n, k)).astype(np.int8)
-        sc = (rng.random((n, 1)) * 0.05).astype(np.float16)
-        out = ops.convert(ops.multiply(ops.convert(ops.constant(q, dtype=ov.Type.i4), "f16"), ops.constant(sc)), "f32")
-        return out.output(0), q.astype(np.float32) * sc.astype(np.float32)
-    raise ValueError(kind)
-
-
 KINDS = ["f16", "u8-asym", "i8-sym", "u4-asym-g8", "i4-cw"]
 
 
@@ -201,9 +167,9 @@ def test_decompression_patterns_match_cpu(npu_core, kind, cache):
     rng = np.random.default_rng(3)
     x = ops.parameter([1, 3, 64], np.float32, name="x")
     ids = ops.parameter([1, 4], np.int64, name="ids")
-    w_t, _ = _weight(rng, kind, 48, 64)
-    big, big_ref = _weight(rng, kind, 64, 2048)  # [K, N], no transpose: 32 weight rows per tile
-    table, _ = _weight(rng, kind, 40, 64)
+    w_t, _ = compressed_weight(rng, kind, 48, 64)
+    big, big_ref = compressed_weight(rng, kind, 64, 2048)  # [K, N], no transpose: 32 weight rows per tile
+    table, _ = compressed_weight(rng, kind, 40, 64)
     y1 = ops.matmul(x, w_t, False, True)
     y2 = ops.matmul(x, big, False, False)
     emb = ops.gather(table, ids, ops.constant(np.int64(0)))
@@ -227,7 +193,7 @@ def test_decompression_feeding_other_ops_is_folded(npu_core):
     """A decompressed weight that also feeds an Add is folded to f32 (no dq kernel can serve it)."""
     rng = np.random.default_rng(4)
     x = ops.parameter([1, 16], np.float32, name="x")
-    w, _ = _weight(rng, "u8-asym", 16, 16)
+    w, _ = compressed_weight(rng, "u8-asym", 16, 16)
     y = ops.add(ops.matmul(x, w, False, True), w)
     m = ov.Model([ops.result(y)], [x], "mixed")
     cm = npu_core.compile_model(m, "NPU")

@@ -9,10 +9,14 @@ import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
 from ov_npu_emu.npu.blob.format import WEIGHT_FORMATS
+from ov_npu_emu.npu.blob.kernel_params import MatMulDqParams
 from ov_npu_emu.npu.device.kernels.elementwise import _F16_REBIAS, _F16_SIGN_EM, _F32_SUBNORMAL
 from ov_npu_emu.npu.device.kernels.registry import kernel
 
 _FMT = {code: name for name, code in WEIGHT_FORMATS.items()}
+#: the most activation rows a matmul_dq reads its weight as stored for (kernels/gemv.py); above
+#: it, BLAS on decompressed tiles wins (each decompressed weight is reused across the rows)
+STORED_FORMAT_MAX_ROWS = 16
 #: f32 bytes of one decompressed weight tile (the DPU's weight buffer in CMX)
 DQ_TILE_BYTES = 256 * 1024
 
@@ -135,9 +139,46 @@ def _dq_operands(
     return q, scale, zp
 
 
+def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: MatMulDqParams):  # type: ignore[no-untyped-def]
+    """matmul_dq for a decode-shaped activation (at most :data:`STORED_FORMAT_MAX_ROWS` rows, weight [N, K]
+    as transpose_b): a runner reading the weight as stored (:mod:`.gemv`), or None when the
+    operands need the decompress-then-BLAS path (more rows, batched/transposed operands, layouts
+    the stored-format kernels do not read). Such a task needs no decompressed copy."""
+    a, o = ins[0], outs[0]
+    ta, tb = params.transpose_a, params.transpose_b
+    fmt, has_zp, mul_f16, n, k = params.weight_format, params.has_zero_point, params.f16_rounding, params.n, params.k
+    name = _FMT.get(fmt)
+    if ta or not tb or name is None or a.ndim < 2 or a.shape[-1] != k or o.shape[-1] != n:
+        return None
+    m_rows = a.size // k
+    if not 1 <= m_rows <= STORED_FORMAT_MAX_ROWS or o.size != m_rows * n:
+        return None
+    # numba loads (~2 s) on the first decode-shaped task, not with every import of the device
+    from ov_npu_emu.npu.device.kernels.gemv import gemv_runner
+    q, scale, zp = _dq_operands(ins, 1, has_zp)
+    # f32 C-contiguous views of the activation / result where they are such, else scratch
+    # copied per run (views only: a reshape that copied would read stale data)
+    direct_in = a.dtype == np.float32 and a.flags.c_contiguous
+    direct_out = o.dtype == np.float32 and o.flags.c_contiguous
+    x = a.reshape(m_rows, k) if direct_in else np.empty((m_rows, k), np.float32)
+    y = o.reshape(m_rows, n) if direct_out else np.empty((m_rows, n), np.float32)
+    run = gemv_runner(name, x, q, scale, zp, y, k, mul_f16)
+    if run is None or (direct_in and direct_out):
+        return run
+    def copying() -> None:
+        if not direct_in:
+            np.copyto(x.reshape(a.shape), a, casting="unsafe")
+        run()
+        if not direct_out:
+            np.copyto(o, y.reshape(o.shape), casting="unsafe")
+
+    return copying
+
+
 @kernel("matmul_dq")
 def _matmul_dq(ins, outs, params):  # type: ignore[no-untyped-def]
-    """MatMul against a compressed weight, decompressed tile by tile of output channels."""
+    """MatMul against a compressed weight: decode-shaped activations read it as stored
+    (:func:`stored_format_matmul`); others decompress it tile by tile of output channels."""
     a = ins[0]
     o = outs[0]
     ta, tb = params.transpose_a, params.transpose_b
@@ -145,6 +186,9 @@ def _matmul_dq(ins, outs, params):  # type: ignore[no-untyped-def]
     q, scale, zp = _dq_operands(ins, 1, has_zp)
     if q.shape[0] != n or (scale is not None and scale.shape[0] != n):
         raise ExecutionError(f"matmul_dq: weight rows {q.shape[0]} do not match N={n}")
+    fast = stored_format_matmul(ins, outs, params)
+    if fast is not None:
+        return fast
     av = np.swapaxes(a, -1, -2) if ta and a.ndim > 1 else a
     tile = max(1, DQ_TILE_BYTES // (4 * k))
     a32 = np.empty(av.shape, np.float32) if av.dtype != np.float32 else None

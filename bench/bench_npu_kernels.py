@@ -1,0 +1,122 @@
+"""Decode GEMV on stored weights (ov_npu_emu/npu/device/kernels/gemv.py) against the bandwidth floor.
+
+Usage: python bench/bench_npu_kernels.py [--mb 256] [--rows 1,4,16] [--repeat 5] [--formats f16,u8,i8,u4,i4]
+
+For each weight format, one weight of ``--mb`` stored bytes (more than the host's caches hold,
+so every product streams it from DRAM) shaped like an LLM's MLP (K = 896, N as needed) is
+multiplied by 1..16 activation rows, in this process and side by side:
+
+* ``floor``: numpy reading the same stored bytes once (``np.add.reduce`` over a u64 view, and
+  a memcpy of them; the faster counts): the host's read bandwidth *right now*;
+* ``stored``: the stored-format kernel (both cores), as the emulated NPU runs decode matmul_dq;
+* ``dq+BLAS``: the previous path for weights over the cache budget: decompress 256 KiB f32 tiles
+  (TileDequantizer) and BLAS each tile.
+
+Printed: milliseconds (median of ``--repeat``), GB/s of *stored* bytes, and stored / floor (1.0
+= at the measured bandwidth). Setups alternate every repeat so that load from other jobs on
+this shared host hits them alike; the JIT compile is paid before timing (and reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see docs/npu_device.md, numpy's BLAS threads
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ov_npu_emu.npu.blob.format import WEIGHT_FORMATS  # noqa: E402
+from ov_npu_emu.npu.device.kernels.dequant import DQ_TILE_BYTES, TileDequantizer  # noqa: E402
+
+K = 896
+GROUP = 128  # 4-bit group size (optimum's default); 8-bit is channel-wise as optimum's int8
+
+
+def _weight(fmt: str, stored_bytes: int, rng: np.random.Generator):
+    """(q, scale, zp) of about ``stored_bytes`` in the layout the blob keeps."""
+    if fmt == "f16":
+        n = stored_bytes // (2 * K)
+        return rng.standard_normal((n, K)).astype(np.float16), None, None
+    four = fmt.endswith("4")
+    gs = GROUP if four else K
+    n = stored_bytes // (K // 2 if four else K)
+    q = rng.integers(0, 256, (n, K // gs, gs // 2 if four else gs), dtype=np.uint8)
+    if fmt == "i8":
+        q = q.view(np.int8)
+    scale = (rng.random((n, K // gs, 1)) * 0.01).astype(np.float16)
+    zp = rng.integers(0, 16 if four else 256, (n, K // gs, 1), dtype=np.uint8) if fmt.startswith("u") else None
+    return q, scale, zp
+
+
+def _dq_blas(fmt: str, q, scale, zp, x: np.ndarray, out: np.ndarray):
+    n = q.shape[0]
+    tile = max(1, DQ_TILE_BYTES // (4 * K))
+    rows = TileDequantizer(WEIGHT_FORMATS[fmt], q, scale, zp, False, K, tile).rows
+
+    def run() -> None:
+        for r0 in range(0, n, tile):
+            r1 = min(n, r0 + tile)
+            out[:, r0:r1] = x @ rows(r0, r1).T
+
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=float, default=256.0, help="stored MB of each weight")
+    ap.add_argument("--rows", default="1,4,16")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--formats", default="f16,u8,i8,u4,i4")
+    args = ap.parse_args()
+    from ov_npu_emu.npu.device.kernels.gemv import gemv_runner
+
+    rng = np.random.default_rng(0)
+    print(f"os.sched_getaffinity: {len(os.sched_getaffinity(0))} cores, load average {os.getloadavg()[0]:.1f}")
+    print("| format | rows | stored MB | floor GB/s | stored ms | stored GB/s | stored / floor "
+          "| dq+BLAS ms | dq+BLAS / stored | first call s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for fmt in args.formats.split(","):
+        q, scale, zp = _weight(fmt, int(args.mb * 2**20), rng)
+        nbytes = sum(a.nbytes for a in (q, scale, zp) if a is not None)
+        flat = q.reshape(-1).view(np.uint8)
+        flat = flat[: flat.size // 8 * 8]
+        copy_dst = np.empty_like(flat)
+        for m in (int(r) for r in args.rows.split(",")):
+            x = rng.standard_normal((m, K)).astype(np.float32)
+            out, out_ref = np.empty((m, q.shape[0]), np.float32), np.empty((m, q.shape[0]), np.float32)
+            t0 = time.perf_counter()
+            stored = gemv_runner(fmt, x, q, scale, zp, out, K)
+            assert stored is not None
+            stored()
+            first = time.perf_counter() - t0
+            setups = {
+                "sum": functools.partial(np.add.reduce, flat.view(np.uint64)),
+                "copy": functools.partial(np.copyto, copy_dst, flat),
+                "stored": stored,
+                "dq": _dq_blas(fmt, q, scale, zp, x, out_ref),
+            }
+            times: dict[str, list[float]] = {k: [] for k in setups}
+            for _ in range(args.repeat):
+                for name, fn in setups.items():
+                    t = time.perf_counter()
+                    fn()
+                    times[name].append(time.perf_counter() - t)
+            med = {k: statistics.median(v) for k, v in times.items()}
+            scale_ref = max(float(np.abs(out_ref).max()), 1e-30)
+            assert float(np.abs(out - out_ref).max()) <= 1e-4 * scale_ref, "stored-format result differs"
+            floor = max(flat.nbytes / med["sum"], flat.nbytes / med["copy"]) / 1e9
+            gbs = nbytes / med["stored"] / 1e9
+            print(f"| {fmt} | {m} | {nbytes / 2**20:.0f} | {floor:.1f} | {med['stored'] * 1e3:.1f} | {gbs:.1f} "
+                  f"| {gbs / floor:.2f} | {med['dq'] * 1e3:.1f} | {med['dq'] / med['stored']:.1f} | {first:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

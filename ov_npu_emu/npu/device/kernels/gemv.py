@@ -1,0 +1,322 @@
+"""Decode-shaped MatMul (a few activation rows) straight from a weight's stored format.
+
+A decode step multiplies one (or a few) activation rows by every weight of the model once, so
+its cost is reading the weights. Decompressing them to f32 first (a cache, or a tile per run)
+moves 2-8x more bytes than the stored format; these numba kernels read f16 / 8-bit / 4-bit
+weights as stored, decompress each row in registers with the same f32 operations as
+:func:`..dequant.dequantize` (``(q - zp) * scale``, f16 converted exactly), and dot it with the
+activation rows. Output channels are split over the host's cores (the kernels release the GIL).
+
+Only the summation order differs from numpy/BLAS on a decompressed tile (the weight values are
+bit-identical), so results agree to f32 rounding. Prefill-shaped MatMuls (many rows) keep the
+BLAS path: there each decompressed weight is reused across rows and BLAS wins.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS as MAX_ROWS
+
+#: below this many weight elements one core does the whole product (a thread hand-off costs ~20 µs)
+_SPLIT_MIN_ELEMENTS = 1 << 18
+#: chunks of output channels per thread (each a kernel call of a few µs of dispatch)
+_CHUNKS_PER_WORKER = 2
+
+_JIT = {"nogil": True, "cache": True, "fastmath": {"reassoc", "contract"}}  # reassoc: vector sums
+
+
+@intrinsic
+def _f32(typingctx, v):  # type: ignore[no-untyped-def]
+    """An f32 scalar, or f16 bits (uint16) -> f32 exactly (subnormals, inf, NaN): LLVM's fpext,
+    one vcvtph2ps per vector with F16C. Inlined IR (an overload here costs a call per group)."""
+    if v == types.uint16:
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+    elif v == types.float32:
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return args[0]
+    else:
+        return None
+    return types.float32(v), codegen
+
+
+@intrinsic
+def _round_f16(typingctx, v):  # type: ignore[no-untyped-def]
+    """f32 -> nearest f16 -> f32 (vcvtps2ph / vcvtph2ps): NNCF's f16 ``(q - zp) * scale``, whose
+    exact f32 product rounded once equals the f16 multiply."""
+    if v != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.fpext(builder.fptrunc(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(v), codegen
+
+
+@njit(**_JIT)
+def _w(v, z, s, mul_f16):  # type: ignore[no-untyped-def]
+    """One decompressed weight from its integer value ``v``, as the IR computes it."""
+    w = (v - z) * s
+    return _round_f16(w) if mul_f16 else w
+
+
+@njit(**_JIT)
+def _gemv_f16(x, q, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    """out[:, n] = x @ f32(q[n]) for n in [n0, n1); q is [N, K] f16 bits."""
+    m_rows, k = x.shape
+    if m_rows > 1:
+        _gemv_f16_rows(x, q, out, n0, n1, row)
+        return
+    for n in range(n0, n1):
+        acc = np.float32(0.0)
+        qn, x0 = q[n], x[0]
+        for j in range(k):
+            acc += x0[j] * _f32(qn[j])
+        out[0, n] = acc
+
+
+@njit(**_JIT)
+def _gemv_f16_rows(x, q, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    m_rows, k = x.shape
+    for n in range(n0, n1):
+        qn = q[n]
+        for j in range(k):
+            row[j] = _f32(qn[j])
+        for m in range(m_rows):
+            acc = np.float32(0.0)
+            xm = x[m]
+            for j in range(k):
+                acc += xm[j] * row[j]
+            out[m, n] = acc
+
+
+@njit(**_JIT)
+def _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row):  # type: ignore[no-untyped-def]
+    """Row n of an 8-bit weight [N, G, gs] (u8 bits) -> f32 ``row``: ``(q - zp) * scale``.
+    ``q_flip`` 128 reads the bits as i8 (``(b ^ 128) - 128``); ``zp`` likewise with ``zp_flip``."""
+    _, groups, gs = q.shape
+    qf, fq = np.uint8(q_flip), np.float32(q_flip)
+    for g in range(groups):
+        s = _f32(scale[n, g, 0])
+        if mul_f16:  # the IR converts the scale to f16 first
+            s = _round_f16(s)
+        z = fq  # (b ^ flip) - flip - zp: the flip is folded into the zero point (exact, small integers)
+        if has_zp:
+            z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
+        # views indexed by the loop counter: LLVM then knows every index is in [0, gs) (an
+        # offset index keeps numba's negative-index branch, which blocks vectorising)
+        qg, dst = q[n, g], row[g * gs:(g + 1) * gs]
+        for j in range(gs):
+            dst[j] = _w(np.float32(qg[j] ^ qf), z, s, mul_f16)
+
+
+@njit(**_JIT)
+def _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    """8-bit weights, see :func:`_dq_row_q8`. One row: decompressed in registers."""
+    m_rows, k = x.shape
+    if m_rows > 1:
+        _gemv_q8_rows(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row)
+        return
+    _, groups, gs = q.shape
+    qf, fq = np.uint8(q_flip), np.float32(q_flip)
+    for n in range(n0, n1):
+        acc = np.float32(0.0)
+        for g in range(groups):
+            s = _f32(scale[n, g, 0])
+            if mul_f16:  # the IR converts the scale to f16 first
+                s = _round_f16(s)
+            z = fq
+            if has_zp:
+                z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
+            qg, xg = q[n, g], x[0, g * gs:(g + 1) * gs]
+            for j in range(gs):
+                acc += xg[j] * _w(np.float32(qg[j] ^ qf), z, s, mul_f16)
+        out[0, n] = acc
+
+
+@njit(**_JIT)
+def _gemv_q8_rows(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    m_rows, k = x.shape
+    for n in range(n0, n1):
+        _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row)
+        for m in range(m_rows):
+            acc = np.float32(0.0)
+            xm = x[m]
+            for j in range(k):
+                acc += xm[j] * row[j]
+            out[m, n] = acc
+
+
+@njit(**_JIT)
+def _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row):  # type: ignore[no-untyped-def]
+    """Row n of a 4-bit weight [N, G, gs/2] (two per byte, low nibble first) -> ``row`` as
+    [even columns | odd columns]. ``q_flip`` 8 reads nibbles as i4 (``(v ^ 8) - 8``)."""
+    _, groups, gh = q.shape
+    half = groups * gh
+    qf, fq = np.uint8(q_flip), np.float32(q_flip)
+    for g in range(groups):
+        s = _f32(scale[n, g, 0])
+        if mul_f16:  # the IR converts the scale to f16 first
+            s = _round_f16(s)
+        z = fq
+        if has_zp:
+            z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
+        qg = q[n, g]
+        lo, hi = row[g * gh:(g + 1) * gh], row[half + g * gh:half + (g + 1) * gh]
+        for j in range(gh):
+            b = qg[j]
+            lo[j] = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
+            hi[j] = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
+
+
+@njit(**_JIT)
+def _gemv_q4_rows(x_even, x_odd, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    m_rows, half = x_even.shape
+    for n in range(n0, n1):
+        _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row)
+        lo, hi = row[:half], row[half:]
+        for m in range(m_rows):
+            acc = np.float32(0.0)
+            xe, xo = x_even[m], x_odd[m]
+            for j in range(half):
+                acc += xe[j] * lo[j] + xo[j] * hi[j]
+            out[m, n] = acc
+
+
+@njit(**_JIT)
+def _gemv_q4(x_even, x_odd, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    """4-bit weights, see :func:`_dq_row_q4`; ``x_even``/``x_odd`` are the activation's even/odd
+    columns, so every loop reads contiguously. One row: decompressed in registers."""
+    m_rows, half = x_even.shape
+    _, groups, gh = q.shape
+    qf, fq = np.uint8(q_flip), np.float32(q_flip)
+    if m_rows > 1:
+        _gemv_q4_rows(x_even, x_odd, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row)
+        return
+    for n in range(n0, n1):
+        acc = np.float32(0.0)
+        for g in range(groups):
+            s = _f32(scale[n, g, 0])
+            if mul_f16:  # the IR converts the scale to f16 first
+                s = _round_f16(s)
+            z = fq
+            if has_zp:
+                z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
+            qg = q[n, g]
+            xe, xo = x_even[0, g * gh:(g + 1) * gh], x_odd[0, g * gh:(g + 1) * gh]
+            for j in range(gh):
+                b = qg[j]
+                lo = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
+                hi = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
+                acc += xe[j] * lo + xo[j] * hi
+        out[0, n] = acc
+
+
+def _workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=max(1, _workers() - 1), thread_name_prefix="ov_npu_emu-gemv")
+    return _POOL
+
+
+_ZERO_ZP = np.zeros((1, 1, 1), np.uint8)
+
+
+def gemv_runner(
+    name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
+    k: int, mul_f16: bool = False,
+) -> Callable[[], None] | None:
+    """A runner computing ``out[M, N] = x[M, K] @ W.T`` from the stored weight, or None when this
+    path does not take the operands (the caller keeps the numpy path).
+
+    ``name`` is the weight format ("f16", "u8", "i8", "u4", "i4"); ``q``/``scale``/``zp`` are laid
+    out as for :func:`..dequant.dequantize` (``mul_f16``: the IR multiplies in f16); ``x`` and ``out``
+    are f32 and C-contiguous.
+    """
+    m_rows, n = out.shape
+    if not 1 <= m_rows <= MAX_ROWS or x.shape != (m_rows, k) or q.shape[0] != n or not q.flags.c_contiguous:
+        return None
+    if name == "f16":
+        bits = q.reshape(n, k).view(np.uint16)
+        kern: Callable[..., None] = _gemv_f16
+        args: tuple = (x, bits)
+    else:
+        if scale is None or q.ndim != 3 or not scale.flags.c_contiguous:
+            return None
+        groups = q.shape[1]
+        if scale.shape != (n, groups, 1) or (zp is not None and zp.shape != (n, groups, 1)):
+            return None
+        if scale.dtype == np.float16:
+            scale = scale.view(np.uint16)
+        elif scale.dtype != np.float32:
+            return None
+        if zp is not None and (zp.dtype not in (np.uint8, np.int8) or not zp.flags.c_contiguous):
+            return None
+        zp_bits = _ZERO_ZP if zp is None else zp.view(np.uint8)
+        zp_flip = 128 if zp is not None and zp.dtype == np.int8 else 0
+        qb = q.view(np.uint8)
+        if name in ("u8", "i8"):
+            if groups * q.shape[2] != k:
+                return None
+            kern, args = _gemv_q8, (x, qb, scale, zp_bits, zp is not None, 128 if name == "i8" else 0, zp_flip, mul_f16)
+        elif name in ("u4", "i4"):
+            if groups * q.shape[2] * 2 != k:
+                return None
+            x_even, x_odd = np.empty((m_rows, k // 2), np.float32), np.empty((m_rows, k // 2), np.float32)
+            kern = _gemv_q4
+            args = (x_even, x_odd, qb, scale, zp_bits, zp is not None, 8 if name == "i4" else 0, zp_flip, mul_f16)
+        else:
+            return None
+    # chunks of output channels claimed by whichever thread is free: on a shared host the pool
+    # thread may not get a core for a while, and then this thread does every chunk itself
+    # instead of waiting for a fixed half
+    workers = 1 if n * k < _SPLIT_MIN_ELEMENTS else min(_workers(), n)
+    chunks = 1 if workers == 1 else min(n, _CHUNKS_PER_WORKER * workers)
+    bounds = [n * i // chunks for i in range(chunks + 1)]
+    rows = [np.empty(k, np.float32) for _ in range(workers)]  # a weight row per thread (multi-row path)
+    split = kern is _gemv_q4
+
+    def run() -> None:
+        if split:  # the activation's even / odd columns, for the nibble loop
+            np.copyto(args[0], x[:, 0::2])
+            np.copyto(args[1], x[:, 1::2])
+        if chunks == 1:
+            kern(*args, out, 0, n, rows[0])
+            return
+        claim = itertools.count()
+        done = itertools.count(1)
+        finished = threading.Event()
+
+        def work(row: np.ndarray) -> None:
+            while (i := next(claim)) < chunks:  # next() on a count is atomic under the GIL
+                kern(*args, out, bounds[i], bounds[i + 1], row)
+                if next(done) == chunks:
+                    finished.set()
+
+        pool = _pool()
+        for w in range(1, workers):
+            pool.submit(work, rows[w])
+        work(rows[0])
+        finished.wait()
+
+    return run

@@ -1,0 +1,138 @@
+"""Decode-shaped matmul_dq reads the weight as stored (kernels/gemv.py): each weight format
+against the CPU plugin, the row limit of the path, and the kernels against numpy on the
+decompressed weight (specials, NNCF's f16 multiply, signed zero points).
+
+Tolerances: the kernels decompress to the same f32 (or f16-rounded) weight values as the IR
+and only sum in another order, so any order's bound applies: |err| <= K * eps32 * (|x| @ |W|.T)
+(numpy checks); against the CPU plugin the suite's F32_TOL (1e-4 of the output scale)."""
+
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov
+import pytest
+from openvino import opset13 as ops
+
+from ov_npu_emu.npu.blob.format import WEIGHT_FORMATS
+from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS as MAX_ROWS
+from ov_npu_emu.npu.device.kernels.dequant import dequantize
+from ov_npu_emu.npu.device.kernels.gemv import gemv_runner
+from tests.npu.conftest import F32_TOL, compressed_weight, cpu_reference, rel_err
+
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def _grouped(rng, kind: str, n: int, k: int) -> ov.Output:
+    """Grouped 4-bit layouts beyond test_compressed_weights' set (f16 math as NNCF, f32 scales)."""
+    if kind == "i4-sym-g32":  # NNCF int4 --sym: i4 [N,G,gs] -> f16 × f16 scale -> Reshape -> f32
+        q = rng.integers(-8, 8, (n, k // 32, 32)).astype(np.int8)
+        sc = (rng.random((n, k // 32, 1)) * 0.05).astype(np.float16)
+        y = ops.multiply(ops.convert(ops.constant(q, dtype=ov.Type.i4), "f16"), ops.constant(sc))
+    else:  # "u4-asym-g64-f32": u4 with a u4 zero point per group, f32 math and f32 scales
+        q = rng.integers(0, 16, (n, k // 64, 64)).astype(np.uint8)
+        zp = rng.integers(0, 16, (n, k // 64, 1)).astype(np.uint8)
+        sc = (rng.random((n, k // 64, 1)) * 0.05).astype(np.float32)
+        y = ops.multiply(ops.subtract(ops.convert(ops.constant(q, dtype=ov.Type.u4), "f32"),
+                                      ops.convert(ops.constant(zp, dtype=ov.Type.u4), "f32")), ops.constant(sc))
+    return ops.convert(ops.reshape(y, ops.constant(np.array([n, k], np.int64)), False), "f32").output(0)
+
+
+KINDS = ["f16", "u8-asym", "i8-sym", "u4-asym-g8", "i4-cw", "i4-sym-g32", "u4-asym-g64-f32"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_weight_format_matches_cpu(npu_core, kind):
+    """1 and 16 rows against the CPU plugin, on a small weight (one thread) and one big enough
+    to be split over the cores; none of them takes a decompressed-weights cache entry."""
+    rng = np.random.default_rng(11)
+    k = 256
+    grouped = kind in ("i4-sym-g32", "u4-asym-g64-f32")
+    make = _grouped if grouped else (lambda r, kd, n, kk: compressed_weight(r, kd, n, kk)[0])
+    small, big = make(rng, kind, 48, k), make(rng, kind, 1024, k)  # big: 1024*256 = 2**18 elements
+    xs = [ops.parameter([1, m, k], np.float32, name=f"x{m}") for m in (1, MAX_ROWS)]
+    outs = [ops.result(ops.matmul(x, w, False, True)) for x in xs for w in (small, big)]
+    m = ov.Model(outs, xs, "gemv")
+    feed = {f"x{m_}": rng.standard_normal((1, m_, k)).astype(np.float32) for m_ in (1, MAX_ROWS)}
+    cm = npu_core.compile_model(m, "NPU", {"NPU_EMU_WEIGHTS_CACHE": "YES"})
+    assert sum(t["kernel"] == "matmul_dq" for t in cm.impl.parsed.meta["tasks"]) == 4
+    got = cm.create_infer_request().infer(feed)
+    for i, ref in enumerate(cpu_reference(m, feed)):
+        assert rel_err(np.array(got[i]), ref) <= F32_TOL, f"output {i}"
+    assert len(cm.impl.parsed.weights_cache) == 0  # read as stored: nothing decompressed
+
+
+def test_more_rows_take_the_decompressing_path(npu_core):
+    """MAX_ROWS + 1 rows: BLAS on the decompressed (cached) weight, same values."""
+    rng = np.random.default_rng(5)
+    w, _ = compressed_weight(rng, "u8-asym", 64, 128)
+    x = ops.parameter([1, MAX_ROWS + 1, 128], np.float32, name="x")
+    m = ov.Model([ops.result(ops.matmul(x, w, False, True))], [x], "prefill")
+    feed = {"x": rng.standard_normal((1, MAX_ROWS + 1, 128)).astype(np.float32)}
+    cm = npu_core.compile_model(m, "NPU", {"NPU_EMU_WEIGHTS_CACHE": "YES"})
+    out = np.array(cm.create_infer_request().infer(feed)[0])
+    assert rel_err(out, cpu_reference(m, feed)[0]) <= F32_TOL
+    assert len(cm.impl.parsed.weights_cache) == 1
+
+
+def _check(name, x, q, scale, zp, mul_f16=False):
+    n, k = q.shape[0], x.shape[1]
+    out = np.full((x.shape[0], n), np.nan, np.float32)
+    run = gemv_runner(name, x, q, scale, zp, out, k, mul_f16)
+    assert run is not None
+    run()
+    w = dequantize(WEIGHT_FORMATS[name], q, scale, zp, mul_f16, k).astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = x.astype(np.float64) @ w.T
+        bound = k * EPS32 * (np.abs(x.astype(np.float64)) @ np.abs(w).T)
+    finite = np.isfinite(ref)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_array_equal(out[~finite & ~np.isnan(ref)], ref[~finite & ~np.isnan(ref)])
+    assert np.all(np.abs(out[finite] - ref[finite]) <= bound[finite] + 1e-30)
+    return out
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_f16_specials_convert_exactly(rows):
+    """Subnormal, inf and NaN halves: the kernel's conversion is the exact one (numpy's)."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((40, 64)).astype(np.float16)
+    w[0, :8] = np.float16(6e-8)  # subnormal
+    w[1, 3], w[2, 5], w[3, 0] = np.inf, -np.inf, np.nan
+    x = np.abs(rng.standard_normal((rows, 64))).astype(np.float32)
+    out = _check("f16", x, w, None, None)
+    assert np.isnan(out[:, 3]).all() and (out[:, 1] == np.inf).all() and (out[:, 2] == -np.inf).all()
+    # the subnormal row: 6e-8 survives as f32 (a flush to zero would drop 8 terms)
+    ref0 = x.astype(np.float64) @ w[0].astype(np.float64)
+    assert np.allclose(out[:, 0], ref0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+@pytest.mark.parametrize(("name", "signed_zp"), [("u8", False), ("i8", True), ("u4", False), ("i4", True)])
+def test_integer_formats_with_f16_math_and_signed_zero_points(rows, name, signed_zp):
+    """NNCF's f16 multiply (scale rounded to f16, product rounded to f16) and i8 zero points, in
+    the one-row (fused) and multi-row (decompressed row) loops."""
+    rng = np.random.default_rng(1)
+    n, k, gs = 24, 128, 32
+    four = name.endswith("4")
+    vals = rng.integers(0, 16 if four else 256, (n, k // gs, gs)).astype(np.uint8)
+    q = (vals[..., 0::2] | (vals[..., 1::2] << 4)).astype(np.uint8) if four else vals
+    if name == "i8":
+        q = q.view(np.int8)
+    lim = 8 if four else 100
+    zp = rng.integers(-lim if signed_zp else 0, lim, (n, k // gs, 1)).astype(np.int8 if signed_zp else np.uint8)
+    scale = (rng.random((n, k // gs, 1)) * 0.037 + 1e-3).astype(np.float32)  # not f16-exact
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    exact = _check(name, x, q, scale, zp, mul_f16=False)
+    rounded = _check(name, x, q, scale, zp, mul_f16=True)
+    assert not np.array_equal(exact, rounded)  # the f16 rounding is applied, not ignored
+
+
+def test_shapes_the_path_does_not_take():
+    x = np.ones((1, 64), np.float32)
+    q = np.zeros((8, 2, 16), np.uint8)  # u4: 2 groups of 32 nibbles
+    scale = np.ones((8, 2, 1), np.float16)
+    assert gemv_runner("u4", x, q, scale, None, np.empty((1, 8), np.float32), 64) is not None
+    assert gemv_runner("u4", x, q, None, None, np.empty((1, 8), np.float32), 64) is None  # no scale
+    assert gemv_runner("u4", x, q, scale[:, :1], None, np.empty((1, 8), np.float32), 64) is None  # odd scale
+    many = np.ones((MAX_ROWS + 1, 64), np.float32)
+    assert gemv_runner("u4", many, q, scale, None, np.empty((MAX_ROWS + 1, 8), np.float32), 64) is None
