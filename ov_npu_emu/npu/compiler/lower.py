@@ -56,12 +56,14 @@ class Lowered:
 
 
 class _Lowerer:
-    def __init__(self, prep: Prepared, hw: HardwareConfig, f16: bool, stage: bool, ping_pong: bool = True) -> None:
+    def __init__(self, prep: Prepared, hw: HardwareConfig, f16: bool, stage: bool, ping_pong: bool = True,
+                 tile_weights: bool = True) -> None:
         self.prep = prep
         self.hw = hw
         self.f16 = f16
         self.stage = stage
         self.ping_pong = ping_pong  # two CMX slots per tiled-MatMul stream (NPU_EMU_PING_PONG)
+        self.tile_weights = tile_weights  # MatMuls with plain weights tiled over K/N with CMX weight staging
         self.out = Lowered()
         self.vals: dict[tuple[str, int], Value] = {}
         self.consts: dict[tuple[str, int], ov.Node] = {}
@@ -353,7 +355,7 @@ class _Lowerer:
             self.mm(a, b, o, params, node, macs)
             return
         # plain weights: activation, weight and output tiles through CMX slots (ping-pong, K split)
-        if b.comp is None and lower_tiled_matmul(self, a, b, o, params.transpose_b, node,
+        if self.tile_weights and b.comp is None and lower_tiled_matmul(self, a, b, o, params.transpose_b, node,
                                                  slots=2 if self.ping_pong else 1):
             return
         arow = a.shape[-1] * a.dtype.itemsize
@@ -385,8 +387,8 @@ SUPPORTED_OPS = frozenset(_HANDLERS)
 
 
 def lower(prep: Prepared, hw: HardwareConfig, *, f16: bool = False, stage: bool = True,
-          ping_pong: bool = True) -> Lowered:
+          ping_pong: bool = True, tile_weights: bool = True) -> Lowered:
     """Lower the prepared model to tasks; producers/readers are filled in here."""
-    lw = _Lowerer(prep, hw, f16, stage, ping_pong)
+    lw = _Lowerer(prep, hw, f16, stage, ping_pong, tile_weights)
     out = lw.run()
     return out

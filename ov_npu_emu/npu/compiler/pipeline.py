@@ -16,7 +16,7 @@ from ov_npu_emu.npu.arch import HardwareConfig
 from ov_npu_emu.npu.blob.reader import SplitBlob
 from ov_npu_emu.npu.blob.validate import DEVICE_MEMORY_LIMIT
 from ov_npu_emu.npu.compiler.emit import emit_blob, in_symbol, out_symbol
-from ov_npu_emu.npu.compiler.frontend import prepare
+from ov_npu_emu.npu.compiler.frontend import Prepared, prepare
 from ov_npu_emu.npu.compiler.lower import lower
 from ov_npu_emu.npu.compiler.memory import plan_memory
 from ov_npu_emu.npu.compiler.schedule import schedule
@@ -64,6 +64,17 @@ def _weights_format(lw: Any) -> dict[str, Any]:
             "f32_equivalent_bytes": sum(int(r["f32_bytes"]) for r in records)}
 
 
+def _token_prefill(prep: Prepared) -> bool:
+    """A stateless model fed ``input_ids`` [1, L > 1]: an LLM prefill that token-row windows serve."""
+    if prep.variables:
+        return False
+    for p in prep.model.get_parameters():
+        if "input_ids" in p.output(0).get_names():
+            shape = p.get_output_partial_shape(0)
+            return shape.is_static and len(shape) == 2 and shape[0].get_length() == 1 and shape[1].get_length() > 1
+    return False
+
+
 def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
                     split: bool = False) -> bytes | SplitBlob:
     """Compile a static ``openvino.Model`` into an NPU ELF blob.
@@ -79,9 +90,11 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
     # NPU_EMU_WEIGHT_COMPRESSION=NO folds decompression subgraphs to f32 constants (the old
     # behaviour; blobs 4-8x larger) - kept for comparisons
     prep = prepare(model, compress=_flag(config, "NPU_EMU_WEIGHT_COMPRESSION", True))
-    # NPU_EMU_PING_PONG=NO: one CMX slot per tiled-MatMul stream (no DMA/compute overlap), for A/B
+    # NPU_EMU_PING_PONG=NO: one CMX slot per tiled-MatMul stream (no DMA/compute overlap), for A/B.
+    # A multi-token prefill keeps the row-tiled MatMul staging: its token-row windows (tokens.py)
+    # skip whole row tiles, and do not yet follow the K/N tiles of the ping-pong lowering.
     lw = lower(prep, hw, f16=precision == "f16", stage=_flag(config, "NPU_EMU_STAGING", True),
-               ping_pong=_flag(config, "NPU_EMU_PING_PONG", True))
+               ping_pong=_flag(config, "NPU_EMU_PING_PONG", True), tile_weights=not _token_prefill(prep))
     mark_token_rows(lw.tasks, lw.inputs, [p.output(0).get_names() for p in prep.model.get_parameters()],
                     bool(prep.variables))
     plan = plan_memory(lw, hw.cmx_size)
