@@ -13,39 +13,16 @@ import pytest
 import genai_shim
 from ov_npu_emu.errors import ConfigError, UserInputError
 from tests.genai_shim.conftest import F32, REAL_NPU, needs_npuw
+from tests.genai_shim.speculative_helpers import build_draft, counters
 
 pytestmark = needs_npuw
 
 NPU_PROPS = {"MAX_PROMPT_LEN": 64, "MIN_RESPONSE_LEN": 256}
 PROMPTS = ["Once upon a time", "Lily and Tom", "The cat"]
-_TOKENIZER_FILES = (
-    "openvino_tokenizer",
-    "openvino_detokenizer",
-    "tokenizer",
-    "special_tokens_map",
-    "generation_config",
-)
-
-
-def _build_draft(tmp: Path, stories: Path, own_tokenizer: bool) -> Path:
-    from ov_npu_emu.modelbuilder import make_model_folder
-
-    folder = make_model_folder(tmp, preset="tiny", vocab_size=512, seed=1)
-    if not own_tokenizer:
-        for f in stories.iterdir():
-            if f.name.startswith(_TOKENIZER_FILES):
-                shutil.copy(f, folder / f.name)
-        # The real compares BOS / EOS / PAD ids too; stories260K has no pad token.
-        config = json.loads((folder / "config.json").read_text())
-        config.pop("pad_token_id", None)
-        (folder / "config.json").write_text(json.dumps(config))
-    return folder
-
-
 @pytest.fixture(scope="module")
 def tiny_draft(stories_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A different model (random tiny Llama) with stories260K's tokenizer: few candidates pass."""
-    return _build_draft(tmp_path_factory.mktemp("draft_tiny"), stories_dir, own_tokenizer=False)
+    return build_draft(tmp_path_factory.mktemp("draft_tiny"), stories_dir, own_tokenizer=False)
 
 
 def _pipe(impl: Any, main: Path, draft: Path, device: str = "NPU", draft_device: str = "CPU",
@@ -57,21 +34,6 @@ def _pipe(impl: Any, main: Path, draft: Path, device: str = "NPU", draft_device:
         str(main), device, draft_model=impl.draft_model(str(draft), draft_device, **dprops),
         **props,
     )
-
-
-def _counters(res: Any) -> dict[str, Any]:
-    e = res.extended_perf_metrics
-    return {
-        "main_batches": list(e.main_model_metrics.raw_metrics.m_batch_sizes),
-        "batches": list(res.perf_metrics.raw_metrics.m_batch_sizes),
-        "accepted": e.get_num_accepted_tokens(),
-        "draft_tokens": e.get_num_draft_tokens(),
-        "rejected": e.get_num_rejected_tokens(),
-        "draft_processed": e.get_num_draft_processed_tokens(),
-        "generated": res.perf_metrics.get_num_generated_tokens(),
-        "main_generated": e.main_model_metrics.get_num_generated_tokens(),
-        "input": res.perf_metrics.get_num_input_tokens(),
-    }
 
 
 def _reasons(res: Any) -> list[int]:
@@ -98,12 +60,12 @@ def pair(request: pytest.FixtureRequest, stories_dir: Path, real_genai: Any) -> 
 def test_first_call_texts_and_counters_equal_real(pair: dict[str, Any]) -> None:
     ours, real = pair["ours_first"], pair["real_first"]
     assert ours.texts == real.texts
-    assert _counters(ours) == _counters(real)
+    assert counters(ours) == counters(real)
     assert _reasons(ours) == _reasons(real)
     if pair["draft"].name == "stories260K":
-        assert _counters(ours)["rejected"] == 0  # the main model as its own draft: all accepted
+        assert counters(ours)["rejected"] == 0  # the main model as its own draft: all accepted
     else:
-        assert _counters(ours)["accepted"] < _counters(ours)["draft_tokens"]
+        assert counters(ours)["accepted"] < counters(ours)["draft_tokens"]
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +241,7 @@ def test_perf_metrics_usable(pair: dict[str, Any]) -> None:
 
 def test_draft_with_other_tokenizer_rejected(stories_dir: Path, real_genai: Any,
                                             tmp_path: Path) -> None:
-    other = _build_draft(tmp_path / "own", stories_dir, own_tokenizer=True)
+    other = build_draft(tmp_path / "own", stories_dir, own_tokenizer=True)
     with pytest.raises(RuntimeError, match="Tokenizers for draft and main models are different!"):
         _pipe(real_genai, stories_dir, other)
     with pytest.raises(ConfigError, match="Tokenizers for draft and main models are different!"):
@@ -291,7 +253,7 @@ def test_draft_on_npu(stories_dir: Path, tiny_draft: Path, real_genai: Any) -> N
     real = _pipe(real_genai, stories_dir, tiny_draft, draft_device="NPU")
     kw = {"max_new_tokens": 30, "num_assistant_tokens": 3}
     a, b = ours.generate([PROMPTS[0]], **kw), real.generate([PROMPTS[0]], **kw)
-    assert a.texts == b.texts and _counters(a) == _counters(b)
+    assert a.texts == b.texts and counters(a) == counters(b)
 
 
 def test_kv_capacity_ends_quietly(stories_dir: Path) -> None:
@@ -338,7 +300,7 @@ def test_cpu_main_with_npu_draft_is_the_stateful_pipeline(
         pipe = _pipe(impl, stories_dir, tiny_draft, device="CPU", draft_device="NPU")
         res[name] = pipe.generate([PROMPTS[0]], **kw)
     assert res["ours"].texts == res["real"].texts
-    assert _counters(res["ours"]) == _counters(res["real"])
+    assert counters(res["ours"]) == counters(res["real"])
     assert res["ours"].perf_metrics.get_num_generated_tokens() == 60  # past the "\n" (id 13)
 
 
@@ -356,7 +318,7 @@ def test_generation_config_json_sets_the_compiled_window(
         pipe = _pipe(impl, folder, folder)
         assert pipe.get_generation_config().num_assistant_tokens == 8
         res = pipe.generate([PROMPTS[0]], max_new_tokens=60, num_assistant_tokens=10)
-        got[name] = _counters(res)
+        got[name] = counters(res)
     assert got["ours"] == got["real"]
     assert max(got["ours"]["main_batches"]) > 16
 

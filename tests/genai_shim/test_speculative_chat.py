@@ -11,7 +11,7 @@ import pytest
 
 import genai_shim
 from tests.genai_shim.conftest import F32, REAL_NPU, needs_npuw
-from tests.genai_shim.test_speculative import _build_draft, _counters
+from tests.genai_shim.speculative_helpers import build_draft, counters
 
 pytestmark = [needs_npuw, pytest.mark.filterwarnings("ignore:start_chat:DeprecationWarning")]
 
@@ -51,7 +51,7 @@ def draft(request: pytest.FixtureRequest, templated: Path, stories_dir: Path,
     """The main model as its own draft (all accepted) or a random tiny Llama (few accepted)."""
     if request.param == "same_draft":
         return templated
-    return _build_draft(tmp_path_factory.mktemp("draft_tiny"), stories_dir, own_tokenizer=False)
+    return build_draft(tmp_path_factory.mktemp("draft_tiny"), stories_dir, own_tokenizer=False)
 
 
 def _pipe(impl: Any, main: Path, draft: Path, draft_device: str) -> Any:
@@ -103,27 +103,27 @@ def test_chat_history_texts_and_counters_equal_real(
     ours, real = history_runs["ours"], history_runs["real"]
     assert [r.texts for r in ours] == [r.texts for r in real] == plain_texts
     assert len({r.texts[0] for r in ours}) == 3  # three different answers, not one repeated
-    assert _counters(ours[0]) == _counters(real[0])
+    assert counters(ours[0]) == counters(real[0])
     for o, r in zip(ours, real, strict=False):
-        co, cr = _counters(o), _counters(r)
+        co, cr = counters(o), counters(r)
         assert {k: co[k] for k in PER_CALL} == {k: cr[k] for k in PER_CALL}
         # The real's per-model counts stay at the first call's values (evaluated once).
         assert (cr["draft_processed"], cr["main_generated"]) == (
-            _counters(real[0])["draft_processed"], _counters(real[0])["main_generated"]
+            counters(real[0])["draft_processed"], counters(real[0])["main_generated"]
         )
         draft_raw = o.extended_perf_metrics.draft_model_metrics.raw_metrics
         assert co["draft_processed"] == sum(draft_raw.m_batch_sizes)
     # Both prefill the whole templated history each turn: the prompt grows by the last answer.
-    inputs = [_counters(o)["input"] for o in ours]
+    inputs = [counters(o)["input"] for o in ours]
     assert inputs[0] < inputs[1] < inputs[2]
     # The real's series run on from turn to turn; ours restart, and concatenate to the real's.
     series: list[int] = []
     for turn, (o, r) in enumerate(zip(ours, real, strict=False), 1):
-        series += _counters(o)["batches"]
-        assert _counters(r)["batches"] == series
-        assert _counters(r)["main_batches"] == series
-        assert _counters(r)["generated"] == sum(series) == turn * GEN["max_new_tokens"]
-        assert _counters(o)["generated"] == GEN["max_new_tokens"]
+        series += counters(o)["batches"]
+        assert counters(r)["batches"] == series
+        assert counters(r)["main_batches"] == series
+        assert counters(r)["generated"] == sum(series) == turn * GEN["max_new_tokens"]
+        assert counters(o)["generated"] == GEN["max_new_tokens"]
 
 
 def test_start_chat_equals_real_with_npu_draft(
@@ -133,13 +133,13 @@ def test_start_chat_equals_real_with_npu_draft(
     real = _start_chat(_pipe(real_genai, templated, draft, "NPU"))
     texts = [r.texts for r in history_runs["ours"]]
     assert [r.texts for r in ours] == [r.texts for r in real] == texts
-    assert _counters(ours[0]) == _counters(real[0])
+    assert counters(ours[0]) == counters(real[0])
     # With an EOS inside the prompt (the template closes every answer with one) the real's NPU
     # draft proposes other candidates than its CPU draft and ours (measured, see docs): the
     # candidate counters of later turns agree only when every candidate passes.
     later = range(1, 3) if draft.name.startswith("stories_chat") else range(0)
     for i in later:
-        co, cr = _counters(ours[i]), _counters(real[i])
+        co, cr = counters(ours[i]), counters(real[i])
         assert {k: co[k] for k in PER_CALL} == {k: cr[k] for k in PER_CALL}
 
 

@@ -160,3 +160,32 @@ def compressed_weight(rng, kind: str, n: int, k: int) -> tuple[ov.Output, np.nda
         out = ops.convert(ops.multiply(ops.convert(ops.constant(q, dtype=ov.Type.i4), "f16"), ops.constant(sc)), "f32")
         return out.output(0), q.astype(np.float32) * sc.astype(np.float32)
     raise ValueError(kind)
+
+
+def padded_attention_model(P: int, shut: bool) -> ov.Model:
+    """input_ids → embedding → q/k/v → SDPA under a float mask; padding rows attend themselves.
+    ``shut``: the mask also closes the padding columns (as a padded prefill's does)."""
+    H, D, V = 2, 16, 32
+    rng = np.random.default_rng(3)
+    ids = ops.parameter([1, P], ov.Type.i64, name="input_ids")
+    am = ops.parameter([1, P], ov.Type.i64, name="attention_mask")
+    ids.output(0).set_names({"input_ids"})
+    am.output(0).set_names({"attention_mask"})
+    x = ops.gather(ops.constant(rng.standard_normal((V, H * D)).astype(np.float32)), ids, 0)
+
+    def heads(seed: int):
+        w = np.random.default_rng(seed).standard_normal((H * D, H * D)).astype(np.float32) * 0.3
+        y = ops.reshape(ops.matmul(x, ops.constant(w), False, False), [1, P, H, D], False)
+        return ops.transpose(y, ops.constant([0, 2, 1, 3]))
+
+    causal = np.where(np.tril(np.ones((P, P), bool)), 0.0, -65504.0).astype(np.float32)[None, None]
+    is_pad = ops.equal(ops.reshape(am, [1, 1, 1, P], False), ops.constant(np.array(0, np.int64)))
+    mask = ops.constant(causal)
+    if shut:
+        mask = ops.add(mask, ops.select(is_pad, ops.constant(np.float32(-65504.0)),
+                                        ops.constant(np.float32(0.0))))
+    fix = ops.logical_and(ops.constant(np.eye(P, dtype=bool)[None, None]), is_pad)
+    mask = ops.select(fix, ops.constant(np.float32(0.0)), mask)
+    o = ops.scaled_dot_product_attention(heads(1), heads(2), heads(3), mask, causal=False)
+    o.output(0).set_names({"out"})
+    return ov.Model([o], [ids, am], "att")

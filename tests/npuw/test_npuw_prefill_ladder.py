@@ -15,6 +15,7 @@ import pytest
 from ov_npu_emu_npuw.config import ladder_sizes, parse_config
 
 from ov_npu_emu.errors import ConfigError
+from tests.npu.conftest import padded_attention_model
 from tests.npuw._oracle import F32_SUB, greedy, real_npuw_config
 
 # "Once upon a time, there was a little girl named Lily." (stories260K tokenizer)
@@ -188,37 +189,6 @@ def test_sdpa_window_refuses_open_padding():
     assert window.violated and window.used == 0 and (out == 7.0).all()  # nothing written
 
 
-def _attention_model(P: int, shut: bool) -> ov.Model:
-    """input_ids → embedding → q/k/v → SDPA under a float mask; padding rows attend themselves.
-    ``shut``: the mask also closes the padding columns (as a padded prefill's does)."""
-    import openvino.opset13 as ops
-
-    H, D, V = 2, 16, 32
-    rng = np.random.default_rng(3)
-    ids = ops.parameter([1, P], ov.Type.i64, name="input_ids")
-    am = ops.parameter([1, P], ov.Type.i64, name="attention_mask")
-    ids.output(0).set_names({"input_ids"})
-    am.output(0).set_names({"attention_mask"})
-    x = ops.gather(ops.constant(rng.standard_normal((V, H * D)).astype(np.float32)), ids, 0)
-
-    def heads(seed: int):
-        w = np.random.default_rng(seed).standard_normal((H * D, H * D)).astype(np.float32) * 0.3
-        y = ops.reshape(ops.matmul(x, ops.constant(w), False, False), [1, P, H, D], False)
-        return ops.transpose(y, ops.constant([0, 2, 1, 3]))
-
-    causal = np.where(np.tril(np.ones((P, P), bool)), 0.0, -65504.0).astype(np.float32)[None, None]
-    is_pad = ops.equal(ops.reshape(am, [1, 1, 1, P], False), ops.constant(np.array(0, np.int64)))
-    mask = ops.constant(causal)
-    if shut:
-        mask = ops.add(mask, ops.select(is_pad, ops.constant(np.float32(-65504.0)),
-                                        ops.constant(np.float32(0.0))))
-    fix = ops.logical_and(ops.constant(np.eye(P, dtype=bool)[None, None]), is_pad)
-    mask = ops.select(fix, ops.constant(np.float32(0.0)), mask)
-    o = ops.scaled_dot_product_attention(heads(1), heads(2), heads(3), mask, causal=False)
-    o.output(0).set_names({"out"})
-    return ov.Model([o], [ids, am], "att")
-
-
 @pytest.mark.parametrize("shut", [True, False])
 def test_npu_driver_window_or_rerun(shut, emu_core):
     """Device level: a provable window gives the full run's real rows; an open padding column
@@ -226,9 +196,9 @@ def test_npu_driver_window_or_rerun(shut, emu_core):
     P, first = 256, 200
     ids = np.r_[np.zeros(first), np.arange(5, 5 + P - first)].astype(np.int64)[None]
     feed = {"input_ids": ids, "attention_mask": (ids > 0).astype(np.int64)}
-    ref = emu_core.compile_model(_attention_model(P, shut), "NPU").create_infer_request()
+    ref = emu_core.compile_model(padded_attention_model(P, shut), "NPU").create_infer_request()
     ref.infer(feed)
-    cm = emu_core.compile_model(_attention_model(P, shut), "NPU", {"NPU_EMU_SKIP_PADDED_ROWS": "YES"})
+    cm = emu_core.compile_model(padded_attention_model(P, shut), "NPU", {"NPU_EMU_SKIP_PADDED_ROWS": "YES"})
     req = cm.create_infer_request()
     req.infer(feed)
     full, ours = ref.get_tensor("out").data, req.get_tensor("out").data

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.samples.test_samples import _only_import_and_device_differ, run
+from tests.samples.sample_runner import only_import_and_device_differ, run
 
 SCORE = re.compile(r"^(-?\d+\.\d{6}): ", flags=re.MULTILINE)
 
@@ -31,4 +31,4 @@ def test_beam_search_causal_lm(stories_dir, real_genai):
 
 
 def test_beam_search_sample_differs_only_in_import():
-    _only_import_and_device_differ("beam_search_causal_lm.py")
+    only_import_and_device_differ("beam_search_causal_lm.py")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.genai_shim.conftest import needs_npuw
-from tests.samples.test_samples import ROOT, SAMPLES, _only_import_and_device_differ
+from tests.samples.sample_runner import ROOT, SAMPLES, only_import_and_device_differ
 
 RUNNER = Path(__file__).parent / "_spec_runner.py"
 TIMING = re.compile(r"  (Generate time|TTFT|TTST|TPOT): \d+\.\d\d( ± \d+\.\d\d)? ms(/token)?")
@@ -49,4 +49,4 @@ def test_speculative_decoding_sample(stories_dir, real_genai):
 
 
 def test_speculative_sample_differs_only_in_import():
-    _only_import_and_device_differ("speculative_decoding_lm.py")
+    only_import_and_device_differ("speculative_decoding_lm.py")

@@ -17,6 +17,7 @@ import pytest
 
 from ov_npu_emu.npu.blob.reader import BlobReader
 from ov_npu_emu.npu.compiler.pipeline import compile_to_blob
+from tests.npu.conftest import padded_attention_model
 
 P, V, E, F = 256, 48, 32, 40
 FIRST = 200  # real rows start here: the window is rows [192, 256)
@@ -120,12 +121,14 @@ def test_optimum_export_prefill_is_identical(emu_core, fixture):
     """A real optimum-cli export (int4 weights: matmul_dq and gather_dq) through NPUW on the
     emulated NPU: greedy ids and the prompt's KV identical with and without the window (the
     same compiled model, its prefill request told that no window fits: one compilation)."""
-    from tests.npuw._oracle import greedy
-    from tests.npuw.test_npuw_prefill_ladder import BASE
+    from tests.npuw._oracle import F32_SUB, greedy
+
+    base = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_LLM_MIN_RESPONSE_LEN": 64,
+            "KV_CACHE_PRECISION": "f32", **F32_SUB}
 
     model = ov.Core().read_model(FIXTURES / fixture / "openvino_model.xml")
     prompt = json.loads((FIXTURES / fixture / "golden.json").read_text())["prompt_ids"]
-    cm = emu_core.compile_model(model, "NPU", {**BASE, "NPUW_DEVICES": "NPU", "NPUW_LLM_MAX_PROMPT_LEN": P})
+    cm = emu_core.compile_model(model, "NPU", {**base, "NPUW_DEVICES": "NPU", "NPUW_LLM_MAX_PROMPT_LEN": P})
     req = cm.create_infer_request()
     impl = req.impl
 
@@ -183,9 +186,8 @@ def test_attention_mask_chain_gets_windows_from_its_readers():
     window rows: the selects computing it are windowed along the query axis (the device-level
     window-vs-full check of this model is tests/npuw/test_npuw_prefill_ladder.py's
     test_npu_driver_window_or_rerun)."""
-    from tests.npuw.test_npuw_prefill_ladder import _attention_model
 
-    meta = BlobReader(compile_to_blob(_attention_model(256, True), {})).meta
+    meta = BlobReader(compile_to_blob(padded_attention_model(256, True), {})).meta
     # the [1,1,P,P] ops (the [1,1,1,P] padding select has no query rows to skip)
     square = [t for t in meta["tasks"] if t["kernel"] in ("select", "logical_and", "add") and t.get("rows")]
     assert {t["kernel"] for t in square} == {"select", "logical_and", "add"}
