@@ -42,10 +42,7 @@ def compile_model(model: Any, device_name: str | None = None, config: dict[str, 
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
+        from ov_npu_emu.version import package_version
 
-        try:
-            return version("ov-npu-emu")
-        except PackageNotFoundError:
-            return "0+unknown"
+        return package_version()
     raise AttributeError(f"module 'ov_npu_emu' has no attribute {name!r}")

@@ -215,9 +215,6 @@ class Device(abc.ABC):
         """Restore a model exported by ``DeviceCompiledModel.export_model`` (no recompilation)."""
 
     def version(self) -> str:
-        try:
-            from importlib.metadata import version
+        from ov_npu_emu.version import package_version
 
-            return version("ov-npu-emu")
-        except Exception:  # not installed (running from a checkout)
-            return "0+unknown"
+        return package_version()

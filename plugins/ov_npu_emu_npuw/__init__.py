@@ -39,7 +39,8 @@ def ovnpu_import_model(
     core: Core, blob: bytes, device_name: str, config: Mapping[str, Any]
 ) -> DeviceCompiledModel | None:
     """Claim artefacts written by our ``export_model`` (they start with our magic bytes)."""
-    from ov_npu_emu_npuw.serialize import MAGIC, import_llm
+    from ov_npu_emu_npuw.compiled_model import import_llm
+    from ov_npu_emu_npuw.serialize import MAGIC
 
     if not blob.startswith(MAGIC):
         return None

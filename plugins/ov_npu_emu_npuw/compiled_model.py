@@ -17,10 +17,11 @@ import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, PluginError
 from ov_npu_emu.runtime.device import DeviceCompiledModel, PortInfo
-from ov_npu_emu_npuw.config import LLMConfig, parse_config
+from ov_npu_emu_npuw.config import LLMConfig, parse_config, skip_padded_rows
 from ov_npu_emu_npuw.lora import lift_lora_states
 from ov_npu_emu_npuw.model_io import KVLayout
 from ov_npu_emu_npuw.position_masks import position_masks
+from ov_npu_emu_npuw.serialize import ImportedLLM, cache_key, export_llm, load_cached, read_llm, store_cached
 from ov_npu_emu_npuw.transform import make_generate_model, make_lm_head_model, make_prefill_model, to_stateless
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ __all__ = [
     "LLMCompiledModel",
     "compile_llm",
     "configure_logging",
+    "import_llm",
     "generate_default_config",
     "pick_device",
 ]
@@ -160,7 +162,6 @@ class LLMCompiledModel(DeviceCompiledModel):
         return LLMInferRequest(self)
 
     def export_model(self) -> bytes:
-        from ov_npu_emu_npuw.serialize import export_llm
 
         return export_llm(self)
 
@@ -223,16 +224,15 @@ def generate_default_config(
     return {"INFERENCE_NUM_THREADS": 1} if work <= CPU_SINGLE_THREAD_STEP_BYTES else {}
 
 
-def skip_padded_rows(cfg: LLMConfig, device: str) -> bool:
-    """Whether the whole-prompt prefill gets NPU_EMU_SKIP_PADDED_ROWS=YES on the emulated NPU.
+def import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None = None) -> LLMCompiledModel:
+    """An exported NPUW artefact back as a compiled model (serialize.py reads and checks it)."""
+    configure_logging()
+    return from_parts(read_llm(core, blob, config))
 
-    The device's window always holds the last 32 rows (its WINDOW_ALIGN); with the shared head
-    the prefill outputs its last MAX_GENERATION_TOKEN_LEN rows, so a longer one keeps the full
-    run (the device would re-run such a prefill without the window anyway).
-    """
-    return (
-        device == "NPU" and cfg.prefill_ladder and not cfg.chunk_size and cfg.max_gen_len <= 32
-    )
+
+def from_parts(p: ImportedLLM) -> LLMCompiledModel:
+    subs = SubModels(p.prefill, p.generate, p.lm_head, p.prefill_pyramid)
+    return LLMCompiledModel(p.name, p.cfg, p.kv, p.device, subs, p.inputs, p.outputs, sub_defaults=p.sub_defaults)
 
 
 def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCompiledModel:
@@ -246,13 +246,14 @@ def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCo
 
         weights_path = weights_path_of(model, cfg.weights_path)
     if cfg.cache_dir:
-        from ov_npu_emu_npuw.serialize import cache_key, load_cached, store_cached
 
         key = cache_key(model, cfg)
         # a weightless entry takes its weights back from the model being compiled
         source = {"WEIGHTS_PATH": weights_path} if weights_path else {}
-        cached = load_cached(core, cfg.cache_dir, key, {**config, **source})
-        if cached is not None:
+        parts = load_cached(core, cfg.cache_dir, key, {**config, **source})
+        if parts is not None:
+            cached = from_parts(parts)
+            cached.loaded_from_cache = True
             cached.weights_path = weights_path
             return cached
     cm = _build(core, model, cfg)
@@ -437,12 +438,3 @@ class _TtyProgress:
                 f"\r\033[K[NPUW] compiled {self.total} sub-models in {seconds:.1f} s\n"
             )
             sys.stderr.flush()
-
-
-def _package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ov-npu-emu")
-    except PackageNotFoundError:  # running from a checkout
-        return "0+unknown"

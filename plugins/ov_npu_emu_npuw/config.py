@@ -552,3 +552,15 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         cache_mode=cache_mode,
         weights_path=str(raw.get("WEIGHTS_PATH", "") or ""),
     )
+
+
+def skip_padded_rows(cfg: LLMConfig, device: str) -> bool:
+    """Whether the whole-prompt prefill gets NPU_EMU_SKIP_PADDED_ROWS=YES on the emulated NPU.
+
+    The device's window always holds the last 32 rows (its WINDOW_ALIGN); with the shared head
+    the prefill outputs its last MAX_GENERATION_TOKEN_LEN rows, so a longer one keeps the full
+    run (the device would re-run such a prefill without the window anyway).
+    """
+    return (
+        device == "NPU" and cfg.prefill_ladder and not cfg.chunk_size and cfg.max_gen_len <= 32
+    )

@@ -13,6 +13,7 @@ or MODEL_PTR.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -27,7 +28,8 @@ import openvino as ov
 from ov_npu_emu.errors import BlobFormatError, ConfigError, NpuEmuError
 from ov_npu_emu.runtime.device import PortInfo
 from ov_npu_emu.runtime.model_cache import model_hash, read_entry, write_entry
-from ov_npu_emu_npuw.config import LLMConfig
+from ov_npu_emu.version import package_version
+from ov_npu_emu_npuw.config import LLMConfig, skip_padded_rows
 from ov_npu_emu_npuw.model_io import KVLayout
 from ov_npu_emu_npuw.weightless import (
     WeightsIndex,
@@ -48,7 +50,8 @@ __all__ = [
     "MAGIC",
     "cache_key",
     "export_llm",
-    "import_llm",
+    "ImportedLLM",
+    "read_llm",
     "load_cached",
     "store_cached",
 ]
@@ -61,11 +64,9 @@ _FIXED = struct.Struct("<IQ")
 
 
 def _versions() -> dict[str, str]:
-    from ov_npu_emu_npuw.compiled_model import _package_version
-
     return {
         "openvino": ov.get_version(),
-        "ov_npu_emu": _package_version(),
+        "ov_npu_emu": package_version(),
         "format": str(FORMAT_VERSION),
     }
 
@@ -140,12 +141,28 @@ def export_llm(cm: LLMCompiledModel) -> bytes:
     )
 
 
-def import_llm(
-    core: Core, blob: bytes, config: Mapping[str, Any] | None = None
-) -> LLMCompiledModel:
-    """Restore without recompiling; foreign, truncated or version-mismatched artefacts are typed errors."""
+@dataclasses.dataclass(frozen=True)
+class ImportedLLM:
+    """What an artefact holds: the compiled model's constructor arguments, sub-models imported."""
+
+    name: str
+    cfg: LLMConfig
+    kv: KVLayout
+    device: str
+    prefill: Any
+    generate: dict[int, Any]
+    lm_head: Any
+    prefill_pyramid: dict[int, Any]
+    inputs: list[PortInfo]
+    outputs: list[PortInfo]
+    sub_defaults: dict[str, dict[str, Any]]
+
+
+def read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None = None) -> ImportedLLM:
+    """Import the sub-models without recompiling; foreign, truncated or version-mismatched
+    artefacts are typed errors."""
     try:
-        return _import_llm(core, blob, config)
+        return _read_llm(core, blob, config)
     except NpuEmuError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
@@ -155,15 +172,7 @@ def import_llm(
         ) from e
 
 
-def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LLMCompiledModel:
-    from ov_npu_emu_npuw.compiled_model import (
-        LLMCompiledModel,
-        SubModels,
-        configure_logging,
-        skip_padded_rows,
-    )
-
-    configure_logging()
+def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> ImportedLLM:
     if not blob.startswith(MAGIC):
         raise BlobFormatError(
             "This blob wasn't serialized via NPUW! (no ov_npu_emu NPUW LLM magic); "
@@ -276,16 +285,7 @@ def _import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> LL
     ins = [_port(i, d) for i, d in enumerate(header["inputs"])]
     outs = [_port(i, d) for i, d in enumerate(header["outputs"])]
     logger.info("imported NPUW LLM %s (%d sub-models on %s)", header["name"], len(parts), device)
-    return LLMCompiledModel(
-        header["name"],
-        cfg,
-        kv,
-        device,
-        SubModels(prefill, generate, head, pyramid),
-        ins,
-        outs,
-        sub_defaults=sub_defaults,
-    )
+    return ImportedLLM(header["name"], cfg, kv, device, prefill, generate, head, pyramid, ins, outs, sub_defaults)
 
 
 def _device_weights(desc: Mapping[str, Any], weights_path: Any, model_ptr: Any) -> dict[str, Any]:
@@ -351,20 +351,19 @@ def _path(cache_dir: str, key: str) -> str:
     return os.path.join(cache_dir, f"npuw_llm_{key}.blob")
 
 
-def load_cached(core: Core, cache_dir: str, key: str, config: Mapping[str, Any]) -> LLMCompiledModel | None:
+def load_cached(core: Core, cache_dir: str, key: str, config: Mapping[str, Any]) -> ImportedLLM | None:
     """The cached compilation, or None (a broken entry is reported and ignored, never fatal)."""
     path = _path(cache_dir, key)
     blob = read_entry(path)
     if blob is None:
         return None
     try:
-        cm = import_llm(core, blob, config)
+        parts = read_llm(core, blob, config)
     except NpuEmuError as e:
         logger.warning("CACHE_DIR entry %s could not be loaded (%s); compiling instead", path, e)
         return None
-    cm.loaded_from_cache = True
     logger.info("loaded NPUW LLM from CACHE_DIR %s", path)
-    return cm
+    return parts
 
 
 def store_cached(cache_dir: str, key: str, cm: LLMCompiledModel) -> None:
