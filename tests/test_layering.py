@@ -61,3 +61,15 @@ def test_no_module_over_the_size_limit():
         if (n := len(f.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     ]
     assert not big, f"split these along their seams (limit {MAX_MODULE_LINES}):\n" + "\n".join(big)
+
+
+def test_tests_share_helpers_through_helper_modules():
+    """A test module's privates are not an API: shared helpers live in conftest.py or a helper
+    module (tests/genai_shim/speculative_helpers.py, tests/samples/sample_runner.py, ...)."""
+    bad = [
+        f"{f.relative_to(ROOT)}:{line} imports {mod}"
+        for f in (ROOT / "tests").rglob("test_*.py")
+        for line, mod in _imports(f)
+        if mod.startswith("tests.") and mod.rsplit(".", 1)[-1].startswith("test_")
+    ]
+    assert not bad, "\n".join(bad)
