@@ -79,19 +79,26 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str) -> dict:
     cfg = g.GenerationConfig()
     cfg.max_new_tokens = new
     cfg.ignore_eos = True
-    pipe.generate([prompt], cfg)  # warm-up (our ladder compiles its rung here)
+    ttft, tpot, text = timed_generations(pipe, prompt, cfg, repeat)
+    return {
+        "load_s": load,
+        "ttft_ms": ttft,
+        "tpot_ms": tpot,
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "text": text,
+    }
+
+
+def timed_generations(pipe, prompt: str, cfg, repeat: int) -> tuple[float, float, str]:  # type: ignore[no-untyped-def]
+    """One warm-up generate (our ladder compiles its rung there), then ``repeat`` timed ones:
+    (median TTFT ms, median TPOT ms, the last text)."""
+    pipe.generate([prompt], cfg)
     ttft, tpot = [], []
     for _ in range(repeat):
         res = pipe.generate([prompt], cfg)
         ttft.append(res.perf_metrics.get_ttft().mean)
         tpot.append(res.perf_metrics.get_tpot().mean)
-    return {
-        "load_s": load,
-        "ttft_ms": statistics.median(ttft),
-        "tpot_ms": statistics.median(tpot),
-        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "text": res.texts[0],
-    }
+    return statistics.median(ttft), statistics.median(tpot), res.texts[0]
 
 
 def run_worker(setup: str, folder: str, args: argparse.Namespace) -> dict:

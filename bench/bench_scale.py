@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -76,19 +75,16 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str) -> dict:
     if repeat == 0:  # --load-only
         return {"load_s": load, "ttft_ms": float("nan"), "tpot_ms": float("nan"), "rss_load_mb": rss_load,
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "text": ""}
-    pipe.generate([prompt], cfg)  # warm-up
-    ttft, tpot = [], []
-    for _ in range(repeat):
-        res = pipe.generate([prompt], cfg)
-        ttft.append(res.perf_metrics.get_ttft().mean)
-        tpot.append(res.perf_metrics.get_tpot().mean)
+    from bench_prefill import timed_generations
+
+    ttft, tpot, text = timed_generations(pipe, prompt, cfg, repeat)
     return {
         "load_s": load,
-        "ttft_ms": statistics.median(ttft),
-        "tpot_ms": statistics.median(tpot),
+        "ttft_ms": ttft,
+        "tpot_ms": tpot,
         "rss_load_mb": rss_load,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "text": res.texts[0],
+        "text": text,
     }
 
 
