@@ -15,7 +15,7 @@ from genai_shim.continuous_batching.block_manager import BlockManager
 from genai_shim.continuous_batching.forks import BeamGroup, fork_request
 from genai_shim.continuous_batching.paged_model import PagedModel
 from genai_shim.continuous_batching.scheduler import Request, Scheduler
-from genai_shim.generation_config import GenerationConfig
+from genai_shim.generation_config import GenerationConfig, check_supported
 from genai_shim.lora_controller import AdapterController, resolve_adapters
 from genai_shim.model_folder import MODEL_XML, model_folder
 from genai_shim.perf_metrics import PerfMetrics
@@ -371,6 +371,8 @@ class ContinuousBatchingPipeline:
         if config.eos_token_id == -1:
             config.set_eos_token_id(self._config.eos_token_id)
         config.validate()
+        # fields this pipeline would otherwise drop (parsers, tree search, VLM-only, ...)
+        check_supported(config, assisted=False, folder_defaults=self._config, lora=self._lora is not None)
         if config.max_length <= len(prompt) and config.max_length != _size_max():
             raise UserInputError("'max_length' must be greater than the number of prompt tokens")
         window, stops = stop_window(self._tokenizer, config)

@@ -179,6 +179,11 @@ def test_optimum_export_ids(real_genai: Any) -> None:
 def test_unsupported_features_are_typed_errors(ours: Any, stories_dir: Path) -> None:
     with pytest.raises(UserInputError, match="streaming is possible only with batch size=1"):
         ours.generate(["A", "B"], [genai_shim.GenerationConfig(max_new_tokens=2)] * 2, lambda s: None)
+    # a field the pipeline cannot honour is refused, never dropped: as LLMPipeline does
+    with pytest.raises(ConfigError, match="tree_depth"):
+        ours.generate(["A"], [genai_shim.GenerationConfig(max_new_tokens=2, tree_depth=2)])
+    with pytest.raises(ConfigError, match="num_assistant_tokens"):
+        ours.add_request(7, "A", genai_shim.GenerationConfig(max_new_tokens=2, num_assistant_tokens=3))
 
 
 def test_prefix_caching_reuses_blocks_and_keeps_texts(real_genai: Any, stories_dir: Path) -> None:
