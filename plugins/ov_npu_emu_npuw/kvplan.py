@@ -50,6 +50,21 @@ def _tensor_bytes(
     return storage_bytes(precision, heads, slots, head_dim, group, key)
 
 
+def _byte_totals(precision: str, data: int, scales: int, residual: int, head_dim: int, group: int) -> dict[str, Any]:
+    """A plan's byte fields: data, scales + zero points, the keys' residual and their sum; for
+    int8/int4 also the group size and the overhead over the data."""
+    out: dict[str, Any] = {
+        "data_bytes": data,
+        "scale_bytes": scales,
+        "residual_bytes": residual,
+        "bytes": data + scales + residual,
+    }
+    if precision in BITS:
+        out["group_size"] = _group(head_dim, group)
+        out["scale_overhead"] = (scales + residual) / data if data else 0.0
+    return out
+
+
 def plan_from_dims(
     layers: int, kv_heads: int, head_dim: int, batch: int, seq: int, dtype: str, group: int = 0
 ) -> dict[str, Any]:
@@ -68,14 +83,8 @@ def plan_from_dims(
         },
         "dtype": dtype,
         "kv_cache_precision": precision,
-        "data_bytes": data,
-        "scale_bytes": scales,
-        "residual_bytes": residual,
-        "bytes": data + scales + residual,
+        **_byte_totals(precision, data, scales, residual, head_dim, group),
     }
-    if precision in BITS:
-        out["group_size"] = _group(head_dim, group)
-        out["scale_overhead"] = (scales + residual) / data
     return out
 
 
@@ -125,14 +134,8 @@ def plan_from_model(path: str | Path, config: Mapping[str, Any], group: int = 0)
         "max_generation_token_len": M,
         "capacity_tokens": capacity,
         "variants": variants,
-        "data_bytes": data,
-        "scale_bytes": scales,
-        "residual_bytes": residual,
-        "bytes": data + scales + residual,
+        **_byte_totals(precision, data, scales, residual, kv.head_dims[0], group),
     }
-    if precision in BITS:
-        out["group_size"] = _group(kv.head_dims[0], group)
-        out["scale_overhead"] = (scales + residual) / data if data else 0.0
     if cfg.prefix_block:
         d1, s1, _ = at(1)
         per_token = d1 + s1
