@@ -615,10 +615,10 @@ class LLMPipeline:
         if paged:
             if config.is_beam_search():
                 return self._pa.beam_search(seqs, config, perf)
-            stream_stopped = self._pa.run(self, seqs, config, stream, perf, stop_window)
+            stream_stopped, self._cancelled = self._pa.run(seqs, config, self._sampler, stream, perf, stop_window)
             if stream is not None:
                 if not stream_stopped:
-                    self._stream(stream, seqs[0], 0)
+                    stream_tokens(stream, seqs[0], 0)
                 stream.end()
             return self._encoded_results(seqs, perf, keep_kv)
 
@@ -672,7 +672,7 @@ class LLMPipeline:
                 s.logps.append(logp)
                 self._check_finish(s, config, stop_window, stop_strings)
             if stream is not None and not stream_stopped:
-                status = self._stream(stream, seqs[0], stop_window)
+                status = stream_tokens(stream, seqs[0], stop_window)
                 stream_stopped = status != StreamingStatus.RUNNING
                 if stream_stopped and seqs[0].finish is None:
                     seqs[0].finish = STREAMER_FINISH[status]
@@ -706,7 +706,7 @@ class LLMPipeline:
             last = logits[:, -1, :]
         if stream is not None:
             if not stream_stopped:
-                self._stream(stream, seqs[0], 0)
+                stream_tokens(stream, seqs[0], 0)
             stream.end()
         return self._encoded_results(seqs, perf, keep_kv)
 
@@ -725,6 +725,3 @@ class LLMPipeline:
 
     def _check_finish(self, s: RunningSequence, config: GenerationConfig, window: int, stops: list[str]) -> None:
         check_finish(s, config, self._tokenizer, window, stops, self._kv_capacity if self._is_npu else None)
-
-    #: the paged backend streams through the same rules
-    _stream = staticmethod(stream_tokens)

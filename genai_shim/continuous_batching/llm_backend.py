@@ -14,9 +14,9 @@ from genai_shim.continuous_batching.pipeline import (
     GenerationStatus,
     SchedulerConfig,
 )
+from genai_shim.decoding import STREAMER_FINISH, stream_tokens
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
 from genai_shim.perf_metrics import PerfMetrics
-from genai_shim.results import GenerationFinishReason
 from genai_shim.streamers import StreamerBase, StreamingStatus
 
 __all__ = ["PagedBackend", "supports"]
@@ -58,16 +58,16 @@ class PagedBackend:
 
     def run(
         self,
-        pipe: Any,
         seqs: list[Any],
         config: GenerationConfig,
+        sampler: Any,
         stream: StreamerBase | None,
         perf: PerfMetrics,
         stop_window: int,
-    ) -> bool:
-        """Generate for every ``_Seq`` of ``seqs`` (their prompts are set), filling their tokens,
-        log-probabilities and finish reasons; returns whether the streamer stopped.  Streaming
-        goes through ``pipe._stream`` so the rules equal the stateful path's."""
+    ) -> tuple[bool, bool]:
+        """Generate for every RunningSequence of ``seqs`` (their prompts are set), filling their
+        tokens, log-probabilities and finish reasons; returns (whether the streamer stopped,
+        whether it cancelled).  Streaming follows the stateful path's rules (decoding.py)."""
         eng = self.engine
         eng.apply_adapters([config])
         # parallel sampling: ``seqs`` holds n consecutive sequences per prompt, one request
@@ -76,12 +76,12 @@ class PagedBackend:
         states = [eng._new_state(list(s.prompt), config) for s in seqs[::n]]
         for s, st in zip(seqs[::n], states, strict=False):
             st.max_new = s.max_new
-            st.sampler = pipe._sampler  # one seeded stream per generate() call, as the SDPA path
+            st.sampler = sampler  # one seeded stream per generate() call, as the SDPA path
             for m in st.members or ():
                 m.max_new, m.sampler = st.max_new, st.sampler
         eng._states.extend(states)
         raw = perf.raw_metrics
-        stream_stopped = False
+        stream_stopped = cancelled = False
         try:
             while eng.has_non_finished_requests():
                 eng.step()
@@ -96,15 +96,11 @@ class PagedBackend:
                     s0.tokens = st0.req.generated
                     if st0.status != GenerationStatus.RUNNING:
                         s0.finish = st0.finish
-                    status = pipe._stream(stream, s0, stop_window)
+                    status = stream_tokens(stream, s0, stop_window)
                     stream_stopped = status != StreamingStatus.RUNNING
                     if stream_stopped and st0.status == GenerationStatus.RUNNING:
-                        s0.finish = {
-                            StreamingStatus.STOP: GenerationFinishReason.STOP,
-                            StreamingStatus.CANCEL: GenerationFinishReason.NONE,
-                            StreamingStatus.TOOL_CALL_STOP: GenerationFinishReason.TOOL_CALL,
-                        }[status]
-                        pipe._cancelled = status == StreamingStatus.CANCEL
+                        s0.finish = STREAMER_FINISH[status]
+                        cancelled = status == StreamingStatus.CANCEL
                         eng._finish(st0, GenerationStatus.STOP, keep=True)
                         st0.finish = s0.finish
         finally:
@@ -117,7 +113,7 @@ class PagedBackend:
             s.logps = list(logps)
             if s.finish is None:
                 s.finish = finish
-        return stream_stopped
+        return stream_stopped, cancelled
 
     def beam_search(self, seqs: list[Any], config: GenerationConfig, perf: PerfMetrics) -> Any:
         """Beam search for every prompt of ``seqs``: the best ``num_return_sequences`` beams
