@@ -20,7 +20,7 @@ from ov_npu_emu.npu.compiler.frontend import Prepared, prepare
 from ov_npu_emu.npu.compiler.lower import lower
 from ov_npu_emu.npu.compiler.memory import plan_memory
 from ov_npu_emu.npu.compiler.schedule import schedule
-from ov_npu_emu.npu.compiler.tokens import mark_token_rows
+from ov_npu_emu.npu.compiler.tokens import mark_token_rows, prefill_length
 from ov_npu_emu.npu.compiler.verify import verify_memory, verify_schedule
 from ov_npu_emu.options import as_bool
 
@@ -65,13 +65,11 @@ def _weights_format(lw: Any) -> dict[str, Any]:
 
 
 def _token_prefill(prep: Prepared) -> bool:
-    """A stateless model fed ``input_ids`` [1, L > 1]: an LLM prefill that token-row windows serve."""
-    if prep.variables:
-        return False
+    """An LLM prefill, which token-row windows serve (tokens.prefill_length)."""
     for p in prep.model.get_parameters():
         if "input_ids" in p.output(0).get_names():
             shape = p.get_output_partial_shape(0)
-            return shape.is_static and len(shape) == 2 and shape[0].get_length() == 1 and shape[1].get_length() > 1
+            return shape.is_static and prefill_length(tuple(shape.to_shape()), bool(prep.variables)) > 0
     return False
 
 

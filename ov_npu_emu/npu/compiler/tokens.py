@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from ov_npu_emu.npu.blob.format import TaskKind
 from ov_npu_emu.npu.compiler.graph import Place, Task, Value
 
-__all__ = ["TOKEN_INPUTS", "mark_token_rows"]
+__all__ = ["TOKEN_INPUTS", "mark_token_rows", "prefill_length"]
 
 logger = logging.getLogger(__name__)
 
@@ -315,6 +315,14 @@ class _Analysis:
         self._mixing(t, partial_in)
 
 
+def prefill_length(ids_shape: Sequence[int] | None, has_state: bool) -> int:
+    """L of an LLM prefill (a stateless model fed ``input_ids`` [1, L > 1]), else 0: only such
+    a model has token rows to window."""
+    if has_state or ids_shape is None or len(ids_shape) != 2 or ids_shape[0] != 1 or ids_shape[1] < 2:
+        return 0
+    return int(ids_shape[1])
+
+
 def mark_token_rows(tasks: Sequence[Task], inputs: Sequence[Value], input_names: Iterable[Iterable[str]],
                     has_state: bool) -> int:
     """Set ``Task.rows`` on every task that may run on a window of token rows; returns how many.
@@ -325,9 +333,9 @@ def mark_token_rows(tasks: Sequence[Task], inputs: Sequence[Value], input_names:
         t.rows = None
     names = [set(n) for n in input_names]
     ids = next((v for v, n in zip(inputs, names, strict=False) if "input_ids" in n), None)
-    if has_state or ids is None or len(ids.shape) != 2 or ids.shape[0] != 1 or ids.shape[1] < 2:
+    length = prefill_length(ids.shape if ids is not None else None, has_state)
+    if not length:
         return 0
-    length = ids.shape[1]
     an = _Analysis(tasks, length)
     for v, n in zip(inputs, names, strict=False):
         if n & set(TOKEN_INPUTS) and v.shape and v.shape[-1] == length:
