@@ -14,6 +14,20 @@ from genai_shim.continuous_batching import (
 )
 from genai_shim.generation_config import GenerationConfig, StopCriteria
 from genai_shim.lora import Adapter, AdapterConfig
+from genai_shim.parser_streamer import TextParserStreamer
+from genai_shim.parsers import (
+    DeepSeekR1ReasoningIncrementalParser,
+    DeepSeekR1ReasoningParser,
+    IncrementalParser,
+    Llama3JsonToolParser,
+    Llama3PythonicToolParser,
+    Parser,
+    Phi4ReasoningIncrementalParser,
+    Phi4ReasoningParser,
+    ReasoningIncrementalParser,
+    ReasoningParser,
+    VLLMParserWrapper,
+)
 from genai_shim.perf_metrics import MeanStdPair, PerfMetrics, RawPerfMetrics, SummaryStats
 from genai_shim.pipeline import LLMPipeline, SchedulerConfig
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
@@ -64,6 +78,19 @@ __all__ = [
     "StreamerBase",
     "StreamingStatus",
     "TextStreamer",
+    "TextParserStreamer",
+    # output parsers
+    "Parser",
+    "IncrementalParser",
+    "ReasoningParser",
+    "ReasoningIncrementalParser",
+    "DeepSeekR1ReasoningParser",
+    "DeepSeekR1ReasoningIncrementalParser",
+    "Phi4ReasoningParser",
+    "Phi4ReasoningIncrementalParser",
+    "Llama3JsonToolParser",
+    "Llama3PythonicToolParser",
+    "VLLMParserWrapper",
     "get_version",
 ]
 

@@ -29,15 +29,6 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
         "cache eviction, KVCrush and sparse attention are not implemented; "
         "SchedulerConfig.use_cache_eviction / use_sparse_attention raise ConfigError",
     ),
-    "output parsers": (
-        (
-            "Parser", "IncrementalParser", "ReasoningParser", "ReasoningIncrementalParser",
-            "DeepSeekR1ReasoningParser", "DeepSeekR1ReasoningIncrementalParser",
-            "Phi4ReasoningParser", "Phi4ReasoningIncrementalParser", "Llama3JsonToolParser",
-            "Llama3PythonicToolParser", "VLLMParserWrapper", "TextParserStreamer",
-        ),
-        "not implemented; GenerationConfig.parsers raises ConfigError",
-    ),
     "visual language models": (
         ("VLMPipeline", "VLMPipelineBase", "VLMDecodedResults", "VideoMetadata"),
         "text-only LLMPipeline",
@@ -126,6 +117,12 @@ def field_rows(real_config: Any) -> list[tuple[str, str, str]]:
             continue
         if name == "adapters":
             note = "LoRA; in a pipeline created with the adapters property, else ConfigError unless default"
+            rows.append((name, "implemented", note))
+        elif name == "parsers":
+            note = (
+                "LLMPipeline with text inputs (DecodedResults.parsed); ContinuousBatchingPipeline: "
+                "ConfigError unless default"
+            )
             rows.append((name, "implemented", note))
         elif name in UNSUPPORTED_FIELDS:
             rows.append((name, "typed error", f"ConfigError unless default: {UNSUPPORTED_FIELDS[name]}"))

@@ -126,10 +126,21 @@ def render_chat_template(
     pad_token: str = "",
     tools: list[dict[str, Any]] | None = None,
     extra_context: dict[str, Any] | None = None,
+    polyfills: bool = True,
+    caps: Any = None,
 ) -> str:
-    """Render ``template`` with the variables HF templates expect."""
+    """Render ``template`` with the variables HF templates expect, after the real engine's
+    rewrites for what the template cannot render (``genai_shim.chat_polyfills``; ``caps``: the
+    template's probed capabilities, probed here when not given)."""
     from jinja2 import TemplateError
 
+    if polyfills:
+        from genai_shim.chat_polyfills import polyfilled_messages, probe
+
+        try:
+            messages = polyfilled_messages(messages, tools, caps or probe(template, bos_token, eos_token))
+        except ValueError as e:
+            raise ConfigError(f"Chat template rendering failed: {e}") from e
     ctx: dict[str, Any] = dict(extra_context or {})
     ctx.update(
         messages=messages,

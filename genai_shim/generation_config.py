@@ -68,7 +68,7 @@ _DEFAULTS: dict[str, Any] = {
     "apply_chat_template": True,
     "structured_output_config": None,
     "adapters": None,
-    "parsers": None,
+    "parsers": [],
     "return_omni_outputs": False,
     "pruning_ratio": 0.0,
     "relevance_weight": 0.0,
@@ -184,6 +184,10 @@ class GenerationConfig:
                     f"or None, got {type(value).__name__}",
                     key=name,
                 )
+        elif name == "parsers":
+            from genai_shim.parsers import checked_parsers
+
+            value = checked_parsers(value)
         else:
             value = _checked(name, value)
         object.__setattr__(self, name, value)
@@ -386,7 +390,10 @@ UNSUPPORTED_FIELDS: dict[str, str] = {
         "LoRA adapters apply only in an LLMPipeline created with the adapters property "
         "(adapters=AdapterConfig(...)), as openvino_genai's AdapterController"
     ),
-    "parsers": "output parsers (DecodedResults.parsed) are not implemented in genai_shim",
+    "parsers": (
+        "output parsers run in LLMPipeline.generate for text inputs (DecodedResults.parsed); "
+        "this pipeline does not run them (nor does the real one)"
+    ),
     "return_omni_outputs": "only openvino_genai's OmniPipeline uses it",
     "pruning_ratio": "visual-token pruning: only openvino_genai's VLMPipeline uses it",
     "relevance_weight": "visual-token pruning: only openvino_genai's VLMPipeline uses it",
@@ -411,6 +418,7 @@ def check_supported(
     assisted: bool,
     folder_defaults: GenerationConfig | None = None,
     lora: bool = False,
+    parsers: bool = False,
 ) -> None:
     """Refuse fields the pipeline would otherwise drop silently.
 
@@ -418,9 +426,10 @@ def check_supported(
     used).  ``folder_defaults``: the pipeline's own config (from generation_config.json); an
     assisting value equal to it is left alone, as openvino_genai reads it from the folder and
     uses it only for assisted generation.  ``lora``: the pipeline applies ``adapters``.
+    ``parsers``: the pipeline runs ``parsers`` (LLMPipeline with text inputs).
     """
     for name, why in UNSUPPORTED_FIELDS.items():
-        if lora and name == "adapters":
+        if (lora and name == "adapters") or (parsers and name == "parsers"):
             continue
         value = getattr(config, name)
         if not _is_default(name, value):

@@ -32,6 +32,7 @@ from genai_shim.lora_controller import AdapterController, resolve_adapters
 from genai_shim.model_folder import MODEL_XML, model_folder
 from genai_shim.npu_compile import compile_npu
 from genai_shim.npu_config import get_kv_axes_pos
+from genai_shim.parser_streamer import generate_with_parsers
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.pipeline_args import encoded_inputs, parse_ctor, parse_memory_ctor, split_properties, stack_rows
 from genai_shim.prompt_lookup import run_prompt_lookup
@@ -277,6 +278,11 @@ class LLMPipeline:
         TokenizedInputs / ov.Tensor of ids (→ EncodedResults)."""
         start = _now()
         config = self._resolve_config(generation_config, kwargs)
+        if isinstance(inputs, (TokenizedInputs, ov.Tensor, np.ndarray)):  # no parsers, as the real
+            return self._generate(inputs, config, streamer, start)
+        return generate_with_parsers(config, streamer, lambda cfg: self._generate(inputs, cfg, streamer, start))
+
+    def _generate(self, inputs: Any, config: GenerationConfig, streamer: Any, start: float) -> Any:
         if self._spec is not None:
             return generate_speculative(self._spec, inputs, config, streamer, start, self._chat, self._load_time)
         if isinstance(inputs, (TokenizedInputs, ov.Tensor, np.ndarray)):
@@ -328,6 +334,7 @@ class LLMPipeline:
             assisted=self._spec is not None or self._pl_requested,
             folder_defaults=self._config,
             lora=self._lora is not None,
+            parsers=True,
         )
         if config.structured_output_config is not None:
             check_structured_output(config, speculative=self._spec is not None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import enum
 from typing import Any
 
@@ -45,7 +46,13 @@ class DecodedResults:
         self.finish_reasons: list[GenerationFinishReason] = []
         self.perf_metrics = PerfMetrics()
         self.extended_perf_metrics: Any = None
-        self.parsed: list[dict[str, Any]] = []
+        self._parsed: list[dict[str, Any]] = []
+
+    @property
+    def parsed(self) -> list[dict[str, Any]]:
+        """Messages of the output parsers (GenerationConfig.parsers, a TextParserStreamer);
+        read-only and a copy on every access, as the real binding's."""
+        return copy.deepcopy(self._parsed)
 
     def __str__(self) -> str:
         if len(self.texts) == 1:

@@ -158,21 +158,23 @@ class TextStreamer(StreamerBase):
         self._cache.append(int(token))
         raw = self._decode(self._cache)
         self._lengths.append(len(raw))
+        # The callback runs before the cache is flushed or the printed position moves, as in
+        # the real (TextParserStreamer reads the delta's tokens from that state).
         if raw.endswith(b"\n") and len(raw) > self._printed:
-            out = raw[self._printed :]
+            status = self._emit(raw[self._printed :])
             self._cache, self._lengths, self._printed = [], [], 0
-            return self._emit(out)
+            return status
         if _is_incomplete(raw):
             self._lengths[-1] = -1
             return StreamingStatus.RUNNING
         if len(self._lengths) < self._DELAY_N_TOKENS:
             return StreamingStatus.RUNNING
         until = self._length_at(len(self._lengths) - self._DELAY_N_TOKENS)
-        out = b""
         if until > -1 and until > self._printed:
-            out = raw[self._printed : until]
+            status = self._emit(raw[self._printed : until])
             self._printed = until
-        return self._emit(out)
+            return status
+        return self._emit(b"")
 
     def end(self) -> None:
         raw = self._decode(self._cache)

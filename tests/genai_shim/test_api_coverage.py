@@ -51,7 +51,6 @@ def test_generation_config_fields_match_real(real_genai):
     "field, value",
     [
         ("adapters", object()),
-        ("parsers", [object()]),
         ("return_omni_outputs", True),
         ("pruning_ratio", 0.5),
         ("relevance_weight", 0.5),

@@ -98,8 +98,12 @@ def test_chat_template_errors(stories_dir, chat_dir):
     with pytest.raises(ConfigError, match="Chat template wasn't found"):
         ours.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True)
     chat = genai_shim.Tokenizer(str(chat_dir))
-    with pytest.raises(ConfigError, match="unknown role tool"):
-        chat.apply_chat_template([{"role": "tool", "content": "x"}], add_generation_prompt=True)
+    with pytest.raises(ConfigError, match="unknown role narrator"):
+        chat.apply_chat_template([{"role": "narrator", "content": "x"}], add_generation_prompt=True)
+    # a "tool" turn the template cannot render becomes a user turn holding JSON, as in the real
+    assert chat.apply_chat_template([{"role": "tool", "content": "x"}], add_generation_prompt=True) == (
+        '<s>Question: {\n  "tool_response": {\n    "content": "x"\n  }\n}\nAnswer:'
+    )
     chat.set_chat_template("{{ messages[0]['content'] | upper }}")
     assert (
         chat.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True)
