@@ -1,0 +1,166 @@
+"""Speculative decoding with both models on CPU: the real LLMPipeline runs its continuous-batching
+pipeline (SpeculativeDecodingImpl), so does ours (genai_shim/continuous_batching/speculative.py).
+Texts, scores, finish reasons and every counter of the three metric series are compared with
+the real openvino_genai on the same folders (f32 hints on both models)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+import pytest
+
+import genai_shim
+from ov_npu_emu.errors import ConfigError
+from tests.genai_shim.conftest import F32
+from tests.genai_shim.speculative_helpers import build_draft
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "optimum"
+PROMPTS = ["Once upon a time", "Lily and Tom", "The cat"]
+
+
+def _pipe(impl: Any, main: Path, draft: Path, **props: Any) -> Any:
+    return impl.LLMPipeline(
+        str(main), "CPU", draft_model=impl.draft_model(str(draft), "CPU", **F32), **F32, **props
+    )
+
+
+def sd_counters(res: Any) -> dict[str, Any]:
+    """Everything the upstream sample prints but the timings, and more."""
+    e = res.extended_perf_metrics
+    main, draft = e.main_model_metrics, e.draft_model_metrics
+    return {
+        "texts": list(res.texts),
+        "scores": [round(float(s), 4) for s in res.scores],
+        "finish": [int(r) for r in res.finish_reasons],
+        "batches": list(res.perf_metrics.raw_metrics.m_batch_sizes),
+        "generated": res.perf_metrics.get_num_generated_tokens(),
+        "input": res.perf_metrics.get_num_input_tokens(),
+        "main_batches": list(main.raw_metrics.m_batch_sizes),
+        "main_iterations": len(main.raw_metrics.m_durations),
+        "main_generated": main.get_num_generated_tokens(),
+        "draft_batches": list(draft.raw_metrics.m_batch_sizes),
+        "draft_iterations": len(draft.raw_metrics.m_durations),
+        "draft_generated": draft.get_num_generated_tokens(),
+        "accepted": e.get_num_accepted_tokens(),
+        "draft_tokens": e.get_num_draft_tokens(),
+        "rejected": e.get_num_rejected_tokens(),
+        "draft_processed": e.get_num_draft_processed_tokens(),
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny_draft(stories_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random tiny Llama with stories260K's tokenizer: its candidates are rejected."""
+    return build_draft(tmp_path_factory.mktemp("cb_draft_tiny"), stories_dir, own_tokenizer=False)
+
+
+@pytest.fixture(scope="module", params=["same_draft", "tiny_draft"])
+def pair(request: pytest.FixtureRequest, stories_dir: Path, real_genai: Any) -> dict[str, Any]:
+    """Our and the real pipeline on stories260K.  Both keep state across calls (the draft's
+    last batch size leaks into the next call's counters in the real), so every test makes the
+    same calls on both, in the same order."""
+    draft = stories_dir if request.param == "same_draft" else request.getfixturevalue("tiny_draft")
+    return {
+        "draft": request.param,
+        "ours": _pipe(genai_shim, stories_dir, draft),
+        "real": _pipe(real_genai, stories_dir, draft),
+    }
+
+
+def _both(pair: dict[str, Any], prompts: Any, **kw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    return (sd_counters(pair["ours"].generate(prompts, **kw)),
+            sd_counters(pair["real"].generate(prompts, **kw)))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"max_new_tokens": 100, "num_assistant_tokens": 4},  # the upstream sample's call
+        {"max_new_tokens": 40},  # the default: 5 candidates
+        {"max_new_tokens": 30, "num_assistant_tokens": 1},
+        {"max_new_tokens": 2, "num_assistant_tokens": 3},
+        {"max_length": 30, "num_assistant_tokens": 3},
+        {"max_new_tokens": 20, "assistant_confidence_threshold": 0.4},
+        {"max_new_tokens": 20, "assistant_confidence_threshold": 0.4, "logprobs": 1},
+        {"max_new_tokens": 80, "num_assistant_tokens": 4, "stop_token_ids": {13}},
+        {"max_new_tokens": 60, "num_assistant_tokens": 3, "stop_strings": {"park"}},
+        {"max_new_tokens": 60, "num_assistant_tokens": 3, "stop_strings": {"park"},
+         "include_stop_str_in_output": True},
+        {"max_new_tokens": 30, "num_assistant_tokens": 3, "repetition_penalty": 1.5},
+        {"max_new_tokens": 30, "num_assistant_tokens": 3, "logprobs": 2},
+    ],
+    ids=["sample", "default", "n1", "max_new_2", "max_length", "threshold", "threshold_logprobs",
+         "stop_token", "stop_string", "stop_string_incl", "rep_penalty", "logprobs"],
+)
+def test_texts_and_counters_equal_real(pair: dict[str, Any], kw: dict[str, Any]) -> None:
+    ours, real = _both(pair, [PROMPTS[0]], **kw)
+    assert ours == real
+    if pair["draft"] == "same_draft":
+        assert ours["rejected"] == 0  # the main model as its own draft: every candidate passes
+    elif ours["draft_tokens"]:
+        assert ours["accepted"] < ours["draft_tokens"]
+
+
+def test_batch_of_prompts_equal_real(pair: dict[str, Any]) -> None:
+    ours, real = _both(pair, PROMPTS, max_new_tokens=25, num_assistant_tokens=3, stop_token_ids={13})
+    assert ours == real and len(ours["texts"]) == 3
+
+
+def test_texts_are_the_main_models_greedy_answers(pair: dict[str, Any], stories_dir: Path) -> None:
+    plain = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)
+    for prompt in PROMPTS:
+        assert pair["ours"].generate(prompt, max_new_tokens=40, num_assistant_tokens=3) == plain.generate(
+            prompt, max_new_tokens=40
+        )
+
+
+def test_callback_streamer_and_stop_equal_real(pair: dict[str, Any]) -> None:
+    got: dict[str, list[str]] = {"ours": [], "real": []}
+    results = {}
+    for name in ("ours", "real"):
+        chunks = got[name]
+
+        def cb(text: str, chunks: list[str] = chunks) -> bool:
+            chunks.append(text)
+            return len(chunks) >= 6  # STOP after the sixth chunk
+
+        results[name] = pair[name].generate([PROMPTS[1]], max_new_tokens=40, num_assistant_tokens=3, streamer=cb)
+    assert "".join(got["ours"]) == "".join(got["real"])
+    assert results["ours"].texts[0].startswith("".join(got["ours"]))
+
+
+def test_optimum_export_equal_real(real_genai: Any) -> None:
+    """A real optimum-cli export (tiny random Llama, fp32) as main model and its int8 export as
+    draft (same tokenizer, other weights: some candidates pass, some do not)."""
+    main, draft = FIXTURES / "llama-fp32", FIXTURES / "llama-int8"
+    ours = _pipe(genai_shim, main, draft)
+    real = _pipe(real_genai, main, draft)
+    ids = ov.Tensor(np.asarray([[5, 17, 99, 300, 7]], dtype=np.int64))
+    for kw in ({"max_new_tokens": 32, "num_assistant_tokens": 4}, {"max_new_tokens": 24}):
+        a, b = ours.generate(ids, **kw), real.generate(ids, **kw)
+        assert a.tokens == b.tokens
+        ea, eb = a.extended_perf_metrics, b.extended_perf_metrics
+        assert ea.get_num_accepted_tokens() == eb.get_num_accepted_tokens()
+        assert ea.get_num_draft_tokens() == eb.get_num_draft_tokens()
+        assert list(ea.draft_model_metrics.raw_metrics.m_batch_sizes) == list(
+            eb.draft_model_metrics.raw_metrics.m_batch_sizes)
+        assert list(a.perf_metrics.raw_metrics.m_batch_sizes) == list(b.perf_metrics.raw_metrics.m_batch_sizes)
+    assert 0 < ea.get_num_accepted_tokens() < ea.get_num_draft_tokens()  # int8 draft: 23 of 24 pass
+
+
+def test_sdpa_backend_refused_as_real(stories_dir: Path, real_genai: Any) -> None:
+    with pytest.raises(RuntimeError, match="only supported for Gemma4 MTP model pairs"):
+        _pipe(real_genai, stories_dir, stories_dir, ATTENTION_BACKEND="SDPA")
+    with pytest.raises(ConfigError, match="only supported for Gemma4 MTP model pairs"):
+        _pipe(genai_shim, stories_dir, stories_dir, ATTENTION_BACKEND="SDPA")
+
+
+def test_sampling_refused(pair: dict[str, Any]) -> None:
+    """The real validates sampled candidates with its own random stream; ours says so."""
+    if pair["draft"] != "same_draft":
+        pytest.skip("one draft is enough")
+    with pytest.raises(ConfigError, match="do_sample"):
+        pair["ours"].generate(PROMPTS[0], max_new_tokens=5, do_sample=True)
