@@ -109,9 +109,15 @@ class _Side:
     """One paged pipeline of the pair: its model, blocks, requests and raw counters."""
 
     def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any],
-                 validation: bool, max_batched_tokens: int) -> None:
+                 validation: bool, max_batched_tokens: int, scheduler_config: Any) -> None:
         self.model = PagedModel(core, core.read_model(folder / MODEL_XML), device, props)
-        self.model.allocate(_FIRST_BLOCKS)
+        # a fixed cache (num_kv_blocks, or cache_size in GB) or one that doubles on demand
+        blocks = int(getattr(scheduler_config, "num_kv_blocks", 0) or 0)
+        cache_gb = float(getattr(scheduler_config, "cache_size", 0) or 0)
+        if blocks == 0 and cache_gb > 0:
+            blocks = max(int(cache_gb * (1 << 30)) // self.model.block_bytes, 1)
+        self.fixed = blocks > 0
+        self.model.allocate(blocks or _FIRST_BLOCKS)
         self.blocks = BlockManager(self.model.num_blocks, self.model.block_size)
         self.validation = validation
         self.budget = max_batched_tokens
@@ -124,6 +130,12 @@ class _Side:
     # -- cache -----------------------------------------------------------------------------
     def _ensure(self, r: _Request, tokens: int) -> None:
         while (need := self.blocks.required_blocks(r.seq_id, tokens)) > self.blocks.num_free_blocks:
+            if self.fixed:  # the real would preempt; genai_shim's speculative pipeline does not
+                raise KVCacheFullError(
+                    f"speculative decoding: request {r.rid} needs {need} more KV blocks of "
+                    f"{self.blocks.num_blocks}; raise SchedulerConfig.num_kv_blocks / cache_size "
+                    "or leave both 0 (a cache that grows on demand)"
+                )
             n = max(self.model.num_blocks * 2, self.model.num_blocks + need)
             self.model.allocate(n)
             self.blocks.grow(n)
@@ -136,18 +148,22 @@ class _Side:
         for r in self.requests:  # clean_empty_blocks: blocks past the processed tokens
             self.blocks.trim(r.seq_id, r.processed)
         chunks: list[tuple[_Request, int]] = []
-        budget = self.budget
-        # dynamic split-fuse: generate phase first, then prompt chunks in the remaining budget
-        for r in self.requests:
-            if r.can_generate() and budget > 0:
-                n = min(budget, r.available())
-                chunks.append((r, n))
-                budget -= n
-        for r in self.requests:
-            if not r.can_generate() and not r.paused and budget > 0:
-                n = min(budget, r.available())
-                chunks.append((r, n))
-                budget -= n
+        # dynamic split-fuse: generate phase first, then the prompts
+        for phase in (True, False):
+            for r in self.requests:
+                if r.can_generate() == phase and not r.paused:
+                    chunks.append((r, r.available()))
+        total = sum(n for _, n in chunks)
+        if total > self.budget:
+            # The real would cut a chunk here and schedule the rest later; with a draft model that
+            # path gives other (and, measured on 2026.4.1, garbled) answers, which genai_shim does
+            # not reproduce: refuse instead of answering differently.
+            raise ConfigError(
+                f"speculative decoding would schedule {total} tokens in one step, more than "
+                f"SchedulerConfig.max_num_batched_tokens ({self.budget}); genai_shim does not split "
+                "prompts or candidates with a draft model: raise max_num_batched_tokens",
+                key="scheduler_config",
+            )
         if not chunks:
             return  # nothing scheduled: last_batch keeps its value (the real's stale counter)
         entries = []
@@ -368,8 +384,9 @@ class CBSpeculativeDecoder:
         self.tokenizer = tokenizer
         # a draft without device / properties takes the main model's (the real's rule)
         draft_props = dict(draft.properties) if draft.properties else dict(main_props)
-        self.main = _Side(core, main_folder, main_device, main_props, True, budget)
-        self.draft = _Side(core, draft.models_path, draft.device or main_device, draft_props, False, budget)
+        self.main = _Side(core, main_folder, main_device, main_props, True, budget, scheduler_config)
+        self.draft = _Side(core, draft.models_path, draft.device or main_device, draft_props, False, budget,
+                           scheduler_config)
         self.cancelled = False
         self._next_seq = 0
 
@@ -449,20 +466,32 @@ class CBSpeculativeDecoder:
                 side.requests.remove(r)
 
     def generate(self, ids: np.ndarray, mask: np.ndarray, config: GenerationConfig, streamer: Any) -> EncodedResults:
-        if config.is_beam_search() or config.num_return_sequences != 1:
-            raise UserInputError("Beam search and parallel sampling are not compatible with assistant generation")
+        """LLMPipeline's call: one config for every row of ``ids`` (padding dropped by ``mask``)."""
+        prompts = [ids[b][mask[b].astype(bool)].tolist() for b in range(ids.shape[0])]
+        seqs, perf = self.run(prompts, [config] * len(prompts), streamer)
+        res = encoded_results(seqs, perf)
+        res.extended_perf_metrics = perf
+        return res
+
+    def run(
+        self, prompts: list[list[int]], configs: list[GenerationConfig], streamer: Any
+    ) -> tuple[list[RunningSequence], SDPerModelsPerfMetrics]:
+        """Generate for every prompt with its (prepared) config; returns one RunningSequence per
+        prompt (tokens, log-probabilities, finish reason) and the call's metrics."""
+        for config in configs:
+            if config.is_beam_search() or config.num_return_sequences != 1:
+                raise UserInputError("Beam search and parallel sampling are not compatible with assistant generation")
         stream = make_streamer(streamer, self.tokenizer)
-        if stream is not None and ids.shape[0] != 1:
+        if stream is not None and len(prompts) != 1:
             raise UserInputError("Streaming only supports batch size=1 with greedy/multinomial")
         self.cancelled = False
         perf = SDPerModelsPerfMetrics()
         self.draft.raw = perf.draft_model_metrics.raw_metrics
-        prompts = [ids[b][mask[b].astype(bool)].tolist() for b in range(ids.shape[0])]
-        for rid, prompt in enumerate(prompts):
+        for rid, (prompt, config) in enumerate(zip(prompts, configs, strict=True)):
             self._add(rid, prompt, config)
         mains = list(self.main.requests)
-        seqs = [RunningSequence(p, config, m.max_new) for p, m in zip(prompts, mains, strict=True)]
-        window, _ = stop_window(self.tokenizer, config)
+        seqs = [RunningSequence(p, c, m.max_new) for p, c, m in zip(prompts, configs, mains, strict=True)]
+        window, _ = stop_window(self.tokenizer, configs[0])
         status = StreamingStatus.RUNNING
         try:
             while self.main.requests:
@@ -480,15 +509,118 @@ class CBSpeculativeDecoder:
         finally:
             for rid in range(len(prompts)):  # after an error too: nothing stays scheduled
                 self._drop(rid)
-        for s, m in zip(seqs, mains, strict=True):
-            s.tokens = list(m.prompt) + m.tokens if config.echo else list(m.tokens)
-            s.logps = ([0.0] * len(m.prompt) if config.echo else []) + m.logps
+        for s, m, c in zip(seqs, mains, configs, strict=True):
+            s.tokens = list(m.prompt) + m.tokens if c.echo else list(m.tokens)
+            s.logps = ([0.0] * len(m.prompt) if c.echo else []) + m.logps
             s.finish = m.finish
         perf.num_input_tokens = len(prompts[0])
         sizes = perf.raw_metrics.m_batch_sizes
         if perf.num_draft_tokens == 0 and sizes:
             # no counted candidate: the real falls back to the batch-size estimate
             perf.num_accepted_tokens = sum(b - 1 for b in sizes[1:])
-        res = encoded_results(seqs, perf)
-        res.extended_perf_metrics = perf
-        return res
+        return seqs, perf
+
+
+def attach_to_pipeline(pipe: Any, core: Any, folder: Path, props: dict[str, Any], draft: Any,
+                       scheduler_config: Any, adapters: Any) -> None:
+    """``ContinuousBatchingPipeline(..., properties={"draft_model": ...})``: the pipeline's
+    ``generate`` runs speculative decoding (the real's SpeculativeDecodingImpl)."""
+    from genai_shim.continuous_batching.pipeline import PipelineMetrics
+    from genai_shim.speculative import DraftModel
+
+    if not isinstance(draft, DraftModel):
+        raise ConfigError(
+            "draft_model must be what genai_shim.draft_model(path, device, **properties) returns, "
+            f"got {type(draft).__name__}",
+            key="draft_model",
+        )
+    if adapters is not None:
+        raise ConfigError("genai_shim applies LoRA adapters without draft_model only; drop one of them",
+                          key="adapters")
+    pipe._spec = CBSpeculativeDecoder(core, folder, pipe._device, props, draft, pipe._tokenizer, scheduler_config)
+    pipe._states = []
+    pipe._metrics = PipelineMetrics()
+    pipe._lora = None
+
+
+def generate_pipeline(pipe: Any, prompts: Any, generation_config: Any, streamer: Any) -> list[Any]:
+    """``ContinuousBatchingPipeline.generate`` with a draft model: one GenerationResult per prompt,
+    each with the call's speculative metrics (``extended_perf_metrics``)."""
+    import copy
+
+    import openvino as ov
+
+    from genai_shim.continuous_batching.pipeline import (
+        EncodedGenerationResult,
+        GenerationResult,
+        GenerationStatus,
+    )
+    from genai_shim.generation_config import check_supported
+    from genai_shim.structured_output import check_structured_output
+
+    start = time.perf_counter()
+    spec: CBSpeculativeDecoder = pipe._spec
+    single = isinstance(prompts, (str, ov.Tensor))
+    prompts = [prompts] if single else list(prompts)
+    if isinstance(generation_config, GenerationConfig):
+        generation_config = [generation_config]
+    configs = list(generation_config) if generation_config is not None else [pipe._config] * len(prompts)
+    if len(configs) != len(prompts):
+        raise UserInputError(
+            f"generate() got {len(prompts)} prompts and {len(configs)} generation configs; pass one config per prompt"
+        )
+    resolved = []
+    for c in configs:
+        if not isinstance(c, GenerationConfig):
+            raise UserInputError(f"generation_config must be a GenerationConfig, got {type(c).__name__}")
+        c = c.copy()
+        if not c.stop_token_ids:
+            c.stop_token_ids = set(pipe._config.stop_token_ids)
+        if c.eos_token_id == -1:
+            c.set_eos_token_id(pipe._config.eos_token_id)
+        spec.prepare(c)
+        check_supported(c, assisted=True, folder_defaults=pipe._config, lora=False)
+        if c.structured_output_config is not None:
+            check_structured_output(c, speculative=True)
+        resolved.append(c)
+    encoded = bool(prompts) and not isinstance(prompts[0], str)
+    t_tok = time.perf_counter()
+    ids: list[list[int]] = []
+    tok = spec.tokenizer
+    for p, c in zip(prompts, resolved, strict=True):
+        if isinstance(p, str):
+            if c.apply_chat_template and tok.chat_template:
+                text = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
+                ids.append(list(map(int, np.asarray(tok.encode(text, add_special_tokens=False).input_ids.data)[0])))
+            else:
+                ids.append(list(map(int, np.asarray(tok.encode(p).input_ids.data)[0])))
+        elif isinstance(p, (ov.Tensor, np.ndarray)):
+            arr = np.asarray(p.data if isinstance(p, ov.Tensor) else p, dtype=np.int64)
+            ids.append(list(map(int, arr.reshape(-1))))
+        else:
+            raise UserInputError(f"generate() takes prompt strs or openvino.Tensors of ids, got {type(p).__name__}")
+    tok_us = (time.perf_counter() - t_tok) * 1e6
+    seqs, perf = spec.run(ids, resolved, streamer)
+    perf.raw_metrics.tokenization_durations.append(tok_us)
+    results = []
+    for i, s in enumerate(seqs):
+        r = EncodedGenerationResult() if encoded else GenerationResult()
+        r.m_request_id = i
+        if encoded:
+            r.m_generation_ids = [list(s.tokens)]
+        else:
+            t_d = time.perf_counter()
+            r.m_generation_ids = [tok.decode(s.tokens)]
+            perf.raw_metrics.detokenization_durations.append((time.perf_counter() - t_d) * 1e6)
+        r.m_scores = [float(sum(s.logps))]
+        finish = s.finish if s.finish is not None else GenerationFinishReason.NONE
+        r.m_finish_reasons = [finish]
+        r.m_status = GenerationStatus.FINISHED
+        results.append(r)
+    perf.raw_metrics.generate_durations = [(time.perf_counter() - start) * 1e6]
+    perf.evaluate_statistics(start)
+    for r, p in zip(results, ids, strict=True):
+        r.perf_metrics = copy.copy(perf)
+        r.perf_metrics.num_input_tokens = len(p)
+        r.extended_perf_metrics = r.perf_metrics
+    return results

@@ -13,7 +13,7 @@ import openvino as ov
 import pytest
 
 import genai_shim
-from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.errors import ConfigError, UserInputError
 from tests.genai_shim.conftest import F32
 from tests.genai_shim.speculative_helpers import build_draft
 
@@ -164,3 +164,50 @@ def test_sampling_refused(pair: dict[str, Any]) -> None:
         pytest.skip("one draft is enough")
     with pytest.raises(ConfigError, match="do_sample"):
         pair["ours"].generate(PROMPTS[0], max_new_tokens=5, do_sample=True)
+
+
+def _cb_pipe(impl: Any, main: Path, draft: Path, **sc_fields: Any) -> Any:
+    sc = impl.SchedulerConfig()
+    for k, v in sc_fields.items():
+        setattr(sc, k, v)
+    return impl.ContinuousBatchingPipeline(
+        str(main), sc, "CPU", dict(F32, draft_model=impl.draft_model(str(draft), "CPU", **F32))
+    )
+
+
+@pytest.mark.parametrize("draft_kind", ["same_draft", "tiny_draft"])
+def test_continuous_batching_pipeline_with_draft_equal_real(
+    draft_kind: str, stories_dir: Path, real_genai: Any, request: pytest.FixtureRequest
+) -> None:
+    """ContinuousBatchingPipeline(..., {"draft_model": ...}): one config per prompt (fixed
+    candidates for one, a confidence threshold for the other), a fixed cache of 64 blocks."""
+    draft = stories_dir if draft_kind == "same_draft" else request.getfixturevalue("tiny_draft")
+    got = {}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        pipe = _cb_pipe(impl, stories_dir, draft, num_kv_blocks=64)
+        c1, c2 = impl.GenerationConfig(), impl.GenerationConfig()
+        c1.max_new_tokens, c1.num_assistant_tokens = 30, 3
+        c2.max_new_tokens, c2.assistant_confidence_threshold, c2.logprobs = 15, 0.3, 1
+        results = pipe.generate(["Lily and Tom went to the big park to play", "The cat"], [c1, c2])
+        got[name] = [
+            (r.m_generation_ids, [round(float(x), 4) for x in r.m_scores], int(r.m_status),
+             r.perf_metrics.get_num_input_tokens())
+            for r in results
+        ]
+        e = results[0].extended_perf_metrics
+        got[name].append((list(e.raw_metrics.m_batch_sizes), list(e.draft_model_metrics.raw_metrics.m_batch_sizes),
+                          e.get_num_accepted_tokens(), e.get_num_draft_tokens()))
+    assert got["ours"] == got["real"]
+
+
+def test_continuous_batching_pipeline_refuses_split_steps(stories_dir: Path) -> None:
+    """The real cuts prompts / candidates at max_num_batched_tokens (and then answers
+    differently, garbled on 2026.4.1); genai_shim refuses instead."""
+    pipe = _cb_pipe(genai_shim, stories_dir, stories_dir, max_num_batched_tokens=4)
+    cfg = genai_shim.GenerationConfig()
+    cfg.max_new_tokens = 10
+    with pytest.raises(ConfigError, match="max_num_batched_tokens"):
+        pipe.generate(["Lily and Tom went to the big park to play"], [cfg])
+    with pytest.raises(UserInputError, match="generate\\(\\) only"):
+        pipe.add_request(0, "Lily", cfg)
+    assert not pipe.has_non_finished_requests()
