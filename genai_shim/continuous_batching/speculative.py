@@ -506,6 +506,7 @@ class CBSpeculativeDecoder:
                         self._drop(m0.rid)
             if stream is not None:
                 stream.end()
+                stream.end()  # the real ends the streamer twice here (measured, both pipelines)
         finally:
             for rid in range(len(prompts)):  # after an error too: nothing stays scheduled
                 self._drop(rid)
