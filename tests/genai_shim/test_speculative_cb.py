@@ -67,6 +67,7 @@ def pair(request: pytest.FixtureRequest, stories_dir: Path, real_genai: Any) -> 
         "draft": request.param,
         "ours": _pipe(genai_shim, stories_dir, draft),
         "real": _pipe(real_genai, stories_dir, draft),
+        "real_module": real_genai,
     }
 
 
@@ -211,3 +212,46 @@ def test_continuous_batching_pipeline_refuses_split_steps(stories_dir: Path) -> 
     with pytest.raises(UserInputError, match="generate\\(\\) only"):
         pipe.add_request(0, "Lily", cfg)
     assert not pipe.has_non_finished_requests()
+
+
+def test_streamer_base_writes_equal_real(pair: dict[str, Any]) -> None:
+    """One write(list) per step with the step's new tokens, end() twice (measured)."""
+    writes = {}
+    for name, impl in (("ours", genai_shim), ("real", pair["real_module"])):
+        seen: list[Any] = []
+
+        class Recorder(impl.StreamerBase):  # type: ignore[name-defined,misc]
+            def write(self, token: Any) -> Any:
+                seen.append(list(token) if isinstance(token, list) else token)  # noqa: B023 - called within this iteration
+                return impl.StreamingStatus.RUNNING  # noqa: B023 - called within this iteration
+
+            def end(self) -> None:
+                seen.append("end")  # noqa: B023 - called within this iteration
+
+        pair[name].generate([PROMPTS[0]], max_new_tokens=12, num_assistant_tokens=3, streamer=Recorder())
+        writes[name] = seen
+    assert writes["ours"] == writes["real"] and writes["ours"][-2:] == ["end", "end"]
+
+
+def test_chat_turns_equal_real(stories_dir: Path, real_genai: Any) -> None:
+    """ChatHistory (3 turns: the whole templated history each turn) and start_chat: texts and
+    per-turn counters equal the real's."""
+    from tests.genai_shim.conftest import CHAT_TEMPLATE
+
+    got: dict[str, list[Any]] = {"ours": [], "real": []}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        pipe = _pipe(impl, stories_dir, stories_dir)
+        pipe.get_tokenizer().set_chat_template(CHAT_TEMPLATE)
+        history = impl.ChatHistory()
+        for question in ("Who is Lily?", "What did she find?", "Where?"):
+            history.append({"role": "user", "content": question})
+            res = pipe.generate(history, max_new_tokens=16, num_assistant_tokens=3)
+            history.append({"role": "assistant", "content": res.texts[0]})
+            got[name].append(sd_counters(res))
+        with pytest.warns(DeprecationWarning):
+            pipe.start_chat()
+        got[name] += [pipe.generate(q, max_new_tokens=16, num_assistant_tokens=3) for q in ("Who is Lily?", "Why?")]
+        with pytest.warns(DeprecationWarning):
+            pipe.finish_chat()
+    assert got["ours"] == got["real"]
+    assert got["ours"][1]["input"] > got["ours"][0]["input"]  # the history grows
