@@ -389,6 +389,7 @@ class CBSpeculativeDecoder:
                            scheduler_config)
         self.cancelled = False
         self._next_seq = 0
+        self.stopped: set[int] = set()  # request ids their handles stopped (dropped at the next step)
 
     def prepare(self, config: GenerationConfig) -> None:
         """The real's prepare_request: 5 candidates unless a number or a threshold is set."""
@@ -458,6 +459,16 @@ class CBSpeculativeDecoder:
             main_raw.m_inference_durations[0] += self.main.last_infer_us
             main_raw.m_batch_sizes.append(batch)
 
+    def begin_session(self) -> None:
+        """Metrics of the requests added with add_request until they all finish."""
+        self._session = SDPerModelsPerfMetrics()
+        self.draft.raw = self._session.draft_model_metrics.raw_metrics
+
+    def session_metrics(self) -> SDPerModelsPerfMetrics:
+        if getattr(self, "_session", None) is None:
+            self.begin_session()
+        return self._session
+
     def _drop(self, rid: int) -> None:
         for side in (self.main, self.draft):
             r = side.find(rid)
@@ -521,107 +532,3 @@ class CBSpeculativeDecoder:
             perf.num_accepted_tokens = sum(b - 1 for b in sizes[1:])
         return seqs, perf
 
-
-def attach_to_pipeline(pipe: Any, core: Any, folder: Path, props: dict[str, Any], draft: Any,
-                       scheduler_config: Any, adapters: Any) -> None:
-    """``ContinuousBatchingPipeline(..., properties={"draft_model": ...})``: the pipeline's
-    ``generate`` runs speculative decoding (the real's SpeculativeDecodingImpl)."""
-    from genai_shim.continuous_batching.pipeline import PipelineMetrics
-    from genai_shim.speculative import DraftModel
-
-    if not isinstance(draft, DraftModel):
-        raise ConfigError(
-            "draft_model must be what genai_shim.draft_model(path, device, **properties) returns, "
-            f"got {type(draft).__name__}",
-            key="draft_model",
-        )
-    if adapters is not None:
-        raise ConfigError("genai_shim applies LoRA adapters without draft_model only; drop one of them",
-                          key="adapters")
-    pipe._spec = CBSpeculativeDecoder(core, folder, pipe._device, props, draft, pipe._tokenizer, scheduler_config)
-    pipe._states = []
-    pipe._metrics = PipelineMetrics()
-    pipe._lora = None
-
-
-def generate_pipeline(pipe: Any, prompts: Any, generation_config: Any, streamer: Any) -> list[Any]:
-    """``ContinuousBatchingPipeline.generate`` with a draft model: one GenerationResult per prompt,
-    each with the call's speculative metrics (``extended_perf_metrics``)."""
-    import copy
-
-    import openvino as ov
-
-    from genai_shim.continuous_batching.pipeline import (
-        EncodedGenerationResult,
-        GenerationResult,
-        GenerationStatus,
-    )
-    from genai_shim.generation_config import check_supported
-    from genai_shim.structured_output import check_structured_output
-
-    start = time.perf_counter()
-    spec: CBSpeculativeDecoder = pipe._spec
-    single = isinstance(prompts, (str, ov.Tensor))
-    prompts = [prompts] if single else list(prompts)
-    if isinstance(generation_config, GenerationConfig):
-        generation_config = [generation_config]
-    configs = list(generation_config) if generation_config is not None else [pipe._config] * len(prompts)
-    if len(configs) != len(prompts):
-        raise UserInputError(
-            f"generate() got {len(prompts)} prompts and {len(configs)} generation configs; pass one config per prompt"
-        )
-    resolved = []
-    for c in configs:
-        if not isinstance(c, GenerationConfig):
-            raise UserInputError(f"generation_config must be a GenerationConfig, got {type(c).__name__}")
-        c = c.copy()
-        if not c.stop_token_ids:
-            c.stop_token_ids = set(pipe._config.stop_token_ids)
-        if c.eos_token_id == -1:
-            c.set_eos_token_id(pipe._config.eos_token_id)
-        spec.prepare(c)
-        check_supported(c, assisted=True, folder_defaults=pipe._config, lora=False)
-        if c.structured_output_config is not None:
-            check_structured_output(c, speculative=True)
-        resolved.append(c)
-    encoded = bool(prompts) and not isinstance(prompts[0], str)
-    t_tok = time.perf_counter()
-    ids: list[list[int]] = []
-    tok = spec.tokenizer
-    for p, c in zip(prompts, resolved, strict=True):
-        if isinstance(p, str):
-            if c.apply_chat_template and tok.chat_template:
-                text = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
-                ids.append(list(map(int, np.asarray(tok.encode(text, add_special_tokens=False).input_ids.data)[0])))
-            else:
-                ids.append(list(map(int, np.asarray(tok.encode(p).input_ids.data)[0])))
-        elif isinstance(p, (ov.Tensor, np.ndarray)):
-            arr = np.asarray(p.data if isinstance(p, ov.Tensor) else p, dtype=np.int64)
-            ids.append(list(map(int, arr.reshape(-1))))
-        else:
-            raise UserInputError(f"generate() takes prompt strs or openvino.Tensors of ids, got {type(p).__name__}")
-    tok_us = (time.perf_counter() - t_tok) * 1e6
-    seqs, perf = spec.run(ids, resolved, streamer)
-    perf.raw_metrics.tokenization_durations.append(tok_us)
-    results = []
-    for i, s in enumerate(seqs):
-        r = EncodedGenerationResult() if encoded else GenerationResult()
-        r.m_request_id = i
-        if encoded:
-            r.m_generation_ids = [list(s.tokens)]
-        else:
-            t_d = time.perf_counter()
-            r.m_generation_ids = [tok.decode(s.tokens)]
-            perf.raw_metrics.detokenization_durations.append((time.perf_counter() - t_d) * 1e6)
-        r.m_scores = [float(sum(s.logps))]
-        finish = s.finish if s.finish is not None else GenerationFinishReason.NONE
-        r.m_finish_reasons = [finish]
-        r.m_status = GenerationStatus.FINISHED
-        results.append(r)
-    perf.raw_metrics.generate_durations = [(time.perf_counter() - start) * 1e6]
-    perf.evaluate_statistics(start)
-    for r, p in zip(results, ids, strict=True):
-        r.perf_metrics = copy.copy(perf)
-        r.perf_metrics.num_input_tokens = len(p)
-        r.extended_perf_metrics = r.perf_metrics
-    return results

@@ -13,7 +13,7 @@ import openvino as ov
 import pytest
 
 import genai_shim
-from ov_npu_emu.errors import ConfigError, UserInputError
+from ov_npu_emu.errors import ConfigError
 from tests.genai_shim.conftest import F32
 from tests.genai_shim.speculative_helpers import build_draft
 
@@ -209,9 +209,39 @@ def test_continuous_batching_pipeline_refuses_split_steps(stories_dir: Path) -> 
     cfg.max_new_tokens = 10
     with pytest.raises(ConfigError, match="max_num_batched_tokens"):
         pipe.generate(["Lily and Tom went to the big park to play"], [cfg])
-    with pytest.raises(UserInputError, match="generate\\(\\) only"):
-        pipe.add_request(0, "Lily", cfg)
     assert not pipe.has_non_finished_requests()
+
+
+def test_continuous_batching_pipeline_add_request_and_step_equal_real(
+    stories_dir: Path, real_genai: Any, tiny_draft: Path
+) -> None:
+    """Two requests added, stepped to the end with incremental reads (one read per step: the
+    validated tokens of that step), then a third one stopped by its handle."""
+    got = {}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        pipe = _cb_pipe(impl, stories_dir, tiny_draft)
+        c1, c2 = impl.GenerationConfig(), impl.GenerationConfig()
+        c1.max_new_tokens, c1.num_assistant_tokens = 20, 3
+        c2.max_new_tokens, c2.num_assistant_tokens, c2.stop_token_ids = 12, 2, {13}
+        h1, h2 = pipe.add_request(1, "Once upon a time", c1), pipe.add_request(2, "The cat", c2)
+        reads, steps = [], 0
+        while pipe.has_non_finished_requests():
+            pipe.step()
+            steps += 1
+            if h1.can_read():
+                reads.append(h1.read()[0].generated_ids)
+        h3 = pipe.add_request(3, "Lily", c1)
+        pipe.step()
+        pipe.step()
+        h3.stop()
+        got[name] = (steps, reads, [o.generated_ids for o in h2.read_all()], int(h1.get_status()),
+                     int(h3.get_status()), pipe.has_non_finished_requests())
+        with pytest.raises(RuntimeError, match="cannot be used after it is stopped"):
+            h3.read_all()
+        pipe.step()
+        assert not pipe.has_non_finished_requests()
+    assert got["ours"] == got["real"]
+    assert len(got["ours"][1]) > 1 and got["ours"][4] == int(genai_shim.GenerationStatus.STOP)
 
 
 def test_streamer_base_writes_equal_real(pair: dict[str, Any]) -> None:
