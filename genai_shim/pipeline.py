@@ -17,6 +17,7 @@ from genai_shim.chat_session import ChatSession, require_template
 from genai_shim.continuous_batching.llm_backend import PagedBackend
 from genai_shim.continuous_batching.llm_backend import supports as pa_supports
 from genai_shim.continuous_batching.pipeline import SchedulerConfig
+from genai_shim.continuous_batching.speculative import CBSpeculativeDecoder, uses_continuous_batching
 from genai_shim.decoding import (
     STREAMER_FINISH,
     OneRow,
@@ -142,7 +143,7 @@ class LLMPipeline:
             self._config.set_eos_token_id(self._tokenizer.get_eos_token_id())
 
         self._core = _make_core()
-        self._spec: SpeculativeDecoder | None = None
+        self._spec: SpeculativeDecoder | CBSpeculativeDecoder | None = None
         self._lora: AdapterController | None = None
         self._chat = ChatSession()
         self._kv_tokens: list[int] = []  # ids whose keys/values sit in the KV cache (batch 1)
@@ -154,10 +155,16 @@ class LLMPipeline:
                 key="draft_model",
             )
         if draft is not None:
-            # Speculative decoding: the stateful FastDraft pipeline owns both models.
-            self._spec = SpeculativeDecoder(
-                self._core, folder, self._device, props, draft, self._tokenizer, self._config
-            )
+            # Speculative decoding owns both models: the continuous-batching pipeline unless a
+            # model is on NPU (then the stateful FastDraft one), as the real routes it.
+            if uses_continuous_batching(self._device, draft.device, backend):
+                self._spec = CBSpeculativeDecoder(
+                    self._core, folder, self._device, props, draft, self._tokenizer, scheduler_config
+                )
+            else:
+                self._spec = SpeculativeDecoder(
+                    self._core, folder, self._device, props, draft, self._tokenizer, self._config
+                )
             self._load_time = (_now() - t0) * 1000.0
             return
         if folder is None:

@@ -274,9 +274,6 @@ class SpeculativeDecoder:
         self.main = _InferWrapper(
             core, main_folder, main_device, main_props, self.max_candidates + 1
         )
-        # Without any NPU model the real library runs continuous-batching speculative decoding
-        # instead (stops at the first stop token, has a full sampler).
-        self.continuous_batching = not self.main.is_npu and not self.draft.is_npu
         self.cancelled = False
 
     @staticmethod
@@ -297,34 +294,6 @@ class SpeculativeDecoder:
         self.candidates = int(config.num_assistant_tokens)
         self.max_candidates = 2 * self.candidates
         config.validate()
-        if self.continuous_batching:
-            self._check_cpu_config(config)
-
-    @staticmethod
-    def _check_cpu_config(config: GenerationConfig) -> None:
-        """Without an NPU model the real runs continuous-batching speculative decoding with its
-        full sampler; genai_shim runs the same greedy FastDraft loop as on NPU, so sampler
-        features that would change the answer are refused instead of silently ignored."""
-        unsupported = [
-            name
-            for name, used in (
-                ("stop_strings", bool(config.stop_strings)),
-                ("repetition_penalty", config.repetition_penalty != 1.0),
-                ("presence_penalty", config.presence_penalty != 0.0),
-                ("frequency_penalty", config.frequency_penalty != 0.0),
-                ("min_new_tokens", config.min_new_tokens > 0),
-                ("logprobs", config.logprobs > 0),
-            )
-            if used
-        ]
-        if unsupported:
-            raise ConfigError(
-                "genai_shim's speculative decoding without an NPU model is greedy argmax with "
-                f"EOS / stop_token_ids only; {', '.join(unsupported)} would change the answer. "
-                "Remove them, or drop draft_model (see docs/genai_shim.md, 'Speculative "
-                "decoding')",
-                key=unsupported[0],
-            )
 
     def _update_candidates(self, accepted: int) -> None:
         if accepted == self.candidates:
@@ -361,7 +330,7 @@ class SpeculativeDecoder:
                 "Speculative decoding takes an unpadded prompt (attention_mask of ones)"
             )
         tokens: list[int] = []
-        status, stopped = StreamingStatus.RUNNING, False
+        status = StreamingStatus.RUNNING
         try:
             t0 = time.perf_counter()
             out = main.infer_first(prompt)
@@ -370,9 +339,8 @@ class SpeculativeDecoder:
             draft.infer_first(prompt)
             status = self._stream(stream, [out])
             tokens.append(out)
-            stopped = self.continuous_batching and self._is_stop(out)
             prefix = -1  # the draft's last accepted candidate, not yet in its KV cache
-            while not stopped and main.can_infer() and status == StreamingStatus.RUNNING:
+            while main.can_infer() and status == StreamingStatus.RUNNING:
                 it0 = time.perf_counter()
                 room = min(
                     draft.kvcache_capacity() - (1 if prefix == -1 else 0),
@@ -416,17 +384,9 @@ class SpeculativeDecoder:
                 main.raw.m_batch_sizes[-1] -= rejected
                 perf.num_draft_tokens += n
                 perf.num_accepted_tokens += accepted
-                if self.continuous_batching:
-                    # Continuous batching (the real CPU path) ends at the first stop token.
-                    cut = next((i for i, t in enumerate(validated) if self._is_stop(t)), None)
-                    if cut is not None:
-                        validated = validated[: cut + 1]
-                        stopped = True
                 status = self._stream(stream, validated)
                 tokens.extend(validated)
                 self._token_stat(raw, _us(time.perf_counter() - it0), t_main, len(validated))
-                if stopped:
-                    break
             self.cancelled = status == StreamingStatus.CANCEL
             if stream is not None:
                 stream.end()
@@ -443,12 +403,11 @@ class SpeculativeDecoder:
         res = EncodedResults()
         res.tokens = [tokens]
         res.scores = [0.0]
-        # The real NPU pipeline reports LENGTH whatever ended the answer, STOP / NONE when the
-        # streamer stopped / cancelled it (measured); the CPU (continuous batching) one STOP at
-        # a stop token.
+        # The real stateful pipeline reports LENGTH whatever ended the answer, STOP / NONE when
+        # the streamer stopped / cancelled it (measured).
         if self.cancelled:
             reason = GenerationFinishReason.NONE
-        elif stopped or status == StreamingStatus.STOP:
+        elif status == StreamingStatus.STOP:
             reason = GenerationFinishReason.STOP
         elif status == StreamingStatus.TOOL_CALL_STOP:
             reason = GenerationFinishReason.TOOL_CALL
@@ -458,10 +417,6 @@ class SpeculativeDecoder:
         res.perf_metrics = perf
         res.extended_perf_metrics = perf
         return res
-
-    def _is_stop(self, token: int) -> bool:
-        cfg = self.main.config
-        return (not cfg.ignore_eos and token == cfg.eos_token_id) or token in cfg.stop_token_ids
 
     @staticmethod
     def _token_stat(raw: RawPerfMetrics, duration_us: float, when: float, n: int) -> None:
@@ -514,13 +469,23 @@ def generate_speculative(
         isinstance(inputs, (list, tuple)) and all(isinstance(p, str) for p in inputs)
     ):
         prompts = [inputs] if as_str else list(inputs)
-        if len(prompts) != 1:
+        if len(prompts) != 1 and not getattr(spec, "batched", False):
             raise UserInputError(
                 "Currently only batch size=1 is supported (speculative decoding); "
                 "generate one prompt at a time"
             )
         prompt = prompts[0]
-        if chat.active:
+        if len(prompts) > 1:  # continuous batching: each prompt as the real's adapter takes it
+            if chat.active:
+                raise UserInputError("In chat mode generate() takes a single string; call finish_chat() for batches")
+            templated = config.apply_chat_template and bool(spec.tokenizer.chat_template)
+            texts = [
+                spec.tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True)
+                if templated else p
+                for p in prompts
+            ]
+            enc = spec.tokenizer.encode(texts, add_special_tokens=not templated)
+        elif chat.active:
             text = spec.tokenizer.apply_chat_template(chat.user_turn(prompt), add_generation_prompt=True)
             enc = spec.tokenizer.encode(text, add_special_tokens=False)
         elif config.apply_chat_template and spec.tokenizer.chat_template:

@@ -130,6 +130,23 @@ class BlockManager:
                 self._check_block(seq_id, b, writable=False)  # never drop another's reference
             self._release(b, seq_id)
 
+    def trim(self, seq_id: int, num_tokens: int) -> None:
+        """Release the blocks of ``seq_id`` past its first ``num_tokens`` tokens (speculative
+        decoding's rollback of rejected candidates; the real's clean_empty_blocks)."""
+        table = self.tables.get(seq_id)
+        keep = self.blocks_for(num_tokens)
+        if not table or len(table) <= keep:
+            return
+        dropped = table[keep:]
+        del table[keep:]
+        chain = self._chain.get(seq_id)
+        if chain:
+            del chain[keep:]
+        self._verified.pop(seq_id, None)
+        self._epoch += 1
+        for b in dropped:
+            self._release(b, seq_id)
+
     def fork(self, parent_id: int, child_id: int) -> None:
         """``child_id`` starts as a copy of ``parent_id``'s table: every block gains a reference
         and becomes read-only for both (copy-on-write, see :meth:`make_writable`)."""

@@ -205,10 +205,11 @@ class PagedModel:
 
     def forward(
         self,
-        entries: list[tuple[list[int], int, list[int], bool]],
+        entries: list[tuple[list[int], int, list[int], bool | int]],
     ) -> np.ndarray:
         """One model call.  ``entries``: per sequence (its scheduled token ids, tokens already
-        cached, its block table, whether its last token's logits are wanted).  Returns the logits
+        cached, its block table, whether its last token's logits are wanted, or how many of its
+        last rows).  Returns the logits
         rows of the wanted sequences, in order.
 
         The arrays are built from Python lists (a handful of numpy calls per step) and bound to
@@ -238,8 +239,8 @@ class PagedModel:
             k = -(-ctx // bs)
             blocks.extend(table[:k])
             bib.append(bib[-1] + k)
-            if sample:
-                want.append(sub[-1] - 1)
+            if sample:  # True: the last row; n: the last n rows (speculative validation)
+                want.extend(range(sub[-1] - int(sample), sub[-1]))
             max_ctx = max(max_ctx, ctx)
         if blocks and (min(blocks) < 0 or max(blocks) >= self.num_blocks):
             raise KVBlockError(

@@ -248,7 +248,8 @@ class ContinuousBatchingPipeline:
         folder = model_folder(models_path)
         props.pop("ATTENTION_BACKEND", None)  # this pipeline is the paged backend whatever it says
         props.pop("scheduler_config", None)
-        for k in ("STATIC_PIPELINE", "prompt_lookup", "draft_model"):
+        draft = props.pop("draft_model", None)  # speculative decoding (speculative_api.py)
+        for k in ("STATIC_PIPELINE", "prompt_lookup"):
             if props.get(k):  # never dropped silently: the real runs these, genai_shim does not here
                 raise ConfigError(
                     f"{k} is not implemented by genai_shim's ContinuousBatchingPipeline; use LLMPipeline", key=k)
@@ -276,6 +277,13 @@ class ContinuousBatchingPipeline:
         if self._config.eos_token_id == -1 and self._tokenizer.get_eos_token_id() != -1:
             self._config.set_eos_token_id(self._tokenizer.get_eos_token_id())
         core = _make_core()
+        self._spec = None
+        if draft is not None:
+            from genai_shim.continuous_batching.speculative_api import attach_to_pipeline
+
+            attach_to_pipeline(self, core, folder, props, draft, scheduler_config, adapters)
+            self._load_time = (time.perf_counter() - t0) * 1000.0
+            return
         model = core.read_model(folder / MODEL_XML)
         # the real's initialize_pipeline: LoRA variables go in before compiling
         self._lora = AdapterController(model, adapters, self._device) if adapters is not None else None
@@ -339,9 +347,15 @@ class ContinuousBatchingPipeline:
         raise UserInputError("genai_shim's ContinuousBatchingPipeline has no chat mode; use LLMPipeline")
 
     def has_non_finished_requests(self) -> bool:
+        if self._spec is not None:
+            return bool(self._spec.main.requests)
         return any(s.status == GenerationStatus.RUNNING for s in self._states)
 
     def add_request(self, request_id: int, prompt: Any, generation_config: GenerationConfig) -> GenerationHandle:
+        if self._spec is not None:  # speculative decoding (speculative_api.py)
+            from genai_shim.continuous_batching.speculative_api import add_request
+
+            return add_request(self, request_id, prompt, generation_config)  # type: ignore[return-value]
         if isinstance(prompt, str):
             ids = self._tokenizer.encode(prompt, add_special_tokens=True).input_ids.data
         elif isinstance(prompt, (ov.Tensor, np.ndarray)):
@@ -450,6 +464,10 @@ class ContinuousBatchingPipeline:
 
     def step(self) -> None:
         """Schedule, run one model call over every scheduled chunk, sample, retire finished."""
+        if self._spec is not None:
+            from genai_shim.continuous_batching.speculative_api import step
+
+            return step(self)
         running = [s for s in self._states if s.status == GenerationStatus.RUNNING]
         if not running:
             return
@@ -571,6 +589,10 @@ class ContinuousBatchingPipeline:
                                  s.config.include_stop_str_in_output)
 
     def generate(self, prompts: Any, generation_config: Any = None, streamer: Any = None) -> list[GenerationResult]:
+        if self._spec is not None:
+            from genai_shim.continuous_batching.speculative_api import generate_pipeline
+
+            return generate_pipeline(self, prompts, generation_config, streamer)
         start = time.perf_counter()
         if self.has_non_finished_requests():
             raise UserInputError(

@@ -170,8 +170,8 @@ def test_logprobs_match_real_npu(stories_dir, npu_one, real_npu, kw):
 
 def test_speculative_npu_scores_stay_zero_like_real(stories_dir, real_genai, npu_one):
     """The real stateful speculative pipeline (NPU main model) returns 0.0 with logprobs too
-    (measured); genai_shim's does the same.  With a CPU main model genai_shim refuses logprobs
-    (ConfigError, see test_speculative)."""
+    (measured); genai_shim's does the same.  With both models on CPU (continuous batching) the
+    scores are the main model's log-probabilities (test_speculative_cb)."""
     kw = {"max_new_tokens": 10, "logprobs": 1}
     real = real_genai.LLMPipeline(
         str(stories_dir),

@@ -268,19 +268,6 @@ def test_kv_capacity_ends_quietly(stories_dir: Path) -> None:
     assert pipe.generate(PROMPTS[0], max_new_tokens=5) == ", there was a little"
 
 
-def test_cpu_main_model(stories_dir: Path, tiny_draft: Path, real_genai: Any) -> None:
-    """The real runs a CPU main model through continuous batching; greedy texts agree."""
-    ours = _pipe(genai_shim, stories_dir, tiny_draft, device="CPU")
-    real = _pipe(real_genai, stories_dir, tiny_draft, device="CPU")
-    for kw in ({"max_new_tokens": 40, "num_assistant_tokens": 3}, {"max_new_tokens": 60,
-               "stop_token_ids": {13}}):
-        assert ours.generate(PROMPTS[0], **kw) == real.generate(PROMPTS[0], **kw)
-    res = ours.generate([PROMPTS[0]], max_new_tokens=60, stop_token_ids={13})
-    assert res.finish_reasons == [genai_shim.GenerationFinishReason.STOP]
-    with pytest.raises(ConfigError, match="stop_strings"):
-        ours.generate(PROMPTS[0], max_new_tokens=10, stop_strings={"park"})
-
-
 def test_bad_draft_arguments(stories_dir: Path, tmp_path: Path) -> None:
     from ov_npu_emu.errors import IRReadError
 

@@ -17,13 +17,13 @@ RUNNER = Path(__file__).parent / "_spec_runner.py"
 TIMING = re.compile(r"  (Generate time|TTFT|TTST|TPOT): \d+\.\d\d( ± \d+\.\d\d)? ms(/token)?")
 
 
-def _run(impl: str, *args: str) -> list[str]:
+def _run(impl: str, *args: str, device: str = "-") -> list[str]:
     env = dict(os.environ)
     paths = [str(ROOT), str(ROOT / "plugins"), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     sample = str(SAMPLES / "speculative_decoding_lm.py")
     proc = subprocess.run(
-        [sys.executable, str(RUNNER), impl, "-", sample, *args],
+        [sys.executable, str(RUNNER), impl, device, sample, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -35,9 +35,12 @@ def _run(impl: str, *args: str) -> list[str]:
 
 
 @needs_npuw
-def test_speculative_decoding_sample(stories_dir, real_genai):
+@pytest.mark.parametrize("device", ["-", "CPU"], ids=["main_on_NPU", "main_on_CPU"])
+def test_speculative_decoding_sample(stories_dir, real_genai, device):
+    """Main model on NPU (the sample as written: the stateful pipeline) and on CPU (both models
+    on CPU: the continuous-batching pipeline, fixed candidates and its own counters)."""
     args = [str(stories_dir), str(stories_dir), "Once upon a time"]
-    ours, real = _run("ours", *args), _run("real", *args)
+    ours, real = _run("ours", *args, device=device), _run("real", *args, device=device)
     assert len(ours) == len(real) > 14
     for a, b in zip(ours, real):
         if TIMING.fullmatch(a):

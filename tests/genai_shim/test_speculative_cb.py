@@ -1,0 +1,287 @@
+"""Speculative decoding with both models on CPU: the real LLMPipeline runs its continuous-batching
+pipeline (SpeculativeDecodingImpl), so does ours (genai_shim/continuous_batching/speculative.py).
+Texts, scores, finish reasons and every counter of the three metric series are compared with
+the real openvino_genai on the same folders (f32 hints on both models)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+import pytest
+
+import genai_shim
+from ov_npu_emu.errors import ConfigError
+from tests.genai_shim.conftest import F32
+from tests.genai_shim.speculative_helpers import build_draft
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "optimum"
+PROMPTS = ["Once upon a time", "Lily and Tom", "The cat"]
+
+
+def _pipe(impl: Any, main: Path, draft: Path, **props: Any) -> Any:
+    return impl.LLMPipeline(
+        str(main), "CPU", draft_model=impl.draft_model(str(draft), "CPU", **F32), **F32, **props
+    )
+
+
+def sd_counters(res: Any) -> dict[str, Any]:
+    """Everything the upstream sample prints but the timings, and more."""
+    e = res.extended_perf_metrics
+    main, draft = e.main_model_metrics, e.draft_model_metrics
+    return {
+        "texts": list(res.texts),
+        "scores": [round(float(s), 4) for s in res.scores],
+        "finish": [int(r) for r in res.finish_reasons],
+        "batches": list(res.perf_metrics.raw_metrics.m_batch_sizes),
+        "generated": res.perf_metrics.get_num_generated_tokens(),
+        "input": res.perf_metrics.get_num_input_tokens(),
+        "main_batches": list(main.raw_metrics.m_batch_sizes),
+        "main_iterations": len(main.raw_metrics.m_durations),
+        "main_generated": main.get_num_generated_tokens(),
+        "draft_batches": list(draft.raw_metrics.m_batch_sizes),
+        "draft_iterations": len(draft.raw_metrics.m_durations),
+        "draft_generated": draft.get_num_generated_tokens(),
+        "accepted": e.get_num_accepted_tokens(),
+        "draft_tokens": e.get_num_draft_tokens(),
+        "rejected": e.get_num_rejected_tokens(),
+        "draft_processed": e.get_num_draft_processed_tokens(),
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny_draft(stories_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random tiny Llama with stories260K's tokenizer: its candidates are rejected."""
+    return build_draft(tmp_path_factory.mktemp("cb_draft_tiny"), stories_dir, own_tokenizer=False)
+
+
+@pytest.fixture(scope="module", params=["same_draft", "tiny_draft"])
+def pair(request: pytest.FixtureRequest, stories_dir: Path, real_genai: Any) -> dict[str, Any]:
+    """Our and the real pipeline on stories260K.  Both keep state across calls (the draft's
+    last batch size leaks into the next call's counters in the real), so every test makes the
+    same calls on both, in the same order."""
+    draft = stories_dir if request.param == "same_draft" else request.getfixturevalue("tiny_draft")
+    return {
+        "draft": request.param,
+        "ours": _pipe(genai_shim, stories_dir, draft),
+        "real": _pipe(real_genai, stories_dir, draft),
+        "real_module": real_genai,
+    }
+
+
+def _both(pair: dict[str, Any], prompts: Any, **kw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    return (sd_counters(pair["ours"].generate(prompts, **kw)),
+            sd_counters(pair["real"].generate(prompts, **kw)))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"max_new_tokens": 100, "num_assistant_tokens": 4},  # the upstream sample's call
+        {"max_new_tokens": 40},  # the default: 5 candidates
+        {"max_new_tokens": 30, "num_assistant_tokens": 1},
+        {"max_new_tokens": 2, "num_assistant_tokens": 3},
+        {"max_length": 30, "num_assistant_tokens": 3},
+        {"max_new_tokens": 20, "assistant_confidence_threshold": 0.4},
+        {"max_new_tokens": 20, "assistant_confidence_threshold": 0.4, "logprobs": 1},
+        {"max_new_tokens": 80, "num_assistant_tokens": 4, "stop_token_ids": {13}},
+        {"max_new_tokens": 60, "num_assistant_tokens": 3, "stop_strings": {"park"}},
+        {"max_new_tokens": 60, "num_assistant_tokens": 3, "stop_strings": {"park"},
+         "include_stop_str_in_output": True},
+        {"max_new_tokens": 30, "num_assistant_tokens": 3, "repetition_penalty": 1.5},
+        {"max_new_tokens": 30, "num_assistant_tokens": 3, "logprobs": 2},
+    ],
+    ids=["sample", "default", "n1", "max_new_2", "max_length", "threshold", "threshold_logprobs",
+         "stop_token", "stop_string", "stop_string_incl", "rep_penalty", "logprobs"],
+)
+def test_texts_and_counters_equal_real(pair: dict[str, Any], kw: dict[str, Any]) -> None:
+    ours, real = _both(pair, [PROMPTS[0]], **kw)
+    assert ours == real
+    if pair["draft"] == "same_draft":
+        assert ours["rejected"] == 0  # the main model as its own draft: every candidate passes
+    elif ours["draft_tokens"]:
+        assert ours["accepted"] < ours["draft_tokens"]
+
+
+def test_batch_of_prompts_equal_real(pair: dict[str, Any]) -> None:
+    ours, real = _both(pair, PROMPTS, max_new_tokens=25, num_assistant_tokens=3, stop_token_ids={13})
+    assert ours == real and len(ours["texts"]) == 3
+
+
+def test_texts_are_the_main_models_greedy_answers(pair: dict[str, Any], stories_dir: Path) -> None:
+    plain = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)
+    for prompt in PROMPTS:
+        assert pair["ours"].generate(prompt, max_new_tokens=40, num_assistant_tokens=3) == plain.generate(
+            prompt, max_new_tokens=40
+        )
+
+
+def test_callback_streamer_and_stop_equal_real(pair: dict[str, Any]) -> None:
+    got: dict[str, list[str]] = {"ours": [], "real": []}
+    results = {}
+    for name in ("ours", "real"):
+        chunks = got[name]
+
+        def cb(text: str, chunks: list[str] = chunks) -> bool:
+            chunks.append(text)
+            return len(chunks) >= 6  # STOP after the sixth chunk
+
+        results[name] = pair[name].generate([PROMPTS[1]], max_new_tokens=40, num_assistant_tokens=3, streamer=cb)
+    assert "".join(got["ours"]) == "".join(got["real"])
+    assert results["ours"].texts[0].startswith("".join(got["ours"]))
+
+
+def test_optimum_export_equal_real(real_genai: Any) -> None:
+    """A real optimum-cli export (tiny random Llama, fp32) as main model and its int8 export as
+    draft (same tokenizer, other weights: some candidates pass, some do not)."""
+    main, draft = FIXTURES / "llama-fp32", FIXTURES / "llama-int8"
+    ours = _pipe(genai_shim, main, draft)
+    real = _pipe(real_genai, main, draft)
+    ids = ov.Tensor(np.asarray([[5, 17, 99, 300, 7]], dtype=np.int64))
+    for kw in ({"max_new_tokens": 32, "num_assistant_tokens": 4}, {"max_new_tokens": 24}):
+        a, b = ours.generate(ids, **kw), real.generate(ids, **kw)
+        assert a.tokens == b.tokens
+        ea, eb = a.extended_perf_metrics, b.extended_perf_metrics
+        assert ea.get_num_accepted_tokens() == eb.get_num_accepted_tokens()
+        assert ea.get_num_draft_tokens() == eb.get_num_draft_tokens()
+        assert list(ea.draft_model_metrics.raw_metrics.m_batch_sizes) == list(
+            eb.draft_model_metrics.raw_metrics.m_batch_sizes)
+        assert list(a.perf_metrics.raw_metrics.m_batch_sizes) == list(b.perf_metrics.raw_metrics.m_batch_sizes)
+    assert 0 < ea.get_num_accepted_tokens() < ea.get_num_draft_tokens()  # int8 draft: 23 of 24 pass
+
+
+def test_sdpa_backend_refused_as_real(stories_dir: Path, real_genai: Any) -> None:
+    with pytest.raises(RuntimeError, match="only supported for Gemma4 MTP model pairs"):
+        _pipe(real_genai, stories_dir, stories_dir, ATTENTION_BACKEND="SDPA")
+    with pytest.raises(ConfigError, match="only supported for Gemma4 MTP model pairs"):
+        _pipe(genai_shim, stories_dir, stories_dir, ATTENTION_BACKEND="SDPA")
+
+
+def test_sampling_refused(pair: dict[str, Any]) -> None:
+    """The real validates sampled candidates with its own random stream; ours says so."""
+    if pair["draft"] != "same_draft":
+        pytest.skip("one draft is enough")
+    with pytest.raises(ConfigError, match="do_sample"):
+        pair["ours"].generate(PROMPTS[0], max_new_tokens=5, do_sample=True)
+
+
+def _cb_pipe(impl: Any, main: Path, draft: Path, **sc_fields: Any) -> Any:
+    sc = impl.SchedulerConfig()
+    for k, v in sc_fields.items():
+        setattr(sc, k, v)
+    return impl.ContinuousBatchingPipeline(
+        str(main), sc, "CPU", dict(F32, draft_model=impl.draft_model(str(draft), "CPU", **F32))
+    )
+
+
+@pytest.mark.parametrize("draft_kind", ["same_draft", "tiny_draft"])
+def test_continuous_batching_pipeline_with_draft_equal_real(
+    draft_kind: str, stories_dir: Path, real_genai: Any, request: pytest.FixtureRequest
+) -> None:
+    """ContinuousBatchingPipeline(..., {"draft_model": ...}): one config per prompt (fixed
+    candidates for one, a confidence threshold for the other), a fixed cache of 64 blocks."""
+    draft = stories_dir if draft_kind == "same_draft" else request.getfixturevalue("tiny_draft")
+    got = {}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        pipe = _cb_pipe(impl, stories_dir, draft, num_kv_blocks=64)
+        c1, c2 = impl.GenerationConfig(), impl.GenerationConfig()
+        c1.max_new_tokens, c1.num_assistant_tokens = 30, 3
+        c2.max_new_tokens, c2.assistant_confidence_threshold, c2.logprobs = 15, 0.3, 1
+        results = pipe.generate(["Lily and Tom went to the big park to play", "The cat"], [c1, c2])
+        got[name] = [
+            (r.m_generation_ids, [round(float(x), 4) for x in r.m_scores], int(r.m_status),
+             r.perf_metrics.get_num_input_tokens())
+            for r in results
+        ]
+        e = results[0].extended_perf_metrics
+        got[name].append((list(e.raw_metrics.m_batch_sizes), list(e.draft_model_metrics.raw_metrics.m_batch_sizes),
+                          e.get_num_accepted_tokens(), e.get_num_draft_tokens()))
+    assert got["ours"] == got["real"]
+
+
+def test_continuous_batching_pipeline_refuses_split_steps(stories_dir: Path) -> None:
+    """The real cuts prompts / candidates at max_num_batched_tokens (and then answers
+    differently, garbled on 2026.4.1); genai_shim refuses instead."""
+    pipe = _cb_pipe(genai_shim, stories_dir, stories_dir, max_num_batched_tokens=4)
+    cfg = genai_shim.GenerationConfig()
+    cfg.max_new_tokens = 10
+    with pytest.raises(ConfigError, match="max_num_batched_tokens"):
+        pipe.generate(["Lily and Tom went to the big park to play"], [cfg])
+    assert not pipe.has_non_finished_requests()
+
+
+def test_continuous_batching_pipeline_add_request_and_step_equal_real(
+    stories_dir: Path, real_genai: Any, tiny_draft: Path
+) -> None:
+    """Two requests added, stepped to the end with incremental reads (one read per step: the
+    validated tokens of that step), then a third one stopped by its handle."""
+    got = {}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        pipe = _cb_pipe(impl, stories_dir, tiny_draft)
+        c1, c2 = impl.GenerationConfig(), impl.GenerationConfig()
+        c1.max_new_tokens, c1.num_assistant_tokens = 20, 3
+        c2.max_new_tokens, c2.num_assistant_tokens, c2.stop_token_ids = 12, 2, {13}
+        h1, h2 = pipe.add_request(1, "Once upon a time", c1), pipe.add_request(2, "The cat", c2)
+        reads, steps = [], 0
+        while pipe.has_non_finished_requests():
+            pipe.step()
+            steps += 1
+            if h1.can_read():
+                reads.append(h1.read()[0].generated_ids)
+        h3 = pipe.add_request(3, "Lily", c1)
+        pipe.step()
+        pipe.step()
+        h3.stop()
+        got[name] = (steps, reads, [o.generated_ids for o in h2.read_all()], int(h1.get_status()),
+                     int(h3.get_status()), pipe.has_non_finished_requests())
+        with pytest.raises(RuntimeError, match="cannot be used after it is stopped"):
+            h3.read_all()
+        pipe.step()
+        assert not pipe.has_non_finished_requests()
+    assert got["ours"] == got["real"]
+    assert len(got["ours"][1]) > 1 and got["ours"][4] == int(genai_shim.GenerationStatus.STOP)
+
+
+def test_streamer_base_writes_equal_real(pair: dict[str, Any]) -> None:
+    """One write(list) per step with the step's new tokens, end() twice (measured)."""
+    writes = {}
+    for name, impl in (("ours", genai_shim), ("real", pair["real_module"])):
+        seen: list[Any] = []
+
+        class Recorder(impl.StreamerBase):  # type: ignore[name-defined,misc]
+            def write(self, token: Any) -> Any:
+                seen.append(list(token) if isinstance(token, list) else token)  # noqa: B023 - called within this iteration
+                return impl.StreamingStatus.RUNNING  # noqa: B023 - called within this iteration
+
+            def end(self) -> None:
+                seen.append("end")  # noqa: B023 - called within this iteration
+
+        pair[name].generate([PROMPTS[0]], max_new_tokens=12, num_assistant_tokens=3, streamer=Recorder())
+        writes[name] = seen
+    assert writes["ours"] == writes["real"] and writes["ours"][-2:] == ["end", "end"]
+
+
+def test_chat_turns_equal_real(stories_dir: Path, real_genai: Any) -> None:
+    """ChatHistory (3 turns: the whole templated history each turn) and start_chat: texts and
+    per-turn counters equal the real's."""
+    from tests.genai_shim.conftest import CHAT_TEMPLATE
+
+    got: dict[str, list[Any]] = {"ours": [], "real": []}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        pipe = _pipe(impl, stories_dir, stories_dir)
+        pipe.get_tokenizer().set_chat_template(CHAT_TEMPLATE)
+        history = impl.ChatHistory()
+        for question in ("Who is Lily?", "What did she find?", "Where?"):
+            history.append({"role": "user", "content": question})
+            res = pipe.generate(history, max_new_tokens=16, num_assistant_tokens=3)
+            history.append({"role": "assistant", "content": res.texts[0]})
+            got[name].append(sd_counters(res))
+        with pytest.warns(DeprecationWarning):
+            pipe.start_chat()
+        got[name] += [pipe.generate(q, max_new_tokens=16, num_assistant_tokens=3) for q in ("Who is Lily?", "Why?")]
+        with pytest.warns(DeprecationWarning):
+            pipe.finish_chat()
+    assert got["ours"] == got["real"]
+    assert got["ours"][1]["input"] > got["ours"][0]["input"]  # the history grows
