@@ -26,21 +26,18 @@ class ChatSession:
         self.active = False
         self.history: list[dict[str, Any]] = []
         self.input_kind: str | None = None  # "string" or "history" for the running chat
-        self.ids: list[int] = []  # template-less chat: all ids of the conversation so far
 
     def start(self, system_message: str = "") -> None:
         warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=3)
         self.active = True
         self.input_kind = None
         self.history = [{"role": "system", "content": system_message}] if system_message else []
-        self.ids = []
 
     def finish(self) -> None:
         warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=3)
         self.active = False
         self.input_kind = None
         self.history = []
-        self.ids = []
 
     def claim(self, kind: str) -> None:
         """A chat keeps the input kind it started with (the real's texts)."""
@@ -62,7 +59,5 @@ class ChatSession:
         """A failed or cancelled turn leaves no trace in the history."""
         self.history.pop()
 
-    def answer(self, text: str, ids: list[int] | None = None) -> None:
+    def answer(self, text: str) -> None:
         self.history.append({"role": "assistant", "content": text})
-        if ids is not None:
-            self.ids = ids

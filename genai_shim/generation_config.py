@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import enum
 import json
 import logging
 import os
@@ -12,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from genai_shim.enums import BindingEnum
 from ov_npu_emu.errors import ConfigError
 
 __all__ = ["SIZE_MAX", "UNSUPPORTED_FIELDS", "GenerationConfig", "StopCriteria", "check_supported"]
@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 SIZE_MAX = 2**64 - 1
 
 
-class StopCriteria(enum.IntEnum):
+class StopCriteria(BindingEnum):
     """When a beam group stops once it holds num_beams / num_beam_groups finished beams: at once
     (EARLY), when no running beam can beat the worst of them at its current length (HEURISTIC)
     or at max_new_tokens (NEVER)."""

@@ -7,7 +7,6 @@ How the adapters get into a model (variables or constants, blending, per-call sw
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import re
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
+from genai_shim.enums import BindingEnum
 from ov_npu_emu.errors import ConfigError, UserInputError
 
 __all__ = ["Adapter", "AdapterConfig", "LoRATensors", "read_safetensors"]
@@ -206,7 +206,7 @@ class AdapterConfig:
     ``(adapters: list[Adapter], mode=...)`` or ``(adapters: list[tuple[Adapter, float]], mode=...)``;
     an adapter given without alpha has alpha 1."""
 
-    class Mode(enum.IntEnum):
+    class Mode(BindingEnum):
         MODE_AUTO = 0  # the pipeline picks (DYNAMIC on CPU, GPU and NPU, as the real)
         MODE_DYNAMIC = 1  # A, B and alpha are model variables: anything changes per generate()
         MODE_STATIC_RANK = 2  # as DYNAMIC, rank fixed at construction (sum of the adapters' ranks)

@@ -44,7 +44,7 @@ from genai_shim.stateful_beam import run_beam_search
 from genai_shim.stop_strings import stop_window
 from genai_shim.streamers import StreamingStatus, make_streamer
 from genai_shim.structured_output import check_structured_output, make_constraint
-from genai_shim.tokenizer import TokenizedInputs, Tokenizer
+from genai_shim.tokenizer import NO_CHAT_TEMPLATE, TokenizedInputs, Tokenizer
 from ov_npu_emu.errors import ConfigError, NpuEmuError, PromptTooLongError, UserInputError
 
 __all__ = ["LLMPipeline", "SchedulerConfig"]
@@ -429,18 +429,11 @@ class LLMPipeline:
     ) -> DecodedResults:
         self._chat.claim("string")
         perf = PerfMetrics()
+        if not self._tokenizer.chat_template:
+            # as the real 2026.4.1 on CPU, SDPA and NPU (it used to feed the bare prompt)
+            raise ConfigError(NO_CHAT_TEMPLATE)
         history = self._chat.user_turn(prompt)
-        if self._tokenizer.chat_template:
-            ids, mask = self._tokenize_templated(history, perf)
-        else:
-            # No template: the conversation is the plain concatenation of turns (our choice;
-            # documented), re-prefilled on NPU, continued from the KV cache elsewhere.
-            t0 = _now()
-            enc = self._tokenizer.encode(prompt)
-            perf.raw_metrics.tokenization_durations.append((_now() - t0) * 1e6)
-            previous = np.array([self._chat.ids], dtype=np.int64).reshape(1, -1)
-            ids = np.concatenate([previous, np.array(enc.input_ids.data)], axis=1)
-            mask = np.ones_like(ids)
+        ids, mask = self._tokenize_templated(history, perf)
         try:
             enc_res = self._generate_ids(ids, mask, config, streamer, start, keep_kv=True)
         except Exception:
@@ -450,7 +443,7 @@ class LLMPipeline:
         if self._cancelled:
             self._chat.drop_user_turn()  # CANCEL drops the user turn
         else:
-            self._chat.answer(res.texts[0], ids[0].tolist() + enc_res.tokens[0])
+            self._chat.answer(res.texts[0])
         return res
 
     # -- KV cache ------------------------------------------------------------------------------

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import copy
-import enum
 from typing import Any
 
+from genai_shim.enums import BindingEnum
 from genai_shim.perf_metrics import PerfMetrics
 
 __all__ = ["DecodedResults", "EncodedResults", "GenerationFinishReason"]
 
 
-class GenerationFinishReason(enum.IntEnum):
+class GenerationFinishReason(BindingEnum):
     """Why a sequence ended."""
 
     NONE = 0  # still running, or cancelled by the streamer

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import sys
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from genai_shim.enums import BindingEnum
 
 if TYPE_CHECKING:
     from genai_shim.tokenizer import Tokenizer
@@ -25,7 +26,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class StreamingStatus(enum.IntEnum):
+class StreamingStatus(BindingEnum):
     """What a streamer asks the pipeline to do after a token."""
 
     RUNNING = 0  # continue

@@ -25,6 +25,13 @@ DETOKENIZER_XML = "openvino_detokenizer.xml"
 _ov_core: ov.Core | None = None
 _core_lock = threading.Lock()
 
+#: the real's text when a chat needs the model's template and it has none
+NO_CHAT_TEMPLATE = (
+    "Chat template wasn't found. This may indicate that the model wasn't trained for chat "
+    "scenario. Please add 'chat_template' to tokenizer_config.json to use the model in chat "
+    "scenario."
+)
+
 
 def _core() -> ov.Core:
     """Tokenization is host-side in the real stack too: run the IR on openvino's CPU plugin."""
@@ -453,12 +460,7 @@ class Tokenizer:
 
         template = chat_template or self._chat_template
         if not template:
-            raise ConfigError(
-                "Chat template wasn't found. This may indicate that the model wasn't trained for "
-                "chat scenario. "
-                "Please add 'chat_template' to tokenizer_config.json to use the model in chat "
-                "scenario."
-            )
+            raise ConfigError(NO_CHAT_TEMPLATE)
         if isinstance(history, ChatHistory):
             messages = history.get_messages()
             tools = tools if tools is not None else history.get_tools() or None

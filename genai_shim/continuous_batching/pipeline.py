@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import copy
-import enum
 import time
 from typing import Any
 
@@ -15,6 +14,7 @@ from genai_shim.continuous_batching.block_manager import BlockManager
 from genai_shim.continuous_batching.forks import BeamGroup, fork_request
 from genai_shim.continuous_batching.paged_model import PagedModel
 from genai_shim.continuous_batching.scheduler import Request, Scheduler
+from genai_shim.enums import BindingEnum
 from genai_shim.generation_config import GenerationConfig, check_supported
 from genai_shim.lora_controller import AdapterController, resolve_adapters
 from genai_shim.model_folder import MODEL_XML, model_folder
@@ -73,7 +73,7 @@ class SchedulerConfig:
         return self.to_string()
 
 
-class GenerationStatus(enum.IntEnum):
+class GenerationStatus(BindingEnum):
     RUNNING = 0
     FINISHED = 1
     IGNORED = 2

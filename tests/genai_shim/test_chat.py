@@ -174,3 +174,38 @@ def test_cpu_kv_trim_gives_same_answer_as_fresh_pipeline(chat_dir):
     fresh = genai_shim.LLMPipeline(str(chat_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
     fresh = fresh.generate(edited, max_new_tokens=20)
     assert reused == fresh.texts[0]
+
+
+@pytest.mark.parametrize("props", [{}, {"ATTENTION_BACKEND": "SDPA"}], ids=["pa", "sdpa"])
+def test_start_chat_without_template_fails_as_the_real(stories_dir, real_genai, props):
+    """2026.4.1 refuses a start_chat() string turn when the model has no chat template (it no
+    longer feeds the bare prompt); the failed turn leaves the history empty."""
+    real = real_genai.LLMPipeline(str(stories_dir), "CPU", **props)
+    real.start_chat()
+    with pytest.raises(RuntimeError) as real_err:
+        real.generate("Once upon a time", max_new_tokens=3)
+    ours = genai_shim.LLMPipeline(str(stories_dir), "CPU", **props)
+    ours.start_chat()
+    with pytest.raises(ConfigError) as ours_err:
+        ours.generate("Once upon a time", max_new_tokens=3)
+    assert str(ours_err.value) in str(real_err.value)
+    assert ours._chat.history == []
+
+
+def test_enums_print_as_the_real(real_genai):
+    """str() / format() of every enum give "Class.MEMBER" as the real's bindings do (a Python
+    IntEnum prints its number), with the same members and values."""
+    pairs = [
+        (genai_shim.GenerationFinishReason, real_genai.GenerationFinishReason),
+        (genai_shim.GenerationStatus, real_genai.GenerationStatus),
+        (genai_shim.StopCriteria, real_genai.StopCriteria),
+        (genai_shim.StreamingStatus, real_genai.StreamingStatus),
+        (genai_shim.AdapterConfig.Mode, real_genai.AdapterConfig.Mode),
+    ]
+    for ours, real in pairs:
+        assert {k: int(v) for k, v in ours.__members__.items()} == {
+            k: int(v) for k, v in real.__members__.items()
+        }
+        for name, member in real.__members__.items():
+            mine = getattr(ours, name)
+            assert (str(mine), f"{mine}", repr(mine)) == (str(member), f"{member}", repr(member))
