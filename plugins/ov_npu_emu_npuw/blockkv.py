@@ -150,6 +150,8 @@ class _View:
         self.names = names  # per KV tensor: numbered input names
         self.tails = tails  # per KV tensor: the bound tail array (storage layout) or None
         self.numbered = len(names[0]) if names else 0
+        self.tail_lo = 0  # tokens [tail_lo, tail_hi) are in the tail input (set by BlockKV.bind)
+        self.tail_hi = 0
 
 
 class BlockKV:
@@ -184,6 +186,7 @@ class BlockKV:
         self._tensors: dict[tuple[int, int], ov.Tensor] = {}
         self._dummy: dict[tuple[int, ...], ov.Tensor] = {}
         self._views: list[_View] = []
+        self._rows_of: dict[int, list[np.ndarray]] = {}  # block -> logical [1,H,C,D] view per tensor
         self.peak_block_bytes = 0
 
     # -- geometry -----------------------------------------------------------------------
@@ -249,6 +252,7 @@ class BlockKV:
             for i in range(len(self)):
                 if self.mem[i][b] is None:
                     self.mem[i][b] = np.zeros(self._block_shape(i, self.block), self.dtype)
+            self._rows_of[b] = [self._logical(i, self.mem[i][b]) for i in range(len(self))]
             for v in self._views:
                 if j < v.numbered:
                     for i in range(len(self)):
@@ -272,7 +276,10 @@ class BlockKV:
                 req.set_tensor(tail, ov.Tensor(arr, shared_memory=True))
             names.append(numbered)
             tails.append(arr)
-        self._views.append(_View(req, names, tails))
+        view = _View(req, names, tails)
+        view.tail_lo = view.numbered * self.block
+        view.tail_hi = slots if any(t is not None for t in tails) else view.tail_lo
+        self._views.append(view)
 
     def write(self, i: int, slots: int, start: int, rows: np.ndarray) -> None:
         """Store logical rows ``[1, H, n, D]`` as tokens ``[start, start+n)`` (``slots`` is the
@@ -303,8 +310,23 @@ class BlockKV:
                 self._logical(i, tail)[:, :, a - lo : z - lo, :] = rows[:, :, a - start : z - start, :]
 
     def write_step(self, slots: int, start: int, rows: list[np.ndarray]) -> None:
-        for i, r in enumerate(rows):
-            self.write(i, slots, start, r)
+        """:meth:`write` for every tensor at once; the one-token decode step checks its block
+        once and assigns one row per tensor (the hot path)."""
+        if rows[0].shape[2] != 1 or start + 1 > self.max_slots:
+            for i, r in enumerate(rows):
+                self.write(i, slots, start, r)
+            return
+        self._grow(start + 1)
+        j, off = divmod(start, self.block)
+        b = self.blocks.table[j]
+        self.blocks.check(b)
+        for dst, r in zip(self._rows_of[b], rows, strict=True):
+            dst[:, :, off, :] = r[:, :, 0, :]
+        self.blocks.note_rows(b, off + 1)
+        for v in self._views:
+            if v.tail_lo <= start < v.tail_hi:
+                for i, r in enumerate(rows):
+                    self._logical(i, v.tails[i])[:, :, start - v.tail_lo, :] = r[:, :, 0, :]
 
     def rows(self, i: int, a: int, b: int) -> np.ndarray:
         """Logical rows ``[1, H, b−a, D]`` of tokens ``[a, b)`` gathered from the blocks."""
@@ -331,6 +353,7 @@ class BlockKV:
             for b in range(keep, len(per)):  # the free stack hands out 0, 1, … first
                 per[b] = None
         self._tensors = {k: t for k, t in self._tensors.items() if k[1] < keep}
+        self._rows_of = {}
         for v in self._views:
             for i in range(len(self)):
                 for n in v.names[i]:
