@@ -62,9 +62,9 @@ def has_past_input(past: str, names: Iterable[str]) -> bool:
 def split_kv_into_blocks(model: ov.Model, kv: KVLayout, block: int) -> None:
     """Replace each past input ``[1,H,S,D]`` (``[1,H,D,S]`` for transposed V) by block inputs.
 
-    The blocks are concatenated back along the sequence axis where the past was read, so every
-    consumer (Concat(past, new), Convert, ShapeOf) sees the same tensor as before; the real pass
-    folds the blocks into the Concat(past, new) itself, which computes the same thing.
+    Like the real pass, the blocks go into the ``Concat(past, new)`` that read the past (a Convert
+    per block when the past went through one); a past with other readers (ShapeOf, our V
+    transpose at the boundary) is rebuilt as ``Concat(blocks)`` in its place instead.
     """
     names = {n for p in model.inputs for n in p.get_names()}
     for i, name in enumerate(kv.past_names):
@@ -81,11 +81,40 @@ def split_kv_into_blocks(model: ov.Model, kv: KVLayout, block: int) -> None:
             p = ops.parameter(part_shape, param.get_element_type(), name=part_name)
             p.output(0).get_tensor().set_names({part_name})
             parts.append(p)
-        joined = parts[0] if len(parts) == 1 else ops.concat([p.output(0) for p in parts], axis)
-        param.output(0).replace(joined.output(0))
+        fold = _concat_with_new(param, axis)
+        if fold is not None:  # the real's graph: Concat(cvt(block_0) … cvt(tail), new)
+            convert, concat = fold
+            et = convert.get_output_element_type(0) if convert else None
+            ins = [ops.convert(p, et).output(0) if et else p.output(0) for p in parts]
+            merged = ops.concat([*ins, concat.input_value(1)], axis)
+            merged.set_friendly_name(concat.get_friendly_name())
+            concat.output(0).replace(merged.output(0))
+        else:  # other readers too (ShapeOf, V transposed at the boundary): rebuild the past
+            joined = parts[0] if len(parts) == 1 else ops.concat([p.output(0) for p in parts], axis)
+            param.output(0).replace(joined.output(0))
         model.remove_parameter(param)
         model.add_parameters(parts)
     model.validate_nodes_and_infer_types()
+
+
+def _concat_with_new(param: ov.Node, axis: int) -> tuple[ov.Node | None, ov.Node] | None:
+    """(Convert or None, Concat) when the past's only reader is ``Concat(past, new)`` along
+    ``axis``, directly or through one Convert; None otherwise."""
+    targets = list(param.output(0).get_target_inputs())
+    if len(targets) != 1:
+        return None
+    node, index, convert = targets[0].get_node(), targets[0].get_index(), None
+    if node.get_type_name() == "Convert":
+        convert = node
+        targets = list(node.output(0).get_target_inputs())
+        if len(targets) != 1:
+            return None
+        node, index = targets[0].get_node(), targets[0].get_index()
+    if node.get_type_name() != "Concat" or node.get_input_size() != 2 or index != 0:
+        return None
+    if int(node.get_attributes()["axis"]) % 4 != axis:
+        return None
+    return convert, node
 
 
 class BlockTable:
