@@ -250,6 +250,9 @@ class BlockKV:
     def nbytes(self) -> int:
         return self.block_bytes + self.fixed_bytes
 
+    scale_nbytes = 0  # no u8/u4 block KV (config.py refuses the combination)
+    residual_nbytes = 0
+
     # -- block access (status-checked) --------------------------------------------------
     def block_array(self, i: int, b: int) -> np.ndarray:
         """Storage of physical block ``b`` of KV tensor ``i``; a free or out-of-range block is a

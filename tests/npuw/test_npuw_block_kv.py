@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ov_npu_emu_npuw.config import parse_config
+from ov_npu_emu_npuw.kvplan import plan_from_model
 
 from ov_npu_emu.errors import ConfigError, KVBlockError
 from tests.npuw._oracle import assert_matches_real, greedy, real_npuw_config
@@ -44,7 +45,7 @@ def test_config_rules():
         parse_config({**base, KEY: "YES", "KV_CACHE_PRECISION": "u8"})
 
 
-def test_sub_models_take_block_inputs_like_the_real(stories_model, emu_core):
+def test_sub_models_take_block_inputs_like_the_real(stories_model, stories260k_dir, emu_core):
     cm = emu_core.compile_model(stories_model, "NPU", _cfg("CPU"))
     shapes = {
         k: {p.get_any_name(): list(p.get_shape()) for p in sub.inputs}
@@ -61,6 +62,13 @@ def test_sub_models_take_block_inputs_like_the_real(stories_model, emu_core):
     pf = {p.get_any_name(): list(p.get_shape()) for p in cm.impl.subs.prefill.inputs}
     assert pf["past_key_values.0.key_block_6"] == [1, h, C, d]  # P−C = 224 = 7 blocks, no tail
     assert not any(n.endswith("_block_tail") for n in pf)
+    # kv-plan's block plan is what a request holds: fixed part now, one block per 32 tokens later
+    plan = plan_from_model(stories260k_dir, _cfg("CPU"))["block_kv"]
+    req = cm.create_infer_request()
+    kv = req.impl.kv
+    assert plan["fixed_bytes"] == kv.fixed_bytes and kv.block_bytes == 0
+    greedy(req, LONG[:50], 20)
+    assert kv.used_block_bytes == 3 * plan["bytes_per_block"] and plan["max_blocks"] == 10
 
 
 @pytest.mark.parametrize("device", ["CPU", "NPU"])
