@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
                 "NPUW_LLM_GENERATE_GROUPED_ATTENTION",
                 "NPUW_LLM_OPTIMIZE_V_TENSORS",
                 "NPUW_LLM_ENABLE_PREFIX_CACHING",
+                "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE",
                 "NPUW_LLM_MAX_GENERATION_TOKEN_LEN",
             )
         },
@@ -129,10 +130,17 @@ def run(args: argparse.Namespace) -> int:
         if kv.quantized
         else ""
     )
-    print(
-        f"KV buffer: {len(kv)} tensors, {kv.nbytes / 1e6:.2f} MB per request{quant}, "
-        f"capacity {summary['capacity_tokens']} tokens"
-    )
+    if kv.paged:  # blocks on demand: only the tails and the dummy are held before a prompt
+        print(
+            f"KV blocks: {len(kv)} tensors, {kv.blocks.num_blocks} blocks of {kv.block} tokens on "
+            f"demand, {kv.nbytes / 1e6:.2f} MB held before the first prompt, "
+            f"capacity {summary['capacity_tokens']} tokens"
+        )
+    else:
+        print(
+            f"KV buffer: {len(kv)} tensors, {kv.nbytes / 1e6:.2f} MB per request{quant}, "
+            f"capacity {summary['capacity_tokens']} tokens"
+        )
     print(
         "features: "
         + ", ".join(f"{k.removeprefix('NPUW_LLM_')}={v}" for k, v in summary["features"].items())

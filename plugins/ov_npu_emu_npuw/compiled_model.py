@@ -17,6 +17,7 @@ import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, PluginError
 from ov_npu_emu.runtime.device import DeviceCompiledModel, PortInfo
+from ov_npu_emu_npuw.blockkv import split_kv_into_blocks
 from ov_npu_emu_npuw.config import LLMConfig, parse_config, skip_padded_rows
 from ov_npu_emu_npuw.lora import lift_lora_states
 from ov_npu_emu_npuw.model_io import KVLayout
@@ -333,6 +334,8 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
                 stateless, kv, size, cfg.chunk_size, kv_type, shared, rope, cfg.max_gen_len,
                 masks=masks, kv_quant=kv_quant, kv_group=cfg.kv_group_size,
             )
+            if cfg.block_kv:
+                split_kv_into_blocks(static, kv, cfg.chunk_size)
             compiled = core.compile_model(static, device, prefill_config)
             if size == cfg.max_prompt_len:
                 prefill = compiled
@@ -360,6 +363,8 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
                 kv_quant=kv_quant,
                 kv_group=cfg.kv_group_size,
             )
+            if cfg.block_kv:
+                split_kv_into_blocks(static, kv, cfg.chunk_size)
             extra = generate_default_config(device, static, generate_config, kv, size)
             generate[size] = core.compile_model(static, device, {**generate_config, **extra})
             sub_defaults[f"kv{size}"] = extra

@@ -56,6 +56,7 @@ DEFAULTS: dict[str, Any] = {
     "NPUW_LLM_ENABLE_PREFIX_CACHING": False,  # needs chunked prefill
     "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE": 256,  # forced to the chunk size unless it divides it
     "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS": 128,  # LRU capacity per infer request
+    "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE": False,  # KV in blocks of the chunk size (blockkv.py)
     "NPUW_DEVICES": "NPU",  # real: "NPU,CPU"; ours means the emulated NPU
     "KV_CACHE_PRECISION": "f16",
     "NPUW_LLM_MAX_LORA_RANK": 32,  # static rank of the LoRA inputs (ov_npu_emu_npuw/lora.py)
@@ -67,7 +68,6 @@ DEFAULTS: dict[str, Any] = {
 }
 
 #: real NPUW keys about partitioning/folding that have no meaning here: accepted and ignored
-#: (NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE only at its default: see parse_config)
 IGNORED_KEYS = frozenset(
     {
         "NPUW_ONLINE_PIPELINE",
@@ -90,7 +90,6 @@ IGNORED_KEYS = frozenset(
         "NPUW_ACC_CHECK",
         "NPUW_LLM_OPTIMIZE_FP8",
         "NPUW_LLM_GENERATE_ATTENTION_HINT",
-        "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE",
     }
 )
 #: keys NPUW itself consumes for export/import (weightless artefacts, serialize.py); never
@@ -214,6 +213,7 @@ class LLMConfig:
     cache_rope: bool = False  # artefacts from before the key default to what they were built with
     prefix_block: int = 0  # prefix-cache block size in tokens; 0: prefix caching off
     prefix_max_blocks: int = 128
+    block_kv: bool = False  # NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE: blocks of chunk_size tokens
     max_gen_len: int = 1  # tokens per generate call (NPUW_LLM_MAX_GENERATION_TOKEN_LEN, aligned)
     prefill_attention_hint: str = "STATIC"
     prefill_pyramid: tuple[int, ...] = ()  # mask lengths of the smaller chunk-prefill models
@@ -269,6 +269,7 @@ class LLMConfig:
             "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE": self.prefix_block
             or int(self.raw.get("NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE", 256)),
             "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS": self.prefix_max_blocks,
+            "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE": self.block_kv,
             "NPUW_DEVICES": ",".join(self.devices),
             "KV_CACHE_PRECISION": self.kv_precision,
             KV_GROUP_SIZE_KEY: self.kv_group_size,
@@ -320,14 +321,6 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         raise ConfigError(
             f"CACHE_MODE={raw['CACHE_MODE']!r} is not one of {', '.join(CACHE_MODES)}", key="CACHE_MODE"
         )
-    # real keys of features we do not have: accepted at their defaults, never silently dropped
-    if _bool("NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE", raw.get("NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE", False)):
-        raise ConfigError(
-            "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE=YES: block-based KV is not implemented by our NPUW; the "
-            "KV cache is one contiguous buffer (leave the key at NO)",
-            key="NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE",
-        )
-
     for key, want in (("NPUW_LLM_BATCH_DIM", 0), ("NPUW_LLM_SEQ_LEN_DIM", 2)):
         if _uint(key, get(key)) != want:
             raise ConfigError(
@@ -421,6 +414,8 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
                 chunk,
             )
 
+    block_kv = _block_kv(get, chunk, max_prompt, bool(prefix_block))
+
     attention_hint = str(get("NPUW_LLM_PREFILL_ATTENTION_HINT")).upper()
     if attention_hint not in ("STATIC", "DYNAMIC", "PYRAMID", "HFA"):
         raise ConfigError(
@@ -507,6 +502,7 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
     kv_precision = _KV_PRECISIONS[kv]
     if kv_precision in ("u8", "u4"):
         for key, on in (
+            ("NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE", block_kv),
             ("NPUW_LLM_ENABLE_PREFIX_CACHING", bool(prefix_block)),
             (
                 "NPUW_LLM_OPTIMIZE_V_TENSORS",
@@ -542,6 +538,7 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         cache_rope=_bool("NPUW_LLM_CACHE_ROPE", get("NPUW_LLM_CACHE_ROPE")),
         prefix_block=prefix_block,
         prefix_max_blocks=max_blocks,
+        block_kv=block_kv,
         max_gen_len=max_gen,
         prefill_attention_hint=attention_hint,
         prefill_pyramid=prefill_pyramid,
@@ -552,6 +549,29 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         cache_mode=cache_mode,
         weights_path=str(raw.get("WEIGHTS_PATH", "") or ""),
     )
+
+
+def _block_kv(get: Any, chunk: int, max_prompt: int, prefix_caching: bool) -> bool:
+    """NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE, with the combinations the block cache cannot take."""
+    key = "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE"
+    if not _bool(key, get(key)):
+        return False
+    if not chunk:
+        # The real NPUW on CPU ignores the key here (its blocks come from the chunked prefill):
+        # ours says so instead of dropping it.
+        raise ConfigError(
+            f"{key}=YES needs chunked prefill (the block size is the chunk size): set "
+            "NPUW_LLM_PREFILL_HINT=DYNAMIC and NPUW_LLM_PREFILL_CHUNK_SIZE to a power of 2 below "
+            f"NPUW_LLM_MAX_PROMPT_LEN ({max_prompt}), or leave {key}=NO",
+            key=key,
+        )
+    if prefix_caching:
+        raise ConfigError(
+            f"{key}=YES cannot be combined with NPUW_LLM_ENABLE_PREFIX_CACHING=YES here (the prefix "
+            "cache restores into the contiguous buffer); turn one of them off",
+            key=key,
+        )
+    return True
 
 
 def skip_padded_rows(cfg: LLMConfig, device: str) -> bool:

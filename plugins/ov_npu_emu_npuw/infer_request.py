@@ -10,6 +10,7 @@ import openvino as ov
 
 from ov_npu_emu.errors import KVCacheFullError, PromptTooLongError, UserInputError
 from ov_npu_emu.runtime.device import DeviceInferRequest, VariableState
+from ov_npu_emu_npuw.blockkv import BlockKV
 from ov_npu_emu_npuw.config import select_variant
 from ov_npu_emu_npuw.kvcache import KVBuffers
 from ov_npu_emu_npuw.lora import LoraStates, lora_inputs
@@ -152,7 +153,16 @@ class LLMInferRequest(DeviceInferRequest):
         self._M = cfg.max_gen_len  # tokens per generate call (1 unless speculative decoding)
         self.capacity = cfg.total_size - self._M  # the largest variant's past holds K−M tokens
         self._rope_limit = cfg.total_size if cfg.cache_rope else 0
-        self.kv = KVBuffers(
+        self.kv = BlockKV(
+            cm.kv.past_names,
+            cm.kv.num_heads,
+            cm.kv.head_dims,
+            self.capacity,
+            cfg.total_size,
+            cfg.chunk_size,
+            cm.kv_dtype,
+            tuple(cm.kv.transposed(i) for i in range(len(cm.kv.past_names))),
+        ) if cfg.block_kv else KVBuffers(
             cm.kv.num_heads,
             cm.kv.head_dims,
             self.capacity,
@@ -213,7 +223,7 @@ class LLMInferRequest(DeviceInferRequest):
             self._gen[k] = req
         # Per variant and KV tensor: (logical past view, last row of `present`) so a decode step
         # writes its new KV row with one slice assignment per tensor and no lookups.
-        self._rows: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {
+        self._rows: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {} if self.kv.paged else {
             k: [
                 (self.kv.seq(i, k - self._M), self._logical(i, p)[:, :, -1, :])
                 for i, p in enumerate(st.present)
@@ -304,6 +314,9 @@ class LLMInferRequest(DeviceInferRequest):
     # -- helpers ------------------------------------------------------------------------
     def _bind_past(self, req: InferRequest, slots: int) -> None:
         """Bind the ``slots`` prefix views of the KV buffers (and u8/u4 scales) as the past."""
+        if self.kv.paged:  # block inputs (blockkv.py)
+            self.kv.bind(req, slots)
+            return
         for i, name in enumerate(self._cm.kv.past_names):
             req.set_tensor(name, self.kv.tensor(i, slots))
             if self.kv.quantized:
@@ -332,7 +345,7 @@ class LLMInferRequest(DeviceInferRequest):
         self._store_conversation()  # before its KV is cleared
         # prepare_for_new_conversation
         self.lora.apply()
-        self.kv.zero()
+        self.kv.zero(n)
         self.num_stored_tokens = 0
         self._kv_ready = False
         self.switches = 0
@@ -584,7 +597,7 @@ class LLMInferRequest(DeviceInferRequest):
             s.run()
             # The real NPUW overlaps the head with this KV write; here a thread hand-off costs
             # more than the overlap saves: run it in line (the new token goes to slot `hist`).
-            if self.kv.quantized:
+            if self.kv.quantized or self.kv.paged:
                 self.kv.write_step(
                     K - M, hist, [self._logical(i, p)[:, :, -1:, :] for i, p in enumerate(s.present)]
                 )

@@ -41,6 +41,8 @@ _PARALLEL_MIN_BYTES = 1 << 20
 class KVBuffers:
     """The flat KV buffers plus per-slot-count views (``view(i, S)`` is ``[1, H_i, S, D_i]``)."""
 
+    paged = False  # the block-based KV (blockkv.py) is the paged one
+
     def __init__(
         self,
         num_heads: tuple[int, ...],
@@ -257,7 +259,8 @@ class KVBuffers:
             np.float32
         )
 
-    def zero(self) -> None:
+    def zero(self, next_tokens: int = 0) -> None:
+        """New conversation: clear the buffer (``next_tokens`` matters to the block KV only)."""
         for f in self.flat:
             f.fill(0)
         for f in self.scale_flat:

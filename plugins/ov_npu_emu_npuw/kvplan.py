@@ -144,7 +144,32 @@ def plan_from_model(path: str | Path, config: Mapping[str, Any], group: int = 0)
             "max_blocks": cfg.prefix_max_blocks,
             "max_bytes": per_token * cfg.prefix_block * cfg.prefix_max_blocks,
         }
+    if cfg.block_kv:
+        out["block_kv"] = _block_plan(cfg, kv, at)
     return out
+
+
+def _block_plan(cfg: Any, kv: Any, at: Any) -> dict[str, int]:
+    """NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE (blockkv.py): blocks of chunk-size tokens on demand,
+    plus what is held whatever the conversation: one tail copy per generate variant and one zero
+    dummy block per distinct block shape."""
+    C, M = cfg.chunk_size, cfg.max_gen_len
+    per_block = at(C)[0]
+    tails = sum(at((k - M) % C)[0] for k in cfg.variants)
+    itemsize = 4 if cfg.kv_precision == "f32" else 2
+    shapes = {
+        (h, d, cfg.optimize_v and name.endswith(".value"))
+        for name, h, d in zip(kv.past_names, kv.num_heads, kv.head_dims, strict=True)
+    }
+    dummy = sum(h * C * d * itemsize for h, d, _ in shapes)
+    max_blocks = -(-cfg.total_size // C)
+    return {
+        "block_tokens": C,
+        "max_blocks": max_blocks,
+        "bytes_per_block": per_block,
+        "fixed_bytes": tails + dummy,
+        "max_bytes": max_blocks * per_block + tails + dummy,
+    }
 
 
 # -- CLI ---------------------------------------------------------------------------------
@@ -291,5 +316,12 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"prefix cache (on demand, at most): {pc['max_blocks']} blocks × {pc['block_size']} "
             f"tokens = {_fmt(pc['max_bytes'])}"
+        )
+    if "block_kv" in plan:
+        b = plan["block_kv"]
+        print(
+            f"block KV (on demand): {b['block_tokens']}-token blocks of {_fmt(b['bytes_per_block'])}, "
+            f"at most {b['max_blocks']}; fixed (tail copies + dummy block) {_fmt(b['fixed_bytes'])}; "
+            f"a conversation of n tokens holds ⌈n/{b['block_tokens']}⌉ blocks + fixed"
         )
     return 0

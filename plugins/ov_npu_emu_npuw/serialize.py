@@ -29,6 +29,7 @@ from ov_npu_emu.errors import BlobFormatError, ConfigError, NpuEmuError
 from ov_npu_emu.runtime.device import PortInfo
 from ov_npu_emu.runtime.model_cache import model_hash, read_entry, write_entry
 from ov_npu_emu.version import package_version
+from ov_npu_emu_npuw.blockkv import has_past_input
 from ov_npu_emu_npuw.config import LLMConfig, skip_padded_rows
 from ov_npu_emu_npuw.model_io import KVLayout
 from ov_npu_emu_npuw.weightless import (
@@ -276,7 +277,7 @@ def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> Impo
     pf_out = {n for p in prefill.outputs for n in p.get_names()}
     gen_in = [{n for p in g.inputs for n in p.get_names()} for g in generate.values()]
     bad = [n for n in kv.present_names if n not in pf_out]
-    bad += [n for n in kv.past_names if not all(n in names for names in gen_in)]
+    bad += [n for n in kv.past_names if not all(has_past_input(n, names) for names in gen_in)]
     sizes = (*kv.num_heads, *kv.head_dims)
     if not all(type(x) is int and 0 < x < 1 << 16 for x in sizes) or len(kv.num_heads) != len(kv.past_names):
         bad.append(f"heads/dims {sizes}")

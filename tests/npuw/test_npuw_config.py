@@ -111,12 +111,3 @@ def test_claim_rule():
     assert not is_npuw_llm_config("CPU", on)
     assert not is_npuw_llm_config("NPU", {"NPU_USE_NPUW": "YES"})
     assert not is_npuw_llm_config("NPU", {})
-
-
-@pytest.mark.parametrize(("key", "value"), [("NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE", "YES")])
-def test_unimplemented_real_features_are_errors_not_ignored(key, value):
-    from ov_npu_emu_npuw.config import parse_config
-
-    parse_config({key: "NO"})  # the default is fine
-    with pytest.raises(ConfigError, match=key):
-        parse_config({key: value})
