@@ -133,16 +133,25 @@ def gemm_runner(
     starts = list(range(0, n, block))
     workers = 1 if n * k < _SPLIT_MIN_ELEMENTS else min(_workers(), len(starts))
 
-    def do_block(r0: int) -> None:
+    def do_block(r0: int, x_t: np.ndarray, out_t: np.ndarray) -> None:
         r1 = min(n, r0 + block)
         buf = _block_buffer((r1 - r0) * k).reshape(r1 - r0, k)
         fill(r0, r1, buf)
-        out[:, r0:r1] = x @ buf.T
+        np.matmul(buf, x_t, out=out_t[r0:r1])
 
     def run() -> None:
+        # the product as out.T = W @ x.T: BLAS runs a block [nb, K] @ [K, M] faster than the
+        # [M, K] @ [K, nb] of x @ W.T (about 1.3x here, M ~ 20 rows). Both made per run: a
+        # task holding them would keep them resident for every prefill MatMul of the model
+        x_t = np.ascontiguousarray(x.T)
+        out_t = np.empty((n, m_rows), np.float32)
+        products(x_t, out_t)
+        np.copyto(out, out_t.T)
+
+    def products(x_t: np.ndarray, out_t: np.ndarray) -> None:
         if workers == 1:
             for r0 in starts:
-                do_block(r0)
+                do_block(r0, x_t, out_t)
             return
         # blocks claimed by whichever thread is free (a pool thread may wait for a core)
         claim = itertools.count()
@@ -153,7 +162,7 @@ def gemm_runner(
         def work() -> None:
             while (i := next(claim)) < len(starts):
                 try:
-                    do_block(starts[i])
+                    do_block(starts[i], x_t, out_t)
                 except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
                     errors.append(e)
                 if next(done) == len(starts):
