@@ -8,9 +8,9 @@ buffer per thread, and BLAS multiplies all activation rows by that block: each w
 and decompressed once per run, no whole-weight f32 copy exists, and no cache entry is taken.
 Blocks of output channels are claimed by the calling thread and the gemv pool (the numba loops
 and BLAS release the GIL). Rows are decompressed in column order, so BLAS pairs the same terms
-as on the whole decompressed weight (the cached path); the products agree bit for bit except
-where BLAS sums a block's edge columns in another order (last f32 bits, tested within the
-summation-order bound).
+as on the whole decompressed weight (the cached path); its summation order depends on the
+operand shapes, so the results agree with that path to the last f32 bits, not always bit for
+bit (tested within the summation-order bound and against the CPU plugin).
 """
 
 from __future__ import annotations
