@@ -8,6 +8,7 @@ import logging
 import numpy as np
 
 from ov_npu_emu.errors import MemoryPlanError
+from ov_npu_emu.npu.arrays import same_contents
 from ov_npu_emu.npu.blob.format import align_up
 from ov_npu_emu.npu.compiler.graph import Place, Value
 from ov_npu_emu.npu.compiler.lower import Lowered
@@ -132,7 +133,7 @@ def _identical(consts: list[Value]) -> dict[int, Value]:
     for group in groups.values():
         for i, v in enumerate(group[1:], 1):
             for first in group[:i]:
-                if first.vid not in twins and np.array_equal(first.data, v.data):
+                if first.vid not in twins and same_contents(np.asarray(first.data), np.asarray(v.data)):
                     twins[v.vid] = first
                     break
     return twins

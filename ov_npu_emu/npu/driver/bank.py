@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ov_npu_emu.errors import BlobFormatError
+from ov_npu_emu.npu.arrays import same_contents
 from ov_npu_emu.npu.blob.format import align_up
 from ov_npu_emu.npu.driver.memory import HOST_BASE, PAGE, WEIGHTS_BASE
 
@@ -85,7 +86,7 @@ class WeightsBank:
         with self.lock:
             for e in self._by_key.get(key, ()):
                 self.counters["compared_bytes"] += e.nbytes
-                if np.array_equal(e.buf, data):
+                if same_contents(e.buf, data):
                     return e
             return None
 
@@ -100,7 +101,7 @@ class WeightsBank:
         with self.lock:
             for e in self._by_key.get(key, ()):
                 self.counters["compared_bytes"] += e.nbytes
-                if np.array_equal(e.buf, data):
+                if same_contents(e.buf, data):
                     e.refs += 1
                     self.counters["shared"] += 1
                     return e

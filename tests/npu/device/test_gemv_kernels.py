@@ -1,5 +1,6 @@
-"""Decode-shaped matmul_dq reads the weight as stored (kernels/gemv.py): each weight format
-against the CPU plugin, the row limit of the path, and the kernels against numpy on the
+"""matmul_dq reads the weight as stored: decode shapes by kernels/gemv.py, prefill shapes (more
+rows) by kernels/gemm.py (blocks of decompressed output channels and BLAS). Each weight format
+against the CPU plugin, the row limit of the gemv path, and the kernels against numpy on the
 decompressed weight (specials, NNCF's f16 multiply, signed zero points).
 
 Tolerances: the kernels decompress to the same f32 (or f16-rounded) weight values as the IR
@@ -14,8 +15,10 @@ import pytest
 from openvino import opset13 as ops
 
 from ov_npu_emu.npu.blob.format import WEIGHT_FORMATS
+from ov_npu_emu.npu.blob.kernel_params import MatMulDqParams
 from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS as MAX_ROWS
-from ov_npu_emu.npu.device.kernels.dequant import dequantize
+from ov_npu_emu.npu.device.kernels.dequant import dequantize, stored_format_matmul
+from ov_npu_emu.npu.device.kernels.gemm import GEMM_BLOCK_BYTES, gemm_runner
 from ov_npu_emu.npu.device.kernels.gemv import gemv_runner
 from tests.npu.conftest import F32_TOL, compressed_weight, cpu_reference, rel_err
 
@@ -136,3 +139,77 @@ def test_shapes_the_path_does_not_take():
     assert gemv_runner("u4", x, q, scale[:, :1], None, np.empty((1, 8), np.float32), 64) is None  # odd scale
     many = np.ones((MAX_ROWS + 1, 64), np.float32)
     assert gemv_runner("u4", many, q, scale, None, np.empty((MAX_ROWS + 1, 8), np.float32), 64) is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_prefill_rows_each_weight_format_match_cpu(npu_core, kind, monkeypatch):
+    """More rows than the gemv path takes, with no decompressed-weights cache (a model over its
+    budget): blocks of decompressed output channels through BLAS, against the CPU plugin, on a
+    small weight (one thread) and one split over the cores."""
+    from ov_npu_emu.npu.device.kernels import gemm
+
+    made = []
+    monkeypatch.setattr(gemm, "gemm_runner", lambda *a, **kw: made.append(a[0]) or gemm_runner(*a, **kw))
+    rng = np.random.default_rng(12)
+    k, rows = 256, 3 * MAX_ROWS
+    grouped = kind in ("i4-sym-g32", "u4-asym-g64-f32")
+    make = _grouped if grouped else (lambda r, kd, n, kk: compressed_weight(r, kd, n, kk)[0])
+    small, big = make(rng, kind, 48, k), make(rng, kind, 1024, k)
+    x = ops.parameter([1, rows, k], np.float32, name="x")
+    m = ov.Model([ops.result(ops.matmul(x, w, False, True)) for w in (small, big)], [x], "gemm")
+    feed = {"x": rng.standard_normal((1, rows, k)).astype(np.float32)}
+    cm = npu_core.compile_model(m, "NPU", {"NPU_EMU_WEIGHTS_CACHE": "NO"})
+    got = cm.create_infer_request().infer(feed)
+    assert len(made) == 2  # both products took the block kernel
+    for i, ref in enumerate(cpu_reference(m, feed)):
+        assert rel_err(np.array(got[i]), ref) <= F32_TOL, f"output {i}"
+
+
+@pytest.mark.parametrize("mul_f16", [False, True])
+@pytest.mark.parametrize(("name", "signed_zp"), [("f16", False), ("u8", False), ("i8", True), ("u4", False),
+                                                 ("i4", True)])
+def test_gemm_matches_numpy_on_the_decompressed_weight(name, signed_zp, mul_f16):
+    """The block kernel decompresses to dequantize()'s values (NNCF's f16 multiply, signed zero
+    points) and BLAS sums them: within any summation order's bound of the exact product (BLAS
+    on a block of N may sum in another order than on the whole weight at the edges). N spans
+    several blocks and a partial one, on the split path."""
+    rng = np.random.default_rng(2)
+    k, gs, rows = 512, 64, MAX_ROWS + 5
+    n = 3 * (GEMM_BLOCK_BYTES // (4 * k)) + 7
+    four = name.endswith("4")
+    scale = zp = None
+    if name == "f16":
+        q = rng.standard_normal((n, k)).astype(np.float16)
+    else:
+        vals = rng.integers(0, 16 if four else 256, (n, k // gs, gs)).astype(np.uint8)
+        q = (vals[..., 0::2] | (vals[..., 1::2] << 4)).astype(np.uint8) if four else vals
+        if name == "i8":
+            q = q.view(np.int8)
+        lim = 8 if four else 100
+        zp = rng.integers(-lim if signed_zp else 0, lim, (n, k // gs, 1)).astype(np.int8 if signed_zp else np.uint8)
+        scale = (rng.random((n, k // gs, 1)) * 0.037 + 1e-3).astype(np.float32)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    out = np.full((rows, n), np.nan, np.float32)
+    run = gemm_runner(name, x, q, scale, zp, out, k, mul_f16)
+    assert run is not None
+    run()
+    w = dequantize(WEIGHT_FORMATS[name], q, scale, zp, mul_f16, k).astype(np.float64)
+    ref = x.astype(np.float64) @ w.T
+    bound = k * EPS32 * (np.abs(x.astype(np.float64)) @ np.abs(w).T)
+    assert np.all(np.abs(out - ref) <= bound)
+    if mul_f16 and name != "f16":  # the f16 rounding is applied, not ignored
+        w32 = dequantize(WEIGHT_FORMATS[name], q, scale, zp, False, k).astype(np.float64)
+        assert not np.all(np.abs(out - x.astype(np.float64) @ w32.T) <= bound)
+
+
+def test_a_row_tile_outside_the_token_window_computes_nothing():
+    """A prefill row tile left of the real tokens is bound with no rows: its runner neither
+    decompresses nor writes (it used to decompress the whole weight for nothing)."""
+    k, n = 64, 8
+    q = np.zeros((n, 2, 16), np.uint8)
+    scale = np.ones((n, 2, 1), np.float16)
+    params = MatMulDqParams(False, True, WEIGHT_FORMATS["u4"], False, False, n, k)
+    out = np.full((1, 0, n), 7.0, np.float32)
+    run = stored_format_matmul([np.zeros((1, 0, k), np.float32), q, scale], [out], params)
+    assert run is not None and run() is None
+    assert gemm_runner("u4", np.zeros((0, k), np.float32), q, scale, None, np.empty((0, n), np.float32), k) is None

@@ -130,6 +130,10 @@ class TileDequantizer:
         return out.reshape(r1 - r0, self.k)
 
 
+def _nothing() -> None:
+    """The runner of a task with no rows to compute."""
+
+
 def _dq_operands(
     ins: Sequence[np.ndarray], first: int, has_zp: bool
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -139,11 +143,16 @@ def _dq_operands(
     return q, scale, zp
 
 
-def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: MatMulDqParams):  # type: ignore[no-untyped-def]
+def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: MatMulDqParams,
+                         prefill: bool = False):  # type: ignore[no-untyped-def]
     """matmul_dq for a decode-shaped activation (at most :data:`STORED_FORMAT_MAX_ROWS` rows, weight [N, K]
     as transpose_b): a runner reading the weight as stored (:mod:`.gemv`), or None when the
     operands need the decompress-then-BLAS path (more rows, batched/transposed operands, layouts
-    the stored-format kernels do not read). Such a task needs no decompressed copy."""
+    the stored-format kernels do not read). Such a task needs no decompressed copy.
+
+    ``prefill``: also take more rows, by blocks of decompressed output channels and BLAS
+    (:mod:`.gemm`: each weight decompressed once per run, by numba, into a per-thread buffer).
+    An activation with no rows (a row tile wholly outside the token window) does nothing."""
     a, o = ins[0], outs[0]
     ta, tb = params.transpose_a, params.transpose_b
     fmt, has_zp, mul_f16, n, k = params.weight_format, params.has_zero_point, params.f16_rounding, params.n, params.k
@@ -151,10 +160,17 @@ def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], 
     if ta or not tb or name is None or a.ndim < 2 or a.shape[-1] != k or o.shape[-1] != n:
         return None
     m_rows = a.size // k
-    if not 1 <= m_rows <= STORED_FORMAT_MAX_ROWS or o.size != m_rows * n:
+    if o.size != m_rows * n:
         return None
-    # numba loads (~2 s) on the first decode-shaped task, not with every import of the device
-    from ov_npu_emu.npu.device.kernels.gemv import gemv_runner
+    if m_rows == 0:
+        return _nothing
+    if m_rows > STORED_FORMAT_MAX_ROWS and not prefill:
+        return None
+    # numba loads (~2 s) on the first task that uses it, not with every import of the device
+    if m_rows > STORED_FORMAT_MAX_ROWS:
+        from ov_npu_emu.npu.device.kernels.gemm import gemm_runner as runner
+    else:
+        from ov_npu_emu.npu.device.kernels.gemv import gemv_runner as runner
     q, scale, zp = _dq_operands(ins, 1, has_zp)
     # f32 C-contiguous views of the activation / result where they are such, else scratch
     # copied per run (views only: a reshape that copied would read stale data)
@@ -162,7 +178,7 @@ def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], 
     direct_out = o.dtype == np.float32 and o.flags.c_contiguous
     x = a.reshape(m_rows, k) if direct_in else np.empty((m_rows, k), np.float32)
     y = o.reshape(m_rows, n) if direct_out else np.empty((m_rows, n), np.float32)
-    run = gemv_runner(name, x, q, scale, zp, y, k, mul_f16)
+    run = runner(name, x, q, scale, zp, y, k, mul_f16)
     if run is None or (direct_in and direct_out):
         return run
     def copying() -> None:
@@ -177,8 +193,8 @@ def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], 
 
 @kernel("matmul_dq")
 def _matmul_dq(ins, outs, params):  # type: ignore[no-untyped-def]
-    """MatMul against a compressed weight: decode-shaped activations read it as stored
-    (:func:`stored_format_matmul`); others decompress it tile by tile of output channels."""
+    """MatMul against a compressed weight, read as stored (:func:`stored_format_matmul`: decode
+    and prefill shapes); other layouts decompress it tile by tile of output channels (numpy)."""
     a = ins[0]
     o = outs[0]
     ta, tb = params.transpose_a, params.transpose_b
@@ -186,7 +202,7 @@ def _matmul_dq(ins, outs, params):  # type: ignore[no-untyped-def]
     q, scale, zp = _dq_operands(ins, 1, has_zp)
     if q.shape[0] != n or (scale is not None and scale.shape[0] != n):
         raise ExecutionError(f"matmul_dq: weight rows {q.shape[0]} do not match N={n}")
-    fast = stored_format_matmul(ins, outs, params)
+    fast = stored_format_matmul(ins, outs, params, prefill=True)
     if fast is not None:
         return fast
     av = np.swapaxes(a, -1, -2) if ta and a.ndim > 1 else a

@@ -8,8 +8,8 @@ weights as stored, decompress each row in registers with the same f32 operations
 activation rows. Output channels are split over the host's cores (the kernels release the GIL).
 
 Only the summation order differs from numpy/BLAS on a decompressed tile (the weight values are
-bit-identical), so results agree to f32 rounding. Prefill-shaped MatMuls (many rows) keep the
-BLAS path: there each decompressed weight is reused across rows and BLAS wins.
+bit-identical), so results agree to f32 rounding. Prefill-shaped MatMuls (many rows) take
+:mod:`.gemm`: there each decompressed weight is reused across rows and BLAS wins.
 """
 
 from __future__ import annotations

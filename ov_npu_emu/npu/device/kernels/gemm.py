@@ -1,0 +1,179 @@
+"""Prefill-shaped MatMul (many activation rows) on a weight's stored format.
+
+Above :data:`..dequant.STORED_FORMAT_MAX_ROWS` rows each decompressed weight is reused by
+every row, so BLAS on f32 is the fast product. The weight is decompressed one block of output
+channels at a time, by the numba loops of :mod:`.gemv` (the IR's f32 ``(q - zp) * scale``,
+f16 converted exactly: the same values as :func:`..dequant.dequantize`), into an L2-sized f32
+buffer per thread, and BLAS multiplies all activation rows by that block: each weight is read
+and decompressed once per run, no whole-weight f32 copy exists, and no cache entry is taken.
+Blocks of output channels are claimed by the calling thread and the gemv pool (the numba loops
+and BLAS release the GIL). Rows are decompressed in column order, so BLAS pairs the same terms
+as on the whole decompressed weight (the cached path); its summation order depends on the
+operand shapes, so the results agree with that path to the last f32 bits, not always bit for
+bit (tested within the summation-order bound and against the CPU plugin).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+
+import numpy as np
+from numba import njit
+
+from ov_npu_emu.npu.device.kernels.gemv import _JIT, _ZERO_ZP, _dq_row_q8, _f32, _pool, _round_f16, _w, _workers
+
+#: f32 bytes of one decompressed block of output channels (per thread; stays in L2 for BLAS)
+GEMM_BLOCK_BYTES = 512 * 1024
+#: below this many weight elements one thread does the whole product
+_SPLIT_MIN_ELEMENTS = 1 << 18
+
+
+@njit(**_JIT)
+def _dq_block_f16(q, r0, r1, buf):  # type: ignore[no-untyped-def]
+    """Rows [r0, r1) of an f16 weight (uint16 bits) -> f32 ``buf``, exactly."""
+    _, k = q.shape
+    for i in range(r1 - r0):
+        qn, dst = q[r0 + i], buf[i]
+        for j in range(k):
+            dst[j] = _f32(qn[j])
+
+
+@njit(**_JIT)
+def _dq_block_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0, r1, buf):  # type: ignore[no-untyped-def]
+    for i in range(r1 - r0):
+        _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0 + i, buf[i])
+
+
+@njit(**_JIT)
+def _dq_block_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0, r1, buf):  # type: ignore[no-untyped-def]
+    """4-bit rows in column order (low nibble first), so BLAS sums the terms as it does on the
+    whole decompressed weight (the decode loop's [even | odd] layout would reorder them)."""
+    _, groups, gh = q.shape
+    qf, fq = np.uint8(q_flip), np.float32(q_flip)
+    for i in range(r1 - r0):
+        n = r0 + i
+        for g in range(groups):
+            s = _f32(scale[n, g, 0])
+            if mul_f16:  # the IR converts the scale to f16 first
+                s = _round_f16(s)
+            z = fq
+            if has_zp:
+                z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
+            qg, dst = q[n, g], buf[i, 2 * g * gh:2 * (g + 1) * gh]
+            for j in range(gh):
+                b = qg[j]
+                dst[2 * j] = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
+                dst[2 * j + 1] = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
+
+
+_SCRATCH = threading.local()
+
+
+def _block_buffer(size: int) -> np.ndarray:
+    """This thread's f32 block buffer (``size`` items), shared by every task: a buffer per task
+    would hold half a megabyte for each of the thousands of prefill MatMul tasks of an LLM."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _SCRATCH.buf = np.empty(max(size, GEMM_BLOCK_BYTES // 4), np.float32)
+    return buf[:size]
+
+
+def block_dequantizer(
+    name: str, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, n: int, k: int, mul_f16: bool,
+) -> Callable[[int, int, np.ndarray], None] | None:
+    """``fill(r0, r1, buf)`` writing weight rows [r0, r1) as f32 into ``buf[:r1 - r0]``, or None
+    when the operands are not a layout the numba loops read (the caller keeps the numpy path)."""
+    if q.shape[0] != n or not q.flags.c_contiguous:
+        return None
+    if name == "f16":
+        if q.size != n * k:
+            return None
+        bits = q.reshape(n, k).view(np.uint16)
+        return lambda r0, r1, buf: _dq_block_f16(bits, r0, r1, buf)
+    if scale is None or q.ndim != 3 or not scale.flags.c_contiguous:
+        return None
+    groups = q.shape[1]
+    if scale.shape != (n, groups, 1) or (zp is not None and zp.shape != (n, groups, 1)):
+        return None
+    if scale.dtype == np.float16:
+        scale = scale.view(np.uint16)
+    elif scale.dtype != np.float32:
+        return None
+    if zp is not None and (zp.dtype not in (np.uint8, np.int8) or not zp.flags.c_contiguous):
+        return None
+    zp_bits = _ZERO_ZP if zp is None else zp.view(np.uint8)
+    zp_flip = 128 if zp is not None and zp.dtype == np.int8 else 0
+    qb = q.view(np.uint8)
+    has_zp = zp is not None
+    if name in ("u8", "i8") and groups * q.shape[2] == k:
+        qf8 = 128 if name == "i8" else 0
+        return lambda r0, r1, buf: _dq_block_q8(qb, scale, zp_bits, has_zp, qf8, zp_flip, mul_f16, r0, r1, buf)
+    if name in ("u4", "i4") and groups * q.shape[2] * 2 == k:
+        qf4 = 8 if name == "i4" else 0
+        return lambda r0, r1, buf: _dq_block_q4(qb, scale, zp_bits, has_zp, qf4, zp_flip, mul_f16, r0, r1, buf)
+    return None
+
+
+def gemm_runner(
+    name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
+    k: int, mul_f16: bool = False,
+) -> Callable[[], None] | None:
+    """A runner computing ``out[M, N] = x[M, K] @ W.T`` block by block of decompressed output
+    channels, or None when the operands are not a layout this path reads. Arguments as for
+    :func:`.gemv.gemv_runner` (any number of rows)."""
+    m_rows, n = out.shape
+    if x.shape != (m_rows, k) or m_rows == 0:
+        return None
+    fill = block_dequantizer(name, q, scale, zp, n, k, mul_f16)
+    if fill is None:
+        return None
+    block = max(1, min(n, GEMM_BLOCK_BYTES // (4 * k)))
+    starts = list(range(0, n, block))
+    workers = 1 if n * k < _SPLIT_MIN_ELEMENTS else min(_workers(), len(starts))
+
+    def do_block(r0: int, x_t: np.ndarray, out_t: np.ndarray) -> None:
+        r1 = min(n, r0 + block)
+        buf = _block_buffer((r1 - r0) * k).reshape(r1 - r0, k)
+        fill(r0, r1, buf)
+        np.matmul(buf, x_t, out=out_t[r0:r1])
+
+    def run() -> None:
+        # the product as out.T = W @ x.T: BLAS runs a block [nb, K] @ [K, M] faster than the
+        # [M, K] @ [K, nb] of x @ W.T (about 1.3x here, M ~ 20 rows). Both made per run: a
+        # task holding them would keep them resident for every prefill MatMul of the model
+        x_t = np.ascontiguousarray(x.T)
+        out_t = np.empty((n, m_rows), np.float32)
+        products(x_t, out_t)
+        np.copyto(out, out_t.T)
+
+    def products(x_t: np.ndarray, out_t: np.ndarray) -> None:
+        if workers == 1:
+            for r0 in starts:
+                do_block(r0, x_t, out_t)
+            return
+        # blocks claimed by whichever thread is free (a pool thread may wait for a core)
+        claim = itertools.count()
+        done = itertools.count(1)
+        finished = threading.Event()
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            while (i := next(claim)) < len(starts):
+                try:
+                    do_block(starts[i], x_t, out_t)
+                except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
+                    errors.append(e)
+                if next(done) == len(starts):
+                    finished.set()
+
+        pool = _pool()
+        for _ in range(1, workers):
+            pool.submit(work)
+        work()
+        finished.wait()
+        if errors:
+            raise errors[0]
+
+    return run
