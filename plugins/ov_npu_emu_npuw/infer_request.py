@@ -62,6 +62,15 @@ class StoredTokensState(VariableState):
         self._req.reset_state()
 
 
+def _bounds(a: np.ndarray) -> tuple[int, int]:
+    """(min, max) of an integer input; a decode step's [1, 1] input is read as one scalar
+    (each numpy reduction costs a few µs, a step checks ids and positions)."""
+    if a.size == 1:
+        v = int(a.flat[0])
+        return v, v
+    return int(a.min()), int(a.max())
+
+
 class _Staging:
     """Host arrays bound once (zero-copy) to a sub-request's small inputs and all its outputs.
 
@@ -269,16 +278,17 @@ class LLMInferRequest(DeviceInferRequest):
             )
         if mask.ndim != 2 or mask.shape[0] != 1:
             raise UserInputError(f"attention_mask must be [1, n], got {list(mask.shape)}")
-        if self._vocab and (ids.min() < 0 or ids.max() >= self._vocab):
-            # the embedding Gather would read out of bounds (the CPU plugin returns zeros)
-            raise UserInputError(
-                f"input_ids must be token ids in [0, {self._vocab}), got values "
-                f"{int(ids.min())}..{int(ids.max())}"
-            )
-        if self._rope_limit and int(pos.max()) >= self._rope_limit:
+        if self._vocab:
+            lo, hi = _bounds(ids)
+            if lo < 0 or hi >= self._vocab:
+                # the embedding Gather would read out of bounds (the CPU plugin returns zeros)
+                raise UserInputError(
+                    f"input_ids must be token ids in [0, {self._vocab}), got values {lo}..{hi}"
+                )
+        if self._rope_limit and _bounds(pos)[1] >= self._rope_limit:
             # the Gather from the RoPE table would read past it (the CPU plugin returns zeros)
             raise UserInputError(
-                f"position_ids reach {int(pos.max())}, beyond the RoPE cache of {self._rope_limit} "
+                f"position_ids reach {_bounds(pos)[1]}, beyond the RoPE cache of {self._rope_limit} "
                 "positions (NPUW_LLM_CACHE_ROPE covers the total KV size); compile with "
                 "NPUW_LLM_CACHE_ROPE=NO to use larger positions"
             )
