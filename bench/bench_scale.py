@@ -21,9 +21,10 @@ defaults (MAX_PROMPT_LEN 1024, MIN_RESPONSE_LEN 128).  Setups:
 Ratios are ours / real.  The workers run one after another on a shared machine: the load
 average at the start and end is printed; re-run when it moved.  ``--interleave`` instead loads
 every setup in one worker process and alternates their generate() calls (order rotating per
-round), so load swings hit all setups alike: TTFT / TPOT only (no per-setup load time or RSS).  ``bench-small`` is the builder's
-small preset at 8 layers, hidden 512; ``bench-0.5b`` is ``ov-npu-emu make-model DIR --preset
-qwen2.5-0.5b-shape --dtype f16`` (built into ``--q05-dir`` when missing).  Not a test.
+round), so load swings hit all setups alike: TTFT / TPOT only (no per-setup load time or RSS).
+``bench-small`` is the builder's small preset at 8 layers, hidden 512; ``bench-0.5b`` is
+``ov-npu-emu make-model DIR --preset qwen2.5-0.5b-shape --dtype f16`` (built into ``--q05-dir``
+when missing).  Not a test.
 """
 
 from __future__ import annotations
