@@ -2,7 +2,7 @@
 
 Usage: python bench/bench_scale.py [--models stories260K,bench-small,bench-0.5b] [--repeat 3]
                                    [--new 16] [--setups real,npu,npu-cpu,cpu] [--prompt TEXT]
-                                   [--q05-dir /work/models/q05-f16] [--load-only]
+                                   [--q05-dir /work/models/q05-f16] [--load-only] [--interleave]
 
 Every setup runs ``LLMPipeline(folder, device, ...)`` with f32 hints (INFERENCE_PRECISION_HINT
 and KV_CACHE_PRECISION f32) on a 12-word prompt, in its own worker process: one load (timed:
@@ -14,12 +14,17 @@ defaults (MAX_PROMPT_LEN 1024, MIN_RESPONSE_LEN 128).  Setups:
 * ``real``    - the real openvino_genai, NPUW on CPU (NPUW_DEVICES=CPU, NPUW_ONLINE_PIPELINE=NONE)
 * ``npu``     - genai_shim on our emulated NPU (NPUW_DEVICES=NPU, the default)
 * ``npu-cpu`` - genai_shim, our NPUW with NPUW_DEVICES=CPU
+* ``npu-cpu-1var`` - the same with NPUW_LLM_GENERATE_LADDER=NO (one generate variant of
+  MAX_PROMPT + MIN_RESPONSE slots; not in the default --setups)
 * ``cpu``     - the real openvino_genai on the OpenVINO CPU plugin (stateful, no NPUW)
 
 Ratios are ours / real.  The workers run one after another on a shared machine: the load
-average at the start and end is printed; re-run when it moved.  ``bench-small`` is the builder's
-small preset at 8 layers, hidden 512; ``bench-0.5b`` is ``ov-npu-emu make-model DIR --preset
-qwen2.5-0.5b-shape --dtype f16`` (built into ``--q05-dir`` when missing).  Not a test.
+average at the start and end is printed; re-run when it moved.  ``--interleave`` instead loads
+every setup in one worker process and alternates their generate() calls (order rotating per
+round), so load swings hit all setups alike: TTFT / TPOT only (no per-setup load time or RSS).
+``bench-small`` is the builder's small preset at 8 layers, hidden 512; ``bench-0.5b`` is
+``ov-npu-emu make-model DIR --preset qwen2.5-0.5b-shape --dtype f16`` (built into ``--q05-dir``
+when missing).  Not a test.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ SETUPS = {
     "real": ("openvino_genai", "NPU", {"NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE"}),
     "npu": ("genai_shim", "NPU", {"NPUW_DEVICES": "NPU"}),
     "npu-cpu": ("genai_shim", "NPU", {"NPUW_DEVICES": "CPU"}),
+    # the same with one generate variant (K = MAX_PROMPT + MIN_RESPONSE), as before the ladder
+    "npu-cpu-1var": ("genai_shim", "NPU", {"NPUW_DEVICES": "CPU", "NPUW_LLM_GENERATE_LADDER": "NO"}),
     "cpu": ("openvino_genai", "CPU", {}),
 }
 
@@ -88,6 +95,36 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str) -> dict:
     }
 
 
+def interleaved(setups: list[str], folder: str, repeat: int, new: int, prompt: str) -> dict:
+    """--interleave: every setup loaded in this one process, then ``repeat`` rounds of one
+    generate() each, the order rotating per round, so a load swing hits all setups alike
+    (TTFT / TPOT medians; load and RSS are not per setup here)."""
+    import importlib
+    import statistics
+
+    pipes, cfgs = {}, {}
+    for s in setups:
+        module, device, extra = SETUPS[s]
+        g = importlib.import_module(module)
+        pipes[s] = g.LLMPipeline(folder, device, **F32, **extra)
+        cfgs[s] = g.GenerationConfig()
+        cfgs[s].max_new_tokens = new
+        cfgs[s].ignore_eos = True
+        pipes[s].generate([prompt], cfgs[s])  # warm-up (our ladders compile their rungs here)
+    ttft: dict[str, list[float]] = {s: [] for s in setups}
+    tpot: dict[str, list[float]] = {s: [] for s in setups}
+    text = {}
+    for r in range(repeat):
+        for s in setups[r % len(setups):] + setups[: r % len(setups)]:
+            res = pipes[s].generate([prompt], cfgs[s])
+            ttft[s].append(res.perf_metrics.get_ttft().mean)
+            tpot[s].append(res.perf_metrics.get_tpot().mean)
+            text[s] = res.texts[0]
+    nan = float("nan")
+    return {s: {"load_s": nan, "ttft_ms": statistics.median(ttft[s]), "tpot_ms": statistics.median(tpot[s]),
+                "rss_load_mb": nan, "peak_rss_mb": nan, "text": text[s]} for s in setups}
+
+
 def run_worker(setup: str, folder: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--worker", setup, "--folder", folder, "--repeat", str(args.repeat),
            "--new", str(args.new), "--prompt", args.prompt]
@@ -105,17 +142,22 @@ def _weights_mb(folder: str) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="stories260K,bench-small,bench-0.5b")
-    ap.add_argument("--setups", default=",".join(SETUPS))
+    ap.add_argument("--setups", default="real,npu,npu-cpu,cpu")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--new", type=int, default=16)
     ap.add_argument("--prompt", default=PROMPT)
     ap.add_argument("--q05-dir", default="/work/models/q05-f16")
     ap.add_argument("--load-only", action="store_true", help="time the pipeline's load only (no generate)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="all setups in one process, generate() calls alternating (TTFT/TPOT only)")
     ap.add_argument("--worker")
     ap.add_argument("--folder")
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.folder, args.repeat, args.new, args.prompt)))
+        if "," in args.worker:
+            print(json.dumps(interleaved(args.worker.split(","), args.folder, args.repeat, args.new, args.prompt)))
+        else:
+            print(json.dumps(worker(args.worker, args.folder, args.repeat, args.new, args.prompt)))
         return
     if args.load_only:
         args.repeat = 0
@@ -123,15 +165,23 @@ def main() -> None:
     unknown = sorted(set(setups) - set(SETUPS))
     if unknown:
         ap.error(f"unknown setups {unknown}; choose from {sorted(SETUPS)}")
+    if args.interleave and args.load_only:
+        ap.error("--interleave measures TTFT / TPOT; --load-only needs one process per setup")
     print(f"load average at start: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} CPUs")
     print(f"{len(args.prompt.split())}-word prompt, f32, {args.new} new tokens, median of {args.repeat}; "
-          "one process per setup; ratios ours / real")
+          + ("all setups in one process, generate() calls alternating" if args.interleave else "one process per setup")
+          + "; ratios ours / real")
     print("| model | setup | load s | TTFT ms | TPOT ms | peak RSS MB | RSS after load MB | "
           "x load | x TTFT | x TPOT | same text |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
         folder = model_folder(name.strip(), args.q05_dir)
-        rows = {s: run_worker(s, folder, args) for s in setups}
+        if args.interleave:
+            rows = run_worker(",".join(setups), folder, args)
+            if "error" in rows:
+                rows = {s: rows for s in setups}
+        else:
+            rows = {s: run_worker(s, folder, args) for s in setups}
         real = rows.get("real", {})
         label = f"{name} ({_weights_mb(folder):.0f} MB weights)"
         for s, r in rows.items():

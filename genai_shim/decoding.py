@@ -61,7 +61,19 @@ class OneRow:
         self._pos = int(mask.sum()) - 1  # position of the last fed token
         self.ids = np.zeros((1, 1), dtype=np.int64)
         self.beam = np.zeros(1, dtype=np.int32)
-        self._pos_arr = np.zeros((1, 1), dtype=np.int64)
+        self.pos = np.zeros((1, 1), dtype=np.int64)
+        #: set by the pipeline once the request reads ids / pos / beam from these very arrays
+        self.bound = False
+
+    def read_by(self, request: Any, has_pos: bool, has_beam: bool) -> bool:
+        """Whether ``request`` reads these very ids / position / beam arrays after a shared
+        call (the bind falls back to a copy when a dtype differs, e.g. i32 input_ids)."""
+        pairs = [("input_ids", self.ids)]
+        if has_pos:
+            pairs.append(("position_ids", self.pos))
+        if has_beam:
+            pairs.append(("beam_idx", self.beam))
+        return all(np.shares_memory(request.get_tensor(n).data, a) for n, a in pairs)
 
     def step(self) -> tuple[np.ndarray, np.ndarray]:
         """(attention mask with one more 1, position of the new token)."""
@@ -69,8 +81,8 @@ class OneRow:
             self._buf = np.concatenate([self._buf, np.ones_like(self._buf)], axis=1)
         self._len += 1
         self._pos += 1
-        self._pos_arr[0, 0] = self._pos
-        return self._buf[:, : self._len], self._pos_arr
+        self.pos[0, 0] = self._pos
+        return self._buf[:, : self._len], self.pos
 
 
 class StatefulRequests:

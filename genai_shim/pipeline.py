@@ -148,6 +148,7 @@ class LLMPipeline:
         self._chat = ChatSession()
         self._kv_tokens: list[int] = []  # ids whose keys/values sit in the KV cache (batch 1)
         self._cancelled = False  # the last generate() was cancelled by its streamer
+        self._one_row: OneRow | None = None  # the decode loop's single-row step buffers
         if draft is not None and folder is None:
             raise ConfigError(
                 "genai_shim does not implement speculative decoding (draft_model) for a model "
@@ -499,16 +500,25 @@ class LLMPipeline:
         beam: np.ndarray,
         perf: PerfMetrics,
     ) -> np.ndarray:
-        feed: dict[str, np.ndarray] = {"input_ids": ids, "attention_mask": mask}
-        if self._has_pos:
-            feed["position_ids"] = pos
-        if self._has_beam:
-            feed["beam_idx"] = beam
+        # A single-row decode step passes OneRow's own buffers: they are bound (shared), and once
+        # the request reads them, updated in place, so later steps feed the growing mask only.
+        one = self._one_row
+        share = one is not None and ids is one.ids
+        bound = share and one.bound
+        feed: dict[str, np.ndarray] = {"attention_mask": mask}
+        if not bound:
+            feed["input_ids"] = ids
+            if self._has_pos:
+                feed["position_ids"] = pos
+            if self._has_beam:
+                feed["beam_idx"] = beam
         t0 = _now()
         # share_outputs: the logits are a view of the request's output, read (sampled) before the
         # next infer overwrites it, so the per-step copy is not needed.
-        out = self._request.infer(feed, share_outputs=True)
+        out = self._request.infer(feed, share_inputs=share, share_outputs=True)
         t1 = _now()
+        if share and not bound:
+            one.bound = one.read_by(self._request, self._has_pos, self._has_beam)
         raw = perf.raw_metrics
         raw.m_token_infer_durations.append((t1 - t0) * 1e6)
         raw.m_inference_durations[0] += (t1 - t0) * 1e6
@@ -692,7 +702,7 @@ class LLMPipeline:
                 # One row (the common case): the mask grows by a 1 in a preallocated buffer and
                 # the position by one, instead of re-concatenating and re-summing the mask.
                 if one is None:
-                    one = OneRow(full_mask)
+                    self._one_row = one = OneRow(full_mask)
                 full_mask, step_pos = one.step()
                 step_ids = one.ids
                 step_ids[0, 0] = seqs[still[0]].tokens[-1]

@@ -18,7 +18,12 @@ import openvino as ov
 from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, PluginError
 from ov_npu_emu.runtime.device import DeviceCompiledModel, PortInfo
 from ov_npu_emu_npuw.blockkv import split_kv_into_blocks
-from ov_npu_emu_npuw.config import LLMConfig, parse_config, skip_padded_rows
+from ov_npu_emu_npuw.config import (
+    LLMConfig,
+    generate_rung_sizes,
+    parse_config,
+    skip_padded_rows,
+)
 from ov_npu_emu_npuw.lora import lift_lora_states
 from ov_npu_emu_npuw.model_io import KVLayout
 from ov_npu_emu_npuw.position_masks import position_masks
@@ -32,11 +37,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CPU_SINGLE_THREAD_STEP_BYTES",
+    "GENERATE_LADDER_MIN_KV_SHARE",
     "LLMCompiledModel",
     "compile_llm",
     "configure_logging",
     "import_llm",
     "generate_default_config",
+    "generate_ladder_on",
     "pick_device",
 ]
 
@@ -51,6 +58,11 @@ _logging_configured = False
 #: on 2 cores (docs/npuw.md "Default generate sub-config on CPU"): below ~1.5 MiB the CPU
 #: plugin's per-node 2-thread synchronisation costs more than the second thread saves.
 CPU_SINGLE_THREAD_STEP_BYTES = 3 << 19
+
+#: the generate ladder is on by default (CPU device) when the largest variant's KV window (f32)
+#: is at least this share of the model's constant bytes: a step saves at most its KV share, and
+#: each rung compiled on CPU holds its own copy of the weights (docs/npuw.md "Generate ladder")
+GENERATE_LADDER_MIN_KV_SHARE = 0.1
 
 
 def configure_logging() -> None:
@@ -94,6 +106,9 @@ class SubModels:
     # prefill ladder (NPUW_LLM_PREFILL_LADDER, CPU device): prompt size -> whole-prompt prefill,
     # filled on first use by LLMCompiledModel.ladder_rung
     prefill_ladder: dict[int, CompiledModel] = dataclasses.field(default_factory=dict)
+    # generate ladder (NPUW_LLM_GENERATE_LADDER): KV size -> variant, filled on first use by
+    # LLMCompiledModel.generate_rung
+    generate_ladder: dict[int, CompiledModel] = dataclasses.field(default_factory=dict)
 
 
 class LLMCompiledModel(DeviceCompiledModel):
@@ -111,6 +126,7 @@ class LLMCompiledModel(DeviceCompiledModel):
         compile_seconds: dict[str, float] | None = None,
         sub_defaults: dict[str, dict[str, Any]] | None = None,
         ladder_factory: Callable[[int], CompiledModel] | None = None,
+        rung_factory: Callable[[int], tuple[CompiledModel, dict[str, Any]]] | None = None,
     ) -> None:
         self.name = name
         self.cfg = cfg
@@ -130,6 +146,32 @@ class LLMCompiledModel(DeviceCompiledModel):
         # builds a ladder rung (a static whole-prompt prefill of that size); None after import
         self._ladder_factory = ladder_factory
         self._ladder_lock = threading.Lock()
+        # builds a generate-ladder rung (variant, its NPUW default sub-config); None after import
+        self._rung_factory = rung_factory
+        #: KV sizes a conversation can be bound to, ascending: generate-ladder rungs (only while
+        #: they can be compiled), then the configured variants
+        self.generate_sizes: tuple[int, ...] = (
+            (cfg.generate_rungs if rung_factory is not None else ()) + cfg.variants
+        )
+
+    def generate_rung(self, size: int) -> CompiledModel:
+        """The generate-ladder variant of ``size`` KV slots, compiled on first use."""
+        rung = self.subs.generate_ladder.get(size)
+        if rung is not None:
+            return rung
+        if self._rung_factory is None:  # generate_sizes holds no rung then: unreachable
+            raise PluginError(f"generate ladder rung kv{size} cannot be compiled (imported model)")
+        with self._ladder_lock:
+            rung = self.subs.generate_ladder.get(size)
+            if rung is None:
+                t0 = time.perf_counter()
+                rung, extra = self._rung_factory(size)
+                self.subs.generate_ladder[size] = rung
+                self.sub_defaults[f"kv{size}"] = extra
+                seconds = time.perf_counter() - t0
+                self.compile_seconds[f"{self.name}_kv{size}"] = seconds
+                logger.info("compiled generate ladder rung kv%d on %s in %.2f s", size, self.device, seconds)
+        return rung
 
     def ladder_rung(self, n: int) -> tuple[int, CompiledModel] | None:
         """The smallest prefill-ladder rung holding an ``n``-token prompt, compiled on first use;
@@ -225,6 +267,19 @@ def generate_default_config(
     return {"INFERENCE_NUM_THREADS": 1} if work <= CPU_SINGLE_THREAD_STEP_BYTES else {}
 
 
+def generate_ladder_on(cfg: LLMConfig, device: str, model: ov.Model, kv: KVLayout) -> bool:
+    """NPUW_LLM_GENERATE_LADDER's effective value: as given (NO when the variants are explicit
+    and the key unset), else on for the CPU device when the largest variant's KV window (f32) is
+    at least GENERATE_LADDER_MIN_KV_SHARE of the model's constant bytes."""
+    if cfg.generate_ladder is not None:
+        return cfg.generate_ladder
+    if device != "CPU" or cfg.block_kv:  # block KV binds its blocks per configured variant
+        return False
+    weights = sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant")
+    window = 4 * cfg.total_size * sum(h * d for h, d in zip(kv.num_heads, kv.head_dims, strict=False))
+    return window >= GENERATE_LADDER_MIN_KV_SHARE * weights
+
+
 def import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None = None) -> LLMCompiledModel:
     """An exported NPUW artefact back as a compiled model (serialize.py reads and checks it)."""
     configure_logging()
@@ -233,7 +288,10 @@ def import_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None = None)
 
 def from_parts(p: ImportedLLM) -> LLMCompiledModel:
     subs = SubModels(p.prefill, p.generate, p.lm_head, p.prefill_pyramid)
-    return LLMCompiledModel(p.name, p.cfg, p.kv, p.device, subs, p.inputs, p.outputs, sub_defaults=p.sub_defaults)
+    # generate-ladder rungs are compiled on first use from the source model, which an imported
+    # artefact does not have: it runs on its configured variants only
+    cfg = dataclasses.replace(p.cfg, generate_rungs=())
+    return LLMCompiledModel(p.name, cfg, p.kv, p.device, subs, p.inputs, p.outputs, sub_defaults=p.sub_defaults)
 
 
 def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCompiledModel:
@@ -284,6 +342,10 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
     t_all = time.perf_counter()
     stateless, kv = to_stateless(model)
     kv = kv.with_v_transposed(cfg.optimize_v)
+    if generate_ladder_on(cfg, device, stateless, kv):
+        cfg = dataclasses.replace(
+            cfg, generate_rungs=generate_rung_sizes(cfg.variants[0], cfg.max_gen_len)
+        )
     masks = position_masks(stateless, kv, cfg.total_size)
     # after the mask probe (it feeds every parameter): LoRA variables -> inputs of static rank
     lift_lora_states(stateless, cfg.max_lora_rank)
@@ -320,6 +382,27 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         # emulated NPU may skip the padding rows' attention (docs/npu_device.md)
         prefill_config.setdefault("NPU_EMU_SKIP_PADDED_ROWS", "YES")
     generate_config = {**cfg.generate_config, **bank}
+
+    def compile_variant(size: int) -> tuple[CompiledModel, dict[str, Any]]:
+        """A generate variant of ``size`` KV slots and the NPUW default sub-config it got."""
+        static = make_generate_model(
+            stateless,
+            kv,
+            size,
+            kv_type,
+            shared,
+            cfg.grouped_attention,
+            rope,
+            cfg.max_gen_len,
+            masks=masks,
+            kv_quant=kv_quant,
+            kv_group=cfg.kv_group_size,
+        )
+        if cfg.block_kv:
+            split_kv_into_blocks(static, kv, cfg.chunk_size)
+        extra = generate_default_config(device, static, generate_config, kv, size)
+        return core.compile_model(static, device, {**generate_config, **extra}), extra
+
     seconds: dict[str, float] = {}
     sub_defaults: dict[str, dict[str, Any]] = {}  # role -> NPUW default sub-config added
     generate: dict[int, CompiledModel] = {}
@@ -350,24 +433,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
             head = core.compile_model(head_model, device, head_config)
             sub_defaults["lm_head"] = {}
         else:
-            static = make_generate_model(
-                stateless,
-                kv,
-                size,
-                kv_type,
-                shared,
-                cfg.grouped_attention,
-                rope,
-                cfg.max_gen_len,
-                masks=masks,
-                kv_quant=kv_quant,
-                kv_group=cfg.kv_group_size,
-            )
-            if cfg.block_kv:
-                split_kv_into_blocks(static, kv, cfg.chunk_size)
-            extra = generate_default_config(device, static, generate_config, kv, size)
-            generate[size] = core.compile_model(static, device, {**generate_config, **extra})
-            sub_defaults[f"kv{size}"] = extra
+            generate[size], sub_defaults[f"kv{size}"] = compile_variant(size)
         seconds[sub_name] = time.perf_counter() - t0
         logger.info(
             "[%d/%d] compiled %s on %s in %.2f s", n, len(jobs), sub_name, device, seconds[sub_name]
@@ -411,6 +477,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
         seconds,
         sub_defaults,
         ladder_factory,
+        compile_variant if cfg.generate_rungs else None,
     )
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "LLMConfig",
     "align_to",
     "is_npuw_llm_config",
+    "generate_rung_sizes",
     "ladder_sizes",
     "parse_config",
     "pyramid_sizes",
@@ -35,6 +36,11 @@ KV_GROUP_SIZE_KEY = "NPUW_EMU_KV_GROUP_SIZE"
 LADDER_KEY = "NPUW_LLM_PREFILL_LADDER"
 #: smallest rung of the prefill ladder (the prompt alignment of NPUW_LLM_MAX_PROMPT_LEN)
 LADDER_BASE = 64
+#: our own key: extra generate variants of 64·2^k KV slots below the smallest configured one,
+#: compiled on first use; a conversation starts on the smallest that holds its prompt and moves
+#: up as it grows.  Unset: on for NPUW_DEVICES=CPU when the variants are not explicit and the KV
+#: window is a sizeable share of a step's work (compiled_model.generate_ladder_default)
+GENERATE_LADDER_KEY = "NPUW_LLM_GENERATE_LADDER"
 
 #: keys we interpret, with the real defaults (npuw_option_defs.inc) unless marked ours
 DEFAULTS: dict[str, Any] = {
@@ -64,6 +70,7 @@ DEFAULTS: dict[str, Any] = {
     GROUPED_ATTENTION_KEY: None,  # ours; None: YES when the generate device is CPU, else NO
     KV_GROUP_SIZE_KEY: 0,  # ours: u8/u4 KV group size; 0 = head_dim
     LADDER_KEY: True,  # ours; token-proportional prefill for short prompts
+    GENERATE_LADDER_KEY: None,  # ours; None: decided per device and model (see the key above)
     "CACHE_DIR": "",
 }
 
@@ -179,6 +186,17 @@ def ladder_sizes(max_prompt: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def generate_rung_sizes(smallest_variant: int, max_gen: int) -> tuple[int, ...]:
+    """Generate-ladder rungs: 64, 128, 256, … below the smallest variant, each with room for a
+    prompt and one call of ``max_gen`` tokens."""
+    sizes, size = [], LADDER_BASE
+    while size < smallest_variant:
+        if size > 2 * max_gen:
+            sizes.append(size)
+        size *= 2
+    return tuple(sizes)
+
+
 def select_variant(sizes: list[int], prompt_len: int, min_response: int) -> int:
     """Smallest KV size ≥ prompt + MIN_RESPONSE_LEN (the largest when none fits), as NPUW does."""
     need = prompt_len + min_response
@@ -225,6 +243,10 @@ class LLMConfig:
     prefill_ladder: bool = False
     ladder: tuple[int, ...] = ()
     max_lora_rank: int = 32  # NPUW_LLM_MAX_LORA_RANK: LoRA inputs' static rank
+    # ours: NPUW_LLM_GENERATE_LADDER as given (None: unset) and the effective generate-ladder
+    # rungs, KV sizes below variants[0] (set once the device and the model are known)
+    generate_ladder: bool | None = None
+    generate_rungs: tuple[int, ...] = ()
     # CACHE_MODE as given ("" = unset): OPTIMIZE_SIZE exports without the IR's weights
     cache_mode: str = ""
     weights_path: str = ""  # WEIGHTS_PATH at compile: the .bin a weightless export refers to
@@ -262,6 +284,7 @@ class LLMConfig:
             VARIANTS_KEY: ",".join(map(str, self.variants)),
             GROUPED_ATTENTION_KEY: self.grouped_attention,
             LADDER_KEY: self.prefill_ladder,
+            GENERATE_LADDER_KEY: bool(self.generate_rungs),
             "NPUW_LLM_SHARED_HEAD": self.shared_head,
             "NPUW_LLM_OPTIMIZE_V_TENSORS": self.optimize_v,
             "NPUW_LLM_CACHE_ROPE": self.cache_rope,
@@ -291,6 +314,7 @@ class LLMConfig:
         d["prefill_pyramid"] = tuple(d.get("prefill_pyramid", ()))
         d.setdefault("grouped_attention", False)  # artefacts written before the key existed
         d["ladder"] = tuple(d.get("ladder", ()))
+        d["generate_rungs"] = tuple(d.get("generate_rungs", ()))
         return cls(**d)
 
 
@@ -459,6 +483,20 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
     else:
         variants = (total,)
 
+    # unset: decided once the device and the model are known, but explicit variants are the
+    # user's exact choice (compiled_model.generate_ladder_on)
+    generate_ladder = get(GENERATE_LADDER_KEY)
+    if generate_ladder is not None:
+        generate_ladder = _bool(GENERATE_LADDER_KEY, generate_ladder)
+    elif explicit not in ("", None, [], ()):
+        generate_ladder = False
+    if generate_ladder and block_kv:
+        raise ConfigError(
+            f"{GENERATE_LADDER_KEY}=YES with NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE=YES: the block KV "
+            "binds its blocks to the configured generate variants only; drop one of the two keys",
+            key=GENERATE_LADDER_KEY,
+        )
+
     kv = str(get("KV_CACHE_PRECISION")).lower().replace("<type: '", "").rstrip("'>")
     kv = {"float16_t": "f16", "float": "f32"}.get(kv, kv)
     if kv not in _KV_PRECISIONS:
@@ -544,6 +582,7 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         prefill_pyramid=prefill_pyramid,
         kv_group_size=_uint(KV_GROUP_SIZE_KEY, get(KV_GROUP_SIZE_KEY)),
         prefill_ladder=ladder,
+        generate_ladder=generate_ladder,
         ladder=ladder_sizes(max_prompt) if ladder and not chunk else (),
         max_lora_rank=_uint("NPUW_LLM_MAX_LORA_RANK", get("NPUW_LLM_MAX_LORA_RANK"), minimum=1),
         cache_mode=cache_mode,

@@ -18,6 +18,7 @@ from ov_npu_emu_npuw.prefix_cache import PrefixCache
 from ov_npu_emu_npuw.transform import EMBED, SCALE_SUFFIX, ZP_SUFFIX
 
 if TYPE_CHECKING:
+    from ov_npu_emu.api.compiled_model import CompiledModel
     from ov_npu_emu.api.infer_request import InferRequest
     from ov_npu_emu_npuw.compiled_model import LLMCompiledModel
 
@@ -60,6 +61,15 @@ class StoredTokensState(VariableState):
 
     def reset(self) -> None:
         self._req.reset_state()
+
+
+def _bounds(a: np.ndarray) -> tuple[int, int]:
+    """(min, max) of an integer input; a decode step's [1, 1] input is read as one scalar
+    (each numpy reduction costs a few µs, a step checks ids and positions)."""
+    if a.size == 1:
+        v = int(a.flat[0])
+        return v, v
+    return int(a.min()), int(a.max())
 
 
 class _Staging:
@@ -214,22 +224,11 @@ class LLMInferRequest(DeviceInferRequest):
         # Generate variants: each past is the prefix view with K−M slots (no allocation of its own).
         self._gen: dict[int, InferRequest] = {}
         self._gs: dict[int, _Staging] = {}
-        for k, sub in cm.subs.generate.items():
-            req = sub.create_infer_request()
-            self._gs[k] = _Staging(
-                req, self._M, k, cm.kv.present_names, embed, bind_embed=True, lora=self.lora
-            )
-            self._bind_past(req, k - self._M)
-            self._gen[k] = req
         # Per variant and KV tensor: (logical past view, last row of `present`) so a decode step
         # writes its new KV row with one slice assignment per tensor and no lookups.
-        self._rows: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {} if self.kv.paged else {
-            k: [
-                (self.kv.seq(i, k - self._M), self._logical(i, p)[:, :, -1, :])
-                for i, p in enumerate(st.present)
-            ]
-            for k, st in self._gs.items()
-        }
+        self._rows: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+        for k, sub in cm.subs.generate.items():
+            self._add_variant(k, sub)
         self.num_stored_tokens = 0
         # NPUW_LLM_ENABLE_PREFIX_CACHING: per request, like the KV it copies from
         self.prefix = (
@@ -289,16 +288,17 @@ class LLMInferRequest(DeviceInferRequest):
             )
         if mask.ndim != 2 or mask.shape[0] != 1:
             raise UserInputError(f"attention_mask must be [1, n], got {list(mask.shape)}")
-        if self._vocab and (ids.min() < 0 or ids.max() >= self._vocab):
-            # the embedding Gather would read out of bounds (the CPU plugin returns zeros)
-            raise UserInputError(
-                f"input_ids must be token ids in [0, {self._vocab}), got values "
-                f"{int(ids.min())}..{int(ids.max())}"
-            )
-        if self._rope_limit and int(pos.max()) >= self._rope_limit:
+        if self._vocab:
+            lo, hi = _bounds(ids)
+            if lo < 0 or hi >= self._vocab:
+                # the embedding Gather would read out of bounds (the CPU plugin returns zeros)
+                raise UserInputError(
+                    f"input_ids must be token ids in [0, {self._vocab}), got values {lo}..{hi}"
+                )
+        if self._rope_limit and _bounds(pos)[1] >= self._rope_limit:
             # the Gather from the RoPE table would read past it (the CPU plugin returns zeros)
             raise UserInputError(
-                f"position_ids reach {int(pos.max())}, beyond the RoPE cache of {self._rope_limit} "
+                f"position_ids reach {_bounds(pos)[1]}, beyond the RoPE cache of {self._rope_limit} "
                 "positions (NPUW_LLM_CACHE_ROPE covers the total KV size); compile with "
                 "NPUW_LLM_CACHE_ROPE=NO to use larger positions"
             )
@@ -312,6 +312,27 @@ class LLMInferRequest(DeviceInferRequest):
             self._infer_generate(ids, mask, pos)
 
     # -- helpers ------------------------------------------------------------------------
+    def _add_variant(self, k: int, sub: CompiledModel) -> _Staging:
+        """Request and staging of the generate variant with ``k`` KV slots (its past: a view)."""
+        req = sub.create_infer_request()
+        st = _Staging(
+            req, self._M, k, self._cm.kv.present_names, self._embed, bind_embed=True, lora=self.lora
+        )
+        self._bind_past(req, k - self._M)
+        self._gen[k], self._gs[k] = req, st
+        if not self.kv.paged:  # block KV writes its rows through blockkv.py
+            self._rows[k] = [
+                (self.kv.seq(i, k - self._M), self._logical(i, p)[:, :, -1, :])
+                for i, p in enumerate(st.present)
+            ]
+        return st
+
+    def _bind_variant(self, k: int) -> None:
+        """Make ``k`` the bound generate variant, compiling a generate-ladder rung on first use."""
+        if k not in self._gs:
+            self._add_variant(k, self._cm.generate_rung(k))
+        self.variant = k
+
     def _bind_past(self, req: InferRequest, slots: int) -> None:
         """Bind the ``slots`` prefix views of the KV buffers (and u8/u4 scales) as the past."""
         if self.kv.paged:  # block inputs (blockkv.py)
@@ -349,7 +370,13 @@ class LLMInferRequest(DeviceInferRequest):
         self.num_stored_tokens = 0
         self._kv_ready = False
         self.switches = 0
-        self.variant = select_variant(list(self._cfg.variants), n, self._cfg.min_response_len)
+        # Generate ladder: the smallest rung holding the prompt and one call; it moves up as the
+        # conversation grows.  Otherwise the real rule (room for MIN_RESPONSE_LEN).
+        rung = next((k for k in self._cm.generate_sizes[: -len(self._cfg.variants)]
+                     if k - 2 * self._M >= n), 0)
+        self._bind_variant(
+            rung or select_variant(list(self._cfg.variants), n, self._cfg.min_response_len)
+        )
         user_mask = mask[0, -n:]
         if self._C:
             self._chunked_prefill(ids, user_mask, pos)
@@ -551,17 +578,16 @@ class LLMInferRequest(DeviceInferRequest):
         """Bind the smallest larger variant whose past holds ``need`` tokens and migrate the
         stored tokens (views differ in stride)."""
         stored, M = self.num_stored_tokens, self._M
-        larger = [k for k in self._cfg.variants if k > self.variant and k - M >= need]
+        larger = [k for k in self._cm.generate_sizes if k > self.variant and k - M >= need]
         if not larger:
             raise KVCacheFullError(
                 f"KV-Cache is full: num_stored_tokens={stored} capacity={self.variant - M}"
             )
         new = larger[0]
-        self.kv.migrate(self.variant - M, new - M, stored)
-        logger.debug(
-            "switch generate variant kv%d → kv%d at %d stored tokens", self.variant, new, stored
-        )
-        self.variant = new
+        old = self.variant
+        self._bind_variant(new)
+        self.kv.migrate(old - M, new - M, stored)
+        logger.debug("switch generate variant kv%d → kv%d at %d stored tokens", old, new, stored)
         self.switches += 1
 
     def _infer_generate(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:

@@ -69,3 +69,47 @@ def test_configured_penalties_still_apply(setting):
     token, _ = Sampler().sample(proc, logits)
     want = int(np.argmax(proc.apply_penalties(logits.copy())))
     assert token == want and token != 7
+
+
+class _Request:
+    """Stands in for an infer request: get_tensor(name).data as bound."""
+
+    def __init__(self, arrays: dict) -> None:
+        self._arrays = arrays
+
+    def get_tensor(self, name: str):
+        return type("T", (), {"data": self._arrays[name]})()
+
+
+def test_one_row_knows_whether_the_request_reads_its_buffers():
+    one = OneRow(np.ones((1, 3), np.int64))
+    shared = {"input_ids": one.ids, "position_ids": one.pos, "beam_idx": one.beam}
+    assert one.read_by(_Request(shared), True, True)
+    # a shared bind that fell back to a copy (another dtype): the ids must be fed every step
+    copied = {**shared, "input_ids": one.ids.astype(np.int32)}
+    assert not one.read_by(_Request(copied), True, True)
+    assert one.read_by(_Request({"input_ids": one.ids}), False, False)
+
+
+@pytest.mark.parametrize("device", ["CPU", "NPU"])
+def test_decode_steps_feed_only_the_mask_with_the_same_tokens(device, stories_dir, monkeypatch):
+    import genai_shim
+    import genai_shim.decoding as decoding
+
+    # CPU: the stateful model (the default is the paged backend, which has its own loop)
+    props = {"NPUW_DEVICES": "CPU"} if device == "NPU" else {"ATTENTION_BACKEND": "SDPA"}
+    pipe = genai_shim.LLMPipeline(str(stories_dir), device, INFERENCE_PRECISION_HINT="f32", **props)
+    cfg = genai_shim.GenerationConfig()
+    cfg.max_new_tokens = 12
+    cfg.ignore_eos = True
+    fed: list[list[str]] = []
+    request = pipe._request
+    infer = request.infer
+    monkeypatch.setattr(request, "infer", lambda feed, **kw: fed.append(sorted(feed)) or infer(feed, **kw))
+    bound = pipe.generate("Once upon a time", cfg)
+    # prefill, the first step (binds OneRow's arrays), then the mask alone
+    assert fed[1] != ["attention_mask"] and fed[2:] == [["attention_mask"]] * (len(fed) - 2)
+    monkeypatch.setattr(decoding.OneRow, "read_by", lambda *a: False)
+    fed.clear()
+    assert pipe.generate("Once upon a time", cfg) == bound  # every input fed each step
+    assert all(len(keys) > 1 for keys in fed)

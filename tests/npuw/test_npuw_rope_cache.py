@@ -113,3 +113,27 @@ def test_rotate_half_leaves_other_concats_alone():
     swapped = ov.opset13.concat([halves.output(1), halves.output(0)], -1)  # no Negative
     model = ov.Model([ov.opset13.result(swapped)], [x])
     assert rotate_half_as_matmul(model) == 0
+
+
+def test_one_token_calls_are_checked_too(emu_core, stories_model):
+    """A decode step's [1, 1] ids and position are read as scalars: same typed errors."""
+    req = emu_core.compile_model(stories_model, "NPU", BASE).create_infer_request()
+    _prefill(req, 0)
+
+    def step(token: int, pos: int) -> None:
+        req.infer(
+            {
+                "input_ids": np.array([[token]], np.int64),
+                "attention_mask": np.ones((1, pos + 1), np.int64),
+                "position_ids": np.array([[pos]], np.int64),
+                "beam_idx": np.zeros(1, np.int32),
+            }
+        )
+
+    with pytest.raises(UserInputError, match=r"token ids in \[0, 512\), got values 512..512"):
+        step(512, 4)
+    with pytest.raises(UserInputError, match=r"token ids in \[0, 512\), got values -1..-1"):
+        step(-1, 4)
+    with pytest.raises(UserInputError, match=r"position_ids reach 128, beyond the RoPE cache"):
+        step(5, 128)
+    step(5, 4)  # still usable
