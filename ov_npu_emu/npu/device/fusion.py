@@ -5,9 +5,10 @@ chunks into CMX slots, one DPU task per tile (K chunks after the first add with 
 and a DMA of each finished tile back to DDR.  That is the device's program, and the cost model
 times it tile by tile; on the host, though, every tile is one more dispatch and every weight chunk
 one more copy (a bench-small decode step spent most of its time in these DMAs).  When the decoded
-descriptors provably form one MatMul, the host plan runs it as one product per K chunk over the
-whole weight, from DDR straight into the output, at the schedule position of the group's last
-task.  Nothing in the blob, the descriptors, the timeline or the profile's device times changes.
+descriptors provably form one MatMul, the host plan runs it as one product per K chunk and
+column block (:data:`CALL_WEIGHT_ELEMS`), from DDR straight into the output, at the schedule
+position of the group's last task.  Nothing in the blob, the descriptors, the timeline or the
+profile's device times changes.
 
 Every obligation is checked from the descriptors as fetched (never from the compiler), and
 anything unproven keeps the tiles:
@@ -42,11 +43,16 @@ from ov_npu_emu.npu.blob.kernel_params import unpack_params
 from ov_npu_emu.npu.device.engines import DecodedTask, Schedule
 from ov_npu_emu.npu.device.kernels import make_kernel
 
-__all__ = ["FUSED_KERNELS", "plan_schedule"]
+__all__ = ["CALL_WEIGHT_ELEMS", "FUSED_KERNELS", "plan_schedule"]
 
 logger = logging.getLogger(__name__)
 
 FUSED_KERNELS = ("matmul", "matmul_acc")
+#: weight elements per fused BLAS call.  OpenBLAS (0.3.31 here) hands a GEMV of more than ~460k
+#: elements to a second thread; on a loaded 2-core host the caller then waits for a descheduled
+#: thread (a bench-small decode step at load 13: 288 ms with whole-weight calls, 33 ms with
+#: OPENBLAS_NUM_THREADS=1).  Smaller calls stay on the calling thread, as the tiles did.
+CALL_WEIGHT_ELEMS = 1 << 18
 _ALIGN = 64  # host alignment classes the probe reproduces (a cache line)
 _PROBES: dict[tuple[Any, ...], bool] = {}
 _PROBE_LOCK = threading.Lock()
@@ -292,11 +298,18 @@ def _prove(tasks: Sequence[DecodedTask], tiles: list[_Tile]) -> _Group | None:
 
 
 def _bind(g: _Group, act: np.ndarray, wgt: np.ndarray, out: np.ndarray) -> Callable[[], None]:
-    """One kernel call per K chunk over the whole weight: the same kernels the tiles ran."""
+    """The same kernels the tiles ran, over column blocks of at most CALL_WEIGHT_ELEMS weight
+    elements: per block, one call per K chunk in the tiles' order."""
+    nt = g.tiles[0][3]
+    per_call = max(1, CALL_WEIGHT_ELEMS // max(kc for _, kc in g.chunks))
+    nb = max(nt, per_call // nt * nt)  # block edges on tile edges
     parts = []
-    for c, ((k0, kc), p) in enumerate(zip(g.chunks, g.params, strict=True)):
-        wc = wgt[:, k0:k0 + kc] if g.tb else wgt[k0:k0 + kc, :]
-        parts.append(make_kernel("matmul" if c == 0 else "matmul_acc", [act[:, k0:k0 + kc], wc], [out], p))
+    for n0 in range(0, g.n, nb):
+        cols = slice(n0, min(g.n, n0 + nb))
+        for c, ((k0, kc), p) in enumerate(zip(g.chunks, g.params, strict=True)):
+            wc = wgt[cols, k0:k0 + kc] if g.tb else wgt[k0:k0 + kc, cols]
+            parts.append(make_kernel("matmul" if c == 0 else "matmul_acc", [act[:, k0:k0 + kc], wc],
+                                     [out[:, cols]], p))
     if len(parts) == 1:
         return parts[0]
 

@@ -14,7 +14,7 @@ from ov_npu_emu import Core
 from ov_npu_emu.errors import ConfigError
 from ov_npu_emu.npu.blob.format import SEC_CMX
 from ov_npu_emu.npu.device.engines import Schedule
-from ov_npu_emu.npu.device.fusion import plan_schedule
+from ov_npu_emu.npu.device.fusion import CALL_WEIGHT_ELEMS, plan_schedule
 from tests.npu.conftest import cpu_reference, llm_feed, rel_err
 
 
@@ -115,3 +115,14 @@ def test_host_fusion_key():
         Core().compile_model(_matmul(1, 16, 16, True), "NPU", {"NPU_EMU_HOST_FUSION": "sometimes"})
     cm = Core().compile_model(_matmul(1, 16, 16, True), "NPU", {"NPU_EMU_HOST_FUSION": "no"})
     assert cm.get_property("NPU_EMU_HOST_FUSION") == "NO"
+
+
+def test_large_matmul_fused_in_column_blocks():
+    """A weight over CALL_WEIGHT_ELEMS runs as several column blocks, still the tiles' bits."""
+    model = _matmul(1, 512, 1024, True)
+    assert 512 * 1024 > CALL_WEIGHT_ELEMS
+    fused, tiled = _requests(model)
+    x = np.random.default_rng(4).standard_normal((1, 1, 512)).astype(np.float32)
+    a, b = np.array(fused.infer({"x": x})[0]), np.array(tiled.infer({"x": x})[0])
+    assert np.array_equal(a, b)
+    assert fused.impl.command_list.schedule.fused_groups == 1
