@@ -297,12 +297,19 @@ def _prove(tasks: Sequence[DecodedTask], tiles: list[_Tile]) -> _Group | None:
                   frozenset(members))
 
 
-def _bind(g: _Group, act: np.ndarray, wgt: np.ndarray, out: np.ndarray) -> Callable[[], None]:
-    """The same kernels the tiles ran, over column blocks of at most CALL_WEIGHT_ELEMS weight
-    elements: per block, one call per K chunk in the tiles' order."""
+def _block_widths(g: _Group) -> list[int]:
+    """Column-block widths to try, widest first: as many tiles as CALL_WEIGHT_ELEMS allows, then
+    one tile (the tiles' own column split, when the wider product's bits differ: measured for
+    stories260K's 172-wide MLP GEMVs cut into 86-wide tiles)."""
     nt = g.tiles[0][3]
     per_call = max(1, CALL_WEIGHT_ELEMS // max(kc for _, kc in g.chunks))
-    nb = max(nt, per_call // nt * nt)  # block edges on tile edges
+    wide = max(nt, per_call // nt * nt)  # block edges on tile edges
+    return [wide] if wide == nt else [wide, nt]
+
+
+def _bind(g: _Group, act: np.ndarray, wgt: np.ndarray, out: np.ndarray, nb: int) -> Callable[[], None]:
+    """The same kernels the tiles ran, over column blocks ``nb`` wide: per block, one call per K
+    chunk in the tiles' order."""
     parts = []
     for n0 in range(0, g.n, nb):
         cols = slice(n0, min(g.n, n0 + nb))
@@ -332,13 +339,14 @@ def _mod(v: np.ndarray) -> int:
     return v.ctypes.data % _ALIGN
 
 
-def _probe(g: _Group, tasks: Sequence[DecodedTask], act: np.ndarray, wgt: np.ndarray, out: np.ndarray) -> bool:
+def _probe(g: _Group, tasks: Sequence[DecodedTask], act: np.ndarray, wgt: np.ndarray, out: np.ndarray,
+           nb: int) -> bool:
     """Whether the fused product gives the tiles' bits, on random data laid out as the real
     operands are (shapes, strides and host alignment of every DDR array and CMX slot)."""
     tile_key = tuple((r0, n0, r, nc, tuple(tuple(_mod(v) for v in tasks[s.dpu].views) for s in steps))
                      for r0, n0, r, nc, steps in g.tiles)
     key = (g.m, g.k, g.n, g.tb, str(act.dtype), str(wgt.dtype), str(out.dtype), g.chunks,
-           tuple(p.tobytes() for p in g.params), _mod(act), _mod(wgt), _mod(out), tile_key)
+           tuple(p.tobytes() for p in g.params), _mod(act), _mod(wgt), _mod(out), tile_key, nb)
     with _PROBE_LOCK:
         hit = _PROBES.get(key)
         if hit is not None:
@@ -352,7 +360,7 @@ def _probe(g: _Group, tasks: Sequence[DecodedTask], act: np.ndarray, wgt: np.nda
         tiled = np.zeros(out.shape, out.dtype)
         ok = True
         try:
-            _bind(g, a, w, fused)()
+            _bind(g, a, w, fused, nb)()
             for r0, n0, r, nc, steps in g.tiles:
                 acc = None
                 for c, ((k0, kc), s) in enumerate(zip(g.chunks, steps, strict=True)):
@@ -371,7 +379,7 @@ def _probe(g: _Group, tasks: Sequence[DecodedTask], act: np.ndarray, wgt: np.nda
             ok = False
         _PROBES[key] = ok
         if not ok:
-            logger.debug("MatMul [%d,%d]x[%d]: fused product differs from the tiles; kept tiled", g.m, g.k, g.n)
+            logger.debug("MatMul [%d,%d]x[%d] in %d-column blocks differs from the tiles", g.m, g.k, g.n, nb)
         return ok
 
 
@@ -479,8 +487,9 @@ def plan_schedule(sched: Schedule, array: AddressArray, cmx: Span, node_of: Mapp
         except Exception as e:  # noqa: BLE001 - an unmapped operand: the tiles raise it as they would
             logger.debug("fused MatMul operands not mapped: %s", e)
             continue
-        if _probe(g, tasks, act, wgt, out):
-            bound[id(g)] = (g, _bind(g, act, wgt, out))
+        nb = next((nb for nb in _block_widths(g) if _probe(g, tasks, act, wgt, out, nb)), 0)
+        if nb:
+            bound[id(g)] = (g, _bind(g, act, wgt, out, nb))
     # fused groups change what the others see: drop failing ones until the rest all pass
     groups = list(bound.values())
     while True:
