@@ -31,7 +31,9 @@ anything unproven keeps the tiles:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -197,15 +199,25 @@ def _find_tiles(tasks: Sequence[DecodedTask], cmx: Span, node_of: Mapping[int, s
     return done
 
 
+@functools.lru_cache(maxsize=64)
+def _flags_of(kernel: str, block: bytes) -> tuple[bool, bool]:
+    p = unpack_params(kernel, np.frombuffer(block, np.float64))
+    return bool(p.transpose_a), bool(p.transpose_b)
+
+
+def _flags(kernel: str, params: np.ndarray | None) -> tuple[bool, bool]:
+    """(transpose_a, transpose_b) of a MatMul task's parameter block (a few distinct blocks)."""
+    return _flags_of(kernel, np.asarray(params, np.float64).tobytes())
+
+
 def _prove(tasks: Sequence[DecodedTask], tiles: list[_Tile]) -> _Group | None:
     """The one MatMul the tiles of a node compute, or None when they do not fit one."""
     first = tasks[tiles[0].steps[0].dpu]
     adt, wdt, odt = (v.dtype for v in first.views)
     ai, wi, oi = adt.itemsize, wdt.itemsize, odt.itemsize
-    p0 = unpack_params("matmul", first.params)
-    if p0.transpose_a:
+    ta, tb = _flags("matmul", first.params)
+    if ta:
         return None
-    tb = bool(p0.transpose_b)
     a_base = min(tasks[s.a_load].dma[0] for t in tiles for s in t.steps)  # type: ignore[index]
     w_base = min(tasks[s.w_load].dma[0] for t in tiles for s in t.steps)  # type: ignore[index]
     o_base = min(tasks[t.store].dma[1] for t in tiles)  # type: ignore[index]
@@ -251,8 +263,7 @@ def _prove(tasks: Sequence[DecodedTask], tiles: list[_Tile]) -> _Group | None:
                 return None
             if d.kernel != ("matmul" if j == 0 else "matmul_acc"):
                 return None
-            pj = unpack_params(d.kernel, d.params)
-            if pj.transpose_a or bool(pj.transpose_b) != tb or d.views[2].shape != (r, nc):
+            if _flags(d.kernel, d.params) != (False, tb) or d.views[2].shape != (r, nc):
                 return None
             rr, kc = d.views[0].shape
             if rr != r or d.views[1].shape != ((nc, kc) if tb else (kc, nc)):
@@ -329,14 +340,14 @@ def _bind(g: _Group, act: np.ndarray, wgt: np.ndarray, out: np.ndarray, nb: int)
 
 def _aligned(shape: tuple[int, ...], dtype: np.dtype, mod: int) -> np.ndarray:
     """A zeroed array whose data pointer is ``mod`` past a cache-line boundary."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     buf = np.zeros(nbytes + 2 * _ALIGN, np.uint8)
-    off = (mod - buf.ctypes.data) % _ALIGN
+    off = (mod - _mod(buf)) % _ALIGN
     return buf[off:off + nbytes].view(dtype).reshape(shape)
 
 
 def _mod(v: np.ndarray) -> int:
-    return v.ctypes.data % _ALIGN
+    return v.__array_interface__["data"][0] % _ALIGN
 
 
 def _probe(g: _Group, tasks: Sequence[DecodedTask], act: np.ndarray, wgt: np.ndarray, out: np.ndarray,
@@ -393,7 +404,9 @@ def _span_clear(g: _Group, tasks: Sequence[DecodedTask], cmx: Span, owner: Mappi
     task, reading its ``a``/``w`` and writing its ``o``.
     """
     a, w, o = g.ddr()
-    slots = sorted({s for i in g.members for side in _spans(tasks[i]) for s in side if _overlaps(s, [cmx])})
+    # the CMX ranges the group's loads fill, its products read and its stores drain: the DPU operands
+    slots = sorted({(a, a + v.nbytes) for *_, steps in g.tiles for st in steps
+                    for a, v in zip(tasks[st.dpu].addrs, tasks[st.dpu].views, strict=True)})
     loads_a = min(st.a_load for *_, steps in g.tiles for st in steps)
     loads_w = min(st.w_load for *_, steps in g.tiles for st in steps)
     stores = min(i for i in g.members if tasks[i].dma is not None and _overlaps(_dma_spans(tasks[i])[1], [o]))
