@@ -398,12 +398,16 @@ def _span_clear(g: _Group, tasks: Sequence[DecodedTask], cmx: Span, owner: Mappi
     """Moving the group's work to its last task changes nothing another task sees.
 
     Checked on the host order with every group in ``owner`` (schedule index -> group) fused:
-    between the group's first load of ``a`` (``w``) and its last task nothing writes ``a``
-    (``w``); between its first store and last task nothing reads or writes ``o``; between its
-    first and last task nothing touches its CMX slots.  Another fused group counts at its last
+    ``o`` shares no byte with ``a`` or ``w`` (the memory plan may place the output over the
+    activation the tiles loaded before their first store); between the group's first load of
+    ``a`` (``w``) and its last task nothing writes ``a`` (``w``); between its first store and
+    last task nothing reads or writes ``o``; between its first and last task nothing touches its
+    CMX slots.  Another fused group counts at its last
     task, reading its ``a``/``w`` and writing its ``o``.
     """
     a, w, o = g.ddr()
+    if _overlaps(o, [a, w]):
+        return False  # the tiles read a before storing o over it; one product would read what it wrote
     # the CMX ranges the group's loads fill, its products read and its stores drain: the DPU operands
     slots = sorted({(a, a + v.nbytes) for *_, steps in g.tiles for st in steps
                     for a, v in zip(tasks[st.dpu].addrs, tasks[st.dpu].views, strict=True)})

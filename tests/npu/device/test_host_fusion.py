@@ -15,7 +15,7 @@ from ov_npu_emu.errors import ConfigError
 from ov_npu_emu.npu.blob.format import SEC_CMX
 from ov_npu_emu.npu.device.engines import Schedule
 from ov_npu_emu.npu.device.fusion import CALL_WEIGHT_ELEMS, plan_schedule
-from tests.npu.conftest import cpu_reference, llm_feed, rel_err
+from tests.npu.conftest import cpu_reference, llm_feed, make_group_conv_cnn, rel_err
 
 
 def _matmul(m: int, k: int, n: int, transpose_b: bool) -> ov.Model:
@@ -129,3 +129,16 @@ def test_large_matmul_fused_in_column_blocks():
     a, b = np.array(fused.infer({"x": x})[0]), np.array(tiled.infer({"x": x})[0])
     assert np.array_equal(a, b)
     assert fused.impl.command_list.schedule.fused_groups == 1
+
+
+def test_output_placed_over_its_activation_stays_tiled():
+    """8 KiB CMX: the memory plan puts the FC's output where its activation was (the tiles load
+    it before the first store), so one product would read what it writes; it keeps the tiles."""
+    model = make_group_conv_cnn()
+    feed = {"image": np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    fused, tiled = _requests(model, {"NPU_EMU_CMX_SIZE": 8192})
+    a, b = np.array(fused.infer(feed)[0]), np.array(tiled.infer(feed)[0])
+    assert np.array_equal(a, b)
+    sched = fused.impl.command_list.schedule
+    assert sched.planned and sched.fused_groups == 0
+    assert any(t.kernel == "matmul" for t in sched.plan_tasks)
