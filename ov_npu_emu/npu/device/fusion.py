@@ -338,6 +338,24 @@ def _bind(g: _Group, act: np.ndarray, wgt: np.ndarray, out: np.ndarray, nb: int)
     return run
 
 
+def _bind_reading_first(g: _Group, act: np.ndarray, wgt: np.ndarray, out: np.ndarray,
+                        nb: int) -> Callable[[], None]:
+    """:func:`_bind`, but when the memory plan placed ``o`` over ``a`` (the tiles loaded all of
+    ``a`` before their first store) the activation is first copied aside, as the loads did:
+    column blocks would otherwise read what earlier blocks wrote."""
+    (a_lo, a_hi), _, o_span = g.ddr()
+    if not _overlaps(o_span, [(a_lo, a_hi)]):
+        return _bind(g, act, wgt, out, nb)
+    staged = _aligned(act.shape, act.dtype, _mod(act))  # same host alignment as the probed one
+    product = _bind(g, staged, wgt, out, nb)
+
+    def run() -> None:
+        np.copyto(staged, act)
+        product()
+
+    return run
+
+
 def _aligned(shape: tuple[int, ...], dtype: np.dtype, mod: int) -> np.ndarray:
     """A zeroed array whose data pointer is ``mod`` past a cache-line boundary."""
     nbytes = math.prod(shape) * dtype.itemsize
@@ -398,16 +416,15 @@ def _span_clear(g: _Group, tasks: Sequence[DecodedTask], cmx: Span, owner: Mappi
     """Moving the group's work to its last task changes nothing another task sees.
 
     Checked on the host order with every group in ``owner`` (schedule index -> group) fused:
-    ``o`` shares no byte with ``a`` or ``w`` (the memory plan may place the output over the
-    activation the tiles loaded before their first store); between the group's first load of
+    ``o`` shares no byte with ``w``; between the group's first load of
     ``a`` (``w``) and its last task nothing writes ``a`` (``w``); between its first store and
     last task nothing reads or writes ``o``; between its first and last task nothing touches its
     CMX slots.  Another fused group counts at its last
     task, reading its ``a``/``w`` and writing its ``o``.
     """
     a, w, o = g.ddr()
-    if _overlaps(o, [a, w]):
-        return False  # the tiles read a before storing o over it; one product would read what it wrote
+    if _overlaps(o, [w]):
+        return False
     # the CMX ranges the group's loads fill, its products read and its stores drain: the DPU operands
     slots = sorted({(a, a + v.nbytes) for *_, steps in g.tiles for st in steps
                     for a, v in zip(tasks[st.dpu].addrs, tasks[st.dpu].views, strict=True)})
@@ -506,7 +523,7 @@ def plan_schedule(sched: Schedule, array: AddressArray, cmx: Span, node_of: Mapp
             continue
         nb = next((nb for nb in _block_widths(g) if _probe(g, tasks, act, wgt, out, nb)), 0)
         if nb:
-            bound[id(g)] = (g, _bind(g, act, wgt, out, nb))
+            bound[id(g)] = (g, _bind_reading_first(g, act, wgt, out, nb))
     # fused groups change what the others see: drop failing ones until the rest all pass
     groups = list(bound.values())
     while True:
