@@ -182,7 +182,7 @@ class NpuInferRequest(DeviceInferRequest):
     # -- execution -----------------------------------------------------------------------
     def _build_command_list(self, bindings: dict[str, int]) -> CommandList:
         self.hpi.apply_input_output(bindings)
-        self.command_list = CommandList(self.hpi, self.window)
+        self.command_list = CommandList(self.hpi, self.window, fuse=self._cm.host_fusion)
         self.counters["command_list_builds"] += 1
         logger.debug("command list built: %d tasks on %d lanes",
                      sum(len(lane) for lane in self.command_list.lanes), len(self.command_list.lanes))
@@ -197,7 +197,7 @@ class NpuInferRequest(DeviceInferRequest):
             if changed and not self._cm.mutable:
                 # a driver without mutable command lists re-records the whole list
                 self.hpi.apply_input_output(changed)
-                self.command_list = CommandList(self.hpi, self.window)
+                self.command_list = CommandList(self.hpi, self.window, fuse=self._cm.host_fusion)
                 self.counters["command_list_builds"] += 1
             elif changed:
                 patched = self.hpi.apply_input_output(changed)
@@ -330,6 +330,7 @@ class NpuOptions:
     queue_mode: str = "inline"  # NPU_EMU_QUEUE_MODE
     mutable: bool = True  # NPU_EMU_MUTABLE_COMMAND_LIST (NO: a driver without mutable lists)
     walk_every_inference: bool = False  # NPU_EMU_BARRIER_WALK=EVERY_INFERENCE
+    host_fusion: bool = True  # NPU_EMU_HOST_FUSION: a tiled MatMul's tasks as one host product
     skip_padded_rows: bool = False  # NPU_EMU_SKIP_PADDED_ROWS
     profile: bool = False  # PERF_COUNT
 
@@ -348,6 +349,7 @@ class NpuOptions:
             mutable=as_bool("NPU_EMU_MUTABLE_COMMAND_LIST", config.get("NPU_EMU_MUTABLE_COMMAND_LIST", "YES")),
             walk_every_inference=as_choice("NPU_EMU_BARRIER_WALK", config.get("NPU_EMU_BARRIER_WALK", "ONCE"),
                                            ("ONCE", "EVERY_INFERENCE")) == "EVERY_INFERENCE",
+            host_fusion=as_bool("NPU_EMU_HOST_FUSION", config.get("NPU_EMU_HOST_FUSION", "YES")),
             skip_padded_rows=as_bool("NPU_EMU_SKIP_PADDED_ROWS", config.get("NPU_EMU_SKIP_PADDED_ROWS", "NO")),
             profile=as_bool("PERF_COUNT", config.get("PERF_COUNT", "NO")),
         )
@@ -378,6 +380,9 @@ class NpuCompiledModel(DeviceCompiledModel):
         #: NPU_EMU_BARRIER_WALK=EVERY_INFERENCE: the management core re-walks the barriers task by
         #: task on every inference; ONCE (default): walks once per command-list build and replays
         self.walk_every_inference = opts.walk_every_inference
+        #: NPU_EMU_HOST_FUSION=NO: every tile of a tiled MatMul is dispatched on the host as the
+        #: device runs it; YES (default): provable ones run as one product (device/fusion.py)
+        self.host_fusion = opts.host_fusion
         #: NPU_EMU_SKIP_PADDED_ROWS=YES: the caller (NPUW's prefill) reads no output row left of
         #: the first attended attention_mask entry; attention and the row-wise tasks run on the real rows only
         self.skip_padded_rows = opts.skip_padded_rows
@@ -406,6 +411,7 @@ class NpuCompiledModel(DeviceCompiledModel):
             "NPU_EMU_FENCE_MODE": self.fence_mode,
             "NPU_EMU_QUEUE_MODE": self.queue_mode,
             "NPU_EMU_BARRIER_WALK": "EVERY_INFERENCE" if self.walk_every_inference else "ONCE",
+            "NPU_EMU_HOST_FUSION": "YES" if self.host_fusion else "NO",
             "NPU_EMU_SKIP_PADDED_ROWS": "YES" if self.skip_padded_rows else "NO",
             "PERF_COUNT": "YES" if self.profile else "NO",
             "NPU_COMPILER_VERSION": meta["compiler"]["version"],
@@ -432,6 +438,7 @@ class NpuDevice(Device):
         "NPU_EMU_FENCE_MODE": "interrupt",
         "NPU_EMU_QUEUE_MODE": "inline",
         "NPU_EMU_BARRIER_WALK": "ONCE",
+        "NPU_EMU_HOST_FUSION": "YES",
         "NPU_EMU_MUTABLE_COMMAND_LIST": "YES",
         "NPU_EMU_WEIGHT_COMPRESSION": "YES",
         "NPU_EMU_WEIGHTS_CACHE": "YES",

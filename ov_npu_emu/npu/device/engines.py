@@ -65,6 +65,11 @@ class DecodedTask:
     kernel: str  # kernel name ("dma" for DMA)
     run: Callable[[], None]  # executes the task on its views
     addrs: tuple[int, ...] = ()  # operand addresses read from the descriptor (for inspect/tests)
+    #: a DMA's geometry as fetched: (src, dst, d0, d1, row, src strides 0/1, dst strides 0/1)
+    dma: tuple[int, ...] | None = None
+    views: tuple[np.ndarray, ...] = ()  # a DPU/SHAVE task's operand views, inputs first
+    n_in: int = 0  # how many of ``views`` are inputs
+    params: np.ndarray | None = None  # the task's f64 parameter block
 
 
 def _strided(aspace: AddressSpaceLike, addr: int, d0: int, d1: int, row: int, s0: int, s1: int) -> np.ndarray:
@@ -138,7 +143,8 @@ def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offse
             run = bind_dma_window(rows, window, d, s, run)
         return DecodedTask(tid, kind, chan % max(dma_channels, 1), section, offset,
                            tuple(int(x) for x in lists[wait_off:wait_off + n_wait]),
-                           tuple(int(x) for x in lists[post_off:post_off + n_post]), cycles, "dma", run, (src, dst))
+                           tuple(int(x) for x in lists[post_off:post_off + n_post]), cycles, "dma", run, (src, dst),
+                           (src, dst, d0, d1, row, ss0, ss1, ds0, ds1))
     raw = aspace.read(addr, TASK_HEAD.size)
     (tid, _k, n_in, n_out, _f, n_params, n_wait, n_post, _p, wait_off, post_off, kaddr, paddr,
      cycles) = TASK_HEAD.unpack(raw)
@@ -169,7 +175,8 @@ def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offse
     lane = dma_channels + (0 if kind is TaskKind.DPU else 1)
     return DecodedTask(tid, kind, lane, section, offset,
                        tuple(int(x) for x in lists[wait_off:wait_off + n_wait]),
-                       tuple(int(x) for x in lists[post_off:post_off + n_post]), cycles, name, run, tuple(addrs))
+                       tuple(int(x) for x in lists[post_off:post_off + n_post]), cycles, name, run, tuple(addrs),
+                       None, tuple(views), n_in, params)
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> Callable[[], None]:
@@ -189,9 +196,22 @@ class Schedule:
     tasks: list[DecodedTask]
     runs: list[Callable[[], None]]  # tasks[i].run, bound once
     pos: dict[int, int] = dataclasses.field(default_factory=dict)  # task id -> index
+    #: the host plan (device/fusion.py): what :meth:`ManagementCore.run` calls instead of ``runs``
+    #: when set, tiled MatMuls as one product each; parallel lists of callables, the task each
+    #: stands for (errors and host times are reported against it) and the tasks it replaced
+    plan: list[Callable[[], None]] | None = None
+    plan_tasks: list[DecodedTask] = dataclasses.field(default_factory=list)
+    plan_members: list[tuple[DecodedTask, ...]] = dataclasses.field(default_factory=list)
+    planned: bool = False  # the host plan was attempted for this walk (None plan: nothing fused)
+    fused_groups: int = 0  # tiled MatMuls the plan runs as one product
 
     def __post_init__(self) -> None:
         self.pos = {t.tid: i for i, t in enumerate(self.tasks)}
+
+    def set_plan(self, runs: list[Callable[[], None]], tasks: list[DecodedTask],
+                 members: list[tuple[DecodedTask, ...]], groups: int) -> None:
+        self.plan, self.plan_tasks, self.plan_members, self.fused_groups = runs, tasks, members, groups
+        self.planned = True
 
     def replace(self, old: DecodedTask, new: DecodedTask) -> bool:
         """Swap a re-fetched descriptor in place; False when its barriers changed (walk again)."""
@@ -202,6 +222,8 @@ class Schedule:
             return False
         self.tasks[i] = new
         self.runs[i] = new.run
+        # a re-fetched descriptor may move a fused MatMul's operands: plan again before the next run
+        self.plan, self.plan_tasks, self.plan_members, self.planned, self.fused_groups = None, [], [], False, 0
         return True
 
 
@@ -247,20 +269,31 @@ class ManagementCore:
         :param host_ns: when given, receives the measured host time of each task (profiling).
         """
         i = -1
+        plan = sched.plan
+        tasks = sched.tasks if plan is None else sched.plan_tasks
         try:
             if host_ns is None:
-                for i, run in enumerate(sched.runs):  # noqa: B007 - i names the failing task below
+                for i, run in enumerate(sched.runs if plan is None else plan):  # noqa: B007 - i names the failing task
                     run()
-            else:
+            elif plan is None:
                 clock = time.perf_counter_ns
-                for i, t in enumerate(sched.tasks):  # noqa: B007 - i names the failing task below
+                for i, t in enumerate(tasks):  # noqa: B007 - i names the failing task below
                     t0 = clock()
                     t.run()
                     host_ns[t.tid] = clock() - t0
+            else:
+                clock = time.perf_counter_ns
+                for i, run in enumerate(plan):  # noqa: B007 - i names the failing task below
+                    t0 = clock()
+                    run()
+                    # a fused MatMul's host time is its last task's; the tiles it replaced took none
+                    for m in sched.plan_members[i]:
+                        host_ns[m.tid] = 0
+                    host_ns[tasks[i].tid] = clock() - t0
         except NpuEmuError:
             raise
         except Exception as e:  # a kernel failure is reported against its task
-            t = sched.tasks[i] if 0 <= i < len(sched.tasks) else None
+            t = tasks[i] if 0 <= i < len(tasks) else None
             tid = t.tid if t is not None else None
             raise ExecutionError(f"task {tid} ({t.kernel if t is not None else '?'}) failed: {e}",
                                  task_index=tid) from e

@@ -16,6 +16,7 @@ from ov_npu_emu.npu.blob.format import (
     DMA_DESC,
     SEC_BARRIER_LISTS,
     SEC_BARRIERS,
+    SEC_CMX,
     SEC_DMA,
     SEC_DPU,
     SEC_SHAVE,
@@ -23,6 +24,7 @@ from ov_npu_emu.npu.blob.format import (
     TaskKind,
 )
 from ov_npu_emu.npu.device.engines import DecodedTask, ManagementCore, Schedule, decode_task
+from ov_npu_emu.npu.device.fusion import plan_schedule
 from ov_npu_emu.npu.device.kernels import RowWindow
 from ov_npu_emu.npu.device.profiling import Timeline, simulate_timeline
 from ov_npu_emu.npu.driver.hpi import HostParsedInference
@@ -40,9 +42,12 @@ _ENGINE_SECTIONS = ((SEC_DMA, TaskKind.DMA, DMA_DESC.size), (SEC_DPU, TaskKind.D
 class CommandList:
     """The decoded, bound task lists of one request; later inferences patch it in place."""
 
-    def __init__(self, hpi: HostParsedInference, window: RowWindow | None = None) -> None:
+    def __init__(self, hpi: HostParsedInference, window: RowWindow | None = None, *, fuse: bool = True) -> None:
+        """:param fuse: run provable tiled MatMuls as one host product each (NPU_EMU_HOST_FUSION;
+            device/fusion.py); the descriptors, barriers and cost model are the same either way"""
         self.hpi = hpi
         self.window = window  # the request's padded-rows hint, bound into attention and row-wise tasks
+        self.fuse = fuse
         # the compiler's token-row marks per task (device/windowed.py); only read with a window
         self._rows = {int(t["tid"]): t["rows"] for t in hpi.parsed.meta["tasks"] if t.get("rows")} \
             if window is not None else {}
@@ -94,6 +99,13 @@ class CommandList:
             if self.schedule is not None and not self.schedule.replace(old, new):
                 self.schedule = None
         return len(patched)
+
+    def plan_host(self, sched: Schedule) -> None:
+        """The walked schedule's host plan: tiled MatMuls proven from the descriptors run fused."""
+        cmx = self.hpi.section_addr[SEC_CMX], self.hpi.section_addr[SEC_CMX] + self.hpi.parsed.sections[SEC_CMX].size
+        node_of = {int(t["tid"]): str(t["node"]) for t in self.hpi.parsed.meta.get("tasks", ()) if t.get("node")}
+        # a task bound to a token-row window runs a different slice per inference: never fused
+        plan_schedule(sched, self.hpi.aspace.array, cmx, node_of, set(self._rows))
 
     def timeline(self, clock_mhz: float) -> Timeline:
         return simulate_timeline(self.lanes, len(self.producer_counts), self.lane_names, clock_mhz)
@@ -194,6 +206,8 @@ class CommandQueue:
                     # the walk's errors (BarrierDeadlockError) reach the waiter like a kernel's
                     if sub.cl.schedule is None:
                         sub.cl.schedule = self._core.schedule(sub.cl.lanes, sub.cl.producer_counts)
+                    if sub.cl.fuse and not sub.cl.schedule.planned:
+                        sub.cl.plan_host(sub.cl.schedule)
                     self._core.run(sub.cl.schedule, host_ns=host_ns)
             except BaseException as e:  # handed to the waiter through the fence
                 sub.fence.signal(sub.value, e)
