@@ -88,12 +88,14 @@ def test_default_follows_device_and_kv_share(stories_model, monkeypatch):
     stateless, kv = to_stateless(stories_model.clone())
     cfg = parse_config(BASE)
     assert compiled_model.generate_ladder_on(cfg, "CPU", stateless, kv)
-    assert not compiled_model.generate_ladder_on(cfg, "NPU", stateless, kv)  # emulated NPU: off
+    assert compiled_model.generate_ladder_on(cfg, "NPU", stateless, kv)  # emulated NPU too
+    assert not compiled_model.generate_ladder_on(cfg, "GPU", stateless, kv)
     # weight-bound steps (KV window small next to the weights) keep one variant
     monkeypatch.setattr(compiled_model, "GENERATE_LADDER_MIN_KV_SHARE", 1e6)
     assert not compiled_model.generate_ladder_on(cfg, "CPU", stateless, kv)
+    assert not compiled_model.generate_ladder_on(cfg, "NPU", stateless, kv)
     forced = dataclasses.replace(cfg, generate_ladder=True)
-    assert compiled_model.generate_ladder_on(forced, "NPU", stateless, kv)
+    assert compiled_model.generate_ladder_on(forced, "GPU", stateless, kv)
 
 
 def test_imported_artefact_runs_on_its_variants(stories_model, cpu_request, emu_core):

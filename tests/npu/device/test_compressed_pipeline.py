@@ -30,6 +30,9 @@ def test_int4_gs16_through_npuw_on_emulated_npu(tiny_model_dir_int4, monkeypatch
     ids = [1, 82, 113, 102, 104]
     out = pipe.generate(ov.Tensor(np.array([ids], np.int64)), max_new_tokens=24, ignore_eos=True)
     assert list(out.tokens[0]) == load_reference(tiny_model_dir_int4).greedy_generate(ids, 24)
-    # NPUW's submodels went through the NPU compiler compressed: prefill and generate with the
-    # 14 i4 layer weights and the u8 embedding, the cut-out LM head with its u8 weight
-    assert sorted(formats, key=str) == [{"i4": 14, "u8": 1}, {"i4": 14, "u8": 1}, {"u8": 1}]
+    # NPUW's submodels went through the NPU compiler compressed: prefill and every generate
+    # variant (the generate ladder's rungs too) with the 14 i4 layer weights and the u8
+    # embedding, the cut-out LM head with its u8 weight
+    assert formats.count({"u8": 1}) == 1
+    layers = [f for f in formats if f != {"u8": 1}]
+    assert len(layers) >= 2 and all(f == {"i4": 14, "u8": 1} for f in layers)
