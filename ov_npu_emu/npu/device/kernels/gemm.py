@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from ov_npu_emu.npu.device.kernels.gemv import _JIT, _ZERO_ZP, _dq_row_q8, _f32, _pool, _round_f16, _w, _workers
+from ov_npu_emu.npu.device.kernels.gemv import _JIT, _dq_row_q8, _f32, _pool, _round_f16, _w, _workers, grouped_weight
 
 #: f32 bytes of one decompressed block of output channels (per thread; stays in L2 for BLAS)
 GEMM_BLOCK_BYTES = 512 * 1024
@@ -92,21 +92,10 @@ def block_dequantizer(
             return None
         bits = q.reshape(n, k).view(np.uint16)
         return lambda r0, r1, buf: _dq_block_f16(bits, r0, r1, buf)
-    if scale is None or q.ndim != 3 or not scale.flags.c_contiguous:
+    gw = grouped_weight(q, scale, zp, n)
+    if gw is None:
         return None
-    groups = q.shape[1]
-    if scale.shape != (n, groups, 1) or (zp is not None and zp.shape != (n, groups, 1)):
-        return None
-    if scale.dtype == np.float16:
-        scale = scale.view(np.uint16)
-    elif scale.dtype != np.float32:
-        return None
-    if zp is not None and (zp.dtype not in (np.uint8, np.int8) or not zp.flags.c_contiguous):
-        return None
-    zp_bits = _ZERO_ZP if zp is None else zp.view(np.uint8)
-    zp_flip = 128 if zp is not None and zp.dtype == np.int8 else 0
-    qb = q.view(np.uint8)
-    has_zp = zp is not None
+    qb, scale, zp_bits, has_zp, zp_flip, groups = gw
     if name in ("u8", "i8") and groups * q.shape[2] == k:
         qf8 = 128 if name == "i8" else 0
         return lambda r0, r1, buf: _dq_block_q8(qb, scale, zp_bits, has_zp, qf8, zp_flip, mul_f16, r0, r1, buf)

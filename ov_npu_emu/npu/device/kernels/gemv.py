@@ -19,6 +19,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -242,6 +243,36 @@ def _pool() -> ThreadPoolExecutor:
 _ZERO_ZP = np.zeros((1, 1, 1), np.uint8)
 
 
+class GroupedWeight(NamedTuple):
+    """A grouped u8/i8/u4/i4 weight's operands as the numba loops read them."""
+
+    qb: np.ndarray  # the codes as u8 bytes, [N, groups, group bytes]
+    scale: np.ndarray  # [N, groups, 1] f32, or the f16 scales' u16 bits
+    zp_bits: np.ndarray  # zero points as u8 bits ([1, 1, 1] zeros without any)
+    has_zp: bool
+    zp_flip: int  # 128: i8 zero points (their bits read as u8 are offset by 128)
+    groups: int
+
+
+def grouped_weight(q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, n: int) -> GroupedWeight | None:
+    """``q``/``scale``/``zp`` (laid out as for :func:`..dequant.dequantize`) as the loops read them,
+    or None for a layout they do not take (the caller keeps the numpy path)."""
+    if scale is None or q.ndim != 3 or not scale.flags.c_contiguous:
+        return None
+    groups = q.shape[1]
+    if scale.shape != (n, groups, 1) or (zp is not None and zp.shape != (n, groups, 1)):
+        return None
+    if scale.dtype == np.float16:
+        scale = scale.view(np.uint16)
+    elif scale.dtype != np.float32:
+        return None
+    if zp is not None and (zp.dtype not in (np.uint8, np.int8) or not zp.flags.c_contiguous):
+        return None
+    zp_bits = _ZERO_ZP if zp is None else zp.view(np.uint8)
+    zp_flip = 128 if zp is not None and zp.dtype == np.int8 else 0
+    return GroupedWeight(q.view(np.uint8), scale, zp_bits, zp is not None, zp_flip, groups)
+
+
 def gemv_runner(
     name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
     k: int, mul_f16: bool = False,
@@ -261,30 +292,20 @@ def gemv_runner(
         kern: Callable[..., None] = _gemv_f16
         args: tuple = (x, bits)
     else:
-        if scale is None or q.ndim != 3 or not scale.flags.c_contiguous:
+        gw = grouped_weight(q, scale, zp, n)
+        if gw is None:
             return None
-        groups = q.shape[1]
-        if scale.shape != (n, groups, 1) or (zp is not None and zp.shape != (n, groups, 1)):
-            return None
-        if scale.dtype == np.float16:
-            scale = scale.view(np.uint16)
-        elif scale.dtype != np.float32:
-            return None
-        if zp is not None and (zp.dtype not in (np.uint8, np.int8) or not zp.flags.c_contiguous):
-            return None
-        zp_bits = _ZERO_ZP if zp is None else zp.view(np.uint8)
-        zp_flip = 128 if zp is not None and zp.dtype == np.int8 else 0
-        qb = q.view(np.uint8)
+        qb, scale, zp_bits, has_zp, zp_flip, groups = gw
         if name in ("u8", "i8"):
             if groups * q.shape[2] != k:
                 return None
-            kern, args = _gemv_q8, (x, qb, scale, zp_bits, zp is not None, 128 if name == "i8" else 0, zp_flip, mul_f16)
+            kern, args = _gemv_q8, (x, qb, scale, zp_bits, has_zp, 128 if name == "i8" else 0, zp_flip, mul_f16)
         elif name in ("u4", "i4"):
             if groups * q.shape[2] * 2 != k:
                 return None
             x_even, x_odd = np.empty((m_rows, k // 2), np.float32), np.empty((m_rows, k // 2), np.float32)
             kern = _gemv_q4
-            args = (x_even, x_odd, qb, scale, zp_bits, zp is not None, 8 if name == "i4" else 0, zp_flip, mul_f16)
+            args = (x_even, x_odd, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
         else:
             return None
     # chunks of output channels claimed by whichever thread is free: on a shared host the pool
