@@ -298,6 +298,12 @@ class _Analysis:
         if d.d0 == d.d1 == 1 and bpt and d.src_off % bpt == 0 and d.row % bpt == 0 and d.dst_off % bpt == 0:
             # a run of whole rows: a staged MatMul's row tiles in and out of CMX
             f0, fr, g0 = d.src_off // bpt, d.row // bpt, d.dst_off // bpt
+            if (pm == 1 and n == self.length and f0 == 0 and fr == n and g0 % n == 0 and dst.nbytes > n * bpt
+                    and dst.nbytes % (n * bpt) == 0):
+                # one whole [n, Q] block into its slot of several (a Concat of per-head blocks
+                # along an outer axis, e.g. the query heads at L=1024): blocks of n token rows
+                self.set_mark(dst, (dst.nbytes // (n * bpt), n, q, off), partial_in)
+                return
             if pm == 1 and dst.nbytes % bpt == 0:
                 t.rows = {"L": self.length, "off": off + f0, "n": fr, "bpt": bpt}
                 self.set_mark(dst, (1, dst.nbytes // bpt, q, off + f0 - g0), True)
