@@ -116,6 +116,61 @@ def test_slice_of_rows_before_the_window_reruns(emu_core):
     assert np.array_equal(ours, full)
 
 
+#: the per-head lowering below: a staged MatMul's row tile is (CMX / 2) // (row bytes in + out)
+#: rows; with D = 32 f32 columns and a 64 KiB CMX that is 128 = L rows, one head per tile (the
+#: llama-3.2-3b-shape prefill at 1024 tokens: D = 128 and the default 2 MiB CMX give 1024 = L)
+HL, HH, HD, HCMX = 128, 3, 32, 64 * 1024
+
+
+def _head_blocks_model() -> ov.Model:
+    """Embedding -> [1, H, L, D] heads -> MatMul with a constant [D, D] (the builder's rotate-half
+    as a MatMul) -> back to [1, L, H * D] + the embedding."""
+    rng = np.random.default_rng(1)
+    ids = ops.parameter([1, HL], ov.Type.i64, name="input_ids")
+    am = ops.parameter([1, HL], ov.Type.i64, name="attention_mask")
+    for p, n in ((ids, "input_ids"), (am, "attention_mask")):
+        p.output(0).set_names({n})
+    x = ops.gather(ops.constant(rng.standard_normal((V, HH * HD)).astype(np.float32)), ids, 0)
+    q = ops.transpose(ops.reshape(x, ops.constant([1, HL, HH, HD]), False), ops.constant([0, 2, 1, 3]))
+    q = ops.matmul(q, ops.constant(rng.standard_normal((HD, HD)).astype(np.float32)), False, False)
+    out = ops.add(ops.reshape(ops.transpose(q, ops.constant([0, 2, 1, 3])), ops.constant([1, HL, HH * HD]), False), x)
+    out.output(0).set_names({"out"})
+    mask_out = ops.convert(am, ov.Type.f32)
+    mask_out.output(0).set_names({"mask_out"})
+    return ov.Model([out, mask_out], [ids, am], "head_blocks")
+
+
+def test_per_head_block_dmas_keep_their_token_rows(emu_core):
+    """A MatMul over [1, H, L, D] staged one head per row tile: each tile's result goes back by
+    one DMA of a whole [L, D] block into its head's slot.  Those DMAs mark blocks of L token rows
+    (read as row tiles at offset -h*L, the marks conflicted and the whole blob lost its windows,
+    as the 3B-shape prefill did at 1024 tokens); window vs full run bit for bit."""
+    model = _head_blocks_model()
+    tasks = BlobReader(compile_to_blob(model, {"NPU_EMU_CMX_SIZE": HCMX})).meta["tasks"]
+    heads = [t for t in tasks if t["kernel"] == "matmul"]
+    assert len(heads) == HH  # the per-head lowering this test is about
+    assert all(t.get("rows") and t["rows"]["n"] == HL and t["rows"]["off"] == 0 for t in heads)
+    # the tasks after the per-head join are marked too: the transpose back and the residual add
+    assert {"gather", "transpose", "add"} <= {t["kernel"] for t in tasks if t.get("rows")}
+
+    first = 90  # real rows from here: the window is rows [64, 128)
+
+    def run(skip: bool):
+        cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_CMX_SIZE": HCMX,
+                                                   "NPU_EMU_SKIP_PADDED_ROWS": "YES" if skip else "NO"})
+        req = cm.create_infer_request()
+        ids = np.r_[np.full(first, 3), np.arange(5, 5 + HL - first) % V].astype(np.int64)[None]
+        req.infer({"input_ids": ids, "attention_mask": (np.arange(HL) >= first).astype(np.int64)[None]})
+        return req, np.array(req.get_tensor("out").data)
+
+    _, full = run(False)
+    req, ours = run(True)
+    assert req.impl.counters["windowed_inferences"] == 1 and req.impl.counters["window_reruns"] == 0
+    w = req.impl.window
+    assert w.windowed_tasks >= HH and w.rows_computed < w.rows_full
+    assert np.array_equal(ours[:, first:], full[:, first:])
+
+
 @pytest.mark.parametrize("fixture", ["llama-int4-sym-g128"])
 def test_optimum_export_prefill_is_identical(emu_core, fixture):
     """A real optimum-cli export (int4 weights: matmul_dq and gather_dq) through NPUW on the
