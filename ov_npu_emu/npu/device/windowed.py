@@ -11,6 +11,12 @@ at token ``s`` it runs on views sliced to rows ``>= s`` - the views handed to th
 are sliced, the kernels are unchanged - and leaves the padding rows before ``s`` as they are
 (nobody reads them: the caller's contract, and attention proves its own window).  The cost
 model's cycles stay the descriptor's full static cost.
+
+Kernels whose sums could depend on the row count are probed (``_PROBED``).  A prefill matmul_dq
+on the block kernel (kernels/gemm.py) instead binds its own exact window (``window_from``: the
+blocks' BLAS products on as many trailing rows as give the full run's bits), so no probe passes
+over the real weights; any other matmul_dq window keeps more than STORED_FORMAT_MAX_ROWS rows
+when its tile has more, so that it binds the same kernel as the full run.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ov_npu_emu.npu.device.kernels.attention import RowWindow
+from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS
 from ov_npu_emu.npu.device.kernels.registry import Runner
 
 __all__ = ["bind_dma_window", "bind_task_window"]
@@ -52,6 +59,16 @@ def _local_start(window: RowWindow, length: int, off: int, n: int) -> int | None
     if window.size != length or window.start <= 0:
         return None
     return min(max(window.start - off, 0), n)
+
+
+def _kernel_start(name: str, n: int, ls: int) -> int:
+    """Where the window's operands start for the kernel: a matmul_dq of more than
+    STORED_FORMAT_MAX_ROWS rows keeps more than that many (padding rows included), or its window
+    would read the weight as stored (kernels/gemv.py) where the full run uses BLAS on
+    decompressed weights, whose sums differ in the last bits."""
+    if name == "matmul_dq" and n > STORED_FORMAT_MAX_ROWS:
+        return min(ls, n - STORED_FORMAT_MAX_ROWS - 1)
+    return ls
 
 
 def _sliced(views: Sequence[np.ndarray], axes: Sequence[int], ls: int) -> list[np.ndarray]:
@@ -118,6 +135,13 @@ def bind_task_window(name: str, rows: Mapping[str, Any], window: RowWindow, ins:
                                                                                                   strict=False)):
         return full  # metadata that does not fit the operands: the full run is always right
     probed = name.startswith(_PROBED)
+    # a runner that computes its own window exactly (kernels/gemm.py: matmul_dq on prefill
+    # rows) needs no probe; its rows are the leading axis of the [M, K] / [M, N] operands
+    window_from = getattr(full, "window_from", None)
+    if window_from is not None and not (
+            n_in >= 2 and axes[0] >= 0 and axes[-1] >= 0 and all(a < 0 for a in axes[1:n_in])
+            and ins[0].size == n * ins[0].shape[-1] and outs[-1].size == n * outs[-1].shape[-1]):
+        window_from = None
     made: dict[int, Runner] = {}
 
     def runner_for(ls: int) -> Runner:
@@ -125,12 +149,15 @@ def bind_task_window(name: str, rows: Mapping[str, Any], window: RowWindow, ins:
         if r is None:
             r = full
             try:
-                sv = _sliced(views, axes, ls)
+                if window_from is not None:
+                    made[ls] = r = window_from(ls) or full
+                    return r
+                sv = _sliced(views, axes, _kernel_start(name, n, ls))
                 # a kernel may reshape its output; only a view reshapes without a copy
                 strided_ok = name in _STRIDED_OUT_OK
                 if all(strided_ok or o.flags.c_contiguous for o, a in zip(sv[n_in:], axes[n_in:], strict=True)
                        if a >= 0) and (
-                    not probed or _probe(name, make, ins, outs, axes, n_in, ls, params)
+                    not probed or _probe(name, make, ins, outs, axes, n_in, _kernel_start(name, n, ls), params)
                 ):
                     r = make(sv[:n_in], sv[n_in:])
             except Exception as e:  # noqa: BLE001 - the full run is always right

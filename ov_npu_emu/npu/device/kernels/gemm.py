@@ -11,6 +11,15 @@ and BLAS release the GIL). Rows are decompressed in column order, so BLAS pairs 
 as on the whole decompressed weight (the cached path); its summation order depends on the
 operand shapes, so the results agree with that path to the last f32 bits, not always bit for
 bit (tested within the summation-order bound and against the CPU plugin).
+
+A token-row window (device/windowed.py) asks the runner for its last rows only
+(:func:`gemm_runner`'s ``rows_from``). BLAS's sums depend on the call's shapes, not on the
+data: OpenBLAS takes a different kernel for small products (M·N·K up to about 10⁶ here), so a
+6-row window of a 42-row tile does not give the tile's bits. Each block of output channels
+therefore runs on the fewest trailing rows that a product on random data of exactly those
+shapes shows equal to the full run's (:func:`_exact_rows`, once per shape; at worst all the
+rows: the full run's own call), so the window's rows are the full run's bit for bit without a
+pass over the real weights.
 """
 
 from __future__ import annotations
@@ -105,15 +114,62 @@ def block_dequantizer(
     return None
 
 
+#: (block rows, K, activation rows, rows needed) -> trailing rows whose product is the full one's
+_EXACT_ROWS: dict[tuple[int, int, int, int], int] = {}
+_EXACT_LOCK = threading.Lock()
+_EXACT_TRIALS = 3
+
+
+def _exact_rows(h: int, k: int, m_rows: int, need: int) -> int:
+    """The fewest trailing activation rows, at least ``need``, whose product with an [h, K]
+    block gives the full ``m_rows`` product's last rows bit for bit (``m_rows``: the full run's
+    own call). Probed on random data in the very calls the runner makes (the thread's block
+    buffer, contiguous transposed activations, row slices of the output): BLAS picks its kernel
+    and summation order from the shapes alone."""
+    key = (h, k, m_rows, need)
+    with _EXACT_LOCK:
+        hit = _EXACT_ROWS.get(key)
+        if hit is not None:
+            return hit
+        rng = np.random.default_rng(0)
+        w = _block_buffer(h * k).reshape(h, k)
+        trials = []
+        for _ in range(_EXACT_TRIALS):
+            # magnitudes over 2**±16: any other pairing or order of the sums changes the rounding
+            x = (rng.standard_normal((m_rows, k)) * np.exp2(rng.integers(-16, 17, (m_rows, k)))).astype(np.float32)
+            wt = (rng.standard_normal((h, k)) * np.exp2(rng.integers(-16, 17, (h, k)))).astype(np.float32)
+            w[...] = wt
+            full = np.empty((h, m_rows), np.float32)
+            np.matmul(w, np.ascontiguousarray(x.T), out=full)
+            trials.append((wt, x, full))
+        rows = m_rows
+        for m in range(max(need, 1), m_rows):
+            ok = True
+            for wt, x, full in trials:
+                w[...] = wt
+                part = np.empty((h, m), np.float32)
+                np.matmul(w, np.ascontiguousarray(x[m_rows - m:].T), out=part)
+                ok = ok and np.array_equal(part, full[:, m_rows - m:])
+            if ok:
+                rows = m
+                break
+        _EXACT_ROWS[key] = rows
+        return rows
+
+
 def gemm_runner(
     name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
-    k: int, mul_f16: bool = False,
+    k: int, mul_f16: bool = False, rows_from: int = 0,
 ) -> Callable[[], None] | None:
     """A runner computing ``out[M, N] = x[M, K] @ W.T`` block by block of decompressed output
     channels, or None when the operands are not a layout this path reads. Arguments as for
-    :func:`.gemv.gemv_runner` (any number of rows)."""
+    :func:`.gemv.gemv_runner` (any number of rows).
+
+    ``rows_from``: only rows [rows_from, M) of ``out`` must be right (a token-row window; the
+    rows before it may be left as they are or overwritten), and they are bit for bit the rows
+    the runner with ``rows_from=0`` computes (module docstring)."""
     m_rows, n = out.shape
-    if x.shape != (m_rows, k) or m_rows == 0:
+    if x.shape != (m_rows, k) or m_rows == 0 or not 0 <= rows_from < m_rows:
         return None
     fill = block_dequantizer(name, q, scale, zp, n, k, mul_f16)
     if fill is None:
@@ -122,25 +178,16 @@ def gemm_runner(
     starts = list(range(0, n, block))
     workers = 1 if n * k < _SPLIT_MIN_ELEMENTS else min(_workers(), len(starts))
 
-    def do_block(r0: int, x_t: np.ndarray, out_t: np.ndarray) -> None:
+    def do_block(r0: int, x_t: np.ndarray, dst: np.ndarray) -> None:
         r1 = min(n, r0 + block)
         buf = _block_buffer((r1 - r0) * k).reshape(r1 - r0, k)
         fill(r0, r1, buf)
-        np.matmul(buf, x_t, out=out_t[r0:r1])
+        np.matmul(buf, x_t, out=dst)  # dst: the block's rows of a C-contiguous [*, rows] array
 
-    def run() -> None:
-        # the product as out.T = W @ x.T: BLAS runs a block [nb, K] @ [K, M] faster than the
-        # [M, K] @ [K, nb] of x @ W.T (about 1.3x here, M ~ 20 rows). Both made per run: a
-        # task holding them would keep them resident for every prefill MatMul of the model
-        x_t = np.ascontiguousarray(x.T)
-        out_t = np.empty((n, m_rows), np.float32)
-        products(x_t, out_t)
-        np.copyto(out, out_t.T)
-
-    def products(x_t: np.ndarray, out_t: np.ndarray) -> None:
+    def products(jobs: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
         if workers == 1:
-            for r0 in starts:
-                do_block(r0, x_t, out_t)
+            for job in jobs:
+                do_block(*job)
             return
         # blocks claimed by whichever thread is free (a pool thread may wait for a core)
         claim = itertools.count()
@@ -149,12 +196,12 @@ def gemm_runner(
         errors: list[BaseException] = []
 
         def work() -> None:
-            while (i := next(claim)) < len(starts):
+            while (i := next(claim)) < len(jobs):
                 try:
-                    do_block(starts[i], x_t, out_t)
+                    do_block(*jobs[i])
                 except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
                     errors.append(e)
-                if next(done) == len(starts):
+                if next(done) == len(jobs):
                     finished.set()
 
         pool = _pool()
@@ -165,4 +212,38 @@ def gemm_runner(
         if errors:
             raise errors[0]
 
-    return run
+    if rows_from == 0:
+        def run() -> None:
+            # the product as out.T = W @ x.T: BLAS runs a block [nb, K] @ [K, M] faster than the
+            # [M, K] @ [K, nb] of x @ W.T (about 1.3x here, M ~ 20 rows). Both made per run: a
+            # task holding them would keep them resident for every prefill MatMul of the model
+            x_t = np.ascontiguousarray(x.T)
+            out_t = np.empty((n, m_rows), np.float32)
+            products([(r0, x_t, out_t[r0:r0 + block]) for r0 in starts])
+            np.copyto(out, out_t.T)
+
+        # device/windowed.py: this run's last rows, exact without a probe on the real weights
+        run.window_from = lambda start: gemm_runner(  # type: ignore[attr-defined]
+            name, x, q, scale, zp, out, k, mul_f16, rows_from=start)
+        return run
+
+    # the trailing rows each block height runs on (only the last block may be shorter)
+    need = m_rows - rows_from
+    rows_of = {h: _exact_rows(h, k, m_rows, need) for h in {min(block, n - r0) for r0 in starts}}
+    groups: dict[int, list[int]] = {}  # rows -> block starts (adjacent: one output slice each)
+    for r0 in starts:
+        groups.setdefault(rows_of[min(block, n - r0)], []).append(r0)
+    spans = [(m, rs[0], min(n, rs[-1] + block)) for m, rs in groups.items()]
+
+    def run_window() -> None:
+        jobs, copies = [], []
+        for m, c0, c1 in spans:
+            x_t = np.ascontiguousarray(x[m_rows - m:].T)
+            out_t = np.empty((c1 - c0, m), np.float32)
+            jobs += [(r0, x_t, out_t[r0 - c0:r0 - c0 + block]) for r0 in starts if c0 <= r0 < c1]
+            copies.append((out[m_rows - m:, c0:c1], out_t.T))
+        products(jobs)
+        for dst, src in copies:
+            np.copyto(dst, src)
+
+    return run_window

@@ -1,0 +1,106 @@
+"""A token-row window over a prefill matmul_dq (kernels/gemm.py, device/windowed.py): the
+window's rows are the full run's bit for bit, with no probe over the real weights.
+
+The hazard: BLAS picks its kernel from the call's shapes (OpenBLAS sums small products,
+M·N·K up to about 10⁶, in another order), and a window of 16 rows or fewer would take the
+stored-format kernel (kernels/gemv.py): a row-sliced product need not give the full one's bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ov_npu_emu.npu.blob.format import WEIGHT_FORMATS
+from ov_npu_emu.npu.blob.kernel_params import MatMulDqParams
+from ov_npu_emu.npu.device import windowed
+from ov_npu_emu.npu.device.kernels import RowWindow
+from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS
+from ov_npu_emu.npu.device.kernels.gemm import GEMM_BLOCK_BYTES, gemm_runner
+
+K, GS, ROWS = 1024, 64, 24
+N = 2 * (GEMM_BLOCK_BYTES // (4 * K)) + 5  # two whole blocks of output channels and one of 5
+
+
+def _u4(rng: np.random.Generator, n: int = N, k: int = K):
+    vals = rng.integers(0, 16, (n, k // GS, GS)).astype(np.uint8)
+    q = (vals[..., 0::2] | (vals[..., 1::2] << 4)).astype(np.uint8)
+    zp = rng.integers(0, 16, (n, k // GS, 1)).astype(np.uint8)
+    scale = (rng.random((n, k // GS, 1)) * 0.05 + 1e-3).astype(np.float16)
+    return q, scale, zp
+
+
+def test_every_window_start_gives_the_full_runs_rows():
+    """Each start of the window: the rows from it on equal the full run's bit for bit (the rows
+    before it are padding, free to hold anything)."""
+    rng = np.random.default_rng(5)
+    q, scale, zp = _u4(rng)
+    x = rng.standard_normal((ROWS, K)).astype(np.float32)
+    full = np.empty((ROWS, N), np.float32)
+    run = gemm_runner("u4", x, q, scale, zp, full, K)
+    assert run is not None
+    run()
+    for start in range(1, ROWS):
+        out = np.full((ROWS, N), np.nan, np.float32)
+        win = gemm_runner("u4", x, q, scale, zp, out, K, rows_from=start)
+        assert win is not None
+        win()
+        assert np.array_equal(out[start:], full[start:]), start
+    assert gemm_runner("u4", x, q, scale, zp, full, K, rows_from=ROWS) is None  # no rows: nothing to run
+
+
+def _bound(name: str, x: np.ndarray, q, scale, zp, out: np.ndarray, full, made: list[int]):
+    """bind_task_window for a matmul_dq row tile whose token rows are rows [off, off + n)."""
+    n = x.shape[0]
+    window = RowWindow()
+    params = MatMulDqParams(False, True, WEIGHT_FORMATS["u4"], True, False, out.shape[1], K).pack()
+    params = np.array(params, np.float64)
+
+    def make(ins, outs):
+        made.append(ins[0].shape[0])
+        return gemm_runner("u4", ins[0], q, scale, zp, outs[0], K)
+
+    rows = {"L": 256, "off": 256 - n, "n": n, "axes": [0, -1, -1, -1, 0]}
+    run = windowed.bind_task_window(name, rows, window, [x, q, scale, zp], [out], params, full, make)
+    return window, run
+
+
+def test_windowed_matmul_dq_takes_the_exact_runner_without_a_probe():
+    """The gemm runner offers its own exact window: device/windowed.py uses it and never binds
+    the kernel on random data (two more passes over the real weights) to probe it."""
+    rng = np.random.default_rng(6)
+    q, scale, zp = _u4(rng)
+    x = rng.standard_normal((ROWS, K)).astype(np.float32)
+    ref = np.empty((ROWS, N), np.float32)
+    gemm_runner("u4", x, q, scale, zp, ref, K)()
+    out = np.full((ROWS, N), np.nan, np.float32)
+    full = gemm_runner("u4", x, q, scale, zp, out, K)
+    made: list[int] = []
+    window, run = _bound("matmul_dq", x, q, scale, zp, out, full, made)
+    window.size, window.start = 256, 256 - 6  # the tile's last 6 rows are the window
+    probes = len(windowed._PROBES)
+    run()
+    assert made == [] and len(windowed._PROBES) == probes
+    assert window.windowed_tasks == 1
+    assert np.array_equal(out[-6:], ref[-6:])
+
+
+@pytest.mark.parametrize("keep", [6, STORED_FORMAT_MAX_ROWS + 4])
+def test_a_matmul_dq_window_keeps_the_full_runs_kernel(keep):
+    """Without an exact runner (e.g. a weight in the decompressed-weights cache, multiplied by
+    BLAS), a window of a tile of more than STORED_FORMAT_MAX_ROWS rows keeps more than that many
+    rows: fewer would bind the stored-format kernel, whose sums differ from the full run's."""
+    rng = np.random.default_rng(7)
+    q, scale, zp = _u4(rng, 64, K)
+    x = rng.standard_normal((ROWS, K)).astype(np.float32)
+    out = np.full((ROWS, 64), np.nan, np.float32)
+    plain = gemm_runner("u4", x, q, scale, zp, out, K)
+
+    def full() -> None:  # the same product, without the exact window
+        plain()
+
+    made: list[int] = []
+    window, run = _bound("matmul_dq", x, q, scale, zp, out, full, made)
+    window.size, window.start = 256, 256 - keep
+    run()
+    assert made and min(made) == max(keep, STORED_FORMAT_MAX_ROWS + 1)
