@@ -9,7 +9,6 @@ from collections.abc import Callable
 import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
-from ov_npu_emu.npu.device.kernels.decode_attention import narrow_decode
 from ov_npu_emu.npu.device.kernels.registry import kernel
 
 
@@ -330,13 +329,12 @@ def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWi
 
 
 @kernel("sdpa")
-def _sdpa(ins, outs, params, window: RowWindow | None = None, narrow: bool = True):  # type: ignore[no-untyped-def]
+def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[no-untyped-def]
     """Attention (SdpaParams: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head).
 
     Grouped (G > 1): K/V hold Hkv heads and query head h reads K/V head h // G, as the IR's
     Unsqueeze/Broadcast/Reshape expansion did; the G query heads of a group share one matmul.
     ``window``: the driver's padded-rows hint (RowWindow), read on every run.
-    ``narrow``: a decode step may run on the KV blocks its mask opens (:mod:`.decode_attention`).
     """
     q, k, v = ins[:3]
     mask = ins[3] if len(ins) > 3 else None
@@ -388,10 +386,6 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None, narrow: bool = Tru
     skip = None
     if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
         skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct)
-    decode = None
-    if narrow and mask is not None and not causal and not f32 and direct and kt_buf is None:  # decode rows
-        decode = narrow_decode(list(ins), outs[0], q, o, mask, scale, groups, L,
-                               lambda i, out: _sdpa(i, [out], params, None, narrow=False))
     win_ops = None
     if window is not None:
         # one layout for the windowed path: (…, [G,] L|S, D), the mask broadcastable to it
@@ -414,8 +408,6 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None, narrow: bool = Tru
             # over padding rows that earlier windowed layers left zero
             if win_ops is None or not _windowed_attention(*win_ops, scale, window):
                 window.violated = True
-            return
-        if decode is not None and decode():
             return
         if f32:
             np.copyto(q32, q)
