@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable
@@ -328,6 +329,50 @@ def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWi
     return True
 
 
+#: (batch, G, D, S, host alignments) -> whether one broadcast matmul gives the per-group gemvs' bits
+_GROUPED_GEMV: dict[tuple[int, ...], bool] = {}
+_ALIGN = 64  # host alignment classes the probe reproduces (a cache line), as device/fusion.py
+
+
+def _at_alignment_of(ref: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``data`` whose data pointer has ``ref``'s offset past a cache line."""
+    mod = ref.__array_interface__["data"][0] % _ALIGN
+    buf = np.zeros(data.nbytes + 2 * _ALIGN, np.uint8)
+    off = (mod - buf.__array_interface__["data"][0] % _ALIGN) % _ALIGN
+    out = buf[off:off + data.nbytes].view(data.dtype).reshape(data.shape)
+    out[...] = data
+    return out
+
+
+def _grouped_gemv_ok(q: np.ndarray, kt: np.ndarray, scores: np.ndarray, groups: int) -> bool:
+    """Whether one ``matmul(q as (b, Hkv, G, 1, D), K^T view as (b, Hkv, 1, D, S))`` gives the
+    bits of the G per-group ``matmul(q[:, :, g], K^T view)`` calls; checked once per shape and
+    host alignment on random data.  numpy hands each (1, D) x (D, S) product to the same BLAS
+    gemv either way; the probe keeps that a fact of this host rather than an assumption."""
+    k = np.swapaxes(kt, -1, -2)
+    if not (q.flags.c_contiguous and k.flags.c_contiguous and scores.flags.c_contiguous):
+        return False
+    key = (*q.shape, groups, *k.shape, *(x.__array_interface__["data"][0] % _ALIGN for x in (q, k, scores)))
+    with _WINDOW_LOCK:
+        hit = _GROUPED_GEMV.get(key)
+        if hit is not None:
+            return hit
+        rng = np.random.default_rng(3)
+        qa = _at_alignment_of(q, rng.standard_normal(q.shape).astype(np.float32))
+        ka = _at_alignment_of(k, rng.standard_normal(k.shape).astype(np.float32))
+        per = _at_alignment_of(scores, np.zeros(scores.shape, np.float32))
+        one = _at_alignment_of(scores, np.zeros(scores.shape, np.float32))
+        lead, D, S = q.shape[:2], k.shape[-1], k.shape[-2]
+        q5, kta = qa.reshape(*lead, groups, 1, D), np.swapaxes(ka, -1, -2)
+        per5 = per.reshape(*lead, groups, 1, S)
+        for g in range(groups):
+            np.matmul(q5[:, :, g], kta, out=per5[:, :, g])
+        np.matmul(q5, kta[..., None, :, :], out=one.reshape(*lead, groups, 1, S))
+        ok = bool(np.array_equal(per, one))
+        _GROUPED_GEMV[key] = ok
+        return ok
+
+
 @kernel("sdpa")
 def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[no-untyped-def]
     """Attention (SdpaParams: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head).
@@ -383,6 +428,12 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
         if groups > 1 and kt_buf is None
         else []
     )
+    qk_one = None
+    if qk_parts and L == 1 and len(batch) == 2 and _grouped_gemv_ok(q32, kt, scores, groups):
+        # decode: the groups as a broadcast batch axis of one call (the same gemv per group and
+        # K/V head, one numpy dispatch instead of G; probed to give the per-group calls' bits)
+        qk_one = functools.partial(np.matmul, _view(q32, (*batch, groups, 1, q.shape[-1])), kt[..., None, :, :],
+                                   out=_view(scores, (*batch, groups, 1, S)))
     skip = None
     if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
         skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct)
@@ -419,7 +470,9 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
                 np.copyto(k32, k)
         if kt_buf is not None:
             np.copyto(kt_buf, k_src, casting="unsafe")
-        if qk_parts:
+        if qk_one is not None:
+            qk_one()
+        elif qk_parts:
             for qg, sg in qk_parts:
                 np.matmul(qg, kt, out=sg)
         else:
