@@ -32,11 +32,16 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-__all__ = ["BANK_MIN_BYTES", "BANK_PARAM_PREFIX", "BankEntry", "lift_weights"]
+__all__ = ["BANK_MIN_BYTES", "BANK_MIN_MODEL_BYTES", "BANK_PARAM_PREFIX", "BankEntry", "lift_weights"]
 
 #: constants smaller than this stay in the graph (norm weights, biases, RoPE tables, masks): the
 #: copies they cost are small, and as runtime inputs they would only add per-inference work
 BANK_MIN_BYTES = 1 << 20  # of the f32 form the plugin computes with
+#: a model whose liftable weights total less than this (as f32) keeps its constants: a MatMul on
+#: runtime weights costs more per step than FullyConnected on packed ones for small matrices
+#: (bench-small, 512x1376: TPOT 33.6 vs 27.3 ms in one process), while the copies saved are small
+#: there (~100 MB per sub-model); bench-0.5b (1.9 GB): TPOT 782 vs 836 ms, 3.3 vs 9.9 GB peak
+BANK_MIN_MODEL_BYTES = 256 << 20
 #: name of the lifted weight inputs (after the model's own inputs)
 BANK_PARAM_PREFIX = "npu_emu_bank."
 
@@ -140,14 +145,18 @@ def lift_weights(model: ov.Model, bank: str) -> tuple[ov.Model, list[BankEntry]]
     same array.
     """
     lifted = model.clone()
-    params: list[ov.Node] = []
-    entries: list[BankEntry] = []
+    weights = []
     for node in lifted.get_ordered_ops():
         if node.get_type_name() != "Constant" or 4 * math.prod(node.get_output_shape(0)) < BANK_MIN_BYTES:
             continue
         readers = _weight_readers(node)
-        if readers is None:
-            continue
+        if readers is not None:
+            weights.append((node, readers))
+    if sum(4 * math.prod(node.get_output_shape(0)) for node, _ in weights) < BANK_MIN_MODEL_BYTES:
+        return model, []
+    params: list[ov.Node] = []
+    entries: list[BankEntry] = []
+    for node, readers in weights:
         entry = _entry(bank, node)
         by_dim: dict[int, ov.Node] = {}
         for reader, dim in readers:

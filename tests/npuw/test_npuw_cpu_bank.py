@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 import pytest
+from ov_npu_emu_cpu import bank as cpu_bank
 from ov_npu_emu_cpu.bank import BANK_MIN_BYTES, BANK_PARAM_PREFIX
 
 from ov_npu_emu.errors import ConfigError
@@ -18,6 +19,12 @@ PROMPT = [1, 17, 42, 99, 7, 250, 3]
 #: (1024x512) is tied, so the embedding Gather and the LM head read one entry
 SHAPE = {"hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 4,
          "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 1024, "tie_word_embeddings": True}
+
+
+@pytest.fixture(autouse=True)
+def bank_small_models(monkeypatch):
+    """The builder models here are small; the default only banks models of >= 256 MiB."""
+    monkeypatch.setattr(cpu_bank, "BANK_MIN_MODEL_BYTES", 0)
 
 
 @pytest.fixture(scope="module")
@@ -108,12 +115,15 @@ def test_export_import_of_a_banked_llm_keeps_the_tokens(model_xml):
     assert greedy(imported.create_infer_request(), PROMPT, 12)[0] == ids
 
 
-def test_bank_needs_f32_and_rejects_bad_values(model_xml):
+def test_bank_needs_f32_and_rejects_bad_values(model_xml, monkeypatch):
     import ov_npu_emu
 
     # bf16 / f16 compute: runtime weights would be converted at every inference, so no bank
     cm = _compile(model_xml, INFERENCE_PRECISION_HINT="bf16")
     assert all(not sub.impl.bank for sub in _subs(cm))
+    # small models keep FullyConnected on packed weights (faster per step there)
+    monkeypatch.setattr(cpu_bank, "BANK_MIN_MODEL_BYTES", 256 << 20)
+    assert all(not sub.impl.bank for sub in _subs(_compile(model_xml)))
     with pytest.raises(ConfigError, match="NPU_EMU_WEIGHTS_BANK"):
         ov_npu_emu.Core().set_property("CPU", {"NPU_EMU_WEIGHTS_BANK": "maybe"})
     with pytest.raises(ConfigError, match="NPU_EMU_WEIGHTS_BANK"):
