@@ -13,9 +13,10 @@ the model's own inputs and hidden from its ports; every infer request binds them
 arrays (``shared_memory``).  An f32 constant is bound in place (no copy at all); an f16/bf16
 weight decompressed by a Convert to f32 is converted once per bank, as the CPU plugin would
 convert it, so the values a MatMul sees are the same.  The plugin then runs a MatMul on runtime
-weights instead of a FullyConnected on packed ones: same outputs in the tests (the greedy ids of
-the f32 oracle tests, bit-identical hidden states measured), and faster on this machine
-(docs/npuw.md "One weights copy on NPUW_DEVICES=CPU").
+weights instead of a FullyConnected on packed ones: same greedy ids in the tests, outputs equal at
+64 rows and up to 6e-5 apart (outputs ~1) at one row (another summation order), as fast on bench-0.5b's
+shapes and slower on small matrices, hence BANK_MIN_MODEL_BYTES (docs/npuw.md "One weights copy
+on NPUW_DEVICES=CPU").
 
 Only under an f32 inference precision: with bf16/f16 the plugin would convert runtime weights at
 every inference; those compilations keep their private copies.
