@@ -15,6 +15,7 @@ from openvino._pyopenvino import InferRequest as _OvRequest
 from ov_npu_emu.api.core import openvino_core
 from ov_npu_emu.errors import BlobFormatError, ConfigError, ExecutionError, UserInputError
 from ov_npu_emu.hookspecs import hookimpl
+from ov_npu_emu.options import as_bool
 from ov_npu_emu.registry import DeviceRegistry
 from ov_npu_emu.runtime.device import (
     Device,
@@ -24,6 +25,7 @@ from ov_npu_emu.runtime.device import (
     ProfilingInfo,
     VariableState,
 )
+from ov_npu_emu_cpu.bank import BankEntry, lift_weights
 
 __all__ = ["CpuDevice", "ovnpu_register_devices"]
 
@@ -70,6 +72,25 @@ def _ov_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if supported.get(k) in ("RW", "WO") or (k in _CORE_KEYS and v)}
 
 
+def _is_f32(precision: Any) -> bool:
+    if isinstance(precision, ov.Type):
+        return precision == ov.Type.f32
+    return str(precision).strip().lower() in ("f32", "float32")
+
+
+def _bank_name(config: Mapping[str, Any]) -> str:
+    """The weights bank this compilation shares ("" = none): NPUW's ``NPUW_WEIGHTS_BANK`` names
+    one per LLM (prefill, generate variants, ladder rungs, LM head), as for the emulated NPU;
+    ``NPU_EMU_WEIGHTS_BANK=NO`` turns it off.  Only under an f32 inference precision (bank.py)."""
+    bank = str(config.get("NPUW_WEIGHTS_BANK") or "")
+    if not bank or not as_bool("NPU_EMU_WEIGHTS_BANK", config.get("NPU_EMU_WEIGHTS_BANK", "YES")):
+        return ""
+    precision = config.get("INFERENCE_PRECISION_HINT")
+    if precision is None:
+        precision = openvino_core().get_property("CPU", "INFERENCE_PRECISION_HINT")
+    return bank if _is_f32(precision) else ""
+
+
 class CpuVariableState(VariableState):
     def __init__(self, state: Any) -> None:
         self._s = state
@@ -99,8 +120,12 @@ _INLINE_MAX_NODES = 16
 
 
 class CpuInferRequest(DeviceInferRequest):
-    def __init__(self, req: ov.InferRequest, inline: bool = False) -> None:
+    def __init__(self, req: ov.InferRequest, inline: bool = False, bank: list[BankEntry] | None = None,
+                 first_bank_input: int = 0) -> None:
         self._req = req
+        # bound once: the lifted weights are inputs nobody else sets (see bank.py)
+        for i, entry in enumerate(bank or ()):
+            req.set_input_tensor(first_bank_input + i, entry.tensor)
         self._states: list[VariableState] | None = None
         # Bound once: the base class's methods skip openvino's Python argument dispatch.
         self._start = functools.partial(_OvRequest.start_async, req, {}, None)
@@ -151,10 +176,21 @@ class CpuInferRequest(DeviceInferRequest):
 
 
 class CpuCompiledModel(DeviceCompiledModel):
-    def __init__(self, compiled: ov.CompiledModel) -> None:
+    def __init__(
+        self,
+        compiled: ov.CompiledModel,
+        bank: list[BankEntry] | None = None,
+        source: tuple[ov.Model, dict[str, Any]] | None = None,
+    ) -> None:
         self._cm = compiled
         self._inline: bool | None = None  # decided at the first request (reads the runtime graph)
-        self.inputs = [PortInfo.from_ov_port(i, p) for i, p in enumerate(compiled.inputs)]
+        #: the weights this model reads from the bank, bound to its last len(bank) inputs
+        self.bank = list(bank or ())
+        # the unbanked model and its config, compiled again by export_model (a banked
+        # compilation has no weights of its own to export)
+        self._source = source
+        own = len(compiled.inputs) - len(self.bank)
+        self.inputs = [PortInfo.from_ov_port(i, p) for i, p in enumerate(compiled.inputs[:own])]
         self.outputs = [PortInfo.from_ov_port(i, p) for i, p in enumerate(compiled.outputs)]
 
     def create_infer_request(self) -> CpuInferRequest:
@@ -168,7 +204,7 @@ class CpuCompiledModel(DeviceCompiledModel):
                 )
             except RuntimeError:  # no runtime graph to inspect: the general (async) path
                 self._inline = False
-        return CpuInferRequest(self._cm.create_infer_request(), self._inline)
+        return CpuInferRequest(self._cm.create_infer_request(), self._inline, self.bank, len(self.inputs))
 
     @property
     def loaded_from_cache(self) -> bool:  # type: ignore[override]
@@ -179,7 +215,13 @@ class CpuCompiledModel(DeviceCompiledModel):
             return False
 
     def export_model(self) -> bytes:
-        return _seal(self._cm.export_model().getvalue())
+        compiled = self._cm
+        if self._source is not None:
+            # the artefact must hold its weights: compile the unbanked model for it (a transient
+            # private copy of the weights, freed when the export is written)
+            model, config = self._source
+            compiled = openvino_core().compile_model(model, "CPU", config)
+        return _seal(compiled.export_model().getvalue())
 
     def get_property(self, name: str) -> Any:
         try:
@@ -197,6 +239,11 @@ class CpuDevice(Device):
     NAME = "CPU"
     FULL_DEVICE_NAME = "OpenVINO CPU plugin (passthrough)"
 
+    def set_property(self, properties: Mapping[str, Any]) -> None:
+        if "NPU_EMU_WEIGHTS_BANK" in properties:  # a bad value fails here, not at the next compile
+            as_bool("NPU_EMU_WEIGHTS_BANK", properties["NPU_EMU_WEIGHTS_BANK"])
+        super().set_property(properties)
+
     def get_property(self, name: str) -> Any:
         if name in self._properties or name in ("SUPPORTED_PROPERTIES", "FULL_DEVICE_NAME"):
             return super().get_property(name)
@@ -206,8 +253,15 @@ class CpuDevice(Device):
             raise ConfigError(f"Unsupported property {name} by CPU device", key=name) from e
 
     def compile_model(self, model: ov.Model, config: Mapping[str, Any]) -> CpuCompiledModel:
+        ov_config = _ov_config(config)
+        bank = _bank_name(config)
         try:
-            return CpuCompiledModel(openvino_core().compile_model(model, "CPU", _ov_config(config)))
+            if bank:
+                lifted, entries = lift_weights(model, bank)
+                if entries:
+                    compiled = openvino_core().compile_model(lifted, "CPU", ov_config)
+                    return CpuCompiledModel(compiled, entries, (model, ov_config))
+            return CpuCompiledModel(openvino_core().compile_model(model, "CPU", ov_config))
         except RuntimeError as e:
             raise ExecutionError(f"CPU plugin could not compile {model.get_friendly_name()!r}: {e}") from e
 

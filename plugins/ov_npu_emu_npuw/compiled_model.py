@@ -61,7 +61,8 @@ CPU_SINGLE_THREAD_STEP_BYTES = 3 << 19
 
 #: the generate ladder is on by default (CPU device, emulated NPU) when the largest variant's KV window (f32)
 #: is at least this share of the model's constant bytes: a step saves at most its KV share, and
-#: each rung compiled on CPU holds its own copy of the weights (docs/npuw.md "Generate ladder")
+#: each rung compiled on CPU holds its own copy of the weights unless the CPU device's weights
+#: bank shares them (f32 precision; docs/npuw.md "Generate ladder", "One weights copy")
 GENERATE_LADDER_MIN_KV_SHARE = 0.1
 
 
