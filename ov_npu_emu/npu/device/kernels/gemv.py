@@ -14,6 +14,7 @@ bit-identical), so results agree to f32 rounding. Prefill-shaped MatMuls (many r
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -69,6 +70,38 @@ def _w(v, z, s, mul_f16):  # type: ignore[no-untyped-def]
     """One decompressed weight from its integer value ``v``, as the IR computes it."""
     w = (v - z) * s
     return _round_f16(w) if mul_f16 else w
+
+
+@njit(**_JIT)
+def _gemv_f32(x, x_pitch, w, w_pitch, k, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    """out[m, n] = x row m . w row n for n in [n0, n1); row i of ``x`` / ``w`` is the k items at
+    i * pitch of the flat array (so a column slice of a wider array is read in place, by the same
+    compiled loop as a whole one). Every output element is one loop over K whatever n0/n1 and
+    the pitches are, so its bits do not depend on how N is cut or where the rows live (a tile
+    of the weight and the whole weight agree: the host fusion's probe relies on it)."""
+    m_rows = out.shape[0]
+    for n in range(n0, n1):
+        wn = w[n * w_pitch:n * w_pitch + k]
+        for m in range(m_rows):
+            acc = np.float32(0.0)
+            xm = x[m * x_pitch:m * x_pitch + k]
+            for j in range(k):
+                acc += xm[j] * wn[j]
+            out[m, n] = acc
+
+
+def _rows_flat(v: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """A 2-D f32 array whose rows are contiguous as (flat 1-D view from its first item, row
+    pitch in items), or None. The loops then take one compiled layout for whole and sliced
+    operands (a strided 2-D operand compiles to an unvectorised loop that sums in another order)."""
+    item = v.itemsize
+    if v.ndim != 2 or v.dtype != np.float32 or (v.shape[1] > 1 and v.strides[1] != item) or v.size == 0:
+        return None
+    pitch = v.strides[0] // item if v.shape[0] > 1 else v.shape[1]
+    if pitch < v.shape[1] or v.strides[0] % item:
+        return None
+    span = (v.shape[0] - 1) * pitch + v.shape[1]
+    return np.lib.stride_tricks.as_strided(v, (span,), (item,)), pitch
 
 
 @njit(**_JIT)
@@ -280,14 +313,22 @@ def gemv_runner(
     """A runner computing ``out[M, N] = x[M, K] @ W.T`` from the stored weight, or None when this
     path does not take the operands (the caller keeps the numpy path).
 
-    ``name`` is the weight format ("f16", "u8", "i8", "u4", "i4"); ``q``/``scale``/``zp`` are laid
-    out as for :func:`..dequant.dequantize` (``mul_f16``: the IR multiplies in f16); ``x`` and ``out``
-    are f32 and C-contiguous.
+    ``name`` is the weight format ("f32", "f16", "u8", "i8", "u4", "i4"); ``q``/``scale``/``zp`` are
+    laid out as for :func:`..dequant.dequantize` ("f32": ``q`` is the [N, K] weight, no scale;
+    ``mul_f16``: the IR multiplies in f16); ``x`` and ``out`` are f32 and C-contiguous ("f32":
+    ``x``, ``q`` and ``out`` need only contiguous rows).
     """
     m_rows, n = out.shape
-    if not 1 <= m_rows <= MAX_ROWS or x.shape != (m_rows, k) or q.shape[0] != n or not q.flags.c_contiguous:
+    if not 1 <= m_rows <= MAX_ROWS or x.shape != (m_rows, k) or q.shape[0] != n:
         return None
-    if name == "f16":
+    if name == "f32":  # x, q and out may be column slices of wider arrays (rows contiguous)
+        xf, wf = _rows_flat(x), _rows_flat(q)
+        if xf is None or wf is None or q.shape != (n, k) or out.dtype != np.float32:
+            return None
+        kern, args = _gemv_f32, (*xf, *wf, k)
+    elif not q.flags.c_contiguous:
+        return None
+    elif name == "f16":
         bits = q.reshape(n, k).view(np.uint16)
         kern: Callable[..., None] = _gemv_f16
         args: tuple = (x, bits)
@@ -316,6 +357,9 @@ def gemv_runner(
     bounds = [n * i // chunks for i in range(chunks + 1)]
     rows = [np.empty(k, np.float32) for _ in range(workers)]  # a weight row per thread (multi-row path)
     split = kern is _gemv_q4
+
+    if chunks == 1 and not split:  # one call in this thread: no closure between caller and kernel
+        return functools.partial(kern, *args, out, 0, n, rows[0])
 
     def run() -> None:
         if split:  # the activation's even / odd columns, for the nibble loop
