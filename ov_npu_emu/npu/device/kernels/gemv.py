@@ -1,4 +1,4 @@
-"""Decode-shaped MatMul (a few activation rows) straight from a weight's stored format.
+"""Decode-shaped MatMul (a few activation rows) straight from a weight's stored format (f32 too).
 
 A decode step multiplies one (or a few) activation rows by every weight of the model once, so
 its cost is reading the weights. Decompressing them to f32 first (a cache, or a tile per run)
@@ -6,6 +6,8 @@ moves 2-8x more bytes than the stored format; these numba kernels read f16 / 8-b
 weights as stored, decompress each row in registers with the same f32 operations as
 :func:`..dequant.dequantize` (``(q - zp) * scale``, f16 converted exactly), and dot it with the
 activation rows. Output channels are split over the host's cores (the kernels release the GIL).
+f32 weights (the ``matmul`` kernel's decode shapes) take the same loop shape and pool: one-core
+BLAS reads them at about one core's bandwidth.
 
 Only the summation order differs from numpy/BLAS on a decompressed tile (the weight values are
 bit-identical), so results agree to f32 rounding. Prefill-shaped MatMuls (many rows) take
