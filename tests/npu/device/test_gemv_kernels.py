@@ -222,7 +222,7 @@ def test_f32_gemv_bits_do_not_depend_on_the_column_cut_or_row_pitch(rows):
     (split over the cores), cut into tiles, or a column slice of a wider array (K-split chunks):
     the host fusion's product relies on it to have the tiles' bits."""
     rng = np.random.default_rng(4)
-    n, k = 1100, 300  # 330k elements: the whole product is split over the pool
+    n, k = 3500, 300  # 1.05M elements: the whole product is split over the pool (_SPLIT_MIN_F32)
     wide_w = rng.standard_normal((n, k + 40)).astype(np.float32)
     wide_x = rng.standard_normal((rows, k + 40)).astype(np.float32)
     w, x = np.ascontiguousarray(wide_w[:, 17:17 + k]), np.ascontiguousarray(wide_x[:, 17:17 + k])
