@@ -1,16 +1,18 @@
 """Decode GEMV on stored weights (ov_npu_emu/npu/device/kernels/gemv.py) against the bandwidth floor.
 
-Usage: python bench/bench_npu_kernels.py [--mb 256] [--rows 1,4,16] [--repeat 5] [--formats f16,u8,i8,u4,i4]
+Usage: python bench/bench_npu_kernels.py [--mb 256] [--rows 1,4,16] [--repeat 5] [--formats f32,f16,u8,i8,u4,i4]
 
 For each weight format, one weight of ``--mb`` stored bytes (more than the host's caches hold,
 so every product streams it from DRAM) shaped like an LLM's MLP (K = 896, N as needed) is
 multiplied by 1..16 activation rows, in this process and side by side:
 
 * ``floor``: numpy reading the same stored bytes once (``np.add.reduce`` over a u64 view, and
-  a memcpy of them; the faster counts): the host's read bandwidth *right now*;
+  a memcpy of them; the faster counts): the host's read bandwidth *right now*, on one core and
+  on both (each half on one thread: the gemv pool's and this one);
 * ``stored``: the stored-format kernel (both cores), as the emulated NPU runs decode matmul_dq;
 * ``dq+BLAS``: the previous path for weights over the cache budget: decompress 256 KiB f32 tiles
-  (TileDequantizer) and BLAS each tile.
+  (TileDequantizer) and BLAS each tile; for ``f32`` (the matmul kernel's decode path) plain
+  single-threaded BLAS, as before that path.
 
 Printed: milliseconds (median of ``--repeat``), GB/s of *stored* bytes, and stored / floor (1.0
 = at the measured bandwidth). Setups alternate every repeat so that load from other jobs on
@@ -42,9 +44,10 @@ GROUP = 128  # 4-bit group size (optimum's default); 8-bit is channel-wise as op
 
 def _weight(fmt: str, stored_bytes: int, rng: np.random.Generator):
     """(q, scale, zp) of about ``stored_bytes`` in the layout the blob keeps."""
-    if fmt == "f16":
-        n = stored_bytes // (2 * K)
-        return rng.standard_normal((n, K)).astype(np.float16), None, None
+    if fmt in ("f16", "f32"):
+        dt = np.float16 if fmt == "f16" else np.float32
+        n = stored_bytes // (np.dtype(dt).itemsize * K)
+        return rng.standard_normal((n, K)).astype(dt), None, None
     four = fmt.endswith("4")
     gs = GROUP if four else K
     n = stored_bytes // (K // 2 if four else K)
@@ -57,6 +60,8 @@ def _weight(fmt: str, stored_bytes: int, rng: np.random.Generator):
 
 
 def _dq_blas(fmt: str, q, scale, zp, x: np.ndarray, out: np.ndarray):
+    if fmt == "f32":  # the previous f32 decode path: BLAS on the calling thread
+        return functools.partial(np.matmul, x, q.T, out=out)
     n = q.shape[0]
     tile = max(1, DQ_TILE_BYTES // (4 * K))
     rows = TileDequantizer(WEIGHT_FORMATS[fmt], q, scale, zp, False, K, tile).rows
@@ -69,20 +74,31 @@ def _dq_blas(fmt: str, q, scale, zp, x: np.ndarray, out: np.ndarray):
     return run
 
 
+def _both_cores(fn, *arrays: np.ndarray) -> None:  # type: ignore[no-untyped-def]
+    """``fn`` over the first half of every array on the gemv pool's thread and the second half
+    here (numpy releases the GIL in both): the 2-core read floor."""
+    from ov_npu_emu.npu.device.kernels.gemv import _pool
+
+    half = arrays[0].shape[0] // 2
+    other = _pool().submit(fn, *(a[:half] for a in arrays))
+    fn(*(a[half:] for a in arrays))
+    other.result()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=256.0, help="stored MB of each weight")
     ap.add_argument("--rows", default="1,4,16")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--formats", default="f16,u8,i8,u4,i4")
+    ap.add_argument("--formats", default="f32,f16,u8,i8,u4,i4")
     args = ap.parse_args()
     from ov_npu_emu.npu.device.kernels.gemv import gemv_runner
 
     rng = np.random.default_rng(0)
     print(f"os.sched_getaffinity: {len(os.sched_getaffinity(0))} cores, load average {os.getloadavg()[0]:.1f}")
-    print("| format | rows | stored MB | floor GB/s | stored ms | stored GB/s | stored / floor "
-          "| dq+BLAS ms | dq+BLAS / stored | first call s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| format | rows | stored MB | floor 1 core GB/s | floor 2 cores GB/s | stored ms | stored GB/s "
+          "| / floor 1 core | / floor 2 cores | dq+BLAS ms | dq+BLAS / stored | first call s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for fmt in args.formats.split(","):
         q, scale, zp = _weight(fmt, int(args.mb * 2**20), rng)
         nbytes = sum(a.nbytes for a in (q, scale, zp) if a is not None)
@@ -98,6 +114,8 @@ def main() -> None:
             stored()
             first = time.perf_counter() - t0
             setups = {
+                "sum2": functools.partial(_both_cores, np.add.reduce, flat.view(np.uint64)),
+                "copy2": functools.partial(_both_cores, np.copyto, copy_dst, flat),
                 "sum": functools.partial(np.add.reduce, flat.view(np.uint64)),
                 "copy": functools.partial(np.copyto, copy_dst, flat),
                 "stored": stored,
@@ -113,9 +131,11 @@ def main() -> None:
             scale_ref = max(float(np.abs(out_ref).max()), 1e-30)
             assert float(np.abs(out - out_ref).max()) <= 1e-4 * scale_ref, "stored-format result differs"
             floor = max(flat.nbytes / med["sum"], flat.nbytes / med["copy"]) / 1e9
+            floor2 = max(flat.nbytes / med["sum2"], flat.nbytes / med["copy2"]) / 1e9
             gbs = nbytes / med["stored"] / 1e9
-            print(f"| {fmt} | {m} | {nbytes / 2**20:.0f} | {floor:.1f} | {med['stored'] * 1e3:.1f} | {gbs:.1f} "
-                  f"| {gbs / floor:.2f} | {med['dq'] * 1e3:.1f} | {med['dq'] / med['stored']:.1f} | {first:.2f} |")
+            print(f"| {fmt} | {m} | {nbytes / 2**20:.0f} | {floor:.1f} | {floor2:.1f} | {med['stored'] * 1e3:.1f} "
+                  f"| {gbs:.1f} | {gbs / floor:.2f} | {gbs / floor2:.2f} | {med['dq'] * 1e3:.1f} "
+                  f"| {med['dq'] / med['stored']:.1f} | {first:.2f} |")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from ov_npu_emu.npu.blob.format import TaskKind
 from ov_npu_emu.npu.blob.kernel_params import unpack_params
 from ov_npu_emu.npu.device.engines import DecodedTask, Schedule
 from ov_npu_emu.npu.device.kernels import make_kernel
+from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS
 
 __all__ = ["CALL_WEIGHT_ELEMS", "FUSED_KERNELS", "plan_schedule"]
 
@@ -309,13 +310,19 @@ def _prove(tasks: Sequence[DecodedTask], tiles: list[_Tile]) -> _Group | None:
 
 
 def _block_widths(g: _Group) -> list[int]:
-    """Column-block widths to try, widest first: as many tiles as CALL_WEIGHT_ELEMS allows, then
-    one tile (the tiles' own column split, when the wider product's bits differ: measured for
-    stories260K's 172-wide MLP GEMVs cut into 86-wide tiles)."""
+    """Column-block widths to try, widest first. A decode-shaped f32 product (the matmul kernel's
+    gemv path, whose sums do not depend on the column split) in one block: the kernel shares it
+    out over the cores itself. Else as many tiles as CALL_WEIGHT_ELEMS allows, then one tile (the
+    tiles' own column split, when the wider product's bits differ: measured for stories260K's
+    172-wide MLP GEMVs cut into 86-wide tiles under BLAS)."""
     nt = g.tiles[0][3]
     per_call = max(1, CALL_WEIGHT_ELEMS // max(kc for _, kc in g.chunks))
     wide = max(nt, per_call // nt * nt)  # block edges on tile edges
-    return [wide] if wide == nt else [wide, nt]
+    widths = [wide] if wide == nt else [wide, nt]
+    f32 = all(dt == np.float32 for dt in (g.a[1], g.w[1], g.o[1]))
+    if g.tb and f32 and g.m <= STORED_FORMAT_MAX_ROWS and g.n > wide:
+        widths.insert(0, g.n)
+    return widths
 
 
 def _bind(g: _Group, act: np.ndarray, wgt: np.ndarray, out: np.ndarray, nb: int) -> Callable[[], None]:

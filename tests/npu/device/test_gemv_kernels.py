@@ -83,7 +83,7 @@ def _check(name, x, q, scale, zp, mul_f16=False):
     run = gemv_runner(name, x, q, scale, zp, out, k, mul_f16)
     assert run is not None
     run()
-    w = dequantize(WEIGHT_FORMATS[name], q, scale, zp, mul_f16, k).astype(np.float64)
+    w = (q if name == "f32" else dequantize(WEIGHT_FORMATS[name], q, scale, zp, mul_f16, k)).astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         ref = x.astype(np.float64) @ w.T
         bound = k * EPS32 * (np.abs(x.astype(np.float64)) @ np.abs(w).T)
@@ -213,3 +213,53 @@ def test_a_row_tile_outside_the_token_window_computes_nothing():
     run = stored_format_matmul([np.zeros((1, 0, k), np.float32), q, scale], [out], params)
     assert run is not None and run() is None
     assert gemm_runner("u4", np.zeros((0, k), np.float32), q, scale, None, np.empty((0, n), np.float32), k) is None
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_f32_gemv_bits_do_not_depend_on_the_column_cut_or_row_pitch(rows):
+    """The f32 format (the matmul kernel's decode path): within any summation order's bound of
+    the exact product, and every output column bit for bit the same whether the weight is whole
+    (split over the cores), cut into tiles, or a column slice of a wider array (K-split chunks):
+    the host fusion's product relies on it to have the tiles' bits."""
+    rng = np.random.default_rng(4)
+    n, k = 3500, 300  # 1.05M elements: the whole product is split over the pool (_SPLIT_MIN_F32)
+    wide_w = rng.standard_normal((n, k + 40)).astype(np.float32)
+    wide_x = rng.standard_normal((rows, k + 40)).astype(np.float32)
+    w, x = np.ascontiguousarray(wide_w[:, 17:17 + k]), np.ascontiguousarray(wide_x[:, 17:17 + k])
+    whole = _check("f32", x, w, None, None)
+    tiled = np.full_like(whole, np.nan)
+    for n0 in range(0, n, 86):  # tiles of 86 columns, as the compiler's CMX tiles
+        run = gemv_runner("f32", x, w[n0:n0 + 86], None, None, tiled[:, n0:n0 + 86], k)
+        assert run is not None
+        run()
+    strided = np.full((rows, n + 5), np.nan, np.float32)
+    run = gemv_runner("f32", wide_x[:, 17:17 + k], wide_w[:, 17:17 + k], None, None, strided[:, 5:], k)
+    assert run is not None
+    run()
+    np.testing.assert_array_equal(tiled, whole)
+    np.testing.assert_array_equal(strided[:, 5:], whole)
+
+
+@pytest.mark.parametrize("rows", [1, MAX_ROWS])
+def test_f32_decode_matmul_takes_gemv_and_matches_cpu(npu_core, rows, monkeypatch):
+    """An f32 weight MatMul with few rows runs the gemv kernel (both the tiles and the fused
+    product), against the CPU plugin; more rows keep BLAS."""
+    from ov_npu_emu.npu.device.kernels import gemv
+
+    taken = []
+    real = gemv.gemv_runner
+    monkeypatch.setattr(gemv, "gemv_runner", lambda name, *a, **kw: taken.append(name) or real(name, *a, **kw))
+    rng = np.random.default_rng(6)
+    k, n = 320, 1024
+    x = ops.parameter([1, rows, k], np.float32, name="x")
+    w = ops.constant(rng.standard_normal((n, k)).astype(np.float32))
+    m = ov.Model([ops.result(ops.matmul(x, w, False, True))], [x], "f32gemv")
+    feed = {"x": rng.standard_normal((1, rows, k)).astype(np.float32)}
+    got = np.array(npu_core.compile_model(m, "NPU").create_infer_request().infer(feed)[0])
+    assert rel_err(got, cpu_reference(m, feed)[0]) <= F32_TOL
+    assert taken and set(taken) == {"f32"}
+    taken.clear()
+    x_more = ops.parameter([1, MAX_ROWS + 1, k], np.float32, name="x")
+    more = ov.Model([ops.result(ops.matmul(x_more, w, False, True))], [x_more], "f32gemm")
+    npu_core.compile_model(more, "NPU").create_infer_request()
+    assert taken == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ov_npu_emu.npu.device.kernels.linear import decode_shaped
 from ov_npu_emu.npu.device.kernels.registry import kernel
 
 
@@ -19,6 +20,13 @@ def _matmul_acc(ins, outs, params):  # type: ignore[no-untyped-def]
     bv = np.swapaxes(b, -1, -2) if params.transpose_b and b.ndim > 1 else b
     part = np.empty(o.shape, np.float32)  # allocated once per command-list build, not per run
     if a.dtype == b.dtype == o.dtype == np.float32:
+        product = decode_shaped(a, b, part, params.transpose_a, params.transpose_b)  # as the tiles' first chunk does
+        if product is not None:
+            def run_decode() -> None:
+                product()
+                np.add(o, part, out=o)
+            return run_decode
+
         def run() -> None:
             np.matmul(a, bv, out=part)
             np.add(o, part, out=o)

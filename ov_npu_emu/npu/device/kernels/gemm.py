@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from ov_npu_emu.npu.device.kernels.gemv import _JIT, _dq_row_q8, _f32, _pool, _round_f16, _w, _workers, grouped_weight
+from ov_npu_emu.npu.device.kernels.gemv import _JIT, _dq_row_q4, _dq_row_q8, _f32, _pool, _workers, grouped_weight
 
 #: f32 bytes of one decompressed block of output channels (per thread; stays in L2 for BLAS)
 GEMM_BLOCK_BYTES = 512 * 1024
@@ -59,22 +59,8 @@ def _dq_block_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0, r1, buf):  
 def _dq_block_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0, r1, buf):  # type: ignore[no-untyped-def]
     """4-bit rows in column order (low nibble first), so BLAS sums the terms as it does on the
     whole decompressed weight (the decode loop's [even | odd] layout would reorder them)."""
-    _, groups, gh = q.shape
-    qf, fq = np.uint8(q_flip), np.float32(q_flip)
     for i in range(r1 - r0):
-        n = r0 + i
-        for g in range(groups):
-            s = _f32(scale[n, g, 0])
-            if mul_f16:  # the IR converts the scale to f16 first
-                s = _round_f16(s)
-            z = fq
-            if has_zp:
-                z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
-            qg, dst = q[n, g], buf[i, 2 * g * gh:2 * (g + 1) * gh]
-            for j in range(gh):
-                b = qg[j]
-                dst[2 * j] = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
-                dst[2 * j + 1] = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
+        _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0 + i, buf[i], True)
 
 
 _SCRATCH = threading.local()

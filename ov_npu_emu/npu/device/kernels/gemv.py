@@ -1,4 +1,4 @@
-"""Decode-shaped MatMul (a few activation rows) straight from a weight's stored format.
+"""Decode-shaped MatMul (a few activation rows) straight from a weight's stored format (f32 too).
 
 A decode step multiplies one (or a few) activation rows by every weight of the model once, so
 its cost is reading the weights. Decompressing them to f32 first (a cache, or a tile per run)
@@ -6,6 +6,8 @@ moves 2-8x more bytes than the stored format; these numba kernels read f16 / 8-b
 weights as stored, decompress each row in registers with the same f32 operations as
 :func:`..dequant.dequantize` (``(q - zp) * scale``, f16 converted exactly), and dot it with the
 activation rows. Output channels are split over the host's cores (the kernels release the GIL).
+f32 weights (the ``matmul`` kernel's decode shapes) take the same loop shape and pool: one-core
+BLAS reads them at about one core's bandwidth.
 
 Only the summation order differs from numpy/BLAS on a decompressed tile (the weight values are
 bit-identical), so results agree to f32 rounding. Prefill-shaped MatMuls (many rows) take
@@ -14,6 +16,7 @@ bit-identical), so results agree to f32 rounding. Prefill-shaped MatMuls (many r
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
@@ -30,6 +33,10 @@ from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS as MAX_
 
 #: below this many weight elements one core does the whole product (a thread hand-off costs ~20 µs)
 _SPLIT_MIN_ELEMENTS = 1 << 18
+#: the same for f32 weights: one thread reads them about as fast as single-threaded BLAS, and
+#: splitting a bench-small-sized product (2^18) cost more than it saved (a step's products:
+#: 15.5 ms split at 2^18, 12.0 at 2^20, 12.3 one thread; load 4.7 on the 2 cores)
+_SPLIT_MIN_F32 = 1 << 20
 #: chunks of output channels per thread (each a kernel call of a few µs of dispatch)
 _CHUNKS_PER_WORKER = 2
 
@@ -72,33 +79,133 @@ def _w(v, z, s, mul_f16):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _gemv_f16(x, q, out, n0, n1, row):  # type: ignore[no-untyped-def]
-    """out[:, n] = x @ f32(q[n]) for n in [n0, n1); q is [N, K] f16 bits."""
-    m_rows, k = x.shape
-    if m_rows > 1:
-        _gemv_f16_rows(x, q, out, n0, n1, row)
-        return
-    for n in range(n0, n1):
-        acc = np.float32(0.0)
-        qn, x0 = q[n], x[0]
-        for j in range(k):
-            acc += x0[j] * _f32(qn[j])
-        out[0, n] = acc
+def _gemv_f32(x, x_pitch, w, w_pitch, k, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    """out[m, n] = x row m . w row n for n in [n0, n1); row i of ``x`` / ``w`` is the k items at
+    i * pitch of the flat array (so a column slice of a wider array is read in place, by the same
+    compiled loop as a whole one). Four weight rows per pass share each activation load (one
+    thread: 13.8 -> 12.3 ms for a bench-small step's products, single-threaded BLAS 11.2, load
+    4.7); a block past n1 repeats the last row, so every output element is the same loop over K
+    whatever n0/n1 and the pitches are: its bits do not depend on how N is cut or where the rows
+    live (a tile of the weight and the whole weight agree: the host fusion's probe relies on it)."""
+    m_rows = out.shape[0]
+    last = n1 - 1
+    for n in range(n0, n1, 4):
+        b0, b1 = n * w_pitch, min(n + 1, last) * w_pitch
+        b2, b3 = min(n + 2, last) * w_pitch, min(n + 3, last) * w_pitch
+        w0, w1, w2, w3 = w[b0:b0 + k], w[b1:b1 + k], w[b2:b2 + k], w[b3:b3 + k]
+        for m in range(m_rows):
+            xm = x[m * x_pitch:m * x_pitch + k]
+            a0 = a1 = a2 = a3 = np.float32(0.0)
+            for j in range(k):
+                xj = xm[j]
+                a0 += xj * w0[j]
+                a1 += xj * w1[j]
+                a2 += xj * w2[j]
+                a3 += xj * w3[j]
+            out[m, n] = a0
+            if n + 1 <= last:
+                out[m, n + 1] = a1
+            if n + 2 <= last:
+                out[m, n + 2] = a2
+            if n + 3 <= last:
+                out[m, n + 3] = a3
+
+
+def _rows_flat(v: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """A 2-D f32 array whose rows are contiguous as (flat 1-D view from its first item, row
+    pitch in items), or None. The loops then take one compiled layout for whole and sliced
+    operands (a strided 2-D operand compiles to an unvectorised loop that sums in another order)."""
+    item = v.itemsize
+    if v.ndim != 2 or v.dtype != np.float32 or (v.shape[1] > 1 and v.strides[1] != item) or v.size == 0:
+        return None
+    pitch = v.strides[0] // item if v.shape[0] > 1 else v.shape[1]
+    if pitch < v.shape[1] or v.strides[0] % item:
+        return None
+    span = (v.shape[0] - 1) * pitch + v.shape[1]
+    return np.lib.stride_tricks.as_strided(v, (span,), (item,)), pitch
+
+
+@intrinsic
+def _prefetch(typingctx, a, offset):  # type: ignore[no-untyped-def]
+    """Hint the cache line ``offset`` bytes past ``a``'s data (llvm.prefetch: no fault, no effect
+    on any value)."""
+    if not isinstance(a, types.Array) or not isinstance(offset, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        i8 = ir.IntType(8).as_pointer()
+        ptr = builder.gep(builder.bitcast(data, i8), [args[1]])
+        fn = builder.module.declare_intrinsic(
+            "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8, *[ir.IntType(32)] * 3]))
+        read, keep, data_cache = (ir.Constant(ir.IntType(32), c) for c in (0, 3, 1))
+        builder.call(fn, [ptr, read, keep, data_cache])
+        return context.get_dummy_value()
+
+    return types.none(a, offset), codegen
+
+
+#: how far ahead of the row being read the f16 loop hints the weight's cache lines. The hardware
+#: prefetcher alone keeps too few lines in flight for one core when each byte also costs a
+#: conversion (f16, both cores, a 0.5B model's weights: 3.1 -> 4.3 GB/s at load 8-9). The
+#: 8-/4-bit loops are bound by their decode arithmetic, not the read: hints gained nothing there
+PREFETCH_BYTES = 4096
+
+
+@njit(inline="always", **_JIT)  # numba-level inlining: a call per row/group costs
+def _prefetch_row(q, n):  # type: ignore[no-untyped-def]
+    """Hint the bytes of C-contiguous ``q`` that row n + PREFETCH_BYTES / row bytes will read."""
+    rb = q.strides[0]
+    lo = n * rb + PREFETCH_BYTES
+    hi = min(lo + rb, q.size * q.itemsize)
+    for off in range(lo - lo % 64, hi, 64):
+        _prefetch(q, off)
 
 
 @njit(**_JIT)
-def _gemv_f16_rows(x, q, out, n0, n1, row):  # type: ignore[no-untyped-def]
+def _dot_rows(x, row, out, n):  # type: ignore[no-untyped-def]
+    """out[m, n] = x[m] . row for every activation row m (one decompressed weight row)."""
+    m_rows, k = x.shape
+    for m in range(m_rows):
+        acc = np.float32(0.0)
+        xm = x[m]
+        for j in range(k):
+            acc += xm[j] * row[j]
+        out[m, n] = acc
+
+
+@njit(**_JIT)
+def _scale_zero(s_bits, zp_bits, has_zp, zp_flip, q_flip, mul_f16):  # type: ignore[no-untyped-def]
+    """(scale, zero point) of one group as f32, for ``_w(q ^ q_flip, z, s, mul_f16)``: the bit
+    flip that reads i8 / i4 codes as unsigned is folded into the zero point (exact, small
+    integers); ``zp_flip`` 128 reads i8 zero points' bits likewise. Scalars in, scalars out: a
+    helper taking the arrays costs a call per group (measured: 4-bit decode at half speed)."""
+    s = _f32(s_bits)
+    if mul_f16:  # the IR converts the scale to f16 first
+        s = _round_f16(s)
+    z = np.float32(q_flip)
+    if has_zp:
+        z += np.float32(zp_bits ^ np.uint8(zp_flip)) - np.float32(zp_flip)
+    return s, z
+
+
+@njit(**_JIT)
+def _gemv_f16(x, q, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    """out[:, n] = x @ f32(q[n]) for n in [n0, n1); q is [N, K] f16 bits."""
     m_rows, k = x.shape
     for n in range(n0, n1):
+        _prefetch_row(q, n)
         qn = q[n]
-        for j in range(k):
-            row[j] = _f32(qn[j])
-        for m in range(m_rows):
+        if m_rows == 1:  # converted in registers
             acc = np.float32(0.0)
-            xm = x[m]
+            x0 = x[0]
             for j in range(k):
-                acc += xm[j] * row[j]
-            out[m, n] = acc
+                acc += x0[j] * _f32(qn[j])
+            out[0, n] = acc
+        else:  # converted once into ``row`` for every activation row
+            for j in range(k):
+                row[j] = _f32(qn[j])
+            _dot_rows(x, row, out, n)
 
 
 @njit(**_JIT)
@@ -106,14 +213,9 @@ def _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row):  # type:
     """Row n of an 8-bit weight [N, G, gs] (u8 bits) -> f32 ``row``: ``(q - zp) * scale``.
     ``q_flip`` 128 reads the bits as i8 (``(b ^ 128) - 128``); ``zp`` likewise with ``zp_flip``."""
     _, groups, gs = q.shape
-    qf, fq = np.uint8(q_flip), np.float32(q_flip)
+    qf = np.uint8(q_flip)
     for g in range(groups):
-        s = _f32(scale[n, g, 0])
-        if mul_f16:  # the IR converts the scale to f16 first
-            s = _round_f16(s)
-        z = fq  # (b ^ flip) - flip - zp: the flip is folded into the zero point (exact, small integers)
-        if has_zp:
-            z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
+        s, z = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp, zp_flip, q_flip, mul_f16)
         # views indexed by the loop counter: LLVM then knows every index is in [0, gs) (an
         # offset index keeps numba's negative-index branch, which blocks vectorising)
         qg, dst = q[n, g], row[g * gs:(g + 1) * gs]
@@ -124,21 +226,17 @@ def _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row):  # type:
 @njit(**_JIT)
 def _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
     """8-bit weights, see :func:`_dq_row_q8`. One row: decompressed in registers."""
-    m_rows, k = x.shape
-    if m_rows > 1:
-        _gemv_q8_rows(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row)
-        return
+    m_rows = x.shape[0]
     _, groups, gs = q.shape
-    qf, fq = np.uint8(q_flip), np.float32(q_flip)
+    qf = np.uint8(q_flip)
     for n in range(n0, n1):
+        if m_rows > 1:
+            _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row)
+            _dot_rows(x, row, out, n)
+            continue
         acc = np.float32(0.0)
         for g in range(groups):
-            s = _f32(scale[n, g, 0])
-            if mul_f16:  # the IR converts the scale to f16 first
-                s = _round_f16(s)
-            z = fq
-            if has_zp:
-                z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
+            s, z = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp, zp_flip, q_flip, mul_f16)
             qg, xg = q[n, g], x[0, g * gs:(g + 1) * gs]
             for j in range(gs):
                 acc += xg[j] * _w(np.float32(qg[j] ^ qf), z, s, mul_f16)
@@ -146,75 +244,48 @@ def _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row
 
 
 @njit(**_JIT)
-def _gemv_q8_rows(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
-    m_rows, k = x.shape
-    for n in range(n0, n1):
-        _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row)
-        for m in range(m_rows):
-            acc = np.float32(0.0)
-            xm = x[m]
-            for j in range(k):
-                acc += xm[j] * row[j]
-            out[m, n] = acc
-
-
-@njit(**_JIT)
-def _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row):  # type: ignore[no-untyped-def]
-    """Row n of a 4-bit weight [N, G, gs/2] (two per byte, low nibble first) -> ``row`` as
-    [even columns | odd columns]. ``q_flip`` 8 reads nibbles as i4 (``(v ^ 8) - 8``)."""
+def _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row, interleave):  # type: ignore[no-untyped-def]
+    """Row n of a 4-bit weight [N, G, gs/2] (two per byte, low nibble first) -> f32 ``row``, in
+    column order (``interleave``) or as [even columns | odd columns] (the decode loops' layout,
+    contiguous reads). ``q_flip`` 8 reads nibbles as i4 (``(v ^ 8) - 8``)."""
     _, groups, gh = q.shape
     half = groups * gh
-    qf, fq = np.uint8(q_flip), np.float32(q_flip)
+    qf = np.uint8(q_flip)
     for g in range(groups):
-        s = _f32(scale[n, g, 0])
-        if mul_f16:  # the IR converts the scale to f16 first
-            s = _round_f16(s)
-        z = fq
-        if has_zp:
-            z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
+        s, z = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp, zp_flip, q_flip, mul_f16)
         qg = q[n, g]
-        lo, hi = row[g * gh:(g + 1) * gh], row[half + g * gh:half + (g + 1) * gh]
-        for j in range(gh):
-            b = qg[j]
-            lo[j] = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
-            hi[j] = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
+        if interleave:
+            dst = row[2 * g * gh:2 * (g + 1) * gh]
+            for j in range(gh):
+                b = qg[j]
+                dst[2 * j] = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
+                dst[2 * j + 1] = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
+        else:
+            lo, hi = row[g * gh:(g + 1) * gh], row[half + g * gh:half + (g + 1) * gh]
+            for j in range(gh):
+                b = qg[j]
+                lo[j] = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
+                hi[j] = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
 
 
 @njit(**_JIT)
-def _gemv_q4_rows(x_even, x_odd, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
-    m_rows, half = x_even.shape
-    for n in range(n0, n1):
-        _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row)
-        lo, hi = row[:half], row[half:]
-        for m in range(m_rows):
-            acc = np.float32(0.0)
-            xe, xo = x_even[m], x_odd[m]
-            for j in range(half):
-                acc += xe[j] * lo[j] + xo[j] * hi[j]
-            out[m, n] = acc
-
-
-@njit(**_JIT)
-def _gemv_q4(x_even, x_odd, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
-    """4-bit weights, see :func:`_dq_row_q4`; ``x_even``/``x_odd`` are the activation's even/odd
-    columns, so every loop reads contiguously. One row: decompressed in registers."""
-    m_rows, half = x_even.shape
+def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    """4-bit weights, see :func:`_dq_row_q4`; ``x_split`` is each activation row as [even
+    columns | odd columns], so every loop reads contiguously. One row: decompressed in registers."""
+    m_rows, k = x_split.shape
+    half = k // 2
     _, groups, gh = q.shape
-    qf, fq = np.uint8(q_flip), np.float32(q_flip)
-    if m_rows > 1:
-        _gemv_q4_rows(x_even, x_odd, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row)
-        return
+    qf = np.uint8(q_flip)
     for n in range(n0, n1):
+        if m_rows > 1:
+            _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row, False)
+            _dot_rows(x_split, row, out, n)
+            continue
         acc = np.float32(0.0)
         for g in range(groups):
-            s = _f32(scale[n, g, 0])
-            if mul_f16:  # the IR converts the scale to f16 first
-                s = _round_f16(s)
-            z = fq
-            if has_zp:
-                z += np.float32(zp[n, g, 0] ^ np.uint8(zp_flip)) - np.float32(zp_flip)
+            s, z = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp, zp_flip, q_flip, mul_f16)
             qg = q[n, g]
-            xe, xo = x_even[0, g * gh:(g + 1) * gh], x_odd[0, g * gh:(g + 1) * gh]
+            xe, xo = x_split[0, g * gh:(g + 1) * gh], x_split[0, half + g * gh:half + (g + 1) * gh]
             for j in range(gh):
                 b = qg[j]
                 lo = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
@@ -280,14 +351,22 @@ def gemv_runner(
     """A runner computing ``out[M, N] = x[M, K] @ W.T`` from the stored weight, or None when this
     path does not take the operands (the caller keeps the numpy path).
 
-    ``name`` is the weight format ("f16", "u8", "i8", "u4", "i4"); ``q``/``scale``/``zp`` are laid
-    out as for :func:`..dequant.dequantize` (``mul_f16``: the IR multiplies in f16); ``x`` and ``out``
-    are f32 and C-contiguous.
+    ``name`` is the weight format ("f32", "f16", "u8", "i8", "u4", "i4"); ``q``/``scale``/``zp`` are
+    laid out as for :func:`..dequant.dequantize` ("f32": ``q`` is the [N, K] weight, no scale;
+    ``mul_f16``: the IR multiplies in f16); ``x`` and ``out`` are f32 and C-contiguous ("f32":
+    ``x``, ``q`` and ``out`` need only contiguous rows).
     """
     m_rows, n = out.shape
-    if not 1 <= m_rows <= MAX_ROWS or x.shape != (m_rows, k) or q.shape[0] != n or not q.flags.c_contiguous:
+    if not 1 <= m_rows <= MAX_ROWS or x.shape != (m_rows, k) or q.shape[0] != n:
         return None
-    if name == "f16":
+    if name == "f32":  # x, q and out may be column slices of wider arrays (rows contiguous)
+        xf, wf = _rows_flat(x), _rows_flat(q)
+        if xf is None or wf is None or q.shape != (n, k) or out.dtype != np.float32:
+            return None
+        kern, args = _gemv_f32, (*xf, *wf, k)
+    elif not q.flags.c_contiguous:
+        return None
+    elif name == "f16":
         bits = q.reshape(n, k).view(np.uint16)
         kern: Callable[..., None] = _gemv_f16
         args: tuple = (x, bits)
@@ -303,24 +382,28 @@ def gemv_runner(
         elif name in ("u4", "i4"):
             if groups * q.shape[2] * 2 != k:
                 return None
-            x_even, x_odd = np.empty((m_rows, k // 2), np.float32), np.empty((m_rows, k // 2), np.float32)
+            x_split = np.empty((m_rows, k), np.float32)
             kern = _gemv_q4
-            args = (x_even, x_odd, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
+            args = (x_split, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
         else:
             return None
     # chunks of output channels claimed by whichever thread is free: on a shared host the pool
     # thread may not get a core for a while, and then this thread does every chunk itself
     # instead of waiting for a fixed half
-    workers = 1 if n * k < _SPLIT_MIN_ELEMENTS else min(_workers(), n)
+    split_min = _SPLIT_MIN_F32 if name == "f32" else _SPLIT_MIN_ELEMENTS
+    workers = 1 if n * k < split_min else min(_workers(), n)
     chunks = 1 if workers == 1 else min(n, _CHUNKS_PER_WORKER * workers)
     bounds = [n * i // chunks for i in range(chunks + 1)]
     rows = [np.empty(k, np.float32) for _ in range(workers)]  # a weight row per thread (multi-row path)
     split = kern is _gemv_q4
 
+    if chunks == 1 and not split:  # one call in this thread: no closure between caller and kernel
+        return functools.partial(kern, *args, out, 0, n, rows[0])
+
     def run() -> None:
         if split:  # the activation's even / odd columns, for the nibble loop
-            np.copyto(args[0], x[:, 0::2])
-            np.copyto(args[1], x[:, 1::2])
+            np.copyto(args[0][:, :k // 2], x[:, 0::2])
+            np.copyto(args[0][:, k // 2:], x[:, 1::2])
         if chunks == 1:
             kern(*args, out, 0, n, rows[0])
             return

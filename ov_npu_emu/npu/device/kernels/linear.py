@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ov_npu_emu.npu.blob.kernel_params import AvgPoolParams, MaxPoolParams
+from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS
 from ov_npu_emu.npu.device.kernels.registry import KERNELS, Maker, Runner, kernel
 
 
@@ -22,7 +23,27 @@ def _matmul(ins, outs, params):  # type: ignore[no-untyped-def]
         return lambda: np.copyto(
             o, np.matmul(av.astype(np.float32), bv.astype(np.float32)).reshape(o.shape), casting="unsafe"
         )
-    return functools.partial(np.matmul, av, bv, out=o)
+    return decode_shaped(a, b, o, ta, tb) or functools.partial(np.matmul, av, bv, out=o)
+
+
+def decode_shaped(a: np.ndarray, b: np.ndarray, o: np.ndarray, ta: bool, tb: bool) -> Runner | None:
+    """``o = a @ b.T`` for a few activation rows and an f32 [N, K] weight ``b``: the gemv kernel
+    on both cores (a decode step's MatMuls read every weight once, so their cost is the read;
+    single-threaded BLAS reads at about one core's bandwidth). Its sums do not depend on where N
+    is cut or on the operands' row pitch, so the host fusion's product over the whole weight has
+    the tiles' bits. None: other shapes keep BLAS."""
+    if ta or not tb or b.ndim != 2 or a.ndim < 2 or o.ndim < 2:
+        return None
+    n, k = b.shape
+    rows = a.size // k if k else 0
+    if a.shape[-1] != k or not 1 <= rows <= STORED_FORMAT_MAX_ROWS or o.size != rows * n or o.shape[-1] != n:
+        return None
+    if (a.ndim > 2 and not a.flags.c_contiguous) or (o.ndim > 2 and not o.flags.c_contiguous):
+        return None  # leading batch dims: only as plain rows
+    # numba loads (~2 s) on the first task that uses it, not with every import of the device
+    from ov_npu_emu.npu.device.kernels.gemv import gemv_runner
+
+    return gemv_runner("f32", a.reshape(rows, k), b, None, None, o.reshape(rows, n), k)
 
 
 @kernel("conv")
