@@ -28,6 +28,22 @@ def emu_core():
     return Core()
 
 
+@pytest.fixture(scope="session")
+def npuw_compiled(emu_core):
+    """``npuw_compiled(model, cfg)``: our NPUW's compiled model, built once per model and config
+    (per worker). For tests that only need fresh requests: each request has its own KV and
+    counters, so sharing the compiled model saves the compile (seconds) and checks the same."""
+    cache: dict[tuple[int, str], tuple[ov.Model, object]] = {}
+
+    def get(model: ov.Model, cfg: dict):
+        key = (id(model), repr(sorted(cfg.items())))
+        if key not in cache:  # the model is kept in the entry, so its id is not reused
+            cache[key] = (model, emu_core.compile_model(model, "NPU", cfg))
+        return cache[key][1]
+
+    return get
+
+
 _LLMS: dict[str, tuple[str, ov.Model, object]] = {}
 
 

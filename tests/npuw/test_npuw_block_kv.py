@@ -45,8 +45,8 @@ def test_config_rules():
         parse_config({**base, KEY: "YES", "KV_CACHE_PRECISION": "u8"})
 
 
-def test_sub_models_take_block_inputs_like_the_real(stories_model, stories260k_dir, emu_core):
-    cm = emu_core.compile_model(stories_model, "NPU", _cfg("CPU"))
+def test_sub_models_take_block_inputs_like_the_real(stories_model, stories260k_dir, npuw_compiled):
+    cm = npuw_compiled(stories_model, _cfg("CPU"))
     shapes = {
         k: {p.get_any_name(): list(p.get_shape()) for p in sub.inputs}
         for k, sub in cm.impl.subs.generate.items()
@@ -72,9 +72,9 @@ def test_sub_models_take_block_inputs_like_the_real(stories_model, stories260k_d
 
 
 @pytest.mark.parametrize("device", ["CPU", "NPU"])
-def test_ids_match_the_cpu_model_and_contiguous(device, stories_model, cpu_request, emu_core):
-    block = emu_core.compile_model(stories_model, "NPU", _cfg(device)).create_infer_request()
-    flat = emu_core.compile_model(stories_model, "NPU", _cfg(device, block=False)).create_infer_request()
+def test_ids_match_the_cpu_model_and_contiguous(device, stories_model, cpu_request, npuw_compiled):
+    block = npuw_compiled(stories_model, _cfg(device)).create_infer_request()
+    flat = npuw_compiled(stories_model, _cfg(device, block=False)).create_infer_request()
     kv = block.impl.kv
     # prompts below, at and across block boundaries; 20 + 180 tokens switch kv128→kv192→kv320
     switches = []
@@ -101,20 +101,20 @@ def test_pyramid_prefill_and_transposed_v(stories_model, cpu_request, emu_core):
         assert greedy(req, prompt, 30)[0] == greedy(cpu_request, prompt, 30)[0], n
 
 
-def test_matches_the_real_npuw(stories_model, cpu_request, emu_core):
+def test_matches_the_real_npuw(stories_model, cpu_request, npuw_compiled):
     """The real NPUW 2026.4.1 on CPU accepts the key but its generate steps return NaN logits
     (docs/npuw.md), so ours is compared with the real's contiguous output."""
     import openvino as ov
 
     real_cfg = real_npuw_config(256, 64, NPUW_LLM_PREFILL_CHUNK_SIZE=C)
     real = ov.Core().compile_model(stories_model, "NPU", real_cfg).create_infer_request()
-    ours = emu_core.compile_model(stories_model, "NPU", _cfg("CPU")).create_infer_request()
+    ours = npuw_compiled(stories_model, _cfg("CPU")).create_infer_request()
     prompt = LONG[:70]
     assert_matches_real(greedy(ours, prompt, 120)[0], greedy(real, prompt, 120)[0], cpu_request, prompt)
 
 
-def test_blocks_grow_and_are_released(stories_model, emu_core):
-    req = emu_core.compile_model(stories_model, "NPU", _cfg("CPU")).create_infer_request()
+def test_blocks_grow_and_are_released(stories_model, npuw_compiled):
+    req = npuw_compiled(stories_model, _cfg("CPU")).create_infer_request()
     kv, impl = req.impl.kv, req.impl
     greedy(req, LONG[:100], 60)  # 159 tokens: 5 blocks
     assert kv.blocks.table == [0, 1, 2, 3, 4]
@@ -147,8 +147,8 @@ def _step(req, token: int, cur: int) -> None:
     )
 
 
-def test_forged_block_table_is_a_typed_error(stories_model, emu_core):
-    req = emu_core.compile_model(stories_model, "NPU", _cfg("CPU")).create_infer_request()
+def test_forged_block_table_is_a_typed_error(stories_model, npuw_compiled):
+    req = npuw_compiled(stories_model, _cfg("CPU")).create_infer_request()
     ids = greedy(req, LONG[:40], 3)[0]  # 42 tokens: blocks 0 and 1
     kv = req.impl.kv
     good = list(kv.blocks.table)
@@ -164,11 +164,11 @@ def test_forged_block_table_is_a_typed_error(stories_model, emu_core):
     assert greedy(req, LONG[:40], 3)[0] == ids and kv.blocks.table == good
 
 
-def test_kv_full_text_and_export_import(stories_model, cpu_request, emu_core):
-    cm = emu_core.compile_model(stories_model, "NPU", _cfg("CPU"))
+def test_kv_full_text_and_export_import(stories_model, cpu_request, emu_core, npuw_compiled):
+    cm = npuw_compiled(stories_model, _cfg("CPU"))
     ids, err = greedy(cm.create_infer_request(), LONG[:250], 200)
     flat_ids, flat_err = greedy(
-        emu_core.compile_model(stories_model, "NPU", _cfg("CPU", block=False)).create_infer_request(),
+        npuw_compiled(stories_model, _cfg("CPU", block=False)).create_infer_request(),
         LONG[:250],
         200,
     )

@@ -81,9 +81,11 @@ def real_ids(stories_model):
 
 
 @pytest.mark.parametrize("device", ["CPU", "NPU"])
-def test_restored_prefix_gives_the_same_ids(device, stories_model, cpu_request, emu_core, real_ids):
+def test_restored_prefix_gives_the_same_ids(
+    device, stories_model, cpu_request, npuw_compiled, real_ids
+):
     cfg = {**_cfg(device, "YES"), "KV_CACHE_PRECISION": "f32"}
-    req = emu_core.compile_model(stories_model, "NPU", cfg).create_infer_request()
+    req = npuw_compiled(stories_model, cfg).create_infer_request()
     impl = req.impl
     got, calls, restored = [], [], []
     for prompt in (BASE, SHARED, BASE):
@@ -97,8 +99,8 @@ def test_restored_prefix_gives_the_same_ids(device, stories_model, cpu_request, 
     assert got == real_ids
 
 
-def test_padded_prompt_bypasses_the_cache(stories_model, emu_core):
-    req = emu_core.compile_model(stories_model, "NPU", _cfg("CPU", "YES")).create_infer_request()
+def test_padded_prompt_bypasses_the_cache(stories_model, npuw_compiled):
+    req = npuw_compiled(stories_model, _cfg("CPU", "YES")).create_infer_request()
     greedy(req, BASE, 2)
     L = len(BASE)
     mask = np.ones((1, L), np.int64)
@@ -115,7 +117,7 @@ def test_padded_prompt_bypasses_the_cache(stories_model, emu_core):
     assert req.impl.restored_tokens == 0 and req.impl.prefill_calls == 4
 
 
-def test_whole_prompt_hit_still_computes_its_logits(stories_model, cpu_request, emu_core):
+def test_whole_prompt_hit_still_computes_its_logits(stories_model, cpu_request, npuw_compiled):
     """A prompt made of whole cached blocks: the last block is recomputed for fresh logits.
 
     (The real NPUW 2026.4.1 skips computing on such a hit and returns the previous prompt's
@@ -123,7 +125,7 @@ def test_whole_prompt_hit_still_computes_its_logits(stories_model, cpu_request, 
     """
     x = BASE[:112]  # 7 blocks of 16
     y = SHARED[:112]
-    req = emu_core.compile_model(stories_model, "NPU", _cfg("CPU", "YES")).create_infer_request()
+    req = npuw_compiled(stories_model, _cfg("CPU", "YES")).create_infer_request()
     want = {id(p): greedy(cpu_request, p, 1)[0] for p in (x, y)}
     assert want[id(x)] != want[id(y)]  # else stale logits would go unnoticed
     for prompt in (x, y, x, y):
@@ -133,12 +135,12 @@ def test_whole_prompt_hit_still_computes_its_logits(stories_model, cpu_request, 
 
 @pytest.mark.parametrize("device", ["CPU", "NPU"])
 def test_generated_tokens_are_cached_for_the_next_turn(
-    device, stories_model, cpu_request, emu_core
+    device, stories_model, cpu_request, npuw_compiled
 ):
     """A chat re-sends prompt + answer: the answer's KV (written by generate steps) is restored
     too.  (The real NPUW caches only prefill-computed blocks: it would restore 16 here.)"""
     cfg = {**_cfg(device, "YES"), "KV_CACHE_PRECISION": "f32"}
-    req = emu_core.compile_model(stories_model, "NPU", cfg).create_infer_request()
+    req = npuw_compiled(stories_model, cfg).create_infer_request()
     first = BASE[:30]
     answer = greedy(req, first, 40)[0]  # feeds the prompt and 39 generated tokens
     follow_up = first + answer[:39] + SHARED[100:110]

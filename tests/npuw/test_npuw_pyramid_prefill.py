@@ -41,8 +41,8 @@ def _cfg(device: str) -> dict:
 
 
 @pytest.mark.parametrize("device", ["CPU", "NPU"])
-def test_ids_match_the_cpu_model(device, stories_model, cpu_request, emu_core):
-    cm = emu_core.compile_model(stories_model, "NPU", _cfg(device))
+def test_ids_match_the_cpu_model(device, stories_model, cpu_request, npuw_compiled):
+    cm = npuw_compiled(stories_model, _cfg(device))
     assert sorted(cm.impl.subs.prefill_pyramid) == [64, 128]
     req = cm.create_infer_request()
     impl = req.impl
@@ -56,8 +56,8 @@ def test_ids_match_the_cpu_model(device, stories_model, cpu_request, emu_core):
         assert np.shares_memory(past, impl.kv.flat[0])
 
 
-def test_export_import_keeps_the_pyramid(stories_model, cpu_request, emu_core):
-    cm = emu_core.compile_model(stories_model, "NPU", _cfg("CPU"))
+def test_export_import_keeps_the_pyramid(stories_model, cpu_request, emu_core, npuw_compiled):
+    cm = npuw_compiled(stories_model, _cfg("CPU"))
     back = emu_core.import_model(cm.export_model(), "NPU")
     assert sorted(back.impl.subs.prefill_pyramid) == [64, 128]
     prompt = LONG[:100]

@@ -76,8 +76,8 @@ def _prefill(req, start: int, n: int = 4) -> None:
     )
 
 
-def test_positions_past_the_table_are_a_typed_error(emu_core, stories_model):
-    cm = emu_core.compile_model(stories_model, "NPU", BASE)
+def test_positions_past_the_table_are_a_typed_error(emu_core, stories_model, npuw_compiled):
+    cm = npuw_compiled(stories_model, BASE)
     assert cm.get_property("NPUW_LLM_CACHE_ROPE") is True
     req = cm.create_infer_request()
     with pytest.raises(
@@ -115,9 +115,9 @@ def test_rotate_half_leaves_other_concats_alone():
     assert rotate_half_as_matmul(model) == 0
 
 
-def test_one_token_calls_are_checked_too(emu_core, stories_model):
+def test_one_token_calls_are_checked_too(stories_model, npuw_compiled):
     """A decode step's [1, 1] ids and position are read as scalars: same typed errors."""
-    req = emu_core.compile_model(stories_model, "NPU", BASE).create_infer_request()
+    req = npuw_compiled(stories_model, BASE).create_infer_request()
     _prefill(req, 0)
 
     def step(token: int, pos: int) -> None:
