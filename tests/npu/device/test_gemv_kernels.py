@@ -77,6 +77,20 @@ def test_more_rows_take_the_decompressing_path(npu_core):
     assert len(cm.impl.parsed.weights_cache) == 1
 
 
+def _random_codes(rng, name: str, signed_zp: bool, n: int, k: int, gs: int):
+    """Random u8/i8/u4/i4 codes [n, k // gs, gs (or gs / 2 bytes)] with zero points (i8 when
+    ``signed_zp``) and f32 scales that are not f16-exact, in one fixed draw order."""
+    four = name.endswith("4")
+    vals = rng.integers(0, 16 if four else 256, (n, k // gs, gs)).astype(np.uint8)
+    q = (vals[..., 0::2] | (vals[..., 1::2] << 4)).astype(np.uint8) if four else vals
+    if name == "i8":
+        q = q.view(np.int8)
+    lim = 8 if four else 100
+    zp = rng.integers(-lim if signed_zp else 0, lim, (n, k // gs, 1)).astype(np.int8 if signed_zp else np.uint8)
+    scale = (rng.random((n, k // gs, 1)) * 0.037 + 1e-3).astype(np.float32)
+    return q, scale, zp
+
+
 def _check(name, x, q, scale, zp, mul_f16=False):
     n, k = q.shape[0], x.shape[1]
     out = np.full((x.shape[0], n), np.nan, np.float32)
@@ -116,14 +130,7 @@ def test_integer_formats_with_f16_math_and_signed_zero_points(rows, name, signed
     the one-row (fused) and multi-row (decompressed row) loops."""
     rng = np.random.default_rng(1)
     n, k, gs = 24, 128, 32
-    four = name.endswith("4")
-    vals = rng.integers(0, 16 if four else 256, (n, k // gs, gs)).astype(np.uint8)
-    q = (vals[..., 0::2] | (vals[..., 1::2] << 4)).astype(np.uint8) if four else vals
-    if name == "i8":
-        q = q.view(np.int8)
-    lim = 8 if four else 100
-    zp = rng.integers(-lim if signed_zp else 0, lim, (n, k // gs, 1)).astype(np.int8 if signed_zp else np.uint8)
-    scale = (rng.random((n, k // gs, 1)) * 0.037 + 1e-3).astype(np.float32)  # not f16-exact
+    q, scale, zp = _random_codes(rng, name, signed_zp, n, k, gs)
     x = rng.standard_normal((rows, k)).astype(np.float32)
     exact = _check(name, x, q, scale, zp, mul_f16=False)
     rounded = _check(name, x, q, scale, zp, mul_f16=True)
@@ -176,18 +183,11 @@ def test_gemm_matches_numpy_on_the_decompressed_weight(name, signed_zp, mul_f16)
     rng = np.random.default_rng(2)
     k, gs, rows = 512, 64, MAX_ROWS + 5
     n = 3 * (GEMM_BLOCK_BYTES // (4 * k)) + 7
-    four = name.endswith("4")
     scale = zp = None
     if name == "f16":
         q = rng.standard_normal((n, k)).astype(np.float16)
     else:
-        vals = rng.integers(0, 16 if four else 256, (n, k // gs, gs)).astype(np.uint8)
-        q = (vals[..., 0::2] | (vals[..., 1::2] << 4)).astype(np.uint8) if four else vals
-        if name == "i8":
-            q = q.view(np.int8)
-        lim = 8 if four else 100
-        zp = rng.integers(-lim if signed_zp else 0, lim, (n, k // gs, 1)).astype(np.int8 if signed_zp else np.uint8)
-        scale = (rng.random((n, k // gs, 1)) * 0.037 + 1e-3).astype(np.float32)
+        q, scale, zp = _random_codes(rng, name, signed_zp, n, k, gs)
     x = rng.standard_normal((rows, k)).astype(np.float32)
     out = np.full((rows, n), np.nan, np.float32)
     run = gemm_runner(name, x, q, scale, zp, out, k, mul_f16)
