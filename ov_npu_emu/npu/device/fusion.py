@@ -311,8 +311,8 @@ def _prove(tasks: Sequence[DecodedTask], tiles: list[_Tile]) -> _Group | None:
 
 def _block_widths(g: _Group) -> list[int]:
     """Column-block widths to try, widest first. A decode-shaped f32 product (the matmul kernel's
-    gemv path, whose sums do not depend on the column split) in one block: the kernel shares it
-    out over the cores itself. Else as many tiles as CALL_WEIGHT_ELEMS allows, then one tile (the
+    gemv path, whose sums do not depend on the column split) in one block: the kernel splits it
+    over the cores itself when it is large enough. Else as many tiles as CALL_WEIGHT_ELEMS allows, then one tile (the
     tiles' own column split, when the wider product's bits differ: measured for stories260K's
     172-wide MLP GEMVs cut into 86-wide tiles under BLAS)."""
     nt = g.tiles[0][3]

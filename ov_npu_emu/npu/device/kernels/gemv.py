@@ -6,8 +6,9 @@ moves 2-8x more bytes than the stored format; these numba kernels read f16 / 8-b
 weights as stored, decompress each row in registers with the same f32 operations as
 :func:`..dequant.dequantize` (``(q - zp) * scale``, f16 converted exactly), and dot it with the
 activation rows. Output channels are split over the host's cores (the kernels release the GIL).
-f32 weights (the ``matmul`` kernel's decode shapes) take the same loop shape and pool: one-core
-BLAS reads them at about one core's bandwidth.
+f32 weights (the ``matmul`` kernel's decode shapes) take the same loop shape and pool, split over
+the cores only from 2^20 weight elements (``_SPLIT_MIN_F32``: below it the hand-off cost what the
+second core saved).
 
 Only the summation order differs from numpy/BLAS on a decompressed tile (the weight values are
 bit-identical), so results agree to f32 rounding. Prefill-shaped MatMuls (many rows) take

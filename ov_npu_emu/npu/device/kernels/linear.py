@@ -28,10 +28,11 @@ def _matmul(ins, outs, params):  # type: ignore[no-untyped-def]
 
 def decode_shaped(a: np.ndarray, b: np.ndarray, o: np.ndarray, ta: bool, tb: bool) -> Runner | None:
     """``o = a @ b.T`` for a few activation rows and an f32 [N, K] weight ``b``: the gemv kernel
-    on both cores (a decode step's MatMuls read every weight once, so their cost is the read;
-    single-threaded BLAS reads at about one core's bandwidth). Its sums do not depend on where N
-    is cut or on the operands' row pitch, so the host fusion's product over the whole weight has
-    the tiles' bits. None: other shapes keep BLAS."""
+    (a decode step's MatMuls read every weight once, so their cost is the read; the kernel splits
+    products of 2^20 weight elements or more over the cores, smaller ones run on this thread at
+    about single-threaded BLAS speed). Its sums do not depend on where N is cut or on the
+    operands' row pitch, so the host fusion's product over the whole weight has the tiles' bits.
+    None: other shapes keep BLAS."""
     if ta or not tb or b.ndim != 2 or a.ndim < 2 or o.ndim < 2:
         return None
     n, k = b.shape
