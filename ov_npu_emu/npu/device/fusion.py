@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -45,6 +44,8 @@ from ov_npu_emu.npu.blob.kernel_params import unpack_params
 from ov_npu_emu.npu.device.engines import DecodedTask, Schedule
 from ov_npu_emu.npu.device.kernels import make_kernel
 from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS
+from ov_npu_emu.npu.device.kernels.hostalign import aligned as _aligned
+from ov_npu_emu.npu.device.kernels.hostalign import mod as _mod
 
 __all__ = ["CALL_WEIGHT_ELEMS", "FUSED_KERNELS", "plan_schedule"]
 
@@ -56,7 +57,6 @@ FUSED_KERNELS = ("matmul", "matmul_acc")
 #: thread (a bench-small decode step at load 13: 288 ms with whole-weight calls, 33 ms with
 #: OPENBLAS_NUM_THREADS=1).  Smaller calls stay on the calling thread, as the tiles did.
 CALL_WEIGHT_ELEMS = 1 << 18
-_ALIGN = 64  # host alignment classes the probe reproduces (a cache line)
 _PROBES: dict[tuple[Any, ...], bool] = {}
 _PROBE_LOCK = threading.Lock()
 
@@ -361,18 +361,6 @@ def _bind_reading_first(g: _Group, act: np.ndarray, wgt: np.ndarray, out: np.nda
         product()
 
     return run
-
-
-def _aligned(shape: tuple[int, ...], dtype: np.dtype, mod: int) -> np.ndarray:
-    """A zeroed array whose data pointer is ``mod`` past a cache-line boundary."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    buf = np.zeros(nbytes + 2 * _ALIGN, np.uint8)
-    off = (mod - _mod(buf)) % _ALIGN
-    return buf[off:off + nbytes].view(dtype).reshape(shape)
-
-
-def _mod(v: np.ndarray) -> int:
-    return v.__array_interface__["data"][0] % _ALIGN
 
 
 def _probe(g: _Group, tasks: Sequence[DecodedTask], act: np.ndarray, wgt: np.ndarray, out: np.ndarray,

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
+from ov_npu_emu.npu.device.kernels.hostalign import aligned, mod
 from ov_npu_emu.npu.device.kernels.registry import kernel
 
 
@@ -331,15 +332,9 @@ def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWi
 
 #: (batch, G, D, S, host alignments) -> whether one broadcast matmul gives the per-group gemvs' bits
 _GROUPED_GEMV: dict[tuple[int, ...], bool] = {}
-_ALIGN = 64  # host alignment classes the probe reproduces (a cache line), as device/fusion.py
-
-
 def _at_alignment_of(ref: np.ndarray, data: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``data`` whose data pointer has ``ref``'s offset past a cache line."""
-    mod = ref.__array_interface__["data"][0] % _ALIGN
-    buf = np.zeros(data.nbytes + 2 * _ALIGN, np.uint8)
-    off = (mod - buf.__array_interface__["data"][0] % _ALIGN) % _ALIGN
-    out = buf[off:off + data.nbytes].view(data.dtype).reshape(data.shape)
+    out = aligned(data.shape, data.dtype, mod(ref))
     out[...] = data
     return out
 
@@ -352,7 +347,7 @@ def _grouped_gemv_ok(q: np.ndarray, kt: np.ndarray, scores: np.ndarray, groups: 
     k = np.swapaxes(kt, -1, -2)
     if not (q.flags.c_contiguous and k.flags.c_contiguous and scores.flags.c_contiguous):
         return False
-    key = (*q.shape, groups, *k.shape, *(x.__array_interface__["data"][0] % _ALIGN for x in (q, k, scores)))
+    key = (*q.shape, groups, *k.shape, *(mod(x) for x in (q, k, scores)))
     with _WINDOW_LOCK:
         hit = _GROUPED_GEMV.get(key)
         if hit is not None:
