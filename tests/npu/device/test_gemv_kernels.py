@@ -215,18 +215,27 @@ def test_a_row_tile_outside_the_token_window_computes_nothing():
     assert gemm_runner("u4", np.zeros((0, k), np.float32), q, scale, None, np.empty((0, n), np.float32), k) is None
 
 
+@pytest.mark.parametrize("parallel", [True, False], ids=["numba_threads", "thread_pool"])
 @pytest.mark.parametrize("rows", [1, 3])
-def test_f32_gemv_bits_do_not_depend_on_the_column_cut_or_row_pitch(rows):
+def test_f32_gemv_bits_do_not_depend_on_the_column_cut_or_row_pitch(rows, parallel, monkeypatch):
     """The f32 format (the matmul kernel's decode path): within any summation order's bound of
     the exact product, and every output column bit for bit the same whether the weight is whole
-    (split over the cores), cut into tiles, or a column slice of a wider array (K-split chunks):
-    the host fusion's product relies on it to have the tiles' bits."""
+    (split over the cores by numba's parallel loop, or by the thread pool where that layer is
+    missing), cut into tiles, or a column slice of a wider array (K-split chunks): the host
+    fusion's product relies on it to have the tiles' bits."""
+    from ov_npu_emu.npu.device.kernels import gemv
+
+    if parallel and not gemv.parallel_loops():
+        pytest.skip("numba's TBB threading layer is not available here (or one core)")
+    monkeypatch.setattr(gemv, "_PARALLEL", parallel)
     rng = np.random.default_rng(4)
-    n, k = 3500, 300  # 1.05M elements: the whole product is split over the pool (_SPLIT_MIN_F32)
+    n, k = 3500, 300  # 1.05M elements: the whole product is split over the cores (_SPLIT_MIN_F32, _POOL_MIN_F32)
     wide_w = rng.standard_normal((n, k + 40)).astype(np.float32)
     wide_x = rng.standard_normal((rows, k + 40)).astype(np.float32)
     w, x = np.ascontiguousarray(wide_w[:, 17:17 + k]), np.ascontiguousarray(wide_x[:, 17:17 + k])
     whole = _check("f32", x, w, None, None)
+    split = gemv.gemv_runner("f32", x, w, None, None, np.empty_like(whole), k)
+    assert getattr(split, "func", None) is (gemv._gemv_f32_par if parallel else None)
     tiled = np.full_like(whole, np.nan)
     for n0 in range(0, n, 86):  # tiles of 86 columns, as the compiler's CMX tiles
         run = gemv_runner("f32", x, w[n0:n0 + 86], None, None, tiled[:, n0:n0 + 86], k)

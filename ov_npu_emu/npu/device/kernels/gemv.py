@@ -6,9 +6,9 @@ moves 2-8x more bytes than the stored format; these numba kernels read f16 / 8-b
 weights as stored, decompress each row in registers with the same f32 operations as
 :func:`..dequant.dequantize` (``(q - zp) * scale``, f16 converted exactly), and dot it with the
 activation rows. Output channels are split over the host's cores (the kernels release the GIL).
-f32 weights (the ``matmul`` kernel's decode shapes) take the same loop shape and pool, split over
-the cores only from 2^20 weight elements (``_SPLIT_MIN_F32``: below it the hand-off cost what the
-second core saved).
+f32 weights (the ``matmul`` kernel's decode shapes) take the same loop shape, split over the
+cores from 2^17 weight elements by a numba parallel loop (a hand-off of a few µs on numba's
+TBB threading layer, where the thread pool's ~20 µs cost what the second core saved).
 
 Only the summation order differs from numpy/BLAS on a decompressed tile (the weight values are
 bit-identical), so results agree to f32 rounding. Prefill-shaped MatMuls (many rows) take
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -27,17 +28,23 @@ from typing import NamedTuple
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS as MAX_ROWS
 
+logger = logging.getLogger(__name__)
+
 #: below this many weight elements one core does the whole product (a thread hand-off costs ~20 µs)
 _SPLIT_MIN_ELEMENTS = 1 << 18
-#: the same for f32 weights: one thread reads them about as fast as single-threaded BLAS, and
-#: splitting a bench-small-sized product (2^18) cost more than it saved (a step's products:
-#: 15.5 ms split at 2^18, 12.0 at 2^20, 12.3 one thread; load 4.7 on the 2 cores)
-_SPLIT_MIN_F32 = 1 << 20
+#: the same for f32 weights, split by :func:`_gemv_f32_par` (dispatch ~2-3 µs on the TBB layer:
+#: a cached 512 x 512 product 14.7 -> 10.8 µs, 256 x 512 break-even at 6.7 / 7.5 µs)
+_SPLIT_MIN_F32 = 1 << 17
+#: output channels per parallel block (a multiple of the kernel's 4 rows per pass)
+_PAR_BLOCK_F32 = 64
+#: f32 without numba's parallel loops: the thread pool, from 2^20 elements (a bench-small step's
+#: products at load 4.7: 15.5 ms split at 2^18, 12.0 at 2^20, 12.3 one thread)
+_POOL_MIN_F32 = 1 << 20
 #: chunks of output channels per thread (each a kernel call of a few µs of dispatch)
 _CHUNKS_PER_WORKER = 2
 
@@ -110,6 +117,43 @@ def _gemv_f32(x, x_pitch, w, w_pitch, k, out, n0, n1, row):  # type: ignore[no-u
                 out[m, n + 2] = a2
             if n + 3 <= last:
                 out[m, n + 3] = a3
+
+
+@njit(parallel=True, **_JIT)
+def _gemv_f32_par(x, x_pitch, w, w_pitch, k, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    """:func:`_gemv_f32` over blocks of ``_PAR_BLOCK_F32`` output channels on numba's threads:
+    every element is the same compiled loop as one thread's (its bits do not depend on the cut)."""
+    blocks = (n1 - n0 + _PAR_BLOCK_F32 - 1) // _PAR_BLOCK_F32
+    for b in prange(blocks):
+        lo = n0 + b * _PAR_BLOCK_F32
+        _gemv_f32(x, x_pitch, w, w_pitch, k, out, lo, min(n1, lo + _PAR_BLOCK_F32), row)
+
+
+_PARALLEL: bool | None = None
+
+
+def parallel_loops() -> bool:
+    """Whether numba's parallel loops may run here: more than one thread, and the TBB threading
+    layer (OpenVINO's wheel brings the libtbb it loads): safe for launches from several host
+    threads at once and across fork. numba's other layers are not both (its fallback
+    "workqueue" aborts the process on concurrent launches, GNU OpenMP in a forked child), so
+    with them, or one core, f32 products take the thread pool as the other formats do. Decided
+    on the first call by one tiny launch (numba picks its layer once per process)."""
+    global _PARALLEL
+    if _PARALLEL is None:
+        ok = False
+        try:
+            import numba
+
+            if numba.get_num_threads() > 1:
+                x = np.ones((1, 4), np.float32)
+                out = np.empty((1, 4), np.float32)
+                _gemv_f32_par(x.ravel(), 4, x.ravel(), 4, 4, out, 0, 1, x.ravel())
+                ok = numba.threading_layer() == "tbb"
+        except Exception:  # noqa: BLE001  # no usable layer: the serial loop is always there
+            logger.debug("numba parallel loops unavailable", exc_info=True)
+        _PARALLEL = ok
+    return _PARALLEL
 
 
 def _rows_flat(v: np.ndarray) -> tuple[np.ndarray, int] | None:
@@ -364,6 +408,8 @@ def gemv_runner(
         xf, wf = _rows_flat(x), _rows_flat(q)
         if xf is None or wf is None or q.shape != (n, k) or out.dtype != np.float32:
             return None
+        if n * k >= _SPLIT_MIN_F32 and n > _PAR_BLOCK_F32 and parallel_loops():
+            return functools.partial(_gemv_f32_par, *xf, *wf, k, out, 0, n, np.empty(k, np.float32))
         kern, args = _gemv_f32, (*xf, *wf, k)
     elif not q.flags.c_contiguous:
         return None
@@ -391,7 +437,7 @@ def gemv_runner(
     # chunks of output channels claimed by whichever thread is free: on a shared host the pool
     # thread may not get a core for a while, and then this thread does every chunk itself
     # instead of waiting for a fixed half
-    split_min = _SPLIT_MIN_F32 if name == "f32" else _SPLIT_MIN_ELEMENTS
+    split_min = _POOL_MIN_F32 if name == "f32" else _SPLIT_MIN_ELEMENTS
     workers = 1 if n * k < split_min else min(_workers(), n)
     chunks = 1 if workers == 1 else min(n, _CHUNKS_PER_WORKER * workers)
     bounds = [n * i // chunks for i in range(chunks + 1)]
