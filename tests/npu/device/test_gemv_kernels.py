@@ -249,6 +249,36 @@ def test_f32_gemv_bits_do_not_depend_on_the_column_cut_or_row_pitch(rows, parall
     np.testing.assert_array_equal(strided[:, 5:], whole)
 
 
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("name", ["f16", "u8", "i8", "u4", "i4"])
+def test_numba_threads_give_the_one_thread_bits(name, rows, monkeypatch):
+    """Each stored format split over numba's threads (blocks of _PAR_BLOCK channels, a partial
+    last one) gives the bits of the whole product on one thread, in both the one-row and the
+    multi-row loops."""
+    from ov_npu_emu.npu.device.kernels import gemv
+
+    if not gemv.parallel_loops():
+        pytest.skip("numba's TBB threading layer is not available here (or one core)")
+    rng = np.random.default_rng(8)
+    n, k = 1000, 256  # 256k elements: over _PAR_MIN_ELEMENTS and _PAR_MIN_GROUPED
+    if name == "f16":
+        q, scale, zp = rng.standard_normal((n, k)).astype(np.float16), None, None
+    else:
+        q, scale, zp = _random_codes(rng, name, name == "i8", n, k, 64)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    out = np.full((rows, n), np.nan, np.float32)
+    run = gemv_runner(name, x, q, scale, zp, out, k)
+    par = {"f16": gemv._gemv_f16_par, "u8": gemv._gemv_q8_par, "i8": gemv._gemv_q8_par}
+    if name in par:  # (the 4-bit runner is a closure: it splits the activation's columns first)
+        assert run.func is par[name]
+    run()
+    monkeypatch.setattr(gemv, "_PARALLEL", False)
+    monkeypatch.setattr(gemv, "_SPLIT_MIN_ELEMENTS", 1 << 40)  # the pool off too: one thread
+    one = np.full_like(out, np.nan)
+    gemv_runner(name, x, q, scale, zp, one, k)()
+    np.testing.assert_array_equal(out, one)
+
+
 @pytest.mark.parametrize("rows", [1, MAX_ROWS])
 def test_f32_decode_matmul_takes_gemv_and_matches_cpu(npu_core, rows, monkeypatch):
     """An f32 weight MatMul with few rows runs the gemv kernel (both the tiles and the fused

@@ -5,10 +5,11 @@ its cost is reading the weights. Decompressing them to f32 first (a cache, or a 
 moves 2-8x more bytes than the stored format; these numba kernels read f16 / 8-bit / 4-bit
 weights as stored, decompress each row in registers with the same f32 operations as
 :func:`..dequant.dequantize` (``(q - zp) * scale``, f16 converted exactly), and dot it with the
-activation rows. Output channels are split over the host's cores (the kernels release the GIL).
-f32 weights (the ``matmul`` kernel's decode shapes) take the same loop shape, split over the
-cores from 2^17 weight elements by a numba parallel loop (a hand-off of a few µs on numba's
-TBB threading layer, where the thread pool's ~20 µs cost what the second core saved).
+activation rows. f32 weights (the ``matmul`` kernel's decode shapes) take the same loop shape.
+Output channels are split over the host's cores by numba parallel loops on its TBB threading
+layer (a hand-off of 2-3 µs, so products from 2^17 weight elements, 2^15 for 8-/4-bit, gain
+from the second core); without that layer, a thread pool (~20 µs a hand-off) from 2^18 (2^20
+for f32). The kernels release the GIL.
 
 Only the summation order differs from numpy/BLAS on a decompressed tile (the weight values are
 bit-identical), so results agree to f32 rounding. Prefill-shaped MatMuls (many rows) take
@@ -37,14 +38,16 @@ logger = logging.getLogger(__name__)
 
 #: below this many weight elements one core does the whole product (a thread hand-off costs ~20 µs)
 _SPLIT_MIN_ELEMENTS = 1 << 18
-#: the same for f32 weights, split by :func:`_gemv_f32_par` (dispatch ~2-3 µs on the TBB layer:
-#: a cached 512 x 512 product 14.7 -> 10.8 µs, 256 x 512 break-even at 6.7 / 7.5 µs)
-_SPLIT_MIN_F32 = 1 << 17
-#: output channels per parallel block (a multiple of the kernel's 4 rows per pass)
-_PAR_BLOCK_F32 = 64
-#: f32 without numba's parallel loops: the thread pool, from 2^20 elements (a bench-small step's
-#: products at load 4.7: 15.5 ms split at 2^18, 12.0 at 2^20, 12.3 one thread)
+#: the same for f32 weights on that pool: from 2^20 (a bench-small step's products at load 4.7:
+#: 15.5 ms split at 2^18, 12.0 at 2^20, 12.3 one thread)
 _POOL_MIN_F32 = 1 << 20
+#: with numba's parallel loops (dispatch ~2-3 µs on the TBB layer) products split from here: a
+#: cached f32 512 x 512 product 14.7 -> 10.8 µs, 256 x 512 break-even at 6.7 / 7.5 µs; the 8- and
+#: 4-bit loops do several times the arithmetic per element, so they split from a quarter of it
+_PAR_MIN_ELEMENTS = 1 << 17
+_PAR_MIN_GROUPED = 1 << 15
+#: output channels per parallel block (a multiple of the f32 kernel's 4 rows per pass)
+_PAR_BLOCK = 64
 #: chunks of output channels per thread (each a kernel call of a few µs of dispatch)
 _CHUNKS_PER_WORKER = 2
 
@@ -119,16 +122,6 @@ def _gemv_f32(x, x_pitch, w, w_pitch, k, out, n0, n1, row):  # type: ignore[no-u
                 out[m, n + 3] = a3
 
 
-@njit(parallel=True, **_JIT)
-def _gemv_f32_par(x, x_pitch, w, w_pitch, k, out, n0, n1, row):  # type: ignore[no-untyped-def]
-    """:func:`_gemv_f32` over blocks of ``_PAR_BLOCK_F32`` output channels on numba's threads:
-    every element is the same compiled loop as one thread's (its bits do not depend on the cut)."""
-    blocks = (n1 - n0 + _PAR_BLOCK_F32 - 1) // _PAR_BLOCK_F32
-    for b in prange(blocks):
-        lo = n0 + b * _PAR_BLOCK_F32
-        _gemv_f32(x, x_pitch, w, w_pitch, k, out, lo, min(n1, lo + _PAR_BLOCK_F32), row)
-
-
 _PARALLEL: bool | None = None
 
 
@@ -148,7 +141,7 @@ def parallel_loops() -> bool:
             if numba.get_num_threads() > 1:
                 x = np.ones((1, 4), np.float32)
                 out = np.empty((1, 4), np.float32)
-                _gemv_f32_par(x.ravel(), 4, x.ravel(), 4, 4, out, 0, 1, x.ravel())
+                _gemv_f32_par(x.ravel(), 4, x.ravel(), 4, 4, out, 0, 1)
                 ok = numba.threading_layer() == "tbb"
         except Exception:  # noqa: BLE001  # no usable layer: the serial loop is always there
             logger.debug("numba parallel loops unavailable", exc_info=True)
@@ -339,6 +332,49 @@ def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n
         out[0, n] = acc
 
 
+# The kernels over blocks of ``_PAR_BLOCK`` output channels on numba's threads (one each: a
+# kernel passed as an argument would not cache). Every output element is the same compiled loop
+# as on one thread, so the bits do not depend on the cut; the multi-row paths' weight row is
+# scratch per block.
+
+@njit(inline="always", **_JIT)
+def _block(n0, n1, b):  # type: ignore[no-untyped-def]
+    lo = n0 + b * _PAR_BLOCK
+    return lo, min(n1, lo + _PAR_BLOCK)
+
+
+@njit(parallel=True, **_JIT)
+def _gemv_f32_par(x, x_pitch, w, w_pitch, k, out, n0, n1):  # type: ignore[no-untyped-def]
+    for b in prange((n1 - n0 + _PAR_BLOCK - 1) // _PAR_BLOCK):
+        lo, hi = _block(n0, n1, b)
+        _gemv_f32(x, x_pitch, w, w_pitch, k, out, lo, hi, x)
+
+
+@njit(parallel=True, **_JIT)
+def _gemv_f16_par(x, q, out, n0, n1):  # type: ignore[no-untyped-def]
+    for b in prange((n1 - n0 + _PAR_BLOCK - 1) // _PAR_BLOCK):
+        lo, hi = _block(n0, n1, b)
+        _gemv_f16(x, q, out, lo, hi, np.empty(x.shape[1], np.float32))
+
+
+@njit(parallel=True, **_JIT)
+def _gemv_q8_par(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):  # type: ignore[no-untyped-def]
+    for b in prange((n1 - n0 + _PAR_BLOCK - 1) // _PAR_BLOCK):
+        lo, hi = _block(n0, n1, b)
+        _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, lo, hi, np.empty(x.shape[1], np.float32))
+
+
+@njit(parallel=True, **_JIT)
+def _gemv_q4_par(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):  # type: ignore[no-untyped-def]
+    for b in prange((n1 - n0 + _PAR_BLOCK - 1) // _PAR_BLOCK):
+        lo, hi = _block(n0, n1, b)
+        _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, lo, hi,
+                 np.empty(x_split.shape[1], np.float32))
+
+
+_PARALLEL_OF = {_gemv_f32: _gemv_f32_par, _gemv_f16: _gemv_f16_par, _gemv_q8: _gemv_q8_par, _gemv_q4: _gemv_q4_par}
+
+
 def _workers() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -389,6 +425,13 @@ def grouped_weight(q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | Non
     return GroupedWeight(q.view(np.uint8), scale, zp_bits, zp is not None, zp_flip, groups)
 
 
+def _split_columns(x: np.ndarray, x_split: np.ndarray) -> None:
+    """The activation's even / odd columns side by side, for the nibble loop."""
+    half = x.shape[1] // 2
+    np.copyto(x_split[:, :half], x[:, 0::2])
+    np.copyto(x_split[:, half:], x[:, 1::2])
+
+
 def gemv_runner(
     name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
     k: int, mul_f16: bool = False,
@@ -408,8 +451,6 @@ def gemv_runner(
         xf, wf = _rows_flat(x), _rows_flat(q)
         if xf is None or wf is None or q.shape != (n, k) or out.dtype != np.float32:
             return None
-        if n * k >= _SPLIT_MIN_F32 and n > _PAR_BLOCK_F32 and parallel_loops():
-            return functools.partial(_gemv_f32_par, *xf, *wf, k, out, 0, n, np.empty(k, np.float32))
         kern, args = _gemv_f32, (*xf, *wf, k)
     elif not q.flags.c_contiguous:
         return None
@@ -434,6 +475,18 @@ def gemv_runner(
             args = (x_split, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
         else:
             return None
+    split = kern is _gemv_q4
+    par_min = _PAR_MIN_ELEMENTS if name in ("f32", "f16") else _PAR_MIN_GROUPED
+    if n * k >= par_min and n > _PAR_BLOCK and parallel_loops():
+        call = functools.partial(_PARALLEL_OF[kern], *args, out, 0, n)
+        if not split:
+            return call
+
+        def run_par() -> None:
+            _split_columns(x, args[0])
+            call()
+
+        return run_par
     # chunks of output channels claimed by whichever thread is free: on a shared host the pool
     # thread may not get a core for a while, and then this thread does every chunk itself
     # instead of waiting for a fixed half
@@ -442,15 +495,13 @@ def gemv_runner(
     chunks = 1 if workers == 1 else min(n, _CHUNKS_PER_WORKER * workers)
     bounds = [n * i // chunks for i in range(chunks + 1)]
     rows = [np.empty(k, np.float32) for _ in range(workers)]  # a weight row per thread (multi-row path)
-    split = kern is _gemv_q4
 
     if chunks == 1 and not split:  # one call in this thread: no closure between caller and kernel
         return functools.partial(kern, *args, out, 0, n, rows[0])
 
     def run() -> None:
-        if split:  # the activation's even / odd columns, for the nibble loop
-            np.copyto(args[0][:, :k // 2], x[:, 0::2])
-            np.copyto(args[0][:, k // 2:], x[:, 1::2])
+        if split:
+            _split_columns(x, args[0])
         if chunks == 1:
             kern(*args, out, 0, n, rows[0])
             return
