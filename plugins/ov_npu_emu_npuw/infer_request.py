@@ -10,6 +10,7 @@ import openvino as ov
 
 from ov_npu_emu.errors import KVCacheFullError, PromptTooLongError, UserInputError
 from ov_npu_emu.runtime.device import DeviceInferRequest, VariableState
+from ov_npu_emu.runtime.pages import zeroed
 from ov_npu_emu_npuw.blockkv import BlockKV
 from ov_npu_emu_npuw.config import select_variant
 from ov_npu_emu_npuw.kvcache import KVBuffers
@@ -105,7 +106,8 @@ class _Staging:
         self.present: list[np.ndarray] = []
         for name in present_names:
             port = outs[name]
-            arr = np.zeros(port.partial_shape.to_shape(), port.element_type.to_dtype())
+            # a prefill's window writes its real token rows only: pages committed as written
+            arr = zeroed(tuple(port.partial_shape.to_shape()), port.element_type.to_dtype())
             self.present.append(arr)
             req.set_tensor(name, ov.Tensor(arr, shared_memory=True))
         # Steps call the device request directly: the facade already validated every binding

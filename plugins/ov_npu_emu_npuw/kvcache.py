@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import openvino as ov
 
+from ov_npu_emu.runtime.pages import zeroed
 from ov_npu_emu_npuw.kvquant import is_quantized, quantize, quantize_channels, stored_dim, unpack
 
 __all__ = ["KVBuffers"]
@@ -66,9 +67,8 @@ class KVBuffers:
         self.row = tuple(stored_dim(precision, d) if self.quantized else d for d in head_dims)
         self.groups = tuple((group_size or d) for d in head_dims)
         # Allocated once for the largest view; nothing else in the plugin allocates KV memory.
-        self.flat = [
-            np.zeros(h * max_slots * r, dtype=self.dtype) for h, r in zip(num_heads, self.row, strict=False)
-        ]
+        # Each head's slots fill one token at a time: pages are committed as they are written.
+        self.flat = [zeroed(h * max_slots * r, self.dtype) for h, r in zip(num_heads, self.row, strict=False)]
         self.scale_flat: list[np.ndarray] = []
         self.zp_flat: list[np.ndarray] = []
         self.residual: list[np.ndarray | None] = []

@@ -13,6 +13,7 @@ import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
 from ov_npu_emu.npu.blob.format import MemKind, align_up
+from ov_npu_emu.runtime.pages import zeroed
 
 __all__ = ["AddressSpace", "DeviceArena", "Region", "WeightsCache"]
 
@@ -105,7 +106,8 @@ class DeviceArena:
         for name, _kind, size in sorted(sizes, key=lambda s: int(s[1])):
             offs[name] = pos
             pos = align_up(pos + max(size, 1), align)
-        self.buf = np.zeros(max(pos, align), np.uint8)
+        # written sparsely (a prefill's real token rows only): committed page by page, no huge pages
+        self.buf = zeroed(max(pos, align))
         self.offsets = offs
         self.kinds = {name: kind for name, kind, _ in sizes}
         self.sizes = {name: size for name, _, size in sizes}
