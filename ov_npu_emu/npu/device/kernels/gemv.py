@@ -27,6 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -130,14 +131,12 @@ def parallel_loops() -> bool:
     layer (OpenVINO's wheel brings the libtbb it loads): safe for launches from several host
     threads at once and across fork. numba's other layers are not both (its fallback
     "workqueue" aborts the process on concurrent launches, GNU OpenMP in a forked child), so
-    with them, or one core, f32 products take the thread pool as the other formats do. Decided
-    on the first call by one tiny launch (numba picks its layer once per process)."""
+    with them, or one core, products are split by the thread pool instead. Decided on the
+    first call by one tiny launch (numba picks its layer once per process)."""
     global _PARALLEL
     if _PARALLEL is None:
         ok = False
         try:
-            import numba
-
             if numba.get_num_threads() > 1:
                 x = np.ones((1, 4), np.float32)
                 out = np.empty((1, 4), np.float32)
