@@ -302,3 +302,45 @@ def test_f32_decode_matmul_takes_gemv_and_matches_cpu(npu_core, rows, monkeypatc
     more = ov.Model([ops.result(ops.matmul(x_more, w, False, True))], [x_more], "f32gemm")
     npu_core.compile_model(more, "NPU").create_infer_request()
     assert taken == []
+
+
+def test_requests_on_several_host_threads_give_the_one_thread_bits(npu_core, monkeypatch):
+    """Decode products split over numba's threads, launched from four host threads at once
+    (four requests of one compiled model, f32 and f16 weights): every result is the one a lone
+    request gives, bit for bit (the TBB layer takes concurrent launches; no shared scratch)."""
+    import threading
+
+    from ov_npu_emu.npu.device.kernels import gemv
+
+    runners = []
+    real = gemv.gemv_runner
+    monkeypatch.setattr(gemv, "gemv_runner", lambda *a, **kw: runners.append(real(*a, **kw)) or runners[-1])
+    rng = np.random.default_rng(12)
+    k, n = 320, 1024  # 327k weight elements: over _PAR_MIN_ELEMENTS
+    x = ops.parameter([1, 1, k], np.float32, name="x")
+    w32 = ops.constant(rng.standard_normal((n, k)).astype(np.float32))
+    w16 = ops.convert(ops.constant(rng.standard_normal((k, n)).astype(np.float16)), "f32")
+    h = ops.matmul(x, w32, False, True)  # [1, 1, n]
+    m = ov.Model([ops.result(ops.matmul(h, w16, False, True))], [x], "threads")  # [1, 1, k]
+    cm = npu_core.compile_model(m, "NPU")
+    feeds = [{"x": rng.standard_normal((1, 1, k)).astype(np.float32)} for _ in range(4)]
+    alone = [np.array(cm.create_infer_request().infer(f)[0]) for f in feeds]
+    if gemv.parallel_loops():  # both weights' products run on numba's threads
+        par = {getattr(r, "func", None) for r in runners}
+        assert {gemv._gemv_f32_par, gemv._gemv_f16_par} <= par
+    got: list[list[np.ndarray]] = [[] for _ in feeds]
+
+    def work(i: int) -> None:
+        req = cm.create_infer_request()
+        for _ in range(25):
+            got[i].append(np.array(req.infer(feeds[i])[0]))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(feeds))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, ref in enumerate(alone):
+        assert len(got[i]) == 25
+        for r in got[i]:
+            np.testing.assert_array_equal(r, ref)
