@@ -344,3 +344,22 @@ def test_requests_on_several_host_threads_give_the_one_thread_bits(npu_core, mon
         assert len(got[i]) == 25
         for r in got[i]:
             np.testing.assert_array_equal(r, ref)
+
+
+@pytest.mark.parametrize("layer", ["workqueue", "omp"])
+def test_other_threading_layers_keep_the_thread_pool(layer, monkeypatch):
+    """numba's workqueue layer aborts the process on concurrent launches and GNU OpenMP in a
+    forked child: on either, products are split by the thread pool (the same bits)."""
+    import numba
+
+    from ov_npu_emu.npu.device.kernels import gemv
+
+    monkeypatch.setattr(gemv, "_PARALLEL", None)
+    monkeypatch.setattr(numba, "threading_layer", lambda: layer)
+    assert gemv.parallel_loops() is False
+    rng = np.random.default_rng(13)
+    w = rng.standard_normal((2048, 256)).astype(np.float16)  # 2^19 elements: the pool splits it
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    run = gemv_runner("f16", x, w, None, None, np.empty((1, 2048), np.float32), 256)
+    assert getattr(run, "func", None) is None  # the pool's closure, not a numba parallel twin
+    _check("f16", x, w, None, None)
