@@ -24,6 +24,7 @@ __all__ = [
     "Device",
     "DeviceCompiledModel",
     "DeviceInferRequest",
+    "MergedConfig",
     "PortInfo",
     "ProfilingInfo",
     "VariableState",
@@ -165,6 +166,14 @@ class DeviceCompiledModel(abc.ABC):
         return None
 
 
+class MergedConfig(dict):  # type: ignore[type-arg]
+    """A compile call's config with its device's properties; ``explicit_keys`` are the ones the
+    caller gave or set on the device (not its defaults), for a plugin that passes some of them on
+    (NPUW hands the emulator's ``NPU_EMU_*`` keys to its sub-models' devices)."""
+
+    explicit_keys: frozenset[str] = frozenset()
+
+
 class Device(abc.ABC):
     """A device plugin: compiles models, imports blobs, owns device-level properties.
 
@@ -183,6 +192,7 @@ class Device(abc.ABC):
 
     def __init__(self) -> None:
         self._properties: dict[str, Any] = dict(self.DEFAULT_PROPERTIES)
+        self._set_keys: set[str] = set()  # properties given through set_property (not defaults)
 
     # -- properties -----------------------------------------------------------------
     def get_property(self, name: str) -> Any:
@@ -198,12 +208,15 @@ class Device(abc.ABC):
 
     def set_property(self, properties: Mapping[str, Any]) -> None:
         self._properties.update(properties)
+        self._set_keys.update(properties)
 
-    def merged_config(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
+    def merged_config(self, config: Mapping[str, Any] | None) -> MergedConfig:
         """Device-level properties overlaid with the per-call ``config``."""
-        merged = dict(self._properties)
+        merged = MergedConfig(self._properties)
         merged.update(config or {})
+        merged.explicit_keys = frozenset({*self._set_keys, *(config or {})})
         return merged
+
 
     # -- compile / import -----------------------------------------------------------
     @abc.abstractmethod

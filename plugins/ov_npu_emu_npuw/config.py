@@ -41,6 +41,9 @@ LADDER_BASE = 64
 #: up as it grows.  Unset: on for NPUW_DEVICES=CPU when the variants are not explicit and the KV
 #: window is a sizeable share of a step's work (compiled_model.generate_ladder_default)
 GENERATE_LADDER_KEY = "NPUW_LLM_GENERATE_LADDER"
+#: the emulator's own device keys (NPU_EMU_HOST_FUSION, NPU_EMU_WEIGHTS_BANK, ...): given at the
+#: top level of an NPUW compile they reach every sub-model's device
+EMU_DEVICE_PREFIX = "NPU_EMU_"
 
 #: keys we interpret, with the real defaults (npuw_option_defs.inc) unless marked ours
 DEFAULTS: dict[str, Any] = {
@@ -329,6 +332,8 @@ def _subconfig(key: str, value: Any) -> dict[str, Any]:
 def parse_config(config: Mapping[str, Any]) -> LLMConfig:
     """Validate ``config`` and apply the real alignment rules; bad values raise ConfigError."""
     raw = dict(config)
+    # the keys the caller gave (a Core call's config also holds the NPU device's defaults)
+    given = getattr(config, "explicit_keys", None)
     # Unknown NPUW LLM keys are almost always typos: fail early with a suggestion.
     subconfig_keys = (*SUBCONFIG_KEYS, HEAD_CONFIG_KEY)
     known = set(DEFAULTS) | IGNORED_KEYS | set(subconfig_keys) | {"++" + k for k in subconfig_keys}
@@ -512,11 +517,15 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
             "NPUW_DEVICES is empty; name a device, e.g. NPUW_DEVICES=CPU", key="NPUW_DEVICES"
         )
 
-    # Base sub-config: top-level non-NPUW keys (e.g. INFERENCE_PRECISION_HINT) flow to the devices.
+    # Base sub-config: top-level non-NPUW keys (e.g. INFERENCE_PRECISION_HINT) flow to the
+    # devices, and so do the emulator's device keys the caller set (NPU_EMU_*, not the NPU
+    # device's defaults: the emulated NPU validates them, the CPU device keeps the ones it
+    # knows), which the NPU plugin's own keys do not
     base = {
         k: v
         for k, v in raw.items()
-        if not k.startswith(("NPU", "++NPUW", "KV_CACHE_PRECISION", "CACHE_DIR"))
+        if ((k.startswith(EMU_DEVICE_PREFIX) and (given is None or k in given))
+            or not k.startswith(("NPU", "++NPUW", "KV_CACHE_PRECISION", "CACHE_DIR")))
         and k not in IGNORED_KEYS
         and k not in EXPORT_KEYS
     }

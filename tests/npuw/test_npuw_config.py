@@ -66,6 +66,16 @@ def test_subconfigs_replace_or_merge():
     assert cfg.prefill_config == {"B": 2}
 
 
+def test_emulator_device_keys_reach_the_sub_models():
+    """NPU_EMU_* keys given at the top level are device keys of ours: every sub-config gets
+    them (an explicit NPUW_LLM_*_CONFIG still replaces the defaults); the NPU plugin's own keys
+    and NPUW's do not flow down."""
+    cfg = parse_config({"NPU_EMU_WEIGHTS_CACHE": "NO", "NPU_USE_NPUW": "YES", "NPU_TURBO": "YES",
+                        "NPUW_LLM_MAX_PROMPT_LEN": 256, "NPUW_LLM_SHARED_HEAD_CONFIG": {"C": 3}})
+    assert cfg.prefill_config == cfg.generate_config == {"NPU_EMU_WEIGHTS_CACHE": "NO"}
+    assert cfg.head_config == {"C": 3}
+
+
 @pytest.mark.parametrize(
     "config, match",
     [
@@ -111,3 +121,31 @@ def test_claim_rule():
     assert not is_npuw_llm_config("CPU", on)
     assert not is_npuw_llm_config("NPU", {"NPU_USE_NPUW": "YES"})
     assert not is_npuw_llm_config("NPU", {})
+
+
+def test_emulator_device_keys_reach_the_compiled_sub_models():
+    """Through compile_model: a top-level NPU_EMU_HOST_FUSION=NO is the prefill's, every generate
+    variant's and the LM head's (it used to be dropped silently), a misspelt one is refused with
+    the NPU device's suggestion, and NPUW_DEVICES=CPU keeps the key its device knows."""
+    from ov_npu_emu.api import Core
+    from ov_npu_emu.models import find_model
+
+    core = Core()
+    model = core.read_model(str(find_model("stories260K") / "openvino_model.xml"))
+    base = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_LLM_MAX_PROMPT_LEN": 128,
+            "NPUW_LLM_MIN_RESPONSE_LEN": 64, "NPUW_DEVICES": "NPU"}
+    subs = core.compile_model(model, "NPU", {**base, "NPU_EMU_HOST_FUSION": "NO"}).impl.subs
+    for sub in (subs.prefill, *subs.generate.values(), subs.lm_head):
+        assert sub.get_property("NPU_EMU_HOST_FUSION") == "NO"
+    with pytest.raises(ConfigError, match="did you mean NPU_EMU_HOST_FUSION"):
+        core.compile_model(model, "NPU", {**base, "NPU_EMU_HOST_FUSON": "NO"})
+    cpu = core.compile_model(model, "NPU", {**base, "NPUW_DEVICES": "CPU", "NPU_EMU_HOST_FUSION": "NO",
+                                            "NPU_EMU_WEIGHTS_BANK": "NO"}).impl
+    assert cpu.cfg.generate_config["NPU_EMU_WEIGHTS_BANK"] == "NO"
+    # the NPU device's defaults are not the caller's: NPUW's own prefill choice stays, and a
+    # value set on the device (core.set_property) counts as given
+    plain = core.compile_model(model, "NPU", base).impl
+    assert not any(k.startswith("NPU_EMU_") for k in plain.cfg.generate_config)
+    assert plain.subs.prefill.get_property("NPU_EMU_SKIP_PADDED_ROWS") == "YES"
+    core.set_property("NPU", {"NPU_EMU_HOST_FUSION": "NO"})
+    assert core.compile_model(model, "NPU", base).impl.subs.lm_head.get_property("NPU_EMU_HOST_FUSION") == "NO"
