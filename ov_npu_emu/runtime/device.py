@@ -217,7 +217,6 @@ class Device(abc.ABC):
         merged.explicit_keys = frozenset({*self._set_keys, *(config or {})})
         return merged
 
-
     # -- compile / import -----------------------------------------------------------
     @abc.abstractmethod
     def compile_model(self, model: ov.Model, config: Mapping[str, Any]) -> DeviceCompiledModel:

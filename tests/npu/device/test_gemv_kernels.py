@@ -229,7 +229,7 @@ def test_f32_gemv_bits_do_not_depend_on_the_column_cut_or_row_pitch(rows, parall
         pytest.skip("numba's TBB threading layer is not available here (or one core)")
     monkeypatch.setattr(gemv, "_PARALLEL", parallel)
     rng = np.random.default_rng(4)
-    n, k = 3500, 300  # 1.05M elements: the whole product is split over the cores (_SPLIT_MIN_F32, _POOL_MIN_F32)
+    n, k = 3500, 300  # 1.05M elements: the whole product is split over the cores (_PAR_MIN_ELEMENTS, _POOL_MIN_F32)
     wide_w = rng.standard_normal((n, k + 40)).astype(np.float32)
     wide_x = rng.standard_normal((rows, k + 40)).astype(np.float32)
     w, x = np.ascontiguousarray(wide_w[:, 17:17 + k]), np.ascontiguousarray(wide_x[:, 17:17 + k])

@@ -337,35 +337,42 @@ def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n
 # scratch per block.
 
 @njit(inline="always", **_JIT)
+def _blocks(n0, n1):  # type: ignore[no-untyped-def]
+    """How many blocks cover output channels [n0, n1)."""
+    return (n1 - n0 + _PAR_BLOCK - 1) // _PAR_BLOCK
+
+
+@njit(inline="always", **_JIT)
 def _block(n0, n1, b):  # type: ignore[no-untyped-def]
+    """Output channels [lo, hi) of block ``b``."""
     lo = n0 + b * _PAR_BLOCK
     return lo, min(n1, lo + _PAR_BLOCK)
 
 
 @njit(parallel=True, **_JIT)
 def _gemv_f32_par(x, x_pitch, w, w_pitch, k, out, n0, n1):  # type: ignore[no-untyped-def]
-    for b in prange((n1 - n0 + _PAR_BLOCK - 1) // _PAR_BLOCK):
+    for b in prange(_blocks(n0, n1)):
         lo, hi = _block(n0, n1, b)
         _gemv_f32(x, x_pitch, w, w_pitch, k, out, lo, hi, x)
 
 
 @njit(parallel=True, **_JIT)
 def _gemv_f16_par(x, q, out, n0, n1):  # type: ignore[no-untyped-def]
-    for b in prange((n1 - n0 + _PAR_BLOCK - 1) // _PAR_BLOCK):
+    for b in prange(_blocks(n0, n1)):
         lo, hi = _block(n0, n1, b)
         _gemv_f16(x, q, out, lo, hi, np.empty(x.shape[1], np.float32))
 
 
 @njit(parallel=True, **_JIT)
 def _gemv_q8_par(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):  # type: ignore[no-untyped-def]
-    for b in prange((n1 - n0 + _PAR_BLOCK - 1) // _PAR_BLOCK):
+    for b in prange(_blocks(n0, n1)):
         lo, hi = _block(n0, n1, b)
         _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, lo, hi, np.empty(x.shape[1], np.float32))
 
 
 @njit(parallel=True, **_JIT)
 def _gemv_q4_par(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):  # type: ignore[no-untyped-def]
-    for b in prange((n1 - n0 + _PAR_BLOCK - 1) // _PAR_BLOCK):
+    for b in prange(_blocks(n0, n1)):
         lo, hi = _block(n0, n1, b)
         _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, lo, hi,
                  np.empty(x_split.shape[1], np.float32))
