@@ -2,11 +2,11 @@
 
 numpy asks the kernel for transparent huge pages (``madvise(MADV_HUGEPAGE)``) on every
 allocation of 4 MiB or more, so the first write anywhere in a 2 MiB stretch commits all of it.
-Buffers written sparsely - the emulated NPU's scratch arena, where a prefill computes only the
-real token rows of each head's block (NPU_EMU_SKIP_PADDED_ROWS), NPUW's pre-allocated KV cache,
-whose slots fill one token at a time, and the prefill's present-KV outputs - then hold whole
-huge pages for a few rows each: measured on llama-3.2-3b-shape int4 (12-token prompt), the
-prefill arena held 300 of its 342 MB resident where 4 KiB pages held 55 MB.
+A buffer written sparsely - the emulated NPU's scratch arena, where a prefill computes only the
+real token rows of each head's block (NPU_EMU_SKIP_PADDED_ROWS) - then holds whole huge pages
+for a few rows each: measured on llama-3.2-3b-shape int4 (a 21-token prompt), the prefill arena
+held 300 of its 342 MB resident where 4 KiB pages held 55 MB. NPUW's KV buffers and present-KV
+outputs use it too (they fill row by row), for sizes where huge pages would apply.
 """
 
 from __future__ import annotations
