@@ -16,9 +16,11 @@ import numpy as np
 import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, PluginError
+from ov_npu_emu.options import check_known
 from ov_npu_emu.runtime.device import DeviceCompiledModel, PortInfo
 from ov_npu_emu_npuw.blockkv import split_kv_into_blocks
 from ov_npu_emu_npuw.config import (
+    EMU_DEVICE_PREFIX,
     LLMConfig,
     generate_rung_sizes,
     parse_config,
@@ -301,6 +303,12 @@ def from_parts(p: ImportedLLM) -> LLMCompiledModel:
 def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCompiledModel:
     """Compile a stateful LLM the NPUW way; with CACHE_DIR, reuse a previous compilation from disk."""
     configure_logging()
+    try:  # the emulated NPU's keys: a misspelt one fails here whichever NPUW_DEVICES runs the
+        known = core.get_property("NPU", "SUPPORTED_PROPERTIES")  # sub-models (CPU skips them)
+    except DeviceNotFoundError:
+        known = None
+    if known is not None:
+        check_known(config, (EMU_DEVICE_PREFIX,), known, "The NPU device")
     cfg = parse_config(config)
     key = None
     weights_path = ""

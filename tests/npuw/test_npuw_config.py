@@ -126,7 +126,8 @@ def test_claim_rule():
 def test_emulator_device_keys_reach_the_compiled_sub_models():
     """Through compile_model: a top-level NPU_EMU_HOST_FUSION=NO is the prefill's, every generate
     variant's and the LM head's (it used to be dropped silently), a misspelt one is refused with
-    the NPU device's suggestion, and NPUW_DEVICES=CPU keeps the key its device knows."""
+    the NPU device's suggestion on either NPUW_DEVICES, and NPUW_DEVICES=CPU keeps the key its
+    device knows."""
     from ov_npu_emu.api import Core
     from ov_npu_emu.models import find_model
 
@@ -137,8 +138,9 @@ def test_emulator_device_keys_reach_the_compiled_sub_models():
     subs = core.compile_model(model, "NPU", {**base, "NPU_EMU_HOST_FUSION": "NO"}).impl.subs
     for sub in (subs.prefill, *subs.generate.values(), subs.lm_head):
         assert sub.get_property("NPU_EMU_HOST_FUSION") == "NO"
-    with pytest.raises(ConfigError, match="did you mean NPU_EMU_HOST_FUSION"):
-        core.compile_model(model, "NPU", {**base, "NPU_EMU_HOST_FUSON": "NO"})
+    for devices in ("NPU", "CPU"):  # the CPU device would skip an unknown NPU_EMU_* key
+        with pytest.raises(ConfigError, match="did you mean NPU_EMU_HOST_FUSION"):
+            core.compile_model(model, "NPU", {**base, "NPUW_DEVICES": devices, "NPU_EMU_HOST_FUSON": "NO"})
     cpu = core.compile_model(model, "NPU", {**base, "NPUW_DEVICES": "CPU", "NPU_EMU_HOST_FUSION": "NO",
                                             "NPU_EMU_WEIGHTS_BANK": "NO"}).impl
     assert cpu.cfg.generate_config["NPU_EMU_WEIGHTS_BANK"] == "NO"
