@@ -290,8 +290,8 @@ class NpuInferRequest(DeviceInferRequest):
 
 
 #: NPU_EMU_SKIP_PADDED_ROWS: the real-row window is a multiple of this many rows: few window
-#: sizes (attention and the row-wise MatMuls probe each size's BLAS rows once and pad or fall
-#: back where a size is not exact: kernels/attention._window_rows, device/windowed.py).  Was
+#: sizes (the row-wise MatMuls probe each size's BLAS rows once and pad or fall back where a
+#: size is not exact, device/windowed.py; attention repeats the full run's row blocks).  Was
 #: 128 while only attention was windowed; 32 halves bench-small's windowed prefill (155 -> 72
 #: ms, the row-wise MatMuls dominate), results identical
 WINDOW_ALIGN = 32

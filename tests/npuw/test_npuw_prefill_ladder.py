@@ -122,9 +122,9 @@ def test_npu_padded_rows_window_is_exact(llm_quick, emu_core):
     assert back.impl.subs.prefill.get_property("NPU_EMU_SKIP_PADDED_ROWS") == "YES"
 
 
-def _attention_case(groups: int, boolean: bool, seed: int = 0):
+def _attention_case(groups: int, boolean: bool, seed: int = 0, L: int = 256, D: int = 16, w0: int = 128):
     rng = np.random.default_rng(seed)
-    L, D, hkv, w0 = 256, 16, 2, 128
+    hkv = 2
     q = rng.standard_normal((1, hkv * groups, L, D)).astype(np.float32)
     k = rng.standard_normal((1, hkv, L, D)).astype(np.float32)
     v = rng.standard_normal((1, hkv, L, D)).astype(np.float32)
@@ -138,17 +138,35 @@ def _attention_case(groups: int, boolean: bool, seed: int = 0):
     return q, k, v, mask, w0
 
 
-@pytest.mark.parametrize("groups", [1, 2])
-@pytest.mark.parametrize("boolean", [False, True])
-def test_sdpa_window_rows_equal_full(groups, boolean):
+@pytest.mark.parametrize(
+    ("groups", "boolean", "L", "D", "w0", "dtype"),
+    [
+        (1, False, 256, 16, 128, np.float32),
+        (2, False, 256, 16, 128, np.float32),
+        (1, True, 256, 16, 128, np.float32),
+        (2, True, 256, 16, 128, np.float32),
+        # a window inside one row block, L no multiple of the block (a short block first), f16
+        # operands (the f32 copies), three query heads per K/V head
+        (3, False, 200, 32, 170, np.float32),
+        (2, False, 256, 16, 100, np.float16),
+    ],
+)
+def test_sdpa_window_rows_equal_full(groups, boolean, L, D, w0, dtype):
+    """The window's rows are the full run's bit for bit, on any host: both make the same BLAS
+    calls (row_blocks) on the rows they share.  K and V rows before the window hold garbage
+    (left uncomputed by the row-wise tasks): they must not matter."""
     from ov_npu_emu.npu.device.kernels import RowWindow, make_kernel
 
-    q, k, v, mask, w0 = _attention_case(groups, boolean)
+    q, k, v, mask, w0 = _attention_case(groups, boolean, L=L, D=D, w0=w0)
+    q, k, v = (x.astype(dtype) for x in (q, k, v))
     params = np.array([0, 1, 0, groups], np.float64)
-    full, part = np.zeros_like(q), np.full_like(q, np.nan)
+    full, part = np.zeros((*q.shape[:-1], D), np.float32), np.full((*q.shape[:-1], D), np.nan, np.float32)
     make_kernel("sdpa", [q, k, v, mask], [full], params)()
+    kg, vg = k.copy(), v.copy()
+    kg[..., :w0, :] = np.finfo(dtype).max
+    vg[..., :w0, :] = np.nan
     window = RowWindow()
-    run = make_kernel("sdpa", [q, k, v, mask], [part], params, window)
+    run = make_kernel("sdpa", [q, kg, vg, mask], [part], params, window)
     window.size, window.start = q.shape[-2], w0
     run()
     assert window.used == 1 and not window.violated
@@ -156,21 +174,28 @@ def test_sdpa_window_rows_equal_full(groups, boolean):
     assert not part[..., :w0, :].any()  # padding rows zeroed (finite)
 
 
-def test_sdpa_window_unusable_shape_stops_the_hint():
-    """stories260K's attention at 256 rows: no row count below 256 gives BLAS's full rows."""
+def test_sdpa_window_refusals():
+    """A mask that lets a window row see a padding column: no window (the driver re-runs the
+    inference without it); a square attention too small for the row-block path: the hint stops."""
     from ov_npu_emu.npu.device.kernels import RowWindow, make_kernel
 
-    rng = np.random.default_rng(1)
-    L, w0 = 256, 128
-    q = rng.standard_normal((1, 8, L, 8)).astype(np.float32)
-    k = rng.standard_normal((1, 4, L, 8)).astype(np.float32)
-    v = rng.standard_normal((1, 4, L, 8)).astype(np.float32)
-    mask = np.where(np.tril(np.ones((L, L), bool)), 0.0, -65504.0).astype(np.float32)[None, None]
-    mask[..., w0:, :w0] = -65504.0
+    q, k, v, mask, w0 = _attention_case(2, False)
+    mask[..., w0 + 10, 3] = 0.0  # a real row attends a padding column
     out = np.full_like(q, 7.0)
     window = RowWindow()
     run = make_kernel("sdpa", [q, k, v, mask], [out], np.array([0, 1, 0, 2], np.float64), window)
-    window.size, window.start = L, w0
+    window.size, window.start = q.shape[-2], w0
+    run()
+    assert window.violated and not window.unusable and (out == 7.0).all()
+
+    rng = np.random.default_rng(1)
+    L = 4  # fewer than 8 query rows: the decode-shaped products, no row blocks
+    q, k, v = (rng.standard_normal((1, 2, L, 8)).astype(np.float32) for _ in range(3))
+    mask = np.where(np.tril(np.ones((L, L), bool)), 0.0, -65504.0).astype(np.float32)[None, None]
+    out = np.full_like(q, 7.0)
+    window = RowWindow()
+    run = make_kernel("sdpa", [q, k, v, mask], [out], np.array([0, 1, 0, 1], np.float64), window)
+    window.size, window.start = L, 2
     run()
     assert window.violated and window.unusable and (out == 7.0).all()
 

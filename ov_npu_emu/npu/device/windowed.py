@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 #: kernels whose per-row results could depend on how many rows run (BLAS blocking, reduction
 #: order): a window size is used for them only after a probe on random data gives the full
-#: run's rows bit for bit (kernels/attention._window_rows does the same for attention)
+#: run's rows bit for bit (attention instead repeats the full run's own row-block calls)
 _PROBED = ("matmul", "matmul_dq", "conv", "softmax", "log_softmax", "mvn", "cumsum", "reduce_")
 _PROBES: dict[tuple[Any, ...], bool] = {}
 #: kernels that write their output only through ufunc ``out=`` / ``np.copyto`` (never a reshape

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import threading
@@ -31,7 +32,7 @@ class RowWindow:
         self.start = 0
         self.violated = False
         self.used = 0  # attention tasks that ran on the window in the last inference
-        self.unusable = False  # an attention's shapes admit no exact window: stop hinting
+        self.unusable = False  # an attention's layout admits no window: stop hinting
         # row-wise tasks (device/windowed.py) in the last inference: how many ran on the window,
         # and the token rows they computed against the rows a full run computes
         self.windowed_tasks = 0
@@ -66,15 +67,22 @@ _SKIP_SHARE = 0.05
 _SKIP_MIN_SCORES = 1 << 16
 
 
-def _softmax_times_v(scores, rowmax, v, o, direct: bool) -> None:  # type: ignore[no-untyped-def]
+def _softmax_times_v(scores, rowmax, v, o, direct: bool, blocks=None) -> None:  # type: ignore[no-untyped-def]
     """``o = softmax(scores, -1) @ v``, the softmax in place in ``scores`` (``rowmax`` is scratch);
-    ``direct``: ``o`` has the product's shape and dtype, else it is copied in reshaped."""
+    ``direct``: ``o`` has the product's shape and dtype, else it is copied in reshaped;
+    ``blocks``: the [a, b) score rows of each product call (:func:`row_blocks`), else one call."""
     np.maximum.reduce(scores, axis=-1, keepdims=True, out=rowmax)  # np.max/np.sum minus their Python layers
     np.subtract(scores, rowmax, out=scores)
     np.exp(scores, out=scores)
     np.add.reduce(scores, axis=-1, keepdims=True, out=rowmax)
     np.divide(scores, rowmax, out=scores)
-    if direct:
+    if blocks is not None:
+        out = o if direct else np.empty((*scores.shape[:-1], v.shape[-1]), np.float32)
+        for a, b in blocks:
+            np.matmul(scores[..., a:b, :], v, out=out[..., a:b, :])
+        if not direct:
+            np.copyto(o, out.reshape(o.shape), casting="unsafe")
+    elif direct:
         np.matmul(scores, v, out=o)
     else:
         np.copyto(o, np.matmul(scores, v).reshape(o.shape), casting="unsafe")
@@ -169,163 +177,135 @@ def _masked_column_skipper(
     return run
 
 
-#: (batch, Hkv, G, L, D, Dv, window rows) -> rows per group the window's products run with, or 0
-#: when no row count up to L gives the full products' rows bit for bit (see _window_rows)
-_WINDOW_ROWS: dict[tuple[int, ...], int] = {}
+@dataclasses.dataclass
+class _SquareOps:
+    """What a square attention's window path shares with its full run: the operands (``q5``,
+    ``o5``: (..., Hkv, G, L, D); ``k``, ``v``: (..., Hkv, L, D); ``mask5`` broadcastable to the
+    (..., Hkv, G, L, L) scores), and the full run's call layout: its row ``blocks`` of the
+    stacked query rows ``q_in`` ((..., G * L, D)), K^T as ``k_src`` and the scores' ``batch``."""
+
+    q5: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    mask5: np.ndarray | None
+    bias: np.ndarray | None
+    o5: np.ndarray
+    groups: int
+    blocks: list[tuple[int, int]]
+    q_in: np.ndarray
+    k_src: np.ndarray
+    batch: tuple[int, ...]
+
+
+#: query rows per BLAS call of a square (prefill) attention, counted back from its last row.  The
+#: full run and a token-row window make the very same calls on the rows they share, so the
+#: window's rows are the full run's bit for bit by construction: BLAS picks its kernel and
+#: summation order from the operand shapes (and the CPU), so a window run at other shapes only
+#: agreed where a probe on random data said so - on an AVX2-only AMD EPYC host no shape of the
+#: LLMs measured did, and every windowed prefill ran twice.
+ROW_BLOCK = 64
 _WINDOW_LOCK = threading.Lock()
 
 
-def _window_rows(lead: tuple[int, ...], G: int, L: int, D: int, Dv: int, w: int) -> int:
-    """Rows per group (>= ``w``) with which the window's QK^T and probs @ V give the full
-    products' rows bit for bit, checked once per shape on random data.
-
-    BLAS picks its kernel by problem size (OpenBLAS here: a "small matrix" kernel whose
-    accumulation order differs, e.g. 64 of 1024 rows against 8 columns), so the window runs
-    with extra zero rows, doubling from ``w``, until its rows equal the full product's; 0 when
-    only the full row count does (then attention takes no window).
-    """
-    key = (*lead, G, L, D, Dv, w)
-    with _WINDOW_LOCK:
-        if key in _WINDOW_ROWS:
-            return _WINDOW_ROWS[key]
-        rng = np.random.default_rng(0)
-        q = rng.standard_normal((*lead, G * L, D)).astype(np.float32)
-        kt = rng.standard_normal((*lead, D, L)).astype(np.float32)
-        p = rng.random((*lead, G * L, L), dtype=np.float32)
-        v = rng.standard_normal((*lead, L, Dv)).astype(np.float32)
-        full_s = np.matmul(q, kt).reshape(*lead, G, L, L)
-        full_o = np.matmul(p, v).reshape(*lead, G, L, Dv)
-        found, m = 0, w
-        while m < L:
-            qw = np.ascontiguousarray(q.reshape(*lead, G, L, D)[..., L - m :, :]).reshape(*lead, G * m, D)
-            pw = np.ascontiguousarray(p.reshape(*lead, G, L, L)[..., L - m :, :]).reshape(*lead, G * m, L)
-            sw = np.matmul(qw, np.ascontiguousarray(kt[..., L - w :])).reshape(*lead, G, m, w)
-            ow = np.matmul(pw, v).reshape(*lead, G, m, Dv)
-            if np.array_equal(sw[..., m - w :, :], full_s[..., L - w :, L - w :]) and np.array_equal(
-                ow[..., m - w :, :], full_o[..., L - w :, :]
-            ):
-                found = m
-                break
-            m *= 2
-        _WINDOW_ROWS[key] = found
-        return found
+def row_blocks(L: int, groups: int) -> list[tuple[int, int]]:
+    """[a, b) rows of the stacked (groups * L) query axis per BLAS call: ROW_BLOCK rows counted
+    back from each group's last row (a shorter block first when L is no multiple of it)."""
+    cuts = sorted({0, *range(L % ROW_BLOCK, L, ROW_BLOCK)})
+    per_group = list(zip(cuts, [*cuts[1:], L], strict=True))
+    return [(g * L + a, g * L + b) for g in range(groups) for a, b in per_group if b > a]
 
 
-#: (batch, Hkv, G, L, Dv, window, rows per group) -> whether the window's probabilities over the
-#: window columns alone give the full-width (zero-padded) row sums and probs @ V bit for bit
-_NARROW: dict[tuple[int, ...], bool] = {}
-
-
-def _narrow_ok(lead: tuple[int, ...], G: int, L: int, Dv: int, w: int, m: int) -> bool:
-    """Checked once per shape on random data, like :func:`_window_rows`: the sums and BLAS
-    products skip the w0 zero columns only if their accumulation order is unchanged by that."""
-    key = (*lead, G, L, Dv, w, m)
-    with _WINDOW_LOCK:
-        hit = _NARROW.get(key)
-        if hit is not None:
-            return hit
-        rng = np.random.default_rng(1)
-        w0 = L - w
-        p = rng.random((*lead, G, L, L), dtype=np.float32)
-        p[..., :w0] = 0.0
-        v = rng.standard_normal((*lead, L, Dv)).astype(np.float32)
-        full_o = np.matmul(p.reshape(*lead, G * L, L), v).reshape(*lead, G, L, Dv)[..., w0:, :]
-        full_s = np.add.reduce(p, axis=-1)[..., w0:]
-        pn = np.zeros((*lead, G, m, w), np.float32)
-        pn[..., m - w :, :] = p[..., w0:, w0:]
-        nar_o = np.matmul(pn.reshape(*lead, G * m, w), np.ascontiguousarray(v[..., w0:, :]))
-        nar_o = nar_o.reshape(*lead, G, m, Dv)[..., m - w :, :]
-        nar_s = np.add.reduce(pn[..., m - w :, :], axis=-1)
-        ok = bool(np.array_equal(full_o, nar_o) and np.array_equal(full_s, nar_s))
-        _NARROW[key] = ok
-        return ok
-
-
-def _windowed_attention(q5, k4, v4, mask5, bias, o5, scale: float, window: RowWindow) -> bool:
-    """Attention of the rows [start, L) over the columns [start, S) only; False (and nothing
+def _windowed_attention(ops: _SquareOps, scale: float, window: RowWindow) -> bool:
+    """Attention of the rows [start, L) over the columns [start, L) only; False (and nothing
     written) when the mask does not provably shut those rows off the columns before ``start``.
 
-    ``q5``/``o5``: (..., Hkv, G, L, D) (G query heads per K/V head, 1 without grouping),
-    ``k4``/``v4``: (..., Hkv, S, D), ``mask5`` broadcastable to the (..., Hkv, G, L, S) scores.
     The driver sets the window only when every padding row is the same token at the same
     position (so they all compute the same K/V) and the window holds at least one padding row:
     the window's K rows then bound every skipped column's K.  With B = max|q| * max|K| * D *
     |scale| over the window (any score moves by at most B), a padding column whose mask is
     <= min over window rows of the row's best open mask entry - 2B - margin has
     exp(score - rowmax) == 0 exactly in f32, as the masked-column skipper proves it; boolean
-    masks must simply be False there.  The probabilities are then laid out full-width (exact
-    zeros in the padding columns) so that the row sums and probs @ V add in the full
-    computation's order: the window rows are the full computation's, bit for bit (given BLAS
-    rows independent of the row count, see WINDOW_ALIGN in the NPU plugin).  The padding rows
-    of ``o5`` are zeroed (finite: no 0 * NaN can reach a real row later).
+    masks must simply be False there.  QK^T and probs @ V run as the full run's own calls
+    (:func:`row_blocks`) on the blocks holding window rows, against all L key columns; the
+    scores before the window (uncomputed K rows) are replaced by the exact zeros the full run's
+    exp() gives there, V's rows before the window by zeros (0 * finite V adds +0 either way), so
+    the row sums and products add the same terms in the same order: the window rows are the
+    full computation's, bit for bit.  The padding rows of the output are zeroed (finite: no
+    0 * NaN can reach a real row later).
     """
+    q, k, v, mask5, bias, o5 = ops.q5, ops.k, ops.v, ops.mask5, ops.bias, ops.o5
     w0 = window.start
-    L = q5.shape[-2]
+    L = q.shape[-2]
     if mask5 is None or mask5.shape[-1] != L:
         return False  # no mask, or one broadcast over the columns: the padding stays open
     mrows = mask5[..., w0:, :] if mask5.shape[-2] == L else mask5
     pad, win = mrows[..., :w0], mrows[..., w0:]
-    G, w = q5.shape[-3], L - w0
-    lead = q5.shape[:-3]
-    m = _window_rows(tuple(lead), G, L, q5.shape[-1], v4.shape[-1], w) if k4.shape[:-2] == lead else 0
-    if not m:
-        window.unusable = True  # a property of the shapes: no later inference can do better
-        return False
-    # the window rows last in m rows per group; the m - w rows before them are zero (discarded)
-    qm = np.zeros((*lead, G, m, q5.shape[-1]), np.float32)
-    qm[..., m - w :, :] = q5[..., w0:, :]
-    qs = qm.reshape(*lead, G * m, q5.shape[-1])
-    ks = k4[..., w0:, :]
+    qw, kw = q[..., w0:, :], k[..., w0:, :]
+
+    def absmax(x: np.ndarray) -> float:  # NaN propagates through both reductions
+        return max(abs(float(np.maximum.reduce(x, axis=None))), abs(float(np.minimum.reduce(x, axis=None))))
+
     if mask5.dtype == np.bool_:
         if pad.any() or not np.logical_or.reduce(win, axis=-1).all():
             return False
     else:
         open_min = float(np.minimum.reduce(np.maximum.reduce(win, axis=-1), axis=None))
-        bound = (
-            max(abs(float(np.maximum.reduce(qs, axis=None))), abs(float(np.minimum.reduce(qs, axis=None))))
-            * max(abs(float(np.maximum.reduce(ks, axis=None))), abs(float(np.minimum.reduce(ks, axis=None))))
-            * q5.shape[-1]
-            * abs(scale)
-            * (1.0 + 2.0**-10)
-        )
+        bound = absmax(qw) * absmax(kw) * q.shape[-1] * abs(scale) * (1.0 + 2.0**-10)
         if not (math.isfinite(open_min) and math.isfinite(bound)):
             return False
         limit = open_min - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(open_min) + 2.0 * bound)
         if not float(np.maximum.reduce(pad, axis=None)) <= limit:
             return False
-    # V's padding rows before w0 meet only exact-zero probabilities; row-wise tasks that ran on
-    # the window left them uncomputed, so they read as zeros here (0 * any finite V adds the
-    # same +0 to a sum, so the window rows are the full computation's either way)
-    narrow = _narrow_ok(tuple(lead), G, L, v4.shape[-1], w, m)
-    if narrow:  # the window's columns alone give the same sums and products (probed)
-        vf = np.ascontiguousarray(v4[..., w0:, :], dtype=np.float32)
-    else:
-        vf = np.zeros(v4.shape, np.float32)
-        np.copyto(vf[..., w0:, :], v4[..., w0:, :], casting="unsafe")
-    if not math.isfinite(
-        max(abs(float(np.maximum.reduce(vf, axis=None))), abs(float(np.minimum.reduce(vf, axis=None))))
-    ):
+    # V's rows before the window meet only exact-zero probabilities: zeros here (the row-wise
+    # tasks that ran on the window left them uncomputed)
+    vf = np.zeros(v.shape, np.float32)
+    np.copyto(vf[..., w0:, :], v[..., w0:, :], casting="unsafe")
+    if not math.isfinite(absmax(vf)):
         return False  # 0 * inf: a zero probability would not zero a padding column's V
-    kt = np.ascontiguousarray(np.swapaxes(ks, -1, -2), dtype=np.float32)
-    scm = np.matmul(qs, kt)  # (..., Hkv, G*m, w): plain stacked GEMMs (no broadcast: BLAS)
-    sc5 = scm.reshape(*lead, G, m, w)[..., m - w :, :]
-    np.multiply(sc5, scale, out=sc5)
+    # The full run's calls on the row blocks holding window rows, into arrays of this run: the
+    # full run's persistent scratch (hundreds of MB for a 3B model, transparent huge pages)
+    # would stay resident for the few rows a window touches.  The operands keep the full run's
+    # shapes and row strides (all L key columns); only where they live differs.
+    G, batch = ops.groups, ops.batch
+    blocks = [(a, b) for a, b in ops.blocks if b % L == 0 or b % L > w0]  # blocks holding window rows
+    first = min(a % L for a, _ in blocks)  # rows [first, L) of each group run (padding before w0)
+    n = L - first
+
+    def local(a: int, b: int) -> tuple[int, slice]:  # stacked rows [a, b) -> (group, rows here)
+        return a // L, slice(a % L - first, a % L - first + b - a)
+
+    qb = np.empty((*ops.q_in.shape[:-2], G, n, ops.q_in.shape[-1]), np.float32)
+    for g in range(G):
+        np.copyto(qb[..., g, :, :], ops.q_in[..., g * L + first : (g + 1) * L, :], casting="unsafe")
+    kt = np.empty(ops.k_src.shape, np.float32)
+    np.copyto(kt, ops.k_src, casting="unsafe")
+    s5 = np.empty((*batch, G, n, L), np.float32)
+    with np.errstate(all="ignore"):  # the scores of the uncomputed K columns are discarded
+        for a, b in blocks:
+            g, r = local(a, b)
+            np.matmul(qb[..., g, r, :], kt, out=s5[..., g, r, :])
+    sw = s5[..., w0 - first :, w0:]
+    np.multiply(sw, scale, out=sw)
     if mask5.dtype == np.bool_:
-        np.copyto(sc5, -np.inf, where=~win)
+        np.copyto(sw, -np.inf, where=~win)
     else:
-        np.add(sc5, win, out=sc5, casting="unsafe")
+        np.add(sw, win, out=sw, casting="unsafe")
     if bias is not None:
-        np.add(sc5, bias[w0:, w0:], out=sc5)
-    rowmax = np.maximum.reduce(sc5, axis=-1, keepdims=True)
-    np.subtract(sc5, rowmax, out=sc5)
-    width = w if narrow else L
-    probs = np.zeros((*lead, G, m, width), np.float32)
-    np.exp(sc5, out=probs[..., m - w :, width - w :])
-    total = np.add.reduce(probs[..., m - w :, :], axis=-1, keepdims=True)
-    np.divide(probs[..., m - w :, :], total, out=probs[..., m - w :, :])
-    out = np.matmul(probs.reshape(*lead, G * m, width), vf).reshape(*lead, G, m, vf.shape[-1])
+        np.add(sw, bias[w0:, w0:], out=sw)
+    rowmax = np.maximum.reduce(sw, axis=-1, keepdims=True)
+    np.subtract(sw, rowmax, out=sw)
+    np.exp(sw, out=sw)
+    s5[..., : w0 - first, :] = 0.0  # padding rows of the blocks: finite, discarded
+    s5[..., w0 - first :, :w0] = 0.0  # the full run's exact zeros
+    rows = s5[..., w0 - first :, :]
+    total = np.add.reduce(rows, axis=-1, keepdims=True)
+    np.divide(rows, total, out=rows)
+    out5 = np.empty((*batch, G, n, vf.shape[-1]), np.float32)
+    for a, b in blocks:
+        g, r = local(a, b)
+        np.matmul(s5[..., g, r, :], vf, out=out5[..., g, r, :])
     o5[..., :w0, :] = 0
-    np.copyto(o5[..., w0:, :], out[..., m - w :, :], casting="unsafe")
+    np.copyto(o5[..., w0:, :], out5[..., w0 - first :, :], casting="unsafe")
     window.used += 1
     return True
 
@@ -432,6 +412,8 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
     skip = None
     if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
         skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct)
+    # square (prefill) attention: the products in row blocks that a token-row window repeats
+    blocks = row_blocks(L, groups) if kt_buf is not None and L == S else None
     win_ops = None
     if window is not None:
         # one layout for the windowed path: (…, [G,] L|S, D), the mask broadcastable to it
@@ -445,14 +427,16 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
             ok = o_full.shape[:-2] == tuple(batch) and o_full.shape[-2] == L
             o5 = o_full[..., None, :, :] if ok else None
             mask5 = mask if mask is None or mask.ndim < 3 else mask[..., None, :, :]
-        if o5 is not None:
-            win_ops = (q5, k, v, mask5, bias, o5)
+        if o5 is not None and blocks is not None:
+            win_ops = _SquareOps(q5, k, v, mask5, bias, o5, groups, blocks, q, k_src, tuple(batch))
 
     def run() -> None:
         if window is not None and window.active(L, S):
             # the hint is on for this attention: the window or a re-run, never the full path
             # over padding rows that earlier windowed layers left zero
-            if win_ops is None or not _windowed_attention(*win_ops, scale, window):
+            if win_ops is None:
+                window.unusable = True  # a layout without the window path: stop hinting
+            if win_ops is None or not _windowed_attention(win_ops, scale, window):
                 window.violated = True
             return
         if f32:
@@ -470,6 +454,9 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
         elif qk_parts:
             for qg, sg in qk_parts:
                 np.matmul(qg, kt, out=sg)
+        elif blocks is not None:
+            for a, b in blocks:
+                np.matmul(q32[..., a:b, :], kt, out=scores[..., a:b, :])
         else:
             np.matmul(q32, kt, out=scores)
         np.multiply(scores, scale, out=scores)
@@ -481,6 +468,6 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
                 np.add(scores_m, mask, out=scores_m, casting="unsafe")
         if bias is not None:
             np.add(scores_m, bias, out=scores_m)
-        _softmax_times_v(scores, rowmax, v32, o, direct)
+        _softmax_times_v(scores, rowmax, v32, o, direct, blocks)
 
     return run
