@@ -5,6 +5,7 @@ the real openvino_genai on the same folders (f32 hints on both models)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -139,8 +140,14 @@ def test_optimum_export_equal_real(real_genai: Any) -> None:
     main, draft = FIXTURES / "llama-fp32", FIXTURES / "llama-int8"
     ours = _pipe(genai_shim, main, draft)
     real = _pipe(real_genai, main, draft)
-    ids = ov.Tensor(np.asarray([[5, 17, 99, 300, 7]], dtype=np.int64))
-    for kw in ({"max_new_tokens": 32, "num_assistant_tokens": 4}, {"max_new_tokens": 24}):
+    accepted = drafted = 0
+    # two prompts: which candidates the int8 draft gets right depends on the host's kernels
+    # (an Intel host rejected one of the first prompt's 24, an AMD EPYC two of the second's)
+    for prompt, kw in itertools.product(
+        ([5, 17, 99, 300, 7], [400, 12, 7, 7, 300]),
+        ({"max_new_tokens": 32, "num_assistant_tokens": 4}, {"max_new_tokens": 24}),
+    ):
+        ids = ov.Tensor(np.asarray([prompt], dtype=np.int64))
         a, b = ours.generate(ids, **kw), real.generate(ids, **kw)
         assert a.tokens == b.tokens
         ea, eb = a.extended_perf_metrics, b.extended_perf_metrics
@@ -149,7 +156,9 @@ def test_optimum_export_equal_real(real_genai: Any) -> None:
         assert list(ea.draft_model_metrics.raw_metrics.m_batch_sizes) == list(
             eb.draft_model_metrics.raw_metrics.m_batch_sizes)
         assert list(a.perf_metrics.raw_metrics.m_batch_sizes) == list(b.perf_metrics.raw_metrics.m_batch_sizes)
-    assert 0 < ea.get_num_accepted_tokens() < ea.get_num_draft_tokens()  # int8 draft: 23 of 24 pass
+        accepted += ea.get_num_accepted_tokens()
+        drafted += ea.get_num_draft_tokens()
+    assert 0 < accepted < drafted  # candidates both pass and fail
 
 
 def test_sdpa_backend_refused_as_real(stories_dir: Path, real_genai: Any) -> None:
