@@ -67,6 +67,11 @@ _SKIP_SHARE = 0.05
 _SKIP_MIN_SCORES = 1 << 16
 
 
+def _absmax(x: np.ndarray) -> float:
+    """max |x|; NaN propagates through both reductions."""
+    return max(abs(float(np.maximum.reduce(x, axis=None))), abs(float(np.minimum.reduce(x, axis=None))))
+
+
 def _softmax_times_v(scores, rowmax, v, o, direct: bool, blocks=None) -> None:  # type: ignore[no-untyped-def]
     """``o = softmax(scores, -1) @ v``, the softmax in place in ``scores`` (``rowmax`` is scratch);
     ``direct``: ``o`` has the product's shape and dtype, else it is copied in reshaped;
@@ -130,9 +135,6 @@ def _masked_column_skipper(
     qa = q32.reshape(-1) if q32.flags.c_contiguous else q32
     ka, va = k.reshape(-1), v.reshape(-1)
 
-    def absmax(x: np.ndarray) -> float:  # NaN propagates through both reductions
-        return max(abs(float(np.maximum.reduce(x, axis=None))), abs(float(np.minimum.reduce(x, axis=None))))
-
     def run() -> bool:
         if is_bool:
             np.logical_or.reduce(m2, axis=0, out=colmax)
@@ -147,8 +149,8 @@ def _masked_column_skipper(
             if not math.isfinite(rowmin) or np.count_nonzero(colmax <= rowmin - _EXP_ZERO_MARGIN) < _SKIP_SHARE * S:
                 return False
         # the relative terms cover the f32 roundings of q.k (D terms), scale and mask additions
-        bound = absmax(qa) * absmax(ka) * D * abs(scale) * (1.0 + 2.0**-10)
-        if not math.isfinite(bound) or not math.isfinite(absmax(va)):
+        bound = _absmax(qa) * _absmax(ka) * D * abs(scale) * (1.0 + 2.0**-10)
+        if not math.isfinite(bound) or not math.isfinite(_absmax(va)):
             return False
         if not is_bool:
             limit = rowmin - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(rowmin) + 2.0 * bound)
@@ -242,15 +244,12 @@ def _windowed_attention(ops: _SquareOps, scale: float, window: RowWindow) -> boo
     pad, win = mrows[..., :w0], mrows[..., w0:]
     qw, kw = q[..., w0:, :], k[..., w0:, :]
 
-    def absmax(x: np.ndarray) -> float:  # NaN propagates through both reductions
-        return max(abs(float(np.maximum.reduce(x, axis=None))), abs(float(np.minimum.reduce(x, axis=None))))
-
     if mask5.dtype == np.bool_:
         if pad.any() or not np.logical_or.reduce(win, axis=-1).all():
             return False
     else:
         open_min = float(np.minimum.reduce(np.maximum.reduce(win, axis=-1), axis=None))
-        bound = absmax(qw) * absmax(kw) * q.shape[-1] * abs(scale) * (1.0 + 2.0**-10)
+        bound = _absmax(qw) * _absmax(kw) * q.shape[-1] * abs(scale) * (1.0 + 2.0**-10)
         if not (math.isfinite(open_min) and math.isfinite(bound)):
             return False
         limit = open_min - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(open_min) + 2.0 * bound)
@@ -260,7 +259,7 @@ def _windowed_attention(ops: _SquareOps, scale: float, window: RowWindow) -> boo
     # tasks that ran on the window left them uncomputed)
     vf = np.zeros(v.shape, np.float32)
     np.copyto(vf[..., w0:, :], v[..., w0:, :], casting="unsafe")
-    if not math.isfinite(absmax(vf)):
+    if not math.isfinite(_absmax(vf)):
         return False  # 0 * inf: a zero probability would not zero a padding column's V
     # The full run's calls on the row blocks holding window rows, into arrays of this run: the
     # full run's persistent scratch (hundreds of MB for a 3B model, transparent huge pages)
