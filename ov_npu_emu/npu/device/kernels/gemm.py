@@ -25,6 +25,7 @@ pass over the real weights.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import itertools
 import threading
@@ -74,9 +75,32 @@ _blas_users = 0
 _blas_saved: list[tuple[Any, int]] = []
 
 
+class _OpenBLAS:
+    """One loaded OpenBLAS's process-wide thread count, called directly: threadpoolctl finds the
+    libraries, but its own setter (3.8 on) obeys only the first Python thread that ever set it,
+    while the threads running inferences here come and go (the count of users is kept below)."""
+
+    def __init__(self, path: str) -> None:
+        lib = ctypes.CDLL(path)  # the loaded library itself (dlopen of a loaded path)
+        names = [(f"{p}openblas_get_num_threads{s}", f"{p}openblas_set_num_threads{s}")
+                 for p in ("", "scipy_") for s in ("", "64_")]
+        get, put = next(((getattr(lib, g), getattr(lib, t)) for g, t in names
+                         if hasattr(lib, g) and hasattr(lib, t)), (None, None))
+        if get is None or put is None:
+            raise AttributeError(f"no OpenBLAS thread-count functions in {path}")
+        get.restype, put.argtypes = ctypes.c_int, [ctypes.c_int]
+        self.get_num_threads, self.set_num_threads = get, put
+
+
 @functools.cache
-def _blas_libraries() -> list[Any]:
-    return list(ThreadpoolController().select(user_api="blas").lib_controllers)
+def _blas_libraries() -> list[_OpenBLAS]:
+    libs = []
+    for info in ThreadpoolController().select(internal_api="openblas").info():
+        try:
+            libs.append(_OpenBLAS(info["filepath"]))
+        except (OSError, AttributeError):  # another build: its threads stay as they are
+            pass
+    return libs
 
 
 @contextlib.contextmanager
