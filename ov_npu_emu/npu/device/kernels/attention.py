@@ -184,7 +184,7 @@ class _SquareOps:
     """What a square attention's window path shares with its full run: the operands (``q5``,
     ``o5``: (..., Hkv, G, L, D); ``k``, ``v``: (..., Hkv, L, D); ``mask5`` broadcastable to the
     (..., Hkv, G, L, L) scores), and the full run's call layout: its row ``blocks`` of the
-    stacked query rows ``q_in`` ((..., G * L, D)), K^T as ``k_src`` and the scores' ``batch``."""
+    stacked (..., G * L) query rows and the scores' ``batch``."""
 
     q5: np.ndarray
     k: np.ndarray
@@ -194,8 +194,6 @@ class _SquareOps:
     o5: np.ndarray
     groups: int
     blocks: list[tuple[int, int]]
-    q_in: np.ndarray
-    k_src: np.ndarray
     batch: tuple[int, ...]
 
 
@@ -273,11 +271,8 @@ def _windowed_attention(ops: _SquareOps, scale: float, window: RowWindow) -> boo
     def local(a: int, b: int) -> tuple[int, slice]:  # stacked rows [a, b) -> (group, rows here)
         return a // L, slice(a % L - first, a % L - first + b - a)
 
-    qb = np.empty((*ops.q_in.shape[:-2], G, n, ops.q_in.shape[-1]), np.float32)
-    for g in range(G):
-        np.copyto(qb[..., g, :, :], ops.q_in[..., g * L + first : (g + 1) * L, :], casting="unsafe")
-    kt = np.empty(ops.k_src.shape, np.float32)
-    np.copyto(kt, ops.k_src, casting="unsafe")
+    qb = np.ascontiguousarray(q[..., first:, :], dtype=np.float32)  # (..., G, n, D)
+    kt = np.ascontiguousarray(np.swapaxes(k, -1, -2), dtype=np.float32)  # as the full run's kt_buf
     s5 = np.empty((*batch, G, n, L), np.float32)
     with np.errstate(all="ignore"):  # the scores of the uncomputed K columns are discarded
         for a, b in blocks:
@@ -427,7 +422,7 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
             o5 = o_full[..., None, :, :] if ok else None
             mask5 = mask if mask is None or mask.ndim < 3 else mask[..., None, :, :]
         if o5 is not None and blocks is not None:
-            win_ops = _SquareOps(q5, k, v, mask5, bias, o5, groups, blocks, q, k_src, tuple(batch))
+            win_ops = _SquareOps(q5, k, v, mask5, bias, o5, groups, blocks, tuple(batch))
 
     def run() -> None:
         if window is not None and window.active(L, S):
@@ -435,7 +430,8 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
             # over padding rows that earlier windowed layers left zero
             if win_ops is None:
                 window.unusable = True  # a layout without the window path: stop hinting
-            if win_ops is None or not _windowed_attention(win_ops, scale, window):
+                window.violated = True
+            elif not _windowed_attention(win_ops, scale, window):
                 window.violated = True
             return
         if f32:

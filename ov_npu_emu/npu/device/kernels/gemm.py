@@ -30,7 +30,6 @@ import functools
 import itertools
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import numpy as np
 from numba import njit
@@ -72,7 +71,7 @@ _SCRATCH = threading.local()
 
 _BLAS_LOCK = threading.Lock()
 _blas_users = 0
-_blas_saved: list[tuple[Any, int]] = []
+_blas_saved: list[tuple[_OpenBLAS, int]] = []
 
 
 class _OpenBLAS:
@@ -175,10 +174,17 @@ def _exact_rows(h: int, k: int, m_rows: int, need: int) -> int:
     buffer, contiguous transposed activations, row slices of the output): BLAS picks its kernel
     and summation order from the shapes alone."""
     key = (h, k, m_rows, need)
-    with _EXACT_LOCK, one_blas_thread():
+    with _EXACT_LOCK:
         hit = _EXACT_ROWS.get(key)
         if hit is not None:
             return hit
+        return _probe_exact_rows(key)
+
+
+def _probe_exact_rows(key: tuple[int, int, int, int]) -> int:
+    """:func:`_exact_rows`'s probe (under its lock), BLAS on one thread as in the runs."""
+    h, k, m_rows, need = key
+    with one_blas_thread():
         rng = np.random.default_rng(0)
         w = _block_buffer(h * k).reshape(h, k)
         trials = []
