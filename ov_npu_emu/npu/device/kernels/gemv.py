@@ -260,6 +260,44 @@ def _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row):  # type:
             dst[j] = _w(np.float32(qg[j] ^ qf), z, s, mul_f16)
 
 
+@intrinsic
+def _nibble(typingctx, b, high):  # type: ignore[no-untyped-def]
+    """The low (``high`` False) or high nibble of a u8 as f32, in 8-bit lanes (numba's own
+    integer ops widen to 64 bits first)."""
+    if b != types.uint8 or not isinstance(high, types.BooleanLiteral):
+        return None
+    shift = high.literal_value
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        v = args[0]
+        v = builder.lshr(v, ir.Constant(ir.IntType(8), 4)) if shift else builder.and_(v, ir.Constant(ir.IntType(8), 15))
+        return builder.uitofp(v, ir.FloatType())
+
+    return types.float32(b, high), codegen
+
+
+@intrinsic
+def _byte(typingctx, b):  # type: ignore[no-untyped-def]
+    """A u8 as f32 in 8-bit lanes (see :func:`_nibble`)."""
+    if b != types.uint8:
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.uitofp(args[0], ir.FloatType())
+
+    return types.float32(b), codegen
+
+
+@njit(inline="always", **_JIT)
+def _q8_group_dot(xg, qg, z, flip):  # type: ignore[no-untyped-def]
+    """sum_j xg[j] * (q_j - z) over one group's codes ``qg`` (xor ``flip`` first: 128 reads
+    i8), for the group's scale to multiply once (see :func:`_q4_group_dot`)."""
+    part = np.float32(0.0)
+    for j in range(qg.shape[0]):
+        part += xg[j] * (_byte(np.uint8(qg[j] ^ flip)) - z)
+    return part
+
+
 @njit(**_JIT)
 def _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
     """8-bit weights, see :func:`_dq_row_q8`. One row: decompressed in registers."""
@@ -275,8 +313,13 @@ def _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row
         for g in range(groups):
             s, z = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp, zp_flip, q_flip, mul_f16)
             qg, xg = q[n, g], x[0, g * gs:(g + 1) * gs]
-            for j in range(gs):
-                acc += xg[j] * _w(np.float32(qg[j] ^ qf), z, s, mul_f16)
+            if mul_f16:  # each weight rounded to f16: the scale stays inside
+                for j in range(gs):
+                    acc += xg[j] * _w(np.float32(qg[j] ^ qf), z, s, mul_f16)
+            elif q_flip:  # as _q4_group_dot: the scale once per group, the flip a constant
+                acc += _q8_group_dot(xg, qg, z, np.uint8(128)) * s
+            else:
+                acc += _q8_group_dot(xg, qg, z, np.uint8(0)) * s
         out[0, n] = acc
 
 
@@ -305,6 +348,19 @@ def _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row, interleav
                 hi[j] = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
 
 
+@njit(inline="always", **_JIT)
+def _q4_group_dot(xe, xo, qg, z, flip):  # type: ignore[no-untyped-def]
+    """sum_j xe[j] * (lo_j - z) + xo[j] * (hi_j - z) over one group's bytes ``qg`` (xor ``flip``
+    first: 0x88 reads both nibbles as i4). ``q - z`` is a small integer, exact in f32, so the
+    group's scale can multiply the sum once instead of every weight (1.6x the decode throughput
+    of the per-weight form; one horizontal sum per group either way)."""
+    part = np.float32(0.0)
+    for j in range(qg.shape[0]):
+        b = np.uint8(qg[j] ^ flip)
+        part += xe[j] * (_nibble(b, False) - z) + xo[j] * (_nibble(b, True) - z)
+    return part
+
+
 @njit(**_JIT)
 def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
     """4-bit weights, see :func:`_dq_row_q4`; ``x_split`` is each activation row as [even
@@ -323,11 +379,16 @@ def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n
             s, z = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp, zp_flip, q_flip, mul_f16)
             qg = q[n, g]
             xe, xo = x_split[0, g * gh:(g + 1) * gh], x_split[0, half + g * gh:half + (g + 1) * gh]
-            for j in range(gh):
-                b = qg[j]
-                lo = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
-                hi = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
-                acc += xe[j] * lo + xo[j] * hi
+            if mul_f16:  # each weight rounded to f16: the scale stays inside
+                for j in range(gh):
+                    b = qg[j]
+                    lo = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
+                    hi = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
+                    acc += xe[j] * lo + xo[j] * hi
+            elif q_flip:  # the loop once per flip, the flip a constant in it (i4: 1.1x)
+                acc += _q4_group_dot(xe, xo, qg, z, np.uint8(0x88)) * s
+            else:
+                acc += _q4_group_dot(xe, xo, qg, z, np.uint8(0)) * s
         out[0, n] = acc
 
 
