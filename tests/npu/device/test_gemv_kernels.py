@@ -4,8 +4,10 @@ against the CPU plugin, the row limit of the gemv path, and the kernels against 
 decompressed weight (specials, NNCF's f16 multiply, signed zero points).
 
 Tolerances: the kernels decompress to the same f32 (or f16-rounded) weight values as the IR
-and only sum in another order, so any order's bound applies: |err| <= K * eps32 * (|x| @ |W|.T)
-(numpy checks); against the CPU plugin the suite's F32_TOL (1e-4 of the output scale)."""
+and only sum in another order (one activation row times an 8-/4-bit weight applies each group's
+scale to its sum of x * (q - zp): one more rounding per group), so any order's bound applies:
+|err| <= K * eps32 * (|x| @ |W|.T) (numpy checks); against the CPU plugin the suite's F32_TOL
+(1e-4 of the output scale)."""
 
 from __future__ import annotations
 

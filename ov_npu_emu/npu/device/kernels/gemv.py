@@ -3,16 +3,20 @@
 A decode step multiplies one (or a few) activation rows by every weight of the model once, so
 its cost is reading the weights. Decompressing them to f32 first (a cache, or a tile per run)
 moves 2-8x more bytes than the stored format; these numba kernels read f16 / 8-bit / 4-bit
-weights as stored, decompress each row in registers with the same f32 operations as
-:func:`..dequant.dequantize` (``(q - zp) * scale``, f16 converted exactly), and dot it with the
-activation rows. f32 weights (the ``matmul`` kernel's decode shapes) take the same loop shape.
+weights as stored and decompress them in registers. f16 converts exactly; one activation row
+times an 8-/4-bit weight sums ``x * (q - zp)`` over each group (``q - zp`` is a small integer,
+exact in f32) and multiplies the group's scale into that sum once, instead of into every
+weight as :func:`..dequant.dequantize` does (``(q - zp) * scale``), which the f16-rounding
+variant and several activation rows still do. f32 weights (the ``matmul`` kernel's decode
+shapes) take the same loop shape as f16.
 Output channels are split over the host's cores by numba parallel loops on its TBB threading
 layer (a hand-off of 2-3 µs, so products from 2^17 weight elements, 2^15 for 8-/4-bit, gain
 from the second core); without that layer, a thread pool (~20 µs a hand-off) from 2^18 (2^20
 for f32). The kernels release the GIL.
 
-Only the summation order differs from numpy/BLAS on a decompressed tile (the weight values are
-bit-identical), so results agree to f32 rounding. Prefill-shaped MatMuls (many rows) take
+Only the summation order (and, for the grouped formats on one row, where the scale enters)
+differs from numpy/BLAS on a decompressed tile, so results agree to f32 rounding: within any
+summation order's bound K * eps32 * (|x| @ |W|.T). Prefill-shaped MatMuls (many rows) take
 :mod:`.gemm`: there each decompressed weight is reused across rows and BLAS wins.
 """
 
