@@ -365,3 +365,38 @@ def test_other_threading_layers_keep_the_thread_pool(layer, monkeypatch):
     run = gemv_runner("f16", x, w, None, None, np.empty((1, 2048), np.float32), 256)
     assert getattr(run, "func", None) is None  # the pool's closure, not a numba parallel twin
     _check("f16", x, w, None, None)
+
+
+@pytest.mark.parametrize(("name", "gs"), [("u4", 32), ("i4", 128), ("u4", 256)])
+def test_one_row_4bit_takes_the_vector_ir_row_and_stays_in_bound(name, gs):
+    """One activation row times a 4-bit weight whose group is a multiple of 2 x Q4_ROW_STEP
+    codes runs :func:`gemv._q4_row_dot` (the vector IR row): the kernel's outputs are that
+    function's bits, row by row, and within the order-free bound of the exact product."""
+    from numba import njit
+
+    from ov_npu_emu.npu.device.kernels import gemv
+
+    rng = np.random.default_rng(11)
+    n, k = 40, 512
+    q, scale, zp = _random_codes(rng, name, False, n, k, gs)
+    if name == "i4":
+        zp = None
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    out = _check(name, x, q, scale, zp)  # the runner, against the bound
+
+    @njit
+    def rows(x_split, qb, s_rows, z_rows, gh, flip):  # type: ignore[no-untyped-def]
+        res = np.empty(qb.shape[0], np.float32)
+        half = x_split.shape[1] // 2
+        for r in range(qb.shape[0]):
+            res[r] = gemv._q4_row_dot(x_split[0, :half], x_split[0, half:], qb[r], s_rows[r], z_rows[r], gh, flip)
+        return res
+
+    x_split = np.empty_like(x)
+    gemv._split_columns(x, x_split)
+    z = np.full((n, k // gs), 8.0 if name == "i4" else 0.0, np.float32)
+    if zp is not None:
+        z += zp[..., 0]
+    got = rows(x_split, q.view(np.uint8), np.ascontiguousarray(scale[..., 0]), z, gs // 2,
+               np.uint8(0x88 if name == "i4" else 0))
+    np.testing.assert_array_equal(out[0], got)

@@ -365,6 +365,106 @@ def _q4_group_dot(xe, xo, qg, z, flip):  # type: ignore[no-untyped-def]
     return part
 
 
+_F32 = ir.FloatType()
+_I64 = ir.IntType(64)
+_V8F = ir.VectorType(_F32, 8)
+_V8B = ir.VectorType(ir.IntType(8), 8)
+#: bytes of 4-bit codes per pass of :func:`_q4_row_dot` (two 8-byte halves: four accumulators)
+Q4_ROW_STEP = 16
+
+
+def _splat(builder: ir.IRBuilder, value: ir.Value, vty: ir.VectorType) -> ir.Value:
+    undef = ir.Constant(vty, ir.Undefined)
+    one = builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(one, undef, ir.Constant(ir.VectorType(ir.IntType(32), vty.count), [0] * vty.count))
+
+
+@intrinsic
+def _q4_row_dot(typingctx, xe, xo, qrow, s, z, gh, flip):  # type: ignore[no-untyped-def]
+    """One row of a 4-bit weight times one activation row, written as vector IR:
+    ``sum_g s[g] * sum_j (xe[g*gh + j] * (lo_j - z[g]) + xo[g*gh + j] * (hi_j - z[g]))`` over
+    the row's bytes ``qrow`` [groups, gh] (each xor ``flip``), with ``gh`` a multiple of
+    :data:`Q4_ROW_STEP`.
+
+    Why IR: numba's loop over one group ends in a horizontal sum of the vector lanes, and a
+    group is only 4-8 vector steps (128 weights), so that sum, the group's setup and the loop's
+    remainder checks cost about as much as the products. Here each group's four 8-lane partial
+    sums are scaled into an 8-lane accumulator (one fma), and the lanes are summed once per row,
+    in a fixed order: 1.3-1.5x the throughput of the numba loop. Every row is the same
+    instruction sequence whatever rows or blocks the caller runs, so the bits do not depend on
+    how output channels are cut."""
+    if not all(isinstance(a, types.Array) and a.ndim >= 1 and a.layout == "C" for a in (xe, xo, qrow, s, z)):
+        return None
+    if (xe.dtype, xo.dtype, qrow.dtype, s.dtype, z.dtype) != (types.float32, types.float32, types.uint8,
+                                                               types.float32, types.float32):
+        return None
+    if not isinstance(gh, types.Integer) or flip != types.uint8:
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        arrays = [context.make_array(t)(context, builder, a) for t, a in zip(signature.args[:5], args[:5], strict=True)]
+        pxe, pxo, pq, ps, pz = (a.data for a in arrays)
+        groups = builder.extract_value(arrays[3].shape, 0)
+        step = builder.sext(args[5], _I64) if args[5].type != _I64 else args[5]
+        fma = builder.module.declare_intrinsic("llvm.fma.v8f32", fnty=ir.FunctionType(_V8F, [_V8F] * 3))
+        zero = ir.Constant(_V8F, [0.0] * 8)
+        flip8 = _splat(builder, args[6], _V8B)
+        low_mask, four = ir.Constant(_V8B, [15] * 8), ir.Constant(_V8B, [4] * 8)
+        fn, entry = builder.function, builder.block
+        g_head, g_body, j_head, j_body, g_tail, done = (
+            fn.append_basic_block(f"q4row.{n}") for n in ("g_head", "g_body", "j_head", "j_body", "g_tail", "done"))
+        builder.branch(g_head)
+
+        builder.position_at_end(g_head)  # for g in range(groups)
+        g, acc = builder.phi(_I64), builder.phi(_V8F)
+        g.add_incoming(ir.Constant(_I64, 0), entry)
+        acc.add_incoming(zero, entry)
+        builder.cbranch(builder.icmp_signed("<", g, groups), g_body, done)
+
+        builder.position_at_end(g_body)
+        sv = _splat(builder, builder.load(builder.gep(ps, [g])), _V8F)
+        zv = _splat(builder, builder.load(builder.gep(pz, [g])), _V8F)
+        base = builder.mul(g, step)
+        builder.branch(j_head)
+
+        builder.position_at_end(j_head)  # for j in range(0, gh, Q4_ROW_STEP)
+        j = builder.phi(_I64)
+        parts = [builder.phi(_V8F) for _ in range(4)]
+        j.add_incoming(ir.Constant(_I64, 0), g_body)
+        for part in parts:
+            part.add_incoming(zero, g_body)
+        builder.cbranch(builder.icmp_signed("<", j, step), j_body, g_tail)
+
+        builder.position_at_end(j_body)
+        new = []
+        for half in range(2):  # bytes j..j+7 and j+8..j+15: low nibbles pair with xe, high with xo
+            off = builder.add(base, builder.add(j, ir.Constant(_I64, 8 * half)))
+            packed = builder.load(builder.bitcast(builder.gep(pq, [off]), _V8B.as_pointer()), align=1)
+            codes = builder.xor(packed, flip8)
+            lo = builder.fsub(builder.uitofp(builder.and_(codes, low_mask), _V8F), zv)
+            hi = builder.fsub(builder.uitofp(builder.lshr(codes, four), _V8F), zv)
+            x_lo = builder.load(builder.bitcast(builder.gep(pxe, [off]), _V8F.as_pointer()), align=4)
+            x_hi = builder.load(builder.bitcast(builder.gep(pxo, [off]), _V8F.as_pointer()), align=4)
+            new += [builder.call(fma, [x_lo, lo, parts[2 * half]]), builder.call(fma, [x_hi, hi, parts[2 * half + 1]])]
+        for part, value in zip(parts, new, strict=True):
+            part.add_incoming(value, j_body)
+        j.add_incoming(builder.add(j, ir.Constant(_I64, Q4_ROW_STEP)), j_body)
+        builder.branch(j_head)
+
+        builder.position_at_end(g_tail)
+        group = builder.fadd(builder.fadd(parts[0], parts[1]), builder.fadd(parts[2], parts[3]))
+        g.add_incoming(builder.add(g, ir.Constant(_I64, 1)), g_tail)
+        acc.add_incoming(builder.call(fma, [group, sv, acc]), g_tail)
+        builder.branch(g_head)
+
+        builder.position_at_end(done)
+        lane = [builder.extract_element(acc, ir.Constant(ir.IntType(32), i)) for i in range(8)]
+        return builder.fadd(builder.fadd(builder.fadd(lane[0], lane[4]), builder.fadd(lane[2], lane[6])),
+                            builder.fadd(builder.fadd(lane[1], lane[5]), builder.fadd(lane[3], lane[7])))
+
+    return types.float32(xe, xo, qrow, s, z, gh, flip), codegen
+
+
 @njit(**_JIT)
 def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
     """4-bit weights, see :func:`_dq_row_q4`; ``x_split`` is each activation row as [even
@@ -373,10 +473,20 @@ def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n
     half = k // 2
     _, groups, gh = q.shape
     qf = np.uint8(q_flip)
+    vector_ir = m_rows == 1 and not mul_f16 and gh % Q4_ROW_STEP == 0
+    s_row, z_row = np.empty(groups, np.float32), np.empty(groups, np.float32)
+    x_even, x_odd = x_split[0, :half], x_split[0, half:]
+    flip = np.uint8(0x88) if q_flip else np.uint8(0)
     for n in range(n0, n1):
         if m_rows > 1:
             _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row, False)
             _dot_rows(x_split, row, out, n)
+            continue
+        if vector_ir:  # the groups' scales and zero points as f32, then the row in vector IR
+            for g in range(groups):
+                s_row[g], z_row[g] = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp,
+                                                 zp_flip, q_flip, mul_f16)
+            out[0, n] = _q4_row_dot(x_even, x_odd, q[n], s_row, z_row, gh, flip)
             continue
         acc = np.float32(0.0)
         for g in range(groups):
