@@ -8,7 +8,7 @@ times an 8-/4-bit weight sums ``x * (q - zp)`` over each group (``q - zp`` is a 
 exact in f32) and multiplies the group's scale into that sum once, instead of into every
 weight as :func:`..dequant.dequantize` does (``(q - zp) * scale``), which the f16-rounding
 variant and several activation rows still do. f32 weights (the ``matmul`` kernel's decode
-shapes) take the same loop shape as f16.
+shapes) run a loop of their own (four weight rows per pass, nothing to convert).
 Output channels are split over the host's cores by numba parallel loops on its TBB threading
 layer (a hand-off of 2-3 µs, so products from 2^17 weight elements, 2^15 for 8-/4-bit, gain
 from the second core); without that layer, a thread pool (~20 µs a hand-off) from 2^18 (2^20
