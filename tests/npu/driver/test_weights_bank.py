@@ -90,6 +90,7 @@ def test_decompressed_weights_are_filled_once_for_all_sharers(npu_core, small):
     dq = bank.stats()["dq_bytes"]
     wa, wb = a.impl.parsed.weights_cache, b.impl.parsed.weights_cache
     assert dq > 0 and wa.misses == len(wa) > 0
+    assert dq == sum(e.dq_nbytes for e in bank.entries())  # the running total the budget reads
     _run(b, llm_feed(decode))
     # the decode model reads the weights as stored: it neither fills nor needs the cache
     assert wb.misses == 0 and len(wb) == 0
