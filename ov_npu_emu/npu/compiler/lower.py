@@ -366,8 +366,14 @@ class _Lowerer:
         if arow + orow > self.hw.cmx_size // 2:
             self.mm(a, b, o, params, node, macs)
             return
-        for r0 in range(0, rows, tile):
-            r = min(tile, rows - r0)
+        # Tiles end on the last row: NPUW right-aligns a prompt in its padded prefill (padding
+        # on the left), so the short remainder tile lies over padding and a prompt of up to
+        # `tile` tokens is in one tile - the only one a token-row window (device/windowed.py)
+        # then runs, each weight decompressed once; start-aligned, such a prompt straddled the
+        # remainder tile and its neighbour (two products, two decompressions of every weight).
+        for end in range(rows - (rows - 1) // tile * tile, rows + 1, tile):
+            r0 = max(0, end - tile)
+            r = end - r0
             ca = self.new_value((r, a.shape[-1]), a.dtype, Place.CMX)
             co = self.new_value((r, o.shape[-1]), o.dtype, Place.CMX)
             self.dma(a, r0 * arow, ca, 0, 1, 1, r * arow, (0, 0), (0, 0), node)
