@@ -245,3 +245,51 @@ def test_attention_mask_chain_gets_windows_from_its_readers():
     square = [t for t in meta["tasks"] if t["kernel"] in ("select", "logical_and", "add") and t.get("rows")]
     assert {t["kernel"] for t in square} == {"select", "logical_and", "add"}
     assert all(t["rows"]["axes"][-1] == 2 and t["rows"]["off"] == 0 for t in square)
+
+
+def _int8_matmul_model(rows: int) -> ov.Model:
+    """Embedding -> MatMul with an int8 weight (NNCF's u8 pattern: matmul_dq reads it from DDR
+    while only the activation rows are staged through CMX, in row tiles)."""
+    rng = np.random.default_rng(2)
+    ids = ops.parameter([1, rows], ov.Type.i64, name="input_ids")
+    am = ops.parameter([1, rows], ov.Type.i64, name="attention_mask")
+    for p, n in ((ids, "input_ids"), (am, "attention_mask")):
+        p.output(0).set_names({n})
+    x = ops.gather(ops.constant(rng.standard_normal((V, E)).astype(np.float32)), ids, 0)
+    q = ops.convert(ops.constant(rng.integers(0, 256, (F, E)).astype(np.uint8)), ov.Type.f32)
+    zp = ops.convert(ops.constant(rng.integers(100, 156, (F, 1)).astype(np.uint8)), ov.Type.f32)
+    w = ops.multiply(ops.subtract(q, zp), ops.constant((rng.random((F, 1)) * 0.02).astype(np.float32)))
+    out = ops.matmul(x, w, False, True)
+    out.output(0).set_names({"out"})
+    mask_out = ops.convert(am, ov.Type.f32)
+    mask_out.output(0).set_names({"mask_out"})
+    return ov.Model([out, mask_out], [ids, am], "int8_rows")
+
+
+def test_compressed_weight_row_tiles_end_on_the_last_row(emu_core):
+    """NPUW right-aligns a prompt in its padded prefill, so matmul_dq's row tiles end on the last
+    row and the short remainder tile comes first, over padding: a window of up to one tile's
+    rows runs in one tile (one product, each weight decompressed once), bit for bit the full
+    run's rows."""
+    cmx = 32 * 1024  # (CMX / 2) // ((E + F) * 4 bytes) = 56 rows a tile: 256 = 32 + 4 * 56
+    model = _int8_matmul_model(P)
+    tasks = BlobReader(compile_to_blob(model, {"NPU_EMU_CMX_SIZE": cmx})).meta["tasks"]
+    tiles = sorted((t["rows"]["off"], t["rows"]["n"]) for t in tasks if t["kernel"] == "matmul_dq")
+    assert tiles == [(0, 32), *((o, 56) for o in range(32, P, 56))]
+
+    first = 210  # real rows from here: the window is rows [208, 256), inside the last tile
+
+    def run(skip: bool):
+        cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_CMX_SIZE": cmx,
+                                                   "NPU_EMU_SKIP_PADDED_ROWS": "YES" if skip else "NO"})
+        req = cm.create_infer_request()
+        ids = np.r_[np.full(first, 3), np.arange(5, 5 + P - first) % V].astype(np.int64)[None]
+        req.infer({"input_ids": ids, "attention_mask": (np.arange(P) >= first).astype(np.int64)[None]})
+        return req, np.array(req.get_tensor("out").data)
+
+    _, full = run(False)
+    req, ours = run(True)
+    assert req.impl.counters["windowed_inferences"] == 1 and req.impl.counters["window_reruns"] == 0
+    assert np.array_equal(ours[:, first:], full[:, first:])
+    w = req.impl.window  # gather, tile loads, products, stores: the window's rows of each
+    assert w.windowed_tasks > 0 and w.rows_computed < w.rows_full / 4, (w.rows_computed, w.rows_full)
