@@ -289,12 +289,15 @@ class NpuInferRequest(DeviceInferRequest):
         return self._cm.parsed.meta
 
 
-#: NPU_EMU_SKIP_PADDED_ROWS: the real-row window is a multiple of this many rows: few window
-#: sizes (the row-wise MatMuls probe each size's BLAS rows once and pad or fall back where a
-#: size is not exact, device/windowed.py; attention repeats the full run's row blocks).  Was
-#: 128 while only attention was windowed; 32 halves bench-small's windowed prefill (155 -> 72
-#: ms, the row-wise MatMuls dominate), results identical
-WINDOW_ALIGN = 32
+#: NPU_EMU_SKIP_PADDED_ROWS: the real-row window is a multiple of this many rows: a bounded
+#: number of window sizes (the row-wise MatMuls probe BLAS's exact trailing rows once per size
+#: and shape, kernels/gemm.py; other row-wise kernels are probed per size, device/windowed.py;
+#: attention repeats the full run's row blocks).  128 while only attention was windowed, then
+#: 32 (bench-small's windowed prefill 155 -> 72 ms); 8 since compressed-weight row tiles end on
+#: the last row (compiler/lower.py): a short prompt's window then mostly stays in one tile
+#: (3B int4, 21-token prompt, second-generate TTFT 8.9 -> 6.5 s; bench-0.5b 1.10 -> 0.86 s; a
+#: new prompt length's first use +48 ms on bench-0.5b; results identical)
+WINDOW_ALIGN = 8
 
 
 #: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank

@@ -625,10 +625,18 @@ def _block_kv(get: Any, chunk: int, max_prompt: int, prefix_caching: bool) -> bo
 def skip_padded_rows(cfg: LLMConfig, device: str) -> bool:
     """Whether the whole-prompt prefill gets NPU_EMU_SKIP_PADDED_ROWS=YES on the emulated NPU.
 
-    The device's window always holds the last 32 rows (its WINDOW_ALIGN); with the shared head
-    the prefill outputs its last MAX_GENERATION_TOKEN_LEN rows, so a longer one keeps the full
-    run (the device would re-run such a prefill without the window anyway).
+    The device's window always holds the last DEVICE_WINDOW_ROWS rows (its WINDOW_ALIGN); with
+    the shared head the prefill outputs its last MAX_GENERATION_TOKEN_LEN rows, so a longer one
+    keeps the full run (the device would re-run such a prefill without the window anyway).
     """
     return (
-        device == "NPU" and cfg.prefill_ladder and not cfg.chunk_size and cfg.max_gen_len <= 32
+        device == "NPU"
+        and cfg.prefill_ladder
+        and not cfg.chunk_size
+        and cfg.max_gen_len <= DEVICE_WINDOW_ROWS
     )
+
+
+#: the fewest rows the emulated NPU's padded-rows window holds (ov_npu_emu_npu.WINDOW_ALIGN; a
+#: test keeps the two equal: this package does not import a device plugin it may run without)
+DEVICE_WINDOW_ROWS = 8

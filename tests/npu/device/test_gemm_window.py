@@ -162,3 +162,22 @@ def test_block_products_run_blas_on_one_thread_and_restore_it():
     finally:
         for lib, n in zip(libs, original, strict=True):
             lib.set_num_threads(n)
+
+
+def test_exact_rows_remembers_each_row_count_once():
+    """The trailing-row probe settles each row count once per shape, whatever order windows ask
+    in: the answers equal a fresh probe's for every need (kernels/gemm.py ``_EXACT``)."""
+    from ov_npu_emu.npu.device.kernels import gemm
+
+    h, k, m_rows = 8, 2048, 24  # M·N·K around OpenBLAS's small-product switch
+    gemm._EXACT.pop((h, k, m_rows), None)
+    needs = [20, 3, 12, 1, 23, 7]
+    remembered = [gemm._exact_rows(h, k, m_rows, need) for need in needs]
+    known = dict(gemm._EXACT[(h, k, m_rows)])
+    assert all(r >= need for r, need in zip(remembered, needs, strict=True))
+    fresh = []
+    for need in needs:
+        gemm._EXACT.pop((h, k, m_rows), None)
+        fresh.append(gemm._exact_rows(h, k, m_rows, need))
+    assert remembered == fresh
+    assert all(known[m] for m in remembered if m < m_rows)  # each answer is a count settled exact

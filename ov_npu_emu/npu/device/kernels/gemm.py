@@ -161,8 +161,10 @@ def block_dequantizer(
     return None
 
 
-#: (block rows, K, activation rows, rows needed) -> trailing rows whose product is the full one's
-_EXACT_ROWS: dict[tuple[int, int, int, int], int] = {}
+#: (block rows, K, activation rows) -> {trailing rows m: whether the product on the last m rows
+#: gives the full product's last rows bit for bit}, filled as windows ask: each m is probed once
+#: per shape, however many window starts (prompt lengths) come to need it
+_EXACT: dict[tuple[int, int, int], dict[int, bool]] = {}
 _EXACT_LOCK = threading.Lock()
 _EXACT_TRIALS = 3
 
@@ -173,17 +175,20 @@ def _exact_rows(h: int, k: int, m_rows: int, need: int) -> int:
     own call). Probed on random data in the very calls the runner makes (the thread's block
     buffer, contiguous transposed activations, row slices of the output): BLAS picks its kernel
     and summation order from the shapes alone."""
-    key = (h, k, m_rows, need)
     with _EXACT_LOCK:
-        hit = _EXACT_ROWS.get(key)
-        if hit is not None:
-            return hit
-        return _probe_exact_rows(key)
+        known = _EXACT.setdefault((h, k, m_rows), {})
+        for m in range(max(need, 1), m_rows):
+            ok = known.get(m)
+            if ok is None:
+                return _probe_exact_rows(h, k, m_rows, m, known)
+            if ok:
+                return m
+        return m_rows
 
 
-def _probe_exact_rows(key: tuple[int, int, int, int]) -> int:
-    """:func:`_exact_rows`'s probe (under its lock), BLAS on one thread as in the runs."""
-    h, k, m_rows, need = key
+def _probe_exact_rows(h: int, k: int, m_rows: int, first: int, known: dict[int, bool]) -> int:
+    """:func:`_exact_rows`'s probe (under its lock) from ``first`` trailing rows up, recording
+    each count it settles in ``known``; BLAS on one thread as in the runs."""
     with one_blas_thread():
         rng = np.random.default_rng(0)
         w = _block_buffer(h * k).reshape(h, k)
@@ -196,19 +201,23 @@ def _probe_exact_rows(key: tuple[int, int, int, int]) -> int:
             full = np.empty((h, m_rows), np.float32)
             np.matmul(w, np.ascontiguousarray(x.T), out=full)
             trials.append((wt, x, full))
-        rows = m_rows
-        for m in range(max(need, 1), m_rows):
-            ok = True
-            for wt, x, full in trials:
+
+        def exact(m: int) -> bool:
+            for wt, x, full in trials:  # the first differing trial settles it
                 w[...] = wt
                 part = np.empty((h, m), np.float32)
                 np.matmul(w, np.ascontiguousarray(x[m_rows - m:].T), out=part)
-                ok = ok and np.array_equal(part, full[:, m_rows - m:])
+                if not np.array_equal(part, full[:, m_rows - m:]):
+                    return False
+            return True
+
+        for m in range(first, m_rows):
+            ok = known.get(m)
+            if ok is None:
+                ok = known[m] = exact(m)
             if ok:
-                rows = m
-                break
-        _EXACT_ROWS[key] = rows
-        return rows
+                return m
+        return m_rows
 
 
 def gemm_runner(
