@@ -152,6 +152,14 @@ class NpuInferRequest(DeviceInferRequest):
             # a model without token ids gets no window
             self._mask_index = names.get("attention_mask", -1) if "input_ids" in names else -1
             self._uniform = [names[n] for n in ("input_ids", "position_ids") if n in names]
+            # per token-axis length, the latest row a window may start at: a task reading rows
+            # from min_row on (a last-rows Slice) needs them computed (device/windowed.py)
+            self._latest_start: dict[int, int] = {}
+            for t in meta["tasks"]:
+                r = t.get("rows") or {}
+                if "min_row" in r:
+                    n = int(r["L"])
+                    self._latest_start[n] = min(self._latest_start.get(n, n), int(r["min_row"]))
             self.counters.update(windowed_inferences=0, window_reruns=0)
 
     # -- tensors -------------------------------------------------------------------------
@@ -230,10 +238,10 @@ class NpuInferRequest(DeviceInferRequest):
 
     def _set_window(self, w: RowWindow) -> None:
         """Real rows = from the first attended mask entry on (left padding before it).  The
-        window holds them and at least one padding row, rounded up to a multiple of
-        WINDOW_ALIGN rows; it is set only when all padding rows carry one token id at one
-        position (then they all compute the same K/V: the window's padding row stands for the
-        skipped ones in attention's proof)."""
+        window holds them and at least one padding row, rounded up to about an eighth
+        (:func:`window_rows`), and every row a last-rows Slice reads; it is set only when all
+        padding rows carry one token id at one position (then they all compute the same K/V: the
+        window's padding row stands for the skipped ones in attention's proof)."""
         w.reset()
         if self._mask_index < 0 or w.unusable:
             return
@@ -249,7 +257,7 @@ class NpuInferRequest(DeviceInferRequest):
             x = np.asarray(self._in[i].tensor.data)
             if x.shape != mask.shape or (first and not (x[0, :first] == x[0, 0]).all()):
                 return
-        start = size - min(size, -(-(size - first + 1) // WINDOW_ALIGN) * WINDOW_ALIGN)
+        start = min(size - min(size, window_rows(size - first + 1)), self._latest_start.get(size, size))
         if start > 0:
             w.size, w.start = size, start
 
@@ -289,15 +297,17 @@ class NpuInferRequest(DeviceInferRequest):
         return self._cm.parsed.meta
 
 
-#: NPU_EMU_SKIP_PADDED_ROWS: the real-row window is a multiple of this many rows: a bounded
-#: number of window sizes (the row-wise MatMuls probe BLAS's exact trailing rows once per size
-#: and shape, kernels/gemm.py; other row-wise kernels are probed per size, device/windowed.py;
-#: attention repeats the full run's row blocks).  128 while only attention was windowed, then
-#: 32 (bench-small's windowed prefill 155 -> 72 ms); 8 since compressed-weight row tiles end on
-#: the last row (compiler/lower.py): a short prompt's window then mostly stays in one tile
-#: (3B int4, 21-token prompt, second-generate TTFT 8.9 -> 6.5 s; bench-0.5b 1.10 -> 0.86 s; a
-#: new prompt length's first use +48 ms on bench-0.5b; results identical)
-WINDOW_ALIGN = 8
+def window_rows(need: int) -> int:
+    """NPU_EMU_SKIP_PADDED_ROWS: the rows of a window that must hold ``need`` rows, ``need``
+    rounded up to a multiple of 2^(bits - 4): exact below 16 rows, then at most an eighth more,
+    so about 8 sizes an octave (the row-wise MatMuls probe BLAS's exact trailing rows per row
+    count and shape, kernels/gemm.py; other row-wise kernels per window, device/windowed.py;
+    attention repeats the full run's row blocks).  A multiple of 128 while only attention was
+    windowed, then of 32 (bench-small's windowed prefill 155 -> 72 ms); since compressed-weight
+    row tiles end on the last row (compiler/lower.py), a short prompt's window mostly lies in
+    one tile (3B int4, 21-token prompt, second-generate TTFT 8.9 -> 6.4 s; results identical)."""
+    step = 1 << max(0, need.bit_length() - 4)
+    return -(-need // step) * step
 
 
 #: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank

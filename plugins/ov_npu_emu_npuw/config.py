@@ -625,18 +625,7 @@ def _block_kv(get: Any, chunk: int, max_prompt: int, prefix_caching: bool) -> bo
 def skip_padded_rows(cfg: LLMConfig, device: str) -> bool:
     """Whether the whole-prompt prefill gets NPU_EMU_SKIP_PADDED_ROWS=YES on the emulated NPU.
 
-    The device's window always holds the last DEVICE_WINDOW_ROWS rows (its WINDOW_ALIGN); with
-    the shared head the prefill outputs its last MAX_GENERATION_TOKEN_LEN rows, so a longer one
-    keeps the full run (the device would re-run such a prefill without the window anyway).
+    With the shared head the prefill outputs its last MAX_GENERATION_TOKEN_LEN rows: the
+    device's window always reaches back to them (a last-rows Slice bounds its start).
     """
-    return (
-        device == "NPU"
-        and cfg.prefill_ladder
-        and not cfg.chunk_size
-        and cfg.max_gen_len <= DEVICE_WINDOW_ROWS
-    )
-
-
-#: the fewest rows the emulated NPU's padded-rows window holds (ov_npu_emu_npu.WINDOW_ALIGN; a
-#: test keeps the two equal: this package does not import a device plugin it may run without)
-DEVICE_WINDOW_ROWS = 8
+    return device == "NPU" and cfg.prefill_ladder and not cfg.chunk_size

@@ -122,14 +122,6 @@ def test_npu_padded_rows_window_is_exact(llm_quick, emu_core):
     assert back.impl.subs.prefill.get_property("NPU_EMU_SKIP_PADDED_ROWS") == "YES"
 
 
-def test_npuw_knows_the_devices_fewest_window_rows():
-    """NPUW turns the window on only for a prefill whose output rows the device's smallest
-    window holds; it keeps its own copy of that number (it imports no device plugin)."""
-    from ov_npu_emu_npu import WINDOW_ALIGN
-    from ov_npu_emu_npuw.config import DEVICE_WINDOW_ROWS
-
-    assert DEVICE_WINDOW_ROWS == WINDOW_ALIGN
-
 
 def _attention_case(groups: int, boolean: bool, seed: int = 0, L: int = 256, D: int = 16, w0: int = 128):
     rng = np.random.default_rng(seed)

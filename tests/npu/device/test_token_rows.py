@@ -20,7 +20,7 @@ from ov_npu_emu.npu.compiler.pipeline import compile_to_blob
 from tests.npu.conftest import padded_attention_model
 
 P, V, E, F = 256, 48, 32, 40
-FIRST = 200  # real rows start here: the window is rows [192, 256)
+FIRST = 193  # real rows start here: 63 of them and one padding row, the window is rows [192, 256)
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "optimum"
 
 
@@ -96,23 +96,36 @@ def test_window_gives_the_full_runs_real_rows_and_counts_rows(emu_core):
     assert np.array_equal(ours[:, FIRST:], full[:, FIRST:])  # bit for bit
     w = req.impl.window
     assert req.impl.counters["windowed_inferences"] == 1 and req.impl.counters["window_reruns"] == 0
-    # rows [192, 256) of 256 (the real rows from 200 and a padding row, in steps of 32 rows)
+    # rows [192, 256) of 256 (the real rows from 193 and a padding row)
     assert w.windowed_tasks > 5 and w.rows_computed * 4 == w.rows_full
 
 
-def test_slice_of_rows_before_the_window_reruns(emu_core):
-    """The output Slice reads rows from 56 on, the window starts at 192: the driver re-runs the
-    inference without the window and every row is the full run's."""
+def test_window_reaches_back_to_a_slice_of_last_rows(emu_core):
+    """The output Slice reads rows from 56 on, before the real rows: the driver starts the
+    window there (it knows every last-rows Slice from the blob), so nothing runs twice; a
+    driver that did not know it would see the violation and re-run without the window."""
     model = _model(last_rows=200)
     _, full = _run(emu_core, model, False)
     req, ours = _run(emu_core, model, True)
-    assert req.impl.counters["window_reruns"] == 1
+    assert req.impl.counters["window_reruns"] == 0 and req.impl.counters["windowed_inferences"] == 1
+    assert req.impl.window.start == P - 200
     assert np.array_equal(ours, full)
-    # a Slice within the window keeps the window
+    # the safety net: a window past the Slice's first row is caught and the inference re-run
+    cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_SKIP_PADDED_ROWS": "YES"})
+    blind = cm.create_infer_request()
+    blind.impl._latest_start.clear()
+    ids = np.r_[np.full(FIRST, 3), np.arange(5, 5 + P - FIRST)].astype(np.int64)[None]
+    pos = np.r_[np.zeros(FIRST), np.arange(P - FIRST)].astype(np.int64)[None]
+    blind.infer({"input_ids": ids, "attention_mask": (np.arange(P) >= FIRST).astype(np.int64)[None],
+                 "position_ids": pos})
+    assert blind.impl.counters["window_reruns"] == 1
+    assert np.array_equal(np.array(blind.get_tensor("out").data), full)
+    # a Slice within the window keeps the window where the real rows put it
     model = _model(last_rows=50)  # rows from 206 on: real rows, inside the window
     _, full = _run(emu_core, model, False)
     req, ours = _run(emu_core, model, True)
     assert req.impl.counters["window_reruns"] == 0 and req.impl.counters["windowed_inferences"] == 1
+    assert req.impl.window.start == 192
     assert np.array_equal(ours, full)
 
 
