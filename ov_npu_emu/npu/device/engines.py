@@ -25,7 +25,7 @@ from ov_npu_emu.npu.blob.format import (
 from ov_npu_emu.npu.blob.kernel_params import MatMulDqParams, MatMulParams
 from ov_npu_emu.npu.device.kernels import DQ_TILE_BYTES, RowWindow, dequantize, make_kernel
 from ov_npu_emu.npu.device.kernels.dequant import stored_format_matmul
-from ov_npu_emu.npu.device.windowed import bind_dma_window, bind_task_window
+from ov_npu_emu.npu.device.windowed import LazyRunner, bind_dma_window, bind_task_window
 
 __all__ = ["DecodedTask", "ManagementCore", "Schedule", "decode_task"]
 
@@ -165,9 +165,21 @@ def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offse
                 return _bind_cached_dq([*ins, *outs], addrs, n_in, params, wcache)
             return make_kernel(name, ins, outs, params, window)
 
-        run = bind(views[:n_in], views[n_in:])
+        def bind_full() -> Callable[[], None]:
+            try:
+                return bind(views[:n_in], views[n_in:])
+            except NpuEmuError:
+                raise
+            except Exception as e:  # noqa: BLE001  # a kernel rejecting its operands: a corrupt descriptor
+                raise ExecutionError(f"task {tid} ({name}): cannot bind operands: {e}", task_index=tid) from e
+
         if window is not None and rows is not None:
-            run = bind_task_window(name, rows, window, views[:n_in], views[n_in:], params, run, bind)
+            # bound when it first runs: row tiles before every window never are (so a corrupt
+            # descriptor there is reported by the first inference that runs the tile)
+            run = bind_task_window(name, rows, window, views[:n_in], views[n_in:], params, LazyRunner(bind_full),
+                                   bind)
+        else:
+            run = bind_full()
     except NpuEmuError:
         raise
     except Exception as e:  # noqa: BLE001  # a kernel rejecting its operands means a corrupt descriptor

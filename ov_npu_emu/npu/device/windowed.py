@@ -34,7 +34,7 @@ from ov_npu_emu.npu.device.kernels.attention import RowWindow
 from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS
 from ov_npu_emu.npu.device.kernels.registry import Runner
 
-__all__ = ["bind_dma_window", "bind_task_window"]
+__all__ = ["LazyRunner", "bind_dma_window", "bind_task_window"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +120,27 @@ def _probe(name: str, make: Callable[[list[np.ndarray], list[np.ndarray]], Runne
         return ok
 
 
+class LazyRunner:
+    """A row-wise task's full-run kernel, bound on its first call: a prefill's row tiles wholly
+    before every window that comes are never bound (a 3B int4 prefill has 5824 matmul_dq tiles,
+    ~0.4 ms to bind each, and a short prompt's window runs one of ~30 per MatMul).  ``bind``
+    raises what binding raises, at that first call."""
+
+    __slots__ = ("_bind", "_run")
+
+    def __init__(self, bind: Callable[[], Runner]) -> None:
+        self._bind = bind
+        self._run: Runner | None = None
+
+    def bound(self) -> Runner:
+        if self._run is None:
+            self._run = self._bind()
+        return self._run
+
+    def __call__(self) -> None:
+        (self._run or self.bound())()
+
+
 def bind_task_window(name: str, rows: Mapping[str, Any], window: RowWindow, ins: Sequence[np.ndarray],
                      outs: Sequence[np.ndarray], params: np.ndarray, full: Runner,
                      make: Callable[[list[np.ndarray], list[np.ndarray]], Runner]) -> Runner:
@@ -137,19 +158,18 @@ def bind_task_window(name: str, rows: Mapping[str, Any], window: RowWindow, ins:
     probed = name.startswith(_PROBED)
     # a runner that computes its own window exactly (kernels/gemm.py: matmul_dq on prefill
     # rows) needs no probe; its rows are the leading axis of the [M, K] / [M, N] operands
-    window_from = getattr(full, "window_from", None)
-    if window_from is not None and not (
-            n_in >= 2 and axes[0] >= 0 and axes[-1] >= 0 and all(a < 0 for a in axes[1:n_in])
-            and ins[0].size == n * ins[0].shape[-1] and outs[-1].size == n * outs[-1].shape[-1]):
-        window_from = None
+    own_window = (n_in >= 2 and axes[0] >= 0 and axes[-1] >= 0 and all(a < 0 for a in axes[1:n_in])
+                  and ins[0].size == n * ins[0].shape[-1] and outs[-1].size == n * outs[-1].shape[-1])
     made: dict[int, Runner] = {}
 
     def runner_for(ls: int) -> Runner:
         r = made.get(ls)
         if r is None:
             r = full
+            # the full kernel is bound here if it was not yet: this tile runs either way
+            window_from = getattr(full.bound() if isinstance(full, LazyRunner) else full, "window_from", None)
             try:
-                if window_from is not None:
+                if window_from is not None and own_window:
                     made[ls] = r = window_from(ls) or full
                     return r
                 sv = _sliced(views, axes, _kernel_start(name, n, ls))

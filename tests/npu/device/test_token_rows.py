@@ -306,3 +306,26 @@ def test_compressed_weight_row_tiles_end_on_the_last_row(emu_core):
     assert np.array_equal(ours[:, first:], full[:, first:])
     w = req.impl.window  # gather, tile loads, products, stores: the window's rows of each
     assert w.windowed_tasks > 0 and w.rows_computed < w.rows_full / 4, (w.rows_computed, w.rows_full)
+
+
+def test_row_tiles_before_the_window_are_never_bound(emu_core, monkeypatch):
+    """A row-wise task's kernel is bound when it first runs (device/windowed.py LazyRunner): a
+    windowed inference binds the one matmul_dq tile it runs, a full one all five; same rows."""
+    from ov_npu_emu.npu.device import engines
+
+    bound: list[str] = []
+    make, cached = engines.make_kernel, engines._bind_cached_dq
+    monkeypatch.setattr(engines, "make_kernel", lambda name, *a, **k: (bound.append(name), make(name, *a, **k))[1])
+    monkeypatch.setattr(engines, "_bind_cached_dq", lambda *a: (bound.append("matmul_dq"), cached(*a))[1])
+    model, cmx, first = _int8_matmul_model(P), 32 * 1024, 210
+    outs = {}
+    for skip in (True, False):
+        bound.clear()
+        cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_CMX_SIZE": cmx,
+                                                   "NPU_EMU_SKIP_PADDED_ROWS": "YES" if skip else "NO"})
+        req = cm.create_infer_request()
+        ids = np.r_[np.full(first, 3), np.arange(5, 5 + P - first) % V].astype(np.int64)[None]
+        req.infer({"input_ids": ids, "attention_mask": (np.arange(P) >= first).astype(np.int64)[None]})
+        outs[skip] = np.array(req.get_tensor("out").data)
+        assert bound.count("matmul_dq") == (1 if skip else 5), bound
+    assert np.array_equal(outs[True][:, first:], outs[False][:, first:])
