@@ -37,8 +37,11 @@ from threadpoolctl import ThreadpoolController
 
 from ov_npu_emu.npu.device.kernels.gemv import _JIT, _dq_row_q4, _dq_row_q8, _f32, _pool, _workers, grouped_weight
 
-#: f32 bytes of one decompressed block of output channels (per thread; stays in L2 for BLAS)
-GEMM_BLOCK_BYTES = 512 * 1024
+#: f32 bytes of one decompressed block of output channels (a buffer per thread).  BLAS packs the
+#: activation rows again for every call, so fewer, taller blocks than L2 holds won: 3B int4,
+#: 38-token prompt, second-generate TTFT 9.6 s at 256 KiB, 6.4 at 512 KiB, 5.2 at 1 MiB,
+#: 5.0-5.1 at 2 and 4 MiB; bench-0.5b 0.79-0.86 vs 0.78-0.82 s at 512 KiB / 2 MiB (one session)
+GEMM_BLOCK_BYTES = 2 * 1024 * 1024
 #: below this many weight elements one thread does the whole product
 _SPLIT_MIN_ELEMENTS = 1 << 18
 
