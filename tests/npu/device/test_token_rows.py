@@ -153,6 +153,18 @@ def _head_blocks_model() -> ov.Model:
     return ov.Model([out, mask_out], [ids, am], "head_blocks")
 
 
+def _run_cmx(emu_core, model: ov.Model, cmx: int, first: int, skip: bool):
+    """``model`` ([1, L] input_ids and attention_mask, output "out") compiled with a ``cmx``-byte
+    CMX, run once on padding rows before ``first`` (window on or off): (request, out)."""
+    length = model.input("input_ids").get_partial_shape()[1].get_length()
+    cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_CMX_SIZE": cmx,
+                                               "NPU_EMU_SKIP_PADDED_ROWS": "YES" if skip else "NO"})
+    req = cm.create_infer_request()
+    ids = np.r_[np.full(first, 3), np.arange(5, 5 + length - first) % V].astype(np.int64)[None]
+    req.infer({"input_ids": ids, "attention_mask": (np.arange(length) >= first).astype(np.int64)[None]})
+    return req, np.array(req.get_tensor("out").data)
+
+
 def test_per_head_block_dmas_keep_their_token_rows(emu_core):
     """A MatMul over [1, H, L, D] staged one head per row tile: each tile's result goes back by
     one DMA of a whole [L, D] block into its head's slot.  Those DMAs mark blocks of L token rows
@@ -168,16 +180,8 @@ def test_per_head_block_dmas_keep_their_token_rows(emu_core):
 
     first = 90  # real rows from here: the window is rows [64, 128)
 
-    def run(skip: bool):
-        cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_CMX_SIZE": HCMX,
-                                                   "NPU_EMU_SKIP_PADDED_ROWS": "YES" if skip else "NO"})
-        req = cm.create_infer_request()
-        ids = np.r_[np.full(first, 3), np.arange(5, 5 + HL - first) % V].astype(np.int64)[None]
-        req.infer({"input_ids": ids, "attention_mask": (np.arange(HL) >= first).astype(np.int64)[None]})
-        return req, np.array(req.get_tensor("out").data)
-
-    _, full = run(False)
-    req, ours = run(True)
+    _, full = _run_cmx(emu_core, model, HCMX, first, False)
+    req, ours = _run_cmx(emu_core, model, HCMX, first, True)
     assert req.impl.counters["windowed_inferences"] == 1 and req.impl.counters["window_reruns"] == 0
     w = req.impl.window
     assert w.windowed_tasks >= HH and w.rows_computed < w.rows_full
@@ -292,16 +296,8 @@ def test_compressed_weight_row_tiles_end_on_the_last_row(emu_core):
 
     first = 210  # real rows from here: the window is rows [208, 256), inside the last tile
 
-    def run(skip: bool):
-        cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_CMX_SIZE": cmx,
-                                                   "NPU_EMU_SKIP_PADDED_ROWS": "YES" if skip else "NO"})
-        req = cm.create_infer_request()
-        ids = np.r_[np.full(first, 3), np.arange(5, 5 + P - first) % V].astype(np.int64)[None]
-        req.infer({"input_ids": ids, "attention_mask": (np.arange(P) >= first).astype(np.int64)[None]})
-        return req, np.array(req.get_tensor("out").data)
-
-    _, full = run(False)
-    req, ours = run(True)
+    _, full = _run_cmx(emu_core, model, cmx, first, False)
+    req, ours = _run_cmx(emu_core, model, cmx, first, True)
     assert req.impl.counters["windowed_inferences"] == 1 and req.impl.counters["window_reruns"] == 0
     assert np.array_equal(ours[:, first:], full[:, first:])
     w = req.impl.window  # gather, tile loads, products, stores: the window's rows of each
@@ -321,11 +317,6 @@ def test_row_tiles_before_the_window_are_never_bound(emu_core, monkeypatch):
     outs = {}
     for skip in (True, False):
         bound.clear()
-        cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_CMX_SIZE": cmx,
-                                                   "NPU_EMU_SKIP_PADDED_ROWS": "YES" if skip else "NO"})
-        req = cm.create_infer_request()
-        ids = np.r_[np.full(first, 3), np.arange(5, 5 + P - first) % V].astype(np.int64)[None]
-        req.infer({"input_ids": ids, "attention_mask": (np.arange(P) >= first).astype(np.int64)[None]})
-        outs[skip] = np.array(req.get_tensor("out").data)
+        outs[skip] = _run_cmx(emu_core, model, cmx, first, skip)[1]
         assert bound.count("matmul_dq") == (1 if skip else 5), bound
     assert np.array_equal(outs[True][:, first:], outs[False][:, first:])
