@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
+import math
 import struct
 import threading
 from collections.abc import Callable
@@ -86,7 +87,9 @@ class AddressSpace:
 
     def array(self, addr: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         dt = np.dtype(dtype)
-        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        # math.prod: exact Python ints (no int64 wrap of a corrupt shape) and ~5 us less than
+        # np.prod per operand, 34k operands in a 3B prefill's command-list build
+        n = math.prod(int(d) for d in shape) * dt.itemsize
         return self.bytes_at(addr, n).view(dt).reshape(shape)
 
     def read(self, addr: int, nbytes: int) -> bytes:
