@@ -152,14 +152,6 @@ class NpuInferRequest(DeviceInferRequest):
             # a model without token ids gets no window
             self._mask_index = names.get("attention_mask", -1) if "input_ids" in names else -1
             self._uniform = [names[n] for n in ("input_ids", "position_ids") if n in names]
-            # per token-axis length, the latest row a window may start at: a task reading rows
-            # from min_row on (a last-rows Slice) needs them computed (device/windowed.py)
-            self._latest_start: dict[int, int] = {}
-            for t in meta["tasks"]:
-                r = t.get("rows") or {}
-                if "min_row" in r:
-                    n = int(r["L"])
-                    self._latest_start[n] = min(self._latest_start.get(n, n), int(r["min_row"]))
             self.counters.update(windowed_inferences=0, window_reruns=0)
 
     # -- tensors -------------------------------------------------------------------------
@@ -257,7 +249,7 @@ class NpuInferRequest(DeviceInferRequest):
             x = np.asarray(self._in[i].tensor.data)
             if x.shape != mask.shape or (first and not (x[0, :first] == x[0, 0]).all()):
                 return
-        start = min(size - min(size, window_rows(size - first + 1)), self._latest_start.get(size, size))
+        start = min(size - min(size, window_rows(size - first + 1)), self._cm.latest_window_start.get(size, size))
         if start > 0:
             w.size, w.start = size, start
 
@@ -401,6 +393,14 @@ class NpuCompiledModel(DeviceCompiledModel):
         self.skip_padded_rows = opts.skip_padded_rows
         self.clock_mhz = float(meta["hw"]["clock_mhz"])
         self.task_names = {t["tid"]: (t["node"], t["op"]) for t in meta["tasks"]}
+        #: per token-axis length, the latest row a padded-rows window may start at: a task reading
+        #: rows from min_row on (a last-rows Slice) needs them computed (device/windowed.py)
+        self.latest_window_start: dict[int, int] = {}
+        for t in meta["tasks"]:
+            r = t.get("rows") or {}
+            if "min_row" in r:
+                n = int(r["L"])
+                self.latest_window_start[n] = min(self.latest_window_start.get(n, n), int(r["min_row"]))
         self.inputs = [self._port(i, p) for i, p in enumerate(p for p in meta["inputs"] if p["state"] is None)]
         self.outputs = [self._port(j, p) for j, p in enumerate(p for p in meta["outputs"] if p["state"] is None)]
 

@@ -112,8 +112,8 @@ def test_window_reaches_back_to_a_slice_of_last_rows(emu_core):
     assert np.array_equal(ours, full)
     # the safety net: a window past the Slice's first row is caught and the inference re-run
     cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_SKIP_PADDED_ROWS": "YES"})
+    cm.impl.latest_window_start.clear()
     blind = cm.create_infer_request()
-    blind.impl._latest_start.clear()
     ids = np.r_[np.full(FIRST, 3), np.arange(5, 5 + P - FIRST)].astype(np.int64)[None]
     pos = np.r_[np.zeros(FIRST), np.arange(P - FIRST)].astype(np.int64)[None]
     blind.infer({"input_ids": ids, "attention_mask": (np.arange(P) >= FIRST).astype(np.int64)[None],
