@@ -180,22 +180,24 @@ def _exact_rows(h: int, k: int, m_rows: int, need: int) -> int:
     and summation order from the shapes alone."""
     with _EXACT_LOCK:
         known = _EXACT.setdefault((h, k, m_rows), {})
+        exact: Callable[[int], bool] | None = None  # the probe, made when a count is unknown
         for m in range(max(need, 1), m_rows):
             ok = known.get(m)
             if ok is None:
-                return _probe_exact_rows(h, k, m_rows, m, known)
+                exact = exact or _trailing_rows_probe(h, k, m_rows)
+                ok = known[m] = exact(m)
             if ok:
                 return m
         return m_rows
 
 
-def _probe_exact_rows(h: int, k: int, m_rows: int, first: int, known: dict[int, bool]) -> int:
-    """:func:`_exact_rows`'s probe (under its lock) from ``first`` trailing rows up, recording
-    each count it settles in ``known``; BLAS on one thread as in the runs."""
+def _trailing_rows_probe(h: int, k: int, m_rows: int) -> Callable[[int], bool]:
+    """:func:`_exact_rows`'s probe (called under its lock): ``exact(m)`` says whether the last
+    ``m`` rows' product equals the full one's on every trial; BLAS on one thread as in the runs."""
+    rng = np.random.default_rng(0)
+    w = _block_buffer(h * k).reshape(h, k)
+    trials = []
     with one_blas_thread():
-        rng = np.random.default_rng(0)
-        w = _block_buffer(h * k).reshape(h, k)
-        trials = []
         for _ in range(_EXACT_TRIALS):
             # magnitudes over 2**±16: any other pairing or order of the sums changes the rounding
             x = (rng.standard_normal((m_rows, k)) * np.exp2(rng.integers(-16, 17, (m_rows, k)))).astype(np.float32)
@@ -205,22 +207,17 @@ def _probe_exact_rows(h: int, k: int, m_rows: int, first: int, known: dict[int, 
             np.matmul(w, np.ascontiguousarray(x.T), out=full)
             trials.append((wt, x, full))
 
-        def exact(m: int) -> bool:
+    def exact(m: int) -> bool:
+        with one_blas_thread():
             for wt, x, full in trials:  # the first differing trial settles it
                 w[...] = wt
                 part = np.empty((h, m), np.float32)
                 np.matmul(w, np.ascontiguousarray(x[m_rows - m:].T), out=part)
                 if not np.array_equal(part, full[:, m_rows - m:]):
                     return False
-            return True
+        return True
 
-        for m in range(first, m_rows):
-            ok = known.get(m)
-            if ok is None:
-                ok = known[m] = exact(m)
-            if ok:
-                return m
-        return m_rows
+    return exact
 
 
 def gemm_runner(
