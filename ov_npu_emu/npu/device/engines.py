@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
 import operator
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -159,20 +160,16 @@ def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offse
             raise ExecutionError(f"task {tid}: bad element-type code {op.dtype}", task_index=tid)
         views.append(aspace.array(op.addr, DTYPES[op.dtype], op.shape))
         addrs.append(op.addr)
-    try:
-        def bind(ins: list[np.ndarray], outs: list[np.ndarray]) -> Callable[[], None]:
-            if name == "matmul_dq" and wcache is not None:
-                return _bind_cached_dq([*ins, *outs], addrs, n_in, params, wcache)
-            return make_kernel(name, ins, outs, params, window)
+    def bind(ins: list[np.ndarray], outs: list[np.ndarray]) -> Callable[[], None]:
+        if name == "matmul_dq" and wcache is not None:
+            return _bind_cached_dq([*ins, *outs], addrs, n_in, params, wcache)
+        return make_kernel(name, ins, outs, params, window)
 
-        def bind_full() -> Callable[[], None]:
-            try:
-                return bind(views[:n_in], views[n_in:])
-            except NpuEmuError:
-                raise
-            except Exception as e:  # noqa: BLE001  # a kernel rejecting its operands: a corrupt descriptor
-                raise ExecutionError(f"task {tid} ({name}): cannot bind operands: {e}", task_index=tid) from e
+    def bind_full() -> Callable[[], None]:
+        with _binding(tid, name):
+            return bind(views[:n_in], views[n_in:])
 
+    with _binding(tid, name):
         if window is not None and rows is not None:
             # bound when it first runs: row tiles before every window never are (so a corrupt
             # descriptor there is reported by the first inference that runs the tile)
@@ -180,15 +177,23 @@ def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offse
                                    bind)
         else:
             run = bind_full()
-    except NpuEmuError:
-        raise
-    except Exception as e:  # noqa: BLE001  # a kernel rejecting its operands means a corrupt descriptor
-        raise ExecutionError(f"task {tid} ({name}): cannot bind operands: {e}", task_index=tid) from e
     lane = dma_channels + (0 if kind is TaskKind.DPU else 1)
     return DecodedTask(tid, kind, lane, section, offset,
                        tuple(int(x) for x in lists[wait_off:wait_off + n_wait]),
                        tuple(int(x) for x in lists[post_off:post_off + n_post]), cycles, name, run, tuple(addrs),
                        None, tuple(views), n_in, params)
+
+
+@contextlib.contextmanager
+def _binding(tid: int, name: str) -> Iterator[None]:
+    """Binding task ``tid``'s kernel, at command-list build or (a lazily bound row tile) at its
+    first run: a kernel rejecting its operands means a corrupt descriptor."""
+    try:
+        yield
+    except NpuEmuError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise ExecutionError(f"task {tid} ({name}): cannot bind operands: {e}", task_index=tid) from e
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> Callable[[], None]:

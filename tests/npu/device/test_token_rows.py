@@ -320,3 +320,20 @@ def test_row_tiles_before_the_window_are_never_bound(emu_core, monkeypatch):
         outs[skip] = _run_cmx(emu_core, model, cmx, first, skip)[1]
         assert bound.count("matmul_dq") == (1 if skip else 5), bound
     assert np.array_equal(outs[True][:, first:], outs[False][:, first:])
+
+
+def test_a_lazily_bound_tile_that_cannot_bind_fails_its_inference(emu_core, monkeypatch):
+    """A kernel rejecting its operands is a corrupt descriptor: with lazy binding the inference
+    that first runs the tile raises ExecutionError naming the task (not a bare numpy error)."""
+    from ov_npu_emu.errors import ExecutionError
+    from ov_npu_emu.npu.device import engines
+
+    def reject(*_a, **_k):
+        raise ValueError("operand shape does not fit")
+
+    make = engines.make_kernel
+    monkeypatch.setattr(engines, "_bind_cached_dq", reject)
+    monkeypatch.setattr(engines, "make_kernel", lambda name, *a, **k: (
+        reject() if name == "matmul_dq" else make(name, *a, **k)))
+    with pytest.raises(ExecutionError, match=r"task \d+ \(matmul_dq\): cannot bind operands"):
+        _run_cmx(emu_core, _int8_matmul_model(P), 32 * 1024, 210, True)
