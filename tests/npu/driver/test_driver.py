@@ -204,3 +204,25 @@ def test_static_weight_relocation_drives_the_result(npu_core):
             break
     out = npu_core.import_model(reseal(bad), "NPU").create_infer_request().infer(x)[0]
     assert not np.allclose(out, good)
+
+
+def test_address_space_lookups_follow_map_and_unmap():
+    """resolve() serves repeated lookups from the last region found; a mapping made or removed
+    since, a read running into the next mapping, or an address past every mapping is resolved
+    afresh (a page fault where nothing is mapped), never answered from that memo."""
+    from ov_npu_emu.npu.driver.memory import AddressSpace, MemKind
+
+    aspace = AddressSpace()
+    a = aspace.map(np.arange(64, dtype=np.uint8), MemKind.IO, "a", base=0x1000)
+    assert aspace.bytes_at(0x1008, 4).tolist() == [8, 9, 10, 11]
+    # a region mapped right behind "a" inside its extent: its addresses are its own from now on
+    b = aspace.map(np.full(16, 200, np.uint8), MemKind.IO, "b", base=0x1020)
+    assert aspace.bytes_at(0x1020, 2).tolist() == [200, 200]
+    assert aspace.bytes_at(0x1008, 4).tolist() == [8, 9, 10, 11]  # "a" again, now limited by "b"
+    assert aspace.bytes_at(0x101E, 4).tolist() == [30, 31, 32, 33]  # past b's base: "a" (as bisect finds it)
+    assert aspace.resolve(0x1021, 1)[0] is b
+    aspace.unmap(a)
+    with pytest.raises(ExecutionError, match="page fault"):
+        aspace.bytes_at(0x1008, 4)
+    with pytest.raises(ExecutionError, match="page fault"):
+        aspace.bytes_at(0x1020, 17)  # one byte past "b"
