@@ -42,7 +42,7 @@ from genai_shim.sampling import Sampler
 from genai_shim.speculative import DraftModel, SpeculativeDecoder, generate_speculative
 from genai_shim.stateful_beam import run_beam_search
 from genai_shim.stop_strings import stop_window
-from genai_shim.streamers import StreamingStatus, make_streamer
+from genai_shim.streamers import EchoStreamer, StreamingStatus, make_streamer
 from genai_shim.structured_output import check_structured_output, make_constraint
 from genai_shim.tokenizer import NO_CHAT_TEMPLATE, TokenizedInputs, Tokenizer
 from ov_npu_emu.errors import ConfigError, NpuEmuError, PromptTooLongError, UserInputError
@@ -538,7 +538,7 @@ class LLMPipeline:
         self._cancelled = False
         if self._is_npu:
             self._check_npu(ids, config)
-        if config.echo:
+        if config.echo and (self._pa is None or self._prompt_lookup):
             raise UserInputError("Echo is not supported in the stateful pipeline")
         if (
             self._paged
@@ -631,13 +631,23 @@ class LLMPipeline:
 
         if paged:
             if config.is_beam_search():
-                return self._pa.beam_search(seqs, config, perf)
+                res = self._pa.beam_search(seqs, config, perf)
+                if config.echo:  # beams come prompt after prompt, num_return_sequences each
+                    per = len(res.tokens) // batch
+                    res.tokens = [prompts[i // per] + list(t) for i, t in enumerate(res.tokens)]
+                return res
+            if config.echo and stream is not None:
+                # the real's first write carries the prompt with the first token (one list)
+                stream = EchoStreamer(stream, seqs[0].prompt)
             stream_stopped, self._cancelled = self._pa.run(seqs, config, self._sampler, stream, perf, stop_window)
             if stream is not None:
                 if not stream_stopped:
                     stream_tokens(stream, seqs[0], 0)
                 stream.end()
-            return self._encoded_results(seqs, perf, keep_kv)
+            res = self._encoded_results(seqs, perf, keep_kv)
+            if config.echo:  # the prompt precedes each sequence's tokens; scores are unchanged
+                res.tokens = [list(s.prompt) + list(t) for s, t in zip(seqs, res.tokens, strict=True)]
+            return res
 
         self._apply_adapters(config)  # the stateful model's (the paged backend has its own)
         # Prefill: positions count only real (unmasked) tokens, padding gets 0.

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from genai_shim.tokenizer import Tokenizer
 
 __all__ = [
+    "EchoStreamer",
     "StreamerBase",
     "StreamingStatus",
     "TextStreamer",
@@ -212,3 +213,26 @@ def call_write(streamer: StreamerBase, token: int) -> StreamingStatus:
     if isinstance(streamer, TextStreamer):
         return streamer.write(int(token))
     return status_from_callback(streamer.write([int(token)]))
+
+
+class EchoStreamer(StreamerBase):
+    """``echo`` on the continuous-batching path: the first write carries the prompt's tokens
+    before the first generated one, as one list (the real sampler puts the prompt into the
+    output), then writes pass through; with nothing generated (``max_new_tokens=0``) ``end()``
+    writes the prompt first."""
+
+    def __init__(self, inner: StreamerBase, prompt: list[int]) -> None:
+        super().__init__()
+        self.inner = inner
+        self._prompt: list[int] | None = [int(t) for t in prompt]
+
+    def write(self, token: int | list[int]) -> StreamingStatus:
+        tokens = [int(t) for t in token] if isinstance(token, (list, tuple)) else [int(token)]
+        if self._prompt is not None:
+            tokens, self._prompt = self._prompt + tokens, None
+        return status_from_callback(self.inner.write(tokens))
+
+    def end(self) -> None:
+        if self._prompt is not None:
+            self.write([])
+        self.inner.end()

@@ -23,10 +23,9 @@ __all__ = ["PagedBackend", "supports"]
 
 
 def supports(config: GenerationConfig, keep_kv: bool) -> bool:
-    """Calls the paged backend runs: greedy, multinomial (also several samples per prompt)
-    and beam search, outside chat.  Chat (which keeps the KV cache between calls) uses the
-    stateful model."""
-    return not config.echo
+    """Calls the paged backend runs: every one, as the real's ContinuousBatchingAdapter
+    (greedy, multinomial with several samples per prompt, beam search, chat, ``echo``)."""
+    return True
 
 
 class PagedBackend:

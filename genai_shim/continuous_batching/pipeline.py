@@ -22,7 +22,7 @@ from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler
 from genai_shim.stop_strings import match_stop_string, stop_window
-from genai_shim.streamers import StreamingStatus, call_write, make_streamer
+from genai_shim.streamers import EchoStreamer, StreamingStatus, call_write, make_streamer
 from genai_shim.structured_output import check_structured_output, make_constraint
 from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import ConfigError, KVCacheFullError, UserInputError
@@ -157,6 +157,8 @@ class _State:
 
     def outputs(self) -> list[tuple[list[int], list[float], float, GenerationFinishReason]]:
         """(tokens, their log-probabilities, score, finish reason) per returned sequence."""
+        if self.max_new == 0:  # nothing generated (the real scores an empty beam NaN)
+            return [([], [], float("nan") if self.beams is not None else 0.0, GenerationFinishReason.NONE)]
         if self.beams is not None:
             return [(t, [], score, f) for t, score, f in self.beams.results()]
         return [(m.req.generated, m.logps, float(sum(m.logps)), m.finish) for m in self.sequences()]
@@ -408,6 +410,9 @@ class ContinuousBatchingPipeline:
         elif config.num_return_sequences > 1:
             req.group = state
             state.members = [copy.copy(state)]  # member 0: the prompt's sequence
+        if state.max_new == 0:  # echo with max_new_tokens=0: finished before any model call
+            state.status = GenerationStatus.FINISHED
+            req.state = Request.FINISHED
         return state
 
     def _new_seq_id(self) -> int:
@@ -639,6 +644,8 @@ class ContinuousBatchingPipeline:
             self._states = [s for s in self._states if s not in states]
             raise
         tok_us = (time.perf_counter() - t_tok) * 1e6
+        if stream is not None and states[0].config.echo:  # the prompt comes with the first token
+            stream = EchoStreamer(stream, states[0].req.prompt)
         perf = PerfMetrics()
         perf.load_time = self._load_time
         raw = perf.raw_metrics

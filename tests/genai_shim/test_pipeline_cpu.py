@@ -139,10 +139,72 @@ def test_invalid_config_raises_real_message(pipelines, stories_dir):
     ours = pipelines("ours", stories_dir, **F32)
     with pytest.raises(RuntimeError, match="min_new_tokens must be less or equal max_new_tokens"):
         ours.generate("Hi", max_new_tokens=2, min_new_tokens=5)
+    sdpa = pipelines("ours", stories_dir, ATTENTION_BACKEND="SDPA", **F32)
     with pytest.raises(RuntimeError, match="Echo is not supported in the stateful pipeline"):
-        ours.generate("Hi", max_new_tokens=2, echo=True)
+        sdpa.generate("Hi", max_new_tokens=2, echo=True)  # the paged default echoes (below)
     with pytest.raises(genai_shim.pipeline.UserInputError, match="generate\\(\\) takes"):
         ours.generate(42)
+
+
+def _recording_streamer(mod):
+    class Writes(mod.StreamerBase):
+        def __init__(self):
+            super().__init__()
+            self.writes = []
+
+        def write(self, token):
+            self.writes.append(list(token))
+            return mod.StreamingStatus.RUNNING
+
+        def end(self):
+            pass
+
+    return Writes()
+
+
+def _echo_calls(mod, pipe):
+    ids = pipe.get_tokenizer().encode(PROMPTS[0])
+    out = []
+    for kw in ({}, {"num_beams": 2, "num_return_sequences": 2}, {"max_new_tokens": 0},
+               {"max_new_tokens": 0, "num_beams": 2}):
+        r = pipe.generate(ids, **{"max_new_tokens": 4, **kw, "echo": True})
+        out.append(([list(t) for t in r.tokens], r.scores, [int(f.value) for f in r.finish_reasons]))
+        out.append(pipe.generate([PROMPTS[1]], **{"max_new_tokens": 4, **kw, "echo": True}).texts)
+    pieces = []
+    out.append((pipe.generate(PROMPTS[0], max_new_tokens=3, echo=True, streamer=pieces.append), pieces))
+    writes = _recording_streamer(mod)
+    pipe.generate(ids, max_new_tokens=3, echo=True, streamer=writes)
+    out.append(writes.writes)
+    return out, list(ids.input_ids.data[0])
+
+
+def test_echo_on_the_paged_default_matches_real(pipelines, stories_dir, real_genai):
+    """echo on CPU (the real's continuous-batching adapter): the prompt's ids precede every
+    returned sequence's, scores and finish reasons are the generated tokens' (an empty beam
+    scores NaN), the first streamer write carries the prompt with the first token;
+    max_new_tokens=0 returns the prompt alone (our beam search never finished before)."""
+    ours, prompt = _echo_calls(genai_shim, pipelines("ours", stories_dir, **F32))
+    real, _ = _echo_calls(real_genai, pipelines("real", stories_dir, **F32))
+    assert repr(ours) == repr(real)  # repr: NaN == NaN
+    assert ours[0][0][0][: len(prompt)] == prompt and len(ours[0][0][0]) == len(prompt) + 4
+    assert ours[4][0] == [prompt] and ours[-1][0] == [*prompt, ours[0][0][0][len(prompt)]]
+
+
+def test_cb_echo_streams_the_prompt_and_stops_without_new_tokens(stories_dir):
+    """ContinuousBatchingPipeline with echo, as the real: the streamer gets the prompt with the
+    first token; max_new_tokens=0 finishes at once (greedy used to generate a token, beam
+    search to loop for ever) with the prompt, score 0 / NaN, the prompt streamed in one piece."""
+    cb = genai_shim.ContinuousBatchingPipeline(str(stories_dir), genai_shim.SchedulerConfig(), "CPU", **F32)
+    pieces = []
+    (res,) = cb.generate(["Once upon"], [genai_shim.GenerationConfig(max_new_tokens=3, echo=True)], pieces.append)
+    assert res.m_generation_ids == ["Once upon a time,"] and pieces == ["Once", " upon", " a", " time,"]
+    pieces = []
+    (res,) = cb.generate(["Once upon"], [genai_shim.GenerationConfig(max_new_tokens=0, echo=True)], pieces.append)
+    assert res.m_generation_ids == ["Once upon"] and pieces == ["Once upon"]
+    for beams, score in ((1, "0.0"), (2, "nan")):
+        cfg = genai_shim.GenerationConfig(max_new_tokens=0, echo=True, num_beams=beams)
+        (res,) = cb.generate([PROMPTS[0]], [cfg])
+        assert res.m_generation_ids == [PROMPTS[0]] and repr(res.m_scores) == f"[{score}]"
 
 
 @pytest.mark.parametrize(
