@@ -37,7 +37,7 @@ from genai_shim.parser_streamer import generate_with_parsers
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.pipeline_args import encoded_inputs, parse_ctor, parse_memory_ctor, split_properties, stack_rows
 from genai_shim.prompt_lookup import run_prompt_lookup
-from genai_shim.results import DecodedResults, EncodedResults
+from genai_shim.results import DecodedResults, EncodedResults, echo_prompts
 from genai_shim.sampling import Sampler
 from genai_shim.speculative import DraftModel, SpeculativeDecoder, generate_speculative
 from genai_shim.stateful_beam import run_beam_search
@@ -632,10 +632,7 @@ class LLMPipeline:
         if paged:
             if config.is_beam_search():
                 res = self._pa.beam_search(seqs, config, perf)
-                if config.echo:  # beams come prompt after prompt, num_return_sequences each
-                    per = len(res.tokens) // batch
-                    res.tokens = [prompts[i // per] + list(t) for i, t in enumerate(res.tokens)]
-                return res
+                return echo_prompts(res, prompts) if config.echo else res
             if config.echo and stream is not None:
                 # the real's first write carries the prompt with the first token (one list)
                 stream = EchoStreamer(stream, seqs[0].prompt)
@@ -645,9 +642,7 @@ class LLMPipeline:
                     stream_tokens(stream, seqs[0], 0)
                 stream.end()
             res = self._encoded_results(seqs, perf, keep_kv)
-            if config.echo:  # the prompt precedes each sequence's tokens; scores are unchanged
-                res.tokens = [list(s.prompt) + list(t) for s, t in zip(seqs, res.tokens, strict=True)]
-            return res
+            return echo_prompts(res, prompts) if config.echo else res
 
         self._apply_adapters(config)  # the stateful model's (the paged backend has its own)
         # Prefill: positions count only real (unmasked) tokens, padding gets 0.

@@ -8,7 +8,7 @@ from typing import Any
 from genai_shim.enums import BindingEnum
 from genai_shim.perf_metrics import PerfMetrics
 
-__all__ = ["DecodedResults", "EncodedResults", "GenerationFinishReason"]
+__all__ = ["DecodedResults", "EncodedResults", "GenerationFinishReason", "echo_prompts"]
 
 
 class GenerationFinishReason(BindingEnum):
@@ -35,6 +35,14 @@ class EncodedResults:
         return (
             f"EncodedResults(tokens={self.tokens}, scores={self.scores}, finish_reasons={reasons})"
         )
+
+
+def echo_prompts(res: EncodedResults, prompts: list[list[int]]) -> EncodedResults:
+    """``echo``: each prompt's ids before its sequences' tokens (the sequences come prompt after
+    prompt, as many each: beams or ``num_return_sequences``); scores are unchanged."""
+    per = len(res.tokens) // max(len(prompts), 1)
+    res.tokens = [list(prompts[i // per]) + list(t) for i, t in enumerate(res.tokens)]
+    return res
 
 
 class DecodedResults:
