@@ -39,6 +39,7 @@ from ov_npu_emu.npu.blob.format import (
     operand_addr_offset,
     rela_name,
 )
+from ov_npu_emu.npu.blob.kernel_params import MatMulDqParams
 from ov_npu_emu.npu.blob.reader import SplitBlob, pack_meta
 from ov_npu_emu.npu.blob.writer import BlobWriter, RelocEntry, Symbol
 from ov_npu_emu.npu.compiler.graph import Place, Value
@@ -88,6 +89,18 @@ def _operand(v: Value) -> Operand:
     if code is None:
         raise CompileError(f"element type {v.dtype} has no NPU code", stage="emit")
     return Operand(0, code, tuple(v.shape))
+
+
+def _decompressed_bytes(lw: Lowered) -> int:
+    """The f32 bytes of every weight a matmul_dq task reads compressed, each weight once: what
+    the driver's decompressed-weights cache would hold for this blob (it caches only when all
+    of it fits its budget, hpi.py)."""
+    weights: dict[int, int] = {}
+    for t in lw.tasks:
+        if t.kernel == "matmul_dq":
+            p = MatMulDqParams.unpack(np.asarray(t.params, np.float64), "matmul_dq")
+            weights[id(t.ins[1].root)] = 4 * p.n * p.k  # row tiles of one MatMul read one weight
+    return sum(weights.values())
 
 
 def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, Any], *,
@@ -147,6 +160,7 @@ def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, An
     meta["memory"] = {"weights": len(plan.weights), "scratch": plan.scratch_size, "cmx": plan.cmx_used}
     # the constant table: the driver's weights bank shares constants across blobs one by one
     meta["constants"] = [[off, n] for off, n in plan.constants]
+    meta["dq_bytes"] = _decompressed_bytes(lw)
     meta["barriers"] = [{"id": b.bid, "producers": b.producers, "consumers": b.consumers} for b in sched.barriers]
     # the memory plan as placed: [region, offset, bytes, first task, last task] per activation
     # buffer (what `profile --html` draws as the CMX/DDR map over time)
