@@ -15,7 +15,6 @@ import openvino as ov
 from genai_shim.chat import ChatHistory
 from genai_shim.chat_session import ChatSession, require_template
 from genai_shim.continuous_batching.llm_backend import PagedBackend
-from genai_shim.continuous_batching.llm_backend import supports as pa_supports
 from genai_shim.continuous_batching.pipeline import SchedulerConfig
 from genai_shim.continuous_batching.speculative import CBSpeculativeDecoder, uses_continuous_batching
 from genai_shim.decoding import (
@@ -579,7 +578,7 @@ class LLMPipeline:
         # New conversation vs. continuing one: on NPU (full-history mode) and outside chat the
         # state is reset and the whole prompt is prefilled; CPU chat reuses the common prefix.
         past = 0
-        paged = self._pa is not None and pa_supports(config, keep_kv)  # the real CPU default
+        paged = self._pa is not None  # the real CPU default: every call continuous-batched
         if keep_kv and not self._is_npu and batch == 1 and not paged:
             row = ids[0][mask[0].astype(bool)].tolist()
             common = 0

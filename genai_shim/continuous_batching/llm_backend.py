@@ -1,7 +1,7 @@
 """The paged-attention backend of ``LLMPipeline(..., "CPU")``: openvino.genai runs its CPU
 LLMPipeline as a continuous-batching pipeline unless ``ATTENTION_BACKEND="SDPA"``; genai_shim
-does the same for the calls this backend supports and keeps the stateful (SDPA) model for the
-rest (see :func:`supports`)."""
+does the same, for every call (greedy, multinomial with several samples per prompt, beam search,
+chat, ``echo``), as the real's ContinuousBatchingAdapter."""
 
 from __future__ import annotations
 
@@ -19,13 +19,7 @@ from genai_shim.generation_config import SIZE_MAX, GenerationConfig
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.streamers import StreamerBase, StreamingStatus
 
-__all__ = ["PagedBackend", "supports"]
-
-
-def supports(config: GenerationConfig, keep_kv: bool) -> bool:
-    """Calls the paged backend runs: every one, as the real's ContinuousBatchingAdapter
-    (greedy, multinomial with several samples per prompt, beam search, chat, ``echo``)."""
-    return True
+__all__ = ["PagedBackend"]
 
 
 class PagedBackend:
