@@ -27,8 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ov_npu_emu.npu.blob.kernel_params import SdpaParams  # noqa: E402
-from ov_npu_emu.npu.device.kernels import attention  # noqa: E402
+from ov_npu_emu_npu.blob.kernel_params import SdpaParams  # noqa: E402
+from ov_npu_emu_npu.device.kernels import attention  # noqa: E402
 
 #: name -> (query heads, K/V heads, KV slots, used slots)
 LAYOUTS = {"bench-small": (8, 4, 64, 30), "qwen2.5-0.5b": (14, 2, 1152, 30), "llama-3.2-1b": (32, 8, 1152, 30)}

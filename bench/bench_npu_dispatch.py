@@ -36,7 +36,7 @@ import numpy as np, openvino as ov
 from ov_npu_emu import Core
 xml = os.path.join(model_dir, "openvino_model.xml")
 if mode == "npu":
-    from ov_npu_emu.cli._models import example_inputs, static_llm
+    from ov_npu_emu.cli.model_args import example_inputs, static_llm
     m = static_llm(ov.Core().read_model(xml), 1, kv - 1)
     req = Core().compile_model(m, "NPU").create_infer_request()
     req.infer(example_inputs(m))

@@ -31,8 +31,8 @@ from bench_scale import F32, PROMPT  # noqa: E402
 @contextlib.contextmanager
 def gemv_path(on: bool) -> Iterator[None]:
     """The f32 decode path as built (on) or disabled (off) while pipelines compile their kernels."""
-    from ov_npu_emu.npu.device import fusion
-    from ov_npu_emu.npu.device.kernels import accumulate, linear
+    from ov_npu_emu_npu.device import fusion
+    from ov_npu_emu_npu.device.kernels import accumulate, linear
 
     saved = (linear.decode_shaped, accumulate.decode_shaped, fusion.STORED_FORMAT_MAX_ROWS)
     if not on:

@@ -1,4 +1,4 @@
-"""Decode GEMV on stored weights (ov_npu_emu/npu/device/kernels/gemv.py) against the bandwidth floor.
+"""Decode GEMV on stored weights (plugins/ov_npu_emu_npu/device/kernels/gemv.py) against the bandwidth floor.
 
 Usage: python bench/bench_npu_kernels.py [--mb 256] [--rows 1,4,16] [--repeat 5] [--formats f32,f16,u8,i8,u4,i4]
 
@@ -35,8 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ov_npu_emu.npu.blob.format import WEIGHT_FORMATS  # noqa: E402
-from ov_npu_emu.npu.device.kernels.dequant import DQ_TILE_BYTES, TileDequantizer  # noqa: E402
+from ov_npu_emu_npu.blob.format import WEIGHT_FORMATS  # noqa: E402
+from ov_npu_emu_npu.device.kernels.dequant import DQ_TILE_BYTES, TileDequantizer  # noqa: E402
 
 K = 896
 GROUP = 128  # 4-bit group size (optimum's default); 8-bit is channel-wise as optimum's int8
@@ -77,7 +77,7 @@ def _dq_blas(fmt: str, q, scale, zp, x: np.ndarray, out: np.ndarray):
 def _both_cores(fn, *arrays: np.ndarray) -> None:  # type: ignore[no-untyped-def]
     """``fn`` over the first half of every array on the gemv pool's thread and the second half
     here (numpy releases the GIL in both): the 2-core read floor."""
-    from ov_npu_emu.npu.device.kernels.gemv import _pool
+    from ov_npu_emu_npu.device.kernels.gemv import _pool
 
     half = arrays[0].shape[0] // 2
     other = _pool().submit(fn, *(a[:half] for a in arrays))
@@ -92,7 +92,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--formats", default="f32,f16,u8,i8,u4,i4")
     args = ap.parse_args()
-    from ov_npu_emu.npu.device.kernels.gemv import gemv_runner
+    from ov_npu_emu_npu.device.kernels.gemv import gemv_runner
 
     rng = np.random.default_rng(0)
     print(f"os.sched_getaffinity: {len(os.sched_getaffinity(0))} cores, load average {os.getloadavg()[0]:.1f}")

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
 import ov_npu_emu  # noqa: E402
-from ov_npu_emu.cli._models import example_inputs, static_llm  # noqa: E402
+from ov_npu_emu.cli.model_args import example_inputs, static_llm  # noqa: E402
 from ov_npu_emu.modelbuilder import make_model_folder  # noqa: E402
 
 

@@ -27,7 +27,7 @@ import openvino as ov  # noqa: E402
 import openvino.opset13 as ops  # noqa: E402
 
 from ov_npu_emu import Core  # noqa: E402
-from ov_npu_emu.cli._models import example_inputs, static_llm  # noqa: E402
+from ov_npu_emu.cli.model_args import example_inputs, static_llm  # noqa: E402
 
 
 def issue_matmul() -> ov.Model:

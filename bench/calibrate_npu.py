@@ -3,7 +3,7 @@
     .venv/bin/python bench/calibrate_npu.py            # fit, then the table (a few minutes)
     .venv/bin/python bench/calibrate_npu.py --check    # only the table, with the committed presets
 
-Data: docs/npu_calibration_sources.md (row numbers below).  Model: ov_npu_emu/npu/platforms.py.
+Data: docs/npu_calibration_sources.md (row numbers below).  Model: plugins/ov_npu_emu_npu/platforms.py.
 Fit (per generation, in this order; every step is a 1-D solve on the cost-model timeline):
 
 1. NPU3720: ``ddr_efficiency`` and ``step_overhead_ms`` together from the decode time of
@@ -31,10 +31,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
-from ov_npu_emu_npuw.estimate import estimate  # noqa: E402  (plugins/ is on sys.path above)
-
 from ov_npu_emu.modelbuilder import LlamaConfig, get_preset  # noqa: E402
-from ov_npu_emu.npu.platforms import PLATFORMS, Platform  # noqa: E402
+from ov_npu_emu_npu.platforms import PLATFORMS, Platform  # noqa: E402
+from ov_npu_emu_npuw.estimate import estimate  # noqa: E402  (plugins/ is on sys.path above)
 
 QWEN3_8B = LlamaConfig(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                        num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False)
@@ -167,9 +166,8 @@ def breakdown(p: Point, plat: Platform) -> str:
     (the 2-layer minus the 1-layer prefill timeline)."""
     from collections import Counter
 
-    from ov_npu_emu_npuw.estimate import _hw_properties, shape_model
-
     from ov_npu_emu import Core
+    from ov_npu_emu_npuw.estimate import _hw_properties, shape_model
 
     per: list[Counter] = []
     for n in (1, 2):

@@ -13,10 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # ov_npu_emu/cli included: the demo that drives genai_shim lives in genai_shim/cli.py (CLI hook).
 RULES = [
     ("ov_npu_emu", ("genai_shim",)),
-    ("ov_npu_emu/runtime", ("ov_npu_emu.api", "ov_npu_emu.npu", "ov_npu_emu_")),
-    ("ov_npu_emu/npu/driver", ("ov_npu_emu.npu.compiler",)),
-    ("ov_npu_emu/npu/device", ("ov_npu_emu.npu.compiler",)),
-    ("ov_npu_emu/npu/blob", ("ov_npu_emu.npu.compiler",)),
+    ("ov_npu_emu/runtime", ("ov_npu_emu.api", "ov_npu_emu_npu", "ov_npu_emu_")),
+    ("plugins/ov_npu_emu_npu/driver", ("ov_npu_emu_npu.compiler",)),
+    ("plugins/ov_npu_emu_npu/device", ("ov_npu_emu_npu.compiler",)),
+    ("plugins/ov_npu_emu_npu/blob", ("ov_npu_emu_npu.compiler",)),
 ]
 
 

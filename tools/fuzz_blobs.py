@@ -198,7 +198,7 @@ def targets(core: Any, tiny_model_dir: Path | None = None) -> list[Target]:
 def fuzz(core: Any, target: Target, other: bytes, n: int, seed: int, *, resealed: bool = False,
          limit: float = TIME_LIMIT) -> dict[str, Any]:
     """Run ``n`` mutants of ``target``; returns counts, the slowest time and examples of findings."""
-    from ov_npu_emu.npu.blob.integrity import seal, strip
+    from ov_npu_emu_npu.blob.integrity import seal, strip
 
     rng = random.Random(seed)
     counts: Counter[str] = Counter()

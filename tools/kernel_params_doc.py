@@ -1,5 +1,5 @@
 """The kernel parameter table of docs/npu_blob_format.md, generated from the records in
-ov_npu_emu/npu/blob/kernel_params.py.
+plugins/ov_npu_emu_npu/blob/kernel_params.py.
 
     python tools/kernel_params_doc.py            # print the table
     python tools/kernel_params_doc.py --write    # rewrite it in docs/npu_blob_format.md
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "npu_blob_format.md"
 sys.path.insert(0, str(ROOT))
 
-from ov_npu_emu.npu.blob.kernel_params import DOC_BEGIN, DOC_END, markdown
+from ov_npu_emu_npu.blob.kernel_params import DOC_BEGIN, DOC_END, markdown
 
 if __name__ == "__main__":
     from tools.doc_tables import main

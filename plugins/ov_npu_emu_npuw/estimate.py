@@ -2,7 +2,7 @@
 
 The LLM is compiled the NPUW way (static prefill at the padded prompt length, the generate variant
 NPUW would pick, the shared LM head) for the emulated NPU configured as the chosen platform
-preset (``ov_npu_emu/npu/platforms.py``); each sub-model's cost-model timeline (the barrier-graph
+preset (``plugins/ov_npu_emu_npu/platforms.py``); each sub-model's cost-model timeline (the barrier-graph
 replay of ``profile``) gives its device time, and the platform's fixed per-step overhead is added.
 Nothing runs on the device: the timelines are replays of the compiled task graphs.
 
@@ -29,7 +29,7 @@ __all__ = ["estimate", "measure_llm", "register", "run", "shape_model"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ov_npu_emu.npu.platforms import PLATFORMS
+    from ov_npu_emu_npu.platforms import PLATFORMS
 
     p = subparsers.add_parser(
         "estimate", help="predict TTFT/TPOT of an LLM on a calibrated NPU generation (cost model)",
@@ -161,7 +161,7 @@ def shape_model(config: Any, layers: int, fmt: str = "int4", group_size: int = -
 
 # -- measuring ---------------------------------------------------------------------------------
 def _hw_properties(platform: Any) -> dict[str, str]:
-    from ov_npu_emu.npu.arch import HardwareConfig
+    from ov_npu_emu_npu.arch import HardwareConfig
 
     hw = platform.hardware().to_dict()
     return {key: str(hw[field]) for key, (field, _) in HardwareConfig.KEYS.items()}
@@ -253,7 +253,7 @@ def estimate(config: Any, platform: Any, *, prompt: int = 512, max_prompt_len: i
 
 
 def run(args: argparse.Namespace) -> int:
-    from ov_npu_emu.npu.platforms import get_platform
+    from ov_npu_emu_npu.platforms import get_platform
 
     platform = get_platform(args.npu)
     config, xml, layers, note = _model_config(args)

@@ -27,8 +27,8 @@ import numpy as np
 import openvino as ov
 
 from ov_npu_emu.errors import BlobFormatError, ConfigError
-from ov_npu_emu.npu.blob.format import SEC_WEIGHTS
-from ov_npu_emu.npu.blob.reader import BlobReader
+from ov_npu_emu_npu.blob.format import SEC_WEIGHTS
+from ov_npu_emu_npu.blob.reader import BlobReader
 
 __all__ = [
     "MIN_REF_BYTES",

@@ -160,7 +160,6 @@ class FakeNpuwPlugin:
 def make_core_with_fake(plugin: FakeNpuwPlugin) -> Any:
     """A Core whose only plugins are the CPU passthrough and the fake NPUW."""
     import ov_npu_emu_cpu
-
     from ov_npu_emu import Core
     from ov_npu_emu.plugin_manager import get_plugin_manager
 

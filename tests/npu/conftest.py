@@ -30,7 +30,7 @@ def rel_err(a: np.ndarray, b: np.ndarray) -> float:
 
 def static_llm(xml: Path, seq: int, past: int) -> ov.Model:
     """The stateful LLM at ``xml`` as one static step: [1, seq] tokens over ``past`` KV."""
-    from ov_npu_emu.cli._models import static_llm as make_static
+    from ov_npu_emu.cli.model_args import static_llm as make_static
 
     return make_static(ov.Core().read_model(xml), seq, past)
 

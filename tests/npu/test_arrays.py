@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ov_npu_emu.npu import arrays
-from ov_npu_emu.npu.arrays import same_contents
+from ov_npu_emu_npu import arrays
+from ov_npu_emu_npu.arrays import same_contents
 
 
 def test_answers_as_array_equal_chunk_by_chunk(monkeypatch):

@@ -108,6 +108,7 @@ def decode_step(model: Any, stored: int, seed: int = 0) -> tuple[np.ndarray, Any
     """One step of a static generate model on the CPU plugin (f32, 1 thread) with random past KV
     of which ``stored`` slots are valid; returns (``npuw_output_embed`` copy, compiled model)."""
     import openvino as ov
+
     from ov_npu_emu_npuw.transform import EMBED
 
     cm = ov.Core().compile_model(model, "CPU", {**F32_SUB, "INFERENCE_NUM_THREADS": 1})

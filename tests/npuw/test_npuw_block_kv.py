@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ov_npu_emu_npuw.config import parse_config
-from ov_npu_emu_npuw.kvplan import plan_from_model
 
 from ov_npu_emu.errors import ConfigError, KVBlockError
+from ov_npu_emu_npuw.config import parse_config
+from ov_npu_emu_npuw.kvplan import plan_from_model
 from tests.npuw._oracle import assert_matches_real, greedy, real_npuw_config
 
 KEY = "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from ov_npu_emu_npuw.config import is_npuw_llm_config, parse_config, pyramid_sizes, select_variant
 
 from ov_npu_emu.errors import ConfigError
+from ov_npu_emu_npuw.config import is_npuw_llm_config, parse_config, pyramid_sizes, select_variant
 
 SEED_VARIANTS = [256, 512, 1024, 1152]
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 import pytest
-from ov_npu_emu_cpu import bank as cpu_bank
-from ov_npu_emu_cpu.bank import BANK_MIN_BYTES, BANK_PARAM_PREFIX
 
 from ov_npu_emu.errors import ConfigError
 from ov_npu_emu.modelbuilder import make_model_folder
 from ov_npu_emu.testing import CPU_EXACT_CONFIG
+from ov_npu_emu_cpu import bank as cpu_bank
+from ov_npu_emu_cpu.bank import BANK_MIN_BYTES, BANK_PARAM_PREFIX
 from tests.npuw._oracle import greedy
 
 PROMPT = [1, 17, 42, 99, 7, 250, 3]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 import pytest
-from ov_npu_emu_npuw.compiled_model import CPU_SINGLE_THREAD_STEP_BYTES, generate_default_config
-from ov_npu_emu_npuw.model_io import KVLayout
 
 from ov_npu_emu.testing import CPU_EXACT_CONFIG
+from ov_npu_emu_npuw.compiled_model import CPU_SINGLE_THREAD_STEP_BYTES, generate_default_config
+from ov_npu_emu_npuw.model_io import KVLayout
 
 BASE = {
     "NPU_USE_NPUW": "YES",

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ov_npu_emu_npuw.estimate import _hw_properties, estimate, shape_model
 
 from ov_npu_emu import Core
 from ov_npu_emu.cli import main
-from ov_npu_emu.cli._models import example_inputs
+from ov_npu_emu.cli.model_args import example_inputs
 from ov_npu_emu.modelbuilder import get_preset
-from ov_npu_emu.npu.platforms import get_platform
+from ov_npu_emu_npu.platforms import get_platform
+from ov_npu_emu_npuw.estimate import _hw_properties, estimate, shape_model
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "optimum" / "llama-int4-sym-g128"
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
+from ov_npu_emu.errors import ConfigError
 from ov_npu_emu_npuw import compiled_model
 from ov_npu_emu_npuw.config import generate_rung_sizes, parse_config
 from ov_npu_emu_npuw.transform import to_stateless
-
-from ov_npu_emu.errors import ConfigError
 from tests.npuw._oracle import F32_SUB, greedy
 
 # "Once upon a time, there was a little girl named Lily." (stories260K tokenizer)

@@ -14,15 +14,15 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 import pytest
+
+from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.modelbuilder import make_model_folder
 from ov_npu_emu_npuw.attention_rewrites import group_attention
 from ov_npu_emu_npuw.transform import (
     make_generate_model,
     make_prefill_model,
     to_stateless,
 )
-
-from ov_npu_emu.errors import ConfigError
-from ov_npu_emu.modelbuilder import make_model_folder
 from tests.npuw._oracle import decode_step
 
 F32_1T = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}

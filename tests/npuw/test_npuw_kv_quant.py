@@ -10,10 +10,10 @@ import json
 
 import numpy as np
 import pytest
-from ov_npu_emu_npuw.kvquant import dequantize, quantize, quantize_channels, unpack
 
 from ov_npu_emu.cli import main
 from ov_npu_emu.errors import ConfigError
+from ov_npu_emu_npuw.kvquant import dequantize, quantize, quantize_channels, unpack
 
 from ._oracle import greedy
 
@@ -194,6 +194,7 @@ def test_graph_dequantisation_equals_the_host_scheme(stories_model, precision, g
     """A generate variant fed stored bytes + scales on the real CPU plugin gives the logits of
     the f32 variant fed the host's dequantisation of the same bytes (kvquant.dequantize)."""
     import openvino as ov
+
     from ov_npu_emu_npuw.kvquant import BITS
     from ov_npu_emu_npuw.transform import make_generate_model, to_stateless
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from ov_npu_emu_npuw.position_masks import PositionMask, classify_mask
 
 N = 12
@@ -57,10 +58,10 @@ def test_unknown_reader_of_the_past_is_a_compile_error_naming_it():
     """A past KV input read by something NPUW cannot resolve in the no-past prefill: typed error."""
     import openvino as ov
     from openvino import opset13 as ops
-    from ov_npu_emu_npuw.model_io import find_param
-    from ov_npu_emu_npuw.transform import make_prefill_model, to_stateless
 
     from ov_npu_emu.errors import CompileError
+    from ov_npu_emu_npuw.model_io import find_param
+    from ov_npu_emu_npuw.transform import make_prefill_model, to_stateless
     from tools.conformance import FIXTURES
 
     model = ov.Core().read_model(FIXTURES / "llama-fp32" / "openvino_model.xml")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 import pytest
-from ov_npu_emu_npuw.config import ladder_sizes, parse_config
 
 from ov_npu_emu.errors import ConfigError
+from ov_npu_emu_npuw.config import ladder_sizes, parse_config
 from tests.npu.conftest import padded_attention_model
 from tests.npuw._oracle import F32_SUB, greedy, real_npuw_config
 
@@ -160,7 +160,7 @@ def test_sdpa_window_rows_equal_full(groups, boolean, L, D, w0, dtype):
     """The window's rows are the full run's bit for bit, on any host: both make the same BLAS
     calls (row_blocks) on the rows they share.  K and V rows before the window hold garbage
     (left uncomputed by the row-wise tasks): they must not matter."""
-    from ov_npu_emu.npu.device.kernels import RowWindow, make_kernel
+    from ov_npu_emu_npu.device.kernels import RowWindow, make_kernel
 
     q, k, v, mask, w0 = _attention_case(groups, boolean, L=L, D=D, w0=w0)
     q, k, v = (x.astype(dtype) for x in (q, k, v))
@@ -182,7 +182,7 @@ def test_sdpa_window_rows_equal_full(groups, boolean, L, D, w0, dtype):
 def test_sdpa_window_refusals():
     """A mask that lets a window row see a padding column: no window (the driver re-runs the
     inference without it); a square attention too small for the row-block path: the hint stops."""
-    from ov_npu_emu.npu.device.kernels import RowWindow, make_kernel
+    from ov_npu_emu_npu.device.kernels import RowWindow, make_kernel
 
     q, k, v, mask, w0 = _attention_case(2, False)
     mask[..., w0 + 10, 3] = 0.0  # a real row attends a padding column
@@ -207,7 +207,7 @@ def test_sdpa_window_refusals():
 
 def test_sdpa_window_refuses_open_padding():
     """A real row that still sees a padding column: no window, the driver must re-run."""
-    from ov_npu_emu.npu.device.kernels import RowWindow, make_kernel
+    from ov_npu_emu_npu.device.kernels import RowWindow, make_kernel
 
     q, k, v, mask, w0 = _attention_case(1, False)
     mask[..., -1, 3] = 0.0  # the last real row attends padding column 3

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 import pytest
-from ov_npu_emu_npuw.config import parse_config
-from ov_npu_emu_npuw.prefix_cache import PrefixCache
 
 from ov_npu_emu.errors import ConfigError
+from ov_npu_emu_npuw.config import parse_config
+from ov_npu_emu_npuw.prefix_cache import PrefixCache
 from tests.npuw._oracle import greedy, real_npuw_config
 
 _RNG = np.random.default_rng(7)

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 import pytest
-from ov_npu_emu_npuw.attention_rewrites import cache_rope, rotate_half_as_matmul
-from ov_npu_emu_npuw.transform import make_generate_model, make_prefill_model, to_stateless
 
 from ov_npu_emu.errors import UserInputError
+from ov_npu_emu_npuw.attention_rewrites import cache_rope, rotate_half_as_matmul
+from ov_npu_emu_npuw.transform import make_generate_model, make_prefill_model, to_stateless
 from tests.npuw._oracle import decode_step
 
 

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from ov_npu_emu_npuw.serialize import MAGIC
 
 from ov_npu_emu.errors import BlobFormatError, NpuEmuError
+from ov_npu_emu_npuw.serialize import MAGIC
 from tests.npuw._oracle import greedy, real_npuw_config
 
 SHORT = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426]

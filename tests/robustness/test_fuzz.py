@@ -52,7 +52,7 @@ def test_resealed_damage_meets_bounded_parsers(core: ov.Core, all_targets: dict[
 
 def test_damage_names_the_section(all_targets: dict[str, Target]) -> None:
     from ov_npu_emu.errors import BlobFormatError
-    from ov_npu_emu.npu.blob.reader import BlobReader
+    from ov_npu_emu_npu.blob.reader import BlobReader
 
     blob = all_targets["npu-llm"].blob
     elf = BlobReader(blob).elf

@@ -13,9 +13,9 @@ from elftools.elf.elffile import ELFFile
 
 import ov_npu_emu as ov
 from ov_npu_emu.errors import BlobFormatError, NpuEmuError, RelocationError
-from ov_npu_emu.npu.blob.integrity import reseal
-from ov_npu_emu.npu.blob.reader import META_HEAD
 from ov_npu_emu.testing import make_add_model, make_model_with_memory
+from ov_npu_emu_npu.blob.integrity import reseal
+from ov_npu_emu_npu.blob.reader import META_HEAD
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -195,7 +195,7 @@ def test_device_errors_in_thread_queue_mode_neither_hang_nor_poison_the_queue(co
 
 def test_dma_row_count_flip_is_rejected_not_run_for_minutes(core: ov.Core, blob: bytes) -> None:
     from ov_npu_emu.errors import ExecutionError
-    from ov_npu_emu.npu.blob.format import DMA_DESC
+    from ov_npu_emu_npu.blob.format import DMA_DESC
 
     _, off, size = _sections(blob)[".npu.dma"]
     assert size % DMA_DESC.size == 0

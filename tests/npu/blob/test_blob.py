@@ -11,18 +11,18 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
 
 from ov_npu_emu.errors import BlobFormatError, UserInputError
-from ov_npu_emu.npu.blob import BlobReader, BlobWriter
-from ov_npu_emu.npu.blob.format import (
+from ov_npu_emu_npu.blob import BlobReader, BlobWriter
+from ov_npu_emu_npu.blob.format import (
     LOADABLE_SECTIONS,
     R_NPU_64,
     SEC_META,
     VPU_SHF_USERINPUT,
     VPU_SHF_USEROUTPUT,
 )
-from ov_npu_emu.npu.blob.integrity import reseal
-from ov_npu_emu.npu.blob.reader import META_HEAD
-from ov_npu_emu.npu.blob.writer import RelocEntry, Symbol
-from ov_npu_emu.npu.compiler import compile_to_blob
+from ov_npu_emu_npu.blob.integrity import reseal
+from ov_npu_emu_npu.blob.reader import META_HEAD
+from ov_npu_emu_npu.blob.writer import RelocEntry, Symbol
+from ov_npu_emu_npu.compiler import compile_to_blob
 from tests.npu.conftest import make_mlp
 
 

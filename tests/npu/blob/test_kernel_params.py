@@ -13,10 +13,10 @@ from elftools.elf.elffile import ELFFile
 
 import ov_npu_emu
 from ov_npu_emu.errors import BlobFormatError, KernelParamsError
-from ov_npu_emu.npu.blob import kernel_params as kp
-from ov_npu_emu.npu.blob.integrity import reseal
-from ov_npu_emu.npu.compiler import compile_to_blob
-from ov_npu_emu.npu.device.kernels import KERNELS, make_kernel
+from ov_npu_emu_npu.blob import kernel_params as kp
+from ov_npu_emu_npu.blob.integrity import reseal
+from ov_npu_emu_npu.compiler import compile_to_blob
+from ov_npu_emu_npu.device.kernels import KERNELS, make_kernel
 from tests.npu.conftest import make_mlp
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "npu_blob_format.md"
@@ -39,7 +39,7 @@ def _sample(cls: type[kp.KernelParams]) -> kp.KernelParams:
 
 @pytest.mark.parametrize("kernel", sorted(KERNELS))
 def test_every_device_kernel_has_a_record_that_round_trips(kernel):
-    assert kernel in kp.KERNEL_PARAMS, f"kernel {kernel!r} has no record in ov_npu_emu/npu/blob/kernel_params.py"
+    assert kernel in kp.KERNEL_PARAMS, f"kernel {kernel!r} has no record in ov_npu_emu_npu/blob/kernel_params.py"
     cls = kp.KERNEL_PARAMS[kernel]
     rec = _sample(cls)
     packed = kp.pack_params(kernel, rec)
@@ -125,9 +125,9 @@ def test_blob_format_doc_table_is_generated_from_the_records():
 
 def test_a_record_on_the_wrong_engine_is_a_compile_error():
     from ov_npu_emu.errors import CompileError
-    from ov_npu_emu.npu.arch import HardwareConfig
-    from ov_npu_emu.npu.compiler.graph import Place
-    from ov_npu_emu.npu.compiler.lower import _Lowerer
+    from ov_npu_emu_npu.arch import HardwareConfig
+    from ov_npu_emu_npu.compiler.graph import Place
+    from ov_npu_emu_npu.compiler.lower import _Lowerer
 
     lw = _Lowerer(None, HardwareConfig(), False, False)  # the task builders never read the model
     v = lw.new_value((2, 2), np.float32, Place.SCRATCH)

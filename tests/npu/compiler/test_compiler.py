@@ -11,14 +11,14 @@ import pytest
 from openvino import opset13 as ops
 
 from ov_npu_emu.errors import DynamicShapeError, MemoryPlanError, UnsupportedOpError
-from ov_npu_emu.npu.arch import HardwareConfig
-from ov_npu_emu.npu.blob import BlobReader
-from ov_npu_emu.npu.compiler import compile_to_blob
-from ov_npu_emu.npu.compiler.frontend import prepare
-from ov_npu_emu.npu.compiler.lower import lower
-from ov_npu_emu.npu.compiler.memory import plan_memory
-from ov_npu_emu.npu.compiler.schedule import schedule
-from ov_npu_emu.npu.compiler.verify import verify_memory, verify_schedule
+from ov_npu_emu_npu.arch import HardwareConfig
+from ov_npu_emu_npu.blob import BlobReader
+from ov_npu_emu_npu.compiler import compile_to_blob
+from ov_npu_emu_npu.compiler.frontend import prepare
+from ov_npu_emu_npu.compiler.lower import lower
+from ov_npu_emu_npu.compiler.memory import plan_memory
+from ov_npu_emu_npu.compiler.schedule import schedule
+from ov_npu_emu_npu.compiler.verify import verify_memory, verify_schedule
 from tests.npu.conftest import cpu_reference, llm_feed, make_group_conv_cnn, make_mlp, rel_err
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -120,14 +120,14 @@ def test_runtime_packages_never_import_the_compiler():
     """driver/device/blob and the plugin's module level must work from a blob alone."""
     bad = []
     for pkg in ("driver", "device", "blob"):
-        for f in (ROOT / "ov_npu_emu" / "npu" / pkg).rglob("*.py"):
+        for f in (ROOT / "plugins" / "ov_npu_emu_npu" / pkg).rglob("*.py"):
             for node in ast.walk(ast.parse(f.read_text())):
                 mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                     [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-                bad += [f"{f.name}: {m}" for m in mods if m.startswith("ov_npu_emu.npu.compiler")]
-    plugin = ast.parse((ROOT / "plugins" / "ov_npu_emu_npu" / "__init__.py").read_text())
+                bad += [f"{f.name}: {m}" for m in mods if m.startswith("ov_npu_emu_npu.compiler")]
+    plugin = ast.parse((ROOT / "plugins" / "ov_npu_emu_npu" / "plugin.py").read_text())
     for node in plugin.body:  # module level only; compile_model imports the compiler lazily
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ov_npu_emu.npu.compiler"):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ov_npu_emu_npu.compiler"):
             bad.append(f"plugin: {node.module}")
     assert not bad, bad
 

@@ -12,14 +12,14 @@ import pytest
 from ov_npu_emu import Core
 from ov_npu_emu.cli import main
 from ov_npu_emu.errors import CompileError, ConfigError
-from ov_npu_emu.npu.arch import HardwareConfig
-from ov_npu_emu.npu.compiler.frontend import prepare
-from ov_npu_emu.npu.compiler.graph import Place
-from ov_npu_emu.npu.compiler.lower import lower
-from ov_npu_emu.npu.compiler.memory import plan_memory
-from ov_npu_emu.npu.compiler.schedule import schedule
-from ov_npu_emu.npu.compiler.verify import verify_memory, verify_schedule
-from ov_npu_emu.npu.device.profiling import overlap_spans
+from ov_npu_emu_npu.arch import HardwareConfig
+from ov_npu_emu_npu.compiler.frontend import prepare
+from ov_npu_emu_npu.compiler.graph import Place
+from ov_npu_emu_npu.compiler.lower import lower
+from ov_npu_emu_npu.compiler.memory import plan_memory
+from ov_npu_emu_npu.compiler.schedule import schedule
+from ov_npu_emu_npu.compiler.verify import verify_memory, verify_schedule
+from ov_npu_emu_npu.device.profiling import overlap_spans
 from tests.npu.conftest import cpu_reference, rel_err
 
 CMX_32K = {"NPU_EMU_CMX_SIZE": 32768}

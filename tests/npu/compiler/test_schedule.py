@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ov_npu_emu.errors import BarrierDeadlockError, ConfigError
-from ov_npu_emu.npu.blob.integrity import reseal
+from ov_npu_emu_npu.blob.integrity import reseal
 from tests.npu.conftest import llm_feed, make_mlp, section_span
 
 
@@ -68,7 +68,7 @@ def test_patch_swaps_tasks_into_the_schedule(npu_core):
 
 
 def test_deadlock_on_replay_path_each_inference(npu_core):
-    from ov_npu_emu.npu.blob.format import BARRIER
+    from ov_npu_emu_npu.blob.format import BARRIER
 
     blob = npu_core.compile_model(make_mlp(), "NPU").export_model().getvalue()
     off, _ = section_span(blob, ".npu.barriers")
@@ -93,7 +93,7 @@ def test_bad_barrier_walk_value_is_config_error(npu_core):
 
 @pytest.mark.parametrize(("shape", "axes"), [((1, 1, 64), (2,)), ((2, 3, 17), (1, 2)), ((3, 7, 9), (0,))])
 def test_bound_reduce_mean_is_bitwise_np_mean(shape, axes):
-    from ov_npu_emu.npu.device.kernels import make_kernel
+    from ov_npu_emu_npu.device.kernels import make_kernel
 
     x = (np.random.default_rng(0).standard_normal(shape) * 10).astype(np.float32)
     ref = np.mean(x, axis=axes, keepdims=True)

@@ -11,14 +11,14 @@ from ov_npu_emu.modelbuilder import load_reference
 def test_int4_gs16_through_npuw_on_emulated_npu(tiny_model_dir_int4, monkeypatch):
     """Real NPUW rejects group size 16 (see docs/npu_device.md); our stack runs it exactly."""
     import genai_shim
-    import ov_npu_emu.npu.compiler as compiler
+    import ov_npu_emu_npu.compiler as compiler
 
     formats: list[dict[str, int]] = []
     real = compiler.compile_to_blob
 
     def spy(model, config=None, **kwargs):
         blob = real(model, config, **kwargs)
-        from ov_npu_emu.npu.blob.reader import BlobReader
+        from ov_npu_emu_npu.blob.reader import BlobReader
 
         formats.append(BlobReader(blob).meta["weights_format"]["counts"])
         return blob

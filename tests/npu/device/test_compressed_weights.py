@@ -11,9 +11,9 @@ from elftools.elf.elffile import ELFFile
 from openvino import opset13 as ops
 
 from ov_npu_emu.modelbuilder import make_model_folder
-from ov_npu_emu.npu.blob.format import SEC_WEIGHTS, operand_addr_offset
-from ov_npu_emu.npu.blob.integrity import reseal
-from ov_npu_emu.npu.blob.reader import BlobReader
+from ov_npu_emu_npu.blob.format import SEC_WEIGHTS, operand_addr_offset
+from ov_npu_emu_npu.blob.integrity import reseal
+from ov_npu_emu_npu.blob.reader import BlobReader
 from tests.npu.conftest import F32_TOL, compressed_weight, cpu_reference, llm_feed, rel_err, static_llm
 
 WIDE = {"hidden_size": 128, "intermediate_size": 256, "head_dim": 32}

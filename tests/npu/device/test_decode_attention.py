@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ov_npu_emu.npu.blob.kernel_params import SdpaParams
-from ov_npu_emu.npu.device.kernels import attention
+from ov_npu_emu_npu.blob.kernel_params import SdpaParams
+from ov_npu_emu_npu.device.kernels import attention
 
 
 @pytest.mark.parametrize("heads, hkv, S", [(14, 2, 1152), (8, 4, 64), (32, 8, 320)],

@@ -7,7 +7,7 @@ import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
-from ov_npu_emu.npu.device.kernels import make_kernel
+from ov_npu_emu_npu.device.kernels import make_kernel
 from tests.npu.conftest import cpu_reference, rel_err
 
 F32_TOL = 1e-4
@@ -171,7 +171,7 @@ def _chunk_mask(L, S, filled, dtype, low=-65504.0):
 @pytest.fixture
 def skip_spy(monkeypatch):
     """Records whether each SDPA run took the masked-column path."""
-    from ov_npu_emu.npu.device.kernels import attention as kernels
+    from ov_npu_emu_npu.device.kernels import attention as kernels
 
     taken: list[bool] = []
     real = kernels._masked_column_skipper
@@ -217,7 +217,7 @@ def test_sdpa_skips_masked_columns_exactly(skip_spy, groups, mask_dtype, in_dtyp
 @pytest.mark.parametrize("case", ["nan_in_masked_v", "fully_masked_row", "scores_beyond_mask", "inf_in_masked_k"])
 def test_sdpa_masked_column_skip_falls_back(skip_spy, case):
     """Whenever skipping could change a result, the kernel computes every column."""
-    from ov_npu_emu.npu.device.kernels import attention as kernels
+    from ov_npu_emu_npu.device.kernels import attention as kernels
 
     rng = np.random.default_rng(8)
     L, S = 32, 512
@@ -265,7 +265,7 @@ def test_chunked_prefill_attention_matches_cpu(npu_core, skip_spy):
 @pytest.mark.parametrize("low, skipped", [(-3000.0, False), (-1e6, True)], ids=["gap_within_slack", "wide_gap"])
 def test_sdpa_masked_column_skip_with_huge_mask_offsets(skip_spy, low, skipped):
     """A mask shifted by -1e9 (f32 spacing 64 there): skip only past the rounding slack, same result."""
-    from ov_npu_emu.npu.device.kernels import attention as kernels
+    from ov_npu_emu_npu.device.kernels import attention as kernels
 
     rng = np.random.default_rng(9)
     L, S = 32, 512

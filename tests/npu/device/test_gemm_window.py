@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ov_npu_emu.npu.blob.format import WEIGHT_FORMATS
-from ov_npu_emu.npu.blob.kernel_params import MatMulDqParams
-from ov_npu_emu.npu.device import windowed
-from ov_npu_emu.npu.device.kernels import RowWindow
-from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS
-from ov_npu_emu.npu.device.kernels.gemm import GEMM_BLOCK_BYTES, gemm_runner
+from ov_npu_emu_npu.blob.format import WEIGHT_FORMATS
+from ov_npu_emu_npu.blob.kernel_params import MatMulDqParams
+from ov_npu_emu_npu.device import windowed
+from ov_npu_emu_npu.device.kernels import RowWindow
+from ov_npu_emu_npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS
+from ov_npu_emu_npu.device.kernels.gemm import GEMM_BLOCK_BYTES, gemm_runner
 
 K, GS, ROWS = 1024, 64, 24
 N = 2 * (GEMM_BLOCK_BYTES // (4 * K)) + 5  # two whole blocks of output channels and one of 5
@@ -112,7 +112,7 @@ def test_block_products_run_blas_on_one_thread_and_restore_it():
     on another thread (threadpoolctl 3.8's own setter would ignore that thread)."""
     import threading
 
-    from ov_npu_emu.npu.device.kernels import gemm
+    from ov_npu_emu_npu.device.kernels import gemm
 
     libs = gemm._blas_libraries()
     if not libs:
@@ -167,7 +167,7 @@ def test_block_products_run_blas_on_one_thread_and_restore_it():
 def test_exact_rows_remembers_each_row_count_once():
     """The trailing-row probe settles each row count once per shape, whatever order windows ask
     in: the answers equal a fresh probe's for every need (kernels/gemm.py ``_EXACT``)."""
-    from ov_npu_emu.npu.device.kernels import gemm
+    from ov_npu_emu_npu.device.kernels import gemm
 
     h, k, m_rows = 8, 2048, 24  # M·N·K around OpenBLAS's small-product switch
     gemm._EXACT.pop((h, k, m_rows), None)

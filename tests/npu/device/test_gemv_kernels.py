@@ -16,12 +16,12 @@ import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
-from ov_npu_emu.npu.blob.format import WEIGHT_FORMATS
-from ov_npu_emu.npu.blob.kernel_params import MatMulDqParams
-from ov_npu_emu.npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS as MAX_ROWS
-from ov_npu_emu.npu.device.kernels.dequant import dequantize, stored_format_matmul
-from ov_npu_emu.npu.device.kernels.gemm import GEMM_BLOCK_BYTES, gemm_runner
-from ov_npu_emu.npu.device.kernels.gemv import gemv_runner
+from ov_npu_emu_npu.blob.format import WEIGHT_FORMATS
+from ov_npu_emu_npu.blob.kernel_params import MatMulDqParams
+from ov_npu_emu_npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS as MAX_ROWS
+from ov_npu_emu_npu.device.kernels.dequant import dequantize, stored_format_matmul
+from ov_npu_emu_npu.device.kernels.gemm import GEMM_BLOCK_BYTES, gemm_runner
+from ov_npu_emu_npu.device.kernels.gemv import gemv_runner
 from tests.npu.conftest import F32_TOL, compressed_weight, cpu_reference, rel_err
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -155,7 +155,7 @@ def test_prefill_rows_each_weight_format_match_cpu(npu_core, kind, monkeypatch):
     """More rows than the gemv path takes, with no decompressed-weights cache (a model over its
     budget): blocks of decompressed output channels through BLAS, against the CPU plugin, on a
     small weight (one thread) and one split over the cores."""
-    from ov_npu_emu.npu.device.kernels import gemm
+    from ov_npu_emu_npu.device.kernels import gemm
 
     made = []
     monkeypatch.setattr(gemm, "gemm_runner", lambda *a, **kw: made.append(a[0]) or gemm_runner(*a, **kw))
@@ -225,7 +225,7 @@ def test_f32_gemv_bits_do_not_depend_on_the_column_cut_or_row_pitch(rows, parall
     (split over the cores by numba's parallel loop, or by the thread pool where that layer is
     missing), cut into tiles, or a column slice of a wider array (K-split chunks): the host
     fusion's product relies on it to have the tiles' bits."""
-    from ov_npu_emu.npu.device.kernels import gemv
+    from ov_npu_emu_npu.device.kernels import gemv
 
     if parallel and not gemv.parallel_loops():
         pytest.skip("numba's TBB threading layer is not available here (or one core)")
@@ -257,7 +257,7 @@ def test_numba_threads_give_the_one_thread_bits(name, rows, monkeypatch):
     """Each stored format split over numba's threads (blocks of _PAR_BLOCK channels, a partial
     last one) gives the bits of the whole product on one thread, in both the one-row and the
     multi-row loops."""
-    from ov_npu_emu.npu.device.kernels import gemv
+    from ov_npu_emu_npu.device.kernels import gemv
 
     if not gemv.parallel_loops():
         pytest.skip("numba's TBB threading layer is not available here (or one core)")
@@ -285,7 +285,7 @@ def test_numba_threads_give_the_one_thread_bits(name, rows, monkeypatch):
 def test_f32_decode_matmul_takes_gemv_and_matches_cpu(npu_core, rows, monkeypatch):
     """An f32 weight MatMul with few rows runs the gemv kernel (both the tiles and the fused
     product), against the CPU plugin; more rows keep BLAS."""
-    from ov_npu_emu.npu.device.kernels import gemv
+    from ov_npu_emu_npu.device.kernels import gemv
 
     taken = []
     real = gemv.gemv_runner
@@ -312,7 +312,7 @@ def test_requests_on_several_host_threads_give_the_one_thread_bits(npu_core, mon
     request gives, bit for bit (the TBB layer takes concurrent launches; no shared scratch)."""
     import threading
 
-    from ov_npu_emu.npu.device.kernels import gemv
+    from ov_npu_emu_npu.device.kernels import gemv
 
     runners = []
     real = gemv.gemv_runner
@@ -354,7 +354,7 @@ def test_other_threading_layers_keep_the_thread_pool(layer, monkeypatch):
     forked child: on either, products are split by the thread pool (the same bits)."""
     import numba
 
-    from ov_npu_emu.npu.device.kernels import gemv
+    from ov_npu_emu_npu.device.kernels import gemv
 
     monkeypatch.setattr(gemv, "_PARALLEL", None)
     monkeypatch.setattr(numba, "threading_layer", lambda: layer)
@@ -374,7 +374,7 @@ def test_one_row_4bit_takes_the_vector_ir_row_and_stays_in_bound(name, gs):
     function's bits, row by row, and within the order-free bound of the exact product."""
     from numba import njit
 
-    from ov_npu_emu.npu.device.kernels import gemv
+    from ov_npu_emu_npu.device.kernels import gemv
 
     rng = np.random.default_rng(11)
     n, k = 40, 512

@@ -12,9 +12,9 @@ import pytest
 
 from ov_npu_emu import Core
 from ov_npu_emu.errors import ConfigError
-from ov_npu_emu.npu.blob.format import SEC_CMX
-from ov_npu_emu.npu.device.engines import Schedule
-from ov_npu_emu.npu.device.fusion import CALL_WEIGHT_ELEMS, plan_schedule
+from ov_npu_emu_npu.blob.format import SEC_CMX
+from ov_npu_emu_npu.device.engines import Schedule
+from ov_npu_emu_npu.device.fusion import CALL_WEIGHT_ELEMS, plan_schedule
 from tests.npu.conftest import cpu_reference, llm_feed, make_group_conv_cnn, rel_err
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from ov_npu_emu import Core
 from ov_npu_emu.errors import ConfigError
-from ov_npu_emu.npu.arch import HardwareConfig
-from ov_npu_emu.npu.platforms import PLATFORMS, get_platform
+from ov_npu_emu_npu.arch import HardwareConfig
+from ov_npu_emu_npu.platforms import PLATFORMS, get_platform
 
 
 def test_presets_carry_the_published_constants():

@@ -15,8 +15,8 @@ import openvino as ov
 import openvino.opset13 as ops
 import pytest
 
-from ov_npu_emu.npu.blob.reader import BlobReader
-from ov_npu_emu.npu.compiler.pipeline import compile_to_blob
+from ov_npu_emu_npu.blob.reader import BlobReader
+from ov_npu_emu_npu.compiler.pipeline import compile_to_blob
 from tests.npu.conftest import padded_attention_model
 
 P, V, E, F = 256, 48, 32, 40
@@ -226,7 +226,7 @@ def test_attention_window_at_bench_small_shapes_is_exact():
     """bench-small's attention shapes (4 K/V heads, 2 query heads each, head 64, 1024 rows): the
     window rows are the full kernel's bit for bit.  V's rows before the window hold garbage
     (uncomputed by the row-wise tasks): they must not matter."""
-    from ov_npu_emu.npu.device.kernels import RowWindow, make_kernel
+    from ov_npu_emu_npu.device.kernels import RowWindow, make_kernel
 
     rng = np.random.default_rng(2)
     L, w0, D = 1024, 896, 64
@@ -307,7 +307,7 @@ def test_compressed_weight_row_tiles_end_on_the_last_row(emu_core):
 def test_row_tiles_before_the_window_are_never_bound(emu_core, monkeypatch):
     """A row-wise task's kernel is bound when it first runs (device/windowed.py LazyRunner): a
     windowed inference binds the one matmul_dq tile it runs, a full one all five; same rows."""
-    from ov_npu_emu.npu.device import engines
+    from ov_npu_emu_npu.device import engines
 
     bound: list[str] = []
     make, cached = engines.make_kernel, engines._bind_cached_dq
@@ -330,7 +330,7 @@ def test_a_lazily_bound_tile_that_cannot_bind_fails_its_inference(emu_core, monk
     """A kernel rejecting its operands is a corrupt descriptor: with lazy binding the inference
     that first runs the tile raises ExecutionError naming the task (not a bare numpy error)."""
     from ov_npu_emu.errors import ExecutionError
-    from ov_npu_emu.npu.device import engines
+    from ov_npu_emu_npu.device import engines
 
     def reject(*_a, **_k):
         raise ValueError("operand shape does not fit")

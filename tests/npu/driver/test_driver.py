@@ -13,8 +13,8 @@ import pytest
 from openvino import opset13 as ops
 
 from ov_npu_emu.errors import ConfigError, ExecutionError
-from ov_npu_emu.npu.blob import BlobReader
-from ov_npu_emu.npu.blob.integrity import reseal
+from ov_npu_emu_npu.blob import BlobReader
+from ov_npu_emu_npu.blob.integrity import reseal
 from tests.npu.conftest import cpu_reference, llm_feed, make_add_relu_model, make_mlp, rel_err, section_span
 
 
@@ -113,7 +113,7 @@ def test_bad_fence_or_queue_mode_is_config_error(npu_core):
 @pytest.mark.parametrize("mode", ["interrupt", "polling"])
 def test_device_errors_reach_the_waiter_through_the_fence_in_thread_mode(npu_core, mode):
     from ov_npu_emu.errors import BarrierDeadlockError
-    from ov_npu_emu.npu.blob.format import BARRIER
+    from ov_npu_emu_npu.blob.format import BARRIER
 
     blob = npu_core.compile_model(make_mlp(), "NPU").export_model().getvalue()
     off, _ = section_span(blob, ".npu.barriers")
@@ -145,13 +145,13 @@ def test_import_in_fresh_process_without_compiler(npu_core, stories_decode, tmp_
     here = [np.array(x) for x in cm.create_infer_request().infer(feed).values()]
     script = textwrap.dedent(f"""
         import sys, numpy as np
-        sys.modules["ov_npu_emu.npu.compiler"] = None  # the runtime must not need the compiler
+        sys.modules["ov_npu_emu_npu.compiler"] = None  # the runtime must not need the compiler
         import ov_npu_emu
         cm = ov_npu_emu.Core().import_model(open({str(blob)!r}, "rb").read(), "NPU")
         feed = dict(np.load({str(tmp_path / 'feed.npz')!r}))
         res = cm.create_infer_request().infer(feed)
         np.savez({str(tmp_path / 'out.npz')!r}, *[np.array(v) for v in res.values()])
-        assert "ov_npu_emu.npu.compiler.pipeline" not in sys.modules
+        assert "ov_npu_emu_npu.compiler.pipeline" not in sys.modules
     """)
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=str(tmp_path),
                        env={**os.environ, "PYTHONPATH": ":".join(sys.path)})
@@ -173,7 +173,7 @@ def test_without_mutable_command_lists_every_rebind_rebuilds(npu_core):
 
 def test_barrier_with_an_extra_producer_deadlocks_with_typed_error(npu_core):
     from ov_npu_emu.errors import BarrierDeadlockError
-    from ov_npu_emu.npu.blob.format import BARRIER
+    from ov_npu_emu_npu.blob.format import BARRIER
 
     blob = npu_core.compile_model(make_mlp(), "NPU").export_model().getvalue()
     off, size = section_span(blob, ".npu.barriers")
@@ -210,7 +210,7 @@ def test_address_space_lookups_follow_map_and_unmap():
     """resolve() serves repeated lookups from the last region found; a mapping made or removed
     since, a read running into the next mapping, or an address past every mapping is resolved
     afresh (a page fault where nothing is mapped), never answered from that memo."""
-    from ov_npu_emu.npu.driver.memory import AddressSpace, MemKind
+    from ov_npu_emu_npu.driver.memory import AddressSpace, MemKind
 
     aspace = AddressSpace()
     a = aspace.map(np.arange(64, dtype=np.uint8), MemKind.IO, "a", base=0x1000)

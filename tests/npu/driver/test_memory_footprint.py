@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from ov_npu_emu.modelbuilder import make_model_folder
-from ov_npu_emu.npu.blob.integrity import verify
-from ov_npu_emu.npu.blob.reader import BlobReader, SplitBlob
-from ov_npu_emu.npu.compiler import compile_to_blob
-from ov_npu_emu.npu.driver import WeightsBank
-from ov_npu_emu.npu.driver.hpi import ParsedBlob
+from ov_npu_emu_npu.blob.integrity import verify
+from ov_npu_emu_npu.blob.reader import BlobReader, SplitBlob
+from ov_npu_emu_npu.compiler import compile_to_blob
+from ov_npu_emu_npu.driver import WeightsBank
+from ov_npu_emu_npu.driver.hpi import ParsedBlob
 from tests.npu.conftest import llm_feed, static_llm
 
 
@@ -115,8 +115,8 @@ def test_bad_cache_budget_is_a_config_error(npu_core, small_models):
 @pytest.mark.parametrize("tile", [7, 100, 500])
 def test_tile_dequantizer_is_bit_exact(fmt, tile):
     """The uncached matmul_dq path decompresses exactly as dequantize() (and the cache fill) do."""
-    from ov_npu_emu.npu.blob.format import WEIGHT_FORMATS
-    from ov_npu_emu.npu.device.kernels import TileDequantizer, dequantize
+    from ov_npu_emu_npu.blob.format import WEIGHT_FORMATS
+    from ov_npu_emu_npu.device.kernels import TileDequantizer, dequantize
 
     rng = np.random.default_rng(1)
     n, k = 500, 256

@@ -13,11 +13,11 @@ from elftools.elf.elffile import ELFFile
 
 from ov_npu_emu.errors import BlobFormatError, ConfigError, ExecutionError
 from ov_npu_emu.modelbuilder import make_model_folder
-from ov_npu_emu.npu.blob.format import SEC_WEIGHTS, operand_addr_offset
-from ov_npu_emu.npu.blob.integrity import reseal
-from ov_npu_emu.npu.blob.reader import BlobReader
-from ov_npu_emu.npu.driver import WeightsBank
-from ov_npu_emu.npu.driver.bank import BANK_MIN_BYTES
+from ov_npu_emu_npu.blob.format import SEC_WEIGHTS, operand_addr_offset
+from ov_npu_emu_npu.blob.integrity import reseal
+from ov_npu_emu_npu.blob.reader import BlobReader
+from ov_npu_emu_npu.driver import WeightsBank
+from ov_npu_emu_npu.driver.bank import BANK_MIN_BYTES
 from tests.npu.conftest import cpu_reference, llm_feed, rel_err, static_llm
 
 F32_TOL = 1e-4
@@ -244,7 +244,7 @@ def test_bad_bank_flag_is_a_config_error(npu_core, small):
 
 @pytest.mark.parametrize("table", ["abc", [[0]], [[0, 1 << 40]], [[-64, 128]]])
 def test_corrupt_constant_table_is_a_blob_format_error(table):
-    from ov_npu_emu.npu.driver.bank import BankedWeights
+    from ov_npu_emu_npu.driver.bank import BankedWeights
 
     with pytest.raises(BlobFormatError, match="constant table"):
         BankedWeights(WeightsBank(), "", memoryview(bytes(256)), table)

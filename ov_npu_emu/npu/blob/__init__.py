@@ -1,9 +1,0 @@
-"""The NPU blob: an ELF64 relocatable file (format constants, struct writer, pyelftools reader)."""
-
-from __future__ import annotations
-
-from ov_npu_emu.npu.blob.format import BLOB_VERSION
-from ov_npu_emu.npu.blob.reader import BlobReader
-from ov_npu_emu.npu.blob.writer import BlobWriter
-
-__all__ = ["BLOB_VERSION", "BlobReader", "BlobWriter"]

@@ -1,0 +1,146 @@
+"""The integrity trailer of an NPU blob: checksums over every byte, checked before any parsing.
+
+A real device must never execute a damaged blob, and a user wants to know *what* is damaged.
+So the writer appends, after the ELF image, a table of CRC-32s that covers the whole image with
+contiguous ranges -- the ELF header, each section's data (split into 1 MiB pieces so a damaged
+weight names its offset), the padding between sections and the section header table -- and a
+fixed-size trailer at the very end of the file::
+
+    image | table: n × ENTRY (offset u64, size u64, crc32 u32, label 32s) | TRAILER
+
+``TRAILER`` = magic ``NPUEMUCK``, format u32, entry count u32, table offset u64, table CRC u32,
+trailer CRC u32 (over the trailer's preceding bytes). ELF readers ignore bytes that no header
+points at, so ``readelf`` still reads the image. :func:`verify` reads only the trailer, the table
+and the image ranges -- every size it trusts is bounded by the file size -- and raises
+:class:`~ov_npu_emu.errors.BlobFormatError` naming the damaged range; :func:`seal` writes it.
+
+CRC-32 detects accidental damage (bit flips, truncation, splices), not deliberate forgery.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+from ov_npu_emu.errors import BlobFormatError
+from ov_npu_emu_npu.blob.format import ELF_HEADER, SECTION_HEADER, SHT_NOBITS
+
+__all__ = ["ENTRY", "PIECE", "TRAILER", "TRAILER_MAGIC", "is_sealed", "reseal", "seal", "strip", "verify"]
+
+TRAILER_MAGIC = b"NPUEMUCK"
+TRAILER_FORMAT = 1
+TRAILER = struct.Struct("<8sIIQII")
+ENTRY = struct.Struct("<QQI32s")
+#: checksum granularity inside a section: a damaged weight is located to within 1 MiB
+PIECE = 1 << 20
+
+
+
+def _ranges(image: bytes | memoryview) -> list[tuple[int, int, str]]:
+    """(offset, size, label) ranges covering ``image`` exactly, from its own ELF headers.
+
+    Only called by :func:`seal` on an image this package wrote; a malformed one is a writer bug.
+    """
+    (_, _, _, _, _, _, shoff, _, _, _, _, shentsize, shnum, shstrndx) = ELF_HEADER.unpack_from(image, 0)
+    headers = [SECTION_HEADER.unpack_from(image, shoff + i * shentsize) for i in range(shnum)]
+    strtab = headers[shstrndx]
+    names = bytes(image[strtab[4]: strtab[4] + strtab[5]])
+
+    def name(h: tuple[int, ...]) -> str:
+        return names[h[0]: names.index(b"\0", h[0])].decode()
+
+    spans = sorted((h[4], h[5], name(h)) for h in headers[1:] if h[1] != SHT_NOBITS and h[5])
+    spans.append((shoff, shnum * shentsize, "section headers"))
+    out: list[tuple[int, int, str]] = []
+    pos = ELF_HEADER.size
+    out.append((0, ELF_HEADER.size, "ELF header"))
+    for off, size, label in spans:
+        if off > pos:
+            out.append((pos, off - pos, f"padding before {label}"))
+        for p in range(off, off + size, PIECE):
+            out.append((p, min(PIECE, off + size - p), label))
+        pos = off + size
+    if pos != len(image):
+        out.append((pos, len(image) - pos, "end padding"))
+    return out
+
+
+def seal(image: bytes | bytearray | memoryview, *, by_section: bool = True) -> bytes:
+    """``image`` followed by its checksum table and trailer (what export_model returns).
+
+    ``by_section=False`` checksums plain 1 MiB pieces without reading the ELF headers (for images
+    that are not well-formed, e.g. fuzzing the parsers behind the checksum).
+    """
+    view = memoryview(image)
+    ranges = (_ranges(view) if by_section else
+              [(p, min(PIECE, len(view) - p), "image") for p in range(0, len(view), PIECE)])
+    table = b"".join(ENTRY.pack(off, size, zlib.crc32(view[off:off + size]), label.encode()[:32])
+                     for off, size, label in ranges)
+    n = len(table) // ENTRY.size
+    head = struct.pack("<8sIIQI", TRAILER_MAGIC, TRAILER_FORMAT, n, len(view), zlib.crc32(table))
+    return b"".join([view, table, head, struct.pack("<I", zlib.crc32(head))])
+
+
+def is_sealed(blob: bytes | bytearray | memoryview) -> bool:
+    """Whether ``blob`` ends in an integrity trailer's magic (nothing is verified)."""
+    return (
+        len(blob) >= TRAILER.size
+        and bytes(blob[len(blob) - TRAILER.size : len(blob) - TRAILER.size + 8]) == TRAILER_MAGIC
+    )
+
+
+def _fail(what: str) -> BlobFormatError:
+    return BlobFormatError(f"NPU blob is damaged: {what}; it must not run -- re-export or recompile the model")
+
+
+def verify(blob: bytes | bytearray | memoryview) -> int:
+    """Check every checksum of a sealed blob; return the image length (where the table starts).
+
+    Raises :class:`BlobFormatError` naming the first damaged range (its label and file offset).
+    """
+    view = memoryview(blob)
+    total = len(view)
+    if total < TRAILER.size:
+        raise _fail(f"{total} bytes is shorter than its integrity trailer (truncated)")
+    magic, fmt, n, table_off, table_crc, crc = TRAILER.unpack_from(view, total - TRAILER.size)
+    if magic != TRAILER_MAGIC:
+        raise _fail(
+            "no integrity trailer at the end of the file (truncated, extended, or written by an "
+            "ov-npu-emu older than blob format 1.2)"
+        )
+    if zlib.crc32(view[total - TRAILER.size : total - 4]) != crc:
+        raise _fail(f"the integrity trailer at file offset {total - TRAILER.size:#x} fails its checksum")
+    if fmt != TRAILER_FORMAT:
+        raise _fail(f"integrity trailer format {fmt} is unknown (this runtime reads {TRAILER_FORMAT})")
+    table_end = total - TRAILER.size
+    # bounded before use: the table sits exactly between the image and the trailer
+    if n == 0 or table_off + n * ENTRY.size != table_end:
+        raise _fail(f"the checksum table ({n} entries at {table_off:#x}) does not fit the file")
+    if zlib.crc32(view[table_off:table_end]) != table_crc:
+        raise _fail(f"the checksum table at file offset {table_off:#x} fails its checksum")
+    pos = 0
+    for i in range(n):
+        off, size, want, label = ENTRY.unpack_from(view, table_off + i * ENTRY.size)
+        name = label.rstrip(b"\0").decode("ascii", "replace")
+        if off != pos or size == 0 or off + size > table_off:
+            raise _fail(f"checksum table entry {i} ({name}) does not continue the image at {pos:#x}")
+        if zlib.crc32(view[off : off + size]) != want:
+            raise _fail(f"{name} fails its checksum (file offset {off:#x}..{off + size - 1:#x})")
+        pos = off + size
+    if pos != table_off:
+        raise _fail(f"the checksum table covers {pos} of the {table_off} image bytes")
+    return table_off
+
+
+def reseal(blob: bytes | bytearray) -> bytes:
+    """Recompute the checksums of a sealed blob edited on purpose (tools, tests of the deeper
+    checks); the trailer tells where the image ends, nothing is verified."""
+    if not is_sealed(blob):
+        raise _fail("no integrity trailer to recompute")
+    table_off = TRAILER.unpack_from(blob, len(blob) - TRAILER.size)[3]
+    return seal(memoryview(blob)[:table_off])
+
+
+def strip(blob: bytes) -> bytes:
+    """The verified image of a sealed blob (without its table and trailer)."""
+    return blob[: verify(blob)]

@@ -1,0 +1,112 @@
+"""Checks a blob's metadata and sizes before the runtime uses them (corrupt blobs → BlobFormatError)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ov_npu_emu.errors import BlobFormatError
+from ov_npu_emu_npu.blob.format import MAX_DIMS
+
+__all__ = ["DEVICE_MEMORY_LIMIT", "ELEMENT_TYPES", "tensor_bytes", "validate_meta"]
+
+#: The emulated device's memory: the per-request arena must fit below the weights mapping
+#: (driver/memory.py: ARENA_BASE 0x1000_0000 .. WEIGHTS_BASE 0x2_0000_0000), and one user tensor
+#: or state may not be larger either.  Anything bigger is a corrupt header or a model that does
+#: not fit, and must fail before numpy tries to allocate it.
+DEVICE_MEMORY_LIMIT = 0x2_0000_0000 - 0x1000_0000
+
+#: element type name (openvino get_type_name()) -> bytes per element; what the runtime can bind
+ELEMENT_TYPES: dict[str, int] = {
+    "f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "i16": 2, "i8": 1,
+    "u64": 8, "u32": 4, "u16": 2, "u8": 1, "boolean": 1,
+}
+
+
+def tensor_bytes(shape: Any, element_type: str) -> int:
+    """Bytes of a static tensor (arbitrary precision, so a corrupt shape cannot overflow)."""
+    return math.prod(int(d) for d in shape) * ELEMENT_TYPES[element_type]
+
+
+def _fail(what: str) -> BlobFormatError:
+    return BlobFormatError(f"corrupt NPU blob metadata: {what}; recompile the model and export it again")
+
+
+def _port(p: Any, where: str) -> None:
+    if not isinstance(p, Mapping):
+        raise _fail(f"{where} is not an object")
+    names = p.get("names")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise _fail(f"{where}.names is not a list of strings")
+    et = p.get("element_type")
+    if et not in ELEMENT_TYPES:
+        raise _fail(f"{where}.element_type {et!r} is not one the NPU runtime supports")
+    shape = p.get("shape")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise _fail(f"{where}.shape {shape!r} is not a static shape")
+    if tensor_bytes(shape, et) > DEVICE_MEMORY_LIMIT:
+        raise _fail(f"{where} of shape {shape} exceeds the emulated device memory")
+    if "state" in p and p["state"] is not None and not isinstance(p["state"], str):
+        raise _fail(f"{where}.state is not a variable id")
+
+
+def _rows(rows: Any, where: str) -> None:
+    """A task's token-row marks (format 1.3): small non-negative integers the device slices by."""
+    def count(v: Any) -> bool:
+        return type(v) is int and 0 <= v < 2**31
+
+    if not isinstance(rows, Mapping) or not count(rows.get("L")):
+        raise _fail(f"{where} is not a token-row record")
+    if "min_row" in rows:
+        ok = count(rows["min_row"])
+    else:
+        ok = count(rows.get("off")) and count(rows.get("n"))
+        if "bpt" in rows:
+            ok = ok and count(rows["bpt"]) and rows["bpt"] > 0
+        else:
+            axes = rows.get("axes")
+            ok = ok and isinstance(axes, list) and all(type(a) is int and -1 <= a < MAX_DIMS for a in axes)
+    if not ok:
+        raise _fail(f"{where} has fields out of range")
+
+
+def validate_meta(meta: Any) -> None:
+    """Raise BlobFormatError unless ``meta`` has every field the runtime reads, with sane values."""
+    if not isinstance(meta, Mapping):
+        raise _fail("not a JSON object")
+    for key, kind in (("hw", Mapping), ("compiler", Mapping), ("tasks", list), ("inputs", list),
+                      ("outputs", list), ("variables", list)):
+        if not isinstance(meta.get(key), kind):
+            raise _fail(f"field {key!r} is missing or of the wrong type")
+    hw = meta["hw"]
+    for key in ("clock_mhz", "cmx_size"):
+        v = hw.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 2**63:
+            raise _fail(f"hw.{key} {v!r} is not a positive number")
+    if not isinstance(meta["compiler"].get("version"), str):
+        raise _fail("compiler.version is missing")
+    for i, t in enumerate(meta["tasks"]):
+        if not isinstance(t, Mapping) or not all(k in t for k in ("tid", "node", "op", "engine")):
+            raise _fail(f"tasks[{i}] lacks tid/node/op/engine")
+        if "rows" in t:
+            _rows(t["rows"], f"tasks[{i}].rows")
+    for what in ("inputs", "outputs"):
+        for i, p in enumerate(meta[what]):
+            _port(p, f"{what}[{i}]")
+            if "state" not in p:
+                raise _fail(f"{what}[{i}].state is missing")
+    n_in, n_out = len(meta["inputs"]), len(meta["outputs"])
+    for i, v in enumerate(meta["variables"]):
+        _port({"names": [], **v} if isinstance(v, Mapping) else v, f"variables[{i}]")
+        if not isinstance(v.get("id"), str):
+            raise _fail(f"variables[{i}].id is not a string")
+        for key, n in (("input", n_in), ("output", n_out)):
+            if type(v.get(key)) is not int or not 0 <= v[key] < n:
+                raise _fail(f"variables[{i}].{key} {v.get(key)!r} is not a port index")
+        if "init" not in v:
+            raise _fail(f"variables[{i}].init is missing")
+        init = v["init"]
+        if init is not None and (not isinstance(init, list) or len(init) != math.prod(v["shape"])
+                                 or not all(isinstance(x, (int, float)) for x in init)):
+            raise _fail(f"variables[{i}].init does not match its shape {v['shape']}")

@@ -1,0 +1,185 @@
+"""Lowering of element-wise ops: binary/unary math, activations, softmax, reductions, normalisation.
+
+Each handler lowers one OpenVINO node to SHAVE tasks through the :class:`~.lower._Lowerer` it is given.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import openvino as ov
+
+from ov_npu_emu_npu.blob.kernel_params import (
+    NO_PARAMS,
+    AxisParams,
+    ClampParams,
+    CumSumParams,
+    DivideParams,
+    EluParams,
+    GeluParams,
+    KernelParams,
+    MvnParams,
+    ReduceParams,
+    SwishParams,
+)
+from ov_npu_emu_npu.compiler.graph import Place, np_dtype
+
+if TYPE_CHECKING:
+    from ov_npu_emu_npu.compiler.lower import Handler, _Lowerer
+
+__all__ = ["HANDLERS"]
+
+_BINARY = {
+    "Add": "add", "Subtract": "subtract", "Multiply": "multiply", "Divide": "divide",
+    "Power": "power", "Maximum": "maximum", "Minimum": "minimum",
+    "SquaredDifference": "squared_difference", "Equal": "equal", "NotEqual": "not_equal",
+    "Less": "less", "LessEqual": "less_equal", "Greater": "greater", "GreaterEqual": "greater_equal",
+    "LogicalAnd": "logical_and", "LogicalOr": "logical_or", "LogicalXor": "logical_xor",
+    "FloorMod": "floor_mod", "Mod": "mod",
+    "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor",
+}
+_UNARY = {
+    "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
+    "Sqrt": "sqrt", "Negative": "negative", "Abs": "abs", "Sin": "sin", "Cos": "cos",
+    "Erf": "erf", "Floor": "floor", "Ceiling": "ceiling", "LogicalNot": "logical_not",
+    "SoftPlus": "softplus", "HSwish": "hswish", "HSigmoid": "hsigmoid", "Sign": "sign",
+    "Mish": "mish", "Tan": "tan", "Atan": "atan", "BitwiseNot": "bitwise_not",
+}
+
+
+def op_binary(lw: _Lowerer, node: ov.Node) -> None:
+    a, b = lw.inp(node, 0), lw.inp(node, 1)
+    o = lw.node_out(node)
+    kernel = _BINARY[node.get_type_name()]
+    params: KernelParams = NO_PARAMS
+    if kernel == "divide":
+        params = DivideParams(bool(node.get_attributes().get("m_pythondiv", True)))
+    lw.shave(kernel, [a, b], [o], params, node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+def op_unary(lw: _Lowerer, node: ov.Node) -> None:
+    o = lw.node_out(node)
+    lw.shave(_UNARY[node.get_type_name()], [lw.inp(node, 0)], [o], NO_PARAMS, node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+def op_convert(lw: _Lowerer, node: ov.Node) -> None:
+    x = lw.inp(node, 0)
+    dst = np_dtype(node.get_output_element_type(0))
+    if x.place is Place.CONST and x.alias is None:
+        data = x.data.astype(dst) if dst.kind in "fb" or x.dtype.kind not in "f" else np.trunc(x.data).astype(dst)
+        lw.vals[(node.get_name(), 0)] = lw.new_value(x.shape, dst, Place.CONST, data=data)
+        return
+    if lw.act_dtype(dst) == x.dtype:
+        lw.vals[(node.get_name(), 0)] = lw.alias(x, x.shape)
+        return
+    o = lw.node_out(node)
+    lw.shave("convert", [x], [o], NO_PARAMS, node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+def op_gelu(lw: _Lowerer, node: ov.Node) -> None:
+    mode = str(node.get_attributes().get("approximation_mode", "ERF")).upper()
+    o = lw.node_out(node)
+    lw.shave("gelu", [lw.inp(node, 0)], [o], GeluParams(mode == "TANH"), node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+def op_swish(lw: _Lowerer, node: ov.Node) -> None:
+    beta = 1.0
+    if node.get_input_size() > 1:
+        beta = float(lw.need_const(node, 1, "beta").reshape(-1)[0])
+    o = lw.node_out(node)
+    lw.shave("swish", [lw.inp(node, 0)], [o], SwishParams(beta), node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+def op_clamp(lw: _Lowerer, node: ov.Node) -> None:
+    at = node.get_attributes()
+    o = lw.node_out(node)
+    lw.shave("clamp", [lw.inp(node, 0)], [o], ClampParams(float(at["min"]), float(at["max"])), node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+def op_select(lw: _Lowerer, node: ov.Node) -> None:
+    o = lw.node_out(node)
+    lw.shave("select", [lw.inp(node, i) for i in range(3)], [o], NO_PARAMS, node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+def op_softmax(lw: _Lowerer, node: ov.Node) -> None:
+    x = lw.inp(node, 0)
+    axis = int(node.get_attributes().get("axis", 1)) % len(x.shape)
+    o = lw.node_out(node)
+    lw.shave("log_softmax" if node.get_type_name() == "LogSoftmax" else "softmax", [x], [o], AxisParams(axis), node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+def op_reduce(lw: _Lowerer, node: ov.Node) -> None:
+    x = lw.inp(node, 0)
+    axes = sorted({int(a) % len(x.shape) for a in lw.need_const(node, 1, "axes").reshape(-1)})
+    o = lw.node_out(node)
+    kernel = {
+        "ReduceMean": "reduce_mean",
+        "ReduceSum": "reduce_sum",
+        "ReduceMax": "reduce_max",
+        "ReduceMin": "reduce_min",
+        "ReduceProd": "reduce_prod",
+        "ReduceL2": "reduce_l2",
+    }[node.get_type_name()]
+    lw.shave(kernel, [x], [o], ReduceParams(axes), node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+def op_prelu(lw: _Lowerer, node: ov.Node) -> None:
+    o = lw.node_out(node)
+    lw.shave("prelu", [lw.inp(node, 0), lw.inp(node, 1)], [o], NO_PARAMS, node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+def op_elu(lw: _Lowerer, node: ov.Node) -> None:
+    o = lw.node_out(node)
+    lw.shave("elu", [lw.inp(node, 0)], [o], EluParams(float(node.get_attributes()["alpha"])), node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+def op_mvn(lw: _Lowerer, node: ov.Node) -> None:
+    x = lw.inp(node, 0)
+    at = node.get_attributes()
+    axes = sorted({int(a) % len(x.shape) for a in lw.need_const(node, 1, "axes").reshape(-1)})
+    inside = str(at.get("eps_mode", "INSIDE_SQRT")).upper() == "INSIDE_SQRT"
+    o = lw.node_out(node)
+    params = MvnParams(bool(at.get("normalize_variance", True)), float(at["eps"]), inside, axes)
+    lw.shave("mvn", [x], [o], params, node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+def op_cumsum(lw: _Lowerer, node: ov.Node) -> None:
+    x = lw.inp(node, 0)
+    axis = int(lw.need_const(node, 1, "axis").reshape(-1)[0]) % len(x.shape) if node.get_input_size() > 1 else 0
+    at = node.get_attributes()
+    o = lw.node_out(node)
+    lw.shave("cumsum", [x], [o], CumSumParams(axis, bool(at.get("exclusive")), bool(at.get("reverse"))), node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
+_REDUCE_OPS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2")
+
+HANDLERS: dict[str, Handler] = {
+    **dict.fromkeys(_BINARY, op_binary),
+    **dict.fromkeys(_UNARY, op_unary),
+    **dict.fromkeys(_REDUCE_OPS, op_reduce),
+    "Convert": op_convert,
+    "Gelu": op_gelu,
+    "Swish": op_swish,
+    "Clamp": op_clamp,
+    "Select": op_select,
+    "Softmax": op_softmax,
+    "LogSoftmax": op_softmax,
+    "PRelu": op_prelu,
+    "Elu": op_elu,
+    "MVN": op_mvn,
+    "CumSum": op_cumsum,
+}

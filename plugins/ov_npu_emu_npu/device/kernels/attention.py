@@ -1,0 +1,468 @@
+"""Scaled dot-product attention (SHAVE), with the masked-column skipper and the padded-row window."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from ov_npu_emu.errors import ExecutionError
+from ov_npu_emu_npu.device.kernels.hostalign import aligned, mod
+from ov_npu_emu_npu.device.kernels.registry import kernel
+
+
+class RowWindow:
+    """The driver's "valid rows" hint for one inference (NPU_EMU_SKIP_PADDED_ROWS).
+
+    ``size`` > 0: in attention whose query and key axes both have ``size`` entries, rows and
+    columns before ``start`` are left padding whose outputs nobody reads.  Attention then runs
+    on the window alone when the mask provably shuts every window row off the padding columns
+    (see :func:`_sdpa`); when it cannot prove that it sets ``violated`` and the driver re-runs
+    the inference without the hint.  ``size`` 0: no hint.
+    """
+
+    __slots__ = ("rows_computed", "rows_full", "size", "start", "unusable", "used", "violated", "windowed_tasks")
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.start = 0
+        self.violated = False
+        self.used = 0  # attention tasks that ran on the window in the last inference
+        self.unusable = False  # an attention's layout admits no window: stop hinting
+        # row-wise tasks (device/windowed.py) in the last inference: how many ran on the window,
+        # and the token rows they computed against the rows a full run computes
+        self.windowed_tasks = 0
+        self.rows_computed = 0
+        self.rows_full = 0
+
+    def reset(self) -> None:
+        """Before an inference: no window until the driver sets one."""
+        self.size = self.start = self.used = 0
+        self.windowed_tasks = self.rows_computed = self.rows_full = 0
+        self.violated = False
+
+    def active(self, rows: int, cols: int) -> bool:
+        return self.size > 0 and self.start > 0 and rows == cols == self.size
+
+
+
+def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` reshaped without copying (a copy would detach the kernel from device memory)."""
+    v = a.view()
+    v.shape = shape  # raises instead of copying
+    return v
+
+
+#: margin (in logits) below which a masked-out column's exp() underflows to exactly 0 in f32
+#: (exp(x) == 0 for x < -103.98), with room for the roundings of scale and mask additions
+_EXP_ZERO_MARGIN = 128.0
+#: skip masked-out columns only when at least this share of the window is masked out
+_SKIP_SHARE = 0.05
+#: ... and only for score matrices this large: the checks and gathers cost ~30 numpy calls,
+#: more than a decode step's whole attention
+_SKIP_MIN_SCORES = 1 << 16
+
+
+def _absmax(x: np.ndarray) -> float:
+    """max |x|; NaN propagates through both reductions."""
+    return max(abs(float(np.maximum.reduce(x, axis=None))), abs(float(np.minimum.reduce(x, axis=None))))
+
+
+def _softmax_times_v(scores, rowmax, v, o, direct: bool, blocks=None) -> None:  # type: ignore[no-untyped-def]
+    """``o = softmax(scores, -1) @ v``, the softmax in place in ``scores`` (``rowmax`` is scratch);
+    ``direct``: ``o`` has the product's shape and dtype, else it is copied in reshaped;
+    ``blocks``: the [a, b) score rows of each product call (:func:`row_blocks`), else one call."""
+    np.maximum.reduce(scores, axis=-1, keepdims=True, out=rowmax)  # np.max/np.sum minus their Python layers
+    np.subtract(scores, rowmax, out=scores)
+    np.exp(scores, out=scores)
+    np.add.reduce(scores, axis=-1, keepdims=True, out=rowmax)
+    np.divide(scores, rowmax, out=scores)
+    if blocks is not None:
+        out = o if direct else np.empty((*scores.shape[:-1], v.shape[-1]), np.float32)
+        for a, b in blocks:
+            np.matmul(scores[..., a:b, :], v, out=out[..., a:b, :])
+        if not direct:
+            np.copyto(o, out.reshape(o.shape), casting="unsafe")
+    elif direct:
+        np.matmul(scores, v, out=o)
+    else:
+        np.copyto(o, np.matmul(scores, v).reshape(o.shape), casting="unsafe")
+
+
+def _masked_column_skipper(
+    q32,
+    k,
+    v,
+    mask_in,
+    mask,
+    groups: int,
+    L: int,
+    scale: float,  # type: ignore[no-untyped-def]
+    batch: tuple[int, ...],
+    rows: int,
+    o,
+    direct: bool,
+) -> Callable[[], bool] | None:
+    """Attention over only the columns the mask leaves open, when that is provably the same.
+
+    A column is skipped when its mask is so low against every row's best open column that
+    exp(score - rowmax) underflows to exactly 0 for any q and K within the bound
+    B = max|q| * max|k| * D * |scale| (a score moves by at most B):
+    colmax(mask) <= min_rows(rowmax(mask)) - 2B - margin (less relative slack for the f32
+    roundings of large masks and scores).  Such columns add exact zeros to the
+    row sums and (V finite) to the output, so the result is the full computation's up to
+    summation order.  NaN/inf in q, K or V, a fully masked row or a mostly open window take the
+    full path.  Chunked prefill and short prompts in a long KV window mask most columns.
+    """
+    S, D = k.shape[-2], k.shape[-1]
+    try:
+        m2 = _view(mask_in, (-1, S))
+    except (AttributeError, ValueError):
+        return None
+    is_bool = m2.dtype == np.bool_
+    colmax = np.empty(S, np.bool_ if is_bool else m2.dtype)
+    rowmask = np.empty(m2.shape[0], colmax.dtype)
+    kb, vb = k.shape[:-2], v.shape[:-2]
+    kt_flat = np.empty(math.prod(kb) * D * S, np.float32)
+    v_flat = np.empty(math.prod(vb) * S * v.shape[-1], np.float32)
+    m_flat = np.empty(mask.size, mask.dtype)
+    s_flat = np.empty(math.prod(batch) * rows * S, np.float32)
+    rowmax = np.empty((*batch, rows, 1), np.float32)
+    qa = q32.reshape(-1) if q32.flags.c_contiguous else q32
+    ka, va = k.reshape(-1), v.reshape(-1)
+
+    def run() -> bool:
+        if is_bool:
+            np.logical_or.reduce(m2, axis=0, out=colmax)
+            np.logical_or.reduce(m2, axis=1, out=rowmask)
+            if not rowmask.all():  # a fully masked row: NaN in the full computation, keep it
+                return False
+            keep = colmax
+        else:
+            np.maximum.reduce(m2, axis=0, out=colmax)
+            np.maximum.reduce(m2, axis=1, out=rowmask)
+            rowmin = float(np.minimum.reduce(rowmask))
+            if not math.isfinite(rowmin) or np.count_nonzero(colmax <= rowmin - _EXP_ZERO_MARGIN) < _SKIP_SHARE * S:
+                return False
+        # the relative terms cover the f32 roundings of q.k (D terms), scale and mask additions
+        bound = _absmax(qa) * _absmax(ka) * D * abs(scale) * (1.0 + 2.0**-10)
+        if not math.isfinite(bound) or not math.isfinite(_absmax(va)):
+            return False
+        if not is_bool:
+            limit = rowmin - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(rowmin) + 2.0 * bound)
+            keep = ~(colmax <= limit)
+        idx = np.flatnonzero(keep)
+        n = idx.size
+        if n == 0 or S - n < _SKIP_SHARE * S:
+            return False
+        kt = kt_flat[: math.prod(kb) * D * n].reshape(*kb, D, n)
+        np.copyto(kt, np.swapaxes(np.take(k, idx, axis=-2), -1, -2), casting="unsafe")
+        vr = v_flat[: math.prod(vb) * n * v.shape[-1]].reshape(*vb, n, v.shape[-1])
+        np.copyto(vr, np.take(v, idx, axis=-2), casting="unsafe")
+        mr = m_flat[: mask.size // S * n].reshape(*mask.shape[:-1], n)
+        np.take(mask, idx, axis=-1, out=mr)
+        sc = s_flat[: math.prod(batch) * rows * n].reshape(*batch, rows, n)
+        scm = sc.reshape(*batch, groups, L, n) if groups > 1 else sc
+        np.matmul(q32, kt, out=sc)
+        np.multiply(sc, scale, out=sc)
+        if is_bool:
+            np.copyto(scm, -np.inf, where=~mr)
+        else:
+            np.add(scm, mr, out=scm, casting="unsafe")
+        _softmax_times_v(sc, rowmax, vr, o, direct)
+        return True
+
+    return run
+
+
+@dataclasses.dataclass
+class _SquareOps:
+    """What a square attention's window path shares with its full run: the operands (``q5``,
+    ``o5``: (..., Hkv, G, L, D); ``k``, ``v``: (..., Hkv, L, D); ``mask5`` broadcastable to the
+    (..., Hkv, G, L, L) scores), and the full run's call layout: its row ``blocks`` of the
+    stacked (..., G * L) query rows and the scores' ``batch``."""
+
+    q5: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    mask5: np.ndarray | None
+    bias: np.ndarray | None
+    o5: np.ndarray
+    groups: int
+    blocks: list[tuple[int, int]]
+    batch: tuple[int, ...]
+
+
+#: query rows per BLAS call of a square (prefill) attention, counted back from its last row.  The
+#: full run and a token-row window make the very same calls on the rows they share, so the
+#: window's rows are the full run's bit for bit by construction: BLAS picks its kernel and
+#: summation order from the operand shapes (and the CPU), so a window run at other shapes only
+#: agreed where a probe on random data said so - on an AVX2-only AMD EPYC host no shape of the
+#: LLMs measured did, and every windowed prefill ran twice.
+ROW_BLOCK = 64
+_WINDOW_LOCK = threading.Lock()
+
+
+def row_blocks(L: int, groups: int) -> list[tuple[int, int]]:
+    """[a, b) rows of the stacked (groups * L) query axis per BLAS call: ROW_BLOCK rows counted
+    back from each group's last row (a shorter block first when L is no multiple of it)."""
+    cuts = sorted({0, *range(L % ROW_BLOCK, L, ROW_BLOCK)})
+    per_group = list(zip(cuts, [*cuts[1:], L], strict=True))
+    return [(g * L + a, g * L + b) for g in range(groups) for a, b in per_group if b > a]
+
+
+def _windowed_attention(ops: _SquareOps, scale: float, window: RowWindow) -> bool:
+    """Attention of the rows [start, L) over the columns [start, L) only; False (and nothing
+    written) when the mask does not provably shut those rows off the columns before ``start``.
+
+    The driver sets the window only when every padding row is the same token at the same
+    position (so they all compute the same K/V) and the window holds at least one padding row:
+    the window's K rows then bound every skipped column's K.  With B = max|q| * max|K| * D *
+    |scale| over the window (any score moves by at most B), a padding column whose mask is
+    <= min over window rows of the row's best open mask entry - 2B - margin has
+    exp(score - rowmax) == 0 exactly in f32, as the masked-column skipper proves it; boolean
+    masks must simply be False there.  QK^T and probs @ V run as the full run's own calls
+    (:func:`row_blocks`) on the blocks holding window rows, against all L key columns; the
+    scores before the window (uncomputed K rows) are replaced by the exact zeros the full run's
+    exp() gives there, V's rows before the window by zeros (0 * finite V adds +0 either way), so
+    the row sums and products add the same terms in the same order: the window rows are the
+    full computation's, bit for bit.  The padding rows of the output are zeroed (finite: no
+    0 * NaN can reach a real row later).
+    """
+    q, k, v, mask5, bias, o5 = ops.q5, ops.k, ops.v, ops.mask5, ops.bias, ops.o5
+    w0 = window.start
+    L = q.shape[-2]
+    if mask5 is None or mask5.shape[-1] != L:
+        return False  # no mask, or one broadcast over the columns: the padding stays open
+    mrows = mask5[..., w0:, :] if mask5.shape[-2] == L else mask5
+    pad, win = mrows[..., :w0], mrows[..., w0:]
+    qw, kw = q[..., w0:, :], k[..., w0:, :]
+
+    if mask5.dtype == np.bool_:
+        if pad.any() or not np.logical_or.reduce(win, axis=-1).all():
+            return False
+    else:
+        open_min = float(np.minimum.reduce(np.maximum.reduce(win, axis=-1), axis=None))
+        bound = _absmax(qw) * _absmax(kw) * q.shape[-1] * abs(scale) * (1.0 + 2.0**-10)
+        if not (math.isfinite(open_min) and math.isfinite(bound)):
+            return False
+        limit = open_min - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(open_min) + 2.0 * bound)
+        if not float(np.maximum.reduce(pad, axis=None)) <= limit:
+            return False
+    # V's rows before the window meet only exact-zero probabilities: zeros here (the row-wise
+    # tasks that ran on the window left them uncomputed)
+    vf = np.zeros(v.shape, np.float32)
+    np.copyto(vf[..., w0:, :], v[..., w0:, :], casting="unsafe")
+    if not math.isfinite(_absmax(vf)):
+        return False  # 0 * inf: a zero probability would not zero a padding column's V
+    # The full run's calls on the row blocks holding window rows, into arrays of this run: the
+    # full run's persistent scratch (hundreds of MB for a 3B model, transparent huge pages)
+    # would stay resident for the few rows a window touches.  The operands keep the full run's
+    # shapes and row strides (all L key columns); only where they live differs.
+    G, batch = ops.groups, ops.batch
+    blocks = [(a, b) for a, b in ops.blocks if b % L == 0 or b % L > w0]  # blocks holding window rows
+    first = min(a % L for a, _ in blocks)  # rows [first, L) of each group run (padding before w0)
+    n = L - first
+
+    def local(a: int, b: int) -> tuple[int, slice]:  # stacked rows [a, b) -> (group, rows here)
+        return a // L, slice(a % L - first, a % L - first + b - a)
+
+    qb = np.ascontiguousarray(q[..., first:, :], dtype=np.float32)  # (..., G, n, D)
+    kt = np.ascontiguousarray(np.swapaxes(k, -1, -2), dtype=np.float32)  # as the full run's kt_buf
+    s5 = np.empty((*batch, G, n, L), np.float32)
+    with np.errstate(all="ignore"):  # the scores of the uncomputed K columns are discarded
+        for a, b in blocks:
+            g, r = local(a, b)
+            np.matmul(qb[..., g, r, :], kt, out=s5[..., g, r, :])
+    sw = s5[..., w0 - first :, w0:]
+    np.multiply(sw, scale, out=sw)
+    if mask5.dtype == np.bool_:
+        np.copyto(sw, -np.inf, where=~win)
+    else:
+        np.add(sw, win, out=sw, casting="unsafe")
+    if bias is not None:
+        np.add(sw, bias[w0:, w0:], out=sw)
+    rowmax = np.maximum.reduce(sw, axis=-1, keepdims=True)
+    np.subtract(sw, rowmax, out=sw)
+    np.exp(sw, out=sw)
+    s5[..., : w0 - first, :] = 0.0  # padding rows of the blocks: finite, discarded
+    s5[..., w0 - first :, :w0] = 0.0  # the full run's exact zeros
+    rows = s5[..., w0 - first :, :]
+    total = np.add.reduce(rows, axis=-1, keepdims=True)
+    np.divide(rows, total, out=rows)
+    out5 = np.empty((*batch, G, n, vf.shape[-1]), np.float32)
+    for a, b in blocks:
+        g, r = local(a, b)
+        np.matmul(s5[..., g, r, :], vf, out=out5[..., g, r, :])
+    o5[..., :w0, :] = 0
+    np.copyto(o5[..., w0:, :], out5[..., w0 - first :, :], casting="unsafe")
+    window.used += 1
+    return True
+
+
+#: (batch, G, D, S, host alignments) -> whether one broadcast matmul gives the per-group gemvs' bits
+_GROUPED_GEMV: dict[tuple[int, ...], bool] = {}
+def _at_alignment_of(ref: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``data`` whose data pointer has ``ref``'s offset past a cache line."""
+    out = aligned(data.shape, data.dtype, mod(ref))
+    out[...] = data
+    return out
+
+
+def _grouped_gemv_ok(q: np.ndarray, kt: np.ndarray, scores: np.ndarray, groups: int) -> bool:
+    """Whether one ``matmul(q as (b, Hkv, G, 1, D), K^T view as (b, Hkv, 1, D, S))`` gives the
+    bits of the G per-group ``matmul(q[:, :, g], K^T view)`` calls; checked once per shape and
+    host alignment on random data.  numpy hands each (1, D) x (D, S) product to the same BLAS
+    gemv either way; the probe keeps that a fact of this host rather than an assumption."""
+    k = np.swapaxes(kt, -1, -2)
+    if not (q.flags.c_contiguous and k.flags.c_contiguous and scores.flags.c_contiguous):
+        return False
+    key = (*q.shape, groups, *k.shape, *(mod(x) for x in (q, k, scores)))
+    with _WINDOW_LOCK:
+        hit = _GROUPED_GEMV.get(key)
+        if hit is not None:
+            return hit
+        rng = np.random.default_rng(3)
+        qa = _at_alignment_of(q, rng.standard_normal(q.shape).astype(np.float32))
+        ka = _at_alignment_of(k, rng.standard_normal(k.shape).astype(np.float32))
+        per = _at_alignment_of(scores, np.zeros(scores.shape, np.float32))
+        one = _at_alignment_of(scores, np.zeros(scores.shape, np.float32))
+        lead, D, S = q.shape[:2], k.shape[-1], k.shape[-2]
+        q5, kta = qa.reshape(*lead, groups, 1, D), np.swapaxes(ka, -1, -2)
+        per5 = per.reshape(*lead, groups, 1, S)
+        for g in range(groups):
+            np.matmul(q5[:, :, g], kta, out=per5[:, :, g])
+        np.matmul(q5, kta[..., None, :, :], out=one.reshape(*lead, groups, 1, S))
+        ok = bool(np.array_equal(per, one))
+        _GROUPED_GEMV[key] = ok
+        return ok
+
+
+@kernel("sdpa")
+def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[no-untyped-def]
+    """Attention (SdpaParams: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head).
+
+    Grouped (G > 1): K/V hold Hkv heads and query head h reads K/V head h // G, as the IR's
+    Unsqueeze/Broadcast/Reshape expansion did; the G query heads of a group share one matmul.
+    ``window``: the driver's padded-rows hint (RowWindow), read on every run.
+    """
+    q, k, v = ins[:3]
+    mask = ins[3] if len(ins) > 3 else None
+    mask_in = mask
+    o = outs[0]
+    causal, scale = params.causal, params.scale
+    groups = max(params.kv_groups, 1)
+    if scale == 0.0:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    L, S = q.shape[-2], k.shape[-2]
+    f32 = any(t.dtype != np.float32 for t in (q, k, v))
+    if groups > 1:
+        b, h = q.shape[0], q.shape[1]
+        if q.ndim != 4 or k.ndim != 4 or h != k.shape[1] * groups or o.shape[:2] != (b, h):
+            raise ExecutionError(f"sdpa: {groups} query heads per K/V head do not fit q {q.shape}, k {k.shape}")
+        hkv = k.shape[1]
+        q = _view(q, (b, hkv, groups * L, q.shape[-1]))  # query rows of a group stacked: one matmul each
+        o = _view(o, (b, hkv, groups * L, o.shape[-1]))
+    # scratch buffers live as long as the command list: nothing is allocated per inference
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    rows = q.shape[-2]
+    scores = np.empty((*batch, rows, S), np.float32)
+    rowmax = np.empty((*batch, rows, 1), np.float32)
+    # mask and causal bias apply per query head and row: on grouped scores through a 5-D view
+    scores_m = scores.reshape(*batch, groups, L, S) if groups > 1 else scores
+    if mask is not None and groups > 1:
+        m4 = _view(mask, (1,) * (4 - mask.ndim) + mask.shape)
+        mask = _view(
+            m4, (m4.shape[0], 1, 1, *m4.shape[2:]) if m4.shape[1] == 1 else (m4.shape[0], hkv, groups, *m4.shape[2:])
+        )
+    # with several query rows BLAS is ~4x faster on a row-major K^T than on the transposed view of K
+    # (the copy costs one pass over K); one query row (decode) multiplies the view directly
+    kt_buf = np.empty((*k.shape[:-2], k.shape[-1], S), np.float32) if rows >= 8 else None
+    q32 = np.empty(q.shape, np.float32) if f32 else q
+    k32 = np.empty(k.shape, np.float32) if f32 and kt_buf is None else k
+    v32 = np.empty(v.shape, np.float32) if f32 else v
+    kt = np.swapaxes(k32, -1, -2) if kt_buf is None else kt_buf
+    k_src = np.swapaxes(k, -1, -2)
+    bias = np.where(np.tril(np.ones((L, S), bool)), 0.0, -np.inf).astype(np.float32) if causal else None
+    blocked = np.empty(mask.shape, np.bool_) if mask is not None and mask.dtype == np.bool_ else None
+    direct = not f32 and o.dtype == np.float32 and tuple(o.shape[:-2]) == tuple(batch)
+    # a few grouped rows against the K^T view: numpy's BLAS dispatch only takes the transposed
+    # view for one row per head (gemv), so each group's query rows multiply separately
+    qk_parts = (
+        [(_view(q32, (*batch, groups, L, q.shape[-1]))[..., g, :, :], scores_m[..., g, :, :]) for g in range(groups)]
+        if groups > 1 and kt_buf is None
+        else []
+    )
+    qk_one = None
+    if qk_parts and L == 1 and len(batch) == 2 and _grouped_gemv_ok(q32, kt, scores, groups):
+        # decode: the groups as a broadcast batch axis of one call (the same gemv per group and
+        # K/V head, one numpy dispatch instead of G; probed to give the per-group calls' bits)
+        qk_one = functools.partial(np.matmul, _view(q32, (*batch, groups, 1, q.shape[-1])), kt[..., None, :, :],
+                                   out=_view(scores, (*batch, groups, 1, S)))
+    skip = None
+    if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
+        skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct)
+    # square (prefill) attention: the products in row blocks that a token-row window repeats
+    blocks = row_blocks(L, groups) if kt_buf is not None and L == S else None
+    win_ops = None
+    if window is not None:
+        # one layout for the windowed path: (…, [G,] L|S, D), the mask broadcastable to it
+        o_full = outs[0]
+        if groups > 1:
+            q5 = _view(ins[0], (b, hkv, groups, L, q.shape[-1]))
+            o5 = _view(o_full, (b, hkv, groups, L, o_full.shape[-1]))
+            mask5 = mask
+        else:
+            q5 = ins[0][..., None, :, :]
+            ok = o_full.shape[:-2] == tuple(batch) and o_full.shape[-2] == L
+            o5 = o_full[..., None, :, :] if ok else None
+            mask5 = mask if mask is None or mask.ndim < 3 else mask[..., None, :, :]
+        if o5 is not None and blocks is not None:
+            win_ops = _SquareOps(q5, k, v, mask5, bias, o5, groups, blocks, tuple(batch))
+
+    def run() -> None:
+        if window is not None and window.active(L, S):
+            # the hint is on for this attention: the window or a re-run, never the full path
+            # over padding rows that earlier windowed layers left zero
+            if win_ops is None:
+                window.unusable = True  # a layout without the window path: stop hinting
+                window.violated = True
+            elif not _windowed_attention(win_ops, scale, window):
+                window.violated = True
+            return
+        if f32:
+            np.copyto(q32, q)
+        if skip is not None and skip():
+            return
+        if f32:
+            np.copyto(v32, v)
+            if kt_buf is None:
+                np.copyto(k32, k)
+        if kt_buf is not None:
+            np.copyto(kt_buf, k_src, casting="unsafe")
+        if qk_one is not None:
+            qk_one()
+        elif qk_parts:
+            for qg, sg in qk_parts:
+                np.matmul(qg, kt, out=sg)
+        elif blocks is not None:
+            for a, b in blocks:
+                np.matmul(q32[..., a:b, :], kt, out=scores[..., a:b, :])
+        else:
+            np.matmul(q32, kt, out=scores)
+        np.multiply(scores, scale, out=scores)
+        if mask is not None:
+            if blocked is not None:
+                np.logical_not(mask, out=blocked)
+                np.copyto(scores_m, -np.inf, where=blocked)
+            else:
+                np.add(scores_m, mask, out=scores_m, casting="unsafe")
+        if bias is not None:
+            np.add(scores_m, bias, out=scores_m)
+        _softmax_times_v(scores, rowmax, v32, o, direct, blocks)
+
+    return run

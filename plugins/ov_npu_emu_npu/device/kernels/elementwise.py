@@ -1,0 +1,420 @@
+"""SHAVE element-wise, activation, softmax, reduction and normalisation kernels."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ov_npu_emu_npu.blob.kernel_params import AxisParams, KernelParams, ReduceParams
+from ov_npu_emu_npu.device.kernels.registry import KERNELS, Maker, Runner, kernel
+
+
+def _erf(x: np.ndarray, out: np.ndarray) -> None:
+    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), computed in f64 for headroom
+    x64 = x.astype(np.float64)
+    s = np.sign(x64)
+    a = np.abs(x64)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    y = 1.0 - (
+        ((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592
+    ) * t * np.exp(-a * a)
+    np.multiply(s, y, out=out, casting="unsafe")
+
+
+_BIN_UFUNC = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "power": np.power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor,
+    "floor_mod": np.mod,
+    "mod": np.fmod,
+    # OpenVINO's Bitwise* on boolean are the logical ops, on integers bitwise: numpy's too
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
+}
+
+
+def _make_binary(name: str) -> Maker:
+    uf = _BIN_UFUNC[name]
+
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: KernelParams) -> Runner:
+        a, b = ins
+        o = outs[0]
+        # bound as C-level partials: no Python frame per task on the hot path
+        if o.dtype == a.dtype or o.dtype == np.bool_:
+            return functools.partial(uf, a, b, out=o)
+        return functools.partial(uf, a, b, out=o, casting="unsafe")
+
+    return maker
+
+
+for _n in _BIN_UFUNC:
+    KERNELS[_n] = _make_binary(_n)
+
+
+@kernel("divide")
+def _divide(ins, outs, params):  # type: ignore[no-untyped-def]
+    a, b = ins
+    o = outs[0]
+    if o.dtype.kind == "f":
+        return functools.partial(np.divide, a, b, out=o, casting="unsafe")
+    if params.python_division:  # python division for integers: floor
+        return lambda: np.floor_divide(a, b, out=o)
+    return lambda: np.copyto(o, np.trunc(a / b), casting="unsafe")
+
+
+@kernel("squared_difference")
+def _sqdiff(ins, outs, params):  # type: ignore[no-untyped-def]
+    a, b = ins
+    o = outs[0]
+
+    def run() -> None:
+        np.subtract(a, b, out=o, casting="unsafe")
+        np.square(o, out=o)
+
+    return run
+
+
+_UN_UFUNC = {
+    "relu": None,
+    "tanh": np.tanh,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "negative": np.negative,
+    "abs": np.abs,
+    "sin": np.sin,
+    "cos": np.cos,
+    "floor": np.floor,
+    "ceiling": np.ceil,
+    "logical_not": np.logical_not,
+    "sign": np.sign,
+    "tan": np.tan,
+    "atan": np.arctan,
+    "bitwise_not": np.invert,
+}
+
+
+def _make_unary(name: str) -> Maker:
+    uf = _UN_UFUNC[name]
+
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: KernelParams) -> Runner:
+        x, o = ins[0], outs[0]
+        if name == "relu":
+            return functools.partial(np.maximum, x, 0, out=o, casting="unsafe")
+        return functools.partial(uf, x, out=o, casting="unsafe")
+
+    return maker
+
+
+for _n in _UN_UFUNC:
+    KERNELS[_n] = _make_unary(_n)
+
+
+@kernel("sigmoid")
+def _sigmoid(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+
+    def run() -> None:
+        np.negative(x, out=o, casting="unsafe")
+        np.exp(o, out=o)
+        np.add(o, 1, out=o)
+        np.reciprocal(o, out=o)
+
+    return run
+
+
+@kernel("erf")
+def _erf_k(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    return lambda: _erf(x, o)
+
+
+@kernel("softplus")
+def _softplus(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    return lambda: np.logaddexp(0, x, out=o, casting="unsafe")
+
+
+def _hswish(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    return lambda: np.copyto(o, x * np.clip(x + 3, 0, 6) / 6, casting="unsafe")
+
+
+def _hsigmoid(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    return lambda: np.copyto(o, np.clip(x + 3, 0, 6) / 6, casting="unsafe")
+
+
+def _mish(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    return lambda: np.copyto(o, x * np.tanh(np.logaddexp(0, x)), casting="unsafe")
+
+
+KERNELS.update({"hswish": _hswish, "hsigmoid": _hsigmoid, "mish": _mish})
+
+
+@kernel("gelu")
+def _gelu(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    tanh_mode = params.tanh_approximation
+    tmp = np.empty(o.shape, np.float32)
+    c = math.sqrt(2.0 / math.pi)
+
+    def run() -> None:
+        if tanh_mode:
+            np.multiply(x, x, out=tmp)
+            np.multiply(tmp, x, out=tmp)
+            np.multiply(tmp, 0.044715, out=tmp)
+            np.add(tmp, x, out=tmp)
+            np.multiply(tmp, c, out=tmp)
+            np.tanh(tmp, out=tmp)
+        else:
+            np.multiply(x, 1.0 / math.sqrt(2.0), out=tmp)
+            _erf(tmp, tmp)
+        np.add(tmp, 1.0, out=tmp)
+        np.multiply(tmp, x, out=tmp)
+        np.multiply(tmp, 0.5, out=tmp)
+        np.copyto(o, tmp, casting="unsafe")
+
+    return run
+
+
+@kernel("swish")
+def _swish(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    beta = params.beta
+    tmp = np.empty(o.shape, np.float32)
+    # 0-d arrays of the dtype a Python float would take (NEP 50): same loops, no per-call scalar
+    # conversion (~0.5 us per ufunc call on these small tensors)
+    neg_beta = _weak_scalar(-beta, x.dtype)
+    one = np.array(1.0, np.float32)
+
+    def run() -> None:
+        np.multiply(x, neg_beta, out=tmp)
+        np.exp(tmp, out=tmp)
+        np.add(tmp, one, out=tmp)
+        np.divide(x, tmp, out=o, casting="unsafe")
+
+    return run
+
+
+def _weak_scalar(value: float, dtype: np.dtype) -> np.ndarray | float:
+    """``value`` as a 0-d array of the type a Python float takes next to ``dtype`` operands."""
+    return np.array(value, dtype) if np.dtype(dtype).kind == "f" else value
+
+
+@kernel("clamp")
+def _clamp(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    lo, hi = params.min_value, params.max_value
+    if o.dtype.kind in "iu":
+        lo, hi = math.ceil(lo), math.floor(hi)
+    return functools.partial(np.clip, x, lo, hi, out=o, casting="unsafe")
+
+
+#: f16 bits placed at bit 13 of an f32 are the value scaled by 2**-112 (both exponent fields end
+#: at bit 23 of the shifted word); multiplying back is exact for normals, zeros and subnormals
+_F16_REBIAS = np.float32(2.0**112)
+_F16_SIGN_EM = np.int32(-0x70000001)  # 0x8FFFFFFF: sign bit, then exponent/mantissa at bits 13..27
+_F32_SUBNORMAL = np.float32(1e-40)
+
+
+def _f16_to_f32(x: np.ndarray, o: np.ndarray) -> Runner:
+    """Exact f16 -> f32 with four whole-array integer/float passes.
+
+    numpy converts halves one element at a time (about 1.7 ns each), which made the past-KV
+    Converts of a decode step the costliest SHAVE tasks.  Infinities/NaNs (f16 exponent 31) and a
+    thread flushing subnormal operands to zero take numpy's own conversion, so every input gets
+    numpy's bits.
+    """
+    n = x.size
+    s16 = x.reshape(-1).view(np.int16)
+    u16 = s16.view(np.uint16)
+    of = o.reshape(-1)
+    word = np.empty(n, np.int32)
+    expo = np.empty(n, np.uint16)
+    wf = word.view(np.float32)
+
+    def run() -> None:
+        np.copyto(word, s16)  # sign-extended: the sign fills bits 15..31
+        np.left_shift(word, 13, out=word)  # exponent/mantissa to bits 13..27, sign copies at 28..31
+        np.bitwise_and(word, _F16_SIGN_EM, out=word)
+        np.bitwise_and(u16, 0x7C00, out=expo)
+        if np.maximum.reduce(expo) == 0x7C00 or _F32_SUBNORMAL * _F16_REBIAS == 0:  # inf/NaN, or DAZ on
+            np.copyto(o, x, casting="unsafe")
+            return
+        np.multiply(wf, _F16_REBIAS, out=of)
+
+    return run
+
+
+@kernel("convert")
+def _convert(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    if (
+        x.dtype == np.float16
+        and o.dtype == np.float32
+        and x.size >= 256
+        and x.flags.c_contiguous
+        and o.flags.c_contiguous
+    ):
+        return _f16_to_f32(x, o)
+    if x.dtype.kind == "f" and o.dtype.kind in "iub":
+        if o.dtype == np.bool_:
+            return functools.partial(np.not_equal, x, 0, out=o)
+        # OpenVINO's CPU plugin truncates towards zero when converting floats to integers
+        return lambda: np.copyto(o, np.trunc(x), casting="unsafe")
+    return functools.partial(np.copyto, o, x, casting="unsafe")
+
+
+@kernel("select")
+def _select(ins, outs, params):  # type: ignore[no-untyped-def]
+    c, a, b = ins
+    o = outs[0]
+
+    def run() -> None:
+        np.copyto(o, b, casting="unsafe")
+        np.copyto(o, a, casting="unsafe", where=c)
+
+    return run
+
+
+def _make_softmax(log: bool) -> Maker:
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: AxisParams) -> Runner:
+        x, o = ins[0], outs[0]
+        axis = params.axis
+        rshape = list(x.shape)
+        rshape[axis] = 1
+        mx = np.empty(rshape, np.float32)
+        sm = np.empty(rshape, np.float32)
+        tmp = np.empty(x.shape, np.float32)
+
+        def run() -> None:
+            np.max(x, axis=axis, keepdims=True, out=mx)
+            np.subtract(x, mx, out=tmp)
+            if log:
+                np.exp(tmp, out=o, casting="unsafe")
+                np.sum(o, axis=axis, keepdims=True, out=sm, dtype=np.float32)
+                np.log(sm, out=sm)
+                np.subtract(tmp, sm, out=o, casting="unsafe")
+            else:
+                np.exp(tmp, out=tmp)
+                np.sum(tmp, axis=axis, keepdims=True, out=sm)
+                np.divide(tmp, sm, out=o, casting="unsafe")
+
+        return run
+
+    return maker
+
+
+KERNELS["softmax"] = _make_softmax(False)
+KERNELS["log_softmax"] = _make_softmax(True)
+
+_REDUCE = {
+    "reduce_mean": np.mean,
+    "reduce_sum": np.sum,
+    "reduce_max": np.max,
+    "reduce_min": np.min,
+    "reduce_prod": np.prod,
+}
+
+
+def _make_reduce(name: str) -> Maker:
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: ReduceParams) -> Runner:
+        x, o = ins[0], outs[0]
+        axes = params.axes
+        kshape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        ok = o.reshape(kshape)
+        if name == "reduce_l2":
+            return lambda: np.copyto(
+                ok, np.sqrt(np.sum(np.square(x, dtype=np.float32), axis=axes, keepdims=True)), casting="unsafe"
+            )
+        fn = _REDUCE[name]
+        if name == "reduce_mean" and x.dtype == o.dtype == np.float32:
+            # np.mean's own f32 steps (sum, then divide by the intp count) without its Python layers.
+            # np.mean divides in f64 and rounds to f32; for a count exact in f32 a correctly rounded
+            # f32 division gives the same bits (53 >= 2*24 + 2: double rounding is innocuous) and
+            # skips the mixed-type loop (~2 us per call)
+            n_items = math.prod(x.shape[a] for a in axes)
+            count = np.array(n_items, np.float32) if n_items < 2**24 else np.intp(n_items)
+
+            def mean() -> None:
+                np.add.reduce(x, axis=axes, keepdims=True, out=ok)
+                np.true_divide(ok, count, out=ok, casting="unsafe")
+
+            return mean
+        if o.dtype == np.float16:
+            return lambda: np.copyto(ok, fn(x, axis=axes, keepdims=True, dtype=np.float32), casting="unsafe")
+        return lambda: fn(x, axis=axes, keepdims=True, out=ok)
+
+    return maker
+
+
+for _n in [*_REDUCE, "reduce_l2"]:
+    KERNELS[_n] = _make_reduce(_n)
+
+
+
+@kernel("prelu")
+def _prelu(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, slope = ins
+    o = outs[0]
+    # a 1-D slope applies per channel (axis 1) as in OpenVINO, unless it matches the last axis
+    if slope.ndim == 1 and x.ndim > 1 and slope.size not in (1, x.shape[-1]):
+        slope = slope.reshape((1, -1) + (1,) * (x.ndim - 2))
+    return lambda: np.copyto(o, np.where(x < 0, x * slope, x), casting="unsafe")
+
+
+@kernel("elu")
+def _elu(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    alpha = params.alpha
+    return lambda: np.copyto(o, np.where(x > 0, x, alpha * (np.exp(np.minimum(x, 0)) - 1)), casting="unsafe")
+
+
+
+@kernel("mvn")
+def _mvn(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    norm_var, eps, inside, axes = params.normalize_variance, params.eps, params.eps_inside_sqrt, params.axes
+
+    def run() -> None:
+        xf = x.astype(np.float32, copy=False)
+        c = xf - xf.mean(axis=axes, keepdims=True)
+        if norm_var:
+            var = np.mean(c * c, axis=axes, keepdims=True)
+            c = c / (np.sqrt(var + eps) if inside else np.sqrt(var) + eps)
+        np.copyto(o, c, casting="unsafe")
+
+    return run
+
+
+@kernel("cumsum")
+def _cumsum(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, o = ins[0], outs[0]
+    axis, exclusive, reverse = params.axis, params.exclusive, params.reverse
+
+    def run() -> None:
+        v = np.flip(x, axis) if reverse else x
+        c = np.cumsum(v, axis=axis, dtype=o.dtype)
+        if exclusive:
+            c = np.concatenate([np.zeros_like(np.take(c, [0], axis=axis)), np.delete(c, -1, axis=axis)], axis=axis)
+        np.copyto(o, np.flip(c, axis) if reverse else c, casting="unsafe")
+
+    return run

@@ -1,0 +1,705 @@
+"""Decode-shaped MatMul (a few activation rows) straight from a weight's stored format (f32 too).
+
+A decode step multiplies one (or a few) activation rows by every weight of the model once, so
+its cost is reading the weights. Decompressing them to f32 first (a cache, or a tile per run)
+moves 2-8x more bytes than the stored format; these numba kernels read f16 / 8-bit / 4-bit
+weights as stored and decompress them in registers. f16 converts exactly; one activation row
+times an 8-/4-bit weight sums ``x * (q - zp)`` over each group (``q - zp`` is a small integer,
+exact in f32) and multiplies the group's scale into that sum once, instead of into every
+weight as :func:`..dequant.dequantize` does (``(q - zp) * scale``), which the f16-rounding
+variant and several activation rows still do. f32 weights (the ``matmul`` kernel's decode
+shapes) run a loop of their own (four weight rows per pass, nothing to convert).
+Output channels are split over the host's cores by numba parallel loops on its TBB threading
+layer (a hand-off of 2-3 µs, so products from 2^17 weight elements, 2^15 for 8-/4-bit, gain
+from the second core); without that layer, a thread pool (~20 µs a hand-off) from 2^18 (2^20
+for f32). The kernels release the GIL.
+
+Only the summation order (and, for the grouped formats on one row, where the scale enters)
+differs from numpy/BLAS on a decompressed tile, so results agree to f32 rounding: within any
+summation order's bound K * eps32 * (|x| @ |W|.T). Prefill-shaped MatMuls (many rows) take
+:mod:`.gemm`: there each decompressed weight is reused across rows and BLAS wins.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+from ov_npu_emu_npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS as MAX_ROWS
+
+logger = logging.getLogger(__name__)
+
+#: below this many weight elements one core does the whole product (a thread hand-off costs ~20 µs)
+_SPLIT_MIN_ELEMENTS = 1 << 18
+#: the same for f32 weights on that pool: from 2^20 (a bench-small step's products at load 4.7:
+#: 15.5 ms split at 2^18, 12.0 at 2^20, 12.3 one thread)
+_POOL_MIN_F32 = 1 << 20
+#: with numba's parallel loops (dispatch ~2-3 µs on the TBB layer) products split from here: a
+#: cached f32 512 x 512 product 14.7 -> 10.8 µs, 256 x 512 break-even at 6.7 / 7.5 µs; the 8- and
+#: 4-bit loops do several times the arithmetic per element, so they split from a quarter of it
+_PAR_MIN_ELEMENTS = 1 << 17
+_PAR_MIN_GROUPED = 1 << 15
+#: output channels per parallel block (a multiple of the f32 kernel's 4 rows per pass)
+_PAR_BLOCK = 64
+#: chunks of output channels per thread (each a kernel call of a few µs of dispatch)
+_CHUNKS_PER_WORKER = 2
+
+_JIT = {"nogil": True, "cache": True, "fastmath": {"reassoc", "contract"}}  # reassoc: vector sums
+
+
+@intrinsic
+def _f32(typingctx, v):  # type: ignore[no-untyped-def]
+    """An f32 scalar, or f16 bits (uint16) -> f32 exactly (subnormals, inf, NaN): LLVM's fpext,
+    one vcvtph2ps per vector with F16C. Inlined IR (an overload here costs a call per group)."""
+    if v == types.uint16:
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+    elif v == types.float32:
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return args[0]
+    else:
+        return None
+    return types.float32(v), codegen
+
+
+@intrinsic
+def _round_f16(typingctx, v):  # type: ignore[no-untyped-def]
+    """f32 -> nearest f16 -> f32 (vcvtps2ph / vcvtph2ps): NNCF's f16 ``(q - zp) * scale``, whose
+    exact f32 product rounded once equals the f16 multiply."""
+    if v != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.fpext(builder.fptrunc(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(v), codegen
+
+
+@njit(**_JIT)
+def _w(v, z, s, mul_f16):  # type: ignore[no-untyped-def]
+    """One decompressed weight from its integer value ``v``, as the IR computes it."""
+    w = (v - z) * s
+    return _round_f16(w) if mul_f16 else w
+
+
+@njit(**_JIT)
+def _gemv_f32(x, x_pitch, w, w_pitch, k, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    """out[m, n] = x row m . w row n for n in [n0, n1); row i of ``x`` / ``w`` is the k items at
+    i * pitch of the flat array (so a column slice of a wider array is read in place, by the same
+    compiled loop as a whole one). Four weight rows per pass share each activation load (one
+    thread: 13.8 -> 12.3 ms for a bench-small step's products, single-threaded BLAS 11.2, load
+    4.7); a block past n1 repeats the last row, so every output element is the same loop over K
+    whatever n0/n1 and the pitches are: its bits do not depend on how N is cut or where the rows
+    live (a tile of the weight and the whole weight agree: the host fusion's probe relies on it)."""
+    m_rows = out.shape[0]
+    last = n1 - 1
+    for n in range(n0, n1, 4):
+        b0, b1 = n * w_pitch, min(n + 1, last) * w_pitch
+        b2, b3 = min(n + 2, last) * w_pitch, min(n + 3, last) * w_pitch
+        w0, w1, w2, w3 = w[b0:b0 + k], w[b1:b1 + k], w[b2:b2 + k], w[b3:b3 + k]
+        for m in range(m_rows):
+            xm = x[m * x_pitch:m * x_pitch + k]
+            a0 = a1 = a2 = a3 = np.float32(0.0)
+            for j in range(k):
+                xj = xm[j]
+                a0 += xj * w0[j]
+                a1 += xj * w1[j]
+                a2 += xj * w2[j]
+                a3 += xj * w3[j]
+            out[m, n] = a0
+            if n + 1 <= last:
+                out[m, n + 1] = a1
+            if n + 2 <= last:
+                out[m, n + 2] = a2
+            if n + 3 <= last:
+                out[m, n + 3] = a3
+
+
+_PARALLEL: bool | None = None
+
+
+def parallel_loops() -> bool:
+    """Whether numba's parallel loops may run here: more than one thread, and the TBB threading
+    layer (OpenVINO's wheel brings the libtbb it loads): safe for launches from several host
+    threads at once and across fork. numba's other layers are not both (its fallback
+    "workqueue" aborts the process on concurrent launches, GNU OpenMP in a forked child), so
+    with them, or one core, products are split by the thread pool instead. Decided on the
+    first call by one tiny launch (numba picks its layer once per process)."""
+    global _PARALLEL
+    if _PARALLEL is None:
+        ok = False
+        try:
+            if numba.get_num_threads() > 1:
+                x = np.ones((1, 4), np.float32)
+                out = np.empty((1, 4), np.float32)
+                _gemv_f32_par(x.ravel(), 4, x.ravel(), 4, 4, out, 0, 1)
+                ok = numba.threading_layer() == "tbb"
+        except Exception:  # noqa: BLE001  # no usable layer: the serial loop is always there
+            logger.debug("numba parallel loops unavailable", exc_info=True)
+        _PARALLEL = ok
+    return _PARALLEL
+
+
+def _rows_flat(v: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """A 2-D f32 array whose rows are contiguous as (flat 1-D view from its first item, row
+    pitch in items), or None. The loops then take one compiled layout for whole and sliced
+    operands (a strided 2-D operand compiles to an unvectorised loop that sums in another order)."""
+    item = v.itemsize
+    if v.ndim != 2 or v.dtype != np.float32 or (v.shape[1] > 1 and v.strides[1] != item) or v.size == 0:
+        return None
+    pitch = v.strides[0] // item if v.shape[0] > 1 else v.shape[1]
+    if pitch < v.shape[1] or v.strides[0] % item:
+        return None
+    span = (v.shape[0] - 1) * pitch + v.shape[1]
+    return np.lib.stride_tricks.as_strided(v, (span,), (item,)), pitch
+
+
+@intrinsic
+def _prefetch(typingctx, a, offset):  # type: ignore[no-untyped-def]
+    """Hint the cache line ``offset`` bytes past ``a``'s data (llvm.prefetch: no fault, no effect
+    on any value)."""
+    if not isinstance(a, types.Array) or not isinstance(offset, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        i8 = ir.IntType(8).as_pointer()
+        ptr = builder.gep(builder.bitcast(data, i8), [args[1]])
+        fn = builder.module.declare_intrinsic(
+            "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8, *[ir.IntType(32)] * 3]))
+        read, keep, data_cache = (ir.Constant(ir.IntType(32), c) for c in (0, 3, 1))
+        builder.call(fn, [ptr, read, keep, data_cache])
+        return context.get_dummy_value()
+
+    return types.none(a, offset), codegen
+
+
+#: how far ahead of the row being read the f16 loop hints the weight's cache lines. The hardware
+#: prefetcher alone keeps too few lines in flight for one core when each byte also costs a
+#: conversion (f16, both cores, a 0.5B model's weights: 3.1 -> 4.3 GB/s at load 8-9). The
+#: 8-/4-bit loops are bound by their decode arithmetic, not the read: hints gained nothing there
+PREFETCH_BYTES = 4096
+
+
+@njit(inline="always", **_JIT)  # numba-level inlining: a call per row/group costs
+def _prefetch_row(q, n):  # type: ignore[no-untyped-def]
+    """Hint the bytes of C-contiguous ``q`` that row n + PREFETCH_BYTES / row bytes will read."""
+    rb = q.strides[0]
+    lo = n * rb + PREFETCH_BYTES
+    hi = min(lo + rb, q.size * q.itemsize)
+    for off in range(lo - lo % 64, hi, 64):
+        _prefetch(q, off)
+
+
+@njit(**_JIT)
+def _dot_rows(x, row, out, n):  # type: ignore[no-untyped-def]
+    """out[m, n] = x[m] . row for every activation row m (one decompressed weight row)."""
+    m_rows, k = x.shape
+    for m in range(m_rows):
+        acc = np.float32(0.0)
+        xm = x[m]
+        for j in range(k):
+            acc += xm[j] * row[j]
+        out[m, n] = acc
+
+
+@njit(**_JIT)
+def _scale_zero(s_bits, zp_bits, has_zp, zp_flip, q_flip, mul_f16):  # type: ignore[no-untyped-def]
+    """(scale, zero point) of one group as f32, for ``_w(q ^ q_flip, z, s, mul_f16)``: the bit
+    flip that reads i8 / i4 codes as unsigned is folded into the zero point (exact, small
+    integers); ``zp_flip`` 128 reads i8 zero points' bits likewise. Scalars in, scalars out: a
+    helper taking the arrays costs a call per group (measured: 4-bit decode at half speed)."""
+    s = _f32(s_bits)
+    if mul_f16:  # the IR converts the scale to f16 first
+        s = _round_f16(s)
+    z = np.float32(q_flip)
+    if has_zp:
+        z += np.float32(zp_bits ^ np.uint8(zp_flip)) - np.float32(zp_flip)
+    return s, z
+
+
+@njit(**_JIT)
+def _gemv_f16(x, q, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    """out[:, n] = x @ f32(q[n]) for n in [n0, n1); q is [N, K] f16 bits."""
+    m_rows, k = x.shape
+    for n in range(n0, n1):
+        _prefetch_row(q, n)
+        qn = q[n]
+        if m_rows == 1:  # converted in registers
+            acc = np.float32(0.0)
+            x0 = x[0]
+            for j in range(k):
+                acc += x0[j] * _f32(qn[j])
+            out[0, n] = acc
+        else:  # converted once into ``row`` for every activation row
+            for j in range(k):
+                row[j] = _f32(qn[j])
+            _dot_rows(x, row, out, n)
+
+
+@njit(**_JIT)
+def _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row):  # type: ignore[no-untyped-def]
+    """Row n of an 8-bit weight [N, G, gs] (u8 bits) -> f32 ``row``: ``(q - zp) * scale``.
+    ``q_flip`` 128 reads the bits as i8 (``(b ^ 128) - 128``); ``zp`` likewise with ``zp_flip``."""
+    _, groups, gs = q.shape
+    qf = np.uint8(q_flip)
+    for g in range(groups):
+        s, z = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp, zp_flip, q_flip, mul_f16)
+        # views indexed by the loop counter: LLVM then knows every index is in [0, gs) (an
+        # offset index keeps numba's negative-index branch, which blocks vectorising)
+        qg, dst = q[n, g], row[g * gs:(g + 1) * gs]
+        for j in range(gs):
+            dst[j] = _w(np.float32(qg[j] ^ qf), z, s, mul_f16)
+
+
+@intrinsic
+def _nibble(typingctx, b, high):  # type: ignore[no-untyped-def]
+    """The low (``high`` False) or high nibble of a u8 as f32, in 8-bit lanes (numba's own
+    integer ops widen to 64 bits first)."""
+    if b != types.uint8 or not isinstance(high, types.BooleanLiteral):
+        return None
+    shift = high.literal_value
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        v = args[0]
+        v = builder.lshr(v, ir.Constant(ir.IntType(8), 4)) if shift else builder.and_(v, ir.Constant(ir.IntType(8), 15))
+        return builder.uitofp(v, ir.FloatType())
+
+    return types.float32(b, high), codegen
+
+
+@intrinsic
+def _byte(typingctx, b):  # type: ignore[no-untyped-def]
+    """A u8 as f32 in 8-bit lanes (see :func:`_nibble`)."""
+    if b != types.uint8:
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.uitofp(args[0], ir.FloatType())
+
+    return types.float32(b), codegen
+
+
+@njit(inline="always", **_JIT)
+def _q8_group_dot(xg, qg, z, flip):  # type: ignore[no-untyped-def]
+    """sum_j xg[j] * (q_j - z) over one group's codes ``qg`` (xor ``flip`` first: 128 reads
+    i8), for the group's scale to multiply once (see :func:`_q4_group_dot`)."""
+    part = np.float32(0.0)
+    for j in range(qg.shape[0]):
+        part += xg[j] * (_byte(np.uint8(qg[j] ^ flip)) - z)
+    return part
+
+
+@njit(**_JIT)
+def _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    """8-bit weights, see :func:`_dq_row_q8`. One row: decompressed in registers."""
+    m_rows = x.shape[0]
+    _, groups, gs = q.shape
+    qf = np.uint8(q_flip)
+    for n in range(n0, n1):
+        if m_rows > 1:
+            _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row)
+            _dot_rows(x, row, out, n)
+            continue
+        acc = np.float32(0.0)
+        for g in range(groups):
+            s, z = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp, zp_flip, q_flip, mul_f16)
+            qg, xg = q[n, g], x[0, g * gs:(g + 1) * gs]
+            if mul_f16:  # each weight rounded to f16: the scale stays inside
+                for j in range(gs):
+                    acc += xg[j] * _w(np.float32(qg[j] ^ qf), z, s, mul_f16)
+            elif q_flip:  # as _q4_group_dot: the scale once per group, the flip a constant
+                acc += _q8_group_dot(xg, qg, z, np.uint8(128)) * s
+            else:
+                acc += _q8_group_dot(xg, qg, z, np.uint8(0)) * s
+        out[0, n] = acc
+
+
+@njit(**_JIT)
+def _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row, interleave):  # type: ignore[no-untyped-def]
+    """Row n of a 4-bit weight [N, G, gs/2] (two per byte, low nibble first) -> f32 ``row``, in
+    column order (``interleave``) or as [even columns | odd columns] (the decode loops' layout,
+    contiguous reads). ``q_flip`` 8 reads nibbles as i4 (``(v ^ 8) - 8``)."""
+    _, groups, gh = q.shape
+    half = groups * gh
+    qf = np.uint8(q_flip)
+    for g in range(groups):
+        s, z = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp, zp_flip, q_flip, mul_f16)
+        qg = q[n, g]
+        if interleave:
+            dst = row[2 * g * gh:2 * (g + 1) * gh]
+            for j in range(gh):
+                b = qg[j]
+                dst[2 * j] = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
+                dst[2 * j + 1] = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
+        else:
+            lo, hi = row[g * gh:(g + 1) * gh], row[half + g * gh:half + (g + 1) * gh]
+            for j in range(gh):
+                b = qg[j]
+                lo[j] = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
+                hi[j] = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
+
+
+@njit(inline="always", **_JIT)
+def _q4_group_dot(xe, xo, qg, z, flip):  # type: ignore[no-untyped-def]
+    """sum_j xe[j] * (lo_j - z) + xo[j] * (hi_j - z) over one group's bytes ``qg`` (xor ``flip``
+    first: 0x88 reads both nibbles as i4). ``q - z`` is a small integer, exact in f32, so the
+    group's scale can multiply the sum once instead of every weight (1.6x the decode throughput
+    of the per-weight form; one horizontal sum per group either way)."""
+    part = np.float32(0.0)
+    for j in range(qg.shape[0]):
+        b = np.uint8(qg[j] ^ flip)
+        part += xe[j] * (_nibble(b, False) - z) + xo[j] * (_nibble(b, True) - z)
+    return part
+
+
+_F32 = ir.FloatType()
+_I64 = ir.IntType(64)
+_V8F = ir.VectorType(_F32, 8)
+_V8B = ir.VectorType(ir.IntType(8), 8)
+#: bytes of 4-bit codes per pass of :func:`_q4_row_dot` (two 8-byte halves: four accumulators)
+Q4_ROW_STEP = 16
+
+
+def _splat(builder: ir.IRBuilder, value: ir.Value, vty: ir.VectorType) -> ir.Value:
+    undef = ir.Constant(vty, ir.Undefined)
+    one = builder.insert_element(undef, value, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(one, undef, ir.Constant(ir.VectorType(ir.IntType(32), vty.count), [0] * vty.count))
+
+
+@intrinsic
+def _q4_row_dot(typingctx, xe, xo, qrow, s, z, gh, flip):  # type: ignore[no-untyped-def]
+    """One row of a 4-bit weight times one activation row, written as vector IR:
+    ``sum_g s[g] * sum_j (xe[g*gh + j] * (lo_j - z[g]) + xo[g*gh + j] * (hi_j - z[g]))`` over
+    the row's bytes ``qrow`` [groups, gh] (each xor ``flip``), with ``gh`` a multiple of
+    :data:`Q4_ROW_STEP`.
+
+    Why IR: numba's loop over one group ends in a horizontal sum of the vector lanes, and a
+    group is only 4-8 vector steps (128 weights), so that sum, the group's setup and the loop's
+    remainder checks cost about as much as the products. Here each group's four 8-lane partial
+    sums are scaled into an 8-lane accumulator (one fma), and the lanes are summed once per row,
+    in a fixed order: 1.3-1.5x the throughput of the numba loop. Every row is the same
+    instruction sequence whatever rows or blocks the caller runs, so the bits do not depend on
+    how output channels are cut."""
+    if not all(isinstance(a, types.Array) and a.ndim >= 1 and a.layout == "C" for a in (xe, xo, qrow, s, z)):
+        return None
+    if (xe.dtype, xo.dtype, qrow.dtype, s.dtype, z.dtype) != (types.float32, types.float32, types.uint8,
+                                                               types.float32, types.float32):
+        return None
+    if not isinstance(gh, types.Integer) or flip != types.uint8:
+        return None
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        arrays = [context.make_array(t)(context, builder, a) for t, a in zip(signature.args[:5], args[:5], strict=True)]
+        pxe, pxo, pq, ps, pz = (a.data for a in arrays)
+        groups = builder.extract_value(arrays[3].shape, 0)
+        step = builder.sext(args[5], _I64) if args[5].type != _I64 else args[5]
+        fma = builder.module.declare_intrinsic("llvm.fma.v8f32", fnty=ir.FunctionType(_V8F, [_V8F] * 3))
+        zero = ir.Constant(_V8F, [0.0] * 8)
+        flip8 = _splat(builder, args[6], _V8B)
+        low_mask, four = ir.Constant(_V8B, [15] * 8), ir.Constant(_V8B, [4] * 8)
+        fn, entry = builder.function, builder.block
+        g_head, g_body, j_head, j_body, g_tail, done = (
+            fn.append_basic_block(f"q4row.{n}") for n in ("g_head", "g_body", "j_head", "j_body", "g_tail", "done"))
+        builder.branch(g_head)
+
+        builder.position_at_end(g_head)  # for g in range(groups)
+        g, acc = builder.phi(_I64), builder.phi(_V8F)
+        g.add_incoming(ir.Constant(_I64, 0), entry)
+        acc.add_incoming(zero, entry)
+        builder.cbranch(builder.icmp_signed("<", g, groups), g_body, done)
+
+        builder.position_at_end(g_body)
+        sv = _splat(builder, builder.load(builder.gep(ps, [g])), _V8F)
+        zv = _splat(builder, builder.load(builder.gep(pz, [g])), _V8F)
+        base = builder.mul(g, step)
+        builder.branch(j_head)
+
+        builder.position_at_end(j_head)  # for j in range(0, gh, Q4_ROW_STEP)
+        j = builder.phi(_I64)
+        parts = [builder.phi(_V8F) for _ in range(4)]
+        j.add_incoming(ir.Constant(_I64, 0), g_body)
+        for part in parts:
+            part.add_incoming(zero, g_body)
+        builder.cbranch(builder.icmp_signed("<", j, step), j_body, g_tail)
+
+        builder.position_at_end(j_body)
+        new = []
+        for half in range(2):  # bytes j..j+7 and j+8..j+15: low nibbles pair with xe, high with xo
+            off = builder.add(base, builder.add(j, ir.Constant(_I64, 8 * half)))
+            packed = builder.load(builder.bitcast(builder.gep(pq, [off]), _V8B.as_pointer()), align=1)
+            codes = builder.xor(packed, flip8)
+            lo = builder.fsub(builder.uitofp(builder.and_(codes, low_mask), _V8F), zv)
+            hi = builder.fsub(builder.uitofp(builder.lshr(codes, four), _V8F), zv)
+            x_lo = builder.load(builder.bitcast(builder.gep(pxe, [off]), _V8F.as_pointer()), align=4)
+            x_hi = builder.load(builder.bitcast(builder.gep(pxo, [off]), _V8F.as_pointer()), align=4)
+            new += [builder.call(fma, [x_lo, lo, parts[2 * half]]), builder.call(fma, [x_hi, hi, parts[2 * half + 1]])]
+        for part, value in zip(parts, new, strict=True):
+            part.add_incoming(value, j_body)
+        j.add_incoming(builder.add(j, ir.Constant(_I64, Q4_ROW_STEP)), j_body)
+        builder.branch(j_head)
+
+        builder.position_at_end(g_tail)
+        group = builder.fadd(builder.fadd(parts[0], parts[1]), builder.fadd(parts[2], parts[3]))
+        g.add_incoming(builder.add(g, ir.Constant(_I64, 1)), g_tail)
+        acc.add_incoming(builder.call(fma, [group, sv, acc]), g_tail)
+        builder.branch(g_head)
+
+        builder.position_at_end(done)
+        lane = [builder.extract_element(acc, ir.Constant(ir.IntType(32), i)) for i in range(8)]
+        return builder.fadd(builder.fadd(builder.fadd(lane[0], lane[4]), builder.fadd(lane[2], lane[6])),
+                            builder.fadd(builder.fadd(lane[1], lane[5]), builder.fadd(lane[3], lane[7])))
+
+    return types.float32(xe, xo, qrow, s, z, gh, flip), codegen
+
+
+@njit(**_JIT)
+def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
+    """4-bit weights, see :func:`_dq_row_q4`; ``x_split`` is each activation row as [even
+    columns | odd columns], so every loop reads contiguously. One row: decompressed in registers."""
+    m_rows, k = x_split.shape
+    half = k // 2
+    _, groups, gh = q.shape
+    qf = np.uint8(q_flip)
+    vector_ir = m_rows == 1 and not mul_f16 and gh % Q4_ROW_STEP == 0
+    s_row, z_row = np.empty(groups, np.float32), np.empty(groups, np.float32)
+    x_even, x_odd = x_split[0, :half], x_split[0, half:]
+    flip = np.uint8(0x88) if q_flip else np.uint8(0)
+    for n in range(n0, n1):
+        if m_rows > 1:
+            _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row, False)
+            _dot_rows(x_split, row, out, n)
+            continue
+        if vector_ir:  # the groups' scales and zero points as f32, then the row in vector IR
+            for g in range(groups):
+                s_row[g], z_row[g] = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp,
+                                                 zp_flip, q_flip, mul_f16)
+            out[0, n] = _q4_row_dot(x_even, x_odd, q[n], s_row, z_row, gh, flip)
+            continue
+        acc = np.float32(0.0)
+        for g in range(groups):
+            s, z = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp, zp_flip, q_flip, mul_f16)
+            qg = q[n, g]
+            xe, xo = x_split[0, g * gh:(g + 1) * gh], x_split[0, half + g * gh:half + (g + 1) * gh]
+            if mul_f16:  # each weight rounded to f16: the scale stays inside
+                for j in range(gh):
+                    b = qg[j]
+                    lo = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
+                    hi = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
+                    acc += xe[j] * lo + xo[j] * hi
+            elif q_flip:  # the loop once per flip, the flip a constant in it (i4: 1.1x)
+                acc += _q4_group_dot(xe, xo, qg, z, np.uint8(0x88)) * s
+            else:
+                acc += _q4_group_dot(xe, xo, qg, z, np.uint8(0)) * s
+        out[0, n] = acc
+
+
+# The kernels over blocks of ``_PAR_BLOCK`` output channels on numba's threads (one each: a
+# kernel passed as an argument would not cache). Every output element is the same compiled loop
+# as on one thread, so the bits do not depend on the cut; the multi-row paths' weight row is
+# scratch per block.
+
+@njit(inline="always", **_JIT)
+def _blocks(n0, n1):  # type: ignore[no-untyped-def]
+    """How many blocks cover output channels [n0, n1)."""
+    return (n1 - n0 + _PAR_BLOCK - 1) // _PAR_BLOCK
+
+
+@njit(inline="always", **_JIT)
+def _block(n0, n1, b):  # type: ignore[no-untyped-def]
+    """Output channels [lo, hi) of block ``b``."""
+    lo = n0 + b * _PAR_BLOCK
+    return lo, min(n1, lo + _PAR_BLOCK)
+
+
+@njit(parallel=True, **_JIT)
+def _gemv_f32_par(x, x_pitch, w, w_pitch, k, out, n0, n1):  # type: ignore[no-untyped-def]
+    for b in prange(_blocks(n0, n1)):
+        lo, hi = _block(n0, n1, b)
+        _gemv_f32(x, x_pitch, w, w_pitch, k, out, lo, hi, x)
+
+
+@njit(parallel=True, **_JIT)
+def _gemv_f16_par(x, q, out, n0, n1):  # type: ignore[no-untyped-def]
+    for b in prange(_blocks(n0, n1)):
+        lo, hi = _block(n0, n1, b)
+        _gemv_f16(x, q, out, lo, hi, np.empty(x.shape[1], np.float32))
+
+
+@njit(parallel=True, **_JIT)
+def _gemv_q8_par(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):  # type: ignore[no-untyped-def]
+    for b in prange(_blocks(n0, n1)):
+        lo, hi = _block(n0, n1, b)
+        _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, lo, hi, np.empty(x.shape[1], np.float32))
+
+
+@njit(parallel=True, **_JIT)
+def _gemv_q4_par(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):  # type: ignore[no-untyped-def]
+    for b in prange(_blocks(n0, n1)):
+        lo, hi = _block(n0, n1, b)
+        _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, lo, hi,
+                 np.empty(x_split.shape[1], np.float32))
+
+
+_PARALLEL_OF = {_gemv_f32: _gemv_f32_par, _gemv_f16: _gemv_f16_par, _gemv_q8: _gemv_q8_par, _gemv_q4: _gemv_q4_par}
+
+
+def _workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=max(1, _workers() - 1), thread_name_prefix="ov_npu_emu-gemv")
+    return _POOL
+
+
+_ZERO_ZP = np.zeros((1, 1, 1), np.uint8)
+
+
+class GroupedWeight(NamedTuple):
+    """A grouped u8/i8/u4/i4 weight's operands as the numba loops read them."""
+
+    qb: np.ndarray  # the codes as u8 bytes, [N, groups, group bytes]
+    scale: np.ndarray  # [N, groups, 1] f32, or the f16 scales' u16 bits
+    zp_bits: np.ndarray  # zero points as u8 bits ([1, 1, 1] zeros without any)
+    has_zp: bool
+    zp_flip: int  # 128: i8 zero points (their bits read as u8 are offset by 128)
+    groups: int
+
+
+def grouped_weight(q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, n: int) -> GroupedWeight | None:
+    """``q``/``scale``/``zp`` (laid out as for :func:`..dequant.dequantize`) as the loops read them,
+    or None for a layout they do not take (the caller keeps the numpy path)."""
+    if scale is None or q.ndim != 3 or not scale.flags.c_contiguous:
+        return None
+    groups = q.shape[1]
+    if scale.shape != (n, groups, 1) or (zp is not None and zp.shape != (n, groups, 1)):
+        return None
+    if scale.dtype == np.float16:
+        scale = scale.view(np.uint16)
+    elif scale.dtype != np.float32:
+        return None
+    if zp is not None and (zp.dtype not in (np.uint8, np.int8) or not zp.flags.c_contiguous):
+        return None
+    zp_bits = _ZERO_ZP if zp is None else zp.view(np.uint8)
+    zp_flip = 128 if zp is not None and zp.dtype == np.int8 else 0
+    return GroupedWeight(q.view(np.uint8), scale, zp_bits, zp is not None, zp_flip, groups)
+
+
+def _split_columns(x: np.ndarray, x_split: np.ndarray) -> None:
+    """The activation's even / odd columns side by side, for the nibble loop."""
+    half = x.shape[1] // 2
+    np.copyto(x_split[:, :half], x[:, 0::2])
+    np.copyto(x_split[:, half:], x[:, 1::2])
+
+
+def gemv_runner(
+    name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
+    k: int, mul_f16: bool = False,
+) -> Callable[[], None] | None:
+    """A runner computing ``out[M, N] = x[M, K] @ W.T`` from the stored weight, or None when this
+    path does not take the operands (the caller keeps the numpy path).
+
+    ``name`` is the weight format ("f32", "f16", "u8", "i8", "u4", "i4"); ``q``/``scale``/``zp`` are
+    laid out as for :func:`..dequant.dequantize` ("f32": ``q`` is the [N, K] weight, no scale;
+    ``mul_f16``: the IR multiplies in f16); ``x`` and ``out`` are f32 and C-contiguous ("f32":
+    ``x``, ``q`` and ``out`` need only contiguous rows).
+    """
+    m_rows, n = out.shape
+    if not 1 <= m_rows <= MAX_ROWS or x.shape != (m_rows, k) or q.shape[0] != n:
+        return None
+    if name == "f32":  # x, q and out may be column slices of wider arrays (rows contiguous)
+        xf, wf = _rows_flat(x), _rows_flat(q)
+        if xf is None or wf is None or q.shape != (n, k) or out.dtype != np.float32:
+            return None
+        kern, args = _gemv_f32, (*xf, *wf, k)
+    elif not q.flags.c_contiguous:
+        return None
+    elif name == "f16":
+        bits = q.reshape(n, k).view(np.uint16)
+        kern: Callable[..., None] = _gemv_f16
+        args: tuple = (x, bits)
+    else:
+        gw = grouped_weight(q, scale, zp, n)
+        if gw is None:
+            return None
+        qb, scale, zp_bits, has_zp, zp_flip, groups = gw
+        if name in ("u8", "i8"):
+            if groups * q.shape[2] != k:
+                return None
+            kern, args = _gemv_q8, (x, qb, scale, zp_bits, has_zp, 128 if name == "i8" else 0, zp_flip, mul_f16)
+        elif name in ("u4", "i4"):
+            if groups * q.shape[2] * 2 != k:
+                return None
+            x_split = np.empty((m_rows, k), np.float32)
+            kern = _gemv_q4
+            args = (x_split, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
+        else:
+            return None
+    split = kern is _gemv_q4
+    par_min = _PAR_MIN_ELEMENTS if name in ("f32", "f16") else _PAR_MIN_GROUPED
+    if n * k >= par_min and n > _PAR_BLOCK and parallel_loops():
+        call = functools.partial(_PARALLEL_OF[kern], *args, out, 0, n)
+        if not split:
+            return call
+
+        def run_par() -> None:
+            _split_columns(x, args[0])
+            call()
+
+        return run_par
+    # chunks of output channels claimed by whichever thread is free: on a shared host the pool
+    # thread may not get a core for a while, and then this thread does every chunk itself
+    # instead of waiting for a fixed half
+    split_min = _POOL_MIN_F32 if name == "f32" else _SPLIT_MIN_ELEMENTS
+    workers = 1 if n * k < split_min else min(_workers(), n)
+    chunks = 1 if workers == 1 else min(n, _CHUNKS_PER_WORKER * workers)
+    bounds = [n * i // chunks for i in range(chunks + 1)]
+    rows = [np.empty(k, np.float32) for _ in range(workers)]  # a weight row per thread (multi-row path)
+
+    if chunks == 1 and not split:  # one call in this thread: no closure between caller and kernel
+        return functools.partial(kern, *args, out, 0, n, rows[0])
+
+    def run() -> None:
+        if split:
+            _split_columns(x, args[0])
+        if chunks == 1:
+            kern(*args, out, 0, n, rows[0])
+            return
+        claim = itertools.count()
+        done = itertools.count(1)
+        finished = threading.Event()
+
+        def work(row: np.ndarray) -> None:
+            while (i := next(claim)) < chunks:  # next() on a count is atomic under the GIL
+                kern(*args, out, bounds[i], bounds[i + 1], row)
+                if next(done) == chunks:
+                    finished.set()
+
+        pool = _pool()
+        for w in range(1, workers):
+            pool.submit(work, rows[w])
+        work(rows[0])
+        finished.wait()
+
+    return run

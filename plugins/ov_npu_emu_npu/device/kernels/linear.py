@@ -1,0 +1,141 @@
+"""DPU kernels: MatMul and Convolution, and the (SHAVE) pooling kernels."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+
+from ov_npu_emu_npu.blob.kernel_params import AvgPoolParams, MaxPoolParams
+from ov_npu_emu_npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS
+from ov_npu_emu_npu.device.kernels.registry import KERNELS, Maker, Runner, kernel
+
+
+@kernel("matmul")
+def _matmul(ins, outs, params):  # type: ignore[no-untyped-def]
+    a, b = ins
+    o = outs[0]
+    ta, tb = params.transpose_a, params.transpose_b
+    av = np.swapaxes(a, -1, -2) if ta and a.ndim > 1 else a
+    bv = np.swapaxes(b, -1, -2) if tb and b.ndim > 1 else b
+    if a.ndim == 1 or b.ndim == 1 or a.dtype != np.float32 or b.dtype != np.float32 or o.dtype != np.float32:
+        return lambda: np.copyto(
+            o, np.matmul(av.astype(np.float32), bv.astype(np.float32)).reshape(o.shape), casting="unsafe"
+        )
+    return decode_shaped(a, b, o, ta, tb) or functools.partial(np.matmul, av, bv, out=o)
+
+
+def decode_shaped(a: np.ndarray, b: np.ndarray, o: np.ndarray, ta: bool, tb: bool) -> Runner | None:
+    """``o = a @ b.T`` for a few activation rows and an f32 [N, K] weight ``b``: the gemv kernel
+    (a decode step's MatMuls read every weight once, so their cost is the read; the kernel splits
+    products of 2^20 weight elements or more over the cores, smaller ones run on this thread at
+    about single-threaded BLAS speed). Its sums do not depend on where N is cut or on the
+    operands' row pitch, so the host fusion's product over the whole weight has the tiles' bits.
+    None: other shapes keep BLAS."""
+    if ta or not tb or b.ndim != 2 or a.ndim < 2 or o.ndim < 2:
+        return None
+    n, k = b.shape
+    rows = a.size // k if k else 0
+    if a.shape[-1] != k or not 1 <= rows <= STORED_FORMAT_MAX_ROWS or o.size != rows * n or o.shape[-1] != n:
+        return None
+    if (a.ndim > 2 and not a.flags.c_contiguous) or (o.ndim > 2 and not o.flags.c_contiguous):
+        return None  # leading batch dims: only as plain rows
+    # numba loads (~2 s) on the first task that uses it, not with every import of the device
+    from ov_npu_emu_npu.device.kernels.gemv import gemv_runner
+
+    return gemv_runner("f32", a.reshape(rows, k), b, None, None, o.reshape(rows, n), k)
+
+
+@kernel("conv")
+def _conv(ins, outs, params):  # type: ignore[no-untyped-def]
+    x, w = ins
+    o = outs[0]
+    groups, nd = params.groups, params.nd
+    strides, dil, pb, pe = params.strides, params.dilations, params.pads_begin, params.pads_end
+    ks = w.shape[-nd:]
+    padded = np.zeros((*x.shape[:2], *[d + a + b for d, a, b in zip(x.shape[2:], pb, pe, strict=False)]), np.float32)
+    inner = tuple(slice(a, a + d) for a, d in zip(pb, x.shape[2:], strict=False))
+    win_shape = tuple((k - 1) * d + 1 for k, d in zip(ks, dil, strict=False))
+    win = np.lib.stride_tricks.sliding_window_view(padded, win_shape, axis=tuple(range(2, 2 + nd)))
+    sel = (slice(None), slice(None), *[slice(None, None, s) for s in strides], *[slice(None, None, d) for d in dil])
+    win = win[sel]
+    win = win[(slice(None), slice(None), *[slice(0, n) for n in o.shape[2:]])]
+    sp = "hwdxyz"[:nd]
+    kk = "ijklmn"[:nd]
+    wf = w.astype(np.float32)
+    if groups == 1:
+        eq = f"nc{sp}{kk},oc{kk}->no{sp}"
+        wv = wf
+        xv = win
+    else:
+        g = groups
+        eq = f"ngc{sp}{kk},goc{kk}->ngo{sp}"
+        wv = wf.reshape((g, -1, *wf.shape[-nd - 1 :])) if wf.ndim == nd + 3 else wf
+        xv = win.reshape((win.shape[0], g, -1, *win.shape[2:]))
+    path = np.einsum_path(eq, xv, wv, optimize="optimal")[0]
+
+    def run() -> None:
+        padded[(slice(None), slice(None), *inner)] = x
+        r = np.einsum(eq, xv, wv, optimize=path)
+        np.copyto(o, r.reshape(o.shape), casting="unsafe")
+
+    return run
+
+
+def _make_pool(kind: str) -> Maker:
+    def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: MaxPoolParams | AvgPoolParams) -> Runner:
+        x, o = ins[0], outs[0]
+        nd = params.nd
+        ks, st, dl = params.kernel, params.strides, params.dilations
+        pb, pe = params.pads_begin, params.pads_end
+        fill = -np.inf if kind == "max" else 0.0
+        padded = np.full(
+            (*x.shape[:2], *[d + a + b for d, a, b in zip(x.shape[2:], pb, pe, strict=False)]), fill, np.float32
+        )
+        inner = tuple(slice(a, a + d) for a, d in zip(pb, x.shape[2:], strict=False))
+        axes = tuple(range(2, 2 + nd))
+        wshape = tuple((k - 1) * d + 1 for k, d in zip(ks, dl, strict=False))
+
+        def windows(arr: np.ndarray) -> np.ndarray:
+            w = np.lib.stride_tricks.sliding_window_view(arr, wshape, axis=axes)
+            w = w[(slice(None), slice(None), *[slice(None, None, s) for s in st], *[slice(None, None, d) for d in dl])]
+            return w[(slice(None), slice(None), *[slice(0, n) for n in o.shape[2:]])]
+
+        win = windows(padded)
+        red = tuple(range(2 + nd, 2 + 2 * nd))
+        if kind == "max":
+
+            def run() -> None:
+                padded[(slice(None), slice(None), *inner)] = x
+                np.copyto(o, win.max(axis=red), casting="unsafe")
+
+            return run
+        assert isinstance(params, AvgPoolParams)
+        excl = params.exclude_pad
+        real_pe = params.node_pads_end
+        ones = np.zeros(padded.shape, np.float32)
+        # exclude_pad counts only real elements; otherwise explicit pads count but ceil overhang does not
+        if excl:
+            ones[(slice(None), slice(None), *inner)] = 1
+        else:
+            ones[
+                (
+                    slice(None),
+                    slice(None),
+                    *[slice(0, a + d + r) for a, d, r in zip(pb, x.shape[2:], real_pe, strict=False)],
+                )
+            ] = 1
+        counts = windows(ones).sum(axis=red)
+
+        def run_avg() -> None:
+            padded[(slice(None), slice(None), *inner)] = x
+            np.copyto(o, win.sum(axis=red) / counts, casting="unsafe")
+
+        return run_avg
+
+    return maker
+
+
+KERNELS["maxpool"] = _make_pool("max")
+KERNELS["avgpool"] = _make_pool("avg")

@@ -1,0 +1,188 @@
+"""HostParsedInference: a blob parsed once, loaded into device memory per request, relocated."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ov_npu_emu.errors import BlobFormatError, RelocationError
+from ov_npu_emu_npu.blob.format import (
+    LOADABLE_SECTIONS,
+    R_NPU_64,
+    SEC_WEIGHTS,
+    MemKind,
+)
+from ov_npu_emu_npu.blob.integrity import seal
+from ov_npu_emu_npu.blob.reader import BlobReader, Relocation, SectionInfo, SplitBlob
+from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT
+from ov_npu_emu_npu.driver.bank import BankedWeights, BankWeightsCache, WeightsBank
+from ov_npu_emu_npu.driver.memory import ARENA_BASE, WEIGHTS_BASE, AddressSpace, DeviceArena, WeightsCache
+
+__all__ = ["HostParsedInference", "ParsedBlob"]
+
+logger = logging.getLogger(__name__)
+
+
+class ParsedBlob:
+    """What every request of one compiled model shares: sections, relocations, metadata, weights."""
+
+    def __init__(self, blob: bytes | SplitBlob, *, weights_cache: bool = True, bank: WeightsBank | None = None,
+                 bank_name: str = "", cache_budget: int | None = None) -> None:
+        """:param bank: the device's weights bank; None keeps the weights private (a view of the blob)
+        :param bank_name: the bank scope (``NPUW_WEIGHTS_BANK``); "" is the device's anonymous bank
+        :param cache_budget: bytes of decompressed weights the cache may hold (None: no limit;
+            banked: the whole bank's); a blob whose matmul_dq weights (meta ``dq_bytes``) exceed
+            it caches none of them
+        """
+        if isinstance(blob, SplitBlob) and bank is None:
+            blob = blob.join()  # private weights are a view of the kept blob
+        if not isinstance(blob, SplitBlob):
+            blob = bytes(blob)
+        reader = BlobReader(blob)
+        self.meta: dict[str, Any] = reader.meta
+        dq_bytes = self.meta.get("dq_bytes")
+        if cache_budget is not None and isinstance(dq_bytes, int) and dq_bytes > cache_budget:
+            # All or nothing: a cache holding a few percent of a large model's decompressed
+            # weights would cost its whole budget of RAM to spare a few percent of a prefill's
+            # decompression (llama-3.2-1b-shape int4: peak RSS -125 MB, TTFT the same)
+            cache_budget = 0
+        self.sections: dict[str, SectionInfo] = {s.name: s for s in reader.iter_sections()}
+        missing = [n for n in LOADABLE_SECTIONS if n not in self.sections]
+        if missing:
+            raise BlobFormatError(f"NPU blob lacks sections {missing}; it is truncated or from another tool")
+        # NOBITS sizes are not bounded by the file: a corrupt header must not allocate gigabytes
+        arena = sum(self.sections[n].size for n in LOADABLE_SECTIONS if n != SEC_WEIGHTS)
+        if arena > DEVICE_MEMORY_LIMIT:
+            raise BlobFormatError(f"NPU blob asks for {arena} bytes of device memory (limit {DEVICE_MEMORY_LIMIT}); "
+                                  "its section headers are corrupt")
+        self.static: list[Relocation] = []
+        self.user: dict[str, list[Relocation]] = {}
+        symbols = {name for name, _, _ in reader.iter_symbols()}
+        for r in reader.iter_relocations():
+            if r.target not in LOADABLE_SECTIONS:
+                raise BlobFormatError(f"relocation in {r.section} targets non-loadable section {r.target}")
+            if r.user is None:
+                if r.symbol not in LOADABLE_SECTIONS:
+                    raise BlobFormatError(f"static relocation against {r.symbol!r}, which is not a loadable section")
+                self.static.append(r)
+            else:
+                if r.symbol not in symbols:
+                    raise BlobFormatError(f"user I/O relocation against unknown symbol {r.symbol!r}")
+                self.user.setdefault(r.symbol, []).append(r)
+        self.symbols = symbols
+        w = self.sections[SEC_WEIGHTS]
+        self.bank_name = bank_name
+        #: where the constants live when banked (None: the private, flat section below)
+        self.banked: BankedWeights | None = None
+        self.weights_cache: WeightsCache | BankWeightsCache | None = None
+        if bank is None:
+            self.blob = blob
+            # weights are mapped read-only and shared by every request (no copy per request)
+            self.weights = np.frombuffer(w.data, np.uint8) if w.data else np.zeros(1, np.uint8)
+            #: decompressed compressed weights, shared by every request (None: decompress per run)
+            self.weights_cache = WeightsCache(cache_budget) if weights_cache else None
+        else:
+            split = isinstance(blob, SplitBlob)
+            # a split blob (compiled in this process): the bank adopts the views of the model's
+            # constants, so the weights are never copied between the IR and the device
+            self.banked = BankedWeights(bank, bank_name, blob.image if split else w.data, self.meta.get("constants"))
+            # the blob minus its weights: export splices the bank's copy back in, so the weights
+            # exist once in the process however many compiled models hold them
+            #: a split blob is unsealed (it never left the process): export seals it
+            self._sealed = not split
+            if split:
+                self._head, self._tail = blob.head, blob.tail
+            else:
+                off = _section_offset(reader, SEC_WEIGHTS)
+                self._head, self._tail = blob[:off], blob[off + w.size:]
+            # section views must not pin the blob (and with it a second copy of the weights)
+            self.sections = {n: dataclasses.replace(si, data=memoryview(b"" if n == SEC_WEIGHTS else bytes(si.data)))
+                             for n, si in self.sections.items()}
+            self.weights = np.zeros(1, np.uint8)
+            self.weights_cache = BankWeightsCache(self.banked, cache_budget) if weights_cache else None
+            self._finalizer = weakref.finalize(self, self.banked.release)
+        reader.close()
+        del blob, reader
+
+    @property
+    def blob(self) -> bytes:
+        """The blob as loaded (rebuilt from the bank when the weights are banked)."""
+        if self.banked is None:
+            return self._blob
+        data = self._head + self.banked.section_bytes() + self._tail
+        return data if self._sealed else seal(data)
+
+    @blob.setter
+    def blob(self, value: bytes) -> None:
+        self._blob = value
+
+    def release(self) -> None:
+        """Drop this blob's references to bank entries now (also done when it is collected)."""
+        if self.banked is not None:
+            self._finalizer()
+
+
+def _section_offset(reader: BlobReader, name: str) -> int:
+    for s in reader.elf.iter_sections():
+        if s.name == name:
+            return int(s["sh_offset"])
+    raise BlobFormatError(f"NPU blob has no {name} section")
+
+
+def apply_relocation(aspace: AddressSpace, where: int, r: Relocation, s: int) -> None:
+    """Patch one relocation: the single place relocation types are interpreted."""
+    match r.rtype:
+        case t if t == R_NPU_64:
+            aspace.write_u64(where, s + r.addend)
+        case _:
+            raise RelocationError(f"unknown relocation type {r.rtype} in {r.section}", section=r.section,
+                                  offset=r.offset, symbol=r.symbol)
+
+
+class HostParsedInference:
+    """Device memory of one request: descriptors, params, scratch, CMX; weights mapped shared."""
+
+    def __init__(self, parsed: ParsedBlob) -> None:
+        self.parsed = parsed
+        self.aspace = AddressSpace()
+        sizes = [(n, k, parsed.sections[n].size) for n, k in LOADABLE_SECTIONS.items() if n != SEC_WEIGHTS]
+        self.arena = DeviceArena(sizes)
+        self.aspace.map(self.arena.buf, MemKind.WRITE_COMBINE_FW, "device", base=ARENA_BASE)
+        if parsed.banked is None:
+            self.aspace.map(parsed.weights, MemKind.WEIGHTS, SEC_WEIGHTS, base=WEIGHTS_BASE)
+        else:
+            # the bank's device memory, mapped at the bank's addresses (shared by every blob using it)
+            for base, buf, name in parsed.banked.regions():
+                self.aspace.map(buf, MemKind.WEIGHTS, name, base=base)
+        # banked: constants are placed one by one; the private image stands for the section
+        self.section_addr: dict[str, int] = {
+            SEC_WEIGHTS: WEIGHTS_BASE if parsed.banked is None else parsed.banked.private_base}
+        for name, _kind, _size in sizes:
+            sec = parsed.sections[name]
+            self.section_addr[name] = self.arena.addr(name)
+            if not sec.nobits and sec.data:
+                self.arena.view(name)[:] = np.frombuffer(sec.data, np.uint8)
+        # static relocations: section symbols resolve to where the driver put that section
+        for r in parsed.static:
+            if r.symbol == SEC_WEIGHTS and parsed.banked is not None:
+                # S + A with S the constant holding A: the bank placed constants one by one
+                s = parsed.banked.address(r.addend) - r.addend
+            else:
+                s = self.section_addr[r.symbol]
+            apply_relocation(self.aspace, self.section_addr[r.target] + r.offset, r, s)
+        self.io_addr: dict[str, int] = {}
+
+    def apply_input_output(self, bindings: Mapping[str, int]) -> list[tuple[str, int]]:
+        """applyInputOutput: patch the user-I/O relocations of the given symbols; returns patched spots."""
+        patched: list[tuple[str, int]] = []
+        for sym, va in bindings.items():
+            for r in self.parsed.user.get(sym, ()):
+                apply_relocation(self.aspace, self.section_addr[r.target] + r.offset, r, va)
+                patched.append((r.target, r.offset))
+            self.io_addr[sym] = va
+        return patched

@@ -1,0 +1,508 @@
+"""The NPU device the runtime sees: compiles to an ELF blob and runs it on the emulated driver and device."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from ov_npu_emu.errors import BlobFormatError, ConfigError, UserInputError
+from ov_npu_emu.hookspecs import hookimpl
+from ov_npu_emu.options import as_bool, as_choice, check_known
+from ov_npu_emu.registry import DeviceRegistry
+from ov_npu_emu.runtime.device import (
+    Device,
+    DeviceCompiledModel,
+    DeviceInferRequest,
+    PortInfo,
+    ProfilingInfo,
+    VariableState,
+)
+from ov_npu_emu_npu.blob.format import MemKind
+from ov_npu_emu_npu.driver import (
+    QUEUE_MODES,
+    CommandList,
+    CommandQueue,
+    Fence,
+    HostParsedInference,
+    ParsedBlob,
+    Region,
+    RowWindow,
+    WeightsBank,
+)
+
+__all__ = ["NpuCompiledModel", "NpuDevice", "NpuInferRequest", "ZeroVariableState", "ovnpu_register_devices"]
+
+logger = logging.getLogger(__name__)
+
+
+_OV_TYPES = {t.get_type_name(): t for t in (
+    ov.Type.f32, ov.Type.f16, ov.Type.bf16, ov.Type.f64, ov.Type.i64, ov.Type.i32, ov.Type.i16, ov.Type.i8,
+    ov.Type.u64, ov.Type.u32, ov.Type.u16, ov.Type.u8, ov.Type.boolean)}
+
+
+def _ov_type(name: str) -> ov.Type:
+    t = _OV_TYPES.get(name)
+    if t is None:
+        raise BlobFormatError(f"blob metadata names unknown element type {name!r}")
+    return t
+
+
+def _np_dtype(t: ov.Type) -> np.dtype:
+    return np.dtype(np.bool_) if t == ov.Type.boolean else np.dtype(t.to_dtype())
+
+
+def _flat_bytes(arr: np.ndarray) -> np.ndarray:
+    if not arr.flags.c_contiguous:
+        raise UserInputError("NPU needs contiguous tensors; pass np.ascontiguousarray(...)")
+    return arr.reshape(-1).view(np.uint8)
+
+
+class _Binding:
+    """A user tensor mapped into the request's device address space (zero copy)."""
+
+    def __init__(self, tensor: ov.Tensor, region: Region) -> None:
+        self.tensor = tensor
+        self.region = region
+
+
+class ZeroVariableState(VariableState):
+    """A lifted variable backed by device memory bound to its state input and output."""
+
+    def __init__(self, req: NpuInferRequest, name: str, shape: tuple[int, ...], et: ov.Type,
+                 init: np.ndarray | None) -> None:
+        self._req = req
+        self._name = name
+        self._shape = shape
+        self._et = et
+        self._dtype = _np_dtype(et)
+        self._init = init
+        self.update_pending = False  # set_state rebound the buffer: the command list needs a patch
+        self._array = np.zeros(shape, self._dtype)
+        self.region = req.hpi.aspace.map(_flat_bytes(self._array), MemKind.IO, f"state:{name}")
+        self.reset()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def get_state(self) -> ov.Tensor:
+        return ov.Tensor(np.array(self._array, copy=True))
+
+    def set_state(self, value: ov.Tensor) -> None:
+        if not isinstance(value, ov.Tensor):
+            raise UserInputError(f"VariableState.state expects an openvino.Tensor, got {type(value).__name__}")
+        data = np.asarray(value.data)
+        if tuple(data.shape) != self._shape:
+            raise UserInputError(f"state {self._name!r} has shape {list(self._shape)}, got {list(data.shape)}")
+        if data.dtype.kind not in "biuf":  # string tensors: numpy would raise ValueError mid-copy
+            raise UserInputError(f"state {self._name!r} holds {self._et.get_type_name()} numbers, got a "
+                                 f"{value.get_element_type().get_type_name()} tensor")
+        # like ZeroVariableState: new device memory for the new value, then the command list's
+        # state arguments are re-pointed (mutable update) before the next inference
+        new = np.ascontiguousarray(data, dtype=self._dtype).copy()
+        region = self._req.hpi.aspace.map(_flat_bytes(new), MemKind.IO, f"state:{self._name}")
+        self._req.hpi.aspace.unmap(self.region)
+        self._array, self.region = new, region
+        self.update_pending = True
+
+    def reset(self) -> None:
+        # memset 0, or the recorded constant initial value
+        if self._init is None:
+            self._array.fill(0)
+        else:
+            np.copyto(self._array, self._init.reshape(self._shape), casting="unsafe")
+
+
+class NpuInferRequest(DeviceInferRequest):
+    """Per-request device memory (HostParsedInference), command list, fence and states."""
+
+    def __init__(self, compiled: NpuCompiledModel) -> None:
+        self._cm = compiled
+        meta = compiled.parsed.meta
+        self.hpi = HostParsedInference(compiled.parsed)
+        self.fence = Fence(compiled.fence_mode)
+        self.command_list: CommandList | None = None
+        self.counters = {"command_list_builds": 0, "mutable_updates": 0, "patched_args": 0, "inferences": 0}
+        self._profile = compiled.profile
+        self._in: dict[int, _Binding] = {}
+        self._out: dict[int, _Binding] = {}
+        for i, p in enumerate(compiled.inputs):
+            self._bind(i, True, ov.Tensor(np.zeros(tuple(p.partial_shape.to_shape()), _np_dtype(p.element_type))))
+        for j, p in enumerate(compiled.outputs):
+            self._bind(j, False, ov.Tensor(np.zeros(tuple(p.partial_shape.to_shape()), _np_dtype(p.element_type))))
+        self._states: list[ZeroVariableState] = []
+        for v in meta["variables"]:
+            init = None if v["init"] is None else np.array(v["init"])
+            st = ZeroVariableState(self, v["id"], tuple(v["shape"]), _ov_type(v["element_type"]), init)
+            self._states.append(st)
+        self._var_ports = [(v["input"], v["output"]) for v in meta["variables"]]
+        # NPU_EMU_SKIP_PADDED_ROWS: the window of real rows, from the left-padded attention mask
+        self.window: RowWindow | None = None
+        self._mask_index = -1
+        if compiled.skip_padded_rows:
+            self.window = RowWindow()
+            names = {n: i for i, p in enumerate(compiled.inputs) for n in p.names}
+            # the padding rows must be one token at one position (checked per inference), so
+            # a model without token ids gets no window
+            self._mask_index = names.get("attention_mask", -1) if "input_ids" in names else -1
+            self._uniform = [names[n] for n in ("input_ids", "position_ids") if n in names]
+            self.counters.update(windowed_inferences=0, window_reruns=0)
+
+    # -- tensors -------------------------------------------------------------------------
+    def _bind(self, index: int, is_input: bool, tensor: ov.Tensor) -> None:
+        table = self._in if is_input else self._out
+        old = table.get(index)
+        if old is not None and old.tensor is tensor:
+            return
+        data = np.asarray(tensor.data)
+        region = self.hpi.aspace.map(_flat_bytes(data), MemKind.IO, f"{'in' if is_input else 'out'}.{index}")
+        if old is not None:
+            self.hpi.aspace.unmap(old.region)
+        table[index] = _Binding(tensor, region)
+
+    def get_tensor(self, index: int, is_input: bool) -> ov.Tensor:
+        return (self._in if is_input else self._out)[index].tensor
+
+    def set_tensor(self, index: int, is_input: bool, tensor: ov.Tensor) -> None:
+        self._bind(index, is_input, tensor)
+
+    def _bindings(self) -> dict[str, int]:
+        b = {f"in.{i}": x.region.base for i, x in self._in.items()}
+        b.update({f"out.{j}": x.region.base for j, x in self._out.items()})
+        for st, (i, j) in zip(self._states, self._var_ports, strict=False):
+            b[f"in.{i}"] = b[f"out.{j}"] = st.region.base
+        return b
+
+    # -- execution -----------------------------------------------------------------------
+    def _build_command_list(self, bindings: dict[str, int]) -> CommandList:
+        self.hpi.apply_input_output(bindings)
+        self.command_list = CommandList(self.hpi, self.window, fuse=self._cm.host_fusion)
+        self.counters["command_list_builds"] += 1
+        logger.debug("command list built: %d tasks on %d lanes",
+                     sum(len(lane) for lane in self.command_list.lanes), len(self.command_list.lanes))
+        return self.command_list
+
+    def infer(self) -> None:
+        bindings = self._bindings()
+        if self.command_list is None:
+            self._build_command_list(bindings)
+        else:
+            changed = {s: va for s, va in bindings.items() if self.hpi.io_addr.get(s) != va}
+            if changed and not self._cm.mutable:
+                # a driver without mutable command lists re-records the whole list
+                self.hpi.apply_input_output(changed)
+                self.command_list = CommandList(self.hpi, self.window, fuse=self._cm.host_fusion)
+                self.counters["command_list_builds"] += 1
+            elif changed:
+                patched = self.hpi.apply_input_output(changed)
+                n = self.command_list.update_mutable_commands(patched)
+                self.counters["patched_args"] += n
+                self.counters["mutable_updates"] += 1
+                logger.debug("mutable command list update: %s -> %d argument pointers", sorted(changed), n)
+        for st in self._states:
+            st.update_pending = False
+        w = self.window
+        if w is not None:
+            self._set_window(w)
+        self._submit()
+        if w is not None and w.size:
+            if w.violated:
+                # attention could not prove the padding irrelevant: the whole inference again,
+                # without the hint (the unoptimised result)
+                w.size = 0
+                self._submit()
+                self.counters["window_reruns"] += 1
+            elif w.used or w.windowed_tasks:
+                self.counters["windowed_inferences"] += 1
+        self.counters["inferences"] += 1
+
+    def _submit(self) -> None:
+        assert self.command_list is not None
+        value = self._cm.queue.submit(self.command_list, self.fence, profile=self._profile,
+                                      inline=self._cm.queue_mode == "inline", walk=self._cm.walk_every_inference)
+        self.fence.wait(value)
+
+    def _set_window(self, w: RowWindow) -> None:
+        """Real rows = from the first attended mask entry on (left padding before it).  The
+        window holds them and at least one padding row, rounded up to about an eighth
+        (:func:`window_rows`), and every row a last-rows Slice reads; it is set only when all
+        padding rows carry one token id at one position (then they all compute the same K/V: the
+        window's padding row stands for the skipped ones in attention's proof)."""
+        w.reset()
+        if self._mask_index < 0 or w.unusable:
+            return
+        mask = np.asarray(self._in[self._mask_index].tensor.data)
+        if mask.ndim != 2 or mask.shape[0] != 1:
+            return
+        size = mask.shape[1]
+        nz = np.flatnonzero(mask[0])
+        if nz.size == 0:
+            return
+        first = int(nz[0])
+        for i in self._uniform:
+            x = np.asarray(self._in[i].tensor.data)
+            if x.shape != mask.shape or (first and not (x[0, :first] == x[0, 0]).all()):
+                return
+        start = min(size - min(size, window_rows(size - first + 1)), self._cm.latest_window_start.get(size, size))
+        if start > 0:
+            w.size, w.start = size, start
+
+    def query_state(self) -> list[VariableState]:
+        return list(self._states)
+
+    def get_profiling_info(self) -> list[ProfilingInfo]:
+        if self.command_list is None:
+            return []
+        tl = self.command_list.timeline(self._cm.clock_mhz)
+        names = self._cm.task_names
+        host = self.command_list.host_ns
+        out = []
+        for t in self.command_list.tasks():
+            node, op = names.get(t.tid, ("", ""))
+            dev_us = (tl.end.get(t.tid, 0) - tl.start.get(t.tid, 0)) / self._cm.clock_mhz
+            out.append(ProfilingInfo(
+                node_name=f"{node or t.kernel}#{t.tid}", node_type=op or t.kernel,
+                exec_type=f"{t.kind.name}:{t.kernel}", real_time=datetime.timedelta(microseconds=dev_us),
+                cpu_time=datetime.timedelta(microseconds=host.get(t.tid, 0) / 1000.0)))
+        return out
+
+    def timeline(self) -> Any:
+        """The cost-model timeline of this request's command list: a replay of the barrier graph
+        with each task's estimated cycles, so nothing needs to run (the list is built if needed)."""
+        cl = self.command_list if self.command_list is not None else self._build_command_list(self._bindings())
+        return cl.timeline(self._cm.clock_mhz)
+
+    @property
+    def task_names(self) -> dict[int, tuple[str, str]]:
+        """Task id -> (source node, op type), from the blob metadata."""
+        return self._cm.task_names
+
+    @property
+    def blob_meta(self) -> dict[str, Any]:
+        """The blob's metadata (memory plan, barriers, tasks) for profiling reports."""
+        return self._cm.parsed.meta
+
+
+def window_rows(need: int) -> int:
+    """NPU_EMU_SKIP_PADDED_ROWS: the rows of a window that must hold ``need`` rows, ``need``
+    rounded up to a multiple of 2^(bits - 4): exact below 16 rows, then at most an eighth more,
+    so about 8 sizes an octave (the row-wise MatMuls probe BLAS's exact trailing rows per row
+    count and shape, kernels/gemm.py; other row-wise kernels per window, device/windowed.py;
+    attention repeats the full run's row blocks).  A multiple of 128 while only attention was
+    windowed, then of 32 (bench-small's windowed prefill 155 -> 72 ms); since compressed-weight
+    row tiles end on the last row (compiler/lower.py), a short prompt's window mostly lies in
+    one tile (3B int4, 21-token prompt, second-generate TTFT 8.9 -> 6.4 s; results identical)."""
+    step = 1 << max(0, need.bit_length() - 4)
+    return -(-need // step) * step
+
+
+#: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
+DEFAULT_WEIGHTS_CACHE_MB = 128
+
+
+def _cache_budget(config: Mapping[str, Any]) -> int | None:
+    """NPU_EMU_WEIGHTS_CACHE_MB in bytes; a negative value means no limit (None)."""
+    raw = config.get("NPU_EMU_WEIGHTS_CACHE_MB", DEFAULT_WEIGHTS_CACHE_MB)
+    try:
+        mb = float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"NPU_EMU_WEIGHTS_CACHE_MB={raw!r}: expected a number of MiB (-1: no limit)",
+                          key="NPU_EMU_WEIGHTS_CACHE_MB") from None
+    return None if mb < 0 else int(mb * 2**20)
+
+
+#: compile-time keys read by the compiler (ov_npu_emu_npu.compiler.pipeline / arch), besides the
+#: device properties below: an ``NPU_EMU_*`` key in neither set is a typo, not a no-op
+COMPILER_KEYS = ("NPU_EMU_STAGING", "NPU_EMU_VERIFY", "NPU_EMU_PLATFORM", "NPU_EMU_CMX_SIZE", "NPU_EMU_DDR_BW_GBPS",
+                 "NPU_EMU_DMA_CHANNELS", "NPU_EMU_DPU_MACS", "NPU_EMU_SHAVE_FLOPS", "NPU_EMU_CLOCK_MHZ",
+                 "NPU_EMU_PING_PONG")
+
+
+@dataclasses.dataclass(frozen=True)
+class NpuOptions:
+    """The emulated NPU's runtime keys, parsed once with the shared converters (ov_npu_emu.options)."""
+
+    weights_cache: bool = True  # NPU_EMU_WEIGHTS_CACHE: keep decompressed weights (NO: per inference)
+    weights_bank: bool = True  # NPU_EMU_WEIGHTS_BANK: constants shared through the device's bank
+    cache_budget: int | None = DEFAULT_WEIGHTS_CACHE_MB * 2**20  # NPU_EMU_WEIGHTS_CACHE_MB in bytes
+    fence_mode: str = "interrupt"  # NPU_EMU_FENCE_MODE
+    queue_mode: str = "inline"  # NPU_EMU_QUEUE_MODE
+    mutable: bool = True  # NPU_EMU_MUTABLE_COMMAND_LIST (NO: a driver without mutable lists)
+    walk_every_inference: bool = False  # NPU_EMU_BARRIER_WALK=EVERY_INFERENCE
+    host_fusion: bool = True  # NPU_EMU_HOST_FUSION: a tiled MatMul's tasks as one host product
+    skip_padded_rows: bool = False  # NPU_EMU_SKIP_PADDED_ROWS
+    profile: bool = False  # PERF_COUNT
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any]) -> NpuOptions:
+        check_known(config, ("NPU_EMU_",), [*NpuDevice.DEFAULT_PROPERTIES, *COMPILER_KEYS], "The NPU device")
+        fence = str(config.get("NPU_EMU_FENCE_MODE", "interrupt")).lower()
+        Fence(fence)  # validates the mode now, not at the first inference
+        return cls(
+            weights_cache=as_bool("NPU_EMU_WEIGHTS_CACHE", config.get("NPU_EMU_WEIGHTS_CACHE", "YES")),
+            weights_bank=as_bool("NPU_EMU_WEIGHTS_BANK", config.get("NPU_EMU_WEIGHTS_BANK", "YES")),
+            cache_budget=_cache_budget(config),
+            fence_mode=fence,
+            queue_mode=as_choice("NPU_EMU_QUEUE_MODE", config.get("NPU_EMU_QUEUE_MODE", "inline"),
+                                 QUEUE_MODES).lower(),
+            mutable=as_bool("NPU_EMU_MUTABLE_COMMAND_LIST", config.get("NPU_EMU_MUTABLE_COMMAND_LIST", "YES")),
+            walk_every_inference=as_choice("NPU_EMU_BARRIER_WALK", config.get("NPU_EMU_BARRIER_WALK", "ONCE"),
+                                           ("ONCE", "EVERY_INFERENCE")) == "EVERY_INFERENCE",
+            host_fusion=as_bool("NPU_EMU_HOST_FUSION", config.get("NPU_EMU_HOST_FUSION", "YES")),
+            skip_padded_rows=as_bool("NPU_EMU_SKIP_PADDED_ROWS", config.get("NPU_EMU_SKIP_PADDED_ROWS", "NO")),
+            profile=as_bool("PERF_COUNT", config.get("PERF_COUNT", "NO")),
+        )
+
+
+class NpuCompiledModel(DeviceCompiledModel):
+    """A parsed NPU blob: ports come from its metadata, not from an ov.Model."""
+
+    def __init__(self, blob: bytes, device: NpuDevice, config: Mapping[str, Any]) -> None:
+        opts = NpuOptions.parse(config)
+        #: NPUW passes one bank name to all its sub-models; "" is the device's anonymous bank
+        self.bank_name = str(config.get("NPUW_WEIGHTS_BANK", "") or "")
+        #: NPU_EMU_WEIGHTS_CACHE=NO: matmul_dq decompresses its weight tiles on every inference;
+        #: NPU_EMU_WEIGHTS_BANK=NO: private weights and cache per compiled model (no sharing)
+        self.parsed = ParsedBlob(blob, weights_cache=opts.weights_cache,
+                                 bank=device.bank if opts.weights_bank else None, bank_name=self.bank_name,
+                                 cache_budget=opts.cache_budget)
+        meta = self.parsed.meta
+        self._device = device
+        self.queue = device.queue
+        self.fence_mode = opts.fence_mode
+        #: "inline": the submitting thread runs the management core (default, no thread handoff);
+        #: "thread": a device thread runs it while the host waits on the fence
+        self.queue_mode = opts.queue_mode
+        self.profile = opts.profile
+        #: NPU_EMU_MUTABLE_COMMAND_LIST=NO emulates a driver without mutable command lists
+        self.mutable = opts.mutable
+        #: NPU_EMU_BARRIER_WALK=EVERY_INFERENCE: the management core re-walks the barriers task by
+        #: task on every inference; ONCE (default): walks once per command-list build and replays
+        self.walk_every_inference = opts.walk_every_inference
+        #: NPU_EMU_HOST_FUSION=NO: every tile of a tiled MatMul is dispatched on the host as the
+        #: device runs it; YES (default): provable ones run as one product (device/fusion.py)
+        self.host_fusion = opts.host_fusion
+        #: NPU_EMU_SKIP_PADDED_ROWS=YES: the caller (NPUW's prefill) reads no output row left of
+        #: the first attended attention_mask entry; attention and the row-wise tasks run on the real rows only
+        self.skip_padded_rows = opts.skip_padded_rows
+        self.clock_mhz = float(meta["hw"]["clock_mhz"])
+        self.task_names = {t["tid"]: (t["node"], t["op"]) for t in meta["tasks"]}
+        #: per token-axis length, the latest row a padded-rows window may start at: a task reading
+        #: rows from min_row on (a last-rows Slice) needs them computed (device/windowed.py)
+        self.latest_window_start: dict[int, int] = {}
+        for t in meta["tasks"]:
+            r = t.get("rows") or {}
+            if "min_row" in r:
+                n = int(r["L"])
+                self.latest_window_start[n] = min(self.latest_window_start.get(n, n), int(r["min_row"]))
+        self.inputs = [self._port(i, p) for i, p in enumerate(p for p in meta["inputs"] if p["state"] is None)]
+        self.outputs = [self._port(j, p) for j, p in enumerate(p for p in meta["outputs"] if p["state"] is None)]
+
+    @staticmethod
+    def _port(index: int, p: Mapping[str, Any]) -> PortInfo:
+        return PortInfo(index, tuple(p["names"]), _ov_type(p["element_type"]), ov.PartialShape(p["shape"]))
+
+    def create_infer_request(self) -> NpuInferRequest:
+        return NpuInferRequest(self)
+
+    def export_model(self) -> bytes:
+        return self.parsed.blob
+
+    def get_property(self, name: str) -> Any:
+        meta = self.parsed.meta
+        table = {
+            "NETWORK_NAME": meta.get("model_name", ""),
+            "INFERENCE_PRECISION_HINT": meta.get("precision", "f32"),
+            "OPTIMAL_NUMBER_OF_INFER_REQUESTS": 1,
+            "NPU_EMU_CMX_SIZE": meta["hw"]["cmx_size"],
+            "NPU_EMU_FENCE_MODE": self.fence_mode,
+            "NPU_EMU_QUEUE_MODE": self.queue_mode,
+            "NPU_EMU_BARRIER_WALK": "EVERY_INFERENCE" if self.walk_every_inference else "ONCE",
+            "NPU_EMU_HOST_FUSION": "YES" if self.host_fusion else "NO",
+            "NPU_EMU_SKIP_PADDED_ROWS": "YES" if self.skip_padded_rows else "NO",
+            "PERF_COUNT": "YES" if self.profile else "NO",
+            "NPU_COMPILER_VERSION": meta["compiler"]["version"],
+            "NPU_EMU_WEIGHTS_BANK": "YES" if self.parsed.banked is not None else "NO",
+            "NPUW_WEIGHTS_BANK": self.bank_name,
+            "DEVICE_ID": "NPU",
+        }
+        if name == "SUPPORTED_PROPERTIES":
+            return sorted([*table, "SUPPORTED_PROPERTIES"])
+        if name in table:
+            return table[name]
+        raise ConfigError(f"Unsupported property {name} by NPU compiled model", key=name)
+
+
+class NpuDevice(Device):
+    """Device "NPU": the emulated NPU (compiler, ELF blob, driver, barrier-scheduled engines)."""
+
+    NAME = "NPU"
+    FULL_DEVICE_NAME = "Intel(R) AI Boost (ov-npu-emu emulated NPU)"
+    MODEL_CACHE = True  # CACHE_DIR: Core stores the exported ELF blob and imports it next time
+    DEFAULT_PROPERTIES: Mapping[str, Any] = {
+        "INFERENCE_PRECISION_HINT": "f32",
+        "PERF_COUNT": "NO",
+        "NPU_EMU_FENCE_MODE": "interrupt",
+        "NPU_EMU_QUEUE_MODE": "inline",
+        "NPU_EMU_BARRIER_WALK": "ONCE",
+        "NPU_EMU_HOST_FUSION": "YES",
+        "NPU_EMU_MUTABLE_COMMAND_LIST": "YES",
+        "NPU_EMU_WEIGHT_COMPRESSION": "YES",
+        "NPU_EMU_WEIGHTS_CACHE": "YES",
+        "NPU_EMU_WEIGHTS_CACHE_MB": DEFAULT_WEIGHTS_CACHE_MB,
+        "NPU_EMU_WEIGHTS_BANK": "YES",
+        "NPU_EMU_SKIP_PADDED_ROWS": "NO",
+        "DEVICE_ARCHITECTURE": "NPU-EMU",
+        "OPTIMIZATION_CAPABILITIES": ["FP32", "FP16", "INT8", "INT4", "EXPORT_IMPORT"],
+    }
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._queue: CommandQueue | None = None
+        #: device-level weights bank: constants shared by every compiled model holding them
+        self.bank = WeightsBank()
+
+    def memory_stats(self) -> dict[str, int]:
+        """Device bytes held by the weights bank (shared constants and decompressed weights)."""
+        return self.bank.stats()
+
+    def set_property(self, properties: Mapping[str, Any]) -> None:
+        # validate now: a bad stored value would otherwise fail every later compile_model
+        from ov_npu_emu_npu.arch import HardwareConfig
+        from ov_npu_emu_npu.compiler.pipeline import precision_of
+
+        merged = self.merged_config(properties)
+        HardwareConfig.from_config(merged)
+        precision_of(merged)
+        NpuOptions.parse(merged)
+        super().set_property(properties)
+
+    @property
+    def queue(self) -> CommandQueue:
+        if self._queue is None:
+            self._queue = CommandQueue()
+        return self._queue
+
+    def compile_model(self, model: ov.Model, config: Mapping[str, Any]) -> NpuCompiledModel:
+        # imported lazily: the runtime path (import_model) must not need the compiler
+        from ov_npu_emu_npu.compiler import compile_to_blob
+
+        # banked (the default): the blob comes split, its weights left in the model's constants,
+        # which the bank adopts (no copy of the weights between the IR and the device)
+        banked = NpuOptions.parse(config).weights_bank
+        blob = compile_to_blob(model, config, split=banked)
+        return NpuCompiledModel(blob, self, config)
+
+    def import_model(self, blob: bytes, config: Mapping[str, Any]) -> NpuCompiledModel:
+        return NpuCompiledModel(bytes(blob), self, config)
+
+
+@hookimpl
+def ovnpu_register_devices(registry: DeviceRegistry) -> None:
+    registry.add(NpuDevice)
