@@ -101,7 +101,7 @@ class Core:
         return names
 
     def _device_name(self, device_name: str | None) -> str:
-        if self.auto_candidates(device_name) is not None:
+        if self.auto_candidates(device_name) is not None or device_name is None:  # None is AUTO
             raise ConfigError(
                 f"{device_name or 'AUTO'} has no properties of its own here; set them on the device itself "
                 f"({', '.join(self.registry.names())})", key="AUTO")
@@ -188,9 +188,9 @@ class Core:
         if config is not None and not isinstance(config, Mapping):
             raise UserInputError(f"config must be a dict of properties, got {type(config).__name__}")
         candidates = self.auto_candidates(device_name, config)
-        if candidates is not None:
+        if candidates is not None or device_name is None:  # None is AUTO, which always lists candidates
             return self._auto(
-                "compile the model", candidates, config, lambda name, cfg: self.compile_model(model, name, cfg)
+                "compile the model", candidates or [], config, lambda name, cfg: self.compile_model(model, name, cfg)
             )
         name, device = self._claimable_device(device_name)
         merged = device.merged_config(config) if device is not None else dict(config or {})

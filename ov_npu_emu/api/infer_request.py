@@ -151,7 +151,7 @@ class InferRequest:
             self._bind(resolve_port(k, self.model_outputs, "output"), t)
 
     @staticmethod
-    def _single(ports: list[Port], index: int | None, what: str) -> Port:
+    def _single(ports: list[Port], index: int | str | None, what: str) -> Port:
         if index is None:
             if len(ports) != 1:
                 raise UserInputError(f"the model has {len(ports)} {what}s; pass an index")

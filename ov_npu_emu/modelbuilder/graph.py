@@ -94,8 +94,8 @@ class _Builder:
             # What ov.save_model(compress_to_fp16=True) produces: f16 constant + Convert.
             return ops.convert(const, ov.Type.f32, name=f"{name}/decompress").output(0)
         # int8: (Convert(u8) - Convert(zp)) * Convert(f16 scale); all in f32 so it stays exact.
-        zp = _constant(sw.zero_point, f"{name}/zero_point")
-        scale = _constant(sw.scale, f"{name}/scale")
+        zp = _constant(sw.part("zero_point"), f"{name}/zero_point")
+        scale = _constant(sw.part("scale"), f"{name}/scale")
         sub = ops.subtract(ops.convert(const, ov.Type.f32), ops.convert(zp, ov.Type.f32))
         return ops.multiply(sub, ops.convert(scale, ov.Type.f32), name=f"{name}/decompress").output(
             0
@@ -112,7 +112,7 @@ class _Builder:
             np.asarray(tensor.data).view(np.uint8)[:] = pack_int4(sw.data)
             const = ops.constant(tensor)
         const.set_friendly_name(name)
-        scale = _constant(sw.scale, f"{name}/scale")
+        scale = _constant(sw.part("scale"), f"{name}/scale")
         y = ops.multiply(ops.convert(const, ov.Type.f16), scale)
         if sw.data.ndim == 3:
             y = ops.reshape(y, _i64(list(sw.shape)), special_zero=False)

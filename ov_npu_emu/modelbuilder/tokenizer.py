@@ -230,7 +230,7 @@ def build_tokenizer(
     pipeline.add_steps(PaddingStep(token=SPECIAL_TOKENS[PAD_ID], _token_id=PAD_ID))
     pipeline.add_steps(
         VocabDecoderStep(
-            vocab=[vocab.token_bytes(i) for i in range(len(vocab))],  # type: ignore[arg-type]
+            vocab=[vocab.token_bytes(i) for i in range(len(vocab))],
             skip_tokens=list(range(len(SPECIAL_TOKENS))),
         )
     )

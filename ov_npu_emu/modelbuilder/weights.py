@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.errors import ConfigError, UserInputError
 from ov_npu_emu.modelbuilder.config import DTYPES, GROUP_SIZES, LlamaConfig
 
 EMBED_STD_NUMERATOR = 0.3  # embedding std = 0.3·init_scale/√hidden (see init_weights)
@@ -47,6 +47,13 @@ class StoredWeight:
     #: int4 streamed to disk (WeightSpill): the packed bytes; ``data`` is then a zero-stride
     #: placeholder of the values' shape (only the IR is built from such a weight)
     packed: np.ndarray | None = None
+
+    def part(self, name: str) -> np.ndarray:
+        """``zero_point`` or ``scale``, which this weight's kind stores (a typed error if absent)."""
+        a = getattr(self, name)
+        if a is None:
+            raise UserInputError(f"a {self.kind} weight has no {name}; its kind needs one")
+        return a
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -86,7 +93,8 @@ class StoredWeight:
         def cut(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else np.ascontiguousarray(a[start:stop])
 
-        return StoredWeight(self.kind, cut(self.data), cut(self.zero_point), cut(self.scale))
+        return StoredWeight(self.kind, np.ascontiguousarray(self.data[start:stop]), cut(self.zero_point),
+                            cut(self.scale))
 
     @property
     def nbytes(self) -> int:
@@ -274,7 +282,8 @@ def _concat(parts: list[StoredWeight]) -> StoredWeight:
         arrays = [getattr(p, name) for p in parts]
         return None if arrays[0] is None else np.concatenate(arrays, axis=0)
 
-    return StoredWeight(parts[0].kind, cat("data"), cat("zero_point"), cat("scale"))
+    return StoredWeight(parts[0].kind, np.concatenate([p.data for p in parts], axis=0), cat("zero_point"),
+                        cat("scale"))
 
 
 def _draws(
@@ -430,7 +439,7 @@ class WeightSpill:
             self._file.write(b"\0" * pad)
             self._pos += pad
         off = self._pos
-        self._file.write(a.tobytes() if a.nbytes < (16 << 20) else memoryview(a).cast("B"))
+        self._file.write(a.tobytes() if a.nbytes < (16 << 20) else a.data.cast("B"))
         self._pos += a.nbytes
         self._file.flush()
         if a.nbytes == 0:
@@ -443,7 +452,7 @@ class WeightSpill:
         if sw.kind == "int4":
             packed = self.array(pack_int4(sw.data))
             placeholder = np.broadcast_to(np.int8(0), sw.data.shape)
-            return StoredWeight("int4", placeholder, None, self.array(sw.scale), packed=packed)
+            return StoredWeight("int4", placeholder, None, self.array(sw.part("scale")), packed=packed)
         zp = None if sw.zero_point is None else self.array(sw.zero_point)
         scale = None if sw.scale is None else self.array(sw.scale)
         return StoredWeight(sw.kind, self.array(sw.data), zp, scale)
@@ -457,7 +466,7 @@ class WeightSpill:
         keep = {id(w) for w in item.stored()}
         spilled = {k: (self.weight(v) if v is not None and id(v) in keep else None)
                    for k, v in vars(item).items()}
-        return LayerWeights(**spilled)
+        return LayerWeights(**spilled)  # type: ignore[arg-type]  # None: phi3's unused row views
 
     def close(self) -> None:
         self._maps.clear()

@@ -166,7 +166,7 @@ class DeviceCompiledModel(abc.ABC):
         return None
 
 
-class MergedConfig(dict):  # type: ignore[type-arg]
+class MergedConfig(dict):
     """A compile call's config with its device's properties; ``explicit_keys`` are the ones the
     caller gave or set on the device (not its defaults), for a plugin that passes some of them on
     (NPUW hands the emulator's ``NPU_EMU_*`` keys to its sub-models' devices)."""

@@ -36,7 +36,7 @@ def model_hash(model: ov.Model) -> str:
         for out in op.outputs():
             h.update(f"{out.get_element_type()}{out.get_partial_shape()}{sorted(out.get_names())}".encode())
         if op.get_type_name() == "Constant":
-            h.update(memoryview(np.ascontiguousarray(op.data)).cast("B"))
+            h.update(np.ascontiguousarray(op.data).data.cast("B"))
         else:  # attributes change what an op computes (axes, epsilons, modes)
             h.update(json.dumps(op.get_attributes(), sort_keys=True, default=str).encode())
     return h.hexdigest()
