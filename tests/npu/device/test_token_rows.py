@@ -306,23 +306,31 @@ def test_compressed_weight_row_tiles_end_on_the_last_row(emu_core):
 
 def test_row_tiles_before_the_window_are_never_bound(emu_core, monkeypatch):
     """A row-wise task's kernel is bound when it first runs (device/windowed.py LazyRunner): a
-    windowed inference binds the one matmul_dq tile it runs, a full one all five; same rows."""
+    windowed inference binds the one matmul_dq tile it runs, a full one all five; same rows.
+
+    A bind over a whole tile's rows is that tile's full-run kernel. A windowed tile may also bind
+    one over the window's rows only (where the probe finds BLAS's trailing rows exact on this
+    host): that is the same tile, not one before the window."""
     from ov_npu_emu_npu.device import engines
 
-    bound: list[str] = []
-    make, cached = engines.make_kernel, engines._bind_cached_dq
-    monkeypatch.setattr(engines, "make_kernel", lambda name, *a, **k: (bound.append(name), make(name, *a, **k))[1])
-    monkeypatch.setattr(engines, "_bind_cached_dq", lambda *a: (bound.append("matmul_dq"), cached(*a))[1])
     model, cmx, first = _int8_matmul_model(P), 32 * 1024, 210
+    tasks = BlobReader(compile_to_blob(model, {"NPU_EMU_CMX_SIZE": cmx})).meta["tasks"]
+    tile_rows = {t["rows"]["n"] for t in tasks if t["kernel"] == "matmul_dq"}
+    rows: list[int] = []
+    cached = engines._bind_cached_dq
+    monkeypatch.setattr(engines, "_bind_cached_dq",
+                        lambda views, *a: (rows.append(views[0].size // E), cached(views, *a))[1])
     # the window's first use of a shape may bind the kernel on scratch operands too (windowed.py
     # _probe; its verdict is remembered process-wide): settle it first, so the test counts the
     # request's own binds whichever tests ran before it
     _run_cmx(emu_core, model, cmx, first, True)
     outs = {}
     for skip in (True, False):
-        bound.clear()
+        rows.clear()
         outs[skip] = _run_cmx(emu_core, model, cmx, first, skip)[1]
-        assert bound.count("matmul_dq") == (1 if skip else 5), bound
+        whole = [r for r in rows if r in tile_rows]
+        assert len(whole) == (1 if skip else 5), rows
+        assert all(r < P - first + 8 for r in rows if r not in tile_rows), rows  # the window's rows
     assert np.array_equal(outs[True][:, first:], outs[False][:, first:])
 
 
