@@ -35,12 +35,12 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ov_npu_emu_npu.blob.format import TaskKind
-from ov_npu_emu_npu.blob.kernel_params import unpack_params
+from ov_npu_emu_npu.blob.kernel_params import MatMulDqParams, MatMulParams, unpack_params
 from ov_npu_emu_npu.device.engines import DecodedTask, Schedule
 from ov_npu_emu_npu.device.kernels import make_kernel
 from ov_npu_emu_npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS
@@ -202,7 +202,7 @@ def _find_tiles(tasks: Sequence[DecodedTask], cmx: Span, node_of: Mapping[int, s
 
 @functools.lru_cache(maxsize=64)
 def _flags_of(kernel: str, block: bytes) -> tuple[bool, bool]:
-    p = unpack_params(kernel, np.frombuffer(block, np.float64))
+    p = cast("MatMulParams | MatMulDqParams", unpack_params(kernel, np.frombuffer(block, np.float64)))
     return bool(p.transpose_a), bool(p.transpose_b)
 
 

@@ -72,7 +72,7 @@ def _absmax(x: np.ndarray) -> float:
     return max(abs(float(np.maximum.reduce(x, axis=None))), abs(float(np.minimum.reduce(x, axis=None))))
 
 
-def _softmax_times_v(scores, rowmax, v, o, direct: bool, blocks=None) -> None:  # type: ignore[no-untyped-def]
+def _softmax_times_v(scores, rowmax, v, o, direct: bool, blocks=None) -> None:
     """``o = softmax(scores, -1) @ v``, the softmax in place in ``scores`` (``rowmax`` is scratch);
     ``direct``: ``o`` has the product's shape and dtype, else it is copied in reshaped;
     ``blocks``: the [a, b) score rows of each product call (:func:`row_blocks`), else one call."""
@@ -101,7 +101,7 @@ def _masked_column_skipper(
     mask,
     groups: int,
     L: int,
-    scale: float,  # type: ignore[no-untyped-def]
+    scale: float,
     batch: tuple[int, ...],
     rows: int,
     o,
@@ -255,7 +255,7 @@ def _windowed_attention(ops: _SquareOps, scale: float, window: RowWindow) -> boo
             return False
     # V's rows before the window meet only exact-zero probabilities: zeros here (the row-wise
     # tasks that ran on the window left them uncomputed)
-    vf = np.zeros(v.shape, np.float32)
+    vf: np.ndarray = np.zeros(v.shape, np.float32)
     np.copyto(vf[..., w0:, :], v[..., w0:, :], casting="unsafe")
     if not math.isfinite(_absmax(vf)):
         return False  # 0 * inf: a zero probability would not zero a padding column's V
@@ -343,7 +343,7 @@ def _grouped_gemv_ok(q: np.ndarray, kt: np.ndarray, scores: np.ndarray, groups: 
 
 
 @kernel("sdpa")
-def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[no-untyped-def]
+def _sdpa(ins, outs, params, window: RowWindow | None = None):
     """Attention (SdpaParams: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head).
 
     Grouped (G > 1): K/V hold Hkv heads and query head h reads K/V head h // G, as the IR's
@@ -412,6 +412,8 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
     if window is not None:
         # one layout for the windowed path: (…, [G,] L|S, D), the mask broadcastable to it
         o_full = outs[0]
+        mask5: np.ndarray | None
+        o5: np.ndarray | None
         if groups > 1:
             q5 = _view(ins[0], (b, hkv, groups, L, q.shape[-1]))
             o5 = _view(o_full, (b, hkv, groups, L, o_full.shape[-1]))

@@ -47,7 +47,7 @@ _SPLIT_MIN_ELEMENTS = 1 << 18
 
 
 @njit(**_JIT)
-def _dq_block_f16(q, r0, r1, buf):  # type: ignore[no-untyped-def]
+def _dq_block_f16(q, r0, r1, buf):
     """Rows [r0, r1) of an f16 weight (uint16 bits) -> f32 ``buf``, exactly."""
     _, k = q.shape
     for i in range(r1 - r0):
@@ -57,13 +57,13 @@ def _dq_block_f16(q, r0, r1, buf):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _dq_block_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0, r1, buf):  # type: ignore[no-untyped-def]
+def _dq_block_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0, r1, buf):
     for i in range(r1 - r0):
         _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0 + i, buf[i])
 
 
 @njit(**_JIT)
-def _dq_block_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0, r1, buf):  # type: ignore[no-untyped-def]
+def _dq_block_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0, r1, buf):
     """4-bit rows in column order (low nibble first), so BLAS sums the terms as it does on the
     whole decompressed weight (the decode loop's [even | odd] layout would reorder them)."""
     for i in range(r1 - r0):
