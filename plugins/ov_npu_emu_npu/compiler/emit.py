@@ -131,6 +131,7 @@ def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, An
             sec = secs[SEC_DMA]
             base = len(sec)
             d = t.dma
+            assert d is not None  # a DMA task carries its spec
             sec += DMA_DESC.pack(t.tid, int(t.kind), t.lane, 0, 0, len(waits), len(posts), wait_off, post_off,
                                  t.cycles, 0, 0, d.d0, d.d1, d.row, 0, *d.src_strides, *d.dst_strides)
             relocs.add(SEC_DMA, base + DMA_SRC_OFFSET, d.src, d.src_off)

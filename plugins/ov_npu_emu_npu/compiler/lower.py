@@ -144,6 +144,7 @@ class _Lowerer:
 
     def alias(self, src: Value, shape: tuple[int, ...]) -> Value:
         if src.place is Place.CONST and src.alias is None:
+            assert src.data is not None
             return self.new_value(shape, src.dtype, Place.CONST, data=src.data.reshape(shape))
         root = src.root
         return self.new_value(shape, src.dtype, root.place, port=root.port, alias=root)
