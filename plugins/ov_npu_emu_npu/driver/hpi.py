@@ -81,6 +81,7 @@ class ParsedBlob:
         self.banked: BankedWeights | None = None
         self.weights_cache: WeightsCache | BankWeightsCache | None = None
         if bank is None:
+            assert not isinstance(blob, SplitBlob)  # joined above
             self.blob = blob
             # weights are mapped read-only and shared by every request (no copy per request)
             self.weights = np.frombuffer(w.data, np.uint8) if w.data else np.zeros(1, np.uint8)
@@ -90,12 +91,13 @@ class ParsedBlob:
             split = isinstance(blob, SplitBlob)
             # a split blob (compiled in this process): the bank adopts the views of the model's
             # constants, so the weights are never copied between the IR and the device
-            self.banked = BankedWeights(bank, bank_name, blob.image if split else w.data, self.meta.get("constants"))
+            image = blob.image if isinstance(blob, SplitBlob) else w.data
+            self.banked = BankedWeights(bank, bank_name, image, self.meta.get("constants"))
             # the blob minus its weights: export splices the bank's copy back in, so the weights
             # exist once in the process however many compiled models hold them
             #: a split blob is unsealed (it never left the process): export seals it
             self._sealed = not split
-            if split:
+            if isinstance(blob, SplitBlob):
                 self._head, self._tail = blob.head, blob.tail
             else:
                 off = _section_offset(reader, SEC_WEIGHTS)
