@@ -4,7 +4,8 @@
 chunks into CMX slots, one DPU task per tile (K chunks after the first add with ``matmul_acc``)
 and a DMA of each finished tile back to DDR.  That is the device's program, and the cost model
 times it tile by tile; on the host, though, every tile is one more dispatch and every weight chunk
-one more copy (a bench-small decode step spent most of its time in these DMAs).  When the decoded
+one more copy (for a decode step, most of its host time; docs/performance.md, "Decode kernels
+against the bandwidth floor").  When the decoded
 descriptors provably form one MatMul, the host plan runs it as one product per K chunk and
 column block (:data:`CALL_WEIGHT_ELEMS`), from DDR straight into the output, at the schedule
 position of the group's last task.  Nothing in the blob, the descriptors, the timeline or the
@@ -52,10 +53,10 @@ __all__ = ["CALL_WEIGHT_ELEMS", "FUSED_KERNELS", "plan_schedule"]
 logger = logging.getLogger(__name__)
 
 FUSED_KERNELS = ("matmul", "matmul_acc")
-#: weight elements per fused BLAS call.  OpenBLAS (0.3.31 here) hands a GEMV of more than ~460k
-#: elements to a second thread; on a loaded 2-core host the caller then waits for a descheduled
-#: thread (a bench-small decode step at load 13: 288 ms with whole-weight calls, 33 ms with
-#: OPENBLAS_NUM_THREADS=1).  Smaller calls stay on the calling thread, as the tiles did.
+#: weight elements per fused BLAS call.  OpenBLAS hands a large enough GEMV to a second thread;
+#: on a loaded host the caller then waits for a descheduled thread, many times the product's own
+#: time (docs/performance.md, "Decode kernels against the bandwidth floor").  Smaller calls stay on the
+#: calling thread, as the tiles did.
 CALL_WEIGHT_ELEMS = 1 << 18
 _PROBES: dict[tuple[Any, ...], bool] = {}
 _PROBE_LOCK = threading.Lock()

@@ -70,8 +70,9 @@ class WeightsBank:
         self._live: list[BankEntry] = []
         self._next = WEIGHTS_BASE
         #: decompressed bytes the live entries hold (sum of their dq_nbytes), kept as they fill and
-        #: free: a budget check per weights-cache fill would otherwise walk every entry (0.5 s of a
-        #: 3B int4 model's first command-list build, where most fills are refused)
+        #: free: a budget check per weights-cache fill would otherwise walk every entry (a large
+        #: int4 model's first command-list build refuses most fills; docs/performance.md, "Large
+        #: models on the emulated NPU")
         self.dq_bytes = 0
         self.counters = {"acquired": 0, "shared": 0, "freed": 0, "compared_bytes": 0, "adopted": 0}
 

@@ -49,7 +49,7 @@ class ParsedBlob:
         if cache_budget is not None and isinstance(dq_bytes, int) and dq_bytes > cache_budget:
             # All or nothing: a cache holding a few percent of a large model's decompressed
             # weights would cost its whole budget of RAM to spare a few percent of a prefill's
-            # decompression (llama-3.2-1b-shape int4: peak RSS -125 MB, TTFT the same)
+            # decompression (less peak memory, the same TTFT; docs/performance.md, "Memory per setup")
             cache_budget = 0
         self.sections: dict[str, SectionInfo] = {s.name: s for s in reader.iter_sections()}
         missing = [n for n in LOADABLE_SECTIONS if n not in self.sections]

@@ -379,7 +379,7 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):
         mask = _view(
             m4, (m4.shape[0], 1, 1, *m4.shape[2:]) if m4.shape[1] == 1 else (m4.shape[0], hkv, groups, *m4.shape[2:])
         )
-    # with several query rows BLAS is ~4x faster on a row-major K^T than on the transposed view of K
+    # with several query rows BLAS is much faster on a row-major K^T than on the transposed view of K
     # (the copy costs one pass over K); one query row (decode) multiplies the view directly
     kt_buf = np.empty((*k.shape[:-2], k.shape[-1], S), np.float32) if rows >= 8 else None
     q32 = np.empty(q.shape, np.float32) if f32 else q

@@ -167,7 +167,7 @@ def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], 
         return _nothing
     if m_rows > STORED_FORMAT_MAX_ROWS and not prefill:
         return None
-    # numba loads (~2 s) on the first task that uses it, not with every import of the device
+    # numba loads (slowly) on the first task that uses it, not with every import of the device
     runner: Callable[..., Runner | None]
     if m_rows > STORED_FORMAT_MAX_ROWS:
         from ov_npu_emu_npu.device.kernels.gemm import gemm_runner as runner

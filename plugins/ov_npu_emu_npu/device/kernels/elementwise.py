@@ -202,7 +202,7 @@ def _swish(ins, outs, params):
     beta = params.beta
     tmp = np.empty(o.shape, np.float32)
     # 0-d arrays of the dtype a Python float would take (NEP 50): same loops, no per-call scalar
-    # conversion (~0.5 us per ufunc call on these small tensors)
+    # conversion (a fixed cost per ufunc call that dominates on these small tensors)
     neg_beta = _weak_scalar(-beta, x.dtype)
     one = np.array(1.0, np.float32)
 
@@ -239,8 +239,9 @@ _F32_SUBNORMAL = np.float32(1e-40)
 def _f16_to_f32(x: np.ndarray, o: np.ndarray) -> Runner:
     """Exact f16 -> f32 with four whole-array integer/float passes.
 
-    numpy converts halves one element at a time (about 1.7 ns each), which made the past-KV
-    Converts of a decode step the costliest SHAVE tasks.  Infinities/NaNs (f16 exponent 31) and a
+    numpy converts halves one element at a time, which made the past-KV Converts of a decode
+    step the costliest SHAVE tasks (docs/performance.md, "Decode kernels against the bandwidth
+    floor").  Infinities/NaNs (f16 exponent 31) and a
     thread flushing subnormal operands to zero take numpy's own conversion, so every input gets
     numpy's bits.
     """
@@ -351,7 +352,7 @@ def _make_reduce(name: str) -> Maker:
             # np.mean's own f32 steps (sum, then divide by the intp count) without its Python layers.
             # np.mean divides in f64 and rounds to f32; for a count exact in f32 a correctly rounded
             # f32 division gives the same bits (53 >= 2*24 + 2: double rounding is innocuous) and
-            # skips the mixed-type loop (~2 us per call)
+            # skips the mixed-type loop (a fixed cost per call)
             n_items = math.prod(x.shape[a] for a in axes)
             count = np.array(n_items, np.float32) if n_items < 2**24 else np.intp(n_items)
 

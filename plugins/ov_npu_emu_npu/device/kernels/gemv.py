@@ -10,9 +10,10 @@ weight as :func:`..dequant.dequantize` does (``(q - zp) * scale``), which the f1
 variant and several activation rows still do. f32 weights (the ``matmul`` kernel's decode
 shapes) run a loop of their own (four weight rows per pass, nothing to convert).
 Output channels are split over the host's cores by numba parallel loops on its TBB threading
-layer (a hand-off of 2-3 µs, so products from 2^17 weight elements, 2^15 for 8-/4-bit, gain
-from the second core); without that layer, a thread pool (~20 µs a hand-off) from 2^18 (2^20
-for f32). The kernels release the GIL.
+layer (a cheap hand-off, so products from 2^17 weight elements, 2^15 for 8-/4-bit, gain from
+the second core); without that layer, a thread pool (a costlier hand-off) from 2^18 (2^20 for
+f32) (docs/performance.md, "Decode kernels against the bandwidth floor"). The kernels release
+the GIL.
 
 Only the summation order (and, for the grouped formats on one row, where the scale enters)
 differs from numpy/BLAS on a decompressed tile, so results agree to f32 rounding: within any
@@ -41,14 +42,16 @@ from ov_npu_emu_npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS as MAX_
 
 logger = logging.getLogger(__name__)
 
-#: below this many weight elements one core does the whole product (a thread hand-off costs ~20 µs)
+#: below this many weight elements one core does the whole product (a thread hand-off costs more
+#: than the second core saves)
 _SPLIT_MIN_ELEMENTS = 1 << 18
-#: the same for f32 weights on that pool: from 2^20 (a bench-small step's products at load 4.7:
-#: 15.5 ms split at 2^18, 12.0 at 2^20, 12.3 one thread)
+#: the same for f32 weights on that pool: a pass over an f32 weight is cheap per element, so
+#: splitting pays only from a larger product (docs/performance.md, "Decode kernels against the bandwidth floor")
 _POOL_MIN_F32 = 1 << 20
-#: with numba's parallel loops (dispatch ~2-3 µs on the TBB layer) products split from here: a
-#: cached f32 512 x 512 product 14.7 -> 10.8 µs, 256 x 512 break-even at 6.7 / 7.5 µs; the 8- and
-#: 4-bit loops do several times the arithmetic per element, so they split from a quarter of it
+#: with numba's parallel loops (a much cheaper dispatch on the TBB layer) products split from
+#: here, where a cached f32 product starts to gain from the second core; the 8- and 4-bit loops
+#: do several times the arithmetic per element, so they split from a quarter of it
+#: (docs/performance.md, "Decode kernels against the bandwidth floor")
 _PAR_MIN_ELEMENTS = 1 << 17
 _PAR_MIN_GROUPED = 1 << 15
 #: output channels per parallel block (a multiple of the f32 kernel's 4 rows per pass)
@@ -105,9 +108,9 @@ def _w(v, z, s, mul_f16):
 def _gemv_f32(x, x_pitch, w, w_pitch, k, out, n0, n1, row):
     """out[m, n] = x row m . w row n for n in [n0, n1); row i of ``x`` / ``w`` is the k items at
     i * pitch of the flat array (so a column slice of a wider array is read in place, by the same
-    compiled loop as a whole one). Four weight rows per pass share each activation load (one
-    thread: 13.8 -> 12.3 ms for a bench-small step's products, single-threaded BLAS 11.2, load
-    4.7); a block past n1 repeats the last row, so every output element is the same loop over K
+    compiled loop as a whole one). Four weight rows per pass share each activation load (fewer
+    loads per product; docs/performance.md, "Decode kernels against the bandwidth floor"); a
+    block past n1 repeats the last row, so every output element is the same loop over K
     whatever n0/n1 and the pitches are: its bits do not depend on how N is cut or where the rows
     live (a tile of the weight and the whole weight agree: the host fusion's probe relies on it)."""
     m_rows = out.shape[0]
@@ -195,7 +198,7 @@ def _prefetch(typingctx, a, offset):
 
 #: how far ahead of the row being read the f16 loop hints the weight's cache lines. The hardware
 #: prefetcher alone keeps too few lines in flight for one core when each byte also costs a
-#: conversion (f16, both cores, a 0.5B model's weights: 3.1 -> 4.3 GB/s at load 8-9). The
+#: conversion (f16; docs/performance.md, "Decode kernels against the bandwidth floor"). The
 #: 8-/4-bit loops are bound by their decode arithmetic, not the read: hints gained nothing there
 PREFETCH_BYTES = 4096
 
@@ -227,7 +230,7 @@ def _scale_zero(s_bits, zp_bits, has_zp, zp_flip, q_flip, mul_f16):
     """(scale, zero point) of one group as f32, for ``_w(q ^ q_flip, z, s, mul_f16)``: the bit
     flip that reads i8 / i4 codes as unsigned is folded into the zero point (exact, small
     integers); ``zp_flip`` 128 reads i8 zero points' bits likewise. Scalars in, scalars out: a
-    helper taking the arrays costs a call per group (measured: 4-bit decode at half speed)."""
+    helper taking the arrays costs a call per group, which slows the 4-bit decode markedly."""
     s = _f32(s_bits)
     if mul_f16:  # the IR converts the scale to f16 first
         s = _round_f16(s)
@@ -363,8 +366,9 @@ def _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row, interleav
 def _q4_group_dot(xe, xo, qg, z, flip):
     """sum_j xe[j] * (lo_j - z) + xo[j] * (hi_j - z) over one group's bytes ``qg`` (xor ``flip``
     first: 0x88 reads both nibbles as i4). ``q - z`` is a small integer, exact in f32, so the
-    group's scale can multiply the sum once instead of every weight (1.6x the decode throughput
-    of the per-weight form; one horizontal sum per group either way)."""
+    group's scale can multiply the sum once instead of every weight (a faster decode than the
+    per-weight form; one horizontal sum per group either way; docs/performance.md, "Decode
+    kernels against the bandwidth floor")."""
     part = np.float32(0.0)
     for j in range(qg.shape[0]):
         b = np.uint8(qg[j] ^ flip)
@@ -397,7 +401,8 @@ def _q4_row_dot(typingctx, xe, xo, qrow, s, z, gh, flip):
     group is only 4-8 vector steps (128 weights), so that sum, the group's setup and the loop's
     remainder checks cost about as much as the products. Here each group's four 8-lane partial
     sums are scaled into an 8-lane accumulator (one fma), and the lanes are summed once per row,
-    in a fixed order: 1.3-1.5x the throughput of the numba loop. Every row is the same
+    in a fixed order, faster than the numba loop (docs/performance.md, "Decode kernels against
+    the bandwidth floor"). Every row is the same
     instruction sequence whatever rows or blocks the caller runs, so the bits do not depend on
     how output channels are cut."""
     if not all(isinstance(a, types.Array) and a.ndim >= 1 and a.layout == "C" for a in (xe, xo, qrow, s, z)):
@@ -506,7 +511,7 @@ def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n
                     lo = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
                     hi = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
                     acc += xe[j] * lo + xo[j] * hi
-            elif q_flip:  # the loop once per flip, the flip a constant in it (i4: 1.1x)
+            elif q_flip:  # the loop once per flip, the flip a constant in it (faster for i4)
                 acc += _q4_group_dot(xe, xo, qg, z, np.uint8(0x88)) * s
             else:
                 acc += _q4_group_dot(xe, xo, qg, z, np.uint8(0)) * s

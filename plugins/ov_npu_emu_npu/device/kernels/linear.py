@@ -41,7 +41,7 @@ def decode_shaped(a: np.ndarray, b: np.ndarray, o: np.ndarray, ta: bool, tb: boo
         return None
     if (a.ndim > 2 and not a.flags.c_contiguous) or (o.ndim > 2 and not o.flags.c_contiguous):
         return None  # leading batch dims: only as plain rows
-    # numba loads (~2 s) on the first task that uses it, not with every import of the device
+    # numba loads (slowly) on the first task that uses it, not with every import of the device
     from ov_npu_emu_npu.device.kernels.gemv import gemv_runner
 
     return gemv_runner("f32", a.reshape(rows, k), b, None, None, o.reshape(rows, n), k)
