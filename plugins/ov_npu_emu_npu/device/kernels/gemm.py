@@ -220,6 +220,37 @@ def _trailing_rows_probe(h: int, k: int, m_rows: int) -> Callable[[int], bool]:
     return exact
 
 
+def _run_jobs(do_block: Callable[[int, np.ndarray, np.ndarray], None], jobs: list[tuple[int, np.ndarray, np.ndarray]],
+              workers: int) -> None:
+    """``do_block(*job)`` for every job, on ``workers`` threads (the caller's one of them)."""
+    if workers == 1:
+        for job in jobs:
+            do_block(*job)
+        return
+    # blocks claimed by whichever thread is free (a pool thread may wait for a core)
+    claim = itertools.count()
+    done = itertools.count(1)
+    finished = threading.Event()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        while (i := next(claim)) < len(jobs):
+            try:
+                do_block(*jobs[i])
+            except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
+                errors.append(e)
+            if next(done) == len(jobs):
+                finished.set()
+
+    pool = _pool()
+    for _ in range(1, workers):
+        pool.submit(work)
+    work()
+    finished.wait()
+    if errors:
+        raise errors[0]
+
+
 def gemm_runner(
     name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
     k: int, mul_f16: bool = False, rows_from: int = 0,
@@ -249,35 +280,7 @@ def gemm_runner(
 
     def products(jobs: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
         with one_blas_thread():
-            run_jobs(jobs)
-
-    def run_jobs(jobs: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
-        if workers == 1:
-            for job in jobs:
-                do_block(*job)
-            return
-        # blocks claimed by whichever thread is free (a pool thread may wait for a core)
-        claim = itertools.count()
-        done = itertools.count(1)
-        finished = threading.Event()
-        errors: list[BaseException] = []
-
-        def work() -> None:
-            while (i := next(claim)) < len(jobs):
-                try:
-                    do_block(*jobs[i])
-                except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
-                    errors.append(e)
-                if next(done) == len(jobs):
-                    finished.set()
-
-        pool = _pool()
-        for _ in range(1, workers):
-            pool.submit(work)
-        work()
-        finished.wait()
-        if errors:
-            raise errors[0]
+            _run_jobs(do_block, jobs, workers)
 
     if rows_from == 0:
         def run() -> None:

@@ -625,6 +625,38 @@ def _split_columns(x: np.ndarray, x_split: np.ndarray) -> None:
     np.copyto(x_split[:, half:], x[:, 1::2])
 
 
+def _gemv_kernel(
+    name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
+    k: int, mul_f16: bool,
+) -> tuple[Callable[..., None], tuple[Any, ...]] | None:
+    """(kernel, its leading arguments) for :func:`gemv_runner`'s weight format, or None when the
+    operands are not a layout it reads."""
+    m_rows, n = out.shape
+    if name == "f32":  # x, q and out may be column slices of wider arrays (rows contiguous)
+        xf, wf = _rows_flat(x), _rows_flat(q)
+        if xf is None or wf is None or q.shape != (n, k) or out.dtype != np.float32:
+            return None
+        return _gemv_f32, (*xf, *wf, k)
+    if not q.flags.c_contiguous:
+        return None
+    if name == "f16":
+        return _gemv_f16, (x, q.reshape(n, k).view(np.uint16))
+    gw = grouped_weight(q, scale, zp, n)
+    if gw is None:
+        return None
+    qb, scale, zp_bits, has_zp, zp_flip, groups = gw
+    if name in ("u8", "i8"):
+        if groups * q.shape[2] != k:
+            return None
+        return _gemv_q8, (x, qb, scale, zp_bits, has_zp, 128 if name == "i8" else 0, zp_flip, mul_f16)
+    if name in ("u4", "i4"):
+        if groups * q.shape[2] * 2 != k:
+            return None
+        x_split = np.empty((m_rows, k), np.float32)
+        return _gemv_q4, (x_split, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
+    return None
+
+
 def gemv_runner(
     name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
     k: int, mul_f16: bool = False,
@@ -640,35 +672,10 @@ def gemv_runner(
     m_rows, n = out.shape
     if not 1 <= m_rows <= MAX_ROWS or x.shape != (m_rows, k) or q.shape[0] != n:
         return None
-    kern: Callable[..., None]
-    args: tuple[Any, ...]
-    if name == "f32":  # x, q and out may be column slices of wider arrays (rows contiguous)
-        xf, wf = _rows_flat(x), _rows_flat(q)
-        if xf is None or wf is None or q.shape != (n, k) or out.dtype != np.float32:
-            return None
-        kern, args = _gemv_f32, (*xf, *wf, k)
-    elif not q.flags.c_contiguous:
+    chosen = _gemv_kernel(name, x, q, scale, zp, out, k, mul_f16)
+    if chosen is None:
         return None
-    elif name == "f16":
-        bits = q.reshape(n, k).view(np.uint16)
-        kern, args = _gemv_f16, (x, bits)
-    else:
-        gw = grouped_weight(q, scale, zp, n)
-        if gw is None:
-            return None
-        qb, scale, zp_bits, has_zp, zp_flip, groups = gw
-        if name in ("u8", "i8"):
-            if groups * q.shape[2] != k:
-                return None
-            kern, args = _gemv_q8, (x, qb, scale, zp_bits, has_zp, 128 if name == "i8" else 0, zp_flip, mul_f16)
-        elif name in ("u4", "i4"):
-            if groups * q.shape[2] * 2 != k:
-                return None
-            x_split = np.empty((m_rows, k), np.float32)
-            kern = _gemv_q4
-            args = (x_split, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
-        else:
-            return None
+    kern, args = chosen
     split = kern is _gemv_q4
     par_min = _PAR_MIN_ELEMENTS if name in ("f32", "f16") else _PAR_MIN_GROUPED
     if n * k >= par_min and n > _PAR_BLOCK and parallel_loops():
