@@ -6,7 +6,7 @@ import dataclasses
 import datetime
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import openvino as ov
@@ -24,6 +24,7 @@ from ov_npu_emu.runtime.device import (
     VariableState,
 )
 from ov_npu_emu_npu.blob.format import MemKind
+from ov_npu_emu_npu.blob.reader import SplitBlob
 from ov_npu_emu_npu.driver import (
     QUEUE_MODES,
     CommandList,
@@ -125,7 +126,7 @@ class NpuInferRequest(DeviceInferRequest):
     def __init__(self, compiled: NpuCompiledModel) -> None:
         self._cm = compiled
         meta = compiled.parsed.meta
-        self.hpi = HostParsedInference(compiled.parsed)
+        self.hpi: HostParsedInference = HostParsedInference(compiled.parsed)
         self.fence = Fence(compiled.fence_mode)
         self.command_list: CommandList | None = None
         self.counters = {"command_list_builds": 0, "mutable_updates": 0, "patched_args": 0, "inferences": 0}
@@ -363,7 +364,7 @@ class NpuOptions:
 class NpuCompiledModel(DeviceCompiledModel):
     """A parsed NPU blob: ports come from its metadata, not from an ov.Model."""
 
-    def __init__(self, blob: bytes, device: NpuDevice, config: Mapping[str, Any]) -> None:
+    def __init__(self, blob: bytes | SplitBlob, device: NpuDevice, config: Mapping[str, Any]) -> None:
         opts = NpuOptions.parse(config)
         #: NPUW passes one bank name to all its sub-models; "" is the device's anonymous bank
         self.bank_name = str(config.get("NPUW_WEIGHTS_BANK", "") or "")
@@ -445,7 +446,7 @@ class NpuDevice(Device):
     NAME = "NPU"
     FULL_DEVICE_NAME = "Intel(R) AI Boost (ov-npu-emu emulated NPU)"
     MODEL_CACHE = True  # CACHE_DIR: Core stores the exported ELF blob and imports it next time
-    DEFAULT_PROPERTIES: Mapping[str, Any] = {
+    DEFAULT_PROPERTIES: ClassVar[Mapping[str, Any]] = {
         "INFERENCE_PRECISION_HINT": "f32",
         "PERF_COUNT": "NO",
         "NPU_EMU_FENCE_MODE": "interrupt",
