@@ -433,9 +433,14 @@ class NpuCompiledModel(DeviceCompiledModel):
             "DEVICE_ID": "NPU",
         }
         if name == "SUPPORTED_PROPERTIES":
-            return sorted([*table, "SUPPORTED_PROPERTIES"])
+            return sorted([*table, "NPU_EMU_COST_MODEL_US", "SUPPORTED_PROPERTIES"])
         if name in table:
             return table[name]
+        if name == "NPU_EMU_COST_MODEL_US":
+            # device time of one inference predicted by the cost model (barrier-graph replay of
+            # the command list, nothing runs): what `ov-npu-emu estimate` adds up
+            tl = NpuInferRequest(self).timeline()
+            return float(tl.makespan / tl.clock_mhz)
         raise ConfigError(f"Unsupported property {name} by NPU compiled model", key=name)
 
 
@@ -467,6 +472,16 @@ class NpuDevice(Device):
         self._queue: CommandQueue | None = None
         #: device-level weights bank: constants shared by every compiled model holding them
         self.bank = WeightsBank()
+
+    def get_property(self, name: str) -> Any:
+        if name == "NPU_EMU_PLATFORMS":
+            # the calibrated generation presets NPU_EMU_PLATFORM selects, by name (read-only)
+            from ov_npu_emu_npu.platforms import PLATFORMS
+
+            return {key: p.to_dict() for key, p in PLATFORMS.items()}
+        if name == "SUPPORTED_PROPERTIES":
+            return sorted([*super().get_property(name), "NPU_EMU_PLATFORMS"])
+        return super().get_property(name)
 
     def memory_stats(self) -> dict[str, int]:
         """Device bytes held by the weights bank (shared constants and decompressed weights)."""

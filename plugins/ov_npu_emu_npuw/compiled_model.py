@@ -240,7 +240,20 @@ class LLMCompiledModel(DeviceCompiledModel):
             return {role: dict(extra) for role, extra in self.sub_defaults.items()}
         if name == "EXECUTION_DEVICES":
             return [self.device]
+        if name.startswith("NPU_EMU_"):
+            # an emulator key of the sub-models' device: its value per sub-model, by role
+            return {role: sub.get_property(name) for role, sub in self.roles().items()}
         raise ConfigError(f"Unsupported property {name} by NPUW LLM compiled model", key=name)
+
+    def roles(self) -> dict[str, CompiledModel]:
+        """The sub-models by role: ``kv<size>``, ``prefill_p<size>``, ``prefill``, ``lm_head``
+        (the artefact's order, serialize.py)."""
+        out: dict[str, CompiledModel] = {f"kv{k}": sub for k, sub in sorted(self.subs.generate.items())}
+        out.update((f"prefill_p{p}", sub) for p, sub in sorted(self.subs.prefill_pyramid.items()))
+        out["prefill"] = self.subs.prefill
+        if self.subs.lm_head is not None:
+            out["lm_head"] = self.subs.lm_head
+        return out
 
     def set_property(self, properties: Mapping[str, Any]) -> None:
         raise ConfigError(
