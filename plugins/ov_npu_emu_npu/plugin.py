@@ -302,6 +302,9 @@ def window_rows(need: int) -> int:
     return -(-need // step) * step
 
 
+#: CACHE_MODE: OPTIMIZE_SIZE exports a weightless blob (weightless.py)
+CACHE_MODES = ("OPTIMIZE_SPEED", "OPTIMIZE_SIZE")
+
 #: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
 DEFAULT_WEIGHTS_CACHE_MB = 128
 
@@ -411,8 +414,22 @@ class NpuCompiledModel(DeviceCompiledModel):
     def create_infer_request(self) -> NpuInferRequest:
         return NpuInferRequest(self)
 
+    #: CACHE_MODE=OPTIMIZE_SIZE at compile: export writes a weightless container referring to this
+    #: IR .bin ("" when the model was not read from an IR; export then fails, naming WEIGHTS_PATH)
+    weightless_bin: str | None = None
+
     def export_model(self) -> bytes:
-        return self.parsed.blob
+        if self.weightless_bin is None:
+            return self.parsed.blob
+        from ov_npu_emu_npu.weightless import export_weightless
+
+        if not self.weightless_bin:
+            raise ConfigError(
+                "CACHE_MODE=OPTIMIZE_SIZE needs the IR's weights file to refer to, but this model was not "
+                "read from an IR file; pass WEIGHTS_PATH=<model>.bin or use CACHE_MODE=OPTIMIZE_SPEED",
+                key="CACHE_MODE",
+            )
+        return export_weightless(self.parsed.blob, self.weightless_bin, str(self.parsed.meta.get("model_name", "")))
 
     def get_property(self, name: str) -> Any:
         meta = self.parsed.meta
@@ -431,6 +448,7 @@ class NpuCompiledModel(DeviceCompiledModel):
             "NPU_EMU_WEIGHTS_BANK": "YES" if self.parsed.banked is not None else "NO",
             "NPUW_WEIGHTS_BANK": self.bank_name,
             "DEVICE_ID": "NPU",
+            "CACHE_MODE": "OPTIMIZE_SPEED" if self.weightless_bin is None else "OPTIMIZE_SIZE",
         }
         if name == "SUPPORTED_PROPERTIES":
             return sorted([*table, "NPU_EMU_COST_MODEL_US", "SUPPORTED_PROPERTIES"])
@@ -511,10 +529,22 @@ class NpuDevice(Device):
         # banked (the default): the blob comes split, its weights left in the model's constants,
         # which the bank adopts (no copy of the weights between the IR and the device)
         banked = NpuOptions.parse(config).weights_bank
+        mode = as_choice("CACHE_MODE", config.get("CACHE_MODE") or "OPTIMIZE_SPEED", CACHE_MODES)
         blob = compile_to_blob(model, config, split=banked)
-        return NpuCompiledModel(blob, self, config)
+        cm = NpuCompiledModel(blob, self, config)
+        if mode == "OPTIMIZE_SIZE":
+            # the IR .bin the weightless export refers to: WEIGHTS_PATH, else the file it was read from
+            explicit = config.get("WEIGHTS_PATH")
+            rt_key = "__weights_path"
+            cm.weightless_bin = str(explicit) if explicit else (
+                str(model.get_rt_info(rt_key).astype(str)) if model.has_rt_info(rt_key) else "")
+        return cm
 
     def import_model(self, blob: bytes, config: Mapping[str, Any]) -> NpuCompiledModel:
+        from ov_npu_emu_npu.weightless import import_weightless, is_weightless
+
+        if is_weightless(blob):  # exported with CACHE_MODE=OPTIMIZE_SIZE: WEIGHTS_PATH / MODEL_PTR
+            blob = import_weightless(bytes(blob), config)
         return NpuCompiledModel(bytes(blob), self, config)
 
 
