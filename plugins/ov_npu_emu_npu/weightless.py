@@ -172,7 +172,7 @@ class WeightsSource:
             self._by_hash = {}
             for op in model.get_ordered_ops():
                 if op.get_type_name() == "Constant" and op.get_byte_size() >= MIN_REF_BYTES:
-                    raw = memoryview(np.ascontiguousarray(op.data)).cast("B")
+                    raw = np.ascontiguousarray(op.data).data.cast("B")
                     self._by_hash.setdefault(hashlib.sha256(raw).digest(), raw)
         else:
             raise ConfigError(
