@@ -57,7 +57,7 @@ _logging_configured = False
 
 #: NPUW's default generate sub-config on the CPU device: a generate-side sub-model whose per-step
 #: work (constant bytes + its KV window in f32) is at most this runs single-threaded.  Measured
-#: on 2 cores (docs/npuw.md "Default generate sub-config on CPU"): below ~1.5 MiB the CPU
+#: on 2 cores (docs/performance_log.md "Default generate sub-config on CPU"): below ~1.5 MiB the CPU
 #: plugin's per-node 2-thread synchronisation costs more than the second thread saves.
 CPU_SINGLE_THREAD_STEP_BYTES = 3 << 19
 
@@ -358,8 +358,9 @@ def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCo
 def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") -> LLMCompiledModel:
     device = pick_device(core, cfg.devices)
     if cfg.grouped_attention is None:
-        # Measured (docs/npuw.md): on the CPU plugin the grouped form saves ~25% per generate
-        # step; on the emulated NPU one SDPA SHAVE task beats five tasks.
+        # Measured (docs/performance_log.md, "Grouped attention and the head's threads"): on the
+        # CPU plugin the grouped form saves time per generate step; on the emulated NPU one SDPA
+        # SHAVE task beats five tasks.
         cfg = dataclasses.replace(cfg, grouped_attention=device == "CPU")
     if cfg.ladder and device != "CPU":
         # the emulated NPU keeps one static prefill and skips the padded rows on the device
@@ -453,8 +454,8 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") 
             else:
                 pyramid[size] = compiled
         elif kind == "head":
-            # No single-thread default here: run inline right after a variant, the head took
-            # 85 µs with one thread vs 29 µs with the plugin's own choice (docs/npuw.md).
+            # No single-thread default here: run inline right after a variant, the head is
+            # faster with the plugin's own thread choice (docs/performance_log.md).
             head_config = (
                 generate_config if cfg.head_config is None else {**cfg.head_config, **bank}
             )
