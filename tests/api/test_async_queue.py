@@ -34,7 +34,8 @@ def _run(queue_cls, compiled, jobs: int, n: int) -> tuple[dict[int, np.ndarray],
         queue.start_async({"x": np.arange(8, dtype=np.float32)[None] - i}, i)
     queue.wait_all()
     assert len(queue) == jobs and queue.is_ready()
-    assert sorted(queue.userdata) == list(range(n - jobs, n))
+    # each request's last userdata: distinct, and the last one started among them
+    assert len(set(queue.userdata)) == jobs and set(queue.userdata) <= set(range(n)) and n - 1 in queue.userdata
     return out, threads
 
 
@@ -108,3 +109,16 @@ def test_bad_arguments_are_typed_errors():
         queue[5]
     with pytest.raises(UserInputError, match="callable"):
         queue.set_callback(42)
+
+
+def test_an_infer_request_callback_error_is_raised_by_wait():
+    request = ov.Core().compile_model(_model(), "CPU").create_infer_request()
+    request.set_callback(lambda userdata: 1 / 0, None)
+    request.start_async({"x": np.ones((1, 8), np.float32)})
+    with pytest.raises(ZeroDivisionError):
+        request.wait()
+    request.set_callback(lambda userdata: None, None)
+    for _ in range(3):  # the request's worker goes on
+        request.start_async({"x": np.ones((1, 8), np.float32)})
+        assert request.wait_for(10_000)
+    np.testing.assert_array_equal(request.get_output_tensor(0).data, np.full((1, 8), 2.0, np.float32))
