@@ -5,11 +5,11 @@ from __future__ import annotations
 import copy
 import datetime
 import functools
-import json
 import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from genai_shim.template_sandbox import bounded_environment, render
 from ov_npu_emu.errors import ConfigError, UserInputError
 
 __all__ = ["ChatHistory", "render_chat_template"]
@@ -87,12 +87,6 @@ def _raise_exception(message: str) -> None:
     raise ConfigError(f"Chat template raised an exception: {message}")
 
 
-def _tojson(
-    value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False
-) -> str:
-    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
-
-
 def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
@@ -118,13 +112,11 @@ def _generation_extension() -> Any:
 def _compile(template: str) -> Any:
     try:
         from jinja2 import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError as e:  # jinja2 is a declared dependency; say so if it is missing
         raise ConfigError("chat templates need jinja2: pip install jinja2") from e
-    env = ImmutableSandboxedEnvironment(
+    env = bounded_environment(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _generation_extension()]
     )
-    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     try:
@@ -149,13 +141,13 @@ def render_chat_template(
     """Render ``template`` with the variables HF templates expect, after the real engine's
     rewrites for what the template cannot render (``genai_shim.chat_polyfills``; ``caps``: the
     template's probed capabilities, probed here when not given)."""
-    from jinja2 import TemplateError
-
     if polyfills:
         from genai_shim.chat_polyfills import polyfilled_messages, probe
 
         try:
             messages = polyfilled_messages(messages, tools, caps or probe(template, bos_token, eos_token))
+        except ConfigError:
+            raise
         except ValueError as e:
             raise ConfigError(f"Chat template rendering failed: {e}") from e
     ctx: dict[str, Any] = dict(extra_context or {})
@@ -168,9 +160,4 @@ def render_chat_template(
     )
     if tools:
         ctx["tools"] = tools
-    try:
-        return _compile(template).render(**ctx)
-    except ConfigError:
-        raise
-    except TemplateError as e:
-        raise ConfigError(f"Chat template rendering failed: {e}") from e
+    return render(_compile(template), ctx)

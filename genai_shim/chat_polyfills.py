@@ -16,6 +16,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from genai_shim.template_sandbox import ChatTemplateLimitError
+
 __all__ = ["TemplateCaps", "polyfilled_messages", "probe"]
 
 _USER_NEEDLE = "<User Needle>"
@@ -38,6 +40,8 @@ def _raw(template: str, messages: list[dict[str, Any]], tools: Any, bos: str, eo
             template, messages, add_generation_prompt=False, bos_token=bos, eos_token=eos,
             tools=tools, polyfills=False,
         )
+    except ChatTemplateLimitError:  # a template past the sandbox's budgets fails, not a probe
+        raise
     except Exception:  # noqa: BLE001 - a template that cannot render a probe lacks that feature
         return ""
 
@@ -142,6 +146,8 @@ def _tool_call_example(template: str, bos: str, eos: str, caps: TemplateCaps) ->
                                       eos_token=eos, caps=caps)
         full = render_chat_template(template, [user, call_msg], add_generation_prompt=False,
                                     bos_token=bos, eos_token=eos, caps=caps)
+    except ChatTemplateLimitError:
+        raise
     except Exception as e:  # noqa: BLE001 - the real prints and renders without an example
         sys.stderr.write(f"Failed to generate tool call example: {e}\n")
         return ""
