@@ -218,7 +218,9 @@ class GenerationConfig:
         for k, v in kwargs.items():
             setattr(self, k, v)
         if eos is not None:
-            self.set_eos_token_id(int(eos))
+            object.__setattr__(self, "eos_token_id", int(eos))
+        if self.eos_token_id != -1:  # as the real: an update keeps EOS among the stop tokens
+            self.set_eos_token_id(self.eos_token_id)
 
     def set_eos_token_id(self, tokenizer_eos_token_id: int) -> None:
         """Set EOS and make it a stop token (``stop_token_ids`` always contains EOS)."""
@@ -265,6 +267,11 @@ class GenerationConfig:
             if not cond:
                 raise ConfigError(msg)
 
+        need(
+            self.eos_token_id == -1 or self.eos_token_id in self.stop_token_ids,
+            "'stop_token_ids' must contain 'eos_token_id'. Please, call 'set_eos_token_id' with "
+            "'eos_token_id' value",
+        )
         for t in self.stop_token_ids:
             need(t >= 0, f"'stop_token_ids' must be non-negative, but it contains a value {t}")
         if self.ignore_eos:
@@ -330,6 +337,10 @@ class GenerationConfig:
                 0.0 < self.top_p <= 1.0,
                 f"When 'do_sample' is true, top_p must be a positive float > 0.0 and <= 1.0, but got {self.top_p:g}",
             )
+            need(
+                0.0 <= self.min_p < 1.0,
+                f"When 'do_sample' is true, min_p must be in [0.0, 1.0), but got {self.min_p:g}",
+            )
         else:
             need(
                 self.num_return_sequences == 1 or self.is_beam_search(),
@@ -375,6 +386,11 @@ class GenerationConfig:
                 self.assistant_confidence_threshold == 0 or self.num_assistant_tokens == 0,
                 "Parameters `assistant_confidence_threshold` and `num_assistant_tokens` are "
                 "mutually exclusive in `GenerationConfig`",
+            )
+        if self.num_assistant_tokens == 0:
+            need(
+                self.max_ngram_size == 0,
+                "'max_ngram_size' should be set to default value 0 when prompt lookup is disabled",
             )
 
         if self.structured_output_config is not None:

@@ -24,12 +24,17 @@ BAD = {
     "beams_lt_n": {"max_new_tokens": 10, "num_beams": 4, "num_return_sequences": 5},
     "negative_stop_id": {"max_new_tokens": 10, "stop_token_ids": {-1}},
     "ignore_eos_unbounded": {"ignore_eos": True},
+    "min_p_1": {"max_new_tokens": 10, "do_sample": True, "min_p": 1.0},
+    "min_p_-0.1": {"max_new_tokens": 10, "do_sample": True, "min_p": -0.1},
+    "ngram_without_assistant": {"max_new_tokens": 10, "max_ngram_size": 3},
 }
 GOOD = [
     {"eos_token_id": 2},
     {"max_length": 10},
     {"ignore_eos": True, "max_new_tokens": 5},
     {"max_new_tokens": 3, "echo": True},
+    {"max_new_tokens": 3, "min_p": 2.0},  # min_p is checked for sampling only
+    {"max_new_tokens": 3, "max_ngram_size": 3, "num_assistant_tokens": 5},
 ]
 
 
@@ -123,3 +128,18 @@ def test_eos_and_max_length_rules():
     assert cfg.get_max_new_tokens(4) == 2
     with pytest.raises(AttributeError):
         cfg.no_such_field = 1
+
+
+def test_an_eos_set_as_an_attribute_must_be_a_stop_token(real_genai):
+    """The real keeps eos_token_id and stop_token_ids apart on attribute assignment; validate()
+    then asks for set_eos_token_id."""
+    messages = []
+    for mod in (real_genai, genai_shim):
+        cfg = mod.GenerationConfig(max_new_tokens=5)
+        cfg.eos_token_id = 7
+        with pytest.raises(RuntimeError) as err:
+            cfg.validate()
+        messages.append(str(err.value).strip().splitlines()[-1])
+        cfg.set_eos_token_id(7)
+        cfg.validate()
+    assert messages[0] == messages[1]
