@@ -10,14 +10,14 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from genai_shim.continuous_batching.block_manager import BlockManager
-from genai_shim.continuous_batching.forks import BeamGroup, fork_request
-from genai_shim.continuous_batching.paged_model import PagedModel
-from genai_shim.continuous_batching.scheduler import Request, Scheduler
 from genai_shim.enums import BindingEnum
 from genai_shim.generation_config import GenerationConfig, check_supported
 from genai_shim.lora_controller import AdapterController, resolve_adapters
 from genai_shim.model_folder import MODEL_XML, model_folder
+from genai_shim.paged.block_manager import BlockManager
+from genai_shim.paged.forks import BeamGroup, fork_request
+from genai_shim.paged.paged_model import PagedModel
+from genai_shim.paged.scheduler import Request, Scheduler
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler

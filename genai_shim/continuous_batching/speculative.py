@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from genai_shim.continuous_batching.block_manager import BlockManager
-from genai_shim.continuous_batching.paged_model import PagedModel
 from genai_shim.decoding import STREAMER_FINISH, RunningSequence, encoded_results, stream_chunk
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
 from genai_shim.model_folder import MODEL_XML
+from genai_shim.paged.block_manager import BlockManager
+from genai_shim.paged.paged_model import PagedModel
 from genai_shim.perf_metrics import RawPerfMetrics, SDPerModelsPerfMetrics
 from genai_shim.results import EncodedResults, GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler

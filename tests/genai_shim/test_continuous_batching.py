@@ -284,7 +284,7 @@ def test_llm_pipeline_cpu_batch_runs_paged_backend(
 def test_llm_pipeline_falls_back_to_stateful_like_the_real(
     stories_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from genai_shim.continuous_batching import paged_model
+    from genai_shim.paged import paged_model
 
     def broken(model: Any) -> bool:
         raise ConfigError("no paged attention for this model")

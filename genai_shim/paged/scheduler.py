@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from genai_shim.continuous_batching.block_manager import BlockManager
+from genai_shim.paged.block_manager import BlockManager
 
 __all__ = ["Request", "ScheduledChunk", "Scheduler"]
 
