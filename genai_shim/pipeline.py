@@ -16,7 +16,6 @@ from genai_shim.chat import ChatHistory
 from genai_shim.chat_session import ChatSession, require_template
 from genai_shim.continuous_batching.llm_backend import PagedBackend
 from genai_shim.continuous_batching.pipeline import SchedulerConfig
-from genai_shim.continuous_batching.speculative import CBSpeculativeDecoder, uses_continuous_batching
 from genai_shim.decoding import (
     STREAMER_FINISH,
     OneRow,
@@ -38,7 +37,9 @@ from genai_shim.pipeline_args import encoded_inputs, parse_ctor, parse_memory_ct
 from genai_shim.prompt_lookup import run_prompt_lookup
 from genai_shim.results import DecodedResults, EncodedResults, echo_prompts
 from genai_shim.sampling import Sampler
-from genai_shim.speculative import DraftModel, SpeculativeDecoder, generate_speculative
+from genai_shim.speculative.draft import DraftModel
+from genai_shim.speculative.paged import CBSpeculativeDecoder, uses_continuous_batching
+from genai_shim.speculative.stateful import SpeculativeDecoder, generate_speculative
 from genai_shim.stateful_beam import run_beam_search
 from genai_shim.stop_strings import stop_window
 from genai_shim.streamers import EchoStreamer, StreamingStatus, make_streamer

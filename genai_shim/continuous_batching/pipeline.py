@@ -281,7 +281,7 @@ class ContinuousBatchingPipeline:
         core = _make_core()
         self._spec = None
         if draft is not None:
-            from genai_shim.continuous_batching.speculative_api import attach_to_pipeline
+            from genai_shim.speculative.cb_api import attach_to_pipeline
 
             attach_to_pipeline(self, core, folder, props, draft, scheduler_config, adapters)
             self._load_time = (time.perf_counter() - t0) * 1000.0
@@ -355,7 +355,7 @@ class ContinuousBatchingPipeline:
 
     def add_request(self, request_id: int, prompt: Any, generation_config: GenerationConfig) -> GenerationHandle:
         if self._spec is not None:  # speculative decoding (speculative_api.py)
-            from genai_shim.continuous_batching.speculative_api import add_request
+            from genai_shim.speculative.cb_api import add_request
 
             return add_request(self, request_id, prompt, generation_config)  # type: ignore[return-value]
         if isinstance(prompt, str):
@@ -470,7 +470,7 @@ class ContinuousBatchingPipeline:
     def step(self) -> None:
         """Schedule, run one model call over every scheduled chunk, sample, retire finished."""
         if self._spec is not None:
-            from genai_shim.continuous_batching.speculative_api import step
+            from genai_shim.speculative.cb_api import step
 
             return step(self)
         running = [s for s in self._states if s.status == GenerationStatus.RUNNING]
@@ -595,7 +595,7 @@ class ContinuousBatchingPipeline:
 
     def generate(self, prompts: Any, generation_config: Any = None, streamer: Any = None) -> list[GenerationResult]:
         if self._spec is not None:
-            from genai_shim.continuous_batching.speculative_api import generate_pipeline
+            from genai_shim.speculative.cb_api import generate_pipeline
 
             return generate_pipeline(self, prompts, generation_config, streamer)
         start = time.perf_counter()

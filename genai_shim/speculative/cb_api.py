@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from genai_shim.continuous_batching.speculative import CBSpeculativeDecoder, _Request
 from genai_shim.generation_config import GenerationConfig
 from genai_shim.results import GenerationFinishReason
+from genai_shim.speculative.paged import CBSpeculativeDecoder, _Request
 from ov_npu_emu.errors import ConfigError, UserInputError
 
 __all__ = ["add_request", "attach_to_pipeline", "generate_pipeline", "step", "SpeculativeHandle"]
@@ -25,7 +25,7 @@ def attach_to_pipeline(pipe: Any, core: Any, folder: Path, props: dict[str, Any]
     """``ContinuousBatchingPipeline(..., properties={"draft_model": ...})``: the pipeline's
     ``generate`` runs speculative decoding (the real's SpeculativeDecodingImpl)."""
     from genai_shim.continuous_batching.pipeline import PipelineMetrics
-    from genai_shim.speculative import DraftModel
+    from genai_shim.speculative.draft import DraftModel
 
     if not isinstance(draft, DraftModel):
         raise ConfigError(

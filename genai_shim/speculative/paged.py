@@ -44,15 +44,14 @@ from genai_shim.paged.paged_model import PagedModel
 from genai_shim.perf_metrics import RawPerfMetrics, SDPerModelsPerfMetrics
 from genai_shim.results import EncodedResults, GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler
+from genai_shim.speculative.draft import DEFAULT_NUM_ASSISTANT_TOKENS, tokenizers_equal
 from genai_shim.stop_strings import match_stop_string, stop_window
 from genai_shim.streamers import StreamingStatus, make_streamer
 from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import ConfigError, KVCacheFullError, UserInputError
 
-__all__ = ["CBSpeculativeDecoder", "uses_continuous_batching", "DEFAULT_NUM_ASSISTANT_TOKENS"]
+__all__ = ["CBSpeculativeDecoder", "uses_continuous_batching"]
 
-#: the real's ``default_num_assistant_tokens`` when neither field is set
-DEFAULT_NUM_ASSISTANT_TOKENS = 5
 #: the dynamic cache's first size (it doubles on demand, as our ContinuousBatchingPipeline's)
 _FIRST_BLOCKS = 8
 
@@ -364,7 +363,6 @@ class CBSpeculativeDecoder:
         tokenizer: Tokenizer,
         scheduler_config: Any = None,
     ) -> None:
-        from genai_shim.speculative import tokenizers_equal
 
         if not tokenizers_equal(tokenizer, Tokenizer(draft.models_path)):
             raise ConfigError(
