@@ -390,8 +390,7 @@ def generate_speculative(
         ids, mask = encoded_inputs(inputs)
         res = spec.generate(ids, mask, config, streamer)
         res.perf_metrics.raw_metrics.generate_durations = [(time.perf_counter() - start) * 1e6]
-        res.perf_metrics._evaluated = False
-        res.perf_metrics.evaluate_statistics(start)
+        res.perf_metrics.reevaluate(start)
         return res
     t0 = time.perf_counter()
     as_str = isinstance(inputs, str)
@@ -465,8 +464,7 @@ def generate_speculative(
     raw.detokenization_durations = [(time.perf_counter() - t1) * 1e6]
     raw.generate_durations = [(time.perf_counter() - start) * 1e6]
     pm.load_time = load_time
-    pm._evaluated = False
-    pm.evaluate_statistics(start)
+    pm.reevaluate(start)
     out.perf_metrics = pm
     out.extended_perf_metrics = res.extended_perf_metrics
     return out.texts[0] if as_str else out

@@ -12,6 +12,7 @@ import pytest
 
 import genai_shim
 from genai_shim.continuous_batching import BlockManager
+from genai_shim.llm.paged import PagedLLM
 from ov_npu_emu.errors import ConfigError, KVBlockError, KVCacheFullError, UserInputError
 
 from .conftest import F32
@@ -266,8 +267,8 @@ def test_llm_pipeline_cpu_batch_runs_paged_backend(
     ours = pipelines("ours", stories_dir, **F32)
     real = pipelines("real", stories_dir, **F32)
     calls: list[int] = []
-    run = ours._pa.run
-    monkeypatch.setattr(ours._pa, "run", lambda *a, **k: calls.append(1) or run(*a, **k))
+    run = ours._impl.backend.run
+    monkeypatch.setattr(ours._impl.backend, "run", lambda *a, **k: calls.append(1) or run(*a, **k))
     got = ours.generate(prompts, max_new_tokens=30, stop_strings={"park"})
     want = real.generate(prompts, max_new_tokens=30, stop_strings={"park"})
     assert calls == [1]  # the paged backend ran
@@ -278,7 +279,7 @@ def test_llm_pipeline_cpu_batch_runs_paged_backend(
     ours.generate("Once upon a time", max_new_tokens=5, num_beams=2)
     assert calls == [1]
     sdpa = genai_shim.LLMPipeline(str(stories_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
-    assert sdpa._pa is None
+    assert not isinstance(sdpa._impl, PagedLLM)
 
 
 def test_llm_pipeline_falls_back_to_stateful_like_the_real(
@@ -291,7 +292,7 @@ def test_llm_pipeline_falls_back_to_stateful_like_the_real(
 
     monkeypatch.setattr(paged_model, "prepare_paged_model", broken)
     pipe = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)  # default PA: falls back
-    assert pipe._pa is None
+    assert not isinstance(pipe._impl, PagedLLM)
     assert pipe.generate("Once upon a time", max_new_tokens=5)
     with pytest.raises(ConfigError, match="no paged attention"):  # asked for: re-raised
         genai_shim.LLMPipeline(str(stories_dir), "CPU", ATTENTION_BACKEND="PA", **F32)

@@ -16,10 +16,13 @@ from genai_shim.continuous_batching.pipeline import (
 )
 from genai_shim.decoding import STREAMER_FINISH, stream_tokens
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
+from genai_shim.llm.base import DecodeCall, LLMPipelineImplBase
 from genai_shim.perf_metrics import PerfMetrics
-from genai_shim.streamers import StreamerBase, StreamingStatus
+from genai_shim.results import EncodedResults, echo_prompts
+from genai_shim.streamers import EchoStreamer, StreamerBase, StreamingStatus
+from genai_shim.tokenizer import Tokenizer
 
-__all__ = ["PagedBackend"]
+__all__ = ["PagedBackend", "PagedLLM"]
 
 
 class PagedBackend:
@@ -111,8 +114,6 @@ class PagedBackend:
     def beam_search(self, seqs: list[Any], config: GenerationConfig, perf: PerfMetrics) -> Any:
         """Beam search for every prompt of ``seqs``: the best ``num_return_sequences`` beams
         per prompt, prompt after prompt, as EncodedResults."""
-        from genai_shim.results import EncodedResults
-
         eng = self.engine
         eng.apply_adapters([config])
         states = [eng._new_state(list(s.prompt), config) for s in seqs]
@@ -141,3 +142,37 @@ class PagedBackend:
                 res.finish_reasons.append(finish)
         res.perf_metrics = perf
         return res
+
+
+class PagedLLM(LLMPipelineImplBase):
+    """openvino.genai's ContinuousBatchingAdapter: every call of the CPU LLMPipeline on the
+    continuous-batching engine (greedy, parallel sampling, beam search, chat, ``echo``)."""
+
+    def __init__(
+        self, backend: PagedBackend, tokenizer: Tokenizer, config: GenerationConfig, *, lora: bool = False
+    ) -> None:
+        super().__init__(tokenizer, config, paged_rules=True, lora=lora)
+        self._pa = backend
+
+    @property
+    def backend(self) -> PagedBackend:
+        return self._pa
+
+    def logits_model(self) -> Any:
+        return self._pa.engine.compiled
+
+    def decode(self, call: DecodeCall) -> EncodedResults:
+        seqs, config, stream = call.seqs, call.config, call.stream
+        if config.is_beam_search():
+            res = self._pa.beam_search(seqs, config, call.perf)
+            return echo_prompts(res, call.prompts) if config.echo else res
+        if config.echo and stream is not None:
+            # the real's first write carries the prompt with the first token (one list)
+            stream = EchoStreamer(stream, seqs[0].prompt)
+        stream_stopped, self.cancelled = self._pa.run(seqs, config, self._sampler, stream, call.perf, call.stop_window)
+        if stream is not None:
+            if not stream_stopped:
+                stream_tokens(stream, seqs[0], 0)
+            stream.end()
+        res = self.encoded_results(seqs, call.perf, call.keep_kv)
+        return echo_prompts(res, call.prompts) if config.echo else res
