@@ -9,16 +9,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from genai_shim.continuous_batching.pipeline import (
-    ContinuousBatchingPipeline,
-    GenerationStatus,
-    SchedulerConfig,
-)
+from genai_shim.continuous_batching.impl import make_core, make_impl
 from genai_shim.decoding import STREAMER_FINISH, stream_tokens
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
 from genai_shim.llm.base import DecodeCall, LLMPipelineImplBase
+from genai_shim.paged.engine import PagedEngine
+from genai_shim.paged.scheduler import SchedulerConfig
 from genai_shim.perf_metrics import PerfMetrics
-from genai_shim.results import EncodedResults, echo_prompts
+from genai_shim.results import EncodedResults, GenerationStatus, echo_prompts
 from genai_shim.streamers import EchoStreamer, StreamerBase, StreamingStatus
 from genai_shim.tokenizer import Tokenizer
 
@@ -26,7 +24,7 @@ __all__ = ["PagedBackend", "PagedLLM"]
 
 
 class PagedBackend:
-    """A ContinuousBatchingPipeline owned by an LLMPipeline, built on first use."""
+    """A continuous-batching engine owned by an LLMPipeline, built on first use."""
 
     def __init__(
         self,
@@ -43,13 +41,15 @@ class PagedBackend:
             scheduler_config.max_num_batched_tokens = SIZE_MAX
             scheduler_config.enable_prefix_caching = True
         self._args = (folder, tokenizer, device, dict(props), scheduler_config)
-        self._engine: ContinuousBatchingPipeline | None = None
+        self._engine: PagedEngine | None = None
 
     @property
-    def engine(self) -> ContinuousBatchingPipeline:
+    def engine(self) -> PagedEngine:
         if self._engine is None:
             folder, tokenizer, device, props, sc = self._args
-            self._engine = ContinuousBatchingPipeline(folder, tokenizer, sc, device, props)
+            engine = make_impl(make_core, folder, tokenizer, sc, device, dict(props))
+            assert isinstance(engine, PagedEngine)  # no draft_model here
+            self._engine = engine
         return self._engine
 
     def run(
@@ -69,24 +69,24 @@ class PagedBackend:
         # parallel sampling: ``seqs`` holds n consecutive sequences per prompt, one request
         # (one state whose members fork from the prompt's sequence) serves all n
         n = int(config.num_return_sequences) if config.is_multinomial() else 1
-        states = [eng._new_state(list(s.prompt), config) for s in seqs[::n]]
+        states = [eng.new_state(list(s.prompt), config) for s in seqs[::n]]
         for s, st in zip(seqs[::n], states, strict=False):
             st.max_new = s.max_new
             st.sampler = sampler  # one seeded stream per generate() call, as the SDPA path
             for m in st.members or ():
                 m.max_new, m.sampler = st.max_new, st.sampler
-        eng._states.extend(states)
+        eng.add_states(states)
         raw = perf.raw_metrics
         stream_stopped = cancelled = False
         try:
             while eng.has_non_finished_requests():
                 eng.step()
                 t1 = time.perf_counter()
-                raw.m_inference_durations[0] += eng._metrics.inference_duration
-                if eng._last_batch > 0:
-                    raw.m_token_infer_durations.append(eng._metrics.inference_duration)
+                raw.m_inference_durations[0] += eng.get_metrics().inference_duration
+                if eng.last_batch > 0:
+                    raw.m_token_infer_durations.append(eng.get_metrics().inference_duration)
                     raw.m_new_token_times.append(t1)
-                    raw.m_batch_sizes.append(eng._last_batch)
+                    raw.m_batch_sizes.append(eng.last_batch)
                 if stream is not None and not stream_stopped:
                     s0, st0 = seqs[0], states[0]
                     s0.tokens = st0.req.generated
@@ -97,12 +97,12 @@ class PagedBackend:
                     if stream_stopped and st0.status == GenerationStatus.RUNNING:
                         s0.finish = STREAMER_FINISH[status]
                         cancelled = status == StreamingStatus.CANCEL
-                        eng._finish(st0, GenerationStatus.STOP, keep=True)
+                        eng.finish(st0, GenerationStatus.STOP, keep=True)
                         st0.finish = s0.finish
         finally:
             for st in states:
-                eng._finish(st, GenerationStatus.CANCEL, keep=False)
-            eng._states = [st for st in eng._states if st not in states]
+                eng.finish(st, GenerationStatus.CANCEL, keep=False)
+            eng.drop_states(states)
         outs = [o for st in states for o in st.outputs()]
         for s, (tokens, logps, _, finish) in zip(seqs, outs, strict=False):
             s.tokens = list(tokens)
@@ -116,24 +116,24 @@ class PagedBackend:
         per prompt, prompt after prompt, as EncodedResults."""
         eng = self.engine
         eng.apply_adapters([config])
-        states = [eng._new_state(list(s.prompt), config) for s in seqs]
+        states = [eng.new_state(list(s.prompt), config) for s in seqs]
         for s, st in zip(seqs, states, strict=False):
             if s.max_new != st.max_new:
                 st.max_new = st.beams.group.max_new_tokens = s.max_new
-        eng._states.extend(states)
+        eng.add_states(states)
         raw = perf.raw_metrics
         try:
             while eng.has_non_finished_requests():
                 eng.step()
-                raw.m_inference_durations[0] += eng._metrics.inference_duration
-                if eng._last_batch > 0:
-                    raw.m_token_infer_durations.append(eng._metrics.inference_duration)
+                raw.m_inference_durations[0] += eng.get_metrics().inference_duration
+                if eng.last_batch > 0:
+                    raw.m_token_infer_durations.append(eng.get_metrics().inference_duration)
                     raw.m_new_token_times.append(time.perf_counter())
-                    raw.m_batch_sizes.append(eng._last_batch)
+                    raw.m_batch_sizes.append(eng.last_batch)
         finally:
             for st in states:
-                eng._finish(st, GenerationStatus.CANCEL, keep=False)
-            eng._states = [st for st in eng._states if st not in states]
+                eng.finish(st, GenerationStatus.CANCEL, keep=False)
+            eng.drop_states(states)
         res = EncodedResults()
         for st in states:
             for tokens, _, score, finish in st.outputs():

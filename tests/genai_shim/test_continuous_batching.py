@@ -90,7 +90,7 @@ def test_four_prompts_real_texts(ours: Any, real_results: list[Any]) -> None:
     assert [r.m_request_id for r in res] == [r.m_request_id for r in real_results]
     assert not ours.has_non_finished_requests()
     # every block went back to the free list
-    assert ours._blocks.num_free_blocks == ours._blocks.num_blocks
+    assert ours._impl._blocks.num_free_blocks == ours._impl._blocks.num_blocks
 
 
 def _long(mod: Any) -> list[Any]:
@@ -112,7 +112,7 @@ def test_preemption_keeps_texts(real_genai: Any, stories_dir: Path) -> None:
     res = pipe.generate(PROMPTS, _long(genai_shim))
     assert pipe.get_metrics().preemptions > 0
     assert [r.m_generation_ids for r in res] == want
-    assert pipe._blocks.num_free_blocks == 4
+    assert pipe._impl._blocks.num_free_blocks == 4
 
 
 def test_prompt_larger_than_cache_is_a_typed_error(stories_dir: Path) -> None:
@@ -130,16 +130,17 @@ def test_forged_block_table_entry(ours: Any, real_results: list[Any]) -> None:
     handles = [ours.add_request(i, p, c) for i, (p, c) in enumerate(zip(PROMPTS, cfgs, strict=False))]
     ours.step()
     ours.step()
-    tables = ours._blocks.tables
+    tables = ours._impl._blocks.tables
     seq_a, seq_b = sorted(tables)[:2]
-    for forged in (10_000, -1, tables[seq_b][0], ours._blocks._free[0]):
+    for forged in (10_000, -1, tables[seq_b][0], ours._impl._blocks._free[0]):
         saved = tables[seq_a][0]
         tables[seq_a][0] = forged
-        before = [np.asarray(t.data).copy() for t in ours._model._caches]
+        before = [np.asarray(t.data).copy() for t in ours._impl._model._caches]
         with pytest.raises(KVBlockError, match="block"):
             ours.step()
         # nothing ran: the caches are byte-identical, the table is restored by hand
-        assert all(np.array_equal(b, np.asarray(t.data)) for b, t in zip(before, ours._model._caches, strict=False))
+        caches = ours._impl._model._caches
+        assert all(np.array_equal(b, np.asarray(t.data)) for b, t in zip(before, caches, strict=False))
         tables[seq_a][0] = saved
     while ours.has_non_finished_requests():
         ours.step()
@@ -202,7 +203,7 @@ def test_prefix_caching_reuses_blocks_and_keeps_texts(real_genai: Any, stories_d
         out[name] = texts
         if name == "ours":
             assert pipe.get_metrics().prefix_cache_hits > 0
-            assert pipe._blocks.num_free_blocks == 40  # cached blocks count as free (evictable)
+            assert pipe._impl._blocks.num_free_blocks == 40  # cached blocks count as free (evictable)
     assert out["ours"] == out["real"]
 
 
