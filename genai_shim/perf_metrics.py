@@ -242,7 +242,7 @@ class PerfMetrics:
             getattr(a, name).extend(getattr(b, name))
         res.num_generated_tokens += other.num_generated_tokens
         res.num_input_tokens += other.num_input_tokens
-        res._evaluated = False
+        res.reevaluate()
         return res
 
     def __iadd__(self, other: PerfMetrics) -> PerfMetrics:

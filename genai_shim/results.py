@@ -62,6 +62,10 @@ class DecodedResults:
         read-only and a copy on every access, as the real binding's."""
         return copy.deepcopy(self._parsed)
 
+    def set_parsed(self, parsed: list[dict[str, Any]]) -> None:
+        """The pipeline stores the parsers' messages (``parsed`` itself is read-only)."""
+        self._parsed = parsed
+
     def __str__(self) -> str:
         if len(self.texts) == 1:
             return self.texts[0]
