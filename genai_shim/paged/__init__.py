@@ -1,6 +1,7 @@
-"""The paged KV-cache engine under continuous batching (openvino.genai's ContinuousBatchingImpl
-internals): blocks (block_manager), scheduling (scheduler), the paged-attention model
-(paged_model), forks of parallel sampling and beam search (forks)."""
+"""The paged KV-cache engine under continuous batching (openvino.genai's ContinuousBatchingImpl):
+the engine itself (engine: requests, step, generate), blocks (block_manager), scheduling
+(scheduler), the paged-attention model (paged_model), forks of parallel sampling and beam search
+(forks)."""
 
 from __future__ import annotations
 
