@@ -57,13 +57,14 @@ def run_chat(pipe: Any, turns: int, tokens: int) -> list[tuple[int, float]]:
     import genai_shim
 
     fed: list[int] = []
-    orig = pipe._infer
+    impl = pipe._impl  # the implementation LLMPipeline chose (genai_shim/llm)
+    orig = impl._infer
 
     def spy(ids, mask, pos, beam, perf):  # count prefill tokens (the first call of each turn)
         fed.append(ids.shape[1])
         return orig(ids, mask, pos, beam, perf)
 
-    pipe._infer = spy
+    impl._infer = spy
     history = genai_shim.ChatHistory()
     out = []
     for q in QUESTIONS[:turns]:

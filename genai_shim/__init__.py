@@ -31,7 +31,7 @@ from genai_shim.parsers import (
 from genai_shim.perf_metrics import MeanStdPair, PerfMetrics, RawPerfMetrics, SummaryStats
 from genai_shim.pipeline import LLMPipeline, SchedulerConfig
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
-from genai_shim.speculative import draft_model
+from genai_shim.speculative.draft import draft_model
 from genai_shim.streamers import StreamerBase, StreamingStatus, TextStreamer
 from genai_shim.structured_output import (
     StructuralTagItem,

@@ -13,7 +13,6 @@ from genai_shim.generation_config import GenerationConfig
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import EncodedResults, GenerationFinishReason
 from genai_shim.sampling import LogitProcessor
-from genai_shim.speculative import continuation_feed
 from genai_shim.stop_strings import match_stop_string
 from genai_shim.streamers import StreamerBase, StreamingStatus, call_write, status_from_callback
 
@@ -23,6 +22,7 @@ __all__ = [
     "RunningSequence",
     "StatefulRequests",
     "check_finish",
+    "continuation_feed",
     "encoded_results",
     "stream_chunk",
     "stream_tokens",
@@ -34,6 +34,22 @@ STREAMER_FINISH = {
     StreamingStatus.CANCEL: GenerationFinishReason.NONE,
     StreamingStatus.TOOL_CALL_STOP: GenerationFinishReason.TOOL_CALL,
 }
+
+
+def continuation_feed(
+    ids: list[int], past: int, has_pos: bool, has_beam: bool
+) -> dict[str, np.ndarray]:
+    """Inputs of one batch-1 stateful call: ``ids`` after ``past`` tokens already in the KV."""
+    n = len(ids)
+    feed: dict[str, np.ndarray] = {
+        "input_ids": np.asarray([ids], dtype=np.int64),
+        "attention_mask": np.ones((1, past + n), dtype=np.int64),
+    }
+    if has_pos:
+        feed["position_ids"] = np.arange(past, past + n, dtype=np.int64)[None, :]
+    if has_beam:
+        feed["beam_idx"] = np.zeros(1, dtype=np.int32)
+    return feed
 
 
 class RunningSequence:

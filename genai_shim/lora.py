@@ -11,8 +11,9 @@ import json
 import os
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -187,6 +188,12 @@ class Adapter:
     def __bool__(self) -> bool:
         return self._valid
 
+    # -- used by the pipeline (lora_controller.py) ---------------------------------------------
+    @property
+    def layers(self) -> Mapping[str, LoRATensors]:
+        """The adapter's LoRA layers by tensor-name stem (read-only)."""
+        return MappingProxyType(self._layers)
+
     # Immutable and compared by identity (the real compares the shared implementation pointer):
     # a GenerationConfig copy must keep referring to the same adapter.
     def __copy__(self) -> Adapter:
@@ -332,25 +339,26 @@ class AdapterConfig:
 
     def updated(self, other: AdapterConfig) -> AdapterConfig:
         """The real's ``update``: adapters and alphas from ``other``; its mode unless MODE_AUTO."""
-        out = AdapterConfig(self._mode if other._mode == AdapterConfig.Mode.MODE_AUTO else other._mode)
-        out._adapters, out._alphas = list(other._adapters), list(other._alphas)
+        out = AdapterConfig(self._mode if other.mode == AdapterConfig.Mode.MODE_AUTO else other.mode)
+        out.set_adapters_and_alphas(other.get_adapters_and_alphas())
         return out
 
     def __copy__(self) -> AdapterConfig:
         out = AdapterConfig(self._mode)
-        out._adapters, out._alphas = list(self._adapters), list(self._alphas)
+        out.set_adapters_and_alphas(self.get_adapters_and_alphas())
         return out
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AdapterConfig:
         return self.__copy__()
 
     def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AdapterConfig) or self._mode != other.mode:
+            return False
+        theirs = other.get_adapters_and_alphas()
         return (
-            isinstance(other, AdapterConfig)
-            and self._mode == other._mode
-            and len(self._adapters) == len(other._adapters)
-            and all(a is b for a, b in zip(self._adapters, other._adapters, strict=True))
-            and self._alphas == other._alphas
+            len(self._adapters) == len(theirs)
+            and all(a is b for a, (b, _) in zip(self._adapters, theirs, strict=True))
+            and self._alphas == [w for _, w in theirs]
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable

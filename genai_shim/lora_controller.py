@@ -60,12 +60,12 @@ def _find_layer(adapter: Adapter, node_name: str) -> LoRATensors | None:
     """The real's LoRAWeightGetterDefault: the first (in name order) layer of ``adapter`` whose
     name, without the prefix, occurs in the node name or in it with dots as underscores."""
     variants = (node_name, node_name.replace(".", "_"))
-    for layer in sorted(adapter._layers):
+    for layer in sorted(adapter.layers):
         if not layer.startswith(TENSOR_NAME_PREFIX):
             continue
         short = layer[len(TENSOR_NAME_PREFIX) :]
         if any(short in v for v in variants):
-            return adapter._layers[layer]
+            return adapter.layers[layer]
     return None
 
 
@@ -73,7 +73,7 @@ def _layer_names_used(adapter: Adapter, node_names: list[str]) -> set[str]:
     used = set()
     for name in node_names:
         variants = (name, name.replace(".", "_"))
-        for layer in sorted(adapter._layers):
+        for layer in sorted(adapter.layers):
             if layer.startswith(TENSOR_NAME_PREFIX) and any(layer[len(TENSOR_NAME_PREFIX) :] in v for v in variants):
                 used.add(layer)
                 break
@@ -150,7 +150,7 @@ class AdapterController:
             self._inject(model, node, found, mode)
         names = [n.get_friendly_name() for n in matmuls]
         for a in self._config.get_adapters():
-            unused = sorted(set(a._layers) - _layer_names_used(a, names))
+            unused = sorted(set(a.layers) - _layer_names_used(a, names))
             if unused:  # the real prints the same warning to stderr
                 logger.warning(
                     "There unused LoRA tensors. The result of generation can be not accurate. Check if "

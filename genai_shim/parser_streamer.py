@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,6 +34,10 @@ def _upper_bound(values: list[int], value: int) -> int:
     return first
 
 
+#: the ``write`` wrappers :func:`_split_write` made: a class whose own ``write`` is one is not wrapped again
+_SPLIT_WRITES: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
+
+
 def _split_write(message_write: Callable[[Any, Message], Any]) -> Callable[[Any, Any], Any]:
     """A subclass's ``write(message)`` next to the token ``write`` the pipeline calls.
 
@@ -46,7 +51,7 @@ def _split_write(message_write: Callable[[Any, Message], Any]) -> Callable[[Any,
             return message_write(self, arg)
         return TextStreamer.write(self, arg)
 
-    write._splits_tokens = True  # type: ignore[attr-defined]
+    _SPLIT_WRITES.add(write)
     return write
 
 
@@ -65,7 +70,7 @@ class TextParserStreamer(TextStreamer):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("write")
-        if own is not None and not getattr(own, "_splits_tokens", False):
+        if own is not None and own not in _SPLIT_WRITES:
             cls.write = _split_write(own)  # type: ignore[method-assign]
 
     def __init__(self, tokenizer: Any, parsers: Sequence[IncrementalParser] = ()) -> None:
@@ -132,7 +137,7 @@ class TextParserStreamer(TextStreamer):
         delta: Message = {}
         parser_status = StreamingStatus.RUNNING
         for parser in self._parsers:
-            delta, delta_text = parser._run(delta, delta_text, delta_tokens)
+            delta, delta_text = parser.parse_delta(delta, delta_text, delta_tokens)
             parser_status = parser.get_status()
             if parser_status != StreamingStatus.RUNNING:
                 break  # a parser's stop outranks the streamer's own status
@@ -168,8 +173,8 @@ def generate_with_parsers(config: Any, streamer: Any, generate: Callable[[Any], 
             if "content" not in message:
                 message["content"] = text
             for parser in config.parsers:
-                message = parser._run(message)
+                message = parser.parse_message(message)
             parsed[i] = message
     if isinstance(result, DecodedResults):
-        result._parsed = parsed
+        result.set_parsed(parsed)
     return result

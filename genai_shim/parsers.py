@@ -5,8 +5,9 @@ deltas while streaming), the built-in reasoning and Llama 3 tool-call parsers an
 A message is a dict of JSON values (the real keeps it in a ``JsonContainer``). The real binding
 converts it with ``json.dumps`` / ``json.loads`` at every crossing between C++ and Python, so
 tuples become lists, integer keys strings, and a value JSON cannot hold is a ``TypeError``;
-:func:`as_json` makes the same crossing here. Each class has a private ``_run`` - what the
-pipeline calls (the real's C++ virtual) - and the public ``parse`` the real's binding exposes.
+:func:`as_json` makes the same crossing here. Each class has a private ``_run`` (the real's
+C++ virtual, which the pipeline reaches through ``Parser.parse_message`` /
+``IncrementalParser.parse_delta``) and the public ``parse`` the real's binding exposes.
 """
 
 from __future__ import annotations
@@ -107,9 +108,13 @@ class Parser:
             f"{type(self).__name__}"
         )
 
+    def parse_message(self, message: Message) -> Message:
+        """What the pipeline calls (the real's C++ ``parse``): the parsed message."""
+        return self._run(message)
+
     def _run(self, message: Message) -> Message:
-        """What the pipeline calls: a Python subclass gets a fresh dict (JSON round trip) and
-        what it leaves in that dict becomes the message."""
+        """A Python subclass gets a fresh dict (JSON round trip) and what it leaves in that
+        dict becomes the message."""
         fresh = as_json(message)
         self.parse(fresh)
         return as_json(fresh)
@@ -331,11 +336,17 @@ class IncrementalParser:
             raise UserInputError(f"set_status takes a StreamingStatus, got {type(status).__name__}")
         self._status = status
 
+    def parse_delta(
+        self, delta_message: Message, delta_text: str, delta_tokens: list[int] | None
+    ) -> tuple[Message, str]:
+        """What TextParserStreamer calls (the real's C++ ``parse``): the delta message and the
+        text for its ``content``."""
+        return self._run(delta_message, delta_text, delta_tokens)
+
     def _run(
         self, delta_message: Message, delta_text: str, delta_tokens: list[int] | None
     ) -> tuple[Message, str]:
-        """What TextParserStreamer calls: a Python subclass gets a fresh dict (JSON round trip)
-        and must return a str."""
+        """A Python subclass gets a fresh dict (JSON round trip) and must return a str."""
         fresh = as_json(delta_message)
         text = self.parse(fresh, delta_text, delta_tokens)
         if not isinstance(text, str):

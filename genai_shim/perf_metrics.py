@@ -107,6 +107,11 @@ class PerfMetrics:
         self.grammar_compile_time = SummaryStats()
 
     # -- evaluation ------------------------------------------------------------------------
+    def reevaluate(self, start_time: float | None = None) -> None:
+        """Evaluate again after more raw values were added (a pipeline completing its call)."""
+        self._evaluated = False
+        self.evaluate_statistics(start_time)
+
     def evaluate_statistics(self, start_time: float | None = None) -> None:
         """Compute the statistics; with ``start_time`` (seconds) rebuild TTFT and the
         inter-token durations from the token timestamps first."""
@@ -237,7 +242,7 @@ class PerfMetrics:
             getattr(a, name).extend(getattr(b, name))
         res.num_generated_tokens += other.num_generated_tokens
         res.num_input_tokens += other.num_input_tokens
-        res._evaluated = False
+        res.reevaluate()
         return res
 
     def __iadd__(self, other: PerfMetrics) -> PerfMetrics:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from genai_shim import tokenizer_ir
+import genai_shim.tokenizer_ir as tokenizer_ir
 from ov_npu_emu.errors import ConfigError, IRReadError, UserInputError
 
 __all__ = ["TokenizedInputs", "Tokenizer"]

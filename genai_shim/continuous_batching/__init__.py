@@ -3,8 +3,6 @@ the PagedAttention backend of its CPU LLMPipeline): see docs/genai_shim.md."""
 
 from __future__ import annotations
 
-from genai_shim.continuous_batching.block_manager import BlockManager
-from genai_shim.continuous_batching.paged_model import PagedModel, prepare_paged_model
 from genai_shim.continuous_batching.pipeline import (
     ContinuousBatchingPipeline,
     EncodedGenerationResult,
@@ -15,7 +13,9 @@ from genai_shim.continuous_batching.pipeline import (
     PipelineMetrics,
     SchedulerConfig,
 )
-from genai_shim.continuous_batching.scheduler import Request, Scheduler
+from genai_shim.paged.block_manager import BlockManager
+from genai_shim.paged.paged_model import PagedModel, prepare_paged_model
+from genai_shim.paged.scheduler import Request, Scheduler
 
 __all__ = [
     "BlockManager",

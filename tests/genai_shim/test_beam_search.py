@@ -258,13 +258,13 @@ def test_beam_rows_follow_parents(stories_dir):
     previous step."""
     pipe = genai_shim.LLMPipeline(str(stories_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
     calls: list[tuple[int, np.ndarray]] = []
-    infer = pipe._infer
+    infer = pipe._impl._infer
 
     def spy(ids, mask, pos, beam, perf):
         calls.append((ids.shape[0], np.array(beam)))
         return infer(ids, mask, pos, beam, perf)
 
-    pipe._infer = spy  # type: ignore[method-assign]
+    pipe._impl._infer = spy  # type: ignore[method-assign]
     pipe.generate(PROMPTS, max_new_tokens=6, num_beams=3)
     assert [n for n, _ in calls] == [2] + [6] * 5
     for (prev_rows, _), (_, beam) in zip(calls, calls[1:], strict=False):

@@ -12,6 +12,7 @@ import pytest
 
 import genai_shim
 from genai_shim.continuous_batching import BlockManager
+from genai_shim.llm.paged import PagedLLM
 from ov_npu_emu.errors import KVBlockError
 
 from .conftest import F32
@@ -41,7 +42,7 @@ def test_upstream_beam_search_sample_prints_real_output(real_genai: Any, stories
     assert printed == want
     assert printed.count("\n") >= 2 * 15 - 1  # every beam of both prompts
     # it ran on the paged backend, as the real CPU default does; the stateful model never built
-    assert ours._pa is not None and ours._st is None
+    assert isinstance(ours._impl, PagedLLM)
 
 
 def _cb_configs(mod: Any) -> list[Any]:
@@ -97,7 +98,7 @@ def test_cb_beams_and_parallel_samples_like_real(stories_dir: Path, real_cb: Any
     got = _results(pipe.generate(CB_PROMPTS, _cb_configs(genai_shim)))
     _same(got, real_cb)
     assert [len(g[0]) for g in got] == [3, 2, 1, 3]
-    assert pipe._blocks.num_free_blocks == 64  # every fork's blocks came back
+    assert pipe._impl._blocks.num_free_blocks == 64  # every fork's blocks came back
 
 
 def test_cb_forked_requests_preempted_keep_texts(stories_dir: Path, real_cb: Any) -> None:
@@ -107,7 +108,7 @@ def test_cb_forked_requests_preempted_keep_texts(stories_dir: Path, real_cb: Any
     got = _results(pipe.generate(CB_PROMPTS, _cb_configs(genai_shim)))
     assert pipe.get_metrics().preemptions > 0
     _same(got, real_cb)
-    assert pipe._blocks.num_free_blocks == 6
+    assert pipe._impl._blocks.num_free_blocks == 6
 
 
 def test_forks_share_prompt_blocks_and_shared_blocks_stay_read_only(stories_dir: Path, real_cb: Any) -> None:
@@ -115,8 +116,8 @@ def test_forks_share_prompt_blocks_and_shared_blocks_stay_read_only(stories_dir:
     config = _cb_configs(genai_shim)[0]
     handle = pipe.add_request(0, CB_PROMPTS[0], config)
     pipe.step()  # the prompt, then the first selection forks the beams
-    bm = pipe._blocks
-    state = pipe._states[0]
+    bm = pipe._impl._blocks
+    state = pipe._impl._states[0]
     beams = [r.seq_id for r in state.beams.requests]
     assert len(beams) == 4
     shared = bm.tables[beams[0]][0]
@@ -133,12 +134,13 @@ def test_forks_share_prompt_blocks_and_shared_blocks_stay_read_only(stories_dir:
     saved = bm.tables[a][-1]
     bm.tables[a][-1] = bm.tables[b][-1]
     used = sorted({blk for t in bm.tables.values() for blk in t})
-    before = [np.asarray(t.data)[used].copy() for t in pipe._model._caches]
+    before = [np.asarray(t.data)[used].copy() for t in pipe._impl._model._caches]
     with pytest.raises(KVBlockError, match="block"):
         pipe.step()
     # nothing ran: every block in use is byte-identical (a copy-on-write copy made while
     # scheduling only fills a fresh block)
-    assert all(np.array_equal(x, np.asarray(t.data)[used]) for x, t in zip(before, pipe._model._caches, strict=True))
+    caches = pipe._impl._model._caches
+    assert all(np.array_equal(x, np.asarray(t.data)[used]) for x, t in zip(before, caches, strict=True))
     bm.tables[a][-1] = saved
     while pipe.has_non_finished_requests():
         pipe.step()
@@ -194,4 +196,4 @@ def test_llm_pipeline_parallel_sampling_on_paged_backend(pipelines: Any, stories
     assert len(first.texts) == len(real.generate(["Hi", PROMPTS[0]], **kw).texts) == 6
     assert ours.generate(["Hi", PROMPTS[0]], **kw).texts == first.texts  # seeded: repeatable
     assert len(set(first.texts[3:])) > 1, "independent samples for one prompt"
-    assert ours._st is None  # no stateful model was needed
+    assert isinstance(ours._impl, PagedLLM)  # no stateful model was needed

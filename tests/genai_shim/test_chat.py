@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import genai_shim
+from genai_shim.llm.paged import PagedLLM
 from ov_npu_emu.errors import ConfigError, UserInputError
 from tests.genai_shim.conftest import F32
 
@@ -62,7 +63,7 @@ def test_chat_runs_on_paged_backend_like_real_default(chat_dir, real_genai):
         ours.append(pipe.generate(history, max_new_tokens=30).texts[0])
         history.append({"role": "assistant", "content": ours[-1]})
     assert ours == _history_chat(real_genai, chat_dir, **F32)
-    assert pipe._pa is not None and pipe._st is None
+    assert isinstance(pipe._impl, PagedLLM)  # never fell back to the stateful model
 
 
 def test_cpu_chat_reuses_kv_cache(chat_dir):
@@ -70,13 +71,13 @@ def test_cpu_chat_reuses_kv_cache(chat_dir):
     cache holds."""
     pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
     fed = []
-    orig = pipe._infer
+    orig = pipe._impl._infer
 
     def spy(ids, mask, pos, beam, perf):
         fed.append((ids.shape[1], mask.shape[1], int(pos[0, 0])))
         return orig(ids, mask, pos, beam, perf)
 
-    pipe._infer = spy
+    pipe._impl._infer = spy
     h = genai_shim.ChatHistory([{"role": "user", "content": QUESTIONS[0]}])
     r = pipe.generate(h, max_new_tokens=5)
     first_prefill = fed[0]
@@ -116,15 +117,15 @@ def test_cancel_drops_turn_from_history(chat_dir):
     pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", **F32)
     pipe.start_chat()
     pipe.generate("Who is Lily?", max_new_tokens=5)
-    assert [m["role"] for m in pipe._chat.history] == ["user", "assistant"]
+    assert [m["role"] for m in pipe._impl.chat.history] == ["user", "assistant"]
     pipe.generate(
         "Stop now", max_new_tokens=20, streamer=lambda s: genai_shim.StreamingStatus.CANCEL
     )
-    assert [m["role"] for m in pipe._chat.history] == ["user", "assistant"]
+    assert [m["role"] for m in pipe._impl.chat.history] == ["user", "assistant"]
     pipe.generate(
         "Stop later", max_new_tokens=20, streamer=lambda s: genai_shim.StreamingStatus.STOP
     )
-    assert [m["role"] for m in pipe._chat.history] == ["user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in pipe._impl.chat.history] == ["user", "assistant", "user", "assistant"]
 
 
 def test_chat_history_object_api():
@@ -162,10 +163,10 @@ def test_cpu_kv_trim_gives_same_answer_as_fresh_pipeline(chat_dir):
     h.append({"role": "assistant", "content": pipe.generate(h, max_new_tokens=15).texts[0]})
     h.append({"role": "user", "content": QUESTIONS[1]})
     pipe.generate(h, max_new_tokens=15)
-    kv_before = len(pipe._kv_tokens)
+    kv_before = len(pipe._impl._kv_tokens)
     trims = []
-    orig_trim = pipe._trim_kv
-    pipe._trim_kv = lambda keep: (trims.append(keep), orig_trim(keep))
+    orig_trim = pipe._impl.trim_kv
+    pipe._impl.trim_kv = lambda keep: (trims.append(keep), orig_trim(keep))
     edited = genai_shim.ChatHistory(h.get_messages()[:1])
     edited.append({"role": "assistant", "content": "A girl who likes cats."})
     edited.append({"role": "user", "content": QUESTIONS[2]})
@@ -189,7 +190,7 @@ def test_start_chat_without_template_fails_as_the_real(stories_dir, real_genai, 
     with pytest.raises(ConfigError) as ours_err:
         ours.generate("Once upon a time", max_new_tokens=3)
     assert str(ours_err.value) in str(real_err.value)
-    assert ours._chat.history == []
+    assert ours._impl.chat.history == []
 
 
 def test_enums_print_as_the_real(real_genai):

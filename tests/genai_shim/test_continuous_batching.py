@@ -12,6 +12,7 @@ import pytest
 
 import genai_shim
 from genai_shim.continuous_batching import BlockManager
+from genai_shim.llm.paged import PagedLLM
 from ov_npu_emu.errors import ConfigError, KVBlockError, KVCacheFullError, UserInputError
 
 from .conftest import F32
@@ -89,7 +90,7 @@ def test_four_prompts_real_texts(ours: Any, real_results: list[Any]) -> None:
     assert [r.m_request_id for r in res] == [r.m_request_id for r in real_results]
     assert not ours.has_non_finished_requests()
     # every block went back to the free list
-    assert ours._blocks.num_free_blocks == ours._blocks.num_blocks
+    assert ours._impl._blocks.num_free_blocks == ours._impl._blocks.num_blocks
 
 
 def _long(mod: Any) -> list[Any]:
@@ -111,7 +112,7 @@ def test_preemption_keeps_texts(real_genai: Any, stories_dir: Path) -> None:
     res = pipe.generate(PROMPTS, _long(genai_shim))
     assert pipe.get_metrics().preemptions > 0
     assert [r.m_generation_ids for r in res] == want
-    assert pipe._blocks.num_free_blocks == 4
+    assert pipe._impl._blocks.num_free_blocks == 4
 
 
 def test_prompt_larger_than_cache_is_a_typed_error(stories_dir: Path) -> None:
@@ -129,16 +130,17 @@ def test_forged_block_table_entry(ours: Any, real_results: list[Any]) -> None:
     handles = [ours.add_request(i, p, c) for i, (p, c) in enumerate(zip(PROMPTS, cfgs, strict=False))]
     ours.step()
     ours.step()
-    tables = ours._blocks.tables
+    tables = ours._impl._blocks.tables
     seq_a, seq_b = sorted(tables)[:2]
-    for forged in (10_000, -1, tables[seq_b][0], ours._blocks._free[0]):
+    for forged in (10_000, -1, tables[seq_b][0], ours._impl._blocks._free[0]):
         saved = tables[seq_a][0]
         tables[seq_a][0] = forged
-        before = [np.asarray(t.data).copy() for t in ours._model._caches]
+        before = [np.asarray(t.data).copy() for t in ours._impl._model._caches]
         with pytest.raises(KVBlockError, match="block"):
             ours.step()
         # nothing ran: the caches are byte-identical, the table is restored by hand
-        assert all(np.array_equal(b, np.asarray(t.data)) for b, t in zip(before, ours._model._caches, strict=False))
+        caches = ours._impl._model._caches
+        assert all(np.array_equal(b, np.asarray(t.data)) for b, t in zip(before, caches, strict=False))
         tables[seq_a][0] = saved
     while ours.has_non_finished_requests():
         ours.step()
@@ -201,7 +203,7 @@ def test_prefix_caching_reuses_blocks_and_keeps_texts(real_genai: Any, stories_d
         out[name] = texts
         if name == "ours":
             assert pipe.get_metrics().prefix_cache_hits > 0
-            assert pipe._blocks.num_free_blocks == 40  # cached blocks count as free (evictable)
+            assert pipe._impl._blocks.num_free_blocks == 40  # cached blocks count as free (evictable)
     assert out["ours"] == out["real"]
 
 
@@ -266,8 +268,8 @@ def test_llm_pipeline_cpu_batch_runs_paged_backend(
     ours = pipelines("ours", stories_dir, **F32)
     real = pipelines("real", stories_dir, **F32)
     calls: list[int] = []
-    run = ours._pa.run
-    monkeypatch.setattr(ours._pa, "run", lambda *a, **k: calls.append(1) or run(*a, **k))
+    run = ours._impl.backend.run
+    monkeypatch.setattr(ours._impl.backend, "run", lambda *a, **k: calls.append(1) or run(*a, **k))
     got = ours.generate(prompts, max_new_tokens=30, stop_strings={"park"})
     want = real.generate(prompts, max_new_tokens=30, stop_strings={"park"})
     assert calls == [1]  # the paged backend ran
@@ -278,20 +280,20 @@ def test_llm_pipeline_cpu_batch_runs_paged_backend(
     ours.generate("Once upon a time", max_new_tokens=5, num_beams=2)
     assert calls == [1]
     sdpa = genai_shim.LLMPipeline(str(stories_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
-    assert sdpa._pa is None
+    assert not isinstance(sdpa._impl, PagedLLM)
 
 
 def test_llm_pipeline_falls_back_to_stateful_like_the_real(
     stories_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from genai_shim.continuous_batching import paged_model
+    from genai_shim.paged import paged_model
 
     def broken(model: Any) -> bool:
         raise ConfigError("no paged attention for this model")
 
     monkeypatch.setattr(paged_model, "prepare_paged_model", broken)
     pipe = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)  # default PA: falls back
-    assert pipe._pa is None
+    assert not isinstance(pipe._impl, PagedLLM)
     assert pipe.generate("Once upon a time", max_new_tokens=5)
     with pytest.raises(ConfigError, match="no paged attention"):  # asked for: re-raised
         genai_shim.LLMPipeline(str(stories_dir), "CPU", ATTENTION_BACKEND="PA", **F32)

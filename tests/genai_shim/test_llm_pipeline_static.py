@@ -190,7 +190,7 @@ def test_pipeline_from_blob(stories_dir, npu, tmp_path):
     assert exporter.generate(PROMPT, max_new_tokens=30) == ref
     importer = _npu(stories_dir, npu, BLOB_PATH=str(blob))
     assert importer.generate(PROMPT, max_new_tokens=30) == ref
-    assert importer._max_prompt_len == 64  # read back from the blob, not the default 1024
+    assert importer._impl.max_prompt_len == 64  # read back from the blob, not the default 1024
 
 
 def test_blob_errors(stories_dir, npu, tmp_path):
@@ -225,13 +225,13 @@ def test_chat_reprefills_full_history_and_caps_it(chat_dir, npu):
     pipe = _npu(chat_dir, npu, MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=64)
     history = genai_shim.ChatHistory()
     fed = []
-    orig = pipe._infer
+    orig = pipe._impl._infer
 
     def spy(ids, mask, pos, beam, perf):
         fed.append((ids.shape[1], int(pos[0, 0])))
         return orig(ids, mask, pos, beam, perf)
 
-    pipe._infer = spy
+    pipe._impl._infer = spy
     for q in ["Who is Lily?", "What did she find?"]:
         history.append({"role": "user", "content": q})
         fed.clear()

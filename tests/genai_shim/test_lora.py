@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import genai_shim
+from genai_shim.llm.paged import PagedLLM
 from ov_npu_emu.errors import ConfigError, UserInputError
 from tests.genai_shim.conftest import F32, NPU_LENS, REAL_NPU
 
@@ -60,7 +61,7 @@ def test_cpu_matches_real(real_cpu):
     a, b = genai_shim.Adapter(str(QV_R8)), genai_shim.Adapter(str(MLP_R4))
     pipe = genai_shim.LLMPipeline(str(LLAMA), "CPU", adapters=genai_shim.AdapterConfig(a), **F32)
     ours = _sequence(genai_shim, pipe, a, b)
-    assert pipe._pa is not None and pipe._st is None  # never fell back to the stateful model
+    assert isinstance(pipe._impl, PagedLLM)  # never fell back to the stateful model
     assert ours == real_cpu
     on, off, half, unregistered, blend, back = ours
     # the adapter changes the text, alpha matters, and the call without adapters is the
@@ -123,7 +124,7 @@ def test_npuw_on_cpu_matches_real_npu(real_genai, real_cpu, monkeypatch):
     monkeypatch.setattr(ov_npu_emu.Core, "compile_model", counting)
     assert _sequence(genai_shim, pipe, a, b) == real
     assert ours_pipe_compiles == []  # adapters switched on the compiled models
-    assert int(pipe._compiled.get_property("NPUW_LLM_MAX_LORA_RANK")) == 32  # the real default
+    assert int(pipe._impl.compiled.get_property("NPUW_LLM_MAX_LORA_RANK")) == 32  # the real default
 
 
 def test_emulated_npu_matches_real_cpu(real_cpu):

@@ -34,7 +34,7 @@ def test_chat_turns_match_contiguous_and_real(device, chat_dir, real_genai):
     props = {**F32, **REAL_NPU, **LENS, "NPUW_DEVICES": device}
     block = genai_shim.LLMPipeline(str(chat_dir), "NPU", **props, **BLOCK, **VARIANTS)
     texts = _chat(block, genai_shim)
-    npuw = block._st[1].impl  # the NPUW infer request under the pipeline
+    npuw = block._impl.request.impl  # the NPUW infer request under the pipeline
     assert npuw.kv.paged and npuw.prefill_calls >= 3  # the last turn's history took 3+ chunks
     assert texts == _chat(genai_shim.LLMPipeline(str(chat_dir), "NPU", **props, **VARIANTS), genai_shim)
     if device == "CPU":
@@ -51,6 +51,6 @@ def test_long_answer_switches_variants_and_stops_at_kv_capacity(stories_dir, rea
     a = block.generate(block.get_tokenizer().encode(prompt), **kw)
     b = real.generate(real.get_tokenizer().encode(prompt), **kw)
     assert a.tokens == b.tokens  # ends at the KV capacity (MAX_PROMPT_LEN + MIN_RESPONSE_LEN − 1)
-    npuw = block._st[1].impl
+    npuw = block._impl.request.impl
     assert npuw.switches == 2 and npuw.variant == 320  # kv128 → kv192 → kv320
     assert len(npuw.kv.blocks.table) == 10  # 319 tokens in blocks of 32

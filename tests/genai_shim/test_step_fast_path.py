@@ -103,7 +103,7 @@ def test_decode_steps_feed_only_the_mask_with_the_same_tokens(device, stories_di
     cfg.max_new_tokens = 12
     cfg.ignore_eos = True
     fed: list[list[str]] = []
-    request = pipe._request
+    request = pipe._impl.request
     infer = request.infer
     monkeypatch.setattr(request, "infer", lambda feed, **kw: fed.append(sorted(feed)) or infer(feed, **kw))
     bound = pipe.generate("Once upon a time", cfg)

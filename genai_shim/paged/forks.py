@@ -14,9 +14,9 @@ from collections.abc import Callable
 import numpy as np
 
 from genai_shim.beam_search import BeamSequence, GroupBeamSearcher, SequenceGroup, StopStringMatcher
-from genai_shim.continuous_batching.block_manager import BlockManager
-from genai_shim.continuous_batching.scheduler import Request
 from genai_shim.generation_config import GenerationConfig
+from genai_shim.paged.block_manager import BlockManager
+from genai_shim.paged.scheduler import Request
 from genai_shim.results import GenerationFinishReason
 from ov_npu_emu.errors import ExecutionError
 

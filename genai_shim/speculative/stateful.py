@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,81 +12,25 @@ import openvino as ov
 
 from genai_shim.chat import ChatHistory
 from genai_shim.chat_session import ChatSession, require_template
+from genai_shim.decoding import continuation_feed
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
-from genai_shim.model_folder import MODEL_XML, model_folder
+from genai_shim.model_folder import MODEL_XML
 from genai_shim.npu_compile import compile_npu
 from genai_shim.npu_config import get_kv_axes_pos
 from genai_shim.perf_metrics import RawPerfMetrics, SDPerModelsPerfMetrics
 from genai_shim.pipeline_args import encoded_inputs
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
+from genai_shim.speculative.draft import DEFAULT_NUM_ASSISTANT_TOKENS, DraftModel, tokenizers_equal
 from genai_shim.streamers import StreamingStatus, make_streamer, status_from_callback
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
 from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
 
 __all__ = [
-    "DEFAULT_NUM_ASSISTANT_TOKENS",
-    "DraftModel",
     "SpeculativeDecoder",
-    "draft_model",
     "generate_speculative",
 ]
 
 logger = logging.getLogger(__name__)
-
-#: candidates per step when neither the pipeline's nor the call's config sets num_assistant_tokens
-DEFAULT_NUM_ASSISTANT_TOKENS = 5
-_TOKENIZER_PROBE = "Could you please tell me something about OpenVINO.GenAI?"
-
-
-def continuation_feed(
-    ids: list[int], past: int, has_pos: bool, has_beam: bool
-) -> dict[str, np.ndarray]:
-    """Inputs of one batch-1 stateful call: ``ids`` after ``past`` tokens already in the KV."""
-    n = len(ids)
-    feed: dict[str, np.ndarray] = {
-        "input_ids": np.asarray([ids], dtype=np.int64),
-        "attention_mask": np.ones((1, past + n), dtype=np.int64),
-    }
-    if has_pos:
-        feed["position_ids"] = np.arange(past, past + n, dtype=np.int64)[None, :]
-    if has_beam:
-        feed["beam_idx"] = np.zeros(1, dtype=np.int32)
-    return feed
-
-
-@dataclass
-class DraftModel:
-    """What :func:`draft_model` returns: a folder, a device ("" = the main model's) and its
-    compile properties; pass it as ``LLMPipeline(..., draft_model=...)``."""
-
-    models_path: Path
-    device: str = ""
-    properties: dict[str, Any] = field(default_factory=dict)
-
-
-def draft_model(models_path: str | os.PathLike, device: str = "", **properties: Any) -> DraftModel:
-    """``openvino_genai.draft_model(path, device, **properties)``: describe the draft model."""
-    if not isinstance(models_path, (str, os.PathLike)):
-        raise UserInputError(
-            f"draft_model() takes a model folder path, got {type(models_path).__name__}"
-        )
-    folder = model_folder(models_path, "the draft model's optimum-intel export folder to draft_model()")
-    if not isinstance(device, str):
-        raise UserInputError(f"draft_model() device must be a str, got {type(device).__name__}")
-    return DraftModel(folder, device.upper(), dict(properties))
-
-
-def tokenizers_equal(lhs: Tokenizer, rhs: Tokenizer) -> bool:
-    """The real ``are_tokenizers_equal``: same length of one probe encoding and the same
-    BOS / EOS / PAD ids (it does not compare vocabularies)."""
-    a = np.asarray(lhs.encode(_TOKENIZER_PROBE).input_ids.data).shape
-    b = np.asarray(rhs.encode(_TOKENIZER_PROBE).input_ids.data).shape
-    return (
-        a == b
-        and lhs.get_eos_token_id() == rhs.get_eos_token_id()
-        and lhs.get_bos_token_id() == rhs.get_bos_token_id()
-        and lhs.get_pad_token_id() == rhs.get_pad_token_id()
-    )
 
 
 def _us(seconds: float) -> float:
@@ -448,8 +390,7 @@ def generate_speculative(
         ids, mask = encoded_inputs(inputs)
         res = spec.generate(ids, mask, config, streamer)
         res.perf_metrics.raw_metrics.generate_durations = [(time.perf_counter() - start) * 1e6]
-        res.perf_metrics._evaluated = False
-        res.perf_metrics.evaluate_statistics(start)
+        res.perf_metrics.reevaluate(start)
         return res
     t0 = time.perf_counter()
     as_str = isinstance(inputs, str)
@@ -523,8 +464,7 @@ def generate_speculative(
     raw.detokenization_durations = [(time.perf_counter() - t1) * 1e6]
     raw.generate_durations = [(time.perf_counter() - start) * 1e6]
     pm.load_time = load_time
-    pm._evaluated = False
-    pm.evaluate_statistics(start)
+    pm.reevaluate(start)
     out.perf_metrics = pm
     out.extended_perf_metrics = res.extended_perf_metrics
     return out.texts[0] if as_str else out

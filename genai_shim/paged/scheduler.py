@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from genai_shim.continuous_batching.block_manager import BlockManager
+from genai_shim.paged.block_manager import BlockManager
+from ov_npu_emu.errors import ConfigError
 
-__all__ = ["Request", "ScheduledChunk", "Scheduler"]
+__all__ = ["Request", "ScheduledChunk", "Scheduler", "SchedulerConfig"]
 
 
 class Request:
@@ -273,3 +274,36 @@ class Scheduler:
             budget -= n
             running += 1
         return budget
+
+
+class SchedulerConfig:
+    """openvino_genai.SchedulerConfig: the real fields with the real defaults (2026.4.1)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.max_num_batched_tokens = 256
+        self.num_kv_blocks = 0
+        self.cache_size = 0
+        self.dynamic_split_fuse = True
+        self.max_num_seqs = 256
+        self.enable_prefix_caching = False
+        self.use_cache_eviction = False
+        self.use_sparse_attention = False
+        self.num_linear_attention_blocks = 0
+        self.cache_interval_multiplier = None
+        self.cache_eviction_config = None
+        self.sparse_attention_config = None
+        for k, v in kwargs.items():
+            if not hasattr(self, k):  # the real's constructor takes only its fields
+                raise ConfigError(f"SchedulerConfig has no field {k!r}", key=k)
+            setattr(self, k, v)
+
+    def to_string(self) -> str:
+        return (
+            f"SchedulerConfig {{ max_num_batched_tokens: {self.max_num_batched_tokens}, "
+            f"num_kv_blocks: {self.num_kv_blocks}, cache_size: {self.cache_size}, "
+            f"dynamic_split_fuse: {self.dynamic_split_fuse}, max_num_seqs: {self.max_num_seqs}, "
+            f"enable_prefix_caching: {self.enable_prefix_caching} }}"
+        )
+
+    def __repr__(self) -> str:
+        return self.to_string()

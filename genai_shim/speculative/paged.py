@@ -36,23 +36,22 @@ from typing import Any
 
 import numpy as np
 
-from genai_shim.continuous_batching.block_manager import BlockManager
-from genai_shim.continuous_batching.paged_model import PagedModel
 from genai_shim.decoding import STREAMER_FINISH, RunningSequence, encoded_results, stream_chunk
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
 from genai_shim.model_folder import MODEL_XML
+from genai_shim.paged.block_manager import BlockManager
+from genai_shim.paged.paged_model import PagedModel
 from genai_shim.perf_metrics import RawPerfMetrics, SDPerModelsPerfMetrics
 from genai_shim.results import EncodedResults, GenerationFinishReason
 from genai_shim.sampling import LogitProcessor, Sampler
+from genai_shim.speculative.draft import DEFAULT_NUM_ASSISTANT_TOKENS, tokenizers_equal
 from genai_shim.stop_strings import match_stop_string, stop_window
 from genai_shim.streamers import StreamingStatus, make_streamer
 from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import ConfigError, KVCacheFullError, UserInputError
 
-__all__ = ["CBSpeculativeDecoder", "uses_continuous_batching", "DEFAULT_NUM_ASSISTANT_TOKENS"]
+__all__ = ["CBSpeculativeDecoder", "uses_continuous_batching"]
 
-#: the real's ``default_num_assistant_tokens`` when neither field is set
-DEFAULT_NUM_ASSISTANT_TOKENS = 5
 #: the dynamic cache's first size (it doubles on demand, as our ContinuousBatchingPipeline's)
 _FIRST_BLOCKS = 8
 
@@ -75,7 +74,7 @@ def uses_continuous_batching(main_device: str, draft_device: str, backend: str |
 
 
 @dataclass
-class _Request:
+class SpecRequest:
     """One request on one model (the real's SequenceGroup with its one sequence)."""
 
     rid: int
@@ -121,14 +120,14 @@ class _Side:
         self.blocks = BlockManager(self.model.num_blocks, self.model.block_size)
         self.validation = validation
         self.budget = max_batched_tokens
-        self.requests: list[_Request] = []
+        self.requests: list[SpecRequest] = []
         self.last_batch = 0  # the real's m_batch_size: kept when a step schedules nothing
         self.last_infer_us = 0.0
         self.raw = RawPerfMetrics()
         self.sampler = Sampler()
 
     # -- cache -----------------------------------------------------------------------------
-    def _ensure(self, r: _Request, tokens: int) -> None:
+    def _ensure(self, r: SpecRequest, tokens: int) -> None:
         while (need := self.blocks.required_blocks(r.seq_id, tokens)) > self.blocks.num_free_blocks:
             if self.fixed:  # the real would preempt; genai_shim's speculative pipeline does not
                 raise KVCacheFullError(
@@ -140,14 +139,14 @@ class _Side:
             self.model.allocate(n)
             self.blocks.grow(n)
 
-    def release(self, r: _Request) -> None:
+    def release(self, r: SpecRequest) -> None:
         self.blocks.free(r.seq_id)
 
     # -- one model step (ContinuousBatchingImpl::step with the sampler) -----------------------
     def step(self) -> None:
         for r in self.requests:  # clean_empty_blocks: blocks past the processed tokens
             self.blocks.trim(r.seq_id, r.processed)
-        chunks: list[tuple[_Request, int]] = []
+        chunks: list[tuple[SpecRequest, int]] = []
         # dynamic split-fuse: generate phase first, then the prompts
         for phase in (True, False):
             for r in self.requests:
@@ -204,7 +203,7 @@ class _Side:
             self.release(r)
             self.requests.remove(r)
 
-    def _sample(self, r: _Request, rows: np.ndarray) -> tuple[int, int]:
+    def _sample(self, r: SpecRequest, rows: np.ndarray) -> tuple[int, int]:
         """The real's sample_from_sequence_group for greedy decoding: returns (tokens counted as
         generated, most tokens removed)."""
         v = r.validate
@@ -256,7 +255,7 @@ class _Side:
             self._try_finish(r, count)
         return count, removed
 
-    def _try_finish(self, r: _Request, new: int) -> None:
+    def _try_finish(self, r: SpecRequest, new: int) -> None:
         cfg = r.config
         last = r.tokens[-1]
         if r.max_new <= len(r.tokens) or (last in cfg.stop_token_ids and not cfg.ignore_eos):
@@ -279,7 +278,7 @@ class _Side:
                     return
 
     # -- the speculative pair's bookkeeping ----------------------------------------------------
-    def find(self, rid: int) -> _Request | None:
+    def find(self, rid: int) -> SpecRequest | None:
         return next((r for r in self.requests if r.rid == rid), None)
 
     def update_request(self, rid: int, tokens: list[int], logps: list[float]) -> tuple[int, int]:
@@ -364,7 +363,6 @@ class CBSpeculativeDecoder:
         tokenizer: Tokenizer,
         scheduler_config: Any = None,
     ) -> None:
-        from genai_shim.speculative import tokenizers_equal
 
         if not tokenizers_equal(tokenizer, Tokenizer(draft.models_path)):
             raise ConfigError(
@@ -406,11 +404,11 @@ class CBSpeculativeDecoder:
         if config.is_beam_search() or config.num_return_sequences != 1:
             raise UserInputError("Beam search and parallel sampling are not compatible with assistant generation")
 
-    def _add(self, rid: int, prompt: list[int], config: GenerationConfig) -> None:
+    def add(self, rid: int, prompt: list[int], config: GenerationConfig) -> None:
         seq = self._next_seq
         self._next_seq += 2
         max_new = config.get_max_new_tokens(len(prompt))
-        main = _Request(rid, seq, prompt, config, max_new, LogitProcessor(config, prompt))
+        main = SpecRequest(rid, seq, prompt, config, max_new, LogitProcessor(config, prompt))
         window, strings = stop_window(self.tokenizer, config)
         if strings:
             main.stops = (window, strings, self.tokenizer)
@@ -418,11 +416,11 @@ class CBSpeculativeDecoder:
         dcfg = config.copy()
         dcfg.ignore_eos = True
         dcfg.stop_strings = set()
-        draft = _Request(rid, seq + 1, prompt, dcfg, max_new, LogitProcessor(dcfg, prompt), paused=True)
+        draft = SpecRequest(rid, seq + 1, prompt, dcfg, max_new, LogitProcessor(dcfg, prompt), paused=True)
         self.main.requests.append(main)
         self.draft.requests.append(draft)
 
-    def _step(self, perf: SDPerModelsPerfMetrics) -> None:
+    def step(self, perf: SDPerModelsPerfMetrics) -> None:
         """One speculative step (the real's SpeculativeDecodingImpl::step)."""
         t0 = time.perf_counter()
         self.draft.multistep()
@@ -469,7 +467,7 @@ class CBSpeculativeDecoder:
             self.begin_session()
         return self._session
 
-    def _drop(self, rid: int) -> None:
+    def drop(self, rid: int) -> None:
         for side in (self.main, self.draft):
             r = side.find(rid)
             if r is not None:
@@ -499,14 +497,14 @@ class CBSpeculativeDecoder:
         perf = SDPerModelsPerfMetrics()
         self.draft.raw = perf.draft_model_metrics.raw_metrics
         for rid, (prompt, config) in enumerate(zip(prompts, configs, strict=True)):
-            self._add(rid, prompt, config)
+            self.add(rid, prompt, config)
         mains = list(self.main.requests)
         seqs = [RunningSequence(p, c, m.max_new) for p, c, m in zip(prompts, configs, mains, strict=True)]
         window, _ = stop_window(self.tokenizer, configs[0])
         status = StreamingStatus.RUNNING
         try:
             while self.main.requests:
-                self._step(perf)
+                self.step(perf)
                 if stream is not None and status == StreamingStatus.RUNNING:
                     s0, m0 = seqs[0], mains[0]
                     s0.tokens, s0.finish = m0.tokens, m0.finish
@@ -514,13 +512,13 @@ class CBSpeculativeDecoder:
                     if status != StreamingStatus.RUNNING and m0.finish is None:
                         m0.finish = STREAMER_FINISH[status]
                         self.cancelled = status == StreamingStatus.CANCEL
-                        self._drop(m0.rid)
+                        self.drop(m0.rid)
             if stream is not None:
                 stream.end()
                 stream.end()  # the real ends the streamer twice here (measured, both pipelines)
         finally:
             for rid in range(len(prompts)):  # after an error too: nothing stays scheduled
-                self._drop(rid)
+                self.drop(rid)
         for s, m, c in zip(seqs, mains, configs, strict=True):
             s.tokens = list(m.prompt) + m.tokens if c.echo else list(m.tokens)
             s.logps = ([0.0] * len(m.prompt) if c.echo else []) + m.logps

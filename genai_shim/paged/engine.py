@@ -1,0 +1,568 @@
+"""The continuous-batching engine (openvino.genai's ContinuousBatchingImpl): requests scheduled
+by our Scheduler over a paged KV cache (BlockManager), run by OpenVINO's paged-attention model on
+the device plugin; the plain implementation behind ContinuousBatchingPipeline and LLMPipeline's
+paged default."""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from genai_shim.generation_config import SIZE_MAX, GenerationConfig, check_supported
+from genai_shim.lora_controller import AdapterController, resolve_adapters
+from genai_shim.model_folder import MODEL_XML
+from genai_shim.paged.block_manager import BlockManager
+from genai_shim.paged.forks import BeamGroup, fork_request
+from genai_shim.paged.paged_model import PagedModel
+from genai_shim.paged.scheduler import Request, Scheduler
+from genai_shim.perf_metrics import PerfMetrics
+from genai_shim.results import (
+    EncodedGenerationResult,
+    GenerationFinishReason,
+    GenerationOutput,
+    GenerationResult,
+    GenerationStatus,
+    PipelineMetrics,
+)
+from genai_shim.sampling import LogitProcessor, Sampler
+from genai_shim.stop_strings import match_stop_string, stop_window
+from genai_shim.streamers import EchoStreamer, StreamingStatus, call_write, make_streamer
+from genai_shim.structured_output import check_structured_output, make_constraint
+from genai_shim.tokenizer import Tokenizer
+from ov_npu_emu.errors import ConfigError, KVCacheFullError, UserInputError
+
+__all__ = ["GenerationHandle", "PagedEngine", "RequestState"]
+
+
+class RequestState:
+    """Per-request generation state around a scheduler Request."""
+
+    def __init__(
+        self, req: Request, config: GenerationConfig, max_new: int, stops: list[str], window: int,
+        constraint: Any = None,
+    ) -> None:
+        self.req = req
+        self.config = config
+        self.max_new = max_new
+        self.stops = stops
+        self.window = window
+        self.processor = LogitProcessor(config, req.prompt, constraint)
+        self.sampler = Sampler(config.rng_seed)
+        self.logps: list[float] = []
+        self.finish = GenerationFinishReason.NONE
+        self.status = GenerationStatus.RUNNING
+        self.read_pos = 0
+        self.request_id = 0
+        # several sequences per request: a BeamGroup (beam search), or the members of parallel
+        # sampling (num_return_sequences > 1), each a RequestState of its own sharing this sampler
+        self.beams: BeamGroup | None = None
+        self.members: list[RequestState] | None = None
+
+    def sequences(self) -> list[RequestState]:
+        """The states that sample one sequence each (this one, or its parallel samples)."""
+        return self.members if self.members is not None else [self]
+
+    def outputs(self) -> list[tuple[list[int], list[float], float, GenerationFinishReason]]:
+        """(tokens, their log-probabilities, score, finish reason) per returned sequence."""
+        if self.max_new == 0:  # nothing generated (the real scores an empty beam NaN)
+            return [([], [], float("nan") if self.beams is not None else 0.0, GenerationFinishReason.NONE)]
+        if self.beams is not None:
+            return [(t, [], score, f) for t, score, f in self.beams.results()]
+        return [(m.req.generated, m.logps, float(sum(m.logps)), m.finish) for m in self.sequences()]
+
+
+class GenerationHandle:
+    """Handle of one request added with ``add_request``."""
+
+    def __init__(self, state: RequestState, pipe: PagedEngine) -> None:
+        self._s = state
+        self._pipe = pipe
+
+    def get_status(self) -> GenerationStatus:
+        return self._s.status
+
+    def can_read(self) -> bool:
+        return len(self._s.req.generated) > self._s.read_pos
+
+    def _output(self, start: int) -> GenerationOutput:
+        s = self._s
+        out = GenerationOutput()
+        out.generated_ids = list(s.req.generated[start:])
+        out.generated_log_probs = list(s.logps[start:])
+        out.score = float(sum(s.logps))
+        out.finish_reason = s.finish
+        return out
+
+    def read(self) -> dict[int, GenerationOutput]:
+        """New tokens since the last read, keyed by sequence id (0; one per parallel sample)."""
+        s = self._s
+        if s.members is None and s.beams is None:
+            out = self._output(s.read_pos)
+            s.read_pos = len(s.req.generated)
+            return {0: out}
+        return dict(enumerate(self.read_all()))
+
+    def read_all(self) -> list[GenerationOutput]:
+        s = self._s
+        s.read_pos = len(s.req.generated)
+        if s.members is None and s.beams is None:
+            return [self._output(0)]
+        outs = []
+        for tokens, logps, score, finish in s.outputs():
+            out = GenerationOutput()
+            out.generated_ids, out.generated_log_probs = list(tokens), list(logps)
+            out.score, out.finish_reason = score, finish
+            outs.append(out)
+        return outs
+
+    def stop(self) -> None:
+        self._pipe.finish(self._s, GenerationStatus.STOP, keep=True)
+
+    def cancel(self) -> None:
+        self._pipe.finish(self._s, GenerationStatus.CANCEL, keep=False)
+
+    def get_perf_metrics(self) -> PerfMetrics:
+        return PerfMetrics()
+
+
+
+class PagedEngine:
+    """The plain continuous-batching implementation; ``load_time`` is set by its owner."""
+
+    def __init__(
+        self, core: Any, folder: Path, device: str, props: dict[str, Any], tokenizer: Tokenizer,
+        config: GenerationConfig, scheduler_config: Any, adapters: Any,
+    ) -> None:
+        self._device = device
+        self._tokenizer = tokenizer
+        self._config = config
+        self._sc = scheduler_config
+        self.load_time = 0.0
+        model = core.read_model(folder / MODEL_XML)
+        # the real's initialize_pipeline: LoRA variables go in before compiling
+        self._lora = AdapterController(model, adapters, self._device) if adapters is not None else None
+        if adapters is not None:
+            self._config.adapters = adapters
+        self._model = PagedModel(core, model, self._device, props)
+        num_blocks = int(getattr(scheduler_config, "num_kv_blocks", 0) or 0)
+        cache_gb = float(getattr(scheduler_config, "cache_size", 0) or 0)
+        if num_blocks == 0 and cache_gb > 0:
+            num_blocks = int(cache_gb * (1 << 30)) // self._model.block_bytes
+        self._dynamic = num_blocks == 0
+        self._model.allocate(max(num_blocks, 1) if not self._dynamic else 8)
+        self._blocks = BlockManager(
+            self._model.num_blocks,
+            self._model.block_size,
+            prefix_caching=bool(getattr(scheduler_config, "enable_prefix_caching", False)),
+        )
+        self._scheduler = Scheduler(
+            self._blocks,
+            max_num_batched_tokens=int(scheduler_config.max_num_batched_tokens),
+            max_num_seqs=int(scheduler_config.max_num_seqs),
+            dynamic_split_fuse=bool(scheduler_config.dynamic_split_fuse),
+            grow_cache=self._grow if self._dynamic else None,
+            copy_blocks=self._model.copy_blocks,
+        )
+        self._states: list[RequestState] = []
+        self._next_seq = 0
+        self._metrics = PipelineMetrics()
+        self._usage_sum = 0.0
+        self._usage_n = 0
+        self._last_batch = 0
+
+    def _grow(self, more: int) -> bool:
+        """Dynamic cache: at least double, never less than asked."""
+        n = max(self._model.num_blocks * 2, self._model.num_blocks + more)
+        self._model.allocate(n)
+        self._blocks.grow(n)
+        return True
+
+    # -- public API ------------------------------------------------------------------------
+    @property
+    def compiled(self) -> Any:
+        """The compiled paged-attention model."""
+        return self._model.compiled
+
+    def get_tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    def get_config(self) -> GenerationConfig:
+        return self._config.copy()
+
+    def get_metrics(self) -> PipelineMetrics:
+        return self._metrics
+
+    def has_non_finished_requests(self) -> bool:
+        return any(s.status == GenerationStatus.RUNNING for s in self._states)
+
+    def add_request(self, request_id: int, prompt: Any, generation_config: GenerationConfig) -> GenerationHandle:
+        if isinstance(prompt, str):
+            ids = self._tokenizer.encode(prompt, add_special_tokens=True).input_ids.data
+        elif isinstance(prompt, (ov.Tensor, np.ndarray)):
+            ids = np.asarray(prompt.data if isinstance(prompt, ov.Tensor) else prompt)
+        else:
+            raise UserInputError(
+                f"add_request takes a prompt str or an openvino.Tensor of ids, got {type(prompt).__name__}"
+            )
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.ndim == 2:
+            if ids.shape[0] != 1:
+                raise UserInputError("Use multiple tensors to pass a batch.")
+            ids = ids[0]
+        state = self.new_state(list(map(int, ids)), generation_config)
+        state.request_id = int(request_id)
+        self._states.append(state)
+        return GenerationHandle(state, self)
+
+    def new_state(self, prompt: list[int], generation_config: GenerationConfig) -> RequestState:
+        if not isinstance(generation_config, GenerationConfig):
+            raise UserInputError(
+                f"generation_config must be a GenerationConfig, got {type(generation_config).__name__}"
+            )
+        config = generation_config.copy()
+        if not config.stop_token_ids:
+            config.stop_token_ids = set(self._config.stop_token_ids)
+        if config.eos_token_id == -1:
+            config.set_eos_token_id(self._config.eos_token_id)
+        config.validate()
+        # fields this pipeline would otherwise drop (parsers, tree search, VLM-only, ...)
+        check_supported(config, assisted=False, folder_defaults=self._config, lora=self._lora is not None)
+        if config.max_length <= len(prompt) and config.max_length != SIZE_MAX:
+            raise UserInputError("'max_length' must be greater than the number of prompt tokens")
+        window, stops = stop_window(self._tokenizer, config)
+        constraint = None
+        if config.structured_output_config is not None:  # the grammar mask, as on the stateful path
+            check_structured_output(config)
+            constraint = make_constraint(self._tokenizer, config)
+        req = Request(self._new_seq_id(), prompt)
+        state = RequestState(req, config, config.get_max_new_tokens(len(prompt)), stops, window, constraint)
+        if config.is_beam_search():
+            matcher = None
+            if stops:
+                def matcher(tokens: list[int]) -> int | None:
+                    if len(tokens) < window:
+                        return None
+                    return match_stop_string(self._tokenizer, tokens, window, stops,
+                                             config.include_stop_str_in_output)
+            state.beams = BeamGroup(req, config, state.max_new, self._blocks, self._new_seq_id, matcher)
+        elif config.num_return_sequences > 1:
+            req.group = state
+            state.members = [copy.copy(state)]  # member 0: the prompt's sequence
+        if state.max_new == 0:  # echo with max_new_tokens=0: finished before any model call
+            state.status = GenerationStatus.FINISHED
+            req.state = Request.FINISHED
+        return state
+
+    def add_states(self, states: list[RequestState]) -> None:
+        """Run ``states`` (made by :meth:`new_state`) from the next step on."""
+        self._states.extend(states)
+
+    def drop_states(self, states: list[RequestState]) -> None:
+        """Forget ``states`` (finish them first)."""
+        self._states = [st for st in self._states if st not in states]
+
+    @property
+    def last_batch(self) -> int:
+        """Tokens sampled by the last step (0: nothing generated)."""
+        return self._last_batch
+
+    def _new_seq_id(self) -> int:
+        self._next_seq += 1
+        return self._next_seq - 1
+
+    def apply_adapters(self, configs: list[GenerationConfig]) -> None:
+        """The real's set_adapters: one adapter config for all requests of a generate() call."""
+        first = configs[0].adapters if configs else None
+        if any(c.adapters != first for c in configs[1:]):
+            raise UserInputError("LoRA adapters value must be the same for all requests")
+        if self._lora is not None:
+            self._lora.apply(self._model.request, resolve_adapters(first))
+        elif first:  # the real would decode without them; never silently here
+            raise ConfigError(
+                "GenerationConfig.adapters is set but this pipeline was created without the adapters "
+                "property (adapters=AdapterConfig(...)), which registers the layers LoRA adapts",
+                key="adapters",
+            )
+
+    def finish(self, s: RequestState, status: GenerationStatus, keep: bool) -> None:
+        if s.status != GenerationStatus.RUNNING:
+            return
+        s.status = status
+        s.req.state = Request.FINISHED
+        self._blocks.free(s.req.seq_id)
+        if s.beams is not None:
+            s.beams.cancel()
+        for m in s.members or ():
+            if m.status == GenerationStatus.RUNNING:
+                self.finish(m, status, keep)
+
+    def _sample_forks(self, s: RequestState, logits: np.ndarray) -> list[RequestState]:
+        """Parallel sampling, first token: the prompt's sequence forks ``num_return_sequences``
+        - 1 more, each drawing its first token from the same logits (the real's order)."""
+        assert s.members is not None
+        first = s.members[0]
+        new = []
+        for _ in range(int(s.config.num_return_sequences) - 1):
+            m = copy.copy(first)
+            m.req = fork_request(self._blocks, first.req, self._new_seq_id())
+            constraint = None
+            if s.config.structured_output_config is not None:  # a fresh grammar state per fork
+                constraint = make_constraint(self._tokenizer, s.config)
+            m.processor = LogitProcessor(s.config, first.req.prompt, constraint)
+            m.logps = []
+            token, logp = m.sampler.sample(m.processor, logits)
+            m.processor.register(token)
+            m.req.generated.append(token)
+            m.logps.append(logp)
+            new.append(m)
+        s.members.extend(new)
+        return new
+
+    def step(self) -> None:
+        """Schedule, run one model call over every scheduled chunk, sample, retire finished."""
+        running = [s for s in self._states if s.status == GenerationStatus.RUNNING]
+        if not running:
+            return
+        # the sequences to schedule, each with the state that samples it (a beam group's
+        # beams all map to the request's state)
+        by_req: dict[int, RequestState] = {}
+        reqs: list[Request] = []
+        for s in running:
+            if s.beams is not None:
+                seq_reqs = s.beams.requests
+                for r in seq_reqs:
+                    by_req[id(r)] = s
+            else:
+                seq_reqs = []
+                for m in s.sequences():
+                    if m.status == GenerationStatus.RUNNING:
+                        by_req[id(m.req)] = m
+                        seq_reqs.append(m.req)
+            reqs.extend(seq_reqs)
+        chunks = self._scheduler.schedule(reqs)
+        if not chunks:
+            raise KVCacheFullError(
+                "no request fits the KV cache ("
+                f"{self._blocks.num_blocks} blocks of {self._blocks.block_size} tokens); raise "
+                "SchedulerConfig.num_kv_blocks / cache_size or shorten the prompts"
+            )
+        tables = self._blocks.check_batch([(c.request.seq_id, c.past + c.count, c.past) for c in chunks])
+        entries = []
+        for c, table in zip(chunks, tables, strict=False):
+            if c.count == 1 and c.past >= len(c.request.prompt):
+                toks = [c.request.generated[c.past - len(c.request.prompt)]]
+            else:
+                toks = c.request.token_slice(c.past, c.count)
+            entries.append((toks, c.past, table, c.samples))
+        t0 = time.perf_counter()
+        logits = self._model.forward(entries)
+        self._metrics.inference_duration = (time.perf_counter() - t0) * 1e6
+        row = 0
+        sampled = 0
+        greedy_rows: np.ndarray | None = None
+        bs = self._blocks.block_size
+        for c in chunks:
+            c.request.processed = c.past + c.count
+            if self._blocks.prefix_caching and c.past // bs != c.request.processed // bs:
+                r = c.request
+                self._blocks.register(r.seq_id, r.prompt + r.generated, r.processed)
+        beam_rows: dict[int, tuple[RequestState, dict[int, np.ndarray]]] = {}
+        for c in chunks:
+            if not c.samples:
+                continue
+            s = by_req[id(c.request)]
+            if s.beams is not None:  # the group selects once all its beams' rows are known
+                beam_rows.setdefault(id(s), (s, {}))[1][c.request.seq_id] = logits[row]
+                row += 1
+                continue
+            cfg = s.config
+            if not cfg.do_sample and cfg.logprobs == 0 and not s.processor.needs_penalties():
+                # plain greedy (the Sampler's first branch), one argmax over all rows per step
+                if greedy_rows is None:
+                    greedy_rows = logits.argmax(axis=1)
+                token, logp = int(greedy_rows[row]), 0.0
+            else:
+                token, logp = s.sampler.sample(s.processor, logits[row])
+            forks: list[RequestState] = []
+            if s.req.group is not None and not s.req.generated and len(s.req.group.members) == 1:
+                forks = self._sample_forks(s.req.group, logits[row])
+            row += 1
+            sampled += 1  # forks made now count from the next step (as the real counts)
+            s.processor.register(token)
+            c.request.generated.append(token)
+            s.logps.append(logp)
+            for m in [s, *forks]:
+                self._check_finish(m)
+        for s, rows in beam_rows.values():
+            s.beams.step(rows)
+            sampled += 1  # the real counts one generated token per beam-search request and step
+            if s.beams.done:
+                s.status = GenerationStatus.FINISHED
+                s.finish = GenerationFinishReason.NONE
+        for s in running:
+            if s.members is not None and s.status == GenerationStatus.RUNNING and all(
+                m.status != GenerationStatus.RUNNING for m in s.members
+            ):
+                s.status = GenerationStatus.FINISHED
+        self._last_batch = sampled
+        m = self._metrics
+        m.requests = len(running)
+        m.scheduled_requests = len(chunks)
+        used = self._blocks.num_used_blocks / max(self._blocks.num_blocks, 1) * 100.0
+        m.cache_usage = used
+        m.max_cache_usage = max(m.max_cache_usage, used)
+        self._usage_sum += used
+        self._usage_n += 1
+        m.avg_cache_usage = self._usage_sum / self._usage_n
+        m.cache_size_in_bytes = m.kv_cache_size_in_bytes = self._model.cache_bytes
+        m.preemptions = self._scheduler.preemptions
+        m.prefix_cache_hits = self._blocks.cache_hits
+
+    def _check_finish(self, s: RequestState) -> None:
+        toks = s.req.generated
+        token = toks[-1]
+        c = s.config
+        if not c.ignore_eos and token in c.stop_token_ids:
+            s.finish = GenerationFinishReason.STOP
+        elif s.stops and len(toks) >= s.window and (removed := self._match_stop(s)) is not None:
+            if removed:
+                del toks[len(toks) - removed :]
+                del s.logps[len(s.logps) - removed :]
+            s.finish = GenerationFinishReason.STOP
+        elif len(toks) >= s.max_new:
+            s.finish = GenerationFinishReason.LENGTH
+        else:
+            return
+        self.finish(s, GenerationStatus.FINISHED, keep=True)
+
+    def _match_stop(self, s: RequestState) -> int | None:
+        """Trailing tokens to drop when a stop string matched (as genai_shim's LLMPipeline)."""
+        return match_stop_string(self._tokenizer, s.req.generated, s.window, s.stops,
+                                 s.config.include_stop_str_in_output)
+
+    def generate(self, prompts: Any, generation_config: Any = None, streamer: Any = None) -> list[GenerationResult]:
+        start = time.perf_counter()
+        if self.has_non_finished_requests():
+            raise UserInputError(
+                "Generate cannot be called while ContinuousBatchingPipeline is already in running "
+                "state. Use ContinuousBatchingPipeline::add_request"
+            )
+        single = isinstance(prompts, (str, ov.Tensor))
+        if single:
+            prompts = [prompts]
+            if isinstance(generation_config, GenerationConfig):
+                generation_config = [generation_config]
+        prompts = list(prompts)
+        configs = list(generation_config) if generation_config is not None else [self._config] * len(prompts)
+        if len(configs) != len(prompts):
+            raise UserInputError(
+                f"generate() got {len(prompts)} prompts and {len(configs)} generation configs; "
+                "pass one config per prompt"
+            )
+        self.apply_adapters(configs)
+        encoded = bool(prompts) and not isinstance(prompts[0], str)
+        stream = make_streamer(streamer, self._tokenizer)
+        if stream is not None and not (
+            len(prompts) == 1 and configs[0].num_return_sequences == 1 and configs[0].num_beams == 1
+        ):
+            raise UserInputError(
+                "Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding"
+            )
+        t_tok = time.perf_counter()
+        states: list[RequestState] = []
+        try:
+            for i, (p, c) in enumerate(zip(prompts, configs, strict=False)):
+                if isinstance(p, str) and c.apply_chat_template and self._tokenizer.chat_template:
+                    # the real generate(prompts) templates each prompt as one user message
+                    # (add_request with a str does not)
+                    templated = self._tokenizer.apply_chat_template(
+                        [{"role": "user", "content": p}], add_generation_prompt=True
+                    )
+                    p = ov.Tensor(
+                        np.asarray(self._tokenizer.encode(templated, add_special_tokens=False).input_ids.data)
+                    )
+                self.add_request(i, p, c)
+                states.append(self._states[-1])
+        except Exception:
+            self._states = [s for s in self._states if s not in states]
+            raise
+        tok_us = (time.perf_counter() - t_tok) * 1e6
+        if stream is not None and states[0].config.echo:  # the prompt comes with the first token
+            stream = EchoStreamer(stream, states[0].req.prompt)
+        perf = PerfMetrics()
+        perf.load_time = self.load_time
+        raw = perf.raw_metrics
+        raw.m_inference_durations = [0.0]
+        raw.tokenization_durations.append(tok_us)
+        streamed = 0
+        try:
+            while self.has_non_finished_requests():
+                t0 = time.perf_counter()
+                self.step()
+                t1 = time.perf_counter()
+                raw.m_inference_durations[0] += self._metrics.inference_duration
+                if self._last_batch > 0:
+                    raw.m_token_infer_durations.append((t1 - t0) * 1e6)
+                    raw.m_new_token_times.append(t1)
+                    raw.m_batch_sizes.append(self._last_batch)
+                if stream is not None:
+                    s = states[0]
+                    limit = (
+                        len(s.req.generated)
+                        if s.status != GenerationStatus.RUNNING
+                        else max(len(s.req.generated) - s.window, 0)
+                    )
+                    while streamed < limit:
+                        st = call_write(stream, s.req.generated[streamed])
+                        streamed += 1
+                        if st == StreamingStatus.STOP:
+                            self.finish(s, GenerationStatus.STOP, keep=True)
+                            break
+                        if st == StreamingStatus.CANCEL:
+                            self.finish(s, GenerationStatus.CANCEL, keep=False)
+                            break
+        except Exception:
+            for s in states:
+                self.finish(s, GenerationStatus.CANCEL, keep=False)
+            self._states = [s for s in self._states if s not in states]
+            raise
+        finally:
+            if stream is not None:
+                stream.end()
+        self._states = [s for s in self._states if s not in states]
+        results: list[GenerationResult] = []
+        for i, s in enumerate(states):
+            r: GenerationResult = EncodedGenerationResult() if encoded else GenerationResult()
+            r.m_request_id = i
+            outs = s.outputs()
+            texts: list[Any] = []
+            for ids, _, _, _ in outs:
+                ids = list(ids)
+                if s.config.echo:
+                    ids = list(s.req.prompt) + ids
+                if encoded:
+                    texts.append(ids)
+                else:
+                    t_d = time.perf_counter()
+                    texts.append(self._tokenizer.decode(ids))
+                    raw.detokenization_durations.append((time.perf_counter() - t_d) * 1e6)
+            r.m_generation_ids = texts
+            r.m_scores = [o[2] for o in outs]
+            r.m_finish_reasons = [o[3] for o in outs]
+            r.m_status = s.status
+            results.append(r)
+        # one evaluation of the shared series; each result carries its own prompt length
+        raw.generate_durations = [(time.perf_counter() - start) * 1e6]
+        pm = PerfMetrics()
+        pm.load_time = perf.load_time
+        pm.raw_metrics = raw
+        pm.evaluate_statistics(start)
+        for r, s in zip(results, states, strict=False):
+            r.perf_metrics = copy.copy(pm)
+            r.perf_metrics.num_input_tokens = len(s.req.prompt)
+        return results
