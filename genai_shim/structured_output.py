@@ -29,6 +29,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -560,14 +561,55 @@ _compilers: weakref.WeakKeyDictionary[Any, dict[int, _Compiler]] = weakref.WeakK
 _compilers_lock = threading.Lock()
 
 
+class _Times:
+    """What the real's structured-output controller times per tokenizer: each backend's compiler
+    set-up (kept: every later generate reports it too) and each grammar compilation (handed to
+    the next generate's metrics, then cleared), in microseconds."""
+
+    def __init__(self) -> None:
+        self.init: dict[str, float] = {}
+        self.compile: list[float] = []
+
+
+_times: weakref.WeakKeyDictionary[Any, _Times] = weakref.WeakKeyDictionary()
+
+
+def take_structured_output_times(tokenizer: Any) -> tuple[dict[str, float], list[float]]:
+    """(compiler set-up time per backend, grammar compile times since the last call), in µs,
+    for the PerfMetrics of a generate that used ``tokenizer`` (the real's Sampler does the same)."""
+    with _compilers_lock:
+        t = _times.get(tokenizer)
+        if t is None:
+            return {}, []
+        compiled, t.compile = t.compile, []
+        return dict(t.init), compiled
+
+
+def add_structured_output_times(perf: Any, tokenizer: Any) -> None:
+    """Put :func:`take_structured_output_times` into a generate's PerfMetrics."""
+    init, compiled = take_structured_output_times(tokenizer)
+    perf.grammar_compiler_init_times.update(init)
+    perf.raw_metrics.grammar_compile_times.extend(compiled)
+
+
 def _compiler_for(tokenizer: Any, vocab_size: int) -> _Compiler:
     with _compilers_lock:
         per = _compilers.setdefault(tokenizer, {})
         comp = per.get(vocab_size)
         if comp is None:
             vocab = list(getattr(tokenizer, "_vocab_bytes", None) or [])
+            t0 = time.perf_counter()
             comp = per[vocab_size] = _Compiler(vocab, vocab_size, tokenizer.get_eos_token_id())
+            _times.setdefault(tokenizer, _Times()).init["xgrammar"] = (time.perf_counter() - t0) * 1e6
         return comp
+
+
+def _compiled(tokenizer: Any, comp: _Compiler, grammar: Any) -> Any:
+    t0 = time.perf_counter()
+    compiled = comp.compiler.compile_grammar(grammar)
+    with _compilers_lock:
+        _times.setdefault(tokenizer, _Times()).compile.append((time.perf_counter() - t0) * 1e6)
+    return compiled
 
 
 class GrammarConstraint:
@@ -586,7 +628,7 @@ class GrammarConstraint:
     def _start(self, vocab_size: int) -> None:
         xg = xgrammar_core()
         comp = _compiler_for(self._tokenizer, vocab_size)
-        compiled = comp.compiler.compile_grammar(self._grammar)
+        compiled = _compiled(self._tokenizer, comp, self._grammar)
         self._matcher = xg.GrammarMatcher(compiled, self._stops, False, 0)
         self._bitmask = np.full((1, (vocab_size + 31) // 32), -1, dtype=np.int32)
         self._vocab = vocab_size

@@ -23,7 +23,7 @@ from genai_shim.results import DecodedResults, EncodedResults
 from genai_shim.sampling import Sampler
 from genai_shim.stop_strings import stop_window
 from genai_shim.streamers import StreamerBase, make_streamer
-from genai_shim.structured_output import check_structured_output, make_constraint
+from genai_shim.structured_output import add_structured_output_times, check_structured_output, make_constraint
 from genai_shim.tokenizer import NO_CHAT_TEMPLATE, TokenizedInputs, Tokenizer
 from ov_npu_emu.errors import ConfigError, UserInputError
 
@@ -320,6 +320,7 @@ class LLMPipelineImplBase:
     def encoded_results(self, seqs: list[RunningSequence], perf: PerfMetrics, keep_kv: bool) -> EncodedResults:
         if not keep_kv:
             self._kv_tokens = []
+        add_structured_output_times(perf, self.tokenizer)
         return encoded_results(seqs, perf)
 
     def max_new_tokens(self, config: GenerationConfig, prompt_len: int, width: int) -> int:

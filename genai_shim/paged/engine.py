@@ -32,7 +32,7 @@ from genai_shim.results import (
 from genai_shim.sampling import LogitProcessor, Sampler
 from genai_shim.stop_strings import match_stop_string, stop_window
 from genai_shim.streamers import EchoStreamer, StreamingStatus, call_write, make_streamer
-from genai_shim.structured_output import check_structured_output, make_constraint
+from genai_shim.structured_output import add_structured_output_times, check_structured_output, make_constraint
 from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import ConfigError, KVCacheFullError, UserInputError
 
@@ -561,6 +561,7 @@ class PagedEngine:
         pm = PerfMetrics()
         pm.load_time = perf.load_time
         pm.raw_metrics = raw
+        add_structured_output_times(pm, self._tokenizer)
         pm.evaluate_statistics(start)
         for r, s in zip(results, states, strict=False):
             r.perf_metrics = copy.copy(pm)

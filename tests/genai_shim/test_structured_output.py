@@ -252,3 +252,30 @@ def test_speculative_decoding_is_rejected_not_ignored(stories_dir):
     cfg.structured_output_config = genai_shim.StructuredOutputConfig(regex="a+")
     with pytest.raises(ConfigError, match="speculative decoding"):
         pipe.generate("Once upon a time", cfg)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("device", ["CPU", "NPU"])
+def test_grammar_times_in_perf_metrics_as_the_real(pipelines, real_genai, device):
+    """The real reports its xgrammar compiler's set-up time per backend (kept for every later
+    generate of the pipeline) and one compile time per constrained request (cleared after each
+    generate); PerfMetrics summarise them in ms and `+` keeps the init map."""
+    props = {"NPUW_DEVICES": "CPU"} if device == "NPU" else {}
+    shapes = []
+    for kind, mod in (("real", real_genai), ("ours", genai_shim)):
+        pipe = pipelines(kind, GPT2, device if kind == "ours" else "CPU", **(props if kind == "ours" else {}))
+        first = _run(pipe, mod, GPT2, mod.StructuredOutputConfig(json_schema=SCHEMA)).perf_metrics
+        second = _run(pipe, mod, GPT2, mod.StructuredOutputConfig(regex=REGEX)).perf_metrics
+        plain = pipe.generate(_inputs(mod, GPT2), mod.GenerationConfig(max_new_tokens=2)).perf_metrics
+        for pm in (first, second):
+            init = pm.get_grammar_compiler_init_times()
+            assert list(init) == ["xgrammar"] and init["xgrammar"] > 0
+            raw = np.array(pm.raw_metrics.grammar_compile_times) / 1000
+            stats = pm.get_grammar_compile_time()
+            assert raw.size == 1 and np.isclose(stats.mean, raw.mean()) and np.isclose(stats.max, raw.max())
+        assert second.get_grammar_compiler_init_times() == first.get_grammar_compiler_init_times()
+        total = first + second
+        assert len(total.raw_metrics.grammar_compile_times) == 2
+        assert total.get_grammar_compiler_init_times() == first.get_grammar_compiler_init_times()
+        shapes.append((len(plain.raw_metrics.grammar_compile_times), sorted(plain.get_grammar_compiler_init_times())))
+    assert shapes[0] == shapes[1]
