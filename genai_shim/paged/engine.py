@@ -6,6 +6,7 @@ paged default."""
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -34,8 +35,9 @@ from genai_shim.stop_strings import match_stop_string, stop_window
 from genai_shim.streamers import EchoStreamer, StreamingStatus, call_write, make_streamer
 from genai_shim.structured_output import add_structured_output_times, check_structured_output, make_constraint
 from genai_shim.tokenizer import Tokenizer
-from ov_npu_emu.errors import ConfigError, KVCacheFullError, UserInputError
+from ov_npu_emu.errors import ConfigError, UserInputError
 
+logger = logging.getLogger(__name__)
 __all__ = ["GenerationHandle", "PagedEngine", "RequestState"]
 
 
@@ -346,11 +348,17 @@ class PagedEngine:
             reqs.extend(seq_reqs)
         chunks = self._scheduler.schedule(reqs)
         if not chunks:
-            raise KVCacheFullError(
-                "no request fits the KV cache ("
-                f"{self._blocks.num_blocks} blocks of {self._blocks.block_size} tokens); raise "
-                "SchedulerConfig.num_kv_blocks / cache_size or shorten the prompts"
+            # As the real: when nothing fits the KV cache, every running request ends IGNORED
+            # with what it has generated, and its blocks are free for the next call.
+            logger.warning(
+                "the KV cache is full (%d blocks of %d tokens): %d request(s) end IGNORED with what they "
+                "generated; raise SchedulerConfig.num_kv_blocks / cache_size for longer outputs",
+                self._blocks.num_blocks, self._blocks.block_size, len(running),
             )
+            for s in running:
+                self.finish(s, GenerationStatus.IGNORED, keep=True)
+            self._last_batch = 0
+            return
         tables = self._blocks.check_batch([(c.request.seq_id, c.past + c.count, c.past) for c in chunks])
         entries = []
         for c, table in zip(chunks, tables, strict=False):

@@ -115,14 +115,32 @@ def test_preemption_keeps_texts(real_genai: Any, stories_dir: Path) -> None:
     assert pipe._impl._blocks.num_free_blocks == 4
 
 
-def test_prompt_larger_than_cache_is_a_typed_error(stories_dir: Path) -> None:
-    pipe = genai_shim.ContinuousBatchingPipeline(str(stories_dir), _sched(genai_shim, 1), "CPU", F32)
-    c = genai_shim.GenerationConfig()
-    c.max_new_tokens = 60
-    c.ignore_eos = True
-    with pytest.raises(KVCacheFullError, match="num_kv_blocks"):
-        pipe.generate(["Once upon a time"], [c])
-    assert not pipe.has_non_finished_requests()
+@pytest.mark.parametrize(
+    ("blocks", "prompt", "config"),
+    [
+        (1, "Once upon a time", {"max_new_tokens": 60, "ignore_eos": True}),
+        (10, "Once upon a time", {"max_new_tokens": 1_000_000, "ignore_eos": True}),
+        (10, "Once upon a time", {"max_new_tokens": 1_000_000, "ignore_eos": True, "num_beams": 3,
+                                  "num_return_sequences": 3}),
+        (1, "Once upon a time " * 30, {"max_new_tokens": 10}),  # the prompt alone is past the cache
+    ],
+    ids=["one_block", "upstream_post_oom_greedy", "upstream_post_oom_beams", "prompt_past_cache"],
+)
+def test_a_full_kv_cache_ends_requests_ignored_with_what_they_generated(
+    real_genai: Any, stories_dir: Path, caplog: Any, blocks: int, prompt: str, config: dict[str, Any]
+) -> None:
+    """As the real (upstream test_post_oom_health): no error; the requests end IGNORED with the
+    text generated so far, and the freed blocks serve the next call the same way."""
+    texts = []
+    for mod in (real_genai, genai_shim):
+        pipe = mod.ContinuousBatchingPipeline(str(stories_dir), _sched(mod, blocks), "CPU", F32)
+        runs = [pipe.generate([prompt], [mod.GenerationConfig(**config)])[0] for _ in range(2)]
+        assert [str(r.m_status) for r in runs] == ["GenerationStatus.IGNORED"] * 2
+        assert runs[0].m_generation_ids == runs[1].m_generation_ids
+        assert not pipe.has_non_finished_requests()
+        texts.append(runs[0].m_generation_ids)
+    assert texts[0] == texts[1]
+    assert "the KV cache is full" in caplog.text
 
 
 def test_forged_block_table_entry(ours: Any, real_results: list[Any]) -> None:
