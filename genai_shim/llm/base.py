@@ -160,6 +160,10 @@ class LLMPipelineImplBase:
         )
 
     # -- config --------------------------------------------------------------------------------
+    def check_before_validate(self, config: GenerationConfig) -> None:
+        """An implementation's own check of a call's config, made before ``validate()`` (the
+        real's add_request checks run first where its messages say so)."""
+
     def resolve_config(self, generation_config: GenerationConfig | None, kwargs: dict[str, Any]) -> GenerationConfig:
         if generation_config is not None and not isinstance(generation_config, GenerationConfig):
             raise UserInputError(
@@ -171,6 +175,7 @@ class LLMPipelineImplBase:
             config.update_generation_config(**kwargs)
         if config.eos_token_id == -1:
             config.set_eos_token_id(self.config.eos_token_id)
+        self.check_before_validate(config)
         config.validate()
         check_supported(
             config,

@@ -26,17 +26,19 @@ class PromptLookupLLM(StatefulLLM):
         super().__init__(*args, **kwargs)
         self._pl_requests: list[Any] = []  # one more request per extra prompt
 
-    def check_request(self, ids: np.ndarray, mask: np.ndarray, config: GenerationConfig, keep_kv: bool) -> bool:
-        if config.echo:
-            raise UserInputError("Echo is not supported in the stateful pipeline")
-        self.check_max_length(mask, config)
+    def check_before_validate(self, config: GenerationConfig) -> None:
         if not config.is_prompt_lookup():
-            # the real text (a RuntimeError from PromptLookupImpl::add_request)
+            # the real text (a RuntimeError from PromptLookupImpl::add_request, before validate)
             raise ConfigError(
                 "`max_ngram_size` && `num_assistant_tokens` should be specified for "
                 "`prompt lookup decoding`",
                 key="max_ngram_size",
             )
+
+    def check_request(self, ids: np.ndarray, mask: np.ndarray, config: GenerationConfig, keep_kv: bool) -> bool:
+        if config.echo:
+            raise UserInputError("Echo is not supported in the stateful pipeline")
+        self.check_max_length(mask, config)
         return False  # every call prefills the whole prompt (the output is the same)
 
     def decode(self, call: DecodeCall) -> EncodedResults:

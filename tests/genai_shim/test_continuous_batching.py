@@ -202,8 +202,23 @@ def test_unsupported_features_are_typed_errors(ours: Any, stories_dir: Path) -> 
     # a field the pipeline cannot honour is refused, never dropped: as LLMPipeline does
     with pytest.raises(ConfigError, match="tree_depth"):
         ours.generate(["A"], [genai_shim.GenerationConfig(max_new_tokens=2, tree_depth=2)])
-    with pytest.raises(ConfigError, match="num_assistant_tokens"):
-        ours.add_request(7, "A", genai_shim.GenerationConfig(max_new_tokens=2, num_assistant_tokens=3))
+
+
+
+def test_assisting_fields_without_a_draft_are_ignored_as_the_real(
+    real_genai: Any, stories_dir: Path, caplog: Any
+) -> None:
+    """Upstream passes num_assistant_tokens to plain pipelines: ignored (ours says so once)."""
+    from genai_shim import generation_config
+
+    generation_config._WARNED_ASSISTING.discard("num_assistant_tokens")
+    texts = []
+    for mod in (real_genai, genai_shim):
+        pipe = mod.ContinuousBatchingPipeline(str(stories_dir), _sched(mod, 64), "CPU", F32)
+        plain, assisted = (mod.GenerationConfig(max_new_tokens=12, **kw) for kw in ({}, {"num_assistant_tokens": 5}))
+        texts.append([pipe.generate(["Once upon a time"], [c])[0].m_generation_ids for c in (plain, assisted)])
+    assert texts[0][0] == texts[0][1] == texts[1][0] == texts[1][1]
+    assert "num_assistant_tokens=5 has no effect without a draft_model" in caplog.text
 
 
 def test_prefix_caching_reuses_blocks_and_keeps_texts(real_genai: Any, stories_dir: Path) -> None:
