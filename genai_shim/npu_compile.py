@@ -13,6 +13,7 @@ import openvino as ov
 
 from genai_shim.npu_config import translate_npu_config
 from ov_npu_emu.errors import BlobFormatError, ConfigError
+from ov_npu_emu.runtime.files import write_file
 
 __all__ = ["NpuModel", "compile_npu"]
 
@@ -46,8 +47,7 @@ def compile_npu(core: Any, model: ov.Model, props: dict[str, Any], folder: Path 
             if not target.endswith(".blob"):
                 raise ConfigError(f"Please provide a full path to blob file in BLOB_PATH: {target}", key="BLOB_PATH")
             try:
-                with open(target, "wb") as f:
-                    compiled.export_model(f)
+                write_file(target, compiled.export_model().getvalue())  # atomic, never through a symlink
             except OSError as e:
                 raise ConfigError(f"Blob file can't be exported to: {target}", key="BLOB_PATH") from e
     return NpuModel(

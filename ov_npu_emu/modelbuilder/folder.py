@@ -29,6 +29,7 @@ from ov_npu_emu.modelbuilder.weights import (
     check_dtype,
     init_weights,
 )
+from ov_npu_emu.runtime.files import write_file
 
 __all__ = [
     "MANIFEST_NAME",
@@ -175,7 +176,7 @@ def make_model_folder(
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    write_file(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:

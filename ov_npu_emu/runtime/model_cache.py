@@ -11,12 +11,13 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import openvino as ov
+
+from ov_npu_emu.runtime.files import write_file
 
 __all__ = ["entry_path", "model_hash", "read_entry", "write_entry"]
 
@@ -68,9 +69,6 @@ def write_entry(path: str, data: bytes) -> None:
     """Write atomically (temp file + rename): a crash never leaves half an entry."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp_")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        write_file(path, data)
     except OSError as e:
         logger.warning("could not write CACHE_DIR entry %s: %s", path, e)

@@ -17,6 +17,7 @@ import numpy as np
 from ov_npu_emu.cli.model_args import example_inputs, load_model, parse_kv
 from ov_npu_emu.errors import UserInputError
 from ov_npu_emu.hookspecs import hookimpl
+from ov_npu_emu.runtime.files import write_file
 
 if TYPE_CHECKING:
     from ov_npu_emu_npu.plugin import NpuInferRequest
@@ -55,7 +56,7 @@ def run_compile(args: argparse.Namespace) -> int:
     stream = cm.export_model()
     assert stream is not None  # without a stream to write into, export_model returns one
     blob = stream.getvalue()
-    Path(args.output).write_bytes(blob)
+    write_file(args.output, blob)
     print(f"wrote {args.output}: {len(blob)} bytes")
     return 0
 
@@ -176,7 +177,7 @@ def run_profile(args: argparse.Namespace) -> int:
     summary["top_tasks"] = [{"task": t.tid, "engine": tl.lane_names[t.lane], "kernel": t.kernel,
                              "node": names.get(t.tid, ("", ""))[0], "cycles": t.cycles} for t in top]
     if args.trace:
-        Path(args.trace).write_text(chrome_trace(tl, names))
+        write_file(args.trace, chrome_trace(tl, names))
         summary["trace"] = args.trace
     if args.html:
         from ov_npu_emu_npu.device.report import html_report
@@ -187,7 +188,7 @@ def run_profile(args: argparse.Namespace) -> int:
         plan = _kv_plan(args.model, config) if kv else None
         if plan is not None:
             summary["kv_plan"] = plan
-        Path(args.html).write_text(html_report(tl, impl.blob_meta, names, kv=kv, kv_plan=plan), encoding="utf-8")
+        write_file(args.html, html_report(tl, impl.blob_meta, names, kv=kv, kv_plan=plan))
         summary["html"] = args.html
     if args.json:
         print(json.dumps(summary, indent=2))

@@ -58,6 +58,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from ov_npu_emu import Core
+    from ov_npu_emu.runtime.files import write_file
 
     path = Path(args.model)
     xml = path / "openvino_model.xml" if path.is_dir() else path
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         "models": rows,
     }
     if args.export:
-        Path(args.export).write_bytes(compiled.export_model().getvalue())
+        write_file(args.export, compiled.export_model().getvalue())
         summary["exported"] = args.export
     if args.json:
         print(json.dumps(summary, indent=2))
