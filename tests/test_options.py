@@ -70,3 +70,27 @@ def test_npu_device_keys_are_parsed_once_and_typos_are_errors():
         core.set_property("NPU", {"NPU_EMU_QUEUE_MODE": "carrier-pigeon"})
     # other namespaces pass by (NPUW's keys reach the device through NPUW's sub-configs)
     core.compile_model(make_add_model(), "NPU", {"NPUW_WEIGHTS_BANK": "x", "PERF_COUNT": "YES"})
+
+
+def test_option_table_parses_defaults_and_refuses_typos():
+    from ov_npu_emu.options import Option, OptionTable, as_flag, as_int
+
+    table = OptionTable("Toy", [
+        Option("TOY_N", as_int, 4, "a count"),
+        Option("TOY_ON", as_flag, True, "a switch", origin="ours"),
+        Option("TOY_LATER", as_flag, None, "decided later", origin="ours"),
+    ], prefixes=("TOY_",), accepted={"TOY_IGNORED"})
+    assert table.parse({"TOY_N": "7", "TOY_IGNORED": 1, "OTHER": 2}) == {"TOY_N": 7, "TOY_ON": True,
+                                                                         "TOY_LATER": None}
+    assert table.properties() == ["TOY_N", "TOY_ON", "TOY_LATER"] and table.defaults()["TOY_N"] == 4
+    with pytest.raises(ConfigError, match=r"Toy does not know the property TOY_M \(did you mean TOY_N\?\)") as e:
+        table.parse({"TOY_M": 1})
+    assert e.value.key == "TOY_M"
+    with pytest.raises(ConfigError, match="TOY_N must be an integer"):
+        table.parse({"TOY_N": "x"})
+    md = table.markdown()
+    assert "| `TOY_ON` | YES | **ours** | a switch |" in md and "| `TOY_LATER` | (unset) |" in md
+    with pytest.raises(ValueError, match="declared twice"):
+        OptionTable("Toy", [Option("A", as_int, 0, ""), Option("A", as_int, 0, "")])
+    with pytest.raises(ValueError, match="origin"):
+        Option("A", as_int, 0, "", origin="theirs")
