@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see docs/npu_device.md, numpy's BLAS threads
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see docs/performance_log.md, numpy's BLAS threads
 
 import numpy as np
 

@@ -12,7 +12,7 @@ from genai_shim.continuous_batching import (
     GenerationStatus,
     PipelineMetrics,
 )
-from genai_shim.generation_config import GenerationConfig, StopCriteria
+from genai_shim.generation_config import GenerationConfig, StopCriteria, WhisperGenerationConfig
 from genai_shim.lora import Adapter, AdapterConfig
 from genai_shim.parser_streamer import TextParserStreamer
 from genai_shim.parsers import (
@@ -56,6 +56,7 @@ __all__ = [
     "draft_model",
     # configuration
     "GenerationConfig",
+    "WhisperGenerationConfig",
     "StopCriteria",
     "StructuredOutputConfig",
     "StructuralTagsConfig",

@@ -35,7 +35,7 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "speech recognition": (
         (
-            "WhisperPipeline", "WhisperGenerationConfig", "WhisperPerfMetrics",
+            "WhisperPipeline", "WhisperPerfMetrics",
             "WhisperRawPerfMetrics", "WhisperWordTiming", "ASRPipeline", "ASRGenerationConfig",
             "ASRDecodedResults", "ASRDecodedResultChunk", "ASRPerfMetrics", "ASRRawPerfMetrics",
         ),

@@ -97,6 +97,23 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
+def _generation_extension() -> Any:
+    """The ``{% generation %}...{% endgeneration %}`` block of HF training templates (it marks
+    the assistant's tokens for a loss mask): rendered as its body, as the real renders it."""
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class GenerationBlock(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body, lineno=lineno)
+
+    return GenerationBlock
+
+
 @functools.lru_cache(maxsize=16)
 def _compile(template: str) -> Any:
     try:
@@ -105,7 +122,7 @@ def _compile(template: str) -> Any:
     except ImportError as e:  # jinja2 is a declared dependency; say so if it is missing
         raise ConfigError("chat templates need jinja2: pip install jinja2") from e
     env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _generation_extension()]
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception

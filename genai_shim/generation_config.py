@@ -14,7 +14,14 @@ import numpy as np
 from genai_shim.enums import BindingEnum
 from ov_npu_emu.errors import ConfigError
 
-__all__ = ["SIZE_MAX", "UNSUPPORTED_FIELDS", "GenerationConfig", "StopCriteria", "check_supported"]
+__all__ = [
+    "SIZE_MAX",
+    "UNSUPPORTED_FIELDS",
+    "GenerationConfig",
+    "StopCriteria",
+    "WhisperGenerationConfig",
+    "check_supported",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -105,10 +112,10 @@ _JSON_KEYS = (
 )
 
 
-def _checked(name: str, value: Any) -> Any:
+def _checked(name: str, value: Any, defaults: dict[str, Any] | None = None) -> Any:
     """Reject values of the wrong kind now (the real binding raises TypeError on assignment),
     not with a TypeError deep in validate() or the sampler."""
-    kind = type(_DEFAULTS[name])
+    kind = type((defaults or _DEFAULTS)[name])
     ok = {
         bool: lambda v: isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, np.integer)) and v in (0, 1)),
         int: lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool),
@@ -131,8 +138,13 @@ class GenerationConfig:
     ``GenerationConfig(max_new_tokens=20, ...)``.
     """
 
+    #: the fields and their defaults (a subclass adds its own)
+    _FIELDS: dict[str, Any] = _DEFAULTS
+    #: the keys read from a generation_config.json
+    _JSON_FIELDS: tuple[str, ...] = _JSON_KEYS
+
     def __init__(self, json_path: str | os.PathLike | None = None, **kwargs: Any) -> None:
-        for k, v in _DEFAULTS.items():
+        for k, v in self._FIELDS.items():
             object.__setattr__(self, k, copy.copy(v))
         if json_path:
             self._load_json(Path(json_path))
@@ -147,7 +159,7 @@ class GenerationConfig:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise ConfigError(f"Cannot parse {os.fspath(path)!r}: {e}") from e
-        for k in _JSON_KEYS:
+        for k in self._JSON_FIELDS:
             if k in data and data[k] is not None:
                 setattr(self, k, data[k])
         eos = data.get("eos_token_id")
@@ -161,8 +173,8 @@ class GenerationConfig:
 
     # -- attribute handling ------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
-        if name not in _DEFAULTS:
-            raise AttributeError(f"'GenerationConfig' object has no attribute {name!r}")
+        if name not in self._FIELDS:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
         if name in ("stop_strings", "stop_token_ids"):
             if isinstance(value, (str, bytes, int, float)):  # set("ab") would be {"a", "b"}
                 raise ConfigError(f"GenerationConfig.{name} must be a set, got {type(value).__name__}")
@@ -189,18 +201,18 @@ class GenerationConfig:
 
             value = checked_parsers(value)
         else:
-            value = _checked(name, value)
+            value = _checked(name, value, self._FIELDS)
         object.__setattr__(self, name, value)
 
     def update_generation_config(self, **kwargs: Any) -> None:
         """Set several fields at once; an unknown name is a ConfigError (the real ignores it)."""
         eos = kwargs.pop("eos_token_id", None)
         for k in kwargs:
-            if k not in _DEFAULTS:
+            if k not in self._FIELDS:
                 # the real binding ignores unknown names; nothing is dropped silently here
                 raise ConfigError(
-                    f"GenerationConfig has no field {k!r} (openvino_genai would ignore it); the "
-                    f"fields are: {', '.join(_DEFAULTS)}",
+                    f"{type(self).__name__} has no field {k!r} (openvino_genai would ignore it); the "
+                    f"fields are: {', '.join(self._FIELDS)}",
                     key=k,
                 )
         for k, v in kwargs.items():
@@ -370,7 +382,7 @@ class GenerationConfig:
 
     # -- misc --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {k: copy.copy(getattr(self, k)) for k in _DEFAULTS}
+        return {k: copy.copy(getattr(self, k)) for k in self._FIELDS}
 
     def copy(self) -> GenerationConfig:
         return copy.deepcopy(self)
@@ -379,8 +391,114 @@ class GenerationConfig:
         return isinstance(other, GenerationConfig) and self.to_dict() == other.to_dict()
 
     def __repr__(self) -> str:
-        changed = {k: v for k, v in self.to_dict().items() if v != _DEFAULTS[k]}
-        return f"GenerationConfig({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+        changed = {k: v for k, v in self.to_dict().items() if v != self._FIELDS[k]}
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+
+
+#: WhisperGenerationConfig's own fields and defaults (openvino_genai 2026.4.1; Whisper's
+#: multilingual vocabulary ids)
+_WHISPER_DEFAULTS: dict[str, Any] = {
+    "decoder_start_token_id": 50258,
+    "pad_token_id": 50257,
+    "translate_token_id": 50358,
+    "transcribe_token_id": 50359,
+    "prev_sot_token_id": 50361,
+    "no_timestamps_token_id": 50363,
+    "max_initial_timestamp_index": 50,
+    "is_multilingual": True,
+    "language": None,
+    "lang_to_id": {},
+    "task": None,
+    "return_timestamps": False,
+    "word_timestamps": False,
+    "alignment_heads": [],
+    "initial_prompt": None,
+    "hotwords": None,
+    "begin_suppress_tokens": [],
+    "suppress_tokens": [],
+}
+_WHISPER_JSON_KEYS = (
+    "begin_suppress_tokens",
+    "suppress_tokens",
+    "decoder_start_token_id",
+    "pad_token_id",
+    "no_timestamps_token_id",
+    "max_initial_timestamp_index",
+    "prev_sot_token_id",
+    "is_multilingual",
+    "lang_to_id",
+    "alignment_heads",
+)
+
+
+class WhisperGenerationConfig(GenerationConfig):
+    """``openvino_genai.WhisperGenerationConfig``: GenerationConfig plus Whisper's decoding fields
+    (language and task tokens, timestamps, suppressed tokens), read from a Whisper export's
+    generation_config.json (``task_to_id`` included) and checked as the real checks them."""
+
+    _FIELDS = {**_DEFAULTS, "apply_chat_template": False, **_WHISPER_DEFAULTS}
+    _JSON_FIELDS = (*_JSON_KEYS, *_WHISPER_JSON_KEYS)
+
+    def _load_json(self, path: Path) -> None:
+        super()._load_json(path)
+        data = json.loads(path.read_text(encoding="utf-8"))
+        tasks = data.get("task_to_id")
+        if self.is_multilingual and isinstance(tasks, dict):
+            for task in ("transcribe", "translate"):
+                if tasks.get(task) is not None:
+                    setattr(self, f"{task}_token_id", tasks[task])
+        self.apply_chat_template = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("language", "task", "initial_prompt", "hotwords"):
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"WhisperGenerationConfig.{name} must be a str or None, got {type(value).__name__}")
+        elif name in ("begin_suppress_tokens", "suppress_tokens"):
+            value = [int(_checked("pad_token_id", v, _WHISPER_DEFAULTS)) for v in value]
+        elif name == "lang_to_id":
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise ConfigError("WhisperGenerationConfig.lang_to_id must map language tokens (str) to ids")
+            value = {k: int(_checked("pad_token_id", v, _WHISPER_DEFAULTS)) for k, v in value.items()}
+        elif name == "alignment_heads":
+            try:
+                value = [(int(layer), int(head)) for layer, head in value]
+            except (TypeError, ValueError) as e:
+                raise ConfigError(
+                    "WhisperGenerationConfig.alignment_heads must be (layer, head) pairs of ints"
+                ) from e
+        super().__setattr__(name, value)
+
+    def validate(self) -> None:
+        """The base checks, then Whisper's (the real's messages)."""
+        super().validate()
+
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise ConfigError(msg)
+
+        if self.is_multilingual:
+            need(bool(self.lang_to_id), "'lang_to_id' map must be provided for multilingual models.")
+            if self.language is not None:
+                self.language_token_id(self.language)
+            if self.task is not None:
+                need(self.task in ("transcribe", "translate"),
+                     f"'task' mast be 'transcribe' or 'translate'. Task provided: '{self.task}'.")
+        else:
+            need(self.language is None, "Cannot specify 'language' for not multilingual model.")
+            need(self.task is None, "Cannot specify 'task' for not multilingual model.")
+        need(self.num_return_sequences == 1,
+             f"'num_return_sequences' must be 1. Provided: {self.num_return_sequences}.")
+        need(not self.is_assisting_generation(), "Assisted generation is not supported.")
+        need(not self.word_timestamps or bool(self.alignment_heads),
+             "'word_timestamps' can be true only when 'alignment_heads' is set and not empty.")
+
+    def language_token_id(self, language: str) -> int:
+        """The id of a language given as ``"en"`` or ``"<|en|>"`` (lang_to_id holds the wrapped form)."""
+        wrapped = language if len(language) > 4 and language.startswith("<|") and language.endswith("|>") else (
+            f"<|{language}|>")
+        if wrapped not in self.lang_to_id:
+            raise ConfigError(f"'language' {language} must be provided in 'lang_to_id' map.")
+        return self.lang_to_id[wrapped]
 
 
 #: GenerationConfig fields genai_shim's LLMPipeline does not act on → why.  A value other than

@@ -6,13 +6,13 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import openvino as ov
 
+from genai_shim import tokenizer_ir
 from ov_npu_emu.errors import ConfigError, IRReadError, UserInputError
 
 __all__ = ["TokenizedInputs", "Tokenizer"]
@@ -159,7 +159,8 @@ class Tokenizer:
             self._where = repr(os.fspath(folder))
         self._tok_model = self._read(TOKENIZER_XML)
         self._detok_model = self._read(DETOKENIZER_XML)
-        self._encoders: dict[bool, Any] = {}
+        self._encoders: dict[bool, ov.InferRequest] = {}
+        self._encoder_layout: tokenizer_ir.EncoderLayout | None = None
         self._decoders: dict[bool, Any] = {}
         # From memory there is no folder: ids and the chat template come from the IR only.
         def side(name: str) -> dict[str, Any]:
@@ -264,7 +265,8 @@ class Tokenizer:
         ids |= {t for t in (self._bos_id, self._eos_id, self._pad_id) if t >= 0}
         return sorted(ids)
 
-    def _encoder(self, add_special_tokens: bool) -> Any:
+    def _encoder(self, add_special_tokens: bool) -> ov.InferRequest:
+        """The infer request of the IR with or without its special tokens, truncation steerable."""
         with self._lock:
             if add_special_tokens not in self._encoders:
                 if self._tok_model is None:
@@ -272,8 +274,10 @@ class Tokenizer:
                         f"{TOKENIZER_XML} was not found in {self._where}; encode() "
                         "needs it"
                     )
-                model = self._tok_model if add_special_tokens else self._without_special_tokens()
-                self._encoders[add_special_tokens] = _core().compile_model(model, "CPU")
+                model = self._read(TOKENIZER_XML) if add_special_tokens else self._without_special_tokens()
+                tokenizer_ir.make_max_length_stateful(model, add_special_tokens)
+                compiled = _core().compile_model(model, "CPU")
+                self._encoders[add_special_tokens] = compiled.create_infer_request()
             return self._encoders[add_special_tokens]
 
     def _without_special_tokens(self) -> ov.Model:
@@ -315,83 +319,59 @@ class Tokenizer:
             return self._decoders[skip_special_tokens]
 
     # -- encode / decode -------------------------------------------------------------------------
-    def encode(
-        self,
-        prompts: str | Sequence[str],
-        add_special_tokens: bool = True,
-        pad_to_max_length: bool = False,
-        max_length: int | None = None,
-        padding_side: str | None = None,
-        truncation: bool = False,
-        **kwargs: Any,
-    ) -> TokenizedInputs:
-        """Tokenize one string or a batch (rows padded on the IR's side, left by default).
+    def encode(self, *args: Any, **kwargs: Any) -> TokenizedInputs:
+        """Tokenize as openvino_genai's four ``encode`` overloads do.
+
+        ``encode(prompt: str, ...)``, ``encode(prompts: list[str], ...)``,
+        ``encode(prompts_1: list[str], prompts_2: list[str], ...)`` and
+        ``encode(prompts: list[[str, str]], ...)`` (paired prompts need a tokenizer IR with two
+        inputs: ``supports_paired_input()``), then the options, by position or name:
 
         :param add_special_tokens: add BOS/EOS as the tokenizer's post-processor says.
-        :param pad_to_max_length: pad every row to ``max_length`` (default: the model's
-            ``model_max_length``); longer rows stay longer unless ``truncation``.
-        :param max_length: the length used by ``truncation`` and ``pad_to_max_length``.
-        :param padding_side: "left" or "right".
-        :param truncation: cut rows longer than ``max_length`` (keeping the beginning).
+        :param pad_to_max_length: pad every row to ``max_length`` (default: the IR's, i.e. the
+            original tokenizer's ``model_max_length``); longer rows stay longer.
+        :param max_length: the length that ``truncation`` and ``pad_to_max_length`` use,
+            special tokens included.
+        :param padding_side: "left" or "right"; default: the IR's (the original's side).
+        :param truncation: cut the prompt tokens to fit ``max_length``, on the side (and with
+            the pair strategy) of the original tokenizer.
         """
-        if isinstance(prompts, str):
-            texts = [prompts]
-        elif isinstance(prompts, (list, tuple)) and all(isinstance(p, str) for p in prompts):
-            texts = list(prompts)
-        else:
+        first, second, opts = _encode_arguments(args, kwargs)
+        side = opts["padding_side"]
+        if side not in (None, "left", "right"):
+            raise UserInputError(f"padding_side should be either 'left' or 'right', but got: {side!r}")
+        layout = self._layout()
+        if second is not None and not layout.paired:
             raise UserInputError(
-                f"encode() takes a str or a list of str, got {type(prompts).__name__}; paired "
-                "inputs are not supported"
+                "this tokenizer IR takes one input (supports_paired_input() is False); convert "
+                "the tokenizer with openvino_tokenizers' number_of_inputs=2 for paired prompts"
             )
-        if not texts:
-            raise UserInputError("encode() got an empty list of prompts")
-        if padding_side not in (None, "left", "right"):
-            raise UserInputError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+        max_length = opts["max_length"]
+        if max_length is not None:
+            max_length = int(max_length)
+            if max_length < 0:
+                raise UserInputError(f"max_length must be >= 0, got {max_length}")
+        inputs = {0: np.array(first)}
+        if layout.paired:
+            inputs[1] = np.array(second if second is not None else [], dtype=str)
         with self._lock:
-            res = self._encoder(bool(add_special_tokens))({0: np.array(texts)})
-        outs = {
-            o.get_any_name() if o.get_names() else str(i): res[o] for i, o in enumerate(res.keys())
-        }
-        ids = np.asarray(outs.get("input_ids", next(iter(res.values()))), dtype=np.int64)
-        mask = np.asarray(outs.get("attention_mask", np.ones_like(ids)), dtype=np.int64)
-        limit = (
-            max_length
-            if max_length is not None
-            else (self._model_max_length if pad_to_max_length else None)
-        )
-        if (truncation and limit is not None) or pad_to_max_length or padding_side is not None:
-            ids, mask = self._repad(
-                ids,
-                mask,
-                limit if truncation else None,
-                limit if pad_to_max_length else None,
-                padding_side,
-            )
-        return TokenizedInputs(
-            ov.Tensor(np.ascontiguousarray(ids)), ov.Tensor(np.ascontiguousarray(mask))
-        )
+            request = self._encoder(bool(opts["add_special_tokens"]))
+            tokenizer_ir.set_states(request, max_length, bool(opts["truncation"]))
+            request.infer(inputs)
+            ids = np.array(request.get_tensor("input_ids").data, dtype=np.int64)
+            mask = np.array(request.get_tensor("attention_mask").data, dtype=np.int64)
+        limit = max_length if max_length is not None else layout.default_max_length
+        width = limit if opts["pad_to_max_length"] and limit is not None else 0
+        pad_right = layout.pad_right if side is None else side == "right"
+        ids, mask = tokenizer_ir.repad(ids, mask, width, pad_right, layout.pad_value)
+        return TokenizedInputs(ov.Tensor(ids), ov.Tensor(mask))
 
-    def _repad(
-        self,
-        ids: np.ndarray,
-        mask: np.ndarray,
-        truncate_to: int | None,
-        pad_to: int | None,
-        side: str | None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        rows = [r[m.astype(bool)] for r, m in zip(ids, mask, strict=False)]
-        if truncate_to is not None:
-            rows = [r[: int(truncate_to)] for r in rows]
-        width = max([len(r) for r in rows] + [int(pad_to) if pad_to is not None else 0])
-        pad_id = self._pad_id if self._pad_id >= 0 else 0
-        out_ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-        out_mask = np.zeros((len(rows), width), dtype=np.int64)
-        for i, r in enumerate(rows):
-            if side == "right":
-                out_ids[i, : len(r)], out_mask[i, : len(r)] = r, 1
-            else:
-                out_ids[i, width - len(r) :], out_mask[i, width - len(r) :] = r, 1
-        return out_ids, out_mask
+    def _layout(self) -> tokenizer_ir.EncoderLayout:
+        if self._tok_model is None:
+            raise IRReadError(f"{TOKENIZER_XML} was not found in {self._where}; encode() needs it")
+        if self._encoder_layout is None:
+            self._encoder_layout = tokenizer_ir.layout(self._tok_model)
+        return self._encoder_layout
 
     def decode(
         self, tokens: Any, skip_special_tokens: bool = True, **kwargs: Any
@@ -505,4 +485,72 @@ class Tokenizer:
         return list(self._vocab_vector)
 
     def supports_paired_input(self) -> bool:
-        return False
+        """Whether the tokenizer IR takes a second string input (paired prompts)."""
+        return self._tok_model is not None and self._layout().paired
+
+
+#: encode()'s options after the prompts, in the real's positional order, with its defaults
+_ENCODE_OPTIONS = {
+    "add_special_tokens": True,
+    "pad_to_max_length": False,
+    "max_length": None,
+    "padding_side": None,
+    "truncation": False,
+}
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+
+
+def _encode_arguments(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[list[str], list[str] | None, dict[str, Any]]:
+    """(first prompts, second prompts or None, options) of one encode() call."""
+    kwargs = dict(kwargs)
+    rest = list(args)
+    names = [n for n in ("prompt", "prompts", "prompts_1") if n in kwargs]
+    if names and rest:
+        raise UserInputError(f"encode() got the prompts twice (by position and as {names[0]!r})")
+    if len(names) > 1:
+        raise UserInputError(f"encode() got the prompts twice ({', '.join(names)})")
+    prompts = kwargs.pop(names[0]) if names else (rest.pop(0) if rest else None)
+    second = kwargs.pop("prompts_2", None)
+    if second is None and rest and _strings(rest[0]) and not isinstance(rest[0], str):
+        second = rest.pop(0)
+    if prompts is None:
+        raise UserInputError("encode() needs a prompt: encode(prompt), encode(prompts) or encode(prompts_1, prompts_2)")
+    if len(rest) > len(_ENCODE_OPTIONS):
+        raise UserInputError(f"encode() takes at most {len(_ENCODE_OPTIONS) + 2} positional arguments")
+    opts = dict(_ENCODE_OPTIONS)
+    for name, value in zip(_ENCODE_OPTIONS, rest, strict=False):
+        opts[name] = value
+    unknown = sorted(set(kwargs) - set(_ENCODE_OPTIONS))
+    if unknown:
+        raise UserInputError(f"encode() got unexpected keyword arguments {unknown}; it takes {sorted(_ENCODE_OPTIONS)}")
+    opts.update(kwargs)
+    if isinstance(prompts, str):
+        first = [prompts]
+    elif _strings(prompts):
+        first = list(prompts)
+    elif isinstance(prompts, (list, tuple)) and prompts and all(
+        _strings(p) and len(p) == 2 for p in prompts
+    ) and second is None:
+        first, second = [p[0] for p in prompts], [p[1] for p in prompts]
+    else:
+        raise UserInputError(
+            "encode() takes a str, a list of str, two lists of str (prompts_1, prompts_2) or a list "
+            f"of [str, str] pairs, got {type(prompts).__name__}"
+        )
+    if not first:
+        raise UserInputError("encode() got an empty list of prompts")
+    if second is not None:
+        second = list(second) if _strings(second) else None
+        if second is None:
+            raise UserInputError("prompts_2 must be a list of str")
+        if len(first) != len(second) and 1 not in (len(first), len(second)):
+            raise UserInputError(
+                "prompts_1 and prompts_2 should be of the same size or one of them should be of size 1, "
+                f"got {len(first)} and {len(second)}"
+            )
+    return first, second, opts

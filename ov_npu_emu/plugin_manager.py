@@ -8,7 +8,7 @@ import os
 
 import pluggy
 
-from ov_npu_emu import hookspecs
+import ov_npu_emu.hookspecs as hookspecs
 from ov_npu_emu.errors import PluginError
 
 __all__ = ["BUILTIN_PLUGINS", "DISABLE_ENV", "ENTRY_POINT_GROUP", "get_plugin_manager"]

@@ -9,6 +9,7 @@ import openvino as ov
 
 from ov_npu_emu.api.infer_request import InferRequest
 from ov_npu_emu.api.ports import Port, ResultDict
+from ov_npu_emu.api.properties import plain_properties
 from ov_npu_emu.errors import UserInputError
 from ov_npu_emu.runtime.device import DeviceCompiledModel, VariableState
 
@@ -84,7 +85,7 @@ class CompiledModel:
         return self._impl.get_property(name)
 
     def set_property(self, properties: dict[str, Any]) -> None:
-        self._impl.set_property(properties)
+        self._impl.set_property(plain_properties(properties))
 
     def get_runtime_model(self) -> ov.Model | None:
         return self._impl.get_runtime_model()

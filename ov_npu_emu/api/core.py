@@ -13,6 +13,7 @@ import openvino as ov
 import pluggy
 
 from ov_npu_emu.api.compiled_model import CompiledModel
+from ov_npu_emu.api.properties import plain_properties
 from ov_npu_emu.errors import CompileError, ConfigError, IRReadError, NpuEmuError, UserInputError
 from ov_npu_emu.plugin_manager import get_plugin_manager
 from ov_npu_emu.registry import DeviceRegistry, canonical_device_name
@@ -187,6 +188,7 @@ class Core:
             model = self.read_model(model)
         if config is not None and not isinstance(config, Mapping):
             raise UserInputError(f"config must be a dict of properties, got {type(config).__name__}")
+        config = plain_properties(config)
         candidates = self.auto_candidates(device_name, config)
         if candidates is not None or device_name is None:  # None is AUTO, which always lists candidates
             return self._auto(
@@ -253,6 +255,7 @@ class Core:
             raise UserInputError(
                 f"import_model needs bytes, a binary stream or a Tensor, got {type(model_stream).__name__}"
             )
+        config = plain_properties(config)
         candidates = self.auto_candidates(device_name, config)
         if candidates is not None:
             return self._auto(
@@ -273,6 +276,7 @@ class Core:
             (props,) = args
             if not isinstance(props, Mapping):
                 raise UserInputError("set_property(properties) needs a dict")
+            props = plain_properties(props)
             self._core_properties.update(props)
             for name in self.registry.names():
                 self.registry.get(name).set_property(props)
@@ -280,7 +284,7 @@ class Core:
             device_name, props = args
             if not isinstance(props, Mapping):
                 raise UserInputError("set_property(device_name, properties) needs a dict")
-            self.registry.get(self._device_name(device_name)).set_property(props)
+            self.registry.get(self._device_name(device_name)).set_property(plain_properties(props))
         else:
             raise UserInputError("set_property takes (properties) or (device_name, properties)")
 

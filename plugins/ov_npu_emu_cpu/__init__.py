@@ -146,8 +146,9 @@ class CpuInferRequest(DeviceInferRequest):
 
     def infer(self) -> None:
         # start_async + wait instead of infer(): the same computation, but the CPU plugin runs it
-        # on its own (pinned) stream thread rather than the caller's, which measured 1.2-3x faster
-        # per call on small decode models here; and openvino's Python infer() also copies every
+        # on its own (pinned) stream thread rather than the caller's, which is faster per call on
+        # small decode models (docs/performance_log.md, "Figures that code comments used to
+        # quote"); and openvino's Python infer() also copies every
         # output into a fresh numpy dict that nobody reads.  A graph of a few nodes (an LM head)
         # has nothing to parallelise, so the thread hand-off would cost more than it runs: inline;
         # likewise a single-threaded graph (INFERENCE_NUM_THREADS=1).
@@ -199,7 +200,7 @@ class CpuCompiledModel(DeviceCompiledModel):
                 self._inline = (
                     len(self._cm.get_runtime_model().get_ops()) <= _INLINE_MAX_NODES
                     # one thread: nothing for the stream thread to parallelise, and the hand-off
-                    # measured 17% of a stories260K decode step (0.30 → 0.25 ms inline)
+                    # is a sizeable share of a small model's decode step
                     or int(self._cm.get_property("INFERENCE_NUM_THREADS")) == 1
                 )
             except RuntimeError:  # no runtime graph to inspect: the general (async) path

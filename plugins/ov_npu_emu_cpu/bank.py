@@ -39,9 +39,9 @@ __all__ = ["BANK_MIN_BYTES", "BANK_MIN_MODEL_BYTES", "BANK_PARAM_PREFIX", "BankE
 #: copies they cost are small, and as runtime inputs they would only add per-inference work
 BANK_MIN_BYTES = 1 << 20  # of the f32 form the plugin computes with
 #: a model whose liftable weights total less than this (as f32) keeps its constants: a MatMul on
-#: runtime weights costs more per step than FullyConnected on packed ones for small matrices
-#: (bench-small, 512x1376: TPOT 33.6 vs 27.3 ms in one process), while the copies saved are small
-#: there (~100 MB per sub-model); bench-0.5b (1.9 GB): TPOT 782 vs 836 ms, 3.3 vs 9.9 GB peak
+#: runtime weights costs more per step than FullyConnected on packed ones for small matrices,
+#: while the copies saved are small there; from a 0.5B model on, the bank wins on both speed and
+#: peak memory (docs/performance_log.md, "Figures that code comments used to quote")
 BANK_MIN_MODEL_BYTES = 256 << 20
 #: name of the lifted weight inputs (after the model's own inputs)
 BANK_PARAM_PREFIX = "npu_emu_bank."

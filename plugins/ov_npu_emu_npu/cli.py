@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from ov_npu_emu.cli.model_args import example_inputs, load_model, parse_kv
 from ov_npu_emu.errors import UserInputError
 from ov_npu_emu.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from ov_npu_emu_npu.plugin import NpuInferRequest
 
 __all__ = ["format_report", "ovnpu_add_cli_commands", "run_compile", "run_inspect", "run_profile"]
 
@@ -49,7 +52,9 @@ def run_compile(args: argparse.Namespace) -> int:
     core = Core()
     model = load_model(core, args)
     cm = core.compile_model(model, "NPU", parse_kv(args.config))
-    blob = cm.export_model().getvalue()
+    stream = cm.export_model()
+    assert stream is not None  # without a stream to write into, export_model returns one
+    blob = stream.getvalue()
     Path(args.output).write_bytes(blob)
     print(f"wrote {args.output}: {len(blob)} bytes")
     return 0
@@ -161,7 +166,7 @@ def run_profile(args: argparse.Namespace) -> int:
     cm = core.compile_model(model, "NPU", config)
     req = cm.create_infer_request()
     req.infer(example_inputs(model))
-    impl = req.impl
+    impl = cast("NpuInferRequest", req.impl)  # compiled on "NPU"
     tl = impl.timeline()
     summary: dict[str, Any] = tl.summary()
     names = impl.task_names

@@ -6,7 +6,7 @@ import dataclasses
 import datetime
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import openvino as ov
@@ -24,6 +24,7 @@ from ov_npu_emu.runtime.device import (
     VariableState,
 )
 from ov_npu_emu_npu.blob.format import MemKind
+from ov_npu_emu_npu.blob.reader import SplitBlob
 from ov_npu_emu_npu.driver import (
     QUEUE_MODES,
     CommandList,
@@ -125,7 +126,7 @@ class NpuInferRequest(DeviceInferRequest):
     def __init__(self, compiled: NpuCompiledModel) -> None:
         self._cm = compiled
         meta = compiled.parsed.meta
-        self.hpi = HostParsedInference(compiled.parsed)
+        self.hpi: HostParsedInference = HostParsedInference(compiled.parsed)
         self.fence = Fence(compiled.fence_mode)
         self.command_list: CommandList | None = None
         self.counters = {"command_list_builds": 0, "mutable_updates": 0, "patched_args": 0, "inferences": 0}
@@ -302,6 +303,9 @@ def window_rows(need: int) -> int:
     return -(-need // step) * step
 
 
+#: CACHE_MODE: OPTIMIZE_SIZE exports a weightless blob (weightless.py)
+CACHE_MODES = ("OPTIMIZE_SPEED", "OPTIMIZE_SIZE")
+
 #: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
 DEFAULT_WEIGHTS_CACHE_MB = 128
 
@@ -363,7 +367,7 @@ class NpuOptions:
 class NpuCompiledModel(DeviceCompiledModel):
     """A parsed NPU blob: ports come from its metadata, not from an ov.Model."""
 
-    def __init__(self, blob: bytes, device: NpuDevice, config: Mapping[str, Any]) -> None:
+    def __init__(self, blob: bytes | SplitBlob, device: NpuDevice, config: Mapping[str, Any]) -> None:
         opts = NpuOptions.parse(config)
         #: NPUW passes one bank name to all its sub-models; "" is the device's anonymous bank
         self.bank_name = str(config.get("NPUW_WEIGHTS_BANK", "") or "")
@@ -411,8 +415,22 @@ class NpuCompiledModel(DeviceCompiledModel):
     def create_infer_request(self) -> NpuInferRequest:
         return NpuInferRequest(self)
 
+    #: CACHE_MODE=OPTIMIZE_SIZE at compile: export writes a weightless container referring to this
+    #: IR .bin ("" when the model was not read from an IR; export then fails, naming WEIGHTS_PATH)
+    weightless_bin: str | None = None
+
     def export_model(self) -> bytes:
-        return self.parsed.blob
+        if self.weightless_bin is None:
+            return self.parsed.blob
+        from ov_npu_emu_npu.weightless import export_weightless
+
+        if not self.weightless_bin:
+            raise ConfigError(
+                "CACHE_MODE=OPTIMIZE_SIZE needs the IR's weights file to refer to, but this model was not "
+                "read from an IR file; pass WEIGHTS_PATH=<model>.bin or use CACHE_MODE=OPTIMIZE_SPEED",
+                key="CACHE_MODE",
+            )
+        return export_weightless(self.parsed.blob, self.weightless_bin, str(self.parsed.meta.get("model_name", "")))
 
     def get_property(self, name: str) -> Any:
         meta = self.parsed.meta
@@ -431,11 +449,17 @@ class NpuCompiledModel(DeviceCompiledModel):
             "NPU_EMU_WEIGHTS_BANK": "YES" if self.parsed.banked is not None else "NO",
             "NPUW_WEIGHTS_BANK": self.bank_name,
             "DEVICE_ID": "NPU",
+            "CACHE_MODE": "OPTIMIZE_SPEED" if self.weightless_bin is None else "OPTIMIZE_SIZE",
         }
         if name == "SUPPORTED_PROPERTIES":
-            return sorted([*table, "SUPPORTED_PROPERTIES"])
+            return sorted([*table, "NPU_EMU_COST_MODEL_US", "SUPPORTED_PROPERTIES"])
         if name in table:
             return table[name]
+        if name == "NPU_EMU_COST_MODEL_US":
+            # device time of one inference predicted by the cost model (barrier-graph replay of
+            # the command list, nothing runs): what `ov-npu-emu estimate` adds up
+            tl = NpuInferRequest(self).timeline()
+            return float(tl.makespan / tl.clock_mhz)
         raise ConfigError(f"Unsupported property {name} by NPU compiled model", key=name)
 
 
@@ -445,7 +469,7 @@ class NpuDevice(Device):
     NAME = "NPU"
     FULL_DEVICE_NAME = "Intel(R) AI Boost (ov-npu-emu emulated NPU)"
     MODEL_CACHE = True  # CACHE_DIR: Core stores the exported ELF blob and imports it next time
-    DEFAULT_PROPERTIES: Mapping[str, Any] = {
+    DEFAULT_PROPERTIES: ClassVar[Mapping[str, Any]] = {
         "INFERENCE_PRECISION_HINT": "f32",
         "PERF_COUNT": "NO",
         "NPU_EMU_FENCE_MODE": "interrupt",
@@ -467,6 +491,16 @@ class NpuDevice(Device):
         self._queue: CommandQueue | None = None
         #: device-level weights bank: constants shared by every compiled model holding them
         self.bank = WeightsBank()
+
+    def get_property(self, name: str) -> Any:
+        if name == "NPU_EMU_PLATFORMS":
+            # the calibrated generation presets NPU_EMU_PLATFORM selects, by name (read-only)
+            from ov_npu_emu_npu.platforms import PLATFORMS
+
+            return {key: p.to_dict() for key, p in PLATFORMS.items()}
+        if name == "SUPPORTED_PROPERTIES":
+            return sorted([*super().get_property(name), "NPU_EMU_PLATFORMS"])
+        return super().get_property(name)
 
     def memory_stats(self) -> dict[str, int]:
         """Device bytes held by the weights bank (shared constants and decompressed weights)."""
@@ -496,10 +530,22 @@ class NpuDevice(Device):
         # banked (the default): the blob comes split, its weights left in the model's constants,
         # which the bank adopts (no copy of the weights between the IR and the device)
         banked = NpuOptions.parse(config).weights_bank
+        mode = as_choice("CACHE_MODE", config.get("CACHE_MODE") or "OPTIMIZE_SPEED", CACHE_MODES)
         blob = compile_to_blob(model, config, split=banked)
-        return NpuCompiledModel(blob, self, config)
+        cm = NpuCompiledModel(blob, self, config)
+        if mode == "OPTIMIZE_SIZE":
+            # the IR .bin the weightless export refers to: WEIGHTS_PATH, else the file it was read from
+            explicit = config.get("WEIGHTS_PATH")
+            rt_key = "__weights_path"
+            cm.weightless_bin = str(explicit) if explicit else (
+                str(model.get_rt_info(rt_key).astype(str)) if model.has_rt_info(rt_key) else "")
+        return cm
 
     def import_model(self, blob: bytes, config: Mapping[str, Any]) -> NpuCompiledModel:
+        from ov_npu_emu_npu.weightless import import_weightless, is_weightless
+
+        if is_weightless(blob):  # exported with CACHE_MODE=OPTIMIZE_SIZE: WEIGHTS_PATH / MODEL_PTR
+            blob = import_weightless(bytes(blob), config)
         return NpuCompiledModel(bytes(blob), self, config)
 
 

@@ -172,6 +172,27 @@ def _only_input(node: ov.Node, param: ov.Node) -> bool:
     return found
 
 
+def _position_wise(tables: list[np.ndarray], probe: list[np.ndarray], positions: int) -> bool:
+    """Whether every row of the sin/cos tables depends on its own position only.
+
+    ``probe`` is the subgraph run with every position set to 1.  A position-wise RoPE gives the
+    table's row 1 in each row; one that reads the call's largest position (longrope's short/long
+    switch, dynamic NTK scaling) computed the table with that largest position ``positions - 1``
+    and the probe with 1, so the rows differ as soon as ``positions`` crosses its threshold.
+    (Position 0 cannot tell: its angle is 0 whatever the frequencies.)
+    """
+    if positions < 2:
+        return True
+    for table, ones in zip(tables, probe, strict=True):
+        changed = [a for a, (t, o) in enumerate(zip(table.shape, ones.shape, strict=False)) if t == positions]
+        if len(changed) != 1 or table.shape != ones.shape:
+            continue  # not a per-position table: cache_rope leaves it alone anyway
+        row = np.take(table, [1], axis=changed[0])
+        if not np.allclose(ones, np.broadcast_to(row, ones.shape), rtol=1e-6, atol=1e-7):
+            return False
+    return True
+
+
 def cache_rope(model: ov.Model, positions: int) -> int:
     """Replace the sin/cos computed from ``position_ids`` by a Gather from precomputed tables.
 
@@ -179,7 +200,11 @@ def cache_rope(model: ov.Model, positions: int) -> int:
     becomes ``Gather(table, position_ids)`` with ``table`` holding positions ``[0, positions)``.
     The tables are computed by the CPU plugin in f32 from the model's own subgraph (so any RoPE
     variant the model computes is cached as it is), and each table must change along exactly one
-    axis with the positions.  Returns how many Sin/Cos outputs were replaced.
+    axis with the positions.  A table is only right if each position's row depends on that
+    position alone: longrope (Phi-3, Phi-4) switches from short to long factors, and dynamic
+    scaling changes its base, with the largest position of the call, so a table over all positions
+    would apply the long-context form to every step.  :func:`_position_wise` probes for that, and
+    such a model keeps its own computation.  Returns how many Sin/Cos outputs were replaced.
     """
     pos = find_param(model, "position_ids")
     q_len = pos.get_partial_shape()
@@ -200,9 +225,16 @@ def cache_rope(model: ov.Model, positions: int) -> int:
     try:
         sub.reshape({sub_pos.output(0): ov.PartialShape([1, positions])})
         compiled = ov.Core().compile_model(sub, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-        tables = compiled({0: np.arange(positions, dtype=pos.get_element_type().to_dtype())[None]})
+        dtype = pos.get_element_type().to_dtype()
+        tables = compiled({0: np.arange(positions, dtype=dtype)[None]})
+        probe = compiled({0: np.ones((1, positions), dtype=dtype)})
     except RuntimeError as e:
         logger.debug("RoPE cache: cannot evaluate the sin/cos subgraph (%s); left as is", e)
+        return 0
+    if not _position_wise([np.asarray(tables[i]) for i in range(len(trig))],
+                          [np.asarray(probe[i]) for i in range(len(trig))], positions):
+        logger.info("RoPE cache: the sin/cos depend on the call's whole position range (longrope or "
+                    "dynamic scaling); computed per call instead of cached")
         return 0
     flat = ops.reshape(pos, ops.constant([-1], ov.Type.i64), False)
     done = 0

@@ -57,7 +57,7 @@ _logging_configured = False
 
 #: NPUW's default generate sub-config on the CPU device: a generate-side sub-model whose per-step
 #: work (constant bytes + its KV window in f32) is at most this runs single-threaded.  Measured
-#: on 2 cores (docs/npuw.md "Default generate sub-config on CPU"): below ~1.5 MiB the CPU
+#: on 2 cores (docs/performance_log.md "Default generate sub-config on CPU"): below ~1.5 MiB the CPU
 #: plugin's per-node 2-thread synchronisation costs more than the second thread saves.
 CPU_SINGLE_THREAD_STEP_BYTES = 3 << 19
 
@@ -240,7 +240,20 @@ class LLMCompiledModel(DeviceCompiledModel):
             return {role: dict(extra) for role, extra in self.sub_defaults.items()}
         if name == "EXECUTION_DEVICES":
             return [self.device]
+        if name.startswith("NPU_EMU_"):
+            # an emulator key of the sub-models' device: its value per sub-model, by role
+            return {role: sub.get_property(name) for role, sub in self.roles().items()}
         raise ConfigError(f"Unsupported property {name} by NPUW LLM compiled model", key=name)
+
+    def roles(self) -> dict[str, CompiledModel]:
+        """The sub-models by role: ``kv<size>``, ``prefill_p<size>``, ``prefill``, ``lm_head``
+        (the artefact's order, serialize.py)."""
+        out: dict[str, CompiledModel] = {f"kv{k}": sub for k, sub in sorted(self.subs.generate.items())}
+        out.update((f"prefill_p{p}", sub) for p, sub in sorted(self.subs.prefill_pyramid.items()))
+        out["prefill"] = self.subs.prefill
+        if self.subs.lm_head is not None:
+            out["lm_head"] = self.subs.lm_head
+        return out
 
     def set_property(self, properties: Mapping[str, Any]) -> None:
         raise ConfigError(
@@ -327,7 +340,7 @@ def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCo
             cached.loaded_from_cache = True
             cached.weights_path = weights_path
             return cached
-    cm = _build(core, model, cfg)
+    cm = _build(core, model, cfg, weights_path)
     cm.weights_path = weights_path
     if cfg.weightless and cm.device not in ("NPU", "CPU"):
         raise ConfigError(
@@ -342,11 +355,12 @@ def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCo
     return cm
 
 
-def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
+def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") -> LLMCompiledModel:
     device = pick_device(core, cfg.devices)
     if cfg.grouped_attention is None:
-        # Measured (docs/npuw.md): on the CPU plugin the grouped form saves ~25% per generate
-        # step; on the emulated NPU one SDPA SHAVE task beats five tasks.
+        # Measured (docs/performance_log.md, "Grouped attention and the head's threads"): on the
+        # CPU plugin the grouped form saves time per generate step; on the emulated NPU one SDPA
+        # SHAVE task beats five tasks.
         cfg = dataclasses.replace(cfg, grouped_attention=device == "CPU")
     if cfg.ladder and device != "CPU":
         # the emulated NPU keeps one static prefill and skips the padded rows on the device
@@ -385,9 +399,12 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
             cfg.raw.get("NPUW_WEIGHTS_BANK") or f"{name}-{uuid.uuid4().hex[:12]}"
         )
     }
-    if cfg.weightless and device == "CPU":
-        # the CPU plugin writes weightless blobs itself (its constants remember their .bin offset)
+    if cfg.weightless:
+        # every device writes its weightless sub-blobs itself (the CPU plugin's constants remember
+        # their .bin offset; the emulated NPU refers to the IR's constants by hash, weightless.py)
         bank["CACHE_MODE"] = "OPTIMIZE_SIZE"
+        if device != "CPU":
+            bank["WEIGHTS_PATH"] = weights_path
     prefill_config = {**cfg.prefill_config, **bank}
     if skip_padded_rows(cfg, device):
         # our whole-prompt prefill reads only the real (right-aligned) rows of its outputs: the
@@ -437,8 +454,8 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig) -> LLMCompiledModel:
             else:
                 pyramid[size] = compiled
         elif kind == "head":
-            # No single-thread default here: run inline right after a variant, the head took
-            # 85 µs with one thread vs 29 µs with the plugin's own choice (docs/npuw.md).
+            # No single-thread default here: run inline right after a variant, the head is
+            # faster with the plugin's own thread choice (docs/performance_log.md).
             head_config = (
                 generate_config if cfg.head_config is None else {**cfg.head_config, **bank}
             )

@@ -2,9 +2,14 @@
 
 The LLM is compiled the NPUW way (static prefill at the padded prompt length, the generate variant
 NPUW would pick, the shared LM head) for the emulated NPU configured as the chosen platform
-preset (``plugins/ov_npu_emu_npu/platforms.py``); each sub-model's cost-model timeline (the barrier-graph
-replay of ``profile``) gives its device time, and the platform's fixed per-step overhead is added.
-Nothing runs on the device: the timelines are replays of the compiled task graphs.
+preset; each sub-model's cost-model timeline (the barrier-graph replay of ``profile``) gives its
+device time, and the platform's fixed per-step overhead is added.  Nothing runs on the device: the
+timelines are replays of the compiled task graphs.
+
+The command talks to the device only through OpenVINO-style properties, like any application: the
+NPU device's ``NPU_EMU_PLATFORMS`` (the presets), ``NPU_EMU_PLATFORM`` (set on the device) and
+the compiled sub-models' ``NPU_EMU_COST_MODEL_US``, which the NPUW compiled model answers per
+sub-model role.  It never imports the NPU plugin (import-linter contract in pyproject.toml).
 
 Large models are not compiled whole: models of the same shape with 1 and 2 decoder layers are,
 and every time is extrapolated linearly in the layer count, ``t(L) = t(1) + (L-1)·(t(2)-t(1))``
@@ -16,8 +21,10 @@ all the cost model reads), so building an 8B-shape layer takes seconds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +32,45 @@ import numpy as np
 
 from ov_npu_emu.errors import UserInputError
 
-__all__ = ["estimate", "measure_llm", "register", "run", "shape_model"]
+__all__ = ["PlatformInfo", "estimate", "get_platform", "measure_llm", "platforms", "register", "run",
+           "shape_model"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlatformInfo:
+    """What estimate needs of an NPU preset (the NPU device's ``NPU_EMU_PLATFORMS`` entry)."""
+
+    name: str
+    description: str
+    step_overhead_ms: float
+
+    @classmethod
+    def from_property(cls, d: Mapping[str, Any]) -> PlatformInfo:
+        return cls(str(d["name"]), str(d.get("description", "")), float(d.get("step_overhead_ms", 0.0)))
+
+
+def platforms(core: Any = None) -> dict[str, PlatformInfo]:
+    """The NPU device's calibrated presets by name (empty when no NPU device is registered)."""
+    from ov_npu_emu import Core
+    from ov_npu_emu.errors import NpuEmuError
+
+    try:
+        table = (core or Core()).get_property("NPU", "NPU_EMU_PLATFORMS")
+    except NpuEmuError:
+        return {}
+    return {str(name): PlatformInfo.from_property(d) for name, d in table.items()}
+
+
+def get_platform(name: str, core: Any = None) -> PlatformInfo:
+    """The preset ``name`` (case-insensitive); an unknown name is a UserInputError."""
+    known = platforms(core)
+    key = str(name).strip().upper()
+    if key not in known:
+        raise UserInputError(f"unknown NPU platform {name!r}; known: {', '.join(known) or 'none (no NPU device)'}")
+    return known[key]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from ov_npu_emu_npu.platforms import PLATFORMS
-
     p = subparsers.add_parser(
         "estimate", help="predict TTFT/TPOT of an LLM on a calibrated NPU generation (cost model)",
         description="Compile the LLM the NPUW way for the emulated NPU set up as a calibrated NPU "
@@ -40,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Calibration and its errors: docs/npu_device.md, section 'Calibration'.")
     p.add_argument("model", nargs="?", help="model folder (config.json [+ openvino_model.xml]) or IR .xml")
     p.add_argument("--preset", help="a model-builder shape preset instead of MODEL (e.g. llama-3.1-8b-shape)")
-    p.add_argument("--npu", required=True, type=str.upper, choices=sorted(PLATFORMS), help="NPU generation")
+    p.add_argument("--npu", required=True, type=str.upper, choices=sorted(platforms()), help="NPU generation")
     p.add_argument("--prompt", type=int, default=512, help="prompt tokens (default 512)")
     p.add_argument("--new", type=int, default=128, help="generated tokens (default 128)")
     p.add_argument("--max-prompt-len", type=int, default=1024, help="NPUW_LLM_MAX_PROMPT_LEN (default 1024)")
@@ -161,15 +201,8 @@ def shape_model(config: Any, layers: int, fmt: str = "int4", group_size: int = -
 
 # -- measuring ---------------------------------------------------------------------------------
 def _hw_properties(platform: Any) -> dict[str, str]:
-    from ov_npu_emu_npu.arch import HardwareConfig
-
-    hw = platform.hardware().to_dict()
-    return {key: str(hw[field]) for key, (field, _) in HardwareConfig.KEYS.items()}
-
-
-def _device_us(compiled: Any) -> float:
-    tl = compiled.create_infer_request().impl.timeline()
-    return tl.makespan / tl.clock_mhz
+    """The NPU device properties that set it up as ``platform`` (a preset name or object)."""
+    return {"NPU_EMU_PLATFORM": str(getattr(platform, "name", platform))}
 
 
 def measure_llm(model: Any, platform: Any, prompt: int, max_prompt_len: int = 1024,
@@ -194,12 +227,13 @@ def measure_llm(model: Any, platform: Any, prompt: int, max_prompt_len: int = 10
     variant = select_variant(pyramid_sizes(probe.max_prompt_len, probe.min_response_len), prompt,
                              probe.min_response_len)
     cm = core.compile_model(model, "NPU", {**base, "NPUW_LLM_GENERATE_VARIANTS": str(variant)})
-    llm = cm.impl
-    cfg, subs = llm.cfg, llm.subs
+    cfg = cm.impl.cfg
+    # the device's cost-model time of each sub-model, by role (NPUW passes NPU_EMU_* queries on)
+    us = cm.get_property("NPU_EMU_COST_MODEL_US")
     out = {
-        "prefill_us": _device_us(subs.prefill),
-        "generate_us": _device_us(subs.generate[variant]),
-        "head_us": _device_us(subs.lm_head) if subs.lm_head is not None else 0.0,
+        "prefill_us": float(us["prefill"]),
+        "generate_us": float(us[f"kv{variant}"]),
+        "head_us": float(us.get("lm_head", 0.0)),
         "prefill_calls": math.ceil(prompt / cfg.chunk_size) if cfg.chunk_size else 1,
         "prefill_len": cfg.chunk_size or cfg.max_prompt_len,
         "max_prompt_len": cfg.max_prompt_len,
@@ -253,8 +287,6 @@ def estimate(config: Any, platform: Any, *, prompt: int = 512, max_prompt_len: i
 
 
 def run(args: argparse.Namespace) -> int:
-    from ov_npu_emu_npu.platforms import get_platform
-
     platform = get_platform(args.npu)
     config, xml, layers, note = _model_config(args)
     if args.layers is not None:

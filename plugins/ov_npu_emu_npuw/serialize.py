@@ -5,10 +5,9 @@ JSON: versions, config, KV descriptor, ports, sub-blob table with sizes and SHA-
 back to back (each one is what the sub-model's device wrote with ``export_model``; for the emulated
 NPU, its ELF blob). Every byte is covered by a hash, checked before it is parsed or used.
 
-A weightless artefact (CACHE_MODE=OPTIMIZE_SIZE, see weightless.py) stores each sub-blob without
-the constants found in the IR's ``.bin``; its table entry lists them (``refs``) and the SHA-256 of
-the sub-blob as restored, which import checks after splicing the weights back from WEIGHTS_PATH
-or MODEL_PTR.
+A weightless artefact (CACHE_MODE=OPTIMIZE_SIZE, see weightless.py) holds the weightless
+sub-blobs the devices exported themselves; the header names the IR's ``.bin`` (and, for devices
+that check nothing, its SHA-256), and import hands WEIGHTS_PATH or MODEL_PTR to each device.
 """
 
 from __future__ import annotations
@@ -32,15 +31,7 @@ from ov_npu_emu.version import package_version
 from ov_npu_emu_npuw.blockkv import has_past_input
 from ov_npu_emu_npuw.config import LLMConfig, skip_padded_rows
 from ov_npu_emu_npuw.model_io import KVLayout
-from ov_npu_emu_npuw.weightless import (
-    WeightsIndex,
-    WeightsSource,
-    bin_identity,
-    check_bin_identity,
-    describe,
-    restore_blob,
-    strip_blob,
-)
+from ov_npu_emu_npuw.weightless import bin_identity, check_bin_identity
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.core import Core
@@ -60,7 +51,9 @@ __all__ = [
 logger = logging.getLogger("ov_npu_emu_npuw")
 
 MAGIC = b"\x13\x37OVNPUEMU-NPUWLLM\x00"
-FORMAT_VERSION = 3  # 2: SHA-256 of the header; 3: weightless sub-blobs (CACHE_MODE=OPTIMIZE_SIZE)
+#: 2: SHA-256 of the header; 3: weightless sub-blobs (CACHE_MODE=OPTIMIZE_SIZE); 4: the devices
+#: write the weightless sub-blobs themselves (no weight references in NPUW's header)
+FORMAT_VERSION = 4
 _FIXED = struct.Struct("<IQ")
 
 
@@ -99,25 +92,18 @@ def export_llm(cm: LLMCompiledModel) -> bytes:
     table = [{"role": r, "size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for r, b in parts]
     weightless = None
     if cm.cfg.weightless and cm.device == "CPU":
-        # the CPU plugin wrote weightless blobs itself (compiled with CACHE_MODE=OPTIMIZE_SIZE); it
-        # reads the weights back by offset without checking them, so the whole .bin is hashed
+        # the sub-models were compiled with CACHE_MODE=OPTIMIZE_SIZE, so their devices wrote
+        # weightless blobs; the CPU plugin reads the weights back by offset without checking
+        # them, so the whole .bin is hashed
         weightless = {"by": "device", **bin_identity(cm.weights_path)}
     elif cm.cfg.weightless:
-        index = WeightsIndex.from_ir(cm.weights_path)
-        weightless = {"by": "refs", "bin_size": index.bin_size, "bin_name": os.path.basename(index.path)}
-        for i, (role, b) in enumerate(parts):
-            stripped, refs = strip_blob(role, b, index)
-            parts[i] = (role, stripped)
-            table[i] = {
-                "role": role,
-                "size": len(stripped),
-                "sha256": hashlib.sha256(stripped).hexdigest(),
-                "refs": refs,
-                "restored_size": len(b),
-                "restored_sha256": table[i]["sha256"],
-            }
-        n, nbytes = describe({e["role"]: e["refs"] for e in table})
-        logger.info("weightless export: %d constants (%d bytes) refer to %s", n, nbytes, index.path)
+        # the device checks each constant it takes back itself (the emulated NPU does)
+        weightless = {
+            "by": "device",
+            "bin_size": os.path.getsize(cm.weights_path),
+            "bin_name": os.path.basename(cm.weights_path),
+        }
+        logger.info("weightless export: the sub-blobs refer to %s", cm.weights_path)
     header = {
         "versions": _versions(),
         "name": cm.name,
@@ -229,10 +215,8 @@ def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> Impo
             "(spliced or extended); re-export it"
         )
     device_keys: dict[str, Any] = {}
-    if header.get("weightless", {}) and header["weightless"].get("by") == "device":
-        device_keys = _device_weights(header["weightless"], weights_path, model_ptr)
-    elif header.get("weightless"):
-        parts = _restore(header, parts, weights_path, model_ptr)
+    if header.get("weightless"):
+        device_keys = _device_weights(header["device"], header["weightless"], weights_path, model_ptr)
     elif weights_path or model_ptr is not None:
         # the real fails here too (its weights bank finds nothing to load): never ignore the key
         raise ConfigError(
@@ -289,50 +273,40 @@ def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> Impo
     return ImportedLLM(header["name"], cfg, kv, device, prefill, generate, head, pyramid, ins, outs, sub_defaults)
 
 
-def _device_weights(desc: Mapping[str, Any], weights_path: Any, model_ptr: Any) -> dict[str, Any]:
-    """The import keys that let the CPU plugin read its weightless sub-blobs, once the .bin is
-    proven to be the one they were exported from."""
+def _device_weights(device: str, desc: Mapping[str, Any], weights_path: Any, model_ptr: Any) -> dict[str, Any]:
+    """The import keys that let the device restore its weightless sub-blobs: WEIGHTS_PATH or
+    MODEL_PTR.  For a device that checks nothing (the artefact holds the .bin's SHA-256), the .bin
+    is proven to be the one they were exported from first, and only WEIGHTS_PATH will do."""
+    if "bin_sha256" not in desc:
+        if model_ptr is not None and not isinstance(model_ptr, ov.Model):
+            raise ConfigError(
+                f"MODEL_PTR must be an openvino.Model, got {type(model_ptr).__name__}", key="MODEL_PTR"
+            )
+        if weights_path:
+            return {"WEIGHTS_PATH": os.fspath(weights_path), "CACHE_MODE": "OPTIMIZE_SIZE"}
+        if model_ptr is not None:
+            return {"MODEL_PTR": model_ptr, "CACHE_MODE": "OPTIMIZE_SIZE"}
+        raise ConfigError(
+            "Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR property is provided! "
+            "(it was exported with CACHE_MODE=OPTIMIZE_SIZE): pass WEIGHTS_PATH=<model>.bin of "
+            "the IR it was compiled from",
+            key="WEIGHTS_PATH",
+        )
     if model_ptr is not None:
         raise ConfigError(
-            "MODEL_PTR cannot restore CPU sub-blobs exported with CACHE_MODE=OPTIMIZE_SIZE (the CPU "
-            "plugin reads them from the .bin only); pass WEIGHTS_PATH=<model>.bin instead",
+            f"MODEL_PTR cannot restore {device} sub-blobs exported with CACHE_MODE=OPTIMIZE_SIZE (the "
+            f"{device} plugin reads them from the .bin only); pass WEIGHTS_PATH=<model>.bin instead",
             key="MODEL_PTR",
         )
     if not weights_path:
         raise ConfigError(
-            "Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR property is provided! (CPU "
+            f"Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR property is provided! ({device} "
             "sub-blobs exported with CACHE_MODE=OPTIMIZE_SIZE take their weights from "
             "WEIGHTS_PATH=<model>.bin only)",
             key="WEIGHTS_PATH",
         )
     check_bin_identity(os.fspath(weights_path), desc)
     return {"WEIGHTS_PATH": os.fspath(weights_path), "CACHE_MODE": "OPTIMIZE_SIZE"}
-
-
-def _restore(
-    header: Mapping[str, Any], parts: dict[str, bytes], weights_path: Any, model_ptr: Any
-) -> dict[str, bytes]:
-    """Every sub-blob with its weights spliced back, each checked against the exported hash."""
-    if model_ptr is not None and not isinstance(model_ptr, ov.Model):
-        raise ConfigError(
-            f"MODEL_PTR must be an openvino.Model, got {type(model_ptr).__name__}", key="MODEL_PTR"
-        )
-    source = WeightsSource(os.fspath(weights_path) if weights_path else None, model_ptr)
-    try:
-        source.check_size(int(header["weightless"]["bin_size"]))
-        out = {}
-        for entry in header["blobs"]:
-            role = entry["role"]
-            full = restore_blob(role, parts[role], entry["refs"], source)
-            if len(full) != entry["restored_size"] or hashlib.sha256(full).hexdigest() != entry["restored_sha256"]:
-                raise BlobFormatError(
-                    f"NPUW LLM artefact sub-blob {role} does not match its exported SHA-256 once its "
-                    "weights are restored; pass the .bin of the model it was compiled from"
-                )
-            out[role] = full
-        return out
-    finally:
-        source.close()
 
 
 def cache_key(model: ov.Model, cfg: LLMConfig) -> str:

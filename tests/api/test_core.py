@@ -145,3 +145,39 @@ def test_dynamic_port_shape_access(core):
         _ = cm.input(0).shape
     out = cm({"x": -np.ones((5, 4), np.float32)})[0]
     assert out.shape == (5, 4)
+
+
+@pytest.mark.parametrize("device", ["CPU", "NPU"])
+def test_openvino_property_objects_are_accepted_as_the_real_accepts_them(core, device):
+    """``props.*`` names as keys, ``ov.Type`` and enum values: the real Core takes them; ours too,
+    on every device, and what a device keeps (a compiled model's config) is plain strings."""
+    import openvino.properties as props
+    import openvino.properties.hint as hints
+
+    config = {hints.inference_precision: real_ov.Type.f32, hints.performance_mode: hints.PerformanceMode.LATENCY}
+    real = real_ov.Core().compile_model(_two_input_model(), "CPU", config)
+    assert real.get_property("PERFORMANCE_HINT") == "LATENCY"
+    ours = core.compile_model(_two_input_model(), device, config)
+    a = np.full((2, 3), 3, np.float32)
+    np.testing.assert_array_equal(ours({"a": a, "b": a})[0], real({"a": a, "b": a})[0])
+    again = core.import_model(ours.export_model(), device, {props.cache_mode: props.CacheMode.OPTIMIZE_SPEED})
+    np.testing.assert_array_equal(again({"a": a, "b": a})[0], real({"a": a, "b": a})[0])
+    core.set_property(device, {hints.performance_mode: hints.PerformanceMode.THROUGHPUT})
+    with pytest.raises(UserInputError, match="property names are strings"):
+        core.compile_model(_two_input_model(), device, {3: "x"})
+
+
+def test_plain_properties_turns_openvino_objects_into_their_names():
+    import openvino.properties as props
+    import openvino.properties.hint as hints
+
+    from ov_npu_emu.api.properties import plain_properties
+
+    plain = plain_properties({hints.inference_precision: real_ov.Type.f16,
+                              props.cache_mode: props.CacheMode.OPTIMIZE_SIZE,
+                              "NPUW_LLM_PREFILL_CONFIG": {"INFERENCE_PRECISION_HINT": real_ov.Type.f32},
+                              "MODEL_PTR": _two_input_model()})
+    assert plain["INFERENCE_PRECISION_HINT"] == "f16" and type(next(iter(plain))) is str
+    assert plain["CACHE_MODE"] == "OPTIMIZE_SIZE"
+    assert plain["NPUW_LLM_PREFILL_CONFIG"] == {"INFERENCE_PRECISION_HINT": "f32"}
+    assert isinstance(plain["MODEL_PTR"], real_ov.Model)

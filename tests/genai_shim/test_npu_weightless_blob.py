@@ -48,3 +48,24 @@ def test_genai_blob_flow_matches_the_real(folder, real_text, ours_device):
     """Ours with NPUW_DEVICES=NPU (our references in the artefact) and CPU (the CPU plugin's
     own weightless sub-blobs): the same text as the real, the same error without WEIGHTS_PATH."""
     assert blob_flow(genai_shim, folder, ours_device, str(folder.parent / f"ours_{ours_device}.blob")) == real_text
+
+
+def test_openvino_objects_as_properties_survive_export(folder, real_genai, tmp_path):
+    """Upstream's static-pipeline tests pass ``ov.Type`` values (INFERENCE_PRECISION_HINT=ov.Type.f32,
+    KV_CACHE_PRECISION=ov.Type.f16): the real exports and imports such a pipeline; ours normalises
+    them at the boundary and does the same.  (The real's genai kwargs refuse enum objects such as
+    CacheMode.OPTIMIZE_SPEED; Core takes them, tests/api/test_core.py.)"""
+    import openvino as ov
+
+    def flow(mod, blob: str) -> str:  # noqa: ANN001
+        cfg = {"NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE", "INFERENCE_PRECISION_HINT": ov.Type.f32,
+               "KV_CACHE_PRECISION": ov.Type.f16, "MAX_PROMPT_LEN": 64, "MIN_RESPONSE_LEN": 64}
+        exporter = mod.LLMPipeline(str(folder), "NPU", **cfg, EXPORT_BLOB="YES", BLOB_PATH=blob,
+                                   CACHE_MODE="OPTIMIZE_SPEED")
+        first = exporter.generate("Once upon a time", max_new_tokens=16)
+        del exporter
+        importer = mod.LLMPipeline(str(folder), "NPU", **cfg, BLOB_PATH=blob)
+        assert importer.generate("Once upon a time", max_new_tokens=16) == first
+        return first
+
+    assert flow(genai_shim, str(tmp_path / "ours.blob")) == flow(real_genai, str(tmp_path / "real.blob"))

@@ -93,6 +93,21 @@ def test_chat_template_matches_real(chat_dir, real_genai):
     )
 
 
+def test_generation_block_renders_its_body_as_the_real(stories_dir, real_genai):
+    """HF training templates (Phi-4-reasoning's among them) wrap the assistant's turn in
+    {% generation %}...{% endgeneration %}; the real renders the body."""
+    template = (
+        "{% for m in messages %}{% if m['role'] == 'assistant' %}{% generation %}A: {{ m['content'] }}"
+        "{% endgeneration %}{% else %}U: {{ m['content'] }}{% endif %}\n{% endfor %}"
+        "{% if add_generation_prompt %}A:{% endif %}"
+    )
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    ours, real = genai_shim.Tokenizer(str(stories_dir)), real_genai.Tokenizer(str(stories_dir))
+    got = ours.apply_chat_template(history, add_generation_prompt=True, chat_template=template)
+    assert got == real.apply_chat_template(history, add_generation_prompt=True, chat_template=template)
+    assert "A: yo" in got
+
+
 def test_chat_template_errors(stories_dir, chat_dir):
     ours = genai_shim.Tokenizer(str(stories_dir))
     with pytest.raises(ConfigError, match="Chat template wasn't found"):
@@ -139,7 +154,7 @@ def test_bad_inputs(tmp_path, toks):
     ours, _ = toks
     with pytest.raises(IRReadError, match="openvino_tokenizer.xml"):
         genai_shim.Tokenizer(str(tmp_path))
-    with pytest.raises(UserInputError, match="str or a list of str"):
+    with pytest.raises(UserInputError, match="a str, a list of str"):
         ours.encode(123)
     with pytest.raises(UserInputError, match="padding_side"):
         ours.encode("x", padding_side="middle")

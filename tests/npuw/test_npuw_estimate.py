@@ -97,3 +97,21 @@ def test_chunked_prefill_is_charged_per_chunk(capsys):
     assert (res["prefill_calls"], res["prefill_len"], res["max_prompt_len"]) == (3, 32, 128)
     fixed = get_platform("NPU3720").step_overhead_ms
     assert res["ttft_ms"] == pytest.approx((3 * res["prefill_us"] + res["head_us"]) / 1e3 + fixed)
+
+
+def test_estimate_reads_the_device_through_properties_only():
+    """The NPU device lists its presets (NPU_EMU_PLATFORMS); NPUW answers an NPU_EMU_* query per
+    sub-model role, which is how estimate reads the cost-model times (no import of the plugin)."""
+    core = Core()
+    presets = core.get_property("NPU", "NPU_EMU_PLATFORMS")
+    assert {"NPU3720", "NPU4000"} <= set(presets)
+    assert presets["NPU3720"]["step_overhead_ms"] == get_platform("NPU3720").step_overhead_ms
+    core.set_property("NPU", {"NPU_EMU_PLATFORM": "NPU3720"})
+    model, keep = shape_model(get_preset("tiny"), 1)
+    cm = core.compile_model(model, "NPU", {
+        "NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "NPU", "NPUW_LLM_MAX_PROMPT_LEN": 64,
+        "NPUW_LLM_MIN_RESPONSE_LEN": 64, "NPUW_LLM_GENERATE_VARIANTS": "128"})
+    us = cm.get_property("NPU_EMU_COST_MODEL_US")
+    assert set(us) >= {"kv128", "prefill"} and all(v > 0 for v in us.values())
+    assert cm.get_property("NPU_EMU_CMX_SIZE")["prefill"] == 2 * 1_982_464
+    del keep

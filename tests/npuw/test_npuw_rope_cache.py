@@ -54,6 +54,44 @@ def test_prefill_tables_and_a_position_free_model(stateless):
     assert cache_rope(add, 64) == 0
 
 
+
+def _rope_model(original: int | None) -> ov.Model:
+    """x * cos + x * sin of position_ids [1, 1] (a generate step), HF style.  ``original`` set:
+    longrope's switch (Phi-3): the long factors once the call's largest position + 1 exceeds it."""
+    ops = ov.opset13
+    pos = ops.parameter([1, 1], ov.Type.i64, name="position_ids")
+    pos.output(0).get_tensor().set_names({"position_ids"})
+    x = ops.parameter([1, 1, 8], ov.Type.f32, name="x")
+    short = (1.0 / 10000 ** (np.arange(0, 8, 2) / 8)).astype(np.float32)
+    inv = ops.constant(np.concatenate([short, short])[None, None])
+    if original is not None:
+        longf = ops.constant(np.concatenate([short, short])[None, None] / np.float32(4.0))
+        seq = ops.add(ops.reduce_max(pos, ops.constant([0, 1]), False), ops.constant(np.int64(1)))
+        inv = ops.select(ops.greater(seq, ops.constant(np.int64(original))), longf, inv)
+    angle = ops.multiply(ops.unsqueeze(ops.convert(pos, ov.Type.f32), ops.constant([-1])), inv)
+    out = ops.add(ops.multiply(x, ops.cos(angle)), ops.multiply(x, ops.sin(angle)))
+    return ov.Model([out], [pos, x], "rope")
+
+
+def _run(model: ov.Model, position: int) -> np.ndarray:
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    x = np.linspace(-1, 1, 8, dtype=np.float32)[None, None]
+    return compiled({"position_ids": np.array([[position]]), "x": x})[0]
+
+
+@pytest.mark.parametrize("original", [None, 32, 512])
+def test_a_rope_that_reads_the_position_range_is_not_cached_past_it(original):
+    """longrope over 128 cached positions with its switch at 32: a table would hold the long form
+    for position 5 too; cache_rope leaves it computed per call.  With the switch past the cache
+    (512) every position of the table is the short form, right for every step: cached.  A plain
+    RoPE is cached.  Either way each step computes what the model computes."""
+    cached = _rope_model(original)
+    n = cache_rope(cached, 128)
+    assert n == (0 if original == 32 else 2)
+    for position in (1, 5, 31, 32, 100, 127):
+        np.testing.assert_allclose(_run(cached, position), _run(_rope_model(original), position),
+                                   rtol=1e-6, atol=1e-6)
+
 BASE = {
     "NPU_USE_NPUW": "YES",
     "NPUW_LLM": "YES",

@@ -8,7 +8,7 @@ import json
 import logging
 import struct
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any, cast
 
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
@@ -143,10 +143,13 @@ class BlobReader:
     """A thin layer over ``ELFFile`` keeping pyelftools' naming (get_section_by_name, iter_*)."""
 
     def __init__(self, blob: bytes | SplitBlob) -> None:
-        self._split = blob if isinstance(blob, SplitBlob) else None
-        if self._split is None and not isinstance(blob, (bytes, bytearray, memoryview)):
+        self._split: SplitBlob | None
+        if isinstance(blob, SplitBlob):
+            self._split, self._blob = blob, blob.head
+        elif isinstance(blob, (bytes, bytearray, memoryview)):
+            self._split, self._blob = None, blob if isinstance(blob, bytes) else bytes(blob)
+        else:
             raise BlobFormatError(f"an NPU blob must be bytes, got {type(blob).__name__}")
-        self._blob = self._split.head if self._split is not None else blob if isinstance(blob, bytes) else bytes(blob)
         if self._blob[:4] != b"\x7fELF":
             raise BlobFormatError(
                 "not an NPU blob: missing ELF magic; export it with CompiledModel.export_model() on device NPU"
@@ -165,7 +168,8 @@ class BlobReader:
         #: before anything else reads it, and sections must lie inside the image
         self.image_size = len(self._split) if self._split is not None else verify(self._blob)
         try:
-            stream = _HoleStream(self._split) if self._split is not None else io.BytesIO(self._blob)
+            # _HoleStream is a raw binary stream: the reads ELFFile makes of an IO[bytes]
+            stream = cast("IO[bytes]", _HoleStream(self._split)) if self._split is not None else io.BytesIO(self._blob)
             self.elf = ELFFile(stream)
             machine = self.elf.header["e_machine"]
             sec = self.elf.get_section_by_name(SEC_META)

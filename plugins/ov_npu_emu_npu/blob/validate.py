@@ -98,15 +98,20 @@ def validate_meta(meta: Any) -> None:
                 raise _fail(f"{what}[{i}].state is missing")
     n_in, n_out = len(meta["inputs"]), len(meta["outputs"])
     for i, v in enumerate(meta["variables"]):
-        _port({"names": [], **v} if isinstance(v, Mapping) else v, f"variables[{i}]")
-        if not isinstance(v.get("id"), str):
-            raise _fail(f"variables[{i}].id is not a string")
-        for key, n in (("input", n_in), ("output", n_out)):
-            if type(v.get(key)) is not int or not 0 <= v[key] < n:
-                raise _fail(f"variables[{i}].{key} {v.get(key)!r} is not a port index")
-        if "init" not in v:
-            raise _fail(f"variables[{i}].init is missing")
-        init = v["init"]
-        if init is not None and (not isinstance(init, list) or len(init) != math.prod(v["shape"])
-                                 or not all(isinstance(x, (int, float)) for x in init)):
-            raise _fail(f"variables[{i}].init does not match its shape {v['shape']}")
+        _variable(v, i, n_in, n_out)
+
+
+def _variable(v: Any, i: int, n_in: int, n_out: int) -> None:
+    """Raise BlobFormatError unless ``v`` (variables[i]) is a state's port pair with its initial value."""
+    _port({"names": [], **v} if isinstance(v, Mapping) else v, f"variables[{i}]")
+    if not isinstance(v.get("id"), str):
+        raise _fail(f"variables[{i}].id is not a string")
+    for key, n in (("input", n_in), ("output", n_out)):
+        if type(v.get(key)) is not int or not 0 <= v[key] < n:
+            raise _fail(f"variables[{i}].{key} {v.get(key)!r} is not a port index")
+    if "init" not in v:
+        raise _fail(f"variables[{i}].init is missing")
+    init = v["init"]
+    if init is not None and (not isinstance(init, list) or len(init) != math.prod(v["shape"])
+                             or not all(isinstance(x, (int, float)) for x in init)):
+        raise _fail(f"variables[{i}].init does not match its shape {v['shape']}")

@@ -128,42 +128,50 @@ def _match(out: ov.Output) -> CompressedWeight | None:
     if node.get_type_name() != "Multiply":
         return None
     for qi in (0, 1):
-        sc = _const(node.input_value(1 - qi))
-        if sc is None or _type(sc.output(0)) not in ("f16", "f32"):
-            continue
-        src = node.input_value(qi).get_node()
-        zp_c = None
-        if src.get_type_name() == "Subtract":
-            zp_c = _const(src.input_value(1))
-            if zp_c is None:
-                continue
-            src = src.input_value(0).get_node()
-        if src.get_type_name() != "Convert":
-            continue
-        qc = src.input_value(0).get_node()
-        fmt = _INT_TYPES.get(_type(qc.output(0))) if qc.get_type_name() == "Constant" else None
-        if fmt is None:
-            continue
-        qshape = tuple(int(d) for d in qc.get_output_shape(0))
-        if len(qshape) not in (2, 3) or qshape[0] != shape[0] or int(np.prod(qshape[1:])) != shape[1]:
-            continue
-        if fmt in ("u4", "i4") and qshape[-1] % 2:
-            continue  # a group must start on a byte boundary
-        scale = _per_group(np.array(sc.get_data()).reshape(tuple(sc.get_output_shape(0))), qshape)
-        zp = None
-        if zp_c is not None:
-            zp = _per_group(_values(zp_c), qshape)
-            if zp is None:
-                continue
-        if scale is None:
-            continue
-        g = qshape[1] if len(qshape) == 3 else 1
-        if fmt in ("u4", "i4"):
-            q = np.asarray(qc.get_data()).view(np.uint8).reshape(shape[0], g, shape[1] // g // 2)
-        else:
-            q = np.asarray(qc.get_data()).reshape(shape[0], g, shape[1] // g)
-        return CompressedWeight(name, fmt, shape, q, scale, zp, _type(node.output(0)) == "f16")
+        cw = _match_multiply(node, qi, shape, name)
+        if cw is not None:
+            return cw
     return None
+
+
+def _match_multiply(node: ov.Node, qi: int, shape: tuple[int, int], name: str) -> CompressedWeight | None:
+    """The weight when input ``qi`` of Multiply ``node`` is [Subtract(zp) <-] Convert <- Const(int)
+    and the other input its scale."""
+    sc = _const(node.input_value(1 - qi))
+    if sc is None or _type(sc.output(0)) not in ("f16", "f32"):
+        return None
+    src = node.input_value(qi).get_node()
+    zp_c = None
+    if src.get_type_name() == "Subtract":
+        zp_c = _const(src.input_value(1))
+        if zp_c is None:
+            return None
+        src = src.input_value(0).get_node()
+    if src.get_type_name() != "Convert":
+        return None
+    qc = src.input_value(0).get_node()
+    fmt = _INT_TYPES.get(_type(qc.output(0))) if qc.get_type_name() == "Constant" else None
+    if fmt is None:
+        return None
+    qshape = tuple(int(d) for d in qc.get_output_shape(0))
+    if len(qshape) not in (2, 3) or qshape[0] != shape[0] or int(np.prod(qshape[1:])) != shape[1]:
+        return None
+    if fmt in ("u4", "i4") and qshape[-1] % 2:
+        return None  # a group must start on a byte boundary
+    scale = _per_group(np.array(sc.get_data()).reshape(tuple(sc.get_output_shape(0))), qshape)
+    zp = None
+    if zp_c is not None:
+        zp = _per_group(_values(zp_c), qshape)
+        if zp is None:
+            return None
+    if scale is None:
+        return None
+    g = qshape[1] if len(qshape) == 3 else 1
+    if fmt in ("u4", "i4"):
+        q = np.asarray(qc.get_data()).view(np.uint8).reshape(shape[0], g, shape[1] // g // 2)
+    else:
+        q = np.asarray(qc.get_data()).reshape(shape[0], g, shape[1] // g)
+    return CompressedWeight(name, fmt, shape, q, scale, zp, _type(node.output(0)) == "f16")
 
 
 def _consumers_ok(out: ov.Output) -> bool:

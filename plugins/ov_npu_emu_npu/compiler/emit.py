@@ -97,8 +97,9 @@ def _decompressed_bytes(lw: Lowered) -> int:
     of it fits its budget, hpi.py)."""
     weights: dict[int, int] = {}
     for t in lw.tasks:
-        # row tiles of one MatMul read one weight: its parameters are read once (a 3B prefill
-        # has ~5800 tiles of ~200 weights, ~35 us an unpack)
+        # row tiles of one MatMul read one weight: its parameters are read once (a large prefill
+        # has thousands of tiles over a few hundred weights; docs/performance.md, "Large models
+        # on the emulated NPU")
         if t.kernel == "matmul_dq" and id(t.ins[1].root) not in weights:
             p = MatMulDqParams.unpack(np.asarray(t.params, np.float64), "matmul_dq")
             weights[id(t.ins[1].root)] = 4 * p.n * p.k
@@ -131,6 +132,7 @@ def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, An
             sec = secs[SEC_DMA]
             base = len(sec)
             d = t.dma
+            assert d is not None  # a DMA task carries its spec
             sec += DMA_DESC.pack(t.tid, int(t.kind), t.lane, 0, 0, len(waits), len(posts), wait_off, post_off,
                                  t.cycles, 0, 0, d.d0, d.d1, d.row, 0, *d.src_strides, *d.dst_strides)
             relocs.add(SEC_DMA, base + DMA_SRC_OFFSET, d.src, d.src_off)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from typing import Any
 
 import numpy as np
 import openvino as ov
@@ -104,4 +105,4 @@ class Task:
     lane: int = 0  # engine lane (DMA channel / DPU / SHAVE)
     deps: set[int] = dataclasses.field(default_factory=set)  # task ids that must finish first
     #: token-row metadata when the task may run on a window of rows (compiler/tokens.py)
-    rows: dict[str, object] | None = None
+    rows: dict[str, Any] | None = None

@@ -25,10 +25,12 @@ from ov_npu_emu_npu.blob.kernel_params import (
     SdpaParams,
     pack_params,
 )
-from ov_npu_emu_npu.compiler import lower_conv, lower_elementwise, lower_movement
 from ov_npu_emu_npu.compiler.compress import F16_DQ_ROUNDING, CompressedWeight
 from ov_npu_emu_npu.compiler.frontend import Prepared
 from ov_npu_emu_npu.compiler.graph import DmaSpec, Packed, Place, Task, Value, np_dtype
+from ov_npu_emu_npu.compiler.lower_conv import HANDLERS as CONV_HANDLERS
+from ov_npu_emu_npu.compiler.lower_elementwise import HANDLERS as ELEMENTWISE_HANDLERS
+from ov_npu_emu_npu.compiler.lower_movement import HANDLERS as MOVEMENT_HANDLERS
 from ov_npu_emu_npu.compiler.tiling import lower_tiled_matmul
 
 __all__ = ["Handler", "Lowered", "lower", "SUPPORTED_OPS"]
@@ -142,6 +144,7 @@ class _Lowerer:
 
     def alias(self, src: Value, shape: tuple[int, ...]) -> Value:
         if src.place is Place.CONST and src.alias is None:
+            assert src.data is not None
             return self.new_value(shape, src.dtype, Place.CONST, data=src.data.reshape(shape))
         root = src.root
         return self.new_value(shape, src.dtype, root.place, port=root.port, alias=root)
@@ -382,9 +385,9 @@ class _Lowerer:
 
 #: OpenVINO op type -> handler, one module per op family (MatMul and attention live here)
 _HANDLERS: dict[str, Handler] = {
-    **lower_elementwise.HANDLERS,
-    **lower_movement.HANDLERS,
-    **lower_conv.HANDLERS,
+    **ELEMENTWISE_HANDLERS,
+    **MOVEMENT_HANDLERS,
+    **CONV_HANDLERS,
     "ScaledDotProductAttention": _Lowerer.op_sdpa,
     "MatMul": _Lowerer.op_matmul,
 }

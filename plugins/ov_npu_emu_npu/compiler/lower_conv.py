@@ -51,7 +51,7 @@ def op_conv(lw: _Lowerer, node: ov.Node) -> None:
     groups = w.shape[0] if group else 1
     o = lw.node_out(node)
     macs = int(np.prod(o.shape)) * int(np.prod(w.shape)) // max(w.shape[0] * (w.shape[1] if group else 1), 1)
-    params = ConvParams(groups, nd, strides, dil, pb, pe)
+    params = ConvParams(groups, nd, tuple(strides), tuple(dil), tuple(pb), tuple(pe))
     lw.vals[(node.get_name(), 0)] = o
     half = lw.hw.cmx_size // 2
     per_channel = o.nbytes // max(o.shape[1], 1)
@@ -70,6 +70,7 @@ def op_conv(lw: _Lowerer, node: ov.Node) -> None:
     cx = lw.new_value(x.shape, x.dtype, Place.CMX)
     lw.dma(x, 0, cx, 0, 1, 1, x.nbytes, (0, 0), (0, 0), node)
     tile = max(1, (half - x.nbytes) // per_channel)
+    assert w.data is not None  # CONST
     for c0 in range(0, o.shape[1], tile):
         c = min(tile, o.shape[1] - c0)
         wt = lw.new_value((c, *w.shape[1:]), w.dtype, Place.CONST, data=w.data[c0 : c0 + c])
@@ -91,16 +92,17 @@ def op_pool(lw: _Lowerer, node: ov.Node) -> None:
     for i, d in enumerate(x.shape[2:]):
         need = (o.shape[2 + i] - 1) * strides[i] + (kshape[i] - 1) * dil[i] + 1 - (d + pb[i] + pe[i])
         pe[i] += max(0, need)
+    vecs = (tuple(kshape), tuple(strides), tuple(dil), tuple(pb), tuple(pe))
     if t == "MaxPool":
         if node.get_output_size() > 1 and node.output(1).get_target_inputs():
             raise UnsupportedOpError(
                 "MaxPool indices output is not supported", op_type=t, node_name=node.get_friendly_name()
             )
-        lw.shave("maxpool", [x], [o], MaxPoolParams(len(kshape), kshape, strides, dil, pb, pe), node)
+        lw.shave("maxpool", [x], [o], MaxPoolParams(len(kshape), *vecs), node)
     else:
         excl = bool(at.get("exclude-pad", at.get("exclude_pad", False)))
         node_pe = _conv_pads(node, x.shape, tuple(kshape), strides, dil)[1]
-        lw.shave("avgpool", [x], [o], AvgPoolParams(len(kshape), kshape, strides, dil, pb, pe, excl, node_pe), node)
+        lw.shave("avgpool", [x], [o], AvgPoolParams(len(kshape), *vecs, excl, tuple(node_pe)), node)
     lw.vals[(node.get_name(), 0)] = o
 
 

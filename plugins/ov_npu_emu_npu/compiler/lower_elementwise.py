@@ -69,6 +69,7 @@ def op_convert(lw: _Lowerer, node: ov.Node) -> None:
     x = lw.inp(node, 0)
     dst = np_dtype(node.get_output_element_type(0))
     if x.place is Place.CONST and x.alias is None:
+        assert x.data is not None
         data = x.data.astype(dst) if dst.kind in "fb" or x.dtype.kind not in "f" else np.trunc(x.data).astype(dst)
         lw.vals[(node.get_name(), 0)] = lw.new_value(x.shape, dst, Place.CONST, data=data)
         return
@@ -129,7 +130,7 @@ def op_reduce(lw: _Lowerer, node: ov.Node) -> None:
         "ReduceProd": "reduce_prod",
         "ReduceL2": "reduce_l2",
     }[node.get_type_name()]
-    lw.shave(kernel, [x], [o], ReduceParams(axes), node)
+    lw.shave(kernel, [x], [o], ReduceParams(tuple(axes)), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -151,7 +152,7 @@ def op_mvn(lw: _Lowerer, node: ov.Node) -> None:
     axes = sorted({int(a) % len(x.shape) for a in lw.need_const(node, 1, "axes").reshape(-1)})
     inside = str(at.get("eps_mode", "INSIDE_SQRT")).upper() == "INSIDE_SQRT"
     o = lw.node_out(node)
-    params = MvnParams(bool(at.get("normalize_variance", True)), float(at["eps"]), inside, axes)
+    params = MvnParams(bool(at.get("normalize_variance", True)), float(at["eps"]), inside, tuple(axes))
     lw.shave("mvn", [x], [o], params, node)
     lw.vals[(node.get_name(), 0)] = o
 

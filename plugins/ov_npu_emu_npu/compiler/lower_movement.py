@@ -87,7 +87,7 @@ def op_transpose(lw: _Lowerer, node: ov.Node) -> None:
     x = lw.inp(node, 0)
     perm = [int(p) for p in lw.need_const(node, 1, "permutation").reshape(-1)] or list(range(len(x.shape)))[::-1]
     o = lw.node_out(node)
-    lw.shave("transpose", [x], [o], TransposeParams(perm), node)
+    lw.shave("transpose", [x], [o], TransposeParams(tuple(perm)), node)
     lw.vals[(node.get_name(), 0)] = o
 
 
@@ -240,7 +240,7 @@ def op_index(lw: _Lowerer, node: ov.Node) -> None:
     o = lw.node_out(node)
     sl = _as_slices(idx, x.shape)
     if sl is not None:
-        lw.shave("slice", [x], [o], SliceParams(sl), node)
+        lw.shave("slice", [x], [o], SliceParams(tuple(sl)), node)
     else:
         iv = lw.new_value(idx.shape, np.dtype(np.int64), Place.CONST, data=np.ascontiguousarray(idx))
         lw.shave("take", [x, iv], [o], NO_PARAMS, node)
@@ -295,7 +295,7 @@ def op_pad(lw: _Lowerer, node: ov.Node) -> None:
         value = float(lw.need_const(node, 3, "pad_value").reshape(-1)[0])
     modes = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}
     o = lw.node_out(node)
-    lw.shave("pad", [x], [o], PadParams(modes[mode], value, pb, pe), node)
+    lw.shave("pad", [x], [o], PadParams(modes[mode], value, tuple(pb), tuple(pe)), node)
     lw.vals[(node.get_name(), 0)] = o
 
 

@@ -86,7 +86,8 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
     hw = HardwareConfig.from_config(config)
     precision = precision_of(config)
     # NPU_EMU_WEIGHT_COMPRESSION=NO folds decompression subgraphs to f32 constants (the old
-    # behaviour; blobs 4-8x larger) - kept for comparisons
+    # behaviour; blobs several times larger) - kept for comparisons
+    # (docs/performance.md, "Knobs that change speed or memory")
     prep = prepare(model, compress=_flag(config, "NPU_EMU_WEIGHT_COMPRESSION", True))
     # NPU_EMU_PING_PONG=NO: one CMX slot per tiled-MatMul stream (no DMA/compute overlap), for A/B.
     # A multi-token prefill keeps the row-tiled MatMul staging: its token-row windows (tokens.py)

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Sequence
 
 from ov_npu_emu.errors import CompileError
-from ov_npu_emu_npu.compiler.graph import Value
+from ov_npu_emu_npu.compiler.graph import Task, Value
 from ov_npu_emu_npu.compiler.lower import Lowered
 
 __all__ = ["Barrier", "Schedule", "last_per_lane", "schedule", "slot_read_deps", "slot_write_deps"]
@@ -69,6 +69,13 @@ def last_per_lane(tids: list[int], before: int, lane_of: Sequence[int], n_lanes:
 
 def schedule(lw: Lowered, reuse_deps: dict[int, set[int]]) -> Schedule:
     """Collect dependencies, drop those the engine FIFOs already imply, group them into barriers."""
+    _collect_deps(lw, reuse_deps)
+    _prune_deps(lw.tasks)
+    return _barriers(lw.tasks)
+
+
+def _collect_deps(lw: Lowered, reuse_deps: dict[int, set[int]]) -> None:
+    """Every task's data dependencies (values, CMX slots, reuse, lifted state) into ``t.deps``."""
     tasks = lw.tasks
     lane_of = [t.lane for t in tasks]
     producer_lanes: dict[int, int] = {}  # root vid -> lanes its producers run on
@@ -92,7 +99,10 @@ def schedule(lw: Lowered, reuse_deps: dict[int, set[int]]) -> Schedule:
         readers = lw.inputs[in_port].root.readers
         for p in lw.outputs[out_port].root.producers:
             tasks[p].deps.update(r for r in readers if r != p)
-    last_on_lane: dict[int, int] = {}
+
+
+def _prune_deps(tasks: list[Task]) -> None:
+    """Keep of each task's dependencies only the latest task of every other lane."""
     for t in tasks:
         if any(d >= t.tid for d in t.deps):
             raise CompileError(f"task {t.tid} depends on a later task (not topological)", stage="schedule")
@@ -104,7 +114,10 @@ def schedule(lw: Lowered, reuse_deps: dict[int, set[int]]) -> Schedule:
             if lane != t.lane and d > latest.get(lane, -1):
                 latest[lane] = d
         t.deps = set(latest.values())
-        last_on_lane[t.lane] = t.tid
+
+
+def _barriers(tasks: list[Task]) -> Schedule:
+    """One barrier per distinct dependency set: its producers post it, its consumers wait on it."""
     by_key: dict[frozenset[int], Barrier] = {}
     waits: dict[int, list[int]] = {}
     posts: dict[int, list[int]] = {}

@@ -60,6 +60,66 @@ def _axis(shape: tuple[int, ...], mark: Mark | None) -> int:
 def _at(shape: tuple[int, ...], a: int, n: int, off: int) -> Mark:
     return (math.prod(shape[:a]), n, math.prod(shape[a + 1 :]), off)
 
+def _rowwise_matmul(t: Task, marks: list[Mark | None], n_marked: int, in_axes: list[int], n: int, off: int
+                    ) -> tuple[list[int], list[Mark]] | None:
+    """MatMul: token rows of the activation (its only marked operand) are the output's rows."""
+    a, o = t.ins[0], t.outs[0]
+    ma = marks[0]
+    if n_marked != 1 or ma is None or t.params[0] or len(a.shape) < 2 or ma[2] != a.shape[-1]:
+        return None
+    b = t.ins[1] if t.kernel == "matmul" else None
+    if b is not None and math.prod(b.shape[:-2]) != 1:
+        return None  # a batched right operand could broadcast rows
+    return in_axes, [(ma[0], n, o.shape[-1], off)]
+
+
+def _rowwise_gather(t: Task, marks: list[Mark | None], marked: list[tuple[int, Mark]], in_axes: list[int], n: int,
+                    off: int) -> tuple[list[int], list[Mark]] | None:
+    """Gather: token rows of the indices select the output's rows."""
+    k = t.kernel
+    if len(marked) != 1 or marked[0][0] != 1 or (k == "gather" and int(t.params[1]) != 0):
+        return None
+    axis = int(t.params[0]) if k == "gather" else 0
+    data, mi = t.ins[0], marks[1]
+    assert mi is not None
+    return in_axes, [(math.prod(data.shape[:axis]) * mi[0], n, mi[2] * math.prod(data.shape[axis + 1 :]), off)]
+
+
+def _elementwise_axis(t: Task, marks: list[Mark | None], marked: list[tuple[int, Mark]], in_axes: list[int],
+                      n: int) -> int | None:
+    """The output axis of an element-wise task's token rows; None when the operands disagree."""
+    o = t.outs[0]
+    rank = len(o.shape)
+    pos = {in_axes[i] + rank - len(t.ins[i].shape) for i, _ in marked}
+    if len(pos) != 1:
+        return None
+    p = pos.pop()
+    if o.shape[p] != n:
+        return None
+    for v, m in zip(t.ins, marks, strict=True):
+        q = p - (rank - len(v.shape))
+        if m is None and 0 <= q < len(v.shape) and v.shape[q] != 1:
+            return None  # a row-free operand that varies along the token axis
+    return p
+
+
+def _single_input_axis(t: Task, a: int) -> int | None:
+    """The output axis of token axis ``a`` of a one-input task's operand (-1 when it mixes it)."""
+    k = t.kernel
+    if k == "transpose":
+        perm = [int(x) for x in t.params]
+        return perm.index(a) if a in perm else -1
+    if k in _ALONG_AXIS:
+        return a if int(t.params[0]) != a else -1
+    if k == "mvn":
+        return a if a not in {int(x) for x in t.params[3:]} else -1
+    if k.startswith("reduce_"):
+        axes = {int(x) for x in t.params}
+        if a in axes:
+            return None
+        return a if len(t.outs[0].shape) == len(t.ins[0].shape) else a - sum(1 for x in axes if x < a)
+    return None
+
 
 class _Analysis:
     def __init__(self, tasks: Sequence[Task], length: int) -> None:
@@ -182,58 +242,21 @@ class _Analysis:
         n, off = marked[0][1][1], marked[0][1][3]
         in_axes = [_axis(v.shape, m) for v, m in zip(t.ins, marks, strict=True)]
         if k in ("matmul", "matmul_dq"):
-            a, o = t.ins[0], t.outs[0]
-            ma = marks[0]
-            if len(marked) != 1 or ma is None or t.params[0] or len(a.shape) < 2 or ma[2] != a.shape[-1]:
-                return None
-            b = t.ins[1] if k == "matmul" else None
-            if b is not None and math.prod(b.shape[:-2]) != 1:
-                return None  # a batched right operand could broadcast rows
-            return in_axes, [(ma[0], n, o.shape[-1], off)]
+            return _rowwise_matmul(t, marks, len(marked), in_axes, n, off)
         if k in ("gather", "gather_dq"):
-            if len(marked) != 1 or marked[0][0] != 1 or (k == "gather" and int(t.params[1]) != 0):
-                return None
-            axis = int(t.params[0]) if k == "gather" else 0
-            data, mi = t.ins[0], marks[1]
-            assert mi is not None
-            return in_axes, [(math.prod(data.shape[:axis]) * mi[0], n, mi[2] * math.prod(data.shape[axis + 1 :]),
-                              off)]
+            return _rowwise_gather(t, marks, marked, in_axes, n, off)
         if any(in_axes[i] < 0 for i, _ in marked):
             return None  # token rows that are no axis of the operand: the rules below need one
-        o = t.outs[0] if len(t.outs) == 1 else None
-        if o is None:
+        if len(t.outs) != 1:
             return None
+        o = t.outs[0]
         if k in _ELEMENTWISE:
-            rank = len(o.shape)
-            pos = {in_axes[i] + rank - len(t.ins[i].shape) for i, _ in marked}
-            if len(pos) != 1:
-                return None
-            p = pos.pop()
-            if o.shape[p] != n:
-                return None
-            for v, m in zip(t.ins, marks, strict=True):
-                q = p - (rank - len(v.shape))
-                if m is None and 0 <= q < len(v.shape) and v.shape[q] != 1:
-                    return None  # a row-free operand that varies along the token axis
-            return in_axes, [_at(o.shape, p, n, off)]
+            pe = _elementwise_axis(t, marks, marked, in_axes, n)
+            return None if pe is None else (in_axes, [_at(o.shape, pe, n, off)])
         if len(t.ins) != 1:
             return None
-        a = in_axes[0]
-        if k == "transpose":
-            perm = [int(x) for x in t.params]
-            p = perm.index(a) if a in perm else -1
-        elif k in _ALONG_AXIS:
-            p = a if int(t.params[0]) != a else -1
-        elif k == "mvn":
-            p = a if a not in {int(x) for x in t.params[3:]} else -1
-        elif k.startswith("reduce_"):
-            axes = {int(x) for x in t.params}
-            if a in axes:
-                return None
-            p = a if len(o.shape) == len(t.ins[0].shape) else a - sum(1 for x in axes if x < a)
-        else:
-            return None
-        if p < 0 or p >= len(o.shape) or o.shape[p] != n:
+        p = _single_input_axis(t, in_axes[0])
+        if p is None or p < 0 or p >= len(o.shape) or o.shape[p] != n:
             return None
         return in_axes, [_at(o.shape, p, n, off)]
 
@@ -354,7 +377,7 @@ def mark_token_rows(tasks: Sequence[Task], inputs: Sequence[Value], input_names:
         return 0
     if an.windowed_attention:
         an.demand_rows()
-    n = sum(1 for t in tasks if t.rows is not None and "min_row" not in t.rows)
-    logger.debug("token-row windows: %d of %d tasks (L=%d)", n, len(tasks), length)
-    return n
+    windowed = sum(1 for t in tasks if t.rows is not None and "min_row" not in t.rows)
+    logger.debug("token-row windows: %d of %d tasks (L=%d)", windowed, len(tasks), length)
+    return windowed
 

@@ -61,9 +61,9 @@ def verify_schedule(lw: Lowered, sched: Schedule) -> None:
     for tid, bids in sched.posts.items():
         for b in bids:
             posted.setdefault(b, set()).add(tid)
-    for b in sched.barriers:
-        if posted.get(b.bid, set()) != set(b.producers):
-            raise CompileError(f"barrier {b.bid}: producer count does not match its posters", stage="schedule")
+    for bar in sched.barriers:
+        if posted.get(bar.bid, set()) != set(bar.producers):
+            raise CompileError(f"barrier {bar.bid}: producer count does not match its posters", stage="schedule")
     lane_of = [t.lane for t in lw.tasks]
     producer_lanes: dict[int, int] = {}
     for t in lw.tasks:

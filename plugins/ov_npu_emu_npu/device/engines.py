@@ -310,9 +310,9 @@ class ManagementCore:
         except NpuEmuError:
             raise
         except Exception as e:  # a kernel failure is reported against its task
-            t = tasks[i] if 0 <= i < len(tasks) else None
-            tid = t.tid if t is not None else None
-            raise ExecutionError(f"task {tid} ({t.kernel if t is not None else '?'}) failed: {e}",
+            failed = tasks[i] if 0 <= i < len(tasks) else None
+            tid = failed.tid if failed is not None else None
+            raise ExecutionError(f"task {tid} ({failed.kernel if failed is not None else '?'}) failed: {e}",
                                  task_index=tid) from e
 
     def execute(self, lanes: Sequence[list[DecodedTask]], producer_counts: Sequence[int], *,

@@ -4,7 +4,8 @@
 chunks into CMX slots, one DPU task per tile (K chunks after the first add with ``matmul_acc``)
 and a DMA of each finished tile back to DDR.  That is the device's program, and the cost model
 times it tile by tile; on the host, though, every tile is one more dispatch and every weight chunk
-one more copy (a bench-small decode step spent most of its time in these DMAs).  When the decoded
+one more copy (for a decode step, most of its host time; docs/performance.md, "Decode kernels
+against the bandwidth floor").  When the decoded
 descriptors provably form one MatMul, the host plan runs it as one product per K chunk and
 column block (:data:`CALL_WEIGHT_ELEMS`), from DDR straight into the output, at the schedule
 position of the group's last task.  Nothing in the blob, the descriptors, the timeline or the
@@ -35,12 +36,12 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ov_npu_emu_npu.blob.format import TaskKind
-from ov_npu_emu_npu.blob.kernel_params import unpack_params
+from ov_npu_emu_npu.blob.kernel_params import MatMulDqParams, MatMulParams, unpack_params
 from ov_npu_emu_npu.device.engines import DecodedTask, Schedule
 from ov_npu_emu_npu.device.kernels import make_kernel
 from ov_npu_emu_npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS
@@ -52,10 +53,10 @@ __all__ = ["CALL_WEIGHT_ELEMS", "FUSED_KERNELS", "plan_schedule"]
 logger = logging.getLogger(__name__)
 
 FUSED_KERNELS = ("matmul", "matmul_acc")
-#: weight elements per fused BLAS call.  OpenBLAS (0.3.31 here) hands a GEMV of more than ~460k
-#: elements to a second thread; on a loaded 2-core host the caller then waits for a descheduled
-#: thread (a bench-small decode step at load 13: 288 ms with whole-weight calls, 33 ms with
-#: OPENBLAS_NUM_THREADS=1).  Smaller calls stay on the calling thread, as the tiles did.
+#: weight elements per fused BLAS call.  OpenBLAS hands a large enough GEMV to a second thread;
+#: on a loaded host the caller then waits for a descheduled thread, many times the product's own
+#: time (docs/performance.md, "Decode kernels against the bandwidth floor").  Smaller calls stay on the
+#: calling thread, as the tiles did.
 CALL_WEIGHT_ELEMS = 1 << 18
 _PROBES: dict[tuple[Any, ...], bool] = {}
 _PROBE_LOCK = threading.Lock()
@@ -145,64 +146,81 @@ def _rows_of(t: DecodedTask, side: str) -> tuple[int, int, int]:
 def _find_tiles(tasks: Sequence[DecodedTask], cmx: Span, node_of: Mapping[int, str],
                 skip: set[int]) -> list[_Tile]:
     """Walk the schedule: tile chains whose loads, products and store follow the tiling pattern."""
-    def in_cmx(a: int) -> bool:
-        return cmx[0] <= a < cmx[1]
+    walk = _TileWalk(cmx, node_of, skip)
+    for i, t in enumerate(tasks):
+        if t.dma is not None:
+            walk.dma(i, t)
+        else:
+            walk.compute(i, t)
+    return walk.done
 
-    slots: dict[int, tuple[int, int]] = {}  # CMX start -> (end, index of the DMA that filled it)
-    chains: dict[int, _Tile] = {}  # accumulator CMX start -> open chain
-    done: list[_Tile] = []
 
-    def clobber(span: Span, keep_chain: int | None = None) -> None:
+class _TileWalk:
+    """The state of :func:`_find_tiles`' walk: filled CMX slots, open tile chains, finished tiles."""
+
+    def __init__(self, cmx: Span, node_of: Mapping[int, str], skip: set[int]) -> None:
+        self.cmx, self.node_of, self.skip = cmx, node_of, skip
+        self.slots: dict[int, tuple[int, int]] = {}  # CMX start -> (end, index of the DMA that filled it)
+        self.chains: dict[int, _Tile] = {}  # accumulator CMX start -> open chain
+        self.done: list[_Tile] = []
+
+    def in_cmx(self, a: int) -> bool:
+        return self.cmx[0] <= a < self.cmx[1]
+
+    def clobber(self, span: Span, keep_chain: int | None = None) -> None:
+        slots, chains = self.slots, self.chains
         for s in [s for s, (e, _) in slots.items() if s < span[1] and span[0] < e]:
             del slots[s]
         for s in [s for s, c in chains.items() if s != keep_chain and s < span[1] and span[0] < c.end]:
             del chains[s]
 
-    for i, t in enumerate(tasks):
-        if t.dma is not None:
-            src, dst = t.dma[0], t.dma[1]
-            rd, wr = _dma_spans(t)
-            if in_cmx(src) and not in_cmx(dst):
-                ch = chains.pop(src, None)
-                rows, row, pitch = _rows_of(t, "src")
-                if ch is not None and t.tid not in skip and (rows == 1 or pitch == row):
-                    ch.store = i
-                    done.append(ch)
-            if in_cmx(dst) or _overlaps(wr, [cmx]):
-                clobber(wr)
-                if not in_cmx(src) and _contiguous_dst(t) and t.tid not in skip:
-                    slots[dst] = (wr[1], i)
-            continue
+    def dma(self, i: int, t: DecodedTask) -> None:
+        """A DMA: a store closes the chain of the accumulator it reads; a load fills a slot."""
+        src, dst = t.dma[0], t.dma[1]  # type: ignore[index]
+        rd, wr = _dma_spans(t)
+        if self.in_cmx(src) and not self.in_cmx(dst):
+            ch = self.chains.pop(src, None)
+            rows, row, pitch = _rows_of(t, "src")
+            if ch is not None and t.tid not in self.skip and (rows == 1 or pitch == row):
+                ch.store = i
+                self.done.append(ch)
+        if self.in_cmx(dst) or _overlaps(wr, [self.cmx]):
+            self.clobber(wr)
+            if not self.in_cmx(src) and _contiguous_dst(t) and t.tid not in self.skip:
+                self.slots[dst] = (wr[1], i)
+
+    def compute(self, i: int, t: DecodedTask) -> None:
+        """A compute task: a MatMul on loaded slots opens or extends a chain; others clobber."""
         reads, writes = _spans(t)
         fused = (t.kind is TaskKind.DPU and t.kernel in FUSED_KERNELS and len(t.views) == 3 and t.n_in == 2
-                 and all(in_cmx(a) for a in t.addrs) and t.tid not in skip and t.tid in node_of)
-        if fused:
-            a_addr, w_addr, o_addr = t.addrs
-            la, lw = slots.get(a_addr), slots.get(w_addr)
-            ok = (la is not None and lw is not None and la[0] == a_addr + t.views[0].nbytes
-                  and lw[0] == w_addr + t.views[1].nbytes and t.views[2].ndim == 2)
+                 and all(self.in_cmx(a) for a in t.addrs) and t.tid not in self.skip and t.tid in self.node_of)
+        if not fused:
             for s in writes:
-                clobber(s, keep_chain=o_addr)
-            if not ok:
-                chains.pop(o_addr, None)
-                continue
-            step = _Step(i, la[1], lw[1])  # type: ignore[index]
-            if t.kernel == "matmul":
-                chains[o_addr] = _Tile(node_of[t.tid], [step], o_addr + t.views[2].nbytes)
-            elif o_addr in chains and chains[o_addr].node == node_of[t.tid]:
-                chains[o_addr].steps.append(step)
-            else:
-                chains.pop(o_addr, None)
-            continue
+                if _overlaps(s, [self.cmx]):
+                    self.clobber(s)
+            return
+        chains = self.chains
+        a_addr, w_addr, o_addr = t.addrs
+        la, lw = self.slots.get(a_addr), self.slots.get(w_addr)
+        ok = (la is not None and lw is not None and la[0] == a_addr + t.views[0].nbytes
+              and lw[0] == w_addr + t.views[1].nbytes and t.views[2].ndim == 2)
         for s in writes:
-            if _overlaps(s, [cmx]):
-                clobber(s)
-    return done
+            self.clobber(s, keep_chain=o_addr)
+        if not ok:
+            chains.pop(o_addr, None)
+            return
+        step = _Step(i, la[1], lw[1])  # type: ignore[index]
+        if t.kernel == "matmul":
+            chains[o_addr] = _Tile(self.node_of[t.tid], [step], o_addr + t.views[2].nbytes)
+        elif o_addr in chains and chains[o_addr].node == self.node_of[t.tid]:
+            chains[o_addr].steps.append(step)
+        else:
+            chains.pop(o_addr, None)
 
 
 @functools.lru_cache(maxsize=64)
 def _flags_of(kernel: str, block: bytes) -> tuple[bool, bool]:
-    p = unpack_params(kernel, np.frombuffer(block, np.float64))
+    p = cast("MatMulParams | MatMulDqParams", unpack_params(kernel, np.frombuffer(block, np.float64)))
     return bool(p.transpose_a), bool(p.transpose_b)
 
 
@@ -215,10 +233,46 @@ def _prove(tasks: Sequence[DecodedTask], tiles: list[_Tile]) -> _Group | None:
     """The one MatMul the tiles of a node compute, or None when they do not fit one."""
     first = tasks[tiles[0].steps[0].dpu]
     adt, wdt, odt = (v.dtype for v in first.views)
-    ai, wi, oi = adt.itemsize, wdt.itemsize, odt.itemsize
+    oi = odt.itemsize
     ta, tb = _flags("matmul", first.params)
     if ta:
         return None
+    ext = _extent(tasks, tiles, wdt.itemsize, oi)
+    if ext is None:
+        return None
+    a_base, w_base, o_base, m, k, n = ext
+    covered = np.zeros((m, n), np.bool_)
+    chunks: tuple[tuple[int, int], ...] | None = None
+    params: list[np.ndarray] = []
+    out: list[tuple[int, int, int, int, list[_Step]]] = []
+    members: set[int] = set()
+    for tile in tiles:
+        steps = _prove_steps(tasks, tile, (adt, wdt, odt), tb, (a_base, w_base), k, n, params, members)
+        if steps is None:
+            return None
+        last, r, nc, r0, n0, kc_list = steps
+        st = tasks[tile.store]
+        if sum(c for _, c in kc_list) != k or (chunks is not None and tuple(kc_list) != chunks):
+            return None
+        chunks = tuple(kc_list)
+        if st.dma[0] != last.addrs[2] or not _rows_ok(st, "dst", r, nc * oi, n * oi):  # type: ignore[index]
+            return None
+        if _coords(st.dma[1] - o_base, oi, n) != (r0, n0) or r0 + r > m or n0 + nc > n:  # type: ignore[index]
+            return None
+        if covered[r0:r0 + r, n0:n0 + nc].any():
+            return None
+        covered[r0:r0 + r, n0:n0 + nc] = True
+        members.add(tile.store)
+        out.append((r0, n0, r, nc, tile.steps))
+    if chunks is None or not covered.all():
+        return None
+    return _Group((a_base, adt), (w_base, wdt), (o_base, odt), m, k, n, tb, chunks, tuple(params), out,
+                  frozenset(members))
+
+
+def _extent(tasks: Sequence[DecodedTask], tiles: list[_Tile], wi: int, oi: int
+            ) -> tuple[int, int, int, int, int, int] | None:
+    """(a_base, w_base, o_base, m, k, n) of the MatMul the tiles' loads and stores span, or None."""
     a_base = min(tasks[s.a_load].dma[0] for t in tiles for s in t.steps)  # type: ignore[index]
     w_base = min(tasks[s.w_load].dma[0] for t in tiles for s in t.steps)  # type: ignore[index]
     o_base = min(tasks[t.store].dma[1] for t in tiles)  # type: ignore[index]
@@ -236,77 +290,68 @@ def _prove(tasks: Sequence[DecodedTask], tiles: list[_Tile]) -> _Group | None:
     m = (o_end - o_base) // (n * oi)
     if m <= 0 or m * n > 1 << 28:
         return None
+    return a_base, w_base, o_base, m, k, n
 
-    def coords(off: int, size: int, cols: int) -> tuple[int, int] | None:
-        if off < 0 or off % size:
-            return None
-        e = off // size
-        return divmod(e, cols)
 
-    def rows_ok(t: DecodedTask, side: str, rows: int, row: int, pitch: int) -> bool:
-        r, rb, p = _rows_of(t, side)
-        if r == rows and rb == row and (rows == 1 or p == pitch):
-            return True
-        return r == 1 and rb == rows * row and (rows == 1 or row == pitch)  # whole rows in one copy
-
-    covered = np.zeros((m, n), np.bool_)
-    chunks: tuple[tuple[int, int], ...] | None = None
-    params: list[np.ndarray] = []
-    out: list[tuple[int, int, int, int, list[_Step]]] = []
-    members: set[int] = set()
-    for tile in tiles:
-        dpus = [tasks[s.dpu] for s in tile.steps]
-        r, nc = dpus[0].views[2].shape
-        kc_list: list[tuple[int, int]] = []
-        r0 = n0 = -1
-        for j, (s, d) in enumerate(zip(tile.steps, dpus, strict=True)):
-            if d.views[0].dtype != adt or d.views[1].dtype != wdt or d.views[2].dtype != odt:
-                return None
-            if d.kernel != ("matmul" if j == 0 else "matmul_acc"):
-                return None
-            if _flags(d.kernel, d.params) != (False, tb) or d.views[2].shape != (r, nc):
-                return None
-            rr, kc = d.views[0].shape
-            if rr != r or d.views[1].shape != ((nc, kc) if tb else (kc, nc)):
-                return None
-            la, lw = tasks[s.a_load], tasks[s.w_load]
-            ca = coords(la.dma[0] - a_base, ai, k)  # type: ignore[index]
-            cw = coords(lw.dma[0] - w_base, wi, k if tb else n)  # type: ignore[index]
-            if ca is None or cw is None:
-                return None
-            rk0, k0 = ca
-            wn0, wk0 = cw if tb else (cw[1], cw[0])
-            if j == 0:
-                r0, n0 = rk0, wn0
-            if (rk0, wn0, wk0) != (r0, n0, k0) or k0 != sum(c for _, c in kc_list) or k0 + kc > k:
-                return None
-            if not rows_ok(la, "src", r, kc * ai, k * ai):
-                return None
-            if tb and not rows_ok(lw, "src", nc, kc * wi, k * wi):
-                return None
-            if not tb and not rows_ok(lw, "src", kc, nc * wi, n * wi):
-                return None
-            kc_list.append((k0, kc))
-            if len(params) < len(kc_list):
-                params.append(np.asarray(d.params))
-            members.update((s.dpu, s.a_load, s.w_load))
-        st = tasks[tile.store]
-        if sum(c for _, c in kc_list) != k or (chunks is not None and tuple(kc_list) != chunks):
-            return None
-        chunks = tuple(kc_list)
-        if st.dma[0] != dpus[-1].addrs[2] or not rows_ok(st, "dst", r, nc * oi, n * oi):  # type: ignore[index]
-            return None
-        if coords(st.dma[1] - o_base, oi, n) != (r0, n0) or r0 + r > m or n0 + nc > n:  # type: ignore[index]
-            return None
-        if covered[r0:r0 + r, n0:n0 + nc].any():
-            return None
-        covered[r0:r0 + r, n0:n0 + nc] = True
-        members.add(tile.store)
-        out.append((r0, n0, r, nc, tile.steps))
-    if chunks is None or not covered.all():
+def _coords(off: int, size: int, cols: int) -> tuple[int, int] | None:
+    if off < 0 or off % size:
         return None
-    return _Group((a_base, adt), (w_base, wdt), (o_base, odt), m, k, n, tb, chunks, tuple(params), out,
-                  frozenset(members))
+    e = off // size
+    return divmod(e, cols)
+
+
+def _rows_ok(t: DecodedTask, side: str, rows: int, row: int, pitch: int) -> bool:
+    r, rb, p = _rows_of(t, side)
+    if r == rows and rb == row and (rows == 1 or p == pitch):
+        return True
+    return r == 1 and rb == rows * row and (rows == 1 or row == pitch)  # whole rows in one copy
+
+
+def _prove_steps(tasks: Sequence[DecodedTask], tile: _Tile, dts: tuple[np.dtype, np.dtype, np.dtype], tb: bool,
+                 bases: tuple[int, int], k: int, n: int, params: list[np.ndarray], members: set[int]
+                 ) -> tuple[DecodedTask, int, int, int, int, list[tuple[int, int]]] | None:
+    """(last DPU task, rows, columns, first row, first column, K chunks) of one tile whose steps
+    multiply consecutive K chunks of one block of the MatMul, or None. Adds the parameter block
+    of each new K chunk to ``params`` and the steps' tasks to ``members``."""
+    adt, wdt, odt = dts
+    ai, wi = adt.itemsize, wdt.itemsize
+    a_base, w_base = bases
+    dpus = [tasks[s.dpu] for s in tile.steps]
+    r, nc = dpus[0].views[2].shape
+    kc_list: list[tuple[int, int]] = []
+    r0 = n0 = -1
+    for j, (s, d) in enumerate(zip(tile.steps, dpus, strict=True)):
+        if d.views[0].dtype != adt or d.views[1].dtype != wdt or d.views[2].dtype != odt:
+            return None
+        if d.kernel != ("matmul" if j == 0 else "matmul_acc"):
+            return None
+        if _flags(d.kernel, d.params) != (False, tb) or d.views[2].shape != (r, nc):
+            return None
+        rr, kc = d.views[0].shape
+        if rr != r or d.views[1].shape != ((nc, kc) if tb else (kc, nc)):
+            return None
+        la, lw = tasks[s.a_load], tasks[s.w_load]
+        ca = _coords(la.dma[0] - a_base, ai, k)  # type: ignore[index]
+        cw = _coords(lw.dma[0] - w_base, wi, k if tb else n)  # type: ignore[index]
+        if ca is None or cw is None:
+            return None
+        rk0, k0 = ca
+        wn0, wk0 = cw if tb else (cw[1], cw[0])
+        if j == 0:
+            r0, n0 = rk0, wn0
+        if (rk0, wn0, wk0) != (r0, n0, k0) or k0 != sum(c for _, c in kc_list) or k0 + kc > k:
+            return None
+        if not _rows_ok(la, "src", r, kc * ai, k * ai):
+            return None
+        if tb and not _rows_ok(lw, "src", nc, kc * wi, k * wi):
+            return None
+        if not tb and not _rows_ok(lw, "src", kc, nc * wi, n * wi):
+            return None
+        kc_list.append((k0, kc))
+        if len(params) < len(kc_list):
+            params.append(np.asarray(d.params))
+        members.update((s.dpu, s.a_load, s.w_load))
+    return dpus[-1], r, nc, r0, n0, kc_list
 
 
 def _block_widths(g: _Group) -> list[int]:
@@ -474,18 +519,26 @@ def _cmx_reads_written(tasks: Sequence[DecodedTask], cmx: Span, gone: set[int]) 
                 if w.size == 0:
                     return False  # straddles the CMX edge: not a pattern to reason about
                 w[...] = True
-            continue
-        reads, writes = _spans(t)
-        for s in reads[:t.n_in]:
-            if _overlaps(s, [cmx]) and not (lo <= s[0] and s[1] <= hi and written[s[0] - lo:s[1] - lo].all()):
+        elif not _compute_reads_written(t, cmx, written):
+            return False
+    return True
+
+
+def _compute_reads_written(t: DecodedTask, cmx: Span, written: np.ndarray) -> bool:
+    """A compute task's part of :func:`_cmx_reads_written`: its CMX reads were written (False if
+    not), and its CMX writes are marked in ``written``."""
+    lo, hi = cmx
+    reads, writes = _spans(t)
+    for s in reads[:t.n_in]:
+        if _overlaps(s, [cmx]) and not (lo <= s[0] and s[1] <= hi and written[s[0] - lo:s[1] - lo].all()):
+            return False
+    for s in writes:
+        if _overlaps(s, [cmx]):
+            if not (lo <= s[0] and s[1] <= hi):
                 return False
-        for s in writes:
-            if _overlaps(s, [cmx]):
-                if not (lo <= s[0] and s[1] <= hi):
-                    return False
-                if t.kernel == "matmul_acc" and not written[s[0] - lo:s[1] - lo].all():
-                    return False  # accumulates into what it reads
-                written[s[0] - lo:s[1] - lo] = True
+            if t.kernel == "matmul_acc" and not written[s[0] - lo:s[1] - lo].all():
+                return False  # accumulates into what it reads
+            written[s[0] - lo:s[1] - lo] = True
     return True
 
 

@@ -122,8 +122,9 @@ def _probe(name: str, make: Callable[[list[np.ndarray], list[np.ndarray]], Runne
 
 class LazyRunner:
     """A row-wise task's full-run kernel, bound on its first call: a prefill's row tiles wholly
-    before every window that comes are never bound (a 3B int4 prefill has 5824 matmul_dq tiles,
-    ~0.4 ms to bind each, and a short prompt's window runs one of ~30 per MatMul).  ``bind``
+    before every window that comes are never bound (a large int4 prefill has thousands of
+    matmul_dq tiles, each costly to bind, and a short prompt's window runs only a few of them
+    per MatMul; docs/performance.md, "Large models on the emulated NPU").  ``bind``
     raises what binding raises, at that first call."""
 
     __slots__ = ("_bind", "_run")

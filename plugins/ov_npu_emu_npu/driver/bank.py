@@ -70,8 +70,9 @@ class WeightsBank:
         self._live: list[BankEntry] = []
         self._next = WEIGHTS_BASE
         #: decompressed bytes the live entries hold (sum of their dq_nbytes), kept as they fill and
-        #: free: a budget check per weights-cache fill would otherwise walk every entry (0.5 s of a
-        #: 3B int4 model's first command-list build, where most fills are refused)
+        #: free: a budget check per weights-cache fill would otherwise walk every entry (a large
+        #: int4 model's first command-list build refuses most fills; docs/performance.md, "Large
+        #: models on the emulated NPU")
         self.dq_bytes = 0
         self.counters = {"acquired": 0, "shared": 0, "freed": 0, "compared_bytes": 0, "adopted": 0}
 
@@ -238,9 +239,9 @@ class BankedWeights:
                 if n < BANK_MIN_BYTES:
                     self._spans.append(_Span(o, n, self.private_base + poff[o], None))
                 else:
-                    e = bank.acquire(name, piece(o, n), adopt=adopt)
-                    self.entries.append(e)
-                    self._spans.append(_Span(o, n, e.base, e))
+                    entry = bank.acquire(name, piece(o, n), adopt=adopt)
+                    self.entries.append(entry)
+                    self._spans.append(_Span(o, n, entry.base, entry))
         except BaseException:
             bank.release(self.entries)
             raise
@@ -269,7 +270,7 @@ class BankedWeights:
         d = self._digests.get(s.va)
         if d is None:
             p0 = s.va - self.private_base
-            d = self._digests[s.va] = hashlib.blake2b(self.private[p0:p0 + s.size], digest_size=16).digest()
+            d = self._digests[s.va] = hashlib.blake2b(self.private[p0:p0 + s.size].data, digest_size=16).digest()
         return ("const", s.size, d, off)
 
     def owner(self, addr: int) -> BankEntry | None:
@@ -358,7 +359,7 @@ class BankWeightsCache:
         shared = self._shared_key(key)
         # stored on the bank entry of the compressed operand, so it is shared and freed with it
         owner = self._w.owner(int(key[1][0])) if shared is not None else None
-        if owner is not None:
+        if owner is not None and shared is not None:  # an owner implies a shared key
             key = shared
         # the bank's lock: entries' caches are shared with other blobs' views
         with self._w.bank.lock:

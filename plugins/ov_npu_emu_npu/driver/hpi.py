@@ -49,7 +49,7 @@ class ParsedBlob:
         if cache_budget is not None and isinstance(dq_bytes, int) and dq_bytes > cache_budget:
             # All or nothing: a cache holding a few percent of a large model's decompressed
             # weights would cost its whole budget of RAM to spare a few percent of a prefill's
-            # decompression (llama-3.2-1b-shape int4: peak RSS -125 MB, TTFT the same)
+            # decompression (less peak memory, the same TTFT; docs/performance.md, "Memory per setup")
             cache_budget = 0
         self.sections: dict[str, SectionInfo] = {s.name: s for s in reader.iter_sections()}
         missing = [n for n in LOADABLE_SECTIONS if n not in self.sections]
@@ -81,6 +81,7 @@ class ParsedBlob:
         self.banked: BankedWeights | None = None
         self.weights_cache: WeightsCache | BankWeightsCache | None = None
         if bank is None:
+            assert not isinstance(blob, SplitBlob)  # joined above
             self.blob = blob
             # weights are mapped read-only and shared by every request (no copy per request)
             self.weights = np.frombuffer(w.data, np.uint8) if w.data else np.zeros(1, np.uint8)
@@ -90,12 +91,13 @@ class ParsedBlob:
             split = isinstance(blob, SplitBlob)
             # a split blob (compiled in this process): the bank adopts the views of the model's
             # constants, so the weights are never copied between the IR and the device
-            self.banked = BankedWeights(bank, bank_name, blob.image if split else w.data, self.meta.get("constants"))
+            image = blob.image if isinstance(blob, SplitBlob) else w.data
+            self.banked = BankedWeights(bank, bank_name, image, self.meta.get("constants"))
             # the blob minus its weights: export splices the bank's copy back in, so the weights
             # exist once in the process however many compiled models hold them
             #: a split blob is unsealed (it never left the process): export seals it
             self._sealed = not split
-            if split:
+            if isinstance(blob, SplitBlob):
                 self._head, self._tail = blob.head, blob.tail
             else:
                 off = _section_offset(reader, SEC_WEIGHTS)

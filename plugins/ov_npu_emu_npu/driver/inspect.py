@@ -34,7 +34,7 @@ def describe_blob(blob: bytes) -> dict[str, Any]:
     for t in meta.get("tasks", []):
         tasks.setdefault(t["engine"], []).append(t)
     hpi = HostParsedInference(ParsedBlob(blob))
-    memory = [{"section": name, "kind": kind.name, "address": hpi.section_addr[name],
+    memory: list[dict[str, Any]] = [{"section": name, "kind": kind.name, "address": hpi.section_addr[name],
                "size": hpi.parsed.sections[name].size} for name, kind in LOADABLE_SECTIONS.items()]
     memory.sort(key=lambda m: m["address"])
     return {

@@ -101,8 +101,8 @@ class AddressSpace:
 
     def array(self, addr: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         dt = np.dtype(dtype)
-        # math.prod: exact Python ints (no int64 wrap of a corrupt shape) and ~5 us less than
-        # np.prod per operand, 34k operands in a 3B prefill's command-list build
+        # math.prod: exact Python ints (no int64 wrap of a corrupt shape) and cheaper than np.prod
+        # per operand, of which a large prefill's command-list build has tens of thousands
         n = math.prod(int(d) for d in shape) * dt.itemsize
         return self.bytes_at(addr, n).view(dt).reshape(shape)
 

@@ -9,7 +9,7 @@ from ov_npu_emu_npu.device.kernels.registry import kernel
 
 
 @kernel("matmul_acc")
-def _matmul_acc(ins, outs, params):  # type: ignore[no-untyped-def]
+def _matmul_acc(ins, outs, params):
     """``o += a @ b`` (``b`` transposed when ``params.transpose_b``): one K chunk added to the CMX accumulator.
 
     The first chunk of a tile is a plain ``matmul`` (it overwrites), the others add here, so

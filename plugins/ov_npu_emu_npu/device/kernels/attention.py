@@ -6,13 +6,13 @@ import dataclasses
 import functools
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
 from ov_npu_emu_npu.device.kernels.hostalign import aligned, mod
-from ov_npu_emu_npu.device.kernels.registry import kernel
+from ov_npu_emu_npu.device.kernels.registry import Runner, kernel
 
 
 class RowWindow:
@@ -72,7 +72,7 @@ def _absmax(x: np.ndarray) -> float:
     return max(abs(float(np.maximum.reduce(x, axis=None))), abs(float(np.minimum.reduce(x, axis=None))))
 
 
-def _softmax_times_v(scores, rowmax, v, o, direct: bool, blocks=None) -> None:  # type: ignore[no-untyped-def]
+def _softmax_times_v(scores, rowmax, v, o, direct: bool, blocks=None) -> None:
     """``o = softmax(scores, -1) @ v``, the softmax in place in ``scores`` (``rowmax`` is scratch);
     ``direct``: ``o`` has the product's shape and dtype, else it is copied in reshaped;
     ``blocks``: the [a, b) score rows of each product call (:func:`row_blocks`), else one call."""
@@ -101,7 +101,7 @@ def _masked_column_skipper(
     mask,
     groups: int,
     L: int,
-    scale: float,  # type: ignore[no-untyped-def]
+    scale: float,
     batch: tuple[int, ...],
     rows: int,
     o,
@@ -255,7 +255,7 @@ def _windowed_attention(ops: _SquareOps, scale: float, window: RowWindow) -> boo
             return False
     # V's rows before the window meet only exact-zero probabilities: zeros here (the row-wise
     # tasks that ran on the window left them uncomputed)
-    vf = np.zeros(v.shape, np.float32)
+    vf: np.ndarray = np.zeros(v.shape, np.float32)
     np.copyto(vf[..., w0:, :], v[..., w0:, :], casting="unsafe")
     if not math.isfinite(_absmax(vf)):
         return False  # 0 * inf: a zero probability would not zero a padding column's V
@@ -343,7 +343,7 @@ def _grouped_gemv_ok(q: np.ndarray, kt: np.ndarray, scores: np.ndarray, groups: 
 
 
 @kernel("sdpa")
-def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[no-untyped-def]
+def _sdpa(ins, outs, params, window: RowWindow | None = None):
     """Attention (SdpaParams: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head).
 
     Grouped (G > 1): K/V hold Hkv heads and query head h reads K/V head h // G, as the IR's
@@ -361,12 +361,7 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
     L, S = q.shape[-2], k.shape[-2]
     f32 = any(t.dtype != np.float32 for t in (q, k, v))
     if groups > 1:
-        b, h = q.shape[0], q.shape[1]
-        if q.ndim != 4 or k.ndim != 4 or h != k.shape[1] * groups or o.shape[:2] != (b, h):
-            raise ExecutionError(f"sdpa: {groups} query heads per K/V head do not fit q {q.shape}, k {k.shape}")
-        hkv = k.shape[1]
-        q = _view(q, (b, hkv, groups * L, q.shape[-1]))  # query rows of a group stacked: one matmul each
-        o = _view(o, (b, hkv, groups * L, o.shape[-1]))
+        q, o = _stack_groups(q, k, o, groups)
     # scratch buffers live as long as the command list: nothing is allocated per inference
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     rows = q.shape[-2]
@@ -375,11 +370,8 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
     # mask and causal bias apply per query head and row: on grouped scores through a 5-D view
     scores_m = scores.reshape(*batch, groups, L, S) if groups > 1 else scores
     if mask is not None and groups > 1:
-        m4 = _view(mask, (1,) * (4 - mask.ndim) + mask.shape)
-        mask = _view(
-            m4, (m4.shape[0], 1, 1, *m4.shape[2:]) if m4.shape[1] == 1 else (m4.shape[0], hkv, groups, *m4.shape[2:])
-        )
-    # with several query rows BLAS is ~4x faster on a row-major K^T than on the transposed view of K
+        mask = _grouped_mask(mask, k.shape[1], groups)
+    # with several query rows BLAS is much faster on a row-major K^T than on the transposed view of K
     # (the copy costs one pass over K); one query row (decode) multiplies the view directly
     kt_buf = np.empty((*k.shape[:-2], k.shape[-1], S), np.float32) if rows >= 8 else None
     q32 = np.empty(q.shape, np.float32) if f32 else q
@@ -390,49 +382,21 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
     bias = np.where(np.tril(np.ones((L, S), bool)), 0.0, -np.inf).astype(np.float32) if causal else None
     blocked = np.empty(mask.shape, np.bool_) if mask is not None and mask.dtype == np.bool_ else None
     direct = not f32 and o.dtype == np.float32 and tuple(o.shape[:-2]) == tuple(batch)
-    # a few grouped rows against the K^T view: numpy's BLAS dispatch only takes the transposed
-    # view for one row per head (gemv), so each group's query rows multiply separately
-    qk_parts = (
-        [(_view(q32, (*batch, groups, L, q.shape[-1]))[..., g, :, :], scores_m[..., g, :, :]) for g in range(groups)]
-        if groups > 1 and kt_buf is None
-        else []
-    )
-    qk_one = None
-    if qk_parts and L == 1 and len(batch) == 2 and _grouped_gemv_ok(q32, kt, scores, groups):
-        # decode: the groups as a broadcast batch axis of one call (the same gemv per group and
-        # K/V head, one numpy dispatch instead of G; probed to give the per-group calls' bits)
-        qk_one = functools.partial(np.matmul, _view(q32, (*batch, groups, 1, q.shape[-1])), kt[..., None, :, :],
-                                   out=_view(scores, (*batch, groups, 1, S)))
     skip = None
     if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
         skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct)
     # square (prefill) attention: the products in row blocks that a token-row window repeats
     blocks = row_blocks(L, groups) if kt_buf is not None and L == S else None
+    qk = _qk_product(q32, kt, scores, scores_m, tuple(batch), groups, L, kt_buf is None, blocks)
     win_ops = None
-    if window is not None:
-        # one layout for the windowed path: (…, [G,] L|S, D), the mask broadcastable to it
-        o_full = outs[0]
-        if groups > 1:
-            q5 = _view(ins[0], (b, hkv, groups, L, q.shape[-1]))
-            o5 = _view(o_full, (b, hkv, groups, L, o_full.shape[-1]))
-            mask5 = mask
-        else:
-            q5 = ins[0][..., None, :, :]
-            ok = o_full.shape[:-2] == tuple(batch) and o_full.shape[-2] == L
-            o5 = o_full[..., None, :, :] if ok else None
-            mask5 = mask if mask is None or mask.ndim < 3 else mask[..., None, :, :]
-        if o5 is not None and blocks is not None:
-            win_ops = _SquareOps(q5, k, v, mask5, bias, o5, groups, blocks, tuple(batch))
+    if window is not None and blocks is not None:
+        win_ops = _square_ops(ins, outs[0], k, v, mask, bias, groups, blocks, tuple(batch))
 
     def run() -> None:
         if window is not None and window.active(L, S):
             # the hint is on for this attention: the window or a re-run, never the full path
             # over padding rows that earlier windowed layers left zero
-            if win_ops is None:
-                window.unusable = True  # a layout without the window path: stop hinting
-                window.violated = True
-            elif not _windowed_attention(win_ops, scale, window):
-                window.violated = True
+            _run_window(win_ops, scale, window)
             return
         if f32:
             np.copyto(q32, q)
@@ -444,25 +408,101 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):  # type: ignore[n
                 np.copyto(k32, k)
         if kt_buf is not None:
             np.copyto(kt_buf, k_src, casting="unsafe")
-        if qk_one is not None:
-            qk_one()
-        elif qk_parts:
-            for qg, sg in qk_parts:
-                np.matmul(qg, kt, out=sg)
-        elif blocks is not None:
-            for a, b in blocks:
-                np.matmul(q32[..., a:b, :], kt, out=scores[..., a:b, :])
-        else:
-            np.matmul(q32, kt, out=scores)
+        qk()
         np.multiply(scores, scale, out=scores)
         if mask is not None:
-            if blocked is not None:
-                np.logical_not(mask, out=blocked)
-                np.copyto(scores_m, -np.inf, where=blocked)
-            else:
-                np.add(scores_m, mask, out=scores_m, casting="unsafe")
+            _apply_mask(scores_m, mask, blocked)
         if bias is not None:
             np.add(scores_m, bias, out=scores_m)
         _softmax_times_v(scores, rowmax, v32, o, direct, blocks)
 
     return run
+
+
+def _run_window(win_ops: _SquareOps | None, scale: float, window: RowWindow) -> None:
+    """The windowed attention of a run the hint is on for; flags the window when it cannot run."""
+    if win_ops is None:
+        window.unusable = True  # a layout without the window path: stop hinting
+        window.violated = True
+    elif not _windowed_attention(win_ops, scale, window):
+        window.violated = True
+
+
+def _apply_mask(scores_m: np.ndarray, mask: np.ndarray, blocked: np.ndarray | None) -> None:
+    """A boolean mask (``blocked``: its scratch) shuts scores to -inf; a float mask adds."""
+    if blocked is not None:
+        np.logical_not(mask, out=blocked)
+        np.copyto(scores_m, -np.inf, where=blocked)
+    else:
+        np.add(scores_m, mask, out=scores_m, casting="unsafe")
+
+
+def _stack_groups(q: np.ndarray, k: np.ndarray, o: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Views of grouped ``q`` and ``o`` with the query rows of a group stacked: one matmul each."""
+    L = q.shape[-2]
+    b, h = q.shape[0], q.shape[1]
+    if q.ndim != 4 or k.ndim != 4 or h != k.shape[1] * groups or o.shape[:2] != (b, h):
+        raise ExecutionError(f"sdpa: {groups} query heads per K/V head do not fit q {q.shape}, k {k.shape}")
+    hkv = k.shape[1]
+    return _view(q, (b, hkv, groups * L, q.shape[-1])), _view(o, (b, hkv, groups * L, o.shape[-1]))
+
+
+def _grouped_mask(mask: np.ndarray, hkv: int, groups: int) -> np.ndarray:
+    """``mask`` as a 5-D view broadcastable to grouped scores (..., Hkv, G, L, S)."""
+    m4 = _view(mask, (1,) * (4 - mask.ndim) + mask.shape)
+    return _view(
+        m4, (m4.shape[0], 1, 1, *m4.shape[2:]) if m4.shape[1] == 1 else (m4.shape[0], hkv, groups, *m4.shape[2:])
+    )
+
+
+def _qk_product(q32: np.ndarray, kt: np.ndarray, scores: np.ndarray, scores_m: np.ndarray, batch: tuple[int, ...],
+                groups: int, L: int, kt_view: bool, blocks: list[tuple[int, int]] | None) -> Runner:
+    """scores = q32 @ kt, as the layout calls for (``kt_view``: kt is the transposed view of K)."""
+    S = scores.shape[-1]
+    if groups > 1 and kt_view:
+        # a few grouped rows against the K^T view: numpy's BLAS dispatch only takes the transposed
+        # view for one row per head (gemv), so each group's query rows multiply separately
+        q5 = _view(q32, (*batch, groups, L, q32.shape[-1]))
+        qk_parts = [(q5[..., g, :, :], scores_m[..., g, :, :]) for g in range(groups)]
+        if L == 1 and len(batch) == 2 and _grouped_gemv_ok(q32, kt, scores, groups):
+            # decode: the groups as a broadcast batch axis of one call (the same gemv per group and
+            # K/V head, one numpy dispatch instead of G; probed to give the per-group calls' bits)
+            return functools.partial(np.matmul, _view(q32, (*batch, groups, 1, q32.shape[-1])), kt[..., None, :, :],
+                                     out=_view(scores, (*batch, groups, 1, S)))
+
+        def parts() -> None:
+            for qg, sg in qk_parts:
+                np.matmul(qg, kt, out=sg)
+
+        return parts
+    if blocks is not None:
+        def in_blocks() -> None:
+            for a, b in blocks:
+                np.matmul(q32[..., a:b, :], kt, out=scores[..., a:b, :])
+
+        return in_blocks
+    return functools.partial(np.matmul, q32, kt, out=scores)
+
+
+def _square_ops(ins: Sequence[np.ndarray], o_full: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
+                bias: np.ndarray | None, groups: int, blocks: list[tuple[int, int]], batch: tuple[int, ...]
+                ) -> _SquareOps | None:
+    """The windowed path's operands in one layout, (…, [G,] L|S, D) with the mask broadcastable
+    to it (``mask`` as _sdpa shaped it); None when the output has no such view."""
+    mask5: np.ndarray | None
+    o5: np.ndarray | None
+    q_in = ins[0]
+    L = q_in.shape[-2]
+    if groups > 1:
+        b, hkv = q_in.shape[0], k.shape[1]
+        q5 = _view(q_in, (b, hkv, groups, L, q_in.shape[-1]))
+        o5 = _view(o_full, (b, hkv, groups, L, o_full.shape[-1]))
+        mask5 = mask
+    else:
+        q5 = q_in[..., None, :, :]
+        ok = o_full.shape[:-2] == batch and o_full.shape[-2] == L
+        o5 = o_full[..., None, :, :] if ok else None
+        mask5 = mask if mask is None or mask.ndim < 3 else mask[..., None, :, :]
+    if o5 is None:
+        return None
+    return _SquareOps(q5, k, v, mask5, bias, o5, groups, blocks, batch)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -11,7 +11,7 @@ from ov_npu_emu.errors import ExecutionError
 from ov_npu_emu_npu.blob.format import WEIGHT_FORMATS
 from ov_npu_emu_npu.blob.kernel_params import MatMulDqParams
 from ov_npu_emu_npu.device.kernels.elementwise import _F16_REBIAS, _F16_SIGN_EM, _F32_SUBNORMAL
-from ov_npu_emu_npu.device.kernels.registry import kernel
+from ov_npu_emu_npu.device.kernels.registry import Runner, kernel
 
 _FMT = {code: name for name, code in WEIGHT_FORMATS.items()}
 #: the most activation rows a matmul_dq reads its weight as stored for (kernels/gemv.py); above
@@ -118,6 +118,7 @@ class TileDequantizer:
             np.take(table, q.view(np.uint8), axis=0, out=shaped.reshape(*q.shape, 2))
         else:
             np.copyto(shaped, q, casting="unsafe")
+        assert scale is not None  # self.fast: f16 (above) or a scale
         # scales / zero points to f32 per tile, in scratch: f32 copies held per task would add
         # 1/gs of the weights' count × 4 bytes for every sub-model
         if zp is not None:
@@ -144,7 +145,7 @@ def _dq_operands(
 
 
 def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: MatMulDqParams,
-                         prefill: bool = False):  # type: ignore[no-untyped-def]
+                         prefill: bool = False):
     """matmul_dq for a decode-shaped activation (at most :data:`STORED_FORMAT_MAX_ROWS` rows, weight [N, K]
     as transpose_b): a runner reading the weight as stored (:mod:`.gemv`), or None when the
     operands need the decompress-then-BLAS path (more rows, batched/transposed operands, layouts
@@ -166,7 +167,8 @@ def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], 
         return _nothing
     if m_rows > STORED_FORMAT_MAX_ROWS and not prefill:
         return None
-    # numba loads (~2 s) on the first task that uses it, not with every import of the device
+    # numba loads (slowly) on the first task that uses it, not with every import of the device
+    runner: Callable[..., Runner | None]
     if m_rows > STORED_FORMAT_MAX_ROWS:
         from ov_npu_emu_npu.device.kernels.gemm import gemm_runner as runner
     else:
@@ -192,7 +194,7 @@ def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], 
 
 
 @kernel("matmul_dq")
-def _matmul_dq(ins, outs, params):  # type: ignore[no-untyped-def]
+def _matmul_dq(ins, outs, params):
     """MatMul against a compressed weight, read as stored (:func:`stored_format_matmul`: decode
     and prefill shapes); other layouts decompress it tile by tile of output channels (numpy)."""
     a = ins[0]
@@ -234,7 +236,7 @@ def _matmul_dq(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("gather_dq")
-def _gather_dq(ins, outs, params):  # type: ignore[no-untyped-def]
+def _gather_dq(ins, outs, params):
     """Embedding lookup in a compressed table: only the gathered rows are decompressed."""
     idx = ins[1]
     o = outs[0]

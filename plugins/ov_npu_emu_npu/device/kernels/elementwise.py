@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ for _n in _BIN_UFUNC:
 
 
 @kernel("divide")
-def _divide(ins, outs, params):  # type: ignore[no-untyped-def]
+def _divide(ins, outs, params):
     a, b = ins
     o = outs[0]
     if o.dtype.kind == "f":
@@ -79,7 +80,7 @@ def _divide(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("squared_difference")
-def _sqdiff(ins, outs, params):  # type: ignore[no-untyped-def]
+def _sqdiff(ins, outs, params):
     a, b = ins
     o = outs[0]
 
@@ -115,7 +116,7 @@ def _make_unary(name: str) -> Maker:
 
     def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: KernelParams) -> Runner:
         x, o = ins[0], outs[0]
-        if name == "relu":
+        if uf is None:  # relu
             return functools.partial(np.maximum, x, 0, out=o, casting="unsafe")
         return functools.partial(uf, x, out=o, casting="unsafe")
 
@@ -127,7 +128,7 @@ for _n in _UN_UFUNC:
 
 
 @kernel("sigmoid")
-def _sigmoid(ins, outs, params):  # type: ignore[no-untyped-def]
+def _sigmoid(ins, outs, params):
     x, o = ins[0], outs[0]
 
     def run() -> None:
@@ -140,28 +141,28 @@ def _sigmoid(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("erf")
-def _erf_k(ins, outs, params):  # type: ignore[no-untyped-def]
+def _erf_k(ins, outs, params):
     x, o = ins[0], outs[0]
     return lambda: _erf(x, o)
 
 
 @kernel("softplus")
-def _softplus(ins, outs, params):  # type: ignore[no-untyped-def]
+def _softplus(ins, outs, params):
     x, o = ins[0], outs[0]
     return lambda: np.logaddexp(0, x, out=o, casting="unsafe")
 
 
-def _hswish(ins, outs, params):  # type: ignore[no-untyped-def]
+def _hswish(ins, outs, params):
     x, o = ins[0], outs[0]
     return lambda: np.copyto(o, x * np.clip(x + 3, 0, 6) / 6, casting="unsafe")
 
 
-def _hsigmoid(ins, outs, params):  # type: ignore[no-untyped-def]
+def _hsigmoid(ins, outs, params):
     x, o = ins[0], outs[0]
     return lambda: np.copyto(o, np.clip(x + 3, 0, 6) / 6, casting="unsafe")
 
 
-def _mish(ins, outs, params):  # type: ignore[no-untyped-def]
+def _mish(ins, outs, params):
     x, o = ins[0], outs[0]
     return lambda: np.copyto(o, x * np.tanh(np.logaddexp(0, x)), casting="unsafe")
 
@@ -170,7 +171,7 @@ KERNELS.update({"hswish": _hswish, "hsigmoid": _hsigmoid, "mish": _mish})
 
 
 @kernel("gelu")
-def _gelu(ins, outs, params):  # type: ignore[no-untyped-def]
+def _gelu(ins, outs, params):
     x, o = ins[0], outs[0]
     tanh_mode = params.tanh_approximation
     tmp = np.empty(o.shape, np.float32)
@@ -196,12 +197,12 @@ def _gelu(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("swish")
-def _swish(ins, outs, params):  # type: ignore[no-untyped-def]
+def _swish(ins, outs, params):
     x, o = ins[0], outs[0]
     beta = params.beta
     tmp = np.empty(o.shape, np.float32)
     # 0-d arrays of the dtype a Python float would take (NEP 50): same loops, no per-call scalar
-    # conversion (~0.5 us per ufunc call on these small tensors)
+    # conversion (a fixed cost per ufunc call that dominates on these small tensors)
     neg_beta = _weak_scalar(-beta, x.dtype)
     one = np.array(1.0, np.float32)
 
@@ -220,7 +221,7 @@ def _weak_scalar(value: float, dtype: np.dtype) -> np.ndarray | float:
 
 
 @kernel("clamp")
-def _clamp(ins, outs, params):  # type: ignore[no-untyped-def]
+def _clamp(ins, outs, params):
     x, o = ins[0], outs[0]
     lo, hi = params.min_value, params.max_value
     if o.dtype.kind in "iu":
@@ -238,8 +239,9 @@ _F32_SUBNORMAL = np.float32(1e-40)
 def _f16_to_f32(x: np.ndarray, o: np.ndarray) -> Runner:
     """Exact f16 -> f32 with four whole-array integer/float passes.
 
-    numpy converts halves one element at a time (about 1.7 ns each), which made the past-KV
-    Converts of a decode step the costliest SHAVE tasks.  Infinities/NaNs (f16 exponent 31) and a
+    numpy converts halves one element at a time, which made the past-KV Converts of a decode
+    step the costliest SHAVE tasks (docs/performance.md, "Decode kernels against the bandwidth
+    floor").  Infinities/NaNs (f16 exponent 31) and a
     thread flushing subnormal operands to zero take numpy's own conversion, so every input gets
     numpy's bits.
     """
@@ -265,7 +267,7 @@ def _f16_to_f32(x: np.ndarray, o: np.ndarray) -> Runner:
 
 
 @kernel("convert")
-def _convert(ins, outs, params):  # type: ignore[no-untyped-def]
+def _convert(ins, outs, params):
     x, o = ins[0], outs[0]
     if (
         x.dtype == np.float16
@@ -284,7 +286,7 @@ def _convert(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("select")
-def _select(ins, outs, params):  # type: ignore[no-untyped-def]
+def _select(ins, outs, params):
     c, a, b = ins
     o = outs[0]
 
@@ -326,7 +328,7 @@ def _make_softmax(log: bool) -> Maker:
 KERNELS["softmax"] = _make_softmax(False)
 KERNELS["log_softmax"] = _make_softmax(True)
 
-_REDUCE = {
+_REDUCE: dict[str, Callable[..., Any]] = {
     "reduce_mean": np.mean,
     "reduce_sum": np.sum,
     "reduce_max": np.max,
@@ -350,7 +352,7 @@ def _make_reduce(name: str) -> Maker:
             # np.mean's own f32 steps (sum, then divide by the intp count) without its Python layers.
             # np.mean divides in f64 and rounds to f32; for a count exact in f32 a correctly rounded
             # f32 division gives the same bits (53 >= 2*24 + 2: double rounding is innocuous) and
-            # skips the mixed-type loop (~2 us per call)
+            # skips the mixed-type loop (a fixed cost per call)
             n_items = math.prod(x.shape[a] for a in axes)
             count = np.array(n_items, np.float32) if n_items < 2**24 else np.intp(n_items)
 
@@ -372,7 +374,7 @@ for _n in [*_REDUCE, "reduce_l2"]:
 
 
 @kernel("prelu")
-def _prelu(ins, outs, params):  # type: ignore[no-untyped-def]
+def _prelu(ins, outs, params):
     x, slope = ins
     o = outs[0]
     # a 1-D slope applies per channel (axis 1) as in OpenVINO, unless it matches the last axis
@@ -382,7 +384,7 @@ def _prelu(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("elu")
-def _elu(ins, outs, params):  # type: ignore[no-untyped-def]
+def _elu(ins, outs, params):
     x, o = ins[0], outs[0]
     alpha = params.alpha
     return lambda: np.copyto(o, np.where(x > 0, x, alpha * (np.exp(np.minimum(x, 0)) - 1)), casting="unsafe")
@@ -390,7 +392,7 @@ def _elu(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("mvn")
-def _mvn(ins, outs, params):  # type: ignore[no-untyped-def]
+def _mvn(ins, outs, params):
     x, o = ins[0], outs[0]
     norm_var, eps, inside, axes = params.normalize_variance, params.eps, params.eps_inside_sqrt, params.axes
 
@@ -406,7 +408,7 @@ def _mvn(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("cumsum")
-def _cumsum(ins, outs, params):  # type: ignore[no-untyped-def]
+def _cumsum(ins, outs, params):
     x, o = ins[0], outs[0]
     axis, exclusive, reverse = params.axis, params.exclusive, params.reverse
 

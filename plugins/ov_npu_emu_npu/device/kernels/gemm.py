@@ -38,16 +38,15 @@ from threadpoolctl import ThreadpoolController
 from ov_npu_emu_npu.device.kernels.gemv import _JIT, _dq_row_q4, _dq_row_q8, _f32, _pool, _workers, grouped_weight
 
 #: f32 bytes of one decompressed block of output channels (a buffer per thread).  BLAS packs the
-#: activation rows again for every call, so fewer, taller blocks than L2 holds won: 3B int4,
-#: 38-token prompt, second-generate TTFT 9.6 s at 256 KiB, 6.4 at 512 KiB, 5.2 at 1 MiB,
-#: 5.0-5.1 at 2 and 4 MiB; bench-0.5b 0.79-0.86 vs 0.78-0.82 s at 512 KiB / 2 MiB (one session)
+#: activation rows again for every call, so fewer, taller blocks than L2 holds won; the gain
+#: levels off around this size (docs/performance.md, "Large models on the emulated NPU")
 GEMM_BLOCK_BYTES = 2 * 1024 * 1024
 #: below this many weight elements one thread does the whole product
 _SPLIT_MIN_ELEMENTS = 1 << 18
 
 
 @njit(**_JIT)
-def _dq_block_f16(q, r0, r1, buf):  # type: ignore[no-untyped-def]
+def _dq_block_f16(q, r0, r1, buf):
     """Rows [r0, r1) of an f16 weight (uint16 bits) -> f32 ``buf``, exactly."""
     _, k = q.shape
     for i in range(r1 - r0):
@@ -57,13 +56,13 @@ def _dq_block_f16(q, r0, r1, buf):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _dq_block_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0, r1, buf):  # type: ignore[no-untyped-def]
+def _dq_block_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0, r1, buf):
     for i in range(r1 - r0):
         _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0 + i, buf[i])
 
 
 @njit(**_JIT)
-def _dq_block_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0, r1, buf):  # type: ignore[no-untyped-def]
+def _dq_block_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, r0, r1, buf):
     """4-bit rows in column order (low nibble first), so BLAS sums the terms as it does on the
     whole decompressed weight (the decode loop's [even | odd] layout would reorder them)."""
     for i in range(r1 - r0):
@@ -109,8 +108,9 @@ def _blas_libraries() -> list[_OpenBLAS]:
 def one_blas_thread() -> Iterator[None]:
     """BLAS on one thread while block products run (and while their rows are probed, so that
     the probe and the run take the same kernels).  The block pool is the parallelism, one block
-    per core; OpenBLAS's own threads on top of it wait for cores the pool holds: a 3B int4
-    prefill window took 28.3 s with them, 13.5 s without (AMD EPYC, 2 cores).  OpenBLAS's
+    per core; OpenBLAS's own threads on top of it wait for cores the pool holds, which slowed a
+    large prefill window markedly (docs/performance.md, "Large models on the
+    emulated NPU").  OpenBLAS's
     thread count is process-wide, so concurrent and nested users share one setting, restored
     by the last one out."""
     global _blas_users
@@ -220,6 +220,37 @@ def _trailing_rows_probe(h: int, k: int, m_rows: int) -> Callable[[int], bool]:
     return exact
 
 
+def _run_jobs(do_block: Callable[[int, np.ndarray, np.ndarray], None], jobs: list[tuple[int, np.ndarray, np.ndarray]],
+              workers: int) -> None:
+    """``do_block(*job)`` for every job, on ``workers`` threads (the caller's one of them)."""
+    if workers == 1:
+        for job in jobs:
+            do_block(*job)
+        return
+    # blocks claimed by whichever thread is free (a pool thread may wait for a core)
+    claim = itertools.count()
+    done = itertools.count(1)
+    finished = threading.Event()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        while (i := next(claim)) < len(jobs):
+            try:
+                do_block(*jobs[i])
+            except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
+                errors.append(e)
+            if next(done) == len(jobs):
+                finished.set()
+
+    pool = _pool()
+    for _ in range(1, workers):
+        pool.submit(work)
+    work()
+    finished.wait()
+    if errors:
+        raise errors[0]
+
+
 def gemm_runner(
     name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
     k: int, mul_f16: bool = False, rows_from: int = 0,
@@ -249,40 +280,12 @@ def gemm_runner(
 
     def products(jobs: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
         with one_blas_thread():
-            run_jobs(jobs)
-
-    def run_jobs(jobs: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
-        if workers == 1:
-            for job in jobs:
-                do_block(*job)
-            return
-        # blocks claimed by whichever thread is free (a pool thread may wait for a core)
-        claim = itertools.count()
-        done = itertools.count(1)
-        finished = threading.Event()
-        errors: list[BaseException] = []
-
-        def work() -> None:
-            while (i := next(claim)) < len(jobs):
-                try:
-                    do_block(*jobs[i])
-                except BaseException as e:  # noqa: BLE001 - re-raised by the calling thread
-                    errors.append(e)
-                if next(done) == len(jobs):
-                    finished.set()
-
-        pool = _pool()
-        for _ in range(1, workers):
-            pool.submit(work)
-        work()
-        finished.wait()
-        if errors:
-            raise errors[0]
+            _run_jobs(do_block, jobs, workers)
 
     if rows_from == 0:
         def run() -> None:
             # the product as out.T = W @ x.T: BLAS runs a block [nb, K] @ [K, M] faster than the
-            # [M, K] @ [K, nb] of x @ W.T (about 1.3x here, M ~ 20 rows). Both made per run: a
+            # [M, K] @ [K, nb] of x @ W.T (for prompt-sized M). Both made per run: a
             # task holding them would keep them resident for every prefill MatMul of the model
             x_t = np.ascontiguousarray(x.T)
             out_t = np.empty((n, m_rows), np.float32)

@@ -10,9 +10,10 @@ weight as :func:`..dequant.dequantize` does (``(q - zp) * scale``), which the f1
 variant and several activation rows still do. f32 weights (the ``matmul`` kernel's decode
 shapes) run a loop of their own (four weight rows per pass, nothing to convert).
 Output channels are split over the host's cores by numba parallel loops on its TBB threading
-layer (a hand-off of 2-3 µs, so products from 2^17 weight elements, 2^15 for 8-/4-bit, gain
-from the second core); without that layer, a thread pool (~20 µs a hand-off) from 2^18 (2^20
-for f32). The kernels release the GIL.
+layer (a cheap hand-off, so products from 2^17 weight elements, 2^15 for 8-/4-bit, gain from
+the second core); without that layer, a thread pool (a costlier hand-off) from 2^18 (2^20 for
+f32) (docs/performance.md, "Decode kernels against the bandwidth floor"). The kernels release
+the GIL.
 
 Only the summation order (and, for the grouped formats on one row, where the scale enters)
 differs from numpy/BLAS on a decompressed tile, so results agree to f32 rounding: within any
@@ -29,7 +30,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -41,14 +42,16 @@ from ov_npu_emu_npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS as MAX_
 
 logger = logging.getLogger(__name__)
 
-#: below this many weight elements one core does the whole product (a thread hand-off costs ~20 µs)
+#: below this many weight elements one core does the whole product (a thread hand-off costs more
+#: than the second core saves)
 _SPLIT_MIN_ELEMENTS = 1 << 18
-#: the same for f32 weights on that pool: from 2^20 (a bench-small step's products at load 4.7:
-#: 15.5 ms split at 2^18, 12.0 at 2^20, 12.3 one thread)
+#: the same for f32 weights on that pool: a pass over an f32 weight is cheap per element, so
+#: splitting pays only from a larger product (docs/performance.md, "Decode kernels against the bandwidth floor")
 _POOL_MIN_F32 = 1 << 20
-#: with numba's parallel loops (dispatch ~2-3 µs on the TBB layer) products split from here: a
-#: cached f32 512 x 512 product 14.7 -> 10.8 µs, 256 x 512 break-even at 6.7 / 7.5 µs; the 8- and
-#: 4-bit loops do several times the arithmetic per element, so they split from a quarter of it
+#: with numba's parallel loops (a much cheaper dispatch on the TBB layer) products split from
+#: here, where a cached f32 product starts to gain from the second core; the 8- and 4-bit loops
+#: do several times the arithmetic per element, so they split from a quarter of it
+#: (docs/performance.md, "Decode kernels against the bandwidth floor")
 _PAR_MIN_ELEMENTS = 1 << 17
 _PAR_MIN_GROUPED = 1 << 15
 #: output channels per parallel block (a multiple of the f32 kernel's 4 rows per pass)
@@ -56,51 +59,58 @@ _PAR_BLOCK = 64
 #: chunks of output channels per thread (each a kernel call of a few µs of dispatch)
 _CHUNKS_PER_WORKER = 2
 
-_JIT = {"nogil": True, "cache": True, "fastmath": {"reassoc", "contract"}}  # reassoc: vector sums
+_JIT: dict[str, Any] = {"nogil": True, "cache": True, "fastmath": {"reassoc", "contract"}}  # reassoc: vector sums
 
 
-@intrinsic
-def _f32(typingctx, v):  # type: ignore[no-untyped-def]
+
+def _intrinsic(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """numba's ``intrinsic``, typed as jitted code calls it: numba's stubs type the call with the
+    typing context as its first argument, which the call in jitted code does not pass."""
+    return intrinsic(fn)
+
+
+@_intrinsic
+def _f32(typingctx, v):
     """An f32 scalar, or f16 bits (uint16) -> f32 exactly (subnormals, inf, NaN): LLVM's fpext,
     one vcvtph2ps per vector with F16C. Inlined IR (an overload here costs a call per group)."""
     if v == types.uint16:
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):
             return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
     elif v == types.float32:
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        def codegen(context, builder, signature, args):
             return args[0]
     else:
         return None
     return types.float32(v), codegen
 
 
-@intrinsic
-def _round_f16(typingctx, v):  # type: ignore[no-untyped-def]
+@_intrinsic
+def _round_f16(typingctx, v):
     """f32 -> nearest f16 -> f32 (vcvtps2ph / vcvtph2ps): NNCF's f16 ``(q - zp) * scale``, whose
     exact f32 product rounded once equals the f16 multiply."""
     if v != types.float32:
         return None
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         return builder.fpext(builder.fptrunc(args[0], ir.HalfType()), ir.FloatType())
 
     return types.float32(v), codegen
 
 
 @njit(**_JIT)
-def _w(v, z, s, mul_f16):  # type: ignore[no-untyped-def]
+def _w(v, z, s, mul_f16):
     """One decompressed weight from its integer value ``v``, as the IR computes it."""
     w = (v - z) * s
     return _round_f16(w) if mul_f16 else w
 
 
 @njit(**_JIT)
-def _gemv_f32(x, x_pitch, w, w_pitch, k, out, n0, n1, row):  # type: ignore[no-untyped-def]
+def _gemv_f32(x, x_pitch, w, w_pitch, k, out, n0, n1, row):
     """out[m, n] = x row m . w row n for n in [n0, n1); row i of ``x`` / ``w`` is the k items at
     i * pitch of the flat array (so a column slice of a wider array is read in place, by the same
-    compiled loop as a whole one). Four weight rows per pass share each activation load (one
-    thread: 13.8 -> 12.3 ms for a bench-small step's products, single-threaded BLAS 11.2, load
-    4.7); a block past n1 repeats the last row, so every output element is the same loop over K
+    compiled loop as a whole one). Four weight rows per pass share each activation load (fewer
+    loads per product; docs/performance.md, "Decode kernels against the bandwidth floor"); a
+    block past n1 repeats the last row, so every output element is the same loop over K
     whatever n0/n1 and the pitches are: its bits do not depend on how N is cut or where the rows
     live (a tile of the weight and the whole weight agree: the host fusion's probe relies on it)."""
     m_rows = out.shape[0]
@@ -166,14 +176,14 @@ def _rows_flat(v: np.ndarray) -> tuple[np.ndarray, int] | None:
     return np.lib.stride_tricks.as_strided(v, (span,), (item,)), pitch
 
 
-@intrinsic
-def _prefetch(typingctx, a, offset):  # type: ignore[no-untyped-def]
+@_intrinsic
+def _prefetch(typingctx, a, offset):
     """Hint the cache line ``offset`` bytes past ``a``'s data (llvm.prefetch: no fault, no effect
     on any value)."""
     if not isinstance(a, types.Array) or not isinstance(offset, types.Integer):
         return None
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         data = context.make_array(signature.args[0])(context, builder, args[0]).data
         i8 = ir.IntType(8).as_pointer()
         ptr = builder.gep(builder.bitcast(data, i8), [args[1]])
@@ -188,13 +198,13 @@ def _prefetch(typingctx, a, offset):  # type: ignore[no-untyped-def]
 
 #: how far ahead of the row being read the f16 loop hints the weight's cache lines. The hardware
 #: prefetcher alone keeps too few lines in flight for one core when each byte also costs a
-#: conversion (f16, both cores, a 0.5B model's weights: 3.1 -> 4.3 GB/s at load 8-9). The
+#: conversion (f16; docs/performance.md, "Decode kernels against the bandwidth floor"). The
 #: 8-/4-bit loops are bound by their decode arithmetic, not the read: hints gained nothing there
 PREFETCH_BYTES = 4096
 
 
 @njit(inline="always", **_JIT)  # numba-level inlining: a call per row/group costs
-def _prefetch_row(q, n):  # type: ignore[no-untyped-def]
+def _prefetch_row(q, n):
     """Hint the bytes of C-contiguous ``q`` that row n + PREFETCH_BYTES / row bytes will read."""
     rb = q.strides[0]
     lo = n * rb + PREFETCH_BYTES
@@ -204,7 +214,7 @@ def _prefetch_row(q, n):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _dot_rows(x, row, out, n):  # type: ignore[no-untyped-def]
+def _dot_rows(x, row, out, n):
     """out[m, n] = x[m] . row for every activation row m (one decompressed weight row)."""
     m_rows, k = x.shape
     for m in range(m_rows):
@@ -216,11 +226,11 @@ def _dot_rows(x, row, out, n):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _scale_zero(s_bits, zp_bits, has_zp, zp_flip, q_flip, mul_f16):  # type: ignore[no-untyped-def]
+def _scale_zero(s_bits, zp_bits, has_zp, zp_flip, q_flip, mul_f16):
     """(scale, zero point) of one group as f32, for ``_w(q ^ q_flip, z, s, mul_f16)``: the bit
     flip that reads i8 / i4 codes as unsigned is folded into the zero point (exact, small
     integers); ``zp_flip`` 128 reads i8 zero points' bits likewise. Scalars in, scalars out: a
-    helper taking the arrays costs a call per group (measured: 4-bit decode at half speed)."""
+    helper taking the arrays costs a call per group, which slows the 4-bit decode markedly."""
     s = _f32(s_bits)
     if mul_f16:  # the IR converts the scale to f16 first
         s = _round_f16(s)
@@ -231,7 +241,7 @@ def _scale_zero(s_bits, zp_bits, has_zp, zp_flip, q_flip, mul_f16):  # type: ign
 
 
 @njit(**_JIT)
-def _gemv_f16(x, q, out, n0, n1, row):  # type: ignore[no-untyped-def]
+def _gemv_f16(x, q, out, n0, n1, row):
     """out[:, n] = x @ f32(q[n]) for n in [n0, n1); q is [N, K] f16 bits."""
     m_rows, k = x.shape
     for n in range(n0, n1):
@@ -250,7 +260,7 @@ def _gemv_f16(x, q, out, n0, n1, row):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row):  # type: ignore[no-untyped-def]
+def _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row):
     """Row n of an 8-bit weight [N, G, gs] (u8 bits) -> f32 ``row``: ``(q - zp) * scale``.
     ``q_flip`` 128 reads the bits as i8 (``(b ^ 128) - 128``); ``zp`` likewise with ``zp_flip``."""
     _, groups, gs = q.shape
@@ -264,15 +274,15 @@ def _dq_row_q8(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row):  # type:
             dst[j] = _w(np.float32(qg[j] ^ qf), z, s, mul_f16)
 
 
-@intrinsic
-def _nibble(typingctx, b, high):  # type: ignore[no-untyped-def]
+@_intrinsic
+def _nibble(typingctx, b, high):
     """The low (``high`` False) or high nibble of a u8 as f32, in 8-bit lanes (numba's own
     integer ops widen to 64 bits first)."""
     if b != types.uint8 or not isinstance(high, types.BooleanLiteral):
         return None
     shift = high.literal_value
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         v = args[0]
         v = builder.lshr(v, ir.Constant(ir.IntType(8), 4)) if shift else builder.and_(v, ir.Constant(ir.IntType(8), 15))
         return builder.uitofp(v, ir.FloatType())
@@ -280,20 +290,20 @@ def _nibble(typingctx, b, high):  # type: ignore[no-untyped-def]
     return types.float32(b, high), codegen
 
 
-@intrinsic
-def _byte(typingctx, b):  # type: ignore[no-untyped-def]
+@_intrinsic
+def _byte(typingctx, b):
     """A u8 as f32 in 8-bit lanes (see :func:`_nibble`)."""
     if b != types.uint8:
         return None
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         return builder.uitofp(args[0], ir.FloatType())
 
     return types.float32(b), codegen
 
 
 @njit(inline="always", **_JIT)
-def _q8_group_dot(xg, qg, z, flip):  # type: ignore[no-untyped-def]
+def _q8_group_dot(xg, qg, z, flip):
     """sum_j xg[j] * (q_j - z) over one group's codes ``qg`` (xor ``flip`` first: 128 reads
     i8), for the group's scale to multiply once (see :func:`_q4_group_dot`)."""
     part = np.float32(0.0)
@@ -303,7 +313,7 @@ def _q8_group_dot(xg, qg, z, flip):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
+def _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):
     """8-bit weights, see :func:`_dq_row_q8`. One row: decompressed in registers."""
     m_rows = x.shape[0]
     _, groups, gs = q.shape
@@ -328,7 +338,7 @@ def _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row
 
 
 @njit(**_JIT)
-def _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row, interleave):  # type: ignore[no-untyped-def]
+def _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row, interleave):
     """Row n of a 4-bit weight [N, G, gs/2] (two per byte, low nibble first) -> f32 ``row``, in
     column order (``interleave``) or as [even columns | odd columns] (the decode loops' layout,
     contiguous reads). ``q_flip`` 8 reads nibbles as i4 (``(v ^ 8) - 8``)."""
@@ -353,11 +363,12 @@ def _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, row, interleav
 
 
 @njit(inline="always", **_JIT)
-def _q4_group_dot(xe, xo, qg, z, flip):  # type: ignore[no-untyped-def]
+def _q4_group_dot(xe, xo, qg, z, flip):
     """sum_j xe[j] * (lo_j - z) + xo[j] * (hi_j - z) over one group's bytes ``qg`` (xor ``flip``
     first: 0x88 reads both nibbles as i4). ``q - z`` is a small integer, exact in f32, so the
-    group's scale can multiply the sum once instead of every weight (1.6x the decode throughput
-    of the per-weight form; one horizontal sum per group either way)."""
+    group's scale can multiply the sum once instead of every weight (a faster decode than the
+    per-weight form; one horizontal sum per group either way; docs/performance.md, "Decode
+    kernels against the bandwidth floor")."""
     part = np.float32(0.0)
     for j in range(qg.shape[0]):
         b = np.uint8(qg[j] ^ flip)
@@ -379,8 +390,8 @@ def _splat(builder: ir.IRBuilder, value: ir.Value, vty: ir.VectorType) -> ir.Val
     return builder.shuffle_vector(one, undef, ir.Constant(ir.VectorType(ir.IntType(32), vty.count), [0] * vty.count))
 
 
-@intrinsic
-def _q4_row_dot(typingctx, xe, xo, qrow, s, z, gh, flip):  # type: ignore[no-untyped-def]
+@_intrinsic
+def _q4_row_dot(typingctx, xe, xo, qrow, s, z, gh, flip):
     """One row of a 4-bit weight times one activation row, written as vector IR:
     ``sum_g s[g] * sum_j (xe[g*gh + j] * (lo_j - z[g]) + xo[g*gh + j] * (hi_j - z[g]))`` over
     the row's bytes ``qrow`` [groups, gh] (each xor ``flip``), with ``gh`` a multiple of
@@ -390,7 +401,8 @@ def _q4_row_dot(typingctx, xe, xo, qrow, s, z, gh, flip):  # type: ignore[no-unt
     group is only 4-8 vector steps (128 weights), so that sum, the group's setup and the loop's
     remainder checks cost about as much as the products. Here each group's four 8-lane partial
     sums are scaled into an 8-lane accumulator (one fma), and the lanes are summed once per row,
-    in a fixed order: 1.3-1.5x the throughput of the numba loop. Every row is the same
+    in a fixed order, faster than the numba loop (docs/performance.md, "Decode kernels against
+    the bandwidth floor"). Every row is the same
     instruction sequence whatever rows or blocks the caller runs, so the bits do not depend on
     how output channels are cut."""
     if not all(isinstance(a, types.Array) and a.ndim >= 1 and a.layout == "C" for a in (xe, xo, qrow, s, z)):
@@ -401,7 +413,7 @@ def _q4_row_dot(typingctx, xe, xo, qrow, s, z, gh, flip):  # type: ignore[no-unt
     if not isinstance(gh, types.Integer) or flip != types.uint8:
         return None
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+    def codegen(context, builder, signature, args):
         arrays = [context.make_array(t)(context, builder, a) for t, a in zip(signature.args[:5], args[:5], strict=True)]
         pxe, pxo, pq, ps, pz = (a.data for a in arrays)
         groups = builder.extract_value(arrays[3].shape, 0)
@@ -466,7 +478,7 @@ def _q4_row_dot(typingctx, xe, xo, qrow, s, z, gh, flip):  # type: ignore[no-unt
 
 
 @njit(**_JIT)
-def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):  # type: ignore[no-untyped-def]
+def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):
     """4-bit weights, see :func:`_dq_row_q4`; ``x_split`` is each activation row as [even
     columns | odd columns], so every loop reads contiguously. One row: decompressed in registers."""
     m_rows, k = x_split.shape
@@ -499,7 +511,7 @@ def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n
                     lo = _w(np.float32((b & np.uint8(15)) ^ qf), z, s, mul_f16)
                     hi = _w(np.float32((b >> np.uint8(4)) ^ qf), z, s, mul_f16)
                     acc += xe[j] * lo + xo[j] * hi
-            elif q_flip:  # the loop once per flip, the flip a constant in it (i4: 1.1x)
+            elif q_flip:  # the loop once per flip, the flip a constant in it (faster for i4)
                 acc += _q4_group_dot(xe, xo, qg, z, np.uint8(0x88)) * s
             else:
                 acc += _q4_group_dot(xe, xo, qg, z, np.uint8(0)) * s
@@ -512,41 +524,41 @@ def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n
 # scratch per block.
 
 @njit(inline="always", **_JIT)
-def _blocks(n0, n1):  # type: ignore[no-untyped-def]
+def _blocks(n0, n1):
     """How many blocks cover output channels [n0, n1)."""
     return (n1 - n0 + _PAR_BLOCK - 1) // _PAR_BLOCK
 
 
 @njit(inline="always", **_JIT)
-def _block(n0, n1, b):  # type: ignore[no-untyped-def]
+def _block(n0, n1, b):
     """Output channels [lo, hi) of block ``b``."""
     lo = n0 + b * _PAR_BLOCK
     return lo, min(n1, lo + _PAR_BLOCK)
 
 
 @njit(parallel=True, **_JIT)
-def _gemv_f32_par(x, x_pitch, w, w_pitch, k, out, n0, n1):  # type: ignore[no-untyped-def]
+def _gemv_f32_par(x, x_pitch, w, w_pitch, k, out, n0, n1):
     for b in prange(_blocks(n0, n1)):
         lo, hi = _block(n0, n1, b)
         _gemv_f32(x, x_pitch, w, w_pitch, k, out, lo, hi, x)
 
 
 @njit(parallel=True, **_JIT)
-def _gemv_f16_par(x, q, out, n0, n1):  # type: ignore[no-untyped-def]
+def _gemv_f16_par(x, q, out, n0, n1):
     for b in prange(_blocks(n0, n1)):
         lo, hi = _block(n0, n1, b)
         _gemv_f16(x, q, out, lo, hi, np.empty(x.shape[1], np.float32))
 
 
 @njit(parallel=True, **_JIT)
-def _gemv_q8_par(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):  # type: ignore[no-untyped-def]
+def _gemv_q8_par(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):
     for b in prange(_blocks(n0, n1)):
         lo, hi = _block(n0, n1, b)
         _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, lo, hi, np.empty(x.shape[1], np.float32))
 
 
 @njit(parallel=True, **_JIT)
-def _gemv_q4_par(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):  # type: ignore[no-untyped-def]
+def _gemv_q4_par(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):
     for b in prange(_blocks(n0, n1)):
         lo, hi = _block(n0, n1, b)
         _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, lo, hi,
@@ -613,6 +625,38 @@ def _split_columns(x: np.ndarray, x_split: np.ndarray) -> None:
     np.copyto(x_split[:, half:], x[:, 1::2])
 
 
+def _gemv_kernel(
+    name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
+    k: int, mul_f16: bool,
+) -> tuple[Callable[..., None], tuple[Any, ...]] | None:
+    """(kernel, its leading arguments) for :func:`gemv_runner`'s weight format, or None when the
+    operands are not a layout it reads."""
+    m_rows, n = out.shape
+    if name == "f32":  # x, q and out may be column slices of wider arrays (rows contiguous)
+        xf, wf = _rows_flat(x), _rows_flat(q)
+        if xf is None or wf is None or q.shape != (n, k) or out.dtype != np.float32:
+            return None
+        return _gemv_f32, (*xf, *wf, k)
+    if not q.flags.c_contiguous:
+        return None
+    if name == "f16":
+        return _gemv_f16, (x, q.reshape(n, k).view(np.uint16))
+    gw = grouped_weight(q, scale, zp, n)
+    if gw is None:
+        return None
+    qb, scale, zp_bits, has_zp, zp_flip, groups = gw
+    if name in ("u8", "i8"):
+        if groups * q.shape[2] != k:
+            return None
+        return _gemv_q8, (x, qb, scale, zp_bits, has_zp, 128 if name == "i8" else 0, zp_flip, mul_f16)
+    if name in ("u4", "i4"):
+        if groups * q.shape[2] * 2 != k:
+            return None
+        x_split = np.empty((m_rows, k), np.float32)
+        return _gemv_q4, (x_split, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
+    return None
+
+
 def gemv_runner(
     name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
     k: int, mul_f16: bool = False,
@@ -628,34 +672,10 @@ def gemv_runner(
     m_rows, n = out.shape
     if not 1 <= m_rows <= MAX_ROWS or x.shape != (m_rows, k) or q.shape[0] != n:
         return None
-    if name == "f32":  # x, q and out may be column slices of wider arrays (rows contiguous)
-        xf, wf = _rows_flat(x), _rows_flat(q)
-        if xf is None or wf is None or q.shape != (n, k) or out.dtype != np.float32:
-            return None
-        kern, args = _gemv_f32, (*xf, *wf, k)
-    elif not q.flags.c_contiguous:
+    chosen = _gemv_kernel(name, x, q, scale, zp, out, k, mul_f16)
+    if chosen is None:
         return None
-    elif name == "f16":
-        bits = q.reshape(n, k).view(np.uint16)
-        kern: Callable[..., None] = _gemv_f16
-        args: tuple = (x, bits)
-    else:
-        gw = grouped_weight(q, scale, zp, n)
-        if gw is None:
-            return None
-        qb, scale, zp_bits, has_zp, zp_flip, groups = gw
-        if name in ("u8", "i8"):
-            if groups * q.shape[2] != k:
-                return None
-            kern, args = _gemv_q8, (x, qb, scale, zp_bits, has_zp, 128 if name == "i8" else 0, zp_flip, mul_f16)
-        elif name in ("u4", "i4"):
-            if groups * q.shape[2] * 2 != k:
-                return None
-            x_split = np.empty((m_rows, k), np.float32)
-            kern = _gemv_q4
-            args = (x_split, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
-        else:
-            return None
+    kern, args = chosen
     split = kern is _gemv_q4
     par_min = _PAR_MIN_ELEMENTS if name in ("f32", "f16") else _PAR_MIN_GROUPED
     if n * k >= par_min and n > _PAR_BLOCK and parallel_loops():

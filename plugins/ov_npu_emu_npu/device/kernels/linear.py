@@ -13,7 +13,7 @@ from ov_npu_emu_npu.device.kernels.registry import KERNELS, Maker, Runner, kerne
 
 
 @kernel("matmul")
-def _matmul(ins, outs, params):  # type: ignore[no-untyped-def]
+def _matmul(ins, outs, params):
     a, b = ins
     o = outs[0]
     ta, tb = params.transpose_a, params.transpose_b
@@ -41,14 +41,18 @@ def decode_shaped(a: np.ndarray, b: np.ndarray, o: np.ndarray, ta: bool, tb: boo
         return None
     if (a.ndim > 2 and not a.flags.c_contiguous) or (o.ndim > 2 and not o.flags.c_contiguous):
         return None  # leading batch dims: only as plain rows
-    # numba loads (~2 s) on the first task that uses it, not with every import of the device
+    # numba loads (slowly) on the first task that uses it, not with every import of the device
     from ov_npu_emu_npu.device.kernels.gemv import gemv_runner
 
     return gemv_runner("f32", a.reshape(rows, k), b, None, None, o.reshape(rows, n), k)
 
 
+#: the batch and channel axes, whole (spatial slices are appended to it)
+_ALL2 = (slice(None), slice(None))
+
+
 @kernel("conv")
-def _conv(ins, outs, params):  # type: ignore[no-untyped-def]
+def _conv(ins, outs, params):
     x, w = ins
     o = outs[0]
     groups, nd = params.groups, params.nd
@@ -60,7 +64,7 @@ def _conv(ins, outs, params):  # type: ignore[no-untyped-def]
     win = np.lib.stride_tricks.sliding_window_view(padded, win_shape, axis=tuple(range(2, 2 + nd)))
     sel = (slice(None), slice(None), *[slice(None, None, s) for s in strides], *[slice(None, None, d) for d in dil])
     win = win[sel]
-    win = win[(slice(None), slice(None), *[slice(0, n) for n in o.shape[2:]])]
+    win = win[_ALL2 + tuple(slice(0, n) for n in o.shape[2:])]
     sp = "hwdxyz"[:nd]
     kk = "ijklmn"[:nd]
     wf = w.astype(np.float32)
@@ -76,7 +80,7 @@ def _conv(ins, outs, params):  # type: ignore[no-untyped-def]
     path = np.einsum_path(eq, xv, wv, optimize="optimal")[0]
 
     def run() -> None:
-        padded[(slice(None), slice(None), *inner)] = x
+        padded[_ALL2 + inner] = x
         r = np.einsum(eq, xv, wv, optimize=path)
         np.copyto(o, r.reshape(o.shape), casting="unsafe")
 
@@ -99,15 +103,15 @@ def _make_pool(kind: str) -> Maker:
 
         def windows(arr: np.ndarray) -> np.ndarray:
             w = np.lib.stride_tricks.sliding_window_view(arr, wshape, axis=axes)
-            w = w[(slice(None), slice(None), *[slice(None, None, s) for s in st], *[slice(None, None, d) for d in dl])]
-            return w[(slice(None), slice(None), *[slice(0, n) for n in o.shape[2:]])]
+            w = w[_ALL2 + tuple(slice(None, None, s) for s in st) + tuple(slice(None, None, d) for d in dl)]
+            return w[_ALL2 + tuple(slice(0, n) for n in o.shape[2:])]
 
         win = windows(padded)
         red = tuple(range(2 + nd, 2 + 2 * nd))
         if kind == "max":
 
             def run() -> None:
-                padded[(slice(None), slice(None), *inner)] = x
+                padded[_ALL2 + inner] = x
                 np.copyto(o, win.max(axis=red), casting="unsafe")
 
             return run
@@ -117,19 +121,13 @@ def _make_pool(kind: str) -> Maker:
         ones = np.zeros(padded.shape, np.float32)
         # exclude_pad counts only real elements; otherwise explicit pads count but ceil overhang does not
         if excl:
-            ones[(slice(None), slice(None), *inner)] = 1
+            ones[_ALL2 + inner] = 1
         else:
-            ones[
-                (
-                    slice(None),
-                    slice(None),
-                    *[slice(0, a + d + r) for a, d, r in zip(pb, x.shape[2:], real_pe, strict=False)],
-                )
-            ] = 1
+            ones[_ALL2 + tuple(slice(0, a + d + r) for a, d, r in zip(pb, x.shape[2:], real_pe, strict=False))] = 1
         counts = windows(ones).sum(axis=red)
 
         def run_avg() -> None:
-            padded[(slice(None), slice(None), *inner)] = x
+            padded[_ALL2 + inner] = x
             np.copyto(o, win.sum(axis=red) / counts, casting="unsafe")
 
         return run_avg

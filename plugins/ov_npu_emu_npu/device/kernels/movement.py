@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Literal
 
 import numpy as np
 
@@ -11,20 +12,20 @@ from ov_npu_emu_npu.device.kernels.registry import kernel
 
 
 @kernel("transpose")
-def _transpose(ins, outs, params):  # type: ignore[no-untyped-def]
+def _transpose(ins, outs, params):
     x, o = ins[0], outs[0]
     xt = x.transpose(params.perm)
     return functools.partial(np.copyto, o, xt, casting="unsafe")
 
 
 @kernel("broadcast")
-def _broadcast(ins, outs, params):  # type: ignore[no-untyped-def]
+def _broadcast(ins, outs, params):
     x, o = ins[0], outs[0]
     return functools.partial(np.copyto, o, x, casting="unsafe")
 
 
 @kernel("slice")
-def _slice(ins, outs, params):  # type: ignore[no-untyped-def]
+def _slice(ins, outs, params):
     x, o = ins[0], outs[0]
     sl = tuple(slice(start, None if stop == SLICE_NONE else stop, step) for start, stop, step in params.bounds)
     view = x[sl]
@@ -32,7 +33,7 @@ def _slice(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("take")
-def _take(ins, outs, params):  # type: ignore[no-untyped-def]
+def _take(ins, outs, params):
     x, idx = ins
     o = outs[0]
     flat = x.reshape(-1)
@@ -42,7 +43,7 @@ def _take(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("gather")
-def _gather(ins, outs, params):  # type: ignore[no-untyped-def]
+def _gather(ins, outs, params):
     data, idx = ins
     o = outs[0]
     axis, bd = params.axis, params.batch_dims
@@ -64,7 +65,7 @@ def _gather(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("gather_elements")
-def _gather_elements(ins, outs, params):  # type: ignore[no-untyped-def]
+def _gather_elements(ins, outs, params):
     data, idx = ins
     o = outs[0]
     axis = params.axis
@@ -78,7 +79,7 @@ def _gather_elements(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("topk")
-def _topk(ins, outs, params):  # type: ignore[no-untyped-def]
+def _topk(ins, outs, params):
     x = ins[0]
     values, indices = outs
     axis, k = params.axis, params.k
@@ -103,7 +104,7 @@ def _wrapped(idx: np.ndarray, dims: tuple[int, ...] | int) -> np.ndarray:
 
 
 @kernel("scatter_elements")
-def _scatter_elements(ins, outs, params):  # type: ignore[no-untyped-def]
+def _scatter_elements(ins, outs, params):
     data, idx, upd = ins
     o = outs[0]
     axis = params.axis
@@ -116,7 +117,7 @@ def _scatter_elements(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 @kernel("scatter_update")
-def _scatter_update(ins, outs, params):  # type: ignore[no-untyped-def]
+def _scatter_update(ins, outs, params):
     data, idx, upd = ins
     o = outs[0]
     axis = params.axis
@@ -128,13 +129,13 @@ def _scatter_update(ins, outs, params):  # type: ignore[no-untyped-def]
         u = upd.reshape((*data.shape[:axis], flat.size, *data.shape[axis + 1 :]))
         sel = (slice(None),) * axis
         for j, i in enumerate(flat):
-            o[(*sel, int(i))] = u[(*sel, j)]
+            o[sel + (int(i),)] = u[sel + (j,)]
 
     return run
 
 
 @kernel("scatter_nd")
-def _scatter_nd(ins, outs, params):  # type: ignore[no-untyped-def]
+def _scatter_nd(ins, outs, params):
     data, idx, upd = ins
     o = outs[0]
     depth = idx.shape[-1]
@@ -150,13 +151,18 @@ def _scatter_nd(ins, outs, params):  # type: ignore[no-untyped-def]
 
 
 
+_PadMode = Literal["constant", "edge", "reflect", "symmetric"]
+#: PadParams.mode -> numpy.pad mode
+_PAD_MODES: tuple[_PadMode, ...] = ("constant", "edge", "reflect", "symmetric")
+
+
 @kernel("pad")
-def _pad(ins, outs, params):  # type: ignore[no-untyped-def]
+def _pad(ins, outs, params):
     x, o = ins[0], outs[0]
     mode, value = params.mode, params.value
     pb, pe = params.pads_begin, params.pads_end
     width = list(zip(pb, pe, strict=False))
-    name = ("constant", "edge", "reflect", "symmetric")[mode]
+    name = _PAD_MODES[mode]
     if name == "constant":
         inner = o[tuple(slice(b, b + d) for b, d in zip(pb, x.shape, strict=False))]
 

@@ -9,22 +9,24 @@ never on the per-inference path.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
-
-from ov_npu_emu_npu.blob.kernel_params import KernelParams
 
 __all__ = ["KERNELS", "Maker", "Runner", "kernel"]
 
 Runner = Callable[[], None]
-Maker = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], KernelParams], Runner]
+#: (inputs, outputs, params) -> runner; params is the kernel's own record from
+#: ov_npu_emu_npu.blob.kernel_params (a KernelParams subclass, so typed Any here)
+Maker = Callable[[Sequence[np.ndarray], Sequence[np.ndarray], Any], Runner]
 KERNELS: dict[str, Maker] = {}
+_M = TypeVar("_M", bound=Maker)
 
 
-def kernel(*names: str) -> Callable[[Maker], Maker]:
+def kernel(*names: str) -> Callable[[_M], _M]:
     """Register the decorated maker under ``names``."""
 
-    def deco(fn: Maker) -> Maker:
+    def deco(fn: _M) -> _M:
         for n in names:
             KERNELS[n] = fn
         return fn

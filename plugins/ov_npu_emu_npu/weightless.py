@@ -1,0 +1,313 @@
+"""Weightless NPU blobs (``CACHE_MODE=OPTIMIZE_SIZE``): the device's export without the IR's weights.
+
+The real NPU plugin exports a model compiled with ``CACHE_MODE=OPTIMIZE_SIZE`` without the weights
+it can find again in the IR's ``.bin`` and takes them back on import from ``WEIGHTS_PATH`` (or from
+the ``MODEL_PTR`` model).  Ours does the same with its ELF blobs: every constant of the blob's
+``.npu.weights`` section (the compiler's constant table gives their spans) that is byte-identical
+to a ``Const`` of the IR's ``.bin`` is cut out and replaced by a reference -- position in the blob,
+size, offset in the ``.bin`` and SHA-256.  Import splices the bytes back and checks every hash, so
+a wrong or edited ``.bin`` is a typed error naming the constant, never wrong output (the real maps
+whatever file it is given).  Constants the compiler made itself (folded, converted) stay inline,
+so the restored blob is the exported one byte for byte, integrity trailer included.
+
+Container (docs/npu_blob_format.md, "Weightless container"): ``MAGIC`` | u32 version | u64 header
+length | SHA-256 of the header | header (UTF-8 JSON: ``.bin`` size and name, references, size and
+SHA-256 of the stripped and of the restored blob) | the stripped blob.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import struct
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from ov_npu_emu.errors import BlobFormatError, ConfigError
+from ov_npu_emu_npu.blob.format import SEC_WEIGHTS
+from ov_npu_emu_npu.blob.reader import BlobReader
+
+__all__ = [
+    "MAGIC",
+    "MIN_REF_BYTES",
+    "VERSION",
+    "WeightsIndex",
+    "WeightsSource",
+    "export_weightless",
+    "import_weightless",
+    "is_weightless",
+    "restore_blob",
+    "strip_blob",
+    "weights_path_of",
+]
+
+MAGIC = b"\x13\x37OVNPUEMU-WLESS\x00"
+VERSION = 1
+_FIXED = struct.Struct("<IQ")
+
+#: smaller constants (scalars, shapes) stay inline: a reference costs ~100 bytes of header
+MIN_REF_BYTES = 256
+
+#: where Core.read_model records the IR's weights file (the key the real runtime uses too)
+WEIGHTS_PATH_RT_KEY = "__weights_path"
+
+
+def weights_path_of(model: ov.Model, explicit: Any) -> str:
+    """The ``.bin`` a weightless export refers to: WEIGHTS_PATH if given, else the file the
+    model was read from."""
+    if explicit:
+        return os.fspath(explicit)
+    if model.has_rt_info(WEIGHTS_PATH_RT_KEY):
+        return str(model.get_rt_info(WEIGHTS_PATH_RT_KEY).astype(str))
+    raise ConfigError(
+        "CACHE_MODE=OPTIMIZE_SIZE needs the IR's weights file to refer to, but this model was not "
+        "read from an IR file; pass WEIGHTS_PATH=<model>.bin or use CACHE_MODE=OPTIMIZE_SPEED",
+        key="CACHE_MODE",
+    )
+
+
+def _ir_consts(xml_path: Path) -> Iterator[tuple[int, int]]:
+    """(offset, size) of every Const layer's data in the IR's .bin, from the XML."""
+    for _, el in ET.iterparse(xml_path, events=("end",)):
+        if el.tag == "layer":
+            if el.get("type") == "Const":
+                data = el.find("data")
+                if data is not None and data.get("offset") is not None:
+                    yield int(data.get("offset", 0)), int(data.get("size", 0))
+            el.clear()
+
+
+def _map(f: Any) -> mmap.mmap | bytes:
+    """The file read-only and zero-copy (an empty file cannot be mapped)."""
+    if os.fstat(f.fileno()).st_size == 0:
+        return b""
+    return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+@dataclass
+class WeightsIndex:
+    """SHA-256 of each IR constant → its offset in the .bin (built once per export)."""
+
+    path: str
+    bin_size: int
+    by_hash: dict[bytes, int]
+
+    @classmethod
+    def from_ir(cls, bin_path: str) -> WeightsIndex:
+        xml_path = Path(bin_path).with_suffix(".xml")
+        if not xml_path.is_file() or not os.path.isfile(bin_path):
+            raise ConfigError(
+                f"CACHE_MODE=OPTIMIZE_SIZE: cannot find the IR pair {xml_path} / {bin_path} the "
+                "constants are located in; pass WEIGHTS_PATH=<model>.bin next to its .xml",
+                key="WEIGHTS_PATH",
+            )
+        by_hash: dict[bytes, int] = {}
+        with open(bin_path, "rb") as f:
+            data = _map(f)
+            try:
+                for off, size in _ir_consts(xml_path):
+                    if size >= MIN_REF_BYTES and off + size <= len(data):
+                        by_hash.setdefault(hashlib.sha256(data[off : off + size]).digest(), off)
+                return cls(os.path.abspath(bin_path), len(data), by_hash)
+            finally:
+                if isinstance(data, mmap.mmap):
+                    data.close()
+
+
+def strip_blob(blob: bytes, index: WeightsIndex) -> tuple[bytes, list[list[Any]]]:
+    """The blob without the constants found in the IR, and the references to them:
+    ``[position, size, bin offset, sha256 hex]``, ascending by position."""
+    reader = BlobReader(blob)
+    try:
+        sec = reader.elf.get_section_by_name(SEC_WEIGHTS)
+        base = int(sec["sh_offset"]) if sec is not None else 0
+        table = reader.meta.get("constants", [])
+    finally:
+        reader.close()
+    refs: list[list[Any]] = []
+    kept: list[bytes] = []
+    pos = 0
+    for off, n in sorted(table):
+        start = base + int(off)
+        if n < MIN_REF_BYTES or start < pos:
+            continue
+        digest = hashlib.sha256(blob[start : start + n]).digest()
+        bin_off = index.by_hash.get(digest)
+        if bin_off is None:
+            continue  # made by the compiler (folded, converted): stays inline
+        kept.append(blob[pos:start])
+        refs.append([start, int(n), bin_off, digest.hex()])
+        pos = start + n
+    kept.append(blob[pos:])
+    return b"".join(kept), refs
+
+
+class WeightsSource:
+    """Where an import takes the weights from: the WEIGHTS_PATH file or the MODEL_PTR model."""
+
+    def __init__(self, weights_path: str | None, model: ov.Model | None) -> None:
+        self.weights_path = weights_path
+        self._data: Any = None
+        self._file: Any = None
+        self._by_hash: dict[bytes, memoryview] | None = None
+        if weights_path:
+            try:
+                self._file = open(weights_path, "rb")  # noqa: SIM115 (closed in close())
+                self._data = _map(self._file)
+            except OSError as e:
+                raise ConfigError(
+                    f"Can not open file {weights_path} for mapping. Ensure that file exists and has "
+                    "appropriate permissions.",
+                    key="WEIGHTS_PATH",
+                ) from e
+        elif model is not None:
+            self._by_hash = {}
+            for op in model.get_ordered_ops():
+                if op.get_type_name() == "Constant" and op.get_byte_size() >= MIN_REF_BYTES:
+                    raw = np.ascontiguousarray(op.data).data.cast("B")
+                    self._by_hash.setdefault(hashlib.sha256(raw).digest(), raw)
+        else:
+            raise ConfigError(
+                "Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR property is provided! "
+                "(it was exported with CACHE_MODE=OPTIMIZE_SIZE): pass WEIGHTS_PATH=<model>.bin of "
+                "the IR it was compiled from",
+                key="WEIGHTS_PATH",
+            )
+
+    def check_size(self, exported_size: int) -> None:
+        if self._data is not None and len(self._data) != exported_size:
+            raise BlobFormatError(
+                f"WEIGHTS_PATH {self.weights_path} is {len(self._data)} bytes but the blob was "
+                f"exported from a {exported_size}-byte .bin; pass the .bin of the model it was "
+                "compiled from"
+            )
+
+    def take(self, name: str, bin_off: int, n: int, sha: str) -> bytes | memoryview:
+        if self._by_hash is not None:
+            found = self._by_hash.get(bytes.fromhex(sha))
+            if found is None or len(found) != n:
+                raise BlobFormatError(
+                    f"MODEL_PTR lacks a constant of blob {name} ({n} bytes, .bin offset {bin_off}); "
+                    "pass the model the blob was compiled from, or WEIGHTS_PATH"
+                )
+            return found
+        piece = self._data[bin_off : bin_off + n]
+        if len(piece) != n or hashlib.sha256(piece).hexdigest() != sha:
+            raise BlobFormatError(
+                f"WEIGHTS_PATH {self.weights_path} does not hold the weights this blob was exported "
+                f"with (blob {name}: constant at .bin offset {bin_off}, {n} bytes, SHA-256 "
+                "mismatch); pass the .bin of the model it was compiled from, unmodified"
+            )
+        return piece
+
+    def close(self) -> None:
+        if self._file is not None:
+            if isinstance(self._data, mmap.mmap):
+                self._data.close()
+            self._file.close()
+            self._file = self._data = None
+
+
+def restore_blob(name: str, stripped: bytes, refs: list[list[Any]], source: WeightsSource) -> bytes:
+    """Splice the referenced constants back (each checked against its hash)."""
+    out: list[bytes | memoryview] = []
+    pos = 0  # position in the restored blob
+    cut = 0  # position in the stripped one
+    for ref in refs:
+        if not isinstance(ref, list) or len(ref) != 4:
+            raise BlobFormatError(f"weightless NPU blob {name}: weight references are corrupt; re-export it")
+        start, n, bin_off, sha = ref
+        if type(start) is not int or type(n) is not int or start < pos or n <= 0:
+            raise BlobFormatError(f"weightless NPU blob {name}: weight references are corrupt; re-export it")
+        take = start - pos
+        out.append(stripped[cut : cut + take])
+        cut += take
+        out.append(source.take(name, int(bin_off), n, str(sha)))
+        pos = start + n
+    out.append(stripped[cut:])
+    return b"".join(out)
+
+
+def is_weightless(blob: bytes | memoryview) -> bool:
+    """Whether ``blob`` is a weightless container (not an ELF blob)."""
+    return bytes(blob[: len(MAGIC)]) == MAGIC
+
+
+def export_weightless(blob: bytes, weights_path: str, name: str = "") -> bytes:
+    """The container of ``blob`` without the constants of the IR whose ``.bin`` is ``weights_path``."""
+    index = WeightsIndex.from_ir(weights_path)
+    stripped, refs = strip_blob(blob, index)
+    header = {
+        "name": name,
+        "bin_size": index.bin_size,
+        "bin_name": os.path.basename(index.path),
+        "refs": refs,
+        "size": len(stripped),
+        "sha256": hashlib.sha256(stripped).hexdigest(),
+        "restored_size": len(blob),
+        "restored_sha256": hashlib.sha256(blob).hexdigest(),
+    }
+    h = json.dumps(header, sort_keys=True).encode()
+    return b"".join([MAGIC, _FIXED.pack(VERSION, len(h)), hashlib.sha256(h).digest(), h, stripped])
+
+
+def read_header(container: bytes) -> tuple[dict[str, Any], bytes]:
+    """The checked header and the stripped blob of a container; anything else is a BlobFormatError."""
+    if not is_weightless(container):
+        raise BlobFormatError("not a weightless NPU blob (no ov_npu_emu weightless magic)")
+    off = len(MAGIC)
+    if len(container) < off + _FIXED.size + 32:
+        raise BlobFormatError("weightless NPU blob is truncated (header incomplete); re-export it")
+    version, hlen = _FIXED.unpack_from(container, off)
+    off += _FIXED.size
+    if version != VERSION:
+        raise BlobFormatError(
+            f"weightless NPU blob version {version} is not supported (this build reads {VERSION}); re-export it"
+        )
+    digest = bytes(container[off : off + 32])
+    off += 32
+    raw = bytes(container[off : off + hlen])
+    if len(raw) != hlen or hashlib.sha256(raw).digest() != digest:
+        raise BlobFormatError("weightless NPU blob header is corrupt (SHA-256 mismatch or truncated); re-export it")
+    try:
+        header = json.loads(raw)
+    except ValueError as e:
+        raise BlobFormatError(f"weightless NPU blob header is corrupt: {e}") from e
+    stripped = bytes(container[off + hlen :])
+    if not isinstance(header, dict):
+        raise BlobFormatError("weightless NPU blob header is corrupt; re-export it")
+    if len(stripped) != header.get("size") or hashlib.sha256(stripped).hexdigest() != header.get("sha256"):
+        raise BlobFormatError("weightless NPU blob is corrupt (stripped blob SHA-256 mismatch); re-export it")
+    return header, stripped
+
+
+def import_weightless(container: bytes, config: Mapping[str, Any]) -> bytes:
+    """The ELF blob of a container, its weights restored from ``WEIGHTS_PATH`` or ``MODEL_PTR``
+    and checked against the exported SHA-256."""
+    header, stripped = read_header(container)
+    weights_path, model_ptr = config.get("WEIGHTS_PATH"), config.get("MODEL_PTR")
+    if model_ptr is not None and not isinstance(model_ptr, ov.Model):
+        raise ConfigError(f"MODEL_PTR must be an openvino.Model, got {type(model_ptr).__name__}", key="MODEL_PTR")
+    name = str(header.get("name") or "")
+    source = WeightsSource(os.fspath(weights_path) if weights_path else None, model_ptr)
+    try:
+        source.check_size(int(header["bin_size"]))
+        full = restore_blob(name, stripped, header["refs"], source)
+    except (KeyError, TypeError, ValueError) as e:
+        raise BlobFormatError(f"weightless NPU blob header is corrupt ({type(e).__name__}: {e}); re-export it") from e
+    finally:
+        source.close()
+    if len(full) != header["restored_size"] or hashlib.sha256(full).hexdigest() != header["restored_sha256"]:
+        raise BlobFormatError(
+            f"weightless NPU blob {name} does not match its exported SHA-256 once its weights are "
+            "restored; pass the .bin of the model it was compiled from"
+        )
+    return full
