@@ -123,7 +123,10 @@ class Option:
     the converter too; a None default means "unset, decided later" and reads as None).  ``origin`` is "real" for a key
     of the real OpenVINO stack (same name, default and meaning unless ``doc`` says where we differ)
     and "ours" for the emulator's own.  ``shown_default`` is the docs' text when the value alone
-    would not say it; ``doc`` is the docs' "meaning" column (markdown).
+    would not say it; ``doc`` is the docs' "meaning" column (markdown).  ``scope`` says where the
+    owner applies the key (its own words: the NPU's "device", "compile", "compiled-model"); a
+    ``read_only`` key is listed and documented but never taken from a config (a config that sets
+    it is refused like an unknown key).
     """
 
     name: str
@@ -132,6 +135,8 @@ class Option:
     doc: str
     origin: str = "real"
     shown_default: str | None = None
+    scope: str = ""
+    read_only: bool = False
 
     def __post_init__(self) -> None:
         if self.origin not in ("real", "ours"):
@@ -207,16 +212,22 @@ class OptionTable:
 
     @property
     def known(self) -> frozenset[str]:
-        """Every key this owner takes: its options and the accepted ones."""
-        return frozenset(self.options) | self.accepted
+        """Every key this owner takes from a config: its options but the read-only ones, and the
+        accepted ones."""
+        return frozenset(o.name for o in self if not o.read_only) | self.accepted
+
+    def scoped(self, *scopes: str) -> list[Option]:
+        """The options of the given scopes, in declaration order."""
+        return [o for o in self if o.scope in scopes]
 
     def defaults(self) -> dict[str, Any]:
         """name -> default, as declared (unconverted)."""
         return {o.name: o.default for o in self}
 
-    def properties(self) -> list[str]:
-        """The option names, in declaration order (for SUPPORTED_PROPERTIES and the docs)."""
-        return list(self.options)
+    def properties(self, *scopes: str) -> list[str]:
+        """The option names (of ``scopes``, else all), in declaration order (for
+        SUPPORTED_PROPERTIES and the docs)."""
+        return [o.name for o in (self.scoped(*scopes) if scopes else self)]
 
     def check_unknown(self, config: Mapping[str, Any], extra: Iterable[str] = ()) -> None:
         """Refuse a key in one of ``prefixes`` that this owner does not know (nor ``extra``)."""
@@ -236,7 +247,7 @@ class OptionTable:
     def parse(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """Check for unknown keys, then every option's typed value (default when unset)."""
         self.check_unknown(config)
-        return {o.name: o.read(config) for o in self}
+        return {o.name: o.read(config) for o in self if not o.read_only}
 
     def markdown(self) -> str:
         """The docs' key table: key, default, origin, meaning (generated, see tools/option_tables.py)."""

@@ -94,3 +94,25 @@ def test_option_table_parses_defaults_and_refuses_typos():
         OptionTable("Toy", [Option("A", as_int, 0, ""), Option("A", as_int, 0, "")])
     with pytest.raises(ValueError, match="origin"):
         Option("A", as_int, 0, "", origin="theirs")
+
+
+def test_npu_keys_are_declared_once_in_npu_options():
+    import ov_npu_emu as ov
+    from ov_npu_emu_npu.options import NPU_OPTIONS, device_defaults
+    from ov_npu_emu_npu.plugin import NpuDevice
+
+    core = ov.Core()
+    supported = set(core.get_property("NPU", "SUPPORTED_PROPERTIES"))
+    # device, compile and read-only keys alike; the compiled model's own in its list
+    assert set(NPU_OPTIONS.properties()) - supported == {"NPU_EMU_COST_MODEL_US"}
+    assert {"NPU_EMU_CMX_SIZE", "NPU_EMU_PLATFORM", "NPU_EMU_PLATFORMS", "CACHE_MODE"} <= supported
+    assert dict(NpuDevice.DEFAULT_PROPERTIES) == device_defaults()
+    assert core.get_property("NPU", "NPU_EMU_WEIGHTS_CACHE_MB") == 128
+    # read-only keys are answered, never taken from a config
+    assert "NPU3720" in core.get_property("NPU", "NPU_EMU_PLATFORMS")
+    with pytest.raises(ConfigError, match=r"NPU_EMU_PLATFORMS \(did you mean NPU_EMU_PLATFORM\?\)"):
+        core.set_property("NPU", {"NPU_EMU_PLATFORMS": "x"})
+    with pytest.raises(ConfigError, match="CACHE_MODE='FAST': expected one of OPTIMIZE_SPEED, OPTIMIZE_SIZE"):
+        core.set_property("NPU", {"CACHE_MODE": "FAST"})
+    assert all(o.scope in ("device", "compile", "device-info", "compiled-model") for o in NPU_OPTIONS)
+
