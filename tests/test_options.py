@@ -116,3 +116,17 @@ def test_npu_keys_are_declared_once_in_npu_options():
         core.set_property("NPU", {"CACHE_MODE": "FAST"})
     assert all(o.scope in ("device", "compile", "device-info", "compiled-model") for o in NPU_OPTIONS)
 
+
+def test_no_module_reads_npu_emu_keys_by_hand():
+    """NPU_EMU_* keys are read through NPU_OPTIONS (plugins/ov_npu_emu_npu/options.py) only."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    # a config or properties mapping indexed with an NPU_EMU_* key (the parsed table's dict is fine)
+    by_hand = re.compile(r"""\w*(config|properties|cfg)\w*\s*(\.get\(|\[)\s*["']NPU_EMU_""")
+    found = [f"{path.relative_to(root)}:{n}"
+             for top in ("plugins", "ov_npu_emu", "genai_shim") for path in sorted((root / top).rglob("*.py"))
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if by_hand.search(line) and path.name != "options.py"]
+    assert not found, found
