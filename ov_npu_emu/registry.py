@@ -49,3 +49,8 @@ class DeviceRegistry:
         if key not in self._instances:
             self._instances[key] = self._classes[key]()
         return self._instances[key]
+
+    def unload(self, name: str) -> None:
+        """Forget the device's instance: the next use creates a fresh one (``Core.unload_plugin``)."""
+        self.get(name)  # DeviceNotFoundError for a name no plugin registers
+        self._instances.pop(canonical_device_name(name), None)

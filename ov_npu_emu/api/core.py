@@ -14,7 +14,14 @@ import pluggy
 
 from ov_npu_emu.api.compiled_model import CompiledModel
 from ov_npu_emu.api.properties import plain_properties
-from ov_npu_emu.errors import CompileError, ConfigError, IRReadError, NpuEmuError, UserInputError
+from ov_npu_emu.errors import (
+    CompileError,
+    ConfigError,
+    IRReadError,
+    NpuEmuError,
+    UnsupportedFeatureError,
+    UserInputError,
+)
 from ov_npu_emu.plugin_manager import get_plugin_manager
 from ov_npu_emu.registry import DeviceRegistry, canonical_device_name
 from ov_npu_emu.runtime import model_cache
@@ -268,6 +275,49 @@ class Core:
             device = device if device is not None else self.registry.get(name)  # DeviceNotFoundError
             impl = device.import_model(blob, merged)
         return CompiledModel(impl, name)
+
+    def query_model(
+        self, model: ov.Model, device_name: str, config: Mapping[str, Any] | None = None
+    ) -> dict[str, str]:
+        """``{op friendly name: device}`` for the ops ``device_name`` runs (openvino's semantics)."""
+        if not isinstance(model, ov.Model):
+            raise UserInputError(f"query_model needs an openvino.Model, got {type(model).__name__}")
+        name, device = self._claimable_device(device_name)
+        device = device if device is not None else self.registry.get(name)  # DeviceNotFoundError
+        return device.query_model(model, device.merged_config(plain_properties(config)))
+
+    # -- extensions, plugins, contexts -----------------------------------------------------
+    def add_extension(self, extension: Any) -> None:
+        """Custom ops and frontend extensions: openvino's own (they apply to ``read_model``)."""
+        try:
+            openvino_core().add_extension(extension)
+        except (RuntimeError, TypeError) as e:
+            raise UserInputError(f"add_extension could not load {extension!r}: {e}") from e
+
+    def register_plugin(self, plugin_name: str, device_name: str, config: Mapping[str, Any] | None = None) -> None:
+        raise UnsupportedFeatureError(
+            f"register_plugin({plugin_name!r}, {device_name!r}): devices here are Python plugins found through "
+            "the 'ov_npu_emu' entry-point group, not shared libraries; publish a Device subclass with an "
+            "ovnpu_register_devices hook (docs/plugin_authoring.md)",
+            key="register_plugin",
+        )
+
+    def register_plugins(self, xml_config_file: str) -> None:
+        self.register_plugin(str(xml_config_file), "*")
+
+    def unload_plugin(self, device_name: str) -> None:
+        """Drop this Core's instance of the device (and the properties set on it)."""
+        self.registry.unload(self._device_name(device_name))
+
+    def create_context(self, device_name: str, properties: Mapping[str, Any]) -> Any:
+        raise UnsupportedFeatureError(
+            f"create_context({device_name!r}): remote contexts (device memory shared with other APIs) are not "
+            "emulated; pass host tensors (numpy arrays or openvino.Tensor)",
+            key="create_context",
+        )
+
+    def get_default_context(self, device_name: str) -> Any:
+        return self.create_context(device_name, {})
 
     # -- properties --------------------------------------------------------------------
     def set_property(self, *args: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -48,6 +49,13 @@ def _check_shape(port: Port, shape: tuple[int, ...]) -> None:
         )
 
 
+def _worker(jobs: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+    """A request's inference thread: runs its jobs until told to stop (it holds the queue, not
+    the request, so a request nobody references is collected and stops it)."""
+    while (job := jobs.get()) is not None:
+        job()
+
+
 class InferRequest:
     """One inference request; same methods and semantics as ``openvino.InferRequest``.
 
@@ -70,7 +78,11 @@ class InferRequest:
         self._out_index: dict[Any, int] = {}
         self._by_name: dict[str, Port] = {}
         self._results: ResultDict | None = None
-        self._thread: threading.Thread | None = None
+        # start_async runs on one worker thread per request, made on first use: a new thread
+        # per call cost more than a small model's whole inference
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] | None = None
+        self._done = threading.Event()
+        self._pending = False
         self._error: BaseException | None = None
         self._callback: tuple[Callable[[Any], None], Any] | None = None
         self._latency_ms = 0.0
@@ -271,37 +283,49 @@ class InferRequest:
 
         def job() -> None:
             try:
-                self._run()
-                self._collect(False)
-            except BaseException as e:  # handed to wait()
-                self._error = e
-            if self._callback is not None:
-                cb, data = self._callback
-                cb(data if data is not None else self.userdata)
+                try:
+                    self._run()
+                    self._collect(False)
+                except BaseException as e:  # handed to wait()
+                    self._error = e
+                if self._callback is not None:
+                    cb, data = self._callback
+                    try:
+                        cb(data if data is not None else self.userdata)
+                    except BaseException as e:  # the callback's error, too, is wait()'s to raise
+                        self._error = self._error or e
+            finally:
+                self._done.set()
 
-        self._thread = threading.Thread(target=job, name="ov_npu_emu-infer", daemon=True)
-        self._thread.start()
+        if self._jobs is None:
+            self._jobs = queue.SimpleQueue()
+            threading.Thread(target=_worker, args=(self._jobs,), name="ov_npu_emu-infer", daemon=True).start()
+        self._done.clear()
+        self._pending = True
+        self._jobs.put(job)
 
     def wait(self) -> None:
         self._wait_idle()
 
     def wait_for(self, timeout: int) -> bool:
         """Wait up to ``timeout`` ms (-1: forever); True when the request is done."""
-        if self._thread is None:
-            return True
-        self._thread.join(None if timeout < 0 else timeout / 1000)
-        if self._thread.is_alive():
+        if self._pending and not self._done.wait(None if timeout < 0 else timeout / 1000):
             return False
         self._wait_idle()
         return True
 
     def _wait_idle(self) -> None:
-        t, self._thread = self._thread, None
-        if t is not None:
-            t.join()
+        if self._pending:
+            self._done.wait()
+            self._pending = False
             err, self._error = self._error, None
             if err is not None:
                 raise err
+
+    def __del__(self) -> None:
+        jobs = getattr(self, "_jobs", None)
+        if jobs is not None:
+            jobs.put(None)  # the worker ends
 
     def set_callback(self, callback: Callable[[Any], None], userdata: Any = None) -> None:
         self._callback = (callback, userdata)

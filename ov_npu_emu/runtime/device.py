@@ -226,6 +226,13 @@ class Device(abc.ABC):
     def import_model(self, blob: bytes, config: Mapping[str, Any]) -> DeviceCompiledModel:
         """Restore a model exported by ``DeviceCompiledModel.export_model`` (no recompilation)."""
 
+    def query_model(self, model: ov.Model, config: Mapping[str, Any]) -> dict[str, str]:
+        """Which ops of ``model`` this device runs: ``{op friendly name: NAME}``, as
+        ``openvino.Core.query_model``.  The default compiles the model: every op when that succeeds
+        (the compile error otherwise); a device that can answer per op overrides it."""
+        self.compile_model(model, config)
+        return {op.get_friendly_name(): self.NAME for op in model.get_ops()}
+
     def version(self) -> str:
         from ov_npu_emu.version import package_version
 

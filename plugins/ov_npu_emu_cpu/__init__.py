@@ -290,6 +290,13 @@ class CpuDevice(Device):
                 f"CPU blob could not be imported (corrupt or from another OpenVINO version): {e}"
             ) from e
 
+    def query_model(self, model: ov.Model, config: Mapping[str, Any]) -> dict[str, str]:
+        """The real CPU plugin's own answer."""
+        try:
+            return dict(openvino_core().query_model(model, "CPU", _ov_config(config)))
+        except RuntimeError as e:
+            raise ExecutionError(f"CPU plugin could not query {model.get_friendly_name()!r}: {e}") from e
+
 
 @hookimpl
 def ovnpu_register_devices(registry: DeviceRegistry) -> None:

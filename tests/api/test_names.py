@@ -1,0 +1,71 @@
+"""``import ov_npu_emu as ov`` has every public name of the installed openvino: device-bound names
+ours, the rest openvino's own objects, and their submodules import through ov_npu_emu too."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import openvino
+import pytest
+
+import ov_npu_emu
+from ov_npu_emu.errors import DeviceNotFoundError, UnsupportedFeatureError
+from tools.ov_api_coverage import DOC, MARK_BEGIN, MARK_END, coverage_rows
+
+OURS = {"AsyncInferQueue", "CompiledModel", "Core", "InferRequest", "ProfilingInfo", "Version", "compile_model"}
+
+
+def test_every_public_name_of_openvino_is_present():
+    rows = coverage_rows(openvino, ov_npu_emu)
+    assert rows and not [name for name, status in rows if status == "MISSING"]
+    assert {name for name, status in rows if status == "ours"} == OURS
+
+
+def test_the_doc_table_is_up_to_date():
+    """In a fresh process: importing a submodule (openvino.passes, say) adds it to openvino's names."""
+    doc = Path(DOC).read_text(encoding="utf-8")
+    table = doc.split(MARK_BEGIN, 1)[1].split(MARK_END, 1)[0].strip()
+    fresh = subprocess.run([sys.executable, str(Path(DOC).parents[1] / "tools" / "ov_api_coverage.py")],
+                           capture_output=True, text=True, check=True).stdout
+    assert table == fresh.strip(), "run: python tools/ov_api_coverage.py --write"
+
+
+@pytest.mark.parametrize("name", ["preprocess", "properties.hint", "utils.types", "opset8", "layout_helpers",
+                                  "op", "frontend", "passes"])
+def test_submodules_import_through_ov_npu_emu_as_openvino_s_own(name):
+    ours = importlib.import_module(f"ov_npu_emu.{name}")
+    real = openvino
+    for part in name.split("."):
+        real = getattr(real, part)
+    assert ours is real
+
+
+def test_a_name_openvino_lacks_is_still_an_error():
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("ov_npu_emu.properties.no_such_module")
+    with pytest.raises(AttributeError):
+        ov_npu_emu.no_such_name  # noqa: B018
+
+
+def test_core_methods_beyond_compiling(tmp_path):
+    core = ov_npu_emu.Core()
+    ops = openvino.opset13
+    x = ops.parameter([1, 4], openvino.Type.f32, name="x")
+    model = openvino.Model([ops.relu(ops.multiply(x, ops.constant(2.0, openvino.Type.f32)))], [x], "m")
+    assert core.query_model(model, "CPU") == openvino.Core().query_model(model, "CPU")
+    assert set(core.query_model(model, "NPU").values()) == {"NPU"}
+    assert set(core.query_model(model, "NPU")) == {op.get_friendly_name() for op in model.get_ops()}
+    core.set_property("CPU", {"PERFORMANCE_HINT": "THROUGHPUT"})
+    assert core.get_property("CPU", "PERFORMANCE_HINT") == "THROUGHPUT"
+    core.unload_plugin("CPU")  # a fresh device: the default again
+    assert core.get_property("CPU", "PERFORMANCE_HINT") == openvino.Core().get_property("CPU", "PERFORMANCE_HINT")
+    assert core.get_property("CPU", "PERFORMANCE_HINT") != "THROUGHPUT"
+    with pytest.raises(DeviceNotFoundError):
+        core.unload_plugin("GPU")
+    with pytest.raises(UnsupportedFeatureError, match="entry-point"):
+        core.register_plugin("libfoo.so", "FOO")
+    with pytest.raises(UnsupportedFeatureError, match="remote contexts"):
+        core.get_default_context("NPU")
