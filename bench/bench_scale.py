@@ -16,7 +16,7 @@ defaults (MAX_PROMPT_LEN 1024, MIN_RESPONSE_LEN 128).  Setups:
 * ``npu-cpu`` - genai_shim, our NPUW with NPUW_DEVICES=CPU
 * ``npu-cpu-1var`` - the same with NPUW_LLM_GENERATE_LADDER=NO (one generate variant of
   MAX_PROMPT + MIN_RESPONSE slots; not in the default --setups)
-* ``npu-cpu-private`` - npu-cpu with NPU_EMU_WEIGHTS_BANK=NO in every sub-config: each CPU
+* ``npu-cpu-private`` - npu-cpu with CPU_EMU_WEIGHTS_BANK=NO in every sub-config: each CPU
   sub-model holds its own weights, as before the CPU device's weights bank (not in the default)
 * ``cpu``     - the real openvino_genai on the OpenVINO CPU plugin (stateful, no NPUW)
 
@@ -55,7 +55,7 @@ SETUPS = {
     "npu-cpu-1var": ("genai_shim", "NPU", {"NPUW_DEVICES": "CPU", "NPUW_LLM_GENERATE_LADDER": "NO"}),
     # the same without the CPU device's weights bank (each sub-model compiled with its own weights)
     "npu-cpu-private": ("genai_shim", "NPU", {"NPUW_DEVICES": "CPU", **{
-        f"++NPUW_LLM_{role}_CONFIG": {"NPU_EMU_WEIGHTS_BANK": "NO"}
+        f"++NPUW_LLM_{role}_CONFIG": {"CPU_EMU_WEIGHTS_BANK": "NO"}
         for role in ("PREFILL", "GENERATE", "SHARED_HEAD")}}),
     "cpu": ("openvino_genai", "CPU", {}),
 }

@@ -70,3 +70,63 @@ def test_npu_device_keys_are_parsed_once_and_typos_are_errors():
         core.set_property("NPU", {"NPU_EMU_QUEUE_MODE": "carrier-pigeon"})
     # other namespaces pass by (NPUW's keys reach the device through NPUW's sub-configs)
     core.compile_model(make_add_model(), "NPU", {"NPUW_WEIGHTS_BANK": "x", "PERF_COUNT": "YES"})
+
+
+def test_option_table_parses_defaults_and_refuses_typos():
+    from ov_npu_emu.options import Option, OptionTable, as_flag, as_int
+
+    table = OptionTable("Toy", [
+        Option("TOY_N", as_int, 4, "a count"),
+        Option("TOY_ON", as_flag, True, "a switch", origin="ours"),
+        Option("TOY_LATER", as_flag, None, "decided later", origin="ours"),
+    ], prefixes=("TOY_",), accepted={"TOY_IGNORED"})
+    assert table.parse({"TOY_N": "7", "TOY_IGNORED": 1, "OTHER": 2}) == {"TOY_N": 7, "TOY_ON": True,
+                                                                         "TOY_LATER": None}
+    assert table.properties() == ["TOY_N", "TOY_ON", "TOY_LATER"] and table.defaults()["TOY_N"] == 4
+    with pytest.raises(ConfigError, match=r"Toy does not know the property TOY_M \(did you mean TOY_N\?\)") as e:
+        table.parse({"TOY_M": 1})
+    assert e.value.key == "TOY_M"
+    with pytest.raises(ConfigError, match="TOY_N must be an integer"):
+        table.parse({"TOY_N": "x"})
+    md = table.markdown()
+    assert "| `TOY_ON` | YES | **ours** | a switch |" in md and "| `TOY_LATER` | (unset) |" in md
+    with pytest.raises(ValueError, match="declared twice"):
+        OptionTable("Toy", [Option("A", as_int, 0, ""), Option("A", as_int, 0, "")])
+    with pytest.raises(ValueError, match="origin"):
+        Option("A", as_int, 0, "", origin="theirs")
+
+
+def test_npu_keys_are_declared_once_in_npu_options():
+    import ov_npu_emu as ov
+    from ov_npu_emu_npu.options import NPU_OPTIONS, device_defaults
+    from ov_npu_emu_npu.plugin import NpuDevice
+
+    core = ov.Core()
+    supported = set(core.get_property("NPU", "SUPPORTED_PROPERTIES"))
+    # device, compile and read-only keys alike; the compiled model's own in its list
+    assert set(NPU_OPTIONS.properties()) - supported == {"NPU_EMU_COST_MODEL_US"}
+    assert {"NPU_EMU_CMX_SIZE", "NPU_EMU_PLATFORM", "NPU_EMU_PLATFORMS", "CACHE_MODE"} <= supported
+    assert dict(NpuDevice.DEFAULT_PROPERTIES) == device_defaults()
+    assert core.get_property("NPU", "NPU_EMU_WEIGHTS_CACHE_MB") == 128
+    # read-only keys are answered, never taken from a config
+    assert "NPU3720" in core.get_property("NPU", "NPU_EMU_PLATFORMS")
+    with pytest.raises(ConfigError, match=r"NPU_EMU_PLATFORMS \(did you mean NPU_EMU_PLATFORM\?\)"):
+        core.set_property("NPU", {"NPU_EMU_PLATFORMS": "x"})
+    with pytest.raises(ConfigError, match="CACHE_MODE='FAST': expected one of OPTIMIZE_SPEED, OPTIMIZE_SIZE"):
+        core.set_property("NPU", {"CACHE_MODE": "FAST"})
+    assert all(o.scope in ("device", "compile", "device-info", "compiled-model") for o in NPU_OPTIONS)
+
+
+def test_no_module_reads_npu_emu_keys_by_hand():
+    """NPU_EMU_* keys are read through NPU_OPTIONS (plugins/ov_npu_emu_npu/options.py) only."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    # a config or properties mapping indexed with an NPU_EMU_* key (the parsed table's dict is fine)
+    by_hand = re.compile(r"""\w*(config|properties|cfg)\w*\s*(\.get\(|\[)\s*["']NPU_EMU_""")
+    found = [f"{path.relative_to(root)}:{n}"
+             for top in ("plugins", "ov_npu_emu", "genai_shim") for path in sorted((root / top).rglob("*.py"))
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if by_hand.search(line) and path.name != "options.py"]
+    assert not found, found

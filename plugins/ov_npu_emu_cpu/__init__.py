@@ -7,7 +7,7 @@ import hashlib
 import io
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import openvino as ov
 from openvino._pyopenvino import InferRequest as _OvRequest
@@ -15,7 +15,6 @@ from openvino._pyopenvino import InferRequest as _OvRequest
 from ov_npu_emu.api.core import openvino_core
 from ov_npu_emu.errors import BlobFormatError, ConfigError, ExecutionError, UserInputError
 from ov_npu_emu.hookspecs import hookimpl
-from ov_npu_emu.options import as_bool
 from ov_npu_emu.registry import DeviceRegistry
 from ov_npu_emu.runtime.device import (
     Device,
@@ -26,6 +25,7 @@ from ov_npu_emu.runtime.device import (
     VariableState,
 )
 from ov_npu_emu_cpu.bank import BankEntry, lift_weights
+from ov_npu_emu_cpu.options import CPU_OPTIONS
 
 __all__ = ["CpuDevice", "ovnpu_register_devices"]
 
@@ -81,14 +81,25 @@ def _is_f32(precision: Any) -> bool:
 def _bank_name(config: Mapping[str, Any]) -> str:
     """The weights bank this compilation shares ("" = none): NPUW's ``NPUW_WEIGHTS_BANK`` names
     one per LLM (prefill, generate variants, ladder rungs, LM head), as for the emulated NPU;
-    ``NPU_EMU_WEIGHTS_BANK=NO`` turns it off.  Only under an f32 inference precision (bank.py)."""
+    ``CPU_EMU_WEIGHTS_BANK=NO`` turns it off.  Only under an f32 inference precision (bank.py)."""
     bank = str(config.get("NPUW_WEIGHTS_BANK") or "")
-    if not bank or not as_bool("NPU_EMU_WEIGHTS_BANK", config.get("NPU_EMU_WEIGHTS_BANK", "YES")):
+    if not bank or not CPU_OPTIONS.get(config, "CPU_EMU_WEIGHTS_BANK"):
         return ""
     precision = config.get("INFERENCE_PRECISION_HINT")
     if precision is None:
         precision = openvino_core().get_property("CPU", "INFERENCE_PRECISION_HINT")
     return bank if _is_f32(precision) else ""
+
+
+def _refuse_npu_keys(properties: Mapping[str, Any]) -> None:
+    """The emulated NPU's keys set on this device would be stored and never read: an error naming
+    the CPU device's own key when there is one (``NPU_EMU_WEIGHTS_BANK`` -> ``CPU_EMU_WEIGHTS_BANK``).
+    A compile config may carry them (NPUW passes them to every sub-model's device)."""
+    for key in properties:
+        if isinstance(key, str) and key.startswith("NPU_EMU_"):
+            ours = "CPU_EMU_" + key.removeprefix("NPU_EMU_")
+            hint = f"; the CPU device's key is {ours}" if ours in CPU_OPTIONS else ""
+            raise ConfigError(f"{key} is a key of the emulated NPU, not of the CPU device{hint}", key=key)
 
 
 class CpuVariableState(VariableState):
@@ -240,9 +251,12 @@ class CpuDevice(Device):
     NAME = "CPU"
     FULL_DEVICE_NAME = "OpenVINO CPU plugin (passthrough)"
 
+    #: our own keys (options.py); every other name is the real CPU plugin's
+    DEFAULT_PROPERTIES: ClassVar[Mapping[str, Any]] = CPU_OPTIONS.defaults()
+
     def set_property(self, properties: Mapping[str, Any]) -> None:
-        if "NPU_EMU_WEIGHTS_BANK" in properties:  # a bad value fails here, not at the next compile
-            as_bool("NPU_EMU_WEIGHTS_BANK", properties["NPU_EMU_WEIGHTS_BANK"])
+        _refuse_npu_keys(properties)
+        CPU_OPTIONS.parse(properties)  # a bad value or a misspelt CPU_EMU_* key fails here, not at the next compile
         super().set_property(properties)
 
     def get_property(self, name: str) -> Any:
@@ -254,6 +268,7 @@ class CpuDevice(Device):
             raise ConfigError(f"Unsupported property {name} by CPU device", key=name) from e
 
     def compile_model(self, model: ov.Model, config: Mapping[str, Any]) -> CpuCompiledModel:
+        CPU_OPTIONS.parse(config)
         ov_config = _ov_config(config)
         bank = _bank_name(config)
         try:

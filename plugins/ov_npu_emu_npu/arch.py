@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -51,13 +51,14 @@ class HardwareConfig:
     clock_mhz: float = 1850.0  # NPU clock (NPU_EMU_CLOCK_MHZ)
     task_overhead_cycles: int = 200  # fixed dispatch cost per task (barrier wait, descriptor fetch)
 
-    KEYS = {
-        "NPU_EMU_CMX_SIZE": ("cmx_size", int),
-        "NPU_EMU_DDR_BW_GBPS": ("ddr_bandwidth_gbps", float),
-        "NPU_EMU_DMA_CHANNELS": ("dma_channels", int),
-        "NPU_EMU_DPU_MACS": ("dpu_macs_per_cycle", int),
-        "NPU_EMU_SHAVE_FLOPS": ("shave_flops_per_cycle", int),
-        "NPU_EMU_CLOCK_MHZ": ("clock_mhz", float),
+    #: the hardware keys and the fields they set (types and checks: NPU_OPTIONS in options.py)
+    KEYS: ClassVar[dict[str, str]] = {
+        "NPU_EMU_CMX_SIZE": "cmx_size",
+        "NPU_EMU_DDR_BW_GBPS": "ddr_bandwidth_gbps",
+        "NPU_EMU_DMA_CHANNELS": "dma_channels",
+        "NPU_EMU_DPU_MACS": "dpu_macs_per_cycle",
+        "NPU_EMU_SHAVE_FLOPS": "shave_flops_per_cycle",
+        "NPU_EMU_CLOCK_MHZ": "clock_mhz",
     }
 
     @classmethod
@@ -74,17 +75,15 @@ class HardwareConfig:
         ``NPU_EMU_PLATFORM=NPU3720|NPU4000`` starts from that generation's preset; the other
         keys then override single fields.
         """
+        from ov_npu_emu_npu.options import NPU_OPTIONS
+
         kw: dict[str, Any] = {}
-        if config.get("NPU_EMU_PLATFORM") not in (None, ""):
-            kw = {k: v for k, v in cls.preset(str(config["NPU_EMU_PLATFORM"])).to_dict().items()}
-        for key, (field, typ) in cls.KEYS.items():
-            if key in config:
-                try:
-                    kw[field] = typ(config[key])
-                except (TypeError, ValueError) as e:
-                    raise ConfigError(f"{key}={config[key]!r} is not a valid {typ.__name__}", key=key) from e
-                if kw[field] <= 0:
-                    raise ConfigError(f"{key} must be positive, got {config[key]!r}", key=key)
+        platform = NPU_OPTIONS.get(config, "NPU_EMU_PLATFORM")
+        if platform:
+            kw = dict(cls.preset(platform).to_dict())
+        for key, field in cls.KEYS.items():
+            if key in config:  # typed and checked (> 0) by the option's converter
+                kw[field] = NPU_OPTIONS[key].convert(config[key])
         try:
             return cls(**kw)
         except TypeError as e:  # pragma: no cover - fields and KEYS are kept in sync

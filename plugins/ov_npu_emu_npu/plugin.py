@@ -13,7 +13,6 @@ import openvino as ov
 
 from ov_npu_emu.errors import BlobFormatError, ConfigError, UserInputError
 from ov_npu_emu.hookspecs import hookimpl
-from ov_npu_emu.options import as_bool, as_choice, check_known
 from ov_npu_emu.registry import DeviceRegistry
 from ov_npu_emu.runtime.device import (
     Device,
@@ -26,7 +25,6 @@ from ov_npu_emu.runtime.device import (
 from ov_npu_emu_npu.blob.format import MemKind
 from ov_npu_emu_npu.blob.reader import SplitBlob
 from ov_npu_emu_npu.driver import (
-    QUEUE_MODES,
     CommandList,
     CommandQueue,
     Fence,
@@ -36,6 +34,7 @@ from ov_npu_emu_npu.driver import (
     RowWindow,
     WeightsBank,
 )
+from ov_npu_emu_npu.options import DEFAULT_WEIGHTS_CACHE_MB, NPU_OPTIONS, device_defaults, device_properties
 
 __all__ = ["NpuCompiledModel", "NpuDevice", "NpuInferRequest", "ZeroVariableState", "ovnpu_register_devices"]
 
@@ -303,34 +302,9 @@ def window_rows(need: int) -> int:
     return -(-need // step) * step
 
 
-#: CACHE_MODE: OPTIMIZE_SIZE exports a weightless blob (weightless.py)
-CACHE_MODES = ("OPTIMIZE_SPEED", "OPTIMIZE_SIZE")
-
-#: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
-DEFAULT_WEIGHTS_CACHE_MB = 128
-
-
-def _cache_budget(config: Mapping[str, Any]) -> int | None:
-    """NPU_EMU_WEIGHTS_CACHE_MB in bytes; a negative value means no limit (None)."""
-    raw = config.get("NPU_EMU_WEIGHTS_CACHE_MB", DEFAULT_WEIGHTS_CACHE_MB)
-    try:
-        mb = float(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"NPU_EMU_WEIGHTS_CACHE_MB={raw!r}: expected a number of MiB (-1: no limit)",
-                          key="NPU_EMU_WEIGHTS_CACHE_MB") from None
-    return None if mb < 0 else int(mb * 2**20)
-
-
-#: compile-time keys read by the compiler (ov_npu_emu_npu.compiler.pipeline / arch), besides the
-#: device properties below: an ``NPU_EMU_*`` key in neither set is a typo, not a no-op
-COMPILER_KEYS = ("NPU_EMU_STAGING", "NPU_EMU_VERIFY", "NPU_EMU_PLATFORM", "NPU_EMU_CMX_SIZE", "NPU_EMU_DDR_BW_GBPS",
-                 "NPU_EMU_DMA_CHANNELS", "NPU_EMU_DPU_MACS", "NPU_EMU_SHAVE_FLOPS", "NPU_EMU_CLOCK_MHZ",
-                 "NPU_EMU_PING_PONG")
-
-
 @dataclasses.dataclass(frozen=True)
 class NpuOptions:
-    """The emulated NPU's runtime keys, parsed once with the shared converters (ov_npu_emu.options)."""
+    """The emulated NPU's runtime keys, parsed once through NPU_OPTIONS (ov_npu_emu_npu/options.py)."""
 
     weights_cache: bool = True  # NPU_EMU_WEIGHTS_CACHE: keep decompressed weights (NO: per inference)
     weights_bank: bool = True  # NPU_EMU_WEIGHTS_BANK: constants shared through the device's bank
@@ -345,22 +319,18 @@ class NpuOptions:
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> NpuOptions:
-        check_known(config, ("NPU_EMU_",), [*NpuDevice.DEFAULT_PROPERTIES, *COMPILER_KEYS], "The NPU device")
-        fence = str(config.get("NPU_EMU_FENCE_MODE", "interrupt")).lower()
-        Fence(fence)  # validates the mode now, not at the first inference
+        o = NPU_OPTIONS.parse(config)
         return cls(
-            weights_cache=as_bool("NPU_EMU_WEIGHTS_CACHE", config.get("NPU_EMU_WEIGHTS_CACHE", "YES")),
-            weights_bank=as_bool("NPU_EMU_WEIGHTS_BANK", config.get("NPU_EMU_WEIGHTS_BANK", "YES")),
-            cache_budget=_cache_budget(config),
-            fence_mode=fence,
-            queue_mode=as_choice("NPU_EMU_QUEUE_MODE", config.get("NPU_EMU_QUEUE_MODE", "inline"),
-                                 QUEUE_MODES).lower(),
-            mutable=as_bool("NPU_EMU_MUTABLE_COMMAND_LIST", config.get("NPU_EMU_MUTABLE_COMMAND_LIST", "YES")),
-            walk_every_inference=as_choice("NPU_EMU_BARRIER_WALK", config.get("NPU_EMU_BARRIER_WALK", "ONCE"),
-                                           ("ONCE", "EVERY_INFERENCE")) == "EVERY_INFERENCE",
-            host_fusion=as_bool("NPU_EMU_HOST_FUSION", config.get("NPU_EMU_HOST_FUSION", "YES")),
-            skip_padded_rows=as_bool("NPU_EMU_SKIP_PADDED_ROWS", config.get("NPU_EMU_SKIP_PADDED_ROWS", "NO")),
-            profile=as_bool("PERF_COUNT", config.get("PERF_COUNT", "NO")),
+            weights_cache=o["NPU_EMU_WEIGHTS_CACHE"],
+            weights_bank=o["NPU_EMU_WEIGHTS_BANK"],
+            cache_budget=o["NPU_EMU_WEIGHTS_CACHE_MB"],
+            fence_mode=o["NPU_EMU_FENCE_MODE"],
+            queue_mode=o["NPU_EMU_QUEUE_MODE"],
+            mutable=o["NPU_EMU_MUTABLE_COMMAND_LIST"],
+            walk_every_inference=o["NPU_EMU_BARRIER_WALK"] == "EVERY_INFERENCE",
+            host_fusion=o["NPU_EMU_HOST_FUSION"],
+            skip_padded_rows=o["NPU_EMU_SKIP_PADDED_ROWS"],
+            profile=o["PERF_COUNT"],
         )
 
 
@@ -452,7 +422,7 @@ class NpuCompiledModel(DeviceCompiledModel):
             "CACHE_MODE": "OPTIMIZE_SPEED" if self.weightless_bin is None else "OPTIMIZE_SIZE",
         }
         if name == "SUPPORTED_PROPERTIES":
-            return sorted([*table, "NPU_EMU_COST_MODEL_US", "SUPPORTED_PROPERTIES"])
+            return sorted([*table, *NPU_OPTIONS.properties("compiled-model"), "SUPPORTED_PROPERTIES"])
         if name in table:
             return table[name]
         if name == "NPU_EMU_COST_MODEL_US":
@@ -469,22 +439,8 @@ class NpuDevice(Device):
     NAME = "NPU"
     FULL_DEVICE_NAME = "Intel(R) AI Boost (ov-npu-emu emulated NPU)"
     MODEL_CACHE = True  # CACHE_DIR: Core stores the exported ELF blob and imports it next time
-    DEFAULT_PROPERTIES: ClassVar[Mapping[str, Any]] = {
-        "INFERENCE_PRECISION_HINT": "f32",
-        "PERF_COUNT": "NO",
-        "NPU_EMU_FENCE_MODE": "interrupt",
-        "NPU_EMU_QUEUE_MODE": "inline",
-        "NPU_EMU_BARRIER_WALK": "ONCE",
-        "NPU_EMU_HOST_FUSION": "YES",
-        "NPU_EMU_MUTABLE_COMMAND_LIST": "YES",
-        "NPU_EMU_WEIGHT_COMPRESSION": "YES",
-        "NPU_EMU_WEIGHTS_CACHE": "YES",
-        "NPU_EMU_WEIGHTS_CACHE_MB": DEFAULT_WEIGHTS_CACHE_MB,
-        "NPU_EMU_WEIGHTS_BANK": "YES",
-        "NPU_EMU_SKIP_PADDED_ROWS": "NO",
-        "DEVICE_ARCHITECTURE": "NPU-EMU",
-        "OPTIMIZATION_CAPABILITIES": ["FP32", "FP16", "INT8", "INT4", "EXPORT_IMPORT"],
-    }
+    #: derived from NPU_OPTIONS: its device-scope keys (options.py)
+    DEFAULT_PROPERTIES: ClassVar[Mapping[str, Any]] = device_defaults()
 
     def __init__(self) -> None:
         super().__init__()
@@ -499,7 +455,7 @@ class NpuDevice(Device):
 
             return {key: p.to_dict() for key, p in PLATFORMS.items()}
         if name == "SUPPORTED_PROPERTIES":
-            return sorted([*super().get_property(name), "NPU_EMU_PLATFORMS"])
+            return sorted({*super().get_property(name), *device_properties()})
         return super().get_property(name)
 
     def memory_stats(self) -> dict[str, int]:
@@ -509,12 +465,10 @@ class NpuDevice(Device):
     def set_property(self, properties: Mapping[str, Any]) -> None:
         # validate now: a bad stored value would otherwise fail every later compile_model
         from ov_npu_emu_npu.arch import HardwareConfig
-        from ov_npu_emu_npu.compiler.pipeline import precision_of
 
         merged = self.merged_config(properties)
         HardwareConfig.from_config(merged)
-        precision_of(merged)
-        NpuOptions.parse(merged)
+        NpuOptions.parse(merged)  # every key of NPU_OPTIONS, INFERENCE_PRECISION_HINT included
         super().set_property(properties)
 
     @property
@@ -529,13 +483,12 @@ class NpuDevice(Device):
 
         # banked (the default): the blob comes split, its weights left in the model's constants,
         # which the bank adopts (no copy of the weights between the IR and the device)
-        banked = NpuOptions.parse(config).weights_bank
-        mode = as_choice("CACHE_MODE", config.get("CACHE_MODE") or "OPTIMIZE_SPEED", CACHE_MODES)
-        blob = compile_to_blob(model, config, split=banked)
+        o = NPU_OPTIONS.parse(config)
+        blob = compile_to_blob(model, config, split=o["NPU_EMU_WEIGHTS_BANK"])
         cm = NpuCompiledModel(blob, self, config)
-        if mode == "OPTIMIZE_SIZE":
+        if o["CACHE_MODE"] == "OPTIMIZE_SIZE":
             # the IR .bin the weightless export refers to: WEIGHTS_PATH, else the file it was read from
-            explicit = config.get("WEIGHTS_PATH")
+            explicit = o["WEIGHTS_PATH"]
             rt_key = "__weights_path"
             cm.weightless_bin = str(explicit) if explicit else (
                 str(model.get_rt_info(rt_key).astype(str)) if model.has_rt_info(rt_key) else "")

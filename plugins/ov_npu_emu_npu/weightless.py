@@ -34,6 +34,7 @@ import openvino as ov
 from ov_npu_emu.errors import BlobFormatError, ConfigError
 from ov_npu_emu_npu.blob.format import SEC_WEIGHTS
 from ov_npu_emu_npu.blob.reader import BlobReader
+from ov_npu_emu_npu.options import read
 
 __all__ = [
     "MAGIC",
@@ -293,9 +294,7 @@ def import_weightless(container: bytes, config: Mapping[str, Any]) -> bytes:
     """The ELF blob of a container, its weights restored from ``WEIGHTS_PATH`` or ``MODEL_PTR``
     and checked against the exported SHA-256."""
     header, stripped = read_header(container)
-    weights_path, model_ptr = config.get("WEIGHTS_PATH"), config.get("MODEL_PTR")
-    if model_ptr is not None and not isinstance(model_ptr, ov.Model):
-        raise ConfigError(f"MODEL_PTR must be an openvino.Model, got {type(model_ptr).__name__}", key="MODEL_PTR")
+    weights_path, model_ptr = read(config, "WEIGHTS_PATH"), read(config, "MODEL_PTR")  # typed, checked
     name = str(header.get("name") or "")
     source = WeightsSource(os.fspath(weights_path) if weights_path else None, model_ptr)
     try:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from ov_npu_emu.errors import ConfigError
-from ov_npu_emu.options import as_bool
+from ov_npu_emu.options import Converter, Option, OptionTable, as_flag, as_int, as_str
 
 __all__ = [
+    "NPUW_OPTIONS",
     "LLMConfig",
     "align_to",
     "is_npuw_llm_config",
@@ -45,38 +45,6 @@ GENERATE_LADDER_KEY = "NPUW_LLM_GENERATE_LADDER"
 #: top level of an NPUW compile they reach every sub-model's device
 EMU_DEVICE_PREFIX = "NPU_EMU_"
 
-#: keys we interpret, with the real defaults (npuw_option_defs.inc) unless marked ours
-DEFAULTS: dict[str, Any] = {
-    "NPU_USE_NPUW": "NO",
-    "NPUW_LLM": "NO",
-    "NPUW_LLM_BATCH_DIM": 0,
-    "NPUW_LLM_SEQ_LEN_DIM": 2,
-    "NPUW_LLM_MAX_PROMPT_LEN": 1024,
-    "NPUW_LLM_MIN_RESPONSE_LEN": 128,
-    "NPUW_LLM_MAX_GENERATION_TOKEN_LEN": 1,
-    "NPUW_LLM_PREFILL_CHUNK_SIZE": 1024,
-    "NPUW_LLM_PREFILL_HINT": "DYNAMIC",
-    "NPUW_LLM_PREFILL_ATTENTION_HINT": "STATIC",  # PYRAMID (DYNAMIC, HFA): smaller chunk models
-    "NPUW_LLM_GENERATE_HINT": "FAST_COMPILE",
-    "NPUW_LLM_GENERATE_PYRAMID": True,
-    "NPUW_LLM_SHARED_HEAD": True,  # the LM head is a third model shared by prefill and generate
-    "NPUW_LLM_OPTIMIZE_V_TENSORS": False,  # real: YES; ours stores V [1,H,D,S] only when asked
-    "NPUW_LLM_CACHE_ROPE": True,  # sin/cos tables for positions [0, total KV size)
-    "NPUW_LLM_ENABLE_PREFIX_CACHING": False,  # needs chunked prefill
-    "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE": 256,  # forced to the chunk size unless it divides it
-    "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS": 128,  # LRU capacity per infer request
-    "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE": False,  # KV in blocks of the chunk size (blockkv.py)
-    "NPUW_DEVICES": "NPU",  # real: "NPU,CPU"; ours means the emulated NPU
-    "KV_CACHE_PRECISION": "f16",
-    "NPUW_LLM_MAX_LORA_RANK": 32,  # static rank of the LoRA inputs (ov_npu_emu_npuw/lora.py)
-    VARIANTS_KEY: "",
-    GROUPED_ATTENTION_KEY: None,  # ours; None: YES when the generate device is CPU, else NO
-    KV_GROUP_SIZE_KEY: 0,  # ours: u8/u4 KV group size; 0 = head_dim
-    LADDER_KEY: True,  # ours; token-proportional prefill for short prompts
-    GENERATE_LADDER_KEY: None,  # ours; None: decided per device and model (see the key above)
-    "CACHE_DIR": "",
-}
-
 #: real NPUW keys about partitioning/folding that have no meaning here: accepted and ignored
 IGNORED_KEYS = frozenset(
     {
@@ -102,6 +70,494 @@ IGNORED_KEYS = frozenset(
         "NPUW_LLM_GENERATE_ATTENTION_HINT",
     }
 )
+
+
+def _positive(key: str, value: Any) -> int:
+    return as_int(key, value, minimum=1)
+
+
+def _bnsd(want: int) -> Converter:
+    """The KV layout axes: only BNSD (batch 0, sequence 2) is supported."""
+
+    def convert(key: str, value: Any) -> int:
+        if as_int(key, value) != want:
+            raise ConfigError(
+                f"{key}={value} is not supported: only the BNSD KV layout ({key}={want}) is", key=key
+            )
+        return want
+
+    return convert
+
+
+def _upper_choice(*choices: str) -> Converter:
+    """One of ``choices`` (any case), upper-cased; the error lists them."""
+    listed = f"{', '.join(choices[:-1])} or {choices[-1]}"
+
+    def convert(key: str, value: Any) -> str:
+        s = str(value).upper()
+        if s not in choices:
+            raise ConfigError(f"{key} must be {listed}, got {value!r}", key=key)
+        return s
+
+    return convert
+
+
+def _chunk_size(key: str, value: Any) -> int:
+    chunk = as_int(key, value)
+    if chunk & (chunk - 1):
+        raise ConfigError(
+            f"Configuration Error: chunk size ({chunk}) is not power of 2. Please adjust {key}.", key=key
+        )
+    return chunk
+
+
+def _kv_precision(key: str, value: Any) -> str:
+    """f16 / f32 (any of their spellings, an ov.Type too) or ours, u8 / u4."""
+    kv = str(value).lower().replace("<type: '", "").rstrip("'>")
+    kv = {"float16_t": "f16", "float": "f32"}.get(kv, kv)
+    if kv not in _KV_PRECISIONS:
+        raise ConfigError(
+            f"{key}={value!r} is not supported by NPUW here; use f16, f32, u8 or u4", key=key
+        )
+    return _KV_PRECISIONS[kv]
+
+
+def _devices(key: str, value: Any) -> tuple[str, ...]:
+    devices = tuple(d.strip().upper() for d in str(value).split(",") if d.strip())
+    if not devices:
+        raise ConfigError(f"{key} is empty; name a device, e.g. {key}=CPU", key=key)
+    return devices
+
+
+def _cache_mode(key: str, value: Any) -> str:
+    mode = str(value or "").upper()
+    if mode and mode not in CACHE_MODES:
+        raise ConfigError(f"{key}={value!r} is not one of {', '.join(CACHE_MODES)}", key=key)
+    return mode
+
+
+def _variants(key: str, value: Any) -> tuple[int, ...]:
+    """Explicit generate KV sizes ("256,512" or a list), ascending; () when not given."""
+    if value in ("", None, [], ()):
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(sorted({as_int(key, str(s).strip() if isinstance(s, str) else s, minimum=2) for s in items}))
+
+
+def _subconfig(key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{key} must be a dict of device properties, got {type(value).__name__}", key=key
+        )
+    return dict(value)
+
+
+#: the keys NPUW interprets, each declared once (the real npuw_option_defs.inc's DEFINE_OPT):
+#: real keys keep the real defaults unless the doc says where we differ
+NPUW_OPTIONS = OptionTable(
+    "NPUW",
+    [
+        Option(
+            "NPU_USE_NPUW",
+            as_flag,
+            False,
+            'YES (with `NPUW_LLM=YES`, or `True`/"true") → NPUW claims the call on "NPU"',
+        ),
+        Option(
+            "NPUW_LLM",
+            as_flag,
+            False,
+            "YES (with `NPU_USE_NPUW=YES`) → NPUW's LLM pipeline",
+        ),
+        Option(
+            "NPUW_LLM_BATCH_DIM",
+            _bnsd(0),
+            0,
+            "Only the BNSD layout is supported (another value is an error)",
+        ),
+        Option(
+            "NPUW_LLM_SEQ_LEN_DIM",
+            _bnsd(2),
+            2,
+            "Only the BNSD layout is supported (another value is an error)",
+        ),
+        Option(
+            "NPUW_LLM_MAX_PROMPT_LEN",
+            _positive,
+            1024,
+            "Aligned up to 64, then to the chunk size when chunking. Positive integer (int or decimal string)",
+        ),
+        Option(
+            "NPUW_LLM_MIN_RESPONSE_LEN",
+            _positive,
+            128,
+            "Aligned up to 64. Total KV = MAX_PROMPT + MIN_RESPONSE",
+        ),
+        Option(
+            "NPUW_LLM_MAX_GENERATION_TOKEN_LEN",
+            _positive,
+            1,
+            (
+                "Tokens per generate call M (speculative decoding: candidates, then rollback through `position_ids`); "
+                "≠ 1 is aligned up to 8 (real rule). Variants take `input_ids [1,M]`, past `[1,H,K−M,D]`, present "
+                "`[1,H,M,D]`; a call of n ≤ M tokens is right-aligned (padding slots masked), its n rows go to the "
+                "past, and `logits` are `[1,M,V]` with the valid rows last — the real's shapes and error text (tested "
+                "side by side). Capacity becomes total − M; a variant switch happens when the call's rows would not "
+                "fit the past. Must not exceed MIN_RESPONSE_LEN nor (with chunking) the chunk size: `ConfigError`s. "
+                "With a shared head the prefill outputs its last M hidden states. genai_shim's speculative decoding "
+                "(`draft_model`, docs/genai_shim.md) compiles the main model with M = 2 × num_assistant_tokens + 1, "
+                "as the real pipeline does"
+            ),
+        ),
+        Option(
+            "NPUW_LLM_PREFILL_CHUNK_SIZE",
+            _chunk_size,
+            1024,
+            (
+                "Power of two (else the real error text), 0 disables; chunking is off when chunk ≥ MAX_PROMPT (real "
+                "rule), so the defaults give a static 1024 prefill"
+            ),
+        ),
+        Option(
+            "NPUW_LLM_PREFILL_HINT",
+            _upper_choice("DYNAMIC", "STATIC"),
+            "DYNAMIC",
+            "DYNAMIC = chunked prefill, STATIC = one `[1,P]` prefill",
+        ),
+        Option(
+            "NPUW_LLM_PREFILL_ATTENTION_HINT",
+            _upper_choice("STATIC", "DYNAMIC", "PYRAMID", "HFA"),
+            "STATIC",
+            (
+                "With chunking only (real rule). PYRAMID (and DYNAMIC / HFA, which we run the same way) adds "
+                "chunk-prefill models of mask length 2C, 4C, … below P (`<name>_prefill_p<size>`, past "
+                "`[1,H,size−C,D]`, again prefix views of the one KV buffer): each chunk runs on the smallest model "
+                "whose past holds the history so far, and moving up a model migrates the stored tokens to its view. "
+                "**Differs:** the real isolates the attention per chunk (`NPUW_ATTN`) instead of compiling whole "
+                "models per size; ours costs log2(P/C) − 1 more compiled prefill models — compile time, and memory: "
+                "on the CPU device each holds its own copy of the weights (builder `qwen2.5-0.5b-shape`, 4 layers, "
+                "vocab 32000, f32, P 1024 / C 64: RSS +1452 MB STATIC vs +2165 MB PYRAMID), on the emulated NPU the "
+                "weights bank shares them (+1192 vs +1524 MB, the rest is per-model scratch and f32 caches). Measured "
+                'below ("PYRAMID prefill")'
+            ),
+        ),
+        Option(
+            "NPUW_LLM_GENERATE_HINT",
+            _upper_choice("FAST_COMPILE", "BEST_PERF"),
+            "FAST_COMPILE",
+            (
+                "Validated (FAST_COMPILE/BEST_PERF) and read back; no effect on our devices. With "
+                '`NPUW_LLM_GENERATE_CONFIG` → "GENERATE_HINT only works with default generate config!"'
+            ),
+        ),
+        Option(
+            "NPUW_LLM_GENERATE_PYRAMID",
+            as_flag,
+            True,
+            "Real pyramid: `1024·2^k + MIN_RESPONSE` while it fits, plus the total",
+        ),
+        Option(
+            "NPUW_LLM_SHARED_HEAD",
+            as_flag,
+            True,
+            (
+                "The vocabulary MatMul (and what follows it up to `logits`) is cut into a third model "
+                "`<name>_lm_head` (`npuw_output_embed [1,1,E]` → `logits [1,1,V]`), compiled once and run after "
+                "prefill and after every generate step; prefill and variants output `npuw_output_embed`. NO keeps the "
+                "head in each model (prefill still computes it for the last position only). The real one overlaps the "
+                "head with the KV write (async); we run it in line"
+            ),
+        ),
+        Option(
+            "NPUW_LLM_OPTIMIZE_V_TENSORS",
+            as_flag,
+            False,
+            (
+                "YES stores V as `[1,Hkv,D,S]` (the real layout: past `[1,H,D,K−1]`, present `[1,H,D,n]`), copies run "
+                "along axis 3. With grouped attention (the CPU default) the attention reads the stored layout in "
+                "place — `Concat(past [1,H,D,K−1], new row transposed)` on axis 3 and `MatMul(probs, V, "
+                "transpose_b)`, the real OptimizeValueTensors rewrite; otherwise (emulated NPU) a Transpose at the "
+                "model boundary turns the past back. Still off by default: stories260K kv256 variant alone on CPU, "
+                "186 µs (NO) vs 197 µs (YES, the axis-3 Concat is strided) vs 306 µs (YES with boundary transposes "
+                "and SDPA)"
+            ),
+            shown_default="NO (real: YES)",
+        ),
+        Option(
+            "NPUW_LLM_CACHE_ROPE",
+            as_flag,
+            True,
+            (
+                "Every Sin/Cos that depends on `position_ids` alone becomes `Gather(table, position_ids)`; the tables "
+                "are computed at compile time by the CPU plugin in f32 from the model's own sin/cos subgraph, for "
+                "positions `[0, total KV size)` (one size for prefill and all variants; the real uses MAX_PROMPT_LEN "
+                "for prefill and K per variant). Bit-identical outputs on stories260K; the kv256 variant alone runs "
+                "4% faster (173 → 166 µs), end to end it is within noise (TPOT@20 0.361–0.378× with vs 0.340–0.380× "
+                "without, three A/B runs). A position at or beyond the table is a `UserInputError` that names NO as "
+                "the way out (the Gather would silently read zeros)"
+            ),
+        ),
+        Option(
+            "NPUW_LLM_ENABLE_PREFIX_CACHING",
+            as_flag,
+            False,
+            (
+                "YES keeps the KV of prompt blocks per infer request and restores the longest cached chain of blocks "
+                "that starts a new prompt, so only the rest is prefilled (chat turns re-send the history). Ours also "
+                "caches the tokens a conversation generated (real: prefill-computed blocks only). Chunked prefill "
+                "only: with a static prefill it is a `ConfigError` saying how to enable chunking. Used only for "
+                "unpadded prompts at consecutive positions (anything else bypasses the cache). At least the prompt's "
+                'last token is always computed. See "Prefix caching" below'
+            ),
+        ),
+        Option(
+            "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE",
+            _positive,
+            256,
+            (
+                "Tokens per block; when it does not divide the chunk size, the chunk size is used (real rule) and "
+                "read back"
+            ),
+        ),
+        Option(
+            "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS",
+            _positive,
+            128,
+            (
+                "Blocks kept per request; the least recently used *leaf* block goes first, so cached chains never "
+                "lose an inner block. Memory: blocks × block size × Σ Hkv·D × KV item size"
+            ),
+        ),
+        Option(
+            "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE",
+            as_flag,
+            False,
+            (
+                "YES keeps the KV in blocks of the prefill chunk size, allocated as the conversation grows and "
+                "released at the next conversation; every sub-model with a past takes it as numbered block inputs "
+                'plus a tail, like the real (see "Block-based KV cache" below). Needs chunked prefill (else a '
+                "`ConfigError` saying how to enable it); a `ConfigError` with `NPUW_LLM_ENABLE_PREFIX_CACHING=YES` or "
+                "u8/u4 KV. Read back by `get_property` and kept by export/import"
+            ),
+        ),
+        Option(
+            "NPUW_LLM_MAX_LORA_RANK",
+            _positive,
+            32,
+            (
+                "Static rank R of the LoRA inputs (`plugins/ov_npu_emu_npuw/lora.py`, as the real NPUW). "
+                "openvino.genai's LoRA (MODE_DYNAMIC, its NPU default) puts variables "
+                "`lora_state_<n><node>MatMul.A|.alpha|.B` of dynamic rank into the model; NPUW turns them into inputs "
+                "A `[R,in]`, alpha `[1,R]`, B `[out,R]` of every prefill/generate sub-model (the real's "
+                "LoraStatefulToStateless + static reshape) and exposes them again as the request's variable states. "
+                "At each new conversation an updated state is copied into one zero-padded tensor per input shared by "
+                "all sub-models (padding adds nothing), a rank-0 state sets alpha to 0: adapters and alphas change "
+                'per generate() without recompiling. Rank > R: `ConfigError(key="NPUW_LLM_MAX_LORA_RANK")` with the '
+                "real text (`LoRA tensor low-rank size: 40 is larger than the maximum LoRA low-rank size 32. Please "
+                "adjust NPUW_LLM_MAX_LORA_RANK configuration.`), raised at that prefill as the real; a width "
+                "mismatch: the real's `LoRA adapter tensor shape: … is not compatible with inference tensor shape: "
+                "…`. Any other variable left after lifting the KV cache is a `CompileError`. Tested side by side with "
+                "the real NPUW on CPU (tests/genai_shim/test_lora.py)"
+            ),
+        ),
+        Option(
+            "NPUW_DEVICES",
+            _devices,
+            "NPU",
+            (
+                'Fallback list; the first registered device is used. Real default is "NPU,CPU"; ours "NPU" means the '
+                "emulated NPU. A list without any registered device is a typed error: a missing NPU is a "
+                "`PluginError` suggesting `NPUW_DEVICES=CPU`, other unknown names a `DeviceNotFoundError`"
+            ),
+        ),
+        Option(
+            "KV_CACHE_PRECISION",
+            _kv_precision,
+            "f16",
+            (
+                'KV storage type: f16, f32, or (ours) **u8 / u4**: quantised KV, see "Quantised KV cache" below. '
+                "Anything else is a `ConfigError`. u8/u4 with `NPUW_LLM_ENABLE_PREFIX_CACHING=YES` or "
+                "`NPUW_LLM_OPTIMIZE_V_TENSORS=YES` is a `ConfigError` (not implemented)"
+            ),
+        ),
+        Option(
+            "CACHE_DIR",
+            as_str,
+            "",
+            "Cache compiled LLMs on disk (below)",
+        ),
+        Option(
+            "CACHE_MODE",
+            _cache_mode,
+            "",
+            (
+                "`OPTIMIZE_SIZE`: `export_model()` / `CACHE_DIR` / genai's `EXPORT_BLOB` write a **weightless** "
+                'artefact (below, "Weightless artefacts"); `OPTIMIZE_SPEED` or unset: the artefact holds its weights. '
+                'Another value is a `ConfigError`. `get_property("CACHE_MODE")` answers only when it was set (the '
+                'real: "Unsupported configuration key" otherwise). Works with the emulated NPU\'s and the CPU '
+                "plugin's sub-blobs (another device: `ConfigError`). **Differs:** the real exports weightless when "
+                "CACHE_MODE is unset too (measured: 836 KB unset/OPTIMIZE_SIZE vs 1.94 MB OPTIMIZE_SPEED on "
+                "stories260K); ours keeps the weights unless asked"
+            ),
+            shown_default="(unset)",
+        ),
+        Option(
+            "WEIGHTS_PATH",
+            as_str,
+            "",
+            (
+                "At compile: the `.bin` a weightless export refers to, when the model was not read from an IR by our "
+                "`Core.read_model` (which records the path in the model's `__weights_path` rt_info); its `.xml` must "
+                "sit next to it. At import: where a weightless artefact takes its weights from (or `MODEL_PTR`, an "
+                "`openvino.Model`; emulated-NPU sub-blobs only, CPU ones need `WEIGHTS_PATH`). Given for an artefact "
+                "that holds its weights it is a `ConfigError` (the real fails too)"
+            ),
+        ),
+        Option(
+            "NPUW_WEIGHTS_BANK",
+            as_str,
+            "",
+            (
+                "Bank name passed to every sub-model; empty → a fresh `<name>-<random>` per compilation (the real "
+                "behaviour). On the emulated NPU, sub-models with one name share bank entries (one copy of the "
+                "weights and of the f32 cache); on the CPU device (f32 precision) they read one f32 copy of each "
+                'large MatMul/Gather weight ("One weights copy on `NPUW_DEVICES=CPU`"); compilations with different '
+                "names never share. Import from an NPUW artefact / `CACHE_DIR` passes no name: the sub-models then "
+                "share through the device's anonymous bank (by content)"
+            ),
+        ),
+        Option(
+            "NPUW_LLM_PREFILL_CONFIG",
+            _subconfig,
+            None,
+            (
+                'Replaces the prefill model\'s device config (write-only, like the real: `get_property` raises "… is '
+                'write-only option!")'
+            ),
+            shown_default="—",
+        ),
+        Option(
+            "NPUW_LLM_GENERATE_CONFIG",
+            _subconfig,
+            None,
+            (
+                'Replaces the generate models\' device config (write-only, like the real: `get_property` raises "… is '
+                'write-only option!")'
+            ),
+            shown_default="—",
+        ),
+        Option(
+            "++NPUW_LLM_PREFILL_CONFIG",
+            _subconfig,
+            None,
+            "Merged into the default prefill sub-config",
+            shown_default="—",
+        ),
+        Option(
+            "++NPUW_LLM_GENERATE_CONFIG",
+            _subconfig,
+            None,
+            "Merged into the default generate sub-config",
+            shown_default="—",
+        ),
+        Option(
+            "NPUW_LLM_SHARED_HEAD_CONFIG",
+            _subconfig,
+            None,
+            (
+                "Replace / merge into the shared LM head's sub-config (write-only). **Differs:** our head starts from "
+                "the *generate* sub-config (so `++NPUW_LLM_GENERATE_CONFIG={INFERENCE_PRECISION_HINT: f32}` makes the "
+                "head f32 too); the real one starts from its own default, which is why its head stays f16 under f32 "
+                "generate hints (bug list below)"
+            ),
+            shown_default="—",
+        ),
+        Option(
+            "++NPUW_LLM_SHARED_HEAD_CONFIG",
+            _subconfig,
+            None,
+            "Merged into the shared LM head's sub-config (see `NPUW_LLM_SHARED_HEAD_CONFIG`)",
+            shown_default="—",
+        ),
+        Option(
+            "NPUW_LLM_GENERATE_VARIANTS",
+            _variants,
+            "",
+            (
+                'Explicit generate KV sizes, "256,512,1024" or a list; the total is always added; a size above the '
+                "total is an error. Overrides the pyramid"
+            ),
+            origin="ours",
+        ),
+        Option(
+            "NPUW_LLM_GENERATE_GROUPED_ATTENTION",
+            as_flag,
+            None,
+            (
+                "Generate variants compute each one-token, non-causal SDPA as grouped-query `MatMul(q [B,Hkv,G,D], K, "
+                "transpose_b) · scale + mask → Softmax → MatMul(V)` on the un-repeated KV heads (no GQA Broadcast, no "
+                "K transpose). Same values (bit-identical on stories260K here; tests compare with the SDPA form at "
+                "1e-5), ~80 fewer runtime nodes on stories260K, −25% per decode step on CPU. Off on the emulated NPU, "
+                "where one SDPA SHAVE task is cheaper than five tasks. Read back with the effective value. See "
+                '"Grouped attention" below'
+            ),
+            origin="ours",
+            shown_default="YES on `NPUW_DEVICES=CPU`, NO otherwise",
+        ),
+        Option(
+            "NPUW_LLM_PREFILL_LADDER",
+            as_flag,
+            True,
+            (
+                "Whole-prompt (unchunked) prefill only. On `NPUW_DEVICES=CPU`: a prompt of n tokens runs on the "
+                "smallest extra static prefill `<name>_prefill_l<size>` of 64·2^k < MAX_PROMPT_LEN tokens that holds "
+                "it, compiled on first use; on the emulated NPU: the prefill sub-config gets "
+                "`NPU_EMU_SKIP_PADDED_ROWS=YES` (docs/npu_device.md). Results bit-identical to NO (tested). NO = the "
+                'real behaviour (the full `[1,P]` prefill for every prompt). See "Prefill cost follows the real '
+                'tokens"'
+            ),
+            origin="ours",
+        ),
+        Option(
+            "NPUW_LLM_GENERATE_LADDER",
+            as_flag,
+            None,
+            (
+                "Extra generate variants `<name>_kv<K>` of K = 64·2^k slots below the smallest variant (64…1024 with "
+                "the real defaults), each compiled on first use; a conversation starts on the smallest rung that "
+                "holds its prompt (`K − 2M ≥ prompt`) and migrates up as it grows (the variant switch), so a decode "
+                "step attends over ~the conversation instead of MAX_PROMPT + MIN_RESPONSE slots. Same tokens as NO "
+                "(tested against NO and the f32 CPU model); logits differ from the kv1152 run by ≤ 2e-5 (the CPU "
+                'plugin\'s sums reassociate with K, see "Generate ladder"). YES forces it (any device, explicit '
+                "variants too). Read back: whether rungs exist. Not kept by export/`CACHE_DIR` (an imported model has "
+                "no source model to compile rungs from)"
+            ),
+            origin="ours",
+            shown_default=(
+                "unset: YES on `NPUW_DEVICES=CPU` and on the emulated NPU unless `NPUW_LLM_GENERATE_VARIANTS` "
+                "is given or the KV window is < 10% of the weights; NO otherwise"
+            ),
+        ),
+        Option(
+            "NPUW_EMU_KV_GROUP_SIZE",
+            as_int,
+            0,
+            (
+                "u8/u4 KV group G: values get one scale/zero point per G values of a token's head row, keys one per "
+                "channel per block of G tokens. Must divide the head size (else a `CompileError` naming this key)"
+            ),
+            origin="ours",
+            shown_default="0 (= head_dim)",
+        ),
+    ],
+    prefixes=("NPUW_LLM", "++NPUW_LLM"),
+    accepted=IGNORED_KEYS,
+    unknown="Unsupported NPUW LLM property {key}{hint}",
+    hint="; did you mean {close}?",
+)
+#: name -> default of every key NPUW interprets
+DEFAULTS: dict[str, Any] = NPUW_OPTIONS.defaults()
+
 #: keys NPUW itself consumes for export/import (weightless artefacts, serialize.py); never
 #: passed on to the sub-model devices
 CACHE_MODES = ("OPTIMIZE_SPEED", "OPTIMIZE_SIZE")
@@ -128,39 +584,12 @@ def align_to(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-def _bool(key: str, value: Any) -> bool:
-    # "" reads as NO here: genai passes empty strings for keys it does not set
-    return False if isinstance(value, str) and not value.strip() else as_bool(key, value)
-
-
-def _uint(key: str, value: Any, *, minimum: int = 0) -> int:
-    """A non-negative integer from an int or a decimal string; anything else is a typed error."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, str))
-        and not hasattr(value, "__index__")
-    ):
-        raise ConfigError(
-            f"{key} must be an integer, got {type(value).__name__} {value!r}", key=key
-        )
-    try:
-        n = int(value) if not isinstance(value, str) else int(value.strip(), 10)
-    except ValueError as e:
-        raise ConfigError(
-            f'{key} must be an integer, got {value!r}; pass e.g. {key}="256"', key=key
-        ) from e
-    if n < minimum:
-        what = "positive" if minimum > 0 else "non-negative"
-        raise ConfigError(f"{key} must be a {what} integer, got {n}", key=key)
-    return n
-
-
 def is_npuw_llm_config(device_name: str, config: Mapping[str, Any]) -> bool:
     """True when the call asks for NPUW's LLM pipeline (what openvino.genai sets for "NPU")."""
     if device_name != "NPU":
         return False
     try:
-        return _bool("NPU_USE_NPUW", config.get("NPU_USE_NPUW", "NO")) and _bool(
+        return as_flag("NPU_USE_NPUW", config.get("NPU_USE_NPUW", "NO")) and as_flag(
             "NPUW_LLM", config.get("NPUW_LLM", "NO")
         )
     except ConfigError:
@@ -321,59 +750,72 @@ class LLMConfig:
         return cls(**d)
 
 
-def _subconfig(key: str, value: Any) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            f"{key} must be a dict of device properties, got {type(value).__name__}", key=key
-        )
-    return dict(value)
-
-
 def parse_config(config: Mapping[str, Any]) -> LLMConfig:
-    """Validate ``config`` and apply the real alignment rules; bad values raise ConfigError."""
-    raw = dict(config)
-    # the keys the caller gave (a Core call's config also holds the NPU device's defaults)
-    given = getattr(config, "explicit_keys", None)
-    # Unknown NPUW LLM keys are almost always typos: fail early with a suggestion.
-    subconfig_keys = (*SUBCONFIG_KEYS, HEAD_CONFIG_KEY)
-    known = set(DEFAULTS) | IGNORED_KEYS | set(subconfig_keys) | {"++" + k for k in subconfig_keys}
-    for key in raw:
-        if key.startswith(("NPUW_LLM", "++NPUW_LLM")) and key not in known:
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            raise ConfigError(f"Unsupported NPUW LLM property {key}{hint}", key=key)
-    def get(k: str) -> Any:
-        return raw.get(k, DEFAULTS[k])
+    """Validate ``config`` and apply the real alignment rules; bad values raise ConfigError.
 
-    cache_mode = str(raw.get("CACHE_MODE", "") or "").upper()
-    if cache_mode and cache_mode not in CACHE_MODES:
-        raise ConfigError(
-            f"CACHE_MODE={raw['CACHE_MODE']!r} is not one of {', '.join(CACHE_MODES)}", key="CACHE_MODE"
-        )
-    for key, want in (("NPUW_LLM_BATCH_DIM", 0), ("NPUW_LLM_SEQ_LEN_DIM", 2)):
-        if _uint(key, get(key)) != want:
-            raise ConfigError(
-                f"{key}={raw[key]} is not supported: only the BNSD KV layout ({key}={want}) is",
-                key=key,
-            )
-    max_gen = _uint(
-        "NPUW_LLM_MAX_GENERATION_TOKEN_LEN", get("NPUW_LLM_MAX_GENERATION_TOKEN_LEN"), minimum=1
-    )
+    Every key is read through :data:`NPUW_OPTIONS` (an unknown ``NPUW_LLM*`` key fails with a
+    suggestion); the rule functions below tie keys together.
+    """
+    raw = dict(config)
+    o = NPUW_OPTIONS.parse(raw)
+    _check_generate_hint(raw)
+    max_gen = o["NPUW_LLM_MAX_GENERATION_TOKEN_LEN"]
     if max_gen != 1:
         max_gen = align_to(max_gen, 8)  # real rule: several tokens per call are aligned to 8
+    max_prompt, min_response, chunk = _lengths(o)
+    _check_max_gen(max_gen, chunk, min_response)
+    prefix_block = _prefix_block(o, chunk, max_prompt)
+    block_kv = _block_kv(o["NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE"], chunk, max_prompt, bool(prefix_block))
+    attention_hint = o["NPUW_LLM_PREFILL_ATTENTION_HINT"]
+    ladder = o[LADDER_KEY]
+    variants = _generate_variants(o, max_prompt, min_response)
+    generate_ladder = _generate_ladder(o[GENERATE_LADDER_KEY], bool(o[VARIANTS_KEY]), block_kv)
+    kv_precision = o["KV_CACHE_PRECISION"]
+    subs, head = _subconfigs(raw, o, getattr(config, "explicit_keys", None))
+    _check_quantised_kv(
+        kv_precision,
+        {
+            "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE": block_kv,
+            "NPUW_LLM_ENABLE_PREFIX_CACHING": bool(prefix_block),
+            "NPUW_LLM_OPTIMIZE_V_TENSORS": o["NPUW_LLM_OPTIMIZE_V_TENSORS"],
+        },
+    )
+    return LLMConfig(
+        max_prompt_len=max_prompt,
+        min_response_len=min_response,
+        chunk_size=chunk,
+        prefill_hint=o["NPUW_LLM_PREFILL_HINT"],
+        generate_hint=o["NPUW_LLM_GENERATE_HINT"],
+        pyramid=o["NPUW_LLM_GENERATE_PYRAMID"],
+        variants=variants,
+        kv_precision=kv_precision,
+        shared_head=o["NPUW_LLM_SHARED_HEAD"],
+        optimize_v=o["NPUW_LLM_OPTIMIZE_V_TENSORS"],
+        devices=o["NPUW_DEVICES"],
+        prefill_config=subs[0],
+        generate_config=subs[1],
+        cache_dir=o["CACHE_DIR"] or "",
+        raw={k: v for k, v in raw.items() if isinstance(v, (str, int, float, bool))},
+        grouped_attention=o[GROUPED_ATTENTION_KEY],
+        head_config=head,
+        cache_rope=o["NPUW_LLM_CACHE_ROPE"],
+        prefix_block=prefix_block,
+        prefix_max_blocks=o["NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS"],
+        block_kv=block_kv,
+        max_gen_len=max_gen,
+        prefill_attention_hint=attention_hint,
+        prefill_pyramid=_prefill_pyramid(attention_hint, chunk, max_prompt),
+        kv_group_size=o[KV_GROUP_SIZE_KEY],
+        prefill_ladder=ladder,
+        generate_ladder=generate_ladder,
+        ladder=ladder_sizes(max_prompt) if ladder and not chunk else (),
+        max_lora_rank=o["NPUW_LLM_MAX_LORA_RANK"],
+        cache_mode=o["CACHE_MODE"],
+        weights_path=o["WEIGHTS_PATH"] or "",
+    )
 
-    prefill_hint = str(get("NPUW_LLM_PREFILL_HINT")).upper()
-    if prefill_hint not in ("DYNAMIC", "STATIC"):
-        raise ConfigError(
-            f"NPUW_LLM_PREFILL_HINT must be DYNAMIC or STATIC, got {get('NPUW_LLM_PREFILL_HINT')!r}",
-            key="NPUW_LLM_PREFILL_HINT",
-        )
-    generate_hint = str(get("NPUW_LLM_GENERATE_HINT")).upper()
-    if generate_hint not in ("FAST_COMPILE", "BEST_PERF"):
-        raise ConfigError(
-            f"NPUW_LLM_GENERATE_HINT must be FAST_COMPILE or BEST_PERF, got {get('NPUW_LLM_GENERATE_HINT')!r}",
-            key="NPUW_LLM_GENERATE_HINT",
-        )
+
+def _check_generate_hint(raw: Mapping[str, Any]) -> None:
     if "NPUW_LLM_GENERATE_HINT" in raw and "NPUW_LLM_GENERATE_CONFIG" in raw:
         # Real text; the hint only edits the default generate config, so both together is ambiguous.
         raise ConfigError(
@@ -382,24 +824,20 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
             key="NPUW_LLM_GENERATE_HINT",
         )
 
-    max_prompt = align_to(
-        _uint("NPUW_LLM_MAX_PROMPT_LEN", get("NPUW_LLM_MAX_PROMPT_LEN"), minimum=1), 64
-    )
-    min_response = align_to(
-        _uint("NPUW_LLM_MIN_RESPONSE_LEN", get("NPUW_LLM_MIN_RESPONSE_LEN"), minimum=1), 64
-    )
-    chunk = _uint("NPUW_LLM_PREFILL_CHUNK_SIZE", get("NPUW_LLM_PREFILL_CHUNK_SIZE"))
-    if chunk & (chunk - 1):
-        raise ConfigError(
-            f"Configuration Error: chunk size ({chunk}) is not power of 2. "
-            "Please adjust NPUW_LLM_PREFILL_CHUNK_SIZE.",
-            key="NPUW_LLM_PREFILL_CHUNK_SIZE",
-        )
-    if prefill_hint == "STATIC" or chunk == 0 or chunk >= max_prompt:
+
+def _lengths(o: Mapping[str, Any]) -> tuple[int, int, int]:
+    """MAX_PROMPT_LEN, MIN_RESPONSE_LEN and the chunk (0: whole-prompt prefill), aligned as the real."""
+    max_prompt = align_to(o["NPUW_LLM_MAX_PROMPT_LEN"], 64)
+    min_response = align_to(o["NPUW_LLM_MIN_RESPONSE_LEN"], 64)
+    chunk = int(o["NPUW_LLM_PREFILL_CHUNK_SIZE"])
+    if o["NPUW_LLM_PREFILL_HINT"] == "STATIC" or chunk == 0 or chunk >= max_prompt:
         chunk = 0  # real rule: chunking is off when the chunk covers the whole prompt
     else:
         max_prompt = align_to(max_prompt, chunk)
-    total = max_prompt + min_response
+    return max_prompt, min_response, chunk
+
+
+def _check_max_gen(max_gen: int, chunk: int, min_response: int) -> None:
     if max_gen > 1 and chunk and chunk < max_gen:
         raise ConfigError(
             f"NPUW_LLM_PREFILL_CHUNK_SIZE {chunk} is smaller than NPUW_LLM_MAX_GENERATION_TOKEN_LEN "
@@ -415,194 +853,32 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
             key="NPUW_LLM_MAX_GENERATION_TOKEN_LEN",
         )
 
-    prefix_block = 0
-    max_blocks = _uint(
-        "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS",
-        get("NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS"),
-        minimum=1,
-    )
-    block = _uint(
-        "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE", get("NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE"), minimum=1
-    )
-    if _bool("NPUW_LLM_ENABLE_PREFIX_CACHING", get("NPUW_LLM_ENABLE_PREFIX_CACHING")):
-        if not chunk:
-            raise ConfigError(
-                "NPUW_LLM_ENABLE_PREFIX_CACHING works with chunked prefill only: set "
-                "NPUW_LLM_PREFILL_HINT=DYNAMIC and NPUW_LLM_PREFILL_CHUNK_SIZE below "
-                f"NPUW_LLM_MAX_PROMPT_LEN ({max_prompt})",
-                key="NPUW_LLM_ENABLE_PREFIX_CACHING",
-            )
-        # real rule: a block must not straddle chunks, so a block size that does not divide
-        # the chunk becomes the chunk size
-        prefix_block = block if chunk % block == 0 else chunk
-        if prefix_block != block:
-            logger.info(
-                "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE %d does not divide the chunk size %d: using %d",
-                block,
-                chunk,
-                chunk,
-            )
 
-    block_kv = _block_kv(get, chunk, max_prompt, bool(prefix_block))
-
-    attention_hint = str(get("NPUW_LLM_PREFILL_ATTENTION_HINT")).upper()
-    if attention_hint not in ("STATIC", "DYNAMIC", "PYRAMID", "HFA"):
+def _prefix_block(o: Mapping[str, Any], chunk: int, max_prompt: int) -> int:
+    """The prefix-cache block size in tokens; 0: prefix caching off."""
+    if not o["NPUW_LLM_ENABLE_PREFIX_CACHING"]:
+        return 0
+    if not chunk:
         raise ConfigError(
-            "NPUW_LLM_PREFILL_ATTENTION_HINT must be STATIC, DYNAMIC, PYRAMID or HFA, got "
-            f"{get('NPUW_LLM_PREFILL_ATTENTION_HINT')!r}",
-            key="NPUW_LLM_PREFILL_ATTENTION_HINT",
+            "NPUW_LLM_ENABLE_PREFIX_CACHING works with chunked prefill only: set "
+            "NPUW_LLM_PREFILL_HINT=DYNAMIC and NPUW_LLM_PREFILL_CHUNK_SIZE below "
+            f"NPUW_LLM_MAX_PROMPT_LEN ({max_prompt})",
+            key="NPUW_LLM_ENABLE_PREFIX_CACHING",
         )
-    prefill_pyramid: tuple[int, ...] = ()
-    if attention_hint != "STATIC" and chunk:
-        # Ours: chunk-prefill models of mask length 2C, 4C, … below P, so a chunk attends over
-        # a past about the size of its history instead of P − C (real: attention isolated per
-        # chunk; it applies with chunking only).
-        sizes, size = [], 2 * chunk
-        while size < max_prompt:
-            sizes.append(size)
-            size *= 2
-        prefill_pyramid = tuple(sizes)
-
-    pyramid = _bool("NPUW_LLM_GENERATE_PYRAMID", get("NPUW_LLM_GENERATE_PYRAMID"))
-    ladder = _bool(LADDER_KEY, get(LADDER_KEY))
-    explicit = get(VARIANTS_KEY)
-    if explicit not in ("", None, [], ()):
-        items = explicit.split(",") if isinstance(explicit, str) else list(explicit)
-        sizes = sorted(
-            {
-                _uint(VARIANTS_KEY, str(s).strip() if isinstance(s, str) else s, minimum=2)
-                for s in items
-            }
-        )
-        if sizes[-1] > total:
-            raise ConfigError(
-                f"{VARIANTS_KEY}: size {sizes[-1]} exceeds the total KV size {total} "
-                f"(= NPUW_LLM_MAX_PROMPT_LEN {max_prompt} + NPUW_LLM_MIN_RESPONSE_LEN {min_response})",
-                key=VARIANTS_KEY,
-            )
-        if sizes[-1] != total:
-            sizes.append(total)
-        variants = tuple(sizes)
-    elif pyramid:
-        variants = tuple(pyramid_sizes(max_prompt, min_response))
-    else:
-        variants = (total,)
-
-    # unset: decided once the device and the model are known, but explicit variants are the
-    # user's exact choice (compiled_model.generate_ladder_on)
-    generate_ladder = get(GENERATE_LADDER_KEY)
-    if generate_ladder is not None:
-        generate_ladder = _bool(GENERATE_LADDER_KEY, generate_ladder)
-    elif explicit not in ("", None, [], ()):
-        generate_ladder = False
-    if generate_ladder and block_kv:
-        raise ConfigError(
-            f"{GENERATE_LADDER_KEY}=YES with NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE=YES: the block KV "
-            "binds its blocks to the configured generate variants only; drop one of the two keys",
-            key=GENERATE_LADDER_KEY,
-        )
-
-    kv = str(get("KV_CACHE_PRECISION")).lower().replace("<type: '", "").rstrip("'>")
-    kv = {"float16_t": "f16", "float": "f32"}.get(kv, kv)
-    if kv not in _KV_PRECISIONS:
-        raise ConfigError(
-            f"KV_CACHE_PRECISION={get('KV_CACHE_PRECISION')!r} is not supported by NPUW here; "
-            "use f16, f32, u8 or u4",
-            key="KV_CACHE_PRECISION",
-        )
-
-    devices = tuple(d.strip().upper() for d in str(get("NPUW_DEVICES")).split(",") if d.strip())
-    if not devices:
-        raise ConfigError(
-            "NPUW_DEVICES is empty; name a device, e.g. NPUW_DEVICES=CPU", key="NPUW_DEVICES"
-        )
-
-    # Base sub-config: top-level non-NPUW keys (e.g. INFERENCE_PRECISION_HINT) flow to the
-    # devices, and so do the emulator's device keys the caller set (NPU_EMU_*, not the NPU
-    # device's defaults: the emulated NPU validates them, the CPU device keeps the ones it
-    # knows), which the NPU plugin's own keys do not
-    base = {
-        k: v
-        for k, v in raw.items()
-        if ((k.startswith(EMU_DEVICE_PREFIX) and (given is None or k in given))
-            or not k.startswith(("NPU", "++NPUW", "KV_CACHE_PRECISION", "CACHE_DIR")))
-        and k not in IGNORED_KEYS
-        and k not in EXPORT_KEYS
-    }
-    subs: list[dict[str, Any]] = []
-    for key in SUBCONFIG_KEYS:
-        sub = _subconfig(key, raw[key]) if key in raw else dict(base)
-        if "++" + key in raw:
-            sub.update(_subconfig("++" + key, raw["++" + key]))
-        subs.append(sub)
-    # The head runs after every generate step, so by default it gets the generate sub-config
-    # (the real one starts it from its own default: see docs/npuw.md on f32 hints).
-    head: dict[str, Any] | None = None
-    if HEAD_CONFIG_KEY in raw or "++" + HEAD_CONFIG_KEY in raw:
-        head = (
-            _subconfig(HEAD_CONFIG_KEY, raw[HEAD_CONFIG_KEY])
-            if HEAD_CONFIG_KEY in raw
-            else dict(subs[1])
-        )
-        if "++" + HEAD_CONFIG_KEY in raw:
-            head.update(_subconfig("++" + HEAD_CONFIG_KEY, raw["++" + HEAD_CONFIG_KEY]))
-    kv_precision = _KV_PRECISIONS[kv]
-    if kv_precision in ("u8", "u4"):
-        for key, on in (
-            ("NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE", block_kv),
-            ("NPUW_LLM_ENABLE_PREFIX_CACHING", bool(prefix_block)),
-            (
-                "NPUW_LLM_OPTIMIZE_V_TENSORS",
-                _bool("NPUW_LLM_OPTIMIZE_V_TENSORS", get("NPUW_LLM_OPTIMIZE_V_TENSORS")),
-            ),
-        ):
-            if on:
-                raise ConfigError(
-                    f"KV_CACHE_PRECISION={kv_precision} cannot be combined with {key}=YES here "
-                    f"(not implemented for the quantised KV cache); set {key}=NO or use f16 KV",
-                    key="KV_CACHE_PRECISION",
-                )
-    return LLMConfig(
-        max_prompt_len=max_prompt,
-        min_response_len=min_response,
-        chunk_size=chunk,
-        prefill_hint=prefill_hint,
-        generate_hint=generate_hint,
-        pyramid=pyramid,
-        variants=variants,
-        kv_precision=kv_precision,
-        shared_head=_bool("NPUW_LLM_SHARED_HEAD", get("NPUW_LLM_SHARED_HEAD")),
-        optimize_v=_bool("NPUW_LLM_OPTIMIZE_V_TENSORS", get("NPUW_LLM_OPTIMIZE_V_TENSORS")),
-        devices=devices,
-        prefill_config=subs[0],
-        generate_config=subs[1],
-        cache_dir=str(get("CACHE_DIR") or ""),
-        raw={k: v for k, v in raw.items() if isinstance(v, (str, int, float, bool))},
-        grouped_attention=None
-        if get(GROUPED_ATTENTION_KEY) is None
-        else _bool(GROUPED_ATTENTION_KEY, get(GROUPED_ATTENTION_KEY)),
-        head_config=head,
-        cache_rope=_bool("NPUW_LLM_CACHE_ROPE", get("NPUW_LLM_CACHE_ROPE")),
-        prefix_block=prefix_block,
-        prefix_max_blocks=max_blocks,
-        block_kv=block_kv,
-        max_gen_len=max_gen,
-        prefill_attention_hint=attention_hint,
-        prefill_pyramid=prefill_pyramid,
-        kv_group_size=_uint(KV_GROUP_SIZE_KEY, get(KV_GROUP_SIZE_KEY)),
-        prefill_ladder=ladder,
-        generate_ladder=generate_ladder,
-        ladder=ladder_sizes(max_prompt) if ladder and not chunk else (),
-        max_lora_rank=_uint("NPUW_LLM_MAX_LORA_RANK", get("NPUW_LLM_MAX_LORA_RANK"), minimum=1),
-        cache_mode=cache_mode,
-        weights_path=str(raw.get("WEIGHTS_PATH", "") or ""),
-    )
+    # real rule: a block must not straddle chunks, so a block size that does not divide the
+    # chunk becomes the chunk size
+    block = int(o["NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE"])
+    if chunk % block == 0:
+        return block
+    logger.info("NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE %d does not divide the chunk size %d: using %d",
+                block, chunk, chunk)
+    return chunk
 
 
-def _block_kv(get: Any, chunk: int, max_prompt: int, prefix_caching: bool) -> bool:
+def _block_kv(on: bool, chunk: int, max_prompt: int, prefix_caching: bool) -> bool:
     """NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE, with the combinations the block cache cannot take."""
     key = "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE"
-    if not _bool(key, get(key)):
+    if not on:
         return False
     if not chunk:
         # The real NPUW on CPU ignores the key here (its blocks come from the chunked prefill):
@@ -620,6 +896,98 @@ def _block_kv(get: Any, chunk: int, max_prompt: int, prefix_caching: bool) -> bo
             key=key,
         )
     return True
+
+
+def _prefill_pyramid(attention_hint: str, chunk: int, max_prompt: int) -> tuple[int, ...]:
+    """Ours: chunk-prefill models of mask length 2C, 4C, … below P, so a chunk attends over a past
+    about the size of its history instead of P − C (real: attention isolated per chunk; it
+    applies with chunking only)."""
+    if attention_hint == "STATIC" or not chunk:
+        return ()
+    sizes, size = [], 2 * chunk
+    while size < max_prompt:
+        sizes.append(size)
+        size *= 2
+    return tuple(sizes)
+
+
+def _generate_variants(o: Mapping[str, Any], max_prompt: int, min_response: int) -> tuple[int, ...]:
+    """Generate KV sizes: explicit (ours; the total is added), the real pyramid, or the total alone."""
+    total = max_prompt + min_response
+    sizes = list(o[VARIANTS_KEY])
+    if sizes:
+        if sizes[-1] > total:
+            raise ConfigError(
+                f"{VARIANTS_KEY}: size {sizes[-1]} exceeds the total KV size {total} "
+                f"(= NPUW_LLM_MAX_PROMPT_LEN {max_prompt} + NPUW_LLM_MIN_RESPONSE_LEN {min_response})",
+                key=VARIANTS_KEY,
+            )
+        if sizes[-1] != total:
+            sizes.append(total)
+        return tuple(sizes)
+    if o["NPUW_LLM_GENERATE_PYRAMID"]:
+        return tuple(pyramid_sizes(max_prompt, min_response))
+    return (total,)
+
+
+def _generate_ladder(given: bool | None, explicit_variants: bool, block_kv: bool) -> bool | None:
+    """Unset: decided once the device and the model are known, but explicit variants are the
+    user's exact choice (compiled_model.generate_ladder_on)."""
+    ladder = given
+    if ladder is None and explicit_variants:
+        ladder = False
+    if ladder and block_kv:
+        raise ConfigError(
+            f"{GENERATE_LADDER_KEY}=YES with NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE=YES: the block KV "
+            "binds its blocks to the configured generate variants only; drop one of the two keys",
+            key=GENERATE_LADDER_KEY,
+        )
+    return ladder
+
+
+def _check_quantised_kv(kv_precision: str, features: Mapping[str, bool]) -> None:
+    if kv_precision not in ("u8", "u4"):
+        return
+    for key, on in features.items():
+        if on:
+            raise ConfigError(
+                f"KV_CACHE_PRECISION={kv_precision} cannot be combined with {key}=YES here "
+                f"(not implemented for the quantised KV cache); set {key}=NO or use f16 KV",
+                key="KV_CACHE_PRECISION",
+            )
+
+
+def _subconfigs(
+    raw: Mapping[str, Any], o: Mapping[str, Any], given: frozenset[str] | None
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The prefill and generate sub-model device configs, and the shared head's (None: the
+    generate one, see LLMConfig.head_config)."""
+    # Base sub-config: top-level non-NPUW keys (e.g. INFERENCE_PRECISION_HINT) flow to the
+    # devices, and so do the emulator's device keys the caller set (NPU_EMU_*, not the NPU
+    # device's defaults: the emulated NPU validates them, the CPU device keeps the ones it
+    # knows), which the NPU plugin's own keys do not
+    base = {
+        k: v
+        for k, v in raw.items()
+        if (
+            (k.startswith(EMU_DEVICE_PREFIX) and (given is None or k in given))
+            or not k.startswith(("NPU", "++NPUW", "KV_CACHE_PRECISION", "CACHE_DIR"))
+        )
+        and k not in IGNORED_KEYS
+        and k not in EXPORT_KEYS
+    }
+    subs: list[dict[str, Any]] = []
+    for key in SUBCONFIG_KEYS:
+        sub = dict(o[key]) if o[key] is not None else dict(base)
+        sub.update(o["++" + key] or {})
+        subs.append(sub)
+    # The head runs after every generate step, so by default it gets the generate sub-config
+    # (the real one starts it from its own default: see docs/npuw.md on f32 hints).
+    head: dict[str, Any] | None = None
+    if o[HEAD_CONFIG_KEY] is not None or o["++" + HEAD_CONFIG_KEY] is not None:
+        head = dict(o[HEAD_CONFIG_KEY]) if o[HEAD_CONFIG_KEY] is not None else dict(subs[1])
+        head.update(o["++" + HEAD_CONFIG_KEY] or {})
+    return subs, head
 
 
 def skip_padded_rows(cfg: LLMConfig, device: str) -> bool:

@@ -142,8 +142,10 @@ def test_emulator_device_keys_reach_the_compiled_sub_models():
         with pytest.raises(ConfigError, match="did you mean NPU_EMU_HOST_FUSION"):
             core.compile_model(model, "NPU", {**base, "NPUW_DEVICES": devices, "NPU_EMU_HOST_FUSON": "NO"})
     cpu = core.compile_model(model, "NPU", {**base, "NPUW_DEVICES": "CPU", "NPU_EMU_HOST_FUSION": "NO",
-                                            "NPU_EMU_WEIGHTS_BANK": "NO"}).impl
+                                            "NPU_EMU_WEIGHTS_BANK": "NO", "CPU_EMU_WEIGHTS_BANK": "NO"}).impl
+    # both flow down; the CPU device reads its own CPU_EMU_* key only
     assert cpu.cfg.generate_config["NPU_EMU_WEIGHTS_BANK"] == "NO"
+    assert cpu.cfg.generate_config["CPU_EMU_WEIGHTS_BANK"] == "NO"
     # the NPU device's defaults are not the caller's: NPUW's own prefill choice stays, and a
     # value set on the device (core.set_property) counts as given
     plain = core.compile_model(model, "NPU", base).impl

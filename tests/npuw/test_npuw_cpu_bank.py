@@ -49,7 +49,7 @@ def _compile(xml, bank: str = "YES", **extra):
     import ov_npu_emu
 
     core = ov_npu_emu.Core()
-    core.set_property("CPU", {"NPU_EMU_WEIGHTS_BANK": bank})
+    core.set_property("CPU", {"CPU_EMU_WEIGHTS_BANK": bank})
     return core.compile_model(xml, "NPU", _config(**extra))
 
 
@@ -124,7 +124,12 @@ def test_bank_needs_f32_and_rejects_bad_values(model_xml, monkeypatch):
     # small models keep FullyConnected on packed weights (faster per step there)
     monkeypatch.setattr(cpu_bank, "BANK_MIN_MODEL_BYTES", 256 << 20)
     assert all(not sub.impl.bank for sub in _subs(_compile(model_xml)))
-    with pytest.raises(ConfigError, match="NPU_EMU_WEIGHTS_BANK"):
-        ov_npu_emu.Core().set_property("CPU", {"NPU_EMU_WEIGHTS_BANK": "maybe"})
-    with pytest.raises(ConfigError, match="NPU_EMU_WEIGHTS_BANK"):
-        _compile(model_xml, **{"++NPUW_LLM_PREFILL_CONFIG": {"NPU_EMU_WEIGHTS_BANK": "maybe"}})
+    with pytest.raises(ConfigError, match="CPU_EMU_WEIGHTS_BANK"):
+        ov_npu_emu.Core().set_property("CPU", {"CPU_EMU_WEIGHTS_BANK": "maybe"})
+    with pytest.raises(ConfigError, match="CPU_EMU_WEIGHTS_BANK"):
+        _compile(model_xml, **{"++NPUW_LLM_PREFILL_CONFIG": {"CPU_EMU_WEIGHTS_BANK": "maybe"}})
+    with pytest.raises(ConfigError, match=r"did you mean CPU_EMU_WEIGHTS_BANK\?"):
+        ov_npu_emu.Core().set_property("CPU", {"CPU_EMU_WEIGHTS_BANKS": "NO"})
+    # the emulated NPU's key is not the CPU device's: set on the device it is refused, naming ours
+    with pytest.raises(ConfigError, match="the CPU device's key is CPU_EMU_WEIGHTS_BANK"):
+        ov_npu_emu.Core().set_property("CPU", {"NPU_EMU_WEIGHTS_BANK": "NO"})

@@ -11,8 +11,7 @@ from typing import Any
 
 import openvino as ov
 
-from ov_npu_emu.errors import ConfigError, MemoryPlanError
-from ov_npu_emu.options import as_bool
+from ov_npu_emu.errors import MemoryPlanError
 from ov_npu_emu_npu.arch import HardwareConfig
 from ov_npu_emu_npu.blob.reader import SplitBlob
 from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT
@@ -23,6 +22,7 @@ from ov_npu_emu_npu.compiler.memory import plan_memory
 from ov_npu_emu_npu.compiler.schedule import schedule
 from ov_npu_emu_npu.compiler.tokens import mark_token_rows, prefill_length
 from ov_npu_emu_npu.compiler.verify import verify_memory, verify_schedule
+from ov_npu_emu_npu.options import NPU_OPTIONS
 
 __all__ = ["COMPILER_VERSION", "compile_to_blob", "precision_of"]
 
@@ -33,16 +33,12 @@ COMPILER_VERSION = "0.1.0"
 
 def precision_of(config: Mapping[str, Any]) -> str:
     """INFERENCE_PRECISION_HINT: f32 (default, exact comparisons) or f16 (NPU-like storage)."""
-    p = str(config.get("INFERENCE_PRECISION_HINT", "f32")).lower()
-    p = {"float32": "f32", "float16": "f16", "<type: 'float32'>": "f32", "<type: 'float16'>": "f16"}.get(p, p)
-    if p not in ("f32", "f16"):
-        raise ConfigError(f"INFERENCE_PRECISION_HINT={config['INFERENCE_PRECISION_HINT']!r}: NPU supports f32 or f16",
-                          key="INFERENCE_PRECISION_HINT")
-    return p
+    return str(NPU_OPTIONS.get(config, "INFERENCE_PRECISION_HINT"))
 
 
-def _flag(config: Mapping[str, Any], key: str, default: bool) -> bool:
-    return as_bool(key, config[key]) if key in config else default
+def _flag(config: Mapping[str, Any], key: str) -> bool:
+    """A compile-time YES/NO key, through NPU_OPTIONS (ov_npu_emu_npu/options.py: default and spellings)."""
+    return bool(NPU_OPTIONS.get(config, key))
 
 
 def _port(port: ov.Output, shape: tuple[int, ...], symbol: str, state: str | None) -> dict[str, Any]:
@@ -88,12 +84,12 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
     # NPU_EMU_WEIGHT_COMPRESSION=NO folds decompression subgraphs to f32 constants (the old
     # behaviour; blobs several times larger) - kept for comparisons
     # (docs/performance.md, "Knobs that change speed or memory")
-    prep = prepare(model, compress=_flag(config, "NPU_EMU_WEIGHT_COMPRESSION", True))
+    prep = prepare(model, compress=_flag(config, "NPU_EMU_WEIGHT_COMPRESSION"))
     # NPU_EMU_PING_PONG=NO: one CMX slot per tiled-MatMul stream (no DMA/compute overlap), for A/B.
     # A multi-token prefill keeps the row-tiled MatMul staging: its token-row windows (tokens.py)
     # skip whole row tiles, and do not yet follow the K/N tiles of the ping-pong lowering.
-    lw = lower(prep, hw, f16=precision == "f16", stage=_flag(config, "NPU_EMU_STAGING", True),
-               ping_pong=_flag(config, "NPU_EMU_PING_PONG", True), tile_weights=not _token_prefill(prep))
+    lw = lower(prep, hw, f16=precision == "f16", stage=_flag(config, "NPU_EMU_STAGING"),
+               ping_pong=_flag(config, "NPU_EMU_PING_PONG"), tile_weights=not _token_prefill(prep))
     mark_token_rows(lw.tasks, lw.inputs, [p.output(0).get_names() for p in prep.model.get_parameters()],
                     bool(prep.variables))
     plan = plan_memory(lw, hw.cmx_size)
@@ -102,7 +98,7 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
                               f"device memory ({DEVICE_MEMORY_LIMIT} bytes); reshape the model smaller",
                               stage="memory")
     sched = schedule(lw, plan.reuse_deps)
-    if _flag(config, "NPU_EMU_VERIFY", True):
+    if _flag(config, "NPU_EMU_VERIFY"):
         verify_memory(lw)
         verify_schedule(lw, sched)
     m = prep.model

@@ -1,0 +1,221 @@
+"""The emulated NPU's configuration keys, each declared once (:data:`NPU_OPTIONS`).
+
+The device's properties (``NpuDevice.DEFAULT_PROPERTIES``, ``SUPPORTED_PROPERTIES``), the runtime
+options of a compiled model (``plugin.NpuOptions``), the compiler's flags (``compiler.pipeline``)
+and the hardware keys (``arch.HardwareConfig.from_config``) are all read through this table, so an
+``NPU_EMU_*`` key unknown here is a typo ("did you mean"), whichever layer would have read it.
+
+This module imports neither the compiler nor the driver at import time (the runtime path and the
+compiler both read it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.options import Converter, Option, OptionTable, as_bool, as_choice, as_str
+
+__all__ = ["CACHE_MODES", "DEFAULT_WEIGHTS_CACHE_MB", "NPU_OPTIONS", "device_defaults", "device_properties",
+           "precision", "read"]
+
+#: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
+DEFAULT_WEIGHTS_CACHE_MB = 128
+
+
+def precision(key: str, value: Any) -> str:
+    """INFERENCE_PRECISION_HINT: f32 (default, exact comparisons) or f16 (NPU-like storage)."""
+    p = str(value).lower()
+    p = {"float32": "f32", "float16": "f16", "<type: 'float32'>": "f32", "<type: 'float16'>": "f16"}.get(p, p)
+    if p not in ("f32", "f16"):
+        raise ConfigError(f"{key}={value!r}: NPU supports f32 or f16", key=key)
+    return p
+
+
+def _fence_mode(key: str, value: Any) -> str:
+    from ov_npu_emu_npu.driver.command import FENCE_MODES
+
+    mode = str(value).lower()
+    if mode not in FENCE_MODES:
+        raise ConfigError(f"{key}={mode!r}: expected one of {FENCE_MODES}", key=key)
+    return mode
+
+
+def _queue_mode(key: str, value: Any) -> str:
+    from ov_npu_emu_npu.driver.command import QUEUE_MODES
+
+    return as_choice(key, value, QUEUE_MODES).lower()
+
+
+def _barrier_walk(key: str, value: Any) -> str:
+    return as_choice(key, value, ("ONCE", "EVERY_INFERENCE"))
+
+
+def _cache_budget(key: str, value: Any) -> int | None:
+    """MiB to bytes; a negative value means no limit (None)."""
+    try:
+        mb = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}={value!r}: expected a number of MiB (-1: no limit)", key=key) from None
+    return None if mb < 0 else int(mb * 2**20)
+
+
+def _positive(typ: type) -> Converter:
+    """A positive int or float hardware parameter (an arch.HardwareConfig field)."""
+
+    def convert(key: str, value: Any) -> Any:
+        try:
+            n = typ(value)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{key}={value!r} is not a valid {typ.__name__}", key=key) from e
+        if n <= 0:
+            raise ConfigError(f"{key} must be positive, got {value!r}", key=key)
+        return n
+
+    return convert
+
+
+def _platform(key: str, value: Any) -> str:
+    """A calibrated NPU generation ("" = none); an unknown name is a ConfigError listing them."""
+    name = as_str(key, value)
+    if name:
+        from ov_npu_emu_npu.platforms import get_platform
+
+        get_platform(name)
+    return name
+
+
+def _read_only(key: str, value: Any) -> Any:
+    return value
+
+
+#: CACHE_MODE: OPTIMIZE_SIZE exports a weightless blob (weightless.py)
+CACHE_MODES = ("OPTIMIZE_SPEED", "OPTIMIZE_SIZE")
+
+
+def _cache_mode(key: str, value: Any) -> str:
+    """One of CACHE_MODES; unset or "" reads as OPTIMIZE_SPEED."""
+    return as_choice(key, value or "OPTIMIZE_SPEED", CACHE_MODES)
+
+
+def _path(key: str, value: Any) -> str | None:
+    """A file path; "" reads as unset (None)."""
+    return str(value) if value else None
+
+
+def _model(key: str, value: Any) -> Any:
+    """MODEL_PTR: an ``openvino.Model`` (None or "" when unset)."""
+    if value is None or isinstance(value, str) and not value:
+        return None
+    import openvino as ov
+
+    if not isinstance(value, ov.Model):
+        raise ConfigError(f"{key} must be an openvino.Model, got {type(value).__name__}", key=key)
+    return value
+
+
+_FLAG = as_bool
+
+NPU_OPTIONS = OptionTable(
+    "The NPU device",
+    [
+        Option("INFERENCE_PRECISION_HINT", precision, "f32",
+               "f32 (exact comparisons) or f16 (NPU-like storage; `float32`/`float16` accepted)", scope="device"),
+        Option("PERF_COUNT", _FLAG, "NO", "YES: per-task profiling info (`get_profiling_info`)", scope="device"),
+        Option("NPU_EMU_FENCE_MODE", _fence_mode, "interrupt",
+               "How the host waits for a submission: `interrupt` or `polling`", origin="ours", scope="device"),
+        Option("NPU_EMU_QUEUE_MODE", _queue_mode, "inline",
+               "`inline`: the submitting thread runs the management core (no thread handoff); `thread`: a "
+               "device thread runs it while the host waits on the fence", origin="ours", scope="device"),
+        Option("NPU_EMU_BARRIER_WALK", _barrier_walk, "ONCE",
+               "ONCE: the management core walks the barriers once per command-list build and replays; "
+               "EVERY_INFERENCE: re-walks them task by task on every inference", origin="ours", scope="device"),
+        Option("NPU_EMU_HOST_FUSION", _FLAG, "YES",
+               "Load. YES: a provable tiled MatMul runs as one host product (see "
+               "[Host plan](#host-plan-one-product-per-tiled-matmul)); NO: every tile on the host, for A/B",
+               origin="ours", scope="device"),
+        Option("NPU_EMU_MUTABLE_COMMAND_LIST", _FLAG, "YES",
+               "NO emulates a driver without mutable command lists (a new list per binding change)",
+               origin="ours", scope="device"),
+        Option("NPU_EMU_WEIGHT_COMPRESSION", _FLAG, "YES",
+               "Compile. YES keeps decompression subgraphs compressed, NO folds them to f32", origin="ours",
+               scope="device"),
+        Option("NPU_EMU_WEIGHTS_CACHE", _FLAG, "YES",
+               "Load. YES caches decompressed weights in the driver, NO decompresses per tile on every "
+               "inference", origin="ours", scope="device"),
+        Option("NPU_EMU_WEIGHTS_CACHE_MB", _cache_budget, DEFAULT_WEIGHTS_CACHE_MB,
+               "The weights cache's budget in MiB per device bank, -1 = no limit; a blob whose decompressed "
+               "weights exceed it caches none", origin="ours", scope="device"),
+        Option("NPU_EMU_WEIGHTS_BANK", _FLAG, "YES",
+               "YES: constants shared through the device's weights bank; NO: private weights and cache per "
+               "compiled model", origin="ours", scope="device"),
+        Option("NPU_EMU_SKIP_PADDED_ROWS", _FLAG, "NO",
+               "Compile/load. NPUW's whole-prompt prefill sets YES: see \"Padded rows\" below", origin="ours",
+               scope="device"),
+        Option("DEVICE_ARCHITECTURE", _read_only, "NPU-EMU", "Read only", scope="device"),
+        Option("OPTIMIZATION_CAPABILITIES", _read_only, ["FP32", "FP16", "INT8", "INT4", "EXPORT_IMPORT"],
+               "Read only", shown_default="FP32, FP16, INT8, INT4, EXPORT_IMPORT", scope="device"),
+        # compile-time keys: read from the compile config only, no device-level default (unset:
+        # the platform preset or the compiler's own choice); supported all the same (NPUW passes
+        # them down to its sub-models)
+        Option("NPU_EMU_PLATFORM", _platform, None,
+               "Compile. A calibrated preset (`NPU3720`, `NPU4000`) as the base of the six hardware keys "
+               "below; see [Calibration](#calibration)", origin="ours", scope="compile"),
+        Option("NPU_EMU_CMX_SIZE", _positive(int), None, "Compile. Bytes of on-chip scratchpad", origin="ours",
+               shown_default="2 MiB (or the platform's)", scope="compile"),
+        Option("NPU_EMU_DDR_BW_GBPS", _positive(float), None, "Compile. DDR <-> CMX bandwidth, GB/s",
+               origin="ours", shown_default="64 (or the platform's)", scope="compile"),
+        Option("NPU_EMU_DMA_CHANNELS", _positive(int), None, "Compile. Concurrent DMA engines", origin="ours",
+               shown_default="2 (or the platform's)", scope="compile"),
+        Option("NPU_EMU_DPU_MACS", _positive(int), None, "Compile. MAC array throughput per clock, all tiles",
+               origin="ours", shown_default="4096 (or the platform's)", scope="compile"),
+        Option("NPU_EMU_SHAVE_FLOPS", _positive(int), None,
+               "Compile. Vector FLOPs per clock over all SHAVE cores", origin="ours",
+               shown_default="128 (or the platform's)", scope="compile"),
+        Option("NPU_EMU_CLOCK_MHZ", _positive(float), None, "Compile. NPU clock, MHz", origin="ours",
+               shown_default="1850 (or the platform's)", scope="compile"),
+        Option("NPU_EMU_STAGING", _FLAG, True, "Compile. YES: stage DPU activations through CMX", origin="ours",
+               scope="compile"),
+        Option("NPU_EMU_PING_PONG", _FLAG, True,
+               "Compile. YES: two CMX slots per tiled-MatMul stream; NO: one slot, the same tiles in "
+               "sequence, for A/B", origin="ours", scope="compile"),
+        Option("NPU_EMU_VERIFY", _FLAG, True,
+               "Compile. YES: verify the memory plan and the schedule of every blob", origin="ours", scope="compile"),
+        # the real NPU's keys of the weightless export (weightless.py)
+        Option("CACHE_MODE", _cache_mode, "OPTIMIZE_SPEED",
+               "Compile. OPTIMIZE_SIZE: `export_model` writes a weightless blob that refers to the IR's "
+               "`.bin` ([npu_blob_format.md](npu_blob_format.md#weightless-container)); under `CACHE_DIR` "
+               "only OPTIMIZE_SPEED", scope="compile"),
+        Option("WEIGHTS_PATH", _path, None,
+               "Compile/import. The IR `.bin` a weightless blob refers to (compile: else the file the model "
+               "was read from) and takes its weights back from (import)", scope="compile"),
+        Option("MODEL_PTR", _model, None,
+               "Import. The `ov.Model` a weightless blob takes its weights back from, instead of "
+               "`WEIGHTS_PATH`", scope="compile"),
+        # read-only: answered by get_property, refused in a config
+        Option("NPU_EMU_PLATFORMS", _read_only, None,
+               "Read only (device). The calibrated presets `NPU_EMU_PLATFORM` selects: name -> hardware fields",
+               origin="ours", shown_default="—", scope="device-info", read_only=True),
+        Option("NPU_EMU_COST_MODEL_US", _read_only, None,
+               "Read only (compiled model). Device time of one inference predicted by the cost model "
+               "(barrier-graph replay of the command list, nothing runs): what `ov-npu-emu estimate` adds up",
+               origin="ours", shown_default="—", scope="compiled-model", read_only=True),
+    ],
+    prefixes=("NPU_EMU_",),
+)
+
+
+def device_defaults() -> dict[str, Any]:
+    """``NpuDevice.DEFAULT_PROPERTIES``: the device-scope options (stored, with their defaults)."""
+    return {o.name: o.default for o in NPU_OPTIONS.scoped("device")}
+
+
+def device_properties() -> list[str]:
+    """What the device lists in SUPPORTED_PROPERTIES: every key but the compiled model's."""
+    return [o.name for o in NPU_OPTIONS if o.scope != "compiled-model"]
+
+
+def read(config: Mapping[str, Any], name: str) -> Any:
+    """The typed value of the NPU key ``name`` in ``config`` (its default when unset)."""
+    return NPU_OPTIONS.get(config, name)
