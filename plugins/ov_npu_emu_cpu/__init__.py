@@ -260,7 +260,9 @@ class CpuDevice(Device):
         super().set_property(properties)
 
     def get_property(self, name: str) -> Any:
-        if name in self._properties or name in ("SUPPORTED_PROPERTIES", "FULL_DEVICE_NAME"):
+        if name == "SUPPORTED_PROPERTIES":  # the real CPU plugin's keys (it answers them) and ours
+            return sorted({*openvino_core().get_property("CPU", name), *super().get_property(name)})
+        if name in self._properties or name == "FULL_DEVICE_NAME":
             return super().get_property(name)
         try:
             return openvino_core().get_property("CPU", name)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ov_npu_emu.errors import ConfigError
-from ov_npu_emu.options import Converter, Option, OptionTable, as_bool, as_choice, as_str
+from ov_npu_emu.options import Converter, Option, OptionTable, as_bool, as_choice, as_str, as_uint
 
 __all__ = ["CACHE_MODES", "DEFAULT_WEIGHTS_CACHE_MB", "NPU_OPTIONS", "device_defaults", "device_properties",
            "precision", "read"]
@@ -117,12 +117,40 @@ def _model(key: str, value: Any) -> Any:
 
 _FLAG = as_bool
 
+#: PERFORMANCE_HINT values (the real's ov::hint::PerformanceMode names)
+PERFORMANCE_HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
+
+
+def _performance_hint(key: str, value: Any) -> str:
+    return as_choice(key, value or "LATENCY", PERFORMANCE_HINTS).upper()
+
+
+def _requests(key: str, value: Any) -> int:
+    return as_uint(key, value)
+
+
+def optimal_infer_requests(config: Mapping[str, Any]) -> int:
+    """OPTIMAL_NUMBER_OF_INFER_REQUESTS as the real NPU plugin computes it: 1, or under the
+    THROUGHPUT hint 4 on NPU3720 and 8 on later generations (and on our unnamed hardware)."""
+    if NPU_OPTIONS.get(config, "PERFORMANCE_HINT") != "THROUGHPUT":
+        return 1
+    return 4 if NPU_OPTIONS.get(config, "NPU_EMU_PLATFORM") == "NPU3720" else 8
+
 NPU_OPTIONS = OptionTable(
     "The NPU device",
     [
         Option("INFERENCE_PRECISION_HINT", precision, "f32",
                "f32 (exact comparisons) or f16 (NPU-like storage; `float32`/`float16` accepted)", scope="device"),
         Option("PERF_COUNT", _FLAG, "NO", "YES: per-task profiling info (`get_profiling_info`)", scope="device"),
+        Option("PERFORMANCE_HINT", _performance_hint, "LATENCY",
+               "`LATENCY`, `THROUGHPUT` or `CUMULATIVE_THROUGHPUT`: sets OPTIMAL_NUMBER_OF_INFER_REQUESTS, "
+               "the pool `AsyncInferQueue(compiled)` makes", scope="device"),
+        Option("PERFORMANCE_HINT_NUM_REQUESTS", _requests, 1,
+               "Accepted and reported as the real (the emulated NPU runs one inference at a time)",
+               scope="device"),
+        Option("OPTIMAL_NUMBER_OF_INFER_REQUESTS", _read_only, None,
+               "Read only. 1; under the THROUGHPUT hint 4 on `NPU_EMU_PLATFORM=NPU3720`, else 8 (the real "
+               "plugin's numbers)", shown_default="1", scope="device-info", read_only=True),
         Option("NPU_EMU_FENCE_MODE", _fence_mode, "interrupt",
                "How the host waits for a submission: `interrupt` or `polling`", origin="ours", scope="device"),
         Option("NPU_EMU_QUEUE_MODE", _queue_mode, "inline",

@@ -34,7 +34,13 @@ from ov_npu_emu_npu.driver import (
     RowWindow,
     WeightsBank,
 )
-from ov_npu_emu_npu.options import DEFAULT_WEIGHTS_CACHE_MB, NPU_OPTIONS, device_defaults, device_properties
+from ov_npu_emu_npu.options import (
+    DEFAULT_WEIGHTS_CACHE_MB,
+    NPU_OPTIONS,
+    device_defaults,
+    device_properties,
+    optimal_infer_requests,
+)
 
 __all__ = ["NpuCompiledModel", "NpuDevice", "NpuInferRequest", "ZeroVariableState", "ovnpu_register_devices"]
 
@@ -334,11 +340,17 @@ class NpuOptions:
         )
 
 
+#: compile-config keys a compiled model reports back through get_property
+_ANSWERED_KEYS = ("PERFORMANCE_HINT", "PERFORMANCE_HINT_NUM_REQUESTS", "NPU_EMU_PLATFORM")
+
+
 class NpuCompiledModel(DeviceCompiledModel):
     """A parsed NPU blob: ports come from its metadata, not from an ov.Model."""
 
     def __init__(self, blob: bytes | SplitBlob, device: NpuDevice, config: Mapping[str, Any]) -> None:
         opts = NpuOptions.parse(config)
+        #: the keys get_property answers from the compile config (the performance hint's)
+        self.config = {k: config[k] for k in _ANSWERED_KEYS if k in config}
         #: NPUW passes one bank name to all its sub-models; "" is the device's anonymous bank
         self.bank_name = str(config.get("NPUW_WEIGHTS_BANK", "") or "")
         #: NPU_EMU_WEIGHTS_CACHE=NO: matmul_dq decompresses its weight tiles on every inference;
@@ -407,7 +419,11 @@ class NpuCompiledModel(DeviceCompiledModel):
         table = {
             "NETWORK_NAME": meta.get("model_name", ""),
             "INFERENCE_PRECISION_HINT": meta.get("precision", "f32"),
-            "OPTIMAL_NUMBER_OF_INFER_REQUESTS": 1,
+            "OPTIMAL_NUMBER_OF_INFER_REQUESTS": optimal_infer_requests(self.config),
+            "PERFORMANCE_HINT": NPU_OPTIONS.get(self.config, "PERFORMANCE_HINT"),
+            "PERFORMANCE_HINT_NUM_REQUESTS": NPU_OPTIONS.get(self.config, "PERFORMANCE_HINT_NUM_REQUESTS"),
+            "MODEL_NAME": meta.get("model_name", ""),
+            "EXECUTION_DEVICES": ["NPU"],
             "NPU_EMU_CMX_SIZE": meta["hw"]["cmx_size"],
             "NPU_EMU_FENCE_MODE": self.fence_mode,
             "NPU_EMU_QUEUE_MODE": self.queue_mode,
@@ -449,6 +465,10 @@ class NpuDevice(Device):
         self.bank = WeightsBank()
 
     def get_property(self, name: str) -> Any:
+        if name == "OPTIMAL_NUMBER_OF_INFER_REQUESTS":
+            return optimal_infer_requests(self._properties)
+        if name not in self._properties and name in NPU_OPTIONS.properties("compile"):
+            return self._compile_default(name)
         if name == "NPU_EMU_PLATFORMS":
             # the calibrated generation presets NPU_EMU_PLATFORM selects, by name (read-only)
             from ov_npu_emu_npu.platforms import PLATFORMS
@@ -457,6 +477,20 @@ class NpuDevice(Device):
         if name == "SUPPORTED_PROPERTIES":
             return sorted({*super().get_property(name), *device_properties()})
         return super().get_property(name)
+
+    def _compile_default(self, name: str) -> Any:
+        """What a compile key is when a compilation does not set it: the hardware field of the
+        device's configuration, else the option's default ("" for none), as a real device answers
+        every key it lists."""
+        from ov_npu_emu_npu.arch import HardwareConfig
+
+        if name in HardwareConfig.KEYS:
+            field = HardwareConfig.KEYS[name]
+            return getattr(HardwareConfig.from_config(self._properties), field)
+        value = NPU_OPTIONS.get(self._properties, name)
+        if isinstance(value, bool):
+            return "YES" if value else "NO"
+        return "" if value is None else value
 
     def memory_stats(self) -> dict[str, int]:
         """Device bytes held by the weights bank (shared constants and decompressed weights)."""

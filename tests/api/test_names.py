@@ -69,3 +69,38 @@ def test_core_methods_beyond_compiling(tmp_path):
         core.register_plugin("libfoo.so", "FOO")
     with pytest.raises(UnsupportedFeatureError, match="remote contexts"):
         core.get_default_context("NPU")
+
+
+@pytest.mark.parametrize("device", ["CPU", "NPU"])
+def test_every_supported_property_answers_as_hello_query_device_reads_it(device):
+    """OpenVINO's hello_query_device reads every SUPPORTED_PROPERTIES key (a TypeError is its
+    'UNSUPPORTED TYPE'); the CPU passthrough lists the real CPU plugin's keys too."""
+    core = ov_npu_emu.Core()
+    keys = list(core.get_property(device, "SUPPORTED_PROPERTIES"))
+    unreadable = []
+    for key in keys:
+        try:
+            core.get_property(device, key)
+        except TypeError:
+            pass  # the real's COMPATIBILITY_CHECK on CPU: the sample prints UNSUPPORTED TYPE
+        except Exception:  # noqa: BLE001 - the test lists them
+            unreadable.append(key)
+    assert not unreadable
+    if device == "CPU":
+        assert set(openvino.Core().get_property("CPU", "SUPPORTED_PROPERTIES")) <= set(keys)
+
+
+@pytest.mark.parametrize(("config", "optimal"), [
+    ({}, 1),
+    ({"PERFORMANCE_HINT": "THROUGHPUT"}, 8),
+    ({"PERFORMANCE_HINT": "THROUGHPUT", "NPU_EMU_PLATFORM": "NPU3720"}, 4),
+])
+def test_the_npu_s_optimal_number_of_requests_follows_the_hint_as_the_real(config, optimal):
+    """The real NPU plugin: 1, or under THROUGHPUT 4 on NPU3720 and 8 on later generations."""
+    ops = openvino.opset13
+    x = ops.parameter([1, 4], openvino.Type.f32, name="x")
+    compiled = ov_npu_emu.Core().compile_model(openvino.Model([ops.relu(x)], [x], "m"), "NPU", config)
+    assert compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS") == optimal
+    assert len(ov_npu_emu.AsyncInferQueue(compiled)) == optimal
+    assert compiled.get_property("PERFORMANCE_HINT") == config.get("PERFORMANCE_HINT", "LATENCY")
+    assert compiled.get_property("EXECUTION_DEVICES") == ["NPU"]
