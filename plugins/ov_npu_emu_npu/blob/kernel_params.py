@@ -28,11 +28,13 @@ __all__ = [
     "DOC_BEGIN",
     "DOC_END",
     "KERNEL_PARAMS",
+    "AdaptiveMaxParams",
     "AvgPoolParams",
     "AxisParams",
     "ClampParams",
     "ConvParams",
     "CumSumParams",
+    "DetectionOutputParams",
     "DivideParams",
     "EluParams",
     "GatherDqParams",
@@ -47,6 +49,7 @@ __all__ = [
     "NoParams",
     "PadParams",
     "ReduceParams",
+    "ResampleParams",
     "SdpaParams",
     "SliceParams",
     "SwishParams",
@@ -84,6 +87,10 @@ def _flag(doc: str, **kw: Any) -> Any:
 
 def _ints(doc: str, count: str, group: int = 1) -> Any:
     return _field("i", doc, count=count, group=group)
+
+
+def _flags(doc: str, count: str) -> Any:
+    return _field("b", doc, count=count)
 
 
 def _scalar(kind: str, v: Any) -> Any:
@@ -392,6 +399,45 @@ class AvgPoolParams(KernelParams):
     pads_end: tuple[int, ...] = _ints("with the ceil rounding's overhang", "nd")
     exclude_pad: bool = _flag("average over real elements only")
     node_pads_end: tuple[int, ...] = _ints("the node's own end pads (counted unless exclude_pad)", "nd")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResampleParams(KernelParams):
+    """Interpolate and AdaptiveAvgPool: one linear map per axis, applied axis after axis."""
+
+    KERNELS = ("resample",)
+    axes: tuple[int, ...] = _ints("resampled axes in the order applied; operand 1+i is axis i's table", REST)
+    gather: tuple[bool, ...] = _flags("table i is an index vector [out] (a copy: nearest) instead of a "
+                                      "weight matrix [out, in]", REST)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveMaxParams(KernelParams):
+    KERNELS = ("adaptive_max",)
+    axes: tuple[int, ...] = _ints("pooled axes; operand 1+i is axis i's [out, 2] table of (start, end) bins",
+                                  REST)
+
+
+@dataclasses.dataclass(frozen=True)
+class DetectionOutputParams(KernelParams):
+    """DetectionOutput (SSD): decode boxes, per-class top-k and NMS, keep_top-k over classes."""
+
+    KERNELS = ("detection_output",)
+    num_classes: int = _int("classes including the background")
+    background_label_id: int = _int("class skipped (-1: none)")
+    top_k: int = _int("boxes per class entering NMS (-1: all)")
+    keep_top_k: int = _int("boxes per image kept after NMS (-1: all)")
+    center_size: bool = _flag("code_type CENTER_SIZE (0: CORNER)")
+    share_location: bool = _flag("one box per prior for all classes")
+    variance_encoded_in_target: bool = _flag("the deltas are already scaled by the variances")
+    nms_threshold: float = _float("IoU above which a box is suppressed")
+    confidence_threshold: float = _float("scores at or below it are dropped")
+    clip_after_nms: bool = _flag("clip output boxes to [0, 1]")
+    clip_before_nms: bool = _flag("clip decoded boxes to [0, 1] before NMS")
+    decrease_label_id: bool = _flag("MXNet style: one best class per prior, labels shifted down by one")
+    normalized: bool = _flag("priors are in [0, 1] (0: pixels, 5 values per prior)")
+    input_height: int = _int("image height dividing pixel priors")
+    input_width: int = _int("image width dividing pixel priors")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Lowering: OpenVINO ops -> DPU / SHAVE / DMA tasks over values (with CMX staging and tiling).
 
 This module holds the lowerer (values, task builders, the walk over the model), MatMul and
-attention; the other op families lower in :mod:`.lower_elementwise`, :mod:`.lower_movement` and
-:mod:`.lower_conv`, each exporting a ``HANDLERS`` table merged into :data:`_HANDLERS` below.
+attention; the other op families lower in :mod:`.lower_elementwise`, :mod:`.lower_movement`,
+:mod:`.lower_conv` and :mod:`.lower_vision`, each exporting a ``HANDLERS`` table merged into
+:data:`_HANDLERS` below.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ov_npu_emu_npu.compiler.graph import DmaSpec, Packed, Place, Task, Value, n
 from ov_npu_emu_npu.compiler.lower_conv import HANDLERS as CONV_HANDLERS
 from ov_npu_emu_npu.compiler.lower_elementwise import HANDLERS as ELEMENTWISE_HANDLERS
 from ov_npu_emu_npu.compiler.lower_movement import HANDLERS as MOVEMENT_HANDLERS
+from ov_npu_emu_npu.compiler.lower_vision import HANDLERS as VISION_HANDLERS
 from ov_npu_emu_npu.compiler.tiling import lower_tiled_matmul
 
 __all__ = ["Handler", "Lowered", "lower", "SUPPORTED_OPS"]
@@ -388,6 +390,7 @@ _HANDLERS: dict[str, Handler] = {
     **ELEMENTWISE_HANDLERS,
     **MOVEMENT_HANDLERS,
     **CONV_HANDLERS,
+    **VISION_HANDLERS,
     "ScaledDotProductAttention": _Lowerer.op_sdpa,
     "MatMul": _Lowerer.op_matmul,
 }
