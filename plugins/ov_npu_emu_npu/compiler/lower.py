@@ -35,7 +35,7 @@ from ov_npu_emu_npu.compiler.lower_movement import HANDLERS as MOVEMENT_HANDLERS
 from ov_npu_emu_npu.compiler.lower_vision import HANDLERS as VISION_HANDLERS
 from ov_npu_emu_npu.compiler.tiling import lower_tiled_matmul
 
-__all__ = ["Handler", "Lowered", "lower", "SUPPORTED_OPS"]
+__all__ = ["Handler", "Lowered", "lower", "refused_ops", "SUPPORTED_OPS"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,9 @@ class _Lowerer:
         #: -> (the un-broadcast [B, Hkv, S, D] value, group size); no task materializes it
         self.kv_groups: dict[tuple[str, int], tuple[Value, int]] = {}
         self._dma_rr = 0
+        #: query mode (Core.query_model): a refused op is recorded here (friendly name -> why) and
+        #: lowering goes on with placeholder outputs, so every op gets an answer
+        self.refused: dict[str, str] | None = None
 
     # -- values ---------------------------------------------------------------------------
     def new_value(self, shape: tuple[int, ...], dtype: np.dtype, place: Place, **kw: Any) -> Value:
@@ -236,18 +239,29 @@ class _Lowerer:
             if t == "Constant":
                 self.consts[(node.get_name(), 0)] = node
                 continue
-            handler = _HANDLERS.get(t)
-            if handler is None:
-                raise UnsupportedOpError(
-                        f"the NPU compiler does not support {t} (node {node.get_friendly_name()!r}); "
-                        "there is no fallback to another device: compile the model on device CPU (for an LLM "
-                        "through NPUW: NPUW_DEVICES=CPU)",
-                        op_type=t,
-                        node_name=node.get_friendly_name(),
-                    )
-            handler(self, node)
-        self._bind_outputs()
+            try:
+                self._lower_node(node, t)
+            except UnsupportedOpError as e:
+                if self.refused is None:
+                    raise
+                self.refused[node.get_friendly_name()] = str(e)
+                for i in range(node.get_output_size()):
+                    self.vals[(node.get_name(), i)] = self.node_out(node, i)
+        if self.refused is None:
+            self._bind_outputs()
         return self.out
+
+    def _lower_node(self, node: ov.Node, t: str) -> None:
+        handler = _HANDLERS.get(t)
+        if handler is None:
+            raise UnsupportedOpError(
+                f"the NPU compiler does not support {t} (node {node.get_friendly_name()!r}); "
+                "there is no fallback to another device: compile the model on device CPU (or on "
+                "HETERO:NPU,CPU; for an LLM through NPUW: NPUW_DEVICES=CPU)",
+                op_type=t,
+                node_name=node.get_friendly_name(),
+            )
+        handler(self, node)
 
     def _bind_outputs(self) -> None:
         m = self.prep.model
@@ -396,6 +410,14 @@ _HANDLERS: dict[str, Handler] = {
 }
 
 SUPPORTED_OPS = frozenset(_HANDLERS)
+
+
+def refused_ops(prep: Prepared, hw: HardwareConfig, *, f16: bool = False) -> dict[str, str]:
+    """Query mode: the ops of ``prep.model`` lowering refuses, friendly name -> the error's text."""
+    lw = _Lowerer(prep, hw, f16, stage=False)
+    lw.refused = {}
+    lw.run()
+    return lw.refused
 
 
 def lower(prep: Prepared, hw: HardwareConfig, *, f16: bool = False, stage: bool = True,
