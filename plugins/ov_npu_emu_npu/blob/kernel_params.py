@@ -47,6 +47,7 @@ __all__ = [
     "MvnParams",
     "NO_PARAMS",
     "NoParams",
+    "NormalizeL2Params",
     "PadParams",
     "ReduceParams",
     "ResampleParams",
@@ -286,6 +287,14 @@ class MvnParams(KernelParams):
     eps: float = _float("epsilon")
     eps_inside_sqrt: bool = _flag("eps_mode INSIDE_SQRT (0: OUTSIDE_SQRT)")
     axes: tuple[int, ...] = _ints("normalised axes, sorted", REST)
+
+
+@dataclasses.dataclass(frozen=True)
+class NormalizeL2Params(KernelParams):
+    KERNELS = ("normalize_l2",)
+    eps: float = _float("epsilon")
+    eps_add: bool = _flag("eps_mode ADD: sqrt(sum + eps) (0: MAX, sqrt(max(sum, eps)))")
+    axes: tuple[int, ...] = _ints("axes summed over, sorted", REST)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 import pytest
-from openvino import opset1, opset8, opset10, opset11
+from openvino import opset1, opset5, opset8, opset10, opset11, opset12
 from openvino import opset13 as ops
 from openvino.preprocess import PrePostProcessor, ResizeAlgorithm
 
@@ -181,6 +181,29 @@ def test_adaptive_max_pool_indices_are_refused_by_name():
     with pytest.raises(UnsupportedOpError, match="AdaptiveMaxPool.*amp.*indices") as e:
         compile_to_blob(m)
     assert e.value.op_type == "AdaptiveMaxPool"
+
+
+_C = 6
+_BN = tuple(np.random.default_rng(5).standard_normal((3, _C)).astype(np.float32)) + (
+    np.random.default_rng(6).uniform(0.5, 2, _C).astype(np.float32),)
+_NORMS = {
+    "batch_norm_v5": lambda x: opset5.batch_norm_inference(x, *_BN[:3], _BN[3], 1e-5),
+    "batch_norm_v0": lambda x: opset1.batch_norm_inference(x, *_BN[:3], _BN[3], 1e-3),
+    "group_norm": lambda x: opset12.group_normalization(x, _BN[0], _BN[1], 3, 1e-5),
+    "normalize_l2_add": lambda x: ops.normalize_l2(x, np.array([1]), 1e-6, "add"),
+    "normalize_l2_max_hw": lambda x: ops.normalize_l2(x, np.array([2, 3]), 1e-2, "max"),
+    "hard_sigmoid": lambda x: ops.hard_sigmoid(x, np.float32(0.2), np.float32(0.5)),
+    "selu": lambda x: ops.selu(x, np.array([1.67], np.float32), np.array([1.05], np.float32)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NORMS))
+def test_normalisations_and_activations_of_converted_cnns(npu_core, name):
+    """What convert_model / ONNX CNNs hold unfused: BatchNormInference (folded to a per-channel
+    scale and shift), GroupNormalization, NormalizeL2 (Caffe SSD's conv4_3), HardSigmoid, Selu."""
+    m = _interp_model(_NORMS[name], (2, _C, 5, 4))
+    _check(npu_core, m)
+    _check(npu_core, m, F16_TOL, {"INFERENCE_PRECISION_HINT": "f16"})
 
 
 # -- SSD: PriorBox, PriorBoxClustered, DetectionOutput ------------------------------------------

@@ -407,6 +407,19 @@ def _mvn(ins, outs, params):
     return run
 
 
+@kernel("normalize_l2")
+def _normalize_l2(ins, outs, params):
+    x, o = ins[0], outs[0]
+    eps, add, axes = params.eps, params.eps_add, params.axes
+
+    def run() -> None:
+        xf = x.astype(np.float32, copy=False)
+        ss = np.sum(xf * xf, axis=axes, keepdims=True) if axes else xf * xf
+        np.copyto(o, xf / np.sqrt(ss + np.float32(eps) if add else np.maximum(ss, np.float32(eps))), casting="unsafe")
+
+    return run
+
+
 @kernel("cumsum")
 def _cumsum(ins, outs, params):
     x, o = ins[0], outs[0]
