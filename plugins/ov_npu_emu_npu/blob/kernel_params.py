@@ -34,6 +34,7 @@ __all__ = [
     "ClampParams",
     "ConvParams",
     "CumSumParams",
+    "DeconvParams",
     "DetectionOutputParams",
     "DivideParams",
     "EluParams",
@@ -384,6 +385,19 @@ class ConvParams(KernelParams):
     dilations: tuple[int, ...] = _ints("per spatial dim", "nd")
     pads_begin: tuple[int, ...] = _ints("auto_pad resolved", "nd")
     pads_end: tuple[int, ...] = _ints("auto_pad resolved", "nd")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeconvParams(KernelParams):
+    """(Group)ConvolutionBackpropData: the weight is [groups, C_in/groups, C_out/groups, kernel...]."""
+
+    KERNELS = ("deconv",)
+    ENGINE = "DPU"
+    groups: int = _int("1, or the group count of GroupConvolutionBackpropData")
+    nd: int = _int("spatial dims")
+    strides: tuple[int, ...] = _ints("per spatial dim", "nd")
+    dilations: tuple[int, ...] = _ints("per spatial dim", "nd")
+    pads_begin: tuple[int, ...] = _ints("output positions cropped at the start (auto_pad resolved)", "nd")
 
 
 @dataclasses.dataclass(frozen=True)

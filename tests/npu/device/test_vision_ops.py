@@ -206,6 +206,44 @@ def test_normalisations_and_activations_of_converted_cnns(npu_core, name):
     _check(npu_core, m, F16_TOL, {"INFERENCE_PRECISION_HINT": "f16"})
 
 
+_DECONV = {
+    "basic": ((1, 4, 5, 5), (4, 3, 3, 3), False, {"strides": [1, 1]}),
+    "stride2_pads": ((1, 4, 5, 5), (4, 3, 4, 4), False, {"strides": [2, 2], "pads_begin": [1, 1], "pads_end": [1, 1]}),
+    "output_padding": ((1, 4, 5, 5), (4, 3, 3, 3), False, {"strides": [2, 2], "pads_begin": [1, 1],
+                                                          "pads_end": [1, 1], "output_padding": [1, 1]}),
+    "asym_dilated_batch2": ((2, 4, 5, 6), (4, 3, 3, 2), False, {"strides": [2, 3], "pads_begin": [1, 0],
+                                                               "pads_end": [0, 1], "dilations": [1, 2]}),
+    "valid": ((1, 4, 5, 5), (4, 3, 3, 3), False, {"strides": [2, 2], "auto_pad": "valid"}),
+    "output_shape": ((1, 4, 5, 5), (4, 3, 3, 3), False, {"strides": [2, 2], "output_shape": np.array([10, 10])}),
+    "output_shape_explicit": ((1, 4, 5, 5), (4, 3, 4, 4), False, {"strides": [2, 2], "pads_begin": [0, 0],
+                                                                 "pads_end": [0, 0],
+                                                                 "output_shape": np.array([9, 11])}),
+    "output_shape_same_upper": ((1, 4, 5, 5), (4, 3, 4, 4), False, {"strides": [2, 2], "auto_pad": "same_upper",
+                                                                   "output_shape": np.array([9, 11])}),
+    "output_shape_same_lower": ((1, 4, 5, 5), (4, 3, 4, 4), False, {"strides": [2, 2], "auto_pad": "same_lower",
+                                                                   "output_shape": np.array([9, 11])}),
+    "1d": ((1, 4, 7), (4, 2, 3), False, {"strides": [2], "pads_begin": [1], "pads_end": [0]}),
+    "group": ((1, 6, 5, 5), (3, 2, 2, 3, 3), True, {"strides": [2, 2], "pads_begin": [1, 1], "pads_end": [1, 1],
+                                                     "output_padding": [1, 1]}),
+    "depthwise": ((1, 4, 5, 5), (4, 1, 1, 4, 4), True, {"strides": [2, 2], "pads_begin": [1, 1],
+                                                         "pads_end": [1, 1]}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_DECONV))
+def test_transposed_convolution(npu_core, name):
+    """(Group)ConvolutionBackpropData (FPN / U-Net / segmentation upsampling) on the DPU."""
+    shape, wshape, group, kw = _DECONV[name]
+    w = ops.constant(np.random.default_rng(8).standard_normal(wshape).astype(np.float32))
+    if "output_shape" in kw:
+        kw = {**kw, "output_shape": kw["output_shape"].astype(np.int64)}
+    f = ops.group_convolution_backprop_data if group else ops.convolution_backprop_data
+    m = _interp_model(lambda x: f(x, w, **kw), shape)
+    _check(npu_core, m)
+    if name == "stride2_pads":
+        _check(npu_core, m, F16_TOL, {"INFERENCE_PRECISION_HINT": "f16"})
+
+
 # -- SSD: PriorBox, PriorBoxClustered, DetectionOutput ------------------------------------------
 
 def _ssd_head(n=1, classes=4, attrs=None, clustered=False, share=True):
