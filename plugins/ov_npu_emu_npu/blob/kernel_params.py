@@ -42,6 +42,7 @@ __all__ = [
     "GatherParams",
     "GeluParams",
     "KernelParams",
+    "LrnParams",
     "MatMulDqParams",
     "MatMulParams",
     "MaxPoolParams",
@@ -296,6 +297,16 @@ class NormalizeL2Params(KernelParams):
     eps: float = _float("epsilon")
     eps_add: bool = _flag("eps_mode ADD: sqrt(sum + eps) (0: MAX, sqrt(max(sum, eps)))")
     axes: tuple[int, ...] = _ints("axes summed over, sorted", REST)
+
+
+@dataclasses.dataclass(frozen=True)
+class LrnParams(KernelParams):
+    KERNELS = ("lrn",)
+    alpha: float = _float("scale of the windowed sum of squares (divided by size^len(axes))")
+    beta: float = _float("exponent")
+    bias: float = _float("added before the exponent")
+    size: int = _int("window length along each axis")
+    axes: tuple[int, ...] = _ints("axes the window spans, sorted", REST)
 
 
 @dataclasses.dataclass(frozen=True)

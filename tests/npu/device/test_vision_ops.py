@@ -206,6 +206,24 @@ def test_normalisations_and_activations_of_converted_cnns(npu_core, name):
     _check(npu_core, m, F16_TOL, {"INFERENCE_PRECISION_HINT": "f16"})
 
 
+@pytest.mark.parametrize(("axes", "size"), [([1], 5), ([1], 3), ([2, 3], 3), ([1], 1)])
+def test_lrn(npu_core, axes, size):
+    """LRN of AlexNet / GoogLeNet (across channels) and within channels."""
+    m = _interp_model(lambda x: ops.lrn(x, np.array(axes), 1e-2, 0.75, 2.0, size), (1, 7, 5, 6))
+    _check(npu_core, m)
+    _check(npu_core, m, F16_TOL, {"INFERENCE_PRECISION_HINT": "f16"})
+
+
+def test_lrn_windows_the_cpu_plugin_places_otherwise_are_refused(npu_core):
+    for axes, size in (([1], 4), ([1, 2, 3], 3)):
+        m = _interp_model(lambda x, axes=axes, size=size: ops.lrn(x, np.array(axes), 1e-2, 0.75, 2.0, size),
+                          (1, 7, 5, 6))
+        with pytest.raises(UnsupportedOpError, match="LRN"):
+            compile_to_blob(m)
+        assert not any(op.get_type_name() == "LRN" for op in m.get_ops()
+                       if op.get_friendly_name() in npu_core.query_model(m, "NPU"))
+
+
 _DECONV = {
     "basic": ((1, 4, 5, 5), (4, 3, 3, 3), False, {"strides": [1, 1]}),
     "stride2_pads": ((1, 4, 5, 5), (4, 3, 4, 4), False, {"strides": [2, 2], "pads_begin": [1, 1], "pads_end": [1, 1]}),
