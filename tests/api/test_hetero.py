@@ -136,3 +136,28 @@ def test_parameters_constants_and_results_at_the_cut(core):
     _check(cm, m, 0.0)
     with pytest.raises(UnsupportedFeatureError):
         cm.export_model()
+
+
+def test_the_runtime_api_over_hetero(core):
+    """Calls, named outputs, set_input_tensor and AsyncInferQueue work on a split model."""
+    m = _einsum_model()
+    m.outputs[0].get_tensor().set_names({"y"})
+    cm = core.compile_model(m, "HETERO:NPU,CPU", F32)
+    d = np.arange(16, dtype=np.float32).reshape(4, 4) - 8
+
+    def ref(v):
+        r = np.maximum(v, 0)
+        return (r @ r + 1) * r
+
+    np.testing.assert_array_equal(cm(d)["y"], ref(d))
+    req = cm.create_infer_request()
+    req.set_input_tensor(real_ov.Tensor(d))
+    req.infer()
+    np.testing.assert_array_equal(req.get_output_tensor(0).data, ref(d))
+    queue, out = ov.AsyncInferQueue(cm, 2), {}
+    queue.set_callback(lambda r, i: out.__setitem__(i, r.get_output_tensor(0).data.copy()))
+    for i in range(4):
+        queue.start_async({0: d * (i + 1)}, i)
+    queue.wait_all()
+    for i in range(4):
+        np.testing.assert_array_equal(out[i], ref(d * (i + 1)))

@@ -65,8 +65,8 @@ def _probe_axis(node: ov.Node, d: int, per_axis: dict[str, float | int], in_len:
     scale = per_axis.get("scale", out_len / max(in_len + pb[2] + pe[2], 1))
     scales = np.array([scale, 1.0], np.float32)
     # the CPU plugin resamples "linear" with antialias as a plain 2-tap bilinear (measured: its
-    # 7 -> 4 matrix is the one without antialias; the reference's triangle filter differs by up to
-    # 0.7 relative); the NPU follows the CPU plugin, the oracle of its tests
+    # matrix for 7 inputs and 4 outputs is the one without antialias; the reference's triangle
+    # filter differs by up to 0.7 relative); the NPU follows the CPU plugin, its tests' oracle
     antialias = bool(at["antialias"]) and mode != "linear"
     # and bicubic_pillow with Pillow's a = -0.5 whatever cube_coeff says (the reference reads
     # cube_coeff: 0.1 relative apart at the default -0.75)
