@@ -19,6 +19,7 @@ import openvino as ov
 
 from ov_npu_emu.errors import UnsupportedOpError
 from ov_npu_emu_npu.arch import shave_cycles
+from ov_npu_emu_npu.blob.format import MAX_OPERANDS
 from ov_npu_emu_npu.blob.kernel_params import AdaptiveMaxParams, DetectionOutputParams, ResampleParams
 from ov_npu_emu_npu.compiler.graph import Place, Value, np_dtype
 
@@ -158,8 +159,22 @@ def _resample(lw: _Lowerer, node: ov.Node, x: Value, tables: list[tuple[int, np.
         shape[d] = w.shape[0]
         taps = 1 if onehot else int((w != 0).sum(axis=1).max())
         cycles += shave_cycles(lw.hw, int(np.prod(shape, dtype=np.int64)), 2 * taps)
-    t = lw.shave("resample", [x, *ops], [o], ResampleParams(tuple(d for d, _ in tables), tuple(gather)), node)
-    t.cycles = cycles
+    # a descriptor holds MAX_OPERANDS operands: x, the tables and the output; more axes chain tasks
+    per_task = MAX_OPERANDS - 2
+    src = x
+    for k in range(0, len(tables), per_task):
+        last = k + per_task >= len(tables)
+        if last:
+            dst = o
+        else:
+            part_shape = list(src.shape)
+            for d, w in tables[k:k + per_task]:
+                part_shape[d] = w.shape[0]
+            dst = lw.scratch(tuple(part_shape), o.dtype)
+        params = ResampleParams(tuple(d for d, _ in tables[k:k + per_task]), tuple(gather[k:k + per_task]))
+        t = lw.shave("resample", [src, *ops[k:k + per_task]], [dst], params, node)
+        t.cycles = cycles * len(params.axes) // len(tables)
+        src = dst
 
 
 def op_interpolate(lw: _Lowerer, node: ov.Node) -> None:

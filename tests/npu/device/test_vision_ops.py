@@ -110,11 +110,15 @@ def test_interpolate_scales_pads_axes(npu_core, build):
     _check(npu_core, _interp_model(build))
 
 
-def test_interpolate_rank3_and_rank5(npu_core):
+def test_interpolate_rank3_to_rank6(npu_core):
     _check(npu_core, _interp_model(lambda x: opset11.interpolate(x, np.array([11], np.int64), "linear", "sizes",
                                                                  axes=np.array([2])), (2, 3, 6)))
     _check(npu_core, _interp_model(lambda x: opset11.interpolate(x, np.array([4, 6, 3], np.int64), "linear_onnx",
                                                                  "sizes", axes=np.array([2, 3, 4])), (1, 2, 3, 4, 5)))
+    # five resampled axes: more tables than a descriptor's operands, so two chained tasks
+    _check(npu_core, _interp_model(lambda x: opset11.interpolate(x, np.array([3, 5, 2, 4, 3], np.int64), "linear",
+                                                                 "sizes", axes=np.array([1, 2, 3, 4, 5])),
+                                   (2, 3, 4, 3, 5, 2)))
 
 
 def test_interpolate_f16(npu_core):
