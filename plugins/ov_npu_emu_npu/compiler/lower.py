@@ -241,7 +241,7 @@ class _Lowerer:
                 continue
             try:
                 self._lower_node(node, t)
-            except UnsupportedOpError as e:
+            except (UnsupportedOpError, CompileError) as e:  # e.g. more operands than a descriptor holds
                 if self.refused is None:
                     raise
                 self.refused[node.get_friendly_name()] = str(e)
