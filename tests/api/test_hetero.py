@@ -161,3 +161,19 @@ def test_the_runtime_api_over_hetero(core):
     queue.wait_all()
     for i in range(4):
         np.testing.assert_array_equal(out[i], ref(d * (i + 1)))
+
+
+def test_a_stage_its_device_fails_to_compile_moves_to_the_next(monkeypatch):
+    core = ov.Core()
+    npu = core.registry.get("NPU")
+
+    def refuse(model, config):
+        raise UnsupportedOpError("no room", op_type="Relu", node_name="r1")
+
+    monkeypatch.setattr(npu, "compile_model", refuse)
+    m = make_group_conv_cnn()
+    cm = core.compile_model(m, "HETERO:NPU,CPU", F32)
+    assert cm.get_property("EXECUTION_DEVICES") == ["CPU"]
+    _check(cm, m, 1e-5)
+    with pytest.raises(UnsupportedOpError, match=r"HETERO could not compile the stage .* on any of \['NPU'\]"):
+        core.compile_model(m, "HETERO:NPU", F32)
