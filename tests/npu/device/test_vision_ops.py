@@ -319,6 +319,18 @@ def test_detection_output_matches_cpu(npu_core, kw):
     assert rel_err(a, b) <= F32_TOL
 
 
+def test_detection_output_long_candidate_lists(npu_core, monkeypatch):
+    """Past _PAIRWISE_MAX candidates NMS checks each against the kept boxes instead of taking the
+    pairwise overlap matrix; same detections."""
+    from ov_npu_emu_npu.device.kernels import vision
+
+    monkeypatch.setattr(vision, "_PAIRWISE_MAX", 0)
+    m = _ssd_head(attrs={"keep_top_k": [-1], "top_k": -1})
+    feed = _feed(m, 2)
+    (a,), (b,) = _run(npu_core, m, feed), cpu_reference(m, feed)
+    assert rel_err(a, b) <= F32_TOL
+
+
 def test_detection_output_pixel_priors(npu_core):
     """normalized=False: 5 values per prior in pixels, divided by input_width/height."""
     rng = np.random.default_rng(3)

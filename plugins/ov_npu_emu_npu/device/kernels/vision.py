@@ -101,9 +101,9 @@ def _decode(loc: np.ndarray, prior: np.ndarray, var: np.ndarray, p) -> np.ndarra
 
 
 def _iou(box: np.ndarray, kept: np.ndarray) -> np.ndarray:
-    """Jaccard overlap of one box with each kept box (0 where they do not intersect)."""
-    iw = np.minimum(box[2], kept[:, 2]) - np.maximum(box[0], kept[:, 0])
-    ih = np.minimum(box[3], kept[:, 3]) - np.maximum(box[1], kept[:, 1])
+    """Jaccard overlap of boxes [..., 4] with boxes [..., 4] (broadcast; 0 where they do not meet)."""
+    iw = np.minimum(box[..., 2], kept[..., 2]) - np.maximum(box[..., 0], kept[..., 0])
+    ih = np.minimum(box[..., 3], kept[..., 3]) - np.maximum(box[..., 1], kept[..., 1])
     inter = np.where((iw > 0) & (ih > 0), iw * ih, 0).astype(np.float32)
 
     def size(b: np.ndarray) -> np.ndarray:
@@ -114,10 +114,25 @@ def _iou(box: np.ndarray, kept: np.ndarray) -> np.ndarray:
     return np.where(inter > 0, inter / np.where(union == 0, 1, union), 0)
 
 
+#: candidates up to which NMS takes the pairwise overlap matrix at once (K² floats)
+_PAIRWISE_MAX = 2048
+
+
 def _nms(order: list[int], boxes: np.ndarray, thr: float) -> list[int]:
-    """Greedy NMS over the priors in ``order`` (best first) with ``boxes`` [P, 4]: the priors kept."""
-    kept: list[int] = []
-    kept_boxes = np.empty((0, 4), np.float32)
+    """Greedy NMS over the priors in ``order`` (best first) with ``boxes`` [P, 4]: the priors kept.
+
+    A candidate is kept when it overlaps no kept one by more than ``thr``."""
+    if len(order) <= _PAIRWISE_MAX:
+        cand = boxes[order]
+        over = _iou(cand[:, None, :], cand[None, :, :]) > thr
+        suppressed = np.zeros(len(order), bool)
+        kept = []
+        for i, k in enumerate(order):
+            if not suppressed[i]:
+                kept.append(k)
+                suppressed |= over[i]
+        return kept
+    kept, kept_boxes = [], np.empty((0, 4), np.float32)
     for k in order:
         b = boxes[k]
         if kept and (_iou(b, kept_boxes) > thr).any():
