@@ -177,3 +177,33 @@ def test_a_stage_its_device_fails_to_compile_moves_to_the_next(monkeypatch):
     _check(cm, m, 1e-5)
     with pytest.raises(UnsupportedOpError, match=r"HETERO could not compile the stage .* on any of \['NPU'\]"):
         core.compile_model(m, "HETERO:NPU", F32)
+
+
+def test_a_detector_ending_in_nms_keeps_its_head_on_the_npu(core):
+    """NonMaxSuppression's output shape depends on the data: the NPU's query leaves it (and only
+    it) out, so the head runs on the NPU and the NMS on the CPU."""
+    from openvino import opset9
+
+    rng = np.random.default_rng(0)
+    x = ops.parameter([1, 32], np.float32, name="x")
+    p = 20
+
+    def head(n, shape):
+        w = ops.constant(rng.standard_normal((n, 32)).astype(np.float32))
+        return ops.reshape(ops.sigmoid(ops.matmul(x, w, False, True)), np.array(shape), False)
+
+    nms = _named(opset9.non_max_suppression(head(p * 4, [1, p, 4]), head(p * 2, [1, 2, p]), np.array([5], np.int64),
+                                            np.array([0.5], np.float32), np.array([0.1], np.float32),
+                                            sort_result_descending=False, output_type="i32"), "nms")
+    m = real_ov.Model([ops.result(nms.output(0)), ops.result(nms.output(1))], [x], "nms_head")
+    claimed = core.query_model(m, "NPU")
+    assert "nms" not in claimed and {op.get_type_name() for op in m.get_ops()
+                                     if op.get_friendly_name() in claimed} >= {"MatMul", "Sigmoid", "Reshape"}
+    cm = core.compile_model(m, "HETERO:NPU,CPU", F32)
+    assert cm.get_property("EXECUTION_DEVICES") == ["NPU", "CPU"]
+    feed = _feed(m)
+    res = cm.create_infer_request().infer(feed)
+    ref = cpu_reference(m, feed)
+    assert np.array(res[0]).shape == ref[0].shape and len(ref[0]) > 0
+    np.testing.assert_array_equal(np.array(res[0]), ref[0])
+    assert rel_err(np.array(res[1]), ref[1]) <= 1e-6

@@ -240,13 +240,18 @@ class _Lowerer:
                 self.consts[(node.get_name(), 0)] = node
                 continue
             try:
+                if self.refused is not None and any(node.get_output_partial_shape(i).is_dynamic
+                                                    for i in range(node.get_output_size())):
+                    raise UnsupportedOpError(f"{t} {node.get_friendly_name()!r} has a dynamic output shape",
+                                             op_type=t, node_name=node.get_friendly_name())
                 self._lower_node(node, t)
             except (UnsupportedOpError, CompileError) as e:  # e.g. more operands than a descriptor holds
                 if self.refused is None:
                     raise
                 self.refused[node.get_friendly_name()] = str(e)
-                for i in range(node.get_output_size()):
-                    self.vals[(node.get_name(), i)] = self.node_out(node, i)
+                for i in range(node.get_output_size()):  # placeholders; a dynamic one refuses its readers
+                    if node.get_output_partial_shape(i).is_static:
+                        self.vals[(node.get_name(), i)] = self.node_out(node, i)
         if self.refused is None:
             self._bind_outputs()
         return self.out

@@ -30,7 +30,7 @@ def query(model: ov.Model, config: Mapping[str, Any] | None = None) -> tuple[set
     supported when an op reading it is (or nothing reads it), a Result when what it returns is.
     """
     config = config or {}
-    prep = prepare(model)
+    prep = prepare(model, dynamic_ops=True)
     refused = refused_ops(prep, HardwareConfig.from_config(config), f16=precision_of(config) == "f16")
     ops = model.get_ordered_ops()
     supported = {op.get_friendly_name() for op in ops
