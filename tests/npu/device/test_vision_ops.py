@@ -482,3 +482,9 @@ def _yolo_like():
                          ids=["resnet", "mobilenet", "vit", "yolo", "ssd"])
 def test_small_vision_models_match_cpu(npu_core, builder):
     _check(npu_core, builder())
+
+
+@pytest.mark.parametrize("builder", [_resnet_like, _mobilenet_like, _vit_like, _yolo_like],
+                         ids=["resnet", "mobilenet", "vit", "yolo"])
+def test_small_vision_models_f16(npu_core, builder):
+    _check(npu_core, builder(), F16_TOL, {"INFERENCE_PRECISION_HINT": "f16"})
