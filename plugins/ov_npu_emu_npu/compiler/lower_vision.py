@@ -1,5 +1,6 @@
-"""Lowering of the ops of vision models: Interpolate (every mode, through per-axis tables the op's
-own ``evaluate()`` computes), AdaptiveAvgPool / AdaptiveMaxPool, DetectionOutput, and PriorBox /
+"""Lowering of the ops of vision models: Interpolate (every mode of opset4 and opset11, and opset1's
+as the CPU plugin maps them, through per-axis tables the op's own ``evaluate()`` computes),
+AdaptiveAvgPool / AdaptiveMaxPool, DetectionOutput, and PriorBox /
 PriorBoxClustered (shape-only ops: evaluated at compile time).
 
 Interpolate and AdaptiveAvgPool are linear and separable: each output is a product of per-axis
@@ -12,7 +13,7 @@ whose rows are one-hot (nearest) becomes an index vector: a copy, exact for any 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import openvino as ov
@@ -44,8 +45,35 @@ def _const_input(node: ov.Node, i: int) -> np.ndarray:
     return np.array(src.get_data()).reshape(-1)
 
 
-def _probe_axis(node: ov.Node, d: int, per_axis: dict[str, float | int], in_len: int, out_len: int) -> np.ndarray:
-    """The [out_len, in_len] matrix Interpolate ``node`` applies along axis ``d``.
+#: Interpolate of opset1 as opset11: its modes, and its coordinates as the CPU plugin maps them
+#: (measured: asymmetric, or align_corners, and nearest_mode "simple"); area has no counterpart
+_V0_MODES = {"nearest": "nearest", "linear": "linear_onnx", "cubic": "cubic"}
+
+
+def _interp_attrs(node: ov.Node) -> dict[str, Any]:
+    """The node's attributes in opset4/opset11 terms (opset1's mapped), with ``version``."""
+    at = dict(node.get_attributes())
+    version = node.get_type_info().version_id
+    rank = len(node.get_input_shape(0))
+    if version == "opset1":
+        if str(at["mode"]) not in _V0_MODES:
+            raise _refuse(node, f"Interpolate-1 mode {at['mode']}")
+        at = {"mode": _V0_MODES[str(at["mode"])], "shape_calculation_mode": "sizes", "antialias": False,
+              "coordinate_transformation_mode": "align_corners" if at.get("align_corners") else "asymmetric",
+              "nearest_mode": "simple", "cube_coeff": -0.75, "pads_begin": at.get("pads_begin"),
+              "pads_end": at.get("pads_end"), "axes": [int(a) for a in at["axes"]]}
+        version = "opset11"
+    elif version not in ("opset4", "opset11"):
+        raise _refuse(node, f"Interpolate of {version}")
+    at["version"] = version
+    at["pads_begin"] = [int(p) for p in (at.get("pads_begin") or [0] * rank)]
+    at["pads_end"] = [int(p) for p in (at.get("pads_end") or [0] * rank)]
+    return at
+
+
+def _probe_axis(node: ov.Node, at: dict[str, Any], d: int, scale: float | None, in_len: int, out_len: int
+                ) -> np.ndarray:
+    """The [out_len, in_len] matrix Interpolate ``node`` (attributes ``at``) applies along axis ``d``.
 
     A copy of the node over [in_len, 1, in_len, 1] resamples axis 2 as the node resamples axis
     ``d`` (same mode, coordinate transformation, scale or size, pads) and axis 3 from 1 to 1 (the
@@ -54,17 +82,13 @@ def _probe_axis(node: ov.Node, d: int, per_axis: dict[str, float | int], in_len:
     """
     from openvino import opset10, opset11, opset13
 
-    at = node.get_attributes()
-    rank = len(node.get_input_shape(0))
-    pb = [0, 0, int((at.get("pads_begin") or [0] * rank)[d]), 0]
-    pe = [0, 0, int((at.get("pads_end") or [0] * rank)[d]), 0]
+    pb, pe = [0, 0, at["pads_begin"][d], 0], [0, 0, at["pads_end"][d], 0]
     shape = [in_len, 1, in_len, 1]
     probe = opset13.parameter(shape, np.float32)
     mode, calc = str(at["mode"]), str(at["shape_calculation_mode"])
     axes = np.array([2, 3], np.int64)
     sizes = np.array([out_len, 1], np.int64)
-    scale = per_axis.get("scale", out_len / max(in_len + pb[2] + pe[2], 1))
-    scales = np.array([scale, 1.0], np.float32)
+    scales = np.array([scale if scale is not None else out_len / max(in_len + pb[2] + pe[2], 1), 1.0], np.float32)
     # the CPU plugin resamples "linear" with antialias as a plain 2-tap bilinear (measured: its
     # matrix for 7 inputs and 4 outputs is the one without antialias; the reference's triangle
     # filter differs by up to 0.7 relative); the NPU follows the CPU plugin, its tests' oracle
@@ -75,7 +99,7 @@ def _probe_axis(node: ov.Node, d: int, per_axis: dict[str, float | int], in_len:
     kw = {"pads_begin": pb, "pads_end": pe, "coordinate_transformation_mode": str(at["coordinate_transformation_mode"]),
           "nearest_mode": str(at["nearest_mode"]), "antialias": antialias, "cube_coeff": cube_coeff,
           "axes": axes}
-    if node.get_type_info().version_id == "opset11":
+    if at["version"] == "opset11":
         second = scales if calc == "scales" else sizes
         n = opset11.interpolate(probe, second, mode, calc, **kw)
         ins = [second, axes]
@@ -89,37 +113,34 @@ def _probe_axis(node: ov.Node, d: int, per_axis: dict[str, float | int], in_len:
     return np.array(res.data).reshape(in_len, out_len).T.copy()
 
 
-def _interp_axes(node: ov.Node) -> tuple[list[int], dict[int, dict[str, float | int]]]:
+def _interp_axes(node: ov.Node, at: dict[str, Any]) -> tuple[list[int], dict[int, float]]:
     """The interpolated axes and, per axis, the scale the node was given (scales mode)."""
     rank = len(node.get_input_shape(0))
-    v11 = node.get_type_info().version_id == "opset11"
+    if "axes" in at:  # opset1: an attribute
+        return [a % rank for a in at["axes"]], {}
+    v11 = at["version"] == "opset11"
     axes_in = 2 if v11 else 3
     axes = [int(a) % rank for a in _const_input(node, axes_in)] if node.get_input_size() > axes_in else \
         list(range(rank))
-    per_axis: dict[int, dict[str, float | int]] = {a: {} for a in axes}
-    if str(node.get_attributes()["shape_calculation_mode"]) == "scales":
-        scales = _const_input(node, 1 if v11 else 2).astype(np.float64)
-        for a, s in zip(axes, scales, strict=False):
-            per_axis[a]["scale"] = float(s)
-    return axes, per_axis
+    scales: dict[int, float] = {}
+    if str(at["shape_calculation_mode"]) == "scales":
+        given = _const_input(node, 1 if v11 else 2).astype(np.float64)
+        scales = {a: float(s) for a, s in zip(axes, given, strict=False)}
+    return axes, scales
 
 
 def interpolate_tables(node: ov.Node) -> list[tuple[int, np.ndarray]]:
     """(axis, [out, in] matrix) for each axis Interpolate ``node`` changes (pads included)."""
-    if node.get_type_info().version_id not in ("opset4", "opset11"):
-        raise _refuse(node, f"Interpolate of {node.get_type_info().version_id}")
+    at = _interp_attrs(node)
     in_shape, out_shape = tuple(node.get_input_shape(0)), tuple(node.get_output_shape(0))
-    at = node.get_attributes()
-    rank = len(in_shape)
-    pb = [int(p) for p in (at.get("pads_begin") or [0] * rank)]
-    pe = [int(p) for p in (at.get("pads_end") or [0] * rank)]
+    pb, pe = at["pads_begin"], at["pads_end"]
     if min(pb + pe, default=0) < 0:
         raise _refuse(node, "negative pads")
-    axes, per_axis = _interp_axes(node)
+    axes, scales = _interp_axes(node, at)
     tables = []
-    for d in range(rank):
+    for d in range(len(in_shape)):
         if d in axes:
-            w = _probe_axis(node, d, per_axis[d], in_shape[d], out_shape[d])
+            w = _probe_axis(node, at, d, scales.get(d), in_shape[d], out_shape[d])
         elif pb[d] or pe[d]:  # padded but not resampled: zeros around the identity
             w = np.zeros((out_shape[d], in_shape[d]), np.float32)
             w[pb[d]:pb[d] + in_shape[d]] = np.eye(in_shape[d], dtype=np.float32)

@@ -135,11 +135,22 @@ def test_interpolate_nearest_of_integers_is_a_copy(npu_core):
     assert np.array_equal(a, b)
 
 
-def test_interpolate_opset1_is_refused_by_name(npu_core):
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_interpolate_opset1_as_the_cpu_plugin_maps_it(npu_core, mode, align_corners):
+    """Old IRs' Interpolate-1: asymmetric (or align_corners) coordinates, nearest_mode simple,
+    linear as linear_onnx; pads included."""
+    for sizes in ([3, 4], [9, 13]):
+        _check(npu_core, _interp_model(lambda x, sizes=sizes: opset1.interpolate(x, np.array(sizes, np.int64), {
+            "axes": [2, 3], "mode": mode, "align_corners": align_corners, "pads_begin": [0, 0, 1, 0],
+            "pads_end": [0, 0, 0, 2]})))
+
+
+def test_interpolate_opset1_area_is_refused_by_name():
     x = ops.parameter([1, 1, 4, 4], np.float32, name="x")
-    n = opset1.interpolate(x, np.array([8, 8], np.int64), {"axes": [2, 3], "mode": "nearest"})
+    n = opset1.interpolate(x, np.array([2, 2], np.int64), {"axes": [2, 3], "mode": "area"})
     n.set_friendly_name("old_resize")
-    with pytest.raises(UnsupportedOpError, match="Interpolate.*old_resize.*opset1") as e:
+    with pytest.raises(UnsupportedOpError, match="Interpolate.*old_resize.*area") as e:
         compile_to_blob(ov.Model([ops.result(n)], [x], "interp_v0"))
     assert e.value.op_type == "Interpolate"
 
