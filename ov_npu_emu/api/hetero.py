@@ -260,6 +260,28 @@ class HeteroCompiledModel(DeviceCompiledModel):
         return super().get_property(name)
 
 
+class _Whole(DeviceCompiledModel):
+    """A model HETERO gives whole to one device (stateful): that device's compiled model."""
+
+    def __init__(self, compiled: CompiledModel) -> None:
+        self._cm = compiled
+        self.inputs = compiled.impl.inputs
+        self.outputs = compiled.impl.outputs
+        self.execution_devices = [compiled.device_name]
+
+    def create_infer_request(self) -> DeviceInferRequest:
+        return self._cm.impl.create_infer_request()
+
+    def export_model(self) -> bytes:
+        return self._cm.impl.export_model()
+
+    def get_property(self, name: str) -> Any:
+        return self.execution_devices if name == "EXECUTION_DEVICES" else self._cm.get_property(name)
+
+    def get_runtime_model(self) -> ov.Model | None:
+        return self._cm.get_runtime_model()
+
+
 def _result_sources(model: ov.Model) -> list[Key]:
     param_port = {p.get_friendly_name(): i for i, p in enumerate(model.get_parameters())}
     out = []
@@ -271,14 +293,18 @@ def _result_sources(model: ov.Model) -> list[Key]:
 
 
 def compile_hetero(core: Core, model: ov.Model, devices: Sequence[str], config: Mapping[str, Any]
-                   ) -> HeteroCompiledModel:
+                   ) -> DeviceCompiledModel:
     """Split ``model`` over ``devices`` by their query_model answers and compile each stage."""
-    if model.get_sinks():
-        raise UnsupportedFeatureError("HETERO does not split stateful models (ReadValue/Assign) here; compile them "
-                                      "on one device")
     cfg = {k: v for k, v in config.items() if k != "MULTI_DEVICE_PRIORITIES"}
     m = _unique_names(model)
     affinity = affinities(core, m, devices, cfg)
+    if model.get_sinks():  # stateful: whole on the one device claiming every op, or not at all
+        claimed = set(affinity.values())
+        if len(claimed) != 1:
+            raise UnsupportedFeatureError(
+                f"HETERO does not split stateful models (ReadValue/Assign) here; its ops go to {sorted(claimed)}: "
+                "compile it on one device")
+        return _Whole(core.compile_model(model, claimed.pop(), cfg))
     stages = _build_stages(m, _stages(m, affinity))
     sources = _result_sources(m)
     # a Result returning a Constant: a one-op stage on the first device

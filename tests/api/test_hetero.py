@@ -207,3 +207,23 @@ def test_a_detector_ending_in_nms_keeps_its_head_on_the_npu(core):
     assert np.array(res[0]).shape == ref[0].shape and len(ref[0]) > 0
     np.testing.assert_array_equal(np.array(res[0]), ref[0])
     assert rel_err(np.array(res[1]), ref[1]) <= 1e-6
+
+
+def _accumulator(with_einsum: bool) -> real_ov.Model:
+    """state += x; returns relu(state) (or state through an Einsum the NPU lacks)."""
+    x = ops.parameter([1, 4], np.float32, name="x")
+    rv = ops.read_value(ops.constant(np.zeros((1, 4), np.float32)), "acc", real_ov.Type.f32, [1, 4])
+    s = ops.add(rv, x)
+    y = ops.einsum([s, ops.constant(np.eye(4, dtype=np.float32))], "ij,jk->ik") if with_einsum else ops.relu(s)
+    return real_ov.Model([ops.result(y)], [ops.assign(s, "acc")], [x], "acc")
+
+
+def test_a_stateful_model_one_device_takes_whole(core):
+    cm = core.compile_model(_accumulator(False), "HETERO:NPU,CPU")
+    assert cm.get_property("EXECUTION_DEVICES") == ["NPU"]
+    req = cm.create_infer_request()
+    for i in range(1, 4):
+        np.testing.assert_array_equal(req.infer({"x": np.ones((1, 4), np.float32)})[0], np.full((1, 4), i))
+    assert [s.name for s in req.query_state()] == ["acc"]
+    with pytest.raises(UnsupportedFeatureError, match=r"does not split stateful models.*\['CPU', 'NPU'\]"):
+        core.compile_model(_accumulator(True), "HETERO:NPU,CPU")
