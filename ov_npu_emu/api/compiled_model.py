@@ -78,8 +78,8 @@ class CompiledModel:
         return None
 
     def get_property(self, name: str) -> Any:
-        if name == "EXECUTION_DEVICES":
-            return [self._device]
+        if name == "EXECUTION_DEVICES":  # HETERO: the devices of its stages
+            return list(getattr(self._impl, "execution_devices", [self._device]))
         if name == "LOADED_FROM_CACHE":
             return bool(getattr(self._impl, "loaded_from_cache", False))
         return self._impl.get_property(name)

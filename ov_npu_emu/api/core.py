@@ -13,6 +13,7 @@ import openvino as ov
 import pluggy
 
 from ov_npu_emu.api.compiled_model import CompiledModel
+from ov_npu_emu.api.hetero import compile_hetero, hetero_devices, query_hetero
 from ov_npu_emu.api.properties import plain_properties
 from ov_npu_emu.errors import (
     CompileError,
@@ -196,6 +197,9 @@ class Core:
         if config is not None and not isinstance(config, Mapping):
             raise UserInputError(f"config must be a dict of properties, got {type(config).__name__}")
         config = plain_properties(config)
+        hetero = hetero_devices(device_name, config)
+        if hetero is not None:
+            return CompiledModel(compile_hetero(self, model, hetero, config), "HETERO")
         candidates = self.auto_candidates(device_name, config)
         if candidates is not None or device_name is None:  # None is AUTO, which always lists candidates
             return self._auto(
@@ -282,6 +286,9 @@ class Core:
         """``{op friendly name: device}`` for the ops ``device_name`` runs (openvino's semantics)."""
         if not isinstance(model, ov.Model):
             raise UserInputError(f"query_model needs an openvino.Model, got {type(model).__name__}")
+        hetero = hetero_devices(device_name, config)
+        if hetero is not None:
+            return query_hetero(self, model, hetero, plain_properties(config))
         name, device = self._claimable_device(device_name)
         device = device if device is not None else self.registry.get(name)  # DeviceNotFoundError
         return device.query_model(model, device.merged_config(plain_properties(config)))

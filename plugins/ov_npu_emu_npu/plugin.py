@@ -528,6 +528,15 @@ class NpuDevice(Device):
                 str(model.get_rt_info(rt_key).astype(str)) if model.has_rt_info(rt_key) else "")
         return cm
 
+    def query_model(self, model: ov.Model, config: Mapping[str, Any]) -> dict[str, str]:
+        """The ops the compiler lowers (folded and lifted ones included), per op: a model with an
+        op the NPU refuses gets the rest, as from the real NPU plugin (HETERO splits by it)."""
+        # imported lazily, as for compile_model
+        from ov_npu_emu_npu.compiler.query import query
+
+        supported, _ = query(model, config)
+        return {op.get_friendly_name(): self.NAME for op in model.get_ops() if op.get_friendly_name() in supported}
+
     def import_model(self, blob: bytes, config: Mapping[str, Any]) -> NpuCompiledModel:
         from ov_npu_emu_npu.weightless import import_weightless, is_weightless
 

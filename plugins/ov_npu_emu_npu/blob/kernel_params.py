@@ -28,25 +28,31 @@ __all__ = [
     "DOC_BEGIN",
     "DOC_END",
     "KERNEL_PARAMS",
+    "AdaptiveMaxParams",
     "AvgPoolParams",
     "AxisParams",
     "ClampParams",
     "ConvParams",
     "CumSumParams",
+    "DeconvParams",
+    "DetectionOutputParams",
     "DivideParams",
     "EluParams",
     "GatherDqParams",
     "GatherParams",
     "GeluParams",
     "KernelParams",
+    "LrnParams",
     "MatMulDqParams",
     "MatMulParams",
     "MaxPoolParams",
     "MvnParams",
     "NO_PARAMS",
     "NoParams",
+    "NormalizeL2Params",
     "PadParams",
     "ReduceParams",
+    "ResampleParams",
     "SdpaParams",
     "SliceParams",
     "SwishParams",
@@ -84,6 +90,10 @@ def _flag(doc: str, **kw: Any) -> Any:
 
 def _ints(doc: str, count: str, group: int = 1) -> Any:
     return _field("i", doc, count=count, group=group)
+
+
+def _flags(doc: str, count: str) -> Any:
+    return _field("b", doc, count=count)
 
 
 def _scalar(kind: str, v: Any) -> Any:
@@ -282,6 +292,24 @@ class MvnParams(KernelParams):
 
 
 @dataclasses.dataclass(frozen=True)
+class NormalizeL2Params(KernelParams):
+    KERNELS = ("normalize_l2",)
+    eps: float = _float("epsilon")
+    eps_add: bool = _flag("eps_mode ADD: sqrt(sum + eps) (0: MAX, sqrt(max(sum, eps)))")
+    axes: tuple[int, ...] = _ints("axes summed over, sorted", REST)
+
+
+@dataclasses.dataclass(frozen=True)
+class LrnParams(KernelParams):
+    KERNELS = ("lrn",)
+    alpha: float = _float("scale of the windowed sum of squares (divided by size^len(axes))")
+    beta: float = _float("exponent")
+    bias: float = _float("added before the exponent")
+    size: int = _int("window length along each axis")
+    axes: tuple[int, ...] = _ints("axes the window spans, sorted", REST)
+
+
+@dataclasses.dataclass(frozen=True)
 class CumSumParams(KernelParams):
     KERNELS = ("cumsum",)
     axis: int = _int("the axis, 0..rank-1")
@@ -371,6 +399,19 @@ class ConvParams(KernelParams):
 
 
 @dataclasses.dataclass(frozen=True)
+class DeconvParams(KernelParams):
+    """(Group)ConvolutionBackpropData: the weight is [groups, C_in/groups, C_out/groups, kernel...]."""
+
+    KERNELS = ("deconv",)
+    ENGINE = "DPU"
+    groups: int = _int("1, or the group count of GroupConvolutionBackpropData")
+    nd: int = _int("spatial dims")
+    strides: tuple[int, ...] = _ints("per spatial dim", "nd")
+    dilations: tuple[int, ...] = _ints("per spatial dim", "nd")
+    pads_begin: tuple[int, ...] = _ints("output positions cropped at the start (auto_pad resolved)", "nd")
+
+
+@dataclasses.dataclass(frozen=True)
 class MaxPoolParams(KernelParams):
     KERNELS = ("maxpool",)
     nd: int = _int("spatial dims")
@@ -392,6 +433,45 @@ class AvgPoolParams(KernelParams):
     pads_end: tuple[int, ...] = _ints("with the ceil rounding's overhang", "nd")
     exclude_pad: bool = _flag("average over real elements only")
     node_pads_end: tuple[int, ...] = _ints("the node's own end pads (counted unless exclude_pad)", "nd")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResampleParams(KernelParams):
+    """Interpolate and AdaptiveAvgPool: one linear map per axis, applied axis after axis."""
+
+    KERNELS = ("resample",)
+    axes: tuple[int, ...] = _ints("resampled axes in the order applied; operand 1+i is axis i's table", REST)
+    gather: tuple[bool, ...] = _flags("table i is an index vector [out] (a copy: nearest) instead of a "
+                                      "weight matrix [out, in]", REST)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveMaxParams(KernelParams):
+    KERNELS = ("adaptive_max",)
+    axes: tuple[int, ...] = _ints("pooled axes; operand 1+i is axis i's [out, 2] table of (start, end) bins",
+                                  REST)
+
+
+@dataclasses.dataclass(frozen=True)
+class DetectionOutputParams(KernelParams):
+    """DetectionOutput (SSD): decode boxes, per-class top-k and NMS, keep_top-k over classes."""
+
+    KERNELS = ("detection_output",)
+    num_classes: int = _int("classes including the background")
+    background_label_id: int = _int("class skipped (-1: none)")
+    top_k: int = _int("boxes per class entering NMS (-1: all)")
+    keep_top_k: int = _int("boxes per image kept after NMS (-1: all)")
+    center_size: bool = _flag("code_type CENTER_SIZE (0: CORNER)")
+    share_location: bool = _flag("one box per prior for all classes")
+    variance_encoded_in_target: bool = _flag("the deltas are already scaled by the variances")
+    nms_threshold: float = _float("IoU above which a box is suppressed")
+    confidence_threshold: float = _float("scores at or below it are dropped")
+    clip_after_nms: bool = _flag("clip output boxes to [0, 1]")
+    clip_before_nms: bool = _flag("clip decoded boxes to [0, 1] before NMS")
+    decrease_label_id: bool = _flag("MXNet style: one best class per prior, labels shifted down by one")
+    normalized: bool = _flag("priors are in [0, 1] (0: pixels, 5 values per prior)")
+    input_height: int = _int("image height dividing pixel priors")
+    input_width: int = _int("image width dividing pixel priors")
 
 
 @dataclasses.dataclass(frozen=True)

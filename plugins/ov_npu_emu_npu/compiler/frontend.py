@@ -93,11 +93,13 @@ def _check_static(model: ov.Model) -> None:
             )
 
 
-def prepare(model: ov.Model, *, compress: bool = True) -> Prepared:
+def prepare(model: ov.Model, *, compress: bool = True, dynamic_ops: bool = False) -> Prepared:
     """Clone ``model``, reject dynamic shapes, lift variables, fold constants.
 
     With ``compress`` the weight-decompression subgraphs feeding MatMul/Gather are detached
     first (see compress.py), so folding leaves them compressed instead of making f32 constants.
+    ``dynamic_ops`` (query_model) lets ops with a dynamic output shape through (NonMaxSuppression
+    on static inputs), for lowering to refuse one by one.
     """
     _check_static(model)
     _check_io(model)  # before clone and folding, which would allocate a huge tensor
@@ -146,7 +148,7 @@ def prepare(model: ov.Model, *, compress: bool = True) -> Prepared:
     # still references them, so prep.model must not be validated or cloned after this
     for p in placeholders:
         m.remove_parameter(p)
-    for n in m.get_ordered_ops():
+    for n in [] if dynamic_ops else m.get_ordered_ops():
         for i in range(n.get_output_size()):
             if n.get_output_partial_shape(i).is_dynamic:
                 raise CompileError(

@@ -1,8 +1,9 @@
 """Lowering: OpenVINO ops -> DPU / SHAVE / DMA tasks over values (with CMX staging and tiling).
 
 This module holds the lowerer (values, task builders, the walk over the model), MatMul and
-attention; the other op families lower in :mod:`.lower_elementwise`, :mod:`.lower_movement` and
-:mod:`.lower_conv`, each exporting a ``HANDLERS`` table merged into :data:`_HANDLERS` below.
+attention; the other op families lower in :mod:`.lower_elementwise`, :mod:`.lower_movement`,
+:mod:`.lower_conv` and :mod:`.lower_vision`, each exporting a ``HANDLERS`` table merged into
+:data:`_HANDLERS` below.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ from ov_npu_emu_npu.compiler.graph import DmaSpec, Packed, Place, Task, Value, n
 from ov_npu_emu_npu.compiler.lower_conv import HANDLERS as CONV_HANDLERS
 from ov_npu_emu_npu.compiler.lower_elementwise import HANDLERS as ELEMENTWISE_HANDLERS
 from ov_npu_emu_npu.compiler.lower_movement import HANDLERS as MOVEMENT_HANDLERS
+from ov_npu_emu_npu.compiler.lower_vision import HANDLERS as VISION_HANDLERS
 from ov_npu_emu_npu.compiler.tiling import lower_tiled_matmul
 
-__all__ = ["Handler", "Lowered", "lower", "SUPPORTED_OPS"]
+__all__ = ["Handler", "Lowered", "lower", "refused_ops", "SUPPORTED_OPS"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,9 @@ class _Lowerer:
         #: -> (the un-broadcast [B, Hkv, S, D] value, group size); no task materializes it
         self.kv_groups: dict[tuple[str, int], tuple[Value, int]] = {}
         self._dma_rr = 0
+        #: query mode (Core.query_model): a refused op is recorded here (friendly name -> why) and
+        #: lowering goes on with placeholder outputs, so every op gets an answer
+        self.refused: dict[str, str] | None = None
 
     # -- values ---------------------------------------------------------------------------
     def new_value(self, shape: tuple[int, ...], dtype: np.dtype, place: Place, **kw: Any) -> Value:
@@ -234,18 +239,34 @@ class _Lowerer:
             if t == "Constant":
                 self.consts[(node.get_name(), 0)] = node
                 continue
-            handler = _HANDLERS.get(t)
-            if handler is None:
-                raise UnsupportedOpError(
-                        f"the NPU compiler does not support {t} (node {node.get_friendly_name()!r}); "
-                        "there is no fallback to another device: compile the model on device CPU (for an LLM "
-                        "through NPUW: NPUW_DEVICES=CPU)",
-                        op_type=t,
-                        node_name=node.get_friendly_name(),
-                    )
-            handler(self, node)
-        self._bind_outputs()
+            try:
+                if self.refused is not None and any(node.get_output_partial_shape(i).is_dynamic
+                                                    for i in range(node.get_output_size())):
+                    raise UnsupportedOpError(f"{t} {node.get_friendly_name()!r} has a dynamic output shape",
+                                             op_type=t, node_name=node.get_friendly_name())
+                self._lower_node(node, t)
+            except (UnsupportedOpError, CompileError) as e:  # e.g. more operands than a descriptor holds
+                if self.refused is None:
+                    raise
+                self.refused[node.get_friendly_name()] = str(e)
+                for i in range(node.get_output_size()):  # placeholders; a dynamic one refuses its readers
+                    if node.get_output_partial_shape(i).is_static:
+                        self.vals[(node.get_name(), i)] = self.node_out(node, i)
+        if self.refused is None:
+            self._bind_outputs()
         return self.out
+
+    def _lower_node(self, node: ov.Node, t: str) -> None:
+        handler = _HANDLERS.get(t)
+        if handler is None:
+            raise UnsupportedOpError(
+                f"the NPU compiler does not support {t} (node {node.get_friendly_name()!r}); "
+                "there is no fallback to another device: compile the model on device CPU (or on "
+                "HETERO:NPU,CPU; for an LLM through NPUW: NPUW_DEVICES=CPU)",
+                op_type=t,
+                node_name=node.get_friendly_name(),
+            )
+        handler(self, node)
 
     def _bind_outputs(self) -> None:
         m = self.prep.model
@@ -388,11 +409,20 @@ _HANDLERS: dict[str, Handler] = {
     **ELEMENTWISE_HANDLERS,
     **MOVEMENT_HANDLERS,
     **CONV_HANDLERS,
+    **VISION_HANDLERS,
     "ScaledDotProductAttention": _Lowerer.op_sdpa,
     "MatMul": _Lowerer.op_matmul,
 }
 
 SUPPORTED_OPS = frozenset(_HANDLERS)
+
+
+def refused_ops(prep: Prepared, hw: HardwareConfig, *, f16: bool = False) -> dict[str, str]:
+    """Query mode: the ops of ``prep.model`` lowering refuses, friendly name -> the error's text."""
+    lw = _Lowerer(prep, hw, f16, stage=False)
+    lw.refused = {}
+    lw.run()
+    return lw.refused
 
 
 def lower(prep: Prepared, hw: HardwareConfig, *, f16: bool = False, stage: bool = True,

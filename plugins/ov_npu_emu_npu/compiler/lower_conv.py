@@ -8,7 +8,7 @@ import numpy as np
 import openvino as ov
 
 from ov_npu_emu.errors import UnsupportedOpError
-from ov_npu_emu_npu.blob.kernel_params import AvgPoolParams, ConvParams, MaxPoolParams
+from ov_npu_emu_npu.blob.kernel_params import AvgPoolParams, ConvParams, DeconvParams, MaxPoolParams
 from ov_npu_emu_npu.compiler.graph import Place
 
 if TYPE_CHECKING:
@@ -106,9 +106,42 @@ def op_pool(lw: _Lowerer, node: ov.Node) -> None:
     lw.vals[(node.get_name(), 0)] = o
 
 
+def op_deconv(lw: _Lowerer, node: ov.Node) -> None:
+    """(Group)ConvolutionBackpropData on the DPU: the uncropped transposed convolution, cropped by
+    the start padding (pads_begin, 0 for valid, or the same_* split of what the output shape
+    leaves)."""
+    x, w = lw.inp(node, 0), lw.inp(node, 1)
+    at = node.get_attributes()
+    group = node.get_type_name() == "GroupConvolutionBackpropData"
+    wshape = w.shape if group else (1, *w.shape)
+    nd = len(wshape) - 3
+    strides, dil = [int(v) for v in at["strides"]], [int(v) for v in at["dilations"]]
+    out = tuple(node.get_output_shape(0))
+    auto = str(at.get("auto_pad", "explicit")).lower()
+    uncropped = [(i - 1) * s + (k - 1) * d + 1 + int(p) for i, s, k, d, p in
+                 zip(x.shape[2:], strides, wshape[3:], dil, at.get("output_padding") or [0] * nd, strict=True)]
+    total = [max(0, u - m) for u, m in zip(uncropped, out[2:], strict=True)]
+    # the split of the cropped total as the CPU plugin makes it (measured with an output_shape
+    # input: same_upper crops more at the start; without one same_* keep the whole, total 0)
+    more_first = auto == "same_upper"
+    if auto == "valid":
+        pb = [0] * nd
+    elif auto in ("same_upper", "same_lower"):
+        pb = [t - t // 2 if more_first else t // 2 for t in total]
+    else:
+        pb = [int(v) for v in at["pads_begin"]]
+    o = lw.node_out(node)
+    macs = int(np.prod(x.shape, dtype=np.int64)) * int(np.prod(wshape[2:], dtype=np.int64))
+    lw.dpu("deconv", [x, lw.alias(w, wshape)], [o], DeconvParams(wshape[0], nd, tuple(strides), tuple(dil), tuple(pb)),
+           node, macs)
+    lw.vals[(node.get_name(), 0)] = o
+
+
 HANDLERS: dict[str, Handler] = {
     "Convolution": op_conv,
     "GroupConvolution": op_conv,
     "MaxPool": op_pool,
     "AvgPool": op_pool,
+    "ConvolutionBackpropData": op_deconv,
+    "GroupConvolutionBackpropData": op_deconv,
 }

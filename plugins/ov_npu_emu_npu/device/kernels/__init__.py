@@ -1,5 +1,6 @@
 """Numpy kernels the DPU and SHAVE engines run over views of device memory, by family:
-:mod:`.elementwise`, :mod:`.movement`, :mod:`.attention`, :mod:`.linear` (DPU), :mod:`.dequant`.
+:mod:`.elementwise`, :mod:`.movement`, :mod:`.attention`, :mod:`.linear` (DPU), :mod:`.dequant`,
+:mod:`.vision`.
 
 Each entry of :data:`KERNELS` is a *maker* (see :mod:`.registry`).
 """
@@ -18,6 +19,7 @@ from ov_npu_emu_npu.device.kernels import (  # noqa: F401 - registers
     elementwise,
     linear,
     movement,
+    vision,
 )
 from ov_npu_emu_npu.device.kernels.attention import RowWindow, _sdpa
 from ov_npu_emu_npu.device.kernels.dequant import DQ_TILE_BYTES, TileDequantizer, dequantize

@@ -407,6 +407,39 @@ def _mvn(ins, outs, params):
     return run
 
 
+@kernel("normalize_l2")
+def _normalize_l2(ins, outs, params):
+    x, o = ins[0], outs[0]
+    eps, add, axes = params.eps, params.eps_add, params.axes
+
+    def run() -> None:
+        xf = x.astype(np.float32, copy=False)
+        ss = np.sum(xf * xf, axis=axes, keepdims=True) if axes else xf * xf
+        np.copyto(o, xf / np.sqrt(ss + np.float32(eps) if add else np.maximum(ss, np.float32(eps))), casting="unsafe")
+
+    return run
+
+
+@kernel("lrn")
+def _lrn(ins, outs, params):
+    x, o = ins[0], outs[0]
+    size, axes = params.size, params.axes
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2  # window [i - lo, i + hi], clipped
+    scale = np.float32(params.alpha / size ** len(axes))
+
+    def run() -> None:
+        xf = x.astype(np.float32, copy=False)
+        s = xf * xf
+        for ax in axes:  # box sum along each axis through a cumulative sum with a leading zero
+            n = s.shape[ax]
+            c = np.concatenate([np.zeros_like(np.take(s, [0], axis=ax)), np.cumsum(s, axis=ax)], axis=ax)
+            i = np.arange(n)
+            s = np.take(c, np.minimum(i + hi + 1, n), axis=ax) - np.take(c, np.maximum(i - lo, 0), axis=ax)
+        np.copyto(o, xf / (np.float32(params.bias) + scale * s) ** np.float32(params.beta), casting="unsafe")
+
+    return run
+
+
 @kernel("cumsum")
 def _cumsum(ins, outs, params):
     x, o = ins[0], outs[0]

@@ -87,6 +87,36 @@ def _conv(ins, outs, params):
     return run
 
 
+@kernel("deconv")
+def _deconv(ins, outs, params):
+    """Transposed convolution: each kernel position scatters x · w[..., position] into a strided
+    slice of the uncropped output, which is then cropped by pads_begin to the output's size."""
+    x, w = ins
+    o = outs[0]
+    g, strides, dil, pb = params.groups, params.strides, params.dilations, params.pads_begin
+    n, cin = x.shape[:2]
+    cout = o.shape[1]
+    spatial = x.shape[2:]
+    full = [max((i - 1) * s + (k - 1) * d + 1, b + m)
+            for i, s, k, d, b, m in zip(spatial, strides, w.shape[3:], dil, pb, o.shape[2:], strict=True)]
+    buf = np.zeros((n, g, cout // g, *full), np.float32)
+    wf = w.astype(np.float32)
+    crop = (slice(None), slice(None), *(slice(b, b + m) for b, m in zip(pb, o.shape[2:], strict=True)))
+    places = [(kp, tuple(slice(k * d, k * d + (i - 1) * s + 1, s)
+                         for k, d, i, s in zip(kp, dil, spatial, strides, strict=True)))
+              for kp in np.ndindex(*w.shape[3:])]
+    all3 = (slice(None),) * 3
+
+    def run() -> None:
+        xg = x.reshape(n, g, cin // g, *spatial).astype(np.float32, copy=False)
+        buf.fill(0)
+        for kp, sl in places:
+            buf[all3 + sl] += np.einsum("ngc...,gco->ngo...", xg, wf[all3 + kp])
+        np.copyto(o, buf.reshape(n, cout, *full)[crop], casting="unsafe")
+
+    return run
+
+
 def _make_pool(kind: str) -> Maker:
     def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: MaxPoolParams | AvgPoolParams) -> Runner:
         x, o = ins[0], outs[0]
