@@ -171,8 +171,8 @@ class LLMPipelineImplBase:
                 f"{type(generation_config).__name__}"
             )
         config = (generation_config or self.config).copy()
-        if kwargs:
-            config.update_generation_config(**kwargs)
+        # always, as the real's Python generate(): the update re-adds EOS to the stop tokens
+        config.update_generation_config(**kwargs)
         if config.eos_token_id == -1:
             config.set_eos_token_id(self.config.eos_token_id)
         self.check_before_validate(config)
