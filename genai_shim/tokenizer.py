@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +82,12 @@ class Tokenizer:
     """openvino_genai.Tokenizer work-alike.
 
     :param tokenizer_path: a folder with ``openvino_tokenizer.xml`` and/or
-        ``openvino_detokenizer.xml`` (plus optional tokenizer_config.json for the chat template).
-    :param properties: accepted for API compatibility (tokenization always runs on the host).
+        ``openvino_detokenizer.xml``, plus the json files the real reads for the special tokens
+        and the chat template (``genai_shim/tokenizer_files.py``).
+    :param properties: ``add_second_input`` (bool, default False: give a one-input IR a second,
+        paired input, as the real); the real's CPU compile properties are accepted and not
+        needed (tokenization runs on the host's openvino CPU plugin with its defaults), other
+        keys are dropped as the real drops them.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -154,6 +159,16 @@ class Tokenizer:
             self._sources = {n: folder / n for n in (TOKENIZER_XML, DETOKENIZER_XML) if (folder / n).is_file()}
             self._folder = folder
             self._where = repr(os.fspath(folder))
+        properties = args[1] if len(args) > 1 and not in_memory else {}
+        if not isinstance(properties, Mapping):
+            raise UserInputError(f"properties must be a dict, got {type(properties).__name__}")
+        properties = dict(properties)
+        properties.update(kwargs.pop("properties", None) or {})
+        properties.update(kwargs)
+        #: add a second (paired) input to a one-input tokenizer IR at load, as the real does
+        self._add_second_input = tokenizer_ir.bool_property(
+            "add_second_input", properties.get("add_second_input", False)
+        )
         self._tok_model = self._read(TOKENIZER_XML)
         self._detok_model = self._read(DETOKENIZER_XML)
         self._encoders: dict[bool, ov.InferRequest] = {}
@@ -202,9 +217,10 @@ class Tokenizer:
         src = self._sources.get(name)
         if src is None:
             return None
-        if isinstance(src, tuple):
-            return _core().read_model(src[0], src[1])
-        return _core().read_model(src)
+        model = _core().read_model(src[0], src[1]) if isinstance(src, tuple) else _core().read_model(src)
+        if name == TOKENIZER_XML and self._add_second_input:
+            tokenizer_ir.add_second_input(model)
+        return model
 
     def _read_vocab(self) -> list[str]:
         """Token strings from the detokenizer's VocabDecoder constants (begins, ends, chars)."""
@@ -253,17 +269,16 @@ class Tokenizer:
         """A copy of the tokenizer whose constant special-token segments are empty.
 
         CombineSegments takes (begin, end, data) triples; the added special tokens (BOS, EOS…)
-        are all-constant triples, so their ``end`` is rewired to their ``begin``.
+        are constant triples (``tokenizer_ir.special_segment``), so their ``end`` is rewired to
+        their ``begin``.
         """
         model = self._read(TOKENIZER_XML)
         for op in model.get_ordered_ops():
             if op.get_type_name() != "CombineSegments":
                 continue
-            n = op.get_input_size() - 1  # the last input holds the segment ids
-            for i in range(0, n - n % 3, 3):
-                triple = [op.input_value(i + j) for j in range(3)]
-                if all(_const(t) is not None for t in triple):
-                    op.input(i + 1).replace_source_output(triple[0])
+            for i in range((op.get_input_size() - 1) // 3):  # the last input: the segment ids
+                if tokenizer_ir.special_segment(op, i):
+                    op.input(3 * i + 1).replace_source_output(op.input_value(3 * i))
         model.validate_nodes_and_infer_types()
         return model
 
@@ -312,8 +327,9 @@ class Tokenizer:
         layout = self._layout()
         if second is not None and not layout.paired:
             raise UserInputError(
-                "this tokenizer IR takes one input (supports_paired_input() is False); convert "
-                "the tokenizer with openvino_tokenizers' number_of_inputs=2 for paired prompts"
+                "this tokenizer IR takes one input (supports_paired_input() is False); load it "
+                "with Tokenizer(path, add_second_input=True) or convert the tokenizer with "
+                "openvino_tokenizers' number_of_inputs=2 for paired prompts"
             )
         max_length = opts["max_length"]
         if max_length is not None:
