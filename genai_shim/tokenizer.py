@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,13 @@ class Tokenizer:
             raise UserInputError(f"properties must be a dict, got {type(properties).__name__}")
         properties = dict(properties)
         properties.update(kwargs.pop("properties", None) or {})
+        if properties:
+            warnings.warn(
+                "'properties' parameters is deprecated, please use kwargs to pass config "
+                "properties instead.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         properties.update(kwargs)
         #: add a second (paired) input to a one-input tokenizer IR at load, as the real does
         self._add_second_input = tokenizer_ir.bool_property(

@@ -64,6 +64,26 @@ def test_encode_as_real(paired, call, kw):
     np.testing.assert_array_equal(a.attention_mask.data, b.attention_mask.data)
 
 
+def test_properties_dict_is_deprecated_as_real(real_genai):
+    folder = str(OPTIMUM / "gpt2-fp32")
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((folder, {}), {}),
+        ((folder, {"add_second_input": False}), {}),
+        ((folder,), {"properties": {"add_second_input": False}}),
+        ((folder,), {"add_second_input": False}),
+    ]
+    got = []
+    for mod in (genai_shim, real_genai):
+        for args, kw in calls:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")  # the same text from one line is shown once
+                mod.Tokenizer(*args, **kw)
+            got.append([str(w.message) for w in caught if w.category is DeprecationWarning])
+    assert got[:4] == got[4:]
+    text = "'properties' parameters is deprecated, please use kwargs to pass config properties instead."
+    assert got[:4] == [[], [text], [text], []]
+
+
 def test_without_the_property_pairs_are_refused(real_genai):
     folder = str(OPTIMUM / "llama-fp32")
     assert not genai_shim.Tokenizer(folder).supports_paired_input()
@@ -76,7 +96,8 @@ def test_property_values_as_real(real_genai, value):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the real's for a properties dict
         real = real_genai.Tokenizer(folder, {"add_second_input": value}).supports_paired_input()
-    assert genai_shim.Tokenizer(folder, {"add_second_input": value}).supports_paired_input() == real
+    with pytest.warns(DeprecationWarning, match="'properties' parameters is deprecated"):
+        assert genai_shim.Tokenizer(folder, {"add_second_input": value}).supports_paired_input() == real
     assert genai_shim.Tokenizer(folder, add_second_input=value).supports_paired_input() == real
 
 
