@@ -6,12 +6,15 @@ import json
 import logging
 import os
 import threading
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import openvino as ov
 
+import genai_shim.tokenizer_files as tokenizer_files
 import genai_shim.tokenizer_ir as tokenizer_ir
 from ov_npu_emu.errors import ConfigError, IRReadError, UserInputError
 
@@ -30,6 +33,13 @@ NO_CHAT_TEMPLATE = (
     "Chat template wasn't found. This may indicate that the model wasn't trained for chat "
     "scenario. Please add 'chat_template' to tokenizer_config.json to use the model in chat "
     "scenario."
+)
+
+#: the real's text when a chat template renders to nothing
+EMPTY_CHAT_TEMPLATE_OUTPUT = (
+    "Applied chat template resulted in an empty string. Please check the chat template or apply "
+    "template manually to your prompt before calling generate.For example: "
+    "<start_of_turn>user{user_prompt}<end_of_turn><start_of_turn>model"
 )
 
 
@@ -56,17 +66,6 @@ class TokenizedInputs:
         return f"TokenizedInputs(input_ids={ids}, attention_mask={mask})"
 
 
-def _rt(model: ov.Model, key: str) -> str | None:
-    rt = model.get_rt_info()
-    if key not in rt:
-        return None
-    try:
-        v = rt[key].astype(str)
-    except Exception:  # noqa: BLE001 - OVAny conversions differ between versions
-        v = str(rt[key])
-    return v if v not in ("", "{}") else None
-
-
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
@@ -84,8 +83,12 @@ class Tokenizer:
     """openvino_genai.Tokenizer work-alike.
 
     :param tokenizer_path: a folder with ``openvino_tokenizer.xml`` and/or
-        ``openvino_detokenizer.xml`` (plus optional tokenizer_config.json for the chat template).
-    :param properties: accepted for API compatibility (tokenization always runs on the host).
+        ``openvino_detokenizer.xml``, plus the json files the real reads for the special tokens
+        and the chat template (``genai_shim/tokenizer_files.py``).
+    :param properties: ``add_second_input`` (bool, default False: give a one-input IR a second,
+        paired input, as the real); the real's CPU compile properties are accepted and not
+        needed (tokenization runs on the host's openvino CPU plugin with its defaults), other
+        keys are dropped as the real drops them.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -157,75 +160,64 @@ class Tokenizer:
             self._sources = {n: folder / n for n in (TOKENIZER_XML, DETOKENIZER_XML) if (folder / n).is_file()}
             self._folder = folder
             self._where = repr(os.fspath(folder))
+        properties = args[1] if len(args) > 1 and not in_memory else {}
+        if not isinstance(properties, Mapping):
+            raise UserInputError(f"properties must be a dict, got {type(properties).__name__}")
+        properties = dict(properties)
+        properties.update(kwargs.pop("properties", None) or {})
+        if properties:
+            warnings.warn(
+                "'properties' parameters is deprecated, please use kwargs to pass config "
+                "properties instead.",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        properties.update(kwargs)
+        #: add a second (paired) input to a one-input tokenizer IR at load, as the real does
+        self._add_second_input = tokenizer_ir.bool_property(
+            "add_second_input", properties.get("add_second_input", False)
+        )
         self._tok_model = self._read(TOKENIZER_XML)
         self._detok_model = self._read(DETOKENIZER_XML)
         self._encoders: dict[bool, ov.InferRequest] = {}
         self._encoder_layout: tokenizer_ir.EncoderLayout | None = None
         self._decoders: dict[bool, Any] = {}
-        # From memory there is no folder: ids and the chat template come from the IR only.
-        def side(name: str) -> dict[str, Any]:
-            return _read_json(folder / name) if folder is not None else {}
-
-        cfg = side("tokenizer_config.json")
-        special_map = side("special_tokens_map.json")
-        gen = side("generation_config.json")
-        conf = side("config.json")
-        models = [m for m in (self._tok_model, self._detok_model) if m is not None]
-
-        def first_id(key: str) -> int:
-            for m in models:
-                v = _rt(m, key)
-                if v is not None:
-                    try:
-                        return int(v)
-                    except ValueError:
-                        pass
-            for src in (gen, conf):
-                v = src.get(key)
-                if isinstance(v, list) and v:
-                    v = v[0]
-                if isinstance(v, int):
-                    return v
-            return -1
-
-        self._bos_id = first_id("bos_token_id")
-        self._eos_id = first_id("eos_token_id")
-        self._pad_id = first_id("pad_token_id")
+        # Special tokens and the chat template in the real's order (genai_shim/tokenizer_files.py);
+        # from memory there is no folder: ids and the chat template come from the IR only.
+        tokens = tokenizer_files.read_special_tokens(folder) if folder is not None else None
+        tokens = tokens or tokenizer_files.SpecialTokens()
+        template = tokenizer_files.read_chat_template(folder) if folder is not None else ""
+        if self._tok_model is not None:
+            tokenizer_files.rt_token_ids(self._tok_model, tokens)
+            rt_template = tokenizer_files.rt_chat_template(self._tok_model)
+            template = template if rt_template is None else rt_template
+        self._original_chat_template = template
+        self._chat_template = (
+            tokenizer_files.remap_template(template) if self._tok_model is not None else template
+        )
+        self._bos_id, self._eos_id, self._pad_id = tokens.bos_id, tokens.eos_id, tokens.pad_id
         self._vocab_bytes: list[bytes] = []
         self._vocab_vector = self._read_vocab()
-        vocab = self._vocab_vector
-
-        def token_text(tid: int, key: str) -> str:
-            if 0 <= tid < len(vocab):
-                return vocab[tid]
-            v = cfg.get(key, special_map.get(key))
-            if isinstance(v, dict):
-                v = v.get("content")
-            return v if isinstance(v, str) else ""
-
-        self._bos = token_text(self._bos_id, "bos_token")
-        self._eos = token_text(self._eos_id, "eos_token")
-        # The real tokenizer reports the EOS text as pad text when no pad id is known.
-        # From memory (no folder) it reports an empty pad text instead (measured, 2026.4.1).
-        if self._pad_id >= 0:
-            self._pad = token_text(self._pad_id, "pad_token")
-        else:
-            self._pad = self._eos if folder is not None else ""
-        template = None
-        for m in models:
-            template = template or _rt(m, "chat_template")
-        if template is None:
-            t = cfg.get("chat_template")
-            if isinstance(t, list):  # HF allows named templates; "default" is the one used
-                t = next((x.get("template") for x in t if x.get("name") == "default"), None)
-            template = t if isinstance(t, str) else None
-        self._original_chat_template = template or ""
-        self._chat_template = self._original_chat_template
+        cfg = _read_json(folder / "tokenizer_config.json") if folder is not None else {}
         self._special_ids = self._find_special_ids(cfg)
+        # a string still unknown whose id is known: the detokenized id, special tokens kept
+        self._bos, self._eos, self._pad = (
+            self._token_text(tid, text)
+            for tid, text in (
+                (tokens.bos_id, tokens.bos),
+                (tokens.eos_id, tokens.eos),
+                (tokens.pad_id, tokens.pad),
+            )
+        )
         mml = cfg.get("model_max_length")
         self._model_max_length: int | None = (
             int(mml) if isinstance(mml, int) and mml < 10**9 else None
         )
+
+    def _token_text(self, token_id: int, text: str) -> str:
+        if text or token_id == -1 or self._detok_model is None:
+            return text
+        return str(self.decode([token_id], skip_special_tokens=False))
 
     # -- IR plumbing ---------------------------------------------------------------------------
     def _read(self, name: str) -> ov.Model | None:
@@ -233,9 +225,10 @@ class Tokenizer:
         src = self._sources.get(name)
         if src is None:
             return None
-        if isinstance(src, tuple):
-            return _core().read_model(src[0], src[1])
-        return _core().read_model(src)
+        model = _core().read_model(src[0], src[1]) if isinstance(src, tuple) else _core().read_model(src)
+        if name == TOKENIZER_XML and self._add_second_input:
+            tokenizer_ir.add_second_input(model)
+        return model
 
     def _read_vocab(self) -> list[str]:
         """Token strings from the detokenizer's VocabDecoder constants (begins, ends, chars)."""
@@ -284,17 +277,16 @@ class Tokenizer:
         """A copy of the tokenizer whose constant special-token segments are empty.
 
         CombineSegments takes (begin, end, data) triples; the added special tokens (BOS, EOS…)
-        are all-constant triples, so their ``end`` is rewired to their ``begin``.
+        are constant triples (``tokenizer_ir.special_segment``), so their ``end`` is rewired to
+        their ``begin``.
         """
         model = self._read(TOKENIZER_XML)
         for op in model.get_ordered_ops():
             if op.get_type_name() != "CombineSegments":
                 continue
-            n = op.get_input_size() - 1  # the last input holds the segment ids
-            for i in range(0, n - n % 3, 3):
-                triple = [op.input_value(i + j) for j in range(3)]
-                if all(_const(t) is not None for t in triple):
-                    op.input(i + 1).replace_source_output(triple[0])
+            for i in range((op.get_input_size() - 1) // 3):  # the last input: the segment ids
+                if tokenizer_ir.special_segment(op, i):
+                    op.input(3 * i + 1).replace_source_output(op.input_value(3 * i))
         model.validate_nodes_and_infer_types()
         return model
 
@@ -343,8 +335,9 @@ class Tokenizer:
         layout = self._layout()
         if second is not None and not layout.paired:
             raise UserInputError(
-                "this tokenizer IR takes one input (supports_paired_input() is False); convert "
-                "the tokenizer with openvino_tokenizers' number_of_inputs=2 for paired prompts"
+                "this tokenizer IR takes one input (supports_paired_input() is False); load it "
+                "with Tokenizer(path, add_second_input=True) or convert the tokenizer with "
+                "openvino_tokenizers' number_of_inputs=2 for paired prompts"
             )
         max_length = opts["max_length"]
         if max_length is not None:
@@ -419,7 +412,10 @@ class Tokenizer:
         self.set_chat_template(value)
 
     def set_chat_template(self, chat_template: str) -> None:
-        self._chat_template = str(chat_template)
+        """Use ``chat_template`` (a known template the real cannot render is replaced by its
+        simplified form, as the real does); ``get_original_chat_template()`` then returns it."""
+        self._original_chat_template = str(chat_template)
+        self._chat_template = tokenizer_files.remap_template(self._original_chat_template)
 
     def get_chat_template(self) -> str:
         return self._chat_template
@@ -438,7 +434,7 @@ class Tokenizer:
         """Render the conversation with the model's Jinja template (HF conventions)."""
         from genai_shim.chat import ChatHistory, render_chat_template
 
-        template = chat_template or self._chat_template
+        template = tokenizer_files.remap_template(chat_template) if chat_template else self._chat_template
         if not template:
             raise ConfigError(NO_CHAT_TEMPLATE)
         if isinstance(history, ChatHistory):
@@ -447,7 +443,7 @@ class Tokenizer:
             extra = {**history.get_extra_context(), **(extra_context or {})}
         else:
             messages, extra = list(history), dict(extra_context or {})
-        return render_chat_template(
+        text = render_chat_template(
             template,
             messages,
             add_generation_prompt=add_generation_prompt,
@@ -457,6 +453,9 @@ class Tokenizer:
             tools=tools,
             extra_context=extra,
         )
+        if not text:
+            raise ConfigError(EMPTY_CHAT_TEMPLATE_OUTPUT, key="chat_template")
+        return text
 
     # -- special tokens and vocab ----------------------------------------------------------------
     def get_bos_token_id(self) -> int:

@@ -12,13 +12,19 @@ attention mask, which gives the same dense tensors.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import openvino as ov
 import openvino.opset6 as opset6
 from openvino import opset13 as ops
 from openvino.op.util import Variable, VariableInfo
+
+from ov_npu_emu.errors import ConfigError
 
 #: the variables' names, as openvino_genai names them in its stateful tokenizer
 MAX_LENGTH_VAR = "max_length"
@@ -50,6 +56,17 @@ def _find(model: ov.Model, type_name: str) -> list[ov.Node]:
     return [op for op in model.get_ordered_ops() if op.get_type_name() == type_name]
 
 
+def special_segment(combine: ov.Node, index: int) -> bool:
+    """Whether segment ``index`` of a CombineSegments adds special tokens (BOS, EOS, SEP...).
+
+    Its begin and data are constants; its end too, except in a segment a second input added
+    (``add_second_input`` / ``number_of_inputs=2``), whose end is zeroed when that input is
+    empty (a Multiply of constants).
+    """
+    begin, data = combine.input_value(3 * index), combine.input_value(3 * index + 2)
+    return _const(begin) is not None and _const(data) is not None
+
+
 def _segments(model: ov.Model) -> tuple[int, int]:
     """(segments, main-sequence segments) of the IR's CombineSegments; (0, 0) without one."""
     combine = _find(model, "CombineSegments")
@@ -57,9 +74,7 @@ def _segments(model: ov.Model) -> tuple[int, int]:
         return 0, 0
     op = combine[-1]
     n = (op.get_input_size() - 1) // 3
-    main = sum(
-        1 for i in range(n) if not all(_const(op.input_value(3 * i + j)) is not None for j in range(3))
-    )
+    main = sum(1 for i in range(n) if not special_segment(op, i))
     return n, main
 
 
@@ -168,3 +183,62 @@ def repad(
         at = slice(0, len(r)) if pad_right else slice(width - len(r), width)
         out_ids[i, at], out_mask[i, at] = r, 1
     return out_ids, out_mask
+
+
+def bool_property(key: str, value: Any) -> bool:
+    """A boolean load property as openvino's ``Any::as<bool>`` reads it (the real's)."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in ("yes", "true", "1", "no", "false", "0", ""):
+        return value.lower() in ("yes", "true", "1")
+    raise ConfigError(
+        f"{key} must be a bool (or YES/NO, true/false, 1/0 as a string), got {value!r}", key=key
+    )
+
+
+@contextmanager
+def _log_lines(name: str) -> Iterator[list[str]]:
+    """The messages a library logger emits meanwhile (openvino_tokenizers' passes log why they
+    leave a model unchanged)."""
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    log, handler = logging.getLogger(name), Keep(logging.DEBUG)
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    try:
+        yield lines
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+
+def add_second_input(model: ov.Model) -> None:
+    """Give a one-input tokenizer IR a second string input (paired prompts), in place.
+
+    The real openvino_genai runs its ``AddSecondInputPass`` when the tokenizer is loaded with
+    ``add_second_input=True``; openvino_tokenizers ships the same transformation (the one its
+    ``convert_tokenizer(number_of_inputs=2)`` runs), which is used here. An IR with two inputs
+    is left as it is; one the transformation cannot extend (no ``CombineSegments``, no pair
+    template in rt_info ...) is a ``ConfigError`` with the transformation's reasons, as the real
+    refuses it ("Two input requested but AddSecondInputPass failed").
+    """
+    if len(model.get_parameters()) == 2:
+        return
+    from openvino_tokenizers import tokenizer_transformations
+
+    with _log_lines(tokenizer_transformations.__name__) as reasons:
+        tokenizer_transformations.add_second_input(model)
+    if len(model.get_parameters()) != 2:
+        raise ConfigError(
+            "Two input requested but AddSecondInputPass failed with "
+            + (" ".join(reasons) or "an unchanged model")
+            + " (add_second_input needs a tokenizer IR whose rt_info holds a pair template; "
+            "convert the tokenizer with openvino_tokenizers' number_of_inputs=2 or load it "
+            "without add_second_input)",
+            key="add_second_input",
+        )
