@@ -56,8 +56,6 @@ def test_generation_config_fields_match_real(real_genai):
         ("relevance_weight", 0.5),
         ("tree_depth", 2),
         ("branching_factor", 2),
-        ("num_assistant_tokens", 5),
-        ("assistant_confidence_threshold", 0.4),
     ],
 )
 def test_ignored_fields_are_config_errors(pipelines, field, value):
@@ -68,6 +66,23 @@ def test_ignored_fields_are_config_errors(pipelines, field, value):
         pipe.generate("hello", max_new_tokens=3, **{field: value})
     assert err.value.key == field
     assert pipe.generate("hello", max_new_tokens=3, **{field: getattr(genai_shim.GenerationConfig(), field)})
+
+
+@pytest.mark.parametrize(("field", "value"), [("num_assistant_tokens", 5), ("assistant_confidence_threshold", 0.4)])
+def test_assisting_fields_without_assistance_are_ignored_as_the_real(pipelines, real_genai, field, value, caplog):
+    """Upstream passes num_assistant_tokens to plain pipelines and expects the plain text: the real
+    ignores it; ours too, saying so once per field (generation_config.check_supported).  The real
+    2026.4.1 hangs on assistant_confidence_threshold there (its memory grows without end: a bug,
+    docs/genai_shim.md), so that one is compared with the plain text only."""
+    from genai_shim import generation_config
+
+    generation_config._WARNED_ASSISTING.discard(field)
+    plain = pipelines("ours", GPT2, "CPU", **F32).generate("hello", max_new_tokens=3)
+    ours = pipelines("ours", GPT2, "CPU", **F32).generate("hello", max_new_tokens=3, **{field: value})
+    assert ours == plain
+    if field == "num_assistant_tokens":
+        assert pipelines("real", GPT2, "CPU", **F32).generate("hello", max_new_tokens=3, **{field: value}) == ours
+    assert f"GenerationConfig.{field}={value!r} has no effect without a draft_model" in caplog.text
 
 
 def test_unknown_keywords_are_config_errors(pipelines):
