@@ -20,7 +20,7 @@ from genai_shim.model_folder import MODEL_XML
 from genai_shim.paged.block_manager import BlockManager
 from genai_shim.paged.forks import BeamGroup, fork_request
 from genai_shim.paged.paged_model import PagedModel
-from genai_shim.paged.scheduler import Request, Scheduler
+from genai_shim.paged.scheduler import Request, ScheduledChunk, Scheduler
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import (
     EncodedGenerationResult,
@@ -330,8 +330,26 @@ class PagedEngine:
         running = [s for s in self._states if s.status == GenerationStatus.RUNNING]
         if not running:
             return
-        # the sequences to schedule, each with the state that samples it (a beam group's
-        # beams all map to the request's state)
+        by_req, reqs = self._sequences_to_schedule(running)
+        chunks = self._scheduler.schedule(reqs)
+        if not chunks:
+            self._end_ignored(running)
+            return
+        entries = self._model_entries(chunks)
+        t0 = time.perf_counter()
+        logits = self._model.forward(entries)
+        self._metrics.inference_duration = (time.perf_counter() - t0) * 1e6
+        self._mark_processed(chunks)
+        sampled = self._sample_chunks(chunks, by_req, logits)
+        self._finish_parallel_groups(running)
+        self._last_batch = sampled
+        self._update_metrics(running, chunks)
+
+    def _sequences_to_schedule(
+        self, running: list[RequestState]
+    ) -> tuple[dict[int, RequestState], list[Request]]:
+        """The sequences to schedule, each with the state that samples it (a beam group's
+        beams all map to the request's state)."""
         by_req: dict[int, RequestState] = {}
         reqs: list[Request] = []
         for s in running:
@@ -346,19 +364,22 @@ class PagedEngine:
                         by_req[id(m.req)] = m
                         seq_reqs.append(m.req)
             reqs.extend(seq_reqs)
-        chunks = self._scheduler.schedule(reqs)
-        if not chunks:
-            # As the real: when nothing fits the KV cache, every running request ends IGNORED
-            # with what it has generated, and its blocks are free for the next call.
-            logger.warning(
-                "the KV cache is full (%d blocks of %d tokens): %d request(s) end IGNORED with what they "
-                "generated; raise SchedulerConfig.num_kv_blocks / cache_size for longer outputs",
-                self._blocks.num_blocks, self._blocks.block_size, len(running),
-            )
-            for s in running:
-                self.finish(s, GenerationStatus.IGNORED, keep=True)
-            self._last_batch = 0
-            return
+        return by_req, reqs
+
+    def _end_ignored(self, running: list[RequestState]) -> None:
+        """As the real: when nothing fits the KV cache, every running request ends IGNORED
+        with what it has generated, and its blocks are free for the next call."""
+        logger.warning(
+            "the KV cache is full (%d blocks of %d tokens): %d request(s) end IGNORED with what they "
+            "generated; raise SchedulerConfig.num_kv_blocks / cache_size for longer outputs",
+            self._blocks.num_blocks, self._blocks.block_size, len(running),
+        )
+        for s in running:
+            self.finish(s, GenerationStatus.IGNORED, keep=True)
+        self._last_batch = 0
+
+    def _model_entries(self, chunks: list[ScheduledChunk]) -> list[tuple[list[int], int, Any, bool]]:
+        """(tokens, past, block table, samples) per scheduled chunk, for the model call."""
         tables = self._blocks.check_batch([(c.request.seq_id, c.past + c.count, c.past) for c in chunks])
         entries = []
         for c, table in zip(chunks, tables, strict=False):
@@ -367,18 +388,23 @@ class PagedEngine:
             else:
                 toks = c.request.token_slice(c.past, c.count)
             entries.append((toks, c.past, table, c.samples))
-        t0 = time.perf_counter()
-        logits = self._model.forward(entries)
-        self._metrics.inference_duration = (time.perf_counter() - t0) * 1e6
-        row = 0
-        sampled = 0
-        greedy_rows: np.ndarray | None = None
+        return entries
+
+    def _mark_processed(self, chunks: list[ScheduledChunk]) -> None:
+        """Advance each chunk's request; full blocks go into the prefix cache."""
         bs = self._blocks.block_size
         for c in chunks:
             c.request.processed = c.past + c.count
             if self._blocks.prefix_caching and c.past // bs != c.request.processed // bs:
                 r = c.request
                 self._blocks.register(r.seq_id, r.prompt + r.generated, r.processed)
+
+    def _sample_chunks(self, chunks: list[ScheduledChunk], by_req: dict[int, RequestState], logits: np.ndarray) -> int:
+        """Sample the next token of every chunk that samples, then step the beam groups;
+        returns the tokens generated, as the real counts them."""
+        row = 0
+        sampled = 0
+        greedy_rows: np.ndarray | None = None
         beam_rows: dict[int, tuple[RequestState, dict[int, np.ndarray]]] = {}
         for c in chunks:
             if not c.samples:
@@ -389,35 +415,47 @@ class PagedEngine:
                 row += 1
                 continue
             cfg = s.config
+            greedy: int | None = None
             if not cfg.do_sample and cfg.logprobs == 0 and not s.processor.needs_penalties():
                 # plain greedy (the Sampler's first branch), one argmax over all rows per step
                 if greedy_rows is None:
                     greedy_rows = logits.argmax(axis=1)
-                token, logp = int(greedy_rows[row]), 0.0
-            else:
-                token, logp = s.sampler.sample(s.processor, logits[row])
-            forks: list[RequestState] = []
-            if s.req.group is not None and not s.req.generated and len(s.req.group.members) == 1:
-                forks = self._sample_forks(s.req.group, logits[row])
+                greedy = int(greedy_rows[row])
+            self._sample_sequence(s, c.request, logits[row], greedy)
             row += 1
             sampled += 1  # forks made now count from the next step (as the real counts)
-            s.processor.register(token)
-            c.request.generated.append(token)
-            s.logps.append(logp)
-            for m in [s, *forks]:
-                self._check_finish(m)
         for s, rows in beam_rows.values():
             s.beams.step(rows)
             sampled += 1  # the real counts one generated token per beam-search request and step
             if s.beams.done:
                 s.status = GenerationStatus.FINISHED
                 s.finish = GenerationFinishReason.NONE
+        return sampled
+
+    def _sample_sequence(self, s: RequestState, req: Request, row_logits: np.ndarray, greedy: int | None) -> None:
+        """One sequence's next token (``greedy`` when the plain argmax applies), parallel
+        sampling's forks at the first token, then the stop checks."""
+        if greedy is not None:
+            token, logp = greedy, 0.0
+        else:
+            token, logp = s.sampler.sample(s.processor, row_logits)
+        forks: list[RequestState] = []
+        if s.req.group is not None and not s.req.generated and len(s.req.group.members) == 1:
+            forks = self._sample_forks(s.req.group, row_logits)
+        s.processor.register(token)
+        req.generated.append(token)
+        s.logps.append(logp)
+        for m in [s, *forks]:
+            self._check_finish(m)
+
+    def _finish_parallel_groups(self, running: list[RequestState]) -> None:
         for s in running:
             if s.members is not None and s.status == GenerationStatus.RUNNING and all(
                 m.status != GenerationStatus.RUNNING for m in s.members
             ):
                 s.status = GenerationStatus.FINISHED
-        self._last_batch = sampled
+
+    def _update_metrics(self, running: list[RequestState], chunks: list[ScheduledChunk]) -> None:
         m = self._metrics
         m.requests = len(running)
         m.scheduled_requests = len(chunks)
