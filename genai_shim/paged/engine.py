@@ -21,7 +21,7 @@ from genai_shim.paged.block_manager import BlockManager
 from genai_shim.paged.forks import BeamGroup, fork_request
 from genai_shim.paged.paged_model import PagedModel
 from genai_shim.paged.scheduler import Request, ScheduledChunk, Scheduler
-from genai_shim.perf_metrics import PerfMetrics
+from genai_shim.perf_metrics import PerfMetrics, RawPerfMetrics
 from genai_shim.results import (
     EncodedGenerationResult,
     GenerationFinishReason,
@@ -498,6 +498,43 @@ class PagedEngine:
                 "Generate cannot be called while ContinuousBatchingPipeline is already in running "
                 "state. Use ContinuousBatchingPipeline::add_request"
             )
+        prompts, configs = self._prompts_and_configs(prompts, generation_config)
+        self.apply_adapters(configs)
+        encoded = bool(prompts) and not isinstance(prompts[0], str)
+        stream = make_streamer(streamer, self._tokenizer)
+        if stream is not None and not (
+            len(prompts) == 1 and configs[0].num_return_sequences == 1 and configs[0].num_beams == 1
+        ):
+            raise UserInputError(
+                "Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding"
+            )
+        t_tok = time.perf_counter()
+        states = self._add_generate_requests(prompts, configs)
+        tok_us = (time.perf_counter() - t_tok) * 1e6
+        if stream is not None and states[0].config.echo:  # the prompt comes with the first token
+            stream = EchoStreamer(stream, states[0].req.prompt)
+        perf = PerfMetrics()
+        perf.load_time = self.load_time
+        raw = perf.raw_metrics
+        raw.m_inference_durations = [0.0]
+        raw.tokenization_durations.append(tok_us)
+        self._run_to_end(states, stream, raw)
+        self._states = [s for s in self._states if s not in states]
+        results = [self._generate_result(i, s, encoded, raw) for i, s in enumerate(states)]
+        # one evaluation of the shared series; each result carries its own prompt length
+        raw.generate_durations = [(time.perf_counter() - start) * 1e6]
+        pm = PerfMetrics()
+        pm.load_time = perf.load_time
+        pm.raw_metrics = raw
+        add_structured_output_times(pm, self._tokenizer)
+        pm.evaluate_statistics(start)
+        for r, s in zip(results, states, strict=False):
+            r.perf_metrics = copy.copy(pm)
+            r.perf_metrics.num_input_tokens = len(s.req.prompt)
+        return results
+
+    def _prompts_and_configs(self, prompts: Any, generation_config: Any) -> tuple[list[Any], list[Any]]:
+        """generate()'s prompts as a list, with one generation config each."""
         single = isinstance(prompts, (str, ov.Tensor))
         if single:
             prompts = [prompts]
@@ -510,41 +547,33 @@ class PagedEngine:
                 f"generate() got {len(prompts)} prompts and {len(configs)} generation configs; "
                 "pass one config per prompt"
             )
-        self.apply_adapters(configs)
-        encoded = bool(prompts) and not isinstance(prompts[0], str)
-        stream = make_streamer(streamer, self._tokenizer)
-        if stream is not None and not (
-            len(prompts) == 1 and configs[0].num_return_sequences == 1 and configs[0].num_beams == 1
-        ):
-            raise UserInputError(
-                "Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding"
-            )
-        t_tok = time.perf_counter()
+        return prompts, configs
+
+    def _add_generate_requests(self, prompts: list[Any], configs: list[Any]) -> list[RequestState]:
+        """Add a request per prompt (request ids 0, 1, ...); none stays added if one fails."""
         states: list[RequestState] = []
         try:
             for i, (p, c) in enumerate(zip(prompts, configs, strict=False)):
                 if isinstance(p, str) and c.apply_chat_template and self._tokenizer.chat_template:
-                    # the real generate(prompts) templates each prompt as one user message
-                    # (add_request with a str does not)
-                    templated = self._tokenizer.apply_chat_template(
-                        [{"role": "user", "content": p}], add_generation_prompt=True
-                    )
-                    p = ov.Tensor(
-                        np.asarray(self._tokenizer.encode(templated, add_special_tokens=False).input_ids.data)
-                    )
+                    p = self._templated_prompt(p)
                 self.add_request(i, p, c)
                 states.append(self._states[-1])
         except Exception:
             self._states = [s for s in self._states if s not in states]
             raise
-        tok_us = (time.perf_counter() - t_tok) * 1e6
-        if stream is not None and states[0].config.echo:  # the prompt comes with the first token
-            stream = EchoStreamer(stream, states[0].req.prompt)
-        perf = PerfMetrics()
-        perf.load_time = self.load_time
-        raw = perf.raw_metrics
-        raw.m_inference_durations = [0.0]
-        raw.tokenization_durations.append(tok_us)
+        return states
+
+    def _templated_prompt(self, prompt: str) -> ov.Tensor:
+        """The real generate(prompts) templates each prompt as one user message (add_request
+        with a str does not)."""
+        templated = self._tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True
+        )
+        return ov.Tensor(np.asarray(self._tokenizer.encode(templated, add_special_tokens=False).input_ids.data))
+
+    def _run_to_end(self, states: list[RequestState], stream: Any, raw: RawPerfMetrics) -> None:
+        """Step until every request finished, timing each step and streaming the first
+        request; on an error every request of this call is cancelled and dropped."""
         streamed = 0
         try:
             while self.has_non_finished_requests():
@@ -557,21 +586,7 @@ class PagedEngine:
                     raw.m_new_token_times.append(t1)
                     raw.m_batch_sizes.append(self._last_batch)
                 if stream is not None:
-                    s = states[0]
-                    limit = (
-                        len(s.req.generated)
-                        if s.status != GenerationStatus.RUNNING
-                        else max(len(s.req.generated) - s.window, 0)
-                    )
-                    while streamed < limit:
-                        st = call_write(stream, s.req.generated[streamed])
-                        streamed += 1
-                        if st == StreamingStatus.STOP:
-                            self.finish(s, GenerationStatus.STOP, keep=True)
-                            break
-                        if st == StreamingStatus.CANCEL:
-                            self.finish(s, GenerationStatus.CANCEL, keep=False)
-                            break
+                    streamed = self._stream_tokens(states[0], stream, streamed)
         except Exception:
             for s in states:
                 self.finish(s, GenerationStatus.CANCEL, keep=False)
@@ -580,36 +595,44 @@ class PagedEngine:
         finally:
             if stream is not None:
                 stream.end()
-        self._states = [s for s in self._states if s not in states]
-        results: list[GenerationResult] = []
-        for i, s in enumerate(states):
-            r: GenerationResult = EncodedGenerationResult() if encoded else GenerationResult()
-            r.m_request_id = i
-            outs = s.outputs()
-            texts: list[Any] = []
-            for ids, _, _, _ in outs:
-                ids = list(ids)
-                if s.config.echo:
-                    ids = list(s.req.prompt) + ids
-                if encoded:
-                    texts.append(ids)
-                else:
-                    t_d = time.perf_counter()
-                    texts.append(self._tokenizer.decode(ids))
-                    raw.detokenization_durations.append((time.perf_counter() - t_d) * 1e6)
-            r.m_generation_ids = texts
-            r.m_scores = [o[2] for o in outs]
-            r.m_finish_reasons = [o[3] for o in outs]
-            r.m_status = s.status
-            results.append(r)
-        # one evaluation of the shared series; each result carries its own prompt length
-        raw.generate_durations = [(time.perf_counter() - start) * 1e6]
-        pm = PerfMetrics()
-        pm.load_time = perf.load_time
-        pm.raw_metrics = raw
-        add_structured_output_times(pm, self._tokenizer)
-        pm.evaluate_statistics(start)
-        for r, s in zip(results, states, strict=False):
-            r.perf_metrics = copy.copy(pm)
-            r.perf_metrics.num_input_tokens = len(s.req.prompt)
-        return results
+
+    def _stream_tokens(self, s: RequestState, stream: Any, streamed: int) -> int:
+        """Write the tokens no stop string can still take back; returns how many are written.
+        The streamer's STOP / CANCEL finishes the request."""
+        limit = (
+            len(s.req.generated)
+            if s.status != GenerationStatus.RUNNING
+            else max(len(s.req.generated) - s.window, 0)
+        )
+        while streamed < limit:
+            st = call_write(stream, s.req.generated[streamed])
+            streamed += 1
+            if st == StreamingStatus.STOP:
+                self.finish(s, GenerationStatus.STOP, keep=True)
+                break
+            if st == StreamingStatus.CANCEL:
+                self.finish(s, GenerationStatus.CANCEL, keep=False)
+                break
+        return streamed
+
+    def _generate_result(self, i: int, s: RequestState, encoded: bool, raw: RawPerfMetrics) -> GenerationResult:
+        """Request ``i``'s result: ids or decoded texts (decoding timed into ``raw``)."""
+        r: GenerationResult = EncodedGenerationResult() if encoded else GenerationResult()
+        r.m_request_id = i
+        outs = s.outputs()
+        texts: list[Any] = []
+        for ids, _, _, _ in outs:
+            ids = list(ids)
+            if s.config.echo:
+                ids = list(s.req.prompt) + ids
+            if encoded:
+                texts.append(ids)
+            else:
+                t_d = time.perf_counter()
+                texts.append(self._tokenizer.decode(ids))
+                raw.detokenization_durations.append((time.perf_counter() - t_d) * 1e6)
+        r.m_generation_ids = texts
+        r.m_scores = [o[2] for o in outs]
+        r.m_finish_reasons = [o[3] for o in outs]
+        r.m_status = s.status
+        return r
