@@ -292,8 +292,19 @@ class GroupBeamSearcher:
         forked.append(cand.token, cand.log_prob)
 
     def select_next_tokens(self, logits: np.ndarray) -> None:
-        c, gs = self.config, self.group_size
-        stop_ids = c.stop_token_ids
+        children_of = self._assign_rows()
+        children: list[list[_Beam]] = [[] for _ in self.groups]
+        for gi, g in enumerate(self.groups):
+            if g.done:
+                continue
+            candidates = self._candidates(gi, g, logits, children)
+            self._pick_children(g, candidates, children[gi], children_of)
+            self._close_if_done(g, children[gi])
+        self._advance(children, children_of)
+
+    def _assign_rows(self) -> dict[int, int]:
+        """Point every ongoing beam at its row among the running sequences; returns the
+        per-parent child counters, all 0."""
         running_ids = [s.id for s in self.group.running()]
         children_of: dict[int, int] = {}
         for g in self.groups:
@@ -308,63 +319,95 @@ class GroupBeamSearcher:
                     )
                 beam.row = running_ids.index(beam.seq.id)
                 children_of[beam.seq.id] = 0
+        return children_of
 
-        children: list[list[_Beam]] = [[] for _ in self.groups]
+    def _beam_log_probs(
+        self, gi: int, beam: _Beam, logits: np.ndarray, children: list[list[_Beam]]
+    ) -> np.ndarray:
+        """One beam's next-token log-probabilities after the diversity and n-gram penalties."""
+        c = self.config
         ngram = int(c.no_repeat_ngram_size)
         diversity = F32(c.diversity_penalty)
-        for gi, g in enumerate(self.groups):
-            if g.done:
-                continue
-            candidates: list[_Beam] = []
-            for beam in g.ongoing:
-                lp = _log_softmax(logits[beam.row])
-                # Diversity: tokens already chosen by earlier groups in this step cost more.
-                for prev in range(gi):
-                    for child in children[prev]:
-                        lp[child.token] = F32(lp[child.token] - diversity)
-                text = self.group.prompt + beam.seq.tokens
-                if ngram != SIZE_MAX and len(text) > 1 and len(text) >= ngram:
-                    banned = _banned_ngram_tokens(text, ngram)
-                    if banned:
-                        lp[banned] = -np.inf
-                for token in _top_tokens(lp, 2 * gs):
-                    log_prob = F32(lp[token])
-                    score = F32(beam.score + log_prob)
-                    # a plain constructor: dataclasses.replace cost more than the selection
-                    candidates.append(_Beam(beam.seq, beam.row, log_prob, int(token), score))
-            if len(candidates) < 2 * gs:
-                raise RuntimeError("No beams left to search")
-            # 2 * group_size candidates so that each beam keeps at least one non-stop token.
-            candidates.sort(key=lambda b: -float(b.score))
-            for idx, cand in enumerate(candidates):
-                if cand.token in stop_ids:
-                    if idx < gs:  # a stop token outside the top group_size is dropped
-                        self._try_finish(g, cand)
-                    continue
-                if self._stop_strings is not None:
-                    removed = self._stop_strings(cand.seq.tokens + [cand.token])
-                    if removed is not None:
-                        if idx < gs:
-                            # As the real one does: the matched tail is cut from the parent
-                            # (which does not hold the candidate token yet).
-                            cand.seq.remove_last(removed)
-                            self._try_finish(g, cand)
-                        continue
-                children_of[cand.seq.id] += 1
-                children[gi].append(cand)
-                if len(children[gi]) == gs:
-                    break
-            if len(g.heap) >= gs:
-                g.check_done(c, self.group.max_new_tokens)
-            if not children[gi]:
-                g.done = True
-            if g.done:
-                for beam in g.ongoing:
-                    self.group.remove(beam.seq.id)
-                g.ongoing = []
+        lp = _log_softmax(logits[beam.row])
+        # Diversity: tokens already chosen by earlier groups in this step cost more.
+        for prev in range(gi):
+            for child in children[prev]:
+                lp[child.token] = F32(lp[child.token] - diversity)
+        text = self.group.prompt + beam.seq.tokens
+        if ngram != SIZE_MAX and len(text) > 1 and len(text) >= ngram:
+            banned = _banned_ngram_tokens(text, ngram)
+            if banned:
+                lp[banned] = -np.inf
+        return lp
 
-        # Children become the new beams: a parent with several children is forked for all
-        # but its last child, which continues in the parent's own sequence (and KV row).
+    def _candidates(
+        self, gi: int, g: _Group, logits: np.ndarray, children: list[list[_Beam]]
+    ) -> list[_Beam]:
+        """2 * group_size best continuations of each of the group's beams, best score first."""
+        gs = self.group_size
+        candidates: list[_Beam] = []
+        for beam in g.ongoing:
+            lp = self._beam_log_probs(gi, beam, logits, children)
+            for token in _top_tokens(lp, 2 * gs):
+                log_prob = F32(lp[token])
+                score = F32(beam.score + log_prob)
+                # a plain constructor: dataclasses.replace cost more than the selection
+                candidates.append(_Beam(beam.seq, beam.row, log_prob, int(token), score))
+        if len(candidates) < 2 * gs:
+            raise RuntimeError("No beams left to search")
+        # 2 * group_size candidates so that each beam keeps at least one non-stop token.
+        candidates.sort(key=lambda b: -float(b.score))
+        return candidates
+
+    def _stops(self, g: _Group, idx: int, cand: _Beam) -> bool:
+        """Whether ``cand`` ends on a stop token or stop string; one in the top group_size
+        finishes its beam, the others are dropped."""
+        gs = self.group_size
+        if cand.token in self.config.stop_token_ids:
+            if idx < gs:  # a stop token outside the top group_size is dropped
+                self._try_finish(g, cand)
+            return True
+        if self._stop_strings is not None:
+            removed = self._stop_strings(cand.seq.tokens + [cand.token])
+            if removed is not None:
+                if idx < gs:
+                    # As the real one does: the matched tail is cut from the parent
+                    # (which does not hold the candidate token yet).
+                    cand.seq.remove_last(removed)
+                    self._try_finish(g, cand)
+                return True
+        return False
+
+    def _pick_children(
+        self,
+        g: _Group,
+        candidates: list[_Beam],
+        picked: list[_Beam],
+        children_of: dict[int, int],
+    ) -> None:
+        """Append to ``picked`` the best group_size candidates that do not stop."""
+        for idx, cand in enumerate(candidates):
+            if self._stops(g, idx, cand):
+                continue
+            children_of[cand.seq.id] += 1
+            picked.append(cand)
+            if len(picked) == self.group_size:
+                break
+
+    def _close_if_done(self, g: _Group, picked: list[_Beam]) -> None:
+        """Check the group's stop criteria; a finished group drops its ongoing beams."""
+        if len(g.heap) >= self.group_size:
+            g.check_done(self.config, self.group.max_new_tokens)
+        if not picked:
+            g.done = True
+        if g.done:
+            for beam in g.ongoing:
+                self.group.remove(beam.seq.id)
+            g.ongoing = []
+
+    def _advance(self, children: list[list[_Beam]], children_of: dict[int, int]) -> None:
+        """Children become the new beams: a parent with several children is forked for all
+        but its last child, which continues in the parent's own sequence (and KV row)."""
         for gi, g in enumerate(self.groups):
             if g.done:
                 continue

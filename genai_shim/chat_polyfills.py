@@ -169,73 +169,118 @@ def _tool_call_example(template: str, bos: str, eos: str, caps: TemplateCaps) ->
     return example
 
 
-def polyfilled_messages(
-    messages: list[dict[str, Any]], tools: Any, caps: TemplateCaps
-) -> list[dict[str, Any]]:
-    """``messages`` rewritten for what the template cannot render (unchanged if it can)."""
+@dataclass(frozen=True)
+class _Fills:
+    """Which rewrites a conversation needs under a template's capabilities."""
+
+    system: bool
+    tools: bool
+    calls: bool
+    responses: bool
+    object_args: bool
+    typed: bool
+
+    def any(self) -> bool:
+        return self.system or self.tools or self.calls or self.responses or self.object_args or self.typed
+
+
+def _fills(messages: list[dict[str, Any]], tools: Any, caps: TemplateCaps) -> _Fills:
     has_tools = isinstance(tools, list) and bool(tools)
     has_calls = any(m.get("tool_calls") is not None for m in messages)
     has_responses = any(m.get("role") == "tool" for m in messages)
     has_str = any(isinstance(m.get("content"), str) for m in messages)
-    fill_system = not caps.supports_system_role
-    fill_tools = has_tools and not caps.supports_tools
-    fill_calls = has_calls and not caps.supports_tool_calls
-    fill_responses = has_responses and not caps.supports_tool_responses
-    fill_object_args = has_calls and caps.requires_object_arguments
-    fill_typed = has_str and caps.requires_typed_content
-    if not (fill_system or fill_tools or fill_calls or fill_responses or fill_object_args or fill_typed):
+    return _Fills(
+        system=not caps.supports_system_role,
+        tools=has_tools and not caps.supports_tools,
+        calls=has_calls and not caps.supports_tool_calls,
+        responses=has_responses and not caps.supports_tool_responses,
+        object_args=has_calls and caps.requires_object_arguments,
+        typed=has_str and caps.requires_typed_content,
+    )
+
+
+def polyfilled_messages(
+    messages: list[dict[str, Any]], tools: Any, caps: TemplateCaps
+) -> list[dict[str, Any]]:
+    """``messages`` rewritten for what the template cannot render (unchanged if it can)."""
+    fills = _fills(messages, tools, caps)
+    if not fills.any():
         return messages
 
     out: list[dict[str, Any]] = []
-
-    def add(msg: dict[str, Any]) -> None:
-        content = msg.get("content")
-        if fill_typed and isinstance(content, str):
-            out.append({"role": msg["role"], "content": [{"type": "text", "text": content}]})
-        else:
-            out.append(msg)
-
     adjusted = [dict(m) for m in messages]
-    if fill_tools:
-        prompt = "You can call any of the following tools to satisfy the user's requests: " + _dump(tools, 2)
-        if caps.tool_call_example:
-            prompt += "\n\nExample tool call syntax:\n\n" + caps.tool_call_example + "\n\n"
-        adjusted = _add_system(adjusted, prompt)
+    if fills.tools:
+        adjusted = _add_system(adjusted, _tools_prompt(tools, caps))
     pending = ""
     for message in adjusted:
-        if "role" not in message or ("content" not in message and "tool_calls" not in message):
-            raise ValueError(
-                "message must have 'role' and one of 'content' or 'tool_calls' fields: " + _dump(message)
-            )
+        _check_message(message)
         role = message["role"]
         if "tool_calls" in message:
-            _polyfill_calls(message, fill_object_args or fill_calls, fill_calls)
-        if fill_responses and role == "tool":
-            response: dict[str, Any] = {}
-            if "name" in message:
-                response["tool"] = message["name"]
-            response["content"] = message.get("content")
-            if "tool_call_id" in message:
-                response["tool_call_id"] = message["tool_call_id"]
-            message["role"] = "user"
-            message["content"] = json.dumps({"tool_response": response}, ensure_ascii=False, indent=2)
-            message.pop("name", None)
-        if message.get("content") is not None and fill_system:
-            content = message["content"]
-            if role == "system":
-                pending = pending + "\n" + content if pending else content
+            _polyfill_calls(message, fills.object_args or fills.calls, fills.calls)
+        if fills.responses and role == "tool":
+            _response_as_user(message)
+        if message.get("content") is not None and fills.system:
+            pending, keep = _fold_system(message, role, pending, out, fills.typed)
+            if not keep:
                 continue
-            if role == "user":
-                if pending:
-                    message["content"] = pending + ("\n" + content if content else "")
-                    pending = ""
-            elif pending:
-                add({"role": "user", "content": pending})
-                pending = ""
-        add(message)
+        _add(out, message, fills.typed)
     if pending:
-        add({"role": "user", "content": pending})
+        _add(out, {"role": "user", "content": pending}, fills.typed)
     return out
+
+
+def _add(out: list[dict[str, Any]], msg: dict[str, Any], typed: bool) -> None:
+    """Append ``msg``, its string content as typed content when the template requires it."""
+    content = msg.get("content")
+    if typed and isinstance(content, str):
+        out.append({"role": msg["role"], "content": [{"type": "text", "text": content}]})
+    else:
+        out.append(msg)
+
+
+def _tools_prompt(tools: Any, caps: TemplateCaps) -> str:
+    prompt = "You can call any of the following tools to satisfy the user's requests: " + _dump(tools, 2)
+    if caps.tool_call_example:
+        prompt += "\n\nExample tool call syntax:\n\n" + caps.tool_call_example + "\n\n"
+    return prompt
+
+
+def _check_message(message: dict[str, Any]) -> None:
+    if "role" not in message or ("content" not in message and "tool_calls" not in message):
+        raise ValueError(
+            "message must have 'role' and one of 'content' or 'tool_calls' fields: " + _dump(message)
+        )
+
+
+def _response_as_user(message: dict[str, Any]) -> None:
+    """A tool response becomes a user turn holding it as JSON text."""
+    response: dict[str, Any] = {}
+    if "name" in message:
+        response["tool"] = message["name"]
+    response["content"] = message.get("content")
+    if "tool_call_id" in message:
+        response["tool_call_id"] = message["tool_call_id"]
+    message["role"] = "user"
+    message["content"] = json.dumps({"tool_response": response}, ensure_ascii=False, indent=2)
+    message.pop("name", None)
+
+
+def _fold_system(
+    message: dict[str, Any], role: str, pending: str, out: list[dict[str, Any]], typed: bool
+) -> tuple[str, bool]:
+    """System text waits for the next user turn (or becomes one before any other turn);
+    returns the text still pending and whether ``message`` itself is kept."""
+    content = message["content"]
+    if role == "system":
+        return (pending + "\n" + content if pending else content), False
+    if role == "user":
+        if pending:
+            message["content"] = pending + ("\n" + content if content else "")
+            pending = ""
+    elif pending:
+        _add(out, {"role": "user", "content": pending}, typed)
+        pending = ""
+    return pending, True
 
 
 def _add_system(messages: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:

@@ -20,8 +20,8 @@ from genai_shim.model_folder import MODEL_XML
 from genai_shim.paged.block_manager import BlockManager
 from genai_shim.paged.forks import BeamGroup, fork_request
 from genai_shim.paged.paged_model import PagedModel
-from genai_shim.paged.scheduler import Request, Scheduler
-from genai_shim.perf_metrics import PerfMetrics
+from genai_shim.paged.scheduler import Request, ScheduledChunk, Scheduler
+from genai_shim.perf_metrics import PerfMetrics, RawPerfMetrics
 from genai_shim.results import (
     EncodedGenerationResult,
     GenerationFinishReason,
@@ -330,8 +330,26 @@ class PagedEngine:
         running = [s for s in self._states if s.status == GenerationStatus.RUNNING]
         if not running:
             return
-        # the sequences to schedule, each with the state that samples it (a beam group's
-        # beams all map to the request's state)
+        by_req, reqs = self._sequences_to_schedule(running)
+        chunks = self._scheduler.schedule(reqs)
+        if not chunks:
+            self._end_ignored(running)
+            return
+        entries = self._model_entries(chunks)
+        t0 = time.perf_counter()
+        logits = self._model.forward(entries)
+        self._metrics.inference_duration = (time.perf_counter() - t0) * 1e6
+        self._mark_processed(chunks)
+        sampled = self._sample_chunks(chunks, by_req, logits)
+        self._finish_parallel_groups(running)
+        self._last_batch = sampled
+        self._update_metrics(running, chunks)
+
+    def _sequences_to_schedule(
+        self, running: list[RequestState]
+    ) -> tuple[dict[int, RequestState], list[Request]]:
+        """The sequences to schedule, each with the state that samples it (a beam group's
+        beams all map to the request's state)."""
         by_req: dict[int, RequestState] = {}
         reqs: list[Request] = []
         for s in running:
@@ -346,19 +364,22 @@ class PagedEngine:
                         by_req[id(m.req)] = m
                         seq_reqs.append(m.req)
             reqs.extend(seq_reqs)
-        chunks = self._scheduler.schedule(reqs)
-        if not chunks:
-            # As the real: when nothing fits the KV cache, every running request ends IGNORED
-            # with what it has generated, and its blocks are free for the next call.
-            logger.warning(
-                "the KV cache is full (%d blocks of %d tokens): %d request(s) end IGNORED with what they "
-                "generated; raise SchedulerConfig.num_kv_blocks / cache_size for longer outputs",
-                self._blocks.num_blocks, self._blocks.block_size, len(running),
-            )
-            for s in running:
-                self.finish(s, GenerationStatus.IGNORED, keep=True)
-            self._last_batch = 0
-            return
+        return by_req, reqs
+
+    def _end_ignored(self, running: list[RequestState]) -> None:
+        """As the real: when nothing fits the KV cache, every running request ends IGNORED
+        with what it has generated, and its blocks are free for the next call."""
+        logger.warning(
+            "the KV cache is full (%d blocks of %d tokens): %d request(s) end IGNORED with what they "
+            "generated; raise SchedulerConfig.num_kv_blocks / cache_size for longer outputs",
+            self._blocks.num_blocks, self._blocks.block_size, len(running),
+        )
+        for s in running:
+            self.finish(s, GenerationStatus.IGNORED, keep=True)
+        self._last_batch = 0
+
+    def _model_entries(self, chunks: list[ScheduledChunk]) -> list[tuple[list[int], int, Any, bool]]:
+        """(tokens, past, block table, samples) per scheduled chunk, for the model call."""
         tables = self._blocks.check_batch([(c.request.seq_id, c.past + c.count, c.past) for c in chunks])
         entries = []
         for c, table in zip(chunks, tables, strict=False):
@@ -367,18 +388,23 @@ class PagedEngine:
             else:
                 toks = c.request.token_slice(c.past, c.count)
             entries.append((toks, c.past, table, c.samples))
-        t0 = time.perf_counter()
-        logits = self._model.forward(entries)
-        self._metrics.inference_duration = (time.perf_counter() - t0) * 1e6
-        row = 0
-        sampled = 0
-        greedy_rows: np.ndarray | None = None
+        return entries
+
+    def _mark_processed(self, chunks: list[ScheduledChunk]) -> None:
+        """Advance each chunk's request; full blocks go into the prefix cache."""
         bs = self._blocks.block_size
         for c in chunks:
             c.request.processed = c.past + c.count
             if self._blocks.prefix_caching and c.past // bs != c.request.processed // bs:
                 r = c.request
                 self._blocks.register(r.seq_id, r.prompt + r.generated, r.processed)
+
+    def _sample_chunks(self, chunks: list[ScheduledChunk], by_req: dict[int, RequestState], logits: np.ndarray) -> int:
+        """Sample the next token of every chunk that samples, then step the beam groups;
+        returns the tokens generated, as the real counts them."""
+        row = 0
+        sampled = 0
+        greedy_rows: np.ndarray | None = None
         beam_rows: dict[int, tuple[RequestState, dict[int, np.ndarray]]] = {}
         for c in chunks:
             if not c.samples:
@@ -389,35 +415,47 @@ class PagedEngine:
                 row += 1
                 continue
             cfg = s.config
+            greedy: int | None = None
             if not cfg.do_sample and cfg.logprobs == 0 and not s.processor.needs_penalties():
                 # plain greedy (the Sampler's first branch), one argmax over all rows per step
                 if greedy_rows is None:
                     greedy_rows = logits.argmax(axis=1)
-                token, logp = int(greedy_rows[row]), 0.0
-            else:
-                token, logp = s.sampler.sample(s.processor, logits[row])
-            forks: list[RequestState] = []
-            if s.req.group is not None and not s.req.generated and len(s.req.group.members) == 1:
-                forks = self._sample_forks(s.req.group, logits[row])
+                greedy = int(greedy_rows[row])
+            self._sample_sequence(s, c.request, logits[row], greedy)
             row += 1
             sampled += 1  # forks made now count from the next step (as the real counts)
-            s.processor.register(token)
-            c.request.generated.append(token)
-            s.logps.append(logp)
-            for m in [s, *forks]:
-                self._check_finish(m)
         for s, rows in beam_rows.values():
             s.beams.step(rows)
             sampled += 1  # the real counts one generated token per beam-search request and step
             if s.beams.done:
                 s.status = GenerationStatus.FINISHED
                 s.finish = GenerationFinishReason.NONE
+        return sampled
+
+    def _sample_sequence(self, s: RequestState, req: Request, row_logits: np.ndarray, greedy: int | None) -> None:
+        """One sequence's next token (``greedy`` when the plain argmax applies), parallel
+        sampling's forks at the first token, then the stop checks."""
+        if greedy is not None:
+            token, logp = greedy, 0.0
+        else:
+            token, logp = s.sampler.sample(s.processor, row_logits)
+        forks: list[RequestState] = []
+        if s.req.group is not None and not s.req.generated and len(s.req.group.members) == 1:
+            forks = self._sample_forks(s.req.group, row_logits)
+        s.processor.register(token)
+        req.generated.append(token)
+        s.logps.append(logp)
+        for m in [s, *forks]:
+            self._check_finish(m)
+
+    def _finish_parallel_groups(self, running: list[RequestState]) -> None:
         for s in running:
             if s.members is not None and s.status == GenerationStatus.RUNNING and all(
                 m.status != GenerationStatus.RUNNING for m in s.members
             ):
                 s.status = GenerationStatus.FINISHED
-        self._last_batch = sampled
+
+    def _update_metrics(self, running: list[RequestState], chunks: list[ScheduledChunk]) -> None:
         m = self._metrics
         m.requests = len(running)
         m.scheduled_requests = len(chunks)
@@ -460,6 +498,43 @@ class PagedEngine:
                 "Generate cannot be called while ContinuousBatchingPipeline is already in running "
                 "state. Use ContinuousBatchingPipeline::add_request"
             )
+        prompts, configs = self._prompts_and_configs(prompts, generation_config)
+        self.apply_adapters(configs)
+        encoded = bool(prompts) and not isinstance(prompts[0], str)
+        stream = make_streamer(streamer, self._tokenizer)
+        if stream is not None and not (
+            len(prompts) == 1 and configs[0].num_return_sequences == 1 and configs[0].num_beams == 1
+        ):
+            raise UserInputError(
+                "Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding"
+            )
+        t_tok = time.perf_counter()
+        states = self._add_generate_requests(prompts, configs)
+        tok_us = (time.perf_counter() - t_tok) * 1e6
+        if stream is not None and states[0].config.echo:  # the prompt comes with the first token
+            stream = EchoStreamer(stream, states[0].req.prompt)
+        perf = PerfMetrics()
+        perf.load_time = self.load_time
+        raw = perf.raw_metrics
+        raw.m_inference_durations = [0.0]
+        raw.tokenization_durations.append(tok_us)
+        self._run_to_end(states, stream, raw)
+        self._states = [s for s in self._states if s not in states]
+        results = [self._generate_result(i, s, encoded, raw) for i, s in enumerate(states)]
+        # one evaluation of the shared series; each result carries its own prompt length
+        raw.generate_durations = [(time.perf_counter() - start) * 1e6]
+        pm = PerfMetrics()
+        pm.load_time = perf.load_time
+        pm.raw_metrics = raw
+        add_structured_output_times(pm, self._tokenizer)
+        pm.evaluate_statistics(start)
+        for r, s in zip(results, states, strict=False):
+            r.perf_metrics = copy.copy(pm)
+            r.perf_metrics.num_input_tokens = len(s.req.prompt)
+        return results
+
+    def _prompts_and_configs(self, prompts: Any, generation_config: Any) -> tuple[list[Any], list[Any]]:
+        """generate()'s prompts as a list, with one generation config each."""
         single = isinstance(prompts, (str, ov.Tensor))
         if single:
             prompts = [prompts]
@@ -472,41 +547,33 @@ class PagedEngine:
                 f"generate() got {len(prompts)} prompts and {len(configs)} generation configs; "
                 "pass one config per prompt"
             )
-        self.apply_adapters(configs)
-        encoded = bool(prompts) and not isinstance(prompts[0], str)
-        stream = make_streamer(streamer, self._tokenizer)
-        if stream is not None and not (
-            len(prompts) == 1 and configs[0].num_return_sequences == 1 and configs[0].num_beams == 1
-        ):
-            raise UserInputError(
-                "Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding"
-            )
-        t_tok = time.perf_counter()
+        return prompts, configs
+
+    def _add_generate_requests(self, prompts: list[Any], configs: list[Any]) -> list[RequestState]:
+        """Add a request per prompt (request ids 0, 1, ...); none stays added if one fails."""
         states: list[RequestState] = []
         try:
             for i, (p, c) in enumerate(zip(prompts, configs, strict=False)):
                 if isinstance(p, str) and c.apply_chat_template and self._tokenizer.chat_template:
-                    # the real generate(prompts) templates each prompt as one user message
-                    # (add_request with a str does not)
-                    templated = self._tokenizer.apply_chat_template(
-                        [{"role": "user", "content": p}], add_generation_prompt=True
-                    )
-                    p = ov.Tensor(
-                        np.asarray(self._tokenizer.encode(templated, add_special_tokens=False).input_ids.data)
-                    )
+                    p = self._templated_prompt(p)
                 self.add_request(i, p, c)
                 states.append(self._states[-1])
         except Exception:
             self._states = [s for s in self._states if s not in states]
             raise
-        tok_us = (time.perf_counter() - t_tok) * 1e6
-        if stream is not None and states[0].config.echo:  # the prompt comes with the first token
-            stream = EchoStreamer(stream, states[0].req.prompt)
-        perf = PerfMetrics()
-        perf.load_time = self.load_time
-        raw = perf.raw_metrics
-        raw.m_inference_durations = [0.0]
-        raw.tokenization_durations.append(tok_us)
+        return states
+
+    def _templated_prompt(self, prompt: str) -> ov.Tensor:
+        """The real generate(prompts) templates each prompt as one user message (add_request
+        with a str does not)."""
+        templated = self._tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True
+        )
+        return ov.Tensor(np.asarray(self._tokenizer.encode(templated, add_special_tokens=False).input_ids.data))
+
+    def _run_to_end(self, states: list[RequestState], stream: Any, raw: RawPerfMetrics) -> None:
+        """Step until every request finished, timing each step and streaming the first
+        request; on an error every request of this call is cancelled and dropped."""
         streamed = 0
         try:
             while self.has_non_finished_requests():
@@ -519,21 +586,7 @@ class PagedEngine:
                     raw.m_new_token_times.append(t1)
                     raw.m_batch_sizes.append(self._last_batch)
                 if stream is not None:
-                    s = states[0]
-                    limit = (
-                        len(s.req.generated)
-                        if s.status != GenerationStatus.RUNNING
-                        else max(len(s.req.generated) - s.window, 0)
-                    )
-                    while streamed < limit:
-                        st = call_write(stream, s.req.generated[streamed])
-                        streamed += 1
-                        if st == StreamingStatus.STOP:
-                            self.finish(s, GenerationStatus.STOP, keep=True)
-                            break
-                        if st == StreamingStatus.CANCEL:
-                            self.finish(s, GenerationStatus.CANCEL, keep=False)
-                            break
+                    streamed = self._stream_tokens(states[0], stream, streamed)
         except Exception:
             for s in states:
                 self.finish(s, GenerationStatus.CANCEL, keep=False)
@@ -542,36 +595,44 @@ class PagedEngine:
         finally:
             if stream is not None:
                 stream.end()
-        self._states = [s for s in self._states if s not in states]
-        results: list[GenerationResult] = []
-        for i, s in enumerate(states):
-            r: GenerationResult = EncodedGenerationResult() if encoded else GenerationResult()
-            r.m_request_id = i
-            outs = s.outputs()
-            texts: list[Any] = []
-            for ids, _, _, _ in outs:
-                ids = list(ids)
-                if s.config.echo:
-                    ids = list(s.req.prompt) + ids
-                if encoded:
-                    texts.append(ids)
-                else:
-                    t_d = time.perf_counter()
-                    texts.append(self._tokenizer.decode(ids))
-                    raw.detokenization_durations.append((time.perf_counter() - t_d) * 1e6)
-            r.m_generation_ids = texts
-            r.m_scores = [o[2] for o in outs]
-            r.m_finish_reasons = [o[3] for o in outs]
-            r.m_status = s.status
-            results.append(r)
-        # one evaluation of the shared series; each result carries its own prompt length
-        raw.generate_durations = [(time.perf_counter() - start) * 1e6]
-        pm = PerfMetrics()
-        pm.load_time = perf.load_time
-        pm.raw_metrics = raw
-        add_structured_output_times(pm, self._tokenizer)
-        pm.evaluate_statistics(start)
-        for r, s in zip(results, states, strict=False):
-            r.perf_metrics = copy.copy(pm)
-            r.perf_metrics.num_input_tokens = len(s.req.prompt)
-        return results
+
+    def _stream_tokens(self, s: RequestState, stream: Any, streamed: int) -> int:
+        """Write the tokens no stop string can still take back; returns how many are written.
+        The streamer's STOP / CANCEL finishes the request."""
+        limit = (
+            len(s.req.generated)
+            if s.status != GenerationStatus.RUNNING
+            else max(len(s.req.generated) - s.window, 0)
+        )
+        while streamed < limit:
+            st = call_write(stream, s.req.generated[streamed])
+            streamed += 1
+            if st == StreamingStatus.STOP:
+                self.finish(s, GenerationStatus.STOP, keep=True)
+                break
+            if st == StreamingStatus.CANCEL:
+                self.finish(s, GenerationStatus.CANCEL, keep=False)
+                break
+        return streamed
+
+    def _generate_result(self, i: int, s: RequestState, encoded: bool, raw: RawPerfMetrics) -> GenerationResult:
+        """Request ``i``'s result: ids or decoded texts (decoding timed into ``raw``)."""
+        r: GenerationResult = EncodedGenerationResult() if encoded else GenerationResult()
+        r.m_request_id = i
+        outs = s.outputs()
+        texts: list[Any] = []
+        for ids, _, _, _ in outs:
+            ids = list(ids)
+            if s.config.echo:
+                ids = list(s.req.prompt) + ids
+            if encoded:
+                texts.append(ids)
+            else:
+                t_d = time.perf_counter()
+                texts.append(self._tokenizer.decode(ids))
+                raw.detokenization_durations.append((time.perf_counter() - t_d) * 1e6)
+        r.m_generation_ids = texts
+        r.m_scores = [o[2] for o in outs]
+        r.m_finish_reasons = [o[3] for o in outs]
+        r.m_status = s.status
+        return r

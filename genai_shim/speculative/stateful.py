@@ -246,26 +246,12 @@ class SpeculativeDecoder:
     def generate(
         self, ids: np.ndarray, mask: np.ndarray, config: GenerationConfig, streamer: Any
     ) -> EncodedResults:
-        if ids.shape[0] != 1:
-            raise UserInputError("Currently only batch size=1 is supported")
-        if not config.is_greedy_decoding():
-            raise UserInputError(
-                "Currently only greedy decoding is supported (speculative decoding); remove "
-                "do_sample / num_beams"
-            )
-        if config.num_return_sequences != 1:
-            raise UserInputError('Currently only "num_return_sequences" equal to 1 is supported!')
+        _check_request(ids, config)
         self.cancelled = False
         main, draft = self.main, self.draft
-        main.config = config
-        # The draft ignores EOS and stop strings; only the main model's limits end the answer.
-        draft.config = config.copy()
-        draft.config.ignore_eos = True
-        draft.config.stop_strings = set()
-        draft.config.max_new_tokens = config.get_max_new_tokens()
+        self._configure_models(config)
         stream = make_streamer(streamer, self.tokenizer)
         perf = SDPerModelsPerfMetrics()
-        raw = perf.raw_metrics
         prompt = ids[0][mask[0].astype(bool)].tolist() if mask.all() else None
         if prompt is None:
             raise UserInputError(
@@ -274,61 +260,7 @@ class SpeculativeDecoder:
         tokens: list[int] = []
         status = StreamingStatus.RUNNING
         try:
-            t0 = time.perf_counter()
-            out = main.infer_first(prompt)
-            t1 = time.perf_counter()
-            self._token_stat(raw, _us(t1 - t0), t1, 1)
-            draft.infer_first(prompt)
-            status = self._stream(stream, [out])
-            tokens.append(out)
-            prefix = -1  # the draft's last accepted candidate, not yet in its KV cache
-            while main.can_infer() and status == StreamingStatus.RUNNING:
-                it0 = time.perf_counter()
-                room = min(
-                    draft.kvcache_capacity() - (1 if prefix == -1 else 0),
-                    main.kvcache_capacity() - 1,
-                )
-                n = min(room, main.generation_capacity() - 1)
-                if n <= 0:
-                    # No room for candidates: finish token by token if the KV cache allows.
-                    remainder = main.generation_capacity()
-                    if remainder > 0 and main.can_infer(remainder):
-                        for _ in range(remainder):
-                            out = main.infer_next(out)
-                            t_end = time.perf_counter()
-                            status = self._stream(stream, [out])
-                            tokens.append(out)
-                            self._token_stat(raw, _us(time.perf_counter() - it0), t_end, 1)
-                            it0 = time.perf_counter()
-                    break
-                n = min(self.candidates, n)
-                if prefix != -1:
-                    draft.infer_next(prefix)
-                cand = [draft.infer_next(out, prefix != -1)]
-                for _ in range(1, n):
-                    cand.append(draft.infer_next(cand[-1]))
-                prefix = cand[-1]
-                ref = main.infer_next_return_all([out, *cand])
-                t_main = time.perf_counter()
-                accepted = 0
-                for r, c in zip(ref[:-1], cand, strict=False):
-                    if r != c:
-                        break
-                    accepted += 1
-                rejected = len(cand) - accepted
-                validated = ref[: len(ref) - rejected]
-                out = validated[-1]
-                if rejected:
-                    draft.trim_kv_cache(rejected - 1)
-                    main.trim_kv_cache(rejected)
-                    prefix = -1
-                self._update_candidates(accepted)
-                main.raw.m_batch_sizes[-1] -= rejected
-                perf.num_draft_tokens += n
-                perf.num_accepted_tokens += accepted
-                status = self._stream(stream, validated)
-                tokens.extend(validated)
-                self._token_stat(raw, _us(time.perf_counter() - it0), t_main, len(validated))
+            status = self._decode(prompt, stream, perf, tokens)
             self.cancelled = status == StreamingStatus.CANCEL
             if stream is not None:
                 stream.end()
@@ -345,20 +277,112 @@ class SpeculativeDecoder:
         res = EncodedResults()
         res.tokens = [tokens]
         res.scores = [0.0]
-        # The real stateful pipeline reports LENGTH whatever ended the answer, STOP / NONE when
-        # the streamer stopped / cancelled it (measured).
-        if self.cancelled:
-            reason = GenerationFinishReason.NONE
-        elif status == StreamingStatus.STOP:
-            reason = GenerationFinishReason.STOP
-        elif status == StreamingStatus.TOOL_CALL_STOP:
-            reason = GenerationFinishReason.TOOL_CALL
-        else:
-            reason = GenerationFinishReason.LENGTH
-        res.finish_reasons = [reason]
+        res.finish_reasons = [self._finish_reason(status)]
         res.perf_metrics = perf
         res.extended_perf_metrics = perf
         return res
+
+    def _configure_models(self, config: GenerationConfig) -> None:
+        """The main model decodes with ``config``; the draft ignores EOS and stop strings, so
+        only the main model's limits end the answer."""
+        main, draft = self.main, self.draft
+        main.config = config
+        draft.config = config.copy()
+        draft.config.ignore_eos = True
+        draft.config.stop_strings = set()
+        draft.config.max_new_tokens = config.get_max_new_tokens()
+
+    def _decode(
+        self, prompt: list[int], stream: Any, perf: SDPerModelsPerfMetrics, tokens: list[int]
+    ) -> StreamingStatus:
+        """Prefill both models, then speculate until the main model or the streamer stops;
+        appends the answer to ``tokens`` and returns the last streaming status."""
+        main, draft = self.main, self.draft
+        raw = perf.raw_metrics
+        t0 = time.perf_counter()
+        out = main.infer_first(prompt)
+        t1 = time.perf_counter()
+        self._token_stat(raw, _us(t1 - t0), t1, 1)
+        draft.infer_first(prompt)
+        status = self._stream(stream, [out])
+        tokens.append(out)
+        prefix = -1  # the draft's last accepted candidate, not yet in its KV cache
+        while main.can_infer() and status == StreamingStatus.RUNNING:
+            it0 = time.perf_counter()
+            room = min(
+                draft.kvcache_capacity() - (1 if prefix == -1 else 0),
+                main.kvcache_capacity() - 1,
+            )
+            n = min(room, main.generation_capacity() - 1)
+            if n <= 0:
+                return self._finish_without_draft(out, stream, raw, tokens, it0, status)
+            out, prefix, status = self._speculate(out, prefix, min(self.candidates, n), stream, perf, tokens, it0)
+        return status
+
+    def _finish_without_draft(
+        self, out: int, stream: Any, raw: RawPerfMetrics, tokens: list[int], it0: float,
+        status: StreamingStatus,
+    ) -> StreamingStatus:
+        """No room for candidates: finish token by token if the KV cache allows."""
+        main = self.main
+        remainder = main.generation_capacity()
+        if remainder > 0 and main.can_infer(remainder):
+            for _ in range(remainder):
+                out = main.infer_next(out)
+                t_end = time.perf_counter()
+                status = self._stream(stream, [out])
+                tokens.append(out)
+                self._token_stat(raw, _us(time.perf_counter() - it0), t_end, 1)
+                it0 = time.perf_counter()
+        return status
+
+    def _speculate(
+        self, out: int, prefix: int, n: int, stream: Any, perf: SDPerModelsPerfMetrics, tokens: list[int],
+        it0: float,
+    ) -> tuple[int, int, StreamingStatus]:
+        """One round: the draft proposes ``n`` candidates after ``out``, the main model
+        validates them in one call; returns the new last token, the draft's pending prefix
+        (-1: none) and the streaming status."""
+        main, draft = self.main, self.draft
+        if prefix != -1:
+            draft.infer_next(prefix)
+        cand = [draft.infer_next(out, prefix != -1)]
+        for _ in range(1, n):
+            cand.append(draft.infer_next(cand[-1]))
+        prefix = cand[-1]
+        ref = main.infer_next_return_all([out, *cand])
+        t_main = time.perf_counter()
+        accepted = 0
+        for r, c in zip(ref[:-1], cand, strict=False):
+            if r != c:
+                break
+            accepted += 1
+        rejected = len(cand) - accepted
+        validated = ref[: len(ref) - rejected]
+        out = validated[-1]
+        if rejected:
+            draft.trim_kv_cache(rejected - 1)
+            main.trim_kv_cache(rejected)
+            prefix = -1
+        self._update_candidates(accepted)
+        main.raw.m_batch_sizes[-1] -= rejected
+        perf.num_draft_tokens += n
+        perf.num_accepted_tokens += accepted
+        status = self._stream(stream, validated)
+        tokens.extend(validated)
+        self._token_stat(perf.raw_metrics, _us(time.perf_counter() - it0), t_main, len(validated))
+        return out, prefix, status
+
+    def _finish_reason(self, status: StreamingStatus) -> GenerationFinishReason:
+        """The real stateful pipeline reports LENGTH whatever ended the answer, STOP / NONE when
+        the streamer stopped / cancelled it (measured)."""
+        if self.cancelled:
+            return GenerationFinishReason.NONE
+        if status == StreamingStatus.STOP:
+            return GenerationFinishReason.STOP
+        if status == StreamingStatus.TOOL_CALL_STOP:
+            return GenerationFinishReason.TOOL_CALL
+        return GenerationFinishReason.LENGTH
 
     @staticmethod
     def _token_stat(raw: RawPerfMetrics, duration_us: float, when: float, n: int) -> None:
@@ -372,6 +396,19 @@ class SpeculativeDecoder:
         if stream is None:
             return StreamingStatus.RUNNING
         return status_from_callback(stream.write(list(tokens)))
+
+
+def _check_request(ids: np.ndarray, config: GenerationConfig) -> None:
+    """What stateful speculative decoding supports: one prompt, greedy, one sequence."""
+    if ids.shape[0] != 1:
+        raise UserInputError("Currently only batch size=1 is supported")
+    if not config.is_greedy_decoding():
+        raise UserInputError(
+            "Currently only greedy decoding is supported (speculative decoding); remove "
+            "do_sample / num_beams"
+        )
+    if config.num_return_sequences != 1:
+        raise UserInputError('Currently only "num_return_sequences" equal to 1 is supported!')
 
 
 def generate_speculative(

@@ -357,14 +357,7 @@ def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCo
 
 def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") -> LLMCompiledModel:
     device = pick_device(core, cfg.devices)
-    if cfg.grouped_attention is None:
-        # Measured (docs/performance_log.md, "Grouped attention and the head's threads"): on the
-        # CPU plugin the grouped form saves time per generate step; on the emulated NPU one SDPA
-        # SHAVE task beats five tasks.
-        cfg = dataclasses.replace(cfg, grouped_attention=device == "CPU")
-    if cfg.ladder and device != "CPU":
-        # the emulated NPU keeps one static prefill and skips the padded rows on the device
-        cfg = dataclasses.replace(cfg, ladder=())
+    cfg = _device_defaults(cfg, device)
     t_all = time.perf_counter()
     stateless, kv = to_stateless(model)
     kv = kv.with_v_transposed(cfg.optimize_v)
@@ -378,38 +371,13 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") 
     kv_type = ov.Type.f32 if cfg.kv_precision == "f32" else ov.Type.f16
     kv_quant = cfg.kv_precision if cfg.kv_precision in ("u8", "u4") else ""
     name = model.get_friendly_name()
-    head_model = make_lm_head_model(stateless, cfg.max_gen_len) if cfg.shared_head else None
-    if cfg.shared_head and head_model is None:
-        logger.warning("no LM head MatMul found: NPUW_LLM_SHARED_HEAD ignored for %s", name)
-        cfg = dataclasses.replace(cfg, shared_head=False)
+    head_model, cfg = _shared_head(stateless, cfg, name)
     shared = head_model is not None
     # one table size for all sub-models: a conversation never gets past the total KV size
     rope = cfg.total_size if cfg.cache_rope else 0
-    # real order: generate variants, prefill, LM head
-    # (sub-model name, kind, size): the KV size of a variant, the mask length of a prefill
-    jobs: list[tuple[str, str, int]] = [(f"{name}_kv{k}", "kv", k) for k in cfg.variants]
-    jobs += [(f"{name}_prefill_p{p}", "prefill", p) for p in cfg.prefill_pyramid]
-    jobs.append((f"{name}_prefill", "prefill", cfg.max_prompt_len))
-    if shared:
-        jobs.append((f"{name}_lm_head", "head", 0))
-    # like LLMCompiledModel: one weights-bank name for prefill, generate variants and LM head, so
-    # the device keeps one copy of the weights (and of their decompressed form) for all of them
-    bank = {
-        "NPUW_WEIGHTS_BANK": str(
-            cfg.raw.get("NPUW_WEIGHTS_BANK") or f"{name}-{uuid.uuid4().hex[:12]}"
-        )
-    }
-    if cfg.weightless:
-        # every device writes its weightless sub-blobs itself (the CPU plugin's constants remember
-        # their .bin offset; the emulated NPU refers to the IR's constants by hash, weightless.py)
-        bank["CACHE_MODE"] = "OPTIMIZE_SIZE"
-        if device != "CPU":
-            bank["WEIGHTS_PATH"] = weights_path
-    prefill_config = {**cfg.prefill_config, **bank}
-    if skip_padded_rows(cfg, device):
-        # our whole-prompt prefill reads only the real (right-aligned) rows of its outputs: the
-        # emulated NPU may skip the padding rows' attention (docs/npu_device.md)
-        prefill_config.setdefault("NPU_EMU_SKIP_PADDED_ROWS", "YES")
+    jobs = _sub_model_jobs(name, cfg, shared)
+    bank = _weights_bank(cfg, name, device, weights_path)
+    prefill_config = _prefill_config(cfg, device, bank)
     generate_config = {**cfg.generate_config, **bank}
 
     def compile_variant(size: int) -> tuple[CompiledModel, dict[str, Any]]:
@@ -456,9 +424,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") 
         elif kind == "head":
             # No single-thread default here: run inline right after a variant, the head is
             # faster with the plugin's own thread choice (docs/performance_log.md).
-            head_config = (
-                generate_config if cfg.head_config is None else {**cfg.head_config, **bank}
-            )
+            head_config = generate_config if cfg.head_config is None else {**cfg.head_config, **bank}
             head = core.compile_model(head_model, device, head_config)
             sub_defaults["lm_head"] = {}
         else:
@@ -478,12 +444,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") 
         list(cfg.variants),
         cfg.kv_precision,
     )
-    ins = [PortInfo.from_ov_port(i, p) for i, p in enumerate(model.inputs)]
-    outs = [PortInfo.from_ov_port(i, p) for i, p in enumerate(model.outputs)]
-    if len(outs) != 1 or "logits" not in outs[0].names:
-        raise PluginError(
-            f"NPUW LLM expects a single 'logits' output, the model has {[p.names for p in outs]}"
-        )
+    ins, outs = _llm_ports(model)
     if prefill is None:  # unreachable: the job list always ends with the prefill
         raise PluginError("prefill model was not compiled")
     ladder_factory = None
@@ -508,6 +469,78 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") 
         ladder_factory,
         compile_variant if cfg.generate_rungs else None,
     )
+
+
+def _device_defaults(cfg: LLMConfig, device: str) -> LLMConfig:
+    """The keys whose default depends on the device the sub-models compile for."""
+    if cfg.grouped_attention is None:
+        # Measured (docs/performance_log.md, "Grouped attention and the head's threads"): on the
+        # CPU plugin the grouped form saves time per generate step; on the emulated NPU one SDPA
+        # SHAVE task beats five tasks.
+        cfg = dataclasses.replace(cfg, grouped_attention=device == "CPU")
+    if cfg.ladder and device != "CPU":
+        # the emulated NPU keeps one static prefill and skips the padded rows on the device
+        cfg = dataclasses.replace(cfg, ladder=())
+    return cfg
+
+
+def _shared_head(stateless: ov.Model, cfg: LLMConfig, name: str) -> tuple[ov.Model | None, LLMConfig]:
+    """The separate LM head model with NPUW_LLM_SHARED_HEAD (None without it, or when the model
+    has no LM head MatMul: then the key is switched off)."""
+    head_model = make_lm_head_model(stateless, cfg.max_gen_len) if cfg.shared_head else None
+    if cfg.shared_head and head_model is None:
+        logger.warning("no LM head MatMul found: NPUW_LLM_SHARED_HEAD ignored for %s", name)
+        cfg = dataclasses.replace(cfg, shared_head=False)
+    return head_model, cfg
+
+
+def _sub_model_jobs(name: str, cfg: LLMConfig, shared: bool) -> list[tuple[str, str, int]]:
+    """(sub-model name, kind, size) in the real order: generate variants, prefill, LM head;
+    size is the KV size of a variant, the mask length of a prefill."""
+    jobs: list[tuple[str, str, int]] = [(f"{name}_kv{k}", "kv", k) for k in cfg.variants]
+    jobs += [(f"{name}_prefill_p{p}", "prefill", p) for p in cfg.prefill_pyramid]
+    jobs.append((f"{name}_prefill", "prefill", cfg.max_prompt_len))
+    if shared:
+        jobs.append((f"{name}_lm_head", "head", 0))
+    return jobs
+
+
+def _weights_bank(cfg: LLMConfig, name: str, device: str, weights_path: str) -> dict[str, str]:
+    """Like LLMCompiledModel: one weights-bank name for prefill, generate variants and LM head,
+    so the device keeps one copy of the weights (and of their decompressed form) for all of
+    them; with weightless caching, the keys that make each device write weightless sub-blobs."""
+    bank = {
+        "NPUW_WEIGHTS_BANK": str(
+            cfg.raw.get("NPUW_WEIGHTS_BANK") or f"{name}-{uuid.uuid4().hex[:12]}"
+        )
+    }
+    if cfg.weightless:
+        # every device writes its weightless sub-blobs itself (the CPU plugin's constants remember
+        # their .bin offset; the emulated NPU refers to the IR's constants by hash, weightless.py)
+        bank["CACHE_MODE"] = "OPTIMIZE_SIZE"
+        if device != "CPU":
+            bank["WEIGHTS_PATH"] = weights_path
+    return bank
+
+
+def _prefill_config(cfg: LLMConfig, device: str, bank: dict[str, str]) -> dict[str, Any]:
+    prefill_config: dict[str, Any] = {**cfg.prefill_config, **bank}
+    if skip_padded_rows(cfg, device):
+        # our whole-prompt prefill reads only the real (right-aligned) rows of its outputs: the
+        # emulated NPU may skip the padding rows' attention (docs/npu_device.md)
+        prefill_config.setdefault("NPU_EMU_SKIP_PADDED_ROWS", "YES")
+    return prefill_config
+
+
+def _llm_ports(model: ov.Model) -> tuple[list[PortInfo], list[PortInfo]]:
+    """The stateful model's inputs and outputs; NPUW LLM needs a single 'logits' output."""
+    ins = [PortInfo.from_ov_port(i, p) for i, p in enumerate(model.inputs)]
+    outs = [PortInfo.from_ov_port(i, p) for i, p in enumerate(model.outputs)]
+    if len(outs) != 1 or "logits" not in outs[0].names:
+        raise PluginError(
+            f"NPUW LLM expects a single 'logits' output, the model has {[p.names for p in outs]}"
+        )
+    return ins, outs
 
 
 class _TtyProgress:

@@ -160,6 +160,37 @@ def read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None = None) -
 
 
 def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> ImportedLLM:
+    header, off = _read_header(blob)
+    _check_versions(header)
+    cfg_in = dict(config or {})
+    weights_path = cfg_in.pop("WEIGHTS_PATH", None)
+    model_ptr = cfg_in.pop("MODEL_PTR", None)
+    parts = _sub_blobs(blob, header, off)
+    device_keys = _import_device_keys(header, weights_path, model_ptr)
+    cfg = LLMConfig.from_json(header["config"])
+    device = header["device"]
+    sub_cfg = {
+        k: v
+        for k, v in cfg_in.items()
+        if not k.startswith(("NPU", "++NPUW", "CACHE_DIR")) and k != "CACHE_MODE"
+    }
+    sub_cfg.update(device_keys)
+    # a device blob does not carry runtime settings such as the thread count: re-apply NPUW's
+    # defaults the compilation chose, unless the import config sets them itself
+    sub_defaults: dict[str, dict[str, Any]] = {
+        role: {k: v for k, v in extra.items() if k not in sub_cfg}
+        for role, extra in header.get("sub_defaults", {}).items()
+    }
+    prefill, generate, pyramid, head = _import_sub_models(core, parts, cfg, device, sub_cfg, sub_defaults)
+    kv = _kv_layout(header["kv"], prefill, generate)
+    ins = [_port(i, d) for i, d in enumerate(header["inputs"])]
+    outs = [_port(i, d) for i, d in enumerate(header["outputs"])]
+    logger.info("imported NPUW LLM %s (%d sub-models on %s)", header["name"], len(parts), device)
+    return ImportedLLM(header["name"], cfg, kv, device, prefill, generate, head, pyramid, ins, outs, sub_defaults)
+
+
+def _read_header(blob: bytes) -> tuple[dict[str, Any], int]:
+    """The artefact's checked JSON header and the offset of its first sub-blob."""
     if not blob.startswith(MAGIC):
         raise BlobFormatError(
             "This blob wasn't serialized via NPUW! (no ov_npu_emu NPUW LLM magic); "
@@ -187,7 +218,10 @@ def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> Impo
         header = json.loads(blob[off : off + hlen])
     except ValueError as e:
         raise BlobFormatError(f"NPUW LLM artefact header is corrupt: {e}") from e
-    off += hlen
+    return header, off + hlen
+
+
+def _check_versions(header: Mapping[str, Any]) -> None:
     want, have = header.get("versions", {}), _versions()
     if want.get("openvino") != have["openvino"] or want.get("ov_npu_emu") != have["ov_npu_emu"]:
         raise BlobFormatError(
@@ -196,10 +230,10 @@ def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> Impo
             f"running: openvino {have['openvino']}, ov_npu_emu {have['ov_npu_emu']}. "
             "Recompile the model (or delete the CACHE_DIR entry)."
         )
-    cfg_in = dict(config or {})
-    weights_path = cfg_in.pop("WEIGHTS_PATH", None)
-    model_ptr = cfg_in.pop("MODEL_PTR", None)
-    config = cfg_in
+
+
+def _sub_blobs(blob: bytes, header: Mapping[str, Any], off: int) -> dict[str, bytes]:
+    """role -> device sub-blob, each checked against its SHA-256; nothing may follow the last."""
     parts: dict[str, bytes] = {}
     for entry in header["blobs"]:
         data = blob[off : off + entry["size"]]
@@ -214,30 +248,33 @@ def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> Impo
             f"NPUW LLM artefact has {len(blob) - off} unexpected bytes after its last sub-blob "
             "(spliced or extended); re-export it"
         )
-    device_keys: dict[str, Any] = {}
+    return parts
+
+
+def _import_device_keys(header: Mapping[str, Any], weights_path: Any, model_ptr: Any) -> dict[str, Any]:
+    """The device keys a weightless artefact needs; a blob with its weights refuses them."""
     if header.get("weightless"):
-        device_keys = _device_weights(header["device"], header["weightless"], weights_path, model_ptr)
-    elif weights_path or model_ptr is not None:
+        return _device_weights(header["device"], header["weightless"], weights_path, model_ptr)
+    if weights_path or model_ptr is not None:
         # the real fails here too (its weights bank finds nothing to load): never ignore the key
         raise ConfigError(
             f"{'WEIGHTS_PATH' if weights_path else 'MODEL_PTR'} was given but this NPUW blob holds its "
             "weights (exported with CACHE_MODE=OPTIMIZE_SPEED); import it without the key",
             key="WEIGHTS_PATH" if weights_path else "MODEL_PTR",
         )
-    cfg = LLMConfig.from_json(header["config"])
-    device = header["device"]
-    sub_cfg = {
-        k: v
-        for k, v in (config or {}).items()
-        if not k.startswith(("NPU", "++NPUW", "CACHE_DIR")) and k != "CACHE_MODE"
-    }
-    sub_cfg.update(device_keys)
-    # a device blob does not carry runtime settings such as the thread count: re-apply NPUW's
-    # defaults the compilation chose, unless the import config sets them itself
-    sub_defaults: dict[str, dict[str, Any]] = {
-        role: {k: v for k, v in extra.items() if k not in sub_cfg}
-        for role, extra in header.get("sub_defaults", {}).items()
-    }
+    return {}
+
+
+def _import_sub_models(
+    core: Core,
+    parts: Mapping[str, bytes],
+    cfg: LLMConfig,
+    device: str,
+    sub_cfg: dict[str, Any],
+    sub_defaults: Mapping[str, dict[str, Any]],
+) -> tuple[Any, dict[int, Any], dict[int, Any], Any]:
+    """(prefill, generate variants, pyramid prefills, LM head) imported on ``device``, in the
+    order generate variants, prefill, pyramid, head."""
     sub = lambda role: {**sub_cfg, **sub_defaults.get(role, {})}  # noqa: E731
     try:
         generate = {k: core.import_model(parts[f"kv{k}"], device, sub(f"kv{k}")) for k in cfg.variants}
@@ -249,7 +286,12 @@ def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> Impo
         head = core.import_model(parts["lm_head"], device, sub("lm_head")) if cfg.shared_head else None
     except KeyError as e:
         raise BlobFormatError(f"NPUW LLM artefact lacks sub-blob {e}") from e
-    k = header["kv"]
+    return prefill, generate, pyramid, head
+
+
+def _kv_layout(k: Mapping[str, Any], prefill: Any, generate: Mapping[int, Any]) -> KVLayout:
+    """The header's KV descriptor; the KV names must be ports of the sub-models, or the first
+    create_infer_request fails."""
     kv = KVLayout(
         tuple(k["past"]),
         tuple(k["present"]),
@@ -257,7 +299,6 @@ def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> Impo
         tuple(k["dims"]),
         bool(k["v_transposed"]),
     )
-    # the KV names must be ports of the sub-models, or the first create_infer_request fails
     pf_out = {n for p in prefill.outputs for n in p.get_names()}
     gen_in = [{n for p in g.inputs for n in p.get_names()} for g in generate.values()]
     bad = [n for n in kv.present_names if n not in pf_out]
@@ -267,10 +308,7 @@ def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> Impo
         bad.append(f"heads/dims {sizes}")
     if bad or len(kv.past_names) != len(kv.present_names):
         raise BlobFormatError(f"NPUW LLM artefact KV descriptor does not match its sub-models {bad}; re-export it")
-    ins = [_port(i, d) for i, d in enumerate(header["inputs"])]
-    outs = [_port(i, d) for i, d in enumerate(header["outputs"])]
-    logger.info("imported NPUW LLM %s (%d sub-models on %s)", header["name"], len(parts), device)
-    return ImportedLLM(header["name"], cfg, kv, device, prefill, generate, head, pyramid, ins, outs, sub_defaults)
+    return kv
 
 
 def _device_weights(device: str, desc: Mapping[str, Any], weights_path: Any, model_ptr: Any) -> dict[str, Any]:
