@@ -101,65 +101,13 @@ class Tokenizer:
             "tokenizer_model" in kwargs or "tokenizer_weights" in kwargs
         )
         if in_memory:
-            names = ("tokenizer_model", "tokenizer_weights", "detokenizer_model", "detokenizer_weights")
-            if len(args) > 4:
-                raise UserInputError(
-                    "Tokenizer(tokenizer_model, tokenizer_weights, detokenizer_model, "
-                    f"detokenizer_weights, **properties) takes 4 positional arguments, got {len(args)}"
-                )
-            parts = dict(zip(names, args, strict=False))
-            for n in names[len(args) :]:
-                if n not in kwargs:
-                    raise UserInputError(f"Tokenizer(...) from memory is missing {n!r}")
-                parts[n] = kwargs.pop(n)
-            for xml_key, w_key in (names[:2], names[2:]):
-                if not isinstance(parts[xml_key], str):
-                    raise UserInputError(
-                        f"{xml_key} must be the IR's XML text (str), got {type(parts[xml_key]).__name__}"
-                    )
-                if not isinstance(parts[w_key], ov.Tensor):
-                    raise UserInputError(
-                        f"{w_key} must be an openvino.Tensor, got {type(parts[w_key]).__name__}"
-                    )
-            self._sources: dict[str, Any] = {
-                TOKENIZER_XML: (parts["tokenizer_model"], parts["tokenizer_weights"]),
-                DETOKENIZER_XML: (parts["detokenizer_model"], parts["detokenizer_weights"]),
-            }
-            if not all(xml.strip() for xml, _ in self._sources.values()):
-                # the real reads both and fails on an empty one (measured, 2026.4.1)
-                raise IRReadError(
-                    "Unable to read the model. Please check if the model format is supported "
-                    "and model is correct. (an in-memory tokenizer needs both IRs' XML text)"
-                )
-            self._folder = None
+            self._sources, folder = _memory_sources(args, kwargs), None
             self._where = "the in-memory models"
-            folder = None
         else:
-            if not args and "tokenizer_path" not in kwargs:
-                raise UserInputError("Tokenizer() needs tokenizer_path")
-            tokenizer_path = args[0] if args else kwargs.pop("tokenizer_path")
-            if len(args) > 2:
-                raise UserInputError(
-                    f"Tokenizer(tokenizer_path, properties={{}}, **kwargs) got {len(args)} "
-                    "positional arguments"
-                )
-            if not isinstance(tokenizer_path, (str, bytes, os.PathLike)):
-                raise UserInputError(
-                    f"tokenizer_path must be a folder path, got {type(tokenizer_path).__name__}"
-                )
-            folder = Path(os.fsdecode(tokenizer_path))
-            if folder.is_file():
-                folder = folder.parent
-            tok_xml, detok_xml = folder / TOKENIZER_XML, folder / DETOKENIZER_XML
-            if not tok_xml.is_file() and not detok_xml.is_file():
-                raise IRReadError(
-                    f"Neither {TOKENIZER_XML} nor {DETOKENIZER_XML} found in {os.fspath(folder)!r}; "
-                    "convert the "
-                    "tokenizer with openvino_tokenizers (convert_tokenizer(..., with_detokenizer=True))"
-                )
+            folder = _tokenizer_folder(args, kwargs)
             self._sources = {n: folder / n for n in (TOKENIZER_XML, DETOKENIZER_XML) if (folder / n).is_file()}
-            self._folder = folder
             self._where = repr(os.fspath(folder))
+        self._folder = folder
         properties = args[1] if len(args) > 1 and not in_memory else {}
         if not isinstance(properties, Mapping):
             raise UserInputError(f"properties must be a dict, got {type(properties).__name__}")
@@ -553,3 +501,58 @@ def _encode_arguments(
                 f"got {len(first)} and {len(second)}"
             )
     return first, second, opts
+
+
+def _memory_sources(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The in-memory overload's IRs (XML text, weights Tensor) by file name; pops them from kwargs."""
+    names = ("tokenizer_model", "tokenizer_weights", "detokenizer_model", "detokenizer_weights")
+    if len(args) > 4:
+        raise UserInputError(
+            "Tokenizer(tokenizer_model, tokenizer_weights, detokenizer_model, "
+            f"detokenizer_weights, **properties) takes 4 positional arguments, got {len(args)}"
+        )
+    parts = dict(zip(names, args, strict=False))
+    for n in names[len(args) :]:
+        if n not in kwargs:
+            raise UserInputError(f"Tokenizer(...) from memory is missing {n!r}")
+        parts[n] = kwargs.pop(n)
+    for xml_key, w_key in (names[:2], names[2:]):
+        if not isinstance(parts[xml_key], str):
+            raise UserInputError(
+                f"{xml_key} must be the IR's XML text (str), got {type(parts[xml_key]).__name__}"
+            )
+        if not isinstance(parts[w_key], ov.Tensor):
+            raise UserInputError(f"{w_key} must be an openvino.Tensor, got {type(parts[w_key]).__name__}")
+    sources: dict[str, Any] = {
+        TOKENIZER_XML: (parts["tokenizer_model"], parts["tokenizer_weights"]),
+        DETOKENIZER_XML: (parts["detokenizer_model"], parts["detokenizer_weights"]),
+    }
+    if not all(xml.strip() for xml, _ in sources.values()):
+        # the real reads both and fails on an empty one (measured, 2026.4.1)
+        raise IRReadError(
+            "Unable to read the model. Please check if the model format is supported "
+            "and model is correct. (an in-memory tokenizer needs both IRs' XML text)"
+        )
+    return sources
+
+
+def _tokenizer_folder(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Path:
+    """The folder overload's folder (a file path means its folder); pops tokenizer_path."""
+    if not args and "tokenizer_path" not in kwargs:
+        raise UserInputError("Tokenizer() needs tokenizer_path")
+    tokenizer_path = args[0] if args else kwargs.pop("tokenizer_path")
+    if len(args) > 2:
+        raise UserInputError(
+            f"Tokenizer(tokenizer_path, properties={{}}, **kwargs) got {len(args)} positional arguments"
+        )
+    if not isinstance(tokenizer_path, (str, bytes, os.PathLike)):
+        raise UserInputError(f"tokenizer_path must be a folder path, got {type(tokenizer_path).__name__}")
+    folder = Path(os.fsdecode(tokenizer_path))
+    if folder.is_file():
+        folder = folder.parent
+    if not (folder / TOKENIZER_XML).is_file() and not (folder / DETOKENIZER_XML).is_file():
+        raise IRReadError(
+            f"Neither {TOKENIZER_XML} nor {DETOKENIZER_XML} found in {os.fspath(folder)!r}; convert the "
+            "tokenizer with openvino_tokenizers (convert_tokenizer(..., with_detokenizer=True))"
+        )
+    return folder

@@ -153,21 +153,8 @@ def _string(path: Path, data: Any, key: str) -> str | None:
 def read_special_tokens(folder: Path) -> SpecialTokens:
     """Steps 1-3 of the module doc: the special tokens the json files of ``folder`` give."""
     tokens = SpecialTokens()
-    path = folder / "config.json"
-    config = _load(path)
-    for n in _NAMES:
-        value = _number(path, config, f"{n}_token_id")
-        if value is not None:
-            setattr(tokens, f"{n}_id", value)
-
-    path = folder / "special_tokens_map.json"
-    special = _load(path)
-    if isinstance(special, dict):
-        for n in _NAMES:
-            value = _string(path, special.get(f"{n}_token"), "content")
-            if not getattr(tokens, n) and value is not None:
-                setattr(tokens, n, value)
-
+    _ids_from_config(folder / "config.json", tokens)
+    _strings_from_special_tokens_map(folder / "special_tokens_map.json", tokens)
     if tokens.complete():
         return tokens
     path = folder / "tokenizer_config.json"
@@ -180,11 +167,35 @@ def read_special_tokens(folder: Path) -> SpecialTokens:
             setattr(tokens, n, value)
     if not tokens.pad and tokens.eos:
         tokens.pad = tokens.eos
-    if tokens.ids_complete() or not isinstance(config, dict):
-        return tokens
-    decoder = config.get("added_tokens_decoder")
+    if not tokens.ids_complete() and isinstance(config, dict):
+        _ids_from_added_tokens(path, config.get("added_tokens_decoder"), tokens)
+    return tokens
+
+
+def _ids_from_config(path: Path, tokens: SpecialTokens) -> None:
+    """Step 1: ``<name>_token_id`` numbers of config.json."""
+    config = _load(path)
+    for n in _NAMES:
+        value = _number(path, config, f"{n}_token_id")
+        if value is not None:
+            setattr(tokens, f"{n}_id", value)
+
+
+def _strings_from_special_tokens_map(path: Path, tokens: SpecialTokens) -> None:
+    """Step 2: the ``{"content": ...}`` strings of special_tokens_map.json (plain strings ignored)."""
+    special = _load(path)
+    if not isinstance(special, dict):
+        return
+    for n in _NAMES:
+        value = _string(path, special.get(f"{n}_token"), "content")
+        if not getattr(tokens, n) and value is not None:
+            setattr(tokens, n, value)
+
+
+def _ids_from_added_tokens(path: Path, decoder: Any, tokens: SpecialTokens) -> None:
+    """Step 3's ids: tokenizer_config.json's ``added_tokens_decoder`` id -> content, by string."""
     if not isinstance(decoder, dict):
-        return tokens
+        return
     for key in sorted(decoder):  # nlohmann::json keeps object keys sorted
         value = decoder[key]
         if not isinstance(value, dict) or "content" not in value:
@@ -194,7 +205,6 @@ def read_special_tokens(folder: Path) -> SpecialTokens:
                 setattr(tokens, f"{n}_id", _token_id(path, key))
     if tokens.pad_id == -1 and tokens.eos_id != -1:
         tokens.pad_id = tokens.eos_id
-    return tokens
 
 
 def _token_id(path: Path, key: str) -> int:
