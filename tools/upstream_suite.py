@@ -1,0 +1,424 @@
+#!/usr/bin/env python3
+"""Run openvino.genai's own Python tests (tests/python_tests) against genai_shim and the real
+openvino_genai, test by test, on offline stand-ins for the hub models, and write the table
+docs/upstream_suite.md.
+
+Nothing of openvino.genai is copied into this repository: the tests are extracted at run time
+from a checkout or a git directory (--upstream) into a work directory (--work).
+
+Setup (once; never needed by CI):
+
+  1. A fixtures venv.  The upstream tests import transformers and optimum-intel (they export
+     the models and compute HF references), so they run in a venv with the [fixtures] extra,
+     this repository installed editable, pytest, and xgrammar:
+
+       python3 -m venv /work/venv-fixtures && . /work/venv-fixtures/bin/activate
+       pip install -e ".[fixtures,test]" && pip uninstall -y torchvision
+       pip install --no-deps "xgrammar==0.1.31"
+
+  2. Stand-ins.  Every hub id that the selected test files (and utils/, data/models.py) name
+     as a string literal gets a tiny seeded random causal LM with a tokenizer trained on
+     tools/fixture_corpus.txt (tools/make_optimum_fixtures.py's builders), written into a
+     Hugging Face hub cache layout (<work>/hf/hub/models--org--name/snapshots/...), so that
+     snapshot_download / from_pretrained resolve offline (HF_HUB_OFFLINE=1):
+
+       python tools/upstream_suite.py standins --upstream /path/to/openvino.genai
+
+  3. The runs.  Each selected file runs twice with pytest (junit XML): "real" with the
+     installed openvino_genai, "ours" with a plugin (-p) that sets
+     sys.modules["openvino_genai"] = genai_shim before collection.  Results per file and side
+     are kept in <work>/results/, so a long run can be resumed or split; `table` rewrites the
+     doc from whatever results exist:
+
+       python tools/upstream_suite.py run --upstream /path/to/openvino.genai \\
+           [--files test_tokenizer.py test_sampling.py] [-k EXPR] [--side real|ours|both]
+       python tools/upstream_suite.py table
+
+Both sides share the converted-model cache (OV_CACHE=<work>/ov_cache, the upstream
+utils/constants.py layout); the optimum export is done once, by whichever side runs first.
+The plugin also makes utils.network.retry_request a single try (offline, a retry only waits).
+
+Comparison: a test counts where the real passes; ours "fails" it when the real passes and
+ours does not (fail, error or skip).  Tests the real fails (a stand-in cannot replace a VLM,
+a gated model, a GGUF file ...) are counted as such and not compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "upstream_suite.md"
+DEFAULT_WORK = Path(os.environ.get("UPSTREAM_SUITE_WORK", Path.home() / ".cache" / "ov-npu-emu-upstream"))
+DEFAULT_UPSTREAM = Path("/work/.mirror/openvinotoolkit+openvino.genai/repo")
+TESTS_SUBDIR = "tests/python_tests"
+
+PRIORITY_FILES = (
+    "test_tokenizer.py",
+    "test_generation_config.py",
+    "test_llm_pipeline_static.py",
+    "test_continuous_batching.py",
+    "test_llm_pipeline.py",
+    "test_structured_output.py",
+    "test_sampling.py",
+)
+
+# hub ids that name something other than a causal LM (or a file), no stand-in is made for them
+_NOT_LLM = re.compile(r"whisper|librispeech|flux|latent-consistency|stable-diffusion|sdxl|kokoro|"
+                      r"-gguf|eagle3|qwen3-next|mamba|zamba|lfm2|granitemoehybrid|llava|minicpmv|"
+                      r"minicpm-o|vl-|-vl|clip|bert|bge|reranker|embedding", re.I)
+_HUB_ID = re.compile(r"""["']([A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9])["']""")
+_FILE_EXT = re.compile(r"\.(py|txt|json|xml|bin|gguf|png|jpg|wav|safetensors|md)$", re.I)
+
+_LLAMA_CHAT = (
+    "{% for message in messages %}"
+    "{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# upstream tests
+# --------------------------------------------------------------------------------------------
+
+def upstream_commit(upstream: Path) -> str:
+    out = subprocess.run(["git", "-C", str(upstream), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def extract_tests(upstream: Path, work: Path) -> Path:
+    """The upstream tests/python_tests at HEAD into <work>/src/<commit>/; returns its tests dir."""
+    commit = upstream_commit(upstream)
+    dest = work / "src" / commit[:12]
+    tests = dest / TESTS_SUBDIR
+    if tests.is_dir():
+        return tests
+    tmp = Path(tempfile.mkdtemp(dir=work))
+    if (upstream / TESTS_SUBDIR).is_dir():  # a checkout
+        shutil.copytree(upstream / TESTS_SUBDIR, tmp / TESTS_SUBDIR)
+    else:  # a git directory
+        arch = subprocess.run(["git", "-C", str(upstream), "archive", "HEAD", TESTS_SUBDIR],
+                              capture_output=True, check=True)
+        with tarfile.open(fileobj=__import__("io").BytesIO(arch.stdout)) as tf:
+            tf.extractall(tmp, filter="data")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(dest)
+    return tests
+
+
+def hub_ids(tests: Path, files: list[str]) -> list[str]:
+    """Hub-id string literals in the selected test files, utils/ and data/models.py."""
+    sources = [tests / f for f in files] + sorted((tests / "utils").glob("*.py")) + [tests / "data" / "models.py"]
+    ids: set[str] = set()
+    for src in sources:
+        if not src.is_file():
+            continue
+        for m in _HUB_ID.finditer(src.read_text(encoding="utf-8")):
+            s = m.group(1)
+            if _FILE_EXT.search(s) or s.startswith(("utils/", "data/", "tests/", "./")) or s.count("/") != 1:
+                continue
+            if not _NOT_LLM.search(s):
+                ids.add(s)
+    return sorted(ids)
+
+
+# --------------------------------------------------------------------------------------------
+# stand-ins (fixtures venv: torch, transformers, tokenizers)
+# --------------------------------------------------------------------------------------------
+
+def standin_arch(hub_id: str) -> str:
+    """The tiny architecture that stands in for a hub id (by name; llama when nothing matches)."""
+    low = hub_id.lower()
+    rules = (("phi3", "phi3"), ("phi-3", "phi3"), ("phi-4", "phi3"), ("qwen3", "qwen3"), ("qwen", "qwen2"),
+             ("gemma2", "gemma2"), ("gemma-2", "gemma2"), ("gemma-3", "gemma3"), ("gemma3", "gemma3"),
+             ("gemma", "gemma"), ("opt-", "opt"), ("phi", "phi"), ("mistral", "mistral"), ("gpt2", "gpt2"))
+    for key, arch in rules:
+        if key in low:
+            return arch
+    return "llama"
+
+
+def _extra_archs():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import make_optimum_fixtures as mof  # noqa: E402 (tools/ is not a package)
+
+    base = dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                max_position_embeddings=2048)
+    extra = {
+        "opt": mof.Arch("opt", "bytelevel", {**base, "ffn_dim": 128, "word_embed_proj_dim": 64}, seed=3),
+        "phi": mof.Arch("phi", "bytelevel", {**base, "intermediate_size": 128}, seed=5),
+    }
+    return mof, {**mof.ARCHS, **extra}
+
+
+def make_standin(hub_id: str, hub_cache: Path, seed: int) -> Path:
+    """A tiny random model + trained tokenizer in the HF hub cache layout; returns the snapshot."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    mof, archs = _extra_archs()
+    spec = archs[standin_arch(hub_id)]
+    repo = hub_cache / ("models--" + hub_id.replace("/", "--"))
+    revision = hashlib.sha1(f"standin {hub_id} {seed}".encode()).hexdigest()
+    snap = repo / "snapshots" / revision
+    if (repo / "refs" / "main").is_file():
+        return repo / "snapshots" / (repo / "refs" / "main").read_text().strip()
+    template = mof.CHATML_TEMPLATE if spec.tokenizer == "bytelevel" else _LLAMA_CHAT
+    tok = mof.build_tokenizer(spec.tokenizer, spec.config["vocab_size"], template)
+    ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    cfg = AutoConfig.for_model(spec.model_type, **spec.config, **ids)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    mof.init_weights(model, spec, seed)
+    model.eval()
+    model.generation_config = GenerationConfig(**ids)
+    tmp = Path(tempfile.mkdtemp(dir=hub_cache))
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    snap.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(snap)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    return snap
+
+
+def cmd_standins(args) -> int:
+    work = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    tests = extract_tests(args.upstream, work)
+    hub_cache = work / "hf" / "hub"
+    hub_cache.mkdir(parents=True, exist_ok=True)
+    ids = hub_ids(tests, args.files)
+    for i, hub_id in enumerate(ids):
+        snap = make_standin(hub_id, hub_cache, seed=args.seed + i)
+        print(f"{hub_id:60s} {standin_arch(hub_id):8s} {snap}")
+    print(f"{len(ids)} stand-ins in {hub_cache}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# runs
+# --------------------------------------------------------------------------------------------
+
+_ALIAS_PLUGIN = '''\
+"""pytest plugin (written by tools/upstream_suite.py): openvino_genai is genai_shim."""
+import sys
+
+import genai_shim
+
+sys.modules["openvino_genai"] = genai_shim
+'''
+
+_OFFLINE_PLUGIN = '''\
+"""pytest plugin (written by tools/upstream_suite.py): offline, a network retry only waits."""
+try:
+    import utils.network as _net
+
+    def _once(func, retries=7):
+        return func()
+
+    _net.retry_request = _once
+except ImportError:
+    pass
+'''
+
+
+def write_plugins(work: Path) -> Path:
+    d = work / "plugins"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "upstream_suite_alias.py").write_text(_ALIAS_PLUGIN)
+    (d / "upstream_suite_offline.py").write_text(_OFFLINE_PLUGIN)
+    return d
+
+
+def run_env(work: Path, tests: Path, plugins: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(HF_HOME=str(work / "hf"), HF_HUB_CACHE=str(work / "hf" / "hub"), HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", OV_CACHE=str(work / "ov_cache"),
+               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"),
+               PYTHONPATH=os.pathsep.join([str(plugins), str(tests)] + [p for p in [env.get("PYTHONPATH")] if p]))
+    return env
+
+
+def run_one(args, tests: Path, plugins: Path, test_file: str, side: str) -> Path:
+    out = args.work / "results" / side / (test_file.replace("/", "__") + ".xml")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [args.python, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider", "-p", "upstream_suite_offline",
+           "-o", "junit_family=xunit1", f"--junitxml={out}", "-rN", "--tb=line"]
+    if side == "ours":
+        cmd[5:5] = ["-p", "upstream_suite_alias"]
+    if args.k:
+        cmd += ["-k", args.k]
+    cmd += args.pytest_args
+    log = out.with_suffix(".log")
+    print(f"[{datetime.datetime.now():%H:%M:%S}] {side}: {test_file}", flush=True)
+    with open(log, "w") as fh:
+        subprocess.run(cmd, cwd=tests, env=run_env(args.work, tests, plugins), stdout=fh, stderr=subprocess.STDOUT,
+                       timeout=args.timeout)
+    return out
+
+
+def cmd_run(args) -> int:
+    args.work.mkdir(parents=True, exist_ok=True)
+    tests = extract_tests(args.upstream, args.work)
+    plugins = write_plugins(args.work)
+    meta = {"upstream": str(args.upstream), "commit": upstream_commit(args.upstream), "k": args.k,
+            "versions": versions(args.python)}
+    (args.work / "results").mkdir(exist_ok=True)
+    (args.work / "results" / "meta.json").write_text(json.dumps(meta, indent=1))
+    sides = ["real", "ours"] if args.side == "both" else [args.side]
+    for f in args.files:
+        for side in sides:
+            run_one(args, tests, plugins, f, side)
+    return cmd_table(args)
+
+
+def versions(python: str) -> dict[str, str]:
+    code = ("import json, importlib.metadata as m\n"
+            "out = {}\n"
+            "for p in ('openvino', 'openvino-genai', 'openvino-tokenizers', 'ov-npu-emu', 'optimum-intel',"
+            " 'transformers', 'torch', 'xgrammar', 'pytest'):\n"
+            "    try: out[p] = m.version(p)\n"
+            "    except m.PackageNotFoundError: out[p] = '-'\n"
+            "print(json.dumps(out))")
+    r = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    return json.loads(r.stdout) if r.returncode == 0 else {}
+
+
+# --------------------------------------------------------------------------------------------
+# results and the table
+# --------------------------------------------------------------------------------------------
+
+def parse_junit(path: Path) -> dict[str, tuple[str, str]]:
+    """node id -> (outcome, one-line message); outcome passed/failed/error/skipped."""
+    if not path.is_file():
+        return {}
+    root = ET.parse(path).getroot()
+    out: dict[str, tuple[str, str]] = {}
+    for tc in root.iter("testcase"):
+        node = f"{tc.get('file') or tc.get('classname')}::{tc.get('name')}"
+        outcome, msg = "passed", ""
+        for child in tc:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed"}.get(child.tag, child.tag)
+                msg = (child.get("message") or child.text or "").strip()
+                break
+        if outcome == "error" and node in out:  # a teardown error after the call's outcome
+            continue
+        out[node] = (outcome, one_line(msg))
+    return out
+
+
+def one_line(msg: str, width: int = 160) -> str:
+    lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
+    # prefer the exception line ("E   TypeError: ...", "TypeError: ...")
+    for ln in lines:
+        if re.match(r"^(E\s+)?[\w.]*(Error|Exception|assert)\b", ln):
+            return ln[:width]
+    return (lines[0] if lines else "")[:width]
+
+
+def collect(work: Path) -> dict[str, dict[str, dict[str, tuple[str, str]]]]:
+    """test file -> side -> node -> (outcome, message)."""
+    res: dict[str, dict[str, dict[str, tuple[str, str]]]] = {}
+    for side in ("real", "ours"):
+        for xml in sorted((work / "results" / side).glob("*.xml")):
+            res.setdefault(xml.stem.replace("__", "/"), {})[side] = parse_junit(xml)
+    return res
+
+
+def cmd_table(args) -> int:
+    res = collect(args.work)
+    meta_path = args.work / "results" / "meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    rows, failures = [], []
+    tot = [0, 0, 0, 0]
+    for f, sides in sorted(res.items()):
+        real, ours = sides.get("real", {}), sides.get("ours", {})
+        if not ours:
+            continue
+        real_pass = {n for n, (o, _) in real.items() if o == "passed"}
+        ours_pass = {n for n, (o, _) in ours.items() if o == "passed"}
+        both = real_pass & ours_pass
+        ours_only = ours_pass - real_pass
+        row = [len(real), len(real_pass), len(both), len(ours_only)]
+        rows.append((f, row))
+        tot = [a + b for a, b in zip(tot, row, strict=True)]
+        for n in sorted(real_pass - ours_pass):
+            o, msg = ours.get(n, ("missing", "not collected"))
+            failures.append((f, n.split("::", 1)[1], o, msg))
+    lines = [
+        "# The upstream openvino.genai test suite against genai_shim",
+        "",
+        "Generated by `python tools/upstream_suite.py table` (do not edit by hand): the real",
+        "openvino.genai's own `tests/python_tests`, run test by test with the installed `openvino_genai`",
+        "(\"real\") and with `openvino_genai` resolved to `genai_shim` (\"ours\"), on offline stand-ins",
+        "(tiny seeded random models with trained tokenizers, made by the tool, for every hub id the",
+        "tests name). How to run it: `python tools/upstream_suite.py --help`.",
+        "",
+        f"- generated: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- upstream commit: `{meta.get('commit', '?')}`" + (f", `-k {meta['k']}`" if meta.get("k") else ""),
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items()),
+        "",
+        "| upstream test file | collected | real passes | of those, ours passes | ours passes, real not |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for f, r in rows:
+        lines.append(f"| {f} | {r[0]} | {r[1]} | {r[2]} | {r[3]} |")
+    lines.append(f"| **total** | {tot[0]} | {tot[1]} | {tot[2]} | {tot[3]} |")
+    lines += ["", f"## Real passes, ours does not ({len(failures)})", ""]
+    if failures:
+        lines += ["| file | test | ours | first line of the error |", "|---|---|---|---|"]
+        for f, n, o, msg in failures:
+            lines.append(f"| {f} | `{n[:110]}` | {o} | {msg.replace('|', '/')[:150]} |")
+    args.doc.write_text("\n".join(lines) + "\n")
+    print(f"{args.doc}: {tot[1]} real passes, ours {tot[2]}; {len(failures)} listed")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", type=Path, default=DEFAULT_WORK,
+                    help=f"work/cache directory (default {DEFAULT_WORK}, or $UPSTREAM_SUITE_WORK)")
+    ap.add_argument("--doc", type=Path, default=DOC, help="the generated table (default docs/upstream_suite.md)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def common(p):
+        p.add_argument("--upstream", type=Path, default=DEFAULT_UPSTREAM,
+                       help="an openvino.genai checkout or git directory (its HEAD is used)")
+        p.add_argument("--files", nargs="+", default=list(PRIORITY_FILES),
+                       help="test files under tests/python_tests (default: the priority files)")
+
+    p = sub.add_parser("standins", help="make the stand-in models (fixtures venv)")
+    common(p)
+    p.add_argument("--seed", type=int, default=1000)
+    p.set_defaults(fn=cmd_standins)
+    p = sub.add_parser("run", help="run the selected files on both sides, then write the table")
+    common(p)
+    p.add_argument("--side", choices=("real", "ours", "both"), default="both")
+    p.add_argument("-k", default=None, help="pytest -k expression")
+    p.add_argument("--python", default=sys.executable, help="the python of the fixtures venv (default: this one)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per file and side")
+    p.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
+    p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("table", help="rewrite the doc from the results in --work")
+    p.set_defaults(fn=cmd_table)
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
