@@ -77,8 +77,10 @@ PRIORITY_FILES = (
 
 # hub ids that name something other than a causal LM (or a file), no stand-in is made for them
 _NOT_LLM = re.compile(r"whisper|librispeech|flux|latent-consistency|stable-diffusion|sdxl|kokoro|"
-                      r"-gguf|eagle3|qwen3-next|mamba|zamba|lfm2|granitemoehybrid|llava|minicpmv|"
-                      r"minicpm-o|vl-|-vl|clip|bert|bge|reranker|embedding", re.I)
+                      r"-gguf|eagle3|qwen3-next|mamba|zamba|lfm2|granitemoehybrid|minicpmv|"
+                      r"minicpm-o|vl-|-vl|clip|reranker|embedding", re.I)
+# encoder tokenizers (the tests use only their tokenizer): WordPiece, [CLS] A [SEP] B [SEP]
+_BERT = re.compile(r"bert|bge-", re.I)
 _HUB_ID = re.compile(r"""["']([A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9])["']""")
 _FILE_EXT = re.compile(r"\.(py|txt|json|xml|bin|gguf|png|jpg|wav|safetensors|md)$", re.I)
 
@@ -142,6 +144,8 @@ def hub_ids(tests: Path, files: list[str]) -> list[str]:
 def standin_arch(hub_id: str) -> str:
     """The tiny architecture that stands in for a hub id (by name; llama when nothing matches)."""
     low = hub_id.lower()
+    if _BERT.search(hub_id):
+        return "bert"
     rules = (("phi3", "phi3"), ("phi-3", "phi3"), ("phi-4", "phi3"), ("qwen3", "qwen3"), ("qwen", "qwen2"),
              ("gemma2", "gemma2"), ("gemma-2", "gemma2"), ("gemma-3", "gemma3"), ("gemma3", "gemma3"),
              ("gemma", "gemma"), ("opt-", "opt"), ("phi", "phi"), ("mistral", "mistral"), ("gpt2", "gpt2"))
@@ -164,21 +168,50 @@ def _extra_archs():
     return mof, {**mof.ARCHS, **extra}
 
 
+def build_bert_tokenizer(vocab_size: int = 512):
+    """A BERT-style tokenizer trained on the corpus: lower-casing WordPiece, paired input."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import make_optimum_fixtures as mof  # noqa: E402
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    lines = [ln for ln in mof.CORPUS_FILE.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    tok.train_from_iterator(lines, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                                             show_progress=False))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=512, cls_token="[CLS]", sep_token="[SEP]",
+                                   pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]")
+
+
 def make_standin(hub_id: str, hub_cache: Path, seed: int) -> Path:
     """A tiny random model + trained tokenizer in the HF hub cache layout; returns the snapshot."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     mof, archs = _extra_archs()
-    spec = archs[standin_arch(hub_id)]
+    arch = standin_arch(hub_id)
+    spec = archs["llama" if arch == "bert" else arch]
     repo = hub_cache / ("models--" + hub_id.replace("/", "--"))
     revision = hashlib.sha1(f"standin {hub_id} {seed}".encode()).hexdigest()
     snap = repo / "snapshots" / revision
     if (repo / "refs" / "main").is_file():
         return repo / "snapshots" / (repo / "refs" / "main").read_text().strip()
     template = mof.CHATML_TEMPLATE if spec.tokenizer == "bytelevel" else _LLAMA_CHAT
-    tok = mof.build_tokenizer(spec.tokenizer, spec.config["vocab_size"], template)
+    if arch == "bert":  # the tokenizer is what the tests use; the model is a tiny llama over its vocab
+        tok = build_bert_tokenizer(spec.config["vocab_size"])
+    else:
+        tok = mof.build_tokenizer(spec.tokenizer, spec.config["vocab_size"], template)
     ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    if arch == "bert":
+        ids = dict(bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id, pad_token_id=tok.pad_token_id)
     cfg = AutoConfig.for_model(spec.model_type, **spec.config, **ids)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
