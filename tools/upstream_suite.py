@@ -15,6 +15,11 @@ Setup (once; never needed by CI):
        python3 -m venv /work/venv-fixtures && . /work/venv-fixtures/bin/activate
        pip install -e ".[fixtures,test]" && pip uninstall -y torchvision
        pip install --no-deps "xgrammar==0.1.31"
+       pip install pydantic        # test_structured_output.py imports it (not in the extra)
+
+     (test_rag.py, test_whisper_pipeline.py, test_kokoro_pipeline.py, test_sparse_prefill.py and
+     test_vllm_parsers_wrapper.py import further packages: datasets, langchain, vllm ...; they
+     are outside what genai_shim covers.)
 
   2. Stand-ins.  Every hub id that the selected test files (and utils/, data/models.py) name
      as a string literal gets a tiny seeded random causal LM with a tokenizer trained on
@@ -373,6 +378,43 @@ def collect(work: Path) -> dict[str, dict[str, dict[str, tuple[str, str]]]]:
     return res
 
 
+# Causes found by reading the failures: (file, test function regex, error regex) -> one line.
+# A fixed cause simply stops matching anything; keep each to what was seen, not guessed.
+KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
+    ("test_generation_config.py", r"test_invalid_(generation_configs_throws|fields_assinment_rises)", r"DID NOT",
+     "validate() misses checks the real has: min_p outside [0, 1); max_ngram_size without "
+     "num_assistant_tokens; eos_token_id set as an attribute and absent from stop_token_ids"),
+    ("test_tokenizer.py", r"test_two_inputs", r"paired_input",
+     "the add_second_input load property (the real adds a second input to a one-input tokenizer IR) "
+     "is not supported"),
+    ("test_tokenizer.py", r"test_load_special_tokens_from", r"",
+     "special-token strings/ids from special_tokens_map.json / tokenizer_config.json / config.json "
+     "not read with the real's priorities"),
+    ("test_tokenizer.py", r"test_(template_priorities|set_special_runtime_template)", r"",
+     "chat template sources (chat_template.json, processor_config.json, tokenizer_config.json) and the "
+     "real's substitution of known unsupported templates (Qwen2-VL) missing"),
+    ("test_tokenizer.py", r"test_chat_template_with_empty_output", r"",
+     "the real raises on the unsimplified Qwen2-VL template over chat messages; ours renders it"),
+]
+
+
+def known_cause(test_file: str, func: str, err: str) -> str:
+    for f, func_re, err_re, cause in KNOWN_CAUSES:
+        if f == test_file and re.search(func_re, func) and re.search(err_re, err):
+            return cause
+    return ""
+
+
+def normalise(msg: str) -> str:
+    """An error line with its numbers and quoted values folded, to group equal causes."""
+    msg = re.sub(r"'[^']{0,200}'|\"[^\"]{0,200}\"", "'…'", msg)
+    return re.sub(r"\b\d+(\.\d+)?\b", "N", msg)[:200]
+
+
+def md(text: str) -> str:
+    return text.replace("|", "/").replace("\n", " ")
+
+
 def cmd_table(args) -> int:
     res = collect(args.work)
     meta_path = args.work / "results" / "meta.json"
@@ -412,11 +454,22 @@ def cmd_table(args) -> int:
     for f, r in rows:
         lines.append(f"| {f} | {r[0]} | {r[1]} | {r[2]} | {r[3]} |")
     lines.append(f"| **total** | {tot[0]} | {tot[1]} | {tot[2]} | {tot[3]} |")
-    lines += ["", f"## Real passes, ours does not ({len(failures)})", ""]
-    if failures:
-        lines += ["| file | test | ours | first line of the error |", "|---|---|---|---|"]
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for f, n, o, msg in failures:
+        func = n.split("[", 1)[0]
+        groups.setdefault((f, func, f"{o}: {normalise(msg)}"), []).append(n)
+    lines += ["", f"## Real passes, ours does not ({len(failures)} tests, {len(groups)} groups)", "",
+              "Grouped by test function and ours' error (numbers and quoted values folded); the cause",
+              "column is the tool's `KNOWN_CAUSES` (empty: not yet looked at).", ""]
+    if groups:
+        lines += ["| file | test | n | ours (first line of the error) | cause |", "|---|---|---:|---|---|"]
+        for (f, func, err), nodes in groups.items():
+            cause = known_cause(f, func, err)
+            lines.append(f"| {f} | `{func}` | {len(nodes)} | {md(err)[:160]} | {md(cause)} |")
+        lines += ["", "<details><summary>Every test id</summary>", ""]
         for f, n, o, msg in failures:
-            lines.append(f"| {f} | `{n[:110]}` | {o} | {msg.replace('|', '/')[:150]} |")
+            lines.append(f"- {f} `{n}` — {o}: {md(msg)[:140]}")
+        lines += ["", "</details>"]
     args.doc.write_text("\n".join(lines) + "\n")
     print(f"{args.doc}: {tot[1]} real passes, ours {tot[2]}; {len(failures)} listed")
     return 0
