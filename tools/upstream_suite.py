@@ -15,7 +15,7 @@ Setup (once; never needed by CI):
        python3 -m venv /work/venv-fixtures && . /work/venv-fixtures/bin/activate
        pip install -e ".[fixtures,test]" && pip uninstall -y torchvision
        pip install --no-deps "xgrammar==0.1.31"
-       pip install pydantic        # test_structured_output.py imports it (not in the extra)
+       pip install pydantic pytest-timeout   # test_structured_output.py imports pydantic
 
      (test_rag.py, test_whisper_pipeline.py, test_kokoro_pipeline.py, test_sparse_prefill.py and
      test_vllm_parsers_wrapper.py import further packages: datasets, langchain, vllm ...; they
@@ -42,6 +42,9 @@ Setup (once; never needed by CI):
 Both sides share the converted-model cache (OV_CACHE=<work>/ov_cache, the upstream
 utils/constants.py layout); the optimum export is done once, by whichever side runs first.
 The plugin also makes utils.network.retry_request a single try (offline, a retry only waits).
+Each test gets --test-timeout seconds (pytest-timeout, signal method): a stand-in never emits a
+stop token id of the hub model's vocabulary, so a test that relies on one (max_length at its
+default) would otherwise generate for ever, on the real as on ours.
 
 Comparison: a test counts where the real passes; ours "fails" it when the real passes and
 ours does not (fail, error or skip).  Tests the real fails (a stand-in cannot replace a VLM,
@@ -295,7 +298,8 @@ def run_one(args, tests: Path, plugins: Path, test_file: str, side: str) -> Path
     out = args.work / "results" / side / (test_file.replace("/", "__") + ".xml")
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [args.python, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider", "-p", "upstream_suite_offline",
-           "-o", "junit_family=xunit1", f"--junitxml={out}", "-rN", "--tb=line"]
+           "-o", "junit_family=xunit1", f"--junitxml={out}", "-rN", "--tb=line",
+           "-p", "pytest_timeout", f"--timeout={args.test_timeout}", "--timeout-method=signal"]
     if side == "ours":
         cmd[5:5] = ["-p", "upstream_suite_alias"]
     if args.k:
@@ -498,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-k", default=None, help="pytest -k expression")
     p.add_argument("--python", default=sys.executable, help="the python of the fixtures venv (default: this one)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per file and side")
+    p.add_argument("--test-timeout", type=int, default=240, help="seconds per test (pytest-timeout)")
     p.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("table", help="rewrite the doc from the results in --work")
