@@ -300,7 +300,7 @@ def run_one(args, tests: Path, plugins: Path, test_file: str, side: str) -> Path
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [args.python, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider", "-p", "upstream_suite_offline",
            "-o", "junit_family=xunit1", f"--junitxml={out}", "-rN", "--tb=line",
-           "-p", "pytest_timeout", f"--timeout={args.test_timeout}", "--timeout-method=signal"]
+           f"--timeout={args.test_timeout}", "--timeout-method=signal"]
     if side == "ours":
         cmd[5:5] = ["-p", "upstream_suite_alias"]
     if args.k:
@@ -319,9 +319,12 @@ def run_one(args, tests: Path, plugins: Path, test_file: str, side: str) -> Path
         cmd[3] = f"@{ids}"
     log = out.with_suffix(".log")
     print(f"[{datetime.datetime.now():%H:%M:%S}] {side}: {test_file}", flush=True)
+    out.unlink(missing_ok=True)
     with open(log, "w") as fh:
-        subprocess.run(cmd, cwd=tests, env=run_env(args.work, tests, plugins), stdout=fh, stderr=subprocess.STDOUT,
-                       timeout=args.timeout)
+        rc = subprocess.run(cmd, cwd=tests, env=run_env(args.work, tests, plugins), stdout=fh,
+                            stderr=subprocess.STDOUT, timeout=args.timeout).returncode
+    if rc not in (0, 1, 5):  # 2 interrupted (a collection error), 3 internal, 4 usage
+        print(f"  pytest exit {rc}: see {log}", flush=True)
     return out
 
 
