@@ -177,20 +177,17 @@ def _extra_archs():
     return mof, {**mof.ARCHS, **extra}
 
 
-def build_bert_tokenizer(vocab_size: int = 512):
+def build_bert_tokenizer(vocab_size: int, corpus: Path):
     """A BERT-style tokenizer trained on the corpus: lower-casing WordPiece, paired input."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
-
-    sys.path.insert(0, str(ROOT / "tools"))
-    import make_optimum_fixtures as mof  # noqa: E402
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    lines = [ln for ln in mof.CORPUS_FILE.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    lines = [ln for ln in corpus.read_text(encoding="utf-8").splitlines() if ln.strip()]
     tok.train_from_iterator(lines, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=specials,
                                                              show_progress=False))
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
@@ -200,14 +197,50 @@ def build_bert_tokenizer(vocab_size: int = 512):
                                    pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]")
 
 
-def make_standin(hub_id: str, hub_cache: Path, seed: int) -> Path:
-    """A tiny random model + trained tokenizer in the HF hub cache layout; returns the snapshot."""
+STANDIN_VOCAB = 1024
+
+
+def standin_corpus(tests: Path, files: list[str], out: Path) -> Path:
+    """tools/fixture_corpus.txt plus the prompts the tests use (data/*.txt and the string literals of
+    the selected files), so that a stand-in's tokenizer gives a prompt about as many tokens as a hub
+    tokenizer does (a 512-token BPE over the small corpus alone made `max_length=30` shorter than
+    the prompt)."""
+    import ast
+
+    parts = [(ROOT / "tools" / "fixture_corpus.txt").read_text(encoding="utf-8")]
+    parts += [p.read_text(encoding="utf-8") for p in sorted((tests / "data").glob("*.txt"))]
+    for f in files:
+        src = tests / f
+        if src.is_file():
+            for node in ast.walk(ast.parse(src.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and " " in node.value:
+                    parts.append(node.value)
+    out.write_text("\n".join(parts), encoding="utf-8")
+    return out
+
+
+def make_standin(hub_id: str, hub_cache: Path, seed: int, corpus: Path) -> Path:
+    """A tiny random model + trained tokenizer in the HF hub cache layout; returns the snapshot.
+
+    The architecture follows the name (standin_arch); sliding windows are widened past any prompt
+    the tests use (the fixtures' 16-32 token windows made the HF reference and OpenVINO differ on
+    the real already)."""
+    import dataclasses
+
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     mof, archs = _extra_archs()
+    mof.CORPUS_FILE = corpus
     arch = standin_arch(hub_id)
     spec = archs["llama" if arch == "bert" else arch]
+    config = {**spec.config, "vocab_size": STANDIN_VOCAB}
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        if key in config:
+            config[key] = 4096
+    if config.get("sliding_window"):
+        config["sliding_window"] = 4096
+    spec = dataclasses.replace(spec, config=config)
     repo = hub_cache / ("models--" + hub_id.replace("/", "--"))
     revision = hashlib.sha1(f"standin {hub_id} {seed}".encode()).hexdigest()
     snap = repo / "snapshots" / revision
@@ -215,9 +248,9 @@ def make_standin(hub_id: str, hub_cache: Path, seed: int) -> Path:
         return repo / "snapshots" / (repo / "refs" / "main").read_text().strip()
     template = mof.CHATML_TEMPLATE if spec.tokenizer == "bytelevel" else _LLAMA_CHAT
     if arch == "bert":  # the tokenizer is what the tests use; the model is a tiny llama over its vocab
-        tok = build_bert_tokenizer(spec.config["vocab_size"])
+        tok = build_bert_tokenizer(STANDIN_VOCAB, corpus)
     else:
-        tok = mof.build_tokenizer(spec.tokenizer, spec.config["vocab_size"], template)
+        tok = mof.build_tokenizer(spec.tokenizer, STANDIN_VOCAB, template)
     ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     if arch == "bert":
         ids = dict(bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id, pad_token_id=tok.pad_token_id)
@@ -244,8 +277,9 @@ def cmd_standins(args) -> int:
     hub_cache = work / "hf" / "hub"
     hub_cache.mkdir(parents=True, exist_ok=True)
     ids = hub_ids(tests, args.files)
+    corpus = standin_corpus(tests, args.files, work / "standin_corpus.txt")
     for i, hub_id in enumerate(ids):
-        snap = make_standin(hub_id, hub_cache, seed=args.seed + i)
+        snap = make_standin(hub_id, hub_cache, seed=args.seed + i, corpus=corpus)
         print(f"{hub_id:60s} {standin_arch(hub_id):8s} {snap}")
     print(f"{len(ids)} stand-ins in {hub_cache}")
     return 0
