@@ -42,9 +42,11 @@ Setup (once; never needed by CI):
 Both sides share the converted-model cache (OV_CACHE=<work>/ov_cache, the upstream
 utils/constants.py layout); the optimum export is done once, by whichever side runs first.
 The plugin also makes utils.network.retry_request a single try (offline, a retry only waits).
-Each test gets --test-timeout seconds (pytest-timeout, signal method): a stand-in never emits a
-stop token id of the hub model's vocabulary, so a test that relies on one (max_length at its
-default) would otherwise generate for ever, on the real as on ours.
+Each test gets --test-timeout seconds: a stand-in never emits a stop token id of the hub
+model's vocabulary, so a test that relies on one (max_length at its default) would otherwise
+generate for ever, on the real as on ours, inside a C++ call that no signal interrupts.  So the
+tests run in one pytest-xdist worker (-n 1) with pytest-timeout's thread method: a test over
+time ends its worker, xdist reports it failed and starts a new worker for the rest.
 
 Comparison: ours runs only the tests the real passed (by node id, through a pytest @file),
 unless --ours-all.  A test counts where the real passes; ours "fails" it when the real passes and
@@ -334,7 +336,7 @@ def run_one(args, tests: Path, plugins: Path, test_file: str, side: str) -> Path
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [args.python, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider", "-p", "upstream_suite_offline",
            "-o", "junit_family=xunit1", f"--junitxml={out}", "-rN", "--tb=line",
-           f"--timeout={args.test_timeout}", "--timeout-method=signal"]
+           f"--timeout={args.test_timeout}", "--timeout-method=thread", "-n", "1", "--max-worker-restart=1000"]
     if side == "ours":
         cmd[5:5] = ["-p", "upstream_suite_alias"]
     if args.k:
@@ -553,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=None, help="seconds per file and side")
     p.add_argument("--ours-all", action="store_true",
                    help="run every test on ours (default: only those the real passed, when its results exist)")
-    p.add_argument("--test-timeout", type=int, default=240, help="seconds per test (pytest-timeout)")
+    p.add_argument("--test-timeout", type=int, default=180, help="seconds per test (pytest-timeout)")
     p.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("table", help="rewrite the doc from the results in --work")
