@@ -468,6 +468,11 @@ KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
     ("test_llm_pipeline_static.py", r"test_pipeline_from_blob", r"WEIGHTS_PATH was given",
      "EXPORT_BLOB without CACHE_MODE: the real's import takes WEIGHTS_PATH (weightless blob by default); "
      "ours writes the weights into the blob and refuses WEIGHTS_PATH"),
+    ("test_llm_pipeline.py", r"test_perf_metrics_with_structured_output", r"",
+     "PerfMetrics.get_grammar_compiler_init_times() returns {} (the real: {'xgrammar': > 0})"),
+    ("test_llm_pipeline.py", r"test_chat_scenario", r"HF reference",
+     "stateful chat fed TokenizedInputs (only each turn's new tokens): turns 2+ differ from HF when the "
+     "system message is empty (ChatML stand-in); with a system message it passes"),
 ]
 
 
