@@ -88,8 +88,8 @@ PRIORITY_FILES = (
 
 # hub ids that name something other than a causal LM (or a file), no stand-in is made for them
 _NOT_LLM = re.compile(r"whisper|librispeech|flux|latent-consistency|stable-diffusion|sdxl|kokoro|"
-                      r"-gguf|eagle3|qwen3-next|mamba|zamba|lfm2|granitemoehybrid|minicpmv|"
-                      r"minicpm-o|vl-|-vl|clip|reranker|embedding", re.I)
+                      r"-gguf|eagle3|qwen3-next|mamba|zamba|lfm2|granitemoehybrid|"
+                      r"vl-|-vl|clip|reranker|embedding", re.I)
 # encoder tokenizers (the tests use only their tokenizer): WordPiece, [CLS] A [SEP] B [SEP]
 _BERT = re.compile(r"bert|bge-", re.I)
 _HUB_ID = re.compile(r"""["']([A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9])["']""")
@@ -473,6 +473,15 @@ KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
     ("test_llm_pipeline_static.py", r"test_pipeline_from_blob", r"WEIGHTS_PATH was given",
      "EXPORT_BLOB without CACHE_MODE: the real's import takes WEIGHTS_PATH (weightless blob by default); "
      "ours writes the weights into the blob and refuses WEIGHTS_PATH"),
+    ("test_continuous_batching.py", r"test_continuous_batching_add_request", r"prompt_lookup is not implemented",
+     "ContinuousBatchingPipeline refuses prompt_lookup=True (the real supports it)"),
+    ("test_continuous_batching.py", r"test_continuous_batching_add_request", r"speculative sampling",
+     "speculative decoding with do_sample refused in ContinuousBatchingPipeline (the real runs it)"),
+    ("test_continuous_batching.py", r"test_post_oom_health", r"KVCacheFullError",
+     "KV cache exhausted (10 blocks, max_new_tokens 1e6): ours raises, the real finishes the requests "
+     "with what they generated"),
+    ("test_continuous_batching.py", r"test_speculative_decoding_extended_perf_metrics", r"num_assistant_tokens",
+     "num_assistant_tokens without a draft model: ours raises, the real ignores it"),
     ("test_llm_pipeline.py", r"test_perf_metrics_with_structured_output", r"",
      "PerfMetrics.get_grammar_compiler_init_times() returns {} (the real: {'xgrammar': > 0})"),
     ("test_llm_pipeline.py", r"test_chat_scenario", r"HF reference",
