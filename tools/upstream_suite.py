@@ -377,8 +377,12 @@ def run_one(args, tests: Path, plugins: Path, test_file: str, side: str) -> Path
     print(f"[{datetime.datetime.now():%H:%M:%S}] {side}: {test_file}", flush=True)
     out.unlink(missing_ok=True)
     with open(log, "w") as fh:
-        rc = subprocess.run(cmd, cwd=tests, env=run_env(args.work, tests, plugins), stdout=fh,
-                            stderr=subprocess.STDOUT, timeout=args.timeout).returncode
+        try:
+            rc = subprocess.run(cmd, cwd=tests, env=run_env(args.work, tests, plugins), stdout=fh,
+                                stderr=subprocess.STDOUT, timeout=args.timeout).returncode
+        except subprocess.TimeoutExpired:
+            print(f"  over --timeout {args.timeout:g} s: no results for this file and side", flush=True)
+            return out
     if rc not in (0, 1, 5):  # 2 interrupted (a collection error), 3 internal, 4 usage
         print(f"  pytest exit {rc}: see {log}", flush=True)
     return out
