@@ -88,7 +88,7 @@ PRIORITY_FILES = (
 
 # hub ids that name something other than a causal LM (or a file), no stand-in is made for them
 _NOT_LLM = re.compile(r"whisper|librispeech|flux|latent-consistency|stable-diffusion|sdxl|kokoro|"
-                      r"-gguf|eagle3|qwen3-next|mamba|zamba|lfm2|granitemoehybrid|"
+                      r"-gguf|eagle3|qwen3-next|mamba|zamba|"
                       r"vl-|-vl|clip|reranker|embedding", re.I)
 # encoder tokenizers (the tests use only their tokenizer): WordPiece, [CLS] A [SEP] B [SEP]
 _BERT = re.compile(r"bert|bge-", re.I)
@@ -166,7 +166,8 @@ def standin_arch(hub_id: str) -> str:
     rules = (("phi3", "phi3"), ("phi-3", "phi3"), ("phi-4", "phi3"), ("qwen3", "qwen3"), ("qwen", "qwen2"),
              ("gemma2", "gemma2"), ("gemma-2", "gemma2"), ("gemma-3", "gemma3"), ("gemma3", "gemma3"),
              ("gemma", "gemma"), ("opt-", "opt"), ("optforcausallm", "opt"),
-             ("codegen", "codegen"), ("phi", "phi"), ("mistral", "mistral"), ("gpt2", "gpt2"))
+             ("codegen", "codegen"), ("lfm2", "lfm2"), ("granitemoehybrid", "granitemoehybrid"),
+             ("phi", "phi"), ("mistral", "mistral"), ("gpt2", "gpt2"))
     for key, arch in rules:
         if key in low:
             return arch
@@ -184,6 +185,16 @@ def _extra_archs():
         "phi": mof.Arch("phi", "bytelevel", {**base, "intermediate_size": 128}, seed=5),
         "codegen": mof.Arch("codegen", "bytelevel", dict(vocab_size=512, n_embd=64, n_layer=2, n_head=4,
                                                         rotary_dim=8, n_positions=2048, n_ctx=2048), seed=6),
+        # linear attention (transformers >= 5): a short-conv layer / a Mamba-2 layer, then attention
+        "lfm2": mof.Arch("lfm2", "bytelevel", {**base, "intermediate_size": 128, "num_key_value_heads": 2,
+                                               "layer_types": ["conv", "full_attention"]},
+                         seed=8, chat_template=mof.CHATML_TEMPLATE),
+        "granitemoehybrid": mof.Arch("granitemoehybrid", "bytelevel",
+                                     {**base, "intermediate_size": 128, "shared_intermediate_size": 128,
+                                      "num_key_value_heads": 2, "layer_types": ["mamba", "attention"],
+                                      "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 16,
+                                      "mamba_n_groups": 1, "num_local_experts": 2, "num_experts_per_tok": 1},
+                                     seed=4, chat_template=mof.CHATML_TEMPLATE),
     }
     return mof, {**mof.ARCHS, **extra}
 
