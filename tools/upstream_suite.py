@@ -21,11 +21,16 @@ Setup (once; never needed by CI):
      test_vllm_parsers_wrapper.py import further packages: datasets, langchain, vllm ...; they
      are outside what genai_shim covers.)
 
-  2. Stand-ins.  Every hub id that the selected test files (and utils/, data/models.py) name
-     as a string literal gets a tiny seeded random causal LM with a tokenizer trained on
-     tools/fixture_corpus.txt (tools/make_optimum_fixtures.py's builders), written into a
+  2. Stand-ins.  Every hub id that the selected test files (and utils/, data/models.py,
+     models/lightweight) name as a string literal gets a tiny seeded random model of the
+     architecture its name suggests (Llama when none; standin_arch), built with
+     tools/make_optimum_fixtures.py's builders: a 1024-token tokenizer trained on
+     tools/fixture_corpus.txt plus the prompts of the selected tests, a chat template, sliding
+     windows widened to 4096.  Ids the tests use only for a tokenizer (BERT-like: WordPiece with
+     a pair template; llava-next, MiniCPM: Llama-style) get one too.  They are written in the
      Hugging Face hub cache layout (<work>/hf/hub/models--org--name/snapshots/...), so that
-     snapshot_download / from_pretrained resolve offline (HF_HUB_OFFLINE=1):
+     snapshot_download / from_pretrained resolve offline (HF_HUB_OFFLINE=1); an existing
+     stand-in is kept:
 
        python tools/upstream_suite.py standins --upstream /path/to/openvino.genai
 
