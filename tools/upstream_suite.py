@@ -499,11 +499,12 @@ KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
      "the add_second_input load property (the real adds a second input to a one-input tokenizer IR) "
      "is not supported"),
     ("test_tokenizer.py", r"test_load_special_tokens_from", r"",
-     "special-token strings/ids from special_tokens_map.json / tokenizer_config.json / config.json "
-     "not read with the real's priorities"),
+     "special-token strings: ours derives get_pad_token() from the pad id through the vocab (or from eos); "
+     "the real takes the strings from special_tokens_map.json / tokenizer_config.json, ids from config.json"),
     ("test_tokenizer.py", r"test_(template_priorities|set_special_runtime_template)", r"",
-     "chat template sources (chat_template.json, processor_config.json, tokenizer_config.json) and the "
-     "real's substitution of known unsupported templates (Qwen2-VL) missing"),
+     "chat_template.json and processor_config.json are not read as chat-template sources, and the real's "
+     "replacement of a known unsupported template (Qwen2-VL's) by a simplified one, at load and in the "
+     "chat_template setter, is missing"),
     ("test_tokenizer.py", r"test_chat_template_with_empty_output", r"",
      "the real raises on the unsimplified Qwen2-VL template over chat messages; ours renders it"),
     ("test_llm_pipeline_static.py", r"test_pipeline_from_blob", r"WEIGHTS_PATH was given",
