@@ -64,6 +64,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import io
 import json
 import os
 import re
@@ -130,8 +131,11 @@ def extract_tests(upstream: Path, work: Path) -> Path:
     else:  # a git directory
         arch = subprocess.run(["git", "-C", str(upstream), "archive", "HEAD", TESTS_SUBDIR],
                               capture_output=True, check=True)
-        with tarfile.open(fileobj=__import__("io").BytesIO(arch.stdout)) as tf:
-            tf.extractall(tmp, filter="data")
+        with tarfile.open(fileobj=io.BytesIO(arch.stdout)) as tf:
+            try:
+                tf.extractall(tmp, filter="data")
+            except TypeError:  # Python < 3.10.12 has no extraction filters; the archive is git's own
+                tf.extractall(tmp)  # noqa: S202
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp.rename(dest)
     return tests
