@@ -32,7 +32,10 @@ Setup (once; never needed by CI):
      snapshot_download / from_pretrained resolve offline (HF_HUB_OFFLINE=1); an existing
      stand-in is kept:
 
-       python tools/upstream_suite.py standins --upstream /path/to/openvino.genai
+       python tools/upstream_suite.py standins --upstream /path/to/openvino.genai [--files ...]
+
+     Make them once for the whole selection (the tokenizers' corpus includes the selected
+     files' prompts); other stand-ins go in another --work.
 
   3. The runs.  Each selected file runs twice with pytest (junit XML): "real" with the
      installed openvino_genai, "ours" with a plugin (-p) that sets
@@ -42,7 +45,10 @@ Setup (once; never needed by CI):
 
        python tools/upstream_suite.py run --upstream /path/to/openvino.genai \\
            [--files test_tokenizer.py test_sampling.py] [-k EXPR] [--side real|ours|both]
-       python tools/upstream_suite.py table
+       python tools/upstream_suite.py table [--also OTHER_WORK ...]
+
+     --also lists, besides, the failures seen only on the stand-ins of other work dirs (a
+     random stand-in can make the real itself fail a test that other stand-ins let it pass).
 
 Both sides share the converted-model cache (OV_CACHE=<work>/ov_cache, the upstream
 utils/constants.py layout); the optimum export is done once, by whichever side runs first.
