@@ -531,8 +531,8 @@ KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
      "num_assistant_tokens without a draft model: ours raises, the real ignores it"),
     ("test_llm_pipeline.py", r"test_linear_attention_chat_matches_last_answer_after_cache_reset", r"",
      "LFM2 (short-conv state): ChatHistory shortened by the last answer, then generate again: ours "
-     "answers differently (blank text), the real repeats the popped answer - the recurrent state is "
-     "not rebuilt when the history stops extending the cached one"),
+     "answers differently, the real repeats the popped answer (so, likely, the recurrent state is "
+     "not rebuilt when the history stops extending the cached one)"),
     ("test_llm_pipeline.py", r"test_perf_metrics_with_structured_output", r"",
      "PerfMetrics.get_grammar_compiler_init_times() returns {} (the real: {'xgrammar': > 0})"),
     ("test_llm_pipeline.py", r"test_chat_scenario", r"HF reference",
