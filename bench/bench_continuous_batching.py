@@ -126,7 +126,7 @@ def main() -> None:
             print(f"{'':>8}   peak cache usage so far: ours {use[0]:.1f} %, real {use[1]:.1f} % "
                   f"of {a.blocks} blocks")
     # KV memory per request: paged blocks actually used vs the contiguous stateful buffer
-    m = pipes["ours"]._model
+    m = pipes["ours"]._impl._model  # the engine's paged model (genai_shim/paged/engine.py)
     prompt_len = 8
     used = -(-(prompt_len + a.tokens) // m.block_size) * m.block_bytes
     per_token = m.block_bytes / m.block_size
