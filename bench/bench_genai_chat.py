@@ -93,7 +93,10 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = with_template(Path(args.model_dir), Path(tmp))
-        cpu = run_chat(genai_shim.LLMPipeline(str(folder), "CPU", **F32), args.turns, args.tokens)
+        # the stateful CPU pipeline (ATTENTION_BACKEND=SDPA): the paged default has no per-turn
+        # prefill call to count
+        cpu = run_chat(genai_shim.LLMPipeline(str(folder), "CPU", ATTENTION_BACKEND="SDPA", **F32),
+                       args.turns, args.tokens)
         try:
             npu = run_chat(genai_shim.LLMPipeline(str(folder), "NPU", **F32, **NPU), args.turns, args.tokens)
             npu_pc = run_chat(
