@@ -128,8 +128,9 @@ class Tokenizer:
         self._tok_model = self._read(TOKENIZER_XML)
         self._detok_model = self._read(DETOKENIZER_XML)
         self._encoders: dict[bool, ov.InferRequest] = {}
-        #: (max_length, truncation) last set on each encoder request (set_states costs ~50 µs)
-        self._encoder_states: dict[int, tuple[int | None, bool]] = {}
+        #: (max_length, truncation) last set on each encoder request, by the same key as
+        #: _encoders (set_states costs ~50 µs)
+        self._encoder_states: dict[bool, tuple[int | None, bool]] = {}
         self._encoder_layout: tokenizer_ir.EncoderLayout | None = None
         self._decoders: dict[bool, Any] = {}
         # Special tokens and the chat template in the real's order (genai_shim/tokenizer_files.py);
@@ -298,11 +299,12 @@ class Tokenizer:
         if layout.paired:
             inputs[1] = np.array(second if second is not None else [], dtype=str)
         with self._lock:
-            request = self._encoder(bool(opts["add_special_tokens"]))
+            special = bool(opts["add_special_tokens"])
+            request = self._encoder(special)
             states = (max_length, bool(opts["truncation"]))
-            if self._encoder_states.get(id(request)) != states:  # the IR's Assigns keep them
+            if self._encoder_states.get(special) != states:  # the IR's Assigns keep them
                 tokenizer_ir.set_states(request, *states)
-                self._encoder_states[id(request)] = states
+                self._encoder_states[special] = states
             request.infer(inputs)
             ids = np.array(request.get_tensor("input_ids").data, dtype=np.int64)
             mask = np.array(request.get_tensor("attention_mask").data, dtype=np.int64)

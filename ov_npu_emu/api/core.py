@@ -26,7 +26,7 @@ from ov_npu_emu.errors import (
 from ov_npu_emu.plugin_manager import get_plugin_manager
 from ov_npu_emu.registry import DeviceRegistry, canonical_device_name
 from ov_npu_emu.runtime import model_cache
-from ov_npu_emu.runtime.device import Device, DeviceCompiledModel
+from ov_npu_emu.runtime.device import WEIGHTS_PATH_RT_KEY, Device, DeviceCompiledModel
 
 __all__ = ["Core", "Version"]
 
@@ -182,7 +182,7 @@ class Core:
         if path.endswith(".xml"):
             # where the constants live: a weightless NPUW export (CACHE_MODE=OPTIMIZE_SIZE) refers to it
             bin_path = os.fspath(weights) if weights is not None else path[: -len(".xml")] + ".bin"
-            m.set_rt_info(os.path.abspath(bin_path), "__weights_path")
+            m.set_rt_info(os.path.abspath(bin_path), WEIGHTS_PATH_RT_KEY)
         return m
 
     def compile_model(

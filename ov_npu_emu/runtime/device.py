@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import openvino as ov
 
 __all__ = [
+    "WEIGHTS_PATH_RT_KEY",
     "Device",
     "DeviceCompiledModel",
     "DeviceInferRequest",
@@ -28,7 +29,19 @@ __all__ = [
     "PortInfo",
     "ProfilingInfo",
     "VariableState",
+    "ir_weights_path",
 ]
+
+#: where ``Core.read_model`` records the IR's weights file (rt_info; the key the real runtime
+#: uses too): a device's weightless export refers to it
+WEIGHTS_PATH_RT_KEY = "__weights_path"
+
+
+def ir_weights_path(model: ov.Model) -> str:
+    """The ``.bin`` ``model`` was read from ("" when it was not read from an IR file)."""
+    if model.has_rt_info(WEIGHTS_PATH_RT_KEY):
+        return str(model.get_rt_info(WEIGHTS_PATH_RT_KEY).astype(str))
+    return ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,6 +21,7 @@ from ov_npu_emu.runtime.device import (
     PortInfo,
     ProfilingInfo,
     VariableState,
+    ir_weights_path,
 )
 from ov_npu_emu_npu.blob.format import MemKind
 from ov_npu_emu_npu.blob.reader import SplitBlob
@@ -522,10 +523,7 @@ class NpuDevice(Device):
         cm = NpuCompiledModel(blob, self, config)
         if o["CACHE_MODE"] == "OPTIMIZE_SIZE":
             # the IR .bin the weightless export refers to: WEIGHTS_PATH, else the file it was read from
-            explicit = o["WEIGHTS_PATH"]
-            rt_key = "__weights_path"
-            cm.weightless_bin = str(explicit) if explicit else (
-                str(model.get_rt_info(rt_key).astype(str)) if model.has_rt_info(rt_key) else "")
+            cm.weightless_bin = str(o["WEIGHTS_PATH"] or ir_weights_path(model))
         return cm
 
     def query_model(self, model: ov.Model, config: Mapping[str, Any]) -> dict[str, str]:

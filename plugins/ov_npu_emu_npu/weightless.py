@@ -47,7 +47,6 @@ __all__ = [
     "is_weightless",
     "restore_blob",
     "strip_blob",
-    "weights_path_of",
 ]
 
 MAGIC = b"\x13\x37OVNPUEMU-WLESS\x00"
@@ -56,24 +55,6 @@ _FIXED = struct.Struct("<IQ")
 
 #: smaller constants (scalars, shapes) stay inline: a reference costs ~100 bytes of header
 MIN_REF_BYTES = 256
-
-#: where Core.read_model records the IR's weights file (the key the real runtime uses too)
-WEIGHTS_PATH_RT_KEY = "__weights_path"
-
-
-def weights_path_of(model: ov.Model, explicit: Any) -> str:
-    """The ``.bin`` a weightless export refers to: WEIGHTS_PATH if given, else the file the
-    model was read from."""
-    if explicit:
-        return os.fspath(explicit)
-    if model.has_rt_info(WEIGHTS_PATH_RT_KEY):
-        return str(model.get_rt_info(WEIGHTS_PATH_RT_KEY).astype(str))
-    raise ConfigError(
-        "CACHE_MODE=OPTIMIZE_SIZE needs the IR's weights file to refer to, but this model was not "
-        "read from an IR file; pass WEIGHTS_PATH=<model>.bin or use CACHE_MODE=OPTIMIZE_SPEED",
-        key="CACHE_MODE",
-    )
-
 
 def _ir_consts(xml_path: Path) -> Iterator[tuple[int, int]]:
     """(offset, size) of every Const layer's data in the IR's .bin, from the XML."""

@@ -21,11 +21,9 @@ from typing import Any
 import openvino as ov
 
 from ov_npu_emu.errors import BlobFormatError, ConfigError
+from ov_npu_emu.runtime.device import ir_weights_path
 
 __all__ = ["bin_identity", "check_bin_identity", "weights_path_of"]
-
-#: where our Core.read_model records the IR's weights file (the key the real runtime uses too)
-WEIGHTS_PATH_RT_KEY = "__weights_path"
 
 
 def weights_path_of(model: ov.Model, explicit: str | None) -> str:
@@ -33,8 +31,9 @@ def weights_path_of(model: ov.Model, explicit: str | None) -> str:
     model was read from."""
     if explicit:
         return os.fspath(explicit)
-    if model.has_rt_info(WEIGHTS_PATH_RT_KEY):
-        return str(model.get_rt_info(WEIGHTS_PATH_RT_KEY).astype(str))
+    recorded = ir_weights_path(model)
+    if recorded:
+        return recorded
     raise ConfigError(
         "CACHE_MODE=OPTIMIZE_SIZE needs the IR's weights file to refer to, but this model was not "
         "read from an IR file; pass WEIGHTS_PATH=<model>.bin or use CACHE_MODE=OPTIMIZE_SPEED",
