@@ -24,7 +24,7 @@ import os
 import struct
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +74,20 @@ def _map(f: Any) -> mmap.mmap | bytes:
     return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+#: bytes of a constant's start that key the index (with its size): equal keys are then compared
+#: whole, so the .bin is never hashed, only the constants a blob holds
+_HEAD = 64
+
+
 @dataclass
 class WeightsIndex:
-    """SHA-256 of each IR constant → its offset in the .bin (built once per export)."""
+    """The IR's constants by (size, first bytes) -> their offsets in the .bin, and the SHA-256 of
+    each constant once a blob has been found to hold it (built once per .bin and process)."""
 
     path: str
     bin_size: int
-    by_hash: dict[bytes, int]
+    by_key: dict[tuple[int, bytes], list[int]]
+    digests: dict[int, bytes] = field(default_factory=dict)
 
     @classmethod
     def from_ir(cls, bin_path: str) -> WeightsIndex:
@@ -91,17 +98,46 @@ class WeightsIndex:
                 "constants are located in; pass WEIGHTS_PATH=<model>.bin next to its .xml",
                 key="WEIGHTS_PATH",
             )
-        by_hash: dict[bytes, int] = {}
+        st, xst = os.stat(bin_path), xml_path.stat()
+        # an export of every NPUW sub-model (prefill, generate variants, LM head) refers to one .bin
+        identity = (os.path.abspath(bin_path), st.st_size, st.st_mtime_ns, st.st_ino, xst.st_mtime_ns, xst.st_size)
+        cached = _INDEXES.get(identity)
+        if cached is not None:
+            return cached
+        by_key: dict[tuple[int, bytes], list[int]] = {}
         with open(bin_path, "rb") as f:
             data = _map(f)
             try:
                 for off, size in _ir_consts(xml_path):
                     if size >= MIN_REF_BYTES and off + size <= len(data):
-                        by_hash.setdefault(hashlib.sha256(data[off : off + size]).digest(), off)
-                return cls(os.path.abspath(bin_path), len(data), by_hash)
+                        offs = by_key.setdefault((size, bytes(data[off : off + _HEAD])), [])
+                        if off not in offs:
+                            offs.append(off)
+                index = cls(os.path.abspath(bin_path), len(data), by_key)
             finally:
                 if isinstance(data, mmap.mmap):
                     data.close()
+        _INDEXES.clear()  # one .bin at a time is what an export session needs
+        _INDEXES[identity] = index
+        return index
+
+    def find(self, piece: memoryview, data: Any) -> tuple[int, bytes] | None:
+        """(offset, SHA-256) of an IR constant byte-identical to ``piece``, or None."""
+        n = len(piece)
+        offs = self.by_key.get((n, bytes(piece[:_HEAD])))
+        if not offs:
+            return None
+        mine = np.frombuffer(piece, np.uint8)
+        for off in offs:
+            if np.array_equal(np.frombuffer(data, np.uint8, n, off), mine):
+                digest = self.digests.get(off)
+                if digest is None:
+                    digest = self.digests[off] = hashlib.sha256(piece).digest()
+                return off, digest
+        return None
+
+
+_INDEXES: dict[tuple[Any, ...], WeightsIndex] = {}
 
 
 def strip_blob(blob: bytes, index: WeightsIndex) -> tuple[bytes, list[list[Any]]]:
@@ -117,17 +153,29 @@ def strip_blob(blob: bytes, index: WeightsIndex) -> tuple[bytes, list[list[Any]]
     refs: list[list[Any]] = []
     kept: list[bytes] = []
     pos = 0
-    for off, n in sorted(table):
-        start = base + int(off)
-        if n < MIN_REF_BYTES or start < pos:
-            continue
-        digest = hashlib.sha256(blob[start : start + n]).digest()
-        bin_off = index.by_hash.get(digest)
-        if bin_off is None:
-            continue  # made by the compiler (folded, converted): stays inline
-        kept.append(blob[pos:start])
-        refs.append([start, int(n), bin_off, digest.hex()])
-        pos = start + n
+    view = memoryview(blob)
+    with open(index.path, "rb") as f:
+        data = _map(f)
+        try:
+            if len(data) != index.bin_size:
+                raise ConfigError(
+                    f"CACHE_MODE=OPTIMIZE_SIZE: the weights file {index.path} changed while exporting; export again",
+                    key="WEIGHTS_PATH",
+                )
+            for off, n in sorted(table):
+                start = base + int(off)
+                if n < MIN_REF_BYTES or start < pos or start + n > len(blob):
+                    continue
+                found = index.find(view[start : start + n], data) if len(data) else None
+                if found is None:
+                    continue  # made by the compiler (folded, converted): stays inline
+                kept.append(blob[pos:start])
+                refs.append([start, int(n), found[0], found[1].hex()])
+                pos = start + n
+        finally:
+            view.release()
+            if isinstance(data, mmap.mmap):
+                data.close()
     kept.append(blob[pos:])
     return b"".join(kept), refs
 
@@ -172,7 +220,10 @@ class WeightsSource:
                 "compiled from"
             )
 
-    def take(self, name: str, bin_off: int, n: int, sha: str) -> bytes | memoryview:
+    def take(self, name: str, bin_off: int, n: int, sha: str, check: bool = True) -> bytes | memoryview:
+        """The constant at ``bin_off``; ``check``: its SHA-256 against the exported one (the
+        import checks the whole restored blob anyway, so it asks for this only to name what
+        differs)."""
         if self._by_hash is not None:
             found = self._by_hash.get(bytes.fromhex(sha))
             if found is None or len(found) != n:
@@ -182,7 +233,7 @@ class WeightsSource:
                 )
             return found
         piece = self._data[bin_off : bin_off + n]
-        if len(piece) != n or hashlib.sha256(piece).hexdigest() != sha:
+        if len(piece) != n or (check and hashlib.sha256(piece).hexdigest() != sha):
             raise BlobFormatError(
                 f"WEIGHTS_PATH {self.weights_path} does not hold the weights this blob was exported "
                 f"with (blob {name}: constant at .bin offset {bin_off}, {n} bytes, SHA-256 "
@@ -198,8 +249,10 @@ class WeightsSource:
             self._file = self._data = None
 
 
-def restore_blob(name: str, stripped: bytes, refs: list[list[Any]], source: WeightsSource) -> bytes:
-    """Splice the referenced constants back (each checked against its hash)."""
+def restore_blob(
+    name: str, stripped: bytes, refs: list[list[Any]], source: WeightsSource, check: bool = True
+) -> bytes:
+    """Splice the referenced constants back (with ``check``, each checked against its hash)."""
     out: list[bytes | memoryview] = []
     pos = 0  # position in the restored blob
     cut = 0  # position in the stripped one
@@ -212,7 +265,7 @@ def restore_blob(name: str, stripped: bytes, refs: list[list[Any]], source: Weig
         take = start - pos
         out.append(stripped[cut : cut + take])
         cut += take
-        out.append(source.take(name, int(bin_off), n, str(sha)))
+        out.append(source.take(name, int(bin_off), n, str(sha), check))
         pos = start + n
     out.append(stripped[cut:])
     return b"".join(out)
@@ -280,14 +333,17 @@ def import_weightless(container: bytes, config: Mapping[str, Any]) -> bytes:
     source = WeightsSource(os.fspath(weights_path) if weights_path else None, model_ptr)
     try:
         source.check_size(int(header["bin_size"]))
-        full = restore_blob(name, stripped, header["refs"], source)
+        # one SHA-256 over the restored blob proves every constant; only when it fails are the
+        # constants hashed one by one, so that the error names the one that differs
+        full = restore_blob(name, stripped, header["refs"], source, check=False)
+        if len(full) != header["restored_size"] or hashlib.sha256(full).hexdigest() != header["restored_sha256"]:
+            restore_blob(name, stripped, header["refs"], source, check=True)
+            raise BlobFormatError(
+                f"weightless NPU blob {name} does not match its exported SHA-256 once its weights are "
+                "restored; pass the .bin of the model it was compiled from"
+            )
     except (KeyError, TypeError, ValueError) as e:
         raise BlobFormatError(f"weightless NPU blob header is corrupt ({type(e).__name__}: {e}); re-export it") from e
     finally:
         source.close()
-    if len(full) != header["restored_size"] or hashlib.sha256(full).hexdigest() != header["restored_sha256"]:
-        raise BlobFormatError(
-            f"weightless NPU blob {name} does not match its exported SHA-256 once its weights are "
-            "restored; pass the .bin of the model it was compiled from"
-        )
     return full
