@@ -17,7 +17,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Compile MODEL (an IR .xml or an optimum-intel folder) with NPU_USE_NPUW=YES and "
             "NPUW_LLM=YES, print the static sub-models, their compile times and the KV buffer plan, "
-            "and optionally export the artefact (Core.import_model(blob, 'NPU') restores it)."
+            "and optionally export the artefact. Like the real NPUW's, the export is weightless unless "
+            "--set CACHE_MODE=OPTIMIZE_SPEED: Core.import_model(blob, 'NPU', {'WEIGHTS_PATH': "
+            "'<model>.bin'}) restores it (a model not read from an IR file keeps its weights)."
         ),
     )
     p.add_argument("model", help="openvino_model.xml or a folder holding it")
@@ -118,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     if args.export:
         write_file(args.export, compiled.export_model().getvalue())
         summary["exported"] = args.export
+        # the import needs the .bin back (WEIGHTS_PATH) when the artefact is weightless
+        summary["exported_weights_path"] = cm.weights_path if cm.cfg.weightless else None
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -149,5 +153,8 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"  {r['model']:28s} {r['compile_s']:7.2f} s  {r['inputs']}  past {r['past']}")
     if args.export:
-        print(f"exported to {args.export}")
+        if summary["exported_weights_path"]:
+            print(f"exported to {args.export} (weightless: import it with WEIGHTS_PATH={cm.weights_path})")
+        else:
+            print(f"exported to {args.export} (with its weights)")
     return 0

@@ -17,7 +17,7 @@ import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, PluginError
 from ov_npu_emu.options import check_known
-from ov_npu_emu.runtime.device import DeviceCompiledModel, PortInfo
+from ov_npu_emu.runtime.device import DeviceCompiledModel, PortInfo, ir_weights_path
 from ov_npu_emu_npuw.blockkv import split_kv_into_blocks
 from ov_npu_emu_npuw.config import (
     EMU_DEVICE_PREFIX,
@@ -66,6 +66,8 @@ CPU_SINGLE_THREAD_STEP_BYTES = 3 << 19
 #: each rung compiled on CPU holds its own copy of the weights unless the CPU device's weights
 #: bank shares them (f32 precision; docs/npuw.md "Generate ladder", "One weights copy")
 GENERATE_LADDER_MIN_KV_SHARE = 0.1
+#: devices whose sub-blobs can be exported weightless (each writes them itself)
+WEIGHTLESS_DEVICES = ("NPU", "CPU")
 
 
 def configure_logging() -> None:
@@ -329,6 +331,9 @@ def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCo
         from ov_npu_emu_npuw.weightless import weights_path_of
 
         weights_path = weights_path_of(model, cfg.weights_path)
+    elif not cfg.cache_mode:
+        weights_path = _default_weights_path(model, cfg)
+        cfg = dataclasses.replace(cfg, weightless_by_default=bool(weights_path))
     if cfg.cache_dir:
 
         key = cache_key(model, cfg)
@@ -342,7 +347,7 @@ def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCo
             return cached
     cm = _build(core, model, cfg, weights_path)
     cm.weights_path = weights_path
-    if cfg.weightless and cm.device not in ("NPU", "CPU"):
+    if cfg.weightless and cm.device not in WEIGHTLESS_DEVICES:
         raise ConfigError(
             f"CACHE_MODE=OPTIMIZE_SIZE: weightless NPUW artefacts are implemented for the emulated "
             f"NPU's and the CPU plugin's sub-blobs, not {cm.device} ones "
@@ -355,9 +360,20 @@ def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCo
     return cm
 
 
+def _default_weights_path(model: ov.Model, cfg: LLMConfig) -> str:
+    """The .bin a default (CACHE_MODE unset) export can refer to, or "" (the export then keeps
+    its weights: a model built in memory has no file to take them back from)."""
+    path = cfg.weights_path or ir_weights_path(model)
+    if not path or not os.path.isfile(path) or not os.path.isfile(os.path.splitext(path)[0] + ".xml"):
+        return ""
+    return path
+
+
 def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") -> LLMCompiledModel:
     device = pick_device(core, cfg.devices)
     cfg = _device_defaults(cfg, device)
+    if cfg.weightless_by_default and device not in WEIGHTLESS_DEVICES:
+        cfg = dataclasses.replace(cfg, weightless_by_default=False)  # its sub-blobs keep their weights
     t_all = time.perf_counter()
     stateless, kv = to_stateless(model)
     kv = kv.with_v_transposed(cfg.optimize_v)

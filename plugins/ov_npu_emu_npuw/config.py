@@ -391,13 +391,14 @@ NPUW_OPTIONS = OptionTable(
             _cache_mode,
             "",
             (
-                "`OPTIMIZE_SIZE`: `export_model()` / `CACHE_DIR` / genai's `EXPORT_BLOB` write a **weightless** "
-                'artefact (below, "Weightless artefacts"); `OPTIMIZE_SPEED` or unset: the artefact holds its weights. '
-                'Another value is a `ConfigError`. `get_property("CACHE_MODE")` answers only when it was set (the '
-                'real: "Unsupported configuration key" otherwise). Works with the emulated NPU\'s and the CPU '
-                "plugin's sub-blobs (another device: `ConfigError`). **Differs:** the real exports weightless when "
-                "CACHE_MODE is unset too (measured: 836 KB unset/OPTIMIZE_SIZE vs 1.94 MB OPTIMIZE_SPEED on "
-                "stories260K); ours keeps the weights unless asked"
+                "Unset (like the real NPUW) or `OPTIMIZE_SIZE`: `export_model()` / `CACHE_DIR` / genai's "
+                "`EXPORT_BLOB` write a **weightless** artefact (below, \"Weightless artefacts\"), imported with "
+                "`WEIGHTS_PATH` or `MODEL_PTR`; `OPTIMIZE_SPEED`: the artefact holds its weights. Unset, a model "
+                "that was not read from an IR file (nothing to take the weights back from) or sub-models on "
+                "another device than the emulated NPU or CPU keep the weights; `OPTIMIZE_SIZE` there is a "
+                "`ConfigError`. Another value is a `ConfigError`. `get_property(\"CACHE_MODE\")` answers only "
+                "when it was set (the real: \"Unsupported configuration key\" otherwise). Measured on the real "
+                "(stories260K): 836 KB unset/OPTIMIZE_SIZE vs 1.94 MB OPTIMIZE_SPEED"
             ),
             shown_default="(unset)",
         ),
@@ -682,10 +683,13 @@ class LLMConfig:
     # CACHE_MODE as given ("" = unset): OPTIMIZE_SIZE exports without the IR's weights
     cache_mode: str = ""
     weights_path: str = ""  # WEIGHTS_PATH at compile: the .bin a weightless export refers to
+    # CACHE_MODE unset and the IR's .bin known: the export is weightless, as the real's is unless
+    # OPTIMIZE_SPEED is asked for (set at compile, once the model and the device are known)
+    weightless_by_default: bool = False
 
     @property
     def weightless(self) -> bool:
-        return self.cache_mode == "OPTIMIZE_SIZE"
+        return self.cache_mode == "OPTIMIZE_SIZE" or (not self.cache_mode and self.weightless_by_default)
 
     @property
     def total_size(self) -> int:

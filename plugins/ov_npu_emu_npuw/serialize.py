@@ -311,6 +311,11 @@ def _kv_layout(k: Mapping[str, Any], prefill: Any, generate: Mapping[int, Any]) 
     return kv
 
 
+#: why an artefact is weightless, and how to export one that is not (import errors say both)
+_WEIGHTLESS_WHY = "NPUW exports without the IR's weights unless CACHE_MODE=OPTIMIZE_SPEED"
+_KEEP_WEIGHTS = "or export with CACHE_MODE=OPTIMIZE_SPEED to keep the weights in the blob"
+
+
 def _device_weights(device: str, desc: Mapping[str, Any], weights_path: Any, model_ptr: Any) -> dict[str, Any]:
     """The import keys that let the device restore its weightless sub-blobs: WEIGHTS_PATH or
     MODEL_PTR.  For a device that checks nothing (the artefact holds the .bin's SHA-256), the .bin
@@ -326,21 +331,21 @@ def _device_weights(device: str, desc: Mapping[str, Any], weights_path: Any, mod
             return {"MODEL_PTR": model_ptr, "CACHE_MODE": "OPTIMIZE_SIZE"}
         raise ConfigError(
             "Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR property is provided! "
-            "(it was exported with CACHE_MODE=OPTIMIZE_SIZE): pass WEIGHTS_PATH=<model>.bin of "
-            "the IR it was compiled from",
+            f"({_WEIGHTLESS_WHY}): pass WEIGHTS_PATH=<path of {desc.get('bin_name') or 'the .bin'}> of "
+            f"the IR it was compiled from; {_KEEP_WEIGHTS}",
             key="WEIGHTS_PATH",
         )
     if model_ptr is not None:
         raise ConfigError(
-            f"MODEL_PTR cannot restore {device} sub-blobs exported with CACHE_MODE=OPTIMIZE_SIZE (the "
+            f"MODEL_PTR cannot restore weightless {device} sub-blobs (the "
             f"{device} plugin reads them from the .bin only); pass WEIGHTS_PATH=<model>.bin instead",
             key="MODEL_PTR",
         )
     if not weights_path:
         raise ConfigError(
-            f"Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR property is provided! ({device} "
-            "sub-blobs exported with CACHE_MODE=OPTIMIZE_SIZE take their weights from "
-            "WEIGHTS_PATH=<model>.bin only)",
+            f"Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR property is provided! ({_WEIGHTLESS_WHY}; "
+            f"its {device} sub-blobs take their weights from WEIGHTS_PATH=<path of "
+            f"{desc.get('bin_name') or 'the .bin'}> only); {_KEEP_WEIGHTS}",
             key="WEIGHTS_PATH",
         )
     check_bin_identity(os.fspath(weights_path), desc)

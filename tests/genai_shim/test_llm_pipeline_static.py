@@ -175,9 +175,13 @@ def test_prompt_over_max_prompt_len_raises_real_text(stories_dir, npu):
     assert str(e.value) == expected
 
 
-def test_pipeline_from_blob(stories_dir, npu, tmp_path):
+@pytest.mark.parametrize("with_weights", [False, True], ids=["weightless", "with-weights"])
+def test_pipeline_from_blob(stories_dir, npu, tmp_path, with_weights):
+    """EXPORT_BLOB writes a weightless blob unless CACHE_MODE=OPTIMIZE_SPEED (the real's default);
+    its import then takes WEIGHTS_PATH, the one with weights does not."""
     blob = tmp_path / "model.blob"
     ref = _cpu_reference(stories_dir, max_new_tokens=30)
+    keep = {"CACHE_MODE": "OPTIMIZE_SPEED"} if with_weights else {}
     exporter = _npu(
         stories_dir,
         npu,
@@ -185,10 +189,15 @@ def test_pipeline_from_blob(stories_dir, npu, tmp_path):
         MIN_RESPONSE_LEN=64,
         EXPORT_BLOB="YES",
         BLOB_PATH=str(blob),
+        **keep,
     )
     assert blob.is_file() and blob.stat().st_size > 0
     assert exporter.generate(PROMPT, max_new_tokens=30) == ref
-    importer = _npu(stories_dir, npu, BLOB_PATH=str(blob))
+    weights = {} if with_weights else {"WEIGHTS_PATH": str(stories_dir / "openvino_model.bin")}
+    if not with_weights and npu["plugin"] is None:
+        with pytest.raises(RuntimeError, match="Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR"):
+            _npu(stories_dir, npu, BLOB_PATH=str(blob))
+    importer = _npu(stories_dir, npu, BLOB_PATH=str(blob), **weights)
     assert importer.generate(PROMPT, max_new_tokens=30) == ref
     assert importer._impl.max_prompt_len == 64  # read back from the blob, not the default 1024
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import pytest
 
@@ -91,7 +92,7 @@ def test_imported_npuw_artefact_shares_through_the_anonymous_bank(small_int8):
     blob = compiled.export_model()
     del compiled
     gc.collect()
-    cm = core.import_model(blob, "NPU", _config())
+    cm = core.import_model(blob, "NPU", {**_config(), "WEIGHTS_PATH": str(Path(small_int8).with_suffix(".bin"))})
     subs = _subs(cm)
     assert {s.get_property("NPUW_WEIGHTS_BANK") for s in subs} == {""}
     bank = subs[0].impl.parsed.banked.bank

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+
+import pytest
 
 from ov_npu_emu.cli import main
+from ov_npu_emu.errors import ConfigError
 
 
 def test_npuw_command_summarizes_and_exports(tmp_path, capsys, emu_core, stories260k_dir):
@@ -33,7 +37,11 @@ def test_npuw_command_summarizes_and_exports(tmp_path, capsys, emu_core, stories
     assert out["models"][3]["inputs"] == {"npuw_output_embed": "[1,1,64]"}
     assert out["features"]["NPUW_LLM_GENERATE_GROUPED_ATTENTION"] is True  # device CPU
     assert out["features"]["NPUW_LLM_ENABLE_PREFIX_CACHING"] is False
-    cm = emu_core.import_model(blob.read_bytes(), "NPU")
+    # weightless by default, like the real NPUW's export: the import takes the .bin back
+    assert os.path.samefile(out["exported_weights_path"], stories260k_dir / "openvino_model.bin")
+    with pytest.raises(ConfigError, match="Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR"):
+        emu_core.import_model(blob.read_bytes(), "NPU")
+    cm = emu_core.import_model(blob.read_bytes(), "NPU", {"WEIGHTS_PATH": out["exported_weights_path"]})
     assert cm.get_property("NPUW_LLM_GENERATE_VARIANTS") == "128,192"
 
 

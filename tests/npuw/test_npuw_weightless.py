@@ -96,7 +96,7 @@ def test_cpu_sub_blobs_are_weightless_through_the_cpu_plugin(emu_core, ir, tmp_p
     """NPUW_DEVICES=CPU: the CPU plugin writes the weightless sub-blobs (it reads the weights back
     by offset and checks nothing), so the artefact carries the .bin's SHA-256 and import checks it."""
     cfg = {**CFG, "NPUW_DEVICES": "CPU"}
-    full = emu_core.compile_model(ir[0], "NPU", cfg)
+    full = emu_core.compile_model(ir[0], "NPU", {**cfg, "CACHE_MODE": "OPTIMIZE_SPEED"})
     tokens, _ = greedy(full.create_infer_request(), PROMPT_IDS, 16)
     slim = emu_core.compile_model(ir[0], "NPU", {**cfg, "CACHE_MODE": "OPTIMIZE_SIZE"}).export_model().getvalue()
     assert len(slim) < len(full.export_model().getvalue()) // 2
@@ -105,7 +105,7 @@ def test_cpu_sub_blobs_are_weightless_through_the_cpu_plugin(emu_core, ir, tmp_p
     assert greedy(cm.create_infer_request(), PROMPT_IDS, 16)[0] == tokens
     with pytest.raises(ConfigError, match="Blob is weightless but no WEIGHTS_PATH"):
         emu_core.import_model(slim, "NPU", f32)
-    with pytest.raises(ConfigError, match="MODEL_PTR cannot restore CPU sub-blobs"):
+    with pytest.raises(ConfigError, match="MODEL_PTR cannot restore weightless CPU sub-blobs"):
         emu_core.import_model(slim, "NPU", {"MODEL_PTR": emu_core.read_model(ir[0])})
     edited = bytearray(Path(ir[1]).read_bytes())
     edited[len(edited) // 2] ^= 0x40
@@ -155,3 +155,38 @@ def test_npuw_leaves_the_sub_blobs_to_the_device(exported):
     for entry in header["blobs"]:
         assert slim[off : off + 17] == b"\x13\x37OVNPUEMU-WLESS\x00"
         off += entry["size"]
+
+
+def test_default_export_is_weightless_like_the_reals(exported, emu_core, ir):
+    """CACHE_MODE unset: the real NPUW exports without the weights unless OPTIMIZE_SPEED is asked
+    for, and its import then wants WEIGHTS_PATH or MODEL_PTR; ours the same, side by side."""
+    import openvino
+
+    tokens, full, slim = exported
+    real_cfg = real_npuw_config(64, 64)
+    real = openvino.Core()
+    real_default = real.compile_model(ir[0], "NPU", real_cfg).export_model().getvalue()
+    real_full = real.compile_model(ir[0], "NPU", {**real_cfg, "CACHE_MODE": "OPTIMIZE_SPEED"}).export_model().getvalue()
+    assert len(real_default) < len(real_full) // 2  # the oracle's own default is weightless
+    with pytest.raises(RuntimeError, match="Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR"):
+        real.import_model(real_default, "NPU", {})
+
+    default = emu_core.compile_model(ir[0], "NPU", CFG)
+    blob = default.export_model().getvalue()
+    assert len(blob) < len(full) // 4 and abs(len(blob) - len(slim)) < 4096
+    with pytest.raises(ConfigError, match="Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR.*OPTIMIZE_SPEED"):
+        emu_core.import_model(blob, "NPU", {})
+    cm = emu_core.import_model(blob, "NPU", {"WEIGHTS_PATH": ir[1]})
+    assert greedy(cm.create_infer_request(), PROMPT_IDS, 64)[0] == tokens
+
+
+def test_default_export_of_a_model_not_read_from_a_file_keeps_its_weights(exported, emu_core, ir):
+    """Nothing to take the weights back from: the artefact holds them and imports without keys."""
+    import openvino
+
+    tokens, full, _ = exported
+    model = openvino.Core().read_model(ir[0])  # the real Core records no .bin path for ours to find
+    blob = emu_core.compile_model(model, "NPU", CFG).export_model().getvalue()
+    assert len(blob) > len(full) // 2
+    cm = emu_core.import_model(blob, "NPU", {})
+    assert greedy(cm.create_infer_request(), PROMPT_IDS, 64)[0] == tokens

@@ -30,9 +30,15 @@ def compiled(core: ov.Core, tiny_model_dir: Path) -> ov.CompiledModel:
     return core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", CFG)
 
 
-@pytest.fixture(scope="module")
-def artefact(compiled: ov.CompiledModel) -> bytes:
-    return compiled.export_model().getvalue()
+@pytest.fixture(scope="module", params=["weightless", "with-weights"])
+def artefact(request: pytest.FixtureRequest, core: ov.Core, tiny_model_dir: Path) -> tuple[bytes, dict]:
+    """An exported artefact and the config its import needs: the default export is weightless
+    (like the real NPUW's) and takes WEIGHTS_PATH; OPTIMIZE_SPEED keeps the weights."""
+    xml = tiny_model_dir / "openvino_model.xml"
+    if request.param == "weightless":
+        blob = core.compile_model(xml, "NPU", CFG).export_model().getvalue()
+        return blob, {"WEIGHTS_PATH": str(xml.with_suffix(".bin"))}
+    return core.compile_model(xml, "NPU", {**CFG, "CACHE_MODE": "OPTIMIZE_SPEED"}).export_model().getvalue(), {}
 
 
 def feed(ids: list[int] | np.ndarray, start: int = 0, mask_len: int | None = None) -> dict[str, np.ndarray]:
@@ -85,33 +91,36 @@ def _with_header(blob: bytes, edit) -> bytes:  # noqa: ANN001
     lambda h: h.clear(), lambda h: h["kv"].__setitem__("heads", "x"),
 ], ids=["no-blobs", "no-size", "no-kv", "kv-names", "config-field", "port-type", "port-shape",
         "no-device", "empty", "heads"])
-def test_damaged_header_is_blob_format_error(core: ov.Core, artefact: bytes, edit) -> None:  # noqa: ANN001
+def test_damaged_header_is_blob_format_error(core: ov.Core, artefact: tuple[bytes, dict], edit) -> None:  # noqa: ANN001
+    blob, imp = artefact
     with pytest.raises(BlobFormatError):
-        cm = core.import_model(_with_header(artefact, edit), "NPU")
+        cm = core.import_model(_with_header(blob, edit), "NPU", imp)
         cm.create_infer_request()
 
 
-def test_header_byte_flips_are_typed(core: ov.Core, artefact: bytes) -> None:
-    off, hlen = _header(artefact)
+def test_header_byte_flips_are_typed(core: ov.Core, artefact: tuple[bytes, dict]) -> None:
+    blob, imp = artefact
+    off, hlen = _header(blob)
     for i in range(off, off + hlen, 37):  # ~60 positions spread over every field
-        b = bytearray(artefact)
+        b = bytearray(blob)
         b[i] ^= 0x04
         try:
-            req = core.import_model(bytes(b), "NPU").create_infer_request()
+            req = core.import_model(bytes(b), "NPU", imp).create_infer_request()
             req.infer(feed(PROMPT))
         except NpuEmuError:
             pass
 
 
-def test_truncated_and_foreign_artefacts(core: ov.Core, artefact: bytes) -> None:
-    off, hlen = _header(artefact)
-    for cut in (4, off - 1, off + 5, off + hlen, off + hlen + 100, len(artefact) - 1):
+def test_truncated_and_foreign_artefacts(core: ov.Core, artefact: tuple[bytes, dict]) -> None:
+    blob, imp = artefact
+    off, hlen = _header(blob)
+    for cut in (4, off - 1, off + 5, off + hlen, off + hlen + 100, len(blob) - 1):
         with pytest.raises(BlobFormatError):
-            core.import_model(artefact[:cut], "NPU")
-    b = bytearray(artefact)
+            core.import_model(blob[:cut], "NPU", imp)
+    b = bytearray(blob)
     b[-50] ^= 0xFF  # inside the last sub-blob: the SHA-256 catches it
     with pytest.raises(BlobFormatError, match="SHA-256"):
-        core.import_model(bytes(b), "NPU")
+        core.import_model(bytes(b), "NPU", imp)
 
 
 def test_cache_dir_with_garbage_and_damaged_entries(core: ov.Core, tiny_model_dir: Path, tmp_path: Path) -> None:
