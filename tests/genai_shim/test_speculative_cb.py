@@ -169,12 +169,49 @@ def test_sdpa_backend_refused_as_real(stories_dir: Path, real_genai: Any) -> Non
         _pipe(genai_shim, stories_dir, stories_dir, ATTENTION_BACKEND="SDPA")
 
 
-def test_sampling_refused(pair: dict[str, Any]) -> None:
-    """The real validates sampled candidates with its own random stream; ours says so."""
-    if pair["draft"] != "same_draft":
-        pytest.skip("one draft is enough")
-    with pytest.raises(ConfigError, match="do_sample"):
-        pair["ours"].generate(PROMPTS[0], max_new_tokens=5, do_sample=True)
+def _cb_pipe_run(pipe: Any, config: Any, prompts: list[str]) -> list[Any]:
+    handles = [pipe.add_request(i, p, config) for i, p in enumerate(prompts)]
+    while pipe.has_non_finished_requests():
+        pipe.step()
+    return [[(list(o.generated_ids), int(o.finish_reason)) for o in h.read_all()] for h in handles]
+
+
+@pytest.mark.parametrize("kw", [{"num_assistant_tokens": 3}, {"assistant_confidence_threshold": 0.9}],
+                         ids=["fixed", "threshold"])
+def test_sampling_with_top_k_1_equals_real(stories_dir: Path, real_genai: Any, tiny_draft: Path,
+                                           kw: dict[str, Any]) -> None:
+    """Speculative sampling (do_sample) with top_k=1: every draw is certain, so the ids can
+    equal the real's.  Both probabilities of the real's ratio test are then 1, so every draft
+    candidate passes, also where the main model would draw another token: the answer is not
+    the main model's greedy one."""
+    got = {}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        pipe = _cb_pipe(impl, stories_dir, tiny_draft)
+        got[name] = _cb_pipe_run(pipe, impl.GenerationConfig(do_sample=True, top_k=1, max_new_tokens=30, **kw),
+                                 PROMPTS[:2])
+    assert got["ours"] == got["real"]
+    plain = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)
+    greedy = plain.generate(PROMPTS[0], max_new_tokens=30)
+    assert plain.get_tokenizer().decode(got["ours"][0][0][0]) != greedy
+
+
+def test_sampling_runs_like_real(stories_dir: Path, tiny_draft: Path, real_genai: Any) -> None:
+    """The upstream health check's config (temperature 0.7, threshold 0.9): both finish every
+    request by length or stop; ours repeats itself for one rng_seed (its stream is numpy's,
+    not the real's std::mt19937, so the texts differ from the real's) and rejects some
+    candidates by the ratio test."""
+    cfg = {"do_sample": True, "temperature": 0.7, "max_new_tokens": 20, "assistant_confidence_threshold": 0.9}
+    runs = {}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        runs[name] = _cb_pipe_run(_cb_pipe(impl, stories_dir, tiny_draft), impl.GenerationConfig(**cfg), PROMPTS)
+    for name, outs in runs.items():
+        assert all(f in (1, 2) for out in outs for _, f in out), name  # STOP or LENGTH
+    again = _cb_pipe_run(_cb_pipe(genai_shim, stories_dir, tiny_draft), genai_shim.GenerationConfig(**cfg), PROMPTS)
+    assert again == runs["ours"]
+    pipe = _pipe(genai_shim, stories_dir, tiny_draft)
+    res = pipe.generate([PROMPTS[0]], max_new_tokens=40, do_sample=True, top_k=5, num_assistant_tokens=3)
+    e = res.extended_perf_metrics
+    assert 0 < e.get_num_accepted_tokens() < e.get_num_draft_tokens()
 
 
 def _cb_pipe(impl: Any, main: Path, draft: Path, **sc_fields: Any) -> Any:
