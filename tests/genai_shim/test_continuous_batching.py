@@ -346,6 +346,9 @@ def test_generate_templates_prompts_like_the_real(real_genai: Any, tiny_model_di
 def test_nothing_is_accepted_and_dropped(stories_dir: Path) -> None:
     with pytest.raises(ConfigError, match="SchedulerConfig has no field 'num_kv_block'"):
         genai_shim.SchedulerConfig(num_kv_block=64)
-    with pytest.raises(ConfigError, match="prompt_lookup is not implemented"):
+    with pytest.raises(ConfigError, match="STATIC_PIPELINE is not implemented"):
         genai_shim.ContinuousBatchingPipeline(str(stories_dir), genai_shim.SchedulerConfig(), "CPU",
-                                              {**F32, "prompt_lookup": True})
+                                              {**F32, "STATIC_PIPELINE": True})
+    with pytest.raises(ConfigError, match="prompt_lookup must be a bool"):
+        genai_shim.ContinuousBatchingPipeline(str(stories_dir), genai_shim.SchedulerConfig(), "CPU",
+                                              {**F32, "prompt_lookup": "yes"})
