@@ -19,7 +19,7 @@ from genai_shim.llm.base import LLMPipelineImplBase
 from genai_shim.llm.paged import PagedBackend, PagedLLM
 from genai_shim.llm.prompt_lookup import PromptLookupLLM
 from genai_shim.llm.speculative import SpeculativeLLM
-from genai_shim.llm.stateful import StatefulLLM
+from genai_shim.llm.stateful import StatefulLLM, has_linear_states
 from genai_shim.lora_controller import AdapterController, resolve_adapters
 from genai_shim.model_folder import MODEL_XML, model_folder
 from genai_shim.npu_compile import compile_npu
@@ -215,7 +215,7 @@ def _make_impl(
     # ATTENTION_BACKEND=SDPA; the stateful model keeps the few rules that differ between the two.
     paged = not is_npu and opts.backend != "SDPA"
     stateful: dict[str, Any] = {"seq_axis": seq_axis, "lora": lora, "paged_rules": paged,
-                                "assisted": bool(opts.prompt_lookup)}
+                                "assisted": bool(opts.prompt_lookup), "linear_states": has_linear_states(model)}
     if is_npu:
         npu = compile_npu(core, model, props, folder)
         return StatefulLLM(npu.compiled, tokenizer, config, is_npu=True, max_prompt_len=npu.max_prompt_len,
