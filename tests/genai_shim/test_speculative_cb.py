@@ -93,14 +93,16 @@ def _both(pair: dict[str, Any], prompts: Any, **kw: Any) -> tuple[dict[str, Any]
          "include_stop_str_in_output": True},
         {"max_new_tokens": 30, "num_assistant_tokens": 3, "repetition_penalty": 1.5},
         {"max_new_tokens": 30, "num_assistant_tokens": 3, "logprobs": 2},
+        # speculative sampling with certain draws: the ratio test passes every candidate
+        {"max_new_tokens": 30, "num_assistant_tokens": 3, "do_sample": True, "top_k": 1},
     ],
     ids=["sample", "default", "n1", "max_new_2", "max_length", "threshold", "threshold_logprobs",
-         "stop_token", "stop_string", "stop_string_incl", "rep_penalty", "logprobs"],
+         "stop_token", "stop_string", "stop_string_incl", "rep_penalty", "logprobs", "do_sample_top_k_1"],
 )
 def test_texts_and_counters_equal_real(pair: dict[str, Any], kw: dict[str, Any]) -> None:
     ours, real = _both(pair, [PROMPTS[0]], **kw)
     assert ours == real
-    if pair["draft"] == "same_draft":
+    if pair["draft"] == "same_draft" or kw.get("do_sample"):
         assert ours["rejected"] == 0  # the main model as its own draft: every candidate passes
     elif ours["draft_tokens"]:
         assert ours["accepted"] < ours["draft_tokens"]
