@@ -276,10 +276,11 @@ class PromptLookupImpl:
 def _append_candidates(r: SpecRequest) -> None:
     """Candidates for the next step (the real's generate_candidates_for_prompt_lookup): none
     before the first generated token; else up to ``num_assistant_tokens`` (fewer near
-    ``max_new_tokens``) looked up in prompt + answer, padded to ``num_assistant_tokens``."""
-    if not r.tokens:
-        r.validate = 0
-        return
+    ``max_new_tokens``) looked up in prompt + answer, padded to ``num_assistant_tokens``.  A
+    request a full cache kept from the step keeps its pending ones (the real appends more on
+    top, so its answers then run past ``max_new_tokens``)."""
+    if not r.tokens or r.validate:
+        return  # no token yet, or candidates still pending (the request was not scheduled)
     cfg = r.config
     k = int(cfg.num_assistant_tokens)
     left = max(r.max_new - len(r.tokens) - 1, 0)

@@ -46,7 +46,7 @@ class SpeculativeHandle:
             return self._status
         if self._r in self._spec.main.requests:
             return GenerationStatus.RUNNING
-        return GenerationStatus.FINISHED
+        return GenerationStatus.IGNORED if self._r.ignored else GenerationStatus.FINISHED
 
     @property
     def request(self) -> SpecRequest:
@@ -245,7 +245,7 @@ class SpeculativeDecodingImpl:
             r.m_scores = [float(s.score if s.score is not None else sum(s.logps))]
             finish = s.finish if s.finish is not None else GenerationFinishReason.NONE
             r.m_finish_reasons = [finish]
-            r.m_status = GenerationStatus.FINISHED
+            r.m_status = GenerationStatus.IGNORED if s.out_of_memory else GenerationStatus.FINISHED
             results.append(r)
         perf.raw_metrics.generate_durations = [(time.perf_counter() - start) * 1e6]
         perf.evaluate_statistics(start)

@@ -96,6 +96,8 @@ class SpecRequest:
     #: the real's cumulative log-probability: what tokens had when appended, less what removed
     #: ones had when removed (a candidate's log-probability rewritten by its check stays out)
     score: float = 0.0
+    #: ended because the fixed KV cache could hold nothing more (status IGNORED)
+    ignored: bool = False
 
     def append(self, tokens: list[int], logps: list[float]) -> None:
         self.tokens.extend(tokens)
@@ -203,38 +205,65 @@ class PagedSide:
         self.raw = RawPerfMetrics()
 
     # -- cache -----------------------------------------------------------------------------
-    def _ensure(self, r: SpecRequest, tokens: int) -> None:
+    def _ensure(self, r: SpecRequest, tokens: int) -> bool:
+        """Room for ``tokens`` of ``r`` (a cache sized on demand grows); False when a fixed
+        cache has too few free blocks."""
         while (need := self.blocks.required_blocks(r.seq_id, tokens)) > self.blocks.num_free_blocks:
-            if self.fixed:  # the real would preempt; genai_shim's speculative pipeline does not
-                raise KVCacheFullError(
-                    f"speculative decoding: request {r.rid} needs {need} more KV blocks of "
-                    f"{self.blocks.num_blocks}; raise SchedulerConfig.num_kv_blocks / cache_size "
-                    "or leave both 0 (a cache that grows on demand)"
-                )
+            if self.fixed:
+                return False
             n = max(self.model.num_blocks * 2, self.model.num_blocks + need)
             self.model.allocate(n)
             self.blocks.grow(n)
+        return True
+
+    def _fit(self, r: SpecRequest, n: int, prompt_chunk: bool) -> int:
+        """Tokens of ``r`` this step can hold in the cache, their blocks allocated: all ``n``, or
+        a prompt chunk cut to the free blocks, or 0 (not scheduled: the request waits, as the
+        real's does when it cannot append slots; genai_shim does not preempt another for it)."""
+        if not self._ensure(r, r.processed + n):
+            if not prompt_chunk:
+                return 0
+            bs = self.blocks.block_size
+            have = len(self.blocks.tables.get(r.seq_id, ())) + self.blocks.num_free_blocks
+            n = min(n, have * bs - r.processed)
+            if n <= 0:
+                return 0
+        self.blocks.allocate(r.seq_id, r.processed + n)
+        return n
+
+    def _out_of_memory(self) -> None:
+        """Nothing could be scheduled in a fixed cache: every request ends IGNORED with what it
+        generated, its blocks freed (the real's set_out_of_memory)."""
+        for r in self.requests:
+            r.ignored = True
+            self.release(r)
+        self.requests = []
 
     def release(self, r: SpecRequest) -> None:
         self.blocks.free(r.seq_id)
 
     # -- one model step (ContinuousBatchingImpl::step with the sampler) -----------------------
-    def step(self) -> None:
-        for r in self.requests:  # clean_empty_blocks: blocks past the processed tokens
-            self.blocks.trim(r.seq_id, r.processed)
+    def _schedule(self) -> tuple[list[tuple[SpecRequest, int]], bool]:
+        """This step's (request, tokens) chunks, their blocks allocated, and whether any
+        request wanted to run."""
         chunks: list[tuple[SpecRequest, int]] = []
         # dynamic split-fuse: generate phase first, then the prompts
         left = self.budget
+        wanted = False
         for phase in (True, False):
             for r in self.requests:
                 if r.can_generate() == phase and not r.paused:
                     n = r.available()
-                    if not phase and self.split_prompts:
+                    split = not phase and self.split_prompts
+                    if split:
                         n = min(n, left)  # a prompt chunk; the rest goes in later steps
                         if n <= 0:
                             continue
-                    chunks.append((r, n))
-                    left -= n
+                    wanted = True
+                    n = self._fit(r, n, split)
+                    if n:
+                        chunks.append((r, n))
+                        left -= n
         total = sum(n for _, n in chunks)
         if total > self.budget:
             # The real would cut a chunk here and schedule the rest later; with a draft model that
@@ -248,13 +277,19 @@ class PagedSide:
                 f"{what}: raise max_num_batched_tokens (at least 1 + num_assistant_tokens per request)",
                 key="scheduler_config",
             )
+        return chunks, wanted
+
+    def step(self) -> None:
+        for r in self.requests:  # clean_empty_blocks: blocks past the processed tokens
+            self.blocks.trim(r.seq_id, r.processed)
+        chunks, wanted = self._schedule()
         if not chunks:
+            if wanted:
+                self._out_of_memory()
             return  # nothing scheduled: last_batch keeps its value (the real's stale counter)
         entries = []
         rows_wanted = []
         for r, n in chunks:
-            self._ensure(r, r.processed + n)
-            self.blocks.allocate(r.seq_id, r.processed + n)
             seq = r.prompt + r.tokens
             if r.processed + n > len(seq):
                 raise KVCacheFullError(f"request {r.rid}: scheduled past its tokens (internal error)")
@@ -615,6 +650,7 @@ class CBSpeculativeDecoder:
             s.tokens = list(m.prompt) + m.tokens if c.echo else list(m.tokens)
             s.logps = ([0.0] * len(m.prompt) if c.echo else []) + m.logps
             s.score = m.score
+            s.out_of_memory = m.ignored
             s.finish = m.finish
         perf.num_input_tokens = len(prompts[0])
         sizes = perf.raw_metrics.m_batch_sizes

@@ -105,3 +105,32 @@ def test_prompt_lookup_errors_like_real(stories_dir: Path, real_genai: Any) -> N
         pipe = _pipe(genai_shim, stories_dir, max_num_batched_tokens=3)
         pipe.generate(PROMPTS[1], genai_shim.GenerationConfig(max_new_tokens=5, num_assistant_tokens=5,
                                                               max_ngram_size=3))
+
+
+def _run_to_end(impl: Any, folder: Path, prompts: list[str], config: dict[str, Any], **sc_fields: Any) -> Any:
+    pipe = _pipe(impl, folder, **sc_fields)
+    handles = [pipe.add_request(i, p, impl.GenerationConfig(**config)) for i, p in enumerate(prompts)]
+    steps = 0
+    while pipe.has_non_finished_requests():
+        pipe.step()
+        steps += 1
+    outs = [h.read_all()[0] for h in handles]
+    return steps, [str(h.get_status()).rsplit(".", 1)[-1] for h in handles], outs
+
+
+def test_full_cache_ends_requests_ignored(stories_dir: Path, real_genai: Any) -> None:
+    """A fixed cache of 2 blocks (64 tokens) that the answer outgrows: the request ends IGNORED
+    with what it generated, after as many steps as the real's.  The real's output then also
+    holds the candidates appended for the step that never ran (unchecked tokens, a real bug):
+    ours stops at the checked ones."""
+    config = {"max_new_tokens": 100, "ignore_eos": True, "num_assistant_tokens": 5, "max_ngram_size": 3}
+    ours = _run_to_end(genai_shim, stories_dir, PROMPTS[:1], config, num_kv_blocks=2)
+    real = _run_to_end(real_genai, stories_dir, PROMPTS[:1], config, num_kv_blocks=2)
+    assert ours[:2] == real[:2] == (ours[0], ["IGNORED"])
+    got, want = list(ours[2][0].generated_ids), list(real[2][0].generated_ids)
+    assert got == want[: len(want) - 5] and int(ours[2][0].finish_reason) == 0
+    # three requests in 3 blocks: none raises, each ends with at most max_new_tokens (the
+    # real's outputs run past it here, and with 8 blocks its sampler's check fails)
+    _, statuses, outs = _run_to_end(genai_shim, stories_dir, PROMPTS, config, num_kv_blocks=3)
+    assert statuses == ["IGNORED"] * 3
+    assert all(0 < len(o.generated_ids) <= 100 for o in outs)

@@ -334,3 +334,28 @@ def test_chat_turns_equal_real(stories_dir: Path, real_genai: Any) -> None:
             pipe.finish_chat()
     assert got["ours"] == got["real"]
     assert got["ours"][1]["input"] > got["ours"][0]["input"]  # the history grows
+
+
+def test_full_cache_ends_requests_ignored_like_real(stories_dir: Path, real_genai: Any) -> None:
+    """A fixed cache of 2 blocks that the answer outgrows: the request ends IGNORED with what
+    it generated after as many steps as the real's.  The real's output then also holds the
+    draft's candidates of the step that never ran (unchecked tokens, a real bug): ours stops at
+    the checked ones.  Several requests in 3 blocks end IGNORED too, none raises."""
+    got = {}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        pipe = _cb_pipe(impl, stories_dir, stories_dir, num_kv_blocks=2)
+        config = impl.GenerationConfig(max_new_tokens=100, ignore_eos=True, num_assistant_tokens=5)
+        h = pipe.add_request(0, PROMPTS[0], config)
+        steps = 0
+        while pipe.has_non_finished_requests():
+            pipe.step()
+            steps += 1
+        out = h.read_all()[0]
+        got[name] = (steps, str(h.get_status()).rsplit(".", 1)[-1], list(out.generated_ids), int(out.finish_reason))
+    (steps, status, ids, finish), real = got["ours"], got["real"]
+    assert (steps, status, finish) == (real[0], "IGNORED", real[3]) == (real[0], real[1], 0)
+    assert ids == real[2][: len(ids)] and 0 <= len(real[2]) - len(ids) <= 5
+    pipe = _cb_pipe(genai_shim, stories_dir, stories_dir, num_kv_blocks=3)
+    config = genai_shim.GenerationConfig(max_new_tokens=100, ignore_eos=True, num_assistant_tokens=5)
+    res = pipe.generate(PROMPTS, [config] * 3)
+    assert [r.m_status for r in res] == [genai_shim.GenerationStatus.IGNORED] * 3
