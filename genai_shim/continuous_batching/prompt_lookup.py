@@ -75,6 +75,7 @@ class PromptLookupImpl:
         self.stopped: set[int] = set()  # request ids their handles stopped (dropped at the next step)
         self._next_seq = 0
         self._metrics = PipelineMetrics()
+        self._usage_sum, self._usage_n = 0.0, 0
         self._perf = PerfMetrics()
         self.load_time = 0.0
 
@@ -165,7 +166,7 @@ class PromptLookupImpl:
         t1 = time.perf_counter()
         for r in side.requests:
             _append_candidates(r)
-        self._metrics.requests = len(side.requests)
+        self._update_metrics()
         self._metrics.inference_duration = side.last_infer_us
         if side.last_batch > 0:
             raw = self._perf.raw_metrics
@@ -173,6 +174,18 @@ class PromptLookupImpl:
             raw.m_token_infer_durations.append((time.perf_counter() - t0) * 1e6)
             raw.m_inference_durations[0] += (time.perf_counter() - t0) * 1e6
             raw.m_new_token_times.append(t1)
+
+    def _update_metrics(self) -> None:
+        """PipelineMetrics after a step (the cache usage in %, as the plain pipeline's)."""
+        m, side = self._metrics, self.main
+        m.requests = m.scheduled_requests = len(side.requests)
+        used = side.blocks.num_used_blocks / max(side.blocks.num_blocks, 1) * 100.0
+        m.cache_usage = used
+        m.max_cache_usage = max(m.max_cache_usage, used)
+        self._usage_sum += used
+        self._usage_n += 1
+        m.avg_cache_usage = self._usage_sum / self._usage_n
+        m.cache_size_in_bytes = m.kv_cache_size_in_bytes = side.model.cache_bytes
 
     def drop(self, rid: int) -> None:
         r = self.main.find(rid)

@@ -115,6 +115,8 @@ def _run_to_end(impl: Any, folder: Path, prompts: list[str], config: dict[str, A
         pipe.step()
         steps += 1
     outs = [h.read_all()[0] for h in handles]
+    m = pipe.get_metrics()
+    assert m.kv_cache_size_in_bytes > 0 and 0 < m.max_cache_usage <= 100
     return steps, [str(h.get_status()).rsplit(".", 1)[-1] for h in handles], outs
 
 
