@@ -167,6 +167,14 @@ class SpeculativeDecodingImpl:
         """The request joins both models (the draft's paused until the main model's first
         token); ``step`` advances all of them."""
         spec = self._spec
+        if isinstance(generation_config, GenerationConfig) and not generation_config.is_assisting_generation():
+            # generate() completes the config (5 candidates); add_request does not: the real's
+            # step() then fails with this text
+            raise ConfigError(
+                "Speculative decoding should have initialized options `assistant_confidence_threshold` "
+                "xor `num_assistant_tokens` in `GenerationConfig`.",
+                key="num_assistant_tokens",
+            )
         config = self._resolve(generation_config)
         if isinstance(prompt, str):
             ids = np.asarray(spec.tokenizer.encode(prompt).input_ids.data).reshape(-1)

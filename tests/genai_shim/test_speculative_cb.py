@@ -359,3 +359,15 @@ def test_full_cache_ends_requests_ignored_like_real(stories_dir: Path, real_gena
     config = genai_shim.GenerationConfig(max_new_tokens=100, ignore_eos=True, num_assistant_tokens=5)
     res = pipe.generate(PROMPTS, [config] * 3)
     assert [r.m_status for r in res] == [genai_shim.GenerationStatus.IGNORED] * 3
+
+
+def test_add_request_without_candidates_fails_like_real(stories_dir: Path, real_genai: Any) -> None:
+    """generate() gives a config without num_assistant_tokens / a threshold 5 candidates;
+    add_request does not: the real's step() fails, ours add_request, with the real's text."""
+    config = {"max_new_tokens": 5}
+    with pytest.raises(ConfigError, match="should have initialized options"):
+        _cb_pipe(genai_shim, stories_dir, stories_dir).add_request(0, PROMPTS[0], genai_shim.GenerationConfig(**config))
+    pipe = _cb_pipe(real_genai, stories_dir, stories_dir)
+    pipe.add_request(0, PROMPTS[0], real_genai.GenerationConfig(**config))
+    with pytest.raises(RuntimeError, match="should have initialized options"):
+        pipe.step()
