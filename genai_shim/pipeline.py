@@ -221,6 +221,12 @@ def _make_impl(
         return StatefulLLM(npu.compiled, tokenizer, config, is_npu=True, max_prompt_len=npu.max_prompt_len,
                            kv_capacity=npu.kv_capacity, **stateful)
     if opts.prompt_lookup:
+        if stateful["linear_states"]:  # rejected candidates are cut from the states
+            raise ConfigError(
+                "genai_shim's prompt lookup cuts rejected candidates from the model's states, which a "
+                "model with recurrent (linear-attention) states cannot do; drop prompt_lookup",
+                key="prompt_lookup",
+            )
         return PromptLookupLLM(core.compile_model(model, device, props), tokenizer, config, **stateful)
     if paged and folder is not None:
         pa_props = props if adapters is None else {**props, "adapters": adapters}

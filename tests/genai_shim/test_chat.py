@@ -271,3 +271,10 @@ def test_recurrent_state_chat_restarts_when_history_is_cut(chat_dir, real_genai,
         out[name] = texts
     assert out["ours"] == out["real"]
     assert out["ours"][2] == out["ours"][1]
+
+
+def test_prompt_lookup_refuses_recurrent_states(chat_dir, tmp_path):
+    """Prompt lookup cuts rejected candidates from the states: not with a recurrent one."""
+    folder = _with_recurrent_state(chat_dir, tmp_path)
+    with pytest.raises(ConfigError, match="recurrent"):
+        genai_shim.LLMPipeline(str(folder), "CPU", prompt_lookup=True, **F32)
