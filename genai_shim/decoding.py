@@ -64,6 +64,8 @@ class RunningSequence:
         self.max_new = max_new
         self.streamed = 0
         self.out_of_memory = False
+        #: the score when it is not the kept tokens' summed log-probabilities (speculative)
+        self.score: float | None = None
 
 
 class OneRow:
@@ -188,7 +190,7 @@ def encoded_results(seqs: list[RunningSequence], perf: PerfMetrics) -> EncodedRe
     for s in seqs:
         res.tokens.append(s.tokens)
         # Tokens a stop string removed take their log-probabilities with them (measured).
-        res.scores.append(float(sum(s.logps[: len(s.tokens)])))
+        res.scores.append(float(sum(s.logps[: len(s.tokens)])) if s.score is None else s.score)
         res.finish_reasons.append(s.finish if s.finish is not None else GenerationFinishReason.NONE)
     res.perf_metrics = perf
     return res

@@ -19,7 +19,7 @@ from genai_shim.llm.base import LLMPipelineImplBase
 from genai_shim.llm.paged import PagedBackend, PagedLLM
 from genai_shim.llm.prompt_lookup import PromptLookupLLM
 from genai_shim.llm.speculative import SpeculativeLLM
-from genai_shim.llm.stateful import StatefulLLM
+from genai_shim.llm.stateful import StatefulLLM, has_linear_states
 from genai_shim.lora_controller import AdapterController, resolve_adapters
 from genai_shim.model_folder import MODEL_XML, model_folder
 from genai_shim.npu_compile import compile_npu
@@ -215,12 +215,18 @@ def _make_impl(
     # ATTENTION_BACKEND=SDPA; the stateful model keeps the few rules that differ between the two.
     paged = not is_npu and opts.backend != "SDPA"
     stateful: dict[str, Any] = {"seq_axis": seq_axis, "lora": lora, "paged_rules": paged,
-                                "assisted": bool(opts.prompt_lookup)}
+                                "assisted": bool(opts.prompt_lookup), "linear_states": has_linear_states(model)}
     if is_npu:
         npu = compile_npu(core, model, props, folder)
         return StatefulLLM(npu.compiled, tokenizer, config, is_npu=True, max_prompt_len=npu.max_prompt_len,
                            kv_capacity=npu.kv_capacity, **stateful)
     if opts.prompt_lookup:
+        if stateful["linear_states"]:  # rejected candidates are cut from the states
+            raise ConfigError(
+                "genai_shim's prompt lookup cuts rejected candidates from the model's states, which a "
+                "model with recurrent (linear-attention) states cannot do; drop prompt_lookup",
+                key="prompt_lookup",
+            )
         return PromptLookupLLM(core.compile_model(model, device, props), tokenizer, config, **stateful)
     if paged and folder is not None:
         pa_props = props if adapters is None else {**props, "adapters": adapters}

@@ -520,19 +520,11 @@ KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
     ("test_llm_pipeline_static.py", r"test_pipeline_from_blob", r"WEIGHTS_PATH was given",
      "EXPORT_BLOB without CACHE_MODE: the real's import takes WEIGHTS_PATH (weightless blob by default); "
      "ours writes the weights into the blob and refuses WEIGHTS_PATH"),
-    ("test_continuous_batching.py", r"test_continuous_batching_add_request", r"prompt_lookup is not implemented",
-     "ContinuousBatchingPipeline refuses prompt_lookup=True (the real supports it)"),
-    ("test_continuous_batching.py", r"test_continuous_batching_add_request", r"speculative sampling",
-     "speculative decoding with do_sample refused in ContinuousBatchingPipeline (the real runs it)"),
     ("test_continuous_batching.py", r"test_post_oom_health", r"KVCacheFullError",
      "KV cache exhausted (10 blocks, max_new_tokens 1e6): ours raises, the real finishes the requests "
      "with what they generated"),
     ("test_continuous_batching.py", r"test_speculative_decoding_extended_perf_metrics", r"num_assistant_tokens",
      "num_assistant_tokens without a draft model: ours raises, the real ignores it"),
-    ("test_llm_pipeline.py", r"test_linear_attention_chat_matches_last_answer_after_cache_reset", r"",
-     "LFM2 (short-conv state): ChatHistory shortened by the last answer, then generate again: ours "
-     "answers differently, the real repeats the popped answer (so, likely, the recurrent state is "
-     "not rebuilt when the history stops extending the cached one)"),
     ("test_llm_pipeline.py", r"test_perf_metrics_with_structured_output", r"",
      "PerfMetrics.get_grammar_compiler_init_times() returns {} (the real: {'xgrammar': > 0})"),
     ("test_llm_pipeline.py", r"test_chat_scenario", r"HF reference",

@@ -1,12 +1,13 @@
 """ContinuousBatchingPipeline's implementations, chosen once at construction as the real's
-ContinuousBatchingPipeline does: SpeculativeDecodingImpl with a ``draft_model``
-(genai_shim/speculative/cb_api.py), else ContinuousBatchingImpl (genai_shim/paged/engine.py);
-PromptLookupImpl is not implemented here (LLMPipeline runs prompt lookup)."""
+ContinuousBatchingPipeline does: PromptLookupImpl with ``prompt_lookup=True``
+(continuous_batching/prompt_lookup.py), SpeculativeDecodingImpl with a ``draft_model``
+(genai_shim/speculative/cb_api.py), else ContinuousBatchingImpl (genai_shim/paged/engine.py)."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+from genai_shim.continuous_batching.prompt_lookup import PromptLookupImpl
 from genai_shim.generation_config import GenerationConfig
 from genai_shim.lora_controller import resolve_adapters
 from genai_shim.model_folder import model_folder
@@ -64,18 +65,24 @@ def _check_scheduler_config(scheduler_config: Any) -> None:
 def make_impl(
     core_factory: Any, models_path: Any, tokenizer: Tokenizer | None, scheduler_config: Any, device: Any,
     props: dict[str, Any],
-) -> PagedEngine | SpeculativeDecodingImpl:
+) -> PagedEngine | SpeculativeDecodingImpl | PromptLookupImpl:
     """Check the pipeline's arguments (in the real's order) and build its implementation."""
     _check_scheduler_config(scheduler_config)
     folder = model_folder(models_path)
     props.pop("ATTENTION_BACKEND", None)  # this pipeline is the paged backend whatever it says
     props.pop("scheduler_config", None)
     draft = props.pop("draft_model", None)  # speculative decoding (speculative/cb_api.py)
-    for k in ("STATIC_PIPELINE", "prompt_lookup"):
-        if props.get(k):  # never dropped silently: the real runs these, genai_shim does not here
-            raise ConfigError(
-                f"{k} is not implemented by genai_shim's ContinuousBatchingPipeline; use LLMPipeline", key=k)
-        props.pop(k, None)
+    prompt_lookup = props.pop("prompt_lookup", False)  # continuous_batching/prompt_lookup.py
+    if not isinstance(prompt_lookup, bool):
+        raise ConfigError(f"prompt_lookup must be a bool, got {type(prompt_lookup).__name__}", key="prompt_lookup")
+    if prompt_lookup and draft is not None:  # the real's text
+        raise ConfigError("Speculative decoding and prompt lookup decoding are mutually exclusive",
+                          key="prompt_lookup")
+    if props.get("STATIC_PIPELINE"):  # never dropped silently: the real runs it, genai_shim not here
+        raise ConfigError(
+            "STATIC_PIPELINE is not implemented by genai_shim's ContinuousBatchingPipeline; use LLMPipeline",
+            key="STATIC_PIPELINE")
+    props.pop("STATIC_PIPELINE", None)
     adapters = resolve_adapters(props.pop("adapters", None))  # LoRA (genai_shim/lora_controller.py)
     if getattr(scheduler_config, "use_cache_eviction", False) or getattr(
         scheduler_config, "use_sparse_attention", False
@@ -98,6 +105,8 @@ def make_impl(
     if config.eos_token_id == -1 and tokenizer.get_eos_token_id() != -1:
         config.set_eos_token_id(tokenizer.get_eos_token_id())
     core = core_factory()
+    if prompt_lookup:
+        return PromptLookupImpl(core, folder, device, props, tokenizer, config, scheduler_config, adapters)
     if draft is not None:
         return SpeculativeDecodingImpl(core, folder, device, props, draft, tokenizer, config, scheduler_config,
                                        adapters)

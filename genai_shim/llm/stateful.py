@@ -19,7 +19,27 @@ from genai_shim.streamers import StreamingStatus
 from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import PromptTooLongError, UserInputError
 
-__all__ = ["StatefulLLM"]
+__all__ = ["StatefulLLM", "has_linear_states"]
+
+
+def has_linear_states(model: Any) -> bool:
+    """Whether the stateful model keeps recurrent (linear-attention) states beside its KV cache:
+    a ReadValue of rank 3 with one dynamic axis (a convolution state, LFM2) or of rank 4 with one
+    dynamic and no zero-length axis (an SSM state), the real's get_cache_types rule.  Such a
+    state cannot drop positions, so a conversation that does not extend the cached one starts
+    over."""
+    for op in model.get_ops():
+        if op.get_type_name() != "ReadValue" or op.get_input_size() < 1:
+            continue  # (a LoRA variable has no input)
+        shape = op.get_input_partial_shape(0)
+        if shape.rank.is_dynamic:
+            continue
+        dims = list(shape)
+        dynamic = sum(1 for d in dims if d.is_dynamic)
+        zero = sum(1 for d in dims if d.is_static and d.get_length() == 0)
+        if (len(dims) == 3 and dynamic == 1) or (len(dims) == 4 and dynamic == 1 and zero == 0):
+            return True
+    return False
 
 
 class StatefulLLM(LLMPipelineImplBase):
@@ -38,8 +58,10 @@ class StatefulLLM(LLMPipelineImplBase):
         kv_capacity: int = SIZE_MAX,
         paged_rules: bool = False,
         assisted: bool = False,
+        linear_states: bool = False,
     ) -> None:
         super().__init__(tokenizer, config, paged_rules=paged_rules, assisted=assisted, lora=lora is not None)
+        self.linear_states = linear_states  # see has_linear_states
         self.compiled = compiled
         self.request = compiled.create_infer_request()
         names = {n for p in compiled.inputs for n in p.get_names()}
@@ -67,7 +89,11 @@ class StatefulLLM(LLMPipelineImplBase):
         self._kv_tokens = []
 
     def trim_kv(self, keep: int) -> None:
-        """Keep the first ``keep`` positions of every KV state (CPU chat reuse)."""
+        """Keep the first ``keep`` positions of every KV state (CPU chat reuse); a model with
+        recurrent states is reset instead (the real's needs_reset): its next call prefills all."""
+        if self.linear_states:
+            self.reset_kv()
+            return
         self.requests().cut(self.request, keep)
         self._kv_tokens = self._kv_tokens[:keep]
 
@@ -92,7 +118,7 @@ class StatefulLLM(LLMPipelineImplBase):
             self.reset_kv()
         elif common < len(self._kv_tokens):
             self.trim_kv(common)
-        return common
+        return min(common, len(self._kv_tokens))  # 0 when trim_kv reset a recurrent state
 
     # -- checks --------------------------------------------------------------------------------
     def check_request(self, ids: np.ndarray, mask: np.ndarray, config: GenerationConfig, keep_kv: bool) -> bool:

@@ -88,14 +88,24 @@ class GenerationHandle:
     def get_status(self) -> GenerationStatus:
         return self._s.status
 
+    def _settled(self) -> int:
+        """Generated tokens a handle may read: while the request runs, not the last ones a stop
+        string may still take back (the real's stream window)."""
+        s = self._s
+        n = len(s.req.generated)
+        if s.status == GenerationStatus.RUNNING and s.window:
+            n = max(n - s.window, min(s.read_pos, n))
+        return n
+
     def can_read(self) -> bool:
-        return len(self._s.req.generated) > self._s.read_pos
+        return self._settled() > self._s.read_pos
 
     def _output(self, start: int) -> GenerationOutput:
         s = self._s
+        end = self._settled()
         out = GenerationOutput()
-        out.generated_ids = list(s.req.generated[start:])
-        out.generated_log_probs = list(s.logps[start:])
+        out.generated_ids = list(s.req.generated[start:end])
+        out.generated_log_probs = list(s.logps[start:end])
         out.score = float(sum(s.logps))
         out.finish_reason = s.finish
         return out
@@ -105,15 +115,21 @@ class GenerationHandle:
         s = self._s
         if s.members is None and s.beams is None:
             out = self._output(s.read_pos)
-            s.read_pos = len(s.req.generated)
+            s.read_pos = self._settled()
             return {0: out}
         return dict(enumerate(self.read_all()))
 
     def read_all(self) -> list[GenerationOutput]:
+        """What ``read`` has not returned yet ([] when everything was read, as the real's
+        read_all gathers the outputs still in the stream); several sequences: all of them."""
         s = self._s
-        s.read_pos = len(s.req.generated)
         if s.members is None and s.beams is None:
-            return [self._output(0)]
+            if s.read_pos >= self._settled() and s.read_pos > 0:
+                return []
+            out = self._output(s.read_pos)
+            s.read_pos = self._settled()
+            return [out]
+        s.read_pos = len(s.req.generated)
         outs = []
         for tokens, logps, score, finish in s.outputs():
             out = GenerationOutput()

@@ -34,7 +34,8 @@ __all__ = ["SpeculativeDecodingImpl", "SpeculativeHandle"]
 class SpeculativeHandle:
     """``GenerationHandle`` of a request added to a speculative ContinuousBatchingPipeline."""
 
-    def __init__(self, spec: CBSpeculativeDecoder, request: SpecRequest) -> None:
+    def __init__(self, spec: Any, request: SpecRequest) -> None:
+        # spec: a CBSpeculativeDecoder or prompt lookup's pipeline (main, stopped, session_metrics)
         self._spec = spec
         self._r = request
         self._read = 0
@@ -45,16 +46,32 @@ class SpeculativeHandle:
             return self._status
         if self._r in self._spec.main.requests:
             return GenerationStatus.RUNNING
-        return GenerationStatus.FINISHED
+        return GenerationStatus.IGNORED if self._r.ignored else GenerationStatus.FINISHED
+
+    @property
+    def request(self) -> SpecRequest:
+        """The request this handle reads (its main-model side)."""
+        return self._r
+
+    def _settled(self) -> int:
+        """Tokens a handle may read: not the candidates still to be checked (prompt lookup
+        keeps them between steps) and, until the request finishes, not the last tokens a stop
+        string may still take back (the real's stream window)."""
+        r = self._r
+        end = len(r.tokens) - r.validate
+        if r.finish is None and r.stops is not None:
+            end = max(end - r.stops[0], min(self._read, end))
+        return end
 
     def can_read(self) -> bool:
-        return len(self._r.tokens) > self._read
+        return self._settled() > self._read
 
     def _output(self, start: int) -> Any:
+        end = self._settled()
         out = GenerationOutput()
-        out.generated_ids = list(self._r.tokens[start:])
-        out.generated_log_probs = list(self._r.logps[start:])
-        out.score = float(sum(self._r.logps))
+        out.generated_ids = list(self._r.tokens[start:end])
+        out.generated_log_probs = list(self._r.logps[start:end])
+        out.score = self._r.score
         out.finish_reason = self._r.finish if self._r.finish is not None else GenerationFinishReason.NONE
         return out
 
@@ -65,12 +82,18 @@ class SpeculativeHandle:
     def read(self) -> dict[int, Any]:
         self._check_usable()
         out = self._output(self._read)
-        self._read = len(self._r.tokens)
+        self._read = self._settled()
         return {0: out}
 
     def read_all(self) -> list[Any]:
+        """What ``read`` has not returned yet, as one output ([] when everything was read: the
+        real's read_all gathers the outputs still in the stream)."""
         self._check_usable()
-        return [self._output(0)]
+        if self._read >= self._settled() and self._read > 0:
+            return []
+        out = self._output(self._read)
+        self._read = self._settled()
+        return [out]
 
     def _end(self, status_name: str) -> None:
         if self._r in self._spec.main.requests and self._status is None:
@@ -144,6 +167,14 @@ class SpeculativeDecodingImpl:
         """The request joins both models (the draft's paused until the main model's first
         token); ``step`` advances all of them."""
         spec = self._spec
+        if isinstance(generation_config, GenerationConfig) and not generation_config.is_assisting_generation():
+            # generate() completes the config (5 candidates); add_request does not: the real's
+            # step() then fails with this text
+            raise ConfigError(
+                "Speculative decoding should have initialized options `assistant_confidence_threshold` "
+                "xor `num_assistant_tokens` in `GenerationConfig`.",
+                key="num_assistant_tokens",
+            )
         config = self._resolve(generation_config)
         if isinstance(prompt, str):
             ids = np.asarray(spec.tokenizer.encode(prompt).input_ids.data).reshape(-1)
@@ -219,10 +250,10 @@ class SpeculativeDecodingImpl:
                 t_d = time.perf_counter()
                 r.m_generation_ids = [tok.decode(s.tokens)]
                 perf.raw_metrics.detokenization_durations.append((time.perf_counter() - t_d) * 1e6)
-            r.m_scores = [float(sum(s.logps))]
+            r.m_scores = [float(s.score if s.score is not None else sum(s.logps))]
             finish = s.finish if s.finish is not None else GenerationFinishReason.NONE
             r.m_finish_reasons = [finish]
-            r.m_status = GenerationStatus.FINISHED
+            r.m_status = GenerationStatus.IGNORED if s.out_of_memory else GenerationStatus.FINISHED
             results.append(r)
         perf.raw_metrics.generate_durations = [(time.perf_counter() - start) * 1e6]
         perf.evaluate_statistics(start)

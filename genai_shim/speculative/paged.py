@@ -91,6 +91,23 @@ class SpecRequest:
     paused: bool = False
     finish: GenerationFinishReason | None = None
     stops: tuple[int, list[str], Any] | None = None  # (window, stop strings, tokenizer)
+    #: the request's own random stream (the real's per-request engine seeded with rng_seed)
+    sampler: Sampler = field(default_factory=Sampler)
+    #: the real's cumulative log-probability: what tokens had when appended, less what removed
+    #: ones had when removed (a candidate's log-probability rewritten by its check stays out)
+    score: float = 0.0
+    #: ended because the fixed KV cache could hold nothing more (status IGNORED)
+    ignored: bool = False
+
+    def append(self, tokens: list[int], logps: list[float]) -> None:
+        self.tokens.extend(tokens)
+        self.logps.extend(logps)
+        self.score += float(sum(logps))
+
+    def truncate(self, keep: int) -> None:
+        """Keep the first ``keep`` generated tokens."""
+        self.score -= float(sum(self.logps[keep:]))
+        del self.tokens[keep:], self.logps[keep:]
 
     def can_generate(self) -> bool:
         return self.max_content + self.validate >= len(self.prompt) and not self.paused
@@ -104,11 +121,71 @@ class SpecRequest:
         return p - len(self.prompt) + 1 if p >= len(self.prompt) else 0
 
 
-class _Side:
-    """One paged pipeline of the pair: its model, blocks, requests and raw counters."""
+def _ratio_test(r: SpecRequest, off: int, logp: float) -> bool:
+    """The real's speculative-sampling check of the candidate ``off`` tokens from the end: the
+    draft's probability of it over the main model's probability of the token the main model
+    drew, against a uniform draw of 0, 0.01, ..., 1 from the request's stream."""
+    p = math.exp(r.logps[len(r.logps) - off])
+    q = math.exp(logp)
+    u = int(r.sampler.rng.integers(0, 101)) / 100.0
+    return u <= (p / q if q > 0 else math.inf)
+
+
+def _check_candidate(r: SpecRequest, off: int, token: int, logp: float, ratio_test: bool) -> str:
+    """The check of the candidate ``off`` tokens from the end against the main model's draw
+    ``token``: "accepted" (its log-probability becomes the main model's), "rejected" (it and
+    what follows are dropped) or, under speculative sampling, "redraw" (the next position's
+    draw replaces it)."""
+    at = len(r.tokens) - off
+    if ratio_test and len(r.tokens) != r.validate:
+        accepted = _ratio_test(r, off, logp)
+    else:  # by id (the main model's first tokens are its own, as the real)
+        accepted = r.tokens[at] == token
+    if accepted:
+        r.logps[at] = logp
+        return "accepted"
+    if ratio_test:
+        return "redraw"
+    r.truncate(at)
+    return "rejected"
+
+
+def _resampled_logp(r: SpecRequest, drop: int, logp: float) -> float:
+    """Drop the last ``drop`` tokens (the failed candidate first) and return the replacing
+    token's log-probability as the real rescales it (``get_p_prime``: the difference of the two
+    probabilities over the log of the kept tokens' summed probabilities; kept as the real
+    computes it, a division by a log of 1 included)."""
+    q = math.exp(r.logps[len(r.logps) - drop])
+    r.truncate(len(r.tokens) - drop)
+    total = sum(math.exp(lp) for lp in r.logps)
+    if total == 0.0:
+        return logp
+    diff = max(0.0, math.exp(logp) - q)
+    denom = math.log(total)
+    if denom == 0.0:
+        p_prime = math.inf if diff > 0 else math.nan
+    else:
+        p_prime = diff / denom
+    if p_prime > 0:  # (nan compares False)
+        prob = math.exp(logp) / p_prime
+        return math.log(prob) if prob > 0 else -math.inf
+    return logp
+
+
+class PagedSide:
+    """One paged pipeline of the pair (or prompt lookup's only one): its model, blocks,
+    requests and raw counters.
+
+    ``validation``: the side checks candidates (the main model), else it proposes them.
+    ``split_prompts``: prompt chunks are cut to the token budget (dynamic split-fuse), as prompt
+    lookup's pipeline does; the speculative pair refuses instead (see :meth:`step`).
+    ``candidate_probabilities``: candidates carry the proposer's log-probabilities (a draft
+    model's), so sampling validates them by the real's probability-ratio test; prompt lookup's
+    copied candidates are checked by id."""
 
     def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any],
-                 validation: bool, max_batched_tokens: int, scheduler_config: Any) -> None:
+                 validation: bool, max_batched_tokens: int, scheduler_config: Any,
+                 split_prompts: bool = False, candidate_probabilities: bool = True) -> None:
         self.model = PagedModel(core, core.read_model(folder / MODEL_XML), device, props)
         # a fixed cache (num_kv_blocks, or cache_size in GB) or one that doubles on demand
         blocks = int(getattr(scheduler_config, "num_kv_blocks", 0) or 0)
@@ -119,57 +196,100 @@ class _Side:
         self.model.allocate(blocks or _FIRST_BLOCKS)
         self.blocks = BlockManager(self.model.num_blocks, self.model.block_size)
         self.validation = validation
+        self.split_prompts = split_prompts
+        self.candidate_probabilities = candidate_probabilities
         self.budget = max_batched_tokens
         self.requests: list[SpecRequest] = []
         self.last_batch = 0  # the real's m_batch_size: kept when a step schedules nothing
         self.last_infer_us = 0.0
         self.raw = RawPerfMetrics()
-        self.sampler = Sampler()
 
     # -- cache -----------------------------------------------------------------------------
-    def _ensure(self, r: SpecRequest, tokens: int) -> None:
+    def _ensure(self, r: SpecRequest, tokens: int) -> bool:
+        """Room for ``tokens`` of ``r`` (a cache sized on demand grows); False when a fixed
+        cache has too few free blocks."""
         while (need := self.blocks.required_blocks(r.seq_id, tokens)) > self.blocks.num_free_blocks:
-            if self.fixed:  # the real would preempt; genai_shim's speculative pipeline does not
-                raise KVCacheFullError(
-                    f"speculative decoding: request {r.rid} needs {need} more KV blocks of "
-                    f"{self.blocks.num_blocks}; raise SchedulerConfig.num_kv_blocks / cache_size "
-                    "or leave both 0 (a cache that grows on demand)"
-                )
+            if self.fixed:
+                return False
             n = max(self.model.num_blocks * 2, self.model.num_blocks + need)
             self.model.allocate(n)
             self.blocks.grow(n)
+        return True
+
+    def _fit(self, r: SpecRequest, n: int, prompt_chunk: bool) -> int:
+        """Tokens of ``r`` this step can hold in the cache, their blocks allocated: all ``n``, or
+        a prompt chunk cut to the free blocks, or 0 (not scheduled: the request waits, as the
+        real's does when it cannot append slots; genai_shim does not preempt another for it)."""
+        if not self._ensure(r, r.processed + n):
+            if not prompt_chunk:
+                return 0
+            bs = self.blocks.block_size
+            have = len(self.blocks.tables.get(r.seq_id, ())) + self.blocks.num_free_blocks
+            n = min(n, have * bs - r.processed)
+            if n <= 0:
+                return 0
+        self.blocks.allocate(r.seq_id, r.processed + n)
+        return n
+
+    def _out_of_memory(self) -> None:
+        """Nothing could be scheduled in a fixed cache: every request ends IGNORED with what it
+        generated, its blocks freed (the real's set_out_of_memory)."""
+        for r in self.requests:
+            r.ignored = True
+            self.release(r)
+        self.requests = []
 
     def release(self, r: SpecRequest) -> None:
         self.blocks.free(r.seq_id)
 
     # -- one model step (ContinuousBatchingImpl::step with the sampler) -----------------------
-    def step(self) -> None:
-        for r in self.requests:  # clean_empty_blocks: blocks past the processed tokens
-            self.blocks.trim(r.seq_id, r.processed)
+    def _schedule(self) -> tuple[list[tuple[SpecRequest, int]], bool]:
+        """This step's (request, tokens) chunks, their blocks allocated, and whether any
+        request wanted to run."""
         chunks: list[tuple[SpecRequest, int]] = []
         # dynamic split-fuse: generate phase first, then the prompts
+        left = self.budget
+        wanted = False
         for phase in (True, False):
             for r in self.requests:
                 if r.can_generate() == phase and not r.paused:
-                    chunks.append((r, r.available()))
+                    n = r.available()
+                    split = not phase and self.split_prompts
+                    if split:
+                        n = min(n, left)  # a prompt chunk; the rest goes in later steps
+                        if n <= 0:
+                            continue
+                    wanted = True
+                    n = self._fit(r, n, split)
+                    if n:
+                        chunks.append((r, n))
+                        left -= n
         total = sum(n for _, n in chunks)
         if total > self.budget:
             # The real would cut a chunk here and schedule the rest later; with a draft model that
-            # path gives other (and, measured on 2026.4.1, garbled) answers, which genai_shim does
-            # not reproduce: refuse instead of answering differently.
+            # path gives other (and, measured on 2026.4.1, garbled) answers, and cutting a chunk of
+            # candidates makes the real append the main model's token after unchecked ones:
+            # genai_shim refuses instead of answering differently.
+            what = "prompts or candidates with a draft model" if not self.split_prompts else "candidates"
             raise ConfigError(
-                f"speculative decoding would schedule {total} tokens in one step, more than "
+                f"decoding with candidates would schedule {total} tokens in one step, more than "
                 f"SchedulerConfig.max_num_batched_tokens ({self.budget}); genai_shim does not split "
-                "prompts or candidates with a draft model: raise max_num_batched_tokens",
+                f"{what}: raise max_num_batched_tokens (at least 1 + num_assistant_tokens per request)",
                 key="scheduler_config",
             )
+        return chunks, wanted
+
+    def step(self) -> None:
+        for r in self.requests:  # clean_empty_blocks: blocks past the processed tokens
+            self.blocks.trim(r.seq_id, r.processed)
+        chunks, wanted = self._schedule()
         if not chunks:
+            if wanted:
+                self._out_of_memory()
             return  # nothing scheduled: last_batch keeps its value (the real's stale counter)
         entries = []
         rows_wanted = []
         for r, n in chunks:
-            self._ensure(r, r.processed + n)
-            self.blocks.allocate(r.seq_id, r.processed + n)
             seq = r.prompt + r.tokens
             if r.processed + n > len(seq):
                 raise KVCacheFullError(f"request {r.rid}: scheduled past its tokens (internal error)")
@@ -204,13 +324,16 @@ class _Side:
             self.requests.remove(r)
 
     def _sample(self, r: SpecRequest, rows: np.ndarray) -> tuple[int, int]:
-        """The real's sample_from_sequence_group for greedy decoding: returns (tokens counted as
-        generated, most tokens removed)."""
+        """The real's sample_from_sequence_group for greedy and multinomial decoding: returns
+        (tokens counted as generated, most tokens removed)."""
         v = r.validate
         if v > len(rows) - 1:
             v = len(rows) - 1  # (the real's updated_validation_len case)
         count = removed = 0
         cfg = r.config
+        # speculative sampling: candidates with the draft's probabilities pass a ratio test
+        ratio_test = self.validation and cfg.do_sample and self.candidate_probabilities
+        passed = True
         # the processor's generated length (min_new_tokens) holds for the whole step
         length = r.processor.num_generated
         for i in range(v + 1):
@@ -220,35 +343,45 @@ class _Side:
             off = v - i
             verified = len(r.tokens) - off
             if r.max_new - verified == 0:
-                del r.tokens[len(r.tokens) - off :], r.logps[len(r.logps) - off :]
+                r.truncate(len(r.tokens) - off)
                 removed = max(removed, off)
                 break
             if not self.validation and off > 0:
                 continue  # the draft only feeds the main model's tokens
-            token, logp = self.sampler.sample(r.processor, rows[len(rows) - 1 - off])
+            token, logp = r.sampler.sample(r.processor, rows[len(rows) - 1 - off])
             extend = off == 0
-            if self.validation and not extend:
-                if r.tokens[len(r.tokens) - off] != token:  # rejected: drop it and what follows
-                    del r.tokens[len(r.tokens) - off :], r.logps[len(r.logps) - off :]
+            if not passed:
+                # the previous candidate failed the ratio test: it and what follows go, and the
+                # token drawn here replaces it (the real's resampling, get_p_prime)
+                logp = _resampled_logp(r, off + 1, logp)
+                removed = max(removed, off + 1)
+                extend = True
+            elif self.validation and not extend:
+                verdict = _check_candidate(r, off, token, logp, ratio_test)
+                if verdict == "redraw":
+                    passed = False  # resampled from the next position's logits
+                    continue
+                if verdict == "rejected":
                     removed = max(removed, off)
                     extend = True
                 else:
-                    r.logps[verified] = logp  # the main model's log-probability
+                    token = r.tokens[verified]
             r.processor.register(token)
             r.processor.num_generated = length
             if extend:
-                r.tokens.append(token)
-                r.logps.append(logp)
+                r.append([token], [logp])
             threshold = cfg.assistant_confidence_threshold
             if not self.validation and threshold > 0 and (math.exp(logp) < threshold or logp == 0):
                 r.paused = True
-            if extend and off > 0:
-                break  # a candidate failed: the main model's token ends the step
+            if not passed or (extend and off > 0):
+                # a candidate failed: the main model's (or the redrawn) token ends the step,
+                # with no stop check here, as the real
+                break
             if token in cfg.stop_token_ids and not cfg.ignore_eos:
-                trailing = off - 1 if off > 0 else 0
-                if trailing:
-                    del r.tokens[len(r.tokens) - trailing :], r.logps[len(r.logps) - trailing :]
-                    removed = max(removed, trailing)
+                # an accepted stop token: the candidates after it go
+                trailing = max(off - 1, 0)
+                r.truncate(len(r.tokens) - trailing)
+                removed = max(removed, trailing)
                 r.finish = GenerationFinishReason.STOP
         r.processor.num_generated = len(r.tokens)  # align_all_sequence_len
         if r.finish is None and r.tokens:
@@ -273,7 +406,7 @@ class _Side:
                                          cfg.include_stop_str_in_output)
                 if drop is not None:
                     cut = end - drop
-                    del r.tokens[cut:], r.logps[cut:]
+                    r.truncate(cut)
                     r.finish = GenerationFinishReason.STOP
                     return
 
@@ -298,10 +431,9 @@ class _Side:
         for t in r.tokens[prefix:]:
             if not self.validation:
                 r.processor.generated[t] -= 1  # decrease_generated_token_occurance
-        del r.tokens[prefix:], r.logps[prefix:]
+        r.truncate(prefix)
         inserted = len(tokens) - prefix
-        r.tokens.extend(tokens[prefix:])
-        r.logps.extend(logps[prefix:])
+        r.append(tokens[prefix:], logps[prefix:])
         if not self.validation:
             length = r.processor.num_generated
             for t in tokens[prefix:]:
@@ -382,8 +514,8 @@ class CBSpeculativeDecoder:
         self.tokenizer = tokenizer
         # a draft without device / properties takes the main model's (the real's rule)
         draft_props = dict(draft.properties) if draft.properties else dict(main_props)
-        self.main = _Side(core, main_folder, main_device, main_props, True, budget, scheduler_config)
-        self.draft = _Side(core, draft.models_path, draft.device or main_device, draft_props, False, budget,
+        self.main = PagedSide(core, main_folder, main_device, main_props, True, budget, scheduler_config)
+        self.draft = PagedSide(core, draft.models_path, draft.device or main_device, draft_props, False, budget,
                            scheduler_config)
         self.cancelled = False
         self._next_seq = 0
@@ -394,13 +526,6 @@ class CBSpeculativeDecoder:
         if config.assistant_confidence_threshold == 0 and config.num_assistant_tokens == 0:
             config.num_assistant_tokens = DEFAULT_NUM_ASSISTANT_TOKENS
         config.validate()
-        if config.do_sample:
-            raise ConfigError(
-                "genai_shim's continuous-batching speculative decoding validates greedily; the "
-                "real's speculative sampling (do_sample) draws from its own random stream, which "
-                "genai_shim does not reproduce. Remove do_sample or drop draft_model.",
-                key="do_sample",
-            )
         if config.is_beam_search() or config.num_return_sequences != 1:
             raise UserInputError("Beam search and parallel sampling are not compatible with assistant generation")
 
@@ -408,7 +533,8 @@ class CBSpeculativeDecoder:
         seq = self._next_seq
         self._next_seq += 2
         max_new = config.get_max_new_tokens(len(prompt))
-        main = SpecRequest(rid, seq, prompt, config, max_new, LogitProcessor(config, prompt))
+        main = SpecRequest(rid, seq, prompt, config, max_new, LogitProcessor(config, prompt),
+                           sampler=Sampler(config.rng_seed))
         window, strings = stop_window(self.tokenizer, config)
         if strings:
             main.stops = (window, strings, self.tokenizer)
@@ -416,7 +542,8 @@ class CBSpeculativeDecoder:
         dcfg = config.copy()
         dcfg.ignore_eos = True
         dcfg.stop_strings = set()
-        draft = SpecRequest(rid, seq + 1, prompt, dcfg, max_new, LogitProcessor(dcfg, prompt), paused=True)
+        draft = SpecRequest(rid, seq + 1, prompt, dcfg, max_new, LogitProcessor(dcfg, prompt), paused=True,
+                            sampler=Sampler(config.rng_seed))
         self.main.requests.append(main)
         self.draft.requests.append(draft)
 
@@ -522,6 +649,8 @@ class CBSpeculativeDecoder:
         for s, m, c in zip(seqs, mains, configs, strict=True):
             s.tokens = list(m.prompt) + m.tokens if c.echo else list(m.tokens)
             s.logps = ([0.0] * len(m.prompt) if c.echo else []) + m.logps
+            s.score = m.score
+            s.out_of_memory = m.ignored
             s.finish = m.finish
         perf.num_input_tokens = len(prompts[0])
         sizes = perf.raw_metrics.m_batch_sizes

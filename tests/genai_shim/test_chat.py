@@ -210,3 +210,71 @@ def test_enums_print_as_the_real(real_genai):
         for name, member in real.__members__.items():
             mine = getattr(ours, name)
             assert (str(mine), f"{mine}", repr(mine)) == (str(member), f"{member}", repr(member))
+
+
+def _with_recurrent_state(src, dst):
+    """``src``'s model plus a state that cannot drop positions, as LFM2's convolution state: a
+    [batch, 1, vocab] ReadValue (rank 3, one dynamic axis) summing the one-hot ids fed so far,
+    added to the logits, so the answer depends on every token the state has seen."""
+    import numpy as np
+    import openvino as ov
+    import openvino.opset13 as ops
+    from openvino.op.util import Variable, VariableInfo
+
+    for f in src.iterdir():
+        if f.is_file() and not f.name.startswith("openvino_model."):
+            (dst / f.name).symlink_to(f.resolve())
+    model = ov.Core().read_model(src / "openvino_model.xml")
+    ids = model.input("input_ids")
+    result = model.outputs[0].get_node()  # the logits Result
+    logits = result.input_value(0)
+    vocab = logits.get_partial_shape()[2].get_length()
+    info = VariableInfo()
+    info.variable_id, info.data_type = "conv_state", ov.Type.f32
+    info.data_shape = ov.PartialShape([-1, 1, vocab])
+    var = Variable(info)
+    batch = ops.gather(ops.shape_of(ids), ops.constant(np.array([0], np.int64)), ops.constant(np.int64(0)))
+    init = ops.broadcast(ops.constant(np.float32(0.0)),
+                         ops.concat([batch, ops.constant(np.array([1, vocab], np.int64))], 0))
+    past = ov.op.read_value(init, var)
+    seen = ops.reduce_sum(ops.one_hot(ids, np.int64(vocab), np.float32(1.0), np.float32(0.0), -1),
+                          ops.constant(np.array([1], np.int64)), keep_dims=True)
+    state = ops.add(past, ops.multiply(seen, ops.constant(np.float32(3.0))))
+    model.add_sinks([ov.op.assign(state, var)])
+    result.input(0).replace_source_output(ops.add(logits, state).output(0))
+    ov.save_model(model, dst / "openvino_model.xml", compress_to_fp16=False)
+    return dst
+
+
+def test_recurrent_state_chat_restarts_when_history_is_cut(chat_dir, real_genai, tmp_path):
+    """A model with a recurrent state (LFM2-like): a ChatHistory shortened by its last answer
+    does not extend the cached conversation, and such a state cannot be trimmed, so the real
+    prefills the whole history again and repeats the popped answer; ours too."""
+    from genai_shim.llm.stateful import has_linear_states
+
+    folder = _with_recurrent_state(chat_dir, tmp_path)
+    import openvino as ov
+
+    assert has_linear_states(ov.Core().read_model(folder / "openvino_model.xml"))
+    assert not has_linear_states(ov.Core().read_model(chat_dir / "openvino_model.xml"))
+    out = {}
+    for name, mod in (("ours", genai_shim), ("real", real_genai)):
+        pipe = mod.LLMPipeline(str(folder), "CPU", ATTENTION_BACKEND="SDPA", **F32)
+        history = mod.ChatHistory()
+        texts = []
+        for q in QUESTIONS[:2]:
+            history.append({"role": "user", "content": q})
+            texts.append(pipe.generate(history, max_new_tokens=20).texts[0])
+            history.append({"role": "assistant", "content": texts[-1]})
+        history.pop()
+        texts.append(pipe.generate(history, max_new_tokens=20).texts[0])
+        out[name] = texts
+    assert out["ours"] == out["real"]
+    assert out["ours"][2] == out["ours"][1]
+
+
+def test_prompt_lookup_refuses_recurrent_states(chat_dir, tmp_path):
+    """Prompt lookup cuts rejected candidates from the states: not with a recurrent one."""
+    folder = _with_recurrent_state(chat_dir, tmp_path)
+    with pytest.raises(ConfigError, match="recurrent"):
+        genai_shim.LLMPipeline(str(folder), "CPU", prompt_lookup=True, **F32)

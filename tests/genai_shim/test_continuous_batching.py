@@ -179,6 +179,27 @@ def test_handles_read_incrementally(ours: Any, real_results: list[Any]) -> None:
     assert m.kv_cache_size_in_bytes > 0 and 0 < m.max_cache_usage <= 100
 
 
+def test_handle_reads_like_real_stream(stories_dir: Path, real_genai: Any) -> None:
+    """What a handle can read after each step: with stop strings the last tokens a stop string
+    may still take back are held until the request finishes; read_all returns only what read()
+    has not (the real's stream)."""
+    logs = {}
+    for name, mod in (("ours", genai_shim), ("real", real_genai)):
+        pipe = mod.ContinuousBatchingPipeline(str(stories_dir), mod.SchedulerConfig(), "CPU", F32)
+        configs = [mod.GenerationConfig(max_new_tokens=8, stop_strings={"park"}),
+                   mod.GenerationConfig(max_new_tokens=6)]
+        handles = [pipe.add_request(i, p, c) for i, (p, c) in enumerate(zip(PROMPTS, configs, strict=False))]
+        log: list[Any] = []
+        while pipe.has_non_finished_requests():
+            pipe.step()
+            log.append([[list(o.generated_ids) for o in h.read().values()] if h.can_read() else None
+                        for h in handles[:1]])
+        log.append([[list(o.generated_ids) for o in h.read_all()] for h in handles])
+        logs[name] = log
+    assert logs["ours"] == logs["real"]
+    assert logs["ours"][0] == [None]  # held back by the stop-string window
+
+
 def test_optimum_export_ids(real_genai: Any) -> None:
     d = OPTIMUM / "llama-fp32"
     ids = np.arange(3, 40, dtype=np.int64).reshape(1, -1)
@@ -346,6 +367,9 @@ def test_generate_templates_prompts_like_the_real(real_genai: Any, tiny_model_di
 def test_nothing_is_accepted_and_dropped(stories_dir: Path) -> None:
     with pytest.raises(ConfigError, match="SchedulerConfig has no field 'num_kv_block'"):
         genai_shim.SchedulerConfig(num_kv_block=64)
-    with pytest.raises(ConfigError, match="prompt_lookup is not implemented"):
+    with pytest.raises(ConfigError, match="STATIC_PIPELINE is not implemented"):
         genai_shim.ContinuousBatchingPipeline(str(stories_dir), genai_shim.SchedulerConfig(), "CPU",
-                                              {**F32, "prompt_lookup": True})
+                                              {**F32, "STATIC_PIPELINE": True})
+    with pytest.raises(ConfigError, match="prompt_lookup must be a bool"):
+        genai_shim.ContinuousBatchingPipeline(str(stories_dir), genai_shim.SchedulerConfig(), "CPU",
+                                              {**F32, "prompt_lookup": "yes"})

@@ -93,14 +93,16 @@ def _both(pair: dict[str, Any], prompts: Any, **kw: Any) -> tuple[dict[str, Any]
          "include_stop_str_in_output": True},
         {"max_new_tokens": 30, "num_assistant_tokens": 3, "repetition_penalty": 1.5},
         {"max_new_tokens": 30, "num_assistant_tokens": 3, "logprobs": 2},
+        # speculative sampling with certain draws: the ratio test passes every candidate
+        {"max_new_tokens": 30, "num_assistant_tokens": 3, "do_sample": True, "top_k": 1},
     ],
     ids=["sample", "default", "n1", "max_new_2", "max_length", "threshold", "threshold_logprobs",
-         "stop_token", "stop_string", "stop_string_incl", "rep_penalty", "logprobs"],
+         "stop_token", "stop_string", "stop_string_incl", "rep_penalty", "logprobs", "do_sample_top_k_1"],
 )
 def test_texts_and_counters_equal_real(pair: dict[str, Any], kw: dict[str, Any]) -> None:
     ours, real = _both(pair, [PROMPTS[0]], **kw)
     assert ours == real
-    if pair["draft"] == "same_draft":
+    if pair["draft"] == "same_draft" or kw.get("do_sample"):
         assert ours["rejected"] == 0  # the main model as its own draft: every candidate passes
     elif ours["draft_tokens"]:
         assert ours["accepted"] < ours["draft_tokens"]
@@ -169,12 +171,49 @@ def test_sdpa_backend_refused_as_real(stories_dir: Path, real_genai: Any) -> Non
         _pipe(genai_shim, stories_dir, stories_dir, ATTENTION_BACKEND="SDPA")
 
 
-def test_sampling_refused(pair: dict[str, Any]) -> None:
-    """The real validates sampled candidates with its own random stream; ours says so."""
-    if pair["draft"] != "same_draft":
-        pytest.skip("one draft is enough")
-    with pytest.raises(ConfigError, match="do_sample"):
-        pair["ours"].generate(PROMPTS[0], max_new_tokens=5, do_sample=True)
+def _cb_pipe_run(pipe: Any, config: Any, prompts: list[str]) -> list[Any]:
+    handles = [pipe.add_request(i, p, config) for i, p in enumerate(prompts)]
+    while pipe.has_non_finished_requests():
+        pipe.step()
+    return [[(list(o.generated_ids), int(o.finish_reason)) for o in h.read_all()] for h in handles]
+
+
+@pytest.mark.parametrize("kw", [{"num_assistant_tokens": 3}, {"assistant_confidence_threshold": 0.9}],
+                         ids=["fixed", "threshold"])
+def test_sampling_with_top_k_1_equals_real(stories_dir: Path, real_genai: Any, tiny_draft: Path,
+                                           kw: dict[str, Any]) -> None:
+    """Speculative sampling (do_sample) with top_k=1: every draw is certain, so the ids can
+    equal the real's.  Both probabilities of the real's ratio test are then 1, so every draft
+    candidate passes, also where the main model would draw another token: the answer is not
+    the main model's greedy one."""
+    got = {}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        pipe = _cb_pipe(impl, stories_dir, tiny_draft)
+        got[name] = _cb_pipe_run(pipe, impl.GenerationConfig(do_sample=True, top_k=1, max_new_tokens=30, **kw),
+                                 PROMPTS[:2])
+    assert got["ours"] == got["real"]
+    plain = genai_shim.LLMPipeline(str(stories_dir), "CPU", **F32)
+    greedy = plain.generate(PROMPTS[0], max_new_tokens=30)
+    assert plain.get_tokenizer().decode(got["ours"][0][0][0]) != greedy
+
+
+def test_sampling_runs_like_real(stories_dir: Path, tiny_draft: Path, real_genai: Any) -> None:
+    """The upstream health check's config (temperature 0.7, threshold 0.9): both finish every
+    request by length or stop; ours repeats itself for one rng_seed (its stream is numpy's,
+    not the real's std::mt19937, so the texts differ from the real's) and rejects some
+    candidates by the ratio test."""
+    cfg = {"do_sample": True, "temperature": 0.7, "max_new_tokens": 20, "assistant_confidence_threshold": 0.9}
+    runs = {}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        runs[name] = _cb_pipe_run(_cb_pipe(impl, stories_dir, tiny_draft), impl.GenerationConfig(**cfg), PROMPTS)
+    for name, outs in runs.items():
+        assert all(f in (1, 2) for out in outs for _, f in out), name  # STOP or LENGTH
+    again = _cb_pipe_run(_cb_pipe(genai_shim, stories_dir, tiny_draft), genai_shim.GenerationConfig(**cfg), PROMPTS)
+    assert again == runs["ours"]
+    pipe = _pipe(genai_shim, stories_dir, tiny_draft)
+    res = pipe.generate([PROMPTS[0]], max_new_tokens=40, do_sample=True, top_k=5, num_assistant_tokens=3)
+    e = res.extended_perf_metrics
+    assert 0 < e.get_num_accepted_tokens() < e.get_num_draft_tokens()
 
 
 def _cb_pipe(impl: Any, main: Path, draft: Path, **sc_fields: Any) -> Any:
@@ -295,3 +334,40 @@ def test_chat_turns_equal_real(stories_dir: Path, real_genai: Any) -> None:
             pipe.finish_chat()
     assert got["ours"] == got["real"]
     assert got["ours"][1]["input"] > got["ours"][0]["input"]  # the history grows
+
+
+def test_full_cache_ends_requests_ignored_like_real(stories_dir: Path, real_genai: Any) -> None:
+    """A fixed cache of 2 blocks that the answer outgrows: the request ends IGNORED with what
+    it generated after as many steps as the real's.  The real's output then also holds the
+    draft's candidates of the step that never ran (unchecked tokens, a real bug): ours stops at
+    the checked ones.  Several requests in 3 blocks end IGNORED too, none raises."""
+    got = {}
+    for name, impl in (("ours", genai_shim), ("real", real_genai)):
+        pipe = _cb_pipe(impl, stories_dir, stories_dir, num_kv_blocks=2)
+        config = impl.GenerationConfig(max_new_tokens=100, ignore_eos=True, num_assistant_tokens=5)
+        h = pipe.add_request(0, PROMPTS[0], config)
+        steps = 0
+        while pipe.has_non_finished_requests():
+            pipe.step()
+            steps += 1
+        out = h.read_all()[0]
+        got[name] = (steps, str(h.get_status()).rsplit(".", 1)[-1], list(out.generated_ids), int(out.finish_reason))
+    (steps, status, ids, finish), real = got["ours"], got["real"]
+    assert (steps, status, finish) == (real[0], "IGNORED", real[3]) == (real[0], real[1], 0)
+    assert ids == real[2][: len(ids)] and 0 <= len(real[2]) - len(ids) <= 5
+    pipe = _cb_pipe(genai_shim, stories_dir, stories_dir, num_kv_blocks=3)
+    config = genai_shim.GenerationConfig(max_new_tokens=100, ignore_eos=True, num_assistant_tokens=5)
+    res = pipe.generate(PROMPTS, [config] * 3)
+    assert [r.m_status for r in res] == [genai_shim.GenerationStatus.IGNORED] * 3
+
+
+def test_add_request_without_candidates_fails_like_real(stories_dir: Path, real_genai: Any) -> None:
+    """generate() gives a config without num_assistant_tokens / a threshold 5 candidates;
+    add_request does not: the real's step() fails, ours add_request, with the real's text."""
+    config = {"max_new_tokens": 5}
+    with pytest.raises(ConfigError, match="should have initialized options"):
+        _cb_pipe(genai_shim, stories_dir, stories_dir).add_request(0, PROMPTS[0], genai_shim.GenerationConfig(**config))
+    pipe = _cb_pipe(real_genai, stories_dir, stories_dir)
+    pipe.add_request(0, PROMPTS[0], real_genai.GenerationConfig(**config))
+    with pytest.raises(RuntimeError, match="should have initialized options"):
+        pipe.step()
