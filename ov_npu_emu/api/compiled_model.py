@@ -9,7 +9,7 @@ import openvino as ov
 
 from ov_npu_emu.api.infer_request import InferRequest
 from ov_npu_emu.api.ports import Port, ResultDict
-from ov_npu_emu.api.properties import plain_properties
+from ov_npu_emu.api.properties import plain_properties, supported_properties
 from ov_npu_emu.errors import UserInputError
 from ov_npu_emu.runtime.device import DeviceCompiledModel, VariableState
 
@@ -82,7 +82,10 @@ class CompiledModel:
             return list(getattr(self._impl, "execution_devices", [self._device]))
         if name == "LOADED_FROM_CACHE":
             return bool(getattr(self._impl, "loaded_from_cache", False))
-        return self._impl.get_property(name)
+        value = self._impl.get_property(name)
+        if name == "SUPPORTED_PROPERTIES":  # a compiled model's properties read "RO", as openvino's
+            return supported_properties(value, value)
+        return value
 
     def set_property(self, properties: dict[str, Any]) -> None:
         self._impl.set_property(plain_properties(properties))

@@ -14,7 +14,7 @@ import pluggy
 
 from ov_npu_emu.api.compiled_model import CompiledModel
 from ov_npu_emu.api.hetero import compile_hetero, hetero_devices, query_hetero
-from ov_npu_emu.api.properties import plain_properties
+from ov_npu_emu.api.properties import plain_properties, supported_properties
 from ov_npu_emu.errors import (
     CompileError,
     ConfigError,
@@ -348,7 +348,11 @@ class Core:
     def get_property(self, *args: Any) -> Any:
         """``get_property(device_name, name)`` (or ``get_property(name)`` for core-level keys)."""
         if len(args) == 2:
-            return self.registry.get(self._device_name(args[0])).get_property(args[1])
+            device = self.registry.get(self._device_name(args[0]))
+            value = device.get_property(args[1])
+            if args[1] == "SUPPORTED_PROPERTIES":  # name -> "RO"/"RW", as openvino answers
+                return supported_properties(value, device.READ_ONLY_PROPERTIES)
+            return value
         if len(args) == 1:
             if args[0] in self._core_properties:
                 return self._core_properties[args[0]]

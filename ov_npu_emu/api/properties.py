@@ -12,14 +12,14 @@ cannot be serialised.  Values that are objects on purpose (``MODEL_PTR``'s model
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import openvino as ov
 
 from ov_npu_emu.errors import UserInputError
 
-__all__ = ["plain_key", "plain_properties", "plain_value"]
+__all__ = ["READ_ONLY_PROPERTIES", "plain_key", "plain_properties", "plain_value", "supported_properties"]
 
 
 def plain_key(key: Any) -> str:
@@ -58,3 +58,23 @@ def plain_properties(config: Mapping[str, Any] | None) -> dict[str, Any]:
     if not isinstance(config, Mapping):
         raise UserInputError(f"properties must be a dict, got {type(config).__name__}")
     return {plain_key(k): plain_value(v) for k, v in config.items()}
+
+
+#: OpenVINO's read-only device properties (metrics): SUPPORTED_PROPERTIES lists them as "RO"
+READ_ONLY_PROPERTIES = frozenset({
+    "SUPPORTED_PROPERTIES", "AVAILABLE_DEVICES", "FULL_DEVICE_NAME", "OPTIMIZATION_CAPABILITIES",
+    "RANGE_FOR_ASYNC_INFER_REQUESTS", "RANGE_FOR_STREAMS", "DEVICE_TYPE", "DEVICE_ARCHITECTURE",
+    "DEVICE_UUID", "DEVICE_LUID", "DEVICE_GOPS", "DEVICE_THERMAL", "DEVICE_PCI_INFO", "CACHING_PROPERTIES",
+    "EXECUTION_DEVICES", "LOADED_FROM_CACHE", "NETWORK_NAME", "MODEL_NAME", "OPTIMAL_NUMBER_OF_INFER_REQUESTS",
+    "OPTIMAL_BATCH_SIZE", "MAX_BATCH_SIZE", "COMPATIBILITY_CHECK", "NPU_DEVICE_ALLOC_MEM_SIZE",
+    "NPU_DEVICE_TOTAL_MEM_SIZE", "NPU_DRIVER_VERSION", "NPU_COMPILER_VERSION",
+})
+
+
+def supported_properties(listed: Iterable[str] | Mapping[str, str], read_only: Iterable[str] = ()) -> dict[str, str]:
+    """SUPPORTED_PROPERTIES as openvino's Python API answers it: name -> "RO" / "RW" (a device
+    may list bare names; those in ``read_only`` or :data:`READ_ONLY_PROPERTIES` read "RO")."""
+    if isinstance(listed, Mapping):
+        return {str(k): str(v) for k, v in listed.items()}
+    ro = READ_ONLY_PROPERTIES | frozenset(read_only)
+    return {name: "RO" if name in ro else "RW" for name in listed}

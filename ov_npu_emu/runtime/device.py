@@ -198,6 +198,9 @@ class Device(abc.ABC):
     FULL_DEVICE_NAME: ClassVar[str] = ""
     #: property name -> default value; also the answer to SUPPORTED_PROPERTIES
     DEFAULT_PROPERTIES: ClassVar[Mapping[str, Any]] = {}
+    #: the device's own read-only properties (SUPPORTED_PROPERTIES marks them "RO"; OpenVINO's
+    #: well-known metrics are "RO" anyway)
+    READ_ONLY_PROPERTIES: ClassVar[frozenset[str]] = frozenset()
     #: True: Core keeps this device's compilations under ``CACHE_DIR`` (export on the first
     #: compile, import afterwards), as OpenVINO's core does; the device must export and import.
     #: False: ``CACHE_DIR`` is passed through to the device (which caches itself or rejects it).

@@ -261,7 +261,10 @@ class CpuDevice(Device):
 
     def get_property(self, name: str) -> Any:
         if name == "SUPPORTED_PROPERTIES":  # the real CPU plugin's keys (it answers them) and ours
-            return sorted({*openvino_core().get_property("CPU", name), *super().get_property(name)})
+            real = dict(openvino_core().get_property("CPU", name))  # name -> "RO"/"RW"/"WO"
+            fixed = ("SUPPORTED_PROPERTIES", "FULL_DEVICE_NAME")
+            ours = {k: "RO" if k in fixed else "RW" for k in super().get_property(name)}
+            return {**ours, **real}
         if name in self._properties or name == "FULL_DEVICE_NAME":
             return super().get_property(name)
         try:

@@ -458,6 +458,7 @@ class NpuDevice(Device):
     MODEL_CACHE = True  # CACHE_DIR: Core stores the exported ELF blob and imports it next time
     #: derived from NPU_OPTIONS: its device-scope keys (options.py)
     DEFAULT_PROPERTIES: ClassVar[Mapping[str, Any]] = device_defaults()
+    READ_ONLY_PROPERTIES: ClassVar[frozenset[str]] = frozenset(o.name for o in NPU_OPTIONS if o.read_only)
 
     def __init__(self) -> None:
         super().__init__()

@@ -90,6 +90,25 @@ def test_every_supported_property_answers_as_hello_query_device_reads_it(device)
         assert set(openvino.Core().get_property("CPU", "SUPPORTED_PROPERTIES")) <= set(keys)
 
 
+@pytest.mark.parametrize("device", ["CPU", "NPU"])
+def test_supported_properties_are_a_dict_of_mutability_as_openvino_answers(device):
+    """openvino's Python API answers SUPPORTED_PROPERTIES with {name: "RO"/"RW"} for a device and
+    a compiled model (where all are "RO"); the CPU passthrough agrees with the real CPU plugin."""
+    core = ov_npu_emu.Core()
+    listed = core.get_property(device, "SUPPORTED_PROPERTIES")
+    assert isinstance(listed, dict) and {"RO", "RW"} <= set(listed.values()) <= {"RO", "RW", "WO"}
+    assert listed["SUPPORTED_PROPERTIES"] == listed["FULL_DEVICE_NAME"] == "RO"
+    assert listed["PERFORMANCE_HINT"] == "RW"
+    if device == "CPU":
+        real = openvino.Core().get_property("CPU", "SUPPORTED_PROPERTIES")
+        assert {k: listed[k] for k in real} == dict(real)
+    ops = openvino.opset13
+    x = ops.parameter([1, 8], openvino.Type.f32, name="x")
+    model = openvino.Model([ops.relu(x)], [x], "relu")
+    compiled = core.compile_model(model, device).get_property("SUPPORTED_PROPERTIES")
+    assert isinstance(compiled, dict) and set(compiled.values()) == {"RO"} and "SUPPORTED_PROPERTIES" in compiled
+
+
 @pytest.mark.parametrize(("config", "optimal"), [
     ({}, 1),
     ({"PERFORMANCE_HINT": "THROUGHPUT"}, 8),
