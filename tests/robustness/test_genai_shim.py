@@ -59,12 +59,19 @@ def test_prompt_over_max_prompt_len_real_text(tiny_model_dir: Path) -> None:
     _still_works(pipe)
 
 
-def test_empty_prompt_runs_or_is_typed(pipe: og.LLMPipeline) -> None:
-    try:
-        assert isinstance(pipe.generate("", max_new_tokens=3), str)
-    except NpuEmuError:
-        pass
-    _still_works(pipe)
+def test_empty_prompt_generates_as_the_real(tiny_model_dir: Path) -> None:
+    """The real openvino_genai generates from an empty prompt (its special tokens) on CPU and on
+    NPU (NPUW on CPU); so do we, the same text (f32 hints: exact tokens are the point)."""
+    import openvino_genai as real
+
+    f32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+    npu = {"MAX_PROMPT_LEN": 32, "MIN_RESPONSE_LEN": 16, **f32}
+    want = real.LLMPipeline(str(tiny_model_dir), "CPU", **f32).generate("", max_new_tokens=3)
+    real_npu = real.LLMPipeline(str(tiny_model_dir), "NPU", NPUW_DEVICES="CPU", NPUW_ONLINE_PIPELINE="NONE", **npu)
+    assert real_npu.generate("", max_new_tokens=3) == want
+    for pipe in (og.LLMPipeline(tiny_model_dir, "CPU", **f32), og.LLMPipeline(tiny_model_dir, "NPU", **npu)):
+        assert pipe.generate("", max_new_tokens=3) == want
+        _still_works(pipe)
 
 
 def test_streamer_raising_does_not_break_the_pipeline(pipe: og.LLMPipeline) -> None:
