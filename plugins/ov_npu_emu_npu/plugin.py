@@ -299,9 +299,9 @@ class NpuInferRequest(DeviceInferRequest):
 def window_rows(need: int) -> int:
     """NPU_EMU_SKIP_PADDED_ROWS: the rows of a window that must hold ``need`` rows, ``need``
     rounded up to a multiple of 2^(bits - 4): exact below 16 rows, then at most an eighth more,
-    so about 8 sizes an octave (the row-wise MatMuls probe BLAS's exact trailing rows per row
-    count and shape, kernels/gemm.py; other row-wise kernels per window, device/windowed.py;
-    attention repeats the full run's row blocks).  A multiple of 128 while only attention was
+    so about 8 sizes an octave (row-wise kernels whose sums may follow the row count are probed
+    per window, device/windowed.py; a prefill matmul_dq's block kernel needs no probe,
+    kernels/gemm.py; attention repeats the full run's row blocks).  A multiple of 128 while only attention was
     windowed, then of 32 (bench-small's windowed prefill 155 -> 72 ms); since compressed-weight
     row tiles end on the last row (compiler/lower.py), a short prompt's window mostly lies in
     one tile (3B int4, 21-token prompt, second-generate TTFT 8.9 -> 6.4 s; results identical)."""
