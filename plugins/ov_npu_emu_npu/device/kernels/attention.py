@@ -417,13 +417,15 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):
             np.add(scores_m, bias, out=scores_m)
         _softmax_times_v(scores, rowmax, v32, o, direct, blocks)
 
-    if blocks is None:
-        return products
+    return products if blocks is None else _on_one_blas_thread(products)
+
+
+def _on_one_blas_thread(products: Runner) -> Runner:
+    """A square attention's row-block products on one BLAS thread, its window and full run
+    alike (the same calls): OpenBLAS's threads, busy-waiting for a core on a loaded 2-core
+    host, made them up to ~20x slower (docs/performance.md)."""
 
     def run() -> None:
-        # a square attention's row-block products on one BLAS thread, its window and full run
-        # alike (the same calls): OpenBLAS's threads, busy-waiting for a core on a loaded 2-core
-        # host, made them up to ~20x slower (docs/performance.md)
         with one_blas_thread():
             products()
 
