@@ -25,6 +25,7 @@ from ov_npu_emu.runtime.device import (
 )
 from ov_npu_emu_npu.blob.format import MemKind
 from ov_npu_emu_npu.blob.reader import SplitBlob
+from ov_npu_emu_npu.device.kernels.blasthreads import one_blas_thread
 from ov_npu_emu_npu.driver import (
     CommandList,
     CommandQueue,
@@ -217,16 +218,22 @@ class NpuInferRequest(DeviceInferRequest):
         w = self.window
         if w is not None:
             self._set_window(w)
-        self._submit()
         if w is not None and w.size:
-            if w.violated:
-                # attention could not prove the padding irrelevant: the whole inference again,
-                # without the hint (the unoptimised result)
-                w.size = 0
+            # a windowed prefill's products run on their own threads (kernels/gemm.py) or are
+            # small (a window's rows): OpenBLAS's busy-waiting threads only wait for cores on a
+            # shared host (docs/performance.md, "A 1B int4 model against the real CPU plugin")
+            with one_blas_thread():
                 self._submit()
-                self.counters["window_reruns"] += 1
-            elif w.used or w.windowed_tasks:
-                self.counters["windowed_inferences"] += 1
+                if w.violated:
+                    # attention could not prove the padding irrelevant: the whole inference
+                    # again, without the hint (the unoptimised result)
+                    w.size = 0
+                    self._submit()
+                    self.counters["window_reruns"] += 1
+                elif w.used or w.windowed_tasks:
+                    self.counters["windowed_inferences"] += 1
+        else:
+            self._submit()
         self.counters["inferences"] += 1
 
     def _submit(self) -> None:

@@ -82,3 +82,29 @@ def test_one_blas_thread_is_restored_by_the_last_user(two_blas_threads):
     leave.set()
     t.join(5)
     assert counts() == [2] * n
+
+
+def test_a_windowed_prefill_runs_on_one_blas_thread(two_blas_threads, monkeypatch):
+    """A token-row window's inference runs with numpy's BLAS on one thread (its big products
+    have their own threads or few rows); an inference without a window keeps the setting."""
+    from ov_npu_emu import Core
+    from ov_npu_emu_npu.plugin import NpuInferRequest
+    from tests.npu.device.test_token_rows import P, _int8_matmul_model, _run_cmx
+
+    counts = two_blas_threads
+    seen: list[int] = []
+    submit = NpuInferRequest._submit
+
+    def spy(self):
+        seen.append(max(counts()))
+        submit(self)
+
+    monkeypatch.setattr(NpuInferRequest, "_submit", spy)
+    model = _int8_matmul_model(P)
+    emu_core = Core()
+    req, _ = _run_cmx(emu_core, model, 32 * 1024, 210, True)
+    assert req.impl.counters["windowed_inferences"] == 1 and seen == [1]
+    seen.clear()
+    _run_cmx(emu_core, model, 32 * 1024, 210, False)
+    assert seen == [2]
+    assert counts() == [2] * len(counts())
