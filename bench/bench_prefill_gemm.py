@@ -2,13 +2,15 @@
 weights, against BLAS on the same weight already decompressed to f32 (what the product would
 cost with a free decompression), side by side in one process.
 
-Usage: python bench/bench_prefill_gemm.py [--rows 25,48,102,256] [--repeat 5]
+Usage: python bench/bench_prefill_gemm.py [--rows 25,48,102,256] [--repeat 5] [--tiles]
                                           [--baseline /path/to/other/kernels/gemm.py]
 
 Per row count, the four projection shapes of a 1B layer ([N, K] = q/o 2048x2048, k/v 512x2048,
 gate/up 8192x2048, down 2048x8192, each weighted by its count per layer) run on both cores as
-the prefill runs them; times are the best of ``--repeat`` alternating rounds, wall clock and
-CPU time of the process's threads (which a busy host distorts less).
+the prefill runs them (under ``taskset -c 0``, on one: the CPU time is then the kernel's own);
+times are the best of ``--repeat`` alternating rounds, wall clock and CPU time of the
+process's threads (which a busy host distorts less). ``--tiles`` runs each row count as a
+token-row window over a 1024-row prefill's row tiles, as the device does.
 ``--baseline`` loads another version of kernels/gemm.py (e.g. a ``git worktree`` of main) and
 times its ``gemm_runner`` beside this one.  ``GFLOP/s`` counts 2*M*N*K per product.  The load
 average is printed: the host is shared, read the ratios.
