@@ -25,6 +25,7 @@ from ov_npu_emu.runtime.device import (
 )
 from ov_npu_emu_npu.blob.format import MemKind
 from ov_npu_emu_npu.blob.reader import SplitBlob
+from ov_npu_emu_npu.device.kernels.blasthreads import one_blas_thread
 from ov_npu_emu_npu.driver import (
     CommandList,
     CommandQueue,
@@ -217,16 +218,22 @@ class NpuInferRequest(DeviceInferRequest):
         w = self.window
         if w is not None:
             self._set_window(w)
-        self._submit()
         if w is not None and w.size:
-            if w.violated:
-                # attention could not prove the padding irrelevant: the whole inference again,
-                # without the hint (the unoptimised result)
-                w.size = 0
+            # a windowed prefill's products run on their own threads (kernels/gemm.py) or are
+            # small (a window's rows): OpenBLAS's busy-waiting threads only wait for cores on a
+            # shared host (docs/performance.md, "A 1B int4 model against the real CPU plugin")
+            with one_blas_thread():
                 self._submit()
-                self.counters["window_reruns"] += 1
-            elif w.used or w.windowed_tasks:
-                self.counters["windowed_inferences"] += 1
+                if w.violated:
+                    # attention could not prove the padding irrelevant: the whole inference
+                    # again, without the hint (the unoptimised result)
+                    w.size = 0
+                    self._submit()
+                    self.counters["window_reruns"] += 1
+                elif w.used or w.windowed_tasks:
+                    self.counters["windowed_inferences"] += 1
+        else:
+            self._submit()
         self.counters["inferences"] += 1
 
     def _submit(self) -> None:
@@ -299,9 +306,9 @@ class NpuInferRequest(DeviceInferRequest):
 def window_rows(need: int) -> int:
     """NPU_EMU_SKIP_PADDED_ROWS: the rows of a window that must hold ``need`` rows, ``need``
     rounded up to a multiple of 2^(bits - 4): exact below 16 rows, then at most an eighth more,
-    so about 8 sizes an octave (the row-wise MatMuls probe BLAS's exact trailing rows per row
-    count and shape, kernels/gemm.py; other row-wise kernels per window, device/windowed.py;
-    attention repeats the full run's row blocks).  A multiple of 128 while only attention was
+    so about 8 sizes an octave (row-wise kernels whose sums may follow the row count are probed
+    per window, device/windowed.py; a prefill matmul_dq's block kernel needs no probe,
+    kernels/gemm.py; attention repeats the full run's row blocks).  A multiple of 128 while only attention was
     windowed, then of 32 (bench-small's windowed prefill 155 -> 72 ms); since compressed-weight
     row tiles end on the last row (compiler/lower.py), a short prompt's window mostly lies in
     one tile (3B int4, 21-token prompt, second-generate TTFT 8.9 -> 6.4 s; results identical)."""

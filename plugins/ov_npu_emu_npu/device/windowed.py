@@ -13,10 +13,11 @@ are sliced, the kernels are unchanged - and leaves the padding rows before ``s``
 model's cycles stay the descriptor's full static cost.
 
 Kernels whose sums could depend on the row count are probed (``_PROBED``).  A prefill matmul_dq
-on the block kernel (kernels/gemm.py) instead binds its own exact window (``window_from``: the
-blocks' BLAS products on as many trailing rows as give the full run's bits), so no probe passes
-over the real weights; any other matmul_dq window keeps more than STORED_FORMAT_MAX_ROWS rows
-when its tile has more, so that it binds the same kernel as the full run.
+on the block kernel (kernels/gemm.py) instead binds its own window (``window_from``: just the
+window's rows, exact by construction since that kernel's per-row sums do not depend on the other
+rows), so no probe passes over the real weights; any other matmul_dq window keeps more than
+STORED_FORMAT_MAX_ROWS rows when its tile has more, so that it binds the same kernel as the full
+run.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """A token-row window over a prefill matmul_dq (kernels/gemm.py, device/windowed.py): the
 window's rows are the full run's bit for bit, with no probe over the real weights.
 
-The hazard: BLAS picks its kernel from the call's shapes (OpenBLAS sums small products,
-M·N·K up to about 10⁶, in another order), and a window of 16 rows or fewer would take the
-stored-format kernel (kernels/gemv.py): a row-sliced product need not give the full one's bits.
+The hazard: a product's sums may depend on the call's shapes (BLAS picks its kernel and
+summation order from them; OpenBLAS sums small products, M·N·K up to about 10⁶, in another
+order), and a window of 16 rows or fewer would take the stored-format kernel
+(kernels/gemv.py). The block kernel's micro-kernel sums every output element in one loop
+whatever rows and channels run beside it, so a row's result does not depend on them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from ov_npu_emu_npu.blob.kernel_params import MatMulDqParams
 from ov_npu_emu_npu.device import windowed
 from ov_npu_emu_npu.device.kernels import RowWindow
 from ov_npu_emu_npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS
-from ov_npu_emu_npu.device.kernels.gemm import GEMM_BLOCK_BYTES, gemm_runner
+from ov_npu_emu_npu.device.kernels.gemm import GEMM_BLOCK_BYTES, ROW_BLOCK_BYTES, gemm_runner
 
 K, GS, ROWS = 1024, 64, 24
 N = 2 * (GEMM_BLOCK_BYTES // (4 * K)) + 5  # two whole blocks of output channels and one of 5
@@ -30,23 +32,62 @@ def _u4(rng: np.random.Generator, n: int = N, k: int = K):
     return q, scale, zp
 
 
-def test_every_window_start_gives_the_full_runs_rows():
-    """Each start of the window: the rows from it on equal the full run's bit for bit (the rows
-    before it are padding, free to hold anything)."""
+def _weight(rng: np.random.Generator, name: str, n: int = N, k: int = K):
+    if name == "u4":
+        return _u4(rng, n, k)
+    if name == "i8":
+        q = rng.integers(-128, 128, (n, k // GS, GS)).astype(np.int8)
+        return q, (rng.random((n, k // GS, 1)) * 0.01 + 1e-3).astype(np.float32), None
+    return rng.standard_normal((n, k)).astype(np.float16), None, None
+
+
+@pytest.mark.parametrize("name", ["u4", "i8", "f16"])
+def test_every_window_start_gives_the_full_runs_rows(name):
+    """Each start of the window: the rows from it on equal the full run's bit for bit, and the
+    rows before it are left as they were (padding: nobody reads them)."""
     rng = np.random.default_rng(5)
-    q, scale, zp = _u4(rng)
+    q, scale, zp = _weight(rng, name)
     x = rng.standard_normal((ROWS, K)).astype(np.float32)
     full = np.empty((ROWS, N), np.float32)
-    run = gemm_runner("u4", x, q, scale, zp, full, K)
+    run = gemm_runner(name, x, q, scale, zp, full, K)
     assert run is not None
     run()
     for start in range(1, ROWS):
         out = np.full((ROWS, N), np.nan, np.float32)
-        win = gemm_runner("u4", x, q, scale, zp, out, K, rows_from=start)
+        win = gemm_runner(name, x, q, scale, zp, out, K, rows_from=start)
         assert win is not None
         win()
         assert np.array_equal(out[start:], full[start:]), start
-    assert gemm_runner("u4", x, q, scale, zp, full, K, rows_from=ROWS) is None  # no rows: nothing to run
+        assert np.isnan(out[:start]).all(), start
+    assert gemm_runner(name, x, q, scale, zp, full, K, rows_from=ROWS) is None  # no rows: nothing to run
+
+
+def test_a_rows_result_does_not_depend_on_the_rows_or_channels_beside_it():
+    """The property the windows and the row tiles rest on: a row's product is the same bit for
+    bit whatever other rows share the call (their count, the row's place among them, rows past
+    a row block) and whatever range of output channels is computed. A product whose kernel or
+    summation order follows the call's shape (BLAS) fails this."""
+    rng = np.random.default_rng(8)
+    k = 2048
+    n = 2 * (GEMM_BLOCK_BYTES // (4 * k)) + 7  # a partial block, not a whole number of passes
+    q, scale, zp = _u4(rng, n, k)
+    rb = ROW_BLOCK_BYTES // (4 * k)
+    m = rb + 23  # past one block of activation rows
+    x = (rng.standard_normal((m, k)) * np.exp2(rng.integers(-12, 13, (m, k)))).astype(np.float32)
+    full = np.empty((m, n), np.float32)
+    gemm_runner("u4", x, q, scale, zp, full, k)()
+    for a, b in [(0, 17), (5, 22), (3, m), (m - 17, m), (rb - 9, rb + 10), (1, 18 + 4 * 3)]:
+        part = np.empty((b - a, n), np.float32)
+        gemm_runner("u4", np.ascontiguousarray(x[a:b]), q, scale, zp, part, k)()
+        assert np.array_equal(part, full[a:b]), (a, b)
+    others = np.ascontiguousarray(np.concatenate([rng.standard_normal((20, k)).astype(np.float32), x[7:8]]))
+    alone = np.empty((21, n), np.float32)
+    gemm_runner("u4", others, q, scale, zp, alone, k)()
+    assert np.array_equal(alone[-1], full[7])
+    c0, c1 = 5, n - 3  # a channel range starting and ending inside passes of channels
+    cols = np.empty((m, c1 - c0), np.float32)
+    gemm_runner("u4", x, q[c0:c1].copy(), scale[c0:c1].copy(), zp[c0:c1].copy(), cols, k)()
+    assert np.array_equal(cols, full[:, c0:c1])
 
 
 def _bound(name: str, x: np.ndarray, q, scale, zp, out: np.ndarray, full, made: list[int]):
@@ -106,78 +147,3 @@ def test_a_matmul_dq_window_keeps_the_full_runs_kernel(keep):
     assert made and min(made) == max(keep, STORED_FORMAT_MAX_ROWS + 1)
 
 
-def test_block_products_run_blas_on_one_thread_and_restore_it():
-    """The block pool is the parallelism: BLAS runs on one thread inside it (and inside the row
-    probe), and the process's BLAS thread count is restored after, also with a concurrent user
-    on another thread (threadpoolctl 3.8's own setter would ignore that thread)."""
-    import threading
-
-    from ov_npu_emu_npu.device.kernels import gemm
-
-    libs = gemm._blas_libraries()
-    if not libs:
-        pytest.skip("numpy's BLAS is no OpenBLAS")
-    counts = lambda: [lib.get_num_threads() for lib in libs]  # noqa: E731
-    original = counts()
-    for lib in libs:
-        lib.set_num_threads(2)  # two BLAS threads, whatever the host's default
-    try:
-        seen: list[int] = []
-        rng = np.random.default_rng(7)
-        q, scale, zp = _u4(rng)
-        x = rng.standard_normal((ROWS, K)).astype(np.float32)
-        out = np.empty((ROWS, N), np.float32)
-        run = gemm_runner("u4", x, q, scale, zp, out, K)
-        real_matmul = np.matmul
-
-        def spy(*args, **kwargs):
-            seen.append(max(counts()))
-            return real_matmul(*args, **kwargs)
-
-        np.matmul = spy
-        try:
-            run()
-        finally:
-            np.matmul = real_matmul
-        assert seen and set(seen) == {1}
-        assert counts() == [2] * len(libs)
-
-        inside, leave = threading.Event(), threading.Event()
-
-        def hold() -> None:
-            with gemm.one_blas_thread():
-                inside.set()
-                leave.wait(5)
-
-        t = threading.Thread(target=hold)
-        t.start()
-        assert inside.wait(5)
-        assert counts() == [1] * len(libs)  # set by the other thread
-        with gemm.one_blas_thread():  # a second user while the first holds the setting
-            assert counts() == [1] * len(libs)
-        assert counts() == [1] * len(libs)  # the first still holds it
-        leave.set()
-        t.join(5)
-        assert counts() == [2] * len(libs)
-    finally:
-        for lib, n in zip(libs, original, strict=True):
-            lib.set_num_threads(n)
-
-
-def test_exact_rows_remembers_each_row_count_once():
-    """The trailing-row probe settles each row count once per shape, whatever order windows ask
-    in: the answers equal a fresh probe's for every need (kernels/gemm.py ``_EXACT``)."""
-    from ov_npu_emu_npu.device.kernels import gemm
-
-    h, k, m_rows = 8, 2048, 24  # M·N·K around OpenBLAS's small-product switch
-    gemm._EXACT.pop((h, k, m_rows), None)
-    needs = [20, 3, 12, 1, 23, 7]
-    remembered = [gemm._exact_rows(h, k, m_rows, need) for need in needs]
-    known = dict(gemm._EXACT[(h, k, m_rows)])
-    assert all(r >= need for r, need in zip(remembered, needs, strict=True))
-    fresh = []
-    for need in needs:
-        gemm._EXACT.pop((h, k, m_rows), None)
-        fresh.append(gemm._exact_rows(h, k, m_rows, need))
-    assert remembered == fresh
-    assert all(known[m] for m in remembered if m < m_rows)  # each answer is a count settled exact

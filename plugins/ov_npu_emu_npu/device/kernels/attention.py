@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
+from ov_npu_emu_npu.device.kernels.blasthreads import one_blas_thread
 from ov_npu_emu_npu.device.kernels.hostalign import aligned, mod
 from ov_npu_emu_npu.device.kernels.registry import Runner, kernel
 
@@ -392,7 +393,7 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):
     if window is not None and blocks is not None:
         win_ops = _square_ops(ins, outs[0], k, v, mask, bias, groups, blocks, tuple(batch))
 
-    def run() -> None:
+    def products() -> None:
         if window is not None and window.active(L, S):
             # the hint is on for this attention: the window or a re-run, never the full path
             # over padding rows that earlier windowed layers left zero
@@ -415,6 +416,18 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):
         if bias is not None:
             np.add(scores_m, bias, out=scores_m)
         _softmax_times_v(scores, rowmax, v32, o, direct, blocks)
+
+    return products if blocks is None else _on_one_blas_thread(products)
+
+
+def _on_one_blas_thread(products: Runner) -> Runner:
+    """A square attention's row-block products on one BLAS thread, its window and full run
+    alike (the same calls): OpenBLAS's threads, busy-waiting for a core on a loaded 2-core
+    host, made them up to ~20x slower (docs/performance.md)."""
+
+    def run() -> None:
+        with one_blas_thread():
+            products()
 
     return run
 

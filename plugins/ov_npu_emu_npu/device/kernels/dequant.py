@@ -15,7 +15,8 @@ from ov_npu_emu_npu.device.kernels.registry import Runner, kernel
 
 _FMT = {code: name for name, code in WEIGHT_FORMATS.items()}
 #: the most activation rows a matmul_dq reads its weight as stored for (kernels/gemv.py); above
-#: it, BLAS on decompressed tiles wins (each decompressed weight is reused across the rows)
+#: it, the block kernel on decompressed weight blocks wins (kernels/gemm.py: each decompressed
+#: block is reused by every row)
 STORED_FORMAT_MAX_ROWS = 16
 #: f32 bytes of one decompressed weight tile (the DPU's weight buffer in CMX)
 DQ_TILE_BYTES = 256 * 1024
@@ -151,7 +152,7 @@ def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], 
     operands need the decompress-then-BLAS path (more rows, batched/transposed operands, layouts
     the stored-format kernels do not read). Such a task needs no decompressed copy.
 
-    ``prefill``: also take more rows, by blocks of decompressed output channels and BLAS
+    ``prefill``: also take more rows, by blocks of decompressed output channels and a micro-kernel
     (:mod:`.gemm`: each weight decompressed once per run, by numba, into a per-thread buffer).
     An activation with no rows (a row tile wholly outside the token window) does nothing."""
     a, o = ins[0], outs[0]
