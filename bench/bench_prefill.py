@@ -89,10 +89,11 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str) -> dict:
     }
 
 
-def timed_generations(pipe, prompt: str, cfg, repeat: int) -> tuple[float, float, str]:  # type: ignore[no-untyped-def]
-    """One warm-up generate (our ladder compiles its rung there), then ``repeat`` timed ones:
-    (median TTFT ms, median TPOT ms, the last text)."""
-    pipe.generate([prompt], cfg)
+def timed_generations(pipe, prompt: str, cfg, repeat: int, warmup: int = 1) -> tuple[float, float, str]:  # type: ignore[no-untyped-def]
+    """``warmup`` untimed generates (our ladder compiles its rung in the first), then ``repeat``
+    timed ones: (median TTFT ms, median TPOT ms, the last text)."""
+    for _ in range(warmup):
+        pipe.generate([prompt], cfg)
     ttft, tpot = [], []
     for _ in range(repeat):
         res = pipe.generate([prompt], cfg)

@@ -1,8 +1,10 @@
-"""Issue 10's scale table: load, TTFT, TPOT and peak RSS per setup, ours and the real side by side.
+"""Issue 10's scale table and issue 29's native table: load, TTFT, TPOT and peak RSS per setup,
+ours and the real side by side.
 
 Usage: python bench/bench_scale.py [--models stories260K,bench-small,bench-0.5b,DIR] [--repeat 3]
                                    [--new 16] [--setups real,npu,npu-cpu,cpu] [--prompt TEXT]
                                    [--q05-dir /work/models/q05-f16] [--load-only] [--interleave]
+                                   [--native] [--models-dir /work/models] [--anchor SETUP] [--warmup 1]
 
 Every setup runs ``LLMPipeline(folder, device, ...)`` with f32 hints (INFERENCE_PRECISION_HINT
 and KV_CACHE_PRECISION f32) on a 12-word prompt, in its own worker process: one load (timed:
@@ -28,7 +30,20 @@ With ``cpu`` among the setups, a row per model gives each setup's TPOT against t
 (about the best NPUW_DEVICES=CPU can do: the same plugin reads the same weights per token).
 ``bench-small`` is the builder's small preset at 8 layers, hidden 512; ``bench-0.5b`` is
 ``ov-npu-emu make-model DIR --preset qwen2.5-0.5b-shape --dtype f16`` (built into ``--q05-dir``
-when missing); a model folder's path (e.g. an optimum-cli export) is taken as it is.  Not a test.
+when missing); a model folder's path (e.g. an optimum-cli export) is taken as it is.
+
+``--native`` prints issue 29's table instead: every setup at *default* properties against the real
+openvino_genai on the CPU plugin at default properties (``cpu-default``, the anchor of the ratios:
+what a user would run on this machine), on ``llama-1b-int4`` and ``llama-3b-int4``
+(``make-model --preset llama-3.2-1b-shape`` / ``llama-3.2-3b-shape --dtype int4`` under
+``--models-dir``, built when missing) and bench-0.5b; a 15-word prompt (38 tokens once the chat
+template is applied), 32 new tokens, the third generate of the process timed (two warm-ups).
+Setups ``npu-default`` (genai_shim, emulated NPU), ``npu-cpu-default`` (NPUW_DEVICES=CPU),
+``cpu-default`` and ``cpu`` (the real CPU plugin under f32 hints).  The "floor" column is the
+weights file's bytes over the host's two-core read bandwidth measured in this run (numpy reducing
+a 1 GiB buffer on two threads, at the start and the end; the faster counts): a decode step reads
+every weight once, so no TPOT can be lower.  ``--anchor`` and ``--warmup`` change the anchor
+setup and the number of untimed generates in either mode.  Not a test.
 """
 
 from __future__ import annotations
@@ -39,51 +54,64 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins"), str(ROOT / "bench")]
 
 PROMPT = "Once upon a time there was a little girl who loved cats"
+NATIVE_PROMPT = "Once upon a time there was a little girl who lived in a village near"
+NATIVE_MODELS = "llama-1b-int4,llama-3b-int4,bench-0.5b"
+NATIVE_SETUPS = "npu-default,npu-cpu-default,cpu-default,cpu"
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
-#: setup -> (module, device, extra properties)
+#: setup -> (module, device, properties)
 SETUPS = {
-    "real": ("openvino_genai", "NPU", {"NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE"}),
-    "npu": ("genai_shim", "NPU", {"NPUW_DEVICES": "NPU"}),
-    "npu-cpu": ("genai_shim", "NPU", {"NPUW_DEVICES": "CPU"}),
+    "real": ("openvino_genai", "NPU", {**F32, "NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE"}),
+    "npu": ("genai_shim", "NPU", {**F32, "NPUW_DEVICES": "NPU"}),
+    "npu-cpu": ("genai_shim", "NPU", {**F32, "NPUW_DEVICES": "CPU"}),
     # the same with one generate variant (K = MAX_PROMPT + MIN_RESPONSE), as before the ladder
-    "npu-cpu-1var": ("genai_shim", "NPU", {"NPUW_DEVICES": "CPU", "NPUW_LLM_GENERATE_LADDER": "NO"}),
+    "npu-cpu-1var": ("genai_shim", "NPU", {**F32, "NPUW_DEVICES": "CPU", "NPUW_LLM_GENERATE_LADDER": "NO"}),
     # the same without the CPU device's weights bank (each sub-model compiled with its own weights)
-    "npu-cpu-private": ("genai_shim", "NPU", {"NPUW_DEVICES": "CPU", **{
+    "npu-cpu-private": ("genai_shim", "NPU", {**F32, "NPUW_DEVICES": "CPU", **{
         f"++NPUW_LLM_{role}_CONFIG": {"CPU_EMU_WEIGHTS_BANK": "NO"}
         for role in ("PREFILL", "GENERATE", "SHARED_HEAD")}}),
-    "cpu": ("openvino_genai", "CPU", {}),
+    "cpu": ("openvino_genai", "CPU", dict(F32)),
+    # issue 29: default properties, what a user runs
+    "npu-default": ("genai_shim", "NPU", {}),
+    "npu-cpu-default": ("genai_shim", "NPU", {"NPUW_DEVICES": "CPU"}),
+    "cpu-default": ("openvino_genai", "CPU", {}),
 }
+#: builder models by name: (preset, dtype)
+MADE = {"bench-0.5b": ("qwen2.5-0.5b-shape", "f16"), "llama-1b-int4": ("llama-3.2-1b-shape", "int4"),
+        "llama-3b-int4": ("llama-3.2-3b-shape", "int4")}
 
 
-def model_folder(name: str, q05_dir: str) -> str:
+def model_folder(name: str, q05_dir: str, models_dir: str = "/work/models") -> str:
     if Path(name, "openvino_model.xml").is_file():  # a model folder of the user's (an optimum-cli export)
         return name
-    if name == "bench-0.5b":
+    if name in MADE:
         from ov_npu_emu.modelbuilder import make_model_folder
 
-        return str(make_model_folder(q05_dir, "qwen2.5-0.5b-shape", "f16"))
+        path = Path(q05_dir if name == "bench-0.5b" else Path(models_dir) / name)
+        if (path / "openvino_model.xml").is_file():
+            return str(path)  # taken as it is: never rebuilt over a folder someone made
+        return str(make_model_folder(path, *MADE[name]))
     from bench_prefill import model_folder as small_folder
 
     return small_folder(name)
 
 
-def worker(setup: str, folder: str, repeat: int, new: int, prompt: str) -> dict:
+def worker(setup: str, folder: str, repeat: int, new: int, prompt: str, warmup: int = 1) -> dict:
     import importlib
     import resource
 
     from procstat import rss_mb
 
-    module, device, extra = SETUPS[setup]
+    module, device, props = SETUPS[setup]
     g = importlib.import_module(module)
     t0 = time.perf_counter()
-    props = dict(F32) if device == "NPU" else {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
-    pipe = g.LLMPipeline(folder, device, **props, **extra)
+    pipe = g.LLMPipeline(folder, device, **props)
     load = time.perf_counter() - t0
     rss_load = rss_mb()
     cfg = g.GenerationConfig()
@@ -94,7 +122,7 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str) -> dict:
                 "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "text": ""}
     from bench_prefill import timed_generations
 
-    ttft, tpot, text = timed_generations(pipe, prompt, cfg, repeat)
+    ttft, tpot, text = timed_generations(pipe, prompt, cfg, repeat, warmup)
     return {
         "load_s": load,
         "ttft_ms": ttft,
@@ -105,7 +133,7 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str) -> dict:
     }
 
 
-def interleaved(setups: list[str], folder: str, repeat: int, new: int, prompt: str) -> dict:
+def interleaved(setups: list[str], folder: str, repeat: int, new: int, prompt: str, warmup: int = 1) -> dict:
     """--interleave: every setup loaded in this one process, then ``repeat`` rounds of one
     generate() each, the order rotating per round, so a load swing hits all setups alike
     (TTFT / TPOT medians; load and RSS are not per setup here)."""
@@ -114,13 +142,14 @@ def interleaved(setups: list[str], folder: str, repeat: int, new: int, prompt: s
 
     pipes, cfgs = {}, {}
     for s in setups:
-        module, device, extra = SETUPS[s]
+        module, device, props = SETUPS[s]
         g = importlib.import_module(module)
-        pipes[s] = g.LLMPipeline(folder, device, **F32, **extra)
+        pipes[s] = g.LLMPipeline(folder, device, **props)
         cfgs[s] = g.GenerationConfig()
         cfgs[s].max_new_tokens = new
         cfgs[s].ignore_eos = True
-        pipes[s].generate([prompt], cfgs[s])  # warm-up (our ladders compile their rungs here)
+        for _ in range(warmup):  # our ladders compile their rungs in the first
+            pipes[s].generate([prompt], cfgs[s])
     ttft: dict[str, list[float]] = {s: [] for s in setups}
     tpot: dict[str, list[float]] = {s: [] for s in setups}
     text = {}
@@ -137,7 +166,7 @@ def interleaved(setups: list[str], folder: str, repeat: int, new: int, prompt: s
 
 def run_worker(setup: str, folder: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--worker", setup, "--folder", folder, "--repeat", str(args.repeat),
-           "--new", str(args.new), "--prompt", args.prompt]
+           "--new", str(args.new), "--prompt", args.prompt, "--warmup", str(args.warmup)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False,
                          env={**os.environ, "OV_NPU_EMU_PROGRESS": "0"})
     if out.returncode:
@@ -145,29 +174,76 @@ def run_worker(setup: str, folder: str, args: argparse.Namespace) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _child(*argv: str) -> str:
+    """The last stdout line of this script run with ``argv``: large buffers (the bandwidth probe,
+    a model build) stay out of this process, whose peak RSS every worker would inherit (Linux
+    keeps ru_maxrss across fork and exec)."""
+    out = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
 def _weights_mb(folder: str) -> float:
     return (Path(folder) / "openvino_model.bin").stat().st_size / 2**20
 
 
+def read_bandwidth_gbs(mb: int = 1024, repeat: int = 5) -> float:
+    """The host's read bandwidth on two cores right now (GB/s): numpy reducing the two halves of
+    an ``mb`` MiB buffer (more than the caches hold) on two threads, best of ``repeat``."""
+    import numpy as np
+
+    buf = np.ones(mb * 2**20 // 8, np.uint64)  # written: every page committed before timing
+    halves = np.array_split(buf, 2)
+    best = float("inf")
+    with ThreadPoolExecutor(2) as pool:  # numpy releases the GIL in the reduction
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            list(pool.map(np.add.reduce, halves))
+            best = min(best, time.perf_counter() - t0)
+    return buf.nbytes / best / 1e9
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="stories260K,bench-small,bench-0.5b")
-    ap.add_argument("--setups", default="real,npu,npu-cpu,cpu")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--new", type=int, default=16)
-    ap.add_argument("--prompt", default=PROMPT)
+    ap.add_argument("--models")
+    ap.add_argument("--setups")
+    ap.add_argument("--repeat", type=int)
+    ap.add_argument("--new", type=int)
+    ap.add_argument("--prompt")
+    ap.add_argument("--warmup", type=int)
+    ap.add_argument("--anchor", help="the setup the ratios divide by (real; cpu-default with --native)")
     ap.add_argument("--q05-dir", default="/work/models/q05-f16")
+    ap.add_argument("--models-dir", default="/work/models",
+                    help="where llama-1b-int4 / llama-3b-int4 are (built when missing)")
+    ap.add_argument("--native", action="store_true",
+                    help="issue 29's table: default properties against the real CPU plugin at defaults")
     ap.add_argument("--load-only", action="store_true", help="time the pipeline's load only (no generate)")
     ap.add_argument("--interleave", action="store_true",
                     help="all setups in one process, generate() calls alternating (TTFT/TPOT only)")
     ap.add_argument("--worker")
     ap.add_argument("--folder")
+    ap.add_argument("--bandwidth", action="store_true")
+    ap.add_argument("--folder-of")
     args = ap.parse_args()
+    defaults = dict(models="stories260K,bench-small,bench-0.5b", setups="real,npu,npu-cpu,cpu", repeat=3,
+                    new=16, prompt=PROMPT, warmup=1, anchor="real")
+    if args.native:
+        defaults.update(models=NATIVE_MODELS, setups=NATIVE_SETUPS, repeat=1, new=32, prompt=NATIVE_PROMPT,
+                        warmup=2, anchor="cpu-default")
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.bandwidth:
+        print(read_bandwidth_gbs())
+        return
+    if args.folder_of:
+        print(model_folder(args.folder_of, args.q05_dir, args.models_dir))
+        return
     if args.worker:
         if "," in args.worker:
-            print(json.dumps(interleaved(args.worker.split(","), args.folder, args.repeat, args.new, args.prompt)))
+            print(json.dumps(interleaved(args.worker.split(","), args.folder, args.repeat, args.new, args.prompt,
+                                         args.warmup)))
         else:
-            print(json.dumps(worker(args.worker, args.folder, args.repeat, args.new, args.prompt)))
+            print(json.dumps(worker(args.worker, args.folder, args.repeat, args.new, args.prompt, args.warmup)))
         return
     if args.load_only:
         args.repeat = 0
@@ -177,44 +253,60 @@ def main() -> None:
         ap.error(f"unknown setups {unknown}; choose from {sorted(SETUPS)}")
     if args.interleave and args.load_only:
         ap.error("--interleave measures TTFT / TPOT; --load-only needs one process per setup")
-    print(f"load average at start: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} CPUs")
-    print(f"{len(args.prompt.split())}-word prompt, f32, {args.new} new tokens, median of {args.repeat}; "
+    bandwidth = [float(_child("--bandwidth"))]
+    print(f"load average at start: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} CPUs; "
+          f"two-core read bandwidth {bandwidth[0]:.1f} GB/s")
+    print(f"{len(args.prompt.split())}-word prompt, {'default properties' if args.native else 'f32'}, "
+          f"{args.new} new tokens, median of {args.repeat} after {args.warmup} warm-up generate(s); "
           + ("all setups in one process, generate() calls alternating" if args.interleave else "one process per setup")
-          + "; ratios ours / real")
-    print("| model | setup | load s | TTFT ms | TPOT ms | peak RSS MB | RSS after load MB | "
-          "x load | x TTFT | x TPOT | same text |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          + f"; ratios setup / {args.anchor}")
+    rows_by_model = {}
     for name in args.models.split(","):
-        folder = model_folder(name.strip(), args.q05_dir)
+        folder = _child("--folder-of", name.strip(), "--q05-dir", args.q05_dir, "--models-dir", args.models_dir)
         if args.interleave:
             rows = run_worker(",".join(setups), folder, args)
             if "error" in rows:
                 rows = {s: rows for s in setups}
         else:
             rows = {s: run_worker(s, folder, args) for s in setups}
-        real = rows.get("real", {})
-        label = f"{name} ({_weights_mb(folder):.0f} MB weights)"
+        rows_by_model[name] = (folder, rows)
+    bandwidth.append(float(_child("--bandwidth")))
+    print(f"two-core read bandwidth at the end {bandwidth[1]:.1f} GB/s; the floor below uses {max(bandwidth):.1f} GB/s")
+    print_table(args, rows_by_model, max(bandwidth))
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
+
+
+def print_table(args: argparse.Namespace, rows_by_model: dict, gbs: float) -> None:
+    """One markdown row per model and setup; ratios against ``args.anchor``'s row of the model."""
+    print("| model | setup | load s | TTFT ms | TPOT ms | peak RSS MB | RSS after load MB | "
+          "x load | x TTFT | x TPOT | x peak RSS | TPOT / floor | same text |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, (folder, rows) in rows_by_model.items():
+        anchor = rows.get(args.anchor, {})
+        weights_mb = _weights_mb(folder)
+        floor_ms = weights_mb * 2**20 / (gbs * 1e9) * 1e3  # a decode step reads every weight once
+        label = f"{name} ({weights_mb:.0f} MB weights, floor {floor_ms:.1f} ms)"
         for s, r in rows.items():
             if "error" in r:
                 print(f"| {label} | {s} | error: {r['error']} |")
+                label = ""
                 continue
 
-            def ratio(key: str, r: dict = r, real: dict = real) -> str:
-                return f"{r[key] / real[key]:.2f}" if key in real and real[key] else "–"
+            def ratio(key: str, r: dict = r, anchor: dict = anchor) -> str:
+                return f"{r[key] / anchor[key]:.2f}" if key in anchor and anchor[key] else "–"
 
-            same = "–" if "text" not in real or args.load_only else ("yes" if r["text"] == real["text"] else "no")
+            same = "–" if "text" not in anchor or args.load_only else ("yes" if r["text"] == anchor["text"] else "no")
             print(f"| {label} | {s} | {r['load_s']:.2f} | {r['ttft_ms']:.1f} | {r['tpot_ms']:.2f} | "
                   f"{r['peak_rss_mb']:.0f} | {r['rss_load_mb']:.0f} | {ratio('load_s')} | {ratio('ttft_ms')} | "
-                  f"{ratio('tpot_ms')} | {same} |")
+                  f"{ratio('tpot_ms')} | {ratio('peak_rss_mb')} | {r['tpot_ms'] / floor_ms:.2f} | {same} |")
             label = ""
         cpu = rows.get("cpu", {})
-        if cpu.get("tpot_ms"):
+        if cpu.get("tpot_ms") and not args.native:
             # NPUW_DEVICES=CPU runs its static models on the same CPU plugin: its TPOT is bound
             # below by about the plugin's own stateful TPOT (same weights read per token)
             rel = ", ".join(f"{s} {r['tpot_ms'] / cpu['tpot_ms']:.2f}x" for s, r in rows.items()
                             if s != "cpu" and r.get("tpot_ms"))
             print(f"|   TPOT against the CPU plugin's stateful model ({cpu['tpot_ms']:.2f} ms): {rel} |")
-    print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
