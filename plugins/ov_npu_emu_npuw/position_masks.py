@@ -77,7 +77,18 @@ def position_masks(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[str
     sdpas = [op for op in sdpas if op.get_input_size() > 3]
     if not sdpas:
         return {}
-    probe = ov.Model([ops.result(op.input_value(3)) for op in sdpas], m.get_parameters(), "masks")
+    # layers usually share one mask: each distinct mask output is evaluated and classified once
+    index: dict[tuple[str, int], int] = {}
+    distinct: list[ov.Output] = []
+    which = []  # per SDPA: the index of its mask among the distinct ones
+    for op in sdpas:
+        src = op.input_value(3)
+        key = (src.get_node().get_friendly_name(), src.get_index())
+        if key not in index:
+            index[key] = len(distinct)
+            distinct.append(src)
+        which.append(index[key])
+    probe = ov.Model([ops.result(src) for src in distinct], m.get_parameters(), "masks")
     shapes: dict[str, ov.PartialShape] = {}
     feed: dict[str, np.ndarray] = {}
     for p in probe.get_parameters():
@@ -108,18 +119,20 @@ def position_masks(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[str
         )
         return {}
     found: dict[str, PositionMask] = {}
-    for i, op in enumerate(sdpas):
+    specs: dict[int, PositionMask | None] = {}
+    for op, i in zip(sdpas, which, strict=True):
         mask = np.asarray(masks[i])
         if mask.ndim < 2 or mask.shape[-2:] != (capacity, capacity):
             continue  # not a [.., L, S] mask (e.g. a scalar): nothing position-dependent
         try:
-            spec = classify_mask(mask, capacity)
+            spec = specs[i] if i in specs else classify_mask(mask, capacity)
         except ValueError as e:
             raise CompileError(
                 f"SDPA {op.get_friendly_name()!r}: {e}, so NPUW cannot lay its KV cache out "
                 "statically (the mask is computed on KV slot indices)",
                 stage="transform",
             ) from None
+        specs[i] = spec
         if spec is not None:
             found[op.get_friendly_name()] = spec
     if found:
