@@ -90,29 +90,54 @@ def _place(values: list[Value], capacity: int | None, region: str,
     if capacity is not None and top > capacity:
         raise MemoryPlanError(f"{region} needs {top} bytes but has {capacity}; raise NPU_EMU_CMX_SIZE "
                               "or let the compiler tile smaller", stage="memory")
-    # reuse of an address by a later buffer must wait for every task touching the earlier one:
-    # those tasks all precede the new buffer's first task, and a lane runs in order, so the
-    # latest of them per lane stands for the rest (per-lane maxima as arrays: no quadratic sets)
+    return top, _reuse_deps(placed, spans, lanes)
+
+
+def _reuse_deps(placed: list[Value], spans: dict[int, tuple[int, int]], lanes: list[int]) -> dict[int, set[int]]:
+    """Reuse of an address by a later buffer must wait for every task touching the earlier one:
+    those tasks all precede the new buffer's first task, and a lane runs in order, so the latest
+    of them per lane stands for the rest.
+
+    A sweep over the buffers by first task: a buffer whose last task is before the current
+    start has ended, and its per-lane latest tasks are max-ed into the address segments it
+    covers (the segments between all buffers' boundaries), so a buffer's dependencies are the
+    maxima over its own segments.  (Comparing every pair of buffers was quadratic: seconds for
+    the thousands of CMX stages of a 1B prefill.)
+    """
+    if not placed:
+        return {}
+    n = len(placed)
+    offs = np.array([u.offset for u in placed], np.int64)
+    ends = offs + np.array([align_up(max(u.nbytes, 1), ALIGN) for u in placed], np.int64)
+    first = np.array([spans[u.vid][0] for u in placed], np.int64)
+    last = np.array([spans[u.vid][1] for u in placed], np.int64)
+    lane_ids = sorted(set(lanes))
+    row = {ln: i for i, ln in enumerate(lane_ids)}
+    latest = np.full((len(lane_ids), n), -1, np.int64)
+    for j, u in enumerate(placed):
+        for t in u.producers + u.readers:
+            r = row[lanes[t]]
+            latest[r, j] = max(latest[r, j], t)
+    bounds = np.unique(np.concatenate([offs, ends]))
+    seg_lo, seg_hi = np.searchsorted(bounds, offs), np.searchsorted(bounds, ends)
+    ended_max = np.full((len(lane_ids), len(bounds)), -1, np.int64)
+    by_last = np.argsort(last, kind="stable")
+    before: list[set[int]] = [set() for _ in range(n)]
+    k = 0
+    for j in np.argsort(first, kind="stable").tolist():
+        while k < n and last[by_last[k]] < first[j]:
+            u = by_last[k]
+            seg = ended_max[:, seg_lo[u]:seg_hi[u]]
+            np.maximum(seg, latest[:, u:u + 1], out=seg)
+            k += 1
+        if placed[j].producers:
+            before[j] = {t for t in ended_max[:, seg_lo[j]:seg_hi[j]].max(axis=1).tolist() if t >= 0}
     deps: dict[int, set[int]] = {}
-    if placed:
-        offs = np.array([u.offset for u in placed])
-        ends = offs + np.array([align_up(max(u.nbytes, 1), ALIGN) for u in placed])
-        last = np.array([spans[u.vid][1] for u in placed])
-        lane_ids = sorted(set(lanes))
-        latest = np.full((len(lane_ids), len(placed)), -1, np.int64)
-        row = {ln: i for i, ln in enumerate(lane_ids)}
-        for j, u in enumerate(placed):
-            for t in u.producers + u.readers:
-                r = row[lanes[t]]
-                latest[r, j] = max(latest[r, j], t)
-        for v in placed:
-            lo = spans[v.vid][0]
-            mask = (offs < v.offset + align_up(max(v.nbytes, 1), ALIGN)) & (v.offset < ends) & (last < lo)
-            if not v.producers or not mask.any():
-                continue
-            before = {int(t) for t in latest[:, mask].max(axis=1) if t >= 0}
+    for v, b in zip(placed, before, strict=True):
+        if b:  # every buffer has a task, so an empty set means no earlier buffer at these addresses
             for p in v.producers:
-                deps.setdefault(p, set()).update(before)
+                deps.setdefault(p, set()).update(b)
+    return deps
     return top, deps
 
 
