@@ -53,6 +53,10 @@ class MemoryPlan:
     constants: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
 
+#: lifetimes shorter than this many tasks find their overlapping buffers through the per-task lists
+_SHORT = 16
+
+
 def _lifetime(v: Value) -> tuple[int, int]:
     touched = v.producers + v.readers
     return min(touched), max(touched)
@@ -69,17 +73,27 @@ def _place(values: list[Value], capacity: int | None, region: str,
     placed: list[Value] = []
     top = 0
     # the placed buffers' lifetimes and address ranges as arrays: the overlap filter runs in
-    # numpy (it was a Python scan over every placed buffer per buffer: quadratic, minutes at 0.5B)
+    # numpy (it was a Python scan over every placed buffer per buffer: quadratic, minutes at 0.5B);
+    # a short-lived buffer instead looks its candidates up per task (the thousands of one-task
+    # CMX stages of a 1B prefill made even the numpy filter quadratic)
     cap = max(len(live), 1)
     p_lo, p_hi = np.empty(cap, np.int64), np.empty(cap, np.int64)
     p_off, p_end = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    alive: dict[int, list[int]] = {}  # task id -> short-lived placed buffers alive then
+    longs, n_long = np.empty(cap, np.int64), 0  # the long-lived placed buffers
     for n, v in enumerate(sorted(live, key=lambda x: (-x.nbytes, spans[x.vid][0]))):
         lo, hi = spans[v.vid]
         size = align_up(max(v.nbytes, 1), ALIGN)
-        both = ~((p_hi[:n] < lo) | (hi < p_lo[:n]))
-        order = np.argsort(p_off[:n][both], kind="stable")
+        if hi - lo < _SHORT:
+            short = {i for t in range(lo, hi + 1) for i in alive.get(t, ())}
+            lg = longs[:n_long]
+            lg = lg[~((p_hi[lg] < lo) | (hi < p_lo[lg]))]
+            cand = np.sort(np.concatenate([np.fromiter(short, np.int64, len(short)), lg]))
+        else:
+            cand = np.flatnonzero(~((p_hi[:n] < lo) | (hi < p_lo[:n])))
+        order = cand[np.argsort(p_off[cand], kind="stable")]  # by offset, then placement order
         off = 0
-        for b0, b1 in zip(p_off[:n][both][order].tolist(), p_end[:n][both][order].tolist(), strict=True):
+        for b0, b1 in zip(p_off[order].tolist(), p_end[order].tolist(), strict=True):
             if off + size <= b0:
                 break
             off = max(off, b1)
@@ -87,6 +101,12 @@ def _place(values: list[Value], capacity: int | None, region: str,
         top = max(top, off + size)
         placed.append(v)
         p_lo[n], p_hi[n], p_off[n], p_end[n] = lo, hi, off, off + size
+        if hi - lo < _SHORT:
+            for t in range(lo, hi + 1):
+                alive.setdefault(t, []).append(n)
+        else:
+            longs[n_long] = n
+            n_long += 1
     if capacity is not None and top > capacity:
         raise MemoryPlanError(f"{region} needs {top} bytes but has {capacity}; raise NPU_EMU_CMX_SIZE "
                               "or let the compiler tile smaller", stage="memory")
