@@ -14,6 +14,7 @@ import openvino as ov
 from ov_npu_emu.errors import BlobFormatError, ConfigError, UserInputError
 from ov_npu_emu.hookspecs import hookimpl
 from ov_npu_emu.registry import DeviceRegistry
+from ov_npu_emu.runtime.collector import collector_paused
 from ov_npu_emu.runtime.device import (
     Device,
     DeviceCompiledModel,
@@ -527,8 +528,9 @@ class NpuDevice(Device):
         # banked (the default): the blob comes split, its weights left in the model's constants,
         # which the bank adopts (no copy of the weights between the IR and the device)
         o = NPU_OPTIONS.parse(config)
-        blob = compile_to_blob(model, config, split=o["NPU_EMU_WEIGHTS_BANK"])
-        cm = NpuCompiledModel(blob, self, config)
+        with collector_paused():  # the compiler and the driver's parse build many small objects
+            blob = compile_to_blob(model, config, split=o["NPU_EMU_WEIGHTS_BANK"])
+            cm = NpuCompiledModel(blob, self, config)
         if o["CACHE_MODE"] == "OPTIMIZE_SIZE":
             # the IR .bin the weightless export refers to: WEIGHTS_PATH, else the file it was read from
             cm.weightless_bin = str(o["WEIGHTS_PATH"] or ir_weights_path(model))

@@ -17,6 +17,7 @@ import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, PluginError
 from ov_npu_emu.options import check_known
+from ov_npu_emu.runtime.collector import collector_paused
 from ov_npu_emu.runtime.device import DeviceCompiledModel, PortInfo, ir_weights_path
 from ov_npu_emu_npuw.blockkv import split_kv_into_blocks
 from ov_npu_emu_npuw.config import (
@@ -207,7 +208,8 @@ class LLMCompiledModel(DeviceCompiledModel):
     def create_infer_request(self) -> LLMInferRequest:
         from ov_npu_emu_npuw.infer_request import LLMInferRequest
 
-        return LLMInferRequest(self)
+        with collector_paused():  # sub-requests build command lists: many small objects
+            return LLMInferRequest(self)
 
     def export_model(self) -> bytes:
 
@@ -317,6 +319,11 @@ def from_parts(p: ImportedLLM) -> LLMCompiledModel:
 
 def compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCompiledModel:
     """Compile a stateful LLM the NPUW way; with CACHE_DIR, reuse a previous compilation from disk."""
+    with collector_paused():  # sub-model builds and compiles make many small objects at once
+        return _compile_llm(core, model, config)
+
+
+def _compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMCompiledModel:
     configure_logging()
     try:  # the emulated NPU's keys: a misspelt one fails here whichever NPUW_DEVICES runs the
         known = core.get_property("NPU", "SUPPORTED_PROPERTIES")  # sub-models (CPU skips them)

@@ -158,7 +158,6 @@ def _reuse_deps(placed: list[Value], spans: dict[int, tuple[int, int]], lanes: l
             for p in v.producers:
                 deps.setdefault(p, set()).update(b)
     return deps
-    return top, deps
 
 
 def _identical(consts: list[Value]) -> dict[int, Value]:
