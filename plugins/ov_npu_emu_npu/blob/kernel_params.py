@@ -106,30 +106,42 @@ class KernelParams:
 
     KERNELS: ClassVar[tuple[str, ...]] = ()
     ENGINE: ClassVar[str] = "SHAVE"
+    #: per class, set by _specs(): its fields' (name, kind, count, group)
+    _SPECS: ClassVar[tuple[tuple[str, str, Any, int], ...] | None] = None
+
+    @classmethod
+    def _specs(cls) -> tuple[tuple[str, str, Any, int], ...]:
+        """(name, kind, count, group) per field, read once per class: the compiler and the
+        command-list build make thousands of records for a large prefill."""
+        specs = cls.__dict__.get("_SPECS")
+        if specs is None:
+            specs = tuple((f.name, f.metadata["kind"], f.metadata["count"], f.metadata["group"])
+                          for f in dataclasses.fields(cls))
+            cls._SPECS = specs
+        return specs
 
     def __post_init__(self) -> None:
         # normalise (numpy scalars, lists) so equal records compare and hash equal, then check the
         # vector lengths the layout implies: a bad record fails where the compiler builds it
-        for f in dataclasses.fields(self):
-            kind, count, group = f.metadata["kind"], f.metadata["count"], f.metadata["group"]
-            v = getattr(self, f.name)
+        specs = self._specs()
+        for name, kind, count, group in specs:
+            v = getattr(self, name)
             if count is None:
                 v = _scalar(kind, v)
             elif group > 1:
                 v = tuple(tuple(_scalar(kind, x) for x in item) for item in v)
                 if any(len(item) != group for item in v):
-                    raise self._error(f"{f.name} must hold groups of {group} values")
+                    raise self._error(f"{name} must hold groups of {group} values")
             else:
                 v = tuple(_scalar(kind, x) for x in v)
-            object.__setattr__(self, f.name, v)
+            object.__setattr__(self, name, v)
         rest_lengths = set()
-        for f in dataclasses.fields(self):
-            count = f.metadata["count"]
-            n = len(getattr(self, f.name)) if count is not None else None
+        for name, _kind, count, _group in specs:
+            n = len(getattr(self, name)) if count is not None else None
             if count == REST:
                 rest_lengths.add(n)
             elif count is not None and n != getattr(self, count):
-                raise self._error(f"{f.name} has {n} values, {count} is {getattr(self, count)}")
+                raise self._error(f"{name} has {n} values, {count} is {getattr(self, count)}")
         if len(rest_lengths) > 1:
             raise self._error("its trailing vectors differ in length")
 
@@ -155,11 +167,11 @@ class KernelParams:
     def pack(self) -> tuple[float, ...]:
         """The f64 values the descriptor's parameter block holds, in field order."""
         out: list[float] = []
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if f.metadata["count"] is None:
+        for name, _kind, count, group in self._specs():
+            v = getattr(self, name)
+            if count is None:
                 out.append(float(v))
-            elif f.metadata["group"] > 1:
+            elif group > 1:
                 out.extend(float(x) for item in v for x in item)
             else:
                 out.extend(float(x) for x in v)
