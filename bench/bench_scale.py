@@ -270,6 +270,7 @@ def main() -> None:
         else:
             rows = {s: run_worker(s, folder, args) for s in setups}
         rows_by_model[name] = (folder, rows)
+        print(f"{name}: measured ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
     bandwidth.append(float(_child("--bandwidth")))
     print(f"two-core read bandwidth at the end {bandwidth[1]:.1f} GB/s; the floor below uses {max(bandwidth):.1f} GB/s")
     print_table(args, rows_by_model, max(bandwidth))
