@@ -121,8 +121,8 @@ def _reuse_deps(placed: list[Value], spans: dict[int, tuple[int, int]], lanes: l
     A sweep over the buffers by first task: a buffer whose last task is before the current
     start has ended, and its per-lane latest tasks are max-ed into the address segments it
     covers (the segments between all buffers' boundaries), so a buffer's dependencies are the
-    maxima over its own segments.  (Comparing every pair of buffers was quadratic: seconds for
-    the thousands of CMX stages of a 1B prefill.)
+    maxima over its own segments (comparing every pair of buffers was quadratic in the
+    thousands of CMX stages of a large prefill).
     """
     if not placed:
         return {}
