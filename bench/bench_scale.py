@@ -39,7 +39,7 @@ what a user would run on this machine), on ``llama-1b-int4`` and ``llama-3b-int4
 ``--models-dir``, built when missing) and bench-0.5b; a 15-word prompt (38 tokens once the chat
 template is applied), 32 new tokens, the third generate of the process timed (two warm-ups).
 Setups ``npu-default`` (genai_shim, emulated NPU), ``npu-cpu-default`` (NPUW_DEVICES=CPU),
-``cpu-default`` and ``cpu`` (the real CPU plugin under f32 hints).  The "floor" column is the
+``cpu-default`` and ``cpu-f32`` (the real CPU plugin with INFERENCE_PRECISION_HINT f32 only).  The "floor" column is the
 weights file's bytes over the host's two-core read bandwidth measured in this run (numpy reducing
 a 1 GiB buffer on two threads, at the start and the end; the faster counts): a decode step reads
 every weight once, so no TPOT can be lower.  ``--anchor`` and ``--warmup`` change the anchor
@@ -63,7 +63,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "plugins"), str(ROOT / "bench")]
 PROMPT = "Once upon a time there was a little girl who loved cats"
 NATIVE_PROMPT = "Once upon a time there was a little girl who lived in a village near"
 NATIVE_MODELS = "llama-1b-int4,llama-3b-int4,bench-0.5b"
-NATIVE_SETUPS = "npu-default,npu-cpu-default,cpu-default,cpu"
+NATIVE_SETUPS = "npu-default,npu-cpu-default,cpu-default,cpu-f32"
 F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 #: setup -> (module, device, properties)
 SETUPS = {
@@ -81,6 +81,7 @@ SETUPS = {
     "npu-default": ("genai_shim", "NPU", {}),
     "npu-cpu-default": ("genai_shim", "NPU", {"NPUW_DEVICES": "CPU"}),
     "cpu-default": ("openvino_genai", "CPU", {}),
+    "cpu-f32": ("openvino_genai", "CPU", {"INFERENCE_PRECISION_HINT": "f32"}),  # KV cache at its default
 }
 #: builder models by name: (preset, dtype)
 MADE = {"bench-0.5b": ("qwen2.5-0.5b-shape", "f16"), "llama-1b-int4": ("llama-3.2-1b-shape", "int4"),
