@@ -338,7 +338,9 @@ def _compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMC
         from ov_npu_emu_npuw.weightless import weights_path_of
 
         weights_path = weights_path_of(model, cfg.weights_path)
-    elif not cfg.cache_mode:
+    elif not cfg.cache_mode and not cfg.cache_dir:
+        # CACHE_DIR entries keep their weights unless OPTIMIZE_SIZE is asked for: restoring a
+        # weightless 1B entry costs ~3x a fresh compile here (docs/npuw.md, "CACHE_DIR")
         weights_path = _default_weights_path(model, cfg)
         cfg = dataclasses.replace(cfg, weightless_by_default=bool(weights_path))
     if cfg.cache_dir:

@@ -391,9 +391,11 @@ NPUW_OPTIONS = OptionTable(
             _cache_mode,
             "",
             (
-                "Unset (like the real NPUW) or `OPTIMIZE_SIZE`: `export_model()` / `CACHE_DIR` / genai's "
-                "`EXPORT_BLOB` write a **weightless** artefact (below, \"Weightless artefacts\"), imported with "
-                "`WEIGHTS_PATH` or `MODEL_PTR`; `OPTIMIZE_SPEED`: the artefact holds its weights. Unset, a model "
+                "Unset (like the real NPUW) or `OPTIMIZE_SIZE`: `export_model()` and genai's `EXPORT_BLOB` write "
+                "a **weightless** artefact (below, \"Weightless artefacts\"), imported with `WEIGHTS_PATH` or "
+                "`MODEL_PTR`; `OPTIMIZE_SPEED`: the artefact holds its weights. `CACHE_DIR` entries are weightless "
+                "only with `OPTIMIZE_SIZE` (**differs**: the real's are by default; below, \"CACHE_DIR\"). "
+                "Unset, a model "
                 "that was not read from an IR file (nothing to take the weights back from) or sub-models on "
                 "another device than the emulated NPU or CPU keep the weights; `OPTIMIZE_SIZE` there is a "
                 "`ConfigError`. Another value is a `ConfigError`. `get_property(\"CACHE_MODE\")` answers only "

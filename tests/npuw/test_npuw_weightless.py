@@ -190,3 +190,16 @@ def test_default_export_of_a_model_not_read_from_a_file_keeps_its_weights(export
     assert len(blob) > len(full) // 2
     cm = emu_core.import_model(blob, "NPU", {})
     assert greedy(cm.create_infer_request(), PROMPT_IDS, 64)[0] == tokens
+
+
+def test_cache_dir_entries_keep_their_weights_unless_asked(emu_core, ir, exported, tmp_path):
+    """Unlike export_model (weightless by default), CACHE_DIR entries hold their weights when
+    CACHE_MODE is unset: restoring a weightless entry is the slower load here (docs/npuw.md)."""
+    tokens, full, _ = exported
+    cfg = {**CFG, "CACHE_DIR": str(tmp_path)}
+    emu_core.compile_model(ir[0], "NPU", cfg)
+    (entry,) = tmp_path.glob("npuw_llm_*.blob")
+    assert entry.stat().st_size > len(full) // 2
+    warm = emu_core.compile_model(ir[0], "NPU", cfg)
+    assert warm._impl.loaded_from_cache
+    assert greedy(warm.create_infer_request(), PROMPT_IDS, 64)[0] == tokens
