@@ -7,8 +7,11 @@ weights as stored and decompress them in registers. f16 converts exactly; one ac
 times an 8-/4-bit weight sums ``x * (q - zp)`` over each group (``q - zp`` is a small integer,
 exact in f32) and multiplies the group's scale into that sum once, instead of into every
 weight as :func:`..dequant.dequantize` does (``(q - zp) * scale``), which the f16-rounding
-variant and several activation rows still do. f32 weights (the ``matmul`` kernel's decode
-shapes) run a loop of their own (four weight rows per pass, nothing to convert).
+variant and several activation rows still do. On AVX-512 hosts one row takes 16-lane loops:
+4-bit weights through each group's 16-entry table of decompressed weights (``(q - zp) * scale``
+itself, so there the product differs from a decompressed one only in summation order), 8-bit
+ones widened 16 bytes at a time. f32 weights (the ``matmul`` kernel's decode shapes) run a loop
+of their own (four weight rows per pass, nothing to convert).
 Output channels are split over the host's cores by numba parallel loops on its TBB threading
 layer (a cheap hand-off, so products from 2^17 weight elements, 2^15 for 8-/4-bit, gain from
 the second core); without that layer, a thread pool (a costlier hand-off) from 2^18 (2^20 for
