@@ -474,3 +474,23 @@ def test_one_row_8bit_takes_the_16_lane_row_and_stays_in_bound(name, signed_zp, 
         _check(name, x, q, scale, None, mul_f16)
     if mul_f16:  # the same weights, each summed in another order
         assert not np.array_equal(exact, _check(name, x, q, scale, zp, False))
+
+
+@pytest.mark.parametrize("features", ["+avx2,+fma,-avx512f", "+avx2,+avx512f,+avx512bw"])
+def test_16_lane_loops_follow_the_features_numba_compiles_for(features, monkeypatch):
+    """NUMBA_CPU_FEATURES (numba's own setting) decides: without +avx512f the one-row 4- and
+    8-bit products keep the 8-lane loops, with it they take the 16-lane ones."""
+    from numba.core import config
+
+    from ov_npu_emu_npu.device.kernels import gemv
+
+    monkeypatch.setattr(config, "CPU_FEATURES", features, raising=False)
+    monkeypatch.setattr(gemv, "_AVX512", None)
+    wide = "+avx512f" in features.split(",")
+    assert gemv.avx512() is wide
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    out = np.empty((1, 8), np.float32)
+    for name, lanes, narrow in (("u4", gemv._gemv_q4_lut, gemv._gemv_q4), ("u8", gemv._gemv_q8_lanes, gemv._gemv_q8)):
+        q, scale, zp = _random_codes(rng, name, False, 8, 256, 128)
+        assert gemv._gemv_kernel(name, x, q, scale, zp, out, 256, False)[0] is (lanes if wide else narrow)
