@@ -271,8 +271,9 @@ def test_numba_threads_give_the_one_thread_bits(name, rows, gs, monkeypatch):
     x = rng.standard_normal((rows, k)).astype(np.float32)
     out = np.full((rows, n), np.nan, np.float32)
     run = gemv_runner(name, x, q, scale, zp, out, k)
-    if not name.endswith("4"):  # (the 4-bit runner is a closure: it reorders the activation's columns first)
-        assert run.func is gemv._PARALLEL_OF[gemv._gemv_kernel(name, x, q, scale, zp, out, k, False)[0]]
+    kern = gemv._gemv_kernel(name, x, q, scale, zp, out, k, False)[0]
+    if kern not in gemv._PREPARE:  # (else a closure: it copies the activation for the kernel first)
+        assert run.func is gemv._PARALLEL_OF[kern]
     run()
     monkeypatch.setattr(gemv, "_PARALLEL", False)
     monkeypatch.setattr(gemv, "_SPLIT_MIN_ELEMENTS", 1 << 40)  # the pool off too: one thread
@@ -494,3 +495,12 @@ def test_16_lane_loops_follow_the_features_numba_compiles_for(features, monkeypa
     for name, lanes, narrow in (("u4", gemv._gemv_q4_lut, gemv._gemv_q4), ("u8", gemv._gemv_q8_lanes, gemv._gemv_q8)):
         q, scale, zp = _random_codes(rng, name, False, 8, 256, 128)
         assert gemv._gemv_kernel(name, x, q, scale, zp, out, 256, False)[0] is (lanes if wide else narrow)
+
+
+def test_activation_copies_start_on_a_line():
+    """The 16-lane loops' activation copies start on a 64-byte line (no split loads)."""
+    from ov_npu_emu_npu.device.kernels import gemv
+
+    for shape in ((1, 7), (1, 2048), (3, 100)):
+        a = gemv._line_aligned(shape)
+        assert a.shape == shape and a.dtype == np.float32 and a.ctypes.data % gemv.LANE_BYTES == 0
