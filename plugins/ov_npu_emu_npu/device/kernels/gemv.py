@@ -202,15 +202,21 @@ def _prefetch(typingctx, a, offset):
 #: how far ahead of the row being read the f16 loop hints the weight's cache lines. The hardware
 #: prefetcher alone keeps too few lines in flight for one core when each byte also costs a
 #: conversion (f16; docs/performance.md, "Decode kernels against the bandwidth floor"). The
-#: 8-/4-bit loops are bound by their decode arithmetic, not the read: hints gained nothing there
+#: 8-lane 8-/4-bit loops are bound by their decode arithmetic, not the read: hints gained nothing there
 PREFETCH_BYTES = 4096
 
 
+#: the same for the 16-lane 8-/4-bit loops: without hints they stream a weight at about the
+#: sum of their arithmetic time and the read time (no overlap); 2 KiB ahead gained 1.2-1.5x on one
+#: core, 4-16 KiB less (docs/performance_log.md, "Bandwidth floor")
+LANE_PREFETCH_BYTES = 2048
+
+
 @njit(inline="always", **_JIT)  # numba-level inlining: a call per row/group costs
-def _prefetch_row(q, n):
-    """Hint the bytes of C-contiguous ``q`` that row n + PREFETCH_BYTES / row bytes will read."""
+def _prefetch_row(q, n, ahead=PREFETCH_BYTES):
+    """Hint the bytes of C-contiguous ``q`` that row n + ahead / row bytes will read."""
     rb = q.strides[0]
-    lo = n * rb + PREFETCH_BYTES
+    lo = n * rb + ahead
     hi = min(lo + rb, q.size * q.itemsize)
     for off in range(lo - lo % 64, hi, 64):
         _prefetch(q, off)
@@ -726,6 +732,7 @@ def _gemv_q4_lut(x_perm, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0
         codes[c] = np.float32(c ^ q_flip)
     xp = x_perm[0]
     for n in range(n0, n1):
+        _prefetch_row(q, n, LANE_PREFETCH_BYTES)
         _row_scales(scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, s_row, z_row)
         if mul_f16:
             out[0, n] = _q4_lut_row_dot(xp, q[n], s_row, z_row, codes, True)
@@ -741,6 +748,7 @@ def _gemv_q8_lanes(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n
     s_row, z_row = np.empty(groups, np.float32), np.empty(groups, np.float32)
     x0 = x[0]
     for n in range(n0, n1):
+        _prefetch_row(q, n, LANE_PREFETCH_BYTES)
         _row_scales(scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, s_row, z_row)
         if q_flip:
             if mul_f16:
