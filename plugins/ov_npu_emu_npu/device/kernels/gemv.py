@@ -207,9 +207,10 @@ def _prefetch(typingctx, a, offset):
 PREFETCH_BYTES = 1024
 
 
-#: the same for the 16-lane 8-/4-bit loops: without hints they stream a weight at about the
-#: sum of their arithmetic time and the read time (no overlap); 2 KiB ahead gained 1.2-1.5x on one
-#: core, 4-16 KiB less (docs/performance_log.md, "Bandwidth floor")
+#: the same for the 16-lane 4-bit loop (the 8-bit one takes PREFETCH_BYTES): without hints they
+#: stream a weight at about the sum of their arithmetic time and the read time (no overlap);
+#: 2 KiB ahead gained 1.2x (4-bit) on one core, 1 KiB 1.7x (8-bit), farther less
+#: (docs/performance_log.md, "Bandwidth floor")
 LANE_PREFETCH_BYTES = 2048
 
 
@@ -749,7 +750,7 @@ def _gemv_q8_lanes(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n
     s_row, z_row = np.empty(groups, np.float32), np.empty(groups, np.float32)
     x0 = x[0]
     for n in range(n0, n1):
-        _prefetch_row(q, n, LANE_PREFETCH_BYTES)
+        _prefetch_row(q, n)
         _row_scales(scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, s_row, z_row)
         if q_flip:
             if mul_f16:
