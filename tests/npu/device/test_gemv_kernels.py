@@ -251,12 +251,13 @@ def test_f32_gemv_bits_do_not_depend_on_the_column_cut_or_row_pitch(rows, parall
     np.testing.assert_array_equal(strided[:, 5:], whole)
 
 
+@pytest.mark.parametrize("gs", [64, 128])
 @pytest.mark.parametrize("rows", [1, 3])
 @pytest.mark.parametrize("name", ["f16", "u8", "i8", "u4", "i4"])
-def test_numba_threads_give_the_one_thread_bits(name, rows, monkeypatch):
+def test_numba_threads_give_the_one_thread_bits(name, rows, gs, monkeypatch):
     """Each stored format split over numba's threads (blocks of _PAR_BLOCK channels, a partial
     last one) gives the bits of the whole product on one thread, in both the one-row and the
-    multi-row loops."""
+    multi-row loops (groups of 64 and 128: the 8- and 16-lane one-row loops on AVX-512)."""
     from ov_npu_emu_npu.device.kernels import gemv
 
     if not gemv.parallel_loops():
@@ -266,13 +267,13 @@ def test_numba_threads_give_the_one_thread_bits(name, rows, monkeypatch):
     if name == "f16":
         q, scale, zp = rng.standard_normal((n, k)).astype(np.float16), None, None
     else:
-        q, scale, zp = _random_codes(rng, name, name == "i8", n, k, 64)
+        q, scale, zp = _random_codes(rng, name, name == "i8", n, k, gs)
     x = rng.standard_normal((rows, k)).astype(np.float32)
     out = np.full((rows, n), np.nan, np.float32)
     run = gemv_runner(name, x, q, scale, zp, out, k)
-    par = {"f16": gemv._gemv_f16_par, "u8": gemv._gemv_q8_par, "i8": gemv._gemv_q8_par}
-    if name in par:  # (the 4-bit runner is a closure: it splits the activation's columns first)
-        assert run.func is par[name]
+    kern = gemv._gemv_kernel(name, x, q, scale, zp, out, k, False)[0]
+    if kern not in gemv._PREPARE:  # (else a closure: it copies the activation for the kernel first)
+        assert run.func is gemv._PARALLEL_OF[kern]
     run()
     monkeypatch.setattr(gemv, "_PARALLEL", False)
     monkeypatch.setattr(gemv, "_SPLIT_MIN_ELEMENTS", 1 << 40)  # the pool off too: one thread
@@ -368,14 +369,16 @@ def test_other_threading_layers_keep_the_thread_pool(layer, monkeypatch):
 
 
 @pytest.mark.parametrize(("name", "gs"), [("u4", 32), ("i4", 128), ("u4", 256)])
-def test_one_row_4bit_takes_the_vector_ir_row_and_stays_in_bound(name, gs):
-    """One activation row times a 4-bit weight whose group is a multiple of 2 x Q4_ROW_STEP
-    codes runs :func:`gemv._q4_row_dot` (the vector IR row): the kernel's outputs are that
-    function's bits, row by row, and within the order-free bound of the exact product."""
+def test_one_row_4bit_takes_the_vector_ir_row_and_stays_in_bound(name, gs, monkeypatch):
+    """Without AVX-512 (or a group under 128 codes), one activation row times a 4-bit weight
+    whose group is a multiple of 2 x Q4_ROW_STEP codes runs :func:`gemv._q4_row_dot` (the
+    8-lane vector IR row): the kernel's outputs are that function's bits, row by row, and
+    within the order-free bound of the exact product."""
     from numba import njit
 
     from ov_npu_emu_npu.device.kernels import gemv
 
+    monkeypatch.setattr(gemv, "_AVX512", False)
     rng = np.random.default_rng(11)
     n, k = 40, 512
     q, scale, zp = _random_codes(rng, name, False, n, k, gs)
@@ -400,3 +403,104 @@ def test_one_row_4bit_takes_the_vector_ir_row_and_stays_in_bound(name, gs):
     got = rows(x_split, q.view(np.uint8), np.ascontiguousarray(scale[..., 0]), z, gs // 2,
                np.uint8(0x88 if name == "i4" else 0))
     np.testing.assert_array_equal(out[0], got)
+
+
+def _needs_avx512() -> None:
+    from ov_npu_emu_npu.device.kernels import gemv
+
+    if not gemv.avx512():
+        pytest.skip("numba does not target AVX-512 here: the 16-lane rows are not used")
+
+
+@pytest.mark.parametrize("mul_f16", [False, True])
+@pytest.mark.parametrize(("name", "gs", "with_zp"), [("u4", 128, True), ("i4", 128, False), ("u4", 256, False),
+                                                     ("i4", 512, True)])
+def test_one_row_4bit_takes_the_table_row_and_stays_in_bound(name, gs, with_zp, mul_f16):
+    """On AVX-512, one activation row times a 4-bit weight whose group is a multiple of 128
+    codes runs :func:`gemv._q4_lut_row_dot` (each group's 16-entry table of decompressed
+    weights): the kernel's outputs are that function's bits row by row, within the order-free
+    bound of the exact product, with and without zero points and NNCF's f16 multiply."""
+    from numba import njit
+
+    from ov_npu_emu_npu.device.kernels import gemv
+
+    _needs_avx512()
+    rng = np.random.default_rng(12)
+    n, k = 40, 1024
+    q, scale, zp = _random_codes(rng, name, False, n, k, gs)
+    zp = zp if with_zp else None
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    out = np.empty((1, n), np.float32)
+    assert gemv._gemv_kernel(name, x, q, scale, zp, out, k, mul_f16)[0] is gemv._gemv_q4_lut
+    out = _check(name, x, q, scale, zp, mul_f16)
+
+    @njit
+    def rows(xp, qb, s_rows, z_rows, codes, rounded):  # type: ignore[no-untyped-def]
+        res = np.empty(qb.shape[0], np.float32)
+        for r in range(qb.shape[0]):
+            if rounded:
+                res[r] = gemv._q4_lut_row_dot(xp, qb[r], s_rows[r], z_rows[r], codes, True)
+            else:
+                res[r] = gemv._q4_lut_row_dot(xp, qb[r], s_rows[r], z_rows[r], codes, False)
+        return res
+
+    xp = np.empty_like(x)
+    gemv._permute_columns(x, xp)
+    flip = 8 if name == "i4" else 0
+    z = np.full((n, k // gs), float(flip), np.float32)
+    if zp is not None:
+        z += zp[..., 0]
+    s = scale[..., 0].astype(np.float16).astype(np.float32) if mul_f16 else np.ascontiguousarray(scale[..., 0])
+    codes = (np.arange(16) ^ flip).astype(np.float32)
+    np.testing.assert_array_equal(out[0], rows(xp[0], q.view(np.uint8), s, z, codes, mul_f16))
+
+
+@pytest.mark.parametrize("mul_f16", [False, True])
+@pytest.mark.parametrize(("name", "signed_zp", "gs"), [("u8", False, 64), ("i8", True, 128), ("i8", False, 512),
+                                                       ("u8", True, 1024)])
+def test_one_row_8bit_takes_the_16_lane_row_and_stays_in_bound(name, signed_zp, gs, mul_f16):
+    """On AVX-512, one activation row times an 8-bit weight whose group is a multiple of 64
+    runs :func:`gemv._gemv_q8_lanes`, within the order-free bound of the exact product (u8 and
+    i8 codes, u8 and i8 zero points, channel-wise and grouped, NNCF's f16 multiply)."""
+    from ov_npu_emu_npu.device.kernels import gemv
+
+    _needs_avx512()
+    rng = np.random.default_rng(13)
+    n, k = 300, 1024
+    q, scale, zp = _random_codes(rng, name, signed_zp, n, k, gs)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    assert gemv._gemv_kernel(name, x, q, scale, zp, np.empty((1, n), np.float32), k, mul_f16)[0] is gemv._gemv_q8_lanes
+    exact = _check(name, x, q, scale, zp, mul_f16)
+    if name == "i8":
+        _check(name, x, q, scale, None, mul_f16)
+    if mul_f16:  # the same weights, each summed in another order
+        assert not np.array_equal(exact, _check(name, x, q, scale, zp, False))
+
+
+@pytest.mark.parametrize("features", ["+avx2,+fma,-avx512f", "+avx2,+avx512f,+avx512bw"])
+def test_16_lane_loops_follow_the_features_numba_compiles_for(features, monkeypatch):
+    """NUMBA_CPU_FEATURES (numba's own setting) decides: without +avx512f the one-row 4- and
+    8-bit products keep the 8-lane loops, with it they take the 16-lane ones."""
+    from numba.core import config
+
+    from ov_npu_emu_npu.device.kernels import gemv
+
+    monkeypatch.setattr(config, "CPU_FEATURES", features, raising=False)
+    monkeypatch.setattr(gemv, "_AVX512", None)
+    wide = "+avx512f" in features.split(",")
+    assert gemv.avx512() is wide
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    out = np.empty((1, 8), np.float32)
+    for name, lanes, narrow in (("u4", gemv._gemv_q4_lut, gemv._gemv_q4), ("u8", gemv._gemv_q8_lanes, gemv._gemv_q8)):
+        q, scale, zp = _random_codes(rng, name, False, 8, 256, 128)
+        assert gemv._gemv_kernel(name, x, q, scale, zp, out, 256, False)[0] is (lanes if wide else narrow)
+
+
+def test_activation_copies_start_on_a_line():
+    """The 16-lane loops' activation copies start on a 64-byte line (no split loads)."""
+    from ov_npu_emu_npu.device.kernels import gemv
+
+    for shape in ((1, 7), (1, 2048), (3, 100)):
+        a = gemv._line_aligned(shape)
+        assert a.shape == shape and a.dtype == np.float32 and a.ctypes.data % gemv.LANE_BYTES == 0

@@ -7,8 +7,11 @@ weights as stored and decompress them in registers. f16 converts exactly; one ac
 times an 8-/4-bit weight sums ``x * (q - zp)`` over each group (``q - zp`` is a small integer,
 exact in f32) and multiplies the group's scale into that sum once, instead of into every
 weight as :func:`..dequant.dequantize` does (``(q - zp) * scale``), which the f16-rounding
-variant and several activation rows still do. f32 weights (the ``matmul`` kernel's decode
-shapes) run a loop of their own (four weight rows per pass, nothing to convert).
+variant and several activation rows still do. On AVX-512 hosts one row takes 16-lane loops:
+4-bit weights through each group's 16-entry table of decompressed weights (``(q - zp) * scale``
+itself, so there the product differs from a decompressed one only in summation order), 8-bit
+ones widened 16 bytes at a time. f32 weights (the ``matmul`` kernel's decode shapes) run a loop
+of their own (four weight rows per pass, nothing to convert).
 Output channels are split over the host's cores by numba parallel loops on its TBB threading
 layer (a cheap hand-off, so products from 2^17 weight elements, 2^15 for 8-/4-bit, gain from
 the second core); without that layer, a thread pool (a costlier hand-off) from 2^18 (2^20 for
@@ -199,15 +202,23 @@ def _prefetch(typingctx, a, offset):
 #: how far ahead of the row being read the f16 loop hints the weight's cache lines. The hardware
 #: prefetcher alone keeps too few lines in flight for one core when each byte also costs a
 #: conversion (f16; docs/performance.md, "Decode kernels against the bandwidth floor"). The
-#: 8-/4-bit loops are bound by their decode arithmetic, not the read: hints gained nothing there
-PREFETCH_BYTES = 4096
+#: 8-lane 8-/4-bit loops are bound by their decode arithmetic, not the read: hints gained nothing there.
+#: 1 KiB on the AVX-512 Xeon of issue 29 (1.3x 4 KiB's speed there; 4 KiB was chosen on an earlier host)
+PREFETCH_BYTES = 1024
+
+
+#: the same for the 16-lane 4-bit loop (the 8-bit one takes PREFETCH_BYTES): without hints they
+#: stream a weight at about the sum of their arithmetic time and the read time (no overlap);
+#: 2 KiB ahead gained 1.2x (4-bit) on one core, 1 KiB 1.7x (8-bit), farther less
+#: (docs/performance_log.md, "Bandwidth floor")
+LANE_PREFETCH_BYTES = 2048
 
 
 @njit(inline="always", **_JIT)  # numba-level inlining: a call per row/group costs
-def _prefetch_row(q, n):
-    """Hint the bytes of C-contiguous ``q`` that row n + PREFETCH_BYTES / row bytes will read."""
+def _prefetch_row(q, n, ahead=PREFETCH_BYTES):
+    """Hint the bytes of C-contiguous ``q`` that row n + ahead / row bytes will read."""
     rb = q.strides[0]
-    lo = n * rb + PREFETCH_BYTES
+    lo = n * rb + ahead
     hi = min(lo + rb, q.size * q.itemsize)
     for off in range(lo - lo % 64, hi, 64):
         _prefetch(q, off)
@@ -477,6 +488,281 @@ def _q4_row_dot(typingctx, xe, xo, qrow, s, z, gh, flip):
     return types.float32(xe, xo, qrow, s, z, gh, flip), codegen
 
 
+_V16F = ir.VectorType(_F32, 16)
+_V16I = ir.VectorType(ir.IntType(32), 16)
+_V16B = ir.VectorType(ir.IntType(8), 16)
+#: bytes of codes per pass of the 16-lane rows (:func:`_q4_lut_row_dot`, :func:`_q8_lanes_row_dot`):
+#: one cache line; a group (4-bit: a row) of a multiple of it takes them
+LANE_BYTES = 64
+
+_AVX512: bool | None = None
+
+
+def avx512() -> bool:
+    """Whether numba compiles for AVX-512F here (NUMBA_CPU_FEATURES, else the host's): the
+    16-lane rows use its vpermps, and 16-lane vectors; elsewhere the 8-lane rows run."""
+    global _AVX512
+    if _AVX512 is None:
+        import llvmlite.binding as ll
+        from numba.core import config
+
+        features = getattr(config, "CPU_FEATURES", None)  # numba's own rule: the variable, else the host's
+        if features is None:
+            features = ll.get_host_cpu_features().flatten()
+        _AVX512 = "+avx512f" in features.split(",")
+    return _AVX512
+
+
+def _array_args(context: Any, builder: ir.IRBuilder, sig: Any, args: Any, count: int) -> list[Any]:
+    return [context.make_array(t)(context, builder, a) for t, a in zip(sig.args[:count], args[:count], strict=True)]
+
+
+def _v16_load(builder: ir.IRBuilder, base: ir.Value, offset: ir.Value, vty: ir.VectorType, align: int) -> ir.Value:
+    return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()), align=align)
+
+
+def _lane_sum(builder: ir.IRBuilder, vectors: list[ir.Value]) -> ir.Value:
+    """The sum of equal-width vectors and then of their lanes, as a fixed pairwise tree."""
+    while len(vectors) > 1:
+        vectors = [builder.fadd(vectors[i], vectors[i + 1]) for i in range(0, len(vectors), 2)]
+    lanes = [builder.extract_element(vectors[0], ir.Constant(ir.IntType(32), i)) for i in range(vectors[0].type.count)]
+    while len(lanes) > 1:
+        half = len(lanes) // 2
+        lanes = [builder.fadd(lanes[i], lanes[i + half]) for i in range(half)]
+    return lanes[0]
+
+
+def _f16_round_v(builder: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """Each lane to the nearest f16 and back (vcvtps2ph / vcvtph2ps): :func:`_round_f16`."""
+    return builder.fpext(builder.fptrunc(v, ir.VectorType(ir.HalfType(), v.type.count)), v.type)
+
+
+def _c_arrays(*arrays: Any) -> bool:
+    return all(isinstance(a, types.Array) and a.layout == "C" for a in arrays)
+
+
+@_intrinsic
+def _q4_lut_row_dot(typingctx, xp, qrow, s, z, codes, mul_f16):
+    """One row of a 4-bit weight times one activation row on AVX-512, each weight through its
+    group's 16-entry table: ``sum_j xp[j] * T_g[code_j]`` with ``T_g[c] = (codes[c] - z[g]) *
+    s[g]`` (f16-rounded with ``mul_f16``: NNCF's multiply), i.e. exactly the decompressed
+    weight :func:`_w` gives, so the sum differs from a decompressed product only in its order.
+
+    Why: the decode arithmetic, not memory, limited the 8-lane row (:func:`_q4_row_dot`, a mask
+    or shift, a widening, a conversion, a subtraction and an fma per 8 codes). Here 64 bytes
+    (128 codes) are one 16-lane load; lane d holds codes 8d..8d+7 in its nibbles, so a shift by
+    4i and one vpermps (which reads the low 4 bits of each lane as the table index: no mask, no
+    conversion) give code 8d + i of every lane, and one fma adds it: 3 instructions per 16
+    codes. ``xp`` is the activation permuted to match (:func:`_permute_columns`); ``qrow`` is
+    [groups, gh] with gh a multiple of :data:`LANE_BYTES`; ``codes`` the 16 code values as read
+    (``c ^ 8`` for i4). Eight 16-lane accumulators run over the whole row and are summed once
+    in a fixed order: every row is the same instruction sequence, so the bits do not depend on
+    how output channels are cut."""
+    if not _c_arrays(xp, qrow, s, z, codes) or qrow.ndim != 2 or not isinstance(mul_f16, types.BooleanLiteral):
+        return None
+    if (xp.dtype, qrow.dtype, s.dtype, z.dtype, codes.dtype) != (types.float32, types.uint8, types.float32,
+                                                                  types.float32, types.float32):
+        return None
+    rounded = mul_f16.literal_value
+
+    def codegen(context, builder, signature, args):
+        arrays = _array_args(context, builder, signature, args, 5)
+        px, pq, ps, pz, pc = (a.data for a in arrays)
+        groups, gh = (builder.extract_value(arrays[1].shape, i) for i in range(2))
+        fma = builder.module.declare_intrinsic("llvm.fma.v16f32", fnty=ir.FunctionType(_V16F, [_V16F] * 3))
+        perm = builder.module.declare_intrinsic("llvm.x86.avx512.permvar.sf.512",
+                                                fnty=ir.FunctionType(_V16F, [_V16F, _V16I]))
+        zero = ir.Constant(_V16F, [0.0] * 16)
+        code_values = _v16_load(builder, pc, ir.Constant(_I64, 0), _V16F, 4)
+        fn, entry = builder.function, builder.block
+        g_head, g_body, j_head, j_body, g_tail, done = (
+            fn.append_basic_block(f"q4lut.{n}") for n in ("g_head", "g_body", "j_head", "j_body", "g_tail", "done"))
+        builder.branch(g_head)
+
+        builder.position_at_end(g_head)  # for g in range(groups)
+        g = builder.phi(_I64)
+        accs = [builder.phi(_V16F) for _ in range(8)]
+        g.add_incoming(ir.Constant(_I64, 0), entry)
+        for acc in accs:
+            acc.add_incoming(zero, entry)
+        builder.cbranch(builder.icmp_signed("<", g, groups), g_body, done)
+
+        builder.position_at_end(g_body)  # the group's table
+        sv = _splat(builder, builder.load(builder.gep(ps, [g])), _V16F)
+        zv = _splat(builder, builder.load(builder.gep(pz, [g])), _V16F)
+        table = builder.fmul(builder.fsub(code_values, zv), sv)
+        if rounded:
+            table = _f16_round_v(builder, table)
+        base = builder.mul(g, gh)
+        builder.branch(j_head)
+
+        builder.position_at_end(j_head)  # for j in range(0, gh, LANE_BYTES)
+        j = builder.phi(_I64)
+        parts = [builder.phi(_V16F) for _ in range(8)]
+        j.add_incoming(ir.Constant(_I64, 0), g_body)
+        for part, acc in zip(parts, accs, strict=True):
+            part.add_incoming(acc, g_body)
+        builder.cbranch(builder.icmp_signed("<", j, gh), j_body, g_tail)
+
+        builder.position_at_end(j_body)
+        off = builder.add(base, j)
+        packed = _v16_load(builder, pq, off, _V16I, 1)
+        x_off = builder.shl(off, ir.Constant(_I64, 1))  # two codes per byte
+        new = []
+        for i, part in enumerate(parts):
+            idx = builder.lshr(packed, ir.Constant(_V16I, [4 * i] * 16)) if i else packed
+            xv = _v16_load(builder, px, builder.add(x_off, ir.Constant(_I64, 16 * i)), _V16F, 4)
+            new.append(builder.call(fma, [xv, builder.call(perm, [table, idx]), part]))
+        for part, value in zip(parts, new, strict=True):
+            part.add_incoming(value, j_body)
+        j.add_incoming(builder.add(j, ir.Constant(_I64, LANE_BYTES)), j_body)
+        builder.branch(j_head)
+
+        builder.position_at_end(g_tail)
+        for acc, part in zip(accs, parts, strict=True):
+            acc.add_incoming(part, g_tail)
+        g.add_incoming(builder.add(g, ir.Constant(_I64, 1)), g_tail)
+        builder.branch(g_head)
+
+        builder.position_at_end(done)
+        return _lane_sum(builder, list(accs))
+
+    return types.float32(xp, qrow, s, z, codes, mul_f16), codegen
+
+
+@_intrinsic
+def _q8_lanes_row_dot(typingctx, x, qrow, s, z, signed, mul_f16):
+    """One row of an 8-bit weight times one activation row in 16-lane vector IR, the codes
+    widened from bytes (vpmovzxbd / vpmovsxbd with ``signed``: i8 bits, ``z`` then offset by
+    128 as :func:`_scale_zero` reads them): ``sum_g s[g] * sum_j x[j] * (q_j - z[g])``, each
+    group's four 16-lane partial sums scaled into the accumulator once, as
+    :func:`_q8_group_dot`'s loop; with ``mul_f16`` every weight is ``_w``'s f16-rounded
+    ``(q - z) * s`` instead. ``qrow`` is [groups, gs] with gs a multiple of :data:`LANE_BYTES`.
+    Why IR: numba's loop ends each group in a horizontal sum, and its widening and conversion
+    ran on 8 lanes (docs/performance.md, "Decode kernels against the bandwidth floor")."""
+    if not _c_arrays(x, qrow, s, z) or qrow.ndim != 2:
+        return None
+    if not isinstance(signed, types.BooleanLiteral) or not isinstance(mul_f16, types.BooleanLiteral):
+        return None
+    if (x.dtype, qrow.dtype, s.dtype, z.dtype) != (types.float32, types.uint8, types.float32, types.float32):
+        return None
+    is_signed, rounded = signed.literal_value, mul_f16.literal_value
+
+    def codegen(context, builder, signature, args):
+        arrays = _array_args(context, builder, signature, args, 4)
+        px, pq, ps, pz = (a.data for a in arrays)
+        groups, gs = (builder.extract_value(arrays[1].shape, i) for i in range(2))
+        fma = builder.module.declare_intrinsic("llvm.fma.v16f32", fnty=ir.FunctionType(_V16F, [_V16F] * 3))
+        zero = ir.Constant(_V16F, [0.0] * 16)
+        fn, entry = builder.function, builder.block
+        g_head, g_body, j_head, j_body, g_tail, done = (
+            fn.append_basic_block(f"q8row.{n}") for n in ("g_head", "g_body", "j_head", "j_body", "g_tail", "done"))
+        builder.branch(g_head)
+
+        builder.position_at_end(g_head)  # for g in range(groups)
+        g = builder.phi(_I64)
+        accs = [builder.phi(_V16F) for _ in range(4 if rounded else 1)]
+        g.add_incoming(ir.Constant(_I64, 0), entry)
+        for acc in accs:
+            acc.add_incoming(zero, entry)
+        builder.cbranch(builder.icmp_signed("<", g, groups), g_body, done)
+
+        builder.position_at_end(g_body)
+        sv = _splat(builder, builder.load(builder.gep(ps, [g])), _V16F)
+        z_g = builder.load(builder.gep(pz, [g]))
+        if is_signed:  # the bits read as i8 are the u8 reading minus 128 (exact: small integers)
+            z_g = builder.fsub(z_g, ir.Constant(_F32, 128.0))
+        zv = _splat(builder, z_g, _V16F)
+        base = builder.mul(g, gs)
+        builder.branch(j_head)
+
+        builder.position_at_end(j_head)  # for j in range(0, gs, LANE_BYTES)
+        j = builder.phi(_I64)
+        parts = [builder.phi(_V16F) for _ in range(4)]
+        j.add_incoming(ir.Constant(_I64, 0), g_body)
+        for i, part in enumerate(parts):
+            part.add_incoming(accs[i] if rounded else zero, g_body)
+        builder.cbranch(builder.icmp_signed("<", j, gs), j_body, g_tail)
+
+        builder.position_at_end(j_body)
+        new = []
+        for i, part in enumerate(parts):
+            off = builder.add(builder.add(base, j), ir.Constant(_I64, 16 * i))
+            codes = _v16_load(builder, pq, off, _V16B, 1)
+            wide = builder.sext(codes, _V16I) if is_signed else builder.zext(codes, _V16I)
+            w = builder.fsub(builder.sitofp(wide, _V16F), zv)
+            if rounded:  # each weight as the IR's f16 multiply makes it; the scale stays inside
+                w = _f16_round_v(builder, builder.fmul(w, sv))
+            new.append(builder.call(fma, [_v16_load(builder, px, off, _V16F, 4), w, part]))
+        for part, value in zip(parts, new, strict=True):
+            part.add_incoming(value, j_body)
+        j.add_incoming(builder.add(j, ir.Constant(_I64, LANE_BYTES)), j_body)
+        builder.branch(j_head)
+
+        builder.position_at_end(g_tail)
+        if rounded:
+            for acc, part in zip(accs, parts, strict=True):
+                acc.add_incoming(part, g_tail)
+        else:
+            group = builder.fadd(builder.fadd(parts[0], parts[1]), builder.fadd(parts[2], parts[3]))
+            accs[0].add_incoming(builder.call(fma, [group, sv, accs[0]]), g_tail)
+        g.add_incoming(builder.add(g, ir.Constant(_I64, 1)), g_tail)
+        builder.branch(g_head)
+
+        builder.position_at_end(done)
+        return _lane_sum(builder, list(accs))
+
+    return types.float32(x, qrow, s, z, signed, mul_f16), codegen
+
+
+@njit(inline="always", **_JIT)
+def _row_scales(scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, s_row, z_row):
+    """Row n's groups' (scale, zero point) as f32 into ``s_row`` / ``z_row`` (:func:`_scale_zero`)."""
+    for g in range(s_row.shape[0]):
+        s_row[g], z_row[g] = _scale_zero(scale[n, g, 0], zp[n, g, 0] if has_zp else np.uint8(0), has_zp,
+                                         zp_flip, q_flip, mul_f16)
+
+
+@njit(**_JIT)
+def _gemv_q4_lut(x_perm, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):
+    """4-bit weights, one activation row, on AVX-512: :func:`_q4_lut_row_dot` per output
+    channel; ``x_perm`` is the row permuted by :func:`_permute_columns` (``row`` unused)."""
+    groups = q.shape[1]
+    s_row, z_row = np.empty(groups, np.float32), np.empty(groups, np.float32)
+    codes = np.empty(16, np.float32)
+    for c in range(16):
+        codes[c] = np.float32(c ^ q_flip)
+    xp = x_perm[0]
+    for n in range(n0, n1):
+        _prefetch_row(q, n, LANE_PREFETCH_BYTES)
+        _row_scales(scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, s_row, z_row)
+        if mul_f16:
+            out[0, n] = _q4_lut_row_dot(xp, q[n], s_row, z_row, codes, True)
+        else:
+            out[0, n] = _q4_lut_row_dot(xp, q[n], s_row, z_row, codes, False)
+
+
+@njit(**_JIT)
+def _gemv_q8_lanes(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):
+    """8-bit weights, one activation row, on AVX-512: :func:`_q8_lanes_row_dot` per output
+    channel (``row`` unused)."""
+    groups = q.shape[1]
+    s_row, z_row = np.empty(groups, np.float32), np.empty(groups, np.float32)
+    x0 = x[0]
+    for n in range(n0, n1):
+        _prefetch_row(q, n)
+        _row_scales(scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, s_row, z_row)
+        if q_flip:
+            if mul_f16:
+                out[0, n] = _q8_lanes_row_dot(x0, q[n], s_row, z_row, True, True)
+            else:
+                out[0, n] = _q8_lanes_row_dot(x0, q[n], s_row, z_row, True, False)
+        elif mul_f16:
+            out[0, n] = _q8_lanes_row_dot(x0, q[n], s_row, z_row, False, True)
+        else:
+            out[0, n] = _q8_lanes_row_dot(x0, q[n], s_row, z_row, False, False)
+
+
 @njit(**_JIT)
 def _gemv_q4(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):
     """4-bit weights, see :func:`_dq_row_q4`; ``x_split`` is each activation row as [even
@@ -565,7 +851,22 @@ def _gemv_q4_par(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n
                  np.empty(x_split.shape[1], np.float32))
 
 
-_PARALLEL_OF = {_gemv_f32: _gemv_f32_par, _gemv_f16: _gemv_f16_par, _gemv_q8: _gemv_q8_par, _gemv_q4: _gemv_q4_par}
+@njit(parallel=True, **_JIT)
+def _gemv_q8_lanes_par(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):
+    for b in prange(_blocks(n0, n1)):
+        lo, hi = _block(n0, n1, b)
+        _gemv_q8_lanes(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, lo, hi, x[0])
+
+
+@njit(parallel=True, **_JIT)
+def _gemv_q4_lut_par(x_perm, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):
+    for b in prange(_blocks(n0, n1)):
+        lo, hi = _block(n0, n1, b)
+        _gemv_q4_lut(x_perm, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, lo, hi, x_perm[0])
+
+
+_PARALLEL_OF = {_gemv_f32: _gemv_f32_par, _gemv_f16: _gemv_f16_par, _gemv_q8: _gemv_q8_par, _gemv_q4: _gemv_q4_par,
+                _gemv_q8_lanes: _gemv_q8_lanes_par, _gemv_q4_lut: _gemv_q4_lut_par}
 
 
 def _workers() -> int:
@@ -625,6 +926,31 @@ def _split_columns(x: np.ndarray, x_split: np.ndarray) -> None:
     np.copyto(x_split[:, half:], x[:, 1::2])
 
 
+def _permute_columns(x: np.ndarray, x_perm: np.ndarray) -> None:
+    """The activation row in :func:`_q4_lut_row_dot`'s order: in each block of 128 columns,
+    column 8d + i moves to 16i + d (the codes one shift by 4i puts in lane d)."""
+    m, k = x.shape
+    np.copyto(x_perm.reshape(m, k // 128, 8, 16), x.reshape(m, k // 128, 16, 8).transpose(0, 1, 3, 2))
+
+
+def _copy_columns(x: np.ndarray, x_line: np.ndarray) -> None:
+    np.copyto(x_line, x)
+
+
+def _line_aligned(shape: tuple[int, int]) -> np.ndarray:
+    """An f32 scratch array starting on a 64-byte line: the 16-lane loops' activation loads
+    then never straddle two lines (10-15 % in cache, docs/performance_log.md "Bandwidth floor")."""
+    size = shape[0] * shape[1]
+    buf = np.empty(size + LANE_BYTES // 4, np.float32)
+    start = (-buf.ctypes.data) % LANE_BYTES // 4
+    return buf[start:start + size].reshape(shape)
+
+
+#: the activation copy a kernel reads (its layout, on 64-byte lines), made per call by the runner
+_PREPARE: dict[Callable[..., None], Callable[[np.ndarray, np.ndarray], None]] = {
+    _gemv_q4: _split_columns, _gemv_q4_lut: _permute_columns, _gemv_q8_lanes: _copy_columns}
+
+
 def _gemv_kernel(
     name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
     k: int, mul_f16: bool,
@@ -648,11 +974,16 @@ def _gemv_kernel(
     if name in ("u8", "i8"):
         if groups * q.shape[2] != k:
             return None
-        return _gemv_q8, (x, qb, scale, zp_bits, has_zp, 128 if name == "i8" else 0, zp_flip, mul_f16)
+        codes = (qb, scale, zp_bits, has_zp, 128 if name == "i8" else 0, zp_flip, mul_f16)
+        if m_rows == 1 and q.shape[2] % LANE_BYTES == 0 and avx512():
+            return _gemv_q8_lanes, (_line_aligned((1, k)), *codes)
+        return _gemv_q8, (x, *codes)
     if name in ("u4", "i4"):
         if groups * q.shape[2] * 2 != k:
             return None
-        x_split = np.empty((m_rows, k), np.float32)
+        x_split = _line_aligned((m_rows, k))
+        if m_rows == 1 and q.shape[2] % LANE_BYTES == 0 and avx512():
+            return _gemv_q4_lut, (x_split, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
         return _gemv_q4, (x_split, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
     return None
 
@@ -676,15 +1007,15 @@ def gemv_runner(
     if chosen is None:
         return None
     kern, args = chosen
-    split = kern is _gemv_q4
+    prepare = _PREPARE.get(kern)
     par_min = _PAR_MIN_ELEMENTS if name in ("f32", "f16") else _PAR_MIN_GROUPED
     if n * k >= par_min and n > _PAR_BLOCK and parallel_loops():
         call = functools.partial(_PARALLEL_OF[kern], *args, out, 0, n)
-        if not split:
+        if prepare is None:
             return call
 
         def run_par() -> None:
-            _split_columns(x, args[0])
+            prepare(x, args[0])
             call()
 
         return run_par
@@ -697,12 +1028,12 @@ def gemv_runner(
     bounds = [n * i // chunks for i in range(chunks + 1)]
     rows = [np.empty(k, np.float32) for _ in range(workers)]  # a weight row per thread (multi-row path)
 
-    if chunks == 1 and not split:  # one call in this thread: no closure between caller and kernel
+    if chunks == 1 and prepare is None:  # one call in this thread: no closure between caller and kernel
         return functools.partial(kern, *args, out, 0, n, rows[0])
 
     def run() -> None:
-        if split:
-            _split_columns(x, args[0])
+        if prepare is not None:
+            prepare(x, args[0])
         if chunks == 1:
             kern(*args, out, 0, n, rows[0])
             return
