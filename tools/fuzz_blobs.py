@@ -180,7 +180,8 @@ def targets(core: Any, tiny_model_dir: Path | None = None) -> list[Target]:
     if tiny_model_dir is not None:
         cfg = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "NPU",
                "NPUW_LLM_MAX_PROMPT_LEN": 16, "NPUW_LLM_MIN_RESPONSE_LEN": 8}
-        cm = core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", cfg)
+        # with its weights (NPUW's export is weightless by default): its sub-blobs are plain ELF blobs
+        cm = core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", {**cfg, "CACHE_MODE": "OPTIMIZE_SPEED"})
         # one generate variant alone: an NPU blob with the LLM kernels (gather, matmul, SDPA, rope)
         kv = min(cm.impl.subs.generate)
         out.append(Target("npu-llm", cm.impl.subs.generate[kv].export_model().getvalue(), "NPU", None))
@@ -188,7 +189,7 @@ def targets(core: Any, tiny_model_dir: Path | None = None) -> list[Target]:
         feed = {"input_ids": ids, "attention_mask": np.ones((1, 3), np.int64),
                 "position_ids": np.arange(3, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)}
         out.append(Target("npuw", cm.export_model().getvalue(), "NPU", feed, steps=1))
-        # weightless (CACHE_MODE=OPTIMIZE_SIZE): sub-blobs without the IR's weights, restored on import
+        # weightless (the default, here explicit): sub-blobs without the IR's weights, restored on import
         slim = core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", {**cfg, "CACHE_MODE": "OPTIMIZE_SIZE"})
         out.append(Target("npuw-weightless", slim.export_model().getvalue(), "NPU", feed, steps=1,
                           config={"WEIGHTS_PATH": str(tiny_model_dir / "openvino_model.bin")}))

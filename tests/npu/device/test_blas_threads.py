@@ -89,7 +89,9 @@ def test_a_windowed_prefill_runs_on_one_blas_thread(two_blas_threads, monkeypatc
     have their own threads or few rows); an inference without a window keeps the setting."""
     from ov_npu_emu import Core
     from ov_npu_emu_npu.plugin import NpuInferRequest
-    from tests.npu.device.test_token_rows import P, _int8_matmul_model, _run_cmx
+    from tests.npu.device.token_rows_models import P
+    from tests.npu.device.token_rows_models import int8_matmul_model as _int8_matmul_model
+    from tests.npu.device.token_rows_models import run_cmx as _run_cmx
 
     counts = two_blas_threads
     seen: list[int] = []

@@ -18,8 +18,10 @@ import pytest
 from ov_npu_emu_npu.blob.reader import BlobReader
 from ov_npu_emu_npu.compiler.pipeline import compile_to_blob
 from tests.npu.conftest import padded_attention_model
+from tests.npu.device.token_rows_models import E, F, P, V
+from tests.npu.device.token_rows_models import int8_matmul_model as _int8_matmul_model
+from tests.npu.device.token_rows_models import run_cmx as _run_cmx
 
-P, V, E, F = 256, 48, 32, 40
 FIRST = 193  # real rows start here: 63 of them and one padding row, the window is rows [192, 256)
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "optimum"
 
@@ -153,18 +155,6 @@ def _head_blocks_model() -> ov.Model:
     return ov.Model([out, mask_out], [ids, am], "head_blocks")
 
 
-def _run_cmx(emu_core, model: ov.Model, cmx: int, first: int, skip: bool):
-    """``model`` ([1, L] input_ids and attention_mask, output "out") compiled with a ``cmx``-byte
-    CMX, run once on padding rows before ``first`` (window on or off): (request, out)."""
-    length = model.input("input_ids").get_partial_shape()[1].get_length()
-    cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_CMX_SIZE": cmx,
-                                               "NPU_EMU_SKIP_PADDED_ROWS": "YES" if skip else "NO"})
-    req = cm.create_infer_request()
-    ids = np.r_[np.full(first, 3), np.arange(5, 5 + length - first) % V].astype(np.int64)[None]
-    req.infer({"input_ids": ids, "attention_mask": (np.arange(length) >= first).astype(np.int64)[None]})
-    return req, np.array(req.get_tensor("out").data)
-
-
 def test_per_head_block_dmas_keep_their_token_rows(emu_core):
     """A MatMul over [1, H, L, D] staged one head per row tile: each tile's result goes back by
     one DMA of a whole [L, D] block into its head's slot.  Those DMAs mark blocks of L token rows
@@ -262,25 +252,6 @@ def test_attention_mask_chain_gets_windows_from_its_readers():
     square = [t for t in meta["tasks"] if t["kernel"] in ("select", "logical_and", "add") and t.get("rows")]
     assert {t["kernel"] for t in square} == {"select", "logical_and", "add"}
     assert all(t["rows"]["axes"][-1] == 2 and t["rows"]["off"] == 0 for t in square)
-
-
-def _int8_matmul_model(rows: int) -> ov.Model:
-    """Embedding -> MatMul with an int8 weight (NNCF's u8 pattern: matmul_dq reads it from DDR
-    while only the activation rows are staged through CMX, in row tiles)."""
-    rng = np.random.default_rng(2)
-    ids = ops.parameter([1, rows], ov.Type.i64, name="input_ids")
-    am = ops.parameter([1, rows], ov.Type.i64, name="attention_mask")
-    for p, n in ((ids, "input_ids"), (am, "attention_mask")):
-        p.output(0).set_names({n})
-    x = ops.gather(ops.constant(rng.standard_normal((V, E)).astype(np.float32)), ids, 0)
-    q = ops.convert(ops.constant(rng.integers(0, 256, (F, E)).astype(np.uint8)), ov.Type.f32)
-    zp = ops.convert(ops.constant(rng.integers(100, 156, (F, 1)).astype(np.uint8)), ov.Type.f32)
-    w = ops.multiply(ops.subtract(q, zp), ops.constant((rng.random((F, 1)) * 0.02).astype(np.float32)))
-    out = ops.matmul(x, w, False, True)
-    out.output(0).set_names({"out"})
-    mask_out = ops.convert(am, ov.Type.f32)
-    mask_out.output(0).set_names({"mask_out"})
-    return ov.Model([out, mask_out], [ids, am], "int8_rows")
 
 
 def test_compressed_weight_row_tiles_end_on_the_last_row(emu_core):
