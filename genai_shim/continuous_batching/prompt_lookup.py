@@ -34,7 +34,7 @@ from genai_shim.results import (
     PipelineMetrics,
 )
 from genai_shim.sampling import LogitProcessor, Sampler
-from genai_shim.speculative.cb_api import SpeculativeHandle
+from genai_shim.speculative.cb_api import SpeculativeHandle, generate_inputs
 from genai_shim.speculative.paged import PagedSide, SpecRequest
 from genai_shim.stop_strings import stop_window
 from genai_shim.streamers import StreamingStatus, make_streamer
@@ -196,21 +196,7 @@ class PromptLookupImpl:
     def generate(self, prompts: Any, generation_config: Any, streamer: Any) -> list[GenerationResult]:
         """One GenerationResult per prompt (request ids 0, 1, ...), one PerfMetrics shared."""
         start = time.perf_counter()
-        single = isinstance(prompts, (str, ov.Tensor))
-        prompts = [prompts] if single else list(prompts)
-        if isinstance(generation_config, GenerationConfig):
-            generation_config = [generation_config]
-        configs = list(generation_config) if generation_config is not None else [self._config] * len(prompts)
-        if len(configs) != len(prompts):
-            raise UserInputError(
-                f"generate() got {len(prompts)} prompts and {len(configs)} generation configs; "
-                "pass one config per prompt"
-            )
-        if self.main.requests:
-            raise UserInputError(
-                "Generate cannot be called while ContinuousBatchingPipeline is already in running "
-                "state. Use ContinuousBatchingPipeline::add_request"
-            )
+        prompts, configs = generate_inputs(prompts, generation_config, self._config, bool(self.main.requests))
         stream = make_streamer(streamer, self._tokenizer)
         if stream is not None and (len(prompts) != 1 or configs[0].is_beam_search()):
             raise UserInputError(

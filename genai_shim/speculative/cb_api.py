@@ -28,7 +28,29 @@ from genai_shim.structured_output import check_structured_output
 from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import ConfigError, UserInputError
 
-__all__ = ["SpeculativeDecodingImpl", "SpeculativeHandle"]
+__all__ = ["SpeculativeDecodingImpl", "SpeculativeHandle", "generate_inputs"]
+
+
+def generate_inputs(
+    prompts: Any, generation_config: Any, default: GenerationConfig, running: bool
+) -> tuple[list[Any], list[Any]]:
+    """A speculative / prompt-lookup generate()'s prompts as a list with one config each (a single
+    GenerationConfig counts as a list of one); refused while requests are running."""
+    prompts = [prompts] if isinstance(prompts, (str, ov.Tensor)) else list(prompts)
+    if isinstance(generation_config, GenerationConfig):
+        generation_config = [generation_config]
+    configs = list(generation_config) if generation_config is not None else [default] * len(prompts)
+    if len(configs) != len(prompts):
+        raise UserInputError(
+            f"generate() got {len(prompts)} prompts and {len(configs)} generation configs; "
+            "pass one config per prompt"
+        )
+    if running:
+        raise UserInputError(
+            "Generate cannot be called while ContinuousBatchingPipeline is already in running "
+            "state. Use ContinuousBatchingPipeline::add_request"
+        )
+    return prompts, configs
 
 
 class SpeculativeHandle:
@@ -205,21 +227,7 @@ class SpeculativeDecodingImpl:
         each with the call's speculative metrics (``extended_perf_metrics``)."""
         start = time.perf_counter()
         spec = self._spec
-        single = isinstance(prompts, (str, ov.Tensor))
-        prompts = [prompts] if single else list(prompts)
-        if isinstance(generation_config, GenerationConfig):
-            generation_config = [generation_config]
-        configs = list(generation_config) if generation_config is not None else [self._config] * len(prompts)
-        if len(configs) != len(prompts):
-            raise UserInputError(
-                f"generate() got {len(prompts)} prompts and {len(configs)} generation configs; "
-                "pass one config per prompt"
-            )
-        if spec.main.requests:
-            raise UserInputError(
-                "Generate cannot be called while ContinuousBatchingPipeline is already in running "
-                "state. Use ContinuousBatchingPipeline::add_request"
-            )
+        prompts, configs = generate_inputs(prompts, generation_config, self._config, bool(spec.main.requests))
         resolved = [self._resolve(c) for c in configs]
         encoded = bool(prompts) and not isinstance(prompts[0], str)
         t_tok = time.perf_counter()
