@@ -968,17 +968,15 @@ def _subconfigs(
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The prefill and generate sub-model device configs, and the shared head's (None: the
     generate one, see LLMConfig.head_config)."""
-    # Base sub-config: top-level non-NPUW keys (e.g. INFERENCE_PRECISION_HINT) flow to the
-    # devices, and so do the emulator's device keys the caller set (NPU_EMU_*, not the NPU
-    # device's defaults: the emulated NPU validates them, the CPU device keeps the ones it
-    # knows), which the NPU plugin's own keys do not
+    # Base sub-config: the top-level keys the caller gave (e.g. INFERENCE_PRECISION_HINT), and
+    # the emulator's device keys (NPU_EMU_*), flow to the devices; the NPU plugin's own keys do
+    # not, nor do the NPU device's defaults: like the real NPUW, a sub-model left at defaults
+    # gets its own device's defaults (the CPU plugin's bf16 on a host with AMX/AVX512-BF16)
     base = {
         k: v
         for k, v in raw.items()
-        if (
-            (k.startswith(EMU_DEVICE_PREFIX) and (given is None or k in given))
-            or not k.startswith(("NPU", "++NPUW", "KV_CACHE_PRECISION", "CACHE_DIR"))
-        )
+        if (given is None or k in given)
+        and (k.startswith(EMU_DEVICE_PREFIX) or not k.startswith(("NPU", "++NPUW", "KV_CACHE_PRECISION", "CACHE_DIR")))
         and k not in IGNORED_KEYS
         and k not in EXPORT_KEYS
     }

@@ -29,6 +29,9 @@ def _run(emu_core, xml: str, device: str, precision: str) -> tuple[list[int], ob
             "NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": device,
             "NPUW_LLM_MAX_PROMPT_LEN": 64, "NPUW_LLM_MIN_RESPONSE_LEN": 128,
             "KV_CACHE_PRECISION": precision,
+            # f32 on both devices: at defaults the CPU sub-models run the CPU plugin's own
+            # precision (bf16 on AMX hosts), and the KV precision is the only variable here
+            "INFERENCE_PRECISION_HINT": "f32",
         }
         req = emu_core.compile_model(xml, "NPU", cfg).create_infer_request()
         ids, err = greedy(req, PROMPT, NEW)
