@@ -138,6 +138,9 @@ the NPU setups use `MAX_PROMPT_LEN=64`, `MIN_RESPONSE_LEN=64`.
 
 _DOC_TAIL = """
 The same comparison runs in the test suite (`tests/conformance/test_optimum_exports.py`).
+The two longrope exports are also run with a prompt past their original context and on every
+NPUW path that touches positions (chunked, pyramid, block KV, prefix caching, CACHE_DIR, RoPE
+cache off) in `tests/conformance/test_longrope.py`.
 """
 
 if __name__ == "__main__":

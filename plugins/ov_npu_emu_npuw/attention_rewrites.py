@@ -9,9 +9,15 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
+from ov_npu_emu.errors import CompileError
 from ov_npu_emu_npuw.model_io import find_param
 
-__all__ = ["cache_rope", "group_attention", "rotate_half_as_matmul"]
+__all__ = ["CALL_POSITIONS", "cache_rope", "group_attention", "read_call_range", "rotate_half_as_matmul"]
+
+#: chunked prefill input: the whole prompt call's positions, for what reads their range
+CALL_POSITIONS = "npuw_call_position_ids"
+#: reductions over ``position_ids`` (longrope's ``max(position_ids) + 1``): they read the range
+_RANGE_READS = ("ReduceMax", "ReduceMin")
 
 logger = logging.getLogger(__name__)
 
@@ -256,6 +262,53 @@ def cache_rope(model: ov.Model, positions: int) -> int:
     if done:
         model.validate_nodes_and_infer_types()
     return done
+
+
+def _reduces_positions(op: ov.Node) -> bool:
+    """Whether the reduction's constant axes include the token axis of a ``[1, L]`` input."""
+    axes = op.input_value(1).get_node()
+    if axes.get_type_name() != "Constant":
+        return False
+    return bool({1, -1} & {int(a) for a in np.asarray(axes.get_data()).ravel()})
+
+
+def read_call_range(model: ov.Model) -> int:
+    """Make every reduction over the tokens of ``position_ids`` read the whole prompt call's.
+
+    A chunked prefill sees one chunk of the prompt per call, but a stateful model given the prompt
+    in one call reduces over all of its positions: longrope (Phi-3, Phi-4) picks its short or long
+    factors by ``max(position_ids) + 1`` of the call, so a chunk before the original context would
+    take the short factors where the whole prompt takes the long ones.  Each ``ReduceMax`` /
+    ``ReduceMin`` of ``position_ids`` (through Converts) over the token axis reads a new input
+    :data:`CALL_POSITIONS` ``[1, 2]`` instead: the prompt's smallest and largest position, which
+    give both reductions the whole call's value.  Returns how many reductions were redirected.
+    """
+    try:
+        pos = find_param(model, "position_ids")
+    except CompileError:
+        return 0
+    reads: list[tuple[ov.Node, list[ov.Node]]] = []
+    for op in model.get_ordered_ops():
+        if op.get_type_name() not in _RANGE_READS or not _reduces_positions(op):
+            continue
+        chain, node = [], op.input_value(0).get_node()
+        while node.get_type_name() == "Convert":
+            chain.append(node)
+            node = node.input_value(0).get_node()
+        if node.get_instance_id() == pos.get_instance_id():
+            reads.append((op, chain))
+    if not reads:
+        return 0
+    call = ops.parameter([1, 2], pos.get_element_type(), name=CALL_POSITIONS)
+    call.output(0).get_tensor().set_names({CALL_POSITIONS})
+    for op, chain in reads:
+        out = call.output(0)
+        for conv in reversed(chain):
+            out = ops.convert(out, conv.get_destination_type()).output(0)
+        op.input(0).replace_source_output(out)
+    model.add_parameters([call])
+    model.validate_nodes_and_infer_types()
+    return len(reads)
 
 
 def _halves(concat: ov.Node) -> ov.Output | None:

@@ -294,7 +294,11 @@ NPUW_OPTIONS = OptionTable(
                 "for prefill and K per variant). Bit-identical outputs on stories260K; the kv256 variant alone runs "
                 "4% faster (173 → 166 µs), end to end it is within noise (TPOT@20 0.361–0.378× with vs 0.340–0.380× "
                 "without, three A/B runs). A position at or beyond the table is a `UserInputError` that names NO as "
-                "the way out (the Gather would silently read zeros)"
+                "the way out (the Gather would silently read zeros). A sin/cos that reads the call's position range "
+                "(longrope's short/long switch on `max(position_ids) + 1`, Phi-3/Phi-4) is found by probing and left "
+                "computed per call: the real CPU's ids past `original_max_position_embeddings`, as the real NPUW "
+                "gives (its source matches the Phi-3 longrope pattern and binds short- or long-factor tables chosen "
+                "on the host instead)"
             ),
         ),
         Option(
@@ -306,7 +310,9 @@ NPUW_OPTIONS = OptionTable(
                 "that starts a new prompt, so only the rest is prefilled (chat turns re-send the history). Ours also "
                 "caches the tokens a conversation generated (real: prefill-computed blocks only). Chunked prefill "
                 "only: with a static prefill it is a `ConfigError` saying how to enable chunking. Used only for "
-                "unpadded prompts at consecutive positions (anything else bypasses the cache). At least the prompt's "
+                "unpadded prompts at consecutive positions (anything else bypasses the cache), and not for a model "
+                "whose RoPE reads the call's position range (longrope: a block computed in another call may hold the "
+                "other factors' keys). At least the prompt's "
                 'last token is always computed. See "Prefix caching" below'
             ),
         ),

@@ -11,6 +11,7 @@ import openvino as ov
 from ov_npu_emu.errors import KVCacheFullError, PromptTooLongError, UserInputError
 from ov_npu_emu.runtime.device import DeviceInferRequest, VariableState
 from ov_npu_emu.runtime.pages import zeroed
+from ov_npu_emu_npuw.attention_rewrites import CALL_POSITIONS
 from ov_npu_emu_npuw.blockkv import BlockKV
 from ov_npu_emu_npuw.config import select_variant
 from ov_npu_emu_npuw.kvcache import KVBuffers
@@ -101,6 +102,12 @@ class _Staging:
             ("position_ids", self.pos),
         ):
             req.set_tensor(name, ov.Tensor(arr, shared_memory=True))
+        # a chunked prefill whose model reduces over the positions (longrope): the whole call's
+        self.call_pos: np.ndarray | None = None
+        port = next((p for p in req.model_inputs if CALL_POSITIONS in p.names), None)
+        if port is not None:
+            self.call_pos = np.zeros(tuple(port.partial_shape.to_shape()), port.element_type.to_dtype())
+            req.set_tensor(CALL_POSITIONS, ov.Tensor(self.call_pos, shared_memory=True))
         # every name of a port: a device may keep other names beside ours (gpt2's embed output)
         outs = {n: p for p in req.model_outputs for n in p.names}
         self.present: list[np.ndarray] = []
@@ -441,7 +448,14 @@ class LLMInferRequest(DeviceInferRequest):
         for st in self._pfs.values():
             st.zero()
         stored, calls = 0, 0
-        cacheable = self.prefix is not None and self._plain_prompt(mask, pos)
+        range_reads = False
+        for st in self._pfs.values():
+            if st.call_pos is not None:  # every chunk reads the whole prompt's position range
+                range_reads = True
+                st.call_pos[0] = _bounds(pos)
+        # A block computed in another call saw another position range: not reusable when the
+        # model reads it (longrope's short/long switch)
+        cacheable = self.prefix is not None and not range_reads and self._plain_prompt(mask, pos)
         size = self._prefill_size(0)
         if cacheable:
             hit = self.prefix.match(ids[0], n - 1)

@@ -12,7 +12,7 @@ import openvino.opset13 as ops
 from openvino._offline_transformations import stateful_to_stateless_transformation
 
 from ov_npu_emu.errors import CompileError, UserInputError
-from ov_npu_emu_npuw.attention_rewrites import cache_rope, group_attention, rotate_half_as_matmul
+from ov_npu_emu_npuw.attention_rewrites import cache_rope, group_attention, read_call_range, rotate_half_as_matmul
 from ov_npu_emu_npuw.model_io import REQUIRED_INPUTS, KVLayout, find_param, find_result
 from ov_npu_emu_npuw.position_masks import PositionMask, padding_attends_itself, rewrite_position_masks
 
@@ -371,6 +371,8 @@ def make_prefill_model(
     padding_attends_itself(m)
     if rope_positions:
         cache_rope(m, rope_positions)
+    if chunk:  # after the RoPE cache: a range-reading RoPE it kept reads the whole prompt's range
+        read_call_range(m)
     rotate_half_as_matmul(m)
     if kv_quant and chunk:
         dequantize_past(m, kv, kv_quant, kv_group)

@@ -10,7 +10,7 @@ import openvino as ov
 import pytest
 
 from ov_npu_emu.errors import UserInputError
-from ov_npu_emu_npuw.attention_rewrites import cache_rope, rotate_half_as_matmul
+from ov_npu_emu_npuw.attention_rewrites import CALL_POSITIONS, cache_rope, read_call_range, rotate_half_as_matmul
 from ov_npu_emu_npuw.transform import make_generate_model, make_prefill_model, to_stateless
 from tests.npuw._oracle import decode_step
 
@@ -91,6 +91,28 @@ def test_a_rope_that_reads_the_position_range_is_not_cached_past_it(original):
     for position in (1, 5, 31, 32, 100, 127):
         np.testing.assert_allclose(_run(cached, position), _run(_rope_model(original), position),
                                    rtol=1e-6, atol=1e-6)
+
+def _expected(position: int, long: bool) -> np.ndarray:
+    """``_rope_model``'s output in numpy with the short or the long factors."""
+    short = 1.0 / 10000 ** (np.arange(0, 8, 2) / 8)
+    inv = np.concatenate([short, short]) / (4.0 if long else 1.0)
+    x = np.linspace(-1, 1, 8)
+    return (x * np.cos(position * inv) + x * np.sin(position * inv))[None, None]
+
+
+def test_a_chunk_reads_the_whole_calls_position_range():
+    """Chunked prefill: the longrope switch reads the prompt call's smallest and largest position
+    (CALL_POSITIONS), not the chunk's, so a chunk before position 32 of a 40-token prompt takes the
+    long factors as the whole prompt does."""
+    m = _rope_model(32)
+    assert read_call_range(m) == 1
+    assert read_call_range(_rope_model(None)) == 0  # nothing reads the range
+    compiled = ov.Core().compile_model(m, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    x = np.linspace(-1, 1, 8, dtype=np.float32)[None, None]
+    for call, long in (([0, 39], True), ([0, 31], False), ([0, 32], True)):
+        out = compiled({"position_ids": np.array([[5]]), "x": x, CALL_POSITIONS: np.array([call])})[0]
+        np.testing.assert_allclose(out, _expected(5, long), rtol=1e-5, atol=1e-6)
+
 
 BASE = {
     "NPU_USE_NPUW": "YES",
