@@ -287,6 +287,20 @@ def generate_default_config(
     return {"INFERENCE_NUM_THREADS": 1} if work <= CPU_SINGLE_THREAD_STEP_BYTES else {}
 
 
+def cpu_weights_default(device: str, user_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The CPU device's default for every sub-model: no dynamic quantization of activations.
+
+    The real NPUW (NPUW_DCOFF_TYPE=f16 + NPUW_DCOFF_SCALE, its defaults) unpacks int4/int8 weights
+    on the host into f16 function closures, so the CPU plugin never sees compressed weights and
+    never quantizes activations for them; ours hands the CPU plugin the compressed weights, so
+    it turns that quantization off (measured: docs/npuw.md, "Sub-model configs at default
+    properties"). A DYNAMIC_QUANTIZATION_GROUP_SIZE the user gave wins.
+    """
+    if device != "CPU" or "DYNAMIC_QUANTIZATION_GROUP_SIZE" in user_config:
+        return {}
+    return {"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+
+
 def generate_ladder_on(cfg: LLMConfig, device: str, model: ov.Model, kv: KVLayout) -> bool:
     """NPUW_LLM_GENERATE_LADDER's effective value: as given (NO when the variants are explicit
     and the key unset), else on for the CPU device and the emulated NPU when the largest
@@ -403,7 +417,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") 
     jobs = _sub_model_jobs(name, cfg, shared)
     bank = _weights_bank(cfg, name, device, weights_path)
     prefill_config = _prefill_config(cfg, device, bank)
-    generate_config = {**cfg.generate_config, **bank}
+    generate_config = {**cfg.generate_config, **bank, **cpu_weights_default(device, cfg.generate_config)}
 
     def compile_variant(size: int) -> tuple[CompiledModel, dict[str, Any]]:
         """A generate variant of ``size`` KV slots and the NPUW default sub-config it got."""
@@ -449,7 +463,11 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") 
         elif kind == "head":
             # No single-thread default here: run inline right after a variant, the head is
             # faster with the plugin's own thread choice (docs/performance_log.md).
-            head_config = generate_config if cfg.head_config is None else {**cfg.head_config, **bank}
+            head_config = (
+                generate_config
+                if cfg.head_config is None
+                else {**cfg.head_config, **bank, **cpu_weights_default(device, cfg.head_config)}
+            )
             head = core.compile_model(head_model, device, head_config)
             sub_defaults["lm_head"] = {}
         else:
@@ -549,7 +567,7 @@ def _weights_bank(cfg: LLMConfig, name: str, device: str, weights_path: str) -> 
 
 
 def _prefill_config(cfg: LLMConfig, device: str, bank: dict[str, str]) -> dict[str, Any]:
-    prefill_config: dict[str, Any] = {**cfg.prefill_config, **bank}
+    prefill_config: dict[str, Any] = {**cfg.prefill_config, **bank, **cpu_weights_default(device, cfg.prefill_config)}
     if skip_padded_rows(cfg, device):
         # our whole-prompt prefill reads only the real (right-aligned) rows of its outputs: the
         # emulated NPU may skip the padding rows' attention (docs/npu_device.md)

@@ -60,3 +60,18 @@ def test_default_tokens_equal_the_real_npuw_at_defaults(emu_core, stories_model)
     got, err = greedy(ours, PROMPT, 24)
     assert err is None, err
     assert got == want
+
+
+def _sub_dq(compiled) -> dict[str, int]:
+    return {role: int(sub.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")) for role, sub in compiled.impl.roles().items()}
+
+
+def test_cpu_sub_models_do_not_quantize_activations_unless_asked(emu_core, stories_model):
+    """The real NPUW unpacks compressed weights to f16 closures on the host (NPUW_DCOFF_*), so
+    the CPU plugin's dynamic quantization never runs under it; ours turns it off by default."""
+    assert int(ov.Core().get_property("CPU", "DYNAMIC_QUANTIZATION_GROUP_SIZE")) != 0, "CPU default changed"
+    assert set(_sub_dq(emu_core.compile_model(stories_model, "NPU", CFG)).values()) == {0}
+    given = emu_core.compile_model(stories_model, "NPU", {**CFG, "DYNAMIC_QUANTIZATION_GROUP_SIZE": 64})
+    assert set(_sub_dq(given).values()) == {64}
+    head = emu_core.compile_model(stories_model, "NPU", {**CFG, "NPUW_LLM_SHARED_HEAD_CONFIG": {}})
+    assert _sub_dq(head)["lm_head"] == 0
