@@ -19,7 +19,7 @@ from ov_npu_emu_npu.blob.format import (
 )
 from ov_npu_emu_npu.blob.integrity import seal
 from ov_npu_emu_npu.blob.reader import BlobReader, Relocation, SectionInfo, SplitBlob
-from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT
+from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT, check_declared_memory, declared_memory
 from ov_npu_emu_npu.driver.bank import BankedWeights, BankWeightsCache, WeightsBank
 from ov_npu_emu_npu.driver.memory import ARENA_BASE, WEIGHTS_BASE, AddressSpace, DeviceArena, WeightsCache
 
@@ -32,12 +32,16 @@ class ParsedBlob:
     """What every request of one compiled model shares: sections, relocations, metadata, weights."""
 
     def __init__(self, blob: bytes | SplitBlob, *, weights_cache: bool = True, bank: WeightsBank | None = None,
-                 bank_name: str = "", cache_budget: int | None = None) -> None:
+                 bank_name: str = "", cache_budget: int | None = None,
+                 memory_budget: int | None = DEVICE_MEMORY_LIMIT) -> None:
         """:param bank: the device's weights bank; None keeps the weights private (a view of the blob)
         :param bank_name: the bank scope (``NPUW_WEIGHTS_BANK``); "" is the device's anonymous bank
         :param cache_budget: bytes of decompressed weights the cache may hold (None: no limit;
             banked: the whole bank's); a blob whose matmul_dq weights (meta ``dq_bytes``) exceed
             it caches none of them
+        :param memory_budget: bytes one request may declare (NPU_EMU_DEVICE_MEMORY_MB; None: no
+            budget): ports, states and the arena, checked against each other and the budget here,
+            before any request allocates them
         """
         if isinstance(blob, SplitBlob) and bank is None:
             blob = blob.join()  # private weights are a view of the kept blob
@@ -62,7 +66,13 @@ class ParsedBlob:
                                   "its section headers are corrupt")
         self.static: list[Relocation] = []
         self.user: dict[str, list[Relocation]] = {}
-        symbols = {name for name, _, _ in reader.iter_symbols()}
+        sym_sizes = {name: size for name, _, size in reader.iter_symbols()}
+        symbols = set(sym_sizes)
+        #: bytes one request allocates (ports, states, arena), agreeing fields and within budget
+        self.declared = check_declared_memory(
+            declared_memory(self.meta, {n: self.sections[n].size for n in LOADABLE_SECTIONS if n != SEC_WEIGHTS},
+                            self.sections[SEC_WEIGHTS].size, sym_sizes),
+            memory_budget)
         for r in reader.iter_relocations():
             if r.target not in LOADABLE_SECTIONS:
                 raise BlobFormatError(f"relocation in {r.section} targets non-loadable section {r.target}")
