@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "tools") not in sys.path:  # fuzz_structure beside it, whether run or imported
+    sys.path.insert(0, str(ROOT / "tools"))
 
 #: what one mutant may cost at most (import + one inference), seconds
 TIME_LIMIT = 5.0
@@ -144,13 +146,22 @@ class Target:
 
 def outcome(core: Any, target: Target, blob: bytes, limit: float = TIME_LIMIT) -> tuple[str, float]:
     """("rejected" | "ran" | "foreign:<Type>: <message>" | "slow", seconds) for one mutant."""
+    res, _, dt = attempt(core, target, blob, limit)
+    return res, dt
+
+
+def attempt(core: Any, target: Target, blob: bytes, limit: float = TIME_LIMIT,
+            config: dict[str, Any] | None = None) -> tuple[str, BaseException | None, float]:
+    """:func:`outcome` with the exception caught (None when it ran or was slow); ``config`` is
+    added to the target's import config."""
     from ov_npu_emu.errors import NpuEmuError
 
     t0 = time.perf_counter()
+    err: BaseException | None = None
     try:
         with _watchdog(limit), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cm = core.import_model(blob, target.device, target.config or {})
+            cm = core.import_model(blob, target.device, {**(target.config or {}), **(config or {})})
             feed = target.feed if target.feed is not None else {
                 p.get_any_name(): np.ones(list(p.get_shape()), p.get_element_type().to_dtype()) for p in cm.inputs}
             req = cm.create_infer_request()
@@ -161,11 +172,95 @@ def outcome(core: Any, target: Target, blob: bytes, limit: float = TIME_LIMIT) -
         result = "ran"
     except _Slow:
         result = "slow"
-    except NpuEmuError:
-        result = "rejected"
+    except NpuEmuError as e:
+        result, err = "rejected", e
     except Exception as e:  # noqa: BLE001 - the point: anything else is a finding
-        result = f"foreign:{type(e).__name__}: {str(e)[:200]}"
-    return result, time.perf_counter() - t0
+        result, err = f"foreign:{type(e).__name__}: {str(e)[:200]}", e
+    return result, err, time.perf_counter() - t0
+
+
+#: structure-aware mutants: what one may cost at most (import, two inferences, the states read
+#: back) and how much the process's peak RSS may grow over it (issue 30's acceptance)
+STRUCTURED_LIMIT = 20.0
+RSS_LIMIT_MB = 300.0
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _peak_rss_window() -> Callable[[], float]:
+    """Start measuring: returns a function giving the peak RSS growth since, in MB (Linux: the
+    peak is reset through /proc/self/clear_refs; elsewhere ru_maxrss, which only grows)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        base = _status_kb("VmRSS")
+        return lambda: max(0, _status_kb("VmHWM") - base) / 1024
+    except OSError:
+        import resource
+
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return lambda: max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+
+
+def matches(kind: Any, res: str, err: BaseException | None) -> bool:
+    """Whether a structure-aware kind ended as it must: ran, or its typed error naming its field."""
+    import re
+
+    if kind.expect == "ran":
+        return res == "ran"
+    if err is None or res != "rejected" or type(err).__name__ != kind.expect:
+        return False
+    named = " ".join(str(x) for x in (getattr(err, "field", ""), getattr(err, "key", ""), err) if x)
+    return re.search(kind.field, named) is not None
+
+
+def run_kinds(core: Any, tg: dict[str, Target], kinds: list[Any] | None = None,
+              limit: float = STRUCTURED_LIMIT) -> list[dict[str, Any]]:
+    """One row per structure-aware kind: what it must end in, what it did, seconds, RSS growth."""
+    from fuzz_structure import KINDS, describe
+
+    rows = []
+    for kind in kinds if kinds is not None else KINDS:
+        target = tg[kind.target]
+        mutant = kind.make(target.blob)
+        peak = _peak_rss_window()
+        res, err, dt = attempt(core, target, mutant, limit, kind.config)
+        rss = peak()
+        got = "ran" if res == "ran" else describe(err) if res == "rejected" and err is not None else res
+        rows.append({"kind": kind.name, "target": kind.target, "what": kind.what, "expect": kind.expect,
+                     "got": got, "ok": matches(kind, res, err) and dt < limit and rss < RSS_LIMIT_MB,
+                     "seconds": dt, "rss_mb": rss, "message": str(err)[:300] if err else ""})
+    return rows
+
+
+def fuzz_fields(core: Any, target: Target, n: int, seed: int,
+                limit: float = STRUCTURED_LIMIT) -> dict[str, Any]:
+    """``n`` random structure-aware mutants (one numeric field set to an edge value, checksums
+    valid): each must be typed or run, within ``limit`` seconds and RSS_LIMIT_MB."""
+    from fuzz_structure import random_field_mutant
+
+    rng = random.Random(seed)
+    counts: Counter[str] = Counter()
+    findings: list[str] = []
+    slowest = biggest = 0.0
+    for _ in range(n):
+        what, m = random_field_mutant(target.blob, target.name, rng)
+        peak = _peak_rss_window()
+        res, _, dt = attempt(core, target, m, limit)
+        rss = peak()
+        slowest, biggest = max(slowest, dt), max(biggest, rss)
+        key = res.split(":", 1)[0]
+        counts[key] += 1
+        if key in ("foreign", "slow") or rss >= RSS_LIMIT_MB:
+            findings.append(f"{target.name}/{what}: {res} ({dt:.2f} s, {rss:.0f} MB)")
+    return {"target": target.name, "counts": dict(counts), "slowest_s": slowest, "peak_rss_mb": biggest,
+            "findings": findings}
 
 
 def targets(core: Any, tiny_model_dir: Path | None = None) -> list[Target]:
@@ -174,8 +269,7 @@ def targets(core: Any, tiny_model_dir: Path | None = None) -> list[Target]:
 
     out = []
     m = make_model_with_memory((1, 4), np.float32, "v")
-    out.append(Target("npu", core.compile_model(m, "NPU").export_model().getvalue(), "NPU",
-                      {"input_data": np.ones((1, 4), np.float32)}))
+    out.append(Target("npu", core.compile_model(m, "NPU").export_model().getvalue(), "NPU", None))
     out.append(Target("cpu", core.compile_model(make_add_model(), "CPU").export_model().getvalue(), "CPU", None))
     if tiny_model_dir is not None:
         cfg = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "NPU",

@@ -362,10 +362,11 @@ def _check_sub_models(cfg: LLMConfig, kv: KVLayout, prefill: Any, generate: Mapp
                           f"kv{k}")
             if dims[1] != kv.num_heads[i] or (cfg.kv_precision not in ("u8", "u4")
                                               and (dims[2] if kv.transposed(i) else dims[3]) != kv.head_dims[i]):
+                field = f"kv.heads[{i}]" if dims[1] != kv.num_heads[i] else f"kv.dims[{i}]"
                 raise BlobFieldError(
                     f"NPUW LLM artefact KV descriptor is corrupt: kv.heads[{i}] {kv.num_heads[i]} / kv.dims[{i}] "
                     f"{kv.head_dims[i]} disagree with {name} {dims} of sub-model kv{k}; re-export it",
-                    field=f"kv.heads[{i}]")
+                    field=field)
 
 
 #: why an artefact is weightless, and how to export one that is not (import errors say both)

@@ -76,6 +76,11 @@ class ParsedBlob:
         for r in reader.iter_relocations():
             if r.target not in LOADABLE_SECTIONS:
                 raise BlobFormatError(f"relocation in {r.section} targets non-loadable section {r.target}")
+            if not 0 <= r.offset <= self.sections[r.target].size - 8:  # R_NPU_64 writes 8 bytes
+                raise RelocationError(
+                    f"relocation in {r.section} patches offset {r.offset:#x}, outside {r.target} "
+                    f"({self.sections[r.target].size} bytes); the blob is corrupt: recompile and export it again",
+                    section=r.section, offset=r.offset, symbol=r.symbol)
             if r.user is None:
                 if r.symbol not in LOADABLE_SECTIONS:
                     raise BlobFormatError(f"static relocation against {r.symbol!r}, which is not a loadable section")
