@@ -9,8 +9,14 @@ header and trailer edits) is imported and, if that succeeds, run. The contract:
   writer would): the parsers behind the checksum must stay bounded -- running is allowed, but
   0 foreign exceptions and none slower than the limit.
 
-``python tools/fuzz_blobs.py --mutants 10000`` is the long run (minutes); the test suite runs a few
-hundred with a fixed seed (tests/robustness/test_fuzz.py).
+* structure-aware mutants (``--kinds``, ``--fields N``; tools/fuzz_structure.py): fields edited --
+  sizes, offsets, counts, shapes, element types, the NPUW configuration -- with every checksum
+  recomputed; each ends in its typed error naming the field (``--kinds``) or runs, within 20 s and
+  300 MB of peak RSS growth.
+
+``python tools/fuzz_blobs.py --mutants 10000`` is the long run (minutes); ``--mutants 0
+--resealed 0 --kinds --fields 1000`` the structure-aware one; the test suite runs a few hundred
+with a fixed seed (tests/robustness/test_fuzz.py).
 """
 
 from __future__ import annotations
@@ -232,7 +238,7 @@ def run_kinds(core: Any, tg: dict[str, Target], kinds: list[Any] | None = None,
         peak = _peak_rss_window()
         res, err, dt = attempt(core, target, mutant, limit, kind.config)
         rss = peak()
-        got = "ran" if res == "ran" else describe(err) if res == "rejected" and err is not None else res
+        got = "ran" if res == "ran" else describe(err, kind.field) if res == "rejected" and err is not None else res
         rows.append({"kind": kind.name, "target": kind.target, "what": kind.what, "expect": kind.expect,
                      "got": got, "ok": matches(kind, res, err) and dt < limit and rss < RSS_LIMIT_MB,
                      "seconds": dt, "rss_mb": rss, "message": str(err)[:300] if err else ""})
@@ -314,12 +320,27 @@ def fuzz(core: Any, target: Target, other: bytes, n: int, seed: int, *, resealed
             "findings": findings}
 
 
+def kinds_table(rows: list[dict[str, Any]]) -> str:
+    """The structure-aware kinds as the markdown table docs/npu_blob_format.md shows."""
+    out = ["| kind | target | edit (checksums recomputed) | must end in | outcome | s | RSS growth, MB |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        got = r["got"] if r["ok"] else f"**{r['got']}** (expected {r['expect']})"
+        out.append(f"| {r['kind']} | {r['target']} | {r['what']} | {r['expect']} | {got} | "
+                   f"{r['seconds']:.2f} | {r['rss_mb']:.0f} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mutants", type=int, default=10_000, help="sealed mutants in total, spread over the targets")
     p.add_argument("--resealed", type=int, default=2_000, help="resealed NPU-blob mutants (bounded parsers)")
+    p.add_argument("--kinds", action="store_true",
+                   help="run the structure-aware kinds (tools/fuzz_structure.py) and print their table")
+    p.add_argument("--fields", type=int, default=0,
+                   help="random structure-aware field edits per target (NPU blob, LLM variant, NPUW artefact)")
     p.add_argument("--seed", type=int, default=2026)
-    p.add_argument("--limit", type=float, default=TIME_LIMIT, help="seconds one mutant may take")
+    p.add_argument("--limit", type=float, default=TIME_LIMIT, help="seconds one byte-level mutant may take")
     args = p.parse_args(argv)
 
     import tempfile
@@ -328,15 +349,22 @@ def main(argv: list[str] | None = None) -> int:
     from ov_npu_emu.modelbuilder import make_model_folder
 
     core = ov.Core()
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d:  # the weightless target reads the .bin at each import
         folder = make_model_folder(Path(d) / "tiny", "tiny", "f32", seed=0)
         tg = targets(core, folder)
-    per = max(1, args.mutants // len(tg))
-    reports = [fuzz(core, t, tg[(i + 1) % len(tg)].blob, per, args.seed + i, limit=args.limit)
-               for i, t in enumerate(tg)]
+        return _report(core, tg, args)
+
+
+def _report(core: Any, tg: list[Target], args: argparse.Namespace) -> int:
+    reports = []
+    if args.mutants > 0:
+        per = max(1, args.mutants // len(tg))
+        reports += [fuzz(core, t, tg[(i + 1) % len(tg)].blob, per, args.seed + i, limit=args.limit)
+                    for i, t in enumerate(tg)]
     npu = [t for t in tg if t.device == "NPU" and not t.name.startswith("npuw")]
-    reports += [fuzz(core, t, tg[1].blob, max(1, args.resealed // len(npu)), args.seed + 99 + i, resealed=True,
-                     limit=args.limit) for i, t in enumerate(npu)]
+    if args.resealed > 0:
+        reports += [fuzz(core, t, tg[1].blob, max(1, args.resealed // len(npu)), args.seed + 99 + i, resealed=True,
+                         limit=args.limit) for i, t in enumerate(npu)]
     bad = 0
     for r in reports:
         print(f"{r['target']:5s} {'resealed' if r['resealed'] else 'sealed  '} {r['counts']} "
@@ -344,7 +372,21 @@ def main(argv: list[str] | None = None) -> int:
         for f in r["findings"][:20]:
             print("   ", f)
         bad += len(r["findings"])
-    print("OK: no damaged artefact ran, no foreign exception, none slow" if not bad else f"{bad} findings")
+    by_name = {t.name: t for t in tg}
+    if args.kinds:
+        rows = run_kinds(core, by_name)
+        print(kinds_table(rows))
+        print(f"{len(rows)} kinds: {sum(r['ok'] for r in rows)} as expected; slowest "
+              f"{max(r['seconds'] for r in rows):.2f} s, largest RSS growth {max(r['rss_mb'] for r in rows):.0f} MB")
+        bad += sum(not r["ok"] for r in rows)
+    for i, name in enumerate(("npu", "npu-llm", "npuw") if args.fields > 0 else ()):
+        r = fuzz_fields(core, by_name[name], args.fields, args.seed + 7 + i)
+        print(f"{name:7s} fields {r['counts']} slowest {r['slowest_s']:.2f} s, largest RSS growth "
+              f"{r['peak_rss_mb']:.0f} MB")
+        for f in r["findings"][:20]:
+            print("   ", f)
+        bad += len(r["findings"])
+    print("OK: no damaged artefact ran, no foreign exception, none slow or large" if not bad else f"{bad} findings")
     return 1 if bad else 0
 
 

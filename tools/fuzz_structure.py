@@ -353,18 +353,18 @@ KINDS: list[Kind] = [
          r"runs past the end", what=".npu.dma sh_offset past the file"),
     Kind("section-size-past-end", "npu", lambda b: _shdr(b, ".npu.params", SH_SIZE, 1 << 30), "BlobFormatError",
          r"runs past the end", what=".npu.params sh_size 1 GiB (past the file)"),
-    Kind("shnum-huge", "npu", lambda b: _ehdr(b, "<H", 60, 0xFFFF), "BlobFormatError", r"corrupt NPU blob",
+    Kind("shnum-huge", "npu", lambda b: _ehdr(b, "<H", 60, 0xFFFF), "BlobFormatError", r"ELF structure unreadable",
          what="e_shnum 65535"),
-    Kind("shoff-past-end", "npu", lambda b: _ehdr(b, "<Q", 40, 1 << 40), "BlobFormatError", r"corrupt NPU blob",
+    Kind("shoff-past-end", "npu", lambda b: _ehdr(b, "<Q", 40, 1 << 40), "BlobFormatError", r"past EOF",
          what="e_shoff past the file"),
     Kind("reloc-offset-huge", "npu", lambda b: _ehdr(b, "<Q", _first_rela(b), 1 << 40), "RelocationError",
-         r"outside", what="a relocation's r_offset 2^40"),
+         r"outside \.npu\.\w+", what="a relocation's r_offset 2^40"),
     Kind("reloc-symbol-huge", "npu", lambda b: _ehdr(b, "<Q", _first_rela(b) + 8, (0xFFFFFF << 32) | 1),
-         "BlobFormatError", r"relocations", what="a relocation's symbol index 2^24-1"),
+         "BlobFormatError", r"corrupt NPU blob relocations", what="a relocation's symbol index 2^24-1"),
     Kind("dma-rows-huge", "npu", lambda b: _section_bytes(b, ".npu.dma", 48, "<I", 0x8000_0001), "ExecutionError",
-         r"corrupt", what="a DMA descriptor's row count 2^31+1"),
+         r"the descriptor is corrupt", what="a DMA descriptor's row count 2^31+1"),
     Kind("task-operand-dims-huge", "npu",
-         lambda b: _section_bytes(b, _first_task_section(b), 64, "<I", 1 << 30), "ExecutionError", r"",
+         lambda b: _section_bytes(b, _first_task_section(b), 64, "<I", 1 << 30), "ExecutionError", r"not mapped",
          what="a task operand's first dim 2^30"),
     # -- an LLM generate variant (weights, constant table, past-KV ports)
     Kind("llm-past-kv-huge-consistent", "npu-llm", _llm_past_huge, "MemoryBudgetError", r"inputs\[\d+\]",
@@ -462,8 +462,13 @@ def _fmt(path: tuple[Any, ...]) -> str:
     return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path).lstrip(".")
 
 
-def describe(e: BaseException) -> str:
-    """What the table shows of a typed error: its class and the field or key it names."""
+def describe(e: BaseException, pattern: str = "") -> str:
+    """What the table shows of a typed error: its class and the field or key it names (else the
+    part of its message ``pattern`` finds)."""
+    import re
+
     named = getattr(e, "field", None) or getattr(e, "key", None)
+    if not named and pattern and (m := re.search(pattern, str(e))):
+        named = f'"{m.group(0)}"'
     return f"{type(e).__name__}" + (f" ({named})" if named else "")
 
