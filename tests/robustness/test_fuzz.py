@@ -87,3 +87,9 @@ def test_random_field_mutants_are_typed_or_run(core: ov.Core, all_targets: dict[
     r = fuzz_fields(core, all_targets[name], n, seed=20261205)
     assert not r["findings"], r["findings"][:5]
     assert r["counts"].get("rejected", 0) > n // 4, r
+
+
+def test_every_kind_is_in_the_docs_table() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "npu_blob_format.md").read_text(encoding="utf-8")
+    missing = [k.name for k in KINDS if f"| {k.name} | {k.target} |" not in doc]
+    assert not missing, f"rerun python tools/fuzz_blobs.py --mutants 0 --resealed 0 --kinds: {missing}"
