@@ -890,7 +890,7 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         prefill_config=subs[0],
         generate_config=subs[1],
         cache_dir=o["CACHE_DIR"] or "",
-        raw={k: v for k, v in raw.items() if isinstance(v, (str, int, float, bool))},
+        raw=_plain_raw(raw, o),
         grouped_attention=o[GROUPED_ATTENTION_KEY],
         head_config=head,
         cache_rope=o["NPUW_LLM_CACHE_ROPE"],
@@ -908,6 +908,21 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         cache_mode=o["CACHE_MODE"],
         weights_path=o["WEIGHTS_PATH"] or "",
     )
+
+
+def _plain_raw(raw: Mapping[str, Any], o: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys the user passed as JSON scalars (what an artefact stores and import re-parses):
+    a value of another type (``ov.Type.f32``, ``np.int64(64)``, ``np.bool_``) of a key the table
+    read is kept as its converted value (a tuple as a comma list); others are left out."""
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        if isinstance(v, (str, int, float, bool)):
+            out[k] = v
+        elif isinstance(o.get(k), (str, int, float, bool)):
+            out[k] = o[k]
+        elif isinstance(o.get(k), tuple) and all(isinstance(x, (str, int)) for x in o[k]):
+            out[k] = ",".join(map(str, o[k]))
+    return out
 
 
 def _check_generate_hint(raw: Mapping[str, Any]) -> None:

@@ -323,3 +323,15 @@ def test_fresh_request_starting_at_nonzero_position(compiled: ov.CompiledModel) 
         req.infer(feed([7], start=5 + len(PROMPT)))
     # the latched first position starts a new conversation, from a clean KV cache
     np.testing.assert_array_equal(req.infer(feed(PROMPT, start=5))["logits"], first)
+
+
+def test_keys_given_as_numpy_or_openvino_values_survive_export(core: ov.Core, tiny_model_dir: Path) -> None:
+    """The stored keys are re-parsed at import: a key given as np.int64, np.bool_, ov.Type or a
+    tuple is stored as its converted value, so the artefact imports (it used to be dropped)."""
+    cfg = {**CFG, "NPUW_LLM_MAX_PROMPT_LEN": np.int64(128), "KV_CACHE_PRECISION": ov_real.Type.f32,
+           "NPUW_LLM_GENERATE_PYRAMID": np.bool_(False), "NPUW_LLM_GENERATE_VARIANTS": (64, 192),
+           "CACHE_MODE": "OPTIMIZE_SPEED"}
+    cm = core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", cfg)
+    back = core.import_model(cm.export_model().getvalue(), "NPU")
+    assert back.impl.cfg == cm.impl.cfg
+    assert (back.impl.cfg.max_prompt_len, back.impl.cfg.kv_precision, back.impl.cfg.variants) == (128, "f32", (64, 192))
