@@ -217,14 +217,28 @@ def test_truncated_and_foreign_artefacts(core: ov.Core, artefact: tuple[bytes, d
         core.import_model(bytes(b), "NPU", imp)
 
 
-def test_cache_dir_with_garbage_and_damaged_entries(core: ov.Core, tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("edit", "why"), [
+    (lambda h: h.pop("kv"), "KeyError: 'kv'"),
+    (lambda h: h["config"].__setitem__("max_prompt_len", 1 << 40), "(NPUW_LLM_MAX_PROMPT_LEN)"),
+], ids=["no-kv", "max-prompt-huge"])
+def test_cache_dir_with_garbage_and_damaged_entries(core: ov.Core, tiny_model_dir: Path, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture, edit, why: str) -> None:  # noqa: ANN001
+    import logging
+
     cfg = {**CFG, "CACHE_DIR": str(tmp_path)}
     (tmp_path / "garbage.blob").write_bytes(os.urandom(1000))
     core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", cfg)
     (entry,) = tmp_path.glob("npuw_llm_*.blob")
-    entry.write_bytes(_with_header(entry.read_bytes(), lambda h: h.pop("kv")))
-    cm = core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", cfg)  # compiles again
+    entry.write_bytes(_with_header(entry.read_bytes(), edit))
+    logger = logging.getLogger("ov_npu_emu_npuw")
+    logger.addHandler(caplog.handler)
+    try:
+        cm = core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", cfg)  # compiles again
+    finally:
+        logger.removeHandler(caplog.handler)
     assert not cm.impl.loaded_from_cache
+    assert any("could not be loaded" in r.getMessage() and why in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
     assert greedy(cm.create_infer_request(), PROMPT, 3) == greedy(
         core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", CFG).create_infer_request(), PROMPT, 3)
 
