@@ -156,10 +156,30 @@ def outcome(core: Any, target: Target, blob: bytes, limit: float = TIME_LIMIT) -
     return res, dt
 
 
+def run_once(core: Any, target: Target, blob: bytes, config: dict[str, Any] | None = None) -> list[np.ndarray]:
+    """Import ``blob``, run ``target.steps`` inferences, read every state back: the last outputs
+    and the states (what a mutant that runs must reproduce)."""
+    cm = core.import_model(blob, target.device, {**(target.config or {}), **(config or {})})
+    feed = target.feed if target.feed is not None else {
+        p.get_any_name(): np.ones(list(p.get_shape()), p.get_element_type().to_dtype()) for p in cm.inputs}
+    req = cm.create_infer_request()
+    for _ in range(target.steps):
+        res = req.infer(feed)
+    return [np.array(res[i], copy=True) for i in range(len(res))] + [
+        np.array(s.state.data, copy=True) for s in req.query_state()]
+
+
+def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
+                                    for x, y in zip(a, b, strict=True))
+
+
 def attempt(core: Any, target: Target, blob: bytes, limit: float = TIME_LIMIT,
-            config: dict[str, Any] | None = None) -> tuple[str, BaseException | None, float]:
+            config: dict[str, Any] | None = None,
+            reference: list[np.ndarray] | None = None) -> tuple[str, BaseException | None, float]:
     """:func:`outcome` with the exception caught (None when it ran or was slow); ``config`` is
-    added to the target's import config."""
+    added to the target's import config. Given the intact artefact's ``reference`` results
+    (:func:`run_once`), a mutant that runs to different ones is ``"wrong"``."""
     from ov_npu_emu.errors import NpuEmuError
 
     t0 = time.perf_counter()
@@ -167,15 +187,8 @@ def attempt(core: Any, target: Target, blob: bytes, limit: float = TIME_LIMIT,
     try:
         with _watchdog(limit), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cm = core.import_model(blob, target.device, {**(target.config or {}), **(config or {})})
-            feed = target.feed if target.feed is not None else {
-                p.get_any_name(): np.ones(list(p.get_shape()), p.get_element_type().to_dtype()) for p in cm.inputs}
-            req = cm.create_infer_request()
-            for _ in range(target.steps):
-                req.infer(feed)
-            for s in req.query_state():
-                s.state  # noqa: B018  (reads every state back)
-        result = "ran"
+            got = run_once(core, target, blob, config)
+        result = "ran" if reference is None or _same(got, reference) else "wrong"
     except _Slow:
         result = "slow"
     except NpuEmuError as e:
@@ -232,11 +245,14 @@ def run_kinds(core: Any, tg: dict[str, Target], kinds: list[Any] | None = None,
     from fuzz_structure import KINDS, describe
 
     rows = []
+    refs: dict[str, list[np.ndarray]] = {}
     for kind in kinds if kinds is not None else KINDS:
         target = tg[kind.target]
+        if kind.target not in refs:
+            refs[kind.target] = run_once(core, target, target.blob)
         mutant = kind.make(target.blob)
         peak = _peak_rss_window()
-        res, err, dt = attempt(core, target, mutant, limit, kind.config)
+        res, err, dt = attempt(core, target, mutant, limit, kind.config, refs[kind.target])
         rss = peak()
         got = "ran" if res == "ran" else describe(err, kind.field) if res == "rejected" and err is not None else res
         rows.append({"kind": kind.name, "target": kind.target, "what": kind.what, "expect": kind.expect,
@@ -248,22 +264,24 @@ def run_kinds(core: Any, tg: dict[str, Target], kinds: list[Any] | None = None,
 def fuzz_fields(core: Any, target: Target, n: int, seed: int,
                 limit: float = STRUCTURED_LIMIT) -> dict[str, Any]:
     """``n`` random structure-aware mutants (one numeric field set to an edge value, checksums
-    valid): each must be typed or run, within ``limit`` seconds and RSS_LIMIT_MB."""
+    valid): each must be typed or run to the intact artefact's results, within ``limit`` seconds
+    and RSS_LIMIT_MB."""
     from fuzz_structure import random_field_mutant
 
     rng = random.Random(seed)
     counts: Counter[str] = Counter()
     findings: list[str] = []
     slowest = biggest = 0.0
+    reference = run_once(core, target, target.blob)
     for _ in range(n):
         what, m = random_field_mutant(target.blob, target.name, rng)
         peak = _peak_rss_window()
-        res, _, dt = attempt(core, target, m, limit)
+        res, _, dt = attempt(core, target, m, limit, reference=reference)
         rss = peak()
         slowest, biggest = max(slowest, dt), max(biggest, rss)
         key = res.split(":", 1)[0]
         counts[key] += 1
-        if key in ("foreign", "slow") or rss >= RSS_LIMIT_MB:
+        if key in ("foreign", "slow", "wrong") or rss >= RSS_LIMIT_MB:
             findings.append(f"{target.name}/{what}: {res} ({dt:.2f} s, {rss:.0f} MB)")
     return {"target": target.name, "counts": dict(counts), "slowest_s": slowest, "peak_rss_mb": biggest,
             "findings": findings}

@@ -133,6 +133,13 @@ def _section_bytes(blob: bytes, section: str, at: int, fmt: str, value: int) -> 
     return reseal_image(image)
 
 
+def _move_weights_onto_meta(blob: bytes) -> bytes:
+    image = _image(blob)
+    secs = section_headers(image)
+    struct.pack_into("<Q", image, secs[".npu.weights"][0] + SH_OFFSET, secs[".npu.meta"][2])
+    return reseal_image(image)
+
+
 def _first_rela(blob: bytes) -> int:
     """File offset of the first relocation entry of a non-empty .rela section."""
     secs = section_headers(_image(blob))
@@ -255,6 +262,11 @@ def _constants(edit: Callable[[list[list[int]], int], None]) -> Callable[[bytes]
     return make
 
 
+def _last(table: list[list[int]]) -> list[int]:
+    """The constant-table entry with the largest offset."""
+    return max(table, key=lambda e: e[0])
+
+
 def _llm_past_huge(b: bytes) -> bytes:
     """The first past-KV input of a generate variant grown to 2^34 bytes, symbol and all."""
     meta = meta_of(b)
@@ -351,6 +363,8 @@ KINDS: list[Kind] = [
          r"device memory", what=".npu.cmx sh_size 2^40"),
     Kind("section-offset-past-end", "npu", lambda b: _shdr(b, ".npu.dma", SH_OFFSET, 1 << 40), "BlobFormatError",
          r"runs past the end", what=".npu.dma sh_offset past the file"),
+    Kind("section-offset-overlap", "npu-llm", _move_weights_onto_meta, "BlobFieldError",
+         r"section \.npu\.(weights|meta) \(sh_offset\)", what=".npu.weights sh_offset moved onto .npu.meta's bytes"),
     Kind("section-size-past-end", "npu", lambda b: _shdr(b, ".npu.params", SH_SIZE, 1 << 30), "BlobFormatError",
          r"runs past the end", what=".npu.params sh_size 1 GiB (past the file)"),
     Kind("shnum-huge", "npu", lambda b: _ehdr(b, "<H", 60, 0xFFFF), "BlobFormatError", r"ELF structure unreadable",
@@ -369,8 +383,10 @@ KINDS: list[Kind] = [
     # -- an LLM generate variant (weights, constant table, past-KV ports)
     Kind("llm-past-kv-huge-consistent", "npu-llm", _llm_past_huge, "MemoryBudgetError", r"inputs\[\d+\]",
          what="a past-KV input of 2^30 tokens, metadata and symbol"),
-    Kind("llm-constants-outside", "npu-llm", _constants(lambda c, n: c[0].__setitem__(0, n)), "BlobFieldError",
-         r"constants\[0\]", what="a constant-table view past .npu.weights"),
+    Kind("llm-constants-outside", "npu-llm", _constants(lambda c, n: _last(c).__setitem__(1, n)), "BlobFieldError",
+         r"constants\[\d+\]", what="the last constant-table view grown past .npu.weights"),
+    Kind("llm-constants-shrunk", "npu-llm", _constants(lambda c, n: _last(c).__setitem__(1, 7)), "BlobFieldError",
+         r"constants\[\d+\]", what="a constant-table view shrunk to 7 bytes (a kernel would read its neighbour)"),
     Kind("llm-constants-overlap", "npu-llm", _constants(lambda c, n: c[1].__setitem__(0, c[0][0])),
          "BlobFieldError", r"constants\[\d+\]", what="two constant-table views on the same bytes"),
     # -- an NPUW artefact: header edited, SHA-256 recomputed

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ov_npu_emu.errors import BlobFieldError, BlobFormatError, MemoryBudgetError
-from ov_npu_emu_npu.blob.format import MAX_DIMS
+from ov_npu_emu_npu.blob.format import MAX_DIMS, align_up
 
 __all__ = ["BUDGET_KEY", "DEVICE_MEMORY_LIMIT", "ELEMENT_TYPES", "check_declared_memory", "declared_memory",
            "tensor_bytes", "validate_meta"]
@@ -171,8 +171,14 @@ def declared_memory(meta: Mapping[str, Any], arena: Mapping[str, int], weights_s
     return items
 
 
+#: the compiler packs constants at this alignment (compiler/memory.py ALIGN), from offset 0
+CONSTANT_ALIGN = 64
+
+
 def _constants(table: Any, size: int) -> None:
-    """The constant table's views: ascending, disjoint spans inside ``.npu.weights``."""
+    """The constant table's views tile ``.npu.weights`` as the compiler packs them: ascending, each
+    at the 64-byte-aligned end of the one before, the last ending at the section's end (a view
+    shrunk, grown or moved would hand a kernel bytes of another constant)."""
     if table is None:
         return
     if not isinstance(table, list):
@@ -182,10 +188,13 @@ def _constants(table: Any, size: int) -> None:
             raise _field(f"constants[{i}] {e!r} is not an [offset, size] pair", f"constants[{i}]")
     end = 0
     for i, (off, n) in sorted(enumerate(table), key=lambda ie: ie[1][0]):
-        if off < end or off + n > size:
-            raise _field(f"constants[{i}] [{off}, {n}] overlaps another or lies outside .npu.weights "
-                         f"({size} bytes)", f"constants[{i}]")
+        if off != align_up(end, CONSTANT_ALIGN) or off + n > size:
+            raise _field(f"constants[{i}] [{off}, {n}] does not follow the constant before it (which ends at "
+                         f"{end}) inside .npu.weights ({size} bytes)", f"constants[{i}]")
         end = off + n
+    if table and end != size:
+        raise _field(f"the constant table ends at {end}, not at the end of .npu.weights ({size} bytes)",
+                     f"constants[{len(table) - 1}]")
 
 
 def check_declared_memory(items: list[tuple[str, int]], budget: int | None) -> int:

@@ -56,6 +56,8 @@ class ParsedBlob:
             # decompression (less peak memory, the same TTFT; docs/performance.md, "Memory per setup")
             cache_budget = 0
         self.sections: dict[str, SectionInfo] = {s.name: s for s in reader.iter_sections()}
+        if not isinstance(blob, SplitBlob):  # a split blob's weights are not in its bytes
+            reader.check_layout()
         missing = [n for n in LOADABLE_SECTIONS if n not in self.sections]
         if missing:
             raise BlobFormatError(f"NPU blob lacks sections {missing}; it is truncated or from another tool")
