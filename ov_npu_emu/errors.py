@@ -25,6 +25,9 @@ __all__ = [
     "RelocationError",
     "BlobFormatError",
     "KernelParamsError",
+    "BlobFieldError",
+    "MemoryBudgetError",
+    "ArtefactConfigError",
     "ExecutionError",
     "BarrierDeadlockError",
     "PromptTooLongError",
@@ -129,6 +132,37 @@ class KernelParamsError(BlobFormatError):
     def __init__(self, message: str, *, kernel: str) -> None:
         super().__init__(message)
         self.kernel = kernel
+
+
+class BlobFieldError(BlobFormatError):
+    """One declared field of a blob or artefact is inconsistent with the rest; ``field`` names it
+    (``"variables[0].shape"``, ``"section .npu.scratch"``, ``"config.max_prompt_len"``)."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class MemoryBudgetError(BlobFieldError):
+    """What a blob or artefact declares (ports, states, scratch, ...) exceeds the memory budget
+    (``NPU_EMU_DEVICE_MEMORY_MB``); raised before anything is allocated. ``field`` is the largest
+    item, ``size`` its bytes, ``total`` / ``budget`` the declared total and the limit in bytes."""
+
+    def __init__(self, message: str, *, field: str, size: int, total: int, budget: int) -> None:
+        super().__init__(message, field=field)
+        self.size = size
+        self.total = total
+        self.budget = budget
+
+
+class ArtefactConfigError(BlobFieldError):
+    """The configuration stored in an imported NPUW artefact breaks a rule ``parse_config``
+    enforces at compile time, or disagrees with the artefact's sub-models; ``key`` names the
+    configuration key (``NPUW_LLM_MAX_PROMPT_LEN``), ``field`` the stored field."""
+
+    def __init__(self, message: str, *, key: str, field: str) -> None:
+        super().__init__(message, field=field)
+        self.key = key
 
 
 class ExecutionError(NpuEmuError):

@@ -16,12 +16,15 @@ from typing import Any
 
 from ov_npu_emu.errors import ConfigError
 from ov_npu_emu.options import Converter, Option, OptionTable, as_bool, as_choice, as_str, as_uint
+from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT
 
-__all__ = ["CACHE_MODES", "DEFAULT_WEIGHTS_CACHE_MB", "NPU_OPTIONS", "device_defaults", "device_properties",
-           "precision", "read"]
+__all__ = ["CACHE_MODES", "DEFAULT_DEVICE_MEMORY_MB", "DEFAULT_WEIGHTS_CACHE_MB", "NPU_OPTIONS", "device_defaults",
+           "device_properties", "precision", "read"]
 
 #: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
 DEFAULT_WEIGHTS_CACHE_MB = 128
+#: default NPU_EMU_DEVICE_MEMORY_MB: the emulated device's whole request arena (7936 MiB)
+DEFAULT_DEVICE_MEMORY_MB = DEVICE_MEMORY_LIMIT >> 20
 
 
 def precision(key: str, value: Any) -> str:
@@ -175,6 +178,13 @@ NPU_OPTIONS = OptionTable(
         Option("NPU_EMU_WEIGHTS_CACHE_MB", _cache_budget, DEFAULT_WEIGHTS_CACHE_MB,
                "The weights cache's budget in MiB per device bank, -1 = no limit; a blob whose decompressed "
                "weights exceed it caches none", origin="ours", scope="device"),
+        Option("NPU_EMU_DEVICE_MEMORY_MB", _cache_budget, DEFAULT_DEVICE_MEMORY_MB,
+               "Load. The memory budget in MiB for everything one request of a blob declares (user "
+               "ports, states, scratch, CMX, descriptors), checked at import before anything is "
+               "allocated: a blob over it is a `MemoryBudgetError` naming its largest item; -1 = no budget "
+               "(each tensor and the arena stay within the 7936 MiB address window). See "
+               "[Memory budget](#memory-budget)",
+               origin="ours", scope="device"),
         Option("NPU_EMU_WEIGHTS_BANK", _FLAG, "YES",
                "YES: constants shared through the device's weights bank; NO: private weights and cache per "
                "compiled model", origin="ours", scope="device"),

@@ -38,6 +38,7 @@ from ov_npu_emu_npu.driver import (
     WeightsBank,
 )
 from ov_npu_emu_npu.options import (
+    DEFAULT_DEVICE_MEMORY_MB,
     DEFAULT_WEIGHTS_CACHE_MB,
     NPU_OPTIONS,
     device_defaults,
@@ -94,7 +95,8 @@ class ZeroVariableState(VariableState):
         self.update_pending = False  # set_state rebound the buffer: the command list needs a patch
         self._array = np.zeros(shape, self._dtype)
         self.region = req.hpi.aspace.map(_flat_bytes(self._array), MemKind.IO, f"state:{name}")
-        self.reset()
+        if init is not None:  # fresh pages already read as zero: a memset would commit them all
+            self.reset()
 
     @property
     def name(self) -> str:
@@ -324,6 +326,7 @@ class NpuOptions:
     weights_cache: bool = True  # NPU_EMU_WEIGHTS_CACHE: keep decompressed weights (NO: per inference)
     weights_bank: bool = True  # NPU_EMU_WEIGHTS_BANK: constants shared through the device's bank
     cache_budget: int | None = DEFAULT_WEIGHTS_CACHE_MB * 2**20  # NPU_EMU_WEIGHTS_CACHE_MB in bytes
+    memory_budget: int | None = DEFAULT_DEVICE_MEMORY_MB * 2**20  # NPU_EMU_DEVICE_MEMORY_MB in bytes
     fence_mode: str = "interrupt"  # NPU_EMU_FENCE_MODE
     queue_mode: str = "inline"  # NPU_EMU_QUEUE_MODE
     mutable: bool = True  # NPU_EMU_MUTABLE_COMMAND_LIST (NO: a driver without mutable lists)
@@ -339,6 +342,7 @@ class NpuOptions:
             weights_cache=o["NPU_EMU_WEIGHTS_CACHE"],
             weights_bank=o["NPU_EMU_WEIGHTS_BANK"],
             cache_budget=o["NPU_EMU_WEIGHTS_CACHE_MB"],
+            memory_budget=o["NPU_EMU_DEVICE_MEMORY_MB"],
             fence_mode=o["NPU_EMU_FENCE_MODE"],
             queue_mode=o["NPU_EMU_QUEUE_MODE"],
             mutable=o["NPU_EMU_MUTABLE_COMMAND_LIST"],
@@ -366,7 +370,7 @@ class NpuCompiledModel(DeviceCompiledModel):
         #: NPU_EMU_WEIGHTS_BANK=NO: private weights and cache per compiled model (no sharing)
         self.parsed = ParsedBlob(blob, weights_cache=opts.weights_cache,
                                  bank=device.bank if opts.weights_bank else None, bank_name=self.bank_name,
-                                 cache_budget=opts.cache_budget)
+                                 cache_budget=opts.cache_budget, memory_budget=opts.memory_budget)
         meta = self.parsed.meta
         self._device = device
         self.queue = device.queue

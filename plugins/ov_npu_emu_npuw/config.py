@@ -7,11 +7,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ov_npu_emu.errors import ConfigError
+from ov_npu_emu.errors import ArtefactConfigError, ConfigError
 from ov_npu_emu.options import Converter, Option, OptionTable, as_flag, as_int, as_str
 
 __all__ = [
     "NPUW_OPTIONS",
+    "check_stored_config",
     "LLMConfig",
     "align_to",
     "is_npuw_llm_config",
@@ -752,14 +753,102 @@ class LLMConfig:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> LLMConfig:
+        """The configuration an artefact stored, validated like a compilation's: its ``raw`` keys
+        go through :func:`parse_config` (the same rules, the same errors), and every stored field
+        must be what they give (:func:`check_stored_config`). Raises ArtefactConfigError naming
+        the key."""
+        if not isinstance(d, Mapping):
+            raise _stored("the stored configuration is not an object", "config", "config")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise _stored(f"unknown field {unknown[0]!r}", "config", f"config.{unknown[0]}")
+        required = [n for n, f in fields.items()
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [n for n in required if n not in d]
+        if missing:
+            raise _stored(f"field {missing[0]!r} is missing", _FIELD_KEYS.get(missing[0], "config"),
+                          f"config.{missing[0]}")
         d = dict(d)
-        d["variants"] = tuple(d["variants"])
-        d["devices"] = tuple(d["devices"])
-        d["prefill_pyramid"] = tuple(d.get("prefill_pyramid", ()))
+        for name in ("variants", "devices", "prefill_pyramid", "ladder", "generate_rungs"):
+            if not isinstance(d.get(name, ()), (list, tuple)):
+                raise _stored(f"{name} {d[name]!r} is not a list", _FIELD_KEYS[name], f"config.{name}")
+            d[name] = tuple(d.get(name, ()))
         d.setdefault("grouped_attention", False)  # artefacts written before the key existed
-        d["ladder"] = tuple(d.get("ladder", ()))
-        d["generate_rungs"] = tuple(d.get("generate_rungs", ()))
-        return cls(**d)
+        cfg = cls(**d)
+        check_stored_config(cfg)
+        return cfg
+
+
+#: stored LLMConfig field -> the key parse_config derives it from (what an artefact error names)
+_FIELD_KEYS: dict[str, str] = {
+    "max_prompt_len": "NPUW_LLM_MAX_PROMPT_LEN", "min_response_len": "NPUW_LLM_MIN_RESPONSE_LEN",
+    "chunk_size": "NPUW_LLM_PREFILL_CHUNK_SIZE", "prefill_hint": "NPUW_LLM_PREFILL_HINT",
+    "generate_hint": "NPUW_LLM_GENERATE_HINT", "pyramid": "NPUW_LLM_GENERATE_PYRAMID",
+    "variants": VARIANTS_KEY, "kv_precision": "KV_CACHE_PRECISION", "optimize_v": "NPUW_LLM_OPTIMIZE_V_TENSORS",
+    "shared_head": "NPUW_LLM_SHARED_HEAD", "devices": "NPUW_DEVICES", "cache_dir": "CACHE_DIR",
+    "grouped_attention": GROUPED_ATTENTION_KEY, "cache_rope": "NPUW_LLM_CACHE_ROPE",
+    "prefix_block": "NPUW_LLM_PREFIX_CACHING_BLOCK_SIZE",
+    "prefix_max_blocks": "NPUW_LLM_PREFIX_CACHING_MAX_NUM_BLOCKS",
+    "block_kv": "NPUW_LLM_ENABLE_BLOCK_BASED_KV_CACHE", "max_gen_len": "NPUW_LLM_MAX_GENERATION_TOKEN_LEN",
+    "prefill_attention_hint": "NPUW_LLM_PREFILL_ATTENTION_HINT",
+    "prefill_pyramid": "NPUW_LLM_PREFILL_ATTENTION_HINT", "kv_group_size": KV_GROUP_SIZE_KEY,
+    "prefill_ladder": LADDER_KEY, "ladder": LADDER_KEY, "max_lora_rank": "NPUW_LLM_MAX_LORA_RANK",
+    "generate_ladder": GENERATE_LADDER_KEY, "generate_rungs": GENERATE_LADDER_KEY, "cache_mode": "CACHE_MODE",
+    "weights_path": "WEIGHTS_PATH", "weightless_by_default": "CACHE_MODE",
+    "prefill_config": "NPUW_LLM_PREFILL_CONFIG", "generate_config": "NPUW_LLM_GENERATE_CONFIG",
+    "head_config": HEAD_CONFIG_KEY, "raw": "config",
+}
+#: fields parse_config alone decides: a stored one must equal what the stored raw keys give
+_DERIVED = ("max_prompt_len", "min_response_len", "chunk_size", "prefill_hint", "generate_hint", "pyramid",
+            "variants", "kv_precision", "optimize_v", "devices", "cache_dir", "cache_rope", "prefix_block",
+            "prefix_max_blocks", "block_kv", "max_gen_len", "prefill_attention_hint", "prefill_pyramid",
+            "kv_group_size", "prefill_ladder", "max_lora_rank", "generate_ladder", "cache_mode", "weights_path")
+
+
+def _stored(what: str, key: str, field: str) -> ArtefactConfigError:
+    return ArtefactConfigError(
+        f"NPUW LLM artefact configuration is corrupt: {what} ({key}); re-export the model or delete the "
+        "CACHE_DIR entry", key=key, field=field)
+
+
+def check_stored_config(cfg: LLMConfig) -> None:
+    """An imported artefact's configuration against the rules of a compilation: ``raw`` (the keys
+    the user passed) through :func:`parse_config`; every field parse_config decides equal to its
+    result, and the few the compilation adjusts to the device (``grouped_attention``, ``ladder``,
+    ``shared_head``, ``generate_rungs``, ``weightless_by_default``, sub-configs) of the right kind."""
+    raw = cfg.raw
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float, bool))
+                                            for k, v in raw.items()):
+        raise _stored("raw is not an object of scalar keys", "config", "config.raw")
+    try:
+        ref = parse_config(raw)
+    except ConfigError as e:
+        key = e.key or "config"
+        raise ArtefactConfigError(
+            f"NPUW LLM artefact configuration is corrupt: {e}; re-export the model or delete the CACHE_DIR entry",
+            key=key, field=f"config.raw.{key}") from e
+    for name in _DERIVED:
+        have, want = getattr(cfg, name), getattr(ref, name)
+        if have != want or type(have) is not type(want):
+            raise _stored(f"{name} {have!r} is not what the stored keys give ({want!r})", _FIELD_KEYS[name],
+                          f"config.{name}")
+    adjusted = {
+        "ladder": cfg.ladder in (ref.ladder, ()),
+        "shared_head": cfg.shared_head in (ref.shared_head, False) and type(cfg.shared_head) is bool,
+        "grouped_attention": cfg.grouped_attention == ref.grouped_attention if ref.grouped_attention is not None
+        else type(cfg.grouped_attention) is bool,
+        "generate_rungs": all(type(r) is int and 0 < r < cfg.variants[0] for r in cfg.generate_rungs)
+        and list(cfg.generate_rungs) == sorted(set(cfg.generate_rungs)),
+        "weightless_by_default": type(cfg.weightless_by_default) is bool,
+        "prefill_config": isinstance(cfg.prefill_config, dict),
+        "generate_config": isinstance(cfg.generate_config, dict),
+        "head_config": cfg.head_config is None or isinstance(cfg.head_config, dict),
+    }
+    for name, ok in adjusted.items():
+        if not ok:
+            raise _stored(f"{name} {getattr(cfg, name)!r} is not a value a compilation sets", _FIELD_KEYS[name],
+                          f"config.{name}")
 
 
 def parse_config(config: Mapping[str, Any]) -> LLMConfig:
@@ -807,7 +896,7 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         prefill_config=subs[0],
         generate_config=subs[1],
         cache_dir=o["CACHE_DIR"] or "",
-        raw={k: v for k, v in raw.items() if isinstance(v, (str, int, float, bool))},
+        raw=_plain_raw(raw, o),
         grouped_attention=o[GROUPED_ATTENTION_KEY],
         head_config=head,
         cache_rope=o["NPUW_LLM_CACHE_ROPE"],
@@ -825,6 +914,21 @@ def parse_config(config: Mapping[str, Any]) -> LLMConfig:
         cache_mode=o["CACHE_MODE"],
         weights_path=o["WEIGHTS_PATH"] or "",
     )
+
+
+def _plain_raw(raw: Mapping[str, Any], o: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys the user passed as JSON scalars (what an artefact stores and import re-parses):
+    a value of another type (``ov.Type.f32``, ``np.int64(64)``, ``np.bool_``) of a key the table
+    read is kept as its converted value (a tuple as a comma list); others are left out."""
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        if isinstance(v, (str, int, float, bool)):
+            out[k] = v
+        elif isinstance(o.get(k), (str, int, float, bool)):
+            out[k] = o[k]
+        elif isinstance(o.get(k), tuple) and all(isinstance(x, (str, int)) for x in o[k]):
+            out[k] = ",".join(map(str, o[k]))
+    return out
 
 
 def _check_generate_hint(raw: Mapping[str, Any]) -> None:

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import openvino as ov
 
-from ov_npu_emu.errors import BlobFormatError, ConfigError, NpuEmuError
+from ov_npu_emu.errors import ArtefactConfigError, BlobFieldError, BlobFormatError, ConfigError, NpuEmuError
 from ov_npu_emu.runtime.device import PortInfo
 from ov_npu_emu.runtime.model_cache import model_hash, read_entry, write_entry
 from ov_npu_emu.version import package_version
 from ov_npu_emu_npuw.blockkv import has_past_input
-from ov_npu_emu_npuw.config import LLMConfig, skip_padded_rows
+from ov_npu_emu_npuw.config import VARIANTS_KEY, LLMConfig, skip_padded_rows
 from ov_npu_emu_npuw.model_io import KVLayout
 from ov_npu_emu_npuw.weightless import bin_identity, check_bin_identity
 
@@ -183,6 +183,7 @@ def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> Impo
     }
     prefill, generate, pyramid, head = _import_sub_models(core, parts, cfg, device, sub_cfg, sub_defaults)
     kv = _kv_layout(header["kv"], prefill, generate)
+    _check_sub_models(cfg, kv, prefill, generate, pyramid)
     ins = [_port(i, d) for i, d in enumerate(header["inputs"])]
     outs = [_port(i, d) for i, d in enumerate(header["outputs"])]
     logger.info("imported NPUW LLM %s (%d sub-models on %s)", header["name"], len(parts), device)
@@ -309,6 +310,63 @@ def _kv_layout(k: Mapping[str, Any], prefill: Any, generate: Mapping[int, Any]) 
     if bad or len(kv.past_names) != len(kv.present_names):
         raise BlobFormatError(f"NPUW LLM artefact KV descriptor does not match its sub-models {bad}; re-export it")
     return kv
+
+
+def _dims(model: Any, name: str) -> list[int] | None:
+    """The static dims of ``model``'s input ``name`` (None: no such input, or not static)."""
+    for p in model.inputs:
+        if name in p.get_names():
+            ps = p.get_partial_shape()
+            return [d.get_length() for d in ps] if ps.is_static else None
+    return None
+
+
+def _check_sub_models(cfg: LLMConfig, kv: KVLayout, prefill: Any, generate: Mapping[int, Any],
+                      pyramid: Mapping[int, Any]) -> None:
+    """The stored lengths and KV sizes must be the sub-models' own: the request sizes its KV
+    buffer and staging from the configuration, so a configuration that declares more than the
+    sub-models (each within its device's memory budget) is refused before anything is allocated."""
+    def bad(key: str, field: str, have: Any, want: Any, model: str) -> ArtefactConfigError:
+        return ArtefactConfigError(
+            f"NPUW LLM artefact configuration is corrupt: {field} gives {want} but sub-model {model} has "
+            f"{have} ({key}); re-export the model or delete the CACHE_DIR entry", key=key, field=field)
+
+    ids = _dims(prefill, "input_ids")
+    want = cfg.chunk_size or cfg.max_prompt_len
+    if ids is not None and ids[-1] != want:
+        key = "NPUW_LLM_PREFILL_CHUNK_SIZE" if cfg.chunk_size else "NPUW_LLM_MAX_PROMPT_LEN"
+        raise bad(key, "config.chunk_size" if cfg.chunk_size else "config.max_prompt_len",
+                  f"input_ids {ids}", want, "prefill")
+    mask = _dims(prefill, "attention_mask")
+    if mask is not None and mask[-1] != cfg.max_prompt_len:
+        raise bad("NPUW_LLM_MAX_PROMPT_LEN", "config.max_prompt_len", f"attention_mask {mask}",
+                  cfg.max_prompt_len, "prefill")
+    for p, model in pyramid.items():
+        mask = _dims(model, "attention_mask")
+        if mask is not None and mask[-1] != p:
+            raise bad("NPUW_LLM_PREFILL_ATTENTION_HINT", "config.prefill_pyramid", f"attention_mask {mask}", p,
+                      f"prefill_p{p}")
+    for k, model in generate.items():
+        mask = _dims(model, "attention_mask")
+        if mask is not None and mask[-1] != k:
+            raise bad(VARIANTS_KEY, "config.variants", f"attention_mask {mask}", k, f"kv{k}")
+        if cfg.block_kv:
+            continue  # its past is a list of blocks
+        for i, name in enumerate(kv.past_names):
+            dims = _dims(model, name)
+            if dims is None or len(dims) != 4:
+                continue
+            seq = dims[3] if kv.transposed(i) else dims[2]
+            if seq != k - cfg.max_gen_len:
+                raise bad(VARIANTS_KEY, "config.variants", f"{name} {dims}", f"{k - cfg.max_gen_len} past tokens",
+                          f"kv{k}")
+            if dims[1] != kv.num_heads[i] or (cfg.kv_precision not in ("u8", "u4")
+                                              and (dims[2] if kv.transposed(i) else dims[3]) != kv.head_dims[i]):
+                field = f"kv.heads[{i}]" if dims[1] != kv.num_heads[i] else f"kv.dims[{i}]"
+                raise BlobFieldError(
+                    f"NPUW LLM artefact KV descriptor is corrupt: kv.heads[{i}] {kv.num_heads[i]} / kv.dims[{i}] "
+                    f"{kv.head_dims[i]} disagree with {name} {dims} of sub-model kv{k}; re-export it",
+                    field=field)
 
 
 #: why an artefact is weightless, and how to export one that is not (import errors say both)

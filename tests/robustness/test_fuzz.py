@@ -2,6 +2,8 @@
 
 Damaged files never run (the checksums catch them before any parsing); damaged images given valid
 checksums (a buggy writer) still meet only bounded parsers: a typed error or a run, nothing else.
+Structure-aware mutants (tools/fuzz_structure.py: fields edited, every checksum recomputed) end in
+the typed error that names the edited field, or run, within 20 s and 300 MB of RSS growth.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from typing import Any
 import pytest
 
 import ov_npu_emu as ov
-from tools.fuzz_blobs import Target, fuzz, outcome, targets
+from tools.fuzz_blobs import RSS_LIMIT_MB, STRUCTURED_LIMIT, Target, fuzz, fuzz_fields, outcome, run_kinds, targets
+from tools.fuzz_structure import KINDS
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -62,3 +65,31 @@ def test_damage_names_the_section(all_targets: dict[str, Target]) -> None:
     bad[where] ^= 1
     with pytest.raises(BlobFormatError, match=r"\.npu\.weights fails its checksum \(file offset 0x[0-9a-f]+"):
         BlobReader(bytes(bad))
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
+def test_structure_aware_kind(core: ov.Core, all_targets: dict[str, Target], kind: Any) -> None:
+    """Each named kind ends in its own typed error naming the field it edited (or runs)."""
+    (row,) = run_kinds(core, all_targets, [kind])
+    assert row["ok"], row
+    assert row["seconds"] < STRUCTURED_LIMIT and row["rss_mb"] < RSS_LIMIT_MB, row
+
+
+def test_structure_aware_catalogue_is_broad() -> None:
+    assert len(KINDS) >= 30 and len({k.name for k in KINDS}) == len(KINDS)
+    assert {k.target for k in KINDS} == {"npu", "npu-llm", "npuw"}
+    assert sum(k.expect == "MemoryBudgetError" for k in KINDS) >= 5
+
+
+@pytest.mark.parametrize(("name", "n"), [("npu", 60), ("npu-llm", 30), ("npuw", 40)])
+def test_random_field_mutants_are_typed_or_run(core: ov.Core, all_targets: dict[str, Target], name: str,
+                                               n: int) -> None:
+    r = fuzz_fields(core, all_targets[name], n, seed=20261205)
+    assert not r["findings"], r["findings"][:5]
+    assert r["counts"].get("rejected", 0) > n // 4, r
+
+
+def test_every_kind_is_in_the_docs_table() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "npu_blob_format.md").read_text(encoding="utf-8")
+    missing = [k.name for k in KINDS if f"| {k.name} | {k.target} |" not in doc]
+    assert not missing, f"rerun python tools/fuzz_blobs.py --mutants 0 --resealed 0 --kinds: {missing}"

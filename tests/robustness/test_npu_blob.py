@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import re
 import struct
 
 import numpy as np
@@ -12,7 +13,14 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 import ov_npu_emu as ov
-from ov_npu_emu.errors import BlobFormatError, NpuEmuError, RelocationError
+from ov_npu_emu.errors import (
+    BlobFieldError,
+    BlobFormatError,
+    ConfigError,
+    MemoryBudgetError,
+    NpuEmuError,
+    RelocationError,
+)
 from ov_npu_emu.testing import make_add_model, make_model_with_memory
 from ov_npu_emu_npu.blob.integrity import reseal
 from ov_npu_emu_npu.blob.reader import META_HEAD
@@ -124,17 +132,85 @@ def test_newer_blob_version_is_rejected(core: ov.Core, blob: bytes) -> None:
         _run(core, _rewrite_meta(blob, lambda m: (2, 0)))
 
 
-@pytest.mark.parametrize("edit", [
-    lambda m: m["inputs"][0].__setitem__("shape", [1 << 20, 1 << 20]),
-    lambda m: m["variables"][0].__setitem__("shape", [1 << 30, 64]),
-    lambda m: m["inputs"][0].__setitem__("element_type", "u4"),
-    lambda m: m.pop("hw"),
-    lambda m: m["variables"][0].__setitem__("input", 7),
-    lambda m: m["outputs"][0].pop("state"),
-], ids=["huge-input", "huge-state", "unknown-type", "no-hw", "bad-var-port", "no-state-key"])
-def test_corrupt_metadata_is_typed_and_allocates_nothing(core: ov.Core, blob: bytes, edit) -> None:  # noqa: ANN001
-    with pytest.raises(BlobFormatError, match="corrupt NPU blob metadata"):
-        _run(core, _rewrite_meta(blob, edit))
+@pytest.mark.parametrize(("edit", "error", "field"), [
+    (lambda m: m["inputs"][0].__setitem__("shape", [1 << 20, 1 << 20]), MemoryBudgetError, r"inputs\[0\]\.shape"),
+    (lambda m: m["variables"][0].__setitem__("shape", [1 << 30, 64]), MemoryBudgetError, r"variables\[0\]\.shape"),
+    (lambda m: m["inputs"][0].__setitem__("element_type", "u4"), BlobFormatError, r"inputs\[0\]\.element_type"),
+    (lambda m: m.pop("hw"), BlobFormatError, r"field 'hw'"),
+    (lambda m: m["variables"][0].__setitem__("input", 7), BlobFormatError, r"variables\[0\]\.input 7"),
+    (lambda m: m["outputs"][0].pop("state"), BlobFormatError, r"outputs\[0\]\.state is missing"),
+    (lambda m: m["inputs"][0].__setitem__("shape", [1, 2]), BlobFieldError, r"inputs\[0\]\.shape"),
+    (lambda m: m["variables"][0].__setitem__("element_type", "f16"), BlobFieldError, r"variables\[0\]\.shape"),
+    (lambda m: m["variables"][0].__setitem__("input", 0), BlobFieldError, r"variables\[0\]\.input"),
+], ids=["huge-input", "huge-state", "unknown-type", "no-hw", "bad-var-port", "no-state-key", "input-vs-symbol",
+        "state-vs-port", "state-on-plain-port"])
+def test_corrupt_metadata_is_typed_and_allocates_nothing(core: ov.Core, blob: bytes, edit, error, field) -> None:  # noqa: ANN001
+    # import_model itself refuses it: nothing of the request is allocated
+    with pytest.raises(error, match="corrupt NPU blob metadata") as e:
+        core.import_model(_rewrite_meta(blob, edit), "NPU")
+    assert type(e.value) is error
+    named = getattr(e.value, "field", None) or str(e.value)
+    assert re.search(field, named), named
+
+
+def _issue_30(blob: bytes, symbol_bytes: int | None = None, n: int = 500_000_000) -> bytes:
+    """Issue 30's example: the state [1, 4] f32 edited to [1, n] in .npu.meta (and, given
+    ``symbol_bytes``, its symbols' st_size too), resealed."""
+    from tools.fuzz_structure import set_meta
+
+    def edit(m: dict) -> None:
+        for p in (m["variables"][0], m["inputs"][1], m["outputs"][1]):
+            p["shape"] = [1, n]
+    return set_meta(blob, edit, symbols=None if symbol_bytes is None else {"in.1": symbol_bytes,
+                                                                           "out.1": symbol_bytes})
+
+
+def test_issue_30_state_grown_in_the_metadata_fails_at_import(core: ov.Core, blob: bytes) -> None:
+    # before: imported, then create_infer_request took 11.8 s and 2 GB RSS; now the port's shape
+    # disagrees with its symbol (16 bytes) and import_model names it
+    with pytest.raises(BlobFieldError, match=r"inputs\[1\]\.shape \[1, 500000000\] f32 is 2000000000 bytes, "
+                       r"but its symbol in\.1 declares 16") as e:
+        core.import_model(_issue_30(blob), "NPU")
+    assert e.value.field == "inputs[1].shape"
+
+
+def test_a_consistent_state_over_the_budget_fails_at_import(core: ov.Core, blob: bytes) -> None:
+    # metadata and symbols agree on 2 GB: the budget (NPU_EMU_DEVICE_MEMORY_MB) decides
+    grown = _issue_30(blob, 2_000_000_000)
+    with pytest.raises(MemoryBudgetError, match="NPU_EMU_DEVICE_MEMORY_MB") as e:
+        core.import_model(grown, "NPU", {"NPU_EMU_DEVICE_MEMORY_MB": 1024})
+    assert (e.value.field, e.value.size, e.value.budget) == ("variables[0] (v)", 2_000_000_000, 1024 << 20)
+    assert e.value.total > 2_000_000_000
+
+
+def test_ports_together_over_the_default_budget(core: ov.Core, blob: bytes) -> None:
+    from tools.fuzz_structure import set_meta
+
+    n = 1_250_000_000  # 5 GB each: each fits the device's address window, both do not fit the budget
+
+    def edit(m: dict) -> None:
+        m["inputs"][0]["shape"] = m["outputs"][0]["shape"] = [1, n]
+    grown = set_meta(blob, edit, symbols={"in.0": 4 * n, "out.0": 4 * n})
+    with pytest.raises(MemoryBudgetError) as e:
+        core.import_model(grown, "NPU")
+    assert e.value.field == "inputs[0] (input_data)" and e.value.total > 10**10
+    assert e.value.budget == 7936 << 20
+
+
+def test_the_budget_key(core: ov.Core, blob: bytes) -> None:
+    from ov_npu_emu_npu.options import NPU_OPTIONS
+
+    assert NPU_OPTIONS.get({}, "NPU_EMU_DEVICE_MEMORY_MB") == 7936 << 20
+    _run(core, blob)
+    with pytest.raises(MemoryBudgetError) as e:  # a real blob over a budget of 0 bytes
+        core.import_model(blob, "NPU", {"NPU_EMU_DEVICE_MEMORY_MB": 0})
+    assert e.value.budget == 0 and e.value.size > 0
+    with pytest.raises(ConfigError) as c:
+        core.import_model(blob, "NPU", {"NPU_EMU_DEVICE_MEMORY_MB": "lots"})
+    assert c.value.key == "NPU_EMU_DEVICE_MEMORY_MB"
+    # -1: no budget; a state grown to 2 GB consistently then imports (its pages are not touched)
+    cm = core.import_model(_issue_30(blob, 2_000_000_000), "NPU", {"NPU_EMU_DEVICE_MEMORY_MB": -1})
+    assert cm.inputs[0].get_shape() == [1, 4]
 
 
 def test_huge_nobits_section_size_does_not_allocate(core: ov.Core, blob: bytes) -> None:
@@ -150,8 +226,9 @@ def test_relocation_offset_out_of_range(core: ov.Core, blob: bytes) -> None:
     rela = next(s for s in elf.iter_sections() if s.name.startswith(".rela") and s.num_relocations())
     b = bytearray(blob)
     struct.pack_into("<Q", b, rela["sh_offset"], 1 << 40)  # r_offset of the first entry
-    with pytest.raises((RelocationError, BlobFormatError, NpuEmuError)):
-        _run(core, reseal(b))
+    with pytest.raises(RelocationError, match=r"patches offset 0x10000000000, outside \.npu\.") as e:
+        core.import_model(reseal(b), "NPU")
+    assert e.value.offset == 1 << 40
 
 
 def test_cpu_blob_on_npu_and_npu_blob_on_cpu(core: ov.Core, blob: bytes) -> None:

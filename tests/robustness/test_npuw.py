@@ -12,7 +12,14 @@ import openvino as ov_real
 import pytest
 
 import ov_npu_emu as ov
-from ov_npu_emu.errors import BlobFormatError, KVCacheFullError, PromptTooLongError, UserInputError
+from ov_npu_emu.errors import (
+    ArtefactConfigError,
+    BlobFieldError,
+    BlobFormatError,
+    KVCacheFullError,
+    PromptTooLongError,
+    UserInputError,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -83,19 +90,108 @@ def _with_header(blob: bytes, edit) -> bytes:  # noqa: ANN001
     return MAGIC + struct.pack("<IQ", FORMAT_VERSION, len(js)) + hashlib.sha256(js).digest() + js + blob[off + hlen:]
 
 
-@pytest.mark.parametrize("edit", [
-    lambda h: h.pop("blobs"), lambda h: h["blobs"][0].pop("size"), lambda h: h.pop("kv"),
-    lambda h: h["kv"].__setitem__("present", ["nope"] * len(h["kv"]["present"])),
-    lambda h: h["config"].__setitem__("bogus_field", 1), lambda h: h["inputs"][0].__setitem__("type", "fhoat32"),
-    lambda h: h["inputs"][0].__setitem__("shape", "?$?"), lambda h: h.pop("device"),
-    lambda h: h.clear(), lambda h: h["kv"].__setitem__("heads", "x"),
+@pytest.mark.parametrize(("edit", "error", "match"), [
+    (lambda h: h.pop("blobs"), BlobFormatError, r"header is corrupt \(KeyError: 'blobs'\)"),
+    (lambda h: h["blobs"][0].pop("size"), BlobFormatError, r"header is corrupt \(KeyError: 'size'\)"),
+    (lambda h: h.pop("kv"), BlobFormatError, r"header is corrupt \(KeyError: 'kv'\)"),
+    (lambda h: h["kv"].__setitem__("present", ["nope"] * len(h["kv"]["present"])), BlobFormatError,
+     r"KV descriptor does not match its sub-models \['nope'"),
+    (lambda h: h["config"].__setitem__("bogus_field", 1), ArtefactConfigError, r"unknown field 'bogus_field'"),
+    (lambda h: h["inputs"][0].__setitem__("type", "fhoat32"), BlobFormatError, r"TypeError: data type 'fhoat32'"),
+    (lambda h: h["inputs"][0].__setitem__("shape", "?$?"), BlobFormatError, r"Cannot parse dimension"),
+    (lambda h: h.pop("device"), BlobFormatError, r"header is corrupt \(KeyError: 'device'\)"),
+    (lambda h: h.clear(), BlobFormatError, r"different OV version"),
+    (lambda h: h["kv"].__setitem__("heads", "x"), BlobFormatError, r"heads/dims \('x'"),
 ], ids=["no-blobs", "no-size", "no-kv", "kv-names", "config-field", "port-type", "port-shape",
         "no-device", "empty", "heads"])
-def test_damaged_header_is_blob_format_error(core: ov.Core, artefact: tuple[bytes, dict], edit) -> None:  # noqa: ANN001
+def test_damaged_header_is_blob_format_error(core: ov.Core, artefact: tuple[bytes, dict], edit, error,  # noqa: ANN001
+                                             match: str) -> None:
     blob, imp = artefact
-    with pytest.raises(BlobFormatError):
+    with pytest.raises(error, match=match) as e:
         cm = core.import_model(_with_header(blob, edit), "NPU", imp)
         cm.create_infer_request()
+    assert type(e.value) is error
+
+
+def _cfg(**values):  # noqa: ANN202
+    return lambda h: h["config"].update(values)
+
+
+def _raw(**values):  # noqa: ANN202
+    return lambda h: h["config"]["raw"].update(values)
+
+
+@pytest.mark.parametrize(("edit", "key", "field"), [
+    (_cfg(max_prompt_len=1 << 40), "NPUW_LLM_MAX_PROMPT_LEN", "config.max_prompt_len"),
+    (_cfg(min_response_len=1 << 40), "NPUW_LLM_MIN_RESPONSE_LEN", "config.min_response_len"),
+    (_cfg(variants=[1 << 30]), "NPUW_LLM_GENERATE_VARIANTS", "config.variants"),
+    (_cfg(variants=7), "NPUW_LLM_GENERATE_VARIANTS", "config.variants"),
+    (_cfg(max_lora_rank=1 << 30), "NPUW_LLM_MAX_LORA_RANK", "config.max_lora_rank"),
+    (_cfg(kv_precision="u2"), "KV_CACHE_PRECISION", "config.kv_precision"),
+    (_cfg(max_gen_len=True), "NPUW_LLM_MAX_GENERATION_TOKEN_LEN", "config.max_gen_len"),
+    (_cfg(generate_rungs=[1 << 30]), "NPUW_LLM_GENERATE_LADDER", "config.generate_rungs"),
+    (_cfg(shared_head="yes"), "NPUW_LLM_SHARED_HEAD", "config.shared_head"),
+    (_cfg(raw=[]), "config", "config.raw"),
+    (lambda h: h["config"].pop("variants"), "NPUW_LLM_GENERATE_VARIANTS", "config.variants"),
+    (_raw(KV_CACHE_PRECISION="bogus"), "KV_CACHE_PRECISION", "config.raw.KV_CACHE_PRECISION"),
+    (_raw(NPUW_LLM_ENABLE_PREFIX_CACHING="YES"), "NPUW_LLM_ENABLE_PREFIX_CACHING",
+     "config.raw.NPUW_LLM_ENABLE_PREFIX_CACHING"),
+    (_raw(NPUW_LLM_MAX_PROMPT_LEN=4096), "NPUW_LLM_MAX_PROMPT_LEN", "config.max_prompt_len"),
+], ids=["max-prompt", "min-response", "variants", "variants-type", "lora-rank", "kv-precision", "max-gen-bool",
+        "rungs", "shared-head", "raw-type", "no-variants", "raw-value", "raw-rule", "raw-vs-field"])
+def test_stored_config_is_validated_like_a_compiled_one(core: ov.Core, artefact: tuple[bytes, dict], edit,  # noqa: ANN001
+                                                         key: str, field: str) -> None:
+    """LLMConfig.from_json: the stored keys through parse_config, every field against its result."""
+    blob, imp = artefact
+    with pytest.raises(ArtefactConfigError, match="re-export the model or delete the CACHE_DIR entry") as e:
+        core.import_model(_with_header(blob, edit), "NPU", imp)
+    assert (e.value.key, e.value.field) == (key, field)
+
+
+def _consistent_prompt(p: int, chunk: int):  # noqa: ANN202
+    """MAX_PROMPT_LEN ``p`` written consistently through the stored configuration (raw keys, every
+    derived field, the generate variant's role): only the sub-models' ports can tell."""
+    from ov_npu_emu_npuw.config import _DERIVED, parse_config
+
+    def edit(h: dict) -> None:
+        c = h["config"]
+        old = c["variants"][-1]
+        c["raw"].update(NPUW_LLM_MAX_PROMPT_LEN=p, NPUW_LLM_GENERATE_PYRAMID="NO", NPUW_LLM_PREFILL_CHUNK_SIZE=chunk)
+        ref = parse_config(c["raw"]).to_json()
+        c.update({k: ref[k] for k in _DERIVED})
+        for b in h["blobs"]:
+            if b["role"] == f"kv{old}":
+                b["role"] = f"kv{c['variants'][-1]}"
+    return edit
+
+
+@pytest.mark.parametrize(("chunk", "key", "field"), [
+    (0, "NPUW_LLM_MAX_PROMPT_LEN", "config.max_prompt_len"), (1024, "NPUW_LLM_PREFILL_CHUNK_SIZE", "config.chunk_size"),
+], ids=["static", "chunked"])
+def test_a_consistent_config_must_match_the_sub_models(core: ov.Core, artefact: tuple[bytes, dict], chunk: int,
+                                                       key: str, field: str) -> None:
+    # MAX_PROMPT_LEN 2^30 would size the request's staging and KV from the configuration
+    blob, imp = artefact
+    with pytest.raises(ArtefactConfigError, match=r"sub-model prefill has input_ids \[1, 64\]") as e:
+        core.import_model(_with_header(blob, _consistent_prompt(1 << 30, chunk)), "NPU", imp)
+    assert (e.value.key, e.value.field) == (key, field)
+
+
+@pytest.mark.parametrize(("i", "what", "value", "field"), [(0, "heads", 1000, "kv.heads[0]"),
+                                                             (1, "dims", 4096, "kv.dims[1]")])
+def test_kv_descriptor_must_match_the_generate_ports(core: ov.Core, artefact: tuple[bytes, dict], i: int, what: str,
+                                                     value: int, field: str) -> None:
+    blob, imp = artefact
+    with pytest.raises(BlobFieldError, match="KV descriptor is corrupt") as e:
+        core.import_model(_with_header(blob, lambda h: h["kv"][what].__setitem__(i, value)), "NPU", imp)
+    assert e.value.field == field
+
+
+def test_stored_config_round_trips(compiled: ov.CompiledModel) -> None:
+    from ov_npu_emu_npuw.config import LLMConfig
+
+    cfg = compiled.impl.cfg
+    assert LLMConfig.from_json(json.loads(json.dumps(cfg.to_json()))) == cfg
 
 
 def test_header_byte_flips_are_all_caught(core: ov.Core, artefact: tuple[bytes, dict]) -> None:
@@ -121,14 +217,28 @@ def test_truncated_and_foreign_artefacts(core: ov.Core, artefact: tuple[bytes, d
         core.import_model(bytes(b), "NPU", imp)
 
 
-def test_cache_dir_with_garbage_and_damaged_entries(core: ov.Core, tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("edit", "why"), [
+    (lambda h: h.pop("kv"), "KeyError: 'kv'"),
+    (lambda h: h["config"].__setitem__("max_prompt_len", 1 << 40), "(NPUW_LLM_MAX_PROMPT_LEN)"),
+], ids=["no-kv", "max-prompt-huge"])
+def test_cache_dir_with_garbage_and_damaged_entries(core: ov.Core, tiny_model_dir: Path, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture, edit, why: str) -> None:  # noqa: ANN001
+    import logging
+
     cfg = {**CFG, "CACHE_DIR": str(tmp_path)}
     (tmp_path / "garbage.blob").write_bytes(os.urandom(1000))
     core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", cfg)
     (entry,) = tmp_path.glob("npuw_llm_*.blob")
-    entry.write_bytes(_with_header(entry.read_bytes(), lambda h: h.pop("kv")))
-    cm = core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", cfg)  # compiles again
+    entry.write_bytes(_with_header(entry.read_bytes(), edit))
+    logger = logging.getLogger("ov_npu_emu_npuw")
+    logger.addHandler(caplog.handler)
+    try:
+        cm = core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", cfg)  # compiles again
+    finally:
+        logger.removeHandler(caplog.handler)
     assert not cm.impl.loaded_from_cache
+    assert any("could not be loaded" in r.getMessage() and why in r.getMessage() for r in caplog.records), \
+        [r.getMessage() for r in caplog.records]
     assert greedy(cm.create_infer_request(), PROMPT, 3) == greedy(
         core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", CFG).create_infer_request(), PROMPT, 3)
 
@@ -227,3 +337,15 @@ def test_fresh_request_starting_at_nonzero_position(compiled: ov.CompiledModel) 
         req.infer(feed([7], start=5 + len(PROMPT)))
     # the latched first position starts a new conversation, from a clean KV cache
     np.testing.assert_array_equal(req.infer(feed(PROMPT, start=5))["logits"], first)
+
+
+def test_keys_given_as_numpy_or_openvino_values_survive_export(core: ov.Core, tiny_model_dir: Path) -> None:
+    """The stored keys are re-parsed at import: a key given as np.int64, np.bool_, ov.Type or a
+    tuple is stored as its converted value, so the artefact imports (it used to be dropped)."""
+    cfg = {**CFG, "NPUW_LLM_MAX_PROMPT_LEN": np.int64(128), "KV_CACHE_PRECISION": ov_real.Type.f32,
+           "NPUW_LLM_GENERATE_PYRAMID": np.bool_(False), "NPUW_LLM_GENERATE_VARIANTS": (64, 192),
+           "CACHE_MODE": "OPTIMIZE_SPEED"}
+    cm = core.compile_model(tiny_model_dir / "openvino_model.xml", "NPU", cfg)
+    back = core.import_model(cm.export_model().getvalue(), "NPU")
+    assert back.impl.cfg == cm.impl.cfg
+    assert (back.impl.cfg.max_prompt_len, back.impl.cfg.kv_precision, back.impl.cfg.variants) == (128, "f32", (64, 192))

@@ -15,7 +15,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
 from elftools.elf.sections import SymbolTableSection
 
-from ov_npu_emu.errors import BlobFormatError
+from ov_npu_emu.errors import BlobFieldError, BlobFormatError
 from ov_npu_emu_npu.blob.format import (
     BLOB_MAGIC,
     BLOB_VERSION,
@@ -59,6 +59,7 @@ class SectionInfo:
     nobits: bool  # SHT_NOBITS: allocate and zero, nothing to copy
     alloc: bool  # SHF_ALLOC: loaded into device memory
     data: memoryview  # file contents, a zero-copy view of the blob (empty for NOBITS)
+    offset: int = 0  # sh_offset: where the contents lie in the file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,9 +238,25 @@ class BlobReader:
                     nobits,
                     bool(s["sh_flags"] & 0x2),
                     memoryview(b"") if nobits else self._view(off, size),
+                    off,
                 )
         except _ELF_ERRORS as e:
             raise BlobFormatError(f"corrupt NPU blob section table: {e}") from e
+
+    def check_layout(self) -> None:
+        """The file ranges of the ELF header, the sections with contents and the section header
+        table must not overlap (the writer lays them out one after the other): a section header
+        pointing into another section's bytes is a BlobFieldError naming it."""
+        h = self.elf.header
+        spans = [(0, h["e_ehsize"], "the ELF header"), (h["e_shoff"], h["e_shnum"] * h["e_shentsize"],
+                                                        "the section header table")]
+        spans += [(s.offset, s.size, f"section {s.name}") for s in self.iter_sections() if not s.nobits and s.size]
+        spans.sort()
+        for (o1, n1, a), (o2, _, b) in zip(spans, spans[1:], strict=False):
+            if o1 + n1 > o2:
+                raise BlobFieldError(
+                    f"corrupt NPU blob: {b} (file offset {o2:#x}) overlaps {a} ({o1:#x}..{o1 + n1 - 1:#x}); "
+                    "recompile the model and export it again", field=f"{b} (sh_offset)")
 
     def iter_symbols(self) -> Iterator[tuple[str, int, int]]:
         """(name, value, size) of the global (user I/O) symbols."""

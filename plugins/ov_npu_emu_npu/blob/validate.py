@@ -6,10 +6,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ov_npu_emu.errors import BlobFormatError
-from ov_npu_emu_npu.blob.format import MAX_DIMS
+from ov_npu_emu.errors import BlobFieldError, BlobFormatError, MemoryBudgetError
+from ov_npu_emu_npu.blob.format import MAX_DIMS, align_up
 
-__all__ = ["DEVICE_MEMORY_LIMIT", "ELEMENT_TYPES", "tensor_bytes", "validate_meta"]
+__all__ = ["BUDGET_KEY", "DEVICE_MEMORY_LIMIT", "ELEMENT_TYPES", "check_declared_memory", "declared_memory",
+           "tensor_bytes", "validate_meta"]
 
 #: The emulated device's memory: the per-request arena must fit below the weights mapping
 #: (driver/memory.py: ARENA_BASE 0x1000_0000 .. WEIGHTS_BASE 0x2_0000_0000), and one user tensor
@@ -45,8 +46,11 @@ def _port(p: Any, where: str) -> None:
     shape = p.get("shape")
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise _fail(f"{where}.shape {shape!r} is not a static shape")
-    if tensor_bytes(shape, et) > DEVICE_MEMORY_LIMIT:
-        raise _fail(f"{where} of shape {shape} exceeds the emulated device memory")
+    if (nbytes := tensor_bytes(shape, et)) > DEVICE_MEMORY_LIMIT:
+        raise MemoryBudgetError(
+            f"corrupt NPU blob metadata: {where} of shape {shape} ({nbytes} bytes) exceeds the emulated device "
+            f"memory ({DEVICE_MEMORY_LIMIT} bytes); recompile the model and export it again",
+            field=f"{where}.shape", size=nbytes, total=nbytes, budget=DEVICE_MEMORY_LIMIT)
     if "state" in p and p["state"] is not None and not isinstance(p["state"], str):
         raise _fail(f"{where}.state is not a variable id")
 
@@ -115,3 +119,97 @@ def _variable(v: Any, i: int, n_in: int, n_out: int) -> None:
     if init is not None and (not isinstance(init, list) or len(init) != math.prod(v["shape"])
                              or not all(isinstance(x, (int, float)) for x in init)):
         raise _fail(f"variables[{i}].init does not match its shape {v['shape']}")
+
+
+#: the device key that sets the budget check_declared_memory enforces
+BUDGET_KEY = "NPU_EMU_DEVICE_MEMORY_MB"
+
+
+def _field(what: str, field: str) -> BlobFieldError:
+    return BlobFieldError(
+        f"corrupt NPU blob metadata: {what}; recompile the model and export it again", field=field)
+
+
+def declared_memory(meta: Mapping[str, Any], arena: Mapping[str, int], weights_size: int,
+                    symbols: Mapping[str, int]) -> list[tuple[str, int]]:
+    """(field, bytes) of everything one request of a blob allocates, after checking that the
+    fields agree with each other (``meta`` already passed :func:`validate_meta`).
+
+    ``arena``: size of every loadable section but the weights (the request's device arena, NOBITS
+    scratch and CMX included); ``weights_size``: bytes of ``.npu.weights`` (file-backed, so
+    bounded by the file: not counted, but every constant-table view must lie inside it);
+    ``symbols``: the user-I/O symbols' ``st_size`` -- a port's shape must declare exactly the
+    bytes its symbol does, and a variable exactly its state ports' shape and type. Raises
+    :class:`BlobFieldError` naming the first field that disagrees.
+    """
+    items = [(f"section {name} (sh_size)", int(size)) for name, size in arena.items()]
+    for what in ("inputs", "outputs"):
+        for i, p in enumerate(meta[what]):
+            nbytes = tensor_bytes(p["shape"], p["element_type"])
+            sym = p.get("symbol")
+            if sym is not None:
+                if sym not in symbols:
+                    raise _field(f"{what}[{i}].symbol {sym!r} is not a symbol of the blob", f"{what}[{i}].symbol")
+                if symbols[sym] != nbytes:
+                    raise _field(
+                        f"{what}[{i}].shape {p['shape']} {p['element_type']} is {nbytes} bytes, but its "
+                        f"symbol {sym} declares {symbols[sym]}", f"{what}[{i}].shape")
+            if p["state"] is None:  # state ports are bound to the variable's buffer
+                items.append((f"{what}[{i}] ({(p['names'] or ['?'])[0]})", nbytes))
+    for i, v in enumerate(meta["variables"]):
+        for key in ("input", "output"):
+            port = meta[f"{key}s"][v[key]]
+            if port["state"] != v["id"]:
+                raise _field(f"variables[{i}].{key} {v[key]} is not the port of state {v['id']!r}",
+                             f"variables[{i}].{key}")
+            if list(port["shape"]) != list(v["shape"]) or port["element_type"] != v["element_type"]:
+                raise _field(
+                    f"variables[{i}] {v['id']!r} is {v['shape']} {v['element_type']} but its {key} port "
+                    f"{key}s[{v[key]}] is {port['shape']} {port['element_type']}", f"variables[{i}].shape")
+        items.append((f"variables[{i}] ({v['id']})", tensor_bytes(v["shape"], v["element_type"])))
+    _constants(meta.get("constants"), weights_size)
+    return items
+
+
+#: the compiler packs constants at this alignment (compiler/memory.py ALIGN), from offset 0
+CONSTANT_ALIGN = 64
+
+
+def _constants(table: Any, size: int) -> None:
+    """The constant table's views tile ``.npu.weights`` as the compiler packs them: ascending, each
+    at the 64-byte-aligned end of the one before, the last ending at the section's end (a view
+    shrunk, grown or moved would hand a kernel bytes of another constant)."""
+    if table is None:
+        return
+    if not isinstance(table, list):
+        raise _field("constants is not a list of [offset, size] spans", "constants")
+    for i, e in enumerate(table):
+        if not (isinstance(e, list) and len(e) == 2 and all(type(x) is int and x >= 0 for x in e)):
+            raise _field(f"constants[{i}] {e!r} is not an [offset, size] pair", f"constants[{i}]")
+    end = 0
+    for i, (off, n) in sorted(enumerate(table), key=lambda ie: ie[1][0]):
+        if off != align_up(end, CONSTANT_ALIGN) or off + n > size:
+            raise _field(f"constants[{i}] [{off}, {n}] does not follow the constant before it (which ends at "
+                         f"{end}) inside .npu.weights ({size} bytes)", f"constants[{i}]")
+        end = off + n
+    if table and end != size:
+        raise _field(f"the constant table ends at {end}, not at the end of .npu.weights ({size} bytes)",
+                     f"constants[{len(table) - 1}]")
+
+
+def check_declared_memory(items: list[tuple[str, int]], budget: int | None) -> int:
+    """The declared total; :class:`MemoryBudgetError` when it exceeds ``budget`` bytes (None: no
+    budget; each tensor and the arena stay bounded by DEVICE_MEMORY_LIMIT), naming the largest item."""
+    total = sum(n for _, n in items)
+    if budget is None or total <= budget:
+        return total
+    limit = budget
+    field, size = max(items, key=lambda it: it[1])
+    mib = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
+    raise MemoryBudgetError(
+        f"NPU blob declares {total} bytes ({mib(total)}) of device memory per request, over the budget of "
+        f"{limit} bytes ({mib(limit)}, {BUDGET_KEY}); "
+        f"the largest item is {field} with {size} bytes. If the model really needs it, raise {BUDGET_KEY} "
+        "(core.set_property('NPU', {'" + BUDGET_KEY + "': MiB})); otherwise the blob is corrupt: recompile "
+        "and export it again",
+        field=field, size=size, total=total, budget=limit)

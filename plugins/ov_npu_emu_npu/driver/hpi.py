@@ -19,7 +19,7 @@ from ov_npu_emu_npu.blob.format import (
 )
 from ov_npu_emu_npu.blob.integrity import seal
 from ov_npu_emu_npu.blob.reader import BlobReader, Relocation, SectionInfo, SplitBlob
-from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT
+from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT, check_declared_memory, declared_memory
 from ov_npu_emu_npu.driver.bank import BankedWeights, BankWeightsCache, WeightsBank
 from ov_npu_emu_npu.driver.memory import ARENA_BASE, WEIGHTS_BASE, AddressSpace, DeviceArena, WeightsCache
 
@@ -32,12 +32,16 @@ class ParsedBlob:
     """What every request of one compiled model shares: sections, relocations, metadata, weights."""
 
     def __init__(self, blob: bytes | SplitBlob, *, weights_cache: bool = True, bank: WeightsBank | None = None,
-                 bank_name: str = "", cache_budget: int | None = None) -> None:
+                 bank_name: str = "", cache_budget: int | None = None,
+                 memory_budget: int | None = DEVICE_MEMORY_LIMIT) -> None:
         """:param bank: the device's weights bank; None keeps the weights private (a view of the blob)
         :param bank_name: the bank scope (``NPUW_WEIGHTS_BANK``); "" is the device's anonymous bank
         :param cache_budget: bytes of decompressed weights the cache may hold (None: no limit;
             banked: the whole bank's); a blob whose matmul_dq weights (meta ``dq_bytes``) exceed
             it caches none of them
+        :param memory_budget: bytes one request may declare (NPU_EMU_DEVICE_MEMORY_MB; None: no
+            budget): ports, states and the arena, checked against each other and the budget here,
+            before any request allocates them
         """
         if isinstance(blob, SplitBlob) and bank is None:
             blob = blob.join()  # private weights are a view of the kept blob
@@ -52,6 +56,8 @@ class ParsedBlob:
             # decompression (less peak memory, the same TTFT; docs/performance.md, "Memory per setup")
             cache_budget = 0
         self.sections: dict[str, SectionInfo] = {s.name: s for s in reader.iter_sections()}
+        if not isinstance(blob, SplitBlob):  # a split blob's weights are not in its bytes
+            reader.check_layout()
         missing = [n for n in LOADABLE_SECTIONS if n not in self.sections]
         if missing:
             raise BlobFormatError(f"NPU blob lacks sections {missing}; it is truncated or from another tool")
@@ -62,10 +68,21 @@ class ParsedBlob:
                                   "its section headers are corrupt")
         self.static: list[Relocation] = []
         self.user: dict[str, list[Relocation]] = {}
-        symbols = {name for name, _, _ in reader.iter_symbols()}
+        sym_sizes = {name: size for name, _, size in reader.iter_symbols()}
+        symbols = set(sym_sizes)
+        #: bytes one request allocates (ports, states, arena), agreeing fields and within budget
+        self.declared = check_declared_memory(
+            declared_memory(self.meta, {n: self.sections[n].size for n in LOADABLE_SECTIONS if n != SEC_WEIGHTS},
+                            self.sections[SEC_WEIGHTS].size, sym_sizes),
+            memory_budget)
         for r in reader.iter_relocations():
             if r.target not in LOADABLE_SECTIONS:
                 raise BlobFormatError(f"relocation in {r.section} targets non-loadable section {r.target}")
+            if not 0 <= r.offset <= self.sections[r.target].size - 8:  # R_NPU_64 writes 8 bytes
+                raise RelocationError(
+                    f"relocation in {r.section} patches offset {r.offset:#x}, outside {r.target} "
+                    f"({self.sections[r.target].size} bytes); the blob is corrupt: recompile and export it again",
+                    section=r.section, offset=r.offset, symbol=r.symbol)
             if r.user is None:
                 if r.symbol not in LOADABLE_SECTIONS:
                     raise BlobFormatError(f"static relocation against {r.symbol!r}, which is not a loadable section")
