@@ -29,7 +29,8 @@ number within 1e-4 relative (1e-7 absolute for the printed 7-digit probabilities
 are timings (Count, Duration, Latency, Median, Average, Min, Max, Throughput) or the build
 version (``ov.__version__``: openvino's on the real, ours on ov_npu_emu) are left out.
 hello_query_device takes no device: its ``CPU :`` section is compared but for the keys of our own
-that the passthrough lists after the real plugin's (``CPU_EMU_*``); the NPU section is ours only.  Exit status 0 when every sample matches.
+that the passthrough lists after the real plugin's (``CPU_EMU_*``); the NPU section is ours only.
+Exit status 0 when every sample matches.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def write_models(out: Path) -> None:
         img = (img + rng.integers(0, 40, img.shape)).clip(0, 255).astype(np.uint8)
         write_bmp(out / f"image{i}.bmp", img)
     yy, xx = np.mgrid[0:96, 0:128]
-    write_bmp(out / "street.bmp", ((np.stack([xx * 2, yy * 2, (xx ^ yy)], -1) % 256)).astype(np.uint8))
+    write_bmp(out / "street.bmp", (np.stack([xx * 2, yy * 2, (xx ^ yy)], -1) % 256).astype(np.uint8))
     print(f"wrote models and inputs to {out}")
 
 
@@ -224,7 +225,7 @@ def comparable(name: str, out: str) -> list[str]:
 def numbers_close(a: str, b: str, rel: float, abs_: float) -> bool:
     if _NUMBER.sub("#", a) != _NUMBER.sub("#", b):
         return False
-    for x, y in zip(_NUMBER.findall(a), _NUMBER.findall(b)):
+    for x, y in zip(_NUMBER.findall(a), _NUMBER.findall(b), strict=True):
         fx, fy = float(x), float(y)
         if not math.isclose(fx, fy, rel_tol=rel, abs_tol=abs_):
             return False
@@ -239,7 +240,7 @@ def compare(name: str, ref: Run, got: Run, exact: bool) -> list[str]:
         diff = [d for d in difflib.unified_diff(a, b, ref.side, got.side, n=0, lineterm="")][2:8]
         return [f"{got.side}: {len(b)} lines, {ref.side}: {len(a)}", *diff]
     bad = []
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         if x == y or (not exact and numbers_close(x, y, 1e-4, 1e-7)):
             continue
         bad.append(f"{got.side}: {y!r} != {ref.side}: {x!r}")
