@@ -47,6 +47,11 @@ class UserInputError(NpuEmuError, ValueError):
     """Bad input from the caller: wrong tensor shape/type, unknown port, bad argument."""
 
 
+class KeyTypeError(UserInputError, TypeError):
+    """An input or output was selected by a key of a type that cannot name one (a float ...);
+    a TypeError as openvino raises it."""
+
+
 class ConfigError(UserInputError):
     """A configuration key or value is invalid; ``key`` names it."""
 

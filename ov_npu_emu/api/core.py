@@ -190,10 +190,17 @@ class Core:
         model: str | os.PathLike | ov.Model,
         device_name: str | None = None,
         config: Mapping[str, Any] | None = None,
+        *,
+        weights: Any = None,
     ) -> CompiledModel:
-        """Compile for a device; a plugin may claim the call first (NPUW does for LLM configs)."""
-        if not isinstance(model, ov.Model):
-            model = self.read_model(model)
+        """Compile for a device; a plugin may claim the call first (NPUW does for LLM configs).
+
+        ``model`` is an openvino.Model, a path, or (with ``weights``, the .bin's bytes) the IR's
+        XML text, as openvino's ``compile_model(model=xml, weights=bin, device_name=...)``."""
+        if weights is not None and isinstance(model, str):
+            model = self.read_model(model.encode(), weights)
+        elif not isinstance(model, ov.Model):
+            model = self.read_model(model, weights)
         if config is not None and not isinstance(config, Mapping):
             raise UserInputError(f"config must be a dict of properties, got {type(config).__name__}")
         config = plain_properties(config)

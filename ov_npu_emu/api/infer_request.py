@@ -235,8 +235,11 @@ class InferRequest:
             if not _compatible(self._in_bounds[port.index], arr.shape):
                 _check_shape(port, arr.shape)  # raises the typed error with the full message
             if share_inputs and arr.dtype == want and arr.flags.c_contiguous:
-                self._impl.set_tensor(port.index, True, ov.Tensor(arr, shared_memory=True))
-                continue
+                shared = ov.Tensor(arr, shared_memory=True)
+                # bf16 and the like have a numpy container of another type: copied below instead
+                if shared.get_element_type() == port.element_type:
+                    self._impl.set_tensor(port.index, True, shared)
+                    continue
             current = self._impl.get_tensor(port.index, True)
             # dtype first: `.data` of the bound tensor then has its shape (ov.Shape is slow to read)
             if current.get_element_type() == port.element_type and current.data.shape == arr.shape:

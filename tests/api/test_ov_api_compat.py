@@ -1,0 +1,116 @@
+"""What OpenVINO's own Python API tests (tools/ov_api_tests.py) check of a compiled model and an
+infer request, on ours ("CPU": the passthrough, "NPU": the emulator) next to the real openvino."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import openvino as real_ov
+import openvino.opset13 as ops
+import pytest
+
+import ov_npu_emu as ov
+from ov_npu_emu.errors import KeyTypeError, UserInputError
+
+DEVICES = ["CPU", "NPU"]
+
+
+def _relu_model():
+    param = ops.parameter([1, 3, 4, 4], np.float32, name="data")
+    return real_ov.Model([ops.relu(param, name="relu")], [param], "test_model")
+
+
+@pytest.fixture(params=DEVICES)
+def compiled(request):
+    return ov.Core().compile_model(_relu_model(), request.param)
+
+
+def test_ports_are_const_outputs(compiled):
+    real = real_ov.Core().compile_model(_relu_model(), "CPU")
+    for port, real_port in ((compiled.input(0), real.input(0)), (compiled.output(), real.output())):
+        assert isinstance(port, ov.ConstOutput)
+        assert isinstance(real_port, ov.ConstOutput)  # openvino's own ports pass the check too
+        assert port.__doc__ == real_port.__doc__ == "openvino.ConstOutput represents port/node output."
+    assert all(isinstance(p, ov.ConstOutput) for p in compiled.inputs + compiled.outputs)
+
+
+def test_port_get_node(compiled):
+    node = compiled.input("data").get_node()
+    assert node is compiled.input("data").get_node() or node.friendly_name == "data"
+    assert node.get_type_name() == "Parameter" and node.friendly_name == "data"
+    assert node.get_output_partial_shape(0) == real_ov.PartialShape([1, 3, 4, 4])
+    node.set_friendly_name("input_1")
+    assert node.friendly_name == "input_1"
+    out = compiled.output(0).get_node()
+    assert out.get_type_name() == "Result"
+    assert compiled.output(0).node.get_type_name() == "Result"
+
+
+def test_unknown_port_name_message(compiled):
+    real = real_ov.Core().compile_model(_relu_model(), "CPU")
+    with pytest.raises(RuntimeError) as r:
+        real.infer_new_request({"_data_": np.zeros((1, 3, 4, 4), np.float32)})
+    with pytest.raises(UserInputError) as e:
+        compiled.infer_new_request({"_data_": np.zeros((1, 3, 4, 4), np.float32)})
+    # the real's words ("Port for tensor name _data_ was not found", a "Check") and the names to use
+    assert "Port for tensor name _data_ was not found" in str(r.value) and "Check" in str(r.value)
+    assert "Port for tensor name _data_ was not found" in str(e.value) and "Check" in str(e.value)
+    assert "['data']" in str(e.value)
+
+
+def test_float_key_is_a_type_error(compiled):
+    real = real_ov.Core().compile_model(_relu_model(), "CPU")
+    x = np.zeros((1, 3, 4, 4), np.float32)
+    with pytest.raises(TypeError, match="Incompatible key type for input: 0.0"):
+        real.infer_new_request({0.0: x})
+    with pytest.raises(KeyTypeError, match="Incompatible key type for input: 0.0"):
+        compiled.infer_new_request({0.0: x})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_model_from_xml_text_and_weights(tmp_path, device):
+    real_ov.serialize(_relu_model(), str(tmp_path / "m.xml"), str(tmp_path / "m.bin"))
+    xml, weights = (tmp_path / "m.xml").read_text(), (tmp_path / "m.bin").read_bytes()
+    compiled = ov.Core().compile_model(model=xml, weights=weights, device_name=device)
+    x = np.random.default_rng(0).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    np.testing.assert_array_equal(compiled({"data": x})[0], np.maximum(x, 0))
+
+
+@pytest.mark.parametrize("share_inputs", [True, False])
+def test_bf16_input_from_a_float16_array(share_inputs):
+    """A numpy array whose dtype is the port type's container (f16 for bf16) is converted, not
+    shared as a tensor of another type, as by the real (bf16 inputs: the CPU passthrough's)."""
+    device = "CPU"
+    params = [ops.parameter([5], real_ov.Type.bf16), ops.parameter([5], real_ov.Type.bf16)]
+    model = real_ov.Model(ops.concat(params, 0), params)
+    outs = []
+    for core in (real_ov.Core(), ov.Core()):
+        req = core.compile_model(model, device).create_infer_request()
+        t = real_ov.Tensor(real_ov.Type.bf16, [5])
+        t.data[:] = np.array([6, 7, 8, 9, 0])
+        req.start_async([t, np.array([1, 2, 3, 4, 5], np.float16)], share_inputs=share_inputs)
+        req.wait()
+        outs.append(np.array(req.output_tensors[0].data))
+    np.testing.assert_array_equal(outs[1], outs[0])
+
+
+def test_npu_runtime_model():
+    compiled = ov.Core().compile_model(_relu_model(), "NPU")
+    rt = compiled.get_runtime_model()
+    assert isinstance(rt, real_ov.Model)
+    assert rt.get_friendly_name() == "test_model"
+    assert [p.get_any_name() for p in rt.inputs] == ["data"]
+    assert rt.outputs[0].get_partial_shape() == real_ov.PartialShape([1, 3, 4, 4])
+    assert any(":Relu" in t for t in rt.get_rt_info("npu_tasks").value)
+
+
+def test_pybind_module_is_lent():
+    """openvino._pyopenvino (named in annotations of code written for openvino) is openvino's."""
+    assert ov._pyopenvino is real_ov._pyopenvino
+
+
+def test_export_to_a_stream(compiled):
+    stream = io.BytesIO()
+    compiled.export_model(stream)
+    assert stream.getbuffer().nbytes > 0
