@@ -47,9 +47,9 @@ class UserInputError(NpuEmuError, ValueError):
     """Bad input from the caller: wrong tensor shape/type, unknown port, bad argument."""
 
 
-class KeyTypeError(UserInputError, TypeError):
-    """An input or output was selected by a key of a type that cannot name one (a float ...);
-    a TypeError as openvino raises it."""
+class UserTypeError(UserInputError, TypeError):
+    """An argument of a type that cannot be used: a key that cannot name an input or output (a
+    float ...), a model that is no path, XML or openvino.Model; a TypeError as openvino raises it."""
 
 
 class ConfigError(UserInputError):

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from ov_npu_emu.errors import KeyTypeError, UserInputError
+from ov_npu_emu.errors import UserTypeError, UserInputError
 from ov_npu_emu.runtime.device import PortInfo
 
 __all__ = ["Port", "ResultDict", "resolve_port", "numpy_dtype"]
@@ -161,7 +161,7 @@ def resolve_port(key: Any, ports: list[Port], what: str) -> Port:
         known = sorted(n for p in ports for n in p.info.names)
         raise UserInputError(f"Port for tensor name {key} was not found. Check the tensor names of the model's "
                              f"{what}s: {known}")
-    raise KeyTypeError(f"Incompatible key type for {what}: {key!r}; select it by tensor name, index or port")
+    raise UserTypeError(f"Incompatible key type for {what}: {key!r}; select it by tensor name, index or port")
 
 
 class ResultDict(Mapping[Port, np.ndarray]):

@@ -11,7 +11,7 @@ import openvino.opset13 as ops
 import pytest
 
 import ov_npu_emu as ov
-from ov_npu_emu.errors import KeyTypeError, UserInputError
+from ov_npu_emu.errors import IRReadError, UserInputError, UserTypeError
 
 DEVICES = ["CPU", "NPU"]
 
@@ -64,7 +64,7 @@ def test_float_key_is_a_type_error(compiled):
     x = np.zeros((1, 3, 4, 4), np.float32)
     with pytest.raises(TypeError, match="Incompatible key type for input: 0.0"):
         real.infer_new_request({0.0: x})
-    with pytest.raises(KeyTypeError, match="Incompatible key type for input: 0.0"):
+    with pytest.raises(UserTypeError, match="Incompatible key type for input: 0.0"):
         compiled.infer_new_request({0.0: x})
 
 
@@ -114,3 +114,55 @@ def test_export_to_a_stream(compiled):
     stream = io.BytesIO()
     compiled.export_model(stream)
     assert stream.getbuffer().nbytes > 0
+
+
+# -- Core.read_model / compile_model as openvino's test_core.py calls them ----------------------
+
+
+@pytest.fixture
+def relu_ir(tmp_path):
+    xml, bin_ = tmp_path / "relu.xml", tmp_path / "relu.bin"
+    real_ov.serialize(_relu_model(), str(xml), str(bin_))
+    return xml, bin_
+
+
+def test_read_model_xml_in_memory(relu_ir):
+    xml, bin_ = relu_ir
+    core = ov.Core()
+    for model, weights in ((io.BytesIO(xml.read_bytes()), io.BytesIO(bin_.read_bytes())),
+                           (xml.read_text(), real_ov.tensor_from_file(str(bin_))),
+                           (xml.read_bytes(), bin_.read_bytes())):
+        m = core.read_model(model=model, weights=weights)
+        assert isinstance(m, real_ov.Model) and m.get_friendly_name() == "test_model"
+
+
+def test_read_model_wrong_type_is_a_type_error():
+    with pytest.raises(TypeError) as r:
+        real_ov.Core().read_model(model=3, weights=3)
+    with pytest.raises(UserTypeError) as e:
+        ov.Core().read_model(model=3, weights=3)
+    msg = "Provided python object type <class 'int'> isn't supported as 'model' argument."
+    assert msg in str(r.value) and msg in str(e.value)
+
+
+def test_compile_model_of_an_object_names_its_str_as_a_path():
+    class NotAPath:
+        def __str__(self):
+            return "test class"
+
+    msg = "Path: 'test class' does not exist. Please provide valid model's path either as a string, bytes or pathlib.Path"
+    with pytest.raises(RuntimeError, match=msg):
+        real_ov.compile_model(NotAPath())
+    with pytest.raises(IRReadError, match=msg):
+        ov.compile_model(NotAPath())
+
+
+def test_read_model_config_and_core_defaults(relu_ir, tmp_path):
+    core, real = ov.Core(), real_ov.Core()
+    for key in ("CACHE_DIR", "ENABLE_MMAP", "FORCE_TBB_TERMINATE"):
+        assert core.get_property(key) == real.get_property(key)
+    cache = tmp_path / "cache"
+    m = core.read_model(str(relu_ir[0]), str(relu_ir[1]), config={"CACHE_DIR": str(cache)})
+    assert isinstance(m, real_ov.Model)
+    assert cache.is_dir()  # created, as the real's read_model does
+    assert core.get_property("CACHE_DIR") == ""  # the call's config, not the core's
