@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from ov_npu_emu.errors import UserTypeError, UserInputError
+from ov_npu_emu.errors import UserInputError, UserTypeError
 from ov_npu_emu.runtime.device import PortInfo
 
 __all__ = ["Port", "ResultDict", "resolve_port", "numpy_dtype"]

@@ -150,7 +150,8 @@ def test_compile_model_of_an_object_names_its_str_as_a_path():
         def __str__(self):
             return "test class"
 
-    msg = "Path: 'test class' does not exist. Please provide valid model's path either as a string, bytes or pathlib.Path"
+    msg = ("Path: 'test class' does not exist. Please provide valid model's path either as a string, bytes or "
+           "pathlib.Path")
     with pytest.raises(RuntimeError, match=msg):
         real_ov.compile_model(NotAPath())
     with pytest.raises(IRReadError, match=msg):
