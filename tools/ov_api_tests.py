@@ -12,6 +12,9 @@ the command line, laid out as upstream's src/bindings/python (``tests/test_runti
          ``import openvino`` -> ``import ov_npu_emu as openvino``, ``from openvino[.x] import`` ->
          ``from ov_npu_emu[.x] import``, ``import openvino.x as y`` -> ``import ov_npu_emu.x as y``
 
+On both sides an import of ``openvino.runtime`` (removed in openvino 2026.0; the stored test files
+may predate that) names ``openvino`` instead, as the current upstream files do.
+
 Both get this tool's ``tests/__init__.py`` and ``tests/conftest.py`` instead of upstream's (which
 load the ONNX model zoo and the template plugin): a ``device`` fixture from TEST_DEVICE (upstream's)
 and upstream's ``skip_*`` / ``xfail_*`` markers as plain skips / non-strict xfails.
@@ -101,6 +104,14 @@ _IMPORT_DOTTED = re.compile(r"^(\s*)(import|from) openvino(\.|\s)")
 RUNS = (("real", "real", "CPU"), ("ours-cpu", "ours", "CPU"), ("ours-npu", "ours", "NPU"))
 
 
+_RUNTIME = re.compile(r"^(\s*(?:import|from) openvino)\.runtime\b")
+
+
+def modernize(text: str) -> str:
+    """``openvino.runtime`` (gone since openvino 2026.0) as ``openvino`` in import lines."""
+    return "".join(_RUNTIME.sub(r"\1", line) for line in text.splitlines(keepends=True))
+
+
 def swap_imports(text: str) -> str:
     out = []
     for line in text.splitlines(keepends=True):
@@ -125,7 +136,7 @@ def lay_out(upstream: Path, dest: Path, side: str) -> None:
             continue
         out = dest / "tests" / rel
         out.parent.mkdir(parents=True, exist_ok=True)
-        text = f.read_text()
+        text = modernize(f.read_text())
         out.write_text(swap_imports(text) if side == "ours" else text)
     for pkg in ("test_runtime", "utils"):
         (dest / "tests" / pkg / "__init__.py").touch()

@@ -12,7 +12,7 @@ import numpy as np
 import openvino as ov
 
 from ov_npu_emu.api.ports import Port, ResultDict, numpy_dtype, resolve_port
-from ov_npu_emu.errors import ExecutionError, NpuEmuError, UserInputError
+from ov_npu_emu.errors import ExecutionError, NpuEmuError, UserInputError, UserTypeError
 from ov_npu_emu.runtime.device import DeviceInferRequest, ProfilingInfo, VariableState
 
 if TYPE_CHECKING:
@@ -208,6 +208,10 @@ class InferRequest:
         elif isinstance(inputs, (list, tuple)):
             items = list(enumerate(inputs))
         else:
+            if not isinstance(inputs, (np.ndarray, ov.Tensor, np.generic, int, float, bool)) and \
+                    not hasattr(inputs, "__array__"):
+                raise UserTypeError(f"Incompatible inputs of type: {type(inputs)}; pass a dict, list or tuple of "
+                                    "arrays or tensors, or one array or tensor")
             items = [(0, inputs)]
             if len(self.model_inputs) != 1:
                 raise UserInputError(
@@ -234,7 +238,9 @@ class InferRequest:
                                      f"numbers, got an array of dtype {arr.dtype}")
             if not _compatible(self._in_bounds[port.index], arr.shape):
                 _check_shape(port, arr.shape)  # raises the typed error with the full message
-            if share_inputs and arr.dtype == want and arr.flags.c_contiguous:
+            # shared: a writable, contiguous ndarray of the port's type (a scalar, a list or an
+            # array-like converted above, and a read-only array are copied, as by openvino)
+            if share_inputs and arr is value and arr.dtype == want and arr.flags.c_contiguous and arr.flags.writeable:
                 shared = ov.Tensor(arr, shared_memory=True)
                 # bf16 and the like have a numpy container of another type: copied below instead
                 if shared.get_element_type() == port.element_type:

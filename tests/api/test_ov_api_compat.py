@@ -167,3 +167,67 @@ def test_read_model_config_and_core_defaults(relu_ir, tmp_path):
     assert isinstance(m, real_ov.Model)
     assert cache.is_dir()  # created, as the real's read_model does
     assert core.get_property("CACHE_DIR") == ""  # the call's config, not the core's
+
+
+# -- InferRequest as openvino's test_sync_infer_request.py drives it ----------------------------
+
+
+def _abs_model():
+    param = ops.parameter([1, 4], np.float32, name="x")
+    return real_ov.Model([ops.abs(param)], [param], "abs")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("share_outputs", [True, False])
+@pytest.mark.parametrize("share_inputs", [True, False])
+def test_compiled_model_call_shares_as_the_real(device, share_inputs, share_outputs):
+    x = np.array([[-1, 2, 5, -3]], np.float32)
+    got = []
+    for compiled in (real_ov.Core().compile_model(_abs_model(), "CPU"), ov.Core().compile_model(_abs_model(), device)):
+        res = compiled(x, share_inputs=share_inputs, share_outputs=share_outputs)
+        req = compiled._infer_request
+        got.append((np.shares_memory(req.get_input_tensor(0).data, x),
+                    np.shares_memory(req.get_output_tensor(0).data, res[0]), bool(res[0].flags["OWNDATA"])))
+        np.testing.assert_array_equal(res[0], np.abs(x))
+    assert got[1] == got[0] == (share_inputs, share_outputs, not share_outputs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("value", [np.float32(1.0), np.frombuffer(b"\x01\x02\x03\x04", np.uint8)],
+                         ids=["numpy_scalar", "read_only"])
+def test_what_is_copied_even_with_share_inputs(device, value):
+    """A numpy scalar and a read-only array are copied into the request, as by the real."""
+    shape, dtype = (list(np.shape(value)), np.asarray(value).dtype)
+    param = ops.parameter(shape, dtype, name="x")
+    model = real_ov.Model([ops.convert(param, "f32")], [param], "m")
+    for core, dev in ((real_ov.Core(), "CPU"), (ov.Core(), device)):
+        req = core.compile_model(model, dev).create_infer_request()
+        res = req.infer({0: value}, share_inputs=True)
+        np.testing.assert_array_equal(res[0], np.asarray(value, np.float32))
+        assert not np.shares_memory(np.asarray(value), req.get_input_tensor(0).data)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_incompatible_inputs_type(device):
+    class NotAnInput:
+        pass
+
+    params = [ops.parameter([2], np.float32), ops.parameter([2], np.float32)]
+    model = real_ov.Model([ops.add(*params)], params)
+    with pytest.raises(TypeError, match="Incompatible inputs of type:"):
+        real_ov.Core().compile_model(model, "CPU").create_infer_request().infer(NotAnInput())
+    with pytest.raises(UserTypeError, match="Incompatible inputs of type:"):
+        ov.Core().compile_model(model, device).create_infer_request().infer(NotAnInput())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_profiling_status(device):
+    param = ops.parameter([1, 3, 4, 4], np.float32, name="data")
+    model = real_ov.Model([ops.softmax(param, 1, name="fc_out")], [param], "m")
+    core = ov.Core()
+    core.set_property(device, {"PERF_COUNT": True})
+    req = core.compile_model(model, device).create_infer_request()
+    req.infer({"data": np.ones((1, 3, 4, 4), np.float32)})
+    info = next(p for p in req.get_profiling_info() if p.node_type == "Softmax")
+    assert info.status == ov.ProfilingInfo.Status.EXECUTED == "EXECUTED"
+    assert str(info.status) == str(real_ov.ProfilingInfo.Status.EXECUTED) == "Status.EXECUTED"
