@@ -199,25 +199,27 @@ class InferRequest:
             want = self._in_dtypes[port.index] = numpy_dtype(port.element_type)
         return want
 
+    def _items(self, inputs: Any) -> list[tuple[Any, Any]]:
+        """(key, value) pairs of the inputs as given: a dict, a list / tuple, or one value."""
+        if isinstance(inputs, dict) or isinstance(inputs, Mapping):
+            return list(inputs.items())
+        if isinstance(inputs, (list, tuple)):
+            return list(enumerate(inputs))
+        if not isinstance(inputs, (np.ndarray, ov.Tensor, np.generic, int, float, bool)) and \
+                not hasattr(inputs, "__array__"):
+            raise UserTypeError(f"Incompatible inputs of type: {type(inputs)}; pass a dict, list or tuple of "
+                                "arrays or tensors, or one array or tensor")
+        if len(self.model_inputs) != 1:
+            raise UserInputError(
+                f"a single input value was given but the model has {len(self.model_inputs)} inputs; pass a dict"
+            )
+        return [(0, inputs)]
+
     def _feed(self, inputs: Any, share_inputs: bool) -> None:
         """Bind or copy user inputs (dict / list / single value) into the request's input tensors."""
         if inputs is None:
             return
-        if isinstance(inputs, dict) or isinstance(inputs, Mapping):
-            items = list(inputs.items())
-        elif isinstance(inputs, (list, tuple)):
-            items = list(enumerate(inputs))
-        else:
-            if not isinstance(inputs, (np.ndarray, ov.Tensor, np.generic, int, float, bool)) and \
-                    not hasattr(inputs, "__array__"):
-                raise UserTypeError(f"Incompatible inputs of type: {type(inputs)}; pass a dict, list or tuple of "
-                                    "arrays or tensors, or one array or tensor")
-            items = [(0, inputs)]
-            if len(self.model_inputs) != 1:
-                raise UserInputError(
-                    f"a single input value was given but the model has {len(self.model_inputs)} inputs; pass a dict"
-                )
-        for key, value in items:
+        for key, value in self._items(inputs):
             port = self._input_port(key)
             if isinstance(value, ov.Tensor):
                 if share_inputs:
