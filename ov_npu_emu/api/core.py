@@ -355,7 +355,10 @@ class Core:
 
     # -- properties --------------------------------------------------------------------
     def set_property(self, *args: Any) -> None:
-        """``set_property(properties)`` for every device, or ``set_property(device_name, properties)``."""
+        """``set_property(properties)`` for every device, or ``set_property(device_name, properties)``;
+        ``properties`` a dict, or one ``(name, value)`` pair as ``props.*(value)`` makes."""
+        args = tuple(dict([a]) if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str) else a
+                     for a in args)
         if len(args) == 1:
             (props,) = args
             if not isinstance(props, Mapping):

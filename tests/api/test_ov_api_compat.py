@@ -231,3 +231,21 @@ def test_profiling_status(device):
     info = next(p for p in req.get_profiling_info() if p.node_type == "Softmax")
     assert info.status == ov.ProfilingInfo.Status.EXECUTED == "EXECUTED"
     assert str(info.status) == str(real_ov.ProfilingInfo.Status.EXECUTED) == "Status.EXECUTED"
+
+
+# -- properties as openvino's test_properties.py sets them ---------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_set_property_with_one_property_pair(device):
+    """``core.set_property(device, streams.num(AUTO))``: one (name, OVAny) pair, as the real takes."""
+    import openvino.properties as props
+    import openvino.properties.streams as streams
+
+    core = ov.Core()
+    core.set_property(device, streams.num(streams.Num.AUTO))
+    assert isinstance(core.get_property(device, streams.num()), int)
+    core.set_property(device, {"NUM_STREAMS": streams.Num(2)})
+    assert core.get_property(device, "NUM_STREAMS") == 2
+    core.set_property(props.enable_profiling(True))  # core-wide, one pair
+    assert core.get_property(device, props.enable_profiling) is True
