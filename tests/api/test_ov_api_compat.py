@@ -249,3 +249,31 @@ def test_set_property_with_one_property_pair(device):
     assert core.get_property(device, "NUM_STREAMS") == 2
     core.set_property(props.enable_profiling(True))  # core-wide, one pair
     assert core.get_property(device, props.enable_profiling) is True
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batched_set_input_tensors(device):
+    """set_input_tensors(list): the batch of the only input from one tensor per item, read at
+    each inference (views of a larger buffer too), get_tensor on it refused, as by the real."""
+    param = ops.parameter([4, 2, 2], np.float32, name="x")
+    param.set_layout(real_ov.Layout("N..."))  # the real needs the batch axis named
+    model = real_ov.Model([ops.add(param, ops.constant(np.float32(1)))], [param], "batched")
+    outs = []
+    for core, dev in ((real_ov.Core(), "CPU"), (ov.Core(), device)):
+        req = core.compile_model(model, dev).create_infer_request()
+        buffer = np.zeros((8, 2, 2), np.float32)
+        tensors = [real_ov.Tensor(np.expand_dims(buffer[i * 2], 0), shared_memory=True) for i in range(4)]
+        req.set_input_tensors(tensors)
+        with pytest.raises(RuntimeError, match="get_tensor shall not be used together with batched"):
+            req.get_tensor("x")
+        got = []
+        for step in range(2):
+            for i, t in enumerate(tensors):
+                t.data[:] = 10 * step + i
+            req.infer()
+            got.append(req.get_output_tensor(0).data.copy())
+        outs.append(np.stack(got))
+        req.set_input_tensor(real_ov.Tensor(np.ones((4, 2, 2), np.float32)))  # a whole tensor again
+        assert req.get_tensor("x").shape == real_ov.Shape([4, 2, 2])
+    np.testing.assert_array_equal(outs[1], outs[0])
+    assert outs[0][1, 3, 0, 0] == 14.0
