@@ -38,7 +38,7 @@ def _is_openvino_enum(value: Any) -> bool:
     return cls.__module__.startswith("openvino") and hasattr(cls, "__members__") and hasattr(value, "name")
 
 
-_STREAMS_NUM: type = ov.properties.streams.Num
+_STREAMS_NUM: Any = ov.properties.streams.Num
 
 
 def plain_value(value: Any) -> Any:
