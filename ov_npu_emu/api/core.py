@@ -216,9 +216,9 @@ class Core:
         if weights is not None and isinstance(model, str):
             model = self.read_model(model.encode(), weights)
         elif not isinstance(model, (ov.Model, str, os.PathLike, bytes)):
-            # openvino takes str() of any other object as a path
-            raise IRReadError(f"Path: '{model}' does not exist. Please provide valid model's path either as a string, "
-                              "bytes or pathlib.Path")
+            # openvino takes str() of any other object as a path, and says so in these words
+            raise UserInputError(f"Path: '{model}' does not exist. Please provide valid model's path either as a "
+                                 "string, bytes or pathlib.Path (or an openvino.Model)")
         elif not isinstance(model, ov.Model):
             model = self.read_model(model, weights)
         if config is not None and not isinstance(config, Mapping):

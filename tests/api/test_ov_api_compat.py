@@ -11,7 +11,7 @@ import openvino.opset13 as ops
 import pytest
 
 import ov_npu_emu as ov
-from ov_npu_emu.errors import IRReadError, UserInputError, UserTypeError
+from ov_npu_emu.errors import UserInputError, UserTypeError
 
 DEVICES = ["CPU", "NPU"]
 
@@ -154,7 +154,7 @@ def test_compile_model_of_an_object_names_its_str_as_a_path():
            "pathlib.Path")
     with pytest.raises(RuntimeError, match=msg):
         real_ov.compile_model(NotAPath())
-    with pytest.raises(IRReadError, match=msg):
+    with pytest.raises(UserInputError, match=msg):
         ov.compile_model(NotAPath())
 
 
