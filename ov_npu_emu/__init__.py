@@ -58,12 +58,10 @@ from openvino import (
 )
 
 from ov_npu_emu.api import AsyncInferQueue, CompiledModel, Core, InferRequest, Port, ResultDict, Version
+from ov_npu_emu.api.ports import ConstOutput
 from ov_npu_emu.errors import NpuEmuError
 from ov_npu_emu.hookspecs import hookimpl
 from ov_npu_emu.runtime.device import ProfilingInfo, VariableState
-
-#: the ports of our compiled models (isinstance also holds for openvino's own ConstOutput)
-ConstOutput = Port
 
 #: openvino's public submodules, lent as they are: ``ov_npu_emu.<name>[.<sub>]`` is
 #: ``openvino.<name>[.<sub>]`` (so is any other openvino submodule this package does not have)

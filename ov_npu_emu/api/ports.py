@@ -11,7 +11,7 @@ import openvino as ov
 from ov_npu_emu.errors import UserInputError, UserTypeError
 from ov_npu_emu.runtime.device import PortInfo
 
-__all__ = ["Port", "ResultDict", "resolve_port", "numpy_dtype"]
+__all__ = ["ConstOutput", "Port", "ResultDict", "resolve_port", "numpy_dtype"]
 
 #: openvino.ConstOutput's docstring, which code (and openvino's own tests) read
 _CONST_OUTPUT_DOC = "openvino.ConstOutput represents port/node output."
@@ -25,15 +25,7 @@ def numpy_dtype(t: ov.Type) -> np.dtype:
         raise UserInputError(f"element type {t} has no numpy equivalent") from e
 
 
-class _PortType(type):
-    """``isinstance(x, ov_npu_emu.ConstOutput)`` holds for our ports and for openvino's own
-    ConstOutput objects (a port of a model compiled by the real openvino)."""
-
-    def __instancecheck__(cls, obj: object) -> bool:
-        return type.__instancecheck__(cls, obj) or isinstance(obj, ov.ConstOutput)
-
-
-class Port(metaclass=_PortType):
+class Port:
     __doc__ = _CONST_OUTPUT_DOC  # an input or output of a compiled model: openvino.ConstOutput's accessors
 
     __slots__ = ("_info", "_is_input", "_node", "_owner")
@@ -135,6 +127,28 @@ class Port(metaclass=_PortType):
     def __repr__(self) -> str:
         names = ", ".join(self._info.names)
         return f"<Port: names[{names}] shape{self._info.partial_shape} type: {self._info.element_type.get_type_name()}>"
+
+
+class _ConstOutputType(type):
+    """``isinstance(x, ConstOutput)`` holds for our ports and for openvino's own ConstOutput
+    objects (the ports of a model compiled by the real openvino)."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, (Port, ov.ConstOutput))
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, (Port, ov.ConstOutput))
+
+
+class ConstOutput(metaclass=_ConstOutputType):
+    """``ov_npu_emu.ConstOutput``: what a compiled model's ports are, for ``isinstance`` (ours are
+    :class:`Port`); a port is had from a compiled model, not made."""
+
+    __doc__ = _CONST_OUTPUT_DOC
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ConstOutput:
+        raise UserInputError("a ConstOutput is a port of a compiled model: use compiled_model.input(...) / "
+                             "output(...), inputs or outputs")
 
 
 def resolve_port(key: Any, ports: list[Port], what: str) -> Port:

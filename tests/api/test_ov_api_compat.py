@@ -277,3 +277,17 @@ def test_batched_set_input_tensors(device):
         assert req.get_tensor("x").shape == real_ov.Shape([4, 2, 2])
     np.testing.assert_array_equal(outs[1], outs[0])
     assert outs[0][1, 3, 0, 0] == 14.0
+
+
+def test_a_real_const_output_selects_our_port(compiled):
+    """A port of the real's compiled model (an openvino.ConstOutput) names our port by its
+    tensor names, in a request and in the results."""
+    real = real_ov.Core().compile_model(_relu_model(), "CPU")
+    req = compiled.create_infer_request()
+    x = np.ones((1, 3, 4, 4), np.float32)
+    res = req.infer({real.input(0): x})
+    np.testing.assert_array_equal(req.get_tensor(real.input(0)).data, x)
+    np.testing.assert_array_equal(res[compiled.output(0)], x)
+    assert compiled.input(0) != real.input(0)
+    with pytest.raises(UserInputError, match="port of a compiled model"):
+        ov.ConstOutput()
