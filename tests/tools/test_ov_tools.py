@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
+import numpy as np
 
 from tools import ov_api_tests, run_ov_samples
 
@@ -59,7 +59,6 @@ def test_query_device_compares_the_cpu_section_without_our_keys():
 
 
 def test_bmp_reads_back(tmp_path):
-    np = pytest.importorskip("numpy")
     img = np.arange(5 * 7 * 3, dtype=np.uint8).reshape(5, 7, 3)
     run_ov_samples.write_bmp(tmp_path / "x.bmp", img)
     data = (tmp_path / "x.bmp").read_bytes()
