@@ -291,3 +291,17 @@ def test_a_real_const_output_selects_our_port(compiled):
     assert compiled.input(0) != real.input(0)
     with pytest.raises(UserInputError, match="port of a compiled model"):
         ov.ConstOutput()
+
+
+def test_cpu_properties_read_as_the_real_plugin():
+    """What hello_query_device prints for CPU: every key of the real CPU plugin, in its order,
+    with the real's values; then our own CPU_EMU_* keys."""
+    real, ours = real_ov.Core(), ov.Core()
+    real_keys = list(real.get_property("CPU", "SUPPORTED_PROPERTIES"))
+    our_keys = list(ours.get_property("CPU", "SUPPORTED_PROPERTIES"))
+    assert our_keys[: len(real_keys)] == real_keys
+    assert all(k.startswith("CPU_EMU_") for k in our_keys[len(real_keys):])
+    for key in real_keys:
+        if key == "SUPPORTED_PROPERTIES":
+            continue
+        assert str(ours.get_property("CPU", key)) == str(real.get_property("CPU", key)), key
