@@ -301,7 +301,12 @@ def test_cpu_properties_read_as_the_real_plugin():
     our_keys = list(ours.get_property("CPU", "SUPPORTED_PROPERTIES"))
     assert our_keys[: len(real_keys)] == real_keys
     assert all(k.startswith("CPU_EMU_") for k in our_keys[len(real_keys):])
+    def read(core, key):
+        try:
+            return str(core.get_property("CPU", key))
+        except TypeError:  # a value pybind cannot convert: the sample prints "UNSUPPORTED TYPE"
+            return "UNSUPPORTED TYPE"
+
     for key in real_keys:
-        if key == "SUPPORTED_PROPERTIES":
-            continue
-        assert str(ours.get_property("CPU", key)) == str(real.get_property("CPU", key)), key
+        if key != "SUPPORTED_PROPERTIES":
+            assert read(ours, key) == read(real, key), key
