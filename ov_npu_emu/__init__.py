@@ -22,7 +22,6 @@ from typing import Any
 from openvino import (
     AxisSet,
     AxisVector,
-    ConstOutput,
     Coordinate,
     CoordinateDiff,
     Dimension,
@@ -59,6 +58,7 @@ from openvino import (
 )
 
 from ov_npu_emu.api import AsyncInferQueue, CompiledModel, Core, InferRequest, Port, ResultDict, Version
+from ov_npu_emu.api.ports import ConstOutput
 from ov_npu_emu.errors import NpuEmuError
 from ov_npu_emu.hookspecs import hookimpl
 from ov_npu_emu.runtime.device import ProfilingInfo, VariableState
@@ -142,7 +142,9 @@ def __getattr__(name: str) -> Any:
         from ov_npu_emu.version import package_version
 
         return package_version()
-    value = getattr(openvino, name, None) if not name.startswith("_") else None
+    # private names are not lent, but for the pybind module code names in annotations
+    # (``openvino._pyopenvino.Model``, as openvino's own tests' helpers do)
+    value = getattr(openvino, name, None) if not name.startswith("_") or name == "_pyopenvino" else None
     if isinstance(value, types.ModuleType):
         return importlib.import_module(f"{__name__}.{name}")
     if value is not None:

@@ -50,6 +50,11 @@ class UserInputError(NpuEmuError, ValueError):
     """Bad input from the caller: wrong tensor shape/type, unknown port, bad argument."""
 
 
+class UserTypeError(UserInputError, TypeError):
+    """An argument of a type that cannot be used: a key that cannot name an input or output (a
+    float ...), a model that is no path, XML or openvino.Model; a TypeError as openvino raises it."""
+
+
 class ConfigError(UserInputError):
     """A configuration key or value is invalid; ``key`` names it."""
 

@@ -17,6 +17,9 @@ Model factories (plain functions returning an ``openvino.Model``; static shapes)
 ``make_add_model(shape)``                          a + b
 ``make_model_with_memory(shape, dtype, var_id)``   ReadValue(var) + input_data -> Assign(var)
 ``make_small_cnn(seed)``                           conv/pool/softmax network on [1,3,16,16]
+``make_resnet_like(classes, size)``                ResNet-shaped classifier (residual blocks)
+``make_mobilenet_like(classes, size)``             MobileNet-shaped classifier (depthwise blocks)
+``make_ssd_like(classes, size)``                   SSD-shaped detector (PriorBox, DetectionOutput)
 
 Oracle helpers:
 
@@ -42,7 +45,10 @@ __all__ = [
     "CPU_EXACT_CONFIG",
     "make_add_model",
     "make_model_with_memory",
+    "make_mobilenet_like",
+    "make_resnet_like",
     "make_small_cnn",
+    "make_ssd_like",
     "run_stateful_greedy",
     "small_model_dir",
     "stories260k_dir",
@@ -177,6 +183,133 @@ def make_small_cnn(seed: int = 0) -> ov.Model:
     res = ops.result(prob)
     res.output(0).get_tensor().set_names({"prob"})
     return ov.Model([res], [data], name="small_cnn")
+
+
+def _he(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+
+
+def _named_result(ops: Any, node: Any, name: str) -> Any:
+    res = ops.result(node)
+    res.output(0).get_tensor().set_names({name})
+    return res
+
+
+def _image_input(ops: Any, shape: Sequence[int]) -> Any:
+    data = ops.parameter(list(shape), np.float32, name="data")
+    data.output(0).get_tensor().set_names({"data"})
+    return data
+
+
+def make_resnet_like(classes: int = 100, size: int = 64, seed: int = 0) -> ov.Model:
+    """A ResNet-shaped classifier: input ``data`` f32 [1,3,size,size] (NCHW, pixel values 0..255)
+    → output ``prob`` f32 [1,classes] (softmax).
+
+    Stem convolution (stride 2) with a folded batch norm (Multiply, Add), ReLU, MaxPool; two
+    basic residual blocks (the second with a strided 1x1 projection shortcut); global average
+    pooling (ReduceMean), a fully connected MatMul with bias, Softmax.
+    """
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    rng = np.random.default_rng(seed)
+
+    def conv_bn(x: Any, cin: int, cout: int, k: int, stride: int, relu: bool = True) -> Any:
+        p = k // 2
+        y = ops.convolution(x, _he(rng, cout, cin, k, k), [stride, stride], [p, p], [p, p], [1, 1])
+        scale = (1.0 + 0.1 * rng.standard_normal((1, cout, 1, 1))).astype(np.float32)
+        shift = (0.1 * rng.standard_normal((1, cout, 1, 1))).astype(np.float32)
+        y = ops.add(ops.multiply(y, scale), shift)
+        return ops.relu(y) if relu else y
+
+    data = _image_input(ops, [1, 3, size, size])
+    x = ops.multiply(data, np.float32(1.0 / 255.0))
+    x = conv_bn(x, 3, 16, 3, 2)
+    x = ops.max_pool(x, [2, 2], [1, 1], [1, 1], [1, 1], [3, 3]).output(0)
+    y = conv_bn(conv_bn(x, 16, 16, 3, 1), 16, 16, 3, 1, relu=False)
+    x = ops.relu(ops.add(x, y))
+    y = conv_bn(conv_bn(x, 16, 32, 3, 2), 32, 32, 3, 1, relu=False)
+    x = ops.relu(ops.add(conv_bn(x, 16, 32, 1, 2, relu=False), y))
+    x = ops.reduce_mean(x, np.array([2, 3], dtype=np.int64), keep_dims=False)  # [1,32]
+    logits = ops.add(ops.matmul(x, _he(rng, classes, 32), False, True), _he(rng, 1, classes) * 0.1)
+    prob = ops.softmax(ops.multiply(logits, np.float32(2.0)), 1)
+    return ov.Model([_named_result(ops, prob, "prob")], [data], name="resnet_like")
+
+
+def make_mobilenet_like(classes: int = 100, size: int = 64, seed: int = 1) -> ov.Model:
+    """A MobileNet-shaped classifier: input ``data`` f32 [1,3,size,size] → ``prob`` f32 [1,classes].
+
+    Normalization (Subtract, Multiply), a strided stem, depthwise-separable blocks (GroupConvolution
+    with ReLU6 as Clamp, pointwise 1x1 Convolution, an inverted residual), AvgPool to 1x1,
+    Reshape, a 1x1 classifier as MatMul, Softmax.
+    """
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    rng = np.random.default_rng(seed)
+
+    def pw(x: Any, cin: int, cout: int, relu6: bool = True) -> Any:
+        y = ops.add(ops.convolution(x, _he(rng, cout, cin, 1, 1), [1, 1], [0, 0], [0, 0], [1, 1]),
+                    (0.1 * rng.standard_normal((1, cout, 1, 1))).astype(np.float32))
+        return ops.clamp(y, 0.0, 6.0) if relu6 else y
+
+    def dw(x: Any, c: int, stride: int) -> Any:
+        y = ops.group_convolution(x, _he(rng, c, 1, 1, 3, 3), [stride, stride], [1, 1], [1, 1], [1, 1])
+        return ops.clamp(y, 0.0, 6.0)
+
+    data = _image_input(ops, [1, 3, size, size])
+    mean = np.array([123.7, 116.3, 103.5], np.float32).reshape(1, 3, 1, 1)
+    x = ops.multiply(ops.subtract(data, mean), np.float32(1.0 / 58.0))
+    x = ops.clamp(ops.convolution(x, _he(rng, 16, 3, 3, 3), [2, 2], [1, 1], [1, 1], [1, 1]), 0.0, 6.0)
+    x = pw(dw(x, 16, 1), 16, 24)
+    y = pw(dw(pw(x, 24, 48), 48, 1), 48, 24, relu6=False)
+    x = ops.add(x, y)  # inverted residual
+    x = pw(dw(x, 24, 2), 24, 48)
+    s = size // 4
+    x = ops.avg_pool(x, [1, 1], [0, 0], [0, 0], [s, s], exclude_pad=True)  # [1,48,1,1]
+    x = ops.reshape(x, np.array([0, -1], dtype=np.int64), special_zero=True)
+    logits = ops.matmul(x, _he(rng, 48, classes), False, False)
+    prob = ops.softmax(ops.multiply(logits, np.float32(2.0)), -1)
+    return ov.Model([_named_result(ops, prob, "prob")], [data], name="mobilenet_like")
+
+
+def make_ssd_like(classes: int = 3, size: tuple[int, int] = (48, 64), seed: int = 2) -> ov.Model:
+    """An SSD-shaped detector: input ``data`` f32 [1,3,H,W] → ``detection_out`` f32 [1,1,N,7].
+
+    A strided convolution backbone, 3x3 convolution heads for box offsets and class scores
+    (Transpose to NHWC, Reshape, Softmax over classes), PriorBox from the ShapeOf of the feature
+    map and of the image, DetectionOutput.  Every shape is computed from the input's, so the
+    model can be reshaped to another image size (hello_reshape_ssd).
+    """
+    import openvino as ov
+    import openvino.opset1 as opset1
+    import openvino.opset13 as ops
+
+    rng = np.random.default_rng(seed)
+    h, w = size
+    data = _image_input(ops, [1, 3, h, w])
+    x = ops.multiply(data, np.float32(1.0 / 255.0))
+    for cin, cout in ((3, 16), (16, 32), (32, 32)):
+        x = ops.relu(ops.convolution(x, _he(rng, cout, cin, 3, 3), [2, 2], [1, 1], [1, 1], [1, 1]))
+    attrs = {"min_size": [12.0], "max_size": [24.0], "aspect_ratio": [2.0], "flip": True, "clip": False,
+             "variance": [0.1, 0.1, 0.2, 0.2], "offset": 0.5}
+    anchors = 4  # min, max, 2, 1/2
+    idx = np.array([2, 3], dtype=np.int64)
+    priors = ops.prior_box(ops.gather(ops.shape_of(x), idx, np.int64(0)),
+                           ops.gather(ops.shape_of(data), idx, np.int64(0)), attrs)
+    priors = ops.unsqueeze(priors, np.array([0], dtype=np.int64))
+    nhwc = np.array([0, 2, 3, 1], dtype=np.int64)
+    loc = ops.convolution(x, _he(rng, anchors * 4, 32, 3, 3) * 0.2, [1, 1], [1, 1], [1, 1], [1, 1])
+    loc = ops.reshape(ops.transpose(loc, nhwc), np.array([0, -1], dtype=np.int64), special_zero=True)
+    conf = ops.convolution(x, _he(rng, anchors * classes, 32, 3, 3) * 3.0, [1, 1], [1, 1], [1, 1], [1, 1])
+    conf = ops.reshape(ops.transpose(conf, nhwc), np.array([0, -1, classes], dtype=np.int64), special_zero=True)
+    conf = ops.reshape(ops.softmax(conf, 2), np.array([0, -1], dtype=np.int64), special_zero=True)
+    det = opset1.detection_output(loc, conf, priors, {
+        "num_classes": classes, "background_label_id": 0, "top_k": 100, "keep_top_k": [20],
+        "nms_threshold": 0.45, "confidence_threshold": 0.3, "code_type": "caffe.PriorBoxParameter.CENTER_SIZE",
+        "share_location": True, "normalized": True})
+    return ov.Model([_named_result(ops, det, "detection_out")], [data], name="ssd_like")
 
 
 # -------------------------------------------------------------------------------------- fixtures

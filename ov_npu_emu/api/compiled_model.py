@@ -58,6 +58,11 @@ class CompiledModel:
             self._request = self.create_infer_request()
         return self._request.infer(inputs, share_inputs=share_inputs, share_outputs=share_outputs)
 
+    @property
+    def _infer_request(self) -> InferRequest | None:
+        """The request ``__call__`` infers on (openvino's attribute of that name)."""
+        return self._request
+
     def query_state(self) -> list[VariableState]:
         if self._request is None:
             self._request = self.create_infer_request()

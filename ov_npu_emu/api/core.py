@@ -22,6 +22,7 @@ from ov_npu_emu.errors import (
     NpuEmuError,
     UnsupportedFeatureError,
     UserInputError,
+    UserTypeError,
 )
 from ov_npu_emu.plugin_manager import get_plugin_manager
 from ov_npu_emu.registry import DeviceRegistry, canonical_device_name
@@ -31,6 +32,9 @@ from ov_npu_emu.runtime.device import WEIGHTS_PATH_RT_KEY, Device, DeviceCompile
 __all__ = ["Core", "Version"]
 
 logger = logging.getLogger("ov_npu_emu")
+
+#: core-level properties' values until set (openvino's): get_property(name) answers them
+_CORE_DEFAULTS: dict[str, Any] = {"CACHE_DIR": "", "ENABLE_MMAP": True, "FORCE_TBB_TERMINATE": False}
 
 _ov_core: ov.Core | None = None
 
@@ -141,12 +145,21 @@ class Core:
     def read_model(
         self, model: str | os.PathLike | bytes | ov.Model, weights: Any = None, config: Mapping[str, Any] | None = None
     ) -> ov.Model:
-        """Read an IR (path or XML bytes) with openvino; tokenizer IR extensions load on demand."""
+        """Read an IR with openvino: a path (weights: a path), or the XML in memory (bytes, a
+        BytesIO, or a str with the weights given as bytes / BytesIO / openvino.Tensor); ``config``
+        as openvino's (CACHE_DIR, ENABLE_MMAP). Tokenizer IR extensions load on demand."""
         if isinstance(model, ov.Model):
             return model
+        if isinstance(model, io.BytesIO):
+            model = model.getvalue()
+        if isinstance(weights, io.BytesIO):
+            weights = weights.getvalue()
+        if isinstance(model, str) and isinstance(weights, (bytes, bytearray, ov.Tensor)):
+            model = model.encode()  # the XML itself, its weights in memory
         if not isinstance(model, (str, os.PathLike, bytes)):
-            raise UserInputError(
-                f"read_model needs a path, IR XML bytes or an openvino.Model, got {type(model).__name__}"
+            raise UserTypeError(
+                f"Provided python object type {type(model)} isn't supported as 'model' argument. Pass a path, "
+                "the IR's XML as bytes, or an openvino.Model"
             )
         if isinstance(model, bytes):
             try:
@@ -155,33 +168,36 @@ class Core:
                 raise IRReadError(f"Cannot read model <bytes>: IR XML must be UTF-8 text ({e})") from e
         if isinstance(model, (str, os.PathLike)) and not Path(model).exists():
             raise IRReadError(f"Model file {os.fspath(model)!r} does not exist")
+        cfg = plain_properties(config) if config else {}
         try:
-            return self._read(model, weights)
+            return self._read(model, weights, cfg)
         except RuntimeError as e:
             if "extension" in str(e) or "opset" in str(e):
                 try:
                     import openvino_tokenizers  # noqa: F401  (registers the tokenizer ops)
 
-                    return self._read(model, weights)
+                    return self._read(model, weights, cfg)
                 except (ImportError, RuntimeError):
                     pass
             raise IRReadError(f"Cannot read model {model if not isinstance(model, bytes) else '<bytes>'}: {e}") from e
 
     @staticmethod
-    def _read(model: Any, weights: Any) -> ov.Model:
+    def _read(model: Any, weights: Any, config: dict[str, Any]) -> ov.Model:
         core = openvino_core()
         if isinstance(model, bytes):
-            w = (
-                ov.Tensor(__import__("numpy").frombuffer(weights or b"", dtype="uint8").copy())
-                if weights is not None
-                else ov.Tensor(ov.Type.u8, [0])
-            )
-            return core.read_model(model.decode() if isinstance(model, bytes) else model, w)
+            if isinstance(weights, ov.Tensor):
+                w = weights
+            elif weights is not None:
+                w = ov.Tensor(__import__("numpy").frombuffer(weights, dtype="uint8").copy())
+            else:
+                w = ov.Tensor(ov.Type.u8, [0])
+            return core.read_model(model.decode(), w)
         path = os.fspath(model)
-        m = core.read_model(path, os.fspath(weights) if weights is not None else None)
+        weights_path = os.fspath(weights) if weights is not None else None
+        m = core.read_model(path, weights_path, config) if config else core.read_model(path, weights_path)
         if path.endswith(".xml"):
             # where the constants live: a weightless NPUW export (CACHE_MODE=OPTIMIZE_SIZE) refers to it
-            bin_path = os.fspath(weights) if weights is not None else path[: -len(".xml")] + ".bin"
+            bin_path = weights_path if weights_path is not None else path[: -len(".xml")] + ".bin"
             m.set_rt_info(os.path.abspath(bin_path), WEIGHTS_PATH_RT_KEY)
         return m
 
@@ -190,10 +206,21 @@ class Core:
         model: str | os.PathLike | ov.Model,
         device_name: str | None = None,
         config: Mapping[str, Any] | None = None,
+        *,
+        weights: Any = None,
     ) -> CompiledModel:
-        """Compile for a device; a plugin may claim the call first (NPUW does for LLM configs)."""
-        if not isinstance(model, ov.Model):
-            model = self.read_model(model)
+        """Compile for a device; a plugin may claim the call first (NPUW does for LLM configs).
+
+        ``model`` is an openvino.Model, a path, or (with ``weights``, the .bin's bytes) the IR's
+        XML text, as openvino's ``compile_model(model=xml, weights=bin, device_name=...)``."""
+        if weights is not None and isinstance(model, str):
+            model = self.read_model(model.encode(), weights)
+        elif not isinstance(model, (ov.Model, str, os.PathLike, bytes)):
+            # openvino takes str() of any other object as a path, and says so in these words
+            raise UserInputError(f"Path: '{model}' does not exist. Please provide valid model's path either as a "
+                                 "string, bytes or pathlib.Path (or an openvino.Model)")
+        elif not isinstance(model, ov.Model):
+            model = self.read_model(model, weights)
         if config is not None and not isinstance(config, Mapping):
             raise UserInputError(f"config must be a dict of properties, got {type(config).__name__}")
         config = plain_properties(config)
@@ -328,7 +355,10 @@ class Core:
 
     # -- properties --------------------------------------------------------------------
     def set_property(self, *args: Any) -> None:
-        """``set_property(properties)`` for every device, or ``set_property(device_name, properties)``."""
+        """``set_property(properties)`` for every device, or ``set_property(device_name, properties)``;
+        ``properties`` a dict, or one ``(name, value)`` pair as ``props.*(value)`` makes."""
+        args = tuple(dict([a]) if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str) else a
+                     for a in args)
         if len(args) == 1:
             (props,) = args
             if not isinstance(props, Mapping):
@@ -358,6 +388,8 @@ class Core:
                 return self._core_properties[args[0]]
             if args[0] == "AVAILABLE_DEVICES":
                 return self.get_available_devices()
+            if args[0] in _CORE_DEFAULTS:
+                return _CORE_DEFAULTS[args[0]]
             raise ConfigError(f"Unsupported core property {args[0]}", key=args[0])
         raise UserInputError("get_property takes (device_name, name) or (name)")
 

@@ -12,7 +12,7 @@ import numpy as np
 import openvino as ov
 
 from ov_npu_emu.api.ports import Port, ResultDict, numpy_dtype, resolve_port
-from ov_npu_emu.errors import ExecutionError, NpuEmuError, UserInputError
+from ov_npu_emu.errors import ExecutionError, NpuEmuError, UserInputError, UserTypeError
 from ov_npu_emu.runtime.device import DeviceInferRequest, ProfilingInfo, VariableState
 
 if TYPE_CHECKING:
@@ -87,6 +87,8 @@ class InferRequest:
         self._callback: tuple[Callable[[Any], None], Any] | None = None
         self._latency_ms = 0.0
         self.userdata: Any = None
+        #: input index -> the tensors set_input_tensors(list) gave for its batch, gathered per inference
+        self._batched: dict[int, list[ov.Tensor]] = {}
 
     # -- ports -------------------------------------------------------------------------
     @property
@@ -122,10 +124,21 @@ class InferRequest:
     # -- tensors -----------------------------------------------------------------------
     def get_tensor(self, key: Any) -> ov.Tensor:
         port = self._find(key)
+        if port.is_input:
+            self._not_batched(port)
         return self._impl.get_tensor(port.index, port.is_input)
 
     def get_input_tensor(self, index: int | None = None) -> ov.Tensor:
-        return self._impl.get_tensor(self._single(self.model_inputs, index, "input").index, True)
+        port = self._single(self.model_inputs, index, "input")
+        self._not_batched(port)
+        return self._impl.get_tensor(port.index, True)
+
+    def _not_batched(self, port: Port) -> None:
+        if port.index in self._batched:
+            raise UserInputError(
+                f"get_tensor shall not be used together with batched set_tensors/set_input_tensors: input "
+                f"{port.info.any_name!r} reads the {len(self._batched[port.index])} tensors given; use them"
+            )
 
     def get_output_tensor(self, index: int | None = None) -> ov.Tensor:
         return self._impl.get_tensor(self._single(self.model_outputs, index, "output").index, False)
@@ -154,9 +167,33 @@ class InferRequest:
             self.set_tensor(k, t)
 
     def set_input_tensors(self, inputs: Mapping[int, ov.Tensor] | Iterable[ov.Tensor]) -> None:
-        items = inputs.items() if isinstance(inputs, Mapping) else enumerate(inputs)
-        for k, t in items:
-            self._bind(resolve_port(k, self.model_inputs, "input"), t)
+        """A dict: a tensor per input; a list: the batch of the model's only input, one tensor per
+        item (or per slice of the batch), gathered into it at each inference (openvino's
+        "batched" set_input_tensors)."""
+        if isinstance(inputs, Mapping):
+            for k, t in inputs.items():
+                self._bind(resolve_port(k, self.model_inputs, "input"), t)
+            return
+        self._set_batched(self._single(self.model_inputs, None, "input"), list(inputs))
+
+    def _set_batched(self, port: Port, tensors: list[ov.Tensor]) -> None:
+        if not tensors or not all(isinstance(t, ov.Tensor) for t in tensors):
+            raise UserInputError("set_input_tensors(list) needs a non-empty list of openvino.Tensor")
+        if len(tensors) == 1:
+            self._bind(port, tensors[0])
+            return
+        shapes = [tuple(t.shape) for t in tensors]
+        batch = sum(sh[0] if sh else 0 for sh in shapes)
+        full = (batch, *shapes[0][1:]) if shapes[0] else ()
+        if any(sh[1:] != shapes[0][1:] for sh in shapes) or any(t.get_element_type() != port.element_type
+                                                                for t in tensors):
+            raise UserInputError(f"Input {port.info.any_name!r}: the batched tensors must share their type "
+                                 f"({port.element_type}) and their shape but the batch axis, got {shapes}")
+        _check_shape(port, full)
+        self._batched[port.index] = tensors
+        current = self._impl.get_tensor(port.index, True)
+        if tuple(current.shape) != full:
+            self._impl.set_tensor(port.index, True, ov.Tensor(port.element_type, list(full)))
 
     def set_output_tensors(self, outputs: Mapping[int, ov.Tensor]) -> None:
         for k, t in outputs.items():
@@ -179,6 +216,8 @@ class InferRequest:
                 f"the port expects {port.element_type}"
             )
         _check_shape(port, tuple(tensor.shape))
+        if port.is_input:
+            self._batched.pop(port.index, None)
         self._impl.set_tensor(port.index, port.is_input, tensor)
 
     def _input_port(self, key: Any) -> Port:
@@ -199,22 +238,30 @@ class InferRequest:
             want = self._in_dtypes[port.index] = numpy_dtype(port.element_type)
         return want
 
+    def _items(self, inputs: Any) -> list[tuple[Any, Any]]:
+        """(key, value) pairs of the inputs as given: a dict, a list / tuple, or one value."""
+        if isinstance(inputs, dict) or isinstance(inputs, Mapping):
+            return list(inputs.items())
+        if isinstance(inputs, (list, tuple)):
+            return list(enumerate(inputs))
+        if not isinstance(inputs, (np.ndarray, ov.Tensor, np.generic, int, float, bool)) and \
+                not hasattr(inputs, "__array__"):
+            raise UserTypeError(f"Incompatible inputs of type: {type(inputs)}; pass a dict, list or tuple of "
+                                "arrays or tensors, or one array or tensor")
+        if len(self.model_inputs) != 1:
+            raise UserInputError(
+                f"a single input value was given but the model has {len(self.model_inputs)} inputs; pass a dict"
+            )
+        return [(0, inputs)]
+
     def _feed(self, inputs: Any, share_inputs: bool) -> None:
         """Bind or copy user inputs (dict / list / single value) into the request's input tensors."""
         if inputs is None:
             return
-        if isinstance(inputs, dict) or isinstance(inputs, Mapping):
-            items = list(inputs.items())
-        elif isinstance(inputs, (list, tuple)):
-            items = list(enumerate(inputs))
-        else:
-            items = [(0, inputs)]
-            if len(self.model_inputs) != 1:
-                raise UserInputError(
-                    f"a single input value was given but the model has {len(self.model_inputs)} inputs; pass a dict"
-                )
-        for key, value in items:
+        for key, value in self._items(inputs):
             port = self._input_port(key)
+            if self._batched:
+                self._batched.pop(port.index, None)
             if isinstance(value, ov.Tensor):
                 if share_inputs:
                     self._bind(port, value)
@@ -234,9 +281,14 @@ class InferRequest:
                                      f"numbers, got an array of dtype {arr.dtype}")
             if not _compatible(self._in_bounds[port.index], arr.shape):
                 _check_shape(port, arr.shape)  # raises the typed error with the full message
-            if share_inputs and arr.dtype == want and arr.flags.c_contiguous:
-                self._impl.set_tensor(port.index, True, ov.Tensor(arr, shared_memory=True))
-                continue
+            # shared: a writable, contiguous ndarray of the port's type (a scalar, a list or an
+            # array-like converted above, and a read-only array are copied, as by openvino)
+            if share_inputs and arr is value and arr.dtype == want and arr.flags.c_contiguous and arr.flags.writeable:
+                shared = ov.Tensor(arr, shared_memory=True)
+                # bf16 and the like have a numpy container of another type: copied below instead
+                if shared.get_element_type() == port.element_type:
+                    self._impl.set_tensor(port.index, True, shared)
+                    continue
             current = self._impl.get_tensor(port.index, True)
             # dtype first: `.data` of the bound tensor then has its shape (ov.Shape is slow to read)
             if current.get_element_type() == port.element_type and current.data.shape == arr.shape:
@@ -256,6 +308,8 @@ class InferRequest:
 
     def _run(self) -> None:
         t0 = time.perf_counter()
+        for index, tensors in self._batched.items():  # gather the batch from the tensors given
+            np.concatenate([t.data for t in tensors], axis=0, out=self._impl.get_tensor(index, True).data)
         try:
             self._impl.infer()
         except NpuEmuError:

@@ -8,10 +8,13 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from ov_npu_emu.errors import UserInputError
+from ov_npu_emu.errors import UserInputError, UserTypeError
 from ov_npu_emu.runtime.device import PortInfo
 
-__all__ = ["Port", "ResultDict", "resolve_port", "numpy_dtype"]
+__all__ = ["ConstOutput", "Port", "ResultDict", "resolve_port", "numpy_dtype"]
+
+#: openvino.ConstOutput's docstring, which code (and openvino's own tests) read
+_CONST_OUTPUT_DOC = "openvino.ConstOutput represents port/node output."
 
 
 def numpy_dtype(t: ov.Type) -> np.dtype:
@@ -23,14 +26,33 @@ def numpy_dtype(t: ov.Type) -> np.dtype:
 
 
 class Port:
-    """An input or output of a compiled model; mirrors openvino.ConstOutput's accessors."""
+    __doc__ = _CONST_OUTPUT_DOC  # an input or output of a compiled model: openvino.ConstOutput's accessors
 
-    __slots__ = ("_info", "_is_input", "_owner")
+    __slots__ = ("_info", "_is_input", "_node", "_owner")
 
     def __init__(self, info: PortInfo, is_input: bool, owner: object) -> None:
         self._info = info
         self._is_input = is_input
         self._owner = owner
+        self._node: ov.Node | None = None
+
+    def get_node(self) -> ov.Node:
+        """A node standing for the port, made once per port: a Parameter (an input) or a Result
+        (an output) of the port's type and shape, named by its tensor name.  The compiled model
+        keeps no openvino graph (a blob holds none), so it is not the model's own node; setting
+        its friendly name changes nothing else, as on a compiled model of the real openvino."""
+        if self._node is None:
+            import openvino.opset13 as ops
+
+            name = self._info.any_name or f"{'input' if self._is_input else 'output'}_{self.index}"
+            param = ops.parameter(self._info.partial_shape, self._info.element_type, name=name)
+            param.output(0).get_tensor().set_names(set(self._info.names))
+            self._node = param if self._is_input else ops.result(param, name=name)
+        return self._node
+
+    @property
+    def node(self) -> ov.Node:
+        return self.get_node()
 
     # openvino.ConstOutput API ---------------------------------------------------------
     def get_any_name(self) -> str:
@@ -107,6 +129,28 @@ class Port:
         return f"<Port: names[{names}] shape{self._info.partial_shape} type: {self._info.element_type.get_type_name()}>"
 
 
+class _ConstOutputType(type):
+    """``isinstance(x, ConstOutput)`` holds for our ports and for openvino's own ConstOutput
+    objects (the ports of a model compiled by the real openvino)."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, (Port, ov.ConstOutput))
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, (Port, ov.ConstOutput))
+
+
+class ConstOutput(metaclass=_ConstOutputType):
+    """``ov_npu_emu.ConstOutput``: what a compiled model's ports are, for ``isinstance`` (ours are
+    :class:`Port`); a port is had from a compiled model, not made."""
+
+    __doc__ = _CONST_OUTPUT_DOC
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ConstOutput:
+        raise UserInputError("a ConstOutput is a port of a compiled model: use compiled_model.input(...) / "
+                             "output(...), inputs or outputs")
+
+
 def resolve_port(key: Any, ports: list[Port], what: str) -> Port:
     """Find a port by Port, openvino port, tensor name or index; a typed error otherwise."""
     if isinstance(key, Port):
@@ -129,8 +173,9 @@ def resolve_port(key: Any, ports: list[Port], what: str) -> Port:
             if key in p.info.names:
                 return p
         known = sorted(n for p in ports for n in p.info.names)
-        raise UserInputError(f"Port for tensor name {key!r} was not found among {what}s {known}")
-    raise UserInputError(f"cannot use {type(key).__name__} to select a {what}; use a name, index or port")
+        raise UserInputError(f"Port for tensor name {key} was not found. Check the tensor names of the model's "
+                             f"{what}s: {known}")
+    raise UserTypeError(f"Incompatible key type for {what}: {key!r}; select it by tensor name, index or port")
 
 
 class ResultDict(Mapping[Port, np.ndarray]):

@@ -38,8 +38,16 @@ def _is_openvino_enum(value: Any) -> bool:
     return cls.__module__.startswith("openvino") and hasattr(cls, "__members__") and hasattr(value, "name")
 
 
+_STREAMS_NUM: Any = ov.properties.streams.Num
+
+
 def plain_value(value: Any) -> Any:
-    """``ov.Type`` -> its short name (``"f16"``), an enum -> its name, mappings and lists element-wise."""
+    """``ov.Type`` -> its short name (``"f16"``), an enum -> its name, ``OVAny`` -> what it holds,
+    ``streams.Num`` -> its integer, mappings and lists element-wise."""
+    if isinstance(value, ov.OVAny):  # the value of a props.*(value) pair
+        value = value.value
+    if isinstance(value, _STREAMS_NUM):
+        return value.to_integer()
     if isinstance(value, ov.Type):
         return value.get_type_name()
     if isinstance(value, enum.Enum) or _is_openvino_enum(value):

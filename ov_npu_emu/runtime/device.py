@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import datetime
+import enum
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -68,16 +69,32 @@ class PortInfo:
         return self.partial_shape.is_static
 
 
+class ProfilingStatus(str, enum.Enum):
+    """``ProfilingInfo.Status``: openvino's names; a member equals its name as a string."""
+
+    NOT_RUN = "NOT_RUN"
+    OPTIMIZED_OUT = "OPTIMIZED_OUT"
+    EXECUTED = "EXECUTED"
+
+    def __str__(self) -> str:
+        return f"Status.{self.value}"
+
+
 @dataclasses.dataclass
 class ProfilingInfo:
     """Per-node (or per-task) profiling record; same attribute names as ``openvino.ProfilingInfo``."""
+
+    Status: ClassVar[type[ProfilingStatus]] = ProfilingStatus
 
     node_name: str
     node_type: str
     exec_type: str
     real_time: datetime.timedelta
     cpu_time: datetime.timedelta
-    status: str = "EXECUTED"  # EXECUTED / NOT_RUN / OPTIMIZED_OUT
+    status: str = ProfilingStatus.EXECUTED  # EXECUTED / NOT_RUN / OPTIMIZED_OUT (== the plain strings)
+
+    def __post_init__(self) -> None:
+        self.status = ProfilingStatus(str(self.status).split(".")[-1])
 
 
 class VariableState(abc.ABC):

@@ -249,7 +249,7 @@ class CpuDevice(Device):
     """Device "CPU": the real OpenVINO CPU plugin (dynamic shapes, stateful models, export)."""
 
     NAME = "CPU"
-    FULL_DEVICE_NAME = "OpenVINO CPU plugin (passthrough)"
+    FULL_DEVICE_NAME = "OpenVINO CPU plugin (passthrough)"  # where the real CPU plugin gives none
 
     #: our own keys (options.py); every other name is the real CPU plugin's
     DEFAULT_PROPERTIES: ClassVar[Mapping[str, Any]] = CPU_OPTIONS.defaults()
@@ -260,12 +260,13 @@ class CpuDevice(Device):
         super().set_property(properties)
 
     def get_property(self, name: str) -> Any:
-        if name == "SUPPORTED_PROPERTIES":  # the real CPU plugin's keys (it answers them) and ours
+        if name == "SUPPORTED_PROPERTIES":  # the real CPU plugin's keys in its order (it answers
+            # them, FULL_DEVICE_NAME included: the passthrough is that plugin), then ours
             real = dict(openvino_core().get_property("CPU", name))  # name -> "RO"/"RW"/"WO"
             fixed = ("SUPPORTED_PROPERTIES", "FULL_DEVICE_NAME")
             ours = {k: "RO" if k in fixed else "RW" for k in super().get_property(name)}
-            return {**ours, **real}
-        if name in self._properties or name == "FULL_DEVICE_NAME":
+            return {**real, **{k: v for k, v in ours.items() if k not in real}}
+        if name in self._properties:
             return super().get_property(name)
         try:
             return openvino_core().get_property("CPU", name)

@@ -410,6 +410,28 @@ class NpuCompiledModel(DeviceCompiledModel):
     def create_infer_request(self) -> NpuInferRequest:
         return NpuInferRequest(self)
 
+    def get_runtime_model(self) -> ov.Model:
+        """The blob holds tasks, not an openvino graph: a model with the compiled model's
+        inputs (Parameters) and outputs (Results, over a placeholder Broadcast of the output's
+        type and shape), its name, and the blob's tasks as ``rt_info["npu_tasks"]`` (one
+        "node:op" entry each)."""
+        import openvino.opset13 as ops
+
+        params = []
+        for p in self.inputs:
+            param = ops.parameter(p.partial_shape, p.element_type, name=p.any_name or f"input_{p.index}")
+            param.output(0).get_tensor().set_names(set(p.names))
+            params.append(param)
+        results = []
+        for p in self.outputs:
+            zero = ops.constant(np.zeros((), dtype=p.element_type.to_dtype()))
+            fill = ops.broadcast(zero, np.array(list(p.partial_shape.to_shape()), dtype=np.int64))
+            fill.output(0).get_tensor().set_names(set(p.names))
+            results.append(ops.result(fill, name=p.any_name or f"output_{p.index}"))
+        model = ov.Model(results, params, str(self.parsed.meta.get("model_name", "")))
+        model.set_rt_info([f"{node}:{op}" for node, op in self.task_names.values()], "npu_tasks")
+        return model
+
     #: CACHE_MODE=OPTIMIZE_SIZE at compile: export writes a weightless container referring to this
     #: IR .bin ("" when the model was not read from an IR; export then fails, naming WEIGHTS_PATH)
     weightless_bin: str | None = None

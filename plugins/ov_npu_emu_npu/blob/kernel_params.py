@@ -242,6 +242,7 @@ class NoParams(KernelParams):
         # unary element-wise
         "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "negative", "abs", "sin", "cos", "erf", "floor",
         "ceiling", "logical_not", "softplus", "hswish", "hsigmoid", "sign", "mish", "tan", "atan", "bitwise_not",
+        "round_even",
         # the rest
         "convert", "select", "prelu", "broadcast", "take", "scatter_nd",
     )

@@ -84,6 +84,20 @@ def op_convert(lw: _Lowerer, node: ov.Node) -> None:
     lw.vals[(node.get_name(), 0)] = o
 
 
+def op_round(lw: _Lowerer, node: ov.Node) -> None:
+    mode = str(node.get_attributes().get("mode", "half_to_even")).lower()
+    if mode != "half_to_even":
+        raise UnsupportedOpError(f"Round {node.get_friendly_name()!r}: mode {mode} is not supported on NPU "
+                                 "(half_to_even is)", op_type="Round", node_name=node.get_friendly_name())
+    x = lw.inp(node, 0)
+    if x.dtype.kind != "f":  # integers are already whole
+        lw.vals[(node.get_name(), 0)] = lw.alias(x, x.shape)
+        return
+    o = lw.node_out(node)
+    lw.shave("round_even", [x], [o], NO_PARAMS, node)
+    lw.vals[(node.get_name(), 0)] = o
+
+
 def op_gelu(lw: _Lowerer, node: ov.Node) -> None:
     mode = str(node.get_attributes().get("approximation_mode", "ERF")).upper()
     o = lw.node_out(node)
@@ -277,6 +291,7 @@ HANDLERS: dict[str, Handler] = {
     **dict.fromkeys(_UNARY, op_unary),
     **dict.fromkeys(_REDUCE_OPS, op_reduce),
     "Convert": op_convert,
+    "Round": op_round,
     "Gelu": op_gelu,
     "Swish": op_swish,
     "Clamp": op_clamp,

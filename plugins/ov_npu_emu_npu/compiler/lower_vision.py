@@ -9,6 +9,8 @@ filter's normalisation is a product of per-axis sums too).  So the compiler find
 resampled axis, the [out, in] matrix the op applies along it, by evaluating a one-axis copy of the
 node on one-hot rows, and the ``resample`` kernel applies the matrices axis after axis.  A matrix
 whose rows are one-hot (nearest) becomes an index vector: a copy, exact for any element type.
+Linear modes on integer data (u8 images resized by a PrePostProcessor) resample in f32 and round
+half to even, as the CPU plugin does (measured: its u8 result is its f32 result so rounded).
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ import openvino as ov
 from ov_npu_emu.errors import UnsupportedOpError
 from ov_npu_emu_npu.arch import shave_cycles
 from ov_npu_emu_npu.blob.format import MAX_OPERANDS
-from ov_npu_emu_npu.blob.kernel_params import AdaptiveMaxParams, DetectionOutputParams, ResampleParams
+from ov_npu_emu_npu.blob.kernel_params import (
+    NO_PARAMS,
+    AdaptiveMaxParams,
+    ClampParams,
+    DetectionOutputParams,
+    ResampleParams,
+)
 from ov_npu_emu_npu.compiler.graph import Place, Value, np_dtype
 
 if TYPE_CHECKING:
@@ -158,12 +166,36 @@ def _adaptive_bins(in_len: int, out_len: int) -> np.ndarray:
     return np.stack([(i * in_len) // out_len, -((-(i + 1) * in_len) // out_len)], axis=1)
 
 
+#: modes whose integer result is the f32 result rounded half to even (the CPU plugin's)
+_ROUNDED_MODES = ("linear", "linear_onnx")
+
+
 def _resample(lw: _Lowerer, node: ov.Node, x: Value, tables: list[tuple[int, np.ndarray]]) -> None:
     o = lw.node_out(node)
     lw.vals[(node.get_name(), 0)] = o
     if not tables:  # nothing changes: a copy
         lw.copy(x, o, node)
         return
+    onehot = all(bool(((w == 0) | (w == 1)).all() and (w.sum(axis=1) == 1).all()) for _, w in tables)
+    if onehot or x.dtype.kind == "f":
+        _resample_into(lw, node, x, tables, o)
+        return
+    mode = str(node.get_attributes().get("mode", "averaging"))
+    if node.get_type_name() != "Interpolate" or mode not in _ROUNDED_MODES or o.dtype.kind not in "iu":
+        raise _refuse(node, f"{mode} of {x.dtype} data")
+    # integer data: to f32, resample, round half to even, saturate into the integer output
+    f32 = np.dtype(np.float32)
+    xf = lw.scratch(x.shape, f32)
+    lw.shave("convert", [x], [xf], NO_PARAMS, node)
+    yf = lw.scratch(o.shape, f32)
+    _resample_into(lw, node, xf, tables, yf)
+    rf = lw.scratch(o.shape, f32)
+    lw.shave("round_even", [yf], [rf], NO_PARAMS, node)
+    info = np.iinfo(o.dtype)
+    lw.shave("clamp", [rf], [o], ClampParams(float(info.min), float(info.max)), node)
+
+
+def _resample_into(lw: _Lowerer, node: ov.Node, x: Value, tables: list[tuple[int, np.ndarray]], o: Value) -> None:
     # shrinking axes first: later steps see fewer elements
     tables = sorted(tables, key=lambda t: t[1].shape[0] / max(t[1].shape[1], 1))
     ops: list[Value] = []
@@ -172,8 +204,6 @@ def _resample(lw: _Lowerer, node: ov.Node, x: Value, tables: list[tuple[int, np.
     shape = list(x.shape)
     for d, w in tables:
         onehot = bool(((w == 0) | (w == 1)).all() and (w.sum(axis=1) == 1).all())
-        if not onehot and x.dtype.kind != "f":
-            raise _refuse(node, f"{node.get_attributes().get('mode', 'averaging')} of {x.dtype} data")
         table = np.ascontiguousarray(w.argmax(axis=1).astype(np.int64) if onehot else w.astype(np.float32))
         ops.append(lw.new_value(table.shape, table.dtype, Place.CONST, data=table))
         gather.append(onehot)

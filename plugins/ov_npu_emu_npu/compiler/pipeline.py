@@ -131,6 +131,6 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
         "weights_format": _weights_format(lw),
     }
     blob = emit_blob(lw, plan, sched, meta, split=split)
-    logger.info("compiled %r: %d tasks, %d barriers, %d variables, %d bytes in %.2fs", model.get_friendly_name(),
+    logger.debug("compiled %r: %d tasks, %d barriers, %d variables, %d bytes in %.2fs", model.get_friendly_name(),
                 len(lw.tasks), len(sched.barriers), n_var, len(blob), time.perf_counter() - t0)
     return blob

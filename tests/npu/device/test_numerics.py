@@ -116,6 +116,11 @@ OPS = {
         ),
         "f32",
     ),
+    # halves (k/2) for ties: 0.5 -> 0, 1.5 -> 2, -2.5 -> -2
+    "round_half_to_even": lambda x: ops.round(
+        ops.multiply(ops.floor(ops.multiply(x, ops.constant(np.float32(8)))), ops.constant(np.float32(0.5))),
+        "half_to_even",
+    ),
     "mod_int": lambda x: ops.convert(ops.mod(_i32(x, 10), ops.constant(np.int32(3))), "f32"),
     "floor_mod_int": lambda x: ops.convert(ops.floor_mod(_i32(x, 10), ops.constant(np.int32(3))), "f32"),
     "softcap_tanh": lambda x: ops.multiply(

@@ -177,6 +177,47 @@ def test_preprocessing_resize(npu_core, algorithm):
     assert rel_err(a, b) <= F32_TOL
 
 
+@pytest.mark.parametrize("mode", ["linear", "linear_onnx"])
+@pytest.mark.parametrize(("shape", "out"), [((1, 60, 80, 3), (64, 64)), ((1, 60, 80, 3), (30, 40)),
+                                            ((1, 37, 53, 3), (224, 224))])
+def test_interpolate_u8_rounds_as_the_cpu_plugin(npu_core, mode, shape, out):
+    """Linear resizing of u8 data (what PrePostProcessor's resize makes without a conversion to f32
+    first, as hello_classification does): f32 arithmetic rounded half to even, bit for bit."""
+    x = ops.parameter(list(shape), np.uint8, name="x")
+    m = ov.Model([ops.result(opset11.interpolate(x, np.array(out, np.int64), mode, "sizes", axes=np.array([1, 2]),
+                                                 coordinate_transformation_mode="half_pixel"))], [x], "u8")
+    feed = {"x": np.random.default_rng(3).integers(0, 256, shape).astype(np.uint8)}
+    (a,), (b,) = _run(npu_core, m, feed), cpu_reference(m, feed)
+    assert a.dtype == b.dtype == np.uint8
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("mode", ["cubic", "bilinear_pillow"])
+def test_interpolate_u8_other_modes_refused(npu_core, mode):
+    """Integer modes whose rounding is not the CPU plugin's rint of f32 are refused, not approximated."""
+    x = ops.parameter([1, 3, 8, 8], np.uint8, name="x")
+    m = ov.Model([ops.result(opset11.interpolate(x, np.array([5, 5], np.int64), mode, "sizes",
+                                                 axes=np.array([2, 3])))], [x], "u8")
+    with pytest.raises(UnsupportedOpError, match="of uint8 data"):
+        npu_core.compile_model(m, "NPU")
+
+
+def test_hello_classification_preprocessing(npu_core):
+    """hello_classification's PrePostProcessor exactly: u8 NHWC tensor of the image's size, a linear
+    resize (on the u8 data), the model's NCHW layout, f32 output; a ResNet-like classifier."""
+    from ov_npu_emu.testing import make_resnet_like
+
+    ppp = PrePostProcessor(make_resnet_like(classes=20, size=32))
+    ppp.input().tensor().set_shape([1, 45, 61, 3]).set_element_type(ov.Type.u8).set_layout(ov.Layout("NHWC"))
+    ppp.input().preprocess().resize(ResizeAlgorithm.RESIZE_LINEAR)
+    ppp.input().model().set_layout(ov.Layout("NCHW"))
+    ppp.output().tensor().set_element_type(ov.Type.f32)
+    m = ppp.build()
+    feed = {"data": np.random.default_rng(4).integers(0, 256, (1, 45, 61, 3)).astype(np.uint8)}
+    (a,), (b,) = _run(npu_core, m, feed), cpu_reference(m, feed)
+    assert rel_err(a, b) <= F32_TOL
+
+
 @pytest.mark.parametrize(("shape", "out"), [((1, 3, 7, 9), [3, 4]), ((2, 3, 7, 9), [1, 1]), ((1, 2, 4, 4), [7, 5]),
                                             ((1, 2, 9), [4]), ((1, 2, 5, 6, 7), [2, 3, 4])])
 def test_adaptive_pools(npu_core, shape, out):

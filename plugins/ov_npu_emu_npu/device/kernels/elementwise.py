@@ -108,6 +108,7 @@ _UN_UFUNC = {
     "tan": np.tan,
     "atan": np.arctan,
     "bitwise_not": np.invert,
+    "round_even": np.rint,  # half to even (Round's HALF_TO_EVEN; integer Interpolate's rounding)
 }
 
 
