@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
+from ov_npu_emu_npu.blob.kernel_params import SdpaParams
 from ov_npu_emu_npu.device.kernels.blasthreads import one_blas_thread
 from ov_npu_emu_npu.device.kernels.hostalign import aligned, mod
 from ov_npu_emu_npu.device.kernels.registry import Runner, kernel
@@ -107,6 +108,7 @@ def _masked_column_skipper(
     rows: int,
     o,
     direct: bool,
+    k_absmax: Callable[[], float] | None = None,
 ) -> Callable[[], bool] | None:
     """Attention over only the columns the mask leaves open, when that is provably the same.
 
@@ -118,6 +120,8 @@ def _masked_column_skipper(
     row sums and (V finite) to the output, so the result is the full computation's up to
     summation order.  NaN/inf in q, K or V, a fully masked row or a mostly open window take the
     full path.  Chunked prefill and short prompts in a long KV window mask most columns.
+    ``k_absmax``: max|K| over the K the caller stands for (sdpa_kv: its f16 past, whose closed
+    rows its copy ``k`` holds as zeros), else taken over ``k``.
     """
     S, D = k.shape[-2], k.shape[-1]
     try:
@@ -150,7 +154,7 @@ def _masked_column_skipper(
             if not math.isfinite(rowmin) or np.count_nonzero(colmax <= rowmin - _EXP_ZERO_MARGIN) < _SKIP_SHARE * S:
                 return False
         # the relative terms cover the f32 roundings of q.k (D terms), scale and mask additions
-        bound = _absmax(qa) * _absmax(ka) * D * abs(scale) * (1.0 + 2.0**-10)
+        bound = _absmax(qa) * (_absmax(ka) if k_absmax is None else k_absmax()) * D * abs(scale) * (1.0 + 2.0**-10)
         if not math.isfinite(bound) or not math.isfinite(_absmax(va)):
             return False
         if not is_bool:
@@ -344,12 +348,13 @@ def _grouped_gemv_ok(q: np.ndarray, kt: np.ndarray, scores: np.ndarray, groups: 
 
 
 @kernel("sdpa")
-def _sdpa(ins, outs, params, window: RowWindow | None = None):
+def _sdpa(ins, outs, params, window: RowWindow | None = None, k_absmax: Callable[[], float] | None = None):
     """Attention (SdpaParams: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head).
 
     Grouped (G > 1): K/V hold Hkv heads and query head h reads K/V head h // G, as the IR's
     Unsqueeze/Broadcast/Reshape expansion did; the G query heads of a group share one matmul.
-    ``window``: the driver's padded-rows hint (RowWindow), read on every run.
+    ``window``: the driver's padded-rows hint (RowWindow), read on every run; ``k_absmax``: see
+    :func:`_masked_column_skipper`.
     """
     q, k, v = ins[:3]
     mask = ins[3] if len(ins) > 3 else None
@@ -385,7 +390,7 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):
     direct = not f32 and o.dtype == np.float32 and tuple(o.shape[:-2]) == tuple(batch)
     skip = None
     if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
-        skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct)
+        skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct, k_absmax)
     # square (prefill) attention: the products in row blocks that a token-row window repeats
     blocks = row_blocks(L, groups) if kt_buf is not None and L == S else None
     qk = _qk_product(q32, kt, scores, scores_m, tuple(batch), groups, L, kt_buf is None, blocks)
@@ -519,3 +524,144 @@ def _square_ops(ins: Sequence[np.ndarray], o_full: np.ndarray, k: np.ndarray, v:
     if o5 is None:
         return None
     return _SquareOps(q5, k, v, mask5, bias, o5, groups, blocks, batch)
+
+
+#: f16 bits without the sign from here up: an infinity or a NaN
+_F16_NONFINITE = 0x7C00
+
+
+def _f16_value(bits: int) -> float:
+    """The magnitude whose f16 bits (sign cleared) are ``bits``."""
+    return float(np.array(bits, np.uint16).view(np.float16))
+
+
+@kernel("sdpa_kv")
+def _sdpa_kv(ins, outs, params):
+    """Attention over a past K/V stored as f16 joined with the new rows (SdpaKvParams; operands
+    q, past K, past V, the new K and V rows stacked [2, B, H, M, D][, mask]; the compiler's fuse_kv
+    pass), with the bits of the
+    unfused ``Convert -> Concat -> sdpa`` (NPU_EMU_FUSE_KV=NO).
+
+    The kernel keeps its own f32 copy of the joined K and V.  Each run converts only the past
+    rows the mask leaves open (:func:`.kvrows.join_rows`: one pass over the f16 rows, which
+    also takes the largest magnitude of the closed ones), zeroes the rows the copy holds from
+    earlier runs that are closed now, copies the new rows and runs :func:`_sdpa` on the copy.
+    A column is closed when the mask shuts it for every query row so far that its score
+    cannot reach the softmax in f32 for any K within the measured bound (the masked-column
+    skipper's proof: colmax <= min_rows(rowmax(mask)) - 2B - margin, B = max|q| · max|K| · D ·
+    |scale|; boolean masks: False in every row).  exp() then gives exact zeros there both on
+    the copy (a zero K row) and on the real rows (any finite K), so the row sums and products
+    add the same terms; the one difference, 0 · V adding -0 instead of +0, shows only where an
+    output is exactly 0.  The run takes the unfused path instead (every row converted, the
+    copy then holding them all) when that proof does not hold: an infinity or NaN in q, K or
+    V (a closed row's too), a row with no open column, a mask with no per-column layout, or an
+    output that is exactly 0.
+    """
+    q, kp, vp, new = ins[:4]
+    mask = ins[4] if params.has_mask and len(ins) > 4 else None
+    if new.ndim != 5 or new.shape[0] != 2:
+        raise ExecutionError(f"sdpa_kv: the new K and V rows come stacked as [2, B, H, M, D], not {new.shape}")
+    kn, vn = new[0], new[1]
+    P = params.past_len
+    if (kp.ndim != 4 or vp.ndim != 4 or kp.shape[-2] != P or vp.shape[-2] != P or kn.shape[:-2] != kp.shape[:-2]
+            or vn.shape[:-2] != vp.shape[:-2] or kn.shape[-1] != kp.shape[-1] or vn.shape[-1] != vp.shape[-1]
+            or kn.shape[-2] != vn.shape[-2] or kp.dtype != np.float16 or vp.dtype != np.float16
+            or not (kp.flags.c_contiguous and vp.flags.c_contiguous)):
+        raise ExecutionError(f"sdpa_kv: past K {kp.shape} / V {vp.shape} ({kp.dtype}, {vp.dtype}) and new K "
+                             f"{kn.shape} / V {vn.shape} do not join at {P} past rows; recompile the model")
+    S = P + kn.shape[-2]
+    D, Dv = kp.shape[-1], vp.shape[-1]
+    k32 = aligned((*kp.shape[:-2], S, D), np.dtype(np.float32), 0)
+    v32 = aligned((*vp.shape[:-2], S, Dv), np.dtype(np.float32), 0)
+    k_max: list[float | None] = [None]  # max|K| of the joined K the copy stands for (None: the copy's own)
+    sdpa = SdpaParams(params.causal, mask is not None, params.scale, params.kv_groups)
+    plain = _sdpa([q, k32, v32, *([] if mask is None else [mask])], outs, sdpa,
+                  k_absmax=lambda: _absmax(k32) if k_max[0] is None else k_max[0])
+    written = np.zeros(P, np.bool_)  # past rows the copy holds from an earlier run
+    kp16 = kp.reshape(-1, P, D).view(np.uint16)
+    vp16 = vp.reshape(-1, P, Dv).view(np.uint16)
+    k3, v3 = k32.reshape(-1, S, D), v32.reshape(-1, S, Dv)
+    heads = kp16.shape[0]
+    all_rows = np.ones(P, np.uint8)
+    no_rows = np.zeros(P, np.uint8)
+    cmax, omax = np.empty(heads, np.int32), np.empty(heads, np.int32)
+    cmax_v, omax_v = np.empty(vp16.shape[0], np.int32), np.empty(vp16.shape[0], np.int32)
+
+    def join_new() -> None:
+        np.copyto(k32[..., P:, :], kn, casting="unsafe")
+        np.copyto(v32[..., P:, :], vn, casting="unsafe")
+
+    def full() -> None:
+        """The unfused path: every past row converted (numpy's conversion where one is not finite)."""
+        from ov_npu_emu_npu.device.kernels.kvrows import join_rows
+
+        for src, dst, past, copy, c, m in ((kp16, k3, kp, k32, cmax, omax), (vp16, v3, vp, v32, cmax_v, omax_v)):
+            if join_rows(src, dst, all_rows, no_rows, c, m)[1] >= _F16_NONFINITE:
+                np.copyto(copy[..., :P, :], past, casting="unsafe")
+        written[:] = True
+        join_new()
+        k_max[0] = None
+        plain()
+
+    if mask is None or mask.shape[-1] != S:
+        return full
+    try:
+        m2 = _view(mask, (-1, S))
+    except (AttributeError, ValueError):
+        return full
+    is_bool = m2.dtype == np.bool_
+    colmax = np.empty(S, m2.dtype)
+    rowmask = np.empty(m2.shape[0], m2.dtype)
+    open_cols = np.empty(S, np.bool_)
+    open_rows = np.empty(P, np.uint8)
+    clear_rows = np.empty(P, np.bool_)
+    scale = params.scale if params.scale != 0.0 else 1.0 / math.sqrt(q.shape[-1])
+    o = outs[0]
+
+    def fast() -> bool:
+        from ov_npu_emu_npu.device.kernels.kvrows import join_rows
+
+        rowmin = 0.0
+        if is_bool:
+            np.logical_or.reduce(m2, axis=0, out=colmax)
+            np.logical_or.reduce(m2, axis=1, out=rowmask)
+            if not rowmask.all():  # a fully masked row: NaN on the unfused path, keep it
+                return False
+            np.copyto(open_cols, colmax)
+        else:
+            np.maximum.reduce(m2, axis=0, out=colmax)
+            np.maximum.reduce(m2, axis=1, out=rowmask)
+            rowmin = float(np.minimum.reduce(rowmask))
+            if not math.isfinite(rowmin):
+                return False
+            np.greater(colmax, rowmin - _EXP_ZERO_MARGIN, out=open_cols)
+        q_max = _absmax(q)
+        if not math.isfinite(q_max):
+            return False
+        np.copyto(open_rows, open_cols[:P], casting="unsafe")
+        np.greater(written, open_cols[:P], out=clear_rows)  # held, closed now: zeroed
+        kc, ko = join_rows(kp16, k3, open_rows, clear_rows.view(np.uint8), cmax, omax)
+        vc, vo = join_rows(vp16, v3, open_rows, clear_rows.view(np.uint8), cmax_v, omax_v)
+        np.copyto(written, open_cols[:P])
+        if max(kc, ko, vc, vo) >= _F16_NONFINITE:
+            return False
+        join_new()
+        k_new, v_new = _absmax(kn), _absmax(vn)
+        if not (math.isfinite(k_new) and math.isfinite(v_new)):
+            return False
+        k_abs = max(_f16_value(max(kc, ko)), k_new)
+        if not is_bool:
+            bound = q_max * k_abs * D * abs(scale) * (1.0 + 2.0**-10)
+            limit = rowmin - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(rowmin) + 2.0 * bound)
+            closed_max = float(np.maximum.reduce(colmax, where=~open_cols, initial=-np.inf))
+            if not (math.isfinite(limit) and closed_max <= limit):
+                return False
+        k_max[0] = k_abs
+        plain()
+        return np.count_nonzero(o) == o.size  # an exact 0 may carry the other sign: the unfused path
+
+    def run() -> None:
+        if not fast():
+            full()
+
+    return run
