@@ -35,6 +35,28 @@ from ov_npu_emu_npu.device.kernels import make_kernel  # noqa: E402
 LAYOUTS = {"llama-3.2-1b": (32, 8, 1152), "qwen2.5-0.5b": (14, 2, 1152)}
 
 
+def _unfused(q, kp, vp, new, m, o, groups: int):
+    """The tasks NPU_EMU_FUSE_KV=NO lowers: the two converts, the Concats' copies, sdpa."""
+    past, slots = kp.shape[-2], m.shape[-1]
+    k32, v32 = np.empty(kp.shape, np.float32), np.empty(vp.shape, np.float32)
+    kc = np.empty((*kp.shape[:-2], slots, kp.shape[-1]), np.float32)
+    vc = np.empty((*vp.shape[:-2], slots, vp.shape[-1]), np.float32)
+    conv_k = make_kernel("convert", [kp], [k32], NO_PARAMS)
+    conv_v = make_kernel("convert", [vp], [v32], NO_PARAMS)
+    sdpa = make_kernel("sdpa", [q, kc, vc, m], [o], SdpaParams(False, True, 0.0, groups))
+
+    def run() -> None:
+        conv_k()
+        conv_v()
+        kc[..., :past, :] = k32
+        kc[..., past:, :] = new[0]
+        vc[..., :past, :] = v32
+        vc[..., past:, :] = new[1]
+        sdpa()
+
+    return run
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=200)
@@ -57,25 +79,10 @@ def main() -> None:
             m = np.full((1, 1, 1, slots), np.finfo(np.float32).min, np.float32)
             m[..., :used] = 0.0
             m[..., -1] = 0.0
-            # unfused: the tasks NPU_EMU_FUSE_KV=NO lowers
-            k32, v32 = np.empty((1, hkv, past, 64), np.float32), np.empty((1, hkv, past, 64), np.float32)
-            kc, vc = np.empty((1, hkv, slots, 64), np.float32), np.empty((1, hkv, slots, 64), np.float32)
-            conv_k = make_kernel("convert", [kp], [k32], NO_PARAMS)
-            conv_v = make_kernel("convert", [vp], [v32], NO_PARAMS)
             o_plain, o_fused = (np.empty((1, heads, 1, 64), np.float32) for _ in range(2))
-            sdpa = make_kernel("sdpa", [q, kc, vc, m], [o_plain], SdpaParams(False, True, 0.0, heads // hkv))
+            unfused = _unfused(q, kp, vp, new, m, o_plain, heads // hkv)
             fused = make_kernel("sdpa_kv", [q, kp, vp, new, m], [o_fused],
                                 SdpaKvParams(False, True, 0.0, heads // hkv, past))
-
-            def unfused() -> None:
-                conv_k()
-                conv_v()
-                kc[..., :past, :] = k32  # the Concat's two DMAs per tensor
-                kc[..., past:, :] = new[0]
-                vc[..., :past, :] = v32
-                vc[..., past:, :] = new[1]
-                sdpa()
-
             times: dict[str, list[tuple[float, float]]] = {"unfused": [], "fused": []}
             for _ in range(3):
                 unfused()

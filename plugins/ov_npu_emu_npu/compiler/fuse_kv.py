@@ -126,7 +126,7 @@ def _fusion(sdpa: ov.Node) -> KvFusion | None:
     k, v = _join(sdpa, 1), _join(sdpa, 2)
     if k is None or v is None or k.group != v.group or k.past_len != v.past_len:
         return None
-    if _shape(k.new) != _shape(v.new) or k.new.get_element_type() != v.new.get_element_type():
+    if _shape(k.new) != _shape(v.new):
         return None  # the task takes the new K and V rows stacked in one operand
     kshape = _shape(k.past)
     if kshape is None or q[1] != kshape[1] * k.group or q[0] != kshape[0]:

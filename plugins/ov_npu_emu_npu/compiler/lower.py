@@ -347,11 +347,17 @@ class _Lowerer:
         (fuse_kv.py); the stack (two DMAs of a few rows) keeps the task within MAX_OPERANDS."""
         q = self.inp(node, 0)
         kn, vn = self._out_of(f.k.new), self._out_of(f.v.new)
-        if kn.shape != vn.shape or kn.dtype != vn.dtype:
+        if kn.shape != vn.shape:
             raise CompileError(f"sdpa_kv {node.get_friendly_name()!r}: new K {kn.shape} and V {vn.shape} differ; "
                                "compile with NPU_EMU_FUSE_KV=NO", stage="lower")
-        new = self.new_value((2, *kn.shape), kn.dtype, Place.SCRATCH)
+        # the joined K/V's type, as the Concat's output would have it (f16 in f16 mode: user
+        # inputs in f32 are rounded as op_concat rounds them)
+        new = self.scratch((2, *kn.shape), np.dtype(np.float32))
         for i, x in enumerate((kn, vn)):
+            if x.dtype != new.dtype:
+                y = self.scratch(x.shape, new.dtype)
+                self.shave("convert", [x], [y], NO_PARAMS, node)
+                x = y
             self.dma(x, 0, new, i * x.nbytes, 1, 1, x.nbytes, (0, 0), (0, 0), node)
         ins = [q, self._out_of(f.k.past), self._out_of(f.v.past), new, self.inp(node, 3)]
         o = self.node_out(node)

@@ -535,12 +535,136 @@ def _f16_value(bits: int) -> float:
     return float(np.array(bits, np.uint16).view(np.float16))
 
 
+def _kv_operands(ins: Sequence[np.ndarray], params) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                             np.ndarray, np.ndarray | None]:
+    """(q, past K, past V, new K, new V, mask or None) of an sdpa_kv task, checked."""
+    q, kp, vp, new = ins[:4]
+    mask = ins[4] if params.has_mask and len(ins) > 4 else None
+    if new.ndim != 5 or new.shape[0] != 2:
+        raise ExecutionError(f"sdpa_kv: the new K and V rows come stacked as [2, B, H, M, D], not {new.shape}; "
+                             "recompile the model")
+    kn, vn = new[0], new[1]
+    P = params.past_len
+    joins = all(p.ndim == 4 and p.shape[-2] == P and p.dtype == np.float16 and p.flags.c_contiguous
+                and n.shape[:-2] == p.shape[:-2] and n.shape[-1] == p.shape[-1] for p, n in ((kp, kn), (vp, vn)))
+    if not joins:
+        raise ExecutionError(f"sdpa_kv: past K {kp.shape} / V {vp.shape} ({kp.dtype}, {vp.dtype}) and new K "
+                             f"{kn.shape} / V {vn.shape} do not join at {P} past rows; recompile the model")
+    return q, kp, vp, kn, vn, mask
+
+
+class _FusedKv:
+    """The runner of one sdpa_kv task (see :func:`_sdpa_kv`)."""
+
+    def __init__(self, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params) -> None:
+        q, kp, vp, kn, vn, mask = _kv_operands(ins, params)
+        self.q, self.kp, self.vp, self.kn, self.vn, self.o = q, kp, vp, kn, vn, outs[0]
+        self.P = P = params.past_len
+        S = self.S = P + kn.shape[-2]
+        self.D = D = kp.shape[-1]
+        self.k32 = aligned((*kp.shape[:-2], S, D), np.dtype(np.float32), 0)
+        self.v32 = aligned((*vp.shape[:-2], S, vp.shape[-1]), np.dtype(np.float32), 0)
+        self.k_max: float | None = None  # max|K| of the joined K the copy stands for (None: the copy's own)
+        sdpa = SdpaParams(params.causal, mask is not None, params.scale, params.kv_groups)
+        self.plain = _sdpa([q, self.k32, self.v32, *([] if mask is None else [mask])], outs, sdpa,
+                           k_absmax=lambda: _absmax(self.k32) if self.k_max is None else self.k_max)
+        self.written = np.zeros(P, np.bool_)  # past rows the copy holds from an earlier run
+        # (f16 bits as uint16 (H, P, D), f32 copy (H, S, D), largest closed / open bits per head)
+        self.parts = [(p.reshape(-1, P, p.shape[-1]).view(np.uint16), c.reshape(-1, S, c.shape[-1]),
+                       np.empty(math.prod(p.shape[:-2]), np.int32), np.empty(math.prod(p.shape[:-2]), np.int32))
+                      for p, c in ((kp, self.k32), (vp, self.v32))]
+        self.all_rows, self.no_rows = np.ones(P, np.uint8), np.zeros(P, np.uint8)
+        self.scale = params.scale if params.scale != 0.0 else 1.0 / math.sqrt(q.shape[-1])
+        self.m2: np.ndarray | None = None
+        if mask is not None and mask.shape[-1] == S:
+            try:
+                self.m2 = _view(mask, (-1, S))
+            except (AttributeError, ValueError):
+                self.m2 = None
+        if self.m2 is not None:
+            self.colmax = np.empty(S, self.m2.dtype)
+            self.rowmask = np.empty(self.m2.shape[0], self.m2.dtype)
+            self.open_cols = np.empty(S, np.bool_)
+            self.open_rows = np.empty(P, np.uint8)
+            self.clear_rows = np.empty(P, np.bool_)
+
+    def __call__(self) -> None:
+        if self.m2 is None or not self._fast():
+            self._full()
+
+    def _join_new(self) -> None:
+        np.copyto(self.k32[..., self.P:, :], self.kn, casting="unsafe")
+        np.copyto(self.v32[..., self.P:, :], self.vn, casting="unsafe")
+
+    def _full(self) -> None:
+        """The unfused path: every past row converted (numpy's conversion where one is not finite)."""
+        from ov_npu_emu_npu.device.kernels.kvrows import join_rows
+
+        for (src, dst, c, m), past, copy in zip(self.parts, (self.kp, self.vp), (self.k32, self.v32), strict=True):
+            if join_rows(src, dst, self.all_rows, self.no_rows, c, m)[1] >= _F16_NONFINITE:
+                np.copyto(copy[..., :self.P, :], past, casting="unsafe")
+        self.written[:] = True
+        self._join_new()
+        self.k_max = None
+        self.plain()
+
+    def _open_columns(self) -> float | None:
+        """Marks the open columns; the smallest row maximum of a float mask (0.0 for a boolean
+        one), or None when a row has no open column."""
+        m2, colmax, rowmask = self.m2, self.colmax, self.rowmask
+        assert m2 is not None
+        if m2.dtype == np.bool_:
+            np.logical_or.reduce(m2, axis=0, out=colmax)
+            np.logical_or.reduce(m2, axis=1, out=rowmask)
+            if not rowmask.all():  # a fully masked row: NaN on the unfused path, keep it
+                return None
+            np.copyto(self.open_cols, colmax)
+            return 0.0
+        np.maximum.reduce(m2, axis=0, out=colmax)
+        np.maximum.reduce(m2, axis=1, out=rowmask)
+        rowmin = float(np.minimum.reduce(rowmask))
+        if not math.isfinite(rowmin):
+            return None
+        np.greater(colmax, rowmin - _EXP_ZERO_MARGIN, out=self.open_cols)
+        return rowmin
+
+    def _fast(self) -> bool:
+        from ov_npu_emu_npu.device.kernels.kvrows import join_rows
+
+        rowmin = self._open_columns()
+        q_max = _absmax(self.q)
+        if rowmin is None or not math.isfinite(q_max):
+            return False
+        open_past = self.open_cols[:self.P]
+        np.copyto(self.open_rows, open_past, casting="unsafe")
+        np.greater(self.written, open_past, out=self.clear_rows)  # held, closed now: zeroed
+        (kc, ko), (vc, vo) = (join_rows(src, dst, self.open_rows, self.clear_rows.view(np.uint8), c, m)
+                              for src, dst, c, m in self.parts)
+        np.copyto(self.written, open_past)
+        if max(kc, ko, vc, vo) >= _F16_NONFINITE:
+            return False
+        self._join_new()
+        k_new = _absmax(self.kn)
+        if not (math.isfinite(k_new) and math.isfinite(_absmax(self.vn))):
+            return False
+        k_abs = max(_f16_value(max(kc, ko)), k_new)
+        if self.m2 is not None and self.m2.dtype != np.bool_:
+            bound = q_max * k_abs * self.D * abs(self.scale) * (1.0 + 2.0**-10)
+            limit = rowmin - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(rowmin) + 2.0 * bound)
+            closed_max = float(np.maximum.reduce(self.colmax, where=~self.open_cols, initial=-np.inf))
+            if not (math.isfinite(limit) and closed_max <= limit):
+                return False
+        self.k_max = k_abs
+        self.plain()
+        return bool(np.count_nonzero(self.o) == self.o.size)  # an exact 0 may carry the other sign
+
+
 @kernel("sdpa_kv")
 def _sdpa_kv(ins, outs, params):
     """Attention over a past K/V stored as f16 joined with the new rows (SdpaKvParams; operands
-    q, past K, past V, the new K and V rows stacked [2, B, H, M, D][, mask]; the compiler's fuse_kv
-    pass), with the bits of the
-    unfused ``Convert -> Concat -> sdpa`` (NPU_EMU_FUSE_KV=NO).
+    q, past K, past V, the new K and V rows stacked [2, B, H, M, D], mask; the compiler's
+    fuse_kv pass), with the bits of the unfused ``Convert -> Concat -> sdpa``
+    (NPU_EMU_FUSE_KV=NO).
 
     The kernel keeps its own f32 copy of the joined K and V.  Each run converts only the past
     rows the mask leaves open (:func:`.kvrows.join_rows`: one pass over the f16 rows, which
@@ -551,117 +675,11 @@ def _sdpa_kv(ins, outs, params):
     skipper's proof: colmax <= min_rows(rowmax(mask)) - 2B - margin, B = max|q| · max|K| · D ·
     |scale|; boolean masks: False in every row).  exp() then gives exact zeros there both on
     the copy (a zero K row) and on the real rows (any finite K), so the row sums and products
-    add the same terms; the one difference, 0 · V adding -0 instead of +0, shows only where an
-    output is exactly 0.  The run takes the unfused path instead (every row converted, the
-    copy then holding them all) when that proof does not hold: an infinity or NaN in q, K or
-    V (a closed row's too), a row with no open column, a mask with no per-column layout, or an
-    output that is exactly 0.
+    add the same terms (:func:`_sdpa`'s column skipper is handed the real max|K|, so it takes
+    the same columns).  A product 0 · V can differ in the sign of a zero, which shows only
+    where an output is exactly 0.  The run takes the unfused path instead (every row
+    converted, the copy then holding them all) when the proof does not hold: an infinity or
+    NaN in q, K or V (a closed row's too), a row with no open column, a mask with no
+    per-column layout, or an output that is exactly 0.
     """
-    q, kp, vp, new = ins[:4]
-    mask = ins[4] if params.has_mask and len(ins) > 4 else None
-    if new.ndim != 5 or new.shape[0] != 2:
-        raise ExecutionError(f"sdpa_kv: the new K and V rows come stacked as [2, B, H, M, D], not {new.shape}")
-    kn, vn = new[0], new[1]
-    P = params.past_len
-    if (kp.ndim != 4 or vp.ndim != 4 or kp.shape[-2] != P or vp.shape[-2] != P or kn.shape[:-2] != kp.shape[:-2]
-            or vn.shape[:-2] != vp.shape[:-2] or kn.shape[-1] != kp.shape[-1] or vn.shape[-1] != vp.shape[-1]
-            or kn.shape[-2] != vn.shape[-2] or kp.dtype != np.float16 or vp.dtype != np.float16
-            or not (kp.flags.c_contiguous and vp.flags.c_contiguous)):
-        raise ExecutionError(f"sdpa_kv: past K {kp.shape} / V {vp.shape} ({kp.dtype}, {vp.dtype}) and new K "
-                             f"{kn.shape} / V {vn.shape} do not join at {P} past rows; recompile the model")
-    S = P + kn.shape[-2]
-    D, Dv = kp.shape[-1], vp.shape[-1]
-    k32 = aligned((*kp.shape[:-2], S, D), np.dtype(np.float32), 0)
-    v32 = aligned((*vp.shape[:-2], S, Dv), np.dtype(np.float32), 0)
-    k_max: list[float | None] = [None]  # max|K| of the joined K the copy stands for (None: the copy's own)
-    sdpa = SdpaParams(params.causal, mask is not None, params.scale, params.kv_groups)
-    plain = _sdpa([q, k32, v32, *([] if mask is None else [mask])], outs, sdpa,
-                  k_absmax=lambda: _absmax(k32) if k_max[0] is None else k_max[0])
-    written = np.zeros(P, np.bool_)  # past rows the copy holds from an earlier run
-    kp16 = kp.reshape(-1, P, D).view(np.uint16)
-    vp16 = vp.reshape(-1, P, Dv).view(np.uint16)
-    k3, v3 = k32.reshape(-1, S, D), v32.reshape(-1, S, Dv)
-    heads = kp16.shape[0]
-    all_rows = np.ones(P, np.uint8)
-    no_rows = np.zeros(P, np.uint8)
-    cmax, omax = np.empty(heads, np.int32), np.empty(heads, np.int32)
-    cmax_v, omax_v = np.empty(vp16.shape[0], np.int32), np.empty(vp16.shape[0], np.int32)
-
-    def join_new() -> None:
-        np.copyto(k32[..., P:, :], kn, casting="unsafe")
-        np.copyto(v32[..., P:, :], vn, casting="unsafe")
-
-    def full() -> None:
-        """The unfused path: every past row converted (numpy's conversion where one is not finite)."""
-        from ov_npu_emu_npu.device.kernels.kvrows import join_rows
-
-        for src, dst, past, copy, c, m in ((kp16, k3, kp, k32, cmax, omax), (vp16, v3, vp, v32, cmax_v, omax_v)):
-            if join_rows(src, dst, all_rows, no_rows, c, m)[1] >= _F16_NONFINITE:
-                np.copyto(copy[..., :P, :], past, casting="unsafe")
-        written[:] = True
-        join_new()
-        k_max[0] = None
-        plain()
-
-    if mask is None or mask.shape[-1] != S:
-        return full
-    try:
-        m2 = _view(mask, (-1, S))
-    except (AttributeError, ValueError):
-        return full
-    is_bool = m2.dtype == np.bool_
-    colmax = np.empty(S, m2.dtype)
-    rowmask = np.empty(m2.shape[0], m2.dtype)
-    open_cols = np.empty(S, np.bool_)
-    open_rows = np.empty(P, np.uint8)
-    clear_rows = np.empty(P, np.bool_)
-    scale = params.scale if params.scale != 0.0 else 1.0 / math.sqrt(q.shape[-1])
-    o = outs[0]
-
-    def fast() -> bool:
-        from ov_npu_emu_npu.device.kernels.kvrows import join_rows
-
-        rowmin = 0.0
-        if is_bool:
-            np.logical_or.reduce(m2, axis=0, out=colmax)
-            np.logical_or.reduce(m2, axis=1, out=rowmask)
-            if not rowmask.all():  # a fully masked row: NaN on the unfused path, keep it
-                return False
-            np.copyto(open_cols, colmax)
-        else:
-            np.maximum.reduce(m2, axis=0, out=colmax)
-            np.maximum.reduce(m2, axis=1, out=rowmask)
-            rowmin = float(np.minimum.reduce(rowmask))
-            if not math.isfinite(rowmin):
-                return False
-            np.greater(colmax, rowmin - _EXP_ZERO_MARGIN, out=open_cols)
-        q_max = _absmax(q)
-        if not math.isfinite(q_max):
-            return False
-        np.copyto(open_rows, open_cols[:P], casting="unsafe")
-        np.greater(written, open_cols[:P], out=clear_rows)  # held, closed now: zeroed
-        kc, ko = join_rows(kp16, k3, open_rows, clear_rows.view(np.uint8), cmax, omax)
-        vc, vo = join_rows(vp16, v3, open_rows, clear_rows.view(np.uint8), cmax_v, omax_v)
-        np.copyto(written, open_cols[:P])
-        if max(kc, ko, vc, vo) >= _F16_NONFINITE:
-            return False
-        join_new()
-        k_new, v_new = _absmax(kn), _absmax(vn)
-        if not (math.isfinite(k_new) and math.isfinite(v_new)):
-            return False
-        k_abs = max(_f16_value(max(kc, ko)), k_new)
-        if not is_bool:
-            bound = q_max * k_abs * D * abs(scale) * (1.0 + 2.0**-10)
-            limit = rowmin - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(rowmin) + 2.0 * bound)
-            closed_max = float(np.maximum.reduce(colmax, where=~open_cols, initial=-np.inf))
-            if not (math.isfinite(limit) and closed_max <= limit):
-                return False
-        k_max[0] = k_abs
-        plain()
-        return np.count_nonzero(o) == o.size  # an exact 0 may carry the other sign: the unfused path
-
-    def run() -> None:
-        if not fast():
-            full()
-
-    return run
+    return _FusedKv(ins, outs, params)

@@ -6,6 +6,8 @@ are closed now are zeroed.  numba, loaded with the first sdpa_kv task (not with 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit, prange
 
@@ -13,7 +15,7 @@ from ov_npu_emu_npu.device.kernels.gemv import _f32, parallel_loops
 
 __all__ = ["join_rows"]
 
-_JIT = {"nogil": True, "cache": True}
+_JIT: dict[str, Any] = {"nogil": True, "cache": True}
 
 
 @njit(inline="always", **_JIT)
