@@ -160,3 +160,44 @@ def test_rows_that_close_are_cleared_in_the_kernels_copy(npu_core):
         a = _run(on, feed)
         _assert_same_bits(a, _run(off, feed))
         assert rel_err(a, cpu_reference(model, feed)[0]) <= 1e-5
+
+
+@pytest.mark.parametrize("mask", ["min", "inf", "-1e4"])
+@pytest.mark.parametrize(("heads", "hkv"), [(8, 2), (4, 4)], ids=["gqa", "mha"])
+def test_products_over_the_open_columns_keep_the_bits(npu_core, monkeypatch, mask, heads, hkv):
+    """A long window with a few columns open: QK^T, softmax and exp() run over the open columns
+    only (rounded up to a probed width), the row sums and PV over the full row; windows growing
+    past the compact share and shrinking back (the copy's moved new rows are cleared)."""
+    from ov_npu_emu_npu.device.kernels import attention
+
+    used_compact: list[int] = []
+    run = attention._CompactProducts.__call__
+    monkeypatch.setattr(attention._CompactProducts, "__call__",
+                        lambda self, wp, past: (used_compact.append(wp), run(self, wp, past))[1])
+    past = 383
+    model = kv_attention_model(heads, hkv, past, expand=heads != hkv)
+    on, off = _requests(npu_core, model)
+    for i, used in enumerate((0, 5, 30, 100, 170, 250, 383, 60, 3, 0, 130)):
+        feed = kv_feed(heads, hkv, past, used=used, seed=100 + i, mask=mask)
+        a = _run(on, feed)
+        _assert_same_bits(a, _run(off, feed))
+        assert rel_err(a, cpu_reference(model, feed)[0]) <= 1e-5
+    assert sorted(set(used_compact)) == [3, 67, 131]  # 0 / 64 / 128 past columns, each row's place kept mod 4
+
+
+def test_new_rows_moved_for_the_compact_products_are_cleared_later(npu_core):
+    """The compact products put the new K rows right after the open prefix of the kernel's copy;
+    a later run that attends over all columns (an open column far out) must not see them."""
+    past = 383
+    model = kv_attention_model(8, 2, past)
+    on, off = _requests(npu_core, model)
+    feed = kv_feed(8, 2, past, used=5, seed=120, mask="-1e4")
+    feed["q"] *= 1e-3  # a small query: the bound still shuts the closed columns
+    feed["new_key"][...] = 1e4  # row 67 of the copy holds these after this run
+    _assert_same_bits(_run(on, feed), _run(off, feed))
+    feed = kv_feed(8, 2, past, used=5, seed=121, mask="-1e4")
+    feed["q"][...] = 0.25  # against a stale 1e4 row: a score of 0, as high as the open ones'
+    feed["mask"][..., 300] = 0.0  # open far out: the full products, row 67 closed
+    a = _run(on, feed)
+    _assert_same_bits(a, _run(off, feed))
+    assert rel_err(a, cpu_reference(model, feed)[0]) <= 1e-5

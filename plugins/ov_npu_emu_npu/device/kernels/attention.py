@@ -13,7 +13,7 @@ import numpy as np
 from ov_npu_emu.errors import ExecutionError
 from ov_npu_emu_npu.blob.kernel_params import SdpaParams
 from ov_npu_emu_npu.device.kernels.blasthreads import one_blas_thread
-from ov_npu_emu_npu.device.kernels.hostalign import aligned, mod
+from ov_npu_emu_npu.device.kernels.hostalign import ALIGN, aligned, mod
 from ov_npu_emu_npu.device.kernels.registry import Runner, kernel
 
 
@@ -553,6 +553,132 @@ def _kv_operands(ins: Sequence[np.ndarray], params) -> tuple[np.ndarray, np.ndar
     return q, kp, vp, kn, vn, mask
 
 
+#: the compact products' past width grows in steps of this many columns (one probe per step)
+_COMPACT_STEP = 64
+#: ... and serves windows up to this share of the past: past it, its copies and the full-row
+#: softmax cost more than the columns it leaves out save (bench/bench_fused_kv.py)
+_COMPACT_MAX_SHARE = 0.5
+#: (q, K, scores shapes, groups, compact width, host alignments) -> whether the compact QK^T has
+#: the full one's bits on its columns
+_COMPACT_QK: dict[tuple[int, ...], bool] = {}
+_COMPACT_LOCK = threading.Lock()  # not _WINDOW_LOCK: the probe's products take that one
+
+
+def _compact_qk_ok(q: np.ndarray, k: np.ndarray, c_scores: np.ndarray, groups: int, L: int,
+                   batch: tuple[int, ...], wp: int, P: int) -> bool:
+    """Whether the decode QK^T over the first ``wp`` past rows and the new rows moved right after
+    them (``wp`` ≡ P mod 4) gives, per column, the bits of the product over all of K.
+
+    BLAS's gemv computes each K row's dot product alone, but its kernel handles rows in blocks
+    (of 4 here), so a row's summation can depend on its place in the call: the compact call keeps
+    every row's place modulo 4.  Probed once per shape and host alignment on random data (the
+    full product's scores in each alignment a host allocation can have), as
+    :func:`_grouped_gemv_ok` is."""
+    S, D = k.shape[-2], k.shape[-1]
+    rows = q.shape[-2]
+    w = wp + S - P
+    key = (*q.shape, *k.shape, groups, L, wp, mod(q), mod(k), mod(c_scores))
+    with _COMPACT_LOCK:
+        hit = _COMPACT_QK.get(key)
+        if hit is not None:
+            return hit
+        rng = np.random.default_rng(5)
+        qa = _at_alignment_of(q, rng.standard_normal(q.shape).astype(np.float32))
+        ka = _at_alignment_of(k, rng.standard_normal(k.shape).astype(np.float32))
+        kc = _at_alignment_of(k, np.zeros(k.shape, np.float32))
+        kc[..., :wp, :] = ka[..., :wp, :]
+        kc[..., wp:w, :] = ka[..., P:, :]
+        flat = _at_alignment_of(c_scores, np.zeros(c_scores.shape, np.float32))
+        sc = _view(flat[: math.prod(batch) * rows * w], (*batch, rows, w))
+        _qk_product(qa, np.swapaxes(kc[..., :w, :], -1, -2), sc, _grouped_scores(sc, groups, L), batch, groups, L,
+                    True, None)()
+        ok = True
+        for offset in range(0, ALIGN, 16):
+            full = aligned((*batch, rows, S), np.dtype(np.float32), offset)
+            _qk_product(qa, np.swapaxes(ka, -1, -2), full, _grouped_scores(full, groups, L), batch, groups, L, True,
+                        None)()
+            ok = ok and np.array_equal(full[..., :wp], sc[..., :wp]) and np.array_equal(full[..., P:], sc[..., wp:])
+        _COMPACT_QK[key] = bool(ok and D > 0)
+        return _COMPACT_QK[key]
+
+
+def _grouped_scores(scores: np.ndarray, groups: int, L: int) -> np.ndarray:
+    return scores.reshape(*scores.shape[:-2], groups, L, scores.shape[-1]) if groups > 1 else scores
+
+
+class _CompactProducts:
+    """The attention products of a fused decode run over the open columns only, with the full
+    run's bits: QK^T over the past rows up to the last open one (rounded so each row keeps its
+    place modulo 4, :func:`_compact_qk_ok`) and the new rows moved after them; scale, mask, row
+    maximum and exp() on those columns (element-wise: the same values); the row sums and the
+    products with V on the full row with exact zeros on the closed columns (the sums and BLAS's
+    PV then add the same terms in the same order as :func:`_sdpa`)."""
+
+    def __init__(self, q: np.ndarray, k32: np.ndarray, v32: np.ndarray, mask: np.ndarray, o: np.ndarray,
+                 params, scale: float) -> None:
+        self.groups = groups = max(params.kv_groups, 1)
+        self.L = q.shape[-2]
+        self.q, self.o = (_stack_groups(q, k32, o, groups) if groups > 1 else (q, o))
+        self.k32, self.v32 = k32, v32
+        self.scale = scale
+        self.batch = tuple(np.broadcast_shapes(self.q.shape[:-2], k32.shape[:-2], v32.shape[:-2]))
+        self.rows = rows = self.q.shape[-2]
+        S = self.S = k32.shape[-2]
+        self.mask = _grouped_mask(mask, k32.shape[1], groups) if groups > 1 else mask
+        self.direct = o.dtype == np.float32 and tuple(self.o.shape[:-2]) == self.batch
+        n = math.prod(self.batch) * rows
+        self.c_flat = aligned((n * S,), np.dtype(np.float32), 0)
+        self.m_flat = np.empty(self.mask.size, self.mask.dtype)
+        self.p_full = np.zeros((*self.batch, rows, S), np.float32)
+        self.rowmax = np.empty((*self.batch, rows, 1), np.float32)
+        self.prev_wp = 0  # past columns [0, prev_wp) of p_full may hold values
+
+    @staticmethod
+    def usable(q: np.ndarray, k32: np.ndarray, mask: np.ndarray | None, params) -> bool:
+        """Decode-shaped, f32 query, a float mask over the columns, no column skipper in the
+        full run (its own compact products would be the reference then)."""
+        groups = max(params.kv_groups, 1)
+        rows = q.shape[-2] * groups
+        scores = math.prod(q.shape[:-1]) * k32.shape[-2]
+        return (mask is not None and mask.dtype != np.bool_ and q.dtype == np.float32 and not params.causal
+                and rows < 8 and scores < _SKIP_MIN_SCORES and q.ndim == 4)
+
+    def ok(self, wp: int, P: int) -> bool:
+        """Whether the compact QK^T over [0, wp) and the new rows is probed equal here."""
+        return _compact_qk_ok(self.q, self.k32, self.c_flat, self.groups, self.L, self.batch, wp, P)
+
+    def __call__(self, wp: int, P: int) -> None:
+        """The products with the past columns [0, wp) and the new ones open (``wp`` ≡ P mod 4,
+        :meth:`ok`; the new rows already copied to rows [wp, wp + new) of K)."""
+        S, rows, batch, groups, L = self.S, self.rows, self.batch, self.groups, self.L
+        w = wp + S - P
+        sc = _view(self.c_flat[: math.prod(batch) * rows * w], (*batch, rows, w))
+        _qk_product(self.q, np.swapaxes(self.k32[..., :w, :], -1, -2), sc, _grouped_scores(sc, groups, L), batch,
+                    groups, L, True, None)()
+        np.multiply(sc, self.scale, out=sc)
+        m = self.mask
+        mc = _view(self.m_flat[: m.size // S * w], (*m.shape[:-1], w))
+        np.copyto(mc[..., :wp], m[..., :wp])
+        np.copyto(mc[..., wp:], m[..., P:])
+        scm = _grouped_scores(sc, groups, L)
+        np.add(scm, mc, out=scm, casting="unsafe")
+        np.maximum.reduce(sc, axis=-1, keepdims=True, out=self.rowmax)
+        np.subtract(sc, self.rowmax, out=sc)
+        np.exp(sc, out=sc)
+        pf = self.p_full
+        if self.prev_wp > wp:
+            pf[..., wp:self.prev_wp] = 0.0
+        self.prev_wp = wp
+        np.copyto(pf[..., :wp], sc[..., :wp])
+        np.copyto(pf[..., P:], sc[..., wp:])
+        np.add.reduce(pf, axis=-1, keepdims=True, out=self.rowmax)
+        np.divide(pf, self.rowmax, out=pf)
+        if self.direct:
+            np.matmul(pf, self.v32, out=self.o)
+        else:
+            np.copyto(self.o, np.matmul(pf, self.v32).reshape(self.o.shape), casting="unsafe")
+
+
 class _FusedKv:
     """The runner of one sdpa_kv task (see :func:`_sdpa_kv`)."""
 
@@ -574,13 +700,16 @@ class _FusedKv:
                        np.empty(math.prod(p.shape[:-2]), np.int32), np.empty(math.prod(p.shape[:-2]), np.int32))
                       for p, c in ((kp, self.k32), (vp, self.v32))]
         self.all_rows, self.no_rows = np.ones(P, np.uint8), np.zeros(P, np.uint8)
-        self.scale = params.scale if params.scale != 0.0 else 1.0 / math.sqrt(q.shape[-1])
+        self.scale = self.scale_of(params, q)
         self.m2: np.ndarray | None = None
         if mask is not None and mask.shape[-1] == S:
             try:
                 self.m2 = _view(mask, (-1, S))
             except (AttributeError, ValueError):
                 self.m2 = None
+        self.compact: _CompactProducts | None = None
+        if self.m2 is not None and mask is not None and _CompactProducts.usable(q, self.k32, mask, params):
+            self.compact = _CompactProducts(q, self.k32, self.v32, mask, outs[0], params, self.scale_of(params, q))
         if self.m2 is not None:
             self.colmax = np.empty(S, self.m2.dtype)
             self.rowmask = np.empty(self.m2.shape[0], self.m2.dtype)
@@ -588,9 +717,30 @@ class _FusedKv:
             self.open_rows = np.empty(P, np.uint8)
             self.clear_rows = np.empty(P, np.bool_)
 
+    @staticmethod
+    def scale_of(params, q: np.ndarray) -> float:
+        return float(params.scale) if params.scale != 0.0 else 1.0 / math.sqrt(q.shape[-1])
+
     def __call__(self) -> None:
         if self.m2 is None or not self._fast():
             self._full()
+
+    def _products(self, open_past: np.ndarray) -> None:
+        """The attention on the copy: over the open columns (:class:`_CompactProducts`) where
+        that is probed exact, else :func:`_sdpa` over all of them."""
+        c, P = self.compact, self.P
+        new = self.S - P
+        if c is not None:
+            hi = int(np.flatnonzero(open_past)[-1]) + 1 if open_past.any() else 0
+            hi = -(-hi // _COMPACT_STEP) * _COMPACT_STEP  # a few widths per conversation: a probe each
+            wp = hi + (P - hi) % 4  # each K row keeps its place modulo 4 in the compact QK^T
+            if wp + new <= P * _COMPACT_MAX_SHARE and c.ok(wp, P):
+                # the new rows after the prefix (closed past rows: the next run zeroes them)
+                np.copyto(self.k32[..., wp:wp + new, :], self.kn, casting="unsafe")
+                self.written[wp:wp + new] = True
+                c(wp, P)
+                return
+        self.plain()
 
     def _join_new(self) -> None:
         np.copyto(self.k32[..., self.P:, :], self.kn, casting="unsafe")
@@ -655,7 +805,7 @@ class _FusedKv:
             if not (math.isfinite(limit) and closed_max <= limit):
                 return False
         self.k_max = k_abs
-        self.plain()
+        self._products(open_past)
         return bool(np.count_nonzero(self.o) == self.o.size)  # an exact 0 may carry the other sign
 
 
