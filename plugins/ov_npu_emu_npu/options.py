@@ -218,6 +218,12 @@ NPU_OPTIONS = OptionTable(
         Option("NPU_EMU_PING_PONG", _FLAG, True,
                "Compile. YES: two CMX slots per tiled-MatMul stream; NO: one slot, the same tiles in "
                "sequence, for A/B", origin="ours", scope="compile"),
+        Option("NPU_EMU_FUSE_KV", _FLAG, True,
+               "Compile. YES: an attention reading a past KV input stored as f16 (`Convert` f16 -> f32, "
+               "`Concat` with the new rows) runs as one `sdpa_kv` task that converts only the rows its mask "
+               "leaves open (the rest provably add exact zeros: same bits as NO, else it takes NO's path "
+               "for that run); NO: the `Convert`, `Concat` and `sdpa` tasks, for A/B", origin="ours",
+               scope="compile"),
         Option("NPU_EMU_VERIFY", _FLAG, True,
                "Compile. YES: verify the memory plan and the schedule of every blob", origin="ours", scope="compile"),
         # the real NPU's keys of the weightless export (weightless.py)

@@ -178,3 +178,30 @@ def test_v_transposed_layout(llm_quick, emu_core):
     assert list(gen.get_tensor("past_key_values.0.value").shape) == [1, h, d, 127]
     assert list(gen.get_tensor("past_key_values.0.key").shape) == [1, h, 127, d]
     assert ours == greedy(cpu, LONG[:60], 100)[0]
+
+
+@pytest.mark.parametrize("name", ["short", "switch"])
+def test_f16_kv_on_the_npu_reads_the_cache_in_the_fused_task(name, llm_quick, emu_core, monkeypatch):
+    """The emulated NPU with NPUW's default f16 KV, as the real NPUW stores it: each generate
+    layer's attention is one sdpa_kv task (NPU_EMU_FUSE_KV, docs/npu_device.md); its greedy ids
+    equal the unfused tasks' and the real NPUW's."""
+    from ov_npu_emu_npu.device.kernels import kvrows
+
+    _, model, cpu_request = llm_quick
+    cfg, extra, prompt, n, _, _ = SCENARIOS[name]
+    cfg = {k: v for k, v in cfg.items() if k != "NPUW_LLM_SHARED_HEAD"}
+    ids = {}
+    row_passes: list[int] = []
+    join = kvrows.join_rows
+    monkeypatch.setattr(kvrows, "join_rows", lambda *a: (row_passes.append(1), join(*a))[1])
+    for fuse in ("YES", "NO"):
+        row_passes.clear()
+        sub = {**cfg["++NPUW_LLM_GENERATE_CONFIG"], "NPU_EMU_FUSE_KV": fuse}
+        cm = emu_core.compile_model(model, "NPU", {**cfg, **extra, "NPUW_DEVICES": "NPU",
+                                                   "++NPUW_LLM_GENERATE_CONFIG": sub})
+        ids[fuse], err = greedy(cm.create_infer_request(), prompt, n)
+        assert err is None and len(ids[fuse]) == n
+        assert bool(row_passes) == (fuse == "YES")  # the fused task ran (only) with the key on
+    assert ids["YES"] == ids["NO"]
+    real, _, _ = _oracle(llm_quick, name)
+    assert_matches_real(ids["YES"], real, cpu_request, prompt)

@@ -61,7 +61,8 @@ BLOB_MAGIC = b"OVNPUEMU"
 #: (major, minor); a reader accepts the same major and any minor <= its own
 #: 1.1: compressed weights (matmul_dq, gather_dq, weights_format); 1.2: integrity trailer;
 #: 1.3: token-row marks in the task metadata (tasks[i].rows, NPU_EMU_SKIP_PADDED_ROWS)
-BLOB_VERSION = (1, 3)
+#: 1.4: the sdpa_kv kernel (attention reading a past KV stored as f16, NPU_EMU_FUSE_KV)
+BLOB_VERSION = (1, 4)
 SUPPORTED_VERSIONS = {1}
 #: e_machine: no registered machine fits, so we use a value from the unassigned range
 EM_NPU_EMU = 0x4E50  # "NP"

@@ -53,6 +53,7 @@ __all__ = [
     "PadParams",
     "ReduceParams",
     "ResampleParams",
+    "SdpaKvParams",
     "SdpaParams",
     "SliceParams",
     "SwishParams",
@@ -495,6 +496,19 @@ class SdpaParams(KernelParams):
     scale: float = _float("0: 1/sqrt(D)")
     kv_groups: int = _int("query heads per K/V head (grouped-query attention; absent in blobs before it: 1)",
                           default=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class SdpaKvParams(KernelParams):
+    """Attention over a past KV stored as f16, joined with the new rows by the kernel (the
+    compiler's fuse_kv pass: operands q, past K, past V, the new K and V rows stacked, mask)."""
+
+    KERNELS = ("sdpa_kv",)
+    causal: bool = _flag("causal mask")
+    has_mask: bool = _flag("a mask operand follows the new K/V rows")
+    scale: float = _float("0: 1/sqrt(D)")
+    kv_groups: int = _int("query heads per K/V head (grouped-query attention; 1 = plain)")
+    past_len: int = _int("rows of the past K/V (the joined K/V has past_len + the new rows)")
 
 
 def _records() -> Iterator[type[KernelParams]]:

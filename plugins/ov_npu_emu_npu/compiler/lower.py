@@ -23,11 +23,13 @@ from ov_npu_emu_npu.blob.kernel_params import (
     KernelParams,
     MatMulDqParams,
     MatMulParams,
+    SdpaKvParams,
     SdpaParams,
     pack_params,
 )
 from ov_npu_emu_npu.compiler.compress import F16_DQ_ROUNDING, CompressedWeight
 from ov_npu_emu_npu.compiler.frontend import Prepared
+from ov_npu_emu_npu.compiler.fuse_kv import KvFusion, find_kv_fusions
 from ov_npu_emu_npu.compiler.graph import DmaSpec, Packed, Place, Task, Value, np_dtype
 from ov_npu_emu_npu.compiler.lower_conv import HANDLERS as CONV_HANDLERS
 from ov_npu_emu_npu.compiler.lower_elementwise import HANDLERS as ELEMENTWISE_HANDLERS
@@ -61,7 +63,7 @@ class Lowered:
 
 class _Lowerer:
     def __init__(self, prep: Prepared, hw: HardwareConfig, f16: bool, stage: bool, ping_pong: bool = True,
-                 tile_weights: bool = True) -> None:
+                 tile_weights: bool = True, fuse_kv: bool = False) -> None:
         self.prep = prep
         self.hw = hw
         self.f16 = f16
@@ -75,6 +77,10 @@ class _Lowerer:
         #: -> (the un-broadcast [B, Hkv, S, D] value, group size); no task materializes it
         self.kv_groups: dict[tuple[str, int], tuple[Value, int]] = {}
         self._dma_rr = 0
+        #: attention reading an f16 past KV, lowered as one sdpa_kv task (fuse_kv.py,
+        #: NPU_EMU_FUSE_KV); the Convert/Concat/head-expansion nodes it replaces are not lowered
+        self.kv_fusions: dict[str, KvFusion] = find_kv_fusions(prep.model) if fuse_kv else {}
+        self.fused_away = {n.get_name() for f in self.kv_fusions.values() for n in f.replaced}
         #: query mode (Core.query_model): a refused op is recorded here (friendly name -> why) and
         #: lowering goes on with placeholder outputs, so every op gets an answer
         self.refused: dict[str, str] | None = None
@@ -239,6 +245,8 @@ class _Lowerer:
             if t == "Constant":
                 self.consts[(node.get_name(), 0)] = node
                 continue
+            if node.get_name() in self.fused_away:
+                continue
             try:
                 if self.refused is not None and any(node.get_output_partial_shape(i).is_dynamic
                                                     for i in range(node.get_output_size())):
@@ -310,7 +318,60 @@ class _Lowerer:
         grouped = self.kv_groups.get((src.get_node().get_name(), src.get_index()))
         return grouped if grouped is not None else (self.inp(node, i), 1)
 
+    def _out_of(self, out: ov.Output) -> Value:
+        """The lowered value of ``out`` (an output of a lowered node, a parameter or a constant)."""
+        key = (out.get_node().get_name(), out.get_index())
+        if key not in self.vals and key in self.consts:
+            cnode = self.consts[key]
+            data = np.asarray(cnode.get_data(), dtype=np_dtype(cnode.get_output_element_type(0)))
+            self.vals[key] = self.new_value(tuple(cnode.get_output_shape(0)), data.dtype, Place.CONST,
+                                            data=data.reshape(tuple(cnode.get_output_shape(0))))
+        if key not in self.vals:
+            raise CompileError(f"{out.get_node().get_friendly_name()!r} was not lowered", stage="lower")
+        return self.vals[key]
+
+    def _sdpa_scale(self, node: ov.Node) -> float:
+        if node.get_input_size() <= 4:
+            return 0.0
+        c = self.const_of(node, 4)
+        if c is None:
+            raise UnsupportedOpError(
+                "ScaledDotProductAttention with a non-constant scale",
+                op_type="ScaledDotProductAttention",
+                node_name=node.get_friendly_name(),
+            )
+        return float(c.reshape(-1)[0])
+
+    def _sdpa_fused(self, node: ov.Node, f: KvFusion) -> None:
+        """One sdpa_kv task: q, past K (f16), past V (f16), the new K and V rows stacked, mask
+        (fuse_kv.py); the stack (two DMAs of a few rows) keeps the task within MAX_OPERANDS."""
+        q = self.inp(node, 0)
+        kn, vn = self._out_of(f.k.new), self._out_of(f.v.new)
+        if kn.shape != vn.shape:
+            raise CompileError(f"sdpa_kv {node.get_friendly_name()!r}: new K {kn.shape} and V {vn.shape} differ; "
+                               "compile with NPU_EMU_FUSE_KV=NO", stage="lower")
+        # the joined K/V's type, as the Concat's output would have it (f16 in f16 mode: user
+        # inputs in f32 are rounded as op_concat rounds them)
+        new = self.scratch((2, *kn.shape), np.dtype(np.float32))
+        for i, x in enumerate((kn, vn)):
+            if x.dtype != new.dtype:
+                y = self.scratch(x.shape, new.dtype)
+                self.shave("convert", [x], [y], NO_PARAMS, node)
+                x = y
+            self.dma(x, 0, new, i * x.nbytes, 1, 1, x.nbytes, (0, 0), (0, 0), node)
+        ins = [q, self._out_of(f.k.past), self._out_of(f.v.past), new, self.inp(node, 3)]
+        o = self.node_out(node)
+        params = SdpaKvParams(False, True, self._sdpa_scale(node), f.k.group, f.k.past_len)
+        t = self.shave("sdpa_kv", ins, [o], params, node)
+        s_len = f.k.past_len + kn.shape[-2]
+        t.cycles = shave_cycles(self.hw, int(np.prod(q.shape)) * s_len * 2, 2)
+        self.vals[(node.get_name(), 0)] = o
+
     def op_sdpa(self, node: ov.Node) -> None:
+        fused = self.kv_fusions.get(node.get_name())
+        if fused is not None:
+            self._sdpa_fused(node, fused)
+            return
         q = self.inp(node, 0)
         (k, gk), (v, gv) = self._sdpa_kv(node, 1), self._sdpa_kv(node, 2)
         grouped_ok = (
@@ -324,18 +385,9 @@ class _Lowerer:
             gk = gv = 1
         ins = [q, k, v]
         has_mask = node.get_input_size() > 3
-        scale = 0.0
         if has_mask:
             ins.append(self.inp(node, 3))
-        if node.get_input_size() > 4:
-            c = self.const_of(node, 4)
-            if c is None:
-                raise UnsupportedOpError(
-                    "ScaledDotProductAttention with a non-constant scale",
-                    op_type="ScaledDotProductAttention",
-                    node_name=node.get_friendly_name(),
-                )
-            scale = float(c.reshape(-1)[0])
+        scale = self._sdpa_scale(node)
         if node.get_input_size() > 5:
             raise UnsupportedOpError(
                 "ScaledDotProductAttention with attention sinks",
@@ -426,8 +478,9 @@ def refused_ops(prep: Prepared, hw: HardwareConfig, *, f16: bool = False) -> dic
 
 
 def lower(prep: Prepared, hw: HardwareConfig, *, f16: bool = False, stage: bool = True,
-          ping_pong: bool = True, tile_weights: bool = True) -> Lowered:
-    """Lower the prepared model to tasks; producers/readers are filled in here."""
-    lw = _Lowerer(prep, hw, f16, stage, ping_pong, tile_weights)
+          ping_pong: bool = True, tile_weights: bool = True, fuse_kv: bool = False) -> Lowered:
+    """Lower the prepared model to tasks; producers/readers are filled in here.  ``fuse_kv``:
+    attention over an f16 past KV as sdpa_kv tasks (fuse_kv.py, NPU_EMU_FUSE_KV)."""
+    lw = _Lowerer(prep, hw, f16, stage, ping_pong, tile_weights, fuse_kv)
     out = lw.run()
     return out

@@ -89,7 +89,8 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
     # A multi-token prefill keeps the row-tiled MatMul staging: its token-row windows (tokens.py)
     # skip whole row tiles, and do not yet follow the K/N tiles of the ping-pong lowering.
     lw = lower(prep, hw, f16=precision == "f16", stage=_flag(config, "NPU_EMU_STAGING"),
-               ping_pong=_flag(config, "NPU_EMU_PING_PONG"), tile_weights=not _token_prefill(prep))
+               ping_pong=_flag(config, "NPU_EMU_PING_PONG"), tile_weights=not _token_prefill(prep),
+               fuse_kv=_flag(config, "NPU_EMU_FUSE_KV"))
     mark_token_rows(lw.tasks, lw.inputs, [p.output(0).get_names() for p in prep.model.get_parameters()],
                     bool(prep.variables))
     plan = plan_memory(lw, hw.cmx_size)

@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
+from ov_npu_emu_npu.blob.kernel_params import SdpaParams
 from ov_npu_emu_npu.device.kernels.blasthreads import one_blas_thread
-from ov_npu_emu_npu.device.kernels.hostalign import aligned, mod
+from ov_npu_emu_npu.device.kernels.hostalign import ALIGN, aligned, mod
 from ov_npu_emu_npu.device.kernels.registry import Runner, kernel
 
 
@@ -107,6 +108,7 @@ def _masked_column_skipper(
     rows: int,
     o,
     direct: bool,
+    k_absmax: Callable[[], float] | None = None,
 ) -> Callable[[], bool] | None:
     """Attention over only the columns the mask leaves open, when that is provably the same.
 
@@ -118,6 +120,8 @@ def _masked_column_skipper(
     row sums and (V finite) to the output, so the result is the full computation's up to
     summation order.  NaN/inf in q, K or V, a fully masked row or a mostly open window take the
     full path.  Chunked prefill and short prompts in a long KV window mask most columns.
+    ``k_absmax``: max|K| over the K the caller stands for (sdpa_kv: its f16 past, whose closed
+    rows its copy ``k`` holds as zeros), else taken over ``k``.
     """
     S, D = k.shape[-2], k.shape[-1]
     try:
@@ -150,7 +154,7 @@ def _masked_column_skipper(
             if not math.isfinite(rowmin) or np.count_nonzero(colmax <= rowmin - _EXP_ZERO_MARGIN) < _SKIP_SHARE * S:
                 return False
         # the relative terms cover the f32 roundings of q.k (D terms), scale and mask additions
-        bound = _absmax(qa) * _absmax(ka) * D * abs(scale) * (1.0 + 2.0**-10)
+        bound = _absmax(qa) * (_absmax(ka) if k_absmax is None else k_absmax()) * D * abs(scale) * (1.0 + 2.0**-10)
         if not math.isfinite(bound) or not math.isfinite(_absmax(va)):
             return False
         if not is_bool:
@@ -344,12 +348,13 @@ def _grouped_gemv_ok(q: np.ndarray, kt: np.ndarray, scores: np.ndarray, groups: 
 
 
 @kernel("sdpa")
-def _sdpa(ins, outs, params, window: RowWindow | None = None):
+def _sdpa(ins, outs, params, window: RowWindow | None = None, k_absmax: Callable[[], float] | None = None):
     """Attention (SdpaParams: causal, has_mask, scale (0: 1/sqrt(D)), query heads per K/V head).
 
     Grouped (G > 1): K/V hold Hkv heads and query head h reads K/V head h // G, as the IR's
     Unsqueeze/Broadcast/Reshape expansion did; the G query heads of a group share one matmul.
-    ``window``: the driver's padded-rows hint (RowWindow), read on every run.
+    ``window``: the driver's padded-rows hint (RowWindow), read on every run; ``k_absmax``: see
+    :func:`_masked_column_skipper`.
     """
     q, k, v = ins[:3]
     mask = ins[3] if len(ins) > 3 else None
@@ -385,7 +390,7 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None):
     direct = not f32 and o.dtype == np.float32 and tuple(o.shape[:-2]) == tuple(batch)
     skip = None
     if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
-        skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct)
+        skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct, k_absmax)
     # square (prefill) attention: the products in row blocks that a token-row window repeats
     blocks = row_blocks(L, groups) if kt_buf is not None and L == S else None
     qk = _qk_product(q32, kt, scores, scores_m, tuple(batch), groups, L, kt_buf is None, blocks)
@@ -519,3 +524,312 @@ def _square_ops(ins: Sequence[np.ndarray], o_full: np.ndarray, k: np.ndarray, v:
     if o5 is None:
         return None
     return _SquareOps(q5, k, v, mask5, bias, o5, groups, blocks, batch)
+
+
+#: f16 bits without the sign from here up: an infinity or a NaN
+_F16_NONFINITE = 0x7C00
+
+
+def _f16_value(bits: int) -> float:
+    """The magnitude whose f16 bits (sign cleared) are ``bits``."""
+    return float(np.array(bits, np.uint16).view(np.float16))
+
+
+def _kv_operands(ins: Sequence[np.ndarray], params) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                             np.ndarray, np.ndarray | None]:
+    """(q, past K, past V, new K, new V, mask or None) of an sdpa_kv task, checked."""
+    q, kp, vp, new = ins[:4]
+    mask = ins[4] if params.has_mask and len(ins) > 4 else None
+    if new.ndim != 5 or new.shape[0] != 2:
+        raise ExecutionError(f"sdpa_kv: the new K and V rows come stacked as [2, B, H, M, D], not {new.shape}; "
+                             "recompile the model")
+    kn, vn = new[0], new[1]
+    P = params.past_len
+    joins = all(p.ndim == 4 and p.shape[-2] == P and p.dtype == np.float16 and p.flags.c_contiguous
+                and n.shape[:-2] == p.shape[:-2] and n.shape[-1] == p.shape[-1] for p, n in ((kp, kn), (vp, vn)))
+    if not joins:
+        raise ExecutionError(f"sdpa_kv: past K {kp.shape} / V {vp.shape} ({kp.dtype}, {vp.dtype}) and new K "
+                             f"{kn.shape} / V {vn.shape} do not join at {P} past rows; recompile the model")
+    return q, kp, vp, kn, vn, mask
+
+
+#: the compact products' past width grows in steps of this many columns (one probe per step)
+_COMPACT_STEP = 64
+#: ... and serves windows up to this share of the past: past it, its copies and the full-row
+#: softmax cost more than the columns it leaves out save (bench/bench_fused_kv.py)
+_COMPACT_MAX_SHARE = 0.5
+#: (q, K, scores shapes, groups, compact width, host alignments) -> whether the compact QK^T has
+#: the full one's bits on its columns
+_COMPACT_QK: dict[tuple[int, ...], bool] = {}
+_COMPACT_LOCK = threading.Lock()  # not _WINDOW_LOCK: the probe's products take that one
+
+
+def _compact_qk_ok(q: np.ndarray, k: np.ndarray, c_scores: np.ndarray, groups: int, L: int,
+                   batch: tuple[int, ...], wp: int, P: int) -> bool:
+    """Whether the decode QK^T over the first ``wp`` past rows and the new rows moved right after
+    them (``wp`` ≡ P mod 4) gives, per column, the bits of the product over all of K.
+
+    BLAS's gemv computes each K row's dot product alone, but its kernel handles rows in blocks
+    (of 4 here), so a row's summation can depend on its place in the call: the compact call keeps
+    every row's place modulo 4.  Probed once per shape and host alignment on random data (the
+    full product's scores in each alignment a host allocation can have), as
+    :func:`_grouped_gemv_ok` is."""
+    S, D = k.shape[-2], k.shape[-1]
+    rows = q.shape[-2]
+    w = wp + S - P
+    key = (*q.shape, *k.shape, groups, L, wp, mod(q), mod(k), mod(c_scores))
+    with _COMPACT_LOCK:
+        hit = _COMPACT_QK.get(key)
+        if hit is not None:
+            return hit
+        rng = np.random.default_rng(5)
+        qa = _at_alignment_of(q, rng.standard_normal(q.shape).astype(np.float32))
+        ka = _at_alignment_of(k, rng.standard_normal(k.shape).astype(np.float32))
+        kc = _at_alignment_of(k, np.zeros(k.shape, np.float32))
+        kc[..., :wp, :] = ka[..., :wp, :]
+        kc[..., wp:w, :] = ka[..., P:, :]
+        flat = _at_alignment_of(c_scores, np.zeros(c_scores.shape, np.float32))
+        sc = _view(flat[: math.prod(batch) * rows * w], (*batch, rows, w))
+        _qk_product(qa, np.swapaxes(kc[..., :w, :], -1, -2), sc, _grouped_scores(sc, groups, L), batch, groups, L,
+                    True, None)()
+        ok = True
+        for offset in range(0, ALIGN, 16):
+            full = aligned((*batch, rows, S), np.dtype(np.float32), offset)
+            _qk_product(qa, np.swapaxes(ka, -1, -2), full, _grouped_scores(full, groups, L), batch, groups, L, True,
+                        None)()
+            ok = ok and np.array_equal(full[..., :wp], sc[..., :wp]) and np.array_equal(full[..., P:], sc[..., wp:])
+        _COMPACT_QK[key] = bool(ok and D > 0)
+        return _COMPACT_QK[key]
+
+
+def _grouped_scores(scores: np.ndarray, groups: int, L: int) -> np.ndarray:
+    return scores.reshape(*scores.shape[:-2], groups, L, scores.shape[-1]) if groups > 1 else scores
+
+
+class _CompactProducts:
+    """The attention products of a fused decode run over the open columns only, with the full
+    run's bits: QK^T over the past rows up to the last open one (rounded so each row keeps its
+    place modulo 4, :func:`_compact_qk_ok`) and the new rows moved after them; scale, mask, row
+    maximum and exp() on those columns (element-wise: the same values); the row sums and the
+    products with V on the full row with exact zeros on the closed columns (the sums and BLAS's
+    PV then add the same terms in the same order as :func:`_sdpa`)."""
+
+    def __init__(self, q: np.ndarray, k32: np.ndarray, v32: np.ndarray, mask: np.ndarray, o: np.ndarray,
+                 params, scale: float) -> None:
+        self.groups = groups = max(params.kv_groups, 1)
+        self.L = q.shape[-2]
+        self.q, self.o = (_stack_groups(q, k32, o, groups) if groups > 1 else (q, o))
+        self.k32, self.v32 = k32, v32
+        self.scale = scale
+        self.batch = tuple(np.broadcast_shapes(self.q.shape[:-2], k32.shape[:-2], v32.shape[:-2]))
+        self.rows = rows = self.q.shape[-2]
+        S = self.S = k32.shape[-2]
+        self.mask = _grouped_mask(mask, k32.shape[1], groups) if groups > 1 else mask
+        self.direct = o.dtype == np.float32 and tuple(self.o.shape[:-2]) == self.batch
+        n = math.prod(self.batch) * rows
+        self.c_flat = aligned((n * S,), np.dtype(np.float32), 0)
+        self.m_flat = np.empty(self.mask.size, self.mask.dtype)
+        self.p_full = np.zeros((*self.batch, rows, S), np.float32)
+        self.rowmax = np.empty((*self.batch, rows, 1), np.float32)
+        self.prev_wp = 0  # past columns [0, prev_wp) of p_full may hold values
+
+    @staticmethod
+    def usable(q: np.ndarray, k32: np.ndarray, mask: np.ndarray | None, params) -> bool:
+        """Decode-shaped, f32 query, a float mask over the columns, no column skipper in the
+        full run (its own compact products would be the reference then)."""
+        groups = max(params.kv_groups, 1)
+        rows = q.shape[-2] * groups
+        scores = math.prod(q.shape[:-1]) * k32.shape[-2]
+        return (mask is not None and mask.dtype != np.bool_ and q.dtype == np.float32 and not params.causal
+                and rows < 8 and scores < _SKIP_MIN_SCORES and q.ndim == 4)
+
+    def ok(self, wp: int, P: int) -> bool:
+        """Whether the compact QK^T over [0, wp) and the new rows is probed equal here."""
+        return _compact_qk_ok(self.q, self.k32, self.c_flat, self.groups, self.L, self.batch, wp, P)
+
+    def __call__(self, wp: int, P: int) -> None:
+        """The products with the past columns [0, wp) and the new ones open (``wp`` ≡ P mod 4,
+        :meth:`ok`; the new rows already copied to rows [wp, wp + new) of K)."""
+        S, rows, batch, groups, L = self.S, self.rows, self.batch, self.groups, self.L
+        w = wp + S - P
+        sc = _view(self.c_flat[: math.prod(batch) * rows * w], (*batch, rows, w))
+        _qk_product(self.q, np.swapaxes(self.k32[..., :w, :], -1, -2), sc, _grouped_scores(sc, groups, L), batch,
+                    groups, L, True, None)()
+        np.multiply(sc, self.scale, out=sc)
+        m = self.mask
+        mc = _view(self.m_flat[: m.size // S * w], (*m.shape[:-1], w))
+        np.copyto(mc[..., :wp], m[..., :wp])
+        np.copyto(mc[..., wp:], m[..., P:])
+        scm = _grouped_scores(sc, groups, L)
+        np.add(scm, mc, out=scm, casting="unsafe")
+        np.maximum.reduce(sc, axis=-1, keepdims=True, out=self.rowmax)
+        np.subtract(sc, self.rowmax, out=sc)
+        np.exp(sc, out=sc)
+        pf = self.p_full
+        if self.prev_wp > wp:
+            pf[..., wp:self.prev_wp] = 0.0
+        self.prev_wp = wp
+        np.copyto(pf[..., :wp], sc[..., :wp])
+        np.copyto(pf[..., P:], sc[..., wp:])
+        np.add.reduce(pf, axis=-1, keepdims=True, out=self.rowmax)
+        np.divide(pf, self.rowmax, out=pf)
+        if self.direct:
+            np.matmul(pf, self.v32, out=self.o)
+        else:
+            np.copyto(self.o, np.matmul(pf, self.v32).reshape(self.o.shape), casting="unsafe")
+
+
+class _FusedKv:
+    """The runner of one sdpa_kv task (see :func:`_sdpa_kv`)."""
+
+    def __init__(self, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params) -> None:
+        q, kp, vp, kn, vn, mask = _kv_operands(ins, params)
+        self.q, self.kp, self.vp, self.kn, self.vn, self.o = q, kp, vp, kn, vn, outs[0]
+        self.P = P = params.past_len
+        S = self.S = P + kn.shape[-2]
+        self.D = D = kp.shape[-1]
+        self.k32 = aligned((*kp.shape[:-2], S, D), np.dtype(np.float32), 0)
+        self.v32 = aligned((*vp.shape[:-2], S, vp.shape[-1]), np.dtype(np.float32), 0)
+        self.k_max: float | None = None  # max|K| of the joined K the copy stands for (None: the copy's own)
+        sdpa = SdpaParams(params.causal, mask is not None, params.scale, params.kv_groups)
+        self.plain = _sdpa([q, self.k32, self.v32, *([] if mask is None else [mask])], outs, sdpa,
+                           k_absmax=lambda: _absmax(self.k32) if self.k_max is None else self.k_max)
+        self.written = np.zeros(P, np.bool_)  # past rows the copy holds from an earlier run
+        # (f16 bits as uint16 (H, P, D), f32 copy (H, S, D), largest closed / open bits per head)
+        self.parts = [(p.reshape(-1, P, p.shape[-1]).view(np.uint16), c.reshape(-1, S, c.shape[-1]),
+                       np.empty(math.prod(p.shape[:-2]), np.int32), np.empty(math.prod(p.shape[:-2]), np.int32))
+                      for p, c in ((kp, self.k32), (vp, self.v32))]
+        self.all_rows, self.no_rows = np.ones(P, np.uint8), np.zeros(P, np.uint8)
+        self.scale = self.scale_of(params, q)
+        self.m2: np.ndarray | None = None
+        if mask is not None and mask.shape[-1] == S:
+            try:
+                self.m2 = _view(mask, (-1, S))
+            except (AttributeError, ValueError):
+                self.m2 = None
+        self.compact: _CompactProducts | None = None
+        if self.m2 is not None and mask is not None and _CompactProducts.usable(q, self.k32, mask, params):
+            self.compact = _CompactProducts(q, self.k32, self.v32, mask, outs[0], params, self.scale_of(params, q))
+        if self.m2 is not None:
+            self.colmax = np.empty(S, self.m2.dtype)
+            self.rowmask = np.empty(self.m2.shape[0], self.m2.dtype)
+            self.open_cols = np.empty(S, np.bool_)
+            self.open_rows = np.empty(P, np.uint8)
+            self.clear_rows = np.empty(P, np.bool_)
+
+    @staticmethod
+    def scale_of(params, q: np.ndarray) -> float:
+        return float(params.scale) if params.scale != 0.0 else 1.0 / math.sqrt(q.shape[-1])
+
+    def __call__(self) -> None:
+        if self.m2 is None or not self._fast():
+            self._full()
+
+    def _products(self, open_past: np.ndarray) -> None:
+        """The attention on the copy: over the open columns (:class:`_CompactProducts`) where
+        that is probed exact, else :func:`_sdpa` over all of them."""
+        c, P = self.compact, self.P
+        new = self.S - P
+        if c is not None:
+            hi = int(np.flatnonzero(open_past)[-1]) + 1 if open_past.any() else 0
+            hi = -(-hi // _COMPACT_STEP) * _COMPACT_STEP  # a few widths per conversation: a probe each
+            wp = hi + (P - hi) % 4  # each K row keeps its place modulo 4 in the compact QK^T
+            if wp + new <= P * _COMPACT_MAX_SHARE and c.ok(wp, P):
+                # the new rows after the prefix (closed past rows: the next run zeroes them)
+                np.copyto(self.k32[..., wp:wp + new, :], self.kn, casting="unsafe")
+                self.written[wp:wp + new] = True
+                c(wp, P)
+                return
+        self.plain()
+
+    def _join_new(self) -> None:
+        np.copyto(self.k32[..., self.P:, :], self.kn, casting="unsafe")
+        np.copyto(self.v32[..., self.P:, :], self.vn, casting="unsafe")
+
+    def _full(self) -> None:
+        """The unfused path: every past row converted (numpy's conversion where one is not finite)."""
+        from ov_npu_emu_npu.device.kernels.kvrows import join_rows
+
+        for (src, dst, c, m), past, copy in zip(self.parts, (self.kp, self.vp), (self.k32, self.v32), strict=True):
+            if join_rows(src, dst, self.all_rows, self.no_rows, c, m)[1] >= _F16_NONFINITE:
+                np.copyto(copy[..., :self.P, :], past, casting="unsafe")
+        self.written[:] = True
+        self._join_new()
+        self.k_max = None
+        self.plain()
+
+    def _open_columns(self) -> float | None:
+        """Marks the open columns; the smallest row maximum of a float mask (0.0 for a boolean
+        one), or None when a row has no open column."""
+        m2, colmax, rowmask = self.m2, self.colmax, self.rowmask
+        assert m2 is not None
+        if m2.dtype == np.bool_:
+            np.logical_or.reduce(m2, axis=0, out=colmax)
+            np.logical_or.reduce(m2, axis=1, out=rowmask)
+            if not rowmask.all():  # a fully masked row: NaN on the unfused path, keep it
+                return None
+            np.copyto(self.open_cols, colmax)
+            return 0.0
+        np.maximum.reduce(m2, axis=0, out=colmax)
+        np.maximum.reduce(m2, axis=1, out=rowmask)
+        rowmin = float(np.minimum.reduce(rowmask))
+        if not math.isfinite(rowmin):
+            return None
+        np.greater(colmax, rowmin - _EXP_ZERO_MARGIN, out=self.open_cols)
+        return rowmin
+
+    def _fast(self) -> bool:
+        from ov_npu_emu_npu.device.kernels.kvrows import join_rows
+
+        rowmin = self._open_columns()
+        q_max = _absmax(self.q)
+        if rowmin is None or not math.isfinite(q_max):
+            return False
+        open_past = self.open_cols[:self.P]
+        np.copyto(self.open_rows, open_past, casting="unsafe")
+        np.greater(self.written, open_past, out=self.clear_rows)  # held, closed now: zeroed
+        (kc, ko), (vc, vo) = (join_rows(src, dst, self.open_rows, self.clear_rows.view(np.uint8), c, m)
+                              for src, dst, c, m in self.parts)
+        np.copyto(self.written, open_past)
+        if max(kc, ko, vc, vo) >= _F16_NONFINITE:
+            return False
+        self._join_new()
+        k_new = _absmax(self.kn)
+        if not (math.isfinite(k_new) and math.isfinite(_absmax(self.vn))):
+            return False
+        k_abs = max(_f16_value(max(kc, ko)), k_new)
+        if self.m2 is not None and self.m2.dtype != np.bool_:
+            bound = q_max * k_abs * self.D * abs(self.scale) * (1.0 + 2.0**-10)
+            limit = rowmin - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(rowmin) + 2.0 * bound)
+            closed_max = float(np.maximum.reduce(self.colmax, where=~self.open_cols, initial=-np.inf))
+            if not (math.isfinite(limit) and closed_max <= limit):
+                return False
+        self.k_max = k_abs
+        self._products(open_past)
+        return bool(np.count_nonzero(self.o) == self.o.size)  # an exact 0 may carry the other sign
+
+
+@kernel("sdpa_kv")
+def _sdpa_kv(ins, outs, params):
+    """Attention over a past K/V stored as f16 joined with the new rows (SdpaKvParams; operands
+    q, past K, past V, the new K and V rows stacked [2, B, H, M, D], mask; the compiler's
+    fuse_kv pass), with the bits of the unfused ``Convert -> Concat -> sdpa``
+    (NPU_EMU_FUSE_KV=NO).
+
+    The kernel keeps its own f32 copy of the joined K and V.  Each run converts only the past
+    rows the mask leaves open (:func:`.kvrows.join_rows`: one pass over the f16 rows, which
+    also takes the largest magnitude of the closed ones), zeroes the rows the copy holds from
+    earlier runs that are closed now, copies the new rows and runs :func:`_sdpa` on the copy.
+    A column is closed when the mask shuts it for every query row so far that its score
+    cannot reach the softmax in f32 for any K within the measured bound (the masked-column
+    skipper's proof: colmax <= min_rows(rowmax(mask)) - 2B - margin, B = max|q| · max|K| · D ·
+    |scale|; boolean masks: False in every row).  exp() then gives exact zeros there both on
+    the copy (a zero K row) and on the real rows (any finite K), so the row sums and products
+    add the same terms (:func:`_sdpa`'s column skipper is handed the real max|K|, so it takes
+    the same columns).  A product 0 · V can differ in the sign of a zero, which shows only
+    where an output is exactly 0.  The run takes the unfused path instead (every row
+    converted, the copy then holding them all) when the proof does not hold: an infinity or
+    NaN in q, K or V (a closed row's too), a row with no open column, a mask with no
+    per-column layout, or an output that is exactly 0.
+    """
+    return _FusedKv(ins, outs, params)
