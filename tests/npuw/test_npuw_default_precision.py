@@ -63,7 +63,8 @@ def test_default_tokens_equal_the_real_npuw_at_defaults(emu_core, stories_model)
 
 
 def _sub_dq(compiled) -> dict[str, int]:
-    return {role: int(sub.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")) for role, sub in compiled.impl.roles().items()}
+    roles = compiled.impl.roles().items()
+    return {role: int(sub.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")) for role, sub in roles}
 
 
 def test_cpu_sub_models_do_not_quantize_activations_unless_asked(emu_core, stories_model):
