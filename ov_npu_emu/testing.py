@@ -49,6 +49,7 @@ __all__ = [
     "make_resnet_like",
     "make_small_cnn",
     "make_ssd_like",
+    "run_isolated",
     "run_stateful_greedy",
     "small_model_dir",
     "stories260k_dir",
@@ -66,6 +67,46 @@ CPU_EXACT_CONFIG: dict[str, str] = {
     "KV_CACHE_PRECISION": "f32",
     "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0",
 }
+
+
+def _isolated_child(conn: Any, fn: Any, args: tuple[Any, ...]) -> None:
+    import os
+
+    try:
+        conn.send((True, fn(*args)))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, which re-raises
+        conn.send((False, f"{type(e).__name__}: {e}"))
+    conn.close()
+    # no interpreter shutdown: openvino 2026.4.1 can deadlock destroying a compiled model whose
+    # AsyncInferQueue callbacks still hold Python objects (a CPUStreamsExecutor thread waits for
+    # the GIL the destroying thread holds); the results are already sent
+    os._exit(0)
+
+
+def run_isolated(fn: Any, *args: Any, timeout: float = 300.0) -> Any:
+    """``fn(*args)`` in a fresh (spawned) process; its result (picklable) returned here.
+
+    For oracle runs of the real openvino's AsyncInferQueue, whose teardown can hang the process
+    (see _isolated_child): the child never tears down. ``fn`` must be a module-level function.
+    """
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_isolated_child, args=(child, fn, args), daemon=True)
+    proc.start()
+    child.close()
+    try:
+        if not parent.poll(timeout):
+            raise TimeoutError(f"{getattr(fn, '__name__', fn)} did not finish in {timeout} s")
+        ok, value = parent.recv()
+    finally:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+    if not ok:
+        raise AssertionError(f"{getattr(fn, '__name__', fn)} failed in its process: {value}")
+    return value
 
 
 def run_stateful_greedy(
