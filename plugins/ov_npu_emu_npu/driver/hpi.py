@@ -92,6 +92,9 @@ class ParsedBlob:
                     raise BlobFormatError(f"user I/O relocation against unknown symbol {r.symbol!r}")
                 self.user.setdefault(r.symbol, []).append(r)
         self.symbols = symbols
+        #: the static relocations grouped for one vectorised patch per request (None: patched one
+        #: by one, which also reports an unknown relocation type)
+        self.static_groups = _static_groups(self.static)
         w = self.sections[SEC_WEIGHTS]
         self.bank_name = bank_name
         #: where the constants live when banked (None: the private, flat section below)
@@ -153,6 +156,32 @@ def _section_offset(reader: BlobReader, name: str) -> int:
     raise BlobFormatError(f"NPU blob has no {name} section")
 
 
+def _static_groups(static: list[Relocation]) -> list[tuple[str, str, np.ndarray, np.ndarray]] | None:
+    """(target, symbol, offsets, addends) per pair, for relocations that can be patched at once:
+    all R_NPU_64, none in the weights section, no two patching overlapping bytes (so the order
+    of the patches does not matter); None otherwise (the loop of :func:`apply_relocation`)."""
+    if not static or any(r.rtype != R_NPU_64 or r.target == SEC_WEIGHTS for r in static):
+        return None
+    by_target: dict[str, list[int]] = {}
+    pairs: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+    for r in static:
+        by_target.setdefault(r.target, []).append(r.offset)
+        offs, adds = pairs.setdefault((r.target, r.symbol), ([], []))
+        offs.append(r.offset)
+        adds.append(r.addend)
+    for offsets in by_target.values():
+        o = np.sort(np.asarray(offsets, np.int64))
+        if o.size > 1 and int(np.diff(o).min()) < 8:
+            return None
+    return [(t, sym, np.asarray(offs, np.int64), np.asarray(adds, np.int64))
+            for (t, sym), (offs, adds) in pairs.items()]
+
+
+def _patch_u64(dst: np.ndarray, offsets: np.ndarray, values: np.ndarray) -> None:
+    """Little-endian u64 ``values`` (int64, taken modulo 2**64) into ``dst`` (uint8) at ``offsets``."""
+    dst[offsets[:, None] + np.arange(8)] = values.astype("<i8").view(np.uint8).reshape(-1, 8)
+
+
 def apply_relocation(aspace: AddressSpace, where: int, r: Relocation, s: int) -> None:
     """Patch one relocation: the single place relocation types are interpreted."""
     match r.rtype:
@@ -187,7 +216,14 @@ class HostParsedInference:
             if not sec.nobits and sec.data:
                 self.arena.view(name)[:] = np.frombuffer(sec.data, np.uint8)
         # static relocations: section symbols resolve to where the driver put that section
-        for r in parsed.static:
+        if parsed.static_groups is not None:
+            for target, sym, offsets, addends in parsed.static_groups:
+                if sym == SEC_WEIGHTS and parsed.banked is not None:
+                    values = parsed.banked.addresses(addends)
+                else:
+                    values = self.section_addr[sym] + addends
+                _patch_u64(self.arena.view(target), offsets, values)
+        for r in () if parsed.static_groups is not None else parsed.static:
             if r.symbol == SEC_WEIGHTS and parsed.banked is not None:
                 # S + A with S the constant holding A: the bank placed constants one by one
                 s = parsed.banked.address(r.addend) - r.addend
