@@ -156,11 +156,20 @@ def _attention_case(groups: int, boolean: bool, seed: int = 0, L: int = 256, D: 
         (2, False, 256, 16, 100, np.float16),
     ],
 )
-def test_sdpa_window_rows_equal_full(groups, boolean, L, D, w0, dtype):
+@pytest.mark.parametrize("split", [False, True])
+def test_sdpa_window_rows_equal_full(groups, boolean, L, D, w0, dtype, split, monkeypatch):
     """The window's rows are the full run's bit for bit, on any host: both make the same BLAS
     calls (row_blocks) on the rows they share.  K and V rows before the window hold garbage
-    (left uncomputed by the row-wise tasks): they must not matter."""
-    from ov_npu_emu_npu.device.kernels import RowWindow, make_kernel
+    (left uncomputed by the row-wise tasks): they must not matter.  ``split``: the window's K/V
+    heads cut between two threads (as on a 2-core host for an LLM's layer), the same bits."""
+    from ov_npu_emu_npu.device.kernels import RowWindow, attention, make_kernel
+
+    if split:
+        monkeypatch.setattr(attention, "_SPLIT_SCORES", 0)
+        monkeypatch.setattr(attention, "_cores", lambda: 2)
+        calls = []
+        real = attention._window_products
+        monkeypatch.setattr(attention, "_window_products", lambda *a: calls.append(a[0].shape) or real(*a))
 
     q, k, v, mask, w0 = _attention_case(groups, boolean, L=L, D=D, w0=w0)
     q, k, v = (x.astype(dtype) for x in (q, k, v))
@@ -177,6 +186,8 @@ def test_sdpa_window_rows_equal_full(groups, boolean, L, D, w0, dtype):
     assert window.used == 1 and not window.violated
     assert np.array_equal(part[..., w0:, :], full[..., w0:, :])  # bit for bit
     assert not part[..., :w0, :].any()  # padding rows zeroed (finite)
+    if split:
+        assert len(calls) == 2 and all(c[-4] == 1 for c in calls)  # one K/V head per thread
 
 
 def test_sdpa_window_refusals():

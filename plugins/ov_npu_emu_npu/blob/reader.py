@@ -10,6 +10,7 @@ import struct
 from collections.abc import Iterator
 from typing import IO, Any, cast
 
+import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.relocation import RelocationSection
@@ -39,6 +40,7 @@ _ELF_ERRORS = (ELFError, struct.error, ValueError, IndexError, KeyError, TypeErr
 
 #: Elf64_Rela: r_offset, r_info (symbol << 32 | type), r_addend
 _RELA = struct.Struct("<QQq")
+_RELA_DTYPE = np.dtype([("offset", "<u8"), ("info", "<u8"), ("addend", "<i8")])
 #: .npu.meta header: magic, major, minor, JSON length
 META_HEAD = struct.Struct("<8sHHI")
 
@@ -269,6 +271,37 @@ class BlobReader:
                     yield sym.name, sym["st_value"], sym["st_size"]
         except _ELF_ERRORS as e:
             raise BlobFormatError(f"corrupt NPU blob symbol table: {e}") from e
+
+    def relocation_tables(self) -> tuple[list[str], list[tuple[str, str, str | None, np.ndarray]]] | None:
+        """The relocations as arrays: (symbol names, [(section, target, user, entries)]) with
+        ``entries`` a structured array of ``offset`` (u8), ``info`` (u8) and ``addend`` (i8), the
+        same entries :meth:`iter_relocations` yields one by one; None where that would raise (its
+        error names the fault)."""
+        try:
+            sections = list(self.elf.iter_sections())
+            names = [sec.name for sec in sections]
+            symtab = self.elf.get_section_by_name(".symtab")
+            if not isinstance(symtab, SymbolTableSection):
+                return None
+            symbols = [
+                names[sym["st_shndx"]] if sym["st_info"]["type"] == "STT_SECTION" else sym.name
+                for sym in symtab.iter_symbols()
+            ]
+            tables = []
+            for sec in sections:
+                if not isinstance(sec, RelocationSection):
+                    continue
+                flags = sec["sh_flags"]
+                user = "in" if flags & VPU_SHF_USERINPUT else "out" if flags & VPU_SHF_USEROUTPUT else None
+                if not sec.is_RELA() or sec["sh_entsize"] != _RELA.size or sec["sh_size"] % _RELA.size:
+                    return None
+                entries = np.frombuffer(sec.data(), _RELA_DTYPE)
+                if entries.size and int(entries["info"].max() >> np.uint64(32)) >= len(symbols):
+                    return None
+                tables.append((sec.name, names[sec["sh_info"]], user, entries))
+            return symbols, tables
+        except _ELF_ERRORS:
+            return None
 
     def iter_relocations(self) -> Iterator[Relocation]:
         # section names and symbols are read once: pyelftools re-parses a section header per

@@ -288,6 +288,15 @@ class BankedWeights:
             return self.private_base + addend
         return s.va + (addend - s.off)
 
+    def addresses(self, addends: np.ndarray) -> np.ndarray:
+        """:meth:`address` of every entry of ``addends`` (int64), at once."""
+        if not self._spans:
+            return self.private_base + addends
+        offs = np.asarray(self._offs, np.int64)
+        i = np.maximum(np.searchsorted(offs, addends, side="right") - 1, 0)
+        vas = np.asarray([s.va for s in self._spans], np.int64)
+        return vas[i] + (addends - offs[i])
+
     def regions(self) -> list[tuple[int, np.ndarray, str]]:
         """(device address, memory, name) of everything a request maps for these weights."""
         out = [(self.private_base, self.private, ".npu.weights:private")]

@@ -75,23 +75,15 @@ class ParsedBlob:
             declared_memory(self.meta, {n: self.sections[n].size for n in LOADABLE_SECTIONS if n != SEC_WEIGHTS},
                             self.sections[SEC_WEIGHTS].size, sym_sizes),
             memory_budget)
-        for r in reader.iter_relocations():
-            if r.target not in LOADABLE_SECTIONS:
-                raise BlobFormatError(f"relocation in {r.section} targets non-loadable section {r.target}")
-            if not 0 <= r.offset <= self.sections[r.target].size - 8:  # R_NPU_64 writes 8 bytes
-                raise RelocationError(
-                    f"relocation in {r.section} patches offset {r.offset:#x}, outside {r.target} "
-                    f"({self.sections[r.target].size} bytes); the blob is corrupt: recompile and export it again",
-                    section=r.section, offset=r.offset, symbol=r.symbol)
-            if r.user is None:
-                if r.symbol not in LOADABLE_SECTIONS:
-                    raise BlobFormatError(f"static relocation against {r.symbol!r}, which is not a loadable section")
-                self.static.append(r)
-            else:
-                if r.symbol not in symbols:
-                    raise BlobFormatError(f"user I/O relocation against unknown symbol {r.symbol!r}")
-                self.user.setdefault(r.symbol, []).append(r)
+        fast = _relocation_groups(reader, self.sections, symbols)
+        if fast is None:
+            self.static, self.user = _relocations_one_by_one(reader, self.sections, symbols)
         self.symbols = symbols
+        #: the static relocations grouped for one vectorised patch per request (None: patched one
+        #: by one, which also reports an unknown relocation type)
+        self.static_groups = _static_groups(self.static) if fast is None else fast[0]
+        if fast is not None:
+            self.user = fast[1]  # self.static stays empty: the groups hold the static relocations
         w = self.sections[SEC_WEIGHTS]
         self.bank_name = bank_name
         #: where the constants live when banked (None: the private, flat section below)
@@ -153,6 +145,107 @@ def _section_offset(reader: BlobReader, name: str) -> int:
     raise BlobFormatError(f"NPU blob has no {name} section")
 
 
+StaticGroups = list[tuple[str, str, np.ndarray, np.ndarray]]
+
+
+def _relocations_one_by_one(reader: BlobReader, sections: Mapping[str, SectionInfo], symbols: set[str],
+                            ) -> tuple[list[Relocation], dict[str, list[Relocation]]]:
+    """The static relocations and the user-I/O ones by symbol, each entry checked (a corrupt one
+    raises, naming it)."""
+    static: list[Relocation] = []
+    user: dict[str, list[Relocation]] = {}
+    for r in reader.iter_relocations():
+        if r.target not in LOADABLE_SECTIONS:
+            raise BlobFormatError(f"relocation in {r.section} targets non-loadable section {r.target}")
+        if not 0 <= r.offset <= sections[r.target].size - 8:  # R_NPU_64 writes 8 bytes
+            raise RelocationError(
+                f"relocation in {r.section} patches offset {r.offset:#x}, outside {r.target} "
+                f"({sections[r.target].size} bytes); the blob is corrupt: recompile and export it again",
+                section=r.section, offset=r.offset, symbol=r.symbol)
+        if r.user is None:
+            if r.symbol not in LOADABLE_SECTIONS:
+                raise BlobFormatError(f"static relocation against {r.symbol!r}, which is not a loadable section")
+            static.append(r)
+        else:
+            if r.symbol not in symbols:
+                raise BlobFormatError(f"user I/O relocation against unknown symbol {r.symbol!r}")
+            user.setdefault(r.symbol, []).append(r)
+    return static, user
+
+
+def _relocation_groups(reader: BlobReader, sections: Mapping[str, SectionInfo], symbols: set[str],
+                       ) -> tuple[StaticGroups, dict[str, list[Relocation]]] | None:
+    """The static relocations grouped as :func:`_static_groups` groups them, and the user-I/O
+    ones by symbol, read as arrays; None when any entry is one the loop over
+    :meth:`BlobReader.iter_relocations` would refuse (it then names the fault) or patch one by one."""
+    got = reader.relocation_tables()
+    if got is None:
+        return None
+    names, tables = got
+    user: dict[str, list[Relocation]] = {}
+    pairs: dict[tuple[str, str], tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    by_target: dict[str, list[np.ndarray]] = {}
+    for section, target, kind, entries in tables:
+        if not entries.size:
+            continue
+        if target not in LOADABLE_SECTIONS or sections[target].size < 8:
+            return None
+        offsets = entries["offset"]
+        if int(offsets.max()) > sections[target].size - 8:
+            return None
+        sym = (entries["info"] >> np.uint64(32)).astype(np.int64)
+        rtype = (entries["info"] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+        if kind is not None:
+            for off, t, add, si in zip(offsets.tolist(), rtype.tolist(), entries["addend"].tolist(), sym.tolist(),
+                                       strict=True):
+                if names[si] not in symbols:
+                    return None
+                user.setdefault(names[si], []).append(Relocation(section, target, off, t, add, names[si], kind))
+            continue
+        if target == SEC_WEIGHTS or bool((rtype != R_NPU_64).any()):
+            return None
+        for si in np.unique(sym).tolist():
+            if names[si] not in LOADABLE_SECTIONS:
+                return None
+            pick = sym == si
+            offs, adds = pairs.setdefault((target, names[si]), ([], []))
+            offs.append(offsets[pick].astype(np.int64))
+            adds.append(entries["addend"][pick].astype(np.int64))
+        by_target.setdefault(target, []).append(offsets.astype(np.int64))
+    for parts in by_target.values():
+        o = np.sort(np.concatenate(parts))
+        if o.size > 1 and int(np.diff(o).min()) < 8:
+            return None
+    groups = [(t, name, np.concatenate(offs), np.concatenate(adds)) for (t, name), (offs, adds) in pairs.items()]
+    return groups, user
+
+
+def _static_groups(static: list[Relocation]) -> list[tuple[str, str, np.ndarray, np.ndarray]] | None:
+    """(target, symbol, offsets, addends) per pair, for relocations that can be patched at once:
+    all R_NPU_64, none in the weights section, no two patching overlapping bytes (so the order
+    of the patches does not matter); None otherwise (the loop of :func:`apply_relocation`)."""
+    if not static or any(r.rtype != R_NPU_64 or r.target == SEC_WEIGHTS for r in static):
+        return None
+    by_target: dict[str, list[int]] = {}
+    pairs: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+    for r in static:
+        by_target.setdefault(r.target, []).append(r.offset)
+        offs, adds = pairs.setdefault((r.target, r.symbol), ([], []))
+        offs.append(r.offset)
+        adds.append(r.addend)
+    for offsets in by_target.values():
+        o = np.sort(np.asarray(offsets, np.int64))
+        if o.size > 1 and int(np.diff(o).min()) < 8:
+            return None
+    return [(t, sym, np.asarray(offs, np.int64), np.asarray(adds, np.int64))
+            for (t, sym), (offs, adds) in pairs.items()]
+
+
+def _patch_u64(dst: np.ndarray, offsets: np.ndarray, values: np.ndarray) -> None:
+    """Little-endian u64 ``values`` (int64, taken modulo 2**64) into ``dst`` (uint8) at ``offsets``."""
+    dst[offsets[:, None] + np.arange(8)] = values.astype("<i8").view(np.uint8).reshape(-1, 8)
+
+
 def apply_relocation(aspace: AddressSpace, where: int, r: Relocation, s: int) -> None:
     """Patch one relocation: the single place relocation types are interpreted."""
     match r.rtype:
@@ -187,7 +280,14 @@ class HostParsedInference:
             if not sec.nobits and sec.data:
                 self.arena.view(name)[:] = np.frombuffer(sec.data, np.uint8)
         # static relocations: section symbols resolve to where the driver put that section
-        for r in parsed.static:
+        if parsed.static_groups is not None:
+            for target, sym, offsets, addends in parsed.static_groups:
+                if sym == SEC_WEIGHTS and parsed.banked is not None:
+                    values = parsed.banked.addresses(addends)
+                else:
+                    values = self.section_addr[sym] + addends
+                _patch_u64(self.arena.view(target), offsets, values)
+        for r in () if parsed.static_groups is not None else parsed.static:
             if r.symbol == SEC_WEIGHTS and parsed.banked is not None:
                 # S + A with S the constant holding A: the bank placed constants one by one
                 s = parsed.banked.address(r.addend) - r.addend

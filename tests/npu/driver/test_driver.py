@@ -226,3 +226,25 @@ def test_address_space_lookups_follow_map_and_unmap():
         aspace.bytes_at(0x1008, 4)
     with pytest.raises(ExecutionError, match="page fault"):
         aspace.bytes_at(0x1020, 17)  # one byte past "b"
+
+
+def test_relocations_patched_at_once_equal_one_by_one(npu_core, monkeypatch):
+    """The driver reads a blob's relocations as arrays and patches a request's static ones in one
+    numpy store per (section, symbol): device memory and user-I/O relocations are those of the
+    entry-by-entry loop (which corrupt blobs still take, to name the faulty entry)."""
+    from ov_npu_emu_npu.driver import hpi
+
+    blob = npu_core.compile_model(make_mlp(), "NPU").export_model().getvalue()
+    fast = hpi.ParsedBlob(blob)
+    assert fast.static_groups and not fast.static
+    monkeypatch.setattr(hpi, "_relocation_groups", lambda *a: None)
+    grouped = hpi.ParsedBlob(blob)
+    assert grouped.static and grouped.static_groups is not None
+    assert {k: [(r.target, r.offset, r.addend) for r in v] for k, v in fast.user.items()} == \
+        {k: [(r.target, r.offset, r.addend) for r in v] for k, v in grouped.user.items()}
+    monkeypatch.setattr(hpi, "_static_groups", lambda static: None)
+    loop = hpi.ParsedBlob(blob)
+    assert loop.static_groups is None
+    mem = [hpi.HostParsedInference(p).arena.buf for p in (fast, grouped, loop)]
+    assert np.array_equal(mem[0], mem[2]) and np.array_equal(mem[1], mem[2])
+    assert mem[2].any()

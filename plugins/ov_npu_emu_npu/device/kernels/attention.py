@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -268,10 +270,40 @@ def _windowed_attention(ops: _SquareOps, scale: float, window: RowWindow) -> boo
     # full run's persistent scratch (hundreds of MB for a 3B model, transparent huge pages)
     # would stay resident for the few rows a window touches.  The operands keep the full run's
     # shapes and row strides (all L key columns); only where they live differs.
-    G, batch = ops.groups, ops.batch
+    G, L_ = ops.groups, L
     blocks = [(a, b) for a, b in ops.blocks if b % L == 0 or b % L > w0]  # blocks holding window rows
     first = min(a % L for a, _ in blocks)  # rows [first, L) of each group run (padding before w0)
+    heads = q.shape[-4] if q.ndim >= 4 else 1
+    parts = _head_parts(heads, q.size // (L_ * q.shape[-1]) * (L_ - first) * L_)  # score elements
+
+    def part(h0: int, h1: int) -> None:
+        def cut(a: np.ndarray, axis: int) -> np.ndarray:  # heads [h0, h1) of a per-head operand
+            if a.ndim < -axis or a.shape[axis] != heads or (h0, h1) == (0, heads):
+                return a
+            sl = [slice(None)] * a.ndim
+            sl[axis] = slice(h0, h1)
+            return a[tuple(sl)]
+
+        _window_products(cut(q, -4), cut(k, -3), cut(vf, -3), cut(win, -4), bias, cut(o5, -4), scale,
+                         mask5.dtype == np.bool_, w0, first, G, L, blocks)
+
+    if len(parts) == 1:
+        part(*parts[0])
+    else:
+        _in_parallel(part, parts)
+    window.used += 1
+    return True
+
+
+def _window_products(q: np.ndarray, k: np.ndarray, vf: np.ndarray, win: np.ndarray, bias: np.ndarray | None,
+                     o5: np.ndarray, scale: float, boolean: bool, w0: int, first: int, G: int, L: int,
+                     blocks: list[tuple[int, int]]) -> None:
+    """The products and softmax of :func:`_windowed_attention` for the heads in ``q`` (..., Hkv,
+    G, L, D): per head the same calls whatever heads run beside it (numpy loops over the batch
+    axes, one BLAS product per head; the element-wise steps and the row reductions are per
+    element / per row), so the heads can be cut among threads."""
     n = L - first
+    batch = q.shape[:-3]
 
     def local(a: int, b: int) -> tuple[int, slice]:  # stacked rows [a, b) -> (group, rows here)
         return a // L, slice(a % L - first, a % L - first + b - a)
@@ -285,7 +317,7 @@ def _windowed_attention(ops: _SquareOps, scale: float, window: RowWindow) -> boo
             np.matmul(qb[..., g, r, :], kt, out=s5[..., g, r, :])
     sw = s5[..., w0 - first :, w0:]
     np.multiply(sw, scale, out=sw)
-    if mask5.dtype == np.bool_:
+    if boolean:
         np.copyto(sw, -np.inf, where=~win)
     else:
         np.add(sw, win, out=sw, casting="unsafe")
@@ -305,8 +337,41 @@ def _windowed_attention(ops: _SquareOps, scale: float, window: RowWindow) -> boo
         np.matmul(s5[..., g, r, :], vf, out=out5[..., g, r, :])
     o5[..., :w0, :] = 0
     np.copyto(o5[..., w0:, :], out5[..., w0 - first :, :], casting="unsafe")
-    window.used += 1
-    return True
+
+
+#: score elements from which a window's heads are split between two threads
+_SPLIT_SCORES = 1 << 18
+_HEAD_POOL: list[ThreadPoolExecutor] = []
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _head_parts(heads: int, scores: int) -> list[tuple[int, int]]:
+    """[h0, h1) ranges of KV heads, one per thread: two halves when there are two cores or more,
+    two heads or more and enough work, else all heads at once."""
+    if heads < 2 or scores < _SPLIT_SCORES or _cores() < 2:
+        return [(0, heads)]
+    mid = heads // 2
+    return [(0, mid), (mid, heads)]
+
+
+def _in_parallel(fn: Callable[[int, int], None], parts: list[tuple[int, int]]) -> None:
+    """``fn(*part)`` for each part, the last on this thread (numpy and BLAS release the GIL)."""
+    if not _HEAD_POOL:
+        with _WINDOW_LOCK:
+            if not _HEAD_POOL:
+                _HEAD_POOL.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="ov_npu_emu-attn"))
+    futures = [_HEAD_POOL[0].submit(fn, *p) for p in parts[:-1]]
+    try:
+        fn(*parts[-1])
+    finally:
+        for f in futures:
+            f.result()
 
 
 #: (batch, G, D, S, host alignments) -> whether one broadcast matmul gives the per-group gemvs' bits
