@@ -1,0 +1,81 @@
+"""golden.json for the VLM fixtures from the REAL openvino_genai.VLMPipeline (openvino_genai only).
+
+Recorded: greedy texts on CPU under f32 hints, with an image and text only, a 3-turn chat (the
+image in the first turn), and on NPU with NPUW_DEVICES=CPU (f32 sub-configs, as the NPUW oracle
+tests set them) plus the real's error for a prompt over MAX_PROMPT_LEN.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PROMPT = "Describe the picture."
+CHAT = ("Describe the picture.", "What is in the water?", "Tell me more.")
+MAX_NEW_TOKENS = 20
+CPU_PROPS = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+F32_SUB = {"INFERENCE_PRECISION_HINT": "f32"}
+NPU_PROPS: dict[str, Any] = {
+    "NPUW_DEVICES": "CPU",
+    "NPUW_ONLINE_PIPELINE": "NONE",
+    "NPUW_LLM_SHARED_HEAD": "NO",
+    "++NPUW_LLM_PREFILL_CONFIG": F32_SUB,
+    "++NPUW_LLM_GENERATE_CONFIG": F32_SUB,
+}
+
+
+def test_image(h: int = 64, w: int = 96) -> np.ndarray:
+    """A deterministic RGB gradient [1, h, w, 3] uint8."""
+    img = np.zeros((1, h, w, 3), np.uint8)
+    img[0, :, :, 0] = (np.arange(w)[None, :] * 255 // w).astype(np.uint8)
+    img[0, :, :, 1] = (np.arange(h)[:, None] * 255 // h).astype(np.uint8)
+    img[0, :, :, 2] = ((np.arange(h)[:, None] + np.arange(w)[None, :]) * 3 % 256).astype(np.uint8)
+    return img
+
+
+def _run(pipe: Any, ov: Any, og: Any) -> dict[str, Any]:
+    cfg = og.GenerationConfig()
+    cfg.max_new_tokens = MAX_NEW_TOKENS
+    image = ov.Tensor(test_image())
+    out: dict[str, Any] = {}
+    r = pipe.generate(PROMPT, images=[image], generation_config=cfg)
+    out["image"] = {"text": r.texts[0], "num_input_tokens": r.perf_metrics.get_num_input_tokens()}
+    r = pipe.generate(PROMPT, generation_config=cfg)
+    out["text_only"] = {"text": r.texts[0], "num_input_tokens": r.perf_metrics.get_num_input_tokens()}
+    pipe.start_chat()
+    turns = []
+    for i, p in enumerate(CHAT):
+        r = pipe.generate(p, images=[image], generation_config=cfg) if i == 0 else pipe.generate(
+            p, generation_config=cfg)
+        turns.append({"prompt": p, "text": r.texts[0], "num_input_tokens": r.perf_metrics.get_num_input_tokens()})
+    pipe.finish_chat()
+    out["chat"] = turns
+    return out
+
+
+def record(folder: Path) -> dict[str, Any]:
+    import openvino as ov
+    import openvino_genai as og
+
+    golden: dict[str, Any] = {
+        "fixture": folder.name,
+        "openvino_genai": og.__version__,
+        "prompt": PROMPT,
+        "image": "tools/vlm_goldens.py test_image(64, 96)",
+        "max_new_tokens": MAX_NEW_TOKENS,
+    }
+    golden["cpu"] = {"device": "CPU", "properties": CPU_PROPS,
+                     **_run(og.VLMPipeline(str(folder), "CPU", **CPU_PROPS), ov, og)}
+    golden["npuw_cpu"] = {"device": "NPU", "properties": {k: v for k, v in NPU_PROPS.items()},
+                          **_run(og.VLMPipeline(str(folder), "NPU", **NPU_PROPS), ov, og)}
+    small = og.VLMPipeline(str(folder), "NPU", **NPU_PROPS, MAX_PROMPT_LEN=16)
+    try:
+        small.generate(PROMPT, images=[ov.Tensor(test_image())], max_new_tokens=4)
+        golden["npu_too_long"] = None
+    except RuntimeError as e:
+        golden["npu_too_long"] = {"MAX_PROMPT_LEN": 16, "error": str(e)}
+    (folder / "golden.json").write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return golden
