@@ -20,6 +20,7 @@ import numpy as np
 from genai_shim.decoding import STREAMER_FINISH, RunningSequence, check_finish, encoded_results, stream_tokens
 from genai_shim.generation_config import GenerationConfig
 from genai_shim.npu_compile import compile_npu
+from genai_shim.npu_config import translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.results import DecodedResults
 from genai_shim.sampling import Sampler
@@ -91,7 +92,10 @@ def _split_props(device: str, props: dict[str, Any]) -> tuple[dict[str, Any], di
     if not isinstance(dev_props, dict):
         raise ConfigError("DEVICE_PROPERTIES must be a dict {device: {key: value}}", key="DEVICE_PROPERTIES")
     if device == "NPU":
-        vision = dict(dev_props.get("CPU") or dev_props.get("AUTO") or {})
+        # f32 unless DEVICE_PROPERTIES says otherwise: the real's vision side on NPU computes in
+        # f32 on this machine, whose CPU plugin defaults to bf16 (measured, 2026.4.1: its texts
+        # equal the CPU pipeline's under f32 hints, and bf16 hints for AUTO/CPU change nothing)
+        vision = {"INFERENCE_PRECISION_HINT": "f32", **(dev_props.get("CPU") or dev_props.get("AUTO") or {})}
         lm = {**props, **(dev_props.get("NPU") or {})}
         return lm, vision
     vision = {k: v for k, v in props.items() if k not in _NPU_ONLY}
@@ -133,7 +137,11 @@ class VLMPipeline:
         if self._is_npu:
             npu = compile_npu(core, model, lm_props, folder)
             compiled = npu.compiled
-            self._max_prompt_len = npu.max_prompt_len
+            # the real checks the prompt against what was asked for (MAX_PROMPT_LEN, 1024), not
+            # NPUW's aligned length; a blob imported from BLOB_PATH reports its own
+            asked = translate_npu_config(model, lm_props)
+            imported = asked.blob_path is not None and not asked.export_blob
+            self._max_prompt_len = npu.max_prompt_len if imported else asked.max_prompt_len
             self._kv_capacity = npu.kv_capacity
         else:
             compiled = core.compile_model(model, dev, lm_props)
