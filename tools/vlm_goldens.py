@@ -16,6 +16,8 @@ import numpy as np
 PROMPT = "Describe the picture."
 CHAT = ("Describe the picture.", "What is in the water?", "Tell me more.")
 MAX_NEW_TOKENS = 20
+#: a golden's smallest top1-top2 logit margin (f32) must be at least this
+MIN_MARGIN = 0.1
 CPU_PROPS = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 F32_SUB = {"INFERENCE_PRECISION_HINT": "f32"}
 NPU_PROPS: dict[str, Any] = {
@@ -27,7 +29,7 @@ NPU_PROPS: dict[str, Any] = {
 }
 
 
-def test_image(h: int = 64, w: int = 96) -> np.ndarray:
+def test_image(h: int = 80, w: int = 80) -> np.ndarray:
     """A deterministic RGB gradient [1, h, w, 3] uint8."""
     img = np.zeros((1, h, w, 3), np.uint8)
     img[0, :, :, 0] = (np.arange(w)[None, :] * 255 // w).astype(np.uint8)
@@ -64,7 +66,7 @@ def record(folder: Path) -> dict[str, Any]:
         "fixture": folder.name,
         "openvino_genai": og.__version__,
         "prompt": PROMPT,
-        "image": "tools/vlm_goldens.py test_image(64, 96)",
+        "image": "tools/vlm_goldens.py test_image(80, 80)",
         "max_new_tokens": MAX_NEW_TOKENS,
     }
     golden["cpu"] = {"device": "CPU", "properties": CPU_PROPS,
@@ -77,5 +79,60 @@ def record(folder: Path) -> dict[str, Any]:
         golden["npu_too_long"] = None
     except RuntimeError as e:
         golden["npu_too_long"] = {"MAX_PROMPT_LEN": 16, "error": str(e)}
+    golden["margins"] = margins(folder, golden)
+    for key in ("image", "text_only"):
+        m = golden["margins"][key]
+        if m["min"] < MIN_MARGIN or not m["text_equals_golden"]:
+            raise SystemExit(f"{key}: top-1 margin {m['min']} < {MIN_MARGIN} or text differs; pick another "
+                             "image or prompt")
     (folder / "golden.json").write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return golden
+
+
+def margins(folder: Path, golden: dict[str, Any]) -> dict[str, Any]:
+    """Per greedy step of the CPU goldens (image, text only): the top-1 minus top-2 logit of the
+    exported language model on the OpenVINO CPU plugin in f32, fed genai_shim's inputs embedder
+    (its embeddings, pad expansion and M-RoPE positions equal the real's: same texts)."""
+    import openvino as ov
+    import openvino_genai as og
+
+    sys_path = str(Path(__file__).resolve().parents[1])
+    import sys
+
+    if sys_path not in sys.path:
+        sys.path.insert(0, sys_path)
+    from genai_shim.vlm.qwen2vl import Qwen2VLEmbedder
+
+    core = ov.Core()
+    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    tok = og.Tokenizer(str(folder))
+    emb = Qwen2VLEmbedder(core, folder, cfg, "CPU", CPU_PROPS, tok)
+    lm = core.compile_model(core.read_model(folder / "openvino_language_model.xml"), "CPU", CPU_PROPS)
+    out: dict[str, Any] = {"source": "openvino CPU f32, openvino_language_model.xml, greedy"}
+    for key, images in (("image", [ov.Tensor(test_image())]), ("text_only", [])):
+        encoded = emb.encode_images(images)
+        unified = emb.normalize_prompt(PROMPT, encoded)
+        templated = tok.apply_chat_template([{"role": "user", "content": unified}], add_generation_prompt=True)
+        ids = np.array(tok.encode(templated, add_special_tokens=False).input_ids.data, np.int64)
+        x = emb.embed(ids, encoded)
+        pos, delta = emb.position_ids(ids, encoded)
+        req = lm.create_infer_request()
+        n = ids.shape[1]
+        logits = req.infer({"inputs_embeds": x, "attention_mask": np.ones((1, n), np.int64), "position_ids": pos,
+                            "beam_idx": np.zeros(1, np.int32)})["logits"][0, -1]
+        tokens, steps = [], []
+        for _ in range(MAX_NEW_TOKENS):
+            top = np.sort(logits)[-2:]
+            steps.append(round(float(top[1] - top[0]), 5))
+            t = int(np.argmax(logits))
+            tokens.append(t)
+            if t == tok.get_eos_token_id():
+                break
+            length = n + len(tokens)
+            logits = req.infer({"inputs_embeds": emb.token_embeddings(np.array([[t]], np.int64)),
+                                "attention_mask": np.ones((1, length), np.int64),
+                                "position_ids": np.full((3, 1, 1), length - 1 + delta, np.int64),
+                                "beam_idx": np.zeros(1, np.int32)})["logits"][0, -1]
+        out[key] = {"ids": tokens, "per_step": steps, "min": min(steps),
+                    "text_equals_golden": tok.decode(tokens) == golden["cpu"][key]["text"]}
+    return out

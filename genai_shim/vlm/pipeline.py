@@ -39,6 +39,10 @@ _NPU_ONLY = ("MAX_PROMPT_LEN", "MIN_RESPONSE_LEN", "BLOB_PATH", "EXPORT_BLOB", "
              "PREFILL_HINT", "SHARED_HEAD")
 
 
+#: an argument not given (the real refuses an explicit None for images / image)
+_UNSET: Any = object()
+
+
 def _now() -> float:
     return time.perf_counter()
 
@@ -187,21 +191,24 @@ class VLMPipeline:
     def generate(
         self,
         prompt: Any,
-        images: Any = None,
+        images: Any = _UNSET,
         generation_config: GenerationConfig | None = None,
         streamer: Any = None,
         **kwargs: Any,
     ) -> VLMDecodedResults:
         start = _now()
-        image = kwargs.pop("image", None)
+        image = kwargs.pop("image", _UNSET)
+        for name, value in (("images", images), ("image", image)):
+            if value is None:  # the real binding's text
+                raise UserInputError(f'Property "{name}" can\'t be None.')
         for key in ("videos", "video"):
             if kwargs.pop(key, None) is not None:
                 raise ConfigError("genai_shim's VLMPipeline does not take videos yet", key=key)
-        if image is not None:
-            if images is not None:
+        if image is not _UNSET:
+            if images is not _UNSET:
                 raise UserInputError("pass either image= or images=, not both")
             images = [image]
-        if images is None:
+        if images is _UNSET:
             images = []
         elif not isinstance(images, (list, tuple)):
             images = [images]
