@@ -99,7 +99,7 @@ def _split_props(device: str, props: dict[str, Any]) -> tuple[dict[str, Any], di
         # f32 unless DEVICE_PROPERTIES says otherwise: the real's vision side on NPU computes in
         # f32 on this machine, whose CPU plugin defaults to bf16 (measured, 2026.4.1: its texts
         # equal the CPU pipeline's under f32 hints, and bf16 hints for AUTO/CPU change nothing)
-        vision = {"INFERENCE_PRECISION_HINT": "f32", **(dev_props.get("CPU") or dev_props.get("AUTO") or {})}
+        vision = dict(dev_props.get("AUTO") or {})
         lm = {**props, **(dev_props.get("NPU") or {})}
         return lm, vision
     vision = {k: v for k, v in props.items() if k not in _NPU_ONLY}

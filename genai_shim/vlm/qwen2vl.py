@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import openvino as ov
+import openvino.opset8 as opset8
 import openvino.opset13 as ops
 
 from ov_npu_emu.errors import ConfigError, UserInputError
@@ -80,26 +81,57 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     return h_bar, w_bar
 
 
-def _preprocess_model(vision: ov.Model, cfg: ProcessorConfig) -> ov.Model:
-    """The vision model with the real's image branch in front of it: u8 NHWC image -> f32 NCHW,
-    bicubic resize (PyTorch half-pixel, a = -0.75), clamp 0..255, (x - mean*255) * 1/(std*255),
-    tiled to temporal_patch_size frames, reshaped/transposed into flattened patches."""
-    raw = ops.parameter([-1, -1, -1, -1], ov.Type.u8, name="raw_images")
-    size = ops.parameter([2], ov.Type.i64, name="resize_shape")
-    tile = ops.parameter([4], ov.Type.i64, name="tile_shape")
-    shape8 = ops.parameter([8], ov.Type.i64, name="reshape_shape8d")
-    shape4 = ops.parameter([4], ov.Type.i64, name="reshape_shape4d")
-    shape2 = ops.parameter([2], ov.Type.i64, name="reshape_shape2d")
+def _normalized(raw: Any, size: Any, mean: np.ndarray, scale: np.ndarray) -> Any:
+    """u8 NHWC -> f32 NCHW, bicubic resize (PyTorch half-pixel, a = -0.75), clamp 0..255,
+    (x - mean*255) * 1/(std*255)."""
     x = ops.transpose(ops.convert(raw, ov.Type.f32), ops.constant(np.array([0, 3, 1, 2], np.int32)))
     x = ops.interpolate(
         x, size, "cubic", "sizes", axes=ops.constant(np.array([2, 3], np.int64)),
         coordinate_transformation_mode="pytorch_half_pixel", nearest_mode="round_prefer_floor",
         cube_coeff=-0.75, antialias=False,
     )
-    mean = np.array([v * 255.0 for v in cfg.image_mean], np.float32).reshape(1, -1, 1, 1)
-    scale = np.array([1.0 / (v * 255.0) for v in cfg.image_std], np.float32).reshape(1, -1, 1, 1)
-    x = ops.multiply(ops.subtract(ops.clamp(x, 0.0, 255.0), ops.constant(mean)), ops.constant(scale))
-    x = ops.tile(x, tile)
+    return ops.multiply(ops.subtract(ops.clamp(x, 0.0, 255.0), ops.constant(mean)), ops.constant(scale))
+
+
+def _preprocess_model(vision: ov.Model, cfg: ProcessorConfig) -> ov.Model:
+    """The vision model with the real's preprocessing in front of it, in the real's structure: an
+    If on ``cond_img_vid`` (1: an image, tiled to temporal_patch_size frames; 0: two video
+    frames), then the patches reshaped/transposed and flattened.  The structure matters for the
+    numerics: under a bf16 inference precision the CPU plugin keeps the If's bodies (the resize
+    and the normalisation) in f32."""
+    f32 = np.float32
+    mean = np.array([f32(v) * f32(255.0) for v in cfg.image_mean], f32).reshape(1, -1, 1, 1)
+    scale = np.array([f32(1.0) / (f32(v) * f32(255.0)) for v in cfg.image_std], f32).reshape(1, -1, 1, 1)
+    u8 = ov.Type.u8
+    cond = ops.parameter([1], ov.Type.f32, name="cond_img_vid")
+    raw1 = ops.parameter([-1, -1, -1, -1], u8, name="raw_images_1")
+    raw2 = ops.parameter([-1, -1, -1, -1], u8, name="raw_images_2")
+    size = ops.parameter([2], ov.Type.i64, name="resize_shape")
+    tile = ops.parameter([4], ov.Type.i64, name="tile_shape")
+    shape8 = ops.parameter([8], ov.Type.i64, name="reshape_shape8d")
+    shape4 = ops.parameter([4], ov.Type.i64, name="reshape_shape4d")
+    shape2 = ops.parameter([2], ov.Type.i64, name="reshape_shape2d")
+    t_raw, t_size, t_tile = (ops.parameter([-1, -1, -1, -1], u8), ops.parameter([2], ov.Type.i64),
+                             ops.parameter([4], ov.Type.i64))
+    t_res = ops.result(ops.tile(_normalized(t_raw, t_size, mean, scale), t_tile))
+    then_body = ov.Model([t_res], [t_raw, t_size, t_tile], "then_body")
+    e_cond, e_raw1, e_raw2, e_size = (ops.parameter([1], ov.Type.f32), ops.parameter([-1, -1, -1, -1], u8),
+                                      ops.parameter([-1, -1, -1, -1], u8), ops.parameter([2], ov.Type.i64))
+    frames = ops.concat([_normalized(e_raw1, e_size, mean, scale), _normalized(e_raw2, e_size, mean, scale)], 0)
+    e_res = ops.result(frames)
+    # (an If's condition must also be a body output, as in the real's graph)
+    else_body = ov.Model([e_res, ops.result(e_cond)], [e_cond, e_raw1, e_raw2, e_size], "else_body")
+    branch = opset8.if_op(cond)
+    branch.set_then_body(then_body)
+    branch.set_else_body(else_body)
+    branch.set_input(cond.output(0), None, e_cond)
+    branch.set_input(raw1.output(0), None, e_raw1)
+    branch.set_input(raw2.output(0), None, e_raw2)
+    branch.set_input(size.output(0), None, e_size)
+    branch.set_input(raw1.output(0), t_raw, None)
+    branch.set_input(size.output(0), t_size, None)
+    branch.set_input(tile.output(0), t_tile, None)
+    x = branch.set_output(t_res, e_res)
     x = ops.transpose(ops.reshape(x, shape8, True), ops.constant(np.array([0, 2, 5, 3, 6, 1, 4, 7], np.int32)))
     x = ops.transpose(ops.reshape(x, shape4, True), ops.constant(np.array([0, 2, 1, 3], np.int32)))
     x = ops.reshape(x, shape2, True)
@@ -108,7 +140,8 @@ def _preprocess_model(vision: ov.Model, cfg: ProcessorConfig) -> ov.Model:
         raise ConfigError(f"{VISION_XML} must have one input (hidden_states), has {len(params)}")
     for target in list(params[0].output(0).get_target_inputs()):
         target.replace_source_output(x.output(0))
-    return ov.Model(vision.get_results(), [raw, size, tile, shape8, shape4, shape2], "vision_with_preprocess")
+    return ov.Model(vision.get_results(), [cond, raw1, raw2, size, tile, shape8, shape4, shape2],
+                    "vision_with_preprocess")
 
 
 @dataclass
@@ -165,7 +198,9 @@ class Qwen2VLEmbedder:
         gt, gh, gw = 1, h // c.patch_size, w // c.patch_size
         m, p = c.merge_size, c.patch_size
         feed = {
-            "raw_images": image,
+            "cond_img_vid": np.ones(1, np.float32),
+            "raw_images_1": image,
+            "raw_images_2": image,
             "resize_shape": np.array([h, w], np.int64),
             "tile_shape": np.array([t, 1, 1, 1], np.int64),
             "reshape_shape8d": np.array([gt, t * ch, gh // m, m, p, gw // m, m, p], np.int64),
