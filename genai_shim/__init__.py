@@ -39,6 +39,7 @@ from genai_shim.structured_output import (
     StructuredOutputConfig,
 )
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
+from genai_shim.vlm.pipeline import VLMDecodedResults, VLMPipeline
 
 __version__ = "2026.4.1.0-ov_npu_emu"
 
@@ -54,6 +55,7 @@ __all__ = [
     "GenerationStatus",
     "PipelineMetrics",
     "draft_model",
+    "VLMPipeline",
     # configuration
     "GenerationConfig",
     "WhisperGenerationConfig",
@@ -69,6 +71,7 @@ __all__ = [
     "Tokenizer",
     # results and metrics
     "DecodedResults",
+    "VLMDecodedResults",
     "EncodedResults",
     "GenerationFinishReason",
     "MeanStdPair",

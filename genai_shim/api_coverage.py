@@ -30,8 +30,8 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
         "SchedulerConfig.use_cache_eviction / use_sparse_attention raise ConfigError",
     ),
     "visual language models": (
-        ("VLMPipeline", "VLMPipelineBase", "VLMDecodedResults", "VideoMetadata"),
-        "text-only LLMPipeline",
+        ("VLMPipelineBase", "VideoMetadata"),
+        "VLMPipeline runs Qwen2-VL images; no video, no VLMPipelineBase",
     ),
     "speech recognition": (
         (

@@ -16,6 +16,7 @@ from ov_npu_emu_npuw.blockkv import BlockKV
 from ov_npu_emu_npuw.config import select_variant
 from ov_npu_emu_npuw.kvcache import KVBuffers
 from ov_npu_emu_npuw.lora import LoraStates, lora_inputs
+from ov_npu_emu_npuw.model_io import EMBEDS
 from ov_npu_emu_npuw.prefix_cache import PrefixCache
 from ov_npu_emu_npuw.transform import EMBED, SCALE_SUFFIX, ZP_SUFFIX
 
@@ -93,11 +94,17 @@ class _Staging:
     ) -> None:
         if lora is not None:
             lora.bind(req)  # every sub-model reads the same padded LoRA tensors
-        self.ids = np.zeros((1, q_len), np.int64)
+        ins = {n: p for p in req.model_inputs for n in p.names}
+        # the tokens: input_ids [1, L], or a VLM language model's inputs_embeds [1, L, E]
+        tokens = EMBEDS if EMBEDS in ins and "input_ids" not in ins else "input_ids"
+        port = ins[tokens]
+        self.ids = np.zeros(tuple(port.partial_shape.to_shape()), port.element_type.to_dtype())
         self.mask = np.zeros((1, mask_len), np.int64)
-        self.pos = np.zeros((1, q_len), np.int64)
+        # positions [1, L], or M-RoPE's [3, 1, L]; pos2 views them as [rows, L]
+        self.pos = np.zeros(tuple(ins["position_ids"].partial_shape.to_shape()), np.int64)
+        self.pos2 = self.pos.reshape(-1, q_len)
         for name, arr in (
-            ("input_ids", self.ids),
+            (tokens, self.ids),
             ("attention_mask", self.mask),
             ("position_ids", self.pos),
         ):
@@ -281,8 +288,12 @@ class LLMInferRequest(DeviceInferRequest):
         self.num_stored_tokens = 0
 
     def infer(self) -> None:
-        ids, mask = self._input("input_ids"), self._input("attention_mask")
-        if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
+        embeds = EMBEDS in self._index and "input_ids" not in self._index
+        ids, mask = self._input(EMBEDS if embeds else "input_ids"), self._input("attention_mask")
+        if embeds:
+            if ids.ndim != 3 or ids.shape[0] != 1 or ids.shape[1] == 0:
+                raise UserInputError(f"inputs_embeds must be [1, n>0, E] (batch 1), got {list(ids.shape)}")
+        elif ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] == 0:
             raise UserInputError(f"input_ids must be [1, n>0] (batch 1), got {list(ids.shape)}")
         if "position_ids" in self._index:
             pos = self._input("position_ids")
@@ -291,13 +302,15 @@ class LLMInferRequest(DeviceInferRequest):
             # as transformers does: the mask covers the history plus the new tokens.
             start = mask.shape[-1] - ids.shape[1]
             pos = np.arange(start, start + ids.shape[1], dtype=np.int64)[None]
-        if pos.shape != ids.shape:
+        want = (3, 1, ids.shape[1]) if pos.ndim == 3 else ids.shape[:2]
+        if pos.shape != want:
             raise UserInputError(
-                f"position_ids {list(pos.shape)} must match input_ids {list(ids.shape)}"
+                f"position_ids {list(pos.shape)} must be {list(want)} for the tokens {list(ids.shape)}"
             )
+        pos = pos.reshape(-1, ids.shape[1])  # [rows, n]: one row, or M-RoPE's three
         if mask.ndim != 2 or mask.shape[0] != 1:
             raise UserInputError(f"attention_mask must be [1, n], got {list(mask.shape)}")
-        if self._vocab:
+        if self._vocab and not embeds:
             lo, hi = _bounds(ids)
             if lo < 0 or hi >= self._vocab:
                 # the embedding Gather would read out of bounds (the CPU plugin returns zeros)
@@ -318,7 +331,7 @@ class LLMInferRequest(DeviceInferRequest):
         if self._fresh or int(pos[0, 0]) == self._first_pos:
             self._infer_prefill(ids, mask, pos)
         else:
-            self._infer_generate(ids, mask, pos)
+            self._infer_generate(ids, mask, pos, slot=mask.shape[-1] - ids.shape[1] if embeds else None)
 
     # -- helpers ------------------------------------------------------------------------
     def _add_variant(self, k: int, sub: CompiledModel) -> _Staging:
@@ -432,7 +445,7 @@ class LLMInferRequest(DeviceInferRequest):
         s.zero()
         s.ids[0, P - n :] = ids[0]
         s.mask[0, P - n :] = mask
-        s.pos[0, P - n :] = pos[0]
+        s.pos2[:, P - n :] = pos
         s.run()
         self.prefill_calls = 1
         self.num_stored_tokens = n
@@ -455,7 +468,8 @@ class LLMInferRequest(DeviceInferRequest):
                 st.call_pos[0] = _bounds(pos)
         # A block computed in another call saw another position range: not reusable when the
         # model reads it (longrope's short/long switch)
-        cacheable = self.prefix is not None and not range_reads and self._plain_prompt(mask, pos)
+        cacheable = (self.prefix is not None and not range_reads and ids.ndim == 2
+                     and self._plain_prompt(mask, pos))
         size = self._prefill_size(0)
         if cacheable:
             hit = self.prefix.match(ids[0], n - 1)
@@ -472,7 +486,7 @@ class LLMInferRequest(DeviceInferRequest):
             s.ids.fill(0)
             s.ids[0, C - cur :] = ids[0, stored : stored + cur]
             s.pos.fill(0)
-            s.pos[0, C - cur :] = pos[0, stored : stored + cur]
+            s.pos2[:, C - cur :] = pos[:, stored : stored + cur]
             s.run()
             calls += 1
             stored += cur
@@ -606,7 +620,9 @@ class LLMInferRequest(DeviceInferRequest):
         logger.debug("switch generate variant kv%d → kv%d at %d stored tokens", old, new, stored)
         self.switches += 1
 
-    def _infer_generate(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray) -> None:
+    def _infer_generate(self, ids: np.ndarray, mask: np.ndarray, pos: np.ndarray, slot: int | None = None) -> None:
+        """``slot``: where the new tokens go when positions are not slots (M-RoPE's rope delta:
+        the caller's mask length minus the new tokens), else the first position."""
         n, M = ids.shape[1], self._M
         if n > M:
             raise UserInputError(
@@ -615,7 +631,7 @@ class LLMInferRequest(DeviceInferRequest):
             )
         if not self._kv_ready:
             self._copy_kvcache()
-        p0 = int(pos[0, 0])
+        p0 = int(pos[0, 0]) if slot is None else slot
         if p0 < 0:  # a negative rewind would index the KV buffer from its end
             raise UserInputError(f"position_ids[0]={p0} is negative")
         if p0 > self.num_stored_tokens:
@@ -634,7 +650,7 @@ class LLMInferRequest(DeviceInferRequest):
         s.mask[0, : user_hist.shape[0]] = user_hist
         if M == 1:
             s.ids[0, 0] = ids[0, 0]
-            s.pos[0, 0] = p0
+            s.pos2[:, 0] = pos[:, 0]
             s.mask[0, -1] = 1  # the new token is the last column (past K−1 ++ new 1)
             s.run()
             # The real NPUW overlaps the head with this KV write; here a thread hand-off costs
@@ -651,7 +667,7 @@ class LLMInferRequest(DeviceInferRequest):
             s.ids.fill(0)
             s.ids[0, M - n :] = ids[0]
             s.pos.fill(0)
-            s.pos[0, M - n :] = pos[0]
+            s.pos2[:, M - n :] = pos
             s.mask[0, K - n :] = 1
             s.run()
             self._update_kvcache_for(s, K - M, hist + n, n)

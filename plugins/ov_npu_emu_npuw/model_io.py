@@ -9,10 +9,19 @@ import openvino as ov
 
 from ov_npu_emu.errors import CompileError
 
-__all__ = ["REQUIRED_INPUTS", "KVLayout", "find_param", "find_result"]
+__all__ = ["EMBEDS", "REQUIRED_INPUTS", "KVLayout", "find_param", "find_result", "token_input"]
 
 #: inputs every stateful LLM export has (position_ids may be missing: NPUW adds it)
 REQUIRED_INPUTS = ("input_ids", "attention_mask", "position_ids")
+#: the language model of a VLM export takes embeddings instead of input_ids
+EMBEDS = "inputs_embeds"
+
+
+def token_input(model: ov.Model) -> str:
+    """The input carrying the tokens: ``input_ids`` [B, L], or ``inputs_embeds`` [B, L, E] (a VLM's
+    language model, whose embeddings the pipeline computes)."""
+    names = {n for p in model.inputs for n in p.get_names()}
+    return EMBEDS if EMBEDS in names and "input_ids" not in names else "input_ids"
 
 
 @dataclasses.dataclass(frozen=True)

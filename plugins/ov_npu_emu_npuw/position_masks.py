@@ -13,7 +13,7 @@ import openvino as ov
 import openvino.opset13 as ops
 
 from ov_npu_emu.errors import CompileError
-from ov_npu_emu_npuw.model_io import REQUIRED_INPUTS, KVLayout, find_param
+from ov_npu_emu_npuw.model_io import REQUIRED_INPUTS, KVLayout, find_param, token_input
 
 __all__ = ["PositionMask", "classify_mask", "padding_attends_itself", "position_masks", "rewrite_position_masks"]
 
@@ -209,7 +209,7 @@ def padding_attends_itself(model: ov.Model) -> None:
     row (their diagonal key is real and already allowed) and keeps the padding rows finite.
     """
     am = find_param(model, "attention_mask").output(0)
-    q_len = find_param(model, "input_ids").get_partial_shape()[1].get_length()
+    q_len = find_param(model, token_input(model)).get_partial_shape()[1].get_length()
     s_len = am.get_partial_shape()[1].get_length()
     i64 = ov.Type.i64
     pad = ops.reshape(

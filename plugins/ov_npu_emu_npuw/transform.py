@@ -13,7 +13,7 @@ from openvino._offline_transformations import stateful_to_stateless_transformati
 
 from ov_npu_emu.errors import CompileError, UserInputError
 from ov_npu_emu_npuw.attention_rewrites import cache_rope, group_attention, read_call_range, rotate_half_as_matmul
-from ov_npu_emu_npuw.model_io import REQUIRED_INPUTS, KVLayout, find_param, find_result
+from ov_npu_emu_npuw.model_io import EMBEDS, REQUIRED_INPUTS, KVLayout, find_param, find_result, token_input
 from ov_npu_emu_npuw.position_masks import PositionMask, padding_attends_itself, rewrite_position_masks
 
 __all__ = [
@@ -41,7 +41,8 @@ def to_stateless(model: ov.Model) -> tuple[ov.Model, KVLayout]:
     Uses OpenVINO's own StatefulToStateless pass (the one real NPUW runs), then checks what it made.
     """
     names = _names(model)
-    missing = [n for n in REQUIRED_INPUTS if n not in names and n != "position_ids"]
+    missing = [n for n in REQUIRED_INPUTS if n not in names and n != "position_ids"
+               and not (n == "input_ids" and EMBEDS in names)]
     if missing:
         raise UserInputError(
             f"NPUW_LLM needs a stateful LLM with inputs input_ids, attention_mask, beam_idx "
@@ -319,11 +320,16 @@ def make_lm_head_model(stateless: ov.Model, positions: int = 1) -> ov.Model | No
 
 
 def _static(model: ov.Model, kv: KVLayout, q_len: int, mask_len: int, has_past: bool) -> None:
-    shapes: dict[str, ov.PartialShape] = {
-        "input_ids": ov.PartialShape([1, q_len]),
-        "attention_mask": ov.PartialShape([1, mask_len]),
-        "position_ids": ov.PartialShape([1, q_len]),
-    }
+    shapes: dict[str, ov.PartialShape] = {"attention_mask": ov.PartialShape([1, mask_len])}
+    tokens = token_input(model)
+    if tokens == EMBEDS:  # [1, L, E]: the embeddings a VLM pipeline computed
+        width = find_param(model, EMBEDS).get_partial_shape()[2]
+        shapes[EMBEDS] = ov.PartialShape([1, q_len, width])
+    else:
+        shapes["input_ids"] = ov.PartialShape([1, q_len])
+    pos_rank = find_param(model, "position_ids").get_partial_shape().rank.get_length()
+    # M-RoPE (Qwen2-VL): [3, 1, L] positions (temporal, height, width)
+    shapes["position_ids"] = ov.PartialShape([3, 1, q_len] if pos_rank == 3 else [1, q_len])
     if has_past:
         for i, (name, h, d) in enumerate(zip(kv.past_names, kv.num_heads, kv.head_dims, strict=False)):
             s = mask_len - q_len

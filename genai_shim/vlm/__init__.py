@@ -1,0 +1,1 @@
+"""Visual language pipelines (openvino.genai's visual_language/)."""

@@ -1,0 +1,361 @@
+"""VLMPipeline: openvino.genai's VLMPipeline (visual_language/pipeline.cpp) over ov_npu_emu.Core,
+for Qwen2-VL exports (optimum-intel ``image-text-to-text``).
+
+The vision encoder, its merger and the text embeddings run on CPU (the real compiles them on
+AUTO with CPU first when the device is "NPU"); the language model (``inputs_embeds``, M-RoPE
+``position_ids`` [3, 1, L], ``beam_idx``) runs on the device: as is on "CPU", through NPUW on
+"NPU".  Chat re-prefills the whole templated history, with every image so far, each turn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from genai_shim.decoding import STREAMER_FINISH, RunningSequence, check_finish, encoded_results, stream_tokens
+from genai_shim.generation_config import GenerationConfig
+from genai_shim.npu_compile import compile_npu
+from genai_shim.npu_config import translate_npu_config
+from genai_shim.perf_metrics import PerfMetrics
+from genai_shim.results import DecodedResults
+from genai_shim.sampling import Sampler
+from genai_shim.stop_strings import stop_window
+from genai_shim.streamers import StreamingStatus, make_streamer
+from genai_shim.tokenizer import Tokenizer
+from genai_shim.vlm.qwen2vl import EncodedImage, Qwen2VLEmbedder
+from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
+
+__all__ = ["VLMDecodedResults", "VLMPerfMetrics", "VLMPipeline", "VLMRawPerfMetrics"]
+
+LANGUAGE_XML = "openvino_language_model.xml"
+SUPPORTED_TYPES = ("qwen2_vl",)
+#: keys for the NPU language model only (compile_decoder_for_npu's), never for the vision models
+_NPU_ONLY = ("MAX_PROMPT_LEN", "MIN_RESPONSE_LEN", "BLOB_PATH", "EXPORT_BLOB", "CACHE_DIR", "GENERATE_HINT",
+             "PREFILL_HINT", "SHARED_HEAD")
+
+
+#: an argument not given (the real refuses an explicit None for images / image)
+_UNSET: Any = object()
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+class VLMRawPerfMetrics:
+    """The VLM-only raw series (microseconds)."""
+
+    def __init__(self) -> None:
+        self.prepare_embeddings_durations: list[float] = []
+        self.vision_encoding_durations: list[float] = []
+
+
+class VLMPerfMetrics(PerfMetrics):
+    """PerfMetrics plus the time spent preparing the embeddings (vision encoding included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.vlm_raw_metrics = VLMRawPerfMetrics()
+
+    def get_prepare_embeddings_duration(self) -> Any:
+        from genai_shim.perf_metrics import _mean_std
+
+        return _mean_std([d / 1000.0 for d in self.vlm_raw_metrics.prepare_embeddings_durations])
+
+
+class VLMDecodedResults(DecodedResults):
+    """DecodedResults whose perf_metrics are VLMPerfMetrics."""
+
+
+def _read_config(folder: Path) -> dict[str, Any]:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"{folder} has no config.json; pass the folder optimum-cli exported "
+                          "(--task image-text-to-text)")
+    cfg: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    model_type = cfg.get("model_type")
+    if model_type not in SUPPORTED_TYPES:
+        raise ConfigError(
+            f"genai_shim's VLMPipeline runs {', '.join(SUPPORTED_TYPES)} models; {folder} is "
+            f"{model_type!r} (Qwen2.5-VL, LLaVA, Gemma 3 ... are not implemented yet)",
+            key="model_type",
+        )
+    return cfg
+
+
+def _split_props(device: str, props: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(language model properties, vision/embeddings properties).  On NPU the vision side gets
+    what DEVICE_PROPERTIES says for "CPU" (or "AUTO"), as the real's AUTO-with-CPU-first."""
+    props = dict(props)
+    dev_props = props.pop("DEVICE_PROPERTIES", None) or {}
+    if not isinstance(dev_props, dict):
+        raise ConfigError("DEVICE_PROPERTIES must be a dict {device: {key: value}}", key="DEVICE_PROPERTIES")
+    if device == "NPU":
+        # f32 unless DEVICE_PROPERTIES says otherwise: the real's vision side on NPU computes in
+        # f32 on this machine, whose CPU plugin defaults to bf16 (measured, 2026.4.1: its texts
+        # equal the CPU pipeline's under f32 hints, and bf16 hints for AUTO/CPU change nothing)
+        vision = dict(dev_props.get("AUTO") or {})
+        lm = {**props, **(dev_props.get("NPU") or {})}
+        return lm, vision
+    vision = {k: v for k, v in props.items() if k not in _NPU_ONLY}
+    return {**props, **(dev_props.get(device) or {})}, {**vision, **(dev_props.get(device) or {})}
+
+
+def _make_core() -> Any:
+    from ov_npu_emu import Core
+
+    return Core()
+
+
+class VLMPipeline:
+    """``VLMPipeline(models_path, device, **properties)`` for a Qwen2-VL export."""
+
+    def __init__(self, models_path: str | os.PathLike[str], device: str = "CPU", **properties: Any) -> None:
+        t0 = _now()
+        if not isinstance(models_path, (str, os.PathLike)):
+            raise UserInputError(f"models_path must be a folder path, got {type(models_path).__name__}")
+        folder = Path(models_path)
+        if not (folder / LANGUAGE_XML).is_file():
+            raise ConfigError(f"{folder} has no {LANGUAGE_XML}; export the model with optimum-cli "
+                              "export openvino --task image-text-to-text")
+        cfg = _read_config(folder)
+        dev = str(device).upper()
+        if dev.split(".")[0] not in ("CPU", "NPU"):
+            raise ConfigError(f"genai_shim's VLMPipeline runs on CPU or NPU, not {device!r}", key="device")
+        self._is_npu = dev.startswith("NPU")
+        self.tokenizer = Tokenizer(folder)
+        gc_path = folder / "generation_config.json"
+        self._config = GenerationConfig(gc_path) if gc_path.is_file() else GenerationConfig()
+        if self._config.eos_token_id == -1 and self.tokenizer.get_eos_token_id() != -1:
+            self._config.set_eos_token_id(self.tokenizer.get_eos_token_id())
+        core = _make_core()
+        lm_props, vision_props = _split_props("NPU" if self._is_npu else dev, properties)
+        model = core.read_model(folder / LANGUAGE_XML)
+        self._max_prompt_len = 0
+        self._kv_capacity: int | None = None
+        if self._is_npu:
+            npu = compile_npu(core, model, lm_props, folder)
+            compiled = npu.compiled
+            # the real checks the prompt against what was asked for (MAX_PROMPT_LEN, 1024), not
+            # NPUW's aligned length; a blob imported from BLOB_PATH reports its own
+            asked = translate_npu_config(model, lm_props)
+            imported = asked.blob_path is not None and not asked.export_blob
+            self._max_prompt_len = npu.max_prompt_len if imported else asked.max_prompt_len
+            self._kv_capacity = npu.kv_capacity
+        else:
+            compiled = core.compile_model(model, dev, lm_props)
+        self._request = compiled.create_infer_request()
+        self._embedder = Qwen2VLEmbedder(core, folder, cfg, "CPU", vision_props, self.tokenizer)
+        self._sampler = Sampler()
+        self._chat: list[dict[str, str]] | None = None
+        self._chat_images: list[EncodedImage] = []
+        self._load_time = (_now() - t0) * 1000.0
+
+    # -- public API ------------------------------------------------------------------------------
+    def get_tokenizer(self) -> Tokenizer:
+        return self.tokenizer
+
+    def get_generation_config(self) -> GenerationConfig:
+        return self._config.copy()
+
+    def set_generation_config(self, config: GenerationConfig) -> None:
+        new = config.copy()
+        if new.eos_token_id == -1:
+            new.set_eos_token_id(self._config.eos_token_id)
+        new.validate()
+        self._config = new
+
+    def set_chat_template(self, chat_template: str) -> None:
+        if self._chat is not None:
+            raise UserInputError(
+                "Chat template cannot be changed once start_chat() is called. Please, finish current "
+                "chat via finish_chat()"
+            )
+        self.tokenizer.set_chat_template(chat_template)
+
+    def start_chat(self, system_message: str = "") -> None:
+        self._chat = [{"role": "system", "content": system_message}] if system_message else []
+        self._chat_images = []
+        self._request.reset_state()
+
+    def finish_chat(self) -> None:
+        self._chat = None
+        self._chat_images = []
+        self._request.reset_state()
+
+    def generate(
+        self,
+        prompt: Any,
+        images: Any = _UNSET,
+        generation_config: GenerationConfig | None = None,
+        streamer: Any = None,
+        **kwargs: Any,
+    ) -> VLMDecodedResults:
+        start = _now()
+        image = kwargs.pop("image", _UNSET)
+        for name, value in (("images", images), ("image", image)):
+            if value is None:  # the real binding's text
+                raise UserInputError(f'Property "{name}" can\'t be None.')
+        for key in ("videos", "video"):
+            if kwargs.pop(key, None) is not None:
+                raise ConfigError("genai_shim's VLMPipeline does not take videos yet", key=key)
+        if image is not _UNSET:
+            if images is not _UNSET:
+                raise UserInputError("pass either image= or images=, not both")
+            images = [image]
+        if images is _UNSET:
+            images = []
+        elif not isinstance(images, (list, tuple)):
+            images = [images]
+        if not isinstance(prompt, str):
+            raise UserInputError(f"VLMPipeline.generate() takes a str prompt, got {type(prompt).__name__}")
+        config = self._resolve_config(generation_config, kwargs)
+        perf = VLMPerfMetrics()
+        perf.load_time = self._load_time
+        t_emb = _now()
+        t_vis = _now()
+        encoded = self._embedder.encode_images(list(images))
+        perf.vlm_raw_metrics.vision_encoding_durations.append((_now() - t_vis) * 1e6)
+        unified = self._embedder.normalize_prompt(prompt, encoded)
+        ids, used = self._tokenize(unified, encoded, config, perf)
+        embeds = self._embedder.embed(ids, used)
+        pos, delta = self._embedder.position_ids(ids, used)
+        perf.vlm_raw_metrics.prepare_embeddings_durations.append((_now() - t_emb) * 1e6)
+        if self._is_npu and embeds.shape[1] > self._max_prompt_len:
+            if self._chat is not None:
+                self._chat.pop()
+            # the real's text
+            raise PromptTooLongError(
+                f"VLM pipeline on NPU may only process input embeddings up to {self._max_prompt_len} "
+                f"tokens. {embeds.shape[1]} is passed.\nSet the \"MAX_PROMPT_LEN\" config option to "
+                "increase the limit."
+            )
+        seq, cancelled = self._decode(ids, embeds, pos, delta, config, streamer, perf)
+        t0 = _now()
+        text = self.tokenizer.decode(seq.tokens)
+        perf.raw_metrics.detokenization_durations.append((_now() - t0) * 1e6)
+        res = encoded_results([seq], perf)
+        out = VLMDecodedResults()
+        out.texts, out.scores, out.finish_reasons = [text], res.scores, res.finish_reasons
+        if self._chat is not None:
+            if cancelled:
+                self._chat.pop()
+                del self._chat_images[len(self._chat_images) - len(encoded):]
+            else:
+                self._chat.append({"role": "assistant", "content": text})
+        perf.raw_metrics.generate_durations.append((_now() - start) * 1e6)
+        perf.reevaluate(start)
+        out.perf_metrics = perf
+        return out
+
+    __call__ = generate
+
+    # -- steps -----------------------------------------------------------------------------------
+    def _resolve_config(self, generation_config: GenerationConfig | None, kwargs: dict[str, Any]) -> GenerationConfig:
+        if generation_config is not None and not isinstance(generation_config, GenerationConfig):
+            raise UserInputError(
+                f"generation_config must be a GenerationConfig, got {type(generation_config).__name__}"
+            )
+        config = (generation_config or self._config).copy()
+        config.update_generation_config(**kwargs)
+        if config.eos_token_id == -1:
+            config.set_eos_token_id(self._config.eos_token_id)
+        config.validate()
+        if self._is_npu:
+            # the real's texts (validate_inputs_for_npu)
+            if not (config.is_greedy_decoding() or config.is_multinomial()):
+                raise UserInputError("Currently only greedy and multinomial decoding are supported for NPU device!")
+            if config.num_return_sequences != 1:
+                raise UserInputError('Currently only "num_return_sequences" equal to 1 is supported for NPU device!')
+        elif config.is_beam_search() or config.num_return_sequences != 1:
+            raise ConfigError(
+                "genai_shim's VLMPipeline decodes one sequence (greedy or multinomial); beam search "
+                "and num_return_sequences > 1 are not implemented yet",
+                key="num_return_sequences" if not config.is_beam_search() else "num_beams",
+            )
+        if config.echo:
+            raise ConfigError("echo is not supported by VLMPipeline", key="echo")
+        return config
+
+    def _tokenize(self, unified: str, encoded: list[EncodedImage], config: GenerationConfig,
+                  perf: PerfMetrics) -> tuple[np.ndarray, list[EncodedImage]]:
+        """The prompt's ids and the images they refer to (in chat: the whole history's)."""
+        raw = perf.raw_metrics
+        t0 = _now()
+        if self._chat is not None:
+            self._chat.append({"role": "user", "content": unified})
+            self._chat_images.extend(encoded)
+            text = self.tokenizer.apply_chat_template(self._chat, add_generation_prompt=True)
+            t1 = _now()
+            raw.chat_template_durations.append((t1 - t0) * 1e6)
+            ids = self.tokenizer.encode(text, add_special_tokens=False).input_ids.data
+            raw.tokenization_durations.append((_now() - t1) * 1e6)
+            return np.array(ids, dtype=np.int64), list(self._chat_images)
+        if config.apply_chat_template and self.tokenizer.chat_template:
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": unified}],
+                                                      add_generation_prompt=True)
+            t1 = _now()
+            raw.chat_template_durations.append((t1 - t0) * 1e6)
+            ids = self.tokenizer.encode(text, add_special_tokens=False).input_ids.data
+        else:
+            t1 = _now()
+            ids = self.tokenizer.encode(unified, add_special_tokens=True).input_ids.data
+        raw.tokenization_durations.append((_now() - t1) * 1e6)
+        return np.array(ids, dtype=np.int64), encoded
+
+    def _infer(self, embeds: np.ndarray, mask: np.ndarray, pos: np.ndarray, perf: PerfMetrics) -> np.ndarray:
+        t0 = _now()
+        out = self._request.infer({"inputs_embeds": embeds, "attention_mask": mask, "position_ids": pos,
+                                   "beam_idx": np.zeros(1, np.int32)}, share_outputs=True)
+        t1 = _now()
+        raw = perf.raw_metrics
+        raw.m_token_infer_durations.append((t1 - t0) * 1e6)
+        raw.m_inference_durations[0] += (t1 - t0) * 1e6
+        raw.m_new_token_times.append(t1)
+        raw.m_batch_sizes.append(1)
+        return np.asarray(out["logits"])
+
+    def _decode(self, ids: np.ndarray, embeds: np.ndarray, pos: np.ndarray, delta: int, config: GenerationConfig,
+                streamer: Any, perf: PerfMetrics) -> tuple[RunningSequence, bool]:
+        """Prefill the whole prompt, then one token per call; returns the sequence and whether
+        the streamer cancelled it."""
+        stream = make_streamer(streamer, self.tokenizer)
+        prompt = ids[0].tolist()
+        n = len(prompt)
+        perf.num_input_tokens = n
+        perf.raw_metrics.m_inference_durations = [0.0]
+        self._sampler.set_seed(config.rng_seed)
+        seq = RunningSequence(prompt, config, config.get_max_new_tokens(n))
+        window, stops = stop_window(self.tokenizer, config)
+        self._request.reset_state()
+        mask = np.ones((1, n), np.int64)
+        logits = self._infer(np.ascontiguousarray(embeds), mask, np.ascontiguousarray(pos), perf)
+        cancelled = stopped = False
+        while True:
+            token, logp = self._sampler.sample(seq.processor, logits[0, -1])
+            seq.tokens.append(token)
+            seq.processor.register(token)
+            seq.logps.append(logp)
+            check_finish(seq, config, self.tokenizer, window, stops, self._kv_capacity)
+            if stream is not None and not stopped:
+                status = stream_tokens(stream, seq, window)
+                stopped = status != StreamingStatus.RUNNING
+                if stopped and seq.finish is None:
+                    seq.finish = STREAMER_FINISH[status]
+                    cancelled = status == StreamingStatus.CANCEL
+            if seq.finish is not None:
+                break
+            mask = np.ones((1, mask.shape[1] + 1), np.int64)
+            step_pos = np.full((3, 1, 1), mask.shape[1] - 1 + delta, np.int64)
+            step = self._embedder.token_embeddings(np.array([[token]], np.int64))
+            logits = self._infer(step, mask, step_pos, perf)
+        if stream is not None:
+            if not stopped:
+                stream_tokens(stream, seq, 0)
+            stream.end()
+        return seq, cancelled

@@ -1,0 +1,329 @@
+"""Qwen2-VL's inputs embedder as openvino.genai's (visual_language/qwen2vl/classes.cpp): the image
+preprocessing the real builds into the vision model (bicubic resize to the smart size, clamp,
+normalise with the preprocessor's mean/std, temporal tiling, patch flattening), the patch
+embeddings, the merger (block-diagonal attention mask, 2-D rotary embeddings of the patch grid),
+the ``<|vision_start|><|image_pad|>...<|vision_end|>`` expansion and the M-RoPE position ids with
+their rope delta."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+import openvino.opset8 as opset8
+import openvino.opset13 as ops
+
+from ov_npu_emu.errors import ConfigError, UserInputError
+
+__all__ = ["NATIVE_TAG", "EncodedImage", "ProcessorConfig", "Qwen2VLEmbedder", "smart_resize"]
+
+#: the real's hard-coded native image tag (the chat templates spell it out)
+NATIVE_TAG = "<|vision_start|><|image_pad|><|vision_end|>"
+_UNIVERSAL = "<ov_genai_image_"
+
+VISION_XML = "openvino_vision_embeddings_model.xml"
+MERGER_XML = "openvino_vision_embeddings_merger_model.xml"
+TEXT_EMB_XML = "openvino_text_embeddings_model.xml"
+
+
+@dataclass(frozen=True)
+class ProcessorConfig:
+    """The fields of preprocessor_config.json the Qwen2-VL path reads (the real's defaults)."""
+
+    patch_size: int = 14
+    temporal_patch_size: int = 2
+    merge_size: int = 2
+    min_pixels: int = 56 * 56
+    max_pixels: int = 28 * 28 * 1280
+    image_mean: tuple[float, ...] = (0.48145466, 0.4578275, 0.40821073)
+    image_std: tuple[float, ...] = (0.26862954, 0.26130258, 0.27577711)
+
+    @classmethod
+    def read(cls, folder: Path) -> ProcessorConfig:
+        path = folder / "preprocessor_config.json"
+        if not path.is_file():
+            return cls()
+        data = json.loads(path.read_text(encoding="utf-8"))
+        size = data.get("size") or {}
+        kw: dict[str, Any] = {}
+        for key in ("patch_size", "temporal_patch_size", "merge_size", "min_pixels", "max_pixels"):
+            if key in data:
+                kw[key] = int(data[key])
+        if "min_pixels" not in kw and "shortest_edge" in size:
+            kw["min_pixels"] = int(size["shortest_edge"])
+        if "max_pixels" not in kw and "longest_edge" in size:
+            kw["max_pixels"] = int(size["longest_edge"])
+        for key in ("image_mean", "image_std"):
+            if key in data:
+                kw[key] = tuple(float(v) for v in data[key])
+        return cls(**kw)
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """The real's qwen2_vl_utils::smart_resize (float rounding, integer aspect check)."""
+    if max(height, width) // min(height, width) > 200:
+        raise UserInputError("Absolute aspect ratio must be smaller than 200")
+    h_bar = int(round(float(np.float32(height) / np.float32(factor)))) * factor
+    w_bar = int(round(float(np.float32(width) / np.float32(factor)))) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt(height * width / float(max_pixels))
+        h_bar = int(math.floor(height / beta / factor)) * factor
+        w_bar = int(math.floor(width / beta / factor)) * factor
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / float(height * width))
+        h_bar = int(math.ceil(height * beta / factor)) * factor
+        w_bar = int(math.ceil(width * beta / factor)) * factor
+    return h_bar, w_bar
+
+
+def _normalized(raw: Any, size: Any, mean: np.ndarray, scale: np.ndarray) -> Any:
+    """u8 NHWC -> f32 NCHW, bicubic resize (PyTorch half-pixel, a = -0.75), clamp 0..255,
+    (x - mean*255) * 1/(std*255)."""
+    x = ops.transpose(ops.convert(raw, ov.Type.f32), ops.constant(np.array([0, 3, 1, 2], np.int32)))
+    x = ops.interpolate(
+        x, size, "cubic", "sizes", axes=ops.constant(np.array([2, 3], np.int64)),
+        coordinate_transformation_mode="pytorch_half_pixel", nearest_mode="round_prefer_floor",
+        cube_coeff=-0.75, antialias=False,
+    )
+    return ops.multiply(ops.subtract(ops.clamp(x, 0.0, 255.0), ops.constant(mean)), ops.constant(scale))
+
+
+def _preprocess_model(vision: ov.Model, cfg: ProcessorConfig) -> ov.Model:
+    """The vision model with the real's preprocessing in front of it, in the real's structure: an
+    If on ``cond_img_vid`` (1: an image, tiled to temporal_patch_size frames; 0: two video
+    frames), then the patches reshaped/transposed and flattened.  The structure matters for the
+    numerics: under a bf16 inference precision the CPU plugin keeps the If's bodies (the resize
+    and the normalisation) in f32."""
+    f32 = np.float32
+    mean = np.array([f32(v) * f32(255.0) for v in cfg.image_mean], f32).reshape(1, -1, 1, 1)
+    scale = np.array([f32(1.0) / (f32(v) * f32(255.0)) for v in cfg.image_std], f32).reshape(1, -1, 1, 1)
+    u8 = ov.Type.u8
+    cond = ops.parameter([1], ov.Type.f32, name="cond_img_vid")
+    raw1 = ops.parameter([-1, -1, -1, -1], u8, name="raw_images_1")
+    raw2 = ops.parameter([-1, -1, -1, -1], u8, name="raw_images_2")
+    size = ops.parameter([2], ov.Type.i64, name="resize_shape")
+    tile = ops.parameter([4], ov.Type.i64, name="tile_shape")
+    shape8 = ops.parameter([8], ov.Type.i64, name="reshape_shape8d")
+    shape4 = ops.parameter([4], ov.Type.i64, name="reshape_shape4d")
+    shape2 = ops.parameter([2], ov.Type.i64, name="reshape_shape2d")
+    t_raw, t_size, t_tile = (ops.parameter([-1, -1, -1, -1], u8), ops.parameter([2], ov.Type.i64),
+                             ops.parameter([4], ov.Type.i64))
+    t_res = ops.result(ops.tile(_normalized(t_raw, t_size, mean, scale), t_tile))
+    then_body = ov.Model([t_res], [t_raw, t_size, t_tile], "then_body")
+    e_cond, e_raw1, e_raw2, e_size = (ops.parameter([1], ov.Type.f32), ops.parameter([-1, -1, -1, -1], u8),
+                                      ops.parameter([-1, -1, -1, -1], u8), ops.parameter([2], ov.Type.i64))
+    frames = ops.concat([_normalized(e_raw1, e_size, mean, scale), _normalized(e_raw2, e_size, mean, scale)], 0)
+    e_res = ops.result(frames)
+    # (an If's condition must also be a body output, as in the real's graph)
+    else_body = ov.Model([e_res, ops.result(e_cond)], [e_cond, e_raw1, e_raw2, e_size], "else_body")
+    branch = opset8.if_op(cond)
+    branch.set_then_body(then_body)
+    branch.set_else_body(else_body)
+    branch.set_input(cond.output(0), None, e_cond)
+    branch.set_input(raw1.output(0), None, e_raw1)
+    branch.set_input(raw2.output(0), None, e_raw2)
+    branch.set_input(size.output(0), None, e_size)
+    branch.set_input(raw1.output(0), t_raw, None)
+    branch.set_input(size.output(0), t_size, None)
+    branch.set_input(tile.output(0), t_tile, None)
+    x = branch.set_output(t_res, e_res)
+    x = ops.transpose(ops.reshape(x, shape8, True), ops.constant(np.array([0, 2, 5, 3, 6, 1, 4, 7], np.int32)))
+    x = ops.transpose(ops.reshape(x, shape4, True), ops.constant(np.array([0, 2, 1, 3], np.int32)))
+    x = ops.reshape(x, shape2, True)
+    params = vision.get_parameters()
+    if len(params) != 1:
+        raise ConfigError(f"{VISION_XML} must have one input (hidden_states), has {len(params)}")
+    for target in list(params[0].output(0).get_target_inputs()):
+        target.replace_source_output(x.output(0))
+    return ov.Model(vision.get_results(), [cond, raw1, raw2, size, tile, shape8, shape4, shape2],
+                    "vision_with_preprocess")
+
+
+@dataclass
+class EncodedImage:
+    patches: np.ndarray  # [grid_t*grid_h*grid_w, embed_dim] patch embeddings
+    grid_thw: tuple[int, int, int]
+
+
+def _image_rows(image: Any) -> list[np.ndarray]:
+    """[1|N, H, W, 3] or [H, W, 3] uint8 -> single images [1, H, W, 3] (the real's rule)."""
+    data = np.asarray(image.data if isinstance(image, ov.Tensor) else image)
+    if data.dtype != np.uint8:
+        raise UserInputError(f"an image must be a uint8 ov.Tensor [1, H, W, 3] (NHWC), got dtype {data.dtype}")
+    if data.ndim == 3:
+        data = data[None]
+    if data.ndim != 4:
+        raise UserInputError(f"Input image must have [NHWC] or [HWC] layout, given image shape is {list(data.shape)}")
+    if data.shape[3] != 3:
+        raise UserInputError(f"an image must have 3 channels (RGB, NHWC), got shape {list(data.shape)}")
+    return [np.ascontiguousarray(data[i : i + 1]) for i in range(data.shape[0])]
+
+
+class Qwen2VLEmbedder:
+    """Images -> merged vision embeddings; prompt ids -> text embeddings; M-RoPE position ids."""
+
+    def __init__(self, core: Any, folder: Path, config: dict[str, Any], device: str, props: dict[str, Any],
+                 tokenizer: Any) -> None:
+        self.cfg = ProcessorConfig.read(folder)
+        if self.cfg.temporal_patch_size != 2:
+            raise ConfigError("temporal_patch_size != 2.", key="temporal_patch_size")
+        vision = _preprocess_model(core.read_model(folder / VISION_XML), self.cfg)
+        self.vision = core.compile_model(vision, device, props).create_infer_request()
+        merger = core.compile_model(core.read_model(folder / MERGER_XML), device, props)
+        self.merger = merger.create_infer_request()
+        self.rotary_dim = int(merger.input("rotary_pos_emb").get_partial_shape()[1].get_length())
+        self.text = core.compile_model(core.read_model(folder / TEXT_EMB_XML), device, props).create_infer_request()
+        self.tokens_per_second = int((config.get("vision_config") or {}).get("tokens_per_second", 2) or 2)
+        ids = tokenizer.encode("<|vision_start|><|vision_end|><|image_pad|><|video_pad|>",
+                               add_special_tokens=False).input_ids.data[0]
+        self.vision_start, self.vision_end, self.image_pad = int(ids[0]), int(ids[1]), int(ids[2])
+
+    # -- images ----------------------------------------------------------------------------------
+    def encode_images(self, images: list[Any]) -> list[EncodedImage]:
+        out = []
+        for image in images:
+            for row in _image_rows(image):
+                out.append(self._encode(row))
+        return out
+
+    def _encode(self, image: np.ndarray) -> EncodedImage:
+        c = self.cfg
+        h, w = smart_resize(image.shape[1], image.shape[2], c.patch_size * c.merge_size, c.min_pixels, c.max_pixels)
+        t, ch = c.temporal_patch_size, 3
+        gt, gh, gw = 1, h // c.patch_size, w // c.patch_size
+        m, p = c.merge_size, c.patch_size
+        feed = {
+            "cond_img_vid": np.ones(1, np.float32),
+            "raw_images_1": image,
+            "raw_images_2": image,
+            "resize_shape": np.array([h, w], np.int64),
+            "tile_shape": np.array([t, 1, 1, 1], np.int64),
+            "reshape_shape8d": np.array([gt, t * ch, gh // m, m, p, gw // m, m, p], np.int64),
+            "reshape_shape4d": np.array([gt * gh * gw, t, ch, p * p], np.int64),
+            "reshape_shape2d": np.array([gt * gh * gw, ch * t * p * p], np.int64),
+        }
+        self.vision.infer(feed)
+        return EncodedImage(np.array(self.vision.get_output_tensor(0).data, copy=True), (gt, gh, gw))
+
+    def tokens_for(self, image: EncodedImage) -> int:
+        gt, gh, gw = image.grid_thw
+        return gt * gh * gw // (self.cfg.merge_size ** 2)
+
+    def merge(self, images: list[EncodedImage]) -> np.ndarray:
+        """The merger over every image at once: [sum of tokens, hidden]."""
+        hidden = np.concatenate([im.patches for im in images], axis=0)
+        n = hidden.shape[0]
+        mask = np.full((1, n, n), -np.inf, np.float32)
+        start = 0
+        for im in images:
+            gt, gh, gw = im.grid_thw
+            for _ in range(gt):
+                end = start + gh * gw
+                mask[0, start:end, start:end] = 0.0
+                start = end
+        self.merger.infer({"hidden_states": hidden, "attention_mask": mask,
+                           "rotary_pos_emb": self._rotary(images)})
+        return np.array(self.merger.get_output_tensor(0).data, copy=True)
+
+    def _rotary(self, images: list[EncodedImage]) -> np.ndarray:
+        m, dim = self.cfg.merge_size, self.rotary_dim
+        half = dim // 2
+        pos: list[tuple[int, int]] = []
+        max_grid = 0
+        for im in images:
+            t, h, w = im.grid_thw
+            max_grid = max(max_grid, h, w)
+            one = [(hb * m + hs, wb * m + ws) for hb in range(h // m) for wb in range(w // m)
+                   for hs in range(m) for ws in range(m)]
+            pos.extend(one * t)
+        inv = (1.0 / np.power(np.float32(10000.0), np.arange(half, dtype=np.float32) / np.float32(half))).astype(
+            np.float32)
+        freqs = np.arange(max_grid, dtype=np.float32)[:, None] * inv[None, :]
+        hp = np.array([a for a, _ in pos])
+        wp = np.array([b for _, b in pos])
+        return np.ascontiguousarray(np.concatenate([freqs[hp], freqs[wp]], axis=1).astype(np.float32))
+
+    # -- prompt -----------------------------------------------------------------------------------
+    def normalize_prompt(self, prompt: str, images: list[EncodedImage]) -> str:
+        """Prepend a native tag per image unless the prompt has them, then expand each tag to
+        its image's pad tokens (the real's normalize + normalize_prompt)."""
+        if _UNIVERSAL in prompt:
+            raise UserInputError(
+                "genai_shim's VLMPipeline does not take the universal <ov_genai_image_i> tags yet; "
+                f"use the native tag {NATIVE_TAG} or none (images are put before the prompt)"
+            )
+        count = prompt.count(NATIVE_TAG)
+        if count and count != len(images):
+            raise UserInputError(
+                "The number of native vision tags must match the number of provided images/videos"
+                " because it's ambiguous which input should be ignored."
+            )
+        if not count:
+            prompt = NATIVE_TAG * len(images) + prompt
+        for im in images:
+            expanded = "<|vision_start|>" + "<|image_pad|>" * self.tokens_for(im) + "<|vision_end|>"
+            prompt = prompt.replace(NATIVE_TAG, expanded, 1) if NATIVE_TAG in prompt else prompt
+        return prompt
+
+    def embed(self, ids: np.ndarray, images: list[EncodedImage]) -> np.ndarray:
+        """Text embeddings of ``ids`` [1, L] with the image pad rows replaced by the merged
+        vision embeddings, in order."""
+        self.text.infer({"input": ids})
+        emb = np.array(self.text.get_output_tensor(0).data, dtype=np.float32, copy=True)
+        slots = np.flatnonzero(ids[0] == self.image_pad)
+        if images:
+            vis = self.merge(images)
+            if vis.shape[0] != slots.size:
+                raise UserInputError(
+                    f"Image embeddings count ({vis.shape[0]}) does not match image pad tokens in prompt "
+                    f"({slots.size})"
+                )
+            emb[0, slots] = vis
+        elif slots.size:
+            raise UserInputError(
+                f"the prompt has {slots.size} <|image_pad|> tokens but no image was given; pass the "
+                "images with images=[...]"
+            )
+        return emb
+
+    def token_embeddings(self, ids: np.ndarray) -> np.ndarray:
+        self.text.infer({"input": ids})
+        return np.array(self.text.get_output_tensor(0).data, dtype=np.float32, copy=True)
+
+    def position_ids(self, ids: np.ndarray, images: list[EncodedImage]) -> tuple[np.ndarray, int]:
+        """M-RoPE positions [3, 1, L] and the rope delta (the real's create_position_ids)."""
+        row = ids[0]
+        n = row.size
+        pos = np.zeros((3, 1, n), np.int64)
+        st, next_pos, grid_idx = 0, 0, 0
+        m = self.cfg.merge_size
+        for ed in np.flatnonzero(row == self.vision_start).tolist():
+            if ed < st:
+                continue
+            pos[:, 0, st:ed] = np.arange(next_pos, next_pos + ed - st)
+            next_pos += ed - st
+            pos[:, 0, ed] = next_pos
+            next_pos += 1
+            ed += 1
+            st = ed
+            if grid_idx < len(images):
+                t, h, w = images[grid_idx].grid_thw
+                lh, lw = h // m, w // m
+                size = lh * lw
+                for ti in range(t):
+                    base = ed + ti * size
+                    pos[0, 0, base : base + size] = next_pos + ti * self.tokens_per_second
+                    pos[1, 0, base : base + size] = next_pos + np.repeat(np.arange(lh), lw)
+                    pos[2, 0, base : base + size] = next_pos + np.tile(np.arange(lw), lh)
+                next_pos += max((t - 1) * self.tokens_per_second + 1, max(lh, lw))
+                st = ed + t * size
+                grid_idx += 1
+        if st < n:
+            pos[:, 0, st:] = np.arange(next_pos, next_pos + n - st)
+        delta = int(pos.max()) + 1 - n if n else 0
+        return pos, delta
