@@ -207,3 +207,23 @@ def test_npu_prompt_over_max_prompt_len() -> None:
     with pytest.raises(PromptTooLongError) as our_err:
         ours.generate(PROMPT, images=[_image()], max_new_tokens=4)
     assert str(our_err.value) in str(real_err.value)
+
+
+# -- the language model on the emulated NPU (vision at the AUTO/CPU default, as the real) ---------
+@pytest.fixture(scope="module")
+def shim_emulated_npu() -> Any:
+    return genai_shim.VLMPipeline(FOLDER, "NPU", INFERENCE_PRECISION_HINT="f32", NPUW_LLM_SHARED_HEAD="NO")
+
+
+@pytest.mark.parametrize("with_image", [True, False], ids=["image", "text_only"])
+def test_emulated_npu_gives_the_real_npus_text(shim_emulated_npu: Any, with_image: bool) -> None:
+    kw = {"images": [_image()]} if with_image else {}
+    ours = shim_emulated_npu.generate(PROMPT, generation_config=_config(genai_shim), **kw)
+    key = "image" if with_image else "text_only"
+    assert ours.texts[0] == GOLDEN["npuw_cpu"][key]["text"] == GOLDEN["cpu"][key]["text"]
+    assert ours.perf_metrics.get_num_input_tokens() == GOLDEN["npuw_cpu"][key]["num_input_tokens"]
+
+
+def test_emulated_npu_chat_gives_the_real_npus_text(shim_emulated_npu: Any) -> None:
+    ours = _chat(shim_emulated_npu, genai_shim)
+    assert [t for t, _ in ours] == [c["text"] for c in GOLDEN["npuw_cpu"]["chat"]]
