@@ -176,12 +176,31 @@ def builders(torch: Any) -> dict[str, tuple[Callable[[], Any], tuple[int, ...]]]
     }
 
 
+def randomize(torch: Any, model: Any) -> None:
+    """Random (seeded) weights that make every layer matter: torchvision zero-initialises some
+    heads (a ViT's classifier would output zeros) and a fresh BatchNorm is an identity."""
+    nn = torch.nn
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None:
+                m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=g) * 0.1)
+                m.running_var.copy_(torch.rand(m.running_var.shape, generator=g) + 0.5)
+            if isinstance(m, (nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm)) and m.weight is not None:
+                m.weight.copy_(torch.rand(m.weight.shape, generator=g) + 0.5)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=g) * 0.1)
+        for p in model.parameters():
+            if p.numel() and not bool(p.any()):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+
+
 def export(torch: Any, name: str, out: Path) -> Path:
     import openvino as ov
 
     build, shape = builders(torch)[name]
     torch.manual_seed(0)
     model = build().eval()
+    randomize(torch, model)
     xml = out / f"{name}.xml"
     with torch.no_grad():
         ov_model = ov.convert_model(model, example_input=torch.randn(*shape), input=[list(shape)])
@@ -207,7 +226,7 @@ def measure(xml: Path) -> dict[str, Any]:
     ref_req = real_ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
     ref_res = ref_req.infer(feed)
     ref = [np.array(ref_res[i]) for i in range(len(model.outputs))]
-    row: dict[str, Any] = {"ops": len(model.get_ordered_ops())}
+    row: dict[str, Any] = {"ops": len(model.get_ordered_ops()), "scale": max(float(np.abs(r).max()) for r in ref)}
 
     core = ours.Core()
     supported = core.query_model(model, "NPU")
@@ -249,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         names = [n for n in args.only.split(",") if n]
     args.out.mkdir(parents=True, exist_ok=True)
-    print("| model | ops | NPU refuses (query_model) | NPU compiles | NPU max rel err | ours CPU max rel err"
-          " | NPU compile+infer s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | input | ops | NPU refuses (query_model) | NPU compiles | NPU max rel err | ours CPU max rel err"
+          " | max abs output | NPU compile+infer s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         xml = args.out / f"{name}.xml"
         try:
@@ -260,10 +279,11 @@ def main(argv: list[str] | None = None) -> int:
             r = measure(xml)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
-            print(f"| {name} | - | export failed: {type(e).__name__}: {str(e).splitlines()[0][:80]} | | | | |")
+            print(f"| {name} | | - | export failed: {type(e).__name__}: {str(e).splitlines()[0][:80]} | | | | | |")
             continue
-        print(f"| {name} | {r['ops']} | {r['refused']} | {r['NPU_ok']} | {r['NPU_err']:.1e} | {r['CPU_err']:.1e}"
-              f" | {r['NPU_time']} |", flush=True)
+        shape = "x".join(map(str, builders(torch)[name][1][1:]))
+        print(f"| {name} | {shape} | {r['ops']} | {r['refused']} | {r['NPU_ok']} | {r['NPU_err']:.1e} | {r['CPU_err']:.1e}"
+              f" | {r['scale']:.2g} | {r['NPU_time']} |", flush=True)
     return 0
 
 
