@@ -139,6 +139,33 @@ def _seg(torch: Any, model: Any) -> Any:
     return Out()
 
 
+def _det_full(torch: Any, model: Any) -> Any:
+    """A torchvision detector with its post-processing (NMS): boxes, scores and labels of one image."""
+
+    class Full(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = model
+
+        def forward(self, x: Any) -> Any:
+            d = self.m(list(x))[0]
+            return d["boxes"], d["scores"], d["labels"]
+
+    return Full()
+
+
+#: timm models (``pretrained=False``: random weights, no download), input side if not 224
+TIMM = {
+    "mobilevit_xxs": 256, "levit_128s": 224, "convnextv2_atto": 224, "deit_tiny_patch16_224": 224,
+    "poolformer_s12": 224, "ghostnet_100": 224, "rexnet_100": 224, "mixnet_s": 224, "edgenext_xx_small": 256,
+    "fastvit_t8": 256, "repvit_m0_9": 224, "efficientvit_m0": 224, "efficientvit_b0": 224,
+    "eva02_tiny_patch14_224": 224, "mobilenetv4_conv_small": 224, "hgnetv2_b0": 224, "tiny_vit_5m_224": 224,
+    "efficientformerv2_s0": 224, "coatnet_nano_rw_224": 224, "pvt_v2_b0": 224, "xcit_nano_12_p16_224": 224,
+    "mambaout_femto": 224, "starnet_s1": 224, "inception_next_atto": 224, "crossvit_tiny_240": 240,
+    "hrnet_w18_small": 224, "dla34": 224, "cspresnet50": 224, "mobileone_s0": 224,
+}
+
+
 def builders(torch: Any) -> dict[str, tuple[Callable[[], Any], tuple[int, ...]]]:
     """name -> (a builder of the eval-mode torch module, its input shape)."""
     import torchvision.models as tvm
@@ -147,7 +174,7 @@ def builders(torch: Any) -> dict[str, tuple[Callable[[], Any], tuple[int, ...]]]
     from torchvision.models.vision_transformer import VisionTransformer
 
     img = (1, 3, 224, 224)
-    return {
+    models: dict[str, tuple[Callable[[], Any], tuple[int, ...]]] = {
         "resnet18": (lambda: tvm.resnet18(weights=None), img),
         "mobilenet_v3_small": (lambda: tvm.mobilenet_v3_small(weights=None), img),
         "efficientnet_b0": (lambda: tvm.efficientnet_b0(weights=None), img),
@@ -173,7 +200,24 @@ def builders(torch: Any) -> dict[str, tuple[Callable[[], Any], tuple[int, ...]]]
         "densenet121": (lambda: tvm.densenet121(weights=None), (1, 3, 160, 160)),
         "googlenet": (lambda: tvm.googlenet(weights=None, aux_logits=False, init_weights=True), img),
         "maxvit_t": (lambda: tvm.maxvit_t(weights=None), img),
+        "mobilenet_v2": (lambda: tvm.mobilenet_v2(weights=None), img),
+        "efficientnet_v2_s": (lambda: tvm.efficientnet_v2_s(weights=None), img),
+        "inception_v3": (lambda: tvm.inception_v3(weights=None, aux_logits=False, init_weights=True),
+                         (1, 3, 299, 299)),
+        "vit_b_16": (lambda: tvm.vit_b_16(weights=None), img),
+        "swin_v2_t": (lambda: tvm.swin_v2_t(weights=None), (1, 3, 256, 256)),
+        "ssdlite320_full": (lambda: _det_full(torch, detection.ssdlite320_mobilenet_v3_large(
+            weights=None, weights_backbone=None, num_classes=21)), (1, 3, 320, 320)),
+        "fasterrcnn_mobilenet_320": (lambda: _det_full(torch, detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+            weights=None, weights_backbone=None, num_classes=21)), (1, 3, 320, 320)),
     }
+    try:
+        import timm
+    except ImportError:  # timm is optional
+        return models
+    for name, side in TIMM.items():
+        models[f"timm/{name}"] = (lambda n=name: timm.create_model(n, pretrained=False), (1, 3, side, side))
+    return models
 
 
 def randomize(torch: Any, model: Any) -> None:
@@ -201,7 +245,7 @@ def export(torch: Any, name: str, out: Path) -> Path:
     torch.manual_seed(0)
     model = build().eval()
     randomize(torch, model)
-    xml = out / f"{name}.xml"
+    xml = out / f"{name.replace('/', '_')}.xml"
     with torch.no_grad():
         ov_model = ov.convert_model(model, example_input=torch.randn(*shape), input=[list(shape)])
     ov.save_model(ov_model, xml, compress_to_fp16=False)
@@ -272,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
           " | max abs output | NPU compile+infer s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
-        xml = args.out / f"{name}.xml"
+        xml = args.out / f"{name.replace('/', '_')}.xml"
         try:
             if not (args.reuse and xml.exists()):
                 xml = export(torch, name, args.out)

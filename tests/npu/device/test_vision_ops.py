@@ -593,3 +593,26 @@ def test_small_vision_models_match_cpu(npu_core, builder):
                          ids=["resnet", "mobilenet", "vit", "yolo"])
 def test_small_vision_models_f16(npu_core, builder):
     _check(npu_core, builder(), F16_TOL, {"INFERENCE_PRECISION_HINT": "f16"})
+
+
+def test_a_detector_with_nms_is_refused_by_name_and_queried(npu_core):
+    """A detector exported with its post-processing (torchvision's ssdlite): NonMaxSuppression's
+    output size depends on the data and the boxes are gathered by its indices. The NPU compiles
+    static shapes only: compile_model names the op, query_model leaves it (and what reads it) out."""
+    from openvino import opset9
+
+    boxes = ops.parameter([1, 6, 4], np.float32, name="boxes")
+    scores = ops.parameter([1, 2, 6], np.float32, name="scores")
+    pre = ops.sigmoid(boxes)
+    pre.set_friendly_name("decode")
+    nms = opset9.non_max_suppression(pre, scores, np.array([3], np.int64), np.array([0.5], np.float32),
+                                     np.array([0.1], np.float32), output_type="i64")
+    nms.set_friendly_name("nms")
+    idx = ops.gather(nms.output(0), np.array(2, np.int64), np.array(1, np.int64))
+    picked = ops.gather(ops.squeeze(pre, np.array([0])), idx, np.array(0, np.int64))
+    m = ov.Model([ops.result(picked)], [boxes, scores], "det")
+    claimed = npu_core.query_model(m, "NPU")
+    assert "decode" in claimed and "nms" not in claimed
+    with pytest.raises(UnsupportedOpError, match="NonMaxSuppression 'nms'.*dynamic output shape") as e:
+        compile_to_blob(m)
+    assert e.value.op_type == "NonMaxSuppression"
