@@ -317,13 +317,15 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         xml = args.out / f"{name.replace('/', '_')}.xml"
+        step = "export"
         try:
             if not (args.reuse and xml.exists()):
                 xml = export(torch, name, args.out)
+            step = "measure"
             r = measure(xml)
         except Exception as e:  # noqa: BLE001
             traceback.print_exc(file=sys.stderr)
-            print(f"| {name} | | - | export failed: {type(e).__name__}: {str(e).splitlines()[0][:80]} | | | | | |")
+            print(f"| {name} | | - | {step} failed: {type(e).__name__}: {str(e).splitlines()[0][:80]} | | | | | |")
             continue
         shape = "x".join(map(str, builders(torch)[name][1][1:]))
         print(f"| {name} | {shape} | {r['ops']} | {r['refused']} | {r['NPU_ok']} | {r['NPU_err']:.1e} | {r['CPU_err']:.1e}"
