@@ -387,7 +387,10 @@ class _Lowerer:
         ins = [q, k, v]
         has_mask = node.get_input_size() > 3
         if has_mask:
-            ins.append(self.inp(node, 3))
+            mask = self.inp(node, 3)
+            if len(mask.shape) < 2:  # a scalar mask (timm's edgenext): the same bias as [1, 1]
+                mask = self.alias(mask, (1,) * (2 - len(mask.shape)) + mask.shape)
+            ins.append(mask)
         scale = self._sdpa_scale(node)
         if node.get_input_size() > 5:
             raise UnsupportedOpError(

@@ -616,3 +616,13 @@ def test_a_detector_with_nms_is_refused_by_name_and_queried(npu_core):
     with pytest.raises(UnsupportedOpError, match="NonMaxSuppression 'nms'.*dynamic output shape") as e:
         compile_to_blob(m)
     assert e.value.op_type == "NonMaxSuppression"
+
+
+@pytest.mark.parametrize("mask", [0.0, -1.5], ids=["zero", "bias"])
+def test_sdpa_with_a_scalar_mask(npu_core, mask):
+    """timm's edgenext calls scaled_dot_product_attention with a scalar mask (a constant [])."""
+    q, k, v = (ops.parameter([1, 4, 12, 16], np.float32, name=n) for n in "qkv")
+    sdpa = ops.scaled_dot_product_attention(q, k, v, ops.constant(np.float32(mask)), ops.constant(np.float32(0.5)))
+    m = ov.Model([ops.result(sdpa)], [q, k, v], "sdpa_scalar_mask")
+    _check(npu_core, m)
+    _check(npu_core, m, F16_TOL, {"INFERENCE_PRECISION_HINT": "f16"})
