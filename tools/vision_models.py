@@ -328,8 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {name} | | - | {step} failed: {type(e).__name__}: {str(e).splitlines()[0][:80]} | | | | | |")
             continue
         shape = "x".join(map(str, builders(torch)[name][1][1:]))
-        print(f"| {name} | {shape} | {r['ops']} | {r['refused']} | {r['NPU_ok']} | {r['NPU_err']:.1e} | {r['CPU_err']:.1e}"
-              f" | {r['scale']:.2g} | {r['NPU_time']} |", flush=True)
+        print(f"| {name} | {shape} | {r['ops']} | {r['refused']} | {r['NPU_ok']} | {r['NPU_err']:.1e}"
+              f" | {r['CPU_err']:.1e} | {r['scale']:.2g} | {r['NPU_time']} |", flush=True)
     return 0
 
 
