@@ -109,6 +109,8 @@ def _per_group(a: np.ndarray, qshape: tuple[int, ...]) -> np.ndarray | None:
 
 def _match(out: ov.Output) -> CompressedWeight | None:
     """Match Const(int) -> Convert [-> Subtract(zp)] -> Multiply(scale) [-> Reshape] [-> Convert]."""
+    if out.get_partial_shape().is_dynamic:  # a data-dependent size (query_model lets such ops through)
+        return None
     shape = tuple(int(d) for d in out.get_shape())
     if len(shape) != 2 or _type(out) != "f32":
         return None

@@ -151,10 +151,13 @@ def prepare(model: ov.Model, *, compress: bool = True, dynamic_ops: bool = False
     for n in [] if dynamic_ops else m.get_ordered_ops():
         for i in range(n.get_output_size()):
             if n.get_output_partial_shape(i).is_dynamic:
-                raise CompileError(
+                # the real NPU compiler takes static shapes only: an op whose output size
+                # depends on the data (NonMaxSuppression in a detector's post-processing) is refused
+                raise UnsupportedOpError(
                     f"{n.get_type_name()} {n.get_friendly_name()!r} has a dynamic output shape "
-                    "although all inputs are static",
-                    stage="frontend",
-                )
+                    f"({n.get_output_partial_shape(i)}) although all inputs are static: NPU compiles "
+                    "static shapes only. Cut the model before it (run the post-processing on CPU) or "
+                    "compile it on \"HETERO:NPU,CPU\".",
+                    op_type=n.get_type_name(), node_name=n.get_friendly_name())
     logger.debug("front end: %d user inputs, %d lifted variables", n_in, len(variables))
     return Prepared(m, n_in, n_out, variables, compressed)

@@ -32,6 +32,7 @@ from ov_npu_emu_npu.compiler.frontend import Prepared
 from ov_npu_emu_npu.compiler.fuse_kv import KvFusion, find_kv_fusions
 from ov_npu_emu_npu.compiler.graph import DmaSpec, Packed, Place, Task, Value, np_dtype
 from ov_npu_emu_npu.compiler.lower_conv import HANDLERS as CONV_HANDLERS
+from ov_npu_emu_npu.compiler.lower_einsum import HANDLERS as EINSUM_HANDLERS
 from ov_npu_emu_npu.compiler.lower_elementwise import HANDLERS as ELEMENTWISE_HANDLERS
 from ov_npu_emu_npu.compiler.lower_movement import HANDLERS as MOVEMENT_HANDLERS
 from ov_npu_emu_npu.compiler.lower_vision import HANDLERS as VISION_HANDLERS
@@ -386,7 +387,10 @@ class _Lowerer:
         ins = [q, k, v]
         has_mask = node.get_input_size() > 3
         if has_mask:
-            ins.append(self.inp(node, 3))
+            mask = self.inp(node, 3)
+            if len(mask.shape) < 2:  # a scalar mask (timm's edgenext): the same bias as [1, 1]
+                mask = self.alias(mask, (1,) * (2 - len(mask.shape)) + mask.shape)
+            ins.append(mask)
         scale = self._sdpa_scale(node)
         if node.get_input_size() > 5:
             raise UnsupportedOpError(
@@ -462,6 +466,7 @@ _HANDLERS: dict[str, Handler] = {
     **MOVEMENT_HANDLERS,
     **CONV_HANDLERS,
     **VISION_HANDLERS,
+    **EINSUM_HANDLERS,
     "ScaledDotProductAttention": _Lowerer.op_sdpa,
     "MatMul": _Lowerer.op_matmul,
 }

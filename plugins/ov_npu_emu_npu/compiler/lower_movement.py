@@ -38,6 +38,12 @@ _ALIAS_OPS = {"Reshape", "Squeeze", "Unsqueeze"}
 def _index_map(node: ov.Node, ins: list[ov.Tensor], out_shape: tuple[int, ...]) -> np.ndarray:
     """Run a data-movement op's reference evaluate() on i64 "iota" inputs: it moves elements by
     position, so what comes back is the source index of every output element."""
+    if node.get_type_name() == "Roll":
+        # OpenVINO's Roll has no evaluate(): np.roll has its semantics (a scalar shift applies to
+        # every axis, shifts along a repeated axis add up, negative axes count from the end)
+        data, shift, axes = (np.array(t.data) for t in ins)
+        return np.roll(data, tuple(int(s) for s in np.broadcast_to(shift.reshape(-1), axes.reshape(-1).shape)),
+                       tuple(int(a) for a in axes.reshape(-1))).reshape(out_shape)
     res = ov.Tensor(ov.Type.i64, ov.Shape(list(out_shape)))
     if not node.evaluate([res], ins):
         raise UnsupportedOpError(f"{node.get_type_name()} {node.get_friendly_name()!r} could not be evaluated "

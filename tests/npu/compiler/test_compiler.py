@@ -39,7 +39,7 @@ def test_stateful_llm_without_reshape_is_dynamic_shape_error(npu_core, stories26
 
 def test_unsupported_op_names_type_and_node():
     x = ops.parameter([4, 4], np.float32, name="x")
-    t = ops.einsum([x, x], "ij,jk->ik")
+    t = ops.einsum([x, x], "ij,jj->ij")
     t.set_friendly_name("my_einsum")
     m = ov.Model([ops.result(t)], [x], "einsum")
     with pytest.raises(UnsupportedOpError, match="Einsum.*my_einsum") as e:

@@ -239,6 +239,59 @@ def test_adaptive_max_pool_indices_are_refused_by_name():
     assert e.value.op_type == "AdaptiveMaxPool"
 
 
+@pytest.mark.parametrize(("shift", "axes"), [([-3, -3], [1, 2]), ([3, 3], [1, 2]), ([2], [-1]), ([5, -1], [0, 3]),
+                                           ([1, 2], [2, 2])],
+                         ids=["swin_back", "swin_forth", "neg_axis", "wraps", "repeated_axis"])
+def test_roll(npu_core, shift, axes):
+    """Swin's shifted windows: Roll (OpenVINO's has no evaluate(); the index map is np.roll's)."""
+    x = ops.parameter([2, 8, 8, 3], np.float32, name="x")
+    m = ov.Model([ops.result(ops.roll(x, np.array(shift, np.int64), np.array(axes, np.int64)))], [x], "roll")
+    assert _check(npu_core, m) == 0.0
+    _check(npu_core, m, F16_TOL, {"INFERENCE_PRECISION_HINT": "f16"})
+
+
+_EINSUM = {  # equation, operand shapes
+    "maxvit_qk": ("BGHID,BGHJD->BGHIJ", [(1, 4, 2, 7, 8), (1, 4, 2, 7, 8)]),
+    "maxvit_pv": ("BGHIJ,BGHJD->BGHID", [(1, 4, 2, 7, 7), (1, 4, 2, 7, 8)]),
+    "matmul": ("ij,jk->ik", [(5, 6), (6, 3)]),
+    "bilinear_outer": ("bi,bj->bij", [(2, 4), (2, 3)]),
+    "batch_free_sum": ("bhqd,bhkd->bqhk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+    "reduce_one_side": ("abc,cd->ad", [(3, 4, 5), (5, 2)]),
+    "ellipsis": ("...ij,...jk->...ik", [(2, 3, 4, 5), (2, 3, 5, 6)]),
+    "implicit": ("ij,jk", [(3, 4), (4, 2)]),
+    "transpose_only": ("abc->cab", [(2, 3, 4)]),
+    "trace_free_sum": ("abc->b", [(2, 3, 4)]),
+    "three_operands": ("ab,bc,cd->ad", [(3, 4), (4, 5), (5, 2)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EINSUM))
+def test_einsum(npu_core, name):
+    """Einsum (maxvit's attention) as transposes, sums and batched MatMuls, as the CPU plugin
+    decomposes it."""
+    eq, shapes = _EINSUM[name]
+    xs = [ops.parameter(list(s), np.float32, name=f"x{i}") for i, s in enumerate(shapes)]
+    m = ov.Model([ops.result(ops.einsum(xs, eq))], xs, "einsum")
+    _check(npu_core, m)
+    _check(npu_core, m, F16_TOL, {"INFERENCE_PRECISION_HINT": "f16"})
+
+
+def test_einsum_with_a_constant_operand(npu_core):
+    x = ops.parameter([2, 3, 4], np.float32, name="x")
+    w = np.random.default_rng(3).standard_normal((4, 5)).astype(np.float32)
+    m = ov.Model([ops.result(ops.einsum([x, ops.constant(w)], "bsk,kn->bns"))], [x], "einsum_const")
+    _check(npu_core, m)
+
+
+def test_einsum_diagonal_is_refused_by_name():
+    x = ops.parameter([3, 3], np.float32, name="x")
+    e = ops.einsum([x], "ii->i")
+    e.set_friendly_name("diag")
+    with pytest.raises(UnsupportedOpError, match="Einsum.*diag.*diagonal") as err:
+        compile_to_blob(ov.Model([ops.result(e)], [x], "diag"))
+    assert err.value.op_type == "Einsum"
+
+
 _C = 6
 _BN = tuple(np.random.default_rng(5).standard_normal((3, _C)).astype(np.float32)) + (
     np.random.default_rng(6).uniform(0.5, 2, _C).astype(np.float32),)
@@ -540,3 +593,36 @@ def test_small_vision_models_match_cpu(npu_core, builder):
                          ids=["resnet", "mobilenet", "vit", "yolo"])
 def test_small_vision_models_f16(npu_core, builder):
     _check(npu_core, builder(), F16_TOL, {"INFERENCE_PRECISION_HINT": "f16"})
+
+
+def test_a_detector_with_nms_is_refused_by_name_and_queried(npu_core):
+    """A detector exported with its post-processing (torchvision's ssdlite): NonMaxSuppression's
+    output size depends on the data and the boxes are gathered by its indices. The NPU compiles
+    static shapes only: compile_model names the op, query_model leaves it (and what reads it) out."""
+    from openvino import opset9
+
+    boxes = ops.parameter([1, 6, 4], np.float32, name="boxes")
+    scores = ops.parameter([1, 2, 6], np.float32, name="scores")
+    pre = ops.sigmoid(boxes)
+    pre.set_friendly_name("decode")
+    nms = opset9.non_max_suppression(pre, scores, np.array([3], np.int64), np.array([0.5], np.float32),
+                                     np.array([0.1], np.float32), output_type="i64")
+    nms.set_friendly_name("nms")
+    idx = ops.gather(nms.output(0), np.array(2, np.int64), np.array(1, np.int64))
+    picked = ops.gather(ops.squeeze(pre, np.array([0])), idx, np.array(0, np.int64))
+    m = ov.Model([ops.result(picked)], [boxes, scores], "det")
+    claimed = npu_core.query_model(m, "NPU")
+    assert "decode" in claimed and "nms" not in claimed
+    with pytest.raises(UnsupportedOpError, match="NonMaxSuppression 'nms'.*dynamic output shape") as e:
+        compile_to_blob(m)
+    assert e.value.op_type == "NonMaxSuppression"
+
+
+@pytest.mark.parametrize("mask", [0.0, -1.5], ids=["zero", "bias"])
+def test_sdpa_with_a_scalar_mask(npu_core, mask):
+    """timm's edgenext calls scaled_dot_product_attention with a scalar mask (a constant [])."""
+    q, k, v = (ops.parameter([1, 4, 12, 16], np.float32, name=n) for n in "qkv")
+    sdpa = ops.scaled_dot_product_attention(q, k, v, ops.constant(np.float32(mask)), ops.constant(np.float32(0.5)))
+    m = ov.Model([ops.result(sdpa)], [q, k, v], "sdpa_scalar_mask")
+    _check(npu_core, m)
+    _check(npu_core, m, F16_TOL, {"INFERENCE_PRECISION_HINT": "f16"})
