@@ -10,7 +10,7 @@ import pytest
 from openvino import opset13 as ops
 
 import ov_npu_emu as ov
-from ov_npu_emu.errors import DeviceNotFoundError, IRReadError, NpuEmuError, UserInputError
+from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, IRReadError, NpuEmuError, UserInputError
 from ov_npu_emu.registry import canonical_device_name
 
 
@@ -138,8 +138,13 @@ def test_properties_and_versions(core):
     assert "CPU" in core.get_versions("CPU")
     core.set_property("CPU", {"PERFORMANCE_HINT": "LATENCY"})
     assert core.get_property("CPU", "PERFORMANCE_HINT") == "LATENCY"
-    with pytest.raises(NpuEmuError):
+    with pytest.raises(RuntimeError) as real_err:
+        real_core.get_property("CPU", "NO_SUCH_PROPERTY_XYZ")
+    want = str(real_err.value).strip().splitlines()[-1]
+    assert want == "Cannot get unsupported property: NO_SUCH_PROPERTY_XYZ"
+    with pytest.raises(ConfigError) as e:
         core.get_property("CPU", "NO_SUCH_PROPERTY_XYZ")
+    assert str(e.value) == want and e.value.key == "NO_SUCH_PROPERTY_XYZ"
 
 
 def test_dynamic_port_shape_access(core):
