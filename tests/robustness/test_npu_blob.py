@@ -325,3 +325,17 @@ def test_dma_row_count_flip_is_rejected_not_run_for_minutes(core: ov.Core, blob:
     b[off + 51] ^= 0x80  # the top bit of d0 (row count) of the first descriptor: 2**31 + 1 rows
     with pytest.raises(ExecutionError, match="corrupt"):
         _run(core, reseal(b))
+
+
+def test_reseal_of_a_section_size_past_the_end_is_bounded(core: ov.Core, blob: bytes) -> None:
+    """reseal (the tools' and these tests' way past the checksum) used to list 1 MiB checksum
+    pieces of a section as large as its edited header said — 2**40 bytes took all the host's
+    memory; headers that do not describe the image are now checksummed in plain pieces, and the
+    importer refuses the size."""
+    hdr, _, _ = _sections(blob)[".npu.dma"]
+    b = bytearray(blob)
+    struct.pack_into("<Q", b, hdr + 32, 1 << 40)  # Elf64_Shdr.sh_size
+    sealed = reseal(b)
+    assert len(sealed) < len(blob) + 4096
+    with pytest.raises(BlobFormatError, match=r"section \.npu\.dma runs past the end of the blob"):
+        _run(core, sealed)
