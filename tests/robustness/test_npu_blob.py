@@ -339,3 +339,18 @@ def test_reseal_of_a_section_size_past_the_end_is_bounded(core: ov.Core, blob: b
     assert len(sealed) < len(blob) + 4096
     with pytest.raises(BlobFormatError, match=r"section \.npu\.dma runs past the end of the blob"):
         _run(core, sealed)
+
+
+@pytest.mark.parametrize("walk", ["ONCE", "EVERY_INFERENCE"])
+def test_barrier_id_past_the_list_is_execution_error(core: ov.Core, blob: bytes, walk: str) -> None:
+    """A barrier-list entry naming a barrier the command list does not have (was an IndexError
+    deep in the walk, reported as "inference failed: list index out of range")."""
+    from ov_npu_emu.errors import ExecutionError
+
+    _, off, size = _sections(blob)[".npu.barrier_lists"]
+    b = bytearray(blob)
+    struct.pack_into("<I", b, off + size - 4, 1 << 17)  # the last entry: barrier 131072
+    cm = core.import_model(reseal(b), "NPU", {"NPU_EMU_BARRIER_WALK": walk})
+    with pytest.raises(ExecutionError, match=r"^task \d+ names barrier 131072, but the command list has \d+; "
+                                             r"the descriptor is corrupt$"):
+        cm.create_infer_request().infer({"input_data": np.ones((1, 4), np.float32)})

@@ -256,6 +256,12 @@ class ManagementCore:
         blocks), so the order is the one the per-task walk runs.
         """
         counts = list(producer_counts)
+        for lane in lanes:  # a corrupt barrier list names a barrier the command list does not have
+            for t in lane:
+                bad = [b for b in (*t.waits, *t.posts) if not 0 <= b < len(counts)]
+                if bad:
+                    raise ExecutionError(f"task {t.tid} names barrier {bad[0]}, but the command list has "
+                                         f"{len(counts)}; the descriptor is corrupt", task_index=t.tid)
         pcs = [0] * len(lanes)
         remaining = sum(len(lane) for lane in lanes)
         order: list[DecodedTask] = []
