@@ -34,6 +34,7 @@ __all__ = [
     "KVCacheFullError",
     "UnsupportedFeatureError",
     "KVBlockError",
+    "HostMemoryError",
     "check",
 ]
 
@@ -198,6 +199,18 @@ class UnsupportedFeatureError(ConfigError, AttributeError):
 class KVBlockError(ExecutionError):
     """A paged-KV block table names a block that is out of range, free, or owned by another
     sequence (the block-status check of the continuous-batching block manager)."""
+
+
+class HostMemoryError(NpuEmuError, MemoryError):
+    """The host ran out of memory during an inference (a MemoryError too, never disguised as an
+    ExecutionError: nothing on the device failed)."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(
+            f"{where}: the host ran out of memory; free host memory, or lower the sizes that "
+            "allocate (MAX_PROMPT_LEN, the batch, NPU_EMU_DEVICE_MEMORY_MB so that an oversized "
+            "blob is refused at import)"
+        )
 
 
 def check(cond: Any, message: str, exc: type[NpuEmuError] = UserInputError) -> None:

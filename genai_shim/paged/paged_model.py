@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from ov_npu_emu.errors import ConfigError, ExecutionError, KVBlockError, NpuEmuError
+from ov_npu_emu.errors import ConfigError, ExecutionError, HostMemoryError, KVBlockError, NpuEmuError
 
 __all__ = ["PagedModel", "prepare_paged_model"]
 
@@ -263,6 +263,8 @@ class PagedModel:
             impl.infer()
         except NpuEmuError:
             raise
+        except MemoryError as e:  # the host's, not the device's: say so
+            raise HostMemoryError("paged-attention inference") from e
         except Exception as e:  # a device bug must still surface as our error type
             raise ExecutionError(f"paged-attention inference failed: {e}") from e
         logits = np.asarray(impl.get_tensor(self._logits_idx, False).data)

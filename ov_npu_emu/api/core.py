@@ -233,6 +233,8 @@ class Core:
                 "compile the model", candidates or [], config, lambda name, cfg: self.compile_model(model, name, cfg)
             )
         name, device = self._claimable_device(device_name)
+        if device is not None:
+            _refuse_read_only(device, config)
         merged = device.merged_config(config) if device is not None else dict(config or {})
         impl = self._pm.hook.ovnpu_compile_model(core=self, model=model, device_name=name, config=merged)
         if impl is None:
@@ -371,7 +373,10 @@ class Core:
             device_name, props = args
             if not isinstance(props, Mapping):
                 raise UserInputError("set_property(device_name, properties) needs a dict")
-            self.registry.get(self._device_name(device_name)).set_property(plain_properties(props))
+            device = self.registry.get(self._device_name(device_name))
+            props = plain_properties(props)
+            _refuse_read_only(device, props)
+            device.set_property(props)
         else:
             raise UserInputError("set_property takes (properties) or (device_name, properties)")
 
@@ -400,3 +405,16 @@ class Core:
             dev = self.registry.get(name)
             out[name] = Version(f"ov_npu_emu {type(dev).__module__}", dev.version())
         return out
+
+
+def _refuse_read_only(device: Any, config: Mapping[str, Any]) -> None:
+    """A key the device lists "RO" in SUPPORTED_PROPERTIES cannot be set: openvino's CPU plugin
+    refuses one in ``set_property`` and in ``compile_model``'s config with this text (measured,
+    2026.4.1; the real NPU plugin could not be loaded to measure its own)."""
+    if not config:
+        return
+    listed = supported_properties(device.get_property("SUPPORTED_PROPERTIES"), device.READ_ONLY_PROPERTIES)
+    for key in config:
+        if listed.get(key) == "RO":
+            raise ConfigError(f"Unsupported property {key} by {device.NAME} plugin. It is read-only: read it "
+                              f"with get_property('{device.NAME}', '{key}')", key=key)

@@ -12,7 +12,7 @@ import numpy as np
 import openvino as ov
 
 from ov_npu_emu.api.ports import Port, ResultDict, numpy_dtype, resolve_port
-from ov_npu_emu.errors import ExecutionError, NpuEmuError, UserInputError, UserTypeError
+from ov_npu_emu.errors import ExecutionError, HostMemoryError, NpuEmuError, UserInputError, UserTypeError
 from ov_npu_emu.runtime.device import DeviceInferRequest, ProfilingInfo, VariableState
 
 if TYPE_CHECKING:
@@ -314,6 +314,8 @@ class InferRequest:
             self._impl.infer()
         except NpuEmuError:
             raise
+        except MemoryError as e:  # the host's, not the device's: say so
+            raise HostMemoryError("inference") from e
         except Exception as e:  # a device bug must still surface as our error type
             raise ExecutionError(f"inference failed: {e}") from e
         finally:

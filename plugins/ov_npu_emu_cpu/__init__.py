@@ -270,8 +270,8 @@ class CpuDevice(Device):
             return super().get_property(name)
         try:
             return openvino_core().get_property("CPU", name)
-        except RuntimeError as e:
-            raise ConfigError(f"Unsupported property {name} by CPU device", key=name) from e
+        except RuntimeError as e:  # the real's own words (its last line: "Cannot get unsupported property: X")
+            raise ConfigError(str(e).strip().splitlines()[-1], key=name) from e
 
     def compile_model(self, model: ov.Model, config: Mapping[str, Any]) -> CpuCompiledModel:
         CPU_OPTIONS.parse(config)

@@ -86,9 +86,9 @@ PLATFORMS: dict[str, Platform] = {
         dma_channels=2,
         dram_gbps=119.5,
         shave_flops_per_cycle=4 * 32,
-        ddr_efficiency=0.4378,  # -> 52.3 GB/s
-        mac_efficiency=0.9789,  # weakly identified: the prefill is mostly SHAVE attention (docs)
-        step_overhead_ms=18.242,
+        ddr_efficiency=0.4385,  # -> 52.4 GB/s
+        mac_efficiency=0.9825,  # weakly identified: the prefill is mostly SHAVE attention (docs)
+        step_overhead_ms=21.648,
         fitted_on=("mtl-8b-tpot", "arl-0.6b-tpot", "mtl-8b-ttft"),
     ),
     "NPU4000": Platform(
@@ -101,9 +101,9 @@ PLATFORMS: dict[str, Platform] = {
         dma_channels=2,
         dram_gbps=136.5,
         shave_flops_per_cycle=12 * 32,
-        ddr_efficiency=0.8419,  # -> 114.9 GB/s
+        ddr_efficiency=0.7918,  # -> 108.1 GB/s
         mac_efficiency=1.0,  # the fit hit the clamp: peak MACs already give the published TTFT
-        step_overhead_ms=18.242,  # not refitted: NPU3720's value (a software-stack cost)
+        step_overhead_ms=21.648,  # not refitted: NPU3720's value (a software-stack cost)
         fitted_on=("lnl-7b-tpot", "lnl-7b-ttft"),
     ),
 }

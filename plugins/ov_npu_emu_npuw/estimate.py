@@ -201,8 +201,15 @@ def shape_model(config: Any, layers: int, fmt: str = "int4", group_size: int = -
 
 # -- measuring ---------------------------------------------------------------------------------
 def _hw_properties(platform: Any) -> dict[str, str]:
-    """The NPU device properties that set it up as ``platform`` (a preset name or object)."""
-    return {"NPU_EMU_PLATFORM": str(getattr(platform, "name", platform))}
+    """The NPU device properties that set it up as ``platform``: a preset's name, or a preset
+    object whose own hardware fields (a fit's terms, another SoC's DRAM) are passed as the six
+    hardware keys on top of its name — the name alone would give back the committed preset."""
+    props = {"NPU_EMU_PLATFORM": str(getattr(platform, "name", platform))}
+    hardware = getattr(platform, "hardware", None)
+    if callable(hardware):
+        hw = hardware()
+        props.update({key: str(getattr(hw, field)) for key, field in type(hw).KEYS.items()})
+    return props
 
 
 def measure_llm(model: Any, platform: Any, prompt: int, max_prompt_len: int = 1024,

@@ -10,7 +10,7 @@ import pytest
 from openvino import opset13 as ops
 
 import ov_npu_emu as ov
-from ov_npu_emu.errors import DeviceNotFoundError, IRReadError, NpuEmuError, UserInputError
+from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, IRReadError, NpuEmuError, UserInputError
 from ov_npu_emu.registry import canonical_device_name
 
 
@@ -138,8 +138,13 @@ def test_properties_and_versions(core):
     assert "CPU" in core.get_versions("CPU")
     core.set_property("CPU", {"PERFORMANCE_HINT": "LATENCY"})
     assert core.get_property("CPU", "PERFORMANCE_HINT") == "LATENCY"
-    with pytest.raises(NpuEmuError):
+    with pytest.raises(RuntimeError) as real_err:
+        real_core.get_property("CPU", "NO_SUCH_PROPERTY_XYZ")
+    want = str(real_err.value).strip().splitlines()[-1]
+    assert want == "Cannot get unsupported property: NO_SUCH_PROPERTY_XYZ"
+    with pytest.raises(ConfigError) as e:
         core.get_property("CPU", "NO_SUCH_PROPERTY_XYZ")
+    assert str(e.value) == want and e.value.key == "NO_SUCH_PROPERTY_XYZ"
 
 
 def test_dynamic_port_shape_access(core):
@@ -185,3 +190,37 @@ def test_plain_properties_turns_openvino_objects_into_their_names():
     assert plain["CACHE_MODE"] == "OPTIMIZE_SIZE"
     assert plain["NPUW_LLM_PREFILL_CONFIG"] == {"INFERENCE_PRECISION_HINT": "f32"}
     assert isinstance(plain["MODEL_PTR"], real_ov.Model)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("device", ["NPU", "CPU"])
+def test_read_only_properties_are_refused_as_the_real_cpu_refuses_them(device: str) -> None:
+    """openvino's CPU plugin refuses a key its SUPPORTED_PROPERTIES lists "RO" in set_property and
+    in compile_model's config: "Unsupported property <key> by CPU plugin." (measured). Every device
+    of ours does the same for its own "RO" keys, and still takes its "RW" ones."""
+    import openvino as real
+
+    from ov_npu_emu.errors import ConfigError
+    from ov_npu_emu.testing import make_add_model
+
+    rcore = real.Core()
+    real_ro = {k for k, v in rcore.get_property("CPU", "SUPPORTED_PROPERTIES").items() if v == "RO"}
+    for key in ("FULL_DEVICE_NAME", "DEVICE_ARCHITECTURE", "OPTIMIZATION_CAPABILITIES", "SUPPORTED_PROPERTIES"):
+        assert key in real_ro
+        with pytest.raises(RuntimeError, match=f"Unsupported property {key} by CPU plugin"):
+            rcore.set_property("CPU", {key: "x"})
+    core = ov.Core()
+    ours = core.get_property(device, "SUPPORTED_PROPERTIES")
+    read_only = sorted(k for k, v in ours.items() if v == "RO")
+    assert {"FULL_DEVICE_NAME", "DEVICE_ARCHITECTURE", "OPTIMIZATION_CAPABILITIES"} <= set(read_only)
+    readable = [k for k in read_only if k != "COMPATIBILITY_CHECK"]  # the real's binding cannot read it either
+    before = {k: core.get_property(device, k) for k in readable}
+    for key in read_only:
+        with pytest.raises(ConfigError, match=f"^Unsupported property {key} by {device} plugin\\.") as e:
+            core.set_property(device, {key: "x"})
+        assert e.value.key == key
+        with pytest.raises(ConfigError, match=f"^Unsupported property {key} by {device} plugin\\."):
+            core.compile_model(make_add_model(), device, {key: "x"})
+    assert {k: core.get_property(device, k) for k in readable} == before
+    core.set_property(device, {"PERF_COUNT": True})
+    assert core.get_property(device, "PERF_COUNT") in (True, "YES")

@@ -7,7 +7,7 @@ import openvino as ov_real
 import pytest
 
 import ov_npu_emu as ov
-from ov_npu_emu.errors import NpuEmuError, UserInputError
+from ov_npu_emu.errors import ConfigError, ExecutionError, UserInputError
 from ov_npu_emu.testing import make_add_model
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -78,8 +78,9 @@ def test_async_error_surfaces_in_wait_and_request_recovers(compiled: ov.Compiled
     orig = req.impl.infer
     req.impl.infer = lambda: (_ for _ in ()).throw(IndexError("device bug"))  # type: ignore[method-assign]
     req.start_async(GOOD)
-    with pytest.raises(NpuEmuError, match="device bug"):
+    with pytest.raises(ExecutionError, match="^inference failed: device bug$") as e:
         req.wait()
+    assert isinstance(e.value.__cause__, IndexError)
     req.impl.infer = orig  # type: ignore[method-assign]
     _works(req)
     req.start_async(GOOD)
@@ -104,8 +105,9 @@ def test_bad_device_property_is_rejected_at_set_property_and_leaves_device_usabl
     core = ov.Core()
     for props in ({"NPU_EMU_CMX_SIZE": "x"}, {"INFERENCE_PRECISION_HINT": "int3"},
                   {"NPU_EMU_QUEUE_MODE": "sideways"}, {"NPU_EMU_FENCE_MODE": "psychic"}):
-        with pytest.raises(UserInputError):
+        with pytest.raises(ConfigError) as e:
             core.set_property("NPU", props)
+        assert e.value.key == next(iter(props)) and next(iter(props)) in str(e.value)
     out = core.compile_model(make_add_model(), "NPU").create_infer_request().infer(GOOD)
     np.testing.assert_array_equal(out[0], np.full((2, 3), 3.0, np.float32))
 

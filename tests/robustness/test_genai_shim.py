@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import genai_shim as og
-from ov_npu_emu.errors import ConfigError, IRReadError, NpuEmuError, PromptTooLongError, UserInputError
+from ov_npu_emu.errors import ConfigError, IRReadError, PromptTooLongError, UserInputError
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -17,13 +17,23 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 @pytest.fixture(scope="module", params=["NPU", "CPU"])
 def pipe(request: pytest.FixtureRequest, tiny_model_dir: Path) -> og.LLMPipeline:
     if request.param == "NPU":
-        return og.LLMPipeline(tiny_model_dir, "NPU", MAX_PROMPT_LEN=32, MIN_RESPONSE_LEN=16)
-    return og.LLMPipeline(tiny_model_dir, "CPU")
+        return _fresh(og.LLMPipeline(tiny_model_dir, "NPU", MAX_PROMPT_LEN=32, MIN_RESPONSE_LEN=16))
+    return _fresh(og.LLMPipeline(tiny_model_dir, "CPU"))
+
+
+#: id(pipeline) -> its text for the probe prompt before any bad call
+_BEFORE: dict[int, str] = {}
+
+
+def _fresh(pipe: og.LLMPipeline) -> og.LLMPipeline:
+    _BEFORE[id(pipe)] = pipe.generate("Once upon a time", max_new_tokens=4)
+    return pipe
 
 
 def _still_works(pipe: og.LLMPipeline) -> None:
+    """The pipeline gives, after the bad call, the text it gave for the same prompt before any."""
     a = pipe.generate("Once upon a time", max_new_tokens=4)
-    assert a == pipe.generate("Once upon a time", max_new_tokens=4) and isinstance(a, str)
+    assert isinstance(a, str) and a == _BEFORE[id(pipe)]
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -53,7 +63,7 @@ def test_bad_inputs_are_user_input_errors(pipe: og.LLMPipeline, inputs: object) 
 
 
 def test_prompt_over_max_prompt_len_real_text(tiny_model_dir: Path) -> None:
-    pipe = og.LLMPipeline(tiny_model_dir, "NPU", MAX_PROMPT_LEN=32, MIN_RESPONSE_LEN=16)
+    pipe = _fresh(og.LLMPipeline(tiny_model_dir, "NPU", MAX_PROMPT_LEN=32, MIN_RESPONSE_LEN=16))
     with pytest.raises(PromptTooLongError, match="MAX_PROMPT_LEN"):
         pipe.generate("Once upon a time there was a little girl. " * 40, max_new_tokens=3)
     _still_works(pipe)
@@ -69,21 +79,68 @@ def test_empty_prompt_generates_as_the_real(tiny_model_dir: Path) -> None:
     want = real.LLMPipeline(str(tiny_model_dir), "CPU", **f32).generate("", max_new_tokens=3)
     real_npu = real.LLMPipeline(str(tiny_model_dir), "NPU", NPUW_DEVICES="CPU", NPUW_ONLINE_PIPELINE="NONE", **npu)
     assert real_npu.generate("", max_new_tokens=3) == want
-    for pipe in (og.LLMPipeline(tiny_model_dir, "CPU", **f32), og.LLMPipeline(tiny_model_dir, "NPU", **npu)):
+    for pipe in (_fresh(og.LLMPipeline(tiny_model_dir, "CPU", **f32)),
+                 _fresh(og.LLMPipeline(tiny_model_dir, "NPU", **npu))):
         assert pipe.generate("", max_new_tokens=3) == want
         _still_works(pipe)
 
 
-def test_streamer_raising_does_not_break_the_pipeline(pipe: og.LLMPipeline) -> None:
-    def boom(_: str) -> bool:
+def test_streamer_raising_does_as_the_real(tiny_model_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Measured on the real openvino_genai (CPU and NPU with NPUW on CPU): a callable streamer that
+    raises an Exception has it printed to stderr once per chunk and generation runs to the end,
+    the same text as without a streamer. We do the same, on CPU and on the emulated NPU."""
+    import openvino_genai as real
+
+    f32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+    npu = {"MAX_PROMPT_LEN": 32, "MIN_RESPONSE_LEN": 16, **f32}
+    marker = "[GenAI] Text streamer callback raised exception: ZeroDivisionError: boom"
+    calls: list[str] = []
+
+    def boom(text: str) -> bool:
+        calls.append(text)
         raise ZeroDivisionError("boom")
 
-    try:
-        pipe.generate("hi", max_new_tokens=3, streamer=boom)
-    except (ZeroDivisionError, NpuEmuError):
-        pass
+    ref = real.LLMPipeline(str(tiny_model_dir), "CPU", **f32)
+    want = ref.generate("hi", max_new_tokens=6)
+    capfd.readouterr()
+    assert ref.generate("hi", max_new_tokens=6, streamer=boom) == want
+    want_calls, want_err = list(calls), capfd.readouterr().err.count(marker)
+    assert want_err == len(want_calls) > 1
+    for pipe in (_fresh(og.LLMPipeline(tiny_model_dir, "CPU", **f32)),
+                 _fresh(og.LLMPipeline(tiny_model_dir, "NPU", **npu))):
+        calls.clear()
+        assert pipe.generate("hi", max_new_tokens=6, streamer=boom) == want
+        assert calls == want_calls and capfd.readouterr().err.count(marker) == want_err
+        _still_works(pipe)
+
+
+def test_streamer_interrupt_and_streamer_base_errors_propagate(pipe: og.LLMPipeline) -> None:
+    """Where we differ on purpose (measured): the real prints a KeyboardInterrupt raised in a
+    callable streamer and carries on, so Ctrl-C cannot stop a generation; we let it through at the
+    first chunk. An exception in a ``StreamerBase.write`` std::terminate()s the real process; we
+    raise it unchanged. A streamer of the wrong kind is a UserInputError (the real: TypeError)."""
+    calls: list[str] = []
+
+    def interrupt(text: str) -> None:
+        calls.append(text)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pipe.generate("hi", max_new_tokens=6, streamer=interrupt)
+    assert len(calls) == 1
+
+    class Writes(og.StreamerBase):
+        def write(self, token: object) -> og.StreamingStatus:
+            raise ValueError("write failed")
+
+        def end(self) -> None:
+            pass
+
+    with pytest.raises(ValueError, match="^write failed$") as e:
+        pipe.generate("hi", max_new_tokens=3, streamer=Writes())
+    assert type(e.value) is ValueError
     _still_works(pipe)
-    with pytest.raises(UserInputError, match="streamer"):
+    with pytest.raises(UserInputError, match="streamer must be a callable"):
         pipe.generate("hi", max_new_tokens=3, streamer=5)
 
 

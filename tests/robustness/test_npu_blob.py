@@ -18,8 +18,8 @@ from ov_npu_emu.errors import (
     BlobFormatError,
     ConfigError,
     MemoryBudgetError,
-    NpuEmuError,
     RelocationError,
+    UserInputError,
 )
 from ov_npu_emu.testing import make_add_model, make_model_with_memory
 from ov_npu_emu_npu.blob.integrity import reseal
@@ -82,23 +82,40 @@ def test_random_bit_flips_are_all_caught(core: ov.Core, blob: bytes) -> None:
             _run(core, bytes(b))
 
 
+def _results(core: ov.Core, blob: bytes) -> list[np.ndarray]:
+    """Outputs of two inferences and the state after them (by position: a flip may rename a port)."""
+    cm = core.import_model(blob, "NPU")
+    req = cm.create_infer_request()
+    out: list[np.ndarray] = []
+    for _ in range(2):
+        r = req.infer({p.get_any_name(): np.ones(list(p.get_shape()), p.get_element_type().to_dtype())
+                       for p in cm.inputs})
+        out += [np.array(r[i]) for i in range(len(cm.outputs))]
+    return out + [np.array(s.state.data) for s in req.query_state()]
+
+
 def test_every_metadata_byte_flip_is_typed(core: ov.Core, blob: bytes) -> None:
     """.npu.meta JSON feeds the runtime directly (a flip there used to surface as KeyError).
-    Resealed, so the flip reaches the metadata checks behind the checksum: a flip that keeps the
-    JSON valid and meaningful (a digit of a size, a letter of a name) may run; anything else is a
-    typed error. Unsealed, the checksum catches every one."""
+    Unsealed, the checksum catches every flip. Resealed, the flip reaches the metadata checks
+    behind the checksum: each one is refused as a BlobFormatError (BlobFieldError included), or it
+    runs and gives the good blob's outputs and state bit for bit (measured: a letter of a name, a
+    key the reader does not use) — never another error, never other numbers."""
     _, off, size = _sections(blob)[".npu.meta"]
-    typed = 0
+    want = _results(core, blob)
+    typed = ran = 0
     for i in range(off + META_HEAD.size, off + size, 3):
         b = bytearray(blob)
         b[i] ^= 0x20
-        with pytest.raises(BlobFormatError):
+        with pytest.raises(BlobFormatError, match="NPU blob is damaged: .npu.meta fails its checksum"):
             _run(core, bytes(b))
         try:
-            _run(core, reseal(bytes(b)))
-        except NpuEmuError:
+            got = _results(core, reseal(bytes(b)))
+        except BlobFormatError:
             typed += 1
-    assert typed > 0  # the deeper checks are reached and refuse most flips
+            continue
+        ran += 1
+        assert len(got) == len(want) and all(np.array_equal(g, w) for g, w in zip(got, want, strict=True)), i
+    assert typed > 0 and ran > 0  # the deeper checks are reached and refuse most flips
 
 
 @pytest.mark.parametrize(("offset", "value", "what"), [
@@ -240,30 +257,48 @@ def test_cpu_blob_on_npu_and_npu_blob_on_cpu(core: ov.Core, blob: bytes) -> None
 
 
 def test_non_bytes_import(core: ov.Core) -> None:
-    with pytest.raises(NpuEmuError):
+    with pytest.raises(UserInputError, match="^import_model needs bytes, a binary stream or a Tensor, got int$"):
         core.import_model(12345, "NPU")
     with pytest.raises(BlobFormatError):
         core.import_model(b"", "NPU")
 
 
 def test_device_errors_in_thread_queue_mode_neither_hang_nor_poison_the_queue(core: ov.Core, blob: bytes) -> None:
+    """Under the threaded queue every broken blob fails with its own error — a bit flip anywhere
+    fails its checksum at import (measured: all 80 of this seed), a resealed DMA row-count flip is
+    refused by the device in the queue's thread, a relocation out of range at import — and the
+    shared queue then still runs a good blob."""
     import threading
+
+    from ov_npu_emu.errors import ExecutionError
 
     cfg = {"NPU_EMU_QUEUE_MODE": "thread", "NPU_EMU_FENCE_MODE": "polling"}
     rng = random.Random(7)
+    cases: list[tuple[bytes, type[Exception], str]] = []
+    for _ in range(80):
+        b = bytearray(blob)
+        b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+        cases.append((bytes(b), BlobFormatError, "NPU blob is damaged: .* fails its checksum|the checksum table"))
+    _, off, _ = _sections(blob)[".npu.dma"]
+    b = bytearray(blob)
+    b[off + 51] ^= 0x80
+    cases.append((reseal(b), ExecutionError, "corrupt"))
+    rela = next(s for s in ELFFile(io.BytesIO(blob)).iter_sections()
+                if s.name.startswith(".rela") and s.num_relocations())
+    b = bytearray(blob)
+    struct.pack_into("<Q", b, rela["sh_offset"], 1 << 40)
+    cases.append((reseal(b), RelocationError, "outside"))
     outcome: list[object] = []
 
     def work() -> None:
         try:
-            for _ in range(80):
-                b = bytearray(blob)
-                b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+            for data, _, _ in cases:
                 try:
-                    req = core.import_model(bytes(b), "NPU", cfg).create_infer_request()
+                    req = core.import_model(data, "NPU", cfg).create_infer_request()
                     req.infer({"input_data": np.ones((1, 4), np.float32)})
-                except NpuEmuError:
-                    pass
-            # the shared device queue still serves a good blob afterwards
+                    outcome.append(None)
+                except Exception as e:  # noqa: BLE001 - each is checked against its case below
+                    outcome.append(e)
             req = core.import_model(blob, "NPU", cfg).create_infer_request()
             outcome.append(req.infer({"input_data": np.ones((1, 4), np.float32)})[0].copy())
         except BaseException as e:  # handed to the test thread
@@ -273,8 +308,11 @@ def test_device_errors_in_thread_queue_mode_neither_hang_nor_poison_the_queue(co
     t.start()
     t.join(60)
     assert not t.is_alive(), "an inference hung"
-    assert isinstance(outcome[0], np.ndarray), outcome[0]
-    np.testing.assert_array_equal(outcome[0], np.ones((1, 4), np.float32))
+    assert len(outcome) == len(cases) + 1, outcome[-1]
+    for i, ((_, kind, text), got) in enumerate(zip(cases, outcome[:-1], strict=True)):
+        assert type(got) is kind and re.search(text, str(got)), (i, got)
+    assert isinstance(outcome[-1], np.ndarray), outcome[-1]
+    np.testing.assert_array_equal(outcome[-1], np.ones((1, 4), np.float32))
 
 
 def test_dma_row_count_flip_is_rejected_not_run_for_minutes(core: ov.Core, blob: bytes) -> None:
@@ -287,3 +325,32 @@ def test_dma_row_count_flip_is_rejected_not_run_for_minutes(core: ov.Core, blob:
     b[off + 51] ^= 0x80  # the top bit of d0 (row count) of the first descriptor: 2**31 + 1 rows
     with pytest.raises(ExecutionError, match="corrupt"):
         _run(core, reseal(b))
+
+
+def test_reseal_of_a_section_size_past_the_end_is_bounded(core: ov.Core, blob: bytes) -> None:
+    """reseal (the tools' and these tests' way past the checksum) used to list 1 MiB checksum
+    pieces of a section as large as its edited header said — 2**40 bytes took all the host's
+    memory; headers that do not describe the image are now checksummed in plain pieces, and the
+    importer refuses the size."""
+    hdr, _, _ = _sections(blob)[".npu.dma"]
+    b = bytearray(blob)
+    struct.pack_into("<Q", b, hdr + 32, 1 << 40)  # Elf64_Shdr.sh_size
+    sealed = reseal(b)
+    assert len(sealed) < len(blob) + 4096
+    with pytest.raises(BlobFormatError, match=r"section \.npu\.dma runs past the end of the blob"):
+        _run(core, sealed)
+
+
+@pytest.mark.parametrize("walk", ["ONCE", "EVERY_INFERENCE"])
+def test_barrier_id_past_the_list_is_execution_error(core: ov.Core, blob: bytes, walk: str) -> None:
+    """A barrier-list entry naming a barrier the command list does not have (was an IndexError
+    deep in the walk, reported as "inference failed: list index out of range")."""
+    from ov_npu_emu.errors import ExecutionError
+
+    _, off, size = _sections(blob)[".npu.barrier_lists"]
+    b = bytearray(blob)
+    struct.pack_into("<I", b, off + size - 4, 1 << 17)  # the last entry: barrier 131072
+    cm = core.import_model(reseal(b), "NPU", {"NPU_EMU_BARRIER_WALK": walk})
+    with pytest.raises(ExecutionError, match=r"^task \d+ names barrier 131072, but the command list has \d+; "
+                                             r"the descriptor is corrupt$"):
+        cm.create_infer_request().infer({"input_data": np.ones((1, 4), np.float32)})

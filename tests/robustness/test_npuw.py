@@ -244,24 +244,28 @@ def test_cache_dir_with_garbage_and_damaged_entries(core: ov.Core, tiny_model_di
 
 
 # -- stateful interface ------------------------------------------------------------------------
-@pytest.mark.parametrize("bad", [
-    {"input_ids": np.array([[1, 2]], np.int64), "attention_mask": np.ones((1, 1), np.int64),
-     "position_ids": np.arange(2)[None]},
-    {"input_ids": np.array([[1, 2, 3]], np.int64), "position_ids": np.arange(2)[None]},
-    {"input_ids": np.array([[1, 2], [3, 4]], np.int64), "attention_mask": np.ones((2, 2), np.int64),
-     "position_ids": np.tile(np.arange(2), (2, 1)), "beam_idx": np.arange(2, dtype=np.int32)},
-    {"input_ids": np.array([1, 2], np.int64)},
-    {"input_ids": np.zeros((1, 0), np.int64), "attention_mask": np.zeros((1, 0), np.int64),
-     "position_ids": np.zeros((1, 0), np.int64)},
-    {"input_ids": np.array([[-1, 2]], np.int64)},
-    {"input_ids": np.array([[100000, 2]], np.int64)},
-    {"input_ids": np.array([[1, 2]], np.int64), "attention_mask": np.array([["a", "b"]])},
+@pytest.mark.parametrize(("bad", "text"), [
+    ({"input_ids": np.array([[1, 2]], np.int64), "attention_mask": np.ones((1, 1), np.int64),
+      "position_ids": np.arange(2)[None]}, "attention_mask has 1 entries for a 2-token prompt"),
+    ({"input_ids": np.array([[1, 2, 3]], np.int64), "position_ids": np.arange(2)[None]},
+     r"position_ids \[1, 2\] must match input_ids \[1, 3\]"),
+    ({"input_ids": np.array([[1, 2], [3, 4]], np.int64), "attention_mask": np.ones((2, 2), np.int64),
+      "position_ids": np.tile(np.arange(2), (2, 1)), "beam_idx": np.arange(2, dtype=np.int32)},
+     r"input_ids must be \[1, n>0\] \(batch 1\), got \[2, 2\]"),
+    ({"input_ids": np.array([1, 2], np.int64)}, r"Input 'input_ids' expects shape \[\?,\?\], got \[2\]\. Reshape"),
+    ({"input_ids": np.zeros((1, 0), np.int64), "attention_mask": np.zeros((1, 0), np.int64),
+      "position_ids": np.zeros((1, 0), np.int64)}, r"input_ids must be \[1, n>0\] \(batch 1\), got \[1, 0\]"),
+    ({"input_ids": np.array([[-1, 2]], np.int64)}, r"input_ids must be token ids in \[0, 512\), got values -1\.\.2"),
+    ({"input_ids": np.array([[100000, 2]], np.int64)},
+     r"input_ids must be token ids in \[0, 512\), got values 2\.\.100000"),
+    ({"input_ids": np.array([[1, 2]], np.int64), "attention_mask": np.array([["a", "b"]])},
+     "Input 'attention_mask' expects i64 numbers, got an array of dtype <U1"),
 ], ids=["mask-short", "pos-len", "batch2", "rank1", "empty", "negative-id", "oov-id", "string-mask"])
-def test_bad_calls_are_typed_and_leave_the_request_usable(compiled: ov.CompiledModel, bad: dict) -> None:
+def test_bad_calls_are_typed_and_leave_the_request_usable(compiled: ov.CompiledModel, bad: dict, text: str) -> None:
     ref = greedy(compiled.create_infer_request(), PROMPT, 4)
     req = compiled.create_infer_request()
     base = feed([1, 2] if bad["input_ids"].ndim != 2 or bad["input_ids"].shape[1] != 3 else [1, 2, 3])
-    with pytest.raises(UserInputError):
+    with pytest.raises(UserInputError, match=f"^{text}"):
         req.infer({**base, **bad})
     assert greedy(req, PROMPT, 4) == ref
 

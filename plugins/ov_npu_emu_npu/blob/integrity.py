@@ -36,21 +36,27 @@ PIECE = 1 << 20
 
 
 
-def _ranges(image: bytes | memoryview) -> list[tuple[int, int, str]]:
-    """(offset, size, label) ranges covering ``image`` exactly, from its own ELF headers.
-
-    Only called by :func:`seal` on an image this package wrote; a malformed one is a writer bug.
+def _ranges(image: bytes | memoryview) -> list[tuple[int, int, str]] | None:
+    """(offset, size, label) ranges covering ``image`` exactly, from its own ELF headers; None
+    when the headers do not describe the image (a section past its end or overlapping another:
+    an image edited on purpose, see :func:`reseal`), before any range is listed.
     """
     (_, _, _, _, _, _, shoff, _, _, _, _, shentsize, shnum, shstrndx) = ELF_HEADER.unpack_from(image, 0)
-    headers = [SECTION_HEADER.unpack_from(image, shoff + i * shentsize) for i in range(shnum)]
-    strtab = headers[shstrndx]
-    names = bytes(image[strtab[4]: strtab[4] + strtab[5]])
-
-    def name(h: tuple[int, ...]) -> str:
-        return names[h[0]: names.index(b"\0", h[0])].decode()
-
-    spans = sorted((h[4], h[5], name(h)) for h in headers[1:] if h[1] != SHT_NOBITS and h[5])
+    try:
+        headers = [SECTION_HEADER.unpack_from(image, shoff + i * shentsize) for i in range(shnum)]
+        strtab = headers[shstrndx]
+        names = bytes(image[strtab[4]: strtab[4] + strtab[5]])
+        spans = sorted((h[4], h[5], names[h[0]: names.index(b"\0", h[0])].decode())
+                       for h in headers[1:] if h[1] != SHT_NOBITS and h[5])
+    except (struct.error, ValueError, IndexError):  # headers or names that are not there
+        return None
     spans.append((shoff, shnum * shentsize, "section headers"))
+    spans.sort()
+    end = ELF_HEADER.size
+    for off, size, _ in spans:
+        if off < end or off + size > len(image):
+            return None
+        end = off + size
     out: list[tuple[int, int, str]] = []
     pos = ELF_HEADER.size
     out.append((0, ELF_HEADER.size, "ELF header"))
@@ -72,8 +78,9 @@ def seal(image: bytes | bytearray | memoryview, *, by_section: bool = True) -> b
     that are not well-formed, e.g. fuzzing the parsers behind the checksum).
     """
     view = memoryview(image)
-    ranges = (_ranges(view) if by_section else
-              [(p, min(PIECE, len(view) - p), "image") for p in range(0, len(view), PIECE)])
+    ranges = _ranges(view) if by_section else None
+    if ranges is None:  # plain pieces; also for an image whose headers do not describe it
+        ranges = [(p, min(PIECE, len(view) - p), "image") for p in range(0, len(view), PIECE)]
     table = b"".join(ENTRY.pack(off, size, zlib.crc32(view[off:off + size]), label.encode()[:32])
                      for off, size, label in ranges)
     n = len(table) // ENTRY.size

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ov_npu_emu.errors import BarrierDeadlockError, ExecutionError, NpuEmuError
+from ov_npu_emu.errors import BarrierDeadlockError, ExecutionError, HostMemoryError, NpuEmuError
 from ov_npu_emu_npu.arch import DTYPES
 from ov_npu_emu_npu.blob.format import (
     DMA_DESC,
@@ -192,6 +192,8 @@ def _binding(tid: int, name: str) -> Iterator[None]:
         yield
     except NpuEmuError:
         raise
+    except MemoryError as e:
+        raise HostMemoryError(f"task {tid} ({name}): binding operands") from e
     except Exception as e:  # noqa: BLE001
         raise ExecutionError(f"task {tid} ({name}): cannot bind operands: {e}", task_index=tid) from e
 
@@ -254,6 +256,12 @@ class ManagementCore:
         blocks), so the order is the one the per-task walk runs.
         """
         counts = list(producer_counts)
+        for lane in lanes:  # a corrupt barrier list names a barrier the command list does not have
+            for t in lane:
+                bad = [b for b in (*t.waits, *t.posts) if not 0 <= b < len(counts)]
+                if bad:
+                    raise ExecutionError(f"task {t.tid} names barrier {bad[0]}, but the command list has "
+                                         f"{len(counts)}; the descriptor is corrupt", task_index=t.tid)
         pcs = [0] * len(lanes)
         remaining = sum(len(lane) for lane in lanes)
         order: list[DecodedTask] = []
@@ -309,6 +317,9 @@ class ManagementCore:
                     host_ns[tasks[i].tid] = clock() - t0
         except NpuEmuError:
             raise
+        except MemoryError as e:  # the host's, not the task's: never an ExecutionError
+            failed = tasks[i] if 0 <= i < len(tasks) else None
+            raise HostMemoryError(f"task {failed.tid if failed is not None else '?'}") from e
         except Exception as e:  # a kernel failure is reported against its task
             failed = tasks[i] if 0 <= i < len(tasks) else None
             tid = failed.tid if failed is not None else None
