@@ -248,7 +248,7 @@ def test_cache_dir_with_garbage_and_damaged_entries(core: ov.Core, tiny_model_di
     ({"input_ids": np.array([[1, 2]], np.int64), "attention_mask": np.ones((1, 1), np.int64),
       "position_ids": np.arange(2)[None]}, "attention_mask has 1 entries for a 2-token prompt"),
     ({"input_ids": np.array([[1, 2, 3]], np.int64), "position_ids": np.arange(2)[None]},
-     r"position_ids \[1, 2\] must match input_ids \[1, 3\]"),
+     r"position_ids \[1, 2\] must be \[1, 3\] for the tokens \[1, 3\]"),
     ({"input_ids": np.array([[1, 2], [3, 4]], np.int64), "attention_mask": np.ones((2, 2), np.int64),
       "position_ids": np.tile(np.arange(2), (2, 1)), "beam_idx": np.arange(2, dtype=np.int32)},
      r"input_ids must be \[1, n>0\] \(batch 1\), got \[2, 2\]"),
