@@ -209,6 +209,19 @@ def split_name(name: str) -> tuple[str, str]:
 # tokenizers (need `tokenizers` + `transformers`)
 # --------------------------------------------------------------------------------------------
 
+def train_bytelevel_bpe(lines: list[str], vocab_size: int, specials: list[str]):
+    """A GPT-2 style byte-level BPE trained on ``lines`` (every string representable, no unk)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(lines, trainer)
+    return tok
+
+
 def build_tokenizer(kind: str, vocab_size: int, chat_template: str | None):
     """A tokenizer trained on the built-in corpus, vocab == the model's vocab_size.
 
@@ -223,12 +236,7 @@ def build_tokenizer(kind: str, vocab_size: int, chat_template: str | None):
     lines = [line for line in text.splitlines() if line.strip()]
     if kind == "bytelevel":
         specials = ["<|endoftext|>", "<|pad|>"] + (["<|im_start|>", "<|im_end|>"] if chat_template else [])
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-        tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        tok.train_from_iterator(lines, trainer)
+        tok = train_bytelevel_bpe(lines, vocab_size, specials)
         kw = dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>",
                   pad_token="<|pad|>")
         if chat_template:

@@ -77,16 +77,13 @@ KEEP_FILES = (
 
 
 def build_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from make_optimum_fixtures import train_bytelevel_bpe
+
     lines = [s for s in CORPUS_FILE.read_text(encoding="utf-8").splitlines() if s.strip()]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(lines, trainer)
+    tok = train_bytelevel_bpe(lines, VOCAB, SPECIALS)
     assert tok.get_vocab_size() == VOCAB, tok.get_vocab_size()
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, model_max_length=2048, clean_up_tokenization_spaces=False,
