@@ -539,6 +539,26 @@ UNSUPPORTED_FIELDS: dict[str, str] = {
 ASSISTING_FIELDS = ("num_assistant_tokens", "assistant_confidence_threshold", "max_ngram_size")
 
 
+def folder_generation_config(folder: Path, tokenizer: Any) -> GenerationConfig:
+    """A model folder's generation_config.json (defaults without one), with the tokenizer's EOS
+    when the file names none: what the real pipelines start from."""
+    path = Path(folder) / "generation_config.json"
+    config = GenerationConfig(path) if path.is_file() else GenerationConfig()
+    if config.eos_token_id == -1 and tokenizer.get_eos_token_id() != -1:
+        config.set_eos_token_id(tokenizer.get_eos_token_id())
+    return config
+
+
+def replacement_config(new: GenerationConfig, current: GenerationConfig) -> GenerationConfig:
+    """``set_generation_config``'s checked copy of ``new``: the real pipelines keep the model's
+    EOS when the new config has none."""
+    config = new.copy()
+    if config.eos_token_id == -1:
+        config.set_eos_token_id(current.eos_token_id)
+    config.validate()
+    return config
+
+
 def _is_default(name: str, value: Any) -> bool:
     default = _DEFAULTS[name]
     if default is None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from genai_shim.continuous_batching.pipeline import SchedulerConfig
-from genai_shim.generation_config import GenerationConfig
+from genai_shim.generation_config import GenerationConfig, folder_generation_config
 from genai_shim.llm.base import LLMPipelineImplBase
 from genai_shim.llm.paged import PagedBackend, PagedLLM
 from genai_shim.llm.prompt_lookup import PromptLookupLLM
@@ -94,12 +94,10 @@ def _check_options(opts: PipelineProperties, adapters: Any) -> None:
 def _generation_config(src: _Source, tokenizer: Tokenizer) -> GenerationConfig:
     if src.folder is None:
         config = src.in_config.copy() if src.in_config is not None else GenerationConfig()
-    else:
-        gc_path = src.folder / "generation_config.json"
-        config = GenerationConfig(gc_path) if gc_path.is_file() else GenerationConfig()
-    if config.eos_token_id == -1 and tokenizer.get_eos_token_id() != -1:
-        config.set_eos_token_id(tokenizer.get_eos_token_id())
-    return config
+        if config.eos_token_id == -1 and tokenizer.get_eos_token_id() != -1:
+            config.set_eos_token_id(tokenizer.get_eos_token_id())
+        return config
+    return folder_generation_config(src.folder, tokenizer)
 
 
 class LLMPipeline:

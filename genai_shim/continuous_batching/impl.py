@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from genai_shim.continuous_batching.prompt_lookup import PromptLookupImpl
-from genai_shim.generation_config import GenerationConfig
+from genai_shim.generation_config import GenerationConfig, folder_generation_config
 from genai_shim.lora_controller import resolve_adapters
 from genai_shim.model_folder import model_folder
 from genai_shim.paged.engine import PagedEngine
@@ -100,10 +100,7 @@ def make_impl(
             key="device",
         )
     tokenizer = tokenizer if tokenizer is not None else Tokenizer(folder)
-    gc_path = folder / "generation_config.json"
-    config = GenerationConfig(gc_path) if gc_path.is_file() else GenerationConfig()
-    if config.eos_token_id == -1 and tokenizer.get_eos_token_id() != -1:
-        config.set_eos_token_id(tokenizer.get_eos_token_id())
+    config = folder_generation_config(folder, tokenizer)
     core = core_factory()
     if prompt_lookup:
         return PromptLookupImpl(core, folder, device, props, tokenizer, config, scheduler_config, adapters)

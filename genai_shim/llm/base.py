@@ -15,7 +15,7 @@ import openvino as ov
 from genai_shim.chat import ChatHistory
 from genai_shim.chat_session import ChatSession, require_template
 from genai_shim.decoding import RunningSequence, check_finish, encoded_results
-from genai_shim.generation_config import SIZE_MAX, GenerationConfig, check_supported
+from genai_shim.generation_config import SIZE_MAX, GenerationConfig, check_supported, replacement_config
 from genai_shim.parser_streamer import generate_with_parsers
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.pipeline_args import encoded_inputs, stack_rows
@@ -106,12 +106,7 @@ class LLMPipelineImplBase:
         return self.config.copy()
 
     def set_generation_config(self, config: GenerationConfig) -> None:
-        new = config.copy()
-        # The real pipeline keeps the model's EOS when the new config has none.
-        if new.eos_token_id == -1:
-            new.set_eos_token_id(self.config.eos_token_id)
-        new.validate()
-        self.config = new
+        self.config = replacement_config(config, self.config)
 
     def start_chat(self, system_message: str = "") -> None:
         self.chat.start(system_message)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from genai_shim.decoding import STREAMER_FINISH, RunningSequence, check_finish, encoded_results, stream_tokens
-from genai_shim.generation_config import GenerationConfig
+from genai_shim.generation_config import GenerationConfig, folder_generation_config, replacement_config
 from genai_shim.npu_compile import compile_npu
 from genai_shim.npu_config import translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
@@ -129,10 +129,7 @@ class VLMPipeline:
             raise ConfigError(f"genai_shim's VLMPipeline runs on CPU or NPU, not {device!r}", key="device")
         self._is_npu = dev.startswith("NPU")
         self.tokenizer = Tokenizer(folder)
-        gc_path = folder / "generation_config.json"
-        self._config = GenerationConfig(gc_path) if gc_path.is_file() else GenerationConfig()
-        if self._config.eos_token_id == -1 and self.tokenizer.get_eos_token_id() != -1:
-            self._config.set_eos_token_id(self.tokenizer.get_eos_token_id())
+        self._config = folder_generation_config(folder, self.tokenizer)
         core = _make_core()
         lm_props, vision_props = _split_props("NPU" if self._is_npu else dev, properties)
         model = core.read_model(folder / LANGUAGE_XML)
@@ -164,11 +161,7 @@ class VLMPipeline:
         return self._config.copy()
 
     def set_generation_config(self, config: GenerationConfig) -> None:
-        new = config.copy()
-        if new.eos_token_id == -1:
-            new.set_eos_token_id(self._config.eos_token_id)
-        new.validate()
-        self._config = new
+        self._config = replacement_config(config, self._config)
 
     def set_chat_template(self, chat_template: str) -> None:
         if self._chat is not None:
