@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # openvino and the builder load lazily: importing this plugin
 
 __all__ = [
     "CPU_EXACT_CONFIG",
+    "keep_alive",
     "make_add_model",
     "make_model_with_memory",
     "make_mobilenet_like",
@@ -69,9 +70,13 @@ CPU_EXACT_CONFIG: dict[str, str] = {
 }
 
 
-def _isolated_child(conn: Any, fn: Any, args: tuple[Any, ...]) -> None:
+def _isolated_child(conn: Any, fn: Any, args: tuple[Any, ...], timeout: float) -> None:
+    import faulthandler
     import os
 
+    # if this child hangs, its threads' Python stacks reach the parent's stderr (the test report)
+    # before the parent gives up on it
+    faulthandler.dump_traceback_later(max(timeout - 5.0, 1.0), exit=False)
     try:
         conn.send((True, fn(*args)))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which re-raises
@@ -79,8 +84,19 @@ def _isolated_child(conn: Any, fn: Any, args: tuple[Any, ...]) -> None:
     conn.close()
     # no interpreter shutdown: openvino 2026.4.1 can deadlock destroying a compiled model whose
     # AsyncInferQueue callbacks still hold Python objects (a CPUStreamsExecutor thread waits for
-    # the GIL the destroying thread holds); the results are already sent
+    # the GIL the destroying thread holds); the results are already sent.  ``fn`` should keep
+    # such objects alive (keep_alive) so that nothing of theirs is destroyed before this point.
     os._exit(0)
+
+
+#: objects a flow run by run_isolated must not destroy (see _isolated_child); never emptied.
+_KEPT: list[Any] = []
+
+
+def keep_alive(*objects: Any) -> None:
+    """Hold ``objects`` for the life of the process (the real openvino's AsyncInferQueue and its
+    compiled model in a run_isolated child, whose teardown can deadlock)."""
+    _KEPT.append(objects)
 
 
 def run_isolated(fn: Any, *args: Any, timeout: float = 300.0) -> Any:
@@ -93,7 +109,7 @@ def run_isolated(fn: Any, *args: Any, timeout: float = 300.0) -> Any:
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_isolated_child, args=(child, fn, args), daemon=True)
+    proc = ctx.Process(target=_isolated_child, args=(child, fn, args, timeout), daemon=True)
     proc.start()
     child.close()
     try:

@@ -11,7 +11,7 @@ import pytest
 
 import ov_npu_emu as ov
 from ov_npu_emu.errors import UserInputError
-from ov_npu_emu.testing import run_isolated
+from ov_npu_emu.testing import keep_alive, run_isolated
 
 
 def _model() -> openvino.Model:
@@ -37,6 +37,7 @@ def _run(queue_cls, compiled, jobs: int, n: int) -> tuple[dict[int, np.ndarray],
     assert len(queue) == jobs and queue.is_ready()
     # each request's last userdata: distinct, and the last one started among them
     assert len(set(queue.userdata)) == jobs and set(queue.userdata) <= set(range(n)) and n - 1 in queue.userdata
+    keep_alive(compiled, queue)  # the real's: never released (run_isolated)
     return out, threads
 
 
@@ -46,7 +47,10 @@ def _real_results() -> dict[int, np.ndarray]:
 
 
 def _real_queue_len(cfg: dict) -> int:
-    return len(openvino.AsyncInferQueue(openvino.Core().compile_model(_model(), "CPU", cfg)))
+    compiled = openvino.Core().compile_model(_model(), "CPU", cfg)
+    queue = openvino.AsyncInferQueue(compiled)
+    keep_alive(compiled, queue)
+    return len(queue)
 
 
 @pytest.mark.parametrize("device", ["CPU", "NPU"])

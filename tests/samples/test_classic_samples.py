@@ -13,7 +13,7 @@ import openvino as real_ov
 import pytest
 
 import ov_npu_emu as ours_ov
-from ov_npu_emu.testing import make_mobilenet_like, make_resnet_like, make_small_cnn, make_ssd_like, run_isolated
+from ov_npu_emu.testing import make_mobilenet_like, make_resnet_like, make_small_cnn, make_ssd_like, keep_alive, run_isolated
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "samples" / "sync_benchmark.py"
@@ -149,9 +149,7 @@ def _classification_async(ov, core, device, images):
         assert image.shape == (h, w, 3)
         queue.start_async({0: np.expand_dims(image, 0)}, f"image{i}")
     queue.wait_all()
-    # the real's queue goes before its compiled model: released the other way round, openvino
-    # 2026.4.1 sometimes deadlocks in the queue's destructor
-    del queue
+    keep_alive(compiled, queue)  # never released in the real's process: see run_isolated
     return got
 
 
@@ -264,7 +262,7 @@ def _benchmark_flows(ov, core, dev):
     ireqs.wait_all()
     assert all(lat > 0 for lat in latencies)
     outs = [ireqs[0].get_output_tensor(0).data.copy()]
-    del ireqs
+    keep_alive(compiled, ireqs)
     sync = core.compile_model(str(_MODELS["resnet"]), dev, {"PERFORMANCE_HINT": "LATENCY"})
     ireq = sync.create_infer_request()
     for model_input in sync.inputs:
