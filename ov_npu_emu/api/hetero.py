@@ -225,7 +225,7 @@ class HeteroInferRequest(DeviceInferRequest):
             if j in self._bound_outputs and tuple(self._outputs[j].shape) == data.shape:
                 np.copyto(self._outputs[j].data, data, casting="unsafe")
             else:
-                self._outputs[j] = ov.Tensor(np.ascontiguousarray(data))
+                self._outputs[j] = ov.Tensor(np.asarray(data, order="C"))  # keeps rank 0 (ascontiguousarray would not)
 
 
 class HeteroCompiledModel(DeviceCompiledModel):

@@ -294,7 +294,7 @@ class InferRequest:
             if current.get_element_type() == port.element_type and current.data.shape == arr.shape:
                 np.copyto(current.data, arr, casting="unsafe")  # keeps the bound buffer (and its address)
             else:
-                self._impl.set_tensor(port.index, True, ov.Tensor(np.ascontiguousarray(arr, dtype=want)))
+                self._impl.set_tensor(port.index, True, ov.Tensor(np.asarray(arr, dtype=want, order="C")))
 
     # -- inference ---------------------------------------------------------------------
     def infer(

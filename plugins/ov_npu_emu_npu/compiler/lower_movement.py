@@ -241,7 +241,7 @@ def op_index(lw: _Lowerer, node: ov.Node) -> None:
     out_shape = tuple(node.get_output_shape(0))
     ins = [ov.Tensor(np.arange(n, dtype=np.int64).reshape(x.shape))]
     for i in range(1, node.get_input_size()):
-        ins.append(ov.Tensor(np.ascontiguousarray(lw.need_const(node, i, f"input {i}"))))
+        ins.append(ov.Tensor(np.asarray(lw.need_const(node, i, f"input {i}"), order="C")))
     idx = _index_map(node, ins, out_shape)
     o = lw.node_out(node)
     sl = _as_slices(idx, x.shape)
@@ -269,11 +269,11 @@ def op_scatter(lw: _Lowerer, node: ov.Node) -> None:
     n, m = int(np.prod(x.shape, dtype=np.int64)), int(np.prod(u.shape, dtype=np.int64))
     ins = [
         ov.Tensor(np.arange(n, dtype=np.int64).reshape(x.shape)),
-        ov.Tensor(np.ascontiguousarray(lw.need_const(node, 1, "indices"))),
+        ov.Tensor(np.asarray(lw.need_const(node, 1, "indices"), order="C")),
         ov.Tensor(np.arange(n, n + m, dtype=np.int64).reshape(u.shape)),
     ]
     for i in range(3, node.get_input_size()):
-        ins.append(ov.Tensor(np.ascontiguousarray(lw.need_const(node, i, f"input {i}"))))
+        ins.append(ov.Tensor(np.asarray(lw.need_const(node, i, f"input {i}"), order="C")))
     idx = _index_map(node, ins, tuple(node.get_output_shape(0)))
     o = lw.node_out(node)
     joined = lw.scratch((n + m,), o.dtype)
