@@ -9,24 +9,31 @@ AUTO with CPU first when the device is "NPU"); the language model (``inputs_embe
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from genai_shim.chat import ChatHistory
+from genai_shim.chat_session import CHAT_DEPRECATION
 from genai_shim.decoding import STREAMER_FINISH, RunningSequence, check_finish, encoded_results, stream_tokens
 from genai_shim.generation_config import GenerationConfig, folder_generation_config, replacement_config
 from genai_shim.npu_compile import compile_npu
 from genai_shim.npu_config import translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
+from genai_shim.pipeline_args import split_properties
 from genai_shim.results import DecodedResults
 from genai_shim.sampling import Sampler
 from genai_shim.stop_strings import stop_window
 from genai_shim.streamers import StreamingStatus, make_streamer
 from genai_shim.tokenizer import Tokenizer
+from genai_shim.vlm.history import VisionChatMemory
 from genai_shim.vlm.qwen2vl import EncodedImage, Qwen2VLEmbedder
 from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
 
@@ -112,6 +119,28 @@ def _make_core() -> Any:
     return Core()
 
 
+def _nothing() -> None:
+    pass
+
+
+def _image_args(images: Any, kwargs: dict[str, Any]) -> list[Any]:
+    """generate()'s images= / image= (one of them) as a list; videos are refused."""
+    image = kwargs.pop("image", _UNSET)
+    for name, value in (("images", images), ("image", image)):
+        if value is None:  # the real binding's text
+            raise UserInputError(f'Property "{name}" can\'t be None.')
+    for key in ("videos", "video"):
+        if kwargs.pop(key, None) is not None:
+            raise ConfigError("genai_shim's VLMPipeline does not take videos yet", key=key)
+    if image is not _UNSET:
+        if images is not _UNSET:
+            raise UserInputError("pass either image= or images=, not both")
+        return [image]
+    if images is _UNSET:
+        return []
+    return list(images) if isinstance(images, (list, tuple)) else [images]
+
+
 class VLMPipeline:
     """``VLMPipeline(models_path, device, **properties)`` for a Qwen2-VL export."""
 
@@ -131,7 +160,12 @@ class VLMPipeline:
         self.tokenizer = Tokenizer(folder)
         self._config = folder_generation_config(folder, self.tokenizer)
         core = _make_core()
-        lm_props, vision_props = _split_props("NPU" if self._is_npu else dev, properties)
+        genai = split_properties(properties)
+        if genai.prompt_lookup or genai.draft is not None or genai.adapters is not None:
+            key = "prompt_lookup" if genai.prompt_lookup else "draft_model" if genai.draft is not None else "adapters"
+            raise ConfigError(f"genai_shim's VLMPipeline does not take {key} yet", key=key)
+        # scheduler_config / ATTENTION_BACKEND choose the real's backend; ours has one
+        lm_props, vision_props = _split_props("NPU" if self._is_npu else dev, genai.compile)
         model = core.read_model(folder / LANGUAGE_XML)
         self._max_prompt_len = 0
         self._kv_capacity: int | None = None
@@ -151,6 +185,7 @@ class VLMPipeline:
         self._sampler = Sampler()
         self._chat: list[dict[str, str]] | None = None
         self._chat_images: list[EncodedImage] = []
+        self._memory = VisionChatMemory()
         self._load_time = (_now() - t0) * 1000.0
 
     # -- public API ------------------------------------------------------------------------------
@@ -172,11 +207,13 @@ class VLMPipeline:
         self.tokenizer.set_chat_template(chat_template)
 
     def start_chat(self, system_message: str = "") -> None:
+        warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
         self._chat = [{"role": "system", "content": system_message}] if system_message else []
         self._chat_images = []
         self._request.reset_state()
 
     def finish_chat(self) -> None:
+        warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
         self._chat = None
         self._chat_images = []
         self._request.reset_state()
@@ -190,38 +227,31 @@ class VLMPipeline:
         **kwargs: Any,
     ) -> VLMDecodedResults:
         start = _now()
-        image = kwargs.pop("image", _UNSET)
-        for name, value in (("images", images), ("image", image)):
-            if value is None:  # the real binding's text
-                raise UserInputError(f'Property "{name}" can\'t be None.')
-        for key in ("videos", "video"):
-            if kwargs.pop(key, None) is not None:
-                raise ConfigError("genai_shim's VLMPipeline does not take videos yet", key=key)
-        if image is not _UNSET:
-            if images is not _UNSET:
-                raise UserInputError("pass either image= or images=, not both")
-            images = [image]
-        if images is _UNSET:
-            images = []
-        elif not isinstance(images, (list, tuple)):
-            images = [images]
-        if not isinstance(prompt, str):
-            raise UserInputError(f"VLMPipeline.generate() takes a str prompt, got {type(prompt).__name__}")
+        images = _image_args(images, kwargs)
+        if not isinstance(prompt, (str, ChatHistory)):
+            raise UserInputError(
+                f"VLMPipeline.generate() takes a str or a ChatHistory prompt, got {type(prompt).__name__}")
         config = self._resolve_config(generation_config, kwargs)
         perf = VLMPerfMetrics()
         perf.load_time = self._load_time
         t_emb = _now()
         t_vis = _now()
-        encoded = self._embedder.encode_images(list(images))
+        encoded = self._embedder.encode_images(images)
         perf.vlm_raw_metrics.vision_encoding_durations.append((_now() - t_vis) * 1e6)
-        unified = self._embedder.normalize_prompt(prompt, encoded)
-        ids, used = self._tokenize(unified, encoded, config, perf)
+        rollback: Callable[[], None] = _nothing
+        if isinstance(prompt, ChatHistory):
+            turn = self._memory.turn(prompt, encoded, self._embedder.normalize_prompt)
+            ids, used, rollback = self._tokenize_history(turn.history, perf), turn.images, turn.rollback
+        else:
+            unified = self._embedder.normalize_prompt(prompt, encoded)
+            ids, used = self._tokenize(unified, encoded, config, perf)
+            if self._chat is not None:
+                rollback = functools.partial(self._forget_turn, len(encoded))
         embeds = self._embedder.embed(ids, used)
         pos, delta = self._embedder.position_ids(ids, used)
         perf.vlm_raw_metrics.prepare_embeddings_durations.append((_now() - t_emb) * 1e6)
         if self._is_npu and embeds.shape[1] > self._max_prompt_len:
-            if self._chat is not None:
-                self._chat.pop()
+            rollback()
             # the real's text
             raise PromptTooLongError(
                 f"VLM pipeline on NPU may only process input embeddings up to {self._max_prompt_len} "
@@ -235,12 +265,10 @@ class VLMPipeline:
         res = encoded_results([seq], perf)
         out = VLMDecodedResults()
         out.texts, out.scores, out.finish_reasons = [text], res.scores, res.finish_reasons
-        if self._chat is not None:
-            if cancelled:
-                self._chat.pop()
-                del self._chat_images[len(self._chat_images) - len(encoded):]
-            else:
-                self._chat.append({"role": "assistant", "content": text})
+        if cancelled:
+            rollback()
+        elif self._chat is not None and not isinstance(prompt, ChatHistory):
+            self._chat.append({"role": "assistant", "content": text})
         perf.raw_metrics.generate_durations.append((_now() - start) * 1e6)
         perf.reevaluate(start)
         out.perf_metrics = perf
@@ -249,6 +277,12 @@ class VLMPipeline:
     __call__ = generate
 
     # -- steps -----------------------------------------------------------------------------------
+    def _forget_turn(self, n_images: int) -> None:
+        """A start_chat() turn that did not happen: its user message and images go."""
+        assert self._chat is not None
+        self._chat.pop()
+        del self._chat_images[len(self._chat_images) - n_images:]
+
     def _resolve_config(self, generation_config: GenerationConfig | None, kwargs: dict[str, Any]) -> GenerationConfig:
         if generation_config is not None and not isinstance(generation_config, GenerationConfig):
             raise UserInputError(
@@ -300,6 +334,16 @@ class VLMPipeline:
             ids = self.tokenizer.encode(unified, add_special_tokens=True).input_ids.data
         raw.tokenization_durations.append((_now() - t1) * 1e6)
         return np.array(ids, dtype=np.int64), encoded
+
+    def _tokenize_history(self, history: ChatHistory, perf: PerfMetrics) -> np.ndarray:
+        raw = perf.raw_metrics
+        t0 = _now()
+        text = self.tokenizer.apply_chat_template(history, add_generation_prompt=True)
+        t1 = _now()
+        raw.chat_template_durations.append((t1 - t0) * 1e6)
+        ids = self.tokenizer.encode(text, add_special_tokens=False).input_ids.data
+        raw.tokenization_durations.append((_now() - t1) * 1e6)
+        return np.array(ids, dtype=np.int64)
 
     def _infer(self, embeds: np.ndarray, mask: np.ndarray, pos: np.ndarray, perf: PerfMetrics) -> np.ndarray:
         t0 = _now()

@@ -92,6 +92,55 @@ def test_cpu_chat_matches_real(shim_cpu: Any, real_cpu: Any) -> None:
         real_cpu.finish_chat()
 
 
+def _history_chat(pipe: Any, lib: Any) -> list[tuple[str, int]]:
+    """The upstream chat sample's way: one ChatHistory the caller extends with each answer;
+    images with turns 1 and 3 only (later turns still see them); then the history edited back
+    to its first answer and asked again; then a turn the streamer cancels, which is forgotten."""
+    h = lib.ChatHistory()
+    out = []
+    for i, prompt in enumerate((*CHAT, "And now?")):
+        h.append({"role": "user", "content": prompt})
+        kw = {"images": [_image()]} if i in (0, 2) else {}
+        r = pipe.generate(h, generation_config=_config(lib), **kw)
+        out.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
+        h.append({"role": "assistant", "content": r.texts[0]})
+    h.set_messages([*h.get_messages()[:2], {"role": "user", "content": CHAT[2]}])
+    r = pipe.generate(h, generation_config=_config(lib))
+    out.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
+    h.append({"role": "assistant", "content": r.texts[0]})
+    h.append({"role": "user", "content": CHAT[1]})
+    pipe.generate(h, images=[_image()], generation_config=_config(lib),
+                  streamer=lambda s: lib.StreamingStatus.CANCEL)
+    r = pipe.generate(h, generation_config=_config(lib))  # the cancelled turn's image is gone
+    out.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
+    return out
+
+
+def test_cpu_chat_history_matches_real(shim_cpu: Any, real_cpu: Any) -> None:
+    ours, real = _history_chat(shim_cpu, genai_shim), _history_chat(real_cpu, og)
+    assert ours == real
+    # the first two turns are the start_chat() chat's (same template, same image)
+    assert [t for t, _ in ours[:2]] == [c["text"] for c in GOLDEN["cpu"]["chat"][:2]]
+    assert ours[4][1] < ours[2][1]  # the edited history asks turn 3 again, without its image
+
+
+def test_chat_history_errors(shim_cpu: Any) -> None:
+    with pytest.raises(UserInputError, match="cannot be empty"):
+        shim_cpu.generate(genai_shim.ChatHistory(), max_new_tokens=2)
+    with pytest.raises(ConfigError, match="multipart"):
+        shim_cpu.generate(genai_shim.ChatHistory([{"role": "user", "content": [{"type": "text", "text": "hi"}]}]),
+                          max_new_tokens=2)
+
+
+def test_prompt_lookup_property(tmp_path: Path) -> None:
+    """The upstream chat sample passes prompt_lookup=False on every device; True needs the
+    continuous-batching backend ours does not have for VLMs yet."""
+    with pytest.raises(ConfigError, match="prompt_lookup"):
+        genai_shim.VLMPipeline(FOLDER, "CPU", prompt_lookup=True, **CPU_PROPS)
+    pipe = genai_shim.VLMPipeline(FOLDER, "CPU", prompt_lookup=False, **CPU_PROPS)
+    assert pipe.generate(PROMPT, generation_config=_config(genai_shim)).texts[0] == GOLDEN["cpu"]["text_only"]["text"]
+
+
 def test_streamer_sees_the_text(shim_cpu: Any) -> None:
     chunks: list[str] = []
     res = shim_cpu.generate(PROMPT, images=[_image()], generation_config=_config(genai_shim),
@@ -160,6 +209,10 @@ def _chat(pipe: Any, lib: Any) -> list[tuple[str, int]]:
         return out
     finally:
         pipe.finish_chat()
+
+
+def test_npu_chat_history_matches_real(shim_npu: Any, real_npu: Any) -> None:
+    assert _history_chat(shim_npu, genai_shim) == _history_chat(real_npu, og)
 
 
 def test_npu_chat_matches_real(shim_npu: Any, real_npu: Any) -> None:

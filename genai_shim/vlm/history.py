@@ -1,0 +1,88 @@
+"""What a VLMPipeline remembers about a ChatHistory between generate() calls.
+
+The real (visual_language/vlm_chat_context.cpp) keeps, per ChatHistory object, each message it has
+seen with its normalized text and the images the user gave with it: the next call finds how many
+leading messages are unchanged, forgets the rest (the history was edited), registers the call's
+images with the last user message and normalizes only the new messages.  The images stay with
+the history, so a later turn without images still sees the earlier ones; a cancelled turn is
+forgotten again.  The pipeline itself never changes the ChatHistory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from genai_shim.chat import ChatHistory
+from genai_shim.vlm.qwen2vl import EncodedImage
+from ov_npu_emu.errors import ConfigError, UserInputError
+
+__all__ = ["HistoryTurn", "VisionChatMemory"]
+
+
+@dataclasses.dataclass
+class _Message:
+    original: dict[str, Any]
+    normalized: str
+    images: int  # how many images the user gave with this message
+
+
+@dataclasses.dataclass
+class _State:
+    messages: list[_Message] = dataclasses.field(default_factory=list)
+    images: list[EncodedImage] = dataclasses.field(default_factory=list)
+
+    def truncate(self, n: int) -> None:
+        self.messages = self.messages[:n]
+        self.images = self.images[:sum(m.images for m in self.messages)]
+
+
+@dataclasses.dataclass
+class HistoryTurn:
+    """One generate(ChatHistory) call: the normalized history to template, every image it
+    refers to in order, and how to forget the turn if the streamer cancels it."""
+
+    history: ChatHistory
+    images: list[EncodedImage]
+    rollback: Callable[[], None]
+
+
+class VisionChatMemory:
+    """Per-ChatHistory state (held weakly: it goes with the history object)."""
+
+    def __init__(self) -> None:
+        self._states: weakref.WeakKeyDictionary[ChatHistory, _State] = weakref.WeakKeyDictionary()
+
+    def turn(self, history: ChatHistory, new_images: list[EncodedImage],
+             normalize: Callable[[str, list[EncodedImage]], str]) -> HistoryTurn:
+        messages = history.get_messages()
+        if not messages:
+            raise UserInputError("Chat history cannot be empty")
+        users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+        if not users:
+            raise UserInputError("Chat history has no user message to answer")
+        state = self._states.setdefault(history, _State())
+        match = 0
+        while match < min(len(state.messages), len(messages)) and state.messages[match].original == messages[match]:
+            match += 1
+        state.truncate(match)
+        for i in range(match, len(messages)):
+            message = messages[i]
+            content = message.get("content")
+            if not isinstance(content, str):
+                raise ConfigError(
+                    "genai_shim's VLMPipeline takes ChatHistory messages whose content is a string; "
+                    f"message {i} has {type(content).__name__} content (multipart content is not supported yet)",
+                    key="content")
+            if message.get("role") != "user":
+                state.messages.append(_Message(message, content, 0))
+                continue
+            given = new_images if i == users[-1] else []
+            state.messages.append(_Message(message, normalize(content, given), len(given)))
+            state.images.extend(given)
+        normalized = ChatHistory([{**m.original, "content": m.normalized} for m in state.messages])
+        normalized.set_tools(history.get_tools())
+        normalized.set_extra_context(history.get_extra_context())
+        return HistoryTurn(normalized, list(state.images), lambda: state.truncate(match))
