@@ -424,13 +424,35 @@ def run_cases(folder: Path, device: str, props: dict, cases: dict[str, dict], wo
     return out
 
 
+#: (setup, case) where the real corrupts its heap: NPUW's Whisper prefill copies every prompt id
+#: into its 4-slot input (infer_prefill), and <|startofprev|> + a prompt is longer.  What follows
+#: is undefined (the process dies, or this and later calls raise): such a case runs alone in its
+#: own process and any failure is recorded as this one outcome.
+UNDEFINED: dict[tuple[str, str], str] = {
+    (setup, case): "fails: the prompt is longer than NPUW's 4-token Whisper prefill; the real overruns "
+                   "the prefill's input_ids buffer (heap corruption: the process dies or the call raises)"
+    for setup in ("npu_stateful",) for case in ("short_initial_prompt", "short_hotwords")
+}
+
+
 def run_isolated(folder: Path, setup: str, word_pipeline: bool = False, timeout: float = 900.0) -> dict[str, Any]:
     """run_cases in child processes: the real has crashed the process here (heap corruption on
     the NPU path with a context prompt, a segfault with word timestamps); the case that was
-    running then gets the crash as its outcome and a new child goes on with the next case."""
+    running then gets the crash as its outcome and a new child goes on with the next case.
+    Cases in UNDEFINED run last, each alone."""
+    names = list(WORD_CASES if word_pipeline else CASES)
+    alone = [n for n in names if (setup, n) in UNDEFINED]
+    out = _run_children(folder, setup, [n for n in names if n not in alone], word_pipeline, timeout)
+    shared = {v.get("error") for v in out.values()}  # e.g. the pipeline refuses the export at all
+    for n in alone:
+        r = _run_children(folder, setup, [n], word_pipeline, timeout)[n]
+        out[n] = {"error": UNDEFINED[(setup, n)]} if "error" in r and r["error"] not in shared else r
+    return {n: out[n] for n in names}
+
+
+def _run_children(folder: Path, setup: str, todo: list[str], word_pipeline: bool, timeout: float) -> dict[str, Any]:
     import subprocess
 
-    todo = list(WORD_CASES if word_pipeline else CASES)
     out: dict[str, Any] = {}
     while todo:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", setup, str(folder), *todo]
