@@ -26,7 +26,7 @@ Two stages:
 
   python tools/make_whisper_fixtures.py                   # export into tests/fixtures/whisper
   python tools/make_whisper_fixtures.py --goldens         # (re-)record golden.json
-  python tools/make_whisper_fixtures.py --goldens --check # compare with the committed goldens
+  python tools/make_whisper_fixtures.py --check           # re-record in memory, compare with golden.json
 """
 
 from __future__ import annotations
@@ -423,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--only", nargs="+", choices=sorted(FIXTURES), help="fixture names")
     ap.add_argument("--goldens", action="store_true", help="record golden.json (openvino_genai only)")
-    ap.add_argument("--check", action="store_true", help="with --goldens: re-record in memory and compare")
+    ap.add_argument("--check", action="store_true", help="re-record the goldens in memory and compare (openvino_genai "
+                    "only; implies --goldens)")
     ap.add_argument("--search", metavar="JSON", help="torch: a list of {CONSTANT: value} settings to score")
     ap.add_argument("--seeds", type=int, nargs="+", default=[SEED], help="seeds for --search")
     a = ap.parse_args(argv)
@@ -431,13 +432,14 @@ def main(argv: list[str] | None = None) -> int:
     if a.search:
         search(json.loads(a.search), a.seeds)
         return 0
-    if a.goldens:
+    if a.goldens or a.check:
         from whisper_goldens import run
 
         return run([a.out / n for n in names], check=a.check)
-    if a.check:
-        ap.error("--check needs --goldens")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Not byte-reproducible: the stateful decoder's op order (which cross-attention layer comes
+    # first) varies from run to run, even with PYTHONHASHSEED=0 - and the real's STATIC_PIPELINE
+    # depends on it (README).  Keep the committed export; re-record goldens after re-exporting.
     export(a.out, names)
     return 0
 
