@@ -561,6 +561,14 @@ def greedy_case(encode: Callable[[str], list[int]], models: Any, gen: dict, case
             "min_margin": min(margins), "min_ts_margin": min(ts_margins) if ts_margins else None}
 
 
+def file_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of every fixture file the goldens were recorded from (golden.json aside)."""
+    import hashlib
+
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir())
+            if f.is_file() and f.name != "golden.json" and not f.name.startswith(".")}
+
+
 def record(folder: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
     """golden.json content for one fixture folder (see the module docstring)."""
     import hashlib
@@ -577,6 +585,7 @@ def record(folder: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
                       "sha256": hashlib.sha256(whisper_test_audio(k).tobytes()).hexdigest()}
                   for k, s in WHISPER_AUDIO_SECONDS.items()},
         "cases": {**CASES, **WORD_CASES},
+        "files": file_hashes(folder),
     }
     g["cpu"] = {"device": "CPU", "properties": CPU_PROPS, "results": run_isolated(folder, "cpu")}
     g["cpu_word_timestamps"] = {"device": "CPU", "properties": {**CPU_PROPS, "word_timestamps": True},
@@ -640,7 +649,7 @@ def run(folders: list[Path], check: bool = False, log: Callable[[str], None] = p
             log(f"[{folder.name}] WARNING {problem}")
         if check:
             old = json.loads((folder / "golden.json").read_text(encoding="utf-8"))
-            for key in ("audio", "cases", "reference", "cpu", "cpu_word_timestamps", *NPU_SETUPS,
+            for key in ("audio", "cases", "files", "reference", "cpu", "cpu_word_timestamps", *NPU_SETUPS,
                         *[f"{s}_word_timestamps" for s in NPU_SETUPS]):
                 if old.get(key) != json.loads(json.dumps(g.get(key))):
                     bad += 1

@@ -32,6 +32,13 @@ def test_both_exports_are_committed() -> None:
     assert (stateless / "openvino_decoder_with_past_model.xml").exists()
 
 
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_files_are_the_recorded_ones(path: Path) -> None:
+    """The goldens hold for exactly these files (the outputs alone would not notice a small change:
+    every greedy step has a margin)."""
+    assert wg.file_hashes(path) == _golden(path)["files"]
+
+
 @pytest.mark.parametrize("kind", sorted(WHISPER_AUDIO_SECONDS))
 def test_audio_is_what_the_goldens_heard(kind: str) -> None:
     audio = whisper_test_audio(kind)
