@@ -32,8 +32,8 @@ from ov_npu_emu.testing import WHISPER_AUDIO_SECONDS, whisper_test_audio  # noqa
 #: a golden's smallest top1-top2 logit margin (f32, among the tokens the rules allow) must be
 #: at least this; the timestamp rule's decision (log-sum-exp of the timestamps against the best
 #: text token) and the language detection must be at least as clear.  The logits' std is ~14
-#: (0.04 is ~0.3% of it, like the LLM fixtures' 0.1 of ~10); torch and the IRs agree to 4e-5.
-MIN_MARGIN = 0.04
+#: (0.03 is ~0.2% of it; the LLM fixtures ask 0.1 of ~10); torch and the IRs agree to 4e-5.
+MIN_MARGIN = 0.03
 CPU_PROPS: dict[str, Any] = {"INFERENCE_PRECISION_HINT": "f32"}
 F32_SUB = {"INFERENCE_PRECISION_HINT": "f32"}
 #: the real NPU path on this machine: NPUW on the CPU plugin, f32 everywhere
