@@ -1,0 +1,110 @@
+"""The encoder and decoder runners of WhisperPipeline.
+
+A decoder runner is what a device path provides (``WhisperDecoder``): feed the encoder's hidden
+states and some token ids, get the last position's logits; reset between windows.  The CPU path
+is ``StatefulDecoder`` (openvino.genai's WhisperStatefullDecoder): the exported stateful
+decoder (``input_ids``, ``encoder_hidden_states``, ``beam_idx``; ``cache_position`` when the
+export has it) compiled as is through ``ov_npu_emu.Core``.  The NPU paths (NPUW's Whisper mode,
+STATIC_PIPELINE) slot in as other ``WhisperDecoder`` implementations.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from genai_shim.generation_config import WhisperGenerationConfig
+from ov_npu_emu.errors import ConfigError
+
+__all__ = ["ENCODER_XML", "DECODER_XML", "Encoder", "StatefulDecoder", "WhisperDecoder", "detect_language"]
+
+ENCODER_XML = "openvino_encoder_model.xml"
+DECODER_XML = "openvino_decoder_model.xml"
+
+
+class WhisperDecoder(Protocol):
+    """What the pipeline needs from a device's decoder."""
+
+    def infer(self, encoder_hidden_states: np.ndarray, input_ids: list[int]) -> np.ndarray:
+        """Run ``input_ids`` (after the tokens already fed since the last reset); the logits of the
+        last position, float32 [vocab] (a copy the caller may change)."""
+        ...
+
+    def reset_state(self) -> None:
+        ...
+
+
+def _names(port_list: Any) -> set[str]:
+    return {n for p in port_list for n in p.get_names()}
+
+
+class Encoder:
+    """The encoder ``input_features`` [1, feature_size, frames] → ``last_hidden_state``."""
+
+    def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any]) -> None:
+        model = core.read_model(folder / ENCODER_XML)
+        if "input_features" not in _names(model.inputs) or "last_hidden_state" not in _names(model.outputs):
+            raise ConfigError(
+                f"{folder / ENCODER_XML} has no input_features input or no last_hidden_state output; "
+                "export the model with optimum-cli export openvino --task automatic-speech-recognition-with-past",
+                key="models_path",
+            )
+        self._request = core.compile_model(model, device, props).create_infer_request()
+
+    def infer(self, features: np.ndarray) -> np.ndarray:
+        out = self._request.infer({"input_features": np.ascontiguousarray(features[None], dtype=np.float32)})
+        return np.array(out["last_hidden_state"], dtype=np.float32, copy=True)
+
+
+class StatefulDecoder:
+    """The stateful decoder run as exported (openvino.genai's CPU path)."""
+
+    def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any]) -> None:
+        model = core.read_model(folder / DECODER_XML)
+        inputs = _names(model.inputs)
+        need = {"input_ids", "encoder_hidden_states", "beam_idx"}
+        if not need <= inputs or "logits" not in _names(model.outputs):
+            raise ConfigError(
+                f"{folder / DECODER_XML} is not a stateful Whisper decoder (inputs {sorted(inputs)}; needs "
+                f"{sorted(need)} and a logits output); export with --task automatic-speech-recognition-with-past "
+                "and without --disable-stateful",
+                key="models_path",
+            )
+        self._has_cache_position = "cache_position" in inputs
+        self._request = core.compile_model(model, device, props).create_infer_request()
+        self._past = 0
+        self._beam = np.zeros(1, dtype=np.int32)
+
+    def infer(self, encoder_hidden_states: np.ndarray, input_ids: list[int]) -> np.ndarray:
+        n = len(input_ids)
+        feed: dict[str, Any] = {
+            "input_ids": np.asarray([input_ids], dtype=np.int64),
+            "encoder_hidden_states": encoder_hidden_states,
+            "beam_idx": self._beam,
+        }
+        if self._has_cache_position:
+            feed["cache_position"] = np.arange(self._past, self._past + n, dtype=np.int64)
+        out = self._request.infer(feed, share_outputs=True)
+        self._past += n
+        return np.array(np.asarray(out["logits"])[0, -1], dtype=np.float32, copy=True)
+
+    def reset_state(self) -> None:
+        self._request.reset_state()
+        self._past = 0
+
+
+def detect_language(decoder: WhisperDecoder, hidden: np.ndarray, config: WhisperGenerationConfig) -> tuple[int, float]:
+    """(language token, inference µs): the language token with the largest logit after
+    ``<|startoftranscript|>`` (ties: the first in lang_to_id's key order, as the real's std::map)."""
+    t0 = time.perf_counter()
+    logits = decoder.infer(hidden, [config.decoder_start_token_id])
+    took = (time.perf_counter() - t0) * 1e6
+    best, best_logit = -1, -np.inf
+    for _, token in sorted(config.lang_to_id.items()):
+        if logits[token] > best_logit:
+            best, best_logit = token, float(logits[token])
+    decoder.reset_state()
+    return best, took

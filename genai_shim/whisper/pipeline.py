@@ -1,0 +1,390 @@
+"""WhisperPipeline: openvino.genai's WhisperPipeline (whisper/pipeline.cpp, whisper.cpp) over
+ov_npu_emu.Core.
+
+One generate() call: the log-mel features of the whole audio (features.py); then window by
+window of ``nb_max_frames`` (30 s): the encoder, once the language (given, or detected from the
+first window on a multilingual model), the prompt ``[<|startofprev|> initial_prompt / hotwords]
+<|startoftranscript|> <|lang|> <|task|> [<|notimestamps|>]``, greedy or sampled decoding with
+Whisper's logit rules (logits.py), and - with timestamps, which audio over 30 s always uses - the
+segments of the window and where the next window starts (timestamps.py).
+
+The decoder runs behind ``models.WhisperDecoder``: on "CPU" the exported stateful decoder as
+is.  The NPU paths (NPUW's Whisper mode and STATIC_PIPELINE) are not implemented yet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from genai_shim.decoding import RunningSequence, check_finish
+from genai_shim.generation_config import WhisperGenerationConfig
+from genai_shim.sampling import Sampler
+from genai_shim.stop_strings import stop_window
+from genai_shim.streamers import StreamerBase, StreamingStatus, call_write, make_streamer, status_from_callback
+from genai_shim.tokenizer import Tokenizer
+from genai_shim.whisper.features import WhisperFeatureExtractor
+from genai_shim.whisper.logits import process_whisper_logits
+from genai_shim.whisper.models import DECODER_XML, ENCODER_XML, Encoder, StatefulDecoder, WhisperDecoder, detect_language
+from genai_shim.whisper.results import (
+    WhisperDecodedResultChunk,
+    WhisperDecodedResults,
+    WhisperPerfMetrics,
+)
+from genai_shim.whisper.timestamps import Segment, extract_segments
+from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError, UserInputError, UserTypeError
+
+__all__ = ["WhisperPipeline"]
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+def _make_core() -> Any:
+    from ov_npu_emu import Core
+
+    return Core()
+
+
+def _f32(x: float) -> float:
+    return float(np.float32(x))
+
+
+def _speech(raw: Any) -> np.ndarray:
+    """The real binding takes a sequence of floats (a list, or a 1-D array of numbers)."""
+    if isinstance(raw, (str, bytes)) or raw is None:
+        raise UserTypeError(
+            f"raw_speech_input must be a sequence of floats (16 kHz audio in [-1, 1]), got {type(raw).__name__}"
+        )
+    try:
+        arr = np.asarray(raw)
+    except (ValueError, TypeError) as e:
+        raise UserTypeError(f"raw_speech_input must be a sequence of floats: {e}") from e
+    if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_) or np.iscomplexobj(arr):
+        shape = "x".join(map(str, arr.shape)) or "a scalar"
+        raise UserTypeError(
+            "raw_speech_input must be a 1-D sequence of floats (16 kHz mono audio in [-1, 1]), got "
+            f"{shape} of {arr.dtype}; pass one channel, e.g. audio[:, 0] or audio.mean(axis=1)"
+        )
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+class _Stream:
+    """Tokens to a streamer as the real writes them: one ``write`` each (a one-element list for a
+    StreamerBase), nothing more once a write asked to stop."""
+
+    def __init__(self, streamer: StreamerBase | None) -> None:
+        self.streamer = streamer
+        self.stopped: StreamingStatus | None = None
+
+    def write(self, token: int) -> None:
+        if self.streamer is None or self.stopped is not None:
+            return
+        status = call_write(self.streamer, token)
+        if status != StreamingStatus.RUNNING:
+            self.stopped = status
+
+
+class WhisperPipeline:
+    """``WhisperPipeline(models_path, device, **properties)`` for an optimum-intel Whisper export
+    (``--task automatic-speech-recognition-with-past``)."""
+
+    def __init__(self, models_path: str | os.PathLike[str] | bytes, device: str, **properties: Any) -> None:
+        t0 = _now()
+        if not isinstance(models_path, (str, bytes, os.PathLike)):
+            raise UserTypeError(f"models_path must be a folder path, got {type(models_path).__name__}")
+        folder = Path(os.fsdecode(models_path))
+        for xml in (ENCODER_XML, DECODER_XML):
+            if not (folder / xml).is_file():
+                raise ConfigError(
+                    f"{folder} has no {xml}; pass the folder of optimum-cli export openvino --task "
+                    "automatic-speech-recognition-with-past",
+                    key="models_path",
+                )
+        if not isinstance(device, str):
+            raise UserTypeError(f"device must be a str, got {type(device).__name__}")
+        dev = device.upper()
+        if dev.split(".")[0] == "NPU":
+            raise UnsupportedFeatureError(
+                "genai_shim's WhisperPipeline does not run on NPU yet (neither the stateful NPUW_WHISPER "
+                "path nor STATIC_PIPELINE); use device \"CPU\"",
+                key="device",
+            )
+        if dev.split(".")[0] != "CPU":
+            raise ConfigError(f"genai_shim's WhisperPipeline runs on \"CPU\", not {device!r}", key="device")
+        props = dict(properties)
+        if props.pop("word_timestamps", False):
+            raise UnsupportedFeatureError(
+                "word_timestamps (word-level timestamps) are not implemented in genai_shim's WhisperPipeline "
+                "yet; drop word_timestamps=True (return_timestamps=True gives segment timestamps)",
+                key="word_timestamps",
+            )
+        for key in props:
+            if key in WhisperGenerationConfig._FIELDS:
+                # the real applies it, then hands it to the device too, which rejects it
+                raise ConfigError(
+                    f"{key} is a generation parameter, not a device property (the real WhisperPipeline "
+                    "passes it to the device, which rejects it); pass it to generate() or "
+                    "set_generation_config()",
+                    key=key,
+                )
+        self._tokenizer = Tokenizer(folder)
+        path = folder / "generation_config.json"
+        config = WhisperGenerationConfig(path) if path.is_file() else WhisperGenerationConfig()
+        if config.eos_token_id == -1:
+            config.set_eos_token_id(self._tokenizer.get_eos_token_id())
+        self._config = config
+        self._features = WhisperFeatureExtractor(folder / "preprocessor_config.json")
+        self._max_source_positions = _max_source_positions(folder)
+        core = _make_core()
+        self._encoder = Encoder(core, folder, dev, props)
+        self._decoder: WhisperDecoder = StatefulDecoder(core, folder, dev, props)
+        self._sampler = Sampler(config.rng_seed)
+        self._load_time = (_now() - t0) * 1000.0
+
+    # -- public API ------------------------------------------------------------------------------
+    def get_tokenizer(self) -> Tokenizer:
+        return self._tokenizer
+
+    def get_generation_config(self) -> WhisperGenerationConfig:
+        return self._config.copy()
+
+    def set_generation_config(self, config: WhisperGenerationConfig) -> None:
+        self._config = self._per_generate(config)
+
+    def generate(
+        self,
+        raw_speech_input: Any,
+        generation_config: WhisperGenerationConfig | None = None,
+        streamer: Any = None,
+        **kwargs: Any,
+    ) -> WhisperDecodedResults:
+        start = _now()
+        speech = _speech(raw_speech_input)
+        if generation_config is not None and not isinstance(generation_config, WhisperGenerationConfig):
+            raise UserTypeError(
+                f"generation_config must be a WhisperGenerationConfig, got {type(generation_config).__name__}"
+            )
+        config = (generation_config if generation_config is not None else self._config).copy()
+        if kwargs:
+            config.update_generation_config(**kwargs)
+        config = self._per_generate(config)
+        if config.word_timestamps:
+            # the real fails here unless the pipeline was built with word_timestamps=True
+            raise UnsupportedFeatureError(
+                "word_timestamps (word-level timestamps) are not implemented in genai_shim's WhisperPipeline "
+                "yet; use return_timestamps=True for segment timestamps",
+                key="word_timestamps",
+            )
+        if config.is_beam_search():
+            raise UnsupportedFeatureError(
+                "beam search (num_beams > 1) is not implemented in genai_shim's WhisperPipeline yet; "
+                "use greedy decoding (num_beams=1) or do_sample=True",
+                key="num_beams",
+            )
+        stream = make_streamer(streamer, self._tokenizer)
+        t0 = _now()
+        context = self._context_tokens(config)
+        tokenization_us = (_now() - t0) * 1e6 if (config.initial_prompt or config.hotwords) else 0.0
+        res = self._generate(speech, config, context, stream)
+        perf = res.perf_metrics
+        perf.raw_metrics.tokenization_durations.append(tokenization_us)
+        perf.load_time = self._load_time
+        perf.raw_metrics.generate_durations.append((_now() - start) * 1e6)
+        perf.reevaluate(start)
+        return res
+
+    __call__ = generate
+
+    # -- steps -----------------------------------------------------------------------------------
+    def _per_generate(self, config: WhisperGenerationConfig) -> WhisperGenerationConfig:
+        """The real's prepare_per_generate_config: the pipeline's stop tokens, EOS and lang_to_id
+        fill what the new config lacks; then validate()."""
+        if not isinstance(config, WhisperGenerationConfig):
+            raise UserTypeError(f"expected a WhisperGenerationConfig, got {type(config).__name__}")
+        config = config.copy()
+        base = self._config
+        if not config.stop_token_ids:
+            config.stop_token_ids = set(base.stop_token_ids)
+        if config.eos_token_id == -1:
+            config.set_eos_token_id(base.eos_token_id)
+        if not config.lang_to_id:
+            config.lang_to_id = dict(base.lang_to_id)
+        config.validate()
+        return config
+
+    def _context_tokens(self, config: WhisperGenerationConfig) -> tuple[list[int], list[int]]:
+        """(initial prompt ids, hotwords ids): " " + text, without special tokens."""
+        special = {config.decoder_start_token_id, config.eos_token_id, config.no_timestamps_token_id}
+
+        def ids(text: str | None) -> list[int]:
+            if not text:
+                return []
+            enc = self._tokenizer.encode(" " + text, add_special_tokens=False)
+            return [int(t) for t in np.asarray(enc.input_ids.data).reshape(-1) if int(t) not in special]
+
+        return ids(config.initial_prompt), ids(config.hotwords)
+
+    def _sot_tokens(self, hidden: np.ndarray, config: WhisperGenerationConfig,
+                    perf: WhisperPerfMetrics) -> tuple[list[int], str]:
+        if not config.is_multilingual:
+            return [config.decoder_start_token_id], "en"
+        if config.language is not None:
+            language = config.language
+            lang_id = config.language_token_id(language)
+        else:
+            lang_id, took = detect_language(self._decoder, hidden, config)
+            perf.raw_metrics.m_inference_durations[0] += took
+            language = next(k for k, v in sorted(config.lang_to_id.items()) if v == lang_id)
+        task = config.translate_token_id if config.task == "translate" else config.transcribe_token_id
+        return [config.decoder_start_token_id, lang_id, task], "".join(c for c in language if c not in "<|>")
+
+    def _generate(self, speech: np.ndarray, config: WhisperGenerationConfig, context: tuple[list[int], list[int]],
+                  stream: StreamerBase | None) -> WhisperDecodedResults:
+        perf = WhisperPerfMetrics()
+        raw, wraw = perf.raw_metrics, perf.whisper_raw_metrics
+        raw.m_inference_durations = [0.0]
+        wraw.word_level_timestamps_processing_us = [0.0]
+        fx = self._features
+        t0 = _now()
+        features = fx.extract(speech)
+        wraw.features_extraction_us.append((_now() - t0) * 1e6)
+        short = features.n_frames <= fx.nb_max_frames
+        timestamps = config.return_timestamps or not short
+        time_precision = _f32(np.float32(fx.chunk_length) / np.float32(self._max_source_positions))
+        frame_seconds = _f32(np.float32(fx.hop_length) / np.float32(fx.sampling_rate))
+        initial_prompt, hotwords = context
+        sot: list[int] = []
+        language = ""
+        output: list[int] = []
+        segments: list[Segment] = []
+        offset = 0
+        while offset < features.n_frames:
+            time_offset = _f32(np.float32(offset) * np.float32(frame_seconds))
+            window = features.window(offset, fx.nb_max_frames)
+            t0 = _now()
+            hidden = self._encoder.infer(window)
+            took = (_now() - t0) * 1e6
+            raw.m_inference_durations[0] += took
+            wraw.encode_inference_us.append(took)
+            if not sot:
+                sot, language = self._sot_tokens(hidden, config, perf)
+            prompt: list[int] = []
+            if (initial_prompt and offset == 0) or hotwords:
+                prompt = [config.prev_sot_token_id] + (initial_prompt if offset == 0 else []) + hotwords
+            prompt += sot
+            if not timestamps:
+                prompt.append(config.no_timestamps_token_id)
+            tokens, cancelled = self._decode(hidden, prompt, config, timestamps, stream, perf)
+            self._decoder.reset_state()
+            if timestamps:
+                ext = extract_segments(tokens, config.no_timestamps_token_id, fx.nb_max_frames, time_precision,
+                                       time_offset)
+                _keep_segment_metrics(perf, len(output), ext.ranges)
+                segments.extend(ext.segments)
+                output.extend(ext.non_timestamp_tokens)
+                if stream is not None and status_from_callback(
+                        stream.write(list(ext.non_timestamp_tokens))) != StreamingStatus.RUNNING:
+                    break
+                offset += ext.last_offset
+            else:
+                output.extend(tokens)
+                offset += features.n_frames
+            if cancelled:
+                break
+        if stream is not None:
+            stream.end()
+        res = WhisperDecodedResults()
+        t0 = _now()
+        res.texts = [str(self._tokenizer.decode(output))]
+        raw.detokenization_durations.append((_now() - t0) * 1e6)
+        res.scores = [1.0]
+        res.language = language
+        if config.return_timestamps:
+            res.chunks = []
+            for seg in segments:
+                t0 = _now()
+                text = str(self._tokenizer.decode(seg.tokens))
+                raw.detokenization_durations.append((_now() - t0) * 1e6)
+                res.chunks.append(WhisperDecodedResultChunk(seg.start, seg.end, text))
+        res.perf_metrics = perf
+        return res
+
+    def _decode(self, hidden: np.ndarray, prompt: list[int], config: WhisperGenerationConfig, timestamps: bool,
+                stream: StreamerBase | None, perf: WhisperPerfMetrics) -> tuple[list[int], bool]:
+        """One window: prefill the prompt, then a token per call (the real's decode())."""
+        raw, wraw = perf.raw_metrics, perf.whisper_raw_metrics
+        seq = RunningSequence(prompt, config, config.get_max_new_tokens(len(prompt)))
+        window, stops = stop_window(self._tokenizer, config)
+        out = _Stream(None if timestamps else stream)
+        feed = prompt
+        stop_after_this = False
+        while True:
+            t0 = _now()
+            logits = self._decoder.infer(hidden, feed)
+            t1 = _now()
+            took = (t1 - t0) * 1e6
+            raw.m_inference_durations[0] += took
+            raw.m_token_infer_durations.append(took)
+            raw.m_new_token_times.append(t1)
+            raw.m_batch_sizes.append(1)
+            wraw.decode_inference_us.append(took)
+            process_whisper_logits(logits, config, timestamps, seq.tokens)
+            t2 = _now()
+            token, logp = self._sampler.sample(seq.processor, logits)
+            raw.sampling_durations.append((_now() - t2) * 1e6)
+            seq.tokens.append(token)
+            seq.processor.register(token)
+            seq.logps.append(logp)
+            check_finish(seq, config, self._tokenizer, window, stops)
+            if stop_after_this:
+                break
+            out.write(token)
+            if seq.finish is not None:
+                break
+            if out.stopped is not None:
+                if len(seq.tokens) == 1:
+                    break
+                # the real writes a token while the next one is computed: that one is kept
+                stop_after_this = True
+            feed = [token]
+        return seq.tokens, out.stopped is not None
+
+
+def _keep_segment_metrics(perf: WhisperPerfMetrics, offset: int, ranges: Sequence[tuple[int, int]]) -> None:
+    """The real's filter_non_segment_metrics: per-token series keep the first ``offset`` values
+    and then only the tokens inside segments."""
+    raw, wraw = perf.raw_metrics, perf.whisper_raw_metrics
+
+    def cut(values: list[Any]) -> list[Any]:
+        kept = values[:offset]
+        for a, b in ranges:
+            kept.extend(values[offset + a:offset + b])
+        return kept
+
+    raw.m_token_infer_durations = cut(raw.m_token_infer_durations)
+    raw.m_new_token_times = cut(raw.m_new_token_times)
+    raw.m_batch_sizes = cut(raw.m_batch_sizes)
+    raw.sampling_durations = cut(raw.sampling_durations)
+    wraw.decode_inference_us = cut(wraw.decode_inference_us)
+
+
+def _max_source_positions(folder: Path) -> int:
+    path = folder / "config.json"
+    if not path.is_file():
+        return 1500
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get("max_source_positions", 1500)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot read {path}: {e}", key="config.json") from e
+    if not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{path}: max_source_positions must be a positive integer, got {value!r}",
+                          key="max_source_positions")
+    return value
