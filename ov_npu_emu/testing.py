@@ -25,6 +25,8 @@ Oracle helpers:
 
 ``CPU_EXACT_CONFIG``                               compile config for exact f32 on the CPU plugin
 ``run_stateful_greedy(compiled, prompt, steps)``   drive a stateful LLM like openvino_genai
+``whisper_test_audio(kind)``                       deterministic 16 kHz speech-like audio for the
+                                                   Whisper fixtures (tests/fixtures/whisper)
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ __all__ = [
     "tiny_model_dir_int8",
     "tiny_model_dir_int4",
     "tiny_reference",
+    "whisper_test_audio",
 ]
 
 #: CPU plugin config for exact f32 comparisons: this CPU otherwise computes in bf16, stores KV
@@ -427,3 +430,44 @@ def stories260k_dir() -> Path:
     from ov_npu_emu.models import find_model
 
     return find_model("stories260K")
+
+
+#: seconds of each :func:`whisper_test_audio` kind ("long" is over Whisper's 30 s window)
+WHISPER_AUDIO_SECONDS: dict[str, float] = {"short": 3.0, "medium": 10.0, "long": 45.0}
+
+
+def whisper_test_audio(kind: str) -> np.ndarray:
+    """Deterministic speech-like audio, float32 mono 16 kHz in [-1, 1], made by code (no wav files).
+
+    ``kind`` is "short" (3 s), "medium" (10 s) or "long" (45 s, over Whisper's 30 s window).
+    "Syllables" of 80-300 ms - a fundamental of 90-260 Hz with 4 harmonics shaped by two formant
+    peaks, a raised-cosine envelope, some with a pitch glide - separated by pauses of 30-400 ms
+    (and a longer pause every few syllables), over faint noise; the seed is fixed per kind.  The
+    same kind always gives the same samples (numpy's PCG64 and float64 arithmetic, then float32).
+    """
+    if kind not in WHISPER_AUDIO_SECONDS:
+        raise ValueError(f"unknown audio kind {kind!r}; use one of {sorted(WHISPER_AUDIO_SECONDS)}")
+    sr = 16000
+    n = int(WHISPER_AUDIO_SECONDS[kind] * sr)
+    rng = np.random.default_rng({"short": 1601, "medium": 1602, "long": 1603}[kind])
+    out = rng.normal(0.0, 0.003, n)
+    t = int(0.25 * sr)
+    count = 0
+    while t < n - int(0.1 * sr):
+        length = int(rng.uniform(0.08, 0.30) * sr)
+        length = min(length, n - t)
+        time = np.arange(length) / sr
+        f0 = rng.uniform(90.0, 260.0) * (1.0 + rng.uniform(-0.25, 0.25) * time / max(time[-1], 1e-3))
+        phase = 2.0 * np.pi * np.cumsum(f0) / sr
+        formants = (rng.uniform(300.0, 900.0), rng.uniform(900.0, 2600.0))
+        voice = np.zeros(length)
+        for h in range(1, 5):
+            freq = f0 * h
+            gain = sum(np.exp(-(((freq - f) / 250.0) ** 2)) for f in formants) + 0.1
+            voice += gain * np.sin(h * phase) / h
+        env = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(length) / max(length - 1, 1))
+        out[t:t + length] += rng.uniform(0.15, 0.45) * env * voice
+        count += 1
+        pause = rng.uniform(0.03, 0.4) + (rng.uniform(0.5, 1.2) if count % 7 == 0 else 0.0)
+        t += length + int(pause * sr)
+    return np.clip(out, -1.0, 1.0).astype(np.float32)
