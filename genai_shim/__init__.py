@@ -1,4 +1,5 @@
-"""genai_shim: a drop-in for openvino_genai's LLM API (``import genai_shim as openvino_genai``)."""
+"""genai_shim: a drop-in for openvino_genai's LLM, VLM and Whisper APIs (``import genai_shim as
+openvino_genai``)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,14 @@ from genai_shim.structured_output import (
 )
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
 from genai_shim.vlm.pipeline import VLMDecodedResults, VLMPipeline
+from genai_shim.whisper.pipeline import WhisperPipeline
+from genai_shim.whisper.results import (
+    WhisperDecodedResultChunk,
+    WhisperDecodedResults,
+    WhisperPerfMetrics,
+    WhisperRawPerfMetrics,
+    WhisperWordTiming,
+)
 
 __version__ = "2026.4.1.0-ov_npu_emu"
 
@@ -56,6 +65,7 @@ __all__ = [
     "PipelineMetrics",
     "draft_model",
     "VLMPipeline",
+    "WhisperPipeline",
     # configuration
     "GenerationConfig",
     "WhisperGenerationConfig",
@@ -72,6 +82,11 @@ __all__ = [
     # results and metrics
     "DecodedResults",
     "VLMDecodedResults",
+    "WhisperDecodedResults",
+    "WhisperDecodedResultChunk",
+    "WhisperWordTiming",
+    "WhisperPerfMetrics",
+    "WhisperRawPerfMetrics",
     "EncodedResults",
     "GenerationFinishReason",
     "MeanStdPair",

@@ -35,11 +35,11 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "speech recognition": (
         (
-            "WhisperPipeline", "WhisperPerfMetrics",
-            "WhisperRawPerfMetrics", "WhisperWordTiming", "ASRPipeline", "ASRGenerationConfig",
-            "ASRDecodedResults", "ASRDecodedResultChunk", "ASRPerfMetrics", "ASRRawPerfMetrics",
+            "ASRPipeline", "ASRGenerationConfig", "ASRDecodedResults", "ASRDecodedResultChunk",
+            "ASRPerfMetrics", "ASRRawPerfMetrics",
         ),
-        "not implemented",
+        "WhisperPipeline runs on CPU (greedy or sampled, segment timestamps, long audio); no ASRPipeline "
+        "family, word-level timestamps, beam search or NPU path yet",
     ),
     "speech generation and omni models": (
         (

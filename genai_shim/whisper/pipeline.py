@@ -31,14 +31,21 @@ from genai_shim.streamers import StreamerBase, StreamingStatus, call_write, make
 from genai_shim.tokenizer import Tokenizer
 from genai_shim.whisper.features import WhisperFeatureExtractor
 from genai_shim.whisper.logits import process_whisper_logits
-from genai_shim.whisper.models import DECODER_XML, ENCODER_XML, Encoder, StatefulDecoder, WhisperDecoder, detect_language
+from genai_shim.whisper.models import (
+    DECODER_XML,
+    ENCODER_XML,
+    Encoder,
+    StatefulDecoder,
+    WhisperDecoder,
+    detect_language,
+)
 from genai_shim.whisper.results import (
     WhisperDecodedResultChunk,
     WhisperDecodedResults,
     WhisperPerfMetrics,
 )
 from genai_shim.whisper.timestamps import Segment, extract_segments
-from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError, UserInputError, UserTypeError
+from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError, UserTypeError
 
 __all__ = ["WhisperPipeline"]
 
