@@ -10,7 +10,7 @@ import numpy as np
 
 from genai_shim.generation_config import WhisperGenerationConfig
 
-__all__ = ["process_whisper_logits", "timestamp_rules"]
+__all__ = ["process_whisper_logits", "timestamp_rules", "to_log_probs"]
 
 _NEG_INF = np.float32(-np.inf)
 
@@ -56,11 +56,24 @@ def timestamp_rules(row: np.ndarray, config: WhisperGenerationConfig, generated:
         row[:begin] = _NEG_INF
 
 
+def to_log_probs(row: np.ndarray) -> None:
+    """The real's logits_row_to_logprobs for beam search, in place: float max, a double exp-sum,
+    ``row -= float(log(sum)) + max``."""
+    top = np.float32(row.max())
+    with np.errstate(under="ignore"):
+        total = float(np.exp(row.astype(np.float64) - float(top)).sum())
+    row -= np.float32(np.float32(np.log(total)) + top)
+
+
 def process_whisper_logits(row: np.ndarray, config: WhisperGenerationConfig, return_timestamps: bool,
-                           generated: Sequence[int]) -> None:
+                           generated: Sequence[int], initial: bool | None = None) -> None:
     """Suppress ``begin_suppress_tokens`` on the first step, ``suppress_tokens`` always, then the
-    timestamp rules when timestamps are produced (in place on one float32 row)."""
-    initial = not generated
+    timestamp rules when timestamps are produced (in place on one float32 row).  Beam search
+    turns the row into log-probabilities first (the real's, so that beams compare)."""
+    if initial is None:
+        initial = not generated
+    if config.is_beam_search():
+        to_log_probs(row)
     if initial:
         _suppress(row, config.begin_suppress_tokens)
     _suppress(row, config.suppress_tokens)

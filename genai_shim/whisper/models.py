@@ -33,6 +33,11 @@ class WhisperDecoder(Protocol):
         last position, float32 [vocab] (a copy the caller may change)."""
         ...
 
+    def infer_beams(self, encoder_hidden_states: np.ndarray, input_ids: list[int], beam_idx: list[int]) -> np.ndarray:
+        """One token per running beam, ``beam_idx`` naming each beam's parent row of the previous
+        call; the last position's logits [beams, vocab], float32 (a copy)."""
+        ...
+
     def reset_state(self) -> None:
         ...
 
@@ -79,17 +84,23 @@ class StatefulDecoder:
         self._beam = np.zeros(1, dtype=np.int32)
 
     def infer(self, encoder_hidden_states: np.ndarray, input_ids: list[int]) -> np.ndarray:
-        n = len(input_ids)
-        feed: dict[str, Any] = {
-            "input_ids": np.asarray([input_ids], dtype=np.int64),
-            "encoder_hidden_states": encoder_hidden_states,
-            "beam_idx": self._beam,
-        }
+        return self._run(encoder_hidden_states, np.asarray([input_ids], dtype=np.int64), self._beam)[0]
+
+    def infer_beams(self, encoder_hidden_states: np.ndarray, input_ids: list[int], beam_idx: list[int]) -> np.ndarray:
+        ids = np.asarray(input_ids, dtype=np.int64).reshape(-1, 1)
+        return self._run(encoder_hidden_states, ids, np.asarray(beam_idx, dtype=np.int32))
+
+    def _run(self, hidden: np.ndarray, ids: np.ndarray, beam: np.ndarray) -> np.ndarray:
+        batch, n = ids.shape
+        if hidden.shape[0] != batch:
+            # the real repeats the batch-1 hidden states for every beam
+            hidden = np.ascontiguousarray(np.broadcast_to(hidden[:1], (batch, *hidden.shape[1:])))
+        feed: dict[str, Any] = {"input_ids": ids, "encoder_hidden_states": hidden, "beam_idx": beam}
         if self._has_cache_position:
             feed["cache_position"] = np.arange(self._past, self._past + n, dtype=np.int64)
         out = self._request.infer(feed, share_outputs=True)
         self._past += n
-        return np.array(np.asarray(out["logits"])[0, -1], dtype=np.float32, copy=True)
+        return np.array(np.asarray(out["logits"])[:, -1], dtype=np.float32, copy=True)
 
     def reset_state(self) -> None:
         self._request.reset_state()

@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from genai_shim.beam_search import GroupBeamSearcher, SequenceGroup
 from genai_shim.decoding import RunningSequence, check_finish
 from genai_shim.generation_config import WhisperGenerationConfig
 from genai_shim.sampling import Sampler
-from genai_shim.stop_strings import stop_window
-from genai_shim.streamers import StreamerBase, StreamingStatus, call_write, make_streamer, status_from_callback
+from genai_shim.stop_strings import match_stop_string, stop_window
+from genai_shim.streamers import StreamerBase, StreamingStatus, TextStreamer, make_streamer, status_from_callback
 from genai_shim.tokenizer import Tokenizer
 from genai_shim.whisper.features import WhisperFeatureExtractor
 from genai_shim.whisper.logits import process_whisper_logits
@@ -83,20 +84,40 @@ def _speech(raw: Any) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
-class _Stream:
-    """Tokens to a streamer as the real writes them: one ``write`` each (a one-element list for a
-    StreamerBase), nothing more once a write asked to stop."""
+def _write(streamer: StreamerBase, tokens: list[int]) -> StreamingStatus:
+    """One ``write`` of a list of tokens, its status as the real maps it."""
+    if isinstance(streamer, TextStreamer):
+        return streamer.write(list(tokens))
+    return status_from_callback(streamer.write(list(tokens)))
 
-    def __init__(self, streamer: StreamerBase | None) -> None:
+
+class _Stream:
+    """What the real's GenerationStream hands the streamer during greedy or sampled decoding:
+    after each token, the tokens no stop string can remove any more (all but the last
+    ``window``; all of them once the sequence finished) in one ``write``, the prompt before the
+    first ones with ``echo``; nothing more once a write asked to stop."""
+
+    def __init__(self, streamer: StreamerBase | None, window: int, echo: list[int] | None) -> None:
         self.streamer = streamer
+        self.window = window
+        self.echo = echo
+        self.streamed = 0
         self.stopped: StreamingStatus | None = None
 
-    def write(self, token: int) -> None:
-        if self.streamer is None or self.stopped is not None:
+    def after_token(self, tokens: list[int], finished: bool) -> None:
+        if self.streamer is None:
             return
-        status = call_write(self.streamer, token)
-        if status != StreamingStatus.RUNNING:
-            self.stopped = status
+        n = len(tokens) - self.streamed - (0 if finished else self.window)
+        if n <= 0:
+            return
+        push = tokens[self.streamed:self.streamed + n]
+        self.streamed += n
+        if self.echo is not None:
+            push, self.echo = self.echo + push, None
+        if self.stopped is None:
+            status = _write(self.streamer, push)
+            if status != StreamingStatus.RUNNING:
+                self.stopped = status
 
 
 class WhisperPipeline:
@@ -183,18 +204,18 @@ class WhisperPipeline:
         if kwargs:
             config.update_generation_config(**kwargs)
         config = self._per_generate(config)
+        if config.is_beam_search() and config.stop_strings:
+            raise UnsupportedFeatureError(
+                "stop_strings with beam search are not implemented in genai_shim's WhisperPipeline yet (the real "
+                "finds other beams there); use stop_token_ids, or greedy decoding with stop_strings",
+                key="stop_strings",
+            )
         if config.word_timestamps:
             # the real fails here unless the pipeline was built with word_timestamps=True
             raise UnsupportedFeatureError(
                 "word_timestamps (word-level timestamps) are not implemented in genai_shim's WhisperPipeline "
                 "yet; use return_timestamps=True for segment timestamps",
                 key="word_timestamps",
-            )
-        if config.is_beam_search():
-            raise UnsupportedFeatureError(
-                "beam search (num_beams > 1) is not implemented in genai_shim's WhisperPipeline yet; "
-                "use greedy decoding (num_beams=1) or do_sample=True",
-                key="num_beams",
             )
         stream = make_streamer(streamer, self._tokenizer)
         t0 = _now()
@@ -297,8 +318,7 @@ class WhisperPipeline:
                 _keep_segment_metrics(perf, len(output), ext.ranges)
                 segments.extend(ext.segments)
                 output.extend(ext.non_timestamp_tokens)
-                if stream is not None and status_from_callback(
-                        stream.write(list(ext.non_timestamp_tokens))) != StreamingStatus.RUNNING:
+                if stream is not None and _write(stream, ext.non_timestamp_tokens) != StreamingStatus.RUNNING:
                     break
                 offset += ext.last_offset
             else:
@@ -324,25 +344,31 @@ class WhisperPipeline:
         res.perf_metrics = perf
         return res
 
+    def _record_call(self, perf: WhisperPerfMetrics, t0: float, batch: int) -> None:
+        t1 = _now()
+        took = (t1 - t0) * 1e6
+        raw = perf.raw_metrics
+        raw.m_inference_durations[0] += took
+        raw.m_token_infer_durations.append(took)
+        raw.m_new_token_times.append(t1)
+        raw.m_batch_sizes.append(batch)
+        perf.whisper_raw_metrics.decode_inference_us.append(took)
+
     def _decode(self, hidden: np.ndarray, prompt: list[int], config: WhisperGenerationConfig, timestamps: bool,
                 stream: StreamerBase | None, perf: WhisperPerfMetrics) -> tuple[list[int], bool]:
         """One window: prefill the prompt, then a token per call (the real's decode())."""
-        raw, wraw = perf.raw_metrics, perf.whisper_raw_metrics
+        if config.is_beam_search():
+            return self._decode_beams(hidden, prompt, config, timestamps, stream, perf)
+        raw = perf.raw_metrics
         seq = RunningSequence(prompt, config, config.get_max_new_tokens(len(prompt)))
         window, stops = stop_window(self._tokenizer, config)
-        out = _Stream(None if timestamps else stream)
+        out = _Stream(None if timestamps else stream, window, list(prompt) if config.echo else None)
         feed = prompt
         stop_after_this = False
         while True:
             t0 = _now()
             logits = self._decoder.infer(hidden, feed)
-            t1 = _now()
-            took = (t1 - t0) * 1e6
-            raw.m_inference_durations[0] += took
-            raw.m_token_infer_durations.append(took)
-            raw.m_new_token_times.append(t1)
-            raw.m_batch_sizes.append(1)
-            wraw.decode_inference_us.append(took)
+            self._record_call(perf, t0, 1)
             process_whisper_logits(logits, config, timestamps, seq.tokens)
             t2 = _now()
             token, logp = self._sampler.sample(seq.processor, logits)
@@ -352,17 +378,67 @@ class WhisperPipeline:
             seq.logps.append(logp)
             check_finish(seq, config, self._tokenizer, window, stops)
             if stop_after_this:
+                if seq.finish is not None:
+                    # the real's handle status turns FINISHED again: this token is written and the
+                    # stop forgotten (a longer audio goes on with its next window)
+                    out.stopped = None
+                    out.after_token(seq.tokens, True)
                 break
-            out.write(token)
+            out.after_token(seq.tokens, seq.finish is not None)
             if seq.finish is not None:
                 break
             if out.stopped is not None:
                 if len(seq.tokens) == 1:
                     break
-                # the real writes a token while the next one is computed: that one is kept
+                # the real writes while the next token is computed (after the first): it is kept
                 stop_after_this = True
             feed = [token]
         return seq.tokens, out.stopped is not None
+
+    def _decode_beams(self, hidden: np.ndarray, prompt: list[int], config: WhisperGenerationConfig,
+                      timestamps: bool, stream: StreamerBase | None,
+                      perf: WhisperPerfMetrics) -> tuple[list[int], bool]:
+        """Group beam search over the window (the real's Sampler with log-probability rows): the
+        running beams batched in one decoder call, ``beam_idx`` picking each one's parent KV row;
+        the best finished beam is the window's result, streamed in one write at the end."""
+        window, stops = stop_window(self._tokenizer, config)
+        matcher = None
+        if stops:
+            def matcher(tokens: list[int]) -> int | None:
+                if len(tokens) < window:
+                    return None
+                return match_stop_string(self._tokenizer, tokens, window, stops, config.include_stop_str_in_output)
+
+        group = SequenceGroup(0, prompt, config, config.get_max_new_tokens(len(prompt)))
+        searcher = GroupBeamSearcher(group, matcher, log_probs=True)
+        t0 = _now()
+        logits = self._decoder.infer(hidden, prompt)[None]
+        self._record_call(perf, t0, 1)
+        first = True
+        while True:
+            for row, seq in zip(logits, group.running(), strict=True):
+                process_whisper_logits(row, config, timestamps, seq.tokens, initial=first)
+            first = False
+            t2 = _now()
+            searcher.step(logits)
+            perf.raw_metrics.sampling_durations.append((_now() - t2) * 1e6)
+            running = group.running()
+            if not running:
+                break
+            rows = searcher.beam_rows()
+            ids = [s.tokens[-1] for s in running]
+            parents = [rows.get(s.id, 0) for s in running]
+            t0 = _now()
+            logits = self._decoder.infer_beams(hidden, ids, parents)
+            self._record_call(perf, t0, len(ids))
+        best = group.results()[0]
+        tokens = list(best.tokens)
+        stopped = False
+        if stream is not None and not timestamps:
+            # the real streams the first entry of an unordered_map of every sequence left, which is
+            # the last one of the group (measured on openvino_genai 2026.4.1), not the best
+            stopped = _write(stream, list(group.seqs[-1].tokens)) != StreamingStatus.RUNNING
+        return tokens, stopped
 
 
 def _keep_segment_metrics(perf: WhisperPerfMetrics, offset: int, ranges: Sequence[tuple[int, int]]) -> None:

@@ -164,6 +164,61 @@ def test_streamer_base_matches_real(ours: Any, real: Any, audio: dict[str, np.nd
     assert so.writes == sr.writes and so.ends == sr.ends == 1
 
 
+@pytest.mark.parametrize(
+    "kind, stop_at, kwargs",
+    [
+        ("medium", 0, {"echo": True, "max_new_tokens": 5}),
+        ("medium", 2, {"echo": True, "max_new_tokens": 5}),
+        ("medium", 0, {"stop_strings": {"imb"}, "language": "en"}),
+        ("medium", 2, {"stop_strings": {"imb"}, "language": "en"}),
+        ("medium", 3, {"stop_strings": {"imb"}, "language": "en"}),
+        ("medium", 0, {"stop_strings": {"imb", "ame"}, "include_stop_str_in_output": True, "language": "en"}),
+        ("medium", 0, {"stop_strings": {"ameight"}, "language": "de"}),
+        ("medium", 3, {"stop_strings": {"eightam"}, "language": "de", "max_new_tokens": 12}),
+        ("short", 2, {"stop_token_ids": {362}, "max_new_tokens": 12}),
+    ],
+)
+def test_streamed_windows_match_real(ours: Any, real: Any, audio: dict[str, np.ndarray], kind: str, stop_at: int,
+                                     kwargs: dict[str, Any]) -> None:
+    """Stop strings hold back their window of tokens (flushed in one write at the end), echo puts
+    the prompt in the first write; a stop whose extra token ends the sequence is forgotten."""
+    so, sr = _Recorder.make(genai_shim, stop_at, "STOP"), _Recorder.make(og, stop_at, "STOP")
+    a = ours.generate(audio[kind], streamer=so, **kwargs)
+    b = real.generate(audio[kind], streamer=sr, **kwargs)
+    _same(a, b)
+    assert so.writes == sr.writes
+    assert a.perf_metrics.get_num_generated_tokens() == b.perf_metrics.get_num_generated_tokens()
+
+
+BEAMS = [
+    ("short", 0, {"num_beams": 2, "max_new_tokens": 10}),
+    ("medium", 0, {"num_beams": 3, "max_new_tokens": 10, "language": "en"}),
+    ("medium", 1, {"num_beams": 4, "length_penalty": 0.5, "max_new_tokens": 30}),
+    ("medium", 0, {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 2.0, "max_new_tokens": 30,
+                   "language": "de"}),
+    ("short", 0, {"num_beams": 3, "no_repeat_ngram_size": 2, "max_new_tokens": 20}),
+    ("medium", 0, {"num_beams": 3, "return_timestamps": True}),
+    ("long", 0, {"num_beams": 3}),
+    ("long", 1, {"num_beams": 2, "return_timestamps": True, "language": "en"}),
+]
+
+
+@pytest.mark.parametrize("kind, stop_at, kwargs", BEAMS)
+def test_beam_search_matches_real(ours: Any, real: Any, audio: dict[str, np.ndarray], kind: str, stop_at: int,
+                                  kwargs: dict[str, Any]) -> None:
+    """Beam search on log-probability rows; one write per window at its end (the group's last
+    sequence, as the real streams it), the per-step batch sizes in the token counts."""
+    so, sr = _Recorder.make(genai_shim, stop_at), _Recorder.make(og, stop_at)
+    a = ours.generate(audio[kind], streamer=so, **kwargs)
+    b = real.generate(audio[kind], streamer=sr, **kwargs)
+    _same(a, b)
+    assert so.writes == sr.writes
+    pa, pb = a.perf_metrics, b.perf_metrics
+    assert pa.get_num_generated_tokens() == pb.get_num_generated_tokens()
+    wa, wb = pa.whisper_raw_metrics, pb.whisper_raw_metrics
+    assert len(wa.decode_inference_durations) == len(wb.decode_inference_durations)
+
+
 def test_callback_streamer_matches_real(ours: Any, real: Any, audio: dict[str, np.ndarray]) -> None:
     got_o: list[str] = []
     got_r: list[str] = []
@@ -248,8 +303,8 @@ def test_not_yet_supported_is_a_typed_error(ours: Any, audio: dict[str, np.ndarr
         genai_shim.WhisperPipeline(FOLDER, "CPU", word_timestamps=True)
     with pytest.raises(UnsupportedFeatureError, match="word_timestamps"):
         ours.generate(audio["short"], word_timestamps=True, alignment_heads=[(0, 0)])
-    with pytest.raises(UnsupportedFeatureError, match="beam search"):
-        ours.generate(audio["short"], num_beams=2)
+    with pytest.raises(UnsupportedFeatureError, match="stop_strings with beam search"):
+        ours.generate(audio["short"], num_beams=2, stop_strings={"ame"})
     # the real hands generation keys given to the constructor to the device, which rejects them
     with pytest.raises(RuntimeError, match="Unsupported property language"):
         og.WhisperPipeline(str(FOLDER), "CPU", language="de")
