@@ -229,7 +229,6 @@ class WhisperPipeline:
         perf.reevaluate(start)
         return res
 
-    __call__ = generate
 
     # -- steps -----------------------------------------------------------------------------------
     def _per_generate(self, config: WhisperGenerationConfig) -> WhisperGenerationConfig:
