@@ -33,6 +33,11 @@ class WhisperDecoder(Protocol):
         last position, float32 [vocab] (a copy the caller may change)."""
         ...
 
+    def alignment_scores(self, encoder_hidden_states: np.ndarray, input_ids: list[int],
+                         heads: list[tuple[int, int]]) -> list[np.ndarray]:
+        """Run ``input_ids`` and return each alignment head's cross-attention scores [tokens, frames]."""
+        ...
+
     def infer_beams(self, encoder_hidden_states: np.ndarray, input_ids: list[int], beam_idx: list[int]) -> np.ndarray:
         """One token per running beam, ``beam_idx`` naming each beam's parent row of the previous
         call; the last position's logits [beams, vocab], float32 (a copy)."""
@@ -67,7 +72,8 @@ class Encoder:
 class StatefulDecoder:
     """The stateful decoder run as exported (openvino.genai's CPU path)."""
 
-    def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any]) -> None:
+    def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any],
+                 word_timestamps: bool = False) -> None:
         model = core.read_model(folder / DECODER_XML)
         inputs = _names(model.inputs)
         need = {"input_ids", "encoder_hidden_states", "beam_idx"}
@@ -79,7 +85,14 @@ class StatefulDecoder:
                 key="models_path",
             )
         self._has_cache_position = "cache_position" in inputs
+        #: cross-attention score outputs (word timestamps): the real's decomposed SDPAs
+        self.scores_outputs = 0
+        if word_timestamps:
+            from genai_shim.whisper.word_timestamps import expose_cross_attention_scores
+
+            self.scores_outputs = expose_cross_attention_scores(model)
         self._request = core.compile_model(model, device, props).create_infer_request()
+        self._last: Any = None
         self._past = 0
         self._beam = np.zeros(1, dtype=np.int32)
 
@@ -99,8 +112,35 @@ class StatefulDecoder:
         if self._has_cache_position:
             feed["cache_position"] = np.arange(self._past, self._past + n, dtype=np.int64)
         out = self._request.infer(feed, share_outputs=True)
+        self._last = out
         self._past += n
         return np.array(np.asarray(out["logits"])[:, -1], dtype=np.float32, copy=True)
+
+    def alignment_scores(self, encoder_hidden_states: np.ndarray, input_ids: list[int],
+                         heads: list[tuple[int, int]]) -> list[np.ndarray]:
+        """Run ``input_ids`` and return, per (layer, head), its cross-attention scores [tokens,
+        frames] (the real's get_whisper_alignments_heads_qks, batch 1)."""
+        if not self.scores_outputs:
+            # the real's check
+            raise ConfigError(
+                "Encoder attention heads are not decomposed. Cannot get encoder attention QKs.; create the "
+                "pipeline with word_timestamps=True to get word-level timestamps",
+                key="word_timestamps",
+            )
+        self.infer(encoder_hidden_states, input_ids)
+        out = []
+        for layer, head in heads:
+            if not 0 <= layer < self.scores_outputs:
+                raise ConfigError(
+                    f"alignment_heads names decoder layer {layer}; the decoder has {self.scores_outputs} "
+                    "cross-attention layers", key="alignment_heads")
+            scores = np.asarray(self._last[f"cross_attention_qk_scaled_scores_{layer}"])
+            if not 0 <= head < scores.shape[1]:
+                raise ConfigError(
+                    f"alignment_heads names head {head} of layer {layer}; the layer has {scores.shape[1]} heads",
+                    key="alignment_heads")
+            out.append(np.array(scores[0, head], dtype=np.float32, copy=True))
+        return out
 
     def reset_state(self) -> None:
         self._request.reset_state()

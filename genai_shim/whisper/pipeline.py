@@ -44,8 +44,10 @@ from genai_shim.whisper.results import (
     WhisperDecodedResultChunk,
     WhisperDecodedResults,
     WhisperPerfMetrics,
+    WhisperWordTiming,
 )
 from genai_shim.whisper.timestamps import Segment, extract_segments
+from genai_shim.whisper.word_timestamps import add_word_timings
 from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError, UserTypeError
 
 __all__ = ["WhisperPipeline"]
@@ -148,12 +150,10 @@ class WhisperPipeline:
         if dev.split(".")[0] != "CPU":
             raise ConfigError(f"genai_shim's WhisperPipeline runs on \"CPU\", not {device!r}", key="device")
         props = dict(properties)
-        if props.pop("word_timestamps", False):
-            raise UnsupportedFeatureError(
-                "word_timestamps (word-level timestamps) are not implemented in genai_shim's WhisperPipeline "
-                "yet; drop word_timestamps=True (return_timestamps=True gives segment timestamps)",
-                key="word_timestamps",
-            )
+        word_timestamps = props.pop("word_timestamps", None)
+        if word_timestamps is not None and not isinstance(word_timestamps, bool):
+            raise ConfigError(f"word_timestamps must be a bool, got {type(word_timestamps).__name__}",
+                              key="word_timestamps")
         for key in props:
             if key in WhisperGenerationConfig._FIELDS:
                 # the real applies it, then hands it to the device too, which rejects it
@@ -168,12 +168,15 @@ class WhisperPipeline:
         config = WhisperGenerationConfig(path) if path.is_file() else WhisperGenerationConfig()
         if config.eos_token_id == -1:
             config.set_eos_token_id(self._tokenizer.get_eos_token_id())
+        if word_timestamps is not None:
+            # the real applies the constructor's word_timestamps to the pipeline's config too
+            config.word_timestamps = word_timestamps
         self._config = config
         self._features = WhisperFeatureExtractor(folder / "preprocessor_config.json")
         self._max_source_positions = _max_source_positions(folder)
         core = _make_core()
         self._encoder = Encoder(core, folder, dev, props)
-        self._decoder: WhisperDecoder = StatefulDecoder(core, folder, dev, props)
+        self._decoder: WhisperDecoder = StatefulDecoder(core, folder, dev, props, word_timestamps=bool(word_timestamps))
         self._sampler = Sampler(config.rng_seed)
         self._load_time = (_now() - t0) * 1000.0
 
@@ -209,13 +212,6 @@ class WhisperPipeline:
                 "stop_strings with beam search are not implemented in genai_shim's WhisperPipeline yet (the real "
                 "finds other beams there); use stop_token_ids, or greedy decoding with stop_strings",
                 key="stop_strings",
-            )
-        if config.word_timestamps:
-            # the real fails here unless the pipeline was built with word_timestamps=True
-            raise UnsupportedFeatureError(
-                "word_timestamps (word-level timestamps) are not implemented in genai_shim's WhisperPipeline "
-                "yet; use return_timestamps=True for segment timestamps",
-                key="word_timestamps",
             )
         stream = make_streamer(streamer, self._tokenizer)
         t0 = _now()
@@ -293,7 +289,9 @@ class WhisperPipeline:
         output: list[int] = []
         segments: list[Segment] = []
         offset = 0
+        words: list[WhisperWordTiming] = []
         while offset < features.n_frames:
+            window_offset = offset
             time_offset = _f32(np.float32(offset) * np.float32(frame_seconds))
             window = features.window(offset, fx.nb_max_frames)
             t0 = _now()
@@ -325,6 +323,13 @@ class WhisperPipeline:
                 offset += features.n_frames
             if cancelled:
                 break
+            if config.word_timestamps:
+                t0 = _now()
+                active = features.n_active_frames - window_offset
+                n_active = fx.nb_max_frames if active < 0 else min(fx.nb_max_frames, active)
+                words.extend(add_word_timings(self._decoder, hidden, sot, tokens, config, self._tokenizer, language,
+                                              n_active, time_offset))
+                wraw.word_level_timestamps_processing_us[0] += (_now() - t0) * 1e6
         if stream is not None:
             stream.end()
         res = WhisperDecodedResults()
@@ -340,6 +345,8 @@ class WhisperPipeline:
                 text = str(self._tokenizer.decode(seg.tokens))
                 raw.detokenization_durations.append((_now() - t0) * 1e6)
                 res.chunks.append(WhisperDecodedResultChunk(seg.start, seg.end, text))
+        if config.word_timestamps:
+            res.words = words
         res.perf_metrics = perf
         return res
 

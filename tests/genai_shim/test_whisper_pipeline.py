@@ -6,6 +6,9 @@ and the errors."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ import numpy as np
 import pytest
 
 import genai_shim
+from genai_shim.whisper.word_timestamps import _dtw, _median_filter, _merge_punctuations
 from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError, UserInputError
 from ov_npu_emu.testing import whisper_test_audio
 
@@ -293,16 +297,18 @@ def test_generation_config_must_be_whisper_config(ours: Any, real: Any, audio: d
         ours.generate(audio["short"], {"max_new_tokens": 3})
 
 
-def test_not_yet_supported_is_a_typed_error(ours: Any, audio: dict[str, np.ndarray], tmp_path: Path) -> None:
+def test_not_yet_supported_is_a_typed_error(ours: Any, real: Any, audio: dict[str, np.ndarray], tmp_path: Path) -> None:
     with pytest.raises(UnsupportedFeatureError, match="does not run on NPU yet") as err:
         genai_shim.WhisperPipeline(FOLDER, "NPU")
     assert err.value.key == "device"
     with pytest.raises(ConfigError, match="runs on \"CPU\""):
         genai_shim.WhisperPipeline(FOLDER, "GPU")
-    with pytest.raises(UnsupportedFeatureError, match="word_timestamps"):
-        genai_shim.WhisperPipeline(FOLDER, "CPU", word_timestamps=True)
-    with pytest.raises(UnsupportedFeatureError, match="word_timestamps"):
-        ours.generate(audio["short"], word_timestamps=True, alignment_heads=[(0, 0)])
+    # the real's check, when the pipeline was not built for word timestamps
+    with pytest.raises(RuntimeError, match="Encoder attention heads are not decomposed"):
+        real.generate(audio["short"], word_timestamps=True, max_new_tokens=2)
+    with pytest.raises(ConfigError, match="Encoder attention heads are not decomposed") as werr:
+        ours.generate(audio["short"], word_timestamps=True, max_new_tokens=2)
+    assert werr.value.key == "word_timestamps"
     with pytest.raises(UnsupportedFeatureError, match="stop_strings with beam search"):
         ours.generate(audio["short"], num_beams=2, stop_strings={"ame"})
     # the real hands generation keys given to the constructor to the device, which rejects them
@@ -315,3 +321,70 @@ def test_not_yet_supported_is_a_typed_error(ours: Any, audio: dict[str, np.ndarr
         genai_shim.WhisperPipeline(tmp_path, "CPU")
     with pytest.raises(ConfigError, match="has no field 'no_such_key'"):
         ours.generate(audio["short"], no_such_key=1)
+
+
+# -- word-level timestamps ------------------------------------------------------------------------
+
+#: the real 2026.4.1 segfaults when a window's text never decodes to whole characters (its word
+#: splitter finds no word, then loops over words.size() - 1); the tests suppress the tokens that
+#: decode to U+FFFD alone, and run the real in a child process so a crash is a failure, not a
+#: dead worker
+_REAL_WORDS = """
+import json, sys
+import openvino_genai as og
+from ov_npu_emu.testing import whisper_test_audio
+folder, cases = sys.argv[1], json.loads(sys.argv[2])
+pipe = og.WhisperPipeline(folder, "CPU", INFERENCE_PRECISION_HINT="f32", word_timestamps=True)
+for kind, kwargs in cases:
+    res = pipe.generate(whisper_test_audio(kind), **kwargs)
+    words = [[w.word, list(w.token_ids), w.start_ts, w.end_ts] for w in res.words]
+    print(json.dumps([res.texts, words]), flush=True)
+"""
+
+WORD_CASES = [
+    ("short", {"language": "en", "max_new_tokens": 12}),
+    ("medium", {"language": "fr", "max_new_tokens": 25}),
+    ("medium", {"language": "de", "max_new_tokens": 20, "return_timestamps": True}),
+    ("long", {"language": "en"}),
+]
+
+
+def _clean_suppress(pipe: Any) -> list[int]:
+    """Timestamps and every token that decodes to an incomplete character."""
+    cfg = pipe.get_generation_config()
+    tok = pipe.get_tokenizer()
+    first = cfg.no_timestamps_token_id + 1
+    return list(range(first, first + 1501)) + [i for i in range(cfg.eos_token_id) if "\ufffd" in tok.decode([i])]
+
+
+def test_word_timestamps_match_real() -> None:
+    ours = genai_shim.WhisperPipeline(FOLDER, "CPU", word_timestamps=True, **PROPS)
+    assert ours.get_generation_config().word_timestamps
+    sup = _clean_suppress(ours)
+    cases = [(kind, {**kw, "suppress_tokens": sup}) for kind, kw in WORD_CASES]
+    child = subprocess.run([sys.executable, "-c", _REAL_WORDS, str(FOLDER), json.dumps(cases)], capture_output=True,
+                           text=True, timeout=300, check=False)
+    lines = child.stdout.splitlines()
+    assert child.returncode == 0 and len(lines) == len(cases), (child.returncode, child.stderr[-2000:])
+    n_words = 0
+    for (kind, kwargs), line in zip(cases, lines, strict=True):
+        want_texts, want_words = json.loads(line)
+        res = ours.generate(whisper_test_audio(kind), **kwargs)
+        got = [[w.word, list(w.token_ids), w.start_ts, w.end_ts] for w in res.words]
+        assert res.texts == want_texts
+        assert got == want_words, (kind, kwargs)
+        n_words += len(got)
+        assert res.perf_metrics.get_word_level_timestamps_processing_duration().mean > 0
+    assert n_words >= 4  # the comparison saw words, not only empty lists
+
+
+def test_word_timestamps_helpers() -> None:
+    """The real's median filter (edges shrink, even windows average), DTW ties and punctuation."""
+    x = np.array([[1.0, 5.0, 2.0, 8.0, 3.0]], np.float32)
+    np.testing.assert_allclose(_median_filter(x, 3), [[3.0, 2.0, 5.0, 3.0, 5.5]])
+    assert _dtw(np.zeros((2, 3), np.float32)) == [(0, 0), (1, 0), (1, 1), (1, 2)]  # ties go left
+    from genai_shim import WhisperWordTiming as W
+
+    words = [W(" (", [1], 0.0, 0.5), W(" hi", [2], 0.5, 1.0), W(",", [3], 1.0, 1.1), W(" you", [4], 1.1, 2.0)]
+    merged = _merge_punctuations(words)
+    assert [(w.word, w.token_ids) for w in merged] == [(" ( hi,", [1, 2, 3]), (" you", [4])]
