@@ -38,8 +38,8 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
             "ASRPipeline", "ASRGenerationConfig", "ASRDecodedResults", "ASRDecodedResultChunk",
             "ASRPerfMetrics", "ASRRawPerfMetrics",
         ),
-        "WhisperPipeline runs on CPU (greedy or sampled, segment timestamps, long audio); no ASRPipeline "
-        "family, word-level timestamps, beam search or NPU path yet",
+        "WhisperPipeline runs on CPU (greedy, sampled or beam search, segment and word timestamps, long "
+        "audio); no ASRPipeline family or NPU path yet",
     ),
     "speech generation and omni models": (
         (
