@@ -3,6 +3,14 @@ openvino_genai``)."""
 
 from __future__ import annotations
 
+from genai_shim.asr import (
+    ASRDecodedResultChunk,
+    ASRDecodedResults,
+    ASRGenerationConfig,
+    ASRPerfMetrics,
+    ASRPipeline,
+    ASRRawPerfMetrics,
+)
 from genai_shim.chat import ChatHistory
 from genai_shim.continuous_batching import (
     ContinuousBatchingPipeline,
@@ -66,9 +74,11 @@ __all__ = [
     "draft_model",
     "VLMPipeline",
     "WhisperPipeline",
+    "ASRPipeline",
     # configuration
     "GenerationConfig",
     "WhisperGenerationConfig",
+    "ASRGenerationConfig",
     "StopCriteria",
     "StructuredOutputConfig",
     "StructuralTagsConfig",
@@ -87,6 +97,10 @@ __all__ = [
     "WhisperWordTiming",
     "WhisperPerfMetrics",
     "WhisperRawPerfMetrics",
+    "ASRDecodedResults",
+    "ASRDecodedResultChunk",
+    "ASRPerfMetrics",
+    "ASRRawPerfMetrics",
     "EncodedResults",
     "GenerationFinishReason",
     "MeanStdPair",

@@ -33,14 +33,6 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
         ("VLMPipelineBase", "VideoMetadata"),
         "VLMPipeline runs Qwen2-VL images; no video, no VLMPipelineBase",
     ),
-    "speech recognition": (
-        (
-            "ASRPipeline", "ASRGenerationConfig", "ASRDecodedResults", "ASRDecodedResultChunk",
-            "ASRPerfMetrics", "ASRRawPerfMetrics",
-        ),
-        "WhisperPipeline runs on CPU (greedy, sampled or beam search, segment and word timestamps, long "
-        "audio); no ASRPipeline family or NPU path yet",
-    ),
     "speech generation and omni models": (
         (
             "Text2SpeechPipeline", "Text2SpeechDecodedResults", "SpeechGenerationConfig",

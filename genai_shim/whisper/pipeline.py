@@ -197,15 +197,22 @@ class WhisperPipeline:
         streamer: Any = None,
         **kwargs: Any,
     ) -> WhisperDecodedResults:
-        start = _now()
-        speech = _speech(raw_speech_input)
-        if generation_config is not None and not isinstance(generation_config, WhisperGenerationConfig):
+        raw_speech_input = _speech(raw_speech_input)  # the binding converts the audio first
+        if generation_config is not None and (not isinstance(generation_config, WhisperGenerationConfig)
+                                              or type(generation_config).__name__ == "ASRGenerationConfig"):
             raise UserTypeError(
                 f"generation_config must be a WhisperGenerationConfig, got {type(generation_config).__name__}"
             )
         config = (generation_config if generation_config is not None else self._config).copy()
         if kwargs:
             config.update_generation_config(**kwargs)
+        return self._generate_with(raw_speech_input, config, streamer)
+
+    def _generate_with(self, raw_speech_input: Any, config: WhisperGenerationConfig,
+                       streamer: Any) -> WhisperDecodedResults:
+        """generate() once the config is known (ASRPipeline's Whisper adapter enters here)."""
+        start = _now()
+        speech = _speech(raw_speech_input)
         config = self._per_generate(config)
         if config.is_beam_search() and config.stop_strings:
             raise UnsupportedFeatureError(
