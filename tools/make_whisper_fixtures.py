@@ -37,7 +37,10 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -59,13 +62,17 @@ LAYERS = 2
 # Documented weight shaping (init_weights), chosen by --search so that greedy outputs are several
 # tokens long, end with <|endoftext|>, and timestamps appear only when asked for:
 #: the timestamp tokens' embedding rows (= their proj_out rows, tied) are scaled by this
-TS_SCALE = 0.5
+TS_SCALE = 0.3
 #: the learned decoder position p gets p * EOT_RAMP along a fixed unit direction u ...
-EOT_RAMP = 0.5
+EOT_RAMP = 1.0
 #: ... and <|endoftext|>'s embedding row gets EOT_GAIN * u: its logit grows with the position
-EOT_GAIN = 6.0
+EOT_GAIN = 4.0
+#: ... and the timestamp rows get TS_GAIN * u: timestamps, too, grow likelier along the output
+TS_GAIN = 2.0
 #: std of the random learned decoder positions (varied positions vary the greedy tokens)
-POS_STD = 0.1
+POS_STD = 1.0
+#: the decoder's final LayerNorm (weight and bias) x this: every logit x this (larger top-1 margins)
+LOGIT_GAIN = 3.0
 #: the decoder layers' output projections (self_attn.out_proj, encoder_attn.out_proj, fc2) x this:
 #: with tied embeddings the residual stream is otherwise the input token's own row, whose logit
 #: then wins (the same token repeated for ever)
@@ -161,11 +168,15 @@ def whisper_generation_config(tok) -> dict:
 
 
 def init_weights(model, seed: int, eot: int, ts_begin: int) -> None:
-    """Deterministic re-init: matrices N(0, 1/fan_in) (q/k x1.5), biases and norm offsets
-    N(0, 0.1^2), token embeddings (tied with proj_out) N(0, 0.5^2), the learned decoder positions
-    N(0, POS_STD^2); the encoder's sinusoidal positions are kept.  Then the shaping: timestamp rows
-    x TS_SCALE, position p += p * EOT_RAMP * u, the <|endoftext|> row += EOT_GAIN * u (u a seeded
-    random unit vector), so that <|endoftext|> becomes likelier the longer the output."""
+    """Deterministic re-init, then the documented shaping.
+
+    Random part (_init_random): matrices N(0, 1/fan_in) (q/k x1.5; the decoder's out_proj and fc2
+    x DEC_GAIN), biases and norm offsets N(0, 0.1^2), token embeddings (tied with proj_out)
+    N(0, 0.5^2), the learned decoder positions N(0, POS_STD^2); the encoder's sinusoidal
+    positions are kept.  Shaping, with u a seeded random unit vector: the timestamp rows x TS_SCALE
+    + TS_GAIN * u, the <|endoftext|> row + EOT_GAIN * u, position p's component along u replaced
+    by p * EOT_RAMP (so <|endoftext|>, and timestamps, grow likelier along the output), and the
+    decoder's final LayerNorm x LOGIT_GAIN (all logits x LOGIT_GAIN)."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -176,8 +187,12 @@ def init_weights(model, seed: int, eot: int, ts_begin: int) -> None:
         emb = model.model.decoder.embed_tokens.weight
         emb[ts_begin:] *= TS_SCALE
         emb[eot] += EOT_GAIN * u
+        emb[ts_begin:] += TS_GAIN * u
         pos = model.model.decoder.embed_positions.weight
+        pos -= (pos @ u)[:, None] * u[None, :]  # the ramp alone moves positions along u
         pos += torch.arange(pos.shape[0], dtype=torch.float32)[:, None] * EOT_RAMP * u[None, :]
+        model.model.decoder.layer_norm.weight *= LOGIT_GAIN
+        model.model.decoder.layer_norm.bias *= LOGIT_GAIN
 
 
 def _init_random(model, gen) -> None:
@@ -293,14 +308,118 @@ def export(out_root: Path, names: list[str]) -> None:
             print(f"[{name}] exported", flush=True)
 
 
+# --------------------------------------------------------------------------------------------
+# search (torch only): the shaping constants and seed, judged with the real's decoding rules
+# --------------------------------------------------------------------------------------------
+
+class TorchModels:
+    """The HF model behind tools/whisper_goldens.greedy_case's interface (encode, stepper,
+    detect_language); no KV cache: every step recomputes the decoder over the whole sequence."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def encode(self, features: np.ndarray):
+        import torch
+
+        with torch.no_grad():
+            return self.model.model.encoder(torch.from_numpy(features[None])).last_hidden_state
+
+    def _logits(self, seq: list[int], enc) -> np.ndarray:
+        import torch
+
+        if len(seq) > 160:
+            raise RuntimeError("no <|endoftext|> within 160 tokens")
+        with torch.no_grad():
+            h = self.model.model.decoder(input_ids=torch.tensor([seq]), encoder_hidden_states=enc).last_hidden_state
+            return self.model.proj_out(h)[0, -1].double().numpy()
+
+    def stepper(self, enc):
+        seq: list[int] = []
+
+        def step(new: list[int]) -> np.ndarray:
+            seq.extend(new)
+            return self._logits(seq, enc)
+
+        return step
+
+    def detect_language(self, enc, gen: dict) -> tuple[int, float]:
+        logits = self._logits([gen["decoder_start_token_id"]], enc)
+        scores = sorted(((logits[i], -n, i) for n, (_, i) in enumerate(sorted(gen["lang_to_id"].items()))),
+                        reverse=True)
+        return scores[0][2], float(scores[0][0] - scores[1][0])
+
+
+def torch_cases(model, tok) -> dict:
+    """Every golden case (tools/whisper_goldens.CASES) decoded from the HF model under the real's rules."""
+    from whisper_goldens import CASES, greedy_case
+
+    gen = whisper_generation_config(tok)
+    models = TorchModels(model)
+    return {name: greedy_case(lambda text: tok.encode(text, add_special_tokens=False), models, gen, case)
+            for name, case in CASES.items()}
+
+
+def score_cases(cases: dict, gen: dict) -> dict:
+    """Summary of torch_cases: lengths, EOT, timestamps, distinct ids, the smallest margins."""
+    ts_begin = gen["no_timestamps_token_id"] + 1
+    eot = gen["eos_token_id"]
+    r: dict = {"min_margin": 1e9, "min_ts_margin": 1e9, "lang_margin": 1e9, "lengths": [], "distinct": [],
+               "eot": True, "ts_in_text": 0, "stamps": [], "worst": ""}
+    texts = set()
+    for name, c in cases.items():
+        if c["language_margin"] is not None:
+            r["lang_margin"] = min(r["lang_margin"], c["language_margin"])
+        if c["min_margin"] < r["min_margin"]:
+            r["min_margin"], r["worst"] = c["min_margin"], name
+        if c["min_ts_margin"] is not None:
+            r["min_ts_margin"] = min(r["min_ts_margin"], c["min_ts_margin"])
+        ids = [t for ch in c["chunks"] for t in ch["ids"]]
+        r["lengths"].append(len(ids))
+        r["distinct"].append(len({t for t in ids if t < ts_begin}))
+        r["eot"] &= all(ch["ids"][-1] == eot for ch in c["chunks"]) or name == "short_max_new_tokens"
+        if c["timestamps"]:
+            r["stamps"].append(sum(t >= ts_begin for t in ids))
+        else:
+            r["ts_in_text"] += sum(t >= ts_begin for t in ids)
+            texts.add(tuple(ids))
+    r["different_texts"] = len(texts)
+    return r
+
+
+def search(grid: list[dict], seeds: Sequence[int]) -> None:
+    """Print score_cases for every seed x shaping setting (module constants overridden)."""
+    import torch
+
+    torch.set_num_threads(1)
+    g = globals()
+    for seed in seeds:
+        for params in grid:
+            g.update(params)
+            with tempfile.TemporaryDirectory() as d:
+                model, tok = build_hf_model(Path(d), seed)
+            try:
+                r = score_cases(torch_cases(model, tok), whisper_generation_config(tok))
+            except RuntimeError as e:  # an output that never ends
+                print(json.dumps({"seed": seed, **params, "failed": str(e)}), flush=True)
+                continue
+            print(json.dumps({"seed": seed, **params, **{k: (round(v, 3) if isinstance(v, float) else v)
+                                                          for k, v in r.items()}}), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--only", nargs="+", choices=sorted(FIXTURES), help="fixture names")
     ap.add_argument("--goldens", action="store_true", help="record golden.json (openvino_genai only)")
     ap.add_argument("--check", action="store_true", help="with --goldens: re-record in memory and compare")
+    ap.add_argument("--search", metavar="JSON", help="torch: a list of {CONSTANT: value} settings to score")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[SEED], help="seeds for --search")
     a = ap.parse_args(argv)
     names = a.only or list(FIXTURES)
+    if a.search:
+        search(json.loads(a.search), a.seeds)
+        return 0
     if a.goldens:
         from whisper_goldens import run
 
