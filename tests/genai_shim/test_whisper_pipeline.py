@@ -388,3 +388,29 @@ def test_word_timestamps_helpers() -> None:
     words = [W(" (", [1], 0.0, 0.5), W(" hi", [2], 0.5, 1.0), W(",", [3], 1.0, 1.1), W(" you", [4], 1.1, 2.0)]
     merged = _merge_punctuations(words)
     assert [(w.word, w.token_ids) for w in merged] == [(" ( hi,", [1, 2, 3]), (" you", [4])]
+
+
+# -- the fixture's goldens (recorded from the real by tools/whisper_goldens.py) -------------------
+
+GOLDEN = json.loads((FOLDER / "golden.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN["cpu"]["results"]))
+def test_cpu_golden(ours: Any, audio: dict[str, np.ndarray], case: str) -> None:
+    """The real's CPU results as recorded with the fixture: texts, scores, language, chunks,
+    streamed ids and the generated-token count (no real needed)."""
+    want = GOLDEN["cpu"]["results"][case]
+    kwargs = dict(GOLDEN["cases"][case])
+    kind = kwargs.pop("audio")
+    rec = _Recorder.make(genai_shim)
+    res = ours.generate(audio[kind], streamer=rec, **kwargs)
+    assert res.texts == want["texts"] and list(res.scores) == want["scores"] and res.language == want["language"]
+    assert [t for w in rec.writes for t in w] == want["streamed_ids"]
+    assert res.perf_metrics.get_num_generated_tokens() == want["num_generated_tokens"]
+    if "chunks" in want:
+        got = _chunks(res)
+        assert got is not None and len(got) == len(want["chunks"])
+        for (s, e, t), (ws, we, wt) in zip(got, want["chunks"], strict=True):
+            assert t == wt and s == pytest.approx(ws, abs=1e-4) and e == pytest.approx(we, abs=1e-4)
+    else:
+        assert res.chunks is None
