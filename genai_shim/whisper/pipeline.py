@@ -198,6 +198,7 @@ class WhisperPipeline:
         **kwargs: Any,
     ) -> WhisperDecodedResults:
         raw_speech_input = _speech(raw_speech_input)  # the binding converts the audio first
+        # an ASRGenerationConfig (genai_shim.asr, a subclass here) is a TypeError, as in the real binding
         if generation_config is not None and (not isinstance(generation_config, WhisperGenerationConfig)
                                               or type(generation_config).__name__ == "ASRGenerationConfig"):
             raise UserTypeError(
@@ -231,7 +232,6 @@ class WhisperPipeline:
         perf.raw_metrics.generate_durations.append((_now() - start) * 1e6)
         perf.reevaluate(start)
         return res
-
 
     # -- steps -----------------------------------------------------------------------------------
     def _per_generate(self, config: WhisperGenerationConfig) -> WhisperGenerationConfig:
