@@ -58,8 +58,7 @@ class ASRGenerationConfig(WhisperGenerationConfig):
 
 
 class ASRRawPerfMetrics:
-    """Feature extraction, word timestamps, encoder and decoder series; read in microseconds (the
-    real ASR binding's unit here, unlike WhisperRawPerfMetrics' milliseconds)."""
+    """Feature extraction, word timestamps, encoder and decoder series, in microseconds."""
 
     def __init__(self) -> None:
         self.features_extraction_durations: list[float] = []
@@ -142,10 +141,10 @@ def _asr_results(res: WhisperDecodedResults) -> ASRDecodedResults:
         if name != "whisper_raw_metrics":
             setattr(perf, name, value)
     wr, ar = wp.whisper_raw_metrics, perf.asr_raw_metrics
-    ar.features_extraction_durations = list(wr.features_extraction_us)
-    ar.word_level_timestamps_processing_durations = list(wr.word_level_timestamps_processing_us)
-    ar.encode_inference_durations = list(wr.encode_inference_us)
-    ar.decode_inference_durations = list(wr.decode_inference_us)
+    ar.features_extraction_durations = list(wr.features_extraction_durations)
+    ar.word_level_timestamps_processing_durations = list(wr.word_level_timestamps_processing_durations)
+    ar.encode_inference_durations = list(wr.encode_inference_durations)
+    ar.decode_inference_durations = list(wr.decode_inference_durations)
     out.perf_metrics = perf
     if res.chunks is not None:
         out.chunks = [[ASRDecodedResultChunk(c.start_ts, c.end_ts, c.text) for c in res.chunks]]

@@ -281,11 +281,11 @@ class WhisperPipeline:
         perf = WhisperPerfMetrics()
         raw, wraw = perf.raw_metrics, perf.whisper_raw_metrics
         raw.m_inference_durations = [0.0]
-        wraw.word_level_timestamps_processing_us = [0.0]
+        wraw.word_level_timestamps_processing_durations = [0.0]
         fx = self._features
         t0 = _now()
         features = fx.extract(speech)
-        wraw.features_extraction_us.append((_now() - t0) * 1e6)
+        wraw.features_extraction_durations.append((_now() - t0) * 1e6)
         short = features.n_frames <= fx.nb_max_frames
         timestamps = config.return_timestamps or not short
         time_precision = _f32(np.float32(fx.chunk_length) / np.float32(self._max_source_positions))
@@ -305,7 +305,7 @@ class WhisperPipeline:
             hidden = self._encoder.infer(window)
             took = (_now() - t0) * 1e6
             raw.m_inference_durations[0] += took
-            wraw.encode_inference_us.append(took)
+            wraw.encode_inference_durations.append(took)
             if not sot:
                 sot, language = self._sot_tokens(hidden, config, perf)
             prompt: list[int] = []
@@ -336,7 +336,7 @@ class WhisperPipeline:
                 n_active = fx.nb_max_frames if active < 0 else min(fx.nb_max_frames, active)
                 words.extend(add_word_timings(self._decoder, hidden, sot, tokens, config, self._tokenizer, language,
                                               n_active, time_offset))
-                wraw.word_level_timestamps_processing_us[0] += (_now() - t0) * 1e6
+                wraw.word_level_timestamps_processing_durations[0] += (_now() - t0) * 1e6
         if stream is not None:
             stream.end()
         res = WhisperDecodedResults()
@@ -365,7 +365,7 @@ class WhisperPipeline:
         raw.m_token_infer_durations.append(took)
         raw.m_new_token_times.append(t1)
         raw.m_batch_sizes.append(batch)
-        perf.whisper_raw_metrics.decode_inference_us.append(took)
+        perf.whisper_raw_metrics.decode_inference_durations.append(took)
 
     def _decode(self, hidden: np.ndarray, prompt: list[int], config: WhisperGenerationConfig, timestamps: bool,
                 stream: StreamerBase | None, perf: WhisperPerfMetrics) -> tuple[list[int], bool]:
@@ -469,7 +469,7 @@ def _keep_segment_metrics(perf: WhisperPerfMetrics, offset: int, ranges: Sequenc
     raw.m_new_token_times = cut(raw.m_new_token_times)
     raw.m_batch_sizes = cut(raw.m_batch_sizes)
     raw.sampling_durations = cut(raw.sampling_durations)
-    wraw.decode_inference_us = cut(wraw.decode_inference_us)
+    wraw.decode_inference_durations = cut(wraw.decode_inference_durations)
 
 
 def _max_source_positions(folder: Path) -> int:

@@ -17,31 +17,15 @@ __all__ = [
 
 
 class WhisperRawPerfMetrics:
-    """Whisper's raw series; stored in microseconds, read in milliseconds as the real binding."""
+    """Whisper's raw series, in microseconds (as the real binding reads them)."""
 
     _SERIES = ("features_extraction", "word_level_timestamps_processing", "encode_inference", "decode_inference")
 
     def __init__(self) -> None:
-        self.features_extraction_us: list[float] = []
-        self.word_level_timestamps_processing_us: list[float] = []
-        self.encode_inference_us: list[float] = []
-        self.decode_inference_us: list[float] = []
-
-    @property
-    def features_extraction_durations(self) -> list[float]:
-        return [d / 1000.0 for d in self.features_extraction_us]
-
-    @property
-    def word_level_timestamps_processing_durations(self) -> list[float]:
-        return [d / 1000.0 for d in self.word_level_timestamps_processing_us]
-
-    @property
-    def encode_inference_durations(self) -> list[float]:
-        return [d / 1000.0 for d in self.encode_inference_us]
-
-    @property
-    def decode_inference_durations(self) -> list[float]:
-        return [d / 1000.0 for d in self.decode_inference_us]
+        self.features_extraction_durations: list[float] = []
+        self.word_level_timestamps_processing_durations: list[float] = []
+        self.encode_inference_durations: list[float] = []
+        self.decode_inference_durations: list[float] = []
 
 
 class WhisperPerfMetrics(PerfMetrics):
@@ -52,7 +36,7 @@ class WhisperPerfMetrics(PerfMetrics):
         self.whisper_raw_metrics = WhisperRawPerfMetrics()
 
     def _series(self, name: str) -> MeanStdPair:
-        return _mean_std(getattr(self.whisper_raw_metrics, f"{name}_us"))
+        return _mean_std(getattr(self.whisper_raw_metrics, f"{name}_durations"))
 
     def get_features_extraction_duration(self) -> MeanStdPair:
         return self._series("features_extraction")
@@ -72,7 +56,8 @@ class WhisperPerfMetrics(PerfMetrics):
         res = PerfMetrics.__add__(self, other)
         assert isinstance(res, WhisperPerfMetrics)  # deepcopy of self
         for name in WhisperRawPerfMetrics._SERIES:
-            getattr(res.whisper_raw_metrics, f"{name}_us").extend(getattr(other.whisper_raw_metrics, f"{name}_us"))
+            series = f"{name}_durations"
+            getattr(res.whisper_raw_metrics, series).extend(getattr(other.whisper_raw_metrics, series))
         return res
 
     def __iadd__(self, other: PerfMetrics) -> WhisperPerfMetrics:

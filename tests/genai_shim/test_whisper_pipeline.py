@@ -245,6 +245,11 @@ def test_perf_metrics_counts_match_real(ours: Any, real: Any, audio: dict[str, n
         assert pa.get_num_input_tokens() == pb.get_num_input_tokens() == 0
         assert len(pa.raw_metrics.detokenization_durations) == len(pb.raw_metrics.detokenization_durations)
         assert pa.get_features_extraction_duration().mean > 0
+        # raw series in microseconds, the means in milliseconds (as upstream's test_perf_metrics reads them)
+        for raw, mean in ((wa.features_extraction_durations, pa.get_features_extraction_duration()),
+                          (wa.encode_inference_durations, pa.get_encode_inference_duration()),
+                          (wa.decode_inference_durations, pa.get_decode_inference_duration())):
+            assert np.mean(raw) / 1000 == pytest.approx(mean.mean)
         assert pa.get_encode_inference_duration().mean > 0 and pa.get_decode_inference_duration().mean > 0
         assert pa.get_word_level_timestamps_processing_duration().mean == 0.0
         assert pa.get_load_time() > 0 and pa.get_generate_duration().mean > 0
