@@ -217,8 +217,9 @@ class WhisperPipeline:
         config = self._per_generate(config)
         if config.is_beam_search() and config.stop_strings:
             raise UnsupportedFeatureError(
-                "stop_strings with beam search are not implemented in genai_shim's WhisperPipeline yet (the real "
-                "finds other beams there); use stop_token_ids, or greedy decoding with stop_strings",
+                "stop_strings with beam search are not implemented in genai_shim's WhisperPipeline (the real feeds a "
+                "beam that a stop string shortened past its last token there); use stop_token_ids, or greedy "
+                "decoding with stop_strings",
                 key="stop_strings",
             )
         stream = make_streamer(streamer, self._tokenizer)
