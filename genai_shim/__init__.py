@@ -1,7 +1,16 @@
-"""genai_shim: a drop-in for openvino_genai's LLM API (``import genai_shim as openvino_genai``)."""
+"""genai_shim: a drop-in for openvino_genai's LLM, VLM and Whisper APIs (``import genai_shim as
+openvino_genai``)."""
 
 from __future__ import annotations
 
+from genai_shim.asr import (
+    ASRDecodedResultChunk,
+    ASRDecodedResults,
+    ASRGenerationConfig,
+    ASRPerfMetrics,
+    ASRPipeline,
+    ASRRawPerfMetrics,
+)
 from genai_shim.chat import ChatHistory
 from genai_shim.continuous_batching import (
     ContinuousBatchingPipeline,
@@ -40,6 +49,14 @@ from genai_shim.structured_output import (
 )
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
 from genai_shim.vlm.pipeline import VLMDecodedResults, VLMPipeline
+from genai_shim.whisper.pipeline import WhisperPipeline
+from genai_shim.whisper.results import (
+    WhisperDecodedResultChunk,
+    WhisperDecodedResults,
+    WhisperPerfMetrics,
+    WhisperRawPerfMetrics,
+    WhisperWordTiming,
+)
 
 __version__ = "2026.4.1.0-ov_npu_emu"
 
@@ -56,9 +73,12 @@ __all__ = [
     "PipelineMetrics",
     "draft_model",
     "VLMPipeline",
+    "WhisperPipeline",
+    "ASRPipeline",
     # configuration
     "GenerationConfig",
     "WhisperGenerationConfig",
+    "ASRGenerationConfig",
     "StopCriteria",
     "StructuredOutputConfig",
     "StructuralTagsConfig",
@@ -72,6 +92,15 @@ __all__ = [
     # results and metrics
     "DecodedResults",
     "VLMDecodedResults",
+    "WhisperDecodedResults",
+    "WhisperDecodedResultChunk",
+    "WhisperWordTiming",
+    "WhisperPerfMetrics",
+    "WhisperRawPerfMetrics",
+    "ASRDecodedResults",
+    "ASRDecodedResultChunk",
+    "ASRPerfMetrics",
+    "ASRRawPerfMetrics",
     "EncodedResults",
     "GenerationFinishReason",
     "MeanStdPair",

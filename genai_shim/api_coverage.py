@@ -33,14 +33,6 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
         ("VLMPipelineBase", "VideoMetadata"),
         "VLMPipeline runs Qwen2-VL images; no video, no VLMPipelineBase",
     ),
-    "speech recognition": (
-        (
-            "WhisperPipeline", "WhisperPerfMetrics",
-            "WhisperRawPerfMetrics", "WhisperWordTiming", "ASRPipeline", "ASRGenerationConfig",
-            "ASRDecodedResults", "ASRDecodedResultChunk", "ASRPerfMetrics", "ASRRawPerfMetrics",
-        ),
-        "not implemented",
-    ),
     "speech generation and omni models": (
         (
             "Text2SpeechPipeline", "Text2SpeechDecodedResults", "SpeechGenerationConfig",

@@ -241,9 +241,12 @@ class GroupBeamSearcher:
     :meth:`select_next_tokens` per model step with the logits of the group's running rows."""
 
     def __init__(
-        self, group: SequenceGroup, stop_strings: StopStringMatcher | None = None
+        self, group: SequenceGroup, stop_strings: StopStringMatcher | None = None, log_probs: bool = False
     ) -> None:
+        """``log_probs``: the rows given to :meth:`step` are log-probabilities already (the real's
+        LogitsType::LOG_PROBS, WhisperPipeline's), used as they are."""
         c = group.config
+        self._rows_are_log_probs = log_probs
         self.group = group
         self.config = c
         self.group_size = int(c.num_beams) // int(c.num_beam_groups)
@@ -328,7 +331,10 @@ class GroupBeamSearcher:
         c = self.config
         ngram = int(c.no_repeat_ngram_size)
         diversity = F32(c.diversity_penalty)
-        lp = _log_softmax(logits[beam.row])
+        if self._rows_are_log_probs:
+            lp = np.array(logits[beam.row], dtype=np.float32, copy=True)
+        else:
+            lp = _log_softmax(logits[beam.row])
         # Diversity: tokens already chosen by earlier groups in this step cost more.
         for prev in range(gi):
             for child in children[prev]:

@@ -1,0 +1,1 @@
+"""WhisperPipeline (speech recognition) for genai_shim."""
