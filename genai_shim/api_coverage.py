@@ -65,8 +65,8 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
         "not implemented",
     ),
     "text embeddings and reranking": (
-        ("TextEmbeddingPipeline", "EmbeddingPipeline", "EmbedResult", "TextRerankPipeline"),
-        "not implemented",
+        ("EmbeddingPipeline", "EmbedResult", "TextRerankPipeline"),
+        "TextEmbeddingPipeline runs on CPU; no reranking, no multimodal EmbeddingPipeline",
     ),
 }
 

@@ -1,0 +1,308 @@
+"""TextEmbeddingPipeline: openvino.genai's (src/cpp/src/rag/text_embedding_pipeline.cpp) over
+ov_npu_emu.Core, for encoder exports (optimum-intel ``--task feature-extraction``).
+
+The tokenizer always truncates (to ``max_length``, else to the tokenizer IR's own limit), pads
+as configured; the model gets ``token_type_ids`` of zeros when it has that input (the real's
+"todo"); pooling and L2 normalisation are fused on the model's output as the real fuses them
+(genai_shim/rag/postprocess.py), and with ``batch_size`` or ``max_length`` the model is
+reshaped first.  Runs on "CPU"; "NPU" is refused with a typed error for now.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from genai_shim.enums import BindingEnum
+from genai_shim.rag import postprocess
+from genai_shim.tokenizer import Tokenizer
+from genai_shim.tokenizer_ir import bool_property
+from ov_npu_emu.errors import ConfigError, IRReadError, UnsupportedFeatureError, UserInputError, UserTypeError
+
+__all__ = ["PoolingType", "TextEmbeddingConfig", "TextEmbeddingPipeline"]
+
+logger = logging.getLogger(__name__)
+
+MODEL_XML = "openvino_model.xml"
+
+#: the keys the pipeline reads as its Config (the real's ``remove_config_properties`` drops
+#: them, plus ``truncation``, before compiling)
+CONFIG_KEYS = ("max_length", "pad_to_max_length", "batch_size", "pooling_type", "normalize",
+               "query_instruction", "embed_instruction", "padding_side")
+_DROPPED_KEYS = ("truncation",)
+
+
+class PoolingType(BindingEnum):
+    """How token embeddings become one embedding (``TextEmbeddingPipeline.PoolingType``)."""
+
+    CLS = 0  #: first token embeddings
+    MEAN = 1  #: the average of all token embeddings
+    LAST_TOKEN = 2  #: last token embeddings
+
+
+def _opt_int(key: str, value: Any, *, from_map: bool) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer, str) if from_map else (int, np.integer)):
+        raise UserTypeError(f"{key} must be an int or None, got {type(value).__name__} {value!r}")
+    try:
+        number = int(value)
+    except ValueError as e:
+        raise ConfigError(f"{key} must be an integer, got {value!r}", key=key) from e
+    if number < 0:
+        raise ConfigError(f"{key} must be a non-negative integer, got {number}", key=key)
+    return number
+
+
+def _opt_str(key: str, value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise UserTypeError(f"{key} must be a str or None, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _opt_bool(key: str, value: Any, *, from_map: bool) -> bool | None:
+    if value is None:
+        return None
+    if from_map:
+        return bool_property(key, value)
+    if not isinstance(value, (bool, np.bool_)):
+        raise UserTypeError(f"{key} must be a bool or None, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def _pooling(value: Any, *, from_map: bool) -> PoolingType:
+    if isinstance(value, PoolingType):
+        return value
+    if from_map:
+        raise ConfigError(
+            f"pooling_type must be a TextEmbeddingPipeline.PoolingType (CLS, MEAN or LAST_TOKEN), "
+            f"got {type(value).__name__} {value!r}", key="pooling_type")
+    raise UserTypeError(f"pooling_type must be a TextEmbeddingPipeline.PoolingType, got "
+                        f"{type(value).__name__} {value!r}")
+
+
+class TextEmbeddingConfig:
+    """``TextEmbeddingPipeline.Config``: the real's fields, defaults and checks.
+
+    ``Config()`` or ``Config(**properties)`` (the pipeline's config keys; another key is a
+    ConfigError, where the real ignores it). Attributes take the real binding's types (an
+    ``int``, ``bool`` or ``str`` field also takes ``None``); another type is a UserTypeError.
+    """
+
+    max_length: int | None
+    pad_to_max_length: bool | None
+    batch_size: int | None
+    pooling_type: PoolingType
+    normalize: bool
+    query_instruction: str | None
+    embed_instruction: str | None
+    padding_side: str | None
+
+    def __init__(self, **properties: Any) -> None:
+        object.__setattr__(self, "_values", {
+            "max_length": None, "pad_to_max_length": None, "batch_size": None,
+            "pooling_type": PoolingType.CLS, "normalize": True, "query_instruction": None,
+            "embed_instruction": None, "padding_side": None,
+        })
+        unknown = sorted(set(properties) - set(CONFIG_KEYS))
+        if unknown:
+            raise ConfigError(
+                f"TextEmbeddingPipeline.Config takes {', '.join(CONFIG_KEYS)}; not {', '.join(unknown)} "
+                "(device properties go to the pipeline's constructor)", key=unknown[0])
+        for key, value in properties.items():
+            self._values[key] = _convert(key, value, from_map=True)
+
+    def __getattr__(self, name: str) -> Any:
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        raise AttributeError(f"'Config' object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in CONFIG_KEYS:
+            raise AttributeError(f"'Config' object has no attribute {name!r}")
+        self._values[name] = _convert(name, value, from_map=False)
+
+    def validate(self) -> None:
+        """Checks that are no conflicting parameters (the real's: positive max_length and batch_size)."""
+        if self.max_length is not None and self.max_length <= 0:
+            raise ConfigError("max_length should be greater than 0", key="max_length")
+        if self.batch_size is not None and self.batch_size <= 0:
+            raise ConfigError("batch_size should be greater than 0", key="batch_size")
+
+    def copy(self) -> TextEmbeddingConfig:
+        new = TextEmbeddingConfig()
+        new._values.update(self._values)
+        return new
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
+        return f"TextEmbeddingPipeline.Config({fields})"
+
+
+def _convert(key: str, value: Any, *, from_map: bool) -> Any:
+    if key in ("max_length", "batch_size"):
+        return _opt_int(key, value, from_map=from_map)
+    if key == "pad_to_max_length":
+        return _opt_bool(key, value, from_map=from_map)
+    if key == "normalize":
+        if value is None and not from_map:
+            raise UserTypeError("normalize must be a bool, got None")
+        return _opt_bool(key, value, from_map=from_map)
+    if key == "pooling_type":
+        return _pooling(value, from_map=from_map)
+    return _opt_str(key, value)
+
+
+def _max_position_embeddings(folder: Path) -> int | None:
+    path = folder / "config.json"
+    if not path.is_file():
+        return None
+    value = json.loads(path.read_text(encoding="utf-8")).get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
+
+
+def _make_core() -> Any:
+    from ov_npu_emu import Core
+
+    return Core()
+
+
+def _texts(texts: Any) -> list[str]:
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not all(
+            isinstance(t, str) for t in texts):
+        raise UserTypeError(f"texts must be a list of str, got {type(texts).__name__}")
+    if not texts:
+        # the real crashes the process here (measured, 2026.4.1: SIGSEGV)
+        raise UserInputError("embed_documents() needs at least one text; got an empty list")
+    return list(texts)
+
+
+def _text(text: Any) -> str:
+    if not isinstance(text, str):
+        raise UserTypeError(f"text must be a str, got {type(text).__name__}")
+    return text
+
+
+class TextEmbeddingPipeline:
+    """``TextEmbeddingPipeline(models_path, device, config=None, **properties)``.
+
+    Without ``config`` the config keys (``TextEmbeddingPipeline.Config``'s fields) are read from
+    ``properties`` and the rest go to the device's compile; with ``config`` every property goes
+    to the compile, as the real.
+    """
+
+    PoolingType = PoolingType
+    Config = TextEmbeddingConfig
+
+    def __init__(self, models_path: str | os.PathLike[str], device: str,
+                 config: TextEmbeddingConfig | None = None, **properties: Any) -> None:
+        if not isinstance(models_path, (str, os.PathLike)):
+            raise UserTypeError(f"models_path must be a folder path, got {type(models_path).__name__}")
+        if not isinstance(device, str):
+            raise UserTypeError(f"device must be a str, got {type(device).__name__}")
+        if config is not None and not isinstance(config, TextEmbeddingConfig):
+            raise UserTypeError(f"config must be a TextEmbeddingPipeline.Config, got {type(config).__name__}")
+        if "text_embedding_config" in properties:
+            raise ConfigError("pass a TextEmbeddingPipeline.Config as config=, not as the text_embedding_config "
+                              "property (the real TextEmbeddingPipeline ignores it)", key="text_embedding_config")
+        if config is None:
+            config = TextEmbeddingConfig(**{k: v for k, v in properties.items() if k in CONFIG_KEYS})
+            properties = {k: v for k, v in properties.items() if k not in CONFIG_KEYS + _DROPPED_KEYS}
+        else:
+            config = config.copy()
+        folder = Path(models_path)
+        if not (folder / MODEL_XML).is_file():
+            raise IRReadError(f"{folder / MODEL_XML} was not found; pass the folder optimum-cli exported "
+                              "(optimum-cli export openvino --task feature-extraction)")
+        self._config = config
+        self._tokenizer = Tokenizer(folder)
+        config.validate()
+        self._tokenization: dict[str, Any] = {"truncation": True}
+        if config.max_length is not None:
+            self._tokenization["max_length"] = config.max_length
+        if config.pad_to_max_length is not None:
+            self._tokenization["pad_to_max_length"] = config.pad_to_max_length
+        if config.padding_side is not None:
+            self._tokenization["padding_side"] = config.padding_side
+        if device.split(".")[0].upper() == "NPU":
+            raise UnsupportedFeatureError(
+                "genai_shim's TextEmbeddingPipeline runs on CPU only for now: the real's NPU paths "
+                "(a static reshape to batch_size x max_length, or NPUW's text-embedding mode) are not "
+                "implemented yet; use device 'CPU'", key="device")
+        core = _make_core()
+        model = core.read_model(folder / MODEL_XML)
+        if config.batch_size is not None or config.max_length is not None:
+            limit = _max_position_embeddings(folder)
+            if config.max_length is not None and limit is not None and config.max_length > limit:
+                logger.warning("max_length is set to %d which is greater than models max_position_embeddings "
+                               "(%d). Some models may fail with such configuration.", config.max_length, limit)
+            postprocess.reshape_model(model, config)
+        model = postprocess.apply_postprocessing(model, config)
+        compiled = core.compile_model(model, device, properties)
+        self._request = compiled.create_infer_request()
+        self._token_types = postprocess.has_token_type_ids(compiled)
+        self._started = False
+
+    # -- synchronous ---------------------------------------------------------------------------
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embeddings of ``texts`` (each prefixed with ``embed_instruction`` if set)."""
+        self.start_embed_documents_async(texts)
+        return self.wait_embed_documents()
+
+    def embed(self, texts: list[str], prompt: str) -> list[list[float]]:
+        """Embeddings of ``texts``, each prefixed with ``prompt``."""
+        prompt = _text(prompt)
+        self._start([prompt + t for t in _texts(texts)])
+        return self.wait_embed_documents()
+
+    def embed_query(self, text: str) -> list[float]:
+        """The embedding of one query (prefixed with ``query_instruction`` if set)."""
+        self.start_embed_query_async(text)
+        return self.wait_embed_query()
+
+    # -- asynchronous --------------------------------------------------------------------------
+    def start_embed_documents_async(self, texts: list[str]) -> None:
+        instruction = self._config.embed_instruction or ""
+        self._start([instruction + t for t in _texts(texts)])
+
+    def wait_embed_documents(self) -> list[list[float]]:
+        return self._wait()
+
+    def start_embed_query_async(self, text: str) -> None:
+        self._start([(self._config.query_instruction or "") + _text(text)])
+
+    def wait_embed_query(self) -> list[float]:
+        return self._wait()[0]
+
+    # -- internals -----------------------------------------------------------------------------
+    def _start(self, texts: list[str]) -> None:
+        batch = self._config.batch_size
+        if batch is not None and len(texts) != batch:
+            raise UserInputError(f"Number of texts passed to pipeline should be equal to batch_size({batch})")
+        encoded = self._tokenizer.encode(texts, **self._tokenization)
+        self._request.set_tensor("input_ids", encoded.input_ids)
+        self._request.set_tensor("attention_mask", encoded.attention_mask)
+        if self._token_types:
+            import openvino as ov
+
+            shape = tuple(encoded.input_ids.shape)
+            self._request.set_tensor("token_type_ids", ov.Tensor(np.zeros(shape, dtype=np.int64)))
+        self._request.start_async()
+        self._started = True
+
+    def _wait(self) -> list[list[float]]:
+        if not self._started:
+            raise UserInputError("nothing to wait for: call start_embed_documents_async() or "
+                                 "start_embed_query_async() first")
+        self._request.wait()
+        out = np.asarray(self._request.get_tensor("last_hidden_state").data, dtype=np.float32)
+        result: list[list[float]] = out.reshape(out.shape[0], -1).tolist()
+        return result
+
+
