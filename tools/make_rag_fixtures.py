@@ -69,18 +69,48 @@ FIXTURES: dict[str, RagFixture] = {
 
 def train_wordpiece(lines: list[str], vocab_size: int):
     """A BERT-style uncased WordPiece tokenizer (BertNormalizer, BertPreTokenizer, ## pieces,
-    [CLS] A [SEP] (B [SEP]) with token type ids) trained on ``lines``."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    [CLS] A [SEP] (B [SEP]) with token type ids) whose vocab is built from ``lines``.
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
-    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False)
-    tok.train_from_iterator(lines, trainer)
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    The vocab is laid out deterministically (the `tokenizers` WordPiece trainer breaks ties in
+    its merges differently from run to run): the specials, every character alone and as a
+    ``##`` continuation, then whole words by frequency (ties alphabetical),
+    then the commonest 2-4 character ``##`` pieces; a word not in the vocab splits into the
+    longest known pieces, as WordPiece does."""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    norm = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=True)
+    pre = pre_tokenizers.BertPreTokenizer()
+    words: Counter[str] = Counter()
+    for line in lines:
+        words.update(w for w, _ in pre.pre_tokenize_str(norm.normalize_str(line)))
+    chars = sorted({c for w in words for c in w})
+    vocab = [*SPECIALS, *chars, *(f"##{c}" for c in chars)]
+    # then continuation pieces (2 to 4 characters inside a word), also by frequency
+    pieces: Counter[str] = Counter()
+    for w, n in words.items():
+        for i in range(1, len(w)):
+            for k in (2, 3, 4):
+                if i + k <= len(w):
+                    pieces[f"##{w[i:i + k]}"] += n
+    known = set(vocab)
+    for table in (words, pieces):
+        for w, _ in sorted(table.items(), key=lambda kv: (-kv[1], kv[0])):
+            if len(vocab) == vocab_size:
+                break
+            if w not in known:
+                vocab.append(w)
+                known.add(w)
+    assert len(vocab) == vocab_size, (len(vocab), vocab_size)
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]",
+                                     max_input_chars_per_word=100))
+    tok.normalizer = norm
+    tok.pre_tokenizer = pre
+    tok.add_special_tokens(SPECIALS)
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+        special_tokens=[("[CLS]", vocab.index("[CLS]")), ("[SEP]", vocab.index("[SEP]"))])
     tok.decoder = decoders.WordPiece(prefix="##")
     return tok
 
