@@ -24,7 +24,6 @@ Two stages:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys

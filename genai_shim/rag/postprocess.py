@@ -6,7 +6,7 @@ API, op for op as the real builds them, so the CPU plugin computes the same numb
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import openvino as ov
@@ -14,8 +14,7 @@ import openvino.opset8 as op8
 from openvino import opset1 as op1
 from openvino import opset3 as op3
 
-if TYPE_CHECKING:
-    from genai_shim.rag.text_embedding import TextEmbeddingConfig
+from genai_shim.rag.config import PoolingType, TextEmbeddingConfig
 
 __all__ = ["apply_postprocessing", "create_post_model", "has_token_type_ids", "reshape_model"]
 
@@ -57,8 +56,6 @@ def _last_token_pooling(hidden: Any, mask: Any, config: TextEmbeddingConfig) -> 
 
 
 def _post_ops(hidden: Any, mask: Any, config: TextEmbeddingConfig) -> Any:
-    from genai_shim.rag.text_embedding import PoolingType
-
     if config.pooling_type == PoolingType.CLS:
         return _cls_pooling(hidden)
     if config.pooling_type == PoolingType.MEAN:
