@@ -5,7 +5,10 @@ The tokenizer always truncates (to ``max_length``, else to the tokenizer IR's ow
 as configured; the model gets ``token_type_ids`` of zeros when it has that input (the real's
 "todo"); pooling and L2 normalisation are fused on the model's output as the real fuses them
 (genai_shim/rag/postprocess.py), and with ``batch_size`` or ``max_length`` the model is
-reshaped first.  Runs on "CPU"; "NPU" is refused with a typed error for now.
+reshaped first.  On "NPU" the real's static path (``batch_size``, ``max_length`` and
+``pad_to_max_length`` set): the fixed-shape model with pooling fused, compiled on "NPU" as given
+(the emulated NPU, or NPUW with ``NPU_USE_NPUW=YES``); the dynamic path (NPUW's text-embedding
+mode) is refused with a typed error for now.
 """
 
 from __future__ import annotations
@@ -59,6 +62,20 @@ def _check_properties(core: Any, device: str, properties: dict[str, Any]) -> Non
             raise ConfigError(f"Unsupported property {key} by {device} plugin. Pass the pipeline's config keys "
                               f"({', '.join(CONFIG_KEYS)}) either as properties or in config=, not both; "
                               f"device keys: core.get_property({device!r}, 'SUPPORTED_PROPERTIES')", key=key)
+
+
+def _refuse_npu_dynamic(config: TextEmbeddingConfig, fixed_len: bool) -> None:
+    """The real's NPU path for a dynamic model (NPUW's text-embedding mode) is not implemented
+    here: its own refusal first (left padding of a fixed length with CLS / LAST_TOKEN pooling),
+    then ours, saying how to get the static path."""
+    if config.padding_side == "left" and fixed_len and config.pooling_type != PoolingType.MEAN:
+        raise ConfigError("Padding on left is only supported for the MEAN pooling type for dynamic inputs models. "
+                          "In order to fix model shape, set batch_size, max_length and pad_to_max_length in the "
+                          "configuration.", key="padding_side")
+    raise UnsupportedFeatureError(
+        "genai_shim's TextEmbeddingPipeline on NPU runs the real's static path only: set batch_size, max_length "
+        "and pad_to_max_length=True (the number of texts per call must then equal batch_size); the dynamic path "
+        "(NPUW's text-embedding mode, NPUW_TEXT_EMBED) is not implemented yet", key="device")
 
 
 def _texts(texts: Any) -> list[str]:
@@ -118,11 +135,10 @@ class TextEmbeddingPipeline:
             self._tokenization["pad_to_max_length"] = config.pad_to_max_length
         if config.padding_side is not None:
             self._tokenization["padding_side"] = config.padding_side
-        if device.split(".")[0].upper() == "NPU":
-            raise UnsupportedFeatureError(
-                "genai_shim's TextEmbeddingPipeline runs on CPU only for now: the real's NPU paths "
-                "(a static reshape to batch_size x max_length, or NPUW's text-embedding mode) are not "
-                "implemented yet; use device 'CPU'", key="device")
+        is_npu = device.split(".")[0].upper() == "NPU"
+        fixed_len = config.max_length is not None and bool(config.pad_to_max_length)
+        if is_npu and (config.batch_size is None or not fixed_len):
+            _refuse_npu_dynamic(config, fixed_len)
         core = _make_core()
         model = core.read_model(folder / MODEL_XML)
         if config.batch_size is not None or config.max_length is not None:
@@ -130,9 +146,12 @@ class TextEmbeddingPipeline:
             if config.max_length is not None and limit is not None and config.max_length > limit:
                 logger.warning("max_length is set to %d which is greater than models max_position_embeddings "
                                "(%d). Some models may fail with such configuration.", config.max_length, limit)
+            # on NPU: the real's static path, a fixed batch_size x max_length model compiled on
+            # "NPU" as given (the emulated NPU, or NPUW with NPU_USE_NPUW=YES)
             reshape_model(model, config)
         model = apply_postprocessing(model, config)
-        _check_properties(core, device, properties)
+        if not is_npu:
+            _check_properties(core, device, properties)
         compiled = core.compile_model(model, device, properties)
         self._request = compiled.create_infer_request()
         self._token_types = has_token_type_ids(compiled)

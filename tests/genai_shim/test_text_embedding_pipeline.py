@@ -216,5 +216,42 @@ def test_missing_folder_and_devices(tmp_path: Path) -> None:
             lib.TextEmbeddingPipeline(str(tmp_path), "CPU")
     with pytest.raises(IRReadError, match="feature-extraction"):
         genai_shim.TextEmbeddingPipeline(tmp_path, "CPU")
-    with pytest.raises(UnsupportedFeatureError, match="CPU only"):
+
+
+#: the real NPU plugin on this machine (no NPU, no compiler): its static path compiles the fixed
+#: model through NPUW on CPU; f32 as for the CPU cases
+REAL_NPU = {"NPU_USE_NPUW": "YES", "NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE",
+            "INFERENCE_PRECISION_HINT": "f32"}
+STATIC = {"batch_size": 3, "max_length": 24, "pad_to_max_length": True}
+
+
+@pytest.mark.parametrize("pooling", ["CLS", "MEAN", "LAST_TOKEN"])
+@pytest.mark.parametrize("ours_props", [{}, REAL_NPU], ids=["emulated_npu", "npuw_cpu"])
+def test_npu_static_path_matches_real(pooling: str, ours_props: dict[str, Any]) -> None:
+    """batch_size, max_length and pad_to_max_length set: the real's static NPU path (a fixed
+    3 x 24 model, pooling fused), ours on the emulated NPU and with the real's NPUW keys."""
+    def make(lib: Any, props: dict[str, Any]) -> Any:
+        pooling_type = getattr(lib.TextEmbeddingPipeline.PoolingType, pooling)
+        return lib.TextEmbeddingPipeline(str(FOLDER), "NPU", pooling_type=pooling_type, **STATIC, **props)
+
+    real = make(og, REAL_NPU).embed_documents(list(DOCUMENTS))
+    ours_pipe = make(genai_shim, ours_props)
+    assert_close(ours_pipe.embed_documents(list(DOCUMENTS)), real)
+    if pooling == "MEAN":  # the CPU pipeline's static case: the same numbers
+        assert_close(real, GOLDEN["cases"]["static_batch"]["embeddings"])
+    with pytest.raises(UserInputError, match=r"equal to batch_size\(3\)"):
+        ours_pipe.embed_query(QUERY)
+
+
+def test_npu_dynamic_path_refused() -> None:
+    """Without a fixed shape the real goes to NPUW's text-embedding mode: not implemented here,
+    a typed error that says how to get the static path; the real's own refusal first."""
+    with pytest.raises(UnsupportedFeatureError, match="batch_size, max_length and pad_to_max_length"):
         genai_shim.TextEmbeddingPipeline(FOLDER, "NPU", NPUW_DEVICES="CPU")
+    with pytest.raises(UnsupportedFeatureError):
+        genai_shim.TextEmbeddingPipeline(FOLDER, "NPU", max_length=16, pad_to_max_length=True)
+    message = "Padding on left is only supported for the MEAN pooling type for dynamic inputs models"
+    for lib in (og, genai_shim):
+        with pytest.raises(RuntimeError, match=message):
+            lib.TextEmbeddingPipeline(str(FOLDER), "NPU", NPUW_DEVICES="CPU", max_length=16,
+                                      pad_to_max_length=True, padding_side="left")
