@@ -123,7 +123,8 @@ def build_tokenizer():
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, model_max_length=BERT["max_position_embeddings"],
         clean_up_tokenization_spaces=False, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]",
-        cls_token="[CLS]", mask_token="[MASK]", do_lower_case=True)
+        cls_token="[CLS]", mask_token="[MASK]", do_lower_case=True,
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"])
 
 
 def build_hf_model(name: str, out_dir: Path) -> None:
