@@ -65,8 +65,8 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
         "not implemented",
     ),
     "text embeddings and reranking": (
-        ("EmbeddingPipeline", "EmbedResult", "TextRerankPipeline"),
-        "TextEmbeddingPipeline runs on CPU; no reranking, no multimodal EmbeddingPipeline",
+        ("EmbeddingPipeline", "EmbedResult"),
+        "TextEmbeddingPipeline and TextRerankPipeline (cross-encoders) run; no multimodal EmbeddingPipeline",
     ),
 }
 

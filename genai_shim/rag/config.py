@@ -11,7 +11,7 @@ from genai_shim.enums import BindingEnum
 from genai_shim.tokenizer_ir import bool_property
 from ov_npu_emu.errors import ConfigError, UserTypeError
 
-__all__ = ["CONFIG_KEYS", "PoolingType", "TextEmbeddingConfig"]
+__all__ = ["CONFIG_KEYS", "PoolingType", "TextEmbeddingConfig", "check_properties", "opt_bool", "opt_int", "opt_str"]
 
 #: the keys the pipeline reads as its Config (the real's ``remove_config_properties`` drops
 #: them, plus ``truncation``, before compiling)
@@ -27,7 +27,7 @@ class PoolingType(BindingEnum):
     LAST_TOKEN = 2  #: last token embeddings
 
 
-def _opt_int(key: str, value: Any, *, from_map: bool) -> int | None:
+def opt_int(key: str, value: Any, *, from_map: bool) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer, str) if from_map else (int, np.integer)):
@@ -42,13 +42,13 @@ def _opt_int(key: str, value: Any, *, from_map: bool) -> int | None:
     return number
 
 
-def _opt_str(key: str, value: Any) -> str | None:
+def opt_str(key: str, value: Any) -> str | None:
     if value is not None and not isinstance(value, str):
         raise UserTypeError(f"{key} must be a str or None, got {type(value).__name__} {value!r}")
     return value
 
 
-def _opt_bool(key: str, value: Any, *, from_map: bool) -> bool | None:
+def opt_bool(key: str, value: Any, *, from_map: bool) -> bool | None:
     if value is None:
         return None
     if from_map:
@@ -130,13 +130,28 @@ class TextEmbeddingConfig:
 
 def _convert(key: str, value: Any, *, from_map: bool) -> Any:
     if key in ("max_length", "batch_size"):
-        return _opt_int(key, value, from_map=from_map)
+        return opt_int(key, value, from_map=from_map)
     if key == "pad_to_max_length":
-        return _opt_bool(key, value, from_map=from_map)
+        return opt_bool(key, value, from_map=from_map)
     if key == "normalize":
         if value is None and not from_map:
             raise UserTypeError("normalize must be a bool, got None")
-        return _opt_bool(key, value, from_map=from_map)
+        return opt_bool(key, value, from_map=from_map)
     if key == "pooling_type":
         return _pooling(value, from_map=from_map)
-    return _opt_str(key, value)
+    return opt_str(key, value)
+
+
+#: keys openvino's Core itself takes in a compile config
+_CORE_KEYS = ("CACHE_DIR", "ENABLE_MMAP", "FORCE_TBB_TERMINATE")
+
+
+def check_properties(core: Any, device: str, properties: dict[str, Any]) -> None:
+    """A key the device does not take is refused as the real CPU plugin refuses it (our CPU
+    device drops keys it does not know, for NPUW's sake; a pipeline's caller gets the error)."""
+    supported = core.get_property(device, "SUPPORTED_PROPERTIES")
+    for key in properties:
+        if key not in _CORE_KEYS and supported.get(key) not in ("RW", "WO"):
+            raise ConfigError(f"Unsupported property {key} by {device} plugin. Pass the pipeline's config keys "
+                              "either as properties or in config=, not both; "
+                              f"device keys: core.get_property({device!r}, 'SUPPORTED_PROPERTIES')", key=key)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from genai_shim.rag.config import CONFIG_KEYS, PoolingType, TextEmbeddingConfig
+from genai_shim.rag.config import CONFIG_KEYS, PoolingType, TextEmbeddingConfig, check_properties
 from genai_shim.rag.postprocess import apply_postprocessing, has_token_type_ids, reshape_model
 from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import ConfigError, IRReadError, UnsupportedFeatureError, UserInputError, UserTypeError
@@ -47,21 +47,6 @@ def _make_core() -> Any:
     from ov_npu_emu import Core
 
     return Core()
-
-
-#: keys openvino's Core itself takes in a compile config
-_CORE_KEYS = ("CACHE_DIR", "ENABLE_MMAP", "FORCE_TBB_TERMINATE")
-
-
-def _check_properties(core: Any, device: str, properties: dict[str, Any]) -> None:
-    """A key the device does not take is refused as the real CPU plugin refuses it (our CPU
-    device drops keys it does not know, for NPUW's sake; a pipeline's caller gets the error)."""
-    supported = core.get_property(device, "SUPPORTED_PROPERTIES")
-    for key in properties:
-        if key not in _CORE_KEYS and supported.get(key) not in ("RW", "WO"):
-            raise ConfigError(f"Unsupported property {key} by {device} plugin. Pass the pipeline's config keys "
-                              f"({', '.join(CONFIG_KEYS)}) either as properties or in config=, not both; "
-                              f"device keys: core.get_property({device!r}, 'SUPPORTED_PROPERTIES')", key=key)
 
 
 def _refuse_npu_dynamic(config: TextEmbeddingConfig, fixed_len: bool) -> None:
@@ -151,7 +136,7 @@ class TextEmbeddingPipeline:
             reshape_model(model, config)
         model = apply_postprocessing(model, config)
         if not is_npu:
-            _check_properties(core, device, properties)
+            check_properties(core, device, properties)
         compiled = core.compile_model(model, device, properties)
         self._request = compiled.create_infer_request()
         self._token_types = has_token_type_ids(compiled)
