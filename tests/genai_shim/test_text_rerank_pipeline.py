@@ -109,3 +109,26 @@ def test_npu_refuses_the_dynamic_model() -> None:
         og.TextRerankPipeline(str(FOLDER), "NPU", NPU_USE_NPUW="YES", NPUW_DEVICES="CPU")
     with pytest.raises(DynamicShapeError, match="static shapes"):
         genai_shim.TextRerankPipeline(FOLDER, "NPU")
+
+
+def test_npu_pre_reshaped_model_matches_real(tmp_path: Path) -> None:
+    """A user's way onto NPU: the IR reshaped to [4, 24] beforehand and the pipeline padding to
+    24. Ours on the emulated NPU, the real NPU plugin through NPUW on CPU (f32): same order,
+    scores within 1e-5, and the CPU pipeline's numbers."""
+    import openvino as ov
+
+    for f in FOLDER.iterdir():
+        if not f.name.startswith("openvino_model."):
+            (tmp_path / f.name).symlink_to(f)
+    model = ov.Core().read_model(FOLDER / "openvino_model.xml")
+    model.reshape({name: [4, 24] for name in ("input_ids", "attention_mask", "token_type_ids")})
+    ov.save_model(model, tmp_path / "openvino_model.xml", compress_to_fp16=False)
+    kw = {"max_length": 24, "pad_to_max_length": True, "top_n": 4}
+    docs = DOCUMENTS[:4]
+    ours = genai_shim.TextRerankPipeline(tmp_path, "NPU", **kw).rerank(QUERY, docs)
+    real = og.TextRerankPipeline(str(tmp_path), "NPU", NPU_USE_NPUW="YES", NPUW_DEVICES="CPU",
+                                 NPUW_ONLINE_PIPELINE="NONE", **kw, **CPU_PROPS).rerank(QUERY, docs)
+    cpu = og.TextRerankPipeline(str(FOLDER), "CPU", **kw, **CPU_PROPS).rerank(QUERY, docs)
+    assert [i for i, _ in ours] == [i for i, _ in real] == [i for i, _ in cpu]
+    np.testing.assert_allclose([s for _, s in ours], [s for _, s in real], rtol=1e-5, atol=0)
+    np.testing.assert_allclose([s for _, s in ours], [s for _, s in cpu], rtol=1e-5, atol=0)
