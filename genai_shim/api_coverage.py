@@ -57,8 +57,8 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
         "not implemented",
     ),
     "text embeddings and reranking": (
-        ("TextEmbeddingPipeline", "EmbeddingPipeline", "EmbedResult", "TextRerankPipeline"),
-        "not implemented",
+        ("EmbeddingPipeline", "EmbedResult"),
+        "TextEmbeddingPipeline and TextRerankPipeline (cross-encoders) run; no multimodal EmbeddingPipeline",
     ),
 }
 

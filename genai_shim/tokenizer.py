@@ -60,10 +60,19 @@ class TokenizedInputs:
     def __init__(self, input_ids: ov.Tensor, attention_mask: ov.Tensor) -> None:
         self.input_ids = input_ids
         self.attention_mask = attention_mask
+        #: the IR's token_type_ids output, if it has one (the real's C++ TokenizedInputs carries
+        #: it, its Python binding does not show it): read with token_type_ids()
+        self._token_type_ids: ov.Tensor | None = None
 
     def __repr__(self) -> str:
         ids, mask = self.input_ids.data.tolist(), self.attention_mask.data.tolist()
         return f"TokenizedInputs(input_ids={ids}, attention_mask={mask})"
+
+
+def token_type_ids(encoded: TokenizedInputs) -> ov.Tensor | None:
+    """The token type ids of an encode() result, when the tokenizer IR outputs them (BERT-style
+    pairs: 0 for the first text and its specials, 1 for the second), padded as its ids."""
+    return encoded._token_type_ids
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -308,11 +317,17 @@ class Tokenizer:
             request.infer(inputs)
             ids = np.array(request.get_tensor("input_ids").data, dtype=np.int64)
             mask = np.array(request.get_tensor("attention_mask").data, dtype=np.int64)
+            types = None
+            if any("token_type_ids" in port.get_names() for port in request.model_outputs):
+                types = np.array(request.get_tensor("token_type_ids").data, dtype=np.int64)
         limit = max_length if max_length is not None else layout.default_max_length
         width = limit if opts["pad_to_max_length"] and limit is not None else 0
         pad_right = layout.pad_right if side is None else side == "right"
-        ids, mask = tokenizer_ir.repad(ids, mask, width, pad_right, layout.pad_value)
-        return TokenizedInputs(ov.Tensor(ids), ov.Tensor(mask))
+        new_ids, new_mask = tokenizer_ir.repad(ids, mask, width, pad_right, layout.pad_value)
+        encoded = TokenizedInputs(ov.Tensor(new_ids), ov.Tensor(new_mask))
+        if types is not None:
+            encoded._token_type_ids = ov.Tensor(tokenizer_ir.repad(types, mask, width, pad_right, 0)[0])
+        return encoded
 
     def _layout(self) -> tokenizer_ir.EncoderLayout:
         if self._tok_model is None:

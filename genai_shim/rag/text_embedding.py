@@ -1,0 +1,201 @@
+"""TextEmbeddingPipeline: openvino.genai's (src/cpp/src/rag/text_embedding_pipeline.cpp) over
+ov_npu_emu.Core, for encoder exports (optimum-intel ``--task feature-extraction``).
+
+The tokenizer always truncates (to ``max_length``, else to the tokenizer IR's own limit), pads
+as configured; the model gets ``token_type_ids`` of zeros when it has that input (the real's
+"todo"); pooling and L2 normalisation are fused on the model's output as the real fuses them
+(genai_shim/rag/postprocess.py), and with ``batch_size`` or ``max_length`` the model is
+reshaped first.  On "NPU" the real's static path (``batch_size``, ``max_length`` and
+``pad_to_max_length`` set): the fixed-shape model with pooling fused, compiled on "NPU" as given
+(the emulated NPU, or NPUW with ``NPU_USE_NPUW=YES``); the dynamic path (NPUW's text-embedding
+mode) is refused with a typed error for now.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from genai_shim.rag.config import CONFIG_KEYS, PoolingType, TextEmbeddingConfig, check_properties
+from genai_shim.rag.postprocess import apply_postprocessing, has_token_type_ids, reshape_model
+from genai_shim.tokenizer import Tokenizer
+from ov_npu_emu.errors import ConfigError, IRReadError, UnsupportedFeatureError, UserInputError, UserTypeError
+
+__all__ = ["PoolingType", "TextEmbeddingConfig", "TextEmbeddingPipeline"]
+
+logger = logging.getLogger(__name__)
+
+MODEL_XML = "openvino_model.xml"
+
+_DROPPED_KEYS = ("truncation",)
+
+
+def _max_position_embeddings(folder: Path) -> int | None:
+    path = folder / "config.json"
+    if not path.is_file():
+        return None
+    value = json.loads(path.read_text(encoding="utf-8")).get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
+
+
+def _make_core() -> Any:
+    from ov_npu_emu import Core
+
+    return Core()
+
+
+def _refuse_npu_dynamic(config: TextEmbeddingConfig, fixed_len: bool) -> None:
+    """The real's NPU path for a dynamic model (NPUW's text-embedding mode) is not implemented
+    here: its own refusal first (left padding of a fixed length with CLS / LAST_TOKEN pooling),
+    then ours, saying how to get the static path."""
+    if config.padding_side == "left" and fixed_len and config.pooling_type != PoolingType.MEAN:
+        raise ConfigError("Padding on left is only supported for the MEAN pooling type for dynamic inputs models. "
+                          "In order to fix model shape, set batch_size, max_length and pad_to_max_length in the "
+                          "configuration.", key="padding_side")
+    raise UnsupportedFeatureError(
+        "genai_shim's TextEmbeddingPipeline on NPU runs the real's static path only: set batch_size, max_length "
+        "and pad_to_max_length=True (the number of texts per call must then equal batch_size); the dynamic path "
+        "(NPUW's text-embedding mode, NPUW_TEXT_EMBED) is not implemented yet", key="device")
+
+
+def _texts(texts: Any) -> list[str]:
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not all(
+            isinstance(t, str) for t in texts):
+        raise UserTypeError(f"texts must be a list of str, got {type(texts).__name__}")
+    if not texts:
+        # the real crashes the process here (measured, 2026.4.1: SIGSEGV)
+        raise UserInputError("embed_documents() needs at least one text; got an empty list")
+    return list(texts)
+
+
+def _text(text: Any) -> str:
+    if not isinstance(text, str):
+        raise UserTypeError(f"text must be a str, got {type(text).__name__}")
+    return text
+
+
+class TextEmbeddingPipeline:
+    """``TextEmbeddingPipeline(models_path, device, config=None, **properties)``.
+
+    Without ``config`` the config keys (``TextEmbeddingPipeline.Config``'s fields) are read from
+    ``properties`` and the rest go to the device's compile; with ``config`` every property goes
+    to the compile, as the real.
+    """
+
+    PoolingType = PoolingType
+    Config = TextEmbeddingConfig
+
+    def __init__(self, models_path: str | os.PathLike[str], device: str,
+                 config: TextEmbeddingConfig | None = None, **properties: Any) -> None:
+        if not isinstance(models_path, (str, os.PathLike)):
+            raise UserTypeError(f"models_path must be a folder path, got {type(models_path).__name__}")
+        if not isinstance(device, str):
+            raise UserTypeError(f"device must be a str, got {type(device).__name__}")
+        if config is not None and not isinstance(config, TextEmbeddingConfig):
+            raise UserTypeError(f"config must be a TextEmbeddingPipeline.Config, got {type(config).__name__}")
+        if "text_embedding_config" in properties:
+            raise ConfigError("pass a TextEmbeddingPipeline.Config as config=, not as the text_embedding_config "
+                              "property (the real TextEmbeddingPipeline ignores it)", key="text_embedding_config")
+        if config is None:
+            config = TextEmbeddingConfig(**{k: v for k, v in properties.items() if k in CONFIG_KEYS})
+            properties = {k: v for k, v in properties.items() if k not in CONFIG_KEYS + _DROPPED_KEYS}
+        else:
+            config = config.copy()
+        folder = Path(models_path)
+        if not (folder / MODEL_XML).is_file():
+            raise IRReadError(f"{folder / MODEL_XML} was not found; pass the folder optimum-cli exported "
+                              "(optimum-cli export openvino --task feature-extraction)")
+        self._config = config
+        self._tokenizer = Tokenizer(folder)
+        config.validate()
+        self._tokenization: dict[str, Any] = {"truncation": True}
+        if config.max_length is not None:
+            self._tokenization["max_length"] = config.max_length
+        if config.pad_to_max_length is not None:
+            self._tokenization["pad_to_max_length"] = config.pad_to_max_length
+        if config.padding_side is not None:
+            self._tokenization["padding_side"] = config.padding_side
+        is_npu = device.split(".")[0].upper() == "NPU"
+        fixed_len = config.max_length is not None and bool(config.pad_to_max_length)
+        if is_npu and (config.batch_size is None or not fixed_len):
+            _refuse_npu_dynamic(config, fixed_len)
+        core = _make_core()
+        model = core.read_model(folder / MODEL_XML)
+        if config.batch_size is not None or config.max_length is not None:
+            limit = _max_position_embeddings(folder)
+            if config.max_length is not None and limit is not None and config.max_length > limit:
+                logger.warning("max_length is set to %d which is greater than models max_position_embeddings "
+                               "(%d). Some models may fail with such configuration.", config.max_length, limit)
+            # on NPU: the real's static path, a fixed batch_size x max_length model compiled on
+            # "NPU" as given (the emulated NPU, or NPUW with NPU_USE_NPUW=YES)
+            reshape_model(model, config)
+        model = apply_postprocessing(model, config)
+        if not is_npu:
+            check_properties(core, device, properties)
+        compiled = core.compile_model(model, device, properties)
+        self._request = compiled.create_infer_request()
+        self._token_types = has_token_type_ids(compiled)
+        self._started = False
+
+    # -- synchronous ---------------------------------------------------------------------------
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embeddings of ``texts`` (each prefixed with ``embed_instruction`` if set)."""
+        self.start_embed_documents_async(texts)
+        return self.wait_embed_documents()
+
+    def embed(self, texts: list[str], prompt: str) -> list[list[float]]:
+        """Embeddings of ``texts``, each prefixed with ``prompt``."""
+        prompt = _text(prompt)
+        self._start([prompt + t for t in _texts(texts)])
+        return self.wait_embed_documents()
+
+    def embed_query(self, text: str) -> list[float]:
+        """The embedding of one query (prefixed with ``query_instruction`` if set)."""
+        self.start_embed_query_async(text)
+        return self.wait_embed_query()
+
+    # -- asynchronous --------------------------------------------------------------------------
+    def start_embed_documents_async(self, texts: list[str]) -> None:
+        instruction = self._config.embed_instruction or ""
+        self._start([instruction + t for t in _texts(texts)])
+
+    def wait_embed_documents(self) -> list[list[float]]:
+        return self._wait()
+
+    def start_embed_query_async(self, text: str) -> None:
+        self._start([(self._config.query_instruction or "") + _text(text)])
+
+    def wait_embed_query(self) -> list[float]:
+        return self._wait()[0]
+
+    # -- internals -----------------------------------------------------------------------------
+    def _start(self, texts: list[str]) -> None:
+        batch = self._config.batch_size
+        if batch is not None and len(texts) != batch:
+            raise UserInputError(f"Number of texts passed to pipeline should be equal to batch_size({batch})")
+        encoded = self._tokenizer.encode(texts, **self._tokenization)
+        self._request.set_tensor("input_ids", encoded.input_ids)
+        self._request.set_tensor("attention_mask", encoded.attention_mask)
+        if self._token_types:
+            import openvino as ov
+
+            shape = tuple(encoded.input_ids.shape)
+            self._request.set_tensor("token_type_ids", ov.Tensor(np.zeros(shape, dtype=np.int64)))
+        self._request.start_async()
+        self._started = True
+
+    def _wait(self) -> list[list[float]]:
+        if not self._started:
+            raise UserInputError("nothing to wait for: call start_embed_documents_async() or "
+                                 "start_embed_query_async() first")
+        self._request.wait()
+        out = np.asarray(self._request.get_tensor("last_hidden_state").data, dtype=np.float32)
+        result: list[list[float]] = out.reshape(out.shape[0], -1).tolist()
+        return result
+
+
