@@ -32,7 +32,7 @@ class ASRGenerationConfig(WhisperGenerationConfig):
     its own ``validate()`` checks the generic rules only (the Whisper ones run in the Whisper
     pipeline)."""
 
-    _FIELDS = {**WhisperGenerationConfig._FIELDS, "context": None}
+    _FIELDS = {**WhisperGenerationConfig.field_defaults(), "context": None}
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "context":
@@ -52,7 +52,7 @@ class ASRGenerationConfig(WhisperGenerationConfig):
     def to_whisper(self) -> WhisperGenerationConfig:
         """The Whisper adapter's copy: every field but ``context``."""
         out = WhisperGenerationConfig()
-        for name in WhisperGenerationConfig._FIELDS:
+        for name in WhisperGenerationConfig.field_defaults():
             object.__setattr__(out, name, getattr(self, name))
         return out
 

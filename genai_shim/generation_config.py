@@ -143,6 +143,11 @@ class GenerationConfig:
     #: the keys read from a generation_config.json
     _JSON_FIELDS: tuple[str, ...] = _JSON_KEYS
 
+    @classmethod
+    def field_defaults(cls) -> dict[str, Any]:
+        """Every field of this config class with its default."""
+        return dict(cls._FIELDS)
+
     def __init__(self, json_path: str | os.PathLike | None = None, **kwargs: Any) -> None:
         for k, v in self._FIELDS.items():
             object.__setattr__(self, k, copy.copy(v))

@@ -120,7 +120,7 @@ class TextEmbeddingConfig:
 
     def copy(self) -> TextEmbeddingConfig:
         new = TextEmbeddingConfig()
-        new._values.update(self._values)
+        object.__getattribute__(new, "_values").update(self._values)  # self's own class
         return new
 
     def __repr__(self) -> str:
