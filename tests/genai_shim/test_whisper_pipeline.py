@@ -201,8 +201,10 @@ BEAMS = [
     ("medium", 0, {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 2.0, "max_new_tokens": 30,
                    "language": "de"}),
     pytest.param("short", 0, {"num_beams": 3, "no_repeat_ngram_size": 2, "max_new_tokens": 20},
-                 marks=pytest.mark.xfail(strict=True, reason="open (issue 32): on the final (seed 43) fixture "
-                                         "ours picks 95 where the real picks 335 at token 17; not yet explained")),
+                 marks=pytest.mark.xfail(strict=True, reason="open (issue 32): texts and results equal the real's; the "
+                                         "one streamer write differs - the real streams the first entry of an "
+                                         "unordered_map of the sequences left, which is not always the group's last "
+                                         "once n-gram bans drop beams")),
     ("medium", 0, {"num_beams": 3, "return_timestamps": True}),
     ("long", 0, {"num_beams": 3}),
     ("long", 1, {"num_beams": 2, "return_timestamps": True, "language": "en"}),
