@@ -11,12 +11,10 @@ from genai_shim.enums import BindingEnum
 from genai_shim.tokenizer_ir import bool_property
 from ov_npu_emu.errors import ConfigError, UserTypeError
 
-__all__ = ["CONFIG_KEYS", "PoolingType", "TextEmbeddingConfig", "check_properties", "opt_bool", "opt_int", "opt_str"]
-
-#: the keys the pipeline reads as its Config (the real's ``remove_config_properties`` drops
-#: them, plus ``truncation``, before compiling)
-CONFIG_KEYS = ("max_length", "pad_to_max_length", "batch_size", "pooling_type", "normalize",
-               "query_instruction", "embed_instruction", "padding_side")
+__all__ = [
+    "CONFIG_KEYS", "KeyedConfig", "PoolingType", "TextEmbeddingConfig", "check_properties", "opt_bool", "opt_int",
+    "opt_str",
+]
 
 
 class PoolingType(BindingEnum):
@@ -69,7 +67,55 @@ def _pooling(value: Any, *, from_map: bool) -> PoolingType:
                         f"{type(value).__name__} {value!r}")
 
 
-class TextEmbeddingConfig:
+class KeyedConfig:
+    """A pipeline's ``Config`` of fixed keys: ``Config(**keys)`` (another key is a ConfigError,
+    where the real ignores it), attributes typed by the subclass's :meth:`_convert`, ``copy``
+    and ``repr``.  A subclass sets ``_NAME`` and ``_DEFAULTS`` (the keys in the real's order)."""
+
+    _NAME = ""
+    _DEFAULTS: dict[str, Any] = {}
+
+    def __init__(self, **properties: Any) -> None:
+        object.__setattr__(self, "_values", dict(self._DEFAULTS))
+        keys = self.keys()
+        unknown = sorted(set(properties) - set(keys))
+        if unknown:
+            raise ConfigError(
+                f"{self._NAME} takes {', '.join(keys)}; not {', '.join(unknown)} "
+                "(device properties go to the pipeline's constructor)", key=unknown[0])
+        for key, value in properties.items():
+            self._values[key] = self._convert(key, value, from_map=True)
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return tuple(cls._DEFAULTS)
+
+    @staticmethod
+    def _convert(key: str, value: Any, *, from_map: bool) -> Any:
+        raise NotImplementedError
+
+    def __getattr__(self, name: str) -> Any:
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        raise AttributeError(f"'Config' object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self._DEFAULTS:
+            raise AttributeError(f"'Config' object has no attribute {name!r}")
+        self._values[name] = self._convert(name, value, from_map=False)
+
+    def copy(self) -> Any:
+        new = type(self)()
+        object.__getattribute__(new, "_values").update(self._values)  # an instance of self's own class
+        return new
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
+        return f"{self._NAME}({fields})"
+
+
+class TextEmbeddingConfig(KeyedConfig):
     """``TextEmbeddingPipeline.Config``: the real's fields, defaults and checks.
 
     ``Config()`` or ``Config(**properties)`` (the pipeline's config keys; another key is a
@@ -86,30 +132,16 @@ class TextEmbeddingConfig:
     embed_instruction: str | None
     padding_side: str | None
 
-    def __init__(self, **properties: Any) -> None:
-        object.__setattr__(self, "_values", {
-            "max_length": None, "pad_to_max_length": None, "batch_size": None,
-            "pooling_type": PoolingType.CLS, "normalize": True, "query_instruction": None,
-            "embed_instruction": None, "padding_side": None,
-        })
-        unknown = sorted(set(properties) - set(CONFIG_KEYS))
-        if unknown:
-            raise ConfigError(
-                f"TextEmbeddingPipeline.Config takes {', '.join(CONFIG_KEYS)}; not {', '.join(unknown)} "
-                "(device properties go to the pipeline's constructor)", key=unknown[0])
-        for key, value in properties.items():
-            self._values[key] = _convert(key, value, from_map=True)
+    _NAME = "TextEmbeddingPipeline.Config"
+    _DEFAULTS = {
+        "max_length": None, "pad_to_max_length": None, "batch_size": None,
+        "pooling_type": PoolingType.CLS, "normalize": True, "query_instruction": None,
+        "embed_instruction": None, "padding_side": None,
+    }
 
-    def __getattr__(self, name: str) -> Any:
-        values = object.__getattribute__(self, "_values")
-        if name in values:
-            return values[name]
-        raise AttributeError(f"'Config' object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name not in CONFIG_KEYS:
-            raise AttributeError(f"'Config' object has no attribute {name!r}")
-        self._values[name] = _convert(name, value, from_map=False)
+    @staticmethod
+    def _convert(key: str, value: Any, *, from_map: bool) -> Any:
+        return _convert(key, value, from_map=from_map)
 
     def validate(self) -> None:
         """Checks that are no conflicting parameters (the real's: positive max_length and batch_size)."""
@@ -118,14 +150,10 @@ class TextEmbeddingConfig:
         if self.batch_size is not None and self.batch_size <= 0:
             raise ConfigError("batch_size should be greater than 0", key="batch_size")
 
-    def copy(self) -> TextEmbeddingConfig:
-        new = TextEmbeddingConfig()
-        object.__getattribute__(new, "_values").update(self._values)  # self's own class
-        return new
 
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
-        return f"TextEmbeddingPipeline.Config({fields})"
+#: the keys the pipeline reads as its Config (the real's ``remove_config_properties`` drops
+#: them, plus ``truncation``, before compiling)
+CONFIG_KEYS = TextEmbeddingConfig.keys()
 
 
 def _convert(key: str, value: Any, *, from_map: bool) -> Any:

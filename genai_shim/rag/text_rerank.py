@@ -22,17 +22,16 @@ import openvino as ov
 import openvino.opset8 as op8
 from openvino import opset1 as op1
 
-from genai_shim.rag.config import check_properties, opt_bool, opt_int, opt_str
+from genai_shim.rag.config import KeyedConfig, check_properties, opt_bool, opt_int, opt_str
 from genai_shim.tokenizer import Tokenizer, token_type_ids
 from ov_npu_emu.errors import ConfigError, IRReadError, UnsupportedFeatureError, UserTypeError
 
 __all__ = ["TextRerankConfig", "TextRerankPipeline"]
 
 MODEL_XML = "openvino_model.xml"
-RERANK_KEYS = ("top_n", "max_length", "pad_to_max_length", "padding_side")
 
 
-class TextRerankConfig:
+class TextRerankConfig(KeyedConfig):
     """``TextRerankPipeline.Config``: ``top_n`` (3), ``max_length``, ``pad_to_max_length``,
     ``padding_side`` (None).  ``Config(**keys)``; another key is a ConfigError (the real ignores it)."""
 
@@ -41,34 +40,15 @@ class TextRerankConfig:
     pad_to_max_length: bool | None
     padding_side: str | None
 
-    def __init__(self, **properties: Any) -> None:
-        object.__setattr__(self, "_values", {"top_n": 3, "max_length": None, "pad_to_max_length": None,
-                                             "padding_side": None})
-        unknown = sorted(set(properties) - set(RERANK_KEYS))
-        if unknown:
-            raise ConfigError(f"TextRerankPipeline.Config takes {', '.join(RERANK_KEYS)}; not {', '.join(unknown)} "
-                              "(device properties go to the pipeline's constructor)", key=unknown[0])
-        for key, value in properties.items():
-            self._values[key] = _convert(key, value, from_map=True)
+    _NAME = "TextRerankPipeline.Config"
+    _DEFAULTS = {"top_n": 3, "max_length": None, "pad_to_max_length": None, "padding_side": None}
 
-    def __getattr__(self, name: str) -> Any:
-        values = object.__getattribute__(self, "_values")
-        if name in values:
-            return values[name]
-        raise AttributeError(f"'Config' object has no attribute {name!r}")
+    @staticmethod
+    def _convert(key: str, value: Any, *, from_map: bool) -> Any:
+        return _convert(key, value, from_map=from_map)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name not in RERANK_KEYS:
-            raise AttributeError(f"'Config' object has no attribute {name!r}")
-        self._values[name] = _convert(name, value, from_map=False)
 
-    def copy(self) -> TextRerankConfig:
-        new = TextRerankConfig()
-        new._values.update(self._values)
-        return new
-
-    def __repr__(self) -> str:
-        return "TextRerankPipeline.Config(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
+RERANK_KEYS = TextRerankConfig.keys()
 
 
 def _convert(key: str, value: Any, *, from_map: bool) -> Any:
