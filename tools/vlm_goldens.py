@@ -101,12 +101,12 @@ def margins(folder: Path, golden: dict[str, Any]) -> dict[str, Any]:
 
     if sys_path not in sys.path:
         sys.path.insert(0, sys_path)
-    from genai_shim.vlm.qwen2vl import Qwen2VLEmbedder
+    from genai_shim.vlm.pipeline import EMBEDDERS
 
     core = ov.Core()
     cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     tok = og.Tokenizer(str(folder))
-    emb = Qwen2VLEmbedder(core, folder, cfg, "CPU", CPU_PROPS, tok)
+    emb = EMBEDDERS[cfg["model_type"]](core, folder, cfg, "CPU", CPU_PROPS, tok)
     lm = core.compile_model(core.read_model(folder / "openvino_language_model.xml"), "CPU", CPU_PROPS)
     out: dict[str, Any] = {"source": "openvino CPU f32, openvino_language_model.xml, greedy"}
     for key, images in (("image", [ov.Tensor(test_image())]), ("text_only", [])):
@@ -131,7 +131,7 @@ def margins(folder: Path, golden: dict[str, Any]) -> dict[str, Any]:
             length = n + len(tokens)
             logits = req.infer({"inputs_embeds": emb.token_embeddings(np.array([[t]], np.int64)),
                                 "attention_mask": np.ones((1, length), np.int64),
-                                "position_ids": np.full((3, 1, 1), length - 1 + delta, np.int64),
+                                "position_ids": emb.step_position_ids(length, delta),
                                 "beam_idx": np.zeros(1, np.int32)})["logits"][0, -1]
         out[key] = {"ids": tokens, "per_step": steps, "min": min(steps),
                     "text_equals_golden": tok.decode(tokens) == golden["cpu"][key]["text"]}
