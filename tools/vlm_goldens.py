@@ -38,6 +38,25 @@ def test_image(h: int = 80, w: int = 80) -> np.ndarray:
     return img
 
 
+def chat_turns(pipe: Any, lib: Any) -> list[tuple[str, int]]:
+    """start_chat(), the CHAT turns with the test image in the first, finish_chat(): each
+    turn's (text, input tokens), greedy with MAX_NEW_TOKENS (``lib``: openvino_genai or the shim)."""
+    import openvino as ov
+
+    cfg = lib.GenerationConfig()
+    cfg.max_new_tokens = MAX_NEW_TOKENS
+    pipe.start_chat()
+    try:
+        out = []
+        for i, prompt in enumerate(CHAT):
+            kw = {"images": [ov.Tensor(test_image())]} if i == 0 else {}
+            r = pipe.generate(prompt, generation_config=cfg, **kw)
+            out.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
+        return out
+    finally:
+        pipe.finish_chat()
+
+
 def _run(pipe: Any, ov: Any, og: Any) -> dict[str, Any]:
     cfg = og.GenerationConfig()
     cfg.max_new_tokens = MAX_NEW_TOKENS
@@ -47,14 +66,8 @@ def _run(pipe: Any, ov: Any, og: Any) -> dict[str, Any]:
     out["image"] = {"text": r.texts[0], "num_input_tokens": r.perf_metrics.get_num_input_tokens()}
     r = pipe.generate(PROMPT, generation_config=cfg)
     out["text_only"] = {"text": r.texts[0], "num_input_tokens": r.perf_metrics.get_num_input_tokens()}
-    pipe.start_chat()
-    turns = []
-    for i, p in enumerate(CHAT):
-        r = pipe.generate(p, images=[image], generation_config=cfg) if i == 0 else pipe.generate(
-            p, generation_config=cfg)
-        turns.append({"prompt": p, "text": r.texts[0], "num_input_tokens": r.perf_metrics.get_num_input_tokens()})
-    pipe.finish_chat()
-    out["chat"] = turns
+    out["chat"] = [{"prompt": p, "text": t, "num_input_tokens": n}
+                   for p, (t, n) in zip(CHAT, chat_turns(pipe, og), strict=True)]
     return out
 
 

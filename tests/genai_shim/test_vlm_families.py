@@ -23,7 +23,7 @@ from ov_npu_emu.errors import PromptTooLongError, UserInputError
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "vlm"
 sys.path.insert(0, str(ROOT / "tools"))
-from vlm_goldens import CHAT, CPU_PROPS, MAX_NEW_TOKENS, NPU_PROPS, PROMPT  # noqa: E402
+from vlm_goldens import CHAT, CPU_PROPS, MAX_NEW_TOKENS, NPU_PROPS, PROMPT, chat_turns  # noqa: E402
 from vlm_goldens import test_image as make_image  # noqa: E402
 
 og = pytest.importorskip("openvino_genai")
@@ -59,18 +59,7 @@ def cpu_pair(family: str) -> tuple[Any, Any]:
     return genai_shim.VLMPipeline(folder, "CPU", **CPU_PROPS), og.VLMPipeline(str(folder), "CPU", **CPU_PROPS)
 
 
-def _chat(pipe: Any, lib: Any) -> list[tuple[str, int]]:
-    """start_chat(): three turns, the image in the first."""
-    pipe.start_chat()
-    try:
-        out = []
-        for i, prompt in enumerate(CHAT):
-            kw = {"images": [_image()]} if i == 0 else {}
-            r = pipe.generate(prompt, generation_config=_config(lib), **kw)
-            out.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
-        return out
-    finally:
-        pipe.finish_chat()
+_chat = chat_turns
 
 
 def _history_chat(pipe: Any, lib: Any) -> list[tuple[str, int]]:

@@ -20,7 +20,7 @@ from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "tests" / "fixtures" / "vlm" / "qwen2vl-fp32"
 sys.path.insert(0, str(ROOT / "tools"))
-from vlm_goldens import CHAT, CPU_PROPS, MAX_NEW_TOKENS, NPU_PROPS, PROMPT  # noqa: E402
+from vlm_goldens import CHAT, CPU_PROPS, MAX_NEW_TOKENS, NPU_PROPS, PROMPT, chat_turns  # noqa: E402
 from vlm_goldens import test_image as make_image  # noqa: E402
 
 GOLDEN = json.loads((FOLDER / "golden.json").read_text(encoding="utf-8"))
@@ -198,17 +198,7 @@ def test_npu_matches_real(shim_npu: Any, real_npu: Any, with_image: bool) -> Non
     assert ours.perf_metrics.get_num_input_tokens() == real.perf_metrics.get_num_input_tokens()
 
 
-def _chat(pipe: Any, lib: Any) -> list[tuple[str, int]]:
-    pipe.start_chat()
-    try:
-        out = []
-        for i, prompt in enumerate(CHAT):
-            kw = {"images": [_image()]} if i == 0 else {}
-            r = pipe.generate(prompt, generation_config=_config(lib), **kw)
-            out.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
-        return out
-    finally:
-        pipe.finish_chat()
+_chat = chat_turns
 
 
 def test_npu_chat_history_matches_real(shim_npu: Any, real_npu: Any) -> None:
