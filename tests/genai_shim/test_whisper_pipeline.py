@@ -307,7 +307,7 @@ def test_generation_config_must_be_whisper_config(ours: Any, real: Any, audio: d
 
 
 def test_not_yet_supported_is_a_typed_error(ours: Any, real: Any, audio: dict[str, np.ndarray], tmp_path: Path) -> None:
-    with pytest.raises(UnsupportedFeatureError, match="does not run on NPU yet") as err:
+    with pytest.raises(UnsupportedFeatureError, match="default NPU path") as err:
         genai_shim.WhisperPipeline(FOLDER, "NPU")
     assert err.value.key == "device"
     with pytest.raises(ConfigError, match="runs on \"CPU\""):
