@@ -14,6 +14,7 @@ are not built yet: a typed error at compile time.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ov_npu_emu.api.compiled_model import CompiledModel
     from ov_npu_emu.api.core import Core
 
-__all__ = ["TextEmbedCompiledModel", "compile_text_embed", "is_encoder_model"]
+__all__ = ["TextEmbedCompiledModel", "compile_text_embed", "is_encoder_model", "position_table_rows"]
 
 logger = logging.getLogger("ov_npu_emu_npuw")
 
@@ -45,6 +46,20 @@ def is_encoder_model(model: ov.Model) -> bool:
     if "position_ids" in names or any("past_key_values" in n for n in names):
         return False
     return not any(op.get_type_name() == "ReadValue" for op in model.get_ops())
+
+
+def position_table_rows(model: ov.Model) -> int | None:
+    """Rows of the learned absolute position-embedding table (a Gather from a constant named
+    ``position_embeddings``), or None."""
+    for op in model.get_ops():
+        if op.get_type_name() != "Gather" or "position_embeddings" not in op.get_friendly_name():
+            continue
+        data = op.input_value(0).get_node()
+        while data.get_type_name() == "Convert":
+            data = data.input_value(0).get_node()
+        if data.get_type_name() == "Constant":
+            return int(data.get_output_shape(0)[0])
+    return None
 
 
 def compile_text_embed(core: Core, model: ov.Model, config: Mapping[str, Any]) -> TextEmbedCompiledModel:
@@ -67,6 +82,12 @@ def compile_text_embed(core: Core, model: ov.Model, config: Mapping[str, Any]) -
             key="NPUW_TEXT_EMBED",
         )
     device = pick_device(core, cfg.devices)
+    limit = position_table_rows(model)
+    if limit is not None and limit < cfg.max_prompt_len:
+        # as the real (measured: MAX_PROMPT_LEN 1024 on a 128-position BERT reads back 128): the
+        # static length never exceeds the learned position table
+        logger.info("NPUW_TEXT_EMBED: MAX_PROMPT_LEN %d capped to the model's %d positions", cfg.max_prompt_len, limit)
+        cfg = dataclasses.replace(cfg, max_prompt_len=limit)
     size = cfg.max_prompt_len
     static = model.clone()
     names = {n for p in static.inputs for n in p.get_names()}
