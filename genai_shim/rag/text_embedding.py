@@ -27,7 +27,7 @@ import numpy as np
 from genai_shim.rag.config import CONFIG_KEYS, PoolingType, TextEmbeddingConfig, check_properties
 from genai_shim.rag.postprocess import apply_postprocessing, create_post_model, has_token_type_ids, reshape_model
 from genai_shim.tokenizer import Tokenizer
-from ov_npu_emu.errors import ConfigError, IRReadError, UserInputError, UserTypeError
+from ov_npu_emu.errors import ConfigError, IRReadError, UnsupportedFeatureError, UserInputError, UserTypeError
 
 __all__ = ["PoolingType", "TextEmbeddingConfig", "TextEmbeddingPipeline"]
 
@@ -69,6 +69,12 @@ def _npu_text_embedding_config(config: TextEmbeddingConfig, properties: dict[str
     from genai_shim.npu_config import DEFAULT_MAX_PROMPT_LEN, _pop_int, get_kv_axes_pos
 
     props = dict(properties)
+    for key in ("BLOB_PATH", "EXPORT_BLOB"):
+        if key in props:
+            # the real imports / exports the NPUW text-embedding blob here
+            raise UnsupportedFeatureError(
+                f"{key}: importing or exporting the NPU text-embedding model is not built yet in genai_shim; "
+                "drop the key (the model is compiled at construction)", key=key)
     if config.max_length is not None:
         max_prompt = config.max_length
     else:

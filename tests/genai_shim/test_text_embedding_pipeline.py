@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import genai_shim
-from ov_npu_emu.errors import ConfigError, IRReadError, UserInputError, UserTypeError
+from ov_npu_emu.errors import ConfigError, IRReadError, UnsupportedFeatureError, UserInputError, UserTypeError
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "tests" / "fixtures" / "rag" / "bert-embed-fp32"
@@ -279,6 +279,15 @@ def test_npu_dynamic_path_one_text_per_call() -> None:
             pipe.embed_documents(list(DOCUMENTS[:2]))
     with pytest.raises(UserInputError, match="one text per call"):
         genai_shim.TextEmbeddingPipeline(FOLDER, "NPU", NPUW_DEVICES="CPU").embed_documents(list(DOCUMENTS[:2]))
+
+
+@pytest.mark.parametrize("key", ["BLOB_PATH", "EXPORT_BLOB"])
+def test_npu_dynamic_blob_keys_not_built(key: str, tmp_path: Path) -> None:
+    """The real imports / exports its NPUW text-embedding blob with these keys; ours says it
+    does not (rather than ignoring them)."""
+    value = str(tmp_path / "model.blob") if key == "BLOB_PATH" else True
+    with pytest.raises(UnsupportedFeatureError, match=f"{key}: importing or exporting"):
+        genai_shim.TextEmbeddingPipeline(FOLDER, "NPU", NPUW_DEVICES="CPU", **{key: value})
 
 
 def test_npu_dynamic_left_padding_refused() -> None:
