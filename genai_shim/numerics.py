@@ -66,39 +66,51 @@ def _is_float(t: ov.Type) -> bool:
     return t in (ov.Type.f32, ov.Type.f16, ov.Type.bf16)
 
 
-def _capture_nodes(model: ov.Model) -> list[ov.Output]:
-    """Float outputs of ops that depend on an input (folded constant subgraphs are left out)."""
-    live: set[str] = set()
-    outs: list[ov.Output] = []
+_KV_INPUT = re.compile(r"^past_key_values\.(\d+)\.|^past\.(\d+)\.")
+
+
+def _capture_nodes(model: ov.Model) -> list[tuple[ov.Output, str]]:
+    """Float outputs of ops that depend on an input (folded constant subgraphs are left out),
+    each with its layer: from the node's name, else (names without a layer index, as in
+    stories260K) "kvN", the last layer whose past-KV input the op reads through the graph."""
+    live: dict[str, int] = {}  # node name -> highest past-KV layer upstream (-1: none)
+    outs: list[tuple[ov.Output, str]] = []
     for n in model.get_ordered_ops():
         t = n.get_type_name()
         if t == "Parameter":
-            live.add(n.get_name())
+            m = _KV_INPUT.match(n.output(0).get_any_name()) if n.output(0).get_names() else None
+            live[n.get_name()] = int(m.group(1) or m.group(2)) if m else -1
             continue
         if t in ("Constant", "Result", "Assign", "ShapeOf"):
             continue
-        if not any(n.input_value(i).get_node().get_name() in live for i in range(n.get_input_size())):
+        ups = [live[x] for x in (n.input_value(i).get_node().get_name() for i in range(n.get_input_size()))
+               if x in live]
+        if not ups:
             continue
-        live.add(n.get_name())
+        live[n.get_name()] = max(ups)
+        kv = f"kv{max(ups)}" if max(ups) >= 0 else "-"
         for o in n.outputs():
             if _is_float(o.get_element_type()) and o.get_partial_shape().is_static:
-                outs.append(o)
+                outs.append((o, kv))
+    named = [layer_of(o.get_node().get_friendly_name()) for o, _ in outs]
+    if any(x != "-" for x in named):  # the names say it: no kvN groups mixed in
+        return [(o, x) for (o, _), x in zip(outs, named, strict=True)]
     return outs
 
 
-def _with_captures(model: ov.Model) -> tuple[ov.Model, list[tuple[str, str, str]]]:
-    """``model`` plus one Result per captured output; (output name, node name, op type) each."""
+def _with_captures(model: ov.Model) -> tuple[ov.Model, list[tuple[str, str, str, str]]]:
+    """``model`` plus one Result per captured output; (output name, node name, op type, layer) each."""
     caps = _capture_nodes(model)
-    names: list[tuple[str, str, str]] = []
+    names: list[tuple[str, str, str, str]] = []
     results = []
-    for i, o in enumerate(caps):
+    for i, (o, layer) in enumerate(caps):
         node = o.get_node()
         label = f"numerics.capture.{i}"
         r = ov.opset13.result(o)
         r.output(0).get_tensor().set_names({label})
         results.append(r)
         suffix = f":{o.get_index()}" if node.get_output_size() > 1 else ""
-        names.append((label, node.get_friendly_name() + suffix, node.get_type_name()))
+        names.append((label, node.get_friendly_name() + suffix, node.get_type_name(), layer))
     model.add_results(results)
     return model, names
 
@@ -109,7 +121,8 @@ def _compile_run(core: Any, model: ov.Model, config: Mapping[str, Any], feeds: S
     req = cm.create_infer_request()
     out: list[dict[str, np.ndarray]] = []
     for feed in feeds:
-        req.infer(dict(feed))
+        with np.errstate(all="ignore"):  # an f16 overflow is what the report is looking for
+            req.infer(dict(feed))
         out.append({n: np.array(req.get_tensor(n).data, dtype=np.float64) for n in names})
     return out
 
@@ -198,7 +211,8 @@ def _greedy(core: Any, xml: Path, ids: list[int], steps: int, config: Mapping[st
     seq = list(ids) + [ids[-1]] * steps  # the tail is never read by an earlier position (causal)
     out: list[int] = []
     for s in range(steps):
-        req.infer(_llm_inputs(model, seq))
+        with np.errstate(all="ignore"):
+            req.infer(_llm_inputs(model, seq))
         row = np.array(req.get_tensor(logits).data, dtype=np.float64)[0, len(ids) + s - 1]
         tok = int(np.argmax(np.nan_to_num(row, nan=-np.inf))) if np.isfinite(row).any() else 0
         out.append(tok)
@@ -207,17 +221,17 @@ def _greedy(core: Any, xml: Path, ids: list[int], steps: int, config: Mapping[st
     return out
 
 
-def _summarize_ops(names: Sequence[tuple[str, str, str]], ref: Sequence[dict[str, np.ndarray]],
+def _summarize_ops(names: Sequence[tuple[str, str, str, str]], ref: Sequence[dict[str, np.ndarray]],
                    val: Sequence[dict[str, np.ndarray]]) -> list[dict[str, Any]]:
     """Per captured op: the worst over the prompts."""
     ops: list[dict[str, Any]] = []
-    for label, node, op in names:
+    for label, node, op, layer in names:
         worst: dict[str, Any] = {}
         for r, v in zip(ref, val, strict=True):
             s = _err_stats(r[label], v[label])
             for k, x in s.items():
                 worst[k] = max(worst.get(k, x), x)
-        ops.append({"node": node, "op": op, "layer": layer_of(node), **worst,
+        ops.append({"node": node, "op": op, "layer": layer, **worst,
                     "overflow": worst["peak_f32"] > F16_MAX})
     return ops
 
@@ -299,7 +313,7 @@ def _run_llm(core: Any, xml: Path, prompts: list[str], f16: dict[str, Any], f32:
         logits = _logits_name(base)
         model, names = _with_captures(base)
         feed = _llm_inputs(model, ids)
-        labels = [n for n, _, _ in names] + [logits]
+        labels = [n for n, *_ in names] + [logits]
         ref = _compile_run(core, model, f32, [feed], labels)
         val = _compile_run(core, model, f16, [feed], labels)
         all_ops.append(_summarize_ops(names, ref, val))
@@ -337,7 +351,7 @@ def _run_ir(core: Any, xml: Path, f16: dict[str, Any], f32: dict[str, Any], repo
     feed = example_inputs(base)
     outs = [o.get_any_name() for o in base.outputs]
     model, names = _with_captures(base)
-    labels = [n for n, _, _ in names] + outs
+    labels = [n for n, *_ in names] + outs
     ref = _compile_run(core, model, f32, [feed], labels)
     val = _compile_run(core, model, f16, [feed], labels)
     report["outputs"] = {"tensors": [{"name": o, **_err_stats(ref[0][o], val[0][o])} for o in outs]}
