@@ -404,8 +404,8 @@ def format_text(report: Mapping[str, Any], *, top: int = 10) -> str:
     for t in o.get("tensors", []):
         out.append(f"  output {t['name']}: max abs err {_fmt(t['max_abs_err'])}, rel {_fmt(t['max_rel_err'])}")
     fo, fn = report["first_overflow"], report["first_nonfinite"]
-    out.append("first op past the f16 range (65504 in f32): "
-               + ("none" if fo is None else f"{fo['node']} ({fo['op']}, layer {fo['layer']}, peak {_fmt(fo['peak_f32'])})"))
+    past = "none" if fo is None else f"{fo['node']} ({fo['op']}, layer {fo['layer']}, peak {_fmt(fo['peak_f32'])})"
+    out.append(f"first op past the f16 range (65504 in f32): {past}")
     out.append("first inf/NaN in the f16 run: "
                + ("none" if fn is None else f"{fn['node']} ({fn['op']}, layer {fn['layer']})"))
     out += ["", f"{'layer':>6} {'ops':>4} {'max abs err':>12} {'max rel err':>12} {'peak |x|':>10} {'>f16':>5} "

@@ -17,6 +17,7 @@ import pytest
 from genai_shim.numerics import NumericsError, format_text, html_report, run_numerics, to_json
 from ov_npu_emu.cli import main
 
+
 def _png_pixels(data: bytes) -> np.ndarray:
     """The profile page test's PNG decoder (tests/npu/profile/test_profile_html.py)."""
     import importlib.util
