@@ -19,7 +19,7 @@ from ov_npu_emu.options import Converter, Option, OptionTable, as_bool, as_choic
 from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT
 
 __all__ = ["CACHE_MODES", "compilation_mode_params", "higher_precision_ops",
- "DEFAULT_DEVICE_MEMORY_MB", "DEFAULT_WEIGHTS_CACHE_MB", "NPU_OPTIONS", "device_defaults",
+           "DEFAULT_DEVICE_MEMORY_MB", "DEFAULT_WEIGHTS_CACHE_MB", "NPU_OPTIONS", "device_defaults",
            "device_properties", "precision", "read"]
 
 #: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
