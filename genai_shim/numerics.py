@@ -464,13 +464,13 @@ table {{ border-collapse: collapse; margin: 8px 0; }}
 td, th {{ border: 1px solid #ccc; padding: 2px 6px; text-align: left; }}
 .bar {{ height: 12px; }} .bar.ok {{ background: #2a7; }} .bar.bad {{ background: #d22; }}
 tr.bad td {{ background: #fdd; }} td:nth-child(8) {{ width: 240px; }}
-pre {{ background: #f4f4f4; padding: 8px; }}
+pre {{ background: #f4f4f4; padding: 8px; white-space: pre-wrap; }}
 </style></head><body>
 <h1>NPU numerics: f16 vs f32 on the emulated NPU</h1>
 <pre id="summary">{summary}</pre>
 <h2>Per layer</h2>
 <table id="layers"><tr><th>layer</th><th>ops</th><th>max abs err</th><th>max rel err</th><th>peak |x| (f32)</th>
-<th>ops &gt; 65504</th><th>ops with inf/NaN</th><th>relative error (log)</th><th>largest drift</th></tr>
+<th>ops &gt; 65504</th><th>ops with inf/NaN</th><th>max rel err (log scale 1e-8 &hellip; 1)</th><th>largest drift</th></tr>
 {''.join(rows)}</table>
 <h2>Per op (graph order)</h2>
 <table id="ops"><tr><th>layer</th><th>op</th><th>node</th><th>max abs err</th><th>max rel err</th><th>peak |x|</th>
