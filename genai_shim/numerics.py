@@ -470,7 +470,8 @@ pre {{ background: #f4f4f4; padding: 8px; white-space: pre-wrap; }}
 <pre id="summary">{summary}</pre>
 <h2>Per layer</h2>
 <table id="layers"><tr><th>layer</th><th>ops</th><th>max abs err</th><th>max rel err</th><th>peak |x| (f32)</th>
-<th>ops &gt; 65504</th><th>ops with inf/NaN</th><th>max rel err (log scale 1e-8 &hellip; 1)</th><th>largest drift</th></tr>
+<th>ops &gt; 65504</th><th>ops with inf/NaN</th><th>max rel err (log scale 1e-8 &hellip; 1)</th>
+<th>largest drift</th></tr>
 {''.join(rows)}</table>
 <h2>Per op (graph order)</h2>
 <table id="ops"><tr><th>layer</th><th>op</th><th>node</th><th>max abs err</th><th>max rel err</th><th>peak |x|</th>
