@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +13,7 @@ import pytest
 
 from genai_shim.numerics import NumericsError, format_text, html_report, run_numerics, to_json
 from ov_npu_emu.cli import main
-
-
-def _png_pixels(data: bytes) -> np.ndarray:
-    """The profile page test's PNG decoder (tests/npu/profile/test_profile_html.py)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "npu" / "profile" / "test_profile_html.py"
-    spec = importlib.util.spec_from_file_location("_profile_html_png", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod._png_pixels(data)
-
+from ov_npu_emu.testing import chromium_screenshot
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "numerics" / "overflow-tiny"
 PROMPT = "Once upon a time"
@@ -152,16 +137,7 @@ def test_headless_chromium_renders_the_page(unprotected: dict[str, Any], tmp_pat
     text = html_report(unprotected)
     assert "<script" not in text and "url(" not in text and DOWN in text
     page.write_text(text, encoding="utf-8")
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI needs Debian's chromium (.ci/run installs it)")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    png = tmp_path / "shot.png"
-    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    f"--screenshot={png}", "--window-size=1200,900", page.as_uri()],
-                   check=True, capture_output=True, timeout=120)
-    px = _png_pixels(png.read_bytes())[:, :, :3]
+    px = chromium_screenshot(page, tmp_path / "shot.png")[:, :, :3]
     # a red bar (layer 1 overflows, the "-" group holds the NaN norm) and a green one (layer 0)
     assert (np.abs(px.astype(int) - (0xDD, 0x22, 0x22)).sum(axis=2) < 30).any()
     assert (np.abs(px.astype(int) - (0x22, 0xAA, 0x77)).sum(axis=2) < 30).any()

@@ -13,12 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 import genai_shim
 from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError
 from ov_npu_emu.testing import whisper_test_audio
+from tests.genai_shim.whisper_helpers import assert_chunks_match
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "whisper"
@@ -59,10 +59,6 @@ class _Recorder(genai_shim.StreamerBase):
         pass
 
 
-def _chunks(res: Any) -> list[list[Any]] | None:
-    return None if res.chunks is None else [[c.start_ts, c.end_ts, c.text] for c in res.chunks]
-
-
 def _cases() -> list[tuple[str, str, str]]:
     out = []
     for folder in (STATEFUL, STATELESS):
@@ -93,13 +89,7 @@ def test_static_pipeline_golden(fixture: str, setup: str, case: str) -> None:
     assert list(res.scores) == want["scores"]
     assert res.language == want["language"]
     assert rec.ids == want["streamed_ids"]
-    if "chunks" in want:
-        got = _chunks(res)
-        assert got is not None and len(got) == len(want["chunks"])
-        for (s, e, t), (ws, we, wt) in zip(got, want["chunks"], strict=True):
-            assert t == wt and s == pytest.approx(ws, abs=1e-4) and e == pytest.approx(we, abs=1e-4)
-    else:
-        assert res.chunks is None
+    assert_chunks_match(res, want.get("chunks"))
     # the real's static path reports 0 generated tokens without timestamps (a real bug, documented in
     # docs/genai_shim.md); ours counts them as the CPU path does
     count = res.perf_metrics.get_num_generated_tokens()
@@ -141,13 +131,7 @@ def test_static_pipeline_side_by_side_with_real(setup: str) -> None:
         texts, language, chunks = json.loads(line)
         res = pipe.generate(whisper_test_audio(kind), **kwargs)
         assert [res.texts, res.language] == [texts, language], (kind, kwargs)
-        got = _chunks(res)
-        if chunks is None:
-            assert got is None
-        else:
-            assert got is not None and len(got) == len(chunks)
-            for a, b in zip(got, chunks, strict=True):
-                assert a[2] == b[2] and np.allclose(a[:2], b[:2], atol=1e-4)
+        assert_chunks_match(res, chunks)
 
 
 def test_static_graphs_are_static() -> None:
