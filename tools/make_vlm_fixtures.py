@@ -45,11 +45,31 @@ LLAVA_SEED = int(os.environ.get("LLAVA_SEED", "7"))
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>",
                  "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 LLAVA_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>"]
+#: Gemma 3's: <pad> (unk/pad), <eos>, <bos>, the turn markers and the image tokens
+GEMMA3_SPECIALS = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>",
+                   "<start_of_image>", "<end_of_image>", "<image_soft_token>"]
+#: seed 5 gave a 0.06 top-1 margin with the golden image
+GEMMA3_SEED = int(os.environ.get("GEMMA3_SEED", "6"))
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+#: Gemma 3's chat format (written here): <bos>, a system message folded into the first user
+#: turn, "model" for the assistant, contents through ``| trim`` (which the real strips from the
+#: template so that the image expansion's "\n\n" survive)
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% if messages and messages[0]['role'] == 'system' %}"
+    "{% set prefix = messages[0]['content'] + '\n\n' %}{% set turns = messages[1:] %}"
+    "{% else %}{% set prefix = '' %}{% set turns = messages %}{% endif %}"
+    "{% for message in turns %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' + (prefix if loop.first else '') }}"
+    "{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
 )
 VOCAB = 512
 HIDDEN = 64
@@ -89,6 +109,22 @@ LLAVA_PREPROCESSOR = {
     "image_std": CLIP_STD,
     "do_convert_rgb": True,
 }
+# Gemma 3's image processor: a plain resize to 64x64 (bilinear), mean/std 0.5, no pan-and-scan
+GEMMA3_PREPROCESSOR = {
+    "image_processor_type": "Gemma3ImageProcessor",
+    "processor_class": "Gemma3Processor",
+    "do_resize": True,
+    "size": {"height": 64, "width": 64},
+    "resample": 2,
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": True,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "do_convert_rgb": True,
+    "do_pan_and_scan": False,
+    "image_seq_length": 16,
+}
 COMMON_FILES = (
     "openvino_language_model.xml", "openvino_language_model.bin",
     "openvino_text_embeddings_model.xml", "openvino_text_embeddings_model.bin",
@@ -101,7 +137,8 @@ COMMON_FILES = (
 MERGER_FILES = ("openvino_vision_embeddings_merger_model.xml", "openvino_vision_embeddings_merger_model.bin")
 
 
-def build_tokenizer(specials: list[str]):
+def build_tokenizer(specials: list[str], bos: str | None = None, eos: str = "<|im_end|>",
+                    template: str = CHATML_TEMPLATE):
     """A byte-level BPE of VOCAB tokens on the fixture corpus; specials[0] is the unknown/pad token,
     the rest are additional special tokens (never split)."""
     from transformers import PreTrainedTokenizerFast
@@ -114,9 +151,9 @@ def build_tokenizer(specials: list[str]):
     assert tok.get_vocab_size() == VOCAB, tok.get_vocab_size()
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, model_max_length=2048, clean_up_tokenization_spaces=False,
-        bos_token=None, eos_token="<|im_end|>", unk_token=specials[0], pad_token=specials[0],
+        bos_token=bos, eos_token=eos, unk_token=specials[0], pad_token=specials[0],
         additional_special_tokens=specials[1:])
-    fast.chat_template = CHATML_TEMPLATE
+    fast.chat_template = template
     return fast
 
 
@@ -240,6 +277,32 @@ def build_llava(out_dir: Path) -> None:
     _save(LlavaForConditionalGeneration(cfg), tok, text, LLAVA_PREPROCESSOR, out_dir, LLAVA_SEED)
 
 
+def build_gemma3(out_dir: Path) -> None:
+    """Gemma 3: a 2-layer SigLIP tower (hidden 32, image 64, patch 8: 8x8 patches), the projector's
+    2x2 average pool to 16 soft tokens per image (mm_tokens_per_image), RMS norm and projection to
+    64, and a 2-layer Gemma 3 text model (a sliding-window layer, window 512, then a full one; head
+    dim 16) whose image tokens attend bidirectionally within their image (token_type_ids)."""
+    import torch
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    tok = build_tokenizer(GEMMA3_SPECIALS, bos="<bos>", eos="<end_of_turn>", template=GEMMA3_TEMPLATE)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in GEMMA3_SPECIALS}
+    text = dict(model_type="gemma3_text", vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                query_pre_attn_scalar=16, max_position_embeddings=2048, sliding_window=512,
+                layer_types=["sliding_attention", "full_attention"],
+                bos_token_id=ids["<bos>"], eos_token_id=ids["<end_of_turn>"], pad_token_id=ids["<pad>"],
+                tie_word_embeddings=False)
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, image_size=64, patch_size=8)
+    cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=16,
+                       boi_token_index=ids["<start_of_image>"], eoi_token_index=ids["<end_of_image>"],
+                       image_token_index=ids["<image_soft_token>"], tie_word_embeddings=False)
+    cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = ids["<bos>"], ids["<end_of_turn>"], ids["<pad>"]
+    torch.manual_seed(GEMMA3_SEED)
+    _save(Gemma3ForConditionalGeneration(cfg), tok, text, GEMMA3_PREPROCESSOR, out_dir, GEMMA3_SEED)
+
+
 @dataclass(frozen=True)
 class Family:
     build: Callable[[Path], None]  # writes the HF model, tokenizer and preprocessor config
@@ -250,6 +313,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2vl-fp32": Family(build_qwen2vl, COMMON_FILES + MERGER_FILES),
     "qwen2_5vl-fp32": Family(build_qwen2_5vl, COMMON_FILES + MERGER_FILES),
     "llava-fp32": Family(build_llava, COMMON_FILES),
+    "gemma3-fp32": Family(build_gemma3, COMMON_FILES),
 }
 
 
@@ -278,7 +342,7 @@ def export(name: str, out_root: Path) -> None:
             shutil.copy(src, stage / f)
         cfg_path = stage / "tokenizer_config.json"
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-        cfg["chat_template"] = CHATML_TEMPLATE
+        cfg["chat_template"] = GEMMA3_TEMPLATE if name.startswith("gemma3") else CHATML_TEMPLATE
         cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         final = out_root / name
         if final.exists():

@@ -129,10 +129,11 @@ def margins(folder: Path, golden: dict[str, Any]) -> dict[str, Any]:
         ids = np.array(tok.encode(templated, add_special_tokens=False).input_ids.data, np.int64)
         x = emb.embed(ids, encoded)
         pos, delta = emb.position_ids(ids, encoded)
+        extras, step_extras = emb.lm_inputs(ids, encoded), emb.step_lm_inputs()
         req = lm.create_infer_request()
         n = ids.shape[1]
         logits = req.infer({"inputs_embeds": x, "attention_mask": np.ones((1, n), np.int64), "position_ids": pos,
-                            "beam_idx": np.zeros(1, np.int32)})["logits"][0, -1]
+                            "beam_idx": np.zeros(1, np.int32), **extras})["logits"][0, -1]
         tokens, steps = [], []
         for _ in range(MAX_NEW_TOKENS):
             top = np.sort(logits)[-2:]
@@ -145,7 +146,7 @@ def margins(folder: Path, golden: dict[str, Any]) -> dict[str, Any]:
             logits = req.infer({"inputs_embeds": emb.token_embeddings(np.array([[t]], np.int64)),
                                 "attention_mask": np.ones((1, length), np.int64),
                                 "position_ids": emb.step_position_ids(length, delta),
-                                "beam_idx": np.zeros(1, np.int32)})["logits"][0, -1]
+                                "beam_idx": np.zeros(1, np.int32), **step_extras})["logits"][0, -1]
         out[key] = {"ids": tokens, "per_step": steps, "min": min(steps),
                     "text_equals_golden": tok.decode(tokens) == golden["cpu"][key]["text"]}
     return out

@@ -18,7 +18,8 @@ import numpy as np
 from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, image_rows, prepend_tags, text_embeddings
 from ov_npu_emu.errors import UserInputError
 
-__all__ = ["CLIPConfig", "LLaVAEmbedder", "LLaVAImage", "center_crop", "clip_normalize", "pillow_bicubic"]
+__all__ = ["CLIPConfig", "LLaVAEmbedder", "LLaVAImage", "center_crop", "clip_normalize", "pillow_bicubic",
+           "merge_image_rows", "pillow_bilinear", "pillow_resize"]
 
 #: the real's VLMConfig::im_start (native and automatic tag, and the image token)
 IMAGE_TAG = "<image>"
@@ -64,12 +65,25 @@ def _bicubic(x: np.ndarray) -> np.ndarray:
     return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
 
 
-def _coefficients(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray]:
+def _bilinear(x: np.ndarray) -> np.ndarray:
+    """Pillow's bilinear (triangle) kernel."""
+    x = np.abs(x)
+    return np.where(x < 1.0, 1.0 - x, 0.0)
+
+
+#: Pillow's filters: (kernel, base support)
+BICUBIC = (_bicubic, 2.0)
+BILINEAR = (_bilinear, 1.0)
+
+
+def _coefficients(in_size: int, out_size: int,
+                  filt: tuple[Any, float] = BICUBIC) -> tuple[np.ndarray, np.ndarray]:
     """(first source index per output [out], fixed-point weights [out, k]) as Pillow's
     precompute_coeffs: the support widens when downscaling, weights normalised then rounded."""
+    kernel, base_support = filt
     scale = in_size / out_size
     filterscale = max(scale, 1.0)
-    support = 2.0 * filterscale
+    support = base_support * filterscale
     k = int(math.ceil(support)) * 2 + 1
     starts = np.zeros(out_size, np.int64)
     weights = np.zeros((out_size, k), np.int64)
@@ -77,7 +91,7 @@ def _coefficients(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray]:
         center = (xx + 0.5) * scale
         xmin = max(int(center - support + 0.5), 0)
         xmax = min(int(center + support + 0.5), in_size)
-        w = _bicubic((np.arange(xmin, xmax) - center + 0.5) * (1.0 / filterscale))
+        w = kernel((np.arange(xmin, xmax) - center + 0.5) * (1.0 / filterscale))
         total = float(np.sum(w))
         if total != 0.0:
             w = w / total
@@ -87,10 +101,10 @@ def _coefficients(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray]:
     return starts, weights
 
 
-def _pass(src: np.ndarray, out_size: int, axis: int) -> np.ndarray:
+def _pass(src: np.ndarray, out_size: int, axis: int, filt: tuple[Any, float]) -> np.ndarray:
     """One separable pass over ``axis`` of a [H, W, 3] uint8 image."""
     in_size = src.shape[axis]
-    starts, weights = _coefficients(in_size, out_size)
+    starts, weights = _coefficients(in_size, out_size, filt)
     k = weights.shape[1]
     idx = np.minimum(starts[:, None] + np.arange(k)[None, :], in_size - 1)  # zero weights past the end
     moved = np.moveaxis(src.astype(np.int64), axis, 0)  # [in, other, 3]
@@ -99,15 +113,25 @@ def _pass(src: np.ndarray, out_size: int, axis: int) -> np.ndarray:
     return np.moveaxis(out, 0, axis)
 
 
-def pillow_bicubic(image: np.ndarray, width: int, height: int) -> np.ndarray:
-    """[H, W, 3] uint8 resized as the real's clip.cpp bicubic_resize (Pillow's ImagingResample:
-    horizontal pass, then vertical, each rounded to uint8)."""
+def pillow_resize(image: np.ndarray, width: int, height: int, filt: tuple[Any, float] = BICUBIC) -> np.ndarray:
+    """[H, W, 3] uint8 resized as the real's clip.cpp resize_pillow_like (Pillow's
+    ImagingResample: horizontal pass, then vertical, each rounded to uint8)."""
     out = image
     if width != image.shape[1]:
-        out = _pass(out, width, 1)
+        out = _pass(out, width, 1, filt)
     if height != image.shape[0]:
-        out = _pass(out, height, 0)
+        out = _pass(out, height, 0, filt)
     return out
+
+
+def pillow_bicubic(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    """The real's clip.cpp bicubic_resize."""
+    return pillow_resize(image, width, height, BICUBIC)
+
+
+def pillow_bilinear(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    """The real's clip.cpp bilinear_resize."""
+    return pillow_resize(image, width, height, BILINEAR)
 
 
 def center_crop(image: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -121,6 +145,25 @@ def clip_normalize(image: np.ndarray, mean: tuple[float, ...], std: tuple[float,
     x = image.astype(f32) / f32(255.0)
     x = (x - np.array(mean, f32)) / np.array(std, f32)
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+
+
+def merge_image_rows(emb: np.ndarray, row: np.ndarray, image_token: int, features: list[np.ndarray]) -> np.ndarray:
+    """``emb`` [1, L, hidden] with each run of ``image_token`` in ``row`` taking its image's
+    feature rows, from the end backwards as the real's merge_text_and_image_embeddings_llava (a
+    truncated prefix loses the first images, not the last)."""
+    end = row.size - 1
+    for feats in reversed(features):
+        while end >= 0 and row[end] != image_token:
+            end -= 1
+        if end < 0:
+            break
+        start = end
+        while start >= 0 and row[start] == image_token:
+            start -= 1
+        n = min(feats.shape[0], end - start)
+        emb[0, start + 1 : start + 1 + n] = feats[feats.shape[0] - n :]
+        end -= n + 1
+    return emb
 
 
 @dataclass
@@ -178,19 +221,7 @@ class LLaVAEmbedder:
                 raise UserInputError(
                     f"the prompt has {IMAGE_TAG} tokens but no image was given; pass the images with images=[...]")
             return emb
-        end = row.size - 1
-        for im in reversed(images):
-            while end >= 0 and row[end] != self.image_token:
-                end -= 1
-            if end < 0:
-                break
-            start = end
-            while start >= 0 and row[start] == self.image_token:
-                start -= 1
-            n = min(im.features.shape[0], end - start)
-            emb[0, start + 1 : start + 1 + n] = im.features[im.features.shape[0] - n :]
-            end -= n + 1
-        return emb
+        return merge_image_rows(emb, row, self.image_token, [im.features for im in images])
 
     def token_embeddings(self, ids: np.ndarray) -> np.ndarray:
         return text_embeddings(self.text, ids)
@@ -200,3 +231,12 @@ class LLaVAEmbedder:
 
     def step_position_ids(self, length: int, delta: int) -> np.ndarray:
         return np.array([[length - 1]], np.int64)
+
+    def lm_inputs(self, ids: np.ndarray, images: list[Any]) -> dict[str, np.ndarray]:
+        """The language model's inputs besides inputs_embeds / attention_mask / position_ids /
+        beam_idx for the prompt ``ids``: none for this family."""
+        return {}
+
+    def step_lm_inputs(self) -> dict[str, np.ndarray]:
+        """The same for one decode step."""
+        return {}

@@ -35,6 +35,7 @@ from genai_shim.stop_strings import stop_window
 from genai_shim.streamers import StreamingStatus, make_streamer
 from genai_shim.tokenizer import Tokenizer
 from genai_shim.vlm.common import InputsEmbedder
+from genai_shim.vlm.gemma3 import Gemma3Embedder
 from genai_shim.vlm.history import VisionChatMemory
 from genai_shim.vlm.llava import LLaVAEmbedder
 from genai_shim.vlm.qwen2_5_vl import Qwen25VLEmbedder
@@ -49,6 +50,7 @@ EMBEDDERS: dict[str, Callable[..., InputsEmbedder]] = {
     "qwen2_vl": Qwen2VLEmbedder,
     "qwen2_5_vl": Qwen25VLEmbedder,
     "llava": LLaVAEmbedder,
+    "gemma3": Gemma3Embedder,
 }
 SUPPORTED_TYPES = tuple(EMBEDDERS)
 #: keys for the NPU language model only (compile_decoder_for_npu's), never for the vision models
@@ -180,6 +182,10 @@ class VLMPipeline:
         self._max_prompt_len = 0
         self._kv_capacity: int | None = None
         if self._is_npu:
+            if cfg["model_type"] == "gemma3":
+                # the real's update_npu_properties: inserted (a user's NPUW_LLM_PREFILL_HINT stays,
+                # a user's PREFILL_HINT is renamed over it later)
+                lm_props.setdefault("NPUW_LLM_PREFILL_HINT", "STATIC")
             npu = compile_npu(core, model, lm_props, folder)
             compiled = npu.compiled
             # the real checks the prompt against what was asked for (MAX_PROMPT_LEN, 1024), not
@@ -259,6 +265,7 @@ class VLMPipeline:
                 rollback = functools.partial(self._forget_turn, len(encoded))
         embeds = self._embedder.embed(ids, used)
         pos, delta = self._embedder.position_ids(ids, used)
+        extras = self._embedder.lm_inputs(ids, used)
         perf.vlm_raw_metrics.prepare_embeddings_durations.append((_now() - t_emb) * 1e6)
         if self._is_npu and embeds.shape[1] > self._max_prompt_len:
             rollback()
@@ -268,7 +275,7 @@ class VLMPipeline:
                 f"tokens. {embeds.shape[1]} is passed.\nSet the \"MAX_PROMPT_LEN\" config option to "
                 "increase the limit."
             )
-        seq, cancelled = self._decode(ids, embeds, pos, delta, config, streamer, perf)
+        seq, cancelled = self._decode(ids, embeds, pos, delta, extras, config, streamer, perf)
         t0 = _now()
         text = self.tokenizer.decode(seq.tokens)
         perf.raw_metrics.detokenization_durations.append((_now() - t0) * 1e6)
@@ -355,10 +362,11 @@ class VLMPipeline:
         raw.tokenization_durations.append((_now() - t1) * 1e6)
         return np.array(ids, dtype=np.int64)
 
-    def _infer(self, embeds: np.ndarray, mask: np.ndarray, pos: np.ndarray, perf: PerfMetrics) -> np.ndarray:
+    def _infer(self, embeds: np.ndarray, mask: np.ndarray, pos: np.ndarray, extras: dict[str, np.ndarray],
+               perf: PerfMetrics) -> np.ndarray:
         t0 = _now()
         out = self._request.infer({"inputs_embeds": embeds, "attention_mask": mask, "position_ids": pos,
-                                   "beam_idx": np.zeros(1, np.int32)}, share_outputs=True)
+                                   "beam_idx": np.zeros(1, np.int32), **extras}, share_outputs=True)
         t1 = _now()
         raw = perf.raw_metrics
         raw.m_token_infer_durations.append((t1 - t0) * 1e6)
@@ -367,8 +375,8 @@ class VLMPipeline:
         raw.m_batch_sizes.append(1)
         return np.asarray(out["logits"])
 
-    def _decode(self, ids: np.ndarray, embeds: np.ndarray, pos: np.ndarray, delta: int, config: GenerationConfig,
-                streamer: Any, perf: PerfMetrics) -> tuple[RunningSequence, bool]:
+    def _decode(self, ids: np.ndarray, embeds: np.ndarray, pos: np.ndarray, delta: int, extras: dict[str, np.ndarray],
+                config: GenerationConfig, streamer: Any, perf: PerfMetrics) -> tuple[RunningSequence, bool]:
         """Prefill the whole prompt, then one token per call; returns the sequence and whether
         the streamer cancelled it."""
         stream = make_streamer(streamer, self.tokenizer)
@@ -381,7 +389,8 @@ class VLMPipeline:
         window, stops = stop_window(self.tokenizer, config)
         self._request.reset_state()
         mask = np.ones((1, n), np.int64)
-        logits = self._infer(np.ascontiguousarray(embeds), mask, np.ascontiguousarray(pos), perf)
+        logits = self._infer(np.ascontiguousarray(embeds), mask, np.ascontiguousarray(pos), extras, perf)
+        step_extras = self._embedder.step_lm_inputs()
         cancelled = stopped = False
         while True:
             token, logp = self._sampler.sample(seq.processor, logits[0, -1])
@@ -400,7 +409,7 @@ class VLMPipeline:
             mask = np.ones((1, mask.shape[1] + 1), np.int64)
             step_pos = self._embedder.step_position_ids(mask.shape[1], delta)
             step = self._embedder.token_embeddings(np.array([[token]], np.int64))
-            logits = self._infer(step, mask, step_pos, perf)
+            logits = self._infer(step, mask, step_pos, step_extras, perf)
         if stream is not None:
             if not stopped:
                 stream_tokens(stream, seq, 0)

@@ -277,6 +277,15 @@ class Qwen2VLEmbedder:
         """A decode step's M-RoPE positions [3, 1, 1]: the mask length - 1 + the rope delta."""
         return np.full((3, 1, 1), length - 1 + delta, np.int64)
 
+    def lm_inputs(self, ids: np.ndarray, images: list[Any]) -> dict[str, np.ndarray]:
+        """The language model's inputs besides inputs_embeds / attention_mask / position_ids /
+        beam_idx for the prompt ``ids``: none for this family."""
+        return {}
+
+    def step_lm_inputs(self) -> dict[str, np.ndarray]:
+        """The same for one decode step."""
+        return {}
+
     def position_ids(self, ids: np.ndarray, images: list[EncodedImage]) -> tuple[np.ndarray, int]:
         """M-RoPE positions [3, 1, L] and the rope delta (the real's create_position_ids)."""
         row = ids[0]

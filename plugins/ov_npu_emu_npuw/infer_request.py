@@ -16,7 +16,7 @@ from ov_npu_emu_npuw.blockkv import BlockKV
 from ov_npu_emu_npuw.config import select_variant
 from ov_npu_emu_npuw.kvcache import KVBuffers
 from ov_npu_emu_npuw.lora import LoraStates, lora_inputs
-from ov_npu_emu_npuw.model_io import EMBEDS
+from ov_npu_emu_npuw.model_io import EMBEDS, TOKEN_TYPES
 from ov_npu_emu_npuw.prefix_cache import PrefixCache
 from ov_npu_emu_npuw.transform import EMBED, SCALE_SUFFIX, ZP_SUFFIX
 
@@ -103,6 +103,11 @@ class _Staging:
         # positions [1, L], or M-RoPE's [3, 1, L]; pos2 views them as [rows, L]
         self.pos = np.zeros(tuple(ins["position_ids"].partial_shape.to_shape()), np.int64)
         self.pos2 = self.pos.reshape(-1, q_len)
+        # Gemma 3's token_type_ids [1, L], laid out like the tokens (0 on padding)
+        self.types: np.ndarray | None = None
+        if TOKEN_TYPES in ins:
+            self.types = np.zeros((1, q_len), ins[TOKEN_TYPES].element_type.to_dtype())
+            req.set_tensor(TOKEN_TYPES, ov.Tensor(self.types, shared_memory=True))
         for name, arr in (
             (tokens, self.ids),
             ("attention_mask", self.mask),
@@ -158,6 +163,15 @@ class _Staging:
         self.ids.fill(0)
         self.mask.fill(0)
         self.pos.fill(0)
+        if self.types is not None:
+            self.types.fill(0)
+
+    def put_types(self, types: np.ndarray | None, at: int) -> None:
+        """The call's token types [n] into slots at.. (all else 0), when the model takes them."""
+        if self.types is not None:
+            self.types.fill(0)
+            if types is not None:
+                self.types[0, at : at + types.shape[0]] = types
 
 
 class LLMInferRequest(DeviceInferRequest):
@@ -258,6 +272,7 @@ class LLMInferRequest(DeviceInferRequest):
         self.prefill_calls = 0  # chunks (or whole prefills) run in the last prefill
         self.switches = 0  # variant switches in this conversation
         self._fresh = True  # next call starts a conversation whatever its length
+        self._types: np.ndarray | None = None  # this call's token_type_ids [n], when the model takes them
         self._kv_ready = False  # copy_kvcache done for this conversation
         self._prompt_len = 0
         self._in_present = 0  # tokens of the last prefill still only in its `present`
@@ -308,6 +323,13 @@ class LLMInferRequest(DeviceInferRequest):
                 f"position_ids {list(pos.shape)} must be {list(want)} for the tokens {list(ids.shape)}"
             )
         pos = pos.reshape(-1, ids.shape[1])  # [rows, n]: one row, or M-RoPE's three
+        self._types = None
+        if TOKEN_TYPES in self._index:
+            types = self._input(TOKEN_TYPES)
+            if types.size != ids.shape[1]:  # [1, n], or the real pipeline's [n, 1] for a step
+                raise UserInputError(
+                    f"token_type_ids {list(types.shape)} must hold one entry per token {list(ids.shape[:2])}")
+            self._types = types.reshape(-1)
         if mask.ndim != 2 or mask.shape[0] != 1:
             raise UserInputError(f"attention_mask must be [1, n], got {list(mask.shape)}")
         if self._vocab and not embeds:
@@ -446,6 +468,7 @@ class LLMInferRequest(DeviceInferRequest):
         s.ids[0, P - n :] = ids[0]
         s.mask[0, P - n :] = mask
         s.pos2[:, P - n :] = pos
+        s.put_types(self._types, P - n)
         s.run()
         self.prefill_calls = 1
         self.num_stored_tokens = n
@@ -487,6 +510,7 @@ class LLMInferRequest(DeviceInferRequest):
             s.ids[0, C - cur :] = ids[0, stored : stored + cur]
             s.pos.fill(0)
             s.pos2[:, C - cur :] = pos[:, stored : stored + cur]
+            s.put_types(None if self._types is None else self._types[stored : stored + cur], C - cur)
             s.run()
             calls += 1
             stored += cur
@@ -651,6 +675,7 @@ class LLMInferRequest(DeviceInferRequest):
         if M == 1:
             s.ids[0, 0] = ids[0, 0]
             s.pos2[:, 0] = pos[:, 0]
+            s.put_types(self._types, 0)
             s.mask[0, -1] = 1  # the new token is the last column (past K−1 ++ new 1)
             s.run()
             # The real NPUW overlaps the head with this KV write; here a thread hand-off costs
@@ -668,6 +693,7 @@ class LLMInferRequest(DeviceInferRequest):
             s.ids[0, M - n :] = ids[0]
             s.pos.fill(0)
             s.pos2[:, M - n :] = pos
+            s.put_types(self._types, M - n)
             s.mask[0, K - n :] = 1
             s.run()
             self._update_kvcache_for(s, K - M, hist + n, n)

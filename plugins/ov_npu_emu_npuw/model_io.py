@@ -9,12 +9,15 @@ import openvino as ov
 
 from ov_npu_emu.errors import CompileError
 
-__all__ = ["EMBEDS", "REQUIRED_INPUTS", "KVLayout", "find_param", "find_result", "token_input"]
+__all__ = ["EMBEDS", "REQUIRED_INPUTS", "TOKEN_TYPES", "KVLayout", "find_param", "find_result", "token_input"]
 
 #: inputs every stateful LLM export has (position_ids may be missing: NPUW adds it)
 REQUIRED_INPUTS = ("input_ids", "attention_mask", "position_ids")
 #: the language model of a VLM export takes embeddings instead of input_ids
 EMBEDS = "inputs_embeds"
+#: a per-token input beside the tokens (Gemma 3's language model: 1 on image tokens), laid out
+#: like them in every prefill / generate call, 0 on padding
+TOKEN_TYPES = "token_type_ids"
 
 
 def token_input(model: ov.Model) -> str:

@@ -13,7 +13,15 @@ from openvino._offline_transformations import stateful_to_stateless_transformati
 
 from ov_npu_emu.errors import CompileError, UserInputError
 from ov_npu_emu_npuw.attention_rewrites import cache_rope, group_attention, read_call_range, rotate_half_as_matmul
-from ov_npu_emu_npuw.model_io import EMBEDS, REQUIRED_INPUTS, KVLayout, find_param, find_result, token_input
+from ov_npu_emu_npuw.model_io import (
+    EMBEDS,
+    REQUIRED_INPUTS,
+    TOKEN_TYPES,
+    KVLayout,
+    find_param,
+    find_result,
+    token_input,
+)
 from ov_npu_emu_npuw.position_masks import PositionMask, padding_attends_itself, rewrite_position_masks
 
 __all__ = [
@@ -330,6 +338,8 @@ def _static(model: ov.Model, kv: KVLayout, q_len: int, mask_len: int, has_past: 
     pos_rank = find_param(model, "position_ids").get_partial_shape().rank.get_length()
     # M-RoPE (Qwen2-VL): [3, 1, L] positions (temporal, height, width)
     shapes["position_ids"] = ov.PartialShape([3, 1, q_len] if pos_rank == 3 else [1, q_len])
+    if TOKEN_TYPES in _names(model):  # Gemma 3's [1, L] (1 on image tokens)
+        shapes[TOKEN_TYPES] = ov.PartialShape([1, q_len])
     if has_past:
         for i, (name, h, d) in enumerate(zip(kv.past_names, kv.num_heads, kv.head_dims, strict=False)):
             s = mask_len - q_len
