@@ -104,7 +104,9 @@ def translate_npu_config(model: ov.Model, properties: Mapping[str, Any]) -> NpuC
         "NPUW_LLM_MAX_PROMPT_LEN": out.max_prompt_len,
         "NPUW_LLM_MIN_RESPONSE_LEN": out.min_response_len,
     }
-    for key, value in cfg.items():
+    # the real's rename_key runs last: a user's PREFILL_HINT replaces an NPUW_LLM_PREFILL_HINT
+    # already there (the one VLMPipeline inserts for Gemma 3)
+    for key, value in sorted(cfg.items(), key=lambda kv: kv[0] in _RENAMES):
         npu[_RENAMES.get(key, key)] = value
     out.config = npu
     return out

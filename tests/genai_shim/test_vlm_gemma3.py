@@ -17,12 +17,12 @@ import pytest
 import genai_shim
 from genai_shim.vlm.gemma3 import IMAGE_SOFT_TOKEN, START_OF_IMAGE, Gemma3Config, patch_chat_template
 from genai_shim.vlm.llava import pillow_bilinear
-from ov_npu_emu.errors import UserInputError
+from ov_npu_emu.errors import PromptTooLongError, UserInputError
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "tests" / "fixtures" / "vlm" / "gemma3-fp32"
 sys.path.insert(0, str(ROOT / "tools"))
-from vlm_goldens import CHAT, CPU_PROPS, MAX_NEW_TOKENS, PROMPT, chat_turns  # noqa: E402
+from vlm_goldens import CHAT, CPU_PROPS, MAX_NEW_TOKENS, NPU_PROPS, PROMPT, chat_turns, npu_extra  # noqa: E402
 from vlm_goldens import test_image as make_image  # noqa: E402
 
 og = pytest.importorskip("openvino_genai")
@@ -143,3 +143,69 @@ def test_token_types_positions_and_template(cpu_pair: tuple[Any, Any]) -> None:
     pos, _ = emb.position_ids(ids, images)
     assert pos[0, 0] == 1 and pos[0, -1] == ids.shape[1]  # 1-based
     assert emb.step_position_ids(ids.shape[1] + 1, 0).tolist() == [[ids.shape[1] + 1]]
+
+
+# -- NPU: the real NPUW on CPU, and the language model on the emulated NPU -------------------------
+#: the real NPUW 2026.4.1 gives its CPU's text on this export only with a KV size inside the
+#: sliding window (512) and outside chat (docs/genai_shim.md "Gemma 3 on the real NPUW")
+NPU_WITHIN = {**NPU_PROPS, **npu_extra(FOLDER)}
+EMULATED = {"INFERENCE_PRECISION_HINT": "f32", "NPUW_LLM_SHARED_HEAD": "NO"}
+
+
+@pytest.fixture(scope="module")
+def npu_pair() -> tuple[Any, Any]:
+    return genai_shim.VLMPipeline(FOLDER, "NPU", **NPU_WITHIN), og.VLMPipeline(str(FOLDER), "NPU", **NPU_WITHIN)
+
+
+@pytest.mark.parametrize("with_image", [True, False], ids=["image", "text_only"])
+def test_npu_matches_real(npu_pair: tuple[Any, Any], with_image: bool) -> None:
+    shim, real = npu_pair
+    text = _same(shim, real, PROMPT, **({"images": [_image()]} if with_image else {}))
+    key = "image" if with_image else "text_only"
+    assert text == GOLDEN["npuw_cpu"][key]["text"] == GOLDEN["cpu"][key]["text"]
+
+
+def test_npu_chat_gives_the_cpu_text(npu_pair: tuple[Any, Any]) -> None:
+    """Ours on NPUW: the CPU's text every turn (the real NPUW's turns 2-3 differ from its CPU's)."""
+    shim, _ = npu_pair
+    ours = chat_turns(shim, genai_shim)
+    assert ours == [(c["text"], c["num_input_tokens"]) for c in GOLDEN["cpu"]["chat"]]
+
+
+def test_npu_sets_the_static_prefill_hint() -> None:
+    """Gemma 3 on NPU: NPUW_LLM_PREFILL_HINT=STATIC unless the user says otherwise (the real's
+    update_npu_properties); at the default KV size ours still gives the CPU's text."""
+    ours = genai_shim.VLMPipeline(FOLDER, "NPU", **NPU_PROPS)
+    assert ours._request.get_compiled_model().get_property("NPUW_LLM_PREFILL_HINT") == "STATIC"
+    text = ours.generate(PROMPT, images=[_image()], generation_config=_config(genai_shim)).texts[0]
+    assert text == GOLDEN["cpu"]["image"]["text"]
+    dynamic = genai_shim.VLMPipeline(FOLDER, "NPU", **NPU_WITHIN, PREFILL_HINT="DYNAMIC")
+    assert dynamic._request.get_compiled_model().get_property("NPUW_LLM_PREFILL_HINT") == "DYNAMIC"
+    assert dynamic.generate(PROMPT, images=[_image()], generation_config=_config(genai_shim)).texts[0] == text
+
+
+def test_npu_prompt_over_max_prompt_len() -> None:
+    expected = GOLDEN["npu_too_long"]
+    ours = genai_shim.VLMPipeline(FOLDER, "NPU", **NPU_PROPS, MAX_PROMPT_LEN=expected["MAX_PROMPT_LEN"])
+    with pytest.raises(PromptTooLongError) as err:
+        ours.generate(PROMPT, images=[_image()], max_new_tokens=4)
+    assert str(err.value) in expected["error"]
+
+
+@pytest.fixture(scope="module")
+def emulated() -> Any:
+    return genai_shim.VLMPipeline(FOLDER, "NPU", **EMULATED)
+
+
+@pytest.mark.parametrize("with_image", [True, False], ids=["image", "text_only"])
+def test_emulated_npu_gives_the_real_npus_text(emulated: Any, with_image: bool) -> None:
+    key = "image" if with_image else "text_only"
+    ours = emulated.generate(PROMPT, generation_config=_config(genai_shim),
+                             **({"images": [_image()]} if with_image else {}))
+    assert ours.texts[0] == GOLDEN["npuw_cpu"][key]["text"]
+    assert ours.perf_metrics.get_num_input_tokens() == GOLDEN["npuw_cpu"][key]["num_input_tokens"]
+
+
+def test_emulated_npu_chat_gives_the_cpu_text(emulated: Any) -> None:
+    ours = chat_turns(emulated, genai_shim)
+    assert ours == [(c["text"], c["num_input_tokens"]) for c in GOLDEN["cpu"]["chat"]]
