@@ -1,10 +1,10 @@
 """VLMPipeline: openvino.genai's VLMPipeline (visual_language/pipeline.cpp) over ov_npu_emu.Core,
-for Qwen2-VL, Qwen2.5-VL and LLaVA exports (optimum-intel ``image-text-to-text``).
+for Qwen2-VL, Qwen2.5-VL, LLaVA and Gemma 3 exports (optimum-intel ``image-text-to-text``).
 
 The vision encoder (its merger) and the text embeddings run on CPU (the real compiles them on
 AUTO with CPU first when the device is "NPU"); the language model (``inputs_embeds``,
-``position_ids`` - M-RoPE's [3, 1, L] for the Qwen families, [1, L] for LLaVA - and
-``beam_idx``) runs on the device: as is on "CPU", through NPUW on "NPU".  Chat re-prefills the
+``position_ids`` - M-RoPE's [3, 1, L] for the Qwen families, [1, L] for LLaVA, 1-based for
+Gemma 3 -, Gemma 3's ``token_type_ids`` and ``beam_idx``) runs on the device: as is on "CPU", through NPUW on "NPU".  Chat re-prefills the
 whole templated history, with every image so far, each turn.
 """
 
@@ -101,7 +101,7 @@ def _read_config(folder: Path) -> dict[str, Any]:
     if model_type not in SUPPORTED_TYPES:
         raise ConfigError(
             f"genai_shim's VLMPipeline runs {', '.join(SUPPORTED_TYPES)} models; {folder} is "
-            f"{model_type!r} (LLaVA-NeXT, Gemma 3 ... are not implemented yet)",
+            f"{model_type!r} (LLaVA-NeXT, MiniCPM-V, Phi-3.5-vision, InternVL ... are not implemented yet)",
             key="model_type",
         )
     return cfg
