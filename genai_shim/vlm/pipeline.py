@@ -4,8 +4,9 @@ for Qwen2-VL, Qwen2.5-VL, LLaVA and Gemma 3 exports (optimum-intel ``image-text-
 The vision encoder (its merger) and the text embeddings run on CPU (the real compiles them on
 AUTO with CPU first when the device is "NPU"); the language model (``inputs_embeds``,
 ``position_ids`` - M-RoPE's [3, 1, L] for the Qwen families, [1, L] for LLaVA, 1-based for
-Gemma 3 -, Gemma 3's ``token_type_ids`` and ``beam_idx``) runs on the device: as is on "CPU", through NPUW on "NPU".  Chat re-prefills the
-whole templated history, with every image so far, each turn.
+Gemma 3 -, Gemma 3's ``token_type_ids`` and ``beam_idx``) runs on the device: as is on "CPU",
+through NPUW on "NPU".  Chat re-prefills the whole templated history, with every image so far,
+each turn.
 """
 
 from __future__ import annotations
