@@ -4,7 +4,8 @@
 A sibling of make_optimum_fixtures.py: per family (FAMILIES, one build function each), a tiny,
 seeded, random Hugging Face model built from a config (no hub, no downloads) - a 2-block vision
 tower and a 2-layer language model - with a byte-level BPE tokenizer trained here on
-tools/fixture_corpus.txt (ChatML and the family's vision special tokens), the image processor's
+tools/fixture_corpus.txt (ChatML, or Gemma 3's turn format, and the family's vision special
+tokens), the image processor's
 preprocessor_config.json, exported by
 `optimum-cli export openvino --task image-text-to-text --weight-format fp32` as a user would,
 and trimmed to the files openvino_genai's VLMPipeline reads.
