@@ -17,6 +17,7 @@ __all__ = [
     "align_to",
     "is_npuw_llm_config",
     "is_text_embed_config",
+    "is_whisper_config",
     "generate_rung_sizes",
     "ladder_sizes",
     "parse_config",
@@ -183,6 +184,38 @@ NPUW_OPTIONS = OptionTable(
                 "padding rows zeroed; batch 1 only (the real's error text). Decoder models (chunked prefill without "
                 "head) are a typed not-built-yet error. **Differs:** the real reads the key back as NO (it pops it "
                 'before storing its config); ours answers YES. See "Text-embedding mode"'
+            ),
+        ),
+        Option(
+            "NPUW_WHISPER",
+            as_flag,
+            False,
+            (
+                "YES (with `NPUW_LLM=YES`) → the Whisper-decoder mode openvino.genai's WhisperPipeline sets on "
+                '"NPU" without `STATIC_PIPELINE` (`update_npu_config_whisper`: MAX_PROMPT_LEN 4, MIN_RESPONSE_LEN '
+                "444, taken unaligned: KV 448). The stateful decoder becomes a `[1,4]` prefill (the prompt at the "
+                "front, its cross-attention K/V as outputs) and a `[1,1]` generate model over 447 past slots with "
+                "`cache_position` and a mask; a call of one token after the first is a generate step (the real "
+                "routes by `input_ids` length, so a one-token call reads the previous call's KV), the KV (self and "
+                "cross) is held in `KV_CACHE_PRECISION` (f16). Batch 1. See \"Whisper mode\""
+            ),
+        ),
+        Option(
+            "NPUW_WHISPER_EOS_TOKEN",
+            as_int,
+            50257,
+            (
+                "Whisper mode: the token whose logit is set to +inf when a generate step fills the KV cache (the "
+                "real's workaround, so the pipeline stops); openvino.genai passes the model's EOS"
+            ),
+        ),
+        Option(
+            "NPUW_WHISPER_DECOMPOSE_SDPA",
+            as_flag,
+            False,
+            (
+                "Whisper mode: decompose the cross-attention SDPAs to expose their scores (word timestamps). "
+                "**Not built:** YES is an `UnsupportedFeatureError`"
             ),
         ),
         Option(
@@ -619,6 +652,12 @@ def is_npuw_llm_config(device_name: str, config: Mapping[str, Any]) -> bool:
         )
     except ConfigError:
         return False
+
+
+def is_whisper_config(config: Mapping[str, Any]) -> bool:
+    """True when an NPUW LLM call asks for the Whisper-decoder mode (NPUW_WHISPER=YES); a bad
+    value is the option's ConfigError."""
+    return bool(NPUW_OPTIONS["NPUW_WHISPER"].read(config))
 
 
 def is_text_embed_config(config: Mapping[str, Any]) -> bool:
