@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ov_npu_emu.errors import ArtefactConfigError, ConfigError
-from ov_npu_emu.options import Converter, Option, OptionTable, as_flag, as_int, as_str
+from ov_npu_emu.options import Converter, Option, OptionTable, as_flag, as_int, as_str, did_you_mean
 
 __all__ = [
     "NPUW_OPTIONS",
@@ -18,6 +18,7 @@ __all__ = [
     "is_npuw_llm_config",
     "is_text_embed_config",
     "is_whisper_config",
+    "check_plain_npuw_keys",
     "generate_rung_sizes",
     "ladder_sizes",
     "parse_config",
@@ -652,6 +653,40 @@ def is_npuw_llm_config(device_name: str, config: Mapping[str, Any]) -> bool:
         )
     except ConfigError:
         return False
+
+
+#: the NPUW keys the real accepts on a plain (non-LLM) model compiled with NPU_USE_NPUW=YES
+#: (measured on 2026.4.1: every other NPUW_* key, the LLM / Whisper / text-embedding ones
+#: included, is "Option '...' is not supported for current configuration")
+PLAIN_NPUW_KEYS = frozenset({
+    "NPUW_ACC_CHECK", "NPUW_ACC_DEVICE", "NPUW_ACC_THRESH", "NPUW_ATTN", "NPUW_ATTN_DYN", "NPUW_ATTN_NO_COPY",
+    "NPUW_CACHE_DIR", "NPUW_CWAI", "NPUW_DCOFF_SCALE", "NPUW_DCOFF_TYPE", "NPUW_DEVICES", "NPUW_DQ",
+    "NPUW_DQ_FULL", "NPUW_F16IC", "NPUW_FOLD", "NPUW_FUNCALL_ASYNC", "NPUW_FUNCALL_FOR_ALL", "NPUW_HOST_GATHER",
+    "NPUW_ONLINE_AVOID", "NPUW_ONLINE_DUMP_PLAN", "NPUW_ONLINE_ISOLATE", "NPUW_ONLINE_KEEP_BLOCK_SIZE",
+    "NPUW_ONLINE_MIN_SIZE", "NPUW_ONLINE_PIPELINE", "NPUW_PARALLEL_COMPILE", "NPUW_PLAN", "NPUW_PMM",
+    "NPUW_SLICE_OUT", "NPUW_SPATIAL", "NPUW_SPATIAL_DYN", "NPUW_SPATIAL_NWAY", "NPUW_SUBMODEL_DEVICE",
+    "NPUW_UNFOLD_IREQS", "NPUW_WEIGHTS_BANK", "NPUW_WEIGHTS_BANK_ALLOC",
+})
+
+
+def check_plain_npuw_keys(device_name: str, config: Mapping[str, Any]) -> None:
+    """On "NPU" with NPU_USE_NPUW=YES but not NPUW_LLM=YES (a plain model through NPUW), an NPUW_*
+    key the real does not take there is a ConfigError in the real's words (ours used to ignore it)."""
+    if device_name != "NPU":
+        return
+    try:
+        if not as_flag("NPU_USE_NPUW", config.get("NPU_USE_NPUW", "NO")) or as_flag(
+                "NPUW_LLM", config.get("NPUW_LLM", "NO")):
+            return
+    except ConfigError:
+        return
+    for key in config:
+        if isinstance(key, str) and key.startswith("NPUW_") and key not in PLAIN_NPUW_KEYS:
+            llm = key in NPUW_OPTIONS or key.startswith("NPUW_LLM")
+            hint = ("; it is an LLM-pipeline key: add NPUW_LLM=YES (what openvino.genai's pipelines set for an LLM "
+                    "or a Whisper decoder), or drop it" if llm else f"; drop it{did_you_mean(key, PLAIN_NPUW_KEYS)}")
+            raise ConfigError(f"Option '{key}' is not supported for current configuration (NPUW on a plain model: "
+                              f"NPU_USE_NPUW=YES without NPUW_LLM=YES){hint}", key=key)
 
 
 def is_whisper_config(config: Mapping[str, Any]) -> bool:
