@@ -5,7 +5,7 @@ states and some token ids, get the last position's logits; reset between windows
 is ``StatefulDecoder`` (openvino.genai's WhisperStatefullDecoder): the exported stateful
 decoder (``input_ids``, ``encoder_hidden_states``, ``beam_idx``; ``cache_position`` when the
 export has it) compiled as is through ``ov_npu_emu.Core``.  STATIC_PIPELINE's is
-``static.StaticDecoder``; NPUW's Whisper mode (the real's default NPU path) would be another.
+``static.StaticDecoder``; the default NPU path's (NPUW's Whisper mode) is ``npuw.NpuwDecoder``.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Encoder:
     """The encoder ``input_features`` [1, feature_size, frames] → ``last_hidden_state``."""
 
     def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any],
-                 static_frames: tuple[int, int] | None = None) -> None:
+                 static_frames: tuple[int, int] | None = None, f16_output: bool | None = None) -> None:
         model = core.read_model(folder / ENCODER_XML)
         if "input_features" not in _names(model.inputs) or "last_hidden_state" not in _names(model.outputs):
             raise ConfigError(
@@ -63,9 +63,9 @@ class Encoder:
                 "export the model with optimum-cli export openvino --task automatic-speech-recognition-with-past",
                 key="models_path",
             )
-        #: STATIC_PIPELINE: [1, feature_size, nb_max_frames] and an f16 output (the real's
-        #: reshape_to_static_encoder and preprocess_encoder)
-        self._f16_output = static_frames is not None
+        #: on NPU: [1, feature_size, nb_max_frames] (the real's reshape_to_static_encoder); with
+        #: STATIC_PIPELINE an f16 output too (its preprocess_encoder)
+        self._f16_output = static_frames is not None if f16_output is None else f16_output
         if static_frames is not None:
             model.reshape({"input_features": [1, *static_frames]})
         out_shape = model.output("last_hidden_state").get_partial_shape()

@@ -9,8 +9,8 @@ Whisper's logit rules (logits.py), and - with timestamps, which audio over 30 s 
 segments of the window and where the next window starts (timestamps.py).
 
 The decoder runs behind ``models.WhisperDecoder``: on "CPU" the exported stateful decoder as
-is; on "NPU" with ``STATIC_PIPELINE=True`` the real's static decoder pair (static.py).  The
-real's default NPU path (NPUW's Whisper mode) is not implemented yet: a typed error.
+is; on "NPU" with ``STATIC_PIPELINE=True`` the real's static decoder pair (static.py); on "NPU"
+without it the stateful decoder through NPUW's Whisper mode (npuw.py).
 """
 
 from __future__ import annotations
@@ -178,6 +178,20 @@ class WhisperPipeline:
                                     static_frames=(self._features.feature_size, self._features.nb_max_frames))
             frames, hidden = self._encoder.hidden_shape
             self._decoder: WhisperDecoder = StaticDecoder(core, folder, dev, props, frames, hidden)
+        elif dev.split(".")[0] == "NPU":
+            if word_timestamps:
+                raise UnsupportedFeatureError(
+                    "word_timestamps is not implemented on genai_shim's default NPU path (NPUW's Whisper mode) yet; "
+                    "use device \"CPU\"", key="word_timestamps")
+            from genai_shim.whisper.npuw import GENAI_KEYS, NpuwDecoder, npuw_whisper_properties
+
+            # the real: the encoder [1, feature_size, frames] on "NPU" with the user's properties, the
+            # stateful decoder through NPUW's Whisper mode (npuw.py)
+            decoder_props = npuw_whisper_properties(props, config.eos_token_id)
+            self._encoder = Encoder(core, folder, dev, {k: v for k, v in props.items() if k not in GENAI_KEYS},
+                                    f16_output=False,
+                                    static_frames=(self._features.feature_size, self._features.nb_max_frames))
+            self._decoder = NpuwDecoder(core, folder, decoder_props, self._encoder.hidden_shape[0])
         else:
             self._encoder = Encoder(core, folder, dev, props)
             self._decoder = StatefulDecoder(core, folder, dev, props, word_timestamps=bool(word_timestamps))
@@ -474,12 +488,6 @@ def _device_and_props(device: Any, properties: dict[str, Any]) -> tuple[str, dic
     static = props.pop("STATIC_PIPELINE", False)
     if not isinstance(static, bool):
         raise ConfigError(f"STATIC_PIPELINE must be a bool, got {type(static).__name__}", key="STATIC_PIPELINE")
-    if dev.split(".")[0] == "NPU" and not static:
-        raise UnsupportedFeatureError(
-            "genai_shim's WhisperPipeline does not run the real's default NPU path (the stateful "
-            "NPUW_WHISPER decoder) yet; pass STATIC_PIPELINE=True for the static NPU path, or use device \"CPU\"",
-            key="device",
-        )
     if dev.split(".")[0] == "CPU" and static:
         raise ConfigError("STATIC_PIPELINE is an NPU property; drop it, or use device \"NPU\"",
                           key="STATIC_PIPELINE")

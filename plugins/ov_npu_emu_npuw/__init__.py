@@ -9,7 +9,12 @@ import openvino as ov
 
 from ov_npu_emu.hookspecs import hookimpl
 from ov_npu_emu.runtime.device import DeviceCompiledModel
-from ov_npu_emu_npuw.config import is_npuw_llm_config, is_text_embed_config
+from ov_npu_emu_npuw.config import (
+    check_plain_npuw_keys,
+    is_npuw_llm_config,
+    is_text_embed_config,
+    is_whisper_config,
+)
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.core import Core
@@ -27,9 +32,16 @@ def ovnpu_compile_model(
     core: Core, model: ov.Model, device_name: str, config: Mapping[str, Any]
 ) -> DeviceCompiledModel | None:
     """Claim "NPU" compilations with NPU_USE_NPUW=YES and NPUW_LLM=YES (what openvino.genai sets);
-    with NPUW_TEXT_EMBED=YES too, the text-embedding mode (text_embed.py)."""
+    with NPUW_TEXT_EMBED=YES too, the text-embedding mode (text_embed.py); with NPUW_WHISPER=YES,
+    the Whisper-decoder mode (whisper.py).  A plain model with NPU_USE_NPUW=YES goes on to the
+    device, once its NPUW_* keys are ones the real takes there."""
     if not is_npuw_llm_config(device_name, config):
+        check_plain_npuw_keys(device_name, config)
         return None
+    if is_whisper_config(config):
+        from ov_npu_emu_npuw.whisper import compile_whisper
+
+        return compile_whisper(core, model, config)
     if is_text_embed_config(config):
         from ov_npu_emu_npuw.text_embed import compile_text_embed
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ov_npu_emu.errors import ArtefactConfigError, ConfigError
-from ov_npu_emu.options import Converter, Option, OptionTable, as_flag, as_int, as_str
+from ov_npu_emu.options import Converter, Option, OptionTable, as_flag, as_int, as_str, did_you_mean
 
 __all__ = [
     "NPUW_OPTIONS",
@@ -17,6 +17,8 @@ __all__ = [
     "align_to",
     "is_npuw_llm_config",
     "is_text_embed_config",
+    "is_whisper_config",
+    "check_plain_npuw_keys",
     "generate_rung_sizes",
     "ladder_sizes",
     "parse_config",
@@ -183,6 +185,38 @@ NPUW_OPTIONS = OptionTable(
                 "padding rows zeroed; batch 1 only (the real's error text). Decoder models (chunked prefill without "
                 "head) are a typed not-built-yet error. **Differs:** the real reads the key back as NO (it pops it "
                 'before storing its config); ours answers YES. See "Text-embedding mode"'
+            ),
+        ),
+        Option(
+            "NPUW_WHISPER",
+            as_flag,
+            False,
+            (
+                "YES (with `NPUW_LLM=YES`) → the Whisper-decoder mode openvino.genai's WhisperPipeline sets on "
+                '"NPU" without `STATIC_PIPELINE` (`update_npu_config_whisper`: MAX_PROMPT_LEN 4, MIN_RESPONSE_LEN '
+                "444, taken unaligned: KV 448). The stateful decoder becomes a `[1,4]` prefill (the prompt at the "
+                "front, its cross-attention K/V as outputs) and a `[1,1]` generate model over 447 past slots with "
+                "`cache_position` and a mask; a call of one token after the first is a generate step (the real "
+                "routes by `input_ids` length, so a one-token call reads the previous call's KV), the KV (self and "
+                "cross) is held in `KV_CACHE_PRECISION` (f16). Batch 1. See \"Whisper mode\""
+            ),
+        ),
+        Option(
+            "NPUW_WHISPER_EOS_TOKEN",
+            as_int,
+            50257,
+            (
+                "Whisper mode: the token whose logit is set to +inf when a generate step fills the KV cache (the "
+                "real's workaround, so the pipeline stops); openvino.genai passes the model's EOS"
+            ),
+        ),
+        Option(
+            "NPUW_WHISPER_DECOMPOSE_SDPA",
+            as_flag,
+            False,
+            (
+                "Whisper mode: decompose the cross-attention SDPAs to expose their scores (word timestamps). "
+                "**Not built:** YES is an `UnsupportedFeatureError`"
             ),
         ),
         Option(
@@ -619,6 +653,46 @@ def is_npuw_llm_config(device_name: str, config: Mapping[str, Any]) -> bool:
         )
     except ConfigError:
         return False
+
+
+#: the NPUW keys the real accepts on a plain (non-LLM) model compiled with NPU_USE_NPUW=YES
+#: (measured on 2026.4.1: every other NPUW_* key, the LLM / Whisper / text-embedding ones
+#: included, is "Option '...' is not supported for current configuration")
+PLAIN_NPUW_KEYS = frozenset({
+    "NPUW_ACC_CHECK", "NPUW_ACC_DEVICE", "NPUW_ACC_THRESH", "NPUW_ATTN", "NPUW_ATTN_DYN", "NPUW_ATTN_NO_COPY",
+    "NPUW_CACHE_DIR", "NPUW_CWAI", "NPUW_DCOFF_SCALE", "NPUW_DCOFF_TYPE", "NPUW_DEVICES", "NPUW_DQ",
+    "NPUW_DQ_FULL", "NPUW_F16IC", "NPUW_FOLD", "NPUW_FUNCALL_ASYNC", "NPUW_FUNCALL_FOR_ALL", "NPUW_HOST_GATHER",
+    "NPUW_ONLINE_AVOID", "NPUW_ONLINE_DUMP_PLAN", "NPUW_ONLINE_ISOLATE", "NPUW_ONLINE_KEEP_BLOCK_SIZE",
+    "NPUW_ONLINE_MIN_SIZE", "NPUW_ONLINE_PIPELINE", "NPUW_PARALLEL_COMPILE", "NPUW_PLAN", "NPUW_PMM",
+    "NPUW_SLICE_OUT", "NPUW_SPATIAL", "NPUW_SPATIAL_DYN", "NPUW_SPATIAL_NWAY", "NPUW_SUBMODEL_DEVICE",
+    "NPUW_UNFOLD_IREQS", "NPUW_WEIGHTS_BANK", "NPUW_WEIGHTS_BANK_ALLOC",
+})
+
+
+def check_plain_npuw_keys(device_name: str, config: Mapping[str, Any]) -> None:
+    """On "NPU" with NPU_USE_NPUW=YES but not NPUW_LLM=YES (a plain model through NPUW), an NPUW_*
+    key the real does not take there is a ConfigError in the real's words (ours used to ignore it)."""
+    if device_name != "NPU":
+        return
+    try:
+        if not as_flag("NPU_USE_NPUW", config.get("NPU_USE_NPUW", "NO")) or as_flag(
+                "NPUW_LLM", config.get("NPUW_LLM", "NO")):
+            return
+    except ConfigError:
+        return
+    for key in config:
+        if isinstance(key, str) and key.startswith("NPUW_") and key not in PLAIN_NPUW_KEYS:
+            llm = key in NPUW_OPTIONS or key.startswith("NPUW_LLM")
+            hint = ("; it is an LLM-pipeline key: add NPUW_LLM=YES (what openvino.genai's pipelines set for an LLM "
+                    "or a Whisper decoder), or drop it" if llm else f"; drop it{did_you_mean(key, PLAIN_NPUW_KEYS)}")
+            raise ConfigError(f"Option '{key}' is not supported for current configuration (NPUW on a plain model: "
+                              f"NPU_USE_NPUW=YES without NPUW_LLM=YES){hint}", key=key)
+
+
+def is_whisper_config(config: Mapping[str, Any]) -> bool:
+    """True when an NPUW LLM call asks for the Whisper-decoder mode (NPUW_WHISPER=YES); a bad
+    value is the option's ConfigError."""
+    return bool(NPUW_OPTIONS["NPUW_WHISPER"].read(config))
 
 
 def is_text_embed_config(config: Mapping[str, Any]) -> bool:

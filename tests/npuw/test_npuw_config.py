@@ -153,3 +153,41 @@ def test_emulator_device_keys_reach_the_compiled_sub_models():
     assert plain.subs.prefill.get_property("NPU_EMU_SKIP_PADDED_ROWS") == "YES"
     core.set_property("NPU", {"NPU_EMU_HOST_FUSION": "NO"})
     assert core.compile_model(model, "NPU", base).impl.subs.lm_head.get_property("NPU_EMU_HOST_FUSION") == "NO"
+
+
+def _plain_model() -> object:
+    import numpy as np
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 4], np.float32, name="x")
+    return ov.Model([ops.relu(x)], [x], "plain")
+
+
+@pytest.mark.parametrize("key", ["NPUW_FOO", "NPUW_LLM_MAX_PROMPT_LEN", "NPUW_WHISPER", "NPUW_WHISPER_EOS_TOKEN"])
+def test_unknown_npuw_key_on_a_plain_model_is_refused_as_the_real(key: str) -> None:
+    """NPU_USE_NPUW=YES without NPUW_LLM=YES: the real refuses an NPUW_* key its plain path does not
+    take ("Option '...' is not supported for current configuration"); ours used to ignore it."""
+    import openvino as ov
+
+    from ov_npu_emu import Core
+
+    config = {"NPU_USE_NPUW": "YES", "NPUW_DEVICES": "CPU", key: "1"}
+    with pytest.raises(RuntimeError, match=f"Option '{key}' is not supported for current configuration"):
+        ov.Core().compile_model(_plain_model(), "NPU", config)
+    with pytest.raises(ConfigError, match=f"Option '{key}' is not supported for current configuration") as err:
+        Core().compile_model(_plain_model(), "NPU", config)
+    assert err.value.key == key
+
+
+def test_plain_npuw_keys_the_real_takes_pass() -> None:
+    """What openvino.genai passes with a Whisper encoder or a VLM's vision model on NPU (the keys
+    update_npu_config_whisper sets are fine on a plain model too)."""
+    import openvino as ov
+
+    from ov_npu_emu import Core
+
+    config = {"NPU_USE_NPUW": "YES", "NPUW_DEVICES": "CPU", "NPUW_FOLD": "NO", "NPUW_ONLINE_PIPELINE": "NONE",
+              "NPUW_FUNCALL_FOR_ALL": "NO", "NPUW_WEIGHTS_BANK": "shared"}
+    ov.Core().compile_model(_plain_model(), "NPU", config)
+    Core().compile_model(_plain_model(), "NPU", config)

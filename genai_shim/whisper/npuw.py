@@ -1,0 +1,112 @@
+"""WhisperPipeline's default decoder on "NPU" (no STATIC_PIPELINE): the stateful decoder compiled
+through NPUW's Whisper mode, as openvino.genai's ``WhisperStatefullDecoder`` does on "NPU"
+(``whisper/models/statefull_decoder.cpp``, ``utils.cpp`` ``update_npu_config_whisper``).
+
+The decoder's ``encoder_hidden_states`` is made static at the encoder's frame count, then compiled
+on "NPU" with the user's properties and, where the user did not set them, ``NPU_USE_NPUW=YES``,
+``NPUW_LLM=YES``, ``NPUW_WHISPER=YES``, ``NPUW_ONLINE_PIPELINE=NONE``, ``NPUW_FUNCALL_FOR_ALL=NO``,
+``NPUW_FOLD=NO``, ``NPUW_LLM_PREFILL_HINT=STATIC``, the KV axes, ``NPUW_LLM_MAX_PROMPT_LEN``
+(``MAX_PROMPT_LEN``, 4) and ``NPUW_LLM_MIN_RESPONSE_LEN`` (``MIN_RESPONSE_LEN``, 444); and always
+``NPUW_WHISPER_EOS_TOKEN`` (the model's EOS).  What NPUW does with it (a [1, 4] prefill, a one-token
+generate model over a 448-token KV in f16, a one-token call after the first continuing the previous
+sequence) is ov_npu_emu_npuw.whisper; this runner only feeds it, as the real's decoder does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from genai_shim.whisper.models import DECODER_XML
+from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError
+
+__all__ = ["GENAI_KEYS", "NpuwDecoder", "npuw_whisper_properties"]
+
+#: the real's Whisper defaults (utils.cpp get_npu_model_config): KV 448 = Whisper's max_target_positions
+MAX_PROMPT_LEN = 4
+MIN_RESPONSE_LEN = 444
+#: keys openvino.genai reads for the decoder (they do not reach the encoder here)
+GENAI_KEYS = frozenset({"MAX_PROMPT_LEN", "MIN_RESPONSE_LEN", "WHISPER_EOS_TOKEN", "BLOB_PATH", "EXPORT_BLOB"})
+
+
+def _set_default(config: dict[str, Any], key: str, value: Any) -> None:
+    config.setdefault(key, value)
+
+
+def _length(props: dict[str, Any], key: str, default: int) -> int:
+    """The real's pop_int_and_cast: an int (not a string), not negative."""
+    if key not in props:
+        return default
+    value = props.pop(key)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"Failed to extract {key}. Type mismatch: expected types: int or int64_t", key=key)
+    if value < 0:
+        raise ConfigError(f"{key} cannot be negative!", key=key)
+    return int(value)
+
+
+def npuw_whisper_properties(properties: dict[str, Any], eos_token_id: int) -> dict[str, Any]:
+    """The decoder's compile properties on "NPU" (the real's update_npu_config_whisper)."""
+    props = dict(properties)
+    for key in ("BLOB_PATH", "EXPORT_BLOB"):
+        if key in props:
+            raise UnsupportedFeatureError(
+                f"{key} (import / export of the Whisper decoder blob) is not built in genai_shim's default NPU "
+                "Whisper path yet; drop it", key=key)
+    max_prompt = _length(props, "MAX_PROMPT_LEN", MAX_PROMPT_LEN)
+    min_response = _length(props, "MIN_RESPONSE_LEN", MIN_RESPONSE_LEN)
+    props["NPUW_WHISPER_EOS_TOKEN"] = props.pop("WHISPER_EOS_TOKEN", eos_token_id)
+    for key, value in (("NPU_USE_NPUW", "YES"), ("NPUW_ONLINE_PIPELINE", "NONE"), ("NPUW_FUNCALL_FOR_ALL", "NO"),
+                       ("NPUW_FOLD", "NO"), ("NPUW_LLM", "YES"), ("NPUW_WHISPER", "YES"),
+                       # Whisper's K/V are [batch, heads, seq, head size]; the real reads the axes from the
+                       # first 4-D ReadValue, which on an export whose first state is a cross-attention one
+                       # says batch 2 (docs/genai_shim.md): NPUW's Whisper mode does not use the value
+                       ("NPUW_LLM_BATCH_DIM", 0), ("NPUW_LLM_SEQ_LEN_DIM", 2),
+                       ("NPUW_LLM_MAX_PROMPT_LEN", max_prompt), ("NPUW_LLM_MIN_RESPONSE_LEN", min_response),
+                       ("NPUW_LLM_PREFILL_HINT", "STATIC")):
+        _set_default(props, key, value)
+    return props
+
+
+class NpuwDecoder:
+    """The ``WhisperDecoder`` of the default NPU path: batch 1, greedy or sampled decoding."""
+
+    def __init__(self, core: Any, folder: Path, props: dict[str, Any], frames: int) -> None:
+        """``props``: npuw_whisper_properties' result."""
+        model = core.read_model(folder / DECODER_XML)
+        names = {n for p in model.inputs for n in p.get_names()}
+        if "beam_idx" not in names:
+            # the real: "Stateful models without beam_idx input are not supported in StatefulToStateless"
+            raise ConfigError(
+                f"{folder / DECODER_XML} is not a stateful decoder (no beam_idx input): the default NPU path "
+                "compiles the stateful export through NPUW; pass STATIC_PIPELINE=True for a --disable-stateful "
+                "export, or export without --disable-stateful", key="models_path")
+        shape = model.input("encoder_hidden_states").get_partial_shape()
+        shape[1] = frames
+        model.reshape({"encoder_hidden_states": shape})
+        compiled = core.compile_model(model, "NPU", props)
+        self._request = compiled.create_infer_request()
+        self._beam = np.zeros(1, dtype=np.int32)
+
+    def infer(self, encoder_hidden_states: np.ndarray, input_ids: list[int]) -> np.ndarray:
+        out = self._request.infer({"input_ids": np.asarray([input_ids], dtype=np.int64),
+                                   "encoder_hidden_states": encoder_hidden_states, "beam_idx": self._beam})
+        return np.array(np.asarray(out["logits"])[0, -1], dtype=np.float32, copy=True)
+
+    def infer_beams(self, encoder_hidden_states: np.ndarray, input_ids: list[int], beam_idx: list[int]) -> np.ndarray:
+        raise UnsupportedFeatureError(
+            "beam search is not implemented on the default NPU Whisper path (NPUW's Whisper mode runs batch 1); "
+            "use greedy or sampled decoding, or the device \"CPU\"", key="num_beams")
+
+    def alignment_scores(self, encoder_hidden_states: np.ndarray, input_ids: list[int],
+                         heads: list[tuple[int, int]]) -> list[np.ndarray]:
+        raise UnsupportedFeatureError(
+            "word timestamps are not implemented on genai_shim's default NPU Whisper path yet; use the device "
+            "\"CPU\"", key="word_timestamps")
+
+    def reset_state(self) -> None:
+        # the real resets the request's states (NPUW's Whisper mode keeps its stored count: a one-token
+        # call next continues the previous sequence, which is what the real's language detection meets)
+        self._request.reset_state()

@@ -1,0 +1,147 @@
+"""NPUW's Whisper-decoder mode (NPUW_WHISPER=YES) side by side with the real NPUW on CPU, on the
+tiny random Whisper's stateful decoder (tests/fixtures/whisper/whisper-tiny-random-fp32) compiled
+as openvino.genai's default NPU path compiles it: the logits of a call sequence (prefill, generate
+steps, a one-token call after reset_state, a one-token first call), the forced EOS when the KV cache
+fills, and our typed errors where the real corrupts memory or has nothing to say."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from ov_npu_emu import Core
+from ov_npu_emu.errors import KVCacheFullError, PromptTooLongError, UnsupportedFeatureError, UserInputError
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDER = ROOT / "tests" / "fixtures" / "whisper" / "whisper-tiny-random-fp32"
+EOS = 400
+#: what openvino.genai's update_npu_config_whisper sets (f32 hints for exact numerics)
+WHISPER = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_WHISPER": "YES", "NPUW_WHISPER_EOS_TOKEN": EOS,
+           "NPUW_ONLINE_PIPELINE": "NONE", "NPUW_FUNCALL_FOR_ALL": "NO", "NPUW_FOLD": "NO",
+           "NPUW_LLM_BATCH_DIM": 0, "NPUW_LLM_SEQ_LEN_DIM": 2, "NPUW_LLM_MAX_PROMPT_LEN": 4,
+           "NPUW_LLM_MIN_RESPONSE_LEN": 444, "NPUW_LLM_PREFILL_HINT": "STATIC", "INFERENCE_PRECISION_HINT": "f32"}
+_RNG = np.random.default_rng(0)
+ENC_A = _RNG.standard_normal((1, 1500, 32)).astype(np.float32)
+ENC_B = _RNG.standard_normal((1, 1500, 32)).astype(np.float32)
+#: ("infer", ids, hidden states) or ("reset",): a one-token first call (a prefill), a prompt and
+#: steps, then a one-token call after reset_state on other audio (the real continues the previous
+#: sequence: openvino.genai's language detection on a pipeline's second call), prompts of 3 and 2
+SEQUENCE: list[tuple[Any, ...]] = [
+    ("infer", [401], ENC_A), ("infer", [401, 402, 502, 506], ENC_A),
+    *[("infer", [t], ENC_A) for t in (10, 20, 30)],
+    ("reset",), ("infer", [401], ENC_B), ("infer", [401, 403, 502], ENC_B), ("infer", [7], ENC_B),
+    ("reset",), ("infer", [401, 404], ENC_A), ("infer", [9], ENC_A),
+]
+
+
+def _decoder(core: Any) -> Any:
+    model = core.read_model(FOLDER / "openvino_decoder_model.xml")
+    shape = model.input("encoder_hidden_states").get_partial_shape()
+    shape[1] = 1500  # openvino.genai makes it static at the encoder's frames
+    model.reshape({"encoder_hidden_states": shape})
+    return model
+
+
+def _feed(ids: list[int], hidden: np.ndarray) -> dict[str, Any]:
+    return {"input_ids": np.array([ids], np.int64), "encoder_hidden_states": hidden,
+            "beam_idx": np.zeros(1, np.int32)}
+
+
+def _run(compiled: Any, sequence: list[tuple[Any, ...]]) -> list[np.ndarray]:
+    request = compiled.create_infer_request()
+    out = []
+    for step in sequence:
+        if step[0] == "reset":
+            request.reset_state()
+            continue
+        request.infer(_feed(step[1], step[2]))
+        out.append(np.array(request.get_tensor("logits").data))
+    return out
+
+
+@pytest.fixture(scope="module")
+def real() -> list[np.ndarray]:
+    core = ov.Core()
+    return _run(core.compile_model(_decoder(core), "NPU", {**WHISPER, "NPUW_DEVICES": "CPU"}), SEQUENCE)
+
+
+@pytest.fixture(scope="module")
+def ours_cpu() -> Any:
+    core = Core()
+    return core.compile_model(_decoder(core), "NPU", {**WHISPER, "NPUW_DEVICES": "CPU"})
+
+
+def test_call_sequence_equals_real_npuw_on_cpu(real: list[np.ndarray], ours_cpu: Any) -> None:
+    ours = _run(ours_cpu, SEQUENCE)
+    for i, (want, got) in enumerate(zip(real, ours, strict=True)):
+        # prefill logits of the prompt's rows, [1, 1, V] for a step: shapes and values bit-exact
+        assert got.shape == want.shape, i
+        np.testing.assert_array_equal(got, want, err_msg=f"call {i}")
+
+
+def test_one_token_after_reset_continues_the_previous_sequence(ours_cpu: Any) -> None:
+    """What makes the real's language detection read the previous call: the 7th call (ENC_B)
+    equals a plain continuation of the 5th on ENC_A, and nothing that ENC_B gives."""
+    assert SEQUENCE[5] == ("reset",)
+    after_reset = _run(ours_cpu, [*SEQUENCE[:6], ("infer", [401], ENC_B)])
+    continued = _run(ours_cpu, [*SEQUENCE[:5], ("infer", [401], np.zeros_like(ENC_B))])
+    np.testing.assert_array_equal(after_reset[-1], continued[-1])
+    fresh = _run(ours_cpu, [("infer", [401], ENC_B)])  # a request's first call: a prefill on ENC_B
+    assert np.abs(fresh[-1] - after_reset[-1]).max() > 1.0
+
+
+def test_call_sequence_on_the_emulated_npu(real: list[np.ndarray]) -> None:
+    core = Core()
+    ours = _run(core.compile_model(_decoder(core), "NPU", WHISPER), SEQUENCE)
+    for want, got in zip(real, ours, strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=0.05)  # logits std ~14
+        assert (got.argmax(-1) == want.argmax(-1)).all()
+
+
+def test_full_kv_forces_eos_then_refuses(ours_cpu: Any) -> None:
+    """The step that fills the 448-token KV sets the EOS logit to +inf (the real's workaround, read
+    side by side with the real); the next step is the real's "KV-Cache is full."."""
+    core = ov.Core()
+    steps = [("infer", [401, 402, 502, 506], ENC_A)] + [("infer", [11 + i % 50], ENC_A) for i in range(444)]
+    want = _run(core.compile_model(_decoder(core), "NPU", {**WHISPER, "NPUW_DEVICES": "CPU"}), steps)[-2:]
+    request = ours_cpu.create_infer_request()
+    got = []
+    for _, ids, hidden in steps:
+        request.infer(_feed(ids, hidden))
+        got.append(np.array(request.get_tensor("logits").data))
+    for w, g in zip(want, got[-2:], strict=True):
+        np.testing.assert_array_equal(g, w)
+    assert np.isposinf(got[-1][0, 0, EOS]) and np.isfinite(got[-2][0, 0, EOS])
+    with pytest.raises(KVCacheFullError, match="KV-Cache is full"):
+        request.infer(_feed([5], ENC_A))
+    # a new prompt starts over
+    request.infer(_feed([401, 402], ENC_A))
+    assert np.asarray(request.get_tensor("logits").data).shape == (1, 2, 2008)
+
+
+def test_prompt_longer_than_the_prefill_is_refused(ours_cpu: Any) -> None:
+    request = ours_cpu.create_infer_request()
+    # the real copies all 5 ids into its 4-slot buffer (heap corruption); ours says what to do
+    with pytest.raises(PromptTooLongError, match="initial_prompt / hotwords"):
+        request.infer(_feed([504, 11, 12, 401, 402], ENC_A))
+    with pytest.raises(UserInputError, match="batch 1"):
+        request.infer({**_feed([401], ENC_A), "input_ids": np.array([[401], [401]], np.int64),
+                       "beam_idx": np.zeros(2, np.int32)})
+
+
+def test_properties_and_unbuilt_keys(ours_cpu: Any) -> None:
+    assert ours_cpu.get_property("NPUW_WHISPER") is True
+    assert ours_cpu.get_property("NPUW_WHISPER_EOS_TOKEN") == EOS
+    # taken as given (the real's Whisper mode: KV 448), not aligned to 64 as for an LLM
+    assert ours_cpu.get_property("NPUW_LLM_MAX_PROMPT_LEN") == 4
+    assert ours_cpu.get_property("NPUW_LLM_MIN_RESPONSE_LEN") == 444
+    core = Core()
+    with pytest.raises(UnsupportedFeatureError) as err:
+        core.compile_model(_decoder(core), "NPU", {**WHISPER, "NPUW_DEVICES": "CPU",
+                                                   "NPUW_WHISPER_DECOMPOSE_SDPA": "YES"})
+    assert err.value.key == "NPUW_WHISPER_DECOMPOSE_SDPA"
