@@ -28,7 +28,8 @@ DEFAULT_DEVICE_MEMORY_MB = DEVICE_MEMORY_LIMIT >> 20
 
 
 def precision(key: str, value: Any) -> str:
-    """INFERENCE_PRECISION_HINT: f32 (default, exact comparisons) or f16 (NPU-like storage)."""
+    """INFERENCE_PRECISION_HINT: f16 (the default, as the real NPU plugin's: f16 activations and KV)
+    or f32 (exact comparisons with the CPU plugin)."""
     p = str(value).lower()
     p = {"float32": "f32", "float16": "f16", "<type: 'float32'>": "f32", "<type: 'float16'>": "f16"}.get(p, p)
     if p not in ("f32", "f16"):
@@ -142,8 +143,10 @@ def optimal_infer_requests(config: Mapping[str, Any]) -> int:
 NPU_OPTIONS = OptionTable(
     "The NPU device",
     [
-        Option("INFERENCE_PRECISION_HINT", precision, "f32",
-               "f32 (exact comparisons) or f16 (NPU-like storage; `float32`/`float16` accepted)", scope="device"),
+        Option("INFERENCE_PRECISION_HINT", precision, "f16",
+               "f16 (the real NPU's default: float activations and in-graph KV stored f16, weights as "
+               "stored, DPU/softmax/SDPA accumulate in f32) or f32 (exact comparisons with the CPU plugin); "
+               "`float16`/`float32` accepted. See [Precision](npu_device.md#precision)", scope="device"),
         Option("PERF_COUNT", _FLAG, "NO", "YES: per-task profiling info (`get_profiling_info`)", scope="device"),
         Option("PERFORMANCE_HINT", _performance_hint, "LATENCY",
                "`LATENCY`, `THROUGHPUT` or `CUMULATIVE_THROUGHPUT`: sets OPTIMAL_NUMBER_OF_INFER_REQUESTS, "
