@@ -26,11 +26,12 @@ def _run(compiled, feed):
     return [np.array(res[i]) for i in range(len(compiled.outputs))]
 
 
-def test_device_and_compiled_model_report_f16_by_default(npu_core):
-    assert npu_core.get_property("NPU", "INFERENCE_PRECISION_HINT") == "f16"
-    compiled = npu_core.compile_model(make_mlp(), "NPU")
+def test_device_and_compiled_model_report_f16_by_default(npu_core_default):
+    core = npu_core_default
+    assert core.get_property("NPU", "INFERENCE_PRECISION_HINT") == "f16"
+    compiled = core.compile_model(make_mlp(), "NPU")
     assert compiled.get_property("INFERENCE_PRECISION_HINT") == "f16"
-    assert npu_core.compile_model(make_mlp(), "NPU", F32).get_property("INFERENCE_PRECISION_HINT") == "f32"
+    assert core.compile_model(make_mlp(), "NPU", F32).get_property("INFERENCE_PRECISION_HINT") == "f32"
 
 
 def test_a_core_wide_f32_key_is_the_default_of_later_compiles():
@@ -42,7 +43,8 @@ def test_a_core_wide_f32_key_is_the_default_of_later_compiles():
     assert core.compile_model(make_mlp(), "NPU").get_property("INFERENCE_PRECISION_HINT") == "f32"
 
 
-def test_the_blob_records_the_precision(npu_core):
+def test_the_blob_records_the_precision(npu_core_default):
+    npu_core = npu_core_default
     default = npu_core.compile_model(make_mlp(), "NPU").export_model().getvalue()
     exact = npu_core.compile_model(make_mlp(), "NPU", F32).export_model().getvalue()
     assert BlobReader(default).meta["precision"] == "f16"
@@ -55,7 +57,8 @@ def test_the_blob_records_the_precision(npu_core):
 
 
 @pytest.mark.parametrize("which", ["mlp", "stories_decode"])
-def test_a_default_run_is_f16_within_its_tolerance_of_the_cpu_plugin(npu_core, which, request):
+def test_a_default_run_is_f16_within_its_tolerance_of_the_cpu_plugin(npu_core_default, which, request):
+    npu_core = npu_core_default
     if which == "mlp":
         model = make_mlp()
         feed = {"x": np.random.default_rng(0).standard_normal((1, 4, 16)).astype(np.float32)}
