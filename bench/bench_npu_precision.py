@@ -50,7 +50,7 @@ def bench(folder: Path, tokens: int, rounds: int) -> dict[str, tuple[float, str]
     cfg = genai_shim.GenerationConfig(max_new_tokens=tokens, ignore_eos=True)
     times: dict[str, list[float]] = {name: [] for name in pipes}
     texts: dict[str, str] = {}
-    for name, pipe in pipes.items():  # warm up: first requests, weights caches
+    for pipe in pipes.values():  # warm up: first requests, weights caches
         pipe.generate(PROMPT, cfg)
     for _ in range(rounds):
         for name, pipe in pipes.items():
