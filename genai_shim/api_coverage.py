@@ -31,7 +31,7 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "visual language models": (
         ("VLMPipelineBase", "VideoMetadata"),
-        "VLMPipeline runs Qwen2-VL images; no video, no VLMPipelineBase",
+        "VLMPipeline runs Qwen2-VL, Qwen2.5-VL and LLaVA images; no video, no VLMPipelineBase",
     ),
     "speech generation and omni models": (
         (

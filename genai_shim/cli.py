@@ -15,7 +15,7 @@ from typing import Any
 
 from ov_npu_emu.hookspecs import hookimpl
 
-__all__ = ["ovnpu_add_cli_commands", "register", "run"]
+__all__ = ["ovnpu_add_cli_commands", "register", "register_numerics", "run", "run_numerics_cli"]
 
 DEFAULT_PROMPT = "Once upon a time"
 
@@ -23,6 +23,59 @@ DEFAULT_PROMPT = "Once upon a time"
 @hookimpl
 def ovnpu_add_cli_commands(subparsers: argparse._SubParsersAction) -> None:
     register(subparsers)
+    register_numerics(subparsers)
+
+
+def register_numerics(subparsers: argparse._SubParsersAction) -> None:
+    from genai_shim.numerics import PROTECTIONS
+
+    p = subparsers.add_parser(
+        "numerics",
+        help="where a model's f16 run on the emulated NPU drifts or overflows against f32, layer by layer",
+        description=(
+            "Run the model on the emulated NPU in NPU numerics (INFERENCE_PRECISION_HINT=f16) and in f32 side "
+            "by side over each prompt's prefill: per op and per layer the max absolute and relative error, "
+            "activation peaks against the f16 maximum 65504, the first inf/NaN; at the output greedy-token "
+            "agreement over --steps tokens, top-k overlap and a similarity score. MODEL is an LLM export "
+            "folder (openvino_model.xml + tokenizer) or an IR .xml with static non-token inputs."
+        ),
+    )
+    p.add_argument("model", type=Path, help="LLM folder, or an IR .xml with static inputs")
+    p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
+    p.add_argument("--prompts", type=Path, metavar="FILE", help="a file of prompts, one a line")
+    p.add_argument("--protect", action="append", default=[], choices=sorted(PROTECTIONS),
+                   help="turn a protection on in the f16 run (repeatable): clamp = NPU_EMU_F16_CLAMP=YES, "
+                        "higher-precision = NPU_COMPILATION_MODE_PARAMS=compute-layers-with-higher-precision="
+                        "Sqrt,Power,ReduceMean,Add_RMSNorm")
+    p.add_argument("--steps", type=int, default=4, help="greedy tokens per prompt (default 4)")
+    p.add_argument("--top-k", type=int, default=5, help="k of the top-k overlap (default 5)")
+    p.add_argument("--top", type=int, default=10, help="list the N ops with the largest relative error")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE", help="NPU compile config for both runs")
+    p.add_argument("--json", metavar="OUT.json", help="write the full report as JSON")
+    p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page")
+    p.set_defaults(func=run_numerics_cli)
+
+
+def run_numerics_cli(args: argparse.Namespace) -> int:
+    from genai_shim.numerics import NumericsError, format_text, html_report, run_numerics, to_json
+    from ov_npu_emu.cli.model_args import parse_kv
+    from ov_npu_emu.runtime.files import write_file
+
+    prompts = list(args.prompt)
+    if args.prompts is not None:
+        if not args.prompts.is_file():
+            raise NumericsError(f"--prompts {args.prompts}: no such file")
+        prompts += [line for line in args.prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
+    report = run_numerics(args.model, prompts, protect=args.protect, steps=args.steps, top_k=args.top_k,
+                          config=parse_kv(args.config))
+    print(format_text(report, top=args.top))
+    if args.json:
+        write_file(args.json, to_json(report))
+        print(f"JSON written to {args.json}")
+    if args.html:
+        write_file(args.html, html_report(report))
+        print(f"report written to {args.html} (open in any browser; no network needed)")
+    return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

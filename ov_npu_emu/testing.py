@@ -31,6 +31,8 @@ Oracle helpers:
 
 from __future__ import annotations
 
+import struct
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +47,7 @@ if TYPE_CHECKING:  # openvino and the builder load lazily: importing this plugin
 
 __all__ = [
     "CPU_EXACT_CONFIG",
+    "chromium_screenshot",
     "keep_alive",
     "make_add_model",
     "make_model_with_memory",
@@ -52,6 +55,7 @@ __all__ = [
     "make_resnet_like",
     "make_small_cnn",
     "make_ssd_like",
+    "png_pixels",
     "run_isolated",
     "run_stateful_greedy",
     "small_model_dir",
@@ -71,6 +75,67 @@ CPU_EXACT_CONFIG: dict[str, str] = {
     "KV_CACHE_PRECISION": "f32",
     "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0",
 }
+
+
+def png_pixels(data: bytes) -> np.ndarray:
+    """Decode an 8-bit RGB/RGBA, non-interlaced PNG (what Chromium writes) to [H, W, C]."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat = 8, b""
+    w = h = ch = 0
+    while pos < len(data):
+        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and ctype in (2, 6) and interlace == 0
+            ch = 3 if ctype == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw = zlib.decompress(idat)
+    stride = 1 + w * ch
+    rows: list[bytearray] = []
+    prev = bytearray(w * ch)
+    for y in range(h):  # PNG filters: None, Sub, Up, Average, Paeth (plain ints: fast enough)
+        f, line = raw[y * stride], bytearray(raw[y * stride + 1:(y + 1) * stride])
+        if f == 2:
+            line = bytearray(((np.frombuffer(line, np.uint8).astype(np.int32) + np.frombuffer(prev, np.uint8))
+                              & 0xFF).astype(np.uint8).tobytes())
+        elif f in (1, 3, 4):
+            for x in range(len(line)):
+                a = line[x - ch] if x >= ch else 0
+                b = prev[x]
+                if f == 1:
+                    line[x] = (line[x] + a) & 0xFF
+                elif f == 3:
+                    line[x] = (line[x] + (a + b) // 2) & 0xFF
+                else:
+                    c = prev[x - ch] if x >= ch else 0
+                    p = a + b - c
+                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                    line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        rows.append(line)
+        prev = line
+    out = np.frombuffer(b"".join(rows), np.uint8)
+    return out.reshape(h, w, ch)
+
+
+def chromium_screenshot(page: Path, png: Path, window: str = "1200,900") -> np.ndarray:
+    """Render ``page`` in headless Chromium and return the screenshot's pixels [H, W, C] (uint8).
+    Skips without Chromium, except under CI (.ci/run installs Debian's package), where it fails."""
+    import os
+    import shutil
+    import subprocess
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs Debian's chromium (.ci/run installs it)")
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    f"--screenshot={png}", f"--window-size={window}", page.as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    return png_pixels(png.read_bytes())
 
 
 def _isolated_child(conn: Any, fn: Any, args: tuple[Any, ...], timeout: float) -> None:

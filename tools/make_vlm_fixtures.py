@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Make the tiny visual-language fixtures under tests/fixtures/vlm/ (issue 31).
 
-A sibling of make_optimum_fixtures.py: a tiny, seeded, random Hugging Face Qwen2-VL built from a
-config (no hub, no downloads) - a 2-block vision tower with its patch merger and a 2-layer
-language model with M-RoPE - with a byte-level BPE tokenizer trained here on
-tools/fixture_corpus.txt (ChatML and the vision special tokens), the image processor's
+A sibling of make_optimum_fixtures.py: per family (FAMILIES, one build function each), a tiny,
+seeded, random Hugging Face model built from a config (no hub, no downloads) - a 2-block vision
+tower and a 2-layer language model - with a byte-level BPE tokenizer trained here on
+tools/fixture_corpus.txt (ChatML and the family's vision special tokens), the image processor's
 preprocessor_config.json, exported by
 `optimum-cli export openvino --task image-text-to-text --weight-format fp32` as a user would,
 and trimmed to the files openvino_genai's VLMPipeline reads.
@@ -16,8 +16,9 @@ Two stages:
            and on NPU with NPUW_DEVICES=CPU, with an image and text only, plus the top-1
            margins of every greedy step (teacher-forced through the exported models).
 
-  python tools/make_vlm_fixtures.py              # export into tests/fixtures/vlm
-  python tools/make_vlm_fixtures.py --goldens    # (re-)record golden.json
+  python tools/make_vlm_fixtures.py                          # export every family
+  python tools/make_vlm_fixtures.py --only qwen2_5vl-fp32    # one family
+  python tools/make_vlm_fixtures.py --goldens [--only ...]   # (re-)record golden.json
 """
 
 from __future__ import annotations
@@ -28,16 +29,22 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "tests" / "fixtures" / "vlm"
 CORPUS_FILE = Path(__file__).resolve().parent / "fixture_corpus.txt"
-NAME = "qwen2vl-fp32"
 SEED = 5
+#: seed 5 gave Qwen2.5-VL a 0.035 top-1 margin with the golden image
+QWEN2_5_SEED = 6
+#: seed 5 gave LLaVA one-token answers (EOS) with images
+LLAVA_SEED = int(os.environ.get("LLAVA_SEED", "7"))
 
-VISION_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *VISION_SPECIALS]
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>",
+                 "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+LLAVA_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>"]
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -46,8 +53,10 @@ CHATML_TEMPLATE = (
 )
 VOCAB = 512
 HIDDEN = 64
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 # patch 14, merge 2: 28-pixel units; at most 16 units (112x112), at least 4 (56x56)
-PREPROCESSOR = {
+QWEN_PREPROCESSOR = {
     "image_processor_type": "Qwen2VLImageProcessor",
     "processor_class": "Qwen2VLProcessor",
     "do_resize": True,
@@ -55,8 +64,8 @@ PREPROCESSOR = {
     "rescale_factor": 1 / 255,
     "do_normalize": True,
     "do_convert_rgb": True,
-    "image_mean": [0.48145466, 0.4578275, 0.40821073],
-    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "image_mean": CLIP_MEAN,
+    "image_std": CLIP_STD,
     "min_pixels": 3136,
     "max_pixels": 12544,
     "size": {"shortest_edge": 3136, "longest_edge": 12544},
@@ -64,31 +73,49 @@ PREPROCESSOR = {
     "temporal_patch_size": 2,
     "merge_size": 2,
 }
-KEEP_FILES = (
+# CLIP's: the shortest edge to 56, a 56x56 centre crop (4x4 patches of 14)
+LLAVA_PREPROCESSOR = {
+    "image_processor_type": "CLIPImageProcessor",
+    "processor_class": "LlavaProcessor",
+    "do_resize": True,
+    "size": {"shortest_edge": 56},
+    "resample": 3,
+    "do_center_crop": True,
+    "crop_size": {"height": 56, "width": 56},
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": True,
+    "image_mean": CLIP_MEAN,
+    "image_std": CLIP_STD,
+    "do_convert_rgb": True,
+}
+COMMON_FILES = (
     "openvino_language_model.xml", "openvino_language_model.bin",
     "openvino_text_embeddings_model.xml", "openvino_text_embeddings_model.bin",
     "openvino_vision_embeddings_model.xml", "openvino_vision_embeddings_model.bin",
-    "openvino_vision_embeddings_merger_model.xml", "openvino_vision_embeddings_merger_model.bin",
     "openvino_tokenizer.xml", "openvino_tokenizer.bin",
     "openvino_detokenizer.xml", "openvino_detokenizer.bin",
     "config.json", "generation_config.json", "tokenizer_config.json", "special_tokens_map.json",
     "preprocessor_config.json",
 )
+MERGER_FILES = ("openvino_vision_embeddings_merger_model.xml", "openvino_vision_embeddings_merger_model.bin")
 
 
-def build_tokenizer():
+def build_tokenizer(specials: list[str]):
+    """A byte-level BPE of VOCAB tokens on the fixture corpus; specials[0] is the unknown/pad token,
+    the rest are additional special tokens (never split)."""
     from transformers import PreTrainedTokenizerFast
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from make_optimum_fixtures import train_bytelevel_bpe
 
     lines = [s for s in CORPUS_FILE.read_text(encoding="utf-8").splitlines() if s.strip()]
-    tok = train_bytelevel_bpe(lines, VOCAB, SPECIALS)
+    tok = train_bytelevel_bpe(lines, VOCAB, specials)
     assert tok.get_vocab_size() == VOCAB, tok.get_vocab_size()
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, model_max_length=2048, clean_up_tokenization_spaces=False,
-        bos_token=None, eos_token="<|im_end|>", unk_token="<|endoftext|>", pad_token="<|endoftext|>",
-        additional_special_tokens=SPECIALS[1:])
+        bos_token=None, eos_token="<|im_end|>", unk_token=specials[0], pad_token=specials[0],
+        additional_special_tokens=specials[1:])
     fast.chat_template = CHATML_TEMPLATE
     return fast
 
@@ -124,50 +151,126 @@ def init_weights(model, seed: int) -> None:
             p.copy_(w)
 
 
-def build_hf_model(out_dir: Path) -> None:
-    import torch
-    from transformers import GenerationConfig, Qwen2VLConfig, Qwen2VLForConditionalGeneration
-
-    tok = build_tokenizer()
-    ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIALS}
-    text = dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=2,
+def _text_config(ids: dict[str, int], **extra) -> dict:
+    """The 2-layer language model every family shares (hidden 64, 4 heads, 2 KV heads)."""
+    return dict(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
                 bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
-                pad_token_id=ids["<|endoftext|>"])
-    vision = dict(depth=2, embed_dim=32, hidden_size=HIDDEN, mlp_ratio=2, num_heads=2, in_channels=3,
-                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
-    cfg = Qwen2VLConfig(text_config=text, vision_config=vision,
-                        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-                        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-                        bos_token_id=text["bos_token_id"], eos_token_id=text["eos_token_id"],
-                        pad_token_id=text["pad_token_id"], tie_word_embeddings=False)
-    torch.manual_seed(SEED)
-    model = Qwen2VLForConditionalGeneration(cfg).to(torch.float32)
-    init_weights(model, SEED)
+                pad_token_id=ids["<|endoftext|>"], **extra)
+
+
+def _save(model, tok, text: dict, preprocessor: dict, out_dir: Path, seed: int = SEED) -> None:
+    """Seeded re-init, then the model, tokenizer and preprocessor_config.json into out_dir."""
+    import torch
+    from transformers import GenerationConfig
+
+    model = model.to(torch.float32)
+    init_weights(model, seed)
     model.eval()
     model.generation_config = GenerationConfig(bos_token_id=text["bos_token_id"], eos_token_id=text["eos_token_id"],
                                                pad_token_id=text["pad_token_id"])
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
-    (out_dir / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2) + "\n")
+    (out_dir / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2) + "\n")
 
 
-def export(out_root: Path) -> None:
+def _qwen_ids(tok) -> tuple[dict[str, int], dict[str, int]]:
+    ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIALS}
+    top = dict(image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+               vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+    return ids, top
+
+
+def build_qwen2vl(out_dir: Path) -> None:
+    """Qwen2-VL: a 2-block vision tower (embed 32, patch 14, merge 2) and its patch merger;
+    M-RoPE sections [2, 3, 3]."""
+    import torch
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    tok = build_tokenizer(QWEN_SPECIALS)
+    ids, top = _qwen_ids(tok)
+    text = _text_config(ids, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                              "mrope_section": [2, 3, 3]})
+    vision = dict(depth=2, embed_dim=32, hidden_size=HIDDEN, mlp_ratio=2, num_heads=2, in_channels=3,
+                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+    cfg = Qwen2VLConfig(text_config=text, vision_config=vision, **top, bos_token_id=text["bos_token_id"],
+                        eos_token_id=text["eos_token_id"], pad_token_id=text["pad_token_id"],
+                        tie_word_embeddings=False)
+    torch.manual_seed(SEED)
+    _save(Qwen2VLForConditionalGeneration(cfg), tok, text, QWEN_PREPROCESSOR, out_dir)
+
+
+def build_qwen2_5vl(out_dir: Path) -> None:
+    """Qwen2.5-VL: a 2-block vision tower (hidden 32, SwiGLU 64, patch 14, merge 2) whose first
+    block attends within 56-pixel windows (2x2 merged patches) and second over the whole image,
+    then its merger to 64; M-RoPE sections [2, 3, 3]."""
+    import torch
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    tok = build_tokenizer(QWEN_SPECIALS)
+    ids, top = _qwen_ids(tok)
+    text = _text_config(ids, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                              "mrope_section": [2, 3, 3]})
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, in_channels=3, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, tokens_per_second=2, window_size=56,
+                  out_hidden_size=HIDDEN, fullatt_block_indexes=[1])
+    cfg = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **top, bos_token_id=text["bos_token_id"],
+                           eos_token_id=text["eos_token_id"], pad_token_id=text["pad_token_id"],
+                           tie_word_embeddings=False)
+    torch.manual_seed(QWEN2_5_SEED)
+    _save(Qwen2_5_VLForConditionalGeneration(cfg), tok, text, QWEN_PREPROCESSOR, out_dir, QWEN2_5_SEED)
+
+
+def build_llava(out_dir: Path) -> None:
+    """LLaVA: a 2-layer CLIP vision tower (hidden 32, image 56, patch 14: 16 patch features from
+    the second-to-last layer, CLS dropped), a GELU projector to 64 and a 2-layer Llama."""
+    import torch
+    from transformers import LlavaConfig, LlavaForConditionalGeneration
+
+    tok = build_tokenizer(LLAVA_SPECIALS)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in LLAVA_SPECIALS}
+    text = _text_config(ids, model_type="llama", rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, image_size=56, patch_size=14, projection_dim=32)
+    cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_id=ids["<image>"],
+                      projector_hidden_act="gelu", vision_feature_select_strategy="default",
+                      vision_feature_layer=-2, tie_word_embeddings=False)
+    torch.manual_seed(LLAVA_SEED)
+    _save(LlavaForConditionalGeneration(cfg), tok, text, LLAVA_PREPROCESSOR, out_dir, LLAVA_SEED)
+
+
+@dataclass(frozen=True)
+class Family:
+    build: Callable[[Path], None]  # writes the HF model, tokenizer and preprocessor config
+    files: tuple[str, ...]  # what the fixture keeps of the export
+
+
+FAMILIES: dict[str, Family] = {
+    "qwen2vl-fp32": Family(build_qwen2vl, COMMON_FILES + MERGER_FILES),
+    "qwen2_5vl-fp32": Family(build_qwen2_5vl, COMMON_FILES + MERGER_FILES),
+    "llava-fp32": Family(build_llava, COMMON_FILES),
+}
+
+
+def export(name: str, out_root: Path) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from make_optimum_fixtures import run_optimum_cli
 
+    family = FAMILIES[name]
     out_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="vlm-fixture-") as work:
         w = Path(work)
-        build_hf_model(w / "hf")
+        family.build(w / "hf")
         run_optimum_cli(["export", "openvino", "--model", "hf", "--task", "image-text-to-text",
                          "--weight-format", "fp32", "raw"], w)
         raw = w / "raw"
-        stage = Path(tempfile.mkdtemp(prefix=f".{NAME}.", dir=out_root))
-        for f in KEEP_FILES:
-            src = raw / f if (raw / f).exists() else w / "hf" / f
+        stage = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out_root))
+        for f in family.files:
+            # the model's own preprocessor_config.json (optimum may re-save the processor's, as
+            # transformers 5's fast processor, without min_pixels / max_pixels)
+            prefer_hf = f == "preprocessor_config.json"
+            src = w / "hf" / f if prefer_hf or not (raw / f).exists() else raw / f
             if not src.exists():
                 if f == "special_tokens_map.json":  # transformers 5 writes none
                     continue
@@ -177,7 +280,7 @@ def export(out_root: Path) -> None:
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
         cfg["chat_template"] = CHATML_TEMPLATE
         cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        final = out_root / NAME
+        final = out_root / name
         if final.exists():
             if (final / "golden.json").exists():
                 shutil.copy(final / "golden.json", stage / "golden.json")
@@ -189,16 +292,20 @@ def export(out_root: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--only", nargs="+", choices=sorted(FAMILIES), help="these fixtures (default: all)")
     ap.add_argument("--goldens", action="store_true", help="record golden.json (openvino_genai only)")
     a = ap.parse_args(argv)
+    names = a.only or list(FAMILIES)
     if a.goldens:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from vlm_goldens import record
 
-        record(a.out / NAME)
+        for name in names:
+            record(a.out / name)
         return 0
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    export(a.out)
+    for name in names:
+        export(name, a.out)
     return 0
 
 

@@ -38,6 +38,25 @@ def test_image(h: int = 80, w: int = 80) -> np.ndarray:
     return img
 
 
+def chat_turns(pipe: Any, lib: Any) -> list[tuple[str, int]]:
+    """start_chat(), the CHAT turns with the test image in the first, finish_chat(): each
+    turn's (text, input tokens), greedy with MAX_NEW_TOKENS (``lib``: openvino_genai or the shim)."""
+    import openvino as ov
+
+    cfg = lib.GenerationConfig()
+    cfg.max_new_tokens = MAX_NEW_TOKENS
+    pipe.start_chat()
+    try:
+        out = []
+        for i, prompt in enumerate(CHAT):
+            kw = {"images": [ov.Tensor(test_image())]} if i == 0 else {}
+            r = pipe.generate(prompt, generation_config=cfg, **kw)
+            out.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
+        return out
+    finally:
+        pipe.finish_chat()
+
+
 def _run(pipe: Any, ov: Any, og: Any) -> dict[str, Any]:
     cfg = og.GenerationConfig()
     cfg.max_new_tokens = MAX_NEW_TOKENS
@@ -47,14 +66,8 @@ def _run(pipe: Any, ov: Any, og: Any) -> dict[str, Any]:
     out["image"] = {"text": r.texts[0], "num_input_tokens": r.perf_metrics.get_num_input_tokens()}
     r = pipe.generate(PROMPT, generation_config=cfg)
     out["text_only"] = {"text": r.texts[0], "num_input_tokens": r.perf_metrics.get_num_input_tokens()}
-    pipe.start_chat()
-    turns = []
-    for i, p in enumerate(CHAT):
-        r = pipe.generate(p, images=[image], generation_config=cfg) if i == 0 else pipe.generate(
-            p, generation_config=cfg)
-        turns.append({"prompt": p, "text": r.texts[0], "num_input_tokens": r.perf_metrics.get_num_input_tokens()})
-    pipe.finish_chat()
-    out["chat"] = turns
+    out["chat"] = [{"prompt": p, "text": t, "num_input_tokens": n}
+                   for p, (t, n) in zip(CHAT, chat_turns(pipe, og), strict=True)]
     return out
 
 
@@ -101,12 +114,12 @@ def margins(folder: Path, golden: dict[str, Any]) -> dict[str, Any]:
 
     if sys_path not in sys.path:
         sys.path.insert(0, sys_path)
-    from genai_shim.vlm.qwen2vl import Qwen2VLEmbedder
+    from genai_shim.vlm.pipeline import EMBEDDERS
 
     core = ov.Core()
     cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     tok = og.Tokenizer(str(folder))
-    emb = Qwen2VLEmbedder(core, folder, cfg, "CPU", CPU_PROPS, tok)
+    emb = EMBEDDERS[cfg["model_type"]](core, folder, cfg, "CPU", CPU_PROPS, tok)
     lm = core.compile_model(core.read_model(folder / "openvino_language_model.xml"), "CPU", CPU_PROPS)
     out: dict[str, Any] = {"source": "openvino CPU f32, openvino_language_model.xml, greedy"}
     for key, images in (("image", [ov.Tensor(test_image())]), ("text_only", [])):
@@ -131,7 +144,7 @@ def margins(folder: Path, golden: dict[str, Any]) -> dict[str, Any]:
             length = n + len(tokens)
             logits = req.infer({"inputs_embeds": emb.token_embeddings(np.array([[t]], np.int64)),
                                 "attention_mask": np.ones((1, length), np.int64),
-                                "position_ids": np.full((3, 1, 1), length - 1 + delta, np.int64),
+                                "position_ids": emb.step_position_ids(length, delta),
                                 "beam_idx": np.zeros(1, np.int32)})["logits"][0, -1]
         out[key] = {"ids": tokens, "per_step": steps, "min": min(steps),
                     "text_equals_golden": tok.decode(tokens) == golden["cpu"][key]["text"]}

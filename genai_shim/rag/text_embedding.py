@@ -7,8 +7,11 @@ as configured; the model gets ``token_type_ids`` of zeros when it has that input
 (genai_shim/rag/postprocess.py), and with ``batch_size`` or ``max_length`` the model is
 reshaped first.  On "NPU" the real's static path (``batch_size``, ``max_length`` and
 ``pad_to_max_length`` set): the fixed-shape model with pooling fused, compiled on "NPU" as given
-(the emulated NPU, or NPUW with ``NPU_USE_NPUW=YES``); the dynamic path (NPUW's text-embedding
-mode) is refused with a typed error for now.
+(the emulated NPU, or NPUW with ``NPU_USE_NPUW=YES``); otherwise the real's dynamic path: the
+model as exported compiled by NPUW's text-embedding mode (``NPUW_TEXT_EMBED``, keys as the real's
+``update_npu_config_text_embedding``), pooling and normalisation as a post model on CPU fed with
+the call's mask zero-padded to the hidden states' length.  As the real, that path takes one text
+per call on encoder models (a typed error for more).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from genai_shim.rag.config import CONFIG_KEYS, PoolingType, TextEmbeddingConfig, check_properties
-from genai_shim.rag.postprocess import apply_postprocessing, has_token_type_ids, reshape_model
+from genai_shim.rag.postprocess import apply_postprocessing, create_post_model, has_token_type_ids, reshape_model
 from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import ConfigError, IRReadError, UnsupportedFeatureError, UserInputError, UserTypeError
 
@@ -49,18 +52,40 @@ def _make_core() -> Any:
     return Core()
 
 
-def _refuse_npu_dynamic(config: TextEmbeddingConfig, fixed_len: bool) -> None:
-    """The real's NPU path for a dynamic model (NPUW's text-embedding mode) is not implemented
-    here: its own refusal first (left padding of a fixed length with CLS / LAST_TOKEN pooling),
-    then ours, saying how to get the static path."""
+def _check_npu_dynamic(config: TextEmbeddingConfig, fixed_len: bool) -> None:
+    """The real's refusal before NPUW's text-embedding mode: left padding of a fixed length with
+    CLS / LAST_TOKEN pooling."""
     if config.padding_side == "left" and fixed_len and config.pooling_type != PoolingType.MEAN:
         raise ConfigError("Padding on left is only supported for the MEAN pooling type for dynamic inputs models. "
                           "In order to fix model shape, set batch_size, max_length and pad_to_max_length in the "
                           "configuration.", key="padding_side")
-    raise UnsupportedFeatureError(
-        "genai_shim's TextEmbeddingPipeline on NPU runs the real's static path only: set batch_size, max_length "
-        "and pad_to_max_length=True (the number of texts per call must then equal batch_size); the dynamic path "
-        "(NPUW's text-embedding mode, NPUW_TEXT_EMBED) is not implemented yet", key="device")
+
+
+def _npu_text_embedding_config(config: TextEmbeddingConfig, properties: dict[str, Any],
+                               model: Any) -> dict[str, Any]:
+    """The real's ``get_npu_text_embedding_config``: MAX_PROMPT_LEN = max_length, else the
+    MAX_PROMPT_LEN property (popped) or 1024; MIN_RESPONSE_LEN the same; then
+    ``update_npu_config_text_embedding`` adds the NPUW keys the caller did not set."""
+    from genai_shim.npu_config import DEFAULT_MAX_PROMPT_LEN, _pop_int, get_kv_axes_pos
+
+    props = dict(properties)
+    for key in ("BLOB_PATH", "EXPORT_BLOB"):
+        if key in props:
+            # the real imports / exports the NPUW text-embedding blob here
+            raise UnsupportedFeatureError(
+                f"{key}: importing or exporting the NPU text-embedding model is not built yet in genai_shim; "
+                "drop the key (the model is compiled at construction)", key=key)
+    if config.max_length is not None:
+        max_prompt = config.max_length
+    else:
+        max_prompt = _pop_int(props, "MAX_PROMPT_LEN", DEFAULT_MAX_PROMPT_LEN)
+    batch_dim, seq_dim = get_kv_axes_pos(model)
+    for key, value in (("NPU_USE_NPUW", "YES"), ("NPUW_LLM", "YES"), ("NPUW_LLM_BATCH_DIM", batch_dim),
+                       ("NPUW_LLM_SEQ_LEN_DIM", seq_dim), ("NPUW_LLM_MAX_PROMPT_LEN", max_prompt),
+                       ("NPUW_LLM_MIN_RESPONSE_LEN", max_prompt), ("NPUW_LLM_SHARED_HEAD", "NO"),
+                       ("NPUW_TEXT_EMBED", "YES")):
+        props.setdefault(key, value)
+    return props
 
 
 def _texts(texts: Any) -> list[str]:
@@ -122,10 +147,22 @@ class TextEmbeddingPipeline:
             self._tokenization["padding_side"] = config.padding_side
         is_npu = device.split(".")[0].upper() == "NPU"
         fixed_len = config.max_length is not None and bool(config.pad_to_max_length)
-        if is_npu and (config.batch_size is None or not fixed_len):
-            _refuse_npu_dynamic(config, fixed_len)
+        npuw_mode = is_npu and (config.batch_size is None or not fixed_len)
+        if npuw_mode:
+            _check_npu_dynamic(config, fixed_len)
         core = _make_core()
         model = core.read_model(folder / MODEL_XML)
+        self._post: Any = None
+        if npuw_mode:
+            # the real's dynamic NPU path: the model as exported, compiled by NPUW's text-embedding
+            # mode (hidden states [1, P, hidden]); pooling and normalisation as a post model on CPU
+            self._post = core.compile_model(create_post_model(model, config), "CPU").create_infer_request()
+            compiled = core.compile_model(model, device, _npu_text_embedding_config(config, properties, model))
+            self._request = compiled.create_infer_request()
+            self._token_types = has_token_type_ids(compiled)
+            self._started = False
+            self._mask: Any = None
+            return
         if config.batch_size is not None or config.max_length is not None:
             limit = _max_position_embeddings(folder)
             if config.max_length is not None and limit is not None and config.max_length > limit:
@@ -181,6 +218,7 @@ class TextEmbeddingPipeline:
         encoded = self._tokenizer.encode(texts, **self._tokenization)
         self._request.set_tensor("input_ids", encoded.input_ids)
         self._request.set_tensor("attention_mask", encoded.attention_mask)
+        self._mask = np.asarray(encoded.attention_mask.data, dtype=np.int64)
         if self._token_types:
             import openvino as ov
 
@@ -194,8 +232,28 @@ class TextEmbeddingPipeline:
             raise UserInputError("nothing to wait for: call start_embed_documents_async() or "
                                  "start_embed_query_async() first")
         self._request.wait()
-        out = np.asarray(self._request.get_tensor("last_hidden_state").data, dtype=np.float32)
+        hidden = self._request.get_tensor("last_hidden_state")
+        if self._post is not None:
+            hidden = self._post_model_infer(hidden)
+        out = np.asarray(hidden.data, dtype=np.float32)
         result: list[list[float]] = out.reshape(out.shape[0], -1).tolist()
         return result
+
+    def _post_model_infer(self, hidden: Any) -> Any:
+        """The real's ``post_model_infer``: the call's mask zero-padded to the hidden states'
+        (chunk-aligned) length, then pooling and normalisation on CPU."""
+        import openvino as ov
+
+        length = int(hidden.get_shape()[1])
+        mask = self._mask.reshape(-1)
+        if length < mask.size:
+            raise UserInputError(f"Attention mask size mismatch: expected at least {mask.size} elements, "
+                                 f"but got {length}")
+        padded = np.zeros((1, length), dtype=np.int64)
+        padded[0, :mask.size] = mask
+        self._post.set_tensor("attention_mask", ov.Tensor(padded))
+        self._post.set_tensor("embedding_hidden_state", hidden)
+        self._post.infer()
+        return self._post.get_tensor("last_hidden_state")
 
 

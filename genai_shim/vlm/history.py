@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from genai_shim.chat import ChatHistory
-from genai_shim.vlm.qwen2vl import EncodedImage
 from ov_npu_emu.errors import ConfigError, UserInputError
 
 __all__ = ["HistoryTurn", "VisionChatMemory"]
@@ -32,7 +31,7 @@ class _Message:
 @dataclasses.dataclass
 class _State:
     messages: list[_Message] = dataclasses.field(default_factory=list)
-    images: list[EncodedImage] = dataclasses.field(default_factory=list)
+    images: list[Any] = dataclasses.field(default_factory=list)
 
     def truncate(self, n: int) -> None:
         self.messages = self.messages[:n]
@@ -45,7 +44,7 @@ class HistoryTurn:
     refers to in order, and how to forget the turn if the streamer cancels it."""
 
     history: ChatHistory
-    images: list[EncodedImage]
+    images: list[Any]
     rollback: Callable[[], None]
 
 
@@ -55,8 +54,8 @@ class VisionChatMemory:
     def __init__(self) -> None:
         self._states: weakref.WeakKeyDictionary[ChatHistory, _State] = weakref.WeakKeyDictionary()
 
-    def turn(self, history: ChatHistory, new_images: list[EncodedImage],
-             normalize: Callable[[str, list[EncodedImage]], str]) -> HistoryTurn:
+    def turn(self, history: ChatHistory, new_images: list[Any],
+             normalize: Callable[[str, list[Any]], str]) -> HistoryTurn:
         messages = history.get_messages()
         if not messages:
             raise UserInputError("Chat history cannot be empty")

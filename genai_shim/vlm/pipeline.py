@@ -1,10 +1,11 @@
 """VLMPipeline: openvino.genai's VLMPipeline (visual_language/pipeline.cpp) over ov_npu_emu.Core,
-for Qwen2-VL exports (optimum-intel ``image-text-to-text``).
+for Qwen2-VL, Qwen2.5-VL and LLaVA exports (optimum-intel ``image-text-to-text``).
 
-The vision encoder, its merger and the text embeddings run on CPU (the real compiles them on
-AUTO with CPU first when the device is "NPU"); the language model (``inputs_embeds``, M-RoPE
-``position_ids`` [3, 1, L], ``beam_idx``) runs on the device: as is on "CPU", through NPUW on
-"NPU".  Chat re-prefills the whole templated history, with every image so far, each turn.
+The vision encoder (its merger) and the text embeddings run on CPU (the real compiles them on
+AUTO with CPU first when the device is "NPU"); the language model (``inputs_embeds``,
+``position_ids`` - M-RoPE's [3, 1, L] for the Qwen families, [1, L] for LLaVA - and
+``beam_idx``) runs on the device: as is on "CPU", through NPUW on "NPU".  Chat re-prefills the
+whole templated history, with every image so far, each turn.
 """
 
 from __future__ import annotations
@@ -33,14 +34,23 @@ from genai_shim.sampling import Sampler
 from genai_shim.stop_strings import stop_window
 from genai_shim.streamers import StreamingStatus, make_streamer
 from genai_shim.tokenizer import Tokenizer
+from genai_shim.vlm.common import InputsEmbedder
 from genai_shim.vlm.history import VisionChatMemory
-from genai_shim.vlm.qwen2vl import EncodedImage, Qwen2VLEmbedder
+from genai_shim.vlm.llava import LLaVAEmbedder
+from genai_shim.vlm.qwen2_5_vl import Qwen25VLEmbedder
+from genai_shim.vlm.qwen2vl import Qwen2VLEmbedder
 from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
 
 __all__ = ["VLMDecodedResults", "VLMPerfMetrics", "VLMPipeline", "VLMRawPerfMetrics"]
 
 LANGUAGE_XML = "openvino_language_model.xml"
-SUPPORTED_TYPES = ("qwen2_vl",)
+#: config.json model_type -> its inputs embedder (the real's VLMModelType -> InputsEmbedder*)
+EMBEDDERS: dict[str, Callable[..., InputsEmbedder]] = {
+    "qwen2_vl": Qwen2VLEmbedder,
+    "qwen2_5_vl": Qwen25VLEmbedder,
+    "llava": LLaVAEmbedder,
+}
+SUPPORTED_TYPES = tuple(EMBEDDERS)
 #: keys for the NPU language model only (compile_decoder_for_npu's), never for the vision models
 _NPU_ONLY = ("MAX_PROMPT_LEN", "MIN_RESPONSE_LEN", "BLOB_PATH", "EXPORT_BLOB", "CACHE_DIR", "GENERATE_HINT",
              "PREFILL_HINT", "SHARED_HEAD")
@@ -89,7 +99,7 @@ def _read_config(folder: Path) -> dict[str, Any]:
     if model_type not in SUPPORTED_TYPES:
         raise ConfigError(
             f"genai_shim's VLMPipeline runs {', '.join(SUPPORTED_TYPES)} models; {folder} is "
-            f"{model_type!r} (Qwen2.5-VL, LLaVA, Gemma 3 ... are not implemented yet)",
+            f"{model_type!r} (LLaVA-NeXT, Gemma 3 ... are not implemented yet)",
             key="model_type",
         )
     return cfg
@@ -142,7 +152,7 @@ def _image_args(images: Any, kwargs: dict[str, Any]) -> list[Any]:
 
 
 class VLMPipeline:
-    """``VLMPipeline(models_path, device, **properties)`` for a Qwen2-VL export."""
+    """``VLMPipeline(models_path, device, **properties)`` for an export of a family in EMBEDDERS."""
 
     def __init__(self, models_path: str | os.PathLike[str], device: str = "CPU", **properties: Any) -> None:
         t0 = _now()
@@ -181,10 +191,10 @@ class VLMPipeline:
         else:
             compiled = core.compile_model(model, dev, lm_props)
         self._request = compiled.create_infer_request()
-        self._embedder = Qwen2VLEmbedder(core, folder, cfg, "CPU", vision_props, self.tokenizer)
+        self._embedder = EMBEDDERS[cfg["model_type"]](core, folder, cfg, "CPU", vision_props, self.tokenizer)
         self._sampler = Sampler()
         self._chat: list[dict[str, str]] | None = None
-        self._chat_images: list[EncodedImage] = []
+        self._chat_images: list[Any] = []
         self._memory = VisionChatMemory()
         self._load_time = (_now() - t0) * 1000.0
 
@@ -309,8 +319,8 @@ class VLMPipeline:
             raise ConfigError("echo is not supported by VLMPipeline", key="echo")
         return config
 
-    def _tokenize(self, unified: str, encoded: list[EncodedImage], config: GenerationConfig,
-                  perf: PerfMetrics) -> tuple[np.ndarray, list[EncodedImage]]:
+    def _tokenize(self, unified: str, encoded: list[Any], config: GenerationConfig,
+                  perf: PerfMetrics) -> tuple[np.ndarray, list[Any]]:
         """The prompt's ids and the images they refer to (in chat: the whole history's)."""
         raw = perf.raw_metrics
         t0 = _now()
@@ -388,7 +398,7 @@ class VLMPipeline:
             if seq.finish is not None:
                 break
             mask = np.ones((1, mask.shape[1] + 1), np.int64)
-            step_pos = np.full((3, 1, 1), mask.shape[1] - 1 + delta, np.int64)
+            step_pos = self._embedder.step_position_ids(mask.shape[1], delta)
             step = self._embedder.token_embeddings(np.array([[token]], np.int64))
             logits = self._infer(step, mask, step_pos, perf)
         if stream is not None:

@@ -18,17 +18,14 @@ import openvino as ov
 import openvino.opset8 as opset8
 import openvino.opset13 as ops
 
+from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, image_rows, prepend_tags, text_embeddings
 from ov_npu_emu.errors import ConfigError, UserInputError
 
 __all__ = ["NATIVE_TAG", "EncodedImage", "ProcessorConfig", "Qwen2VLEmbedder", "smart_resize"]
 
 #: the real's hard-coded native image tag (the chat templates spell it out)
 NATIVE_TAG = "<|vision_start|><|image_pad|><|vision_end|>"
-_UNIVERSAL = "<ov_genai_image_"
-
-VISION_XML = "openvino_vision_embeddings_model.xml"
 MERGER_XML = "openvino_vision_embeddings_merger_model.xml"
-TEXT_EMB_XML = "openvino_text_embeddings_model.xml"
 
 
 @dataclass(frozen=True)
@@ -144,24 +141,19 @@ def _preprocess_model(vision: ov.Model, cfg: ProcessorConfig) -> ov.Model:
                     "vision_with_preprocess")
 
 
+def block_mask(n: int, bounds: Any) -> np.ndarray:
+    """[1, n, n] f32 attention mask: 0 inside each block [bounds[i-1], bounds[i]), -inf elsewhere
+    (the real's get_attention_mask per frame, get_window_attention_mask per window)."""
+    mask = np.full((1, n, n), -np.inf, np.float32)
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+        mask[0, start:end, start:end] = 0.0
+    return mask
+
+
 @dataclass
 class EncodedImage:
     patches: np.ndarray  # [grid_t*grid_h*grid_w, embed_dim] patch embeddings
     grid_thw: tuple[int, int, int]
-
-
-def _image_rows(image: Any) -> list[np.ndarray]:
-    """[1|N, H, W, 3] or [H, W, 3] uint8 -> single images [1, H, W, 3] (the real's rule)."""
-    data = np.asarray(image.data if isinstance(image, ov.Tensor) else image)
-    if data.dtype != np.uint8:
-        raise UserInputError(f"an image must be a uint8 ov.Tensor [1, H, W, 3] (NHWC), got dtype {data.dtype}")
-    if data.ndim == 3:
-        data = data[None]
-    if data.ndim != 4:
-        raise UserInputError(f"Input image must have [NHWC] or [HWC] layout, given image shape is {list(data.shape)}")
-    if data.shape[3] != 3:
-        raise UserInputError(f"an image must have 3 channels (RGB, NHWC), got shape {list(data.shape)}")
-    return [np.ascontiguousarray(data[i : i + 1]) for i in range(data.shape[0])]
 
 
 class Qwen2VLEmbedder:
@@ -187,7 +179,7 @@ class Qwen2VLEmbedder:
     def encode_images(self, images: list[Any]) -> list[EncodedImage]:
         out = []
         for image in images:
-            for row in _image_rows(image):
+            for row in image_rows(image):
                 out.append(self._encode(row))
         return out
 
@@ -217,18 +209,18 @@ class Qwen2VLEmbedder:
     def merge(self, images: list[EncodedImage]) -> np.ndarray:
         """The merger over every image at once: [sum of tokens, hidden]."""
         hidden = np.concatenate([im.patches for im in images], axis=0)
-        n = hidden.shape[0]
-        mask = np.full((1, n, n), -np.inf, np.float32)
-        start = 0
+        frames = [0]
         for im in images:
             gt, gh, gw = im.grid_thw
-            for _ in range(gt):
-                end = start + gh * gw
-                mask[0, start:end, start:end] = 0.0
-                start = end
-        self.merger.infer({"hidden_states": hidden, "attention_mask": mask,
-                           "rotary_pos_emb": self._rotary(images)})
+            frames.extend([gh * gw] * gt)
+        feed = {"hidden_states": hidden, "attention_mask": block_mask(hidden.shape[0], np.cumsum(frames)),
+                "rotary_pos_emb": self._rotary(images), **self._merger_extras(images, hidden.shape[0])}
+        self.merger.infer(feed)
         return np.array(self.merger.get_output_tensor(0).data, copy=True)
+
+    def _merger_extras(self, images: list[EncodedImage], n: int) -> dict[str, np.ndarray]:
+        """The merger's inputs beyond Qwen2-VL's (Qwen2.5-VL: its windows)."""
+        return {}
 
     def _rotary(self, images: list[EncodedImage]) -> np.ndarray:
         m, dim = self.cfg.merge_size, self.rotary_dim
@@ -252,19 +244,7 @@ class Qwen2VLEmbedder:
     def normalize_prompt(self, prompt: str, images: list[EncodedImage]) -> str:
         """Prepend a native tag per image unless the prompt has them, then expand each tag to
         its image's pad tokens (the real's normalize + normalize_prompt)."""
-        if _UNIVERSAL in prompt:
-            raise UserInputError(
-                "genai_shim's VLMPipeline does not take the universal <ov_genai_image_i> tags yet; "
-                f"use the native tag {NATIVE_TAG} or none (images are put before the prompt)"
-            )
-        count = prompt.count(NATIVE_TAG)
-        if count and count != len(images):
-            raise UserInputError(
-                "The number of native vision tags must match the number of provided images/videos"
-                " because it's ambiguous which input should be ignored."
-            )
-        if not count:
-            prompt = NATIVE_TAG * len(images) + prompt
+        prompt = prepend_tags(prompt, NATIVE_TAG, len(images))
         for im in images:
             expanded = "<|vision_start|>" + "<|image_pad|>" * self.tokens_for(im) + "<|vision_end|>"
             prompt = prompt.replace(NATIVE_TAG, expanded, 1) if NATIVE_TAG in prompt else prompt
@@ -273,8 +253,7 @@ class Qwen2VLEmbedder:
     def embed(self, ids: np.ndarray, images: list[EncodedImage]) -> np.ndarray:
         """Text embeddings of ``ids`` [1, L] with the image pad rows replaced by the merged
         vision embeddings, in order."""
-        self.text.infer({"input": ids})
-        emb = np.array(self.text.get_output_tensor(0).data, dtype=np.float32, copy=True)
+        emb = text_embeddings(self.text, ids)
         slots = np.flatnonzero(ids[0] == self.image_pad)
         if images:
             vis = self.merge(images)
@@ -292,8 +271,11 @@ class Qwen2VLEmbedder:
         return emb
 
     def token_embeddings(self, ids: np.ndarray) -> np.ndarray:
-        self.text.infer({"input": ids})
-        return np.array(self.text.get_output_tensor(0).data, dtype=np.float32, copy=True)
+        return text_embeddings(self.text, ids)
+
+    def step_position_ids(self, length: int, delta: int) -> np.ndarray:
+        """A decode step's M-RoPE positions [3, 1, 1]: the mask length - 1 + the rope delta."""
+        return np.full((3, 1, 1), length - 1 + delta, np.int64)
 
     def position_ids(self, ids: np.ndarray, images: list[EncodedImage]) -> tuple[np.ndarray, int]:
         """M-RoPE positions [3, 1, L] and the rope delta (the real's create_position_ids)."""

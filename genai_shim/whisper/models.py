@@ -4,8 +4,8 @@ A decoder runner is what a device path provides (``WhisperDecoder``): feed the e
 states and some token ids, get the last position's logits; reset between windows.  The CPU path
 is ``StatefulDecoder`` (openvino.genai's WhisperStatefullDecoder): the exported stateful
 decoder (``input_ids``, ``encoder_hidden_states``, ``beam_idx``; ``cache_position`` when the
-export has it) compiled as is through ``ov_npu_emu.Core``.  The NPU paths (NPUW's Whisper mode,
-STATIC_PIPELINE) slot in as other ``WhisperDecoder`` implementations.
+export has it) compiled as is through ``ov_npu_emu.Core``.  STATIC_PIPELINE's is
+``static.StaticDecoder``; NPUW's Whisper mode (the real's default NPU path) would be another.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def _names(port_list: Any) -> set[str]:
 class Encoder:
     """The encoder ``input_features`` [1, feature_size, frames] → ``last_hidden_state``."""
 
-    def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any]) -> None:
+    def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any],
+                 static_frames: tuple[int, int] | None = None) -> None:
         model = core.read_model(folder / ENCODER_XML)
         if "input_features" not in _names(model.inputs) or "last_hidden_state" not in _names(model.outputs):
             raise ConfigError(
@@ -62,11 +63,24 @@ class Encoder:
                 "export the model with optimum-cli export openvino --task automatic-speech-recognition-with-past",
                 key="models_path",
             )
+        #: STATIC_PIPELINE: [1, feature_size, nb_max_frames] and an f16 output (the real's
+        #: reshape_to_static_encoder and preprocess_encoder)
+        self._f16_output = static_frames is not None
+        if static_frames is not None:
+            model.reshape({"input_features": [1, *static_frames]})
+        out_shape = model.output("last_hidden_state").get_partial_shape()
+        #: (frames, hidden size) of last_hidden_state when static, else (0, 0)
+        self.hidden_shape = ((out_shape[1].get_length(), out_shape[2].get_length())
+                             if out_shape.rank.get_length() == 3 and out_shape[1].is_static and out_shape[2].is_static
+                             else (0, 0))
         self._request = core.compile_model(model, device, props).create_infer_request()
 
     def infer(self, features: np.ndarray) -> np.ndarray:
         out = self._request.infer({"input_features": np.ascontiguousarray(features[None], dtype=np.float32)})
-        return np.array(out["last_hidden_state"], dtype=np.float32, copy=True)
+        hidden = np.array(out["last_hidden_state"], dtype=np.float32, copy=True)
+        if self._f16_output:
+            hidden = hidden.astype(np.float16).astype(np.float32)
+        return hidden
 
 
 class StatefulDecoder:

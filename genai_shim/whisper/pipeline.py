@@ -9,7 +9,8 @@ Whisper's logit rules (logits.py), and - with timestamps, which audio over 30 s 
 segments of the window and where the next window starts (timestamps.py).
 
 The decoder runs behind ``models.WhisperDecoder``: on "CPU" the exported stateful decoder as
-is.  The NPU paths (NPUW's Whisper mode and STATIC_PIPELINE) are not implemented yet.
+is; on "NPU" with ``STATIC_PIPELINE=True`` the real's static decoder pair (static.py).  The
+real's default NPU path (NPUW's Whisper mode) is not implemented yet: a typed error.
 """
 
 from __future__ import annotations
@@ -138,18 +139,7 @@ class WhisperPipeline:
                     "automatic-speech-recognition-with-past",
                     key="models_path",
                 )
-        if not isinstance(device, str):
-            raise UserTypeError(f"device must be a str, got {type(device).__name__}")
-        dev = device.upper()
-        if dev.split(".")[0] == "NPU":
-            raise UnsupportedFeatureError(
-                "genai_shim's WhisperPipeline does not run on NPU yet (neither the stateful NPUW_WHISPER "
-                "path nor STATIC_PIPELINE); use device \"CPU\"",
-                key="device",
-            )
-        if dev.split(".")[0] != "CPU":
-            raise ConfigError(f"genai_shim's WhisperPipeline runs on \"CPU\", not {device!r}", key="device")
-        props = dict(properties)
+        dev, props, static = _device_and_props(device, properties)
         word_timestamps = props.pop("word_timestamps", None)
         if word_timestamps is not None and not isinstance(word_timestamps, bool):
             raise ConfigError(f"word_timestamps must be a bool, got {type(word_timestamps).__name__}",
@@ -175,8 +165,22 @@ class WhisperPipeline:
         self._features = WhisperFeatureExtractor(folder / "preprocessor_config.json")
         self._max_source_positions = _max_source_positions(folder)
         core = _make_core()
-        self._encoder = Encoder(core, folder, dev, props)
-        self._decoder: WhisperDecoder = StatefulDecoder(core, folder, dev, props, word_timestamps=bool(word_timestamps))
+        self._static = static
+        if static:
+            if word_timestamps:
+                raise UnsupportedFeatureError(
+                    "word_timestamps is not implemented on genai_shim's STATIC_PIPELINE yet; use device \"CPU\"",
+                    key="word_timestamps")
+            from genai_shim.whisper.static import StaticDecoder
+
+            # the real reshapes the encoder to [1, feature_size, nb_max_frames]
+            self._encoder = Encoder(core, folder, dev, props,
+                                    static_frames=(self._features.feature_size, self._features.nb_max_frames))
+            frames, hidden = self._encoder.hidden_shape
+            self._decoder: WhisperDecoder = StaticDecoder(core, folder, dev, props, frames, hidden)
+        else:
+            self._encoder = Encoder(core, folder, dev, props)
+            self._decoder = StatefulDecoder(core, folder, dev, props, word_timestamps=bool(word_timestamps))
         self._sampler = Sampler(config.rng_seed)
         self._load_time = (_now() - t0) * 1000.0
 
@@ -222,6 +226,12 @@ class WhisperPipeline:
                 "decoding with stop_strings",
                 key="stop_strings",
             )
+        if self._static:
+            for key in ("initial_prompt", "hotwords"):
+                if getattr(config, key) is not None:
+                    # the real's pipeline_static.cpp checks
+                    raise ConfigError(f"'{key}' parameter is not supported on NPU device with STATIC_PIPELINE=True "
+                                      "(as in openvino_genai); drop it, or use device \"CPU\"", key=key)
         stream = make_streamer(streamer, self._tokenizer)
         t0 = _now()
         context = self._context_tokens(config)
@@ -453,6 +463,29 @@ class WhisperPipeline:
             # the last one of the group (measured on openvino_genai 2026.4.1), not the best
             stopped = _write(stream, list(group.seqs[-1].tokens)) != StreamingStatus.RUNNING
         return tokens, stopped
+
+
+def _device_and_props(device: Any, properties: dict[str, Any]) -> tuple[str, dict[str, Any], bool]:
+    """(device, the device properties, STATIC_PIPELINE) after the real's checks."""
+    if not isinstance(device, str):
+        raise UserTypeError(f"device must be a str, got {type(device).__name__}")
+    dev = device.upper()
+    props = dict(properties)
+    static = props.pop("STATIC_PIPELINE", False)
+    if not isinstance(static, bool):
+        raise ConfigError(f"STATIC_PIPELINE must be a bool, got {type(static).__name__}", key="STATIC_PIPELINE")
+    if dev.split(".")[0] == "NPU" and not static:
+        raise UnsupportedFeatureError(
+            "genai_shim's WhisperPipeline does not run the real's default NPU path (the stateful "
+            "NPUW_WHISPER decoder) yet; pass STATIC_PIPELINE=True for the static NPU path, or use device \"CPU\"",
+            key="device",
+        )
+    if dev.split(".")[0] == "CPU" and static:
+        raise ConfigError("STATIC_PIPELINE is an NPU property; drop it, or use device \"NPU\"",
+                          key="STATIC_PIPELINE")
+    if dev.split(".")[0] not in ("CPU", "NPU"):
+        raise ConfigError(f"genai_shim's WhisperPipeline runs on \"CPU\" or \"NPU\", not {device!r}", key="device")
+    return dev, props, static
 
 
 def _keep_segment_metrics(perf: WhisperPerfMetrics, offset: int, ranges: Sequence[tuple[int, int]]) -> None:

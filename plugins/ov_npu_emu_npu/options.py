@@ -18,7 +18,8 @@ from ov_npu_emu.errors import ConfigError
 from ov_npu_emu.options import Converter, Option, OptionTable, as_bool, as_choice, as_str, as_uint
 from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT
 
-__all__ = ["CACHE_MODES", "DEFAULT_DEVICE_MEMORY_MB", "DEFAULT_WEIGHTS_CACHE_MB", "NPU_OPTIONS", "device_defaults",
+__all__ = ["CACHE_MODES", "compilation_mode_params", "higher_precision_ops",
+           "DEFAULT_DEVICE_MEMORY_MB", "DEFAULT_WEIGHTS_CACHE_MB", "NPU_OPTIONS", "device_defaults",
            "device_properties", "precision", "read"]
 
 #: default NPU_EMU_WEIGHTS_CACHE_MB: decompressed (f32) weights the driver may cache per bank
@@ -35,6 +36,27 @@ def precision(key: str, value: Any) -> str:
     if p not in ("f32", "f16"):
         raise ConfigError(f"{key}={value!r}: NPU supports f32 or f16", key=key)
     return p
+
+
+def compilation_mode_params(key: str, value: Any) -> str:
+    """NPU_COMPILATION_MODE_PARAMS: space-separated ``name=value`` compiler parameters; the
+    emulated compiler models ``compute-layers-with-higher-precision`` (op types, comma-separated)."""
+    text = as_str(key, value).strip()
+    for item in text.split():
+        name, eq, val = item.partition("=")
+        if name != "compute-layers-with-higher-precision" or not eq or not val:
+            raise ConfigError(f"{key}={value!r}: the emulated NPU compiler models only "
+                              "'compute-layers-with-higher-precision=OP,OP,...' (e.g. Sqrt,Power,ReduceMean,"
+                              "Add_RMSNorm, what NPUW passes for LLMs)", key=key)
+    return text
+
+
+def higher_precision_ops(params: str) -> frozenset[str]:
+    """The op types NPU_COMPILATION_MODE_PARAMS keeps in f32 (``Add_RMSNorm``: an RMSNorm's eps Add)."""
+    ops: set[str] = set()
+    for item in params.split():
+        ops.update(t for t in item.partition("=")[2].split(",") if t)
+    return frozenset(ops)
 
 
 def _fence_mode(key: str, value: Any) -> str:
@@ -147,6 +169,11 @@ NPU_OPTIONS = OptionTable(
                "f16 (the real NPU's default: float activations and in-graph KV stored f16, weights as "
                "stored, DPU/softmax/SDPA accumulate in f32) or f32 (exact comparisons with the CPU plugin); "
                "`float16`/`float32` accepted. See [Precision](npu_device.md#precision)", scope="device"),
+        Option("NPU_COMPILATION_MODE_PARAMS", compilation_mode_params, "",
+               "Compile. `compute-layers-with-higher-precision=OP,OP,...`: in f16 mode the outputs of these op "
+               "types stay f32 (`Add_RMSNorm`: an Add reading a ReduceMean, an RMSNorm's eps); NPUW passes "
+               "`Sqrt,Power,ReduceMean,Add_RMSNorm` for LLMs. Other compiler parameters are refused",
+               scope="compile"),
         Option("PERF_COUNT", _FLAG, "NO", "YES: per-task profiling info (`get_profiling_info`)", scope="device"),
         Option("PERFORMANCE_HINT", _performance_hint, "LATENCY",
                "`LATENCY`, `THROUGHPUT` or `CUMULATIVE_THROUGHPUT`: sets OPTIMAL_NUMBER_OF_INFER_REQUESTS, "
@@ -226,6 +253,12 @@ NPU_OPTIONS = OptionTable(
                "`Concat` with the new rows) runs as one `sdpa_kv` task that converts only the rows its mask "
                "leaves open (the rest provably add exact zeros: same bits as NO, else it takes NO's path "
                "for that run); NO: the `Convert`, `Concat` and `sdpa` tasks, for A/B", origin="ours",
+               scope="compile"),
+        Option("NPU_EMU_F16_CLAMP", _FLAG, False,
+               "Compile, f16 only. YES: every Add of two activations of one shape (a transformer's residual "
+               "Add) saturates its inputs and its output to the f16 range (+-65504: an overflowed value "
+               "becomes 65504, not inf), as OpenVINO clamps T5's f16 FC output before the residual Add "
+               "(openvino#37041); a protection against f16 overflow, see docs/numerics.md", origin="ours",
                scope="compile"),
         Option("NPU_EMU_VERIFY", _FLAG, True,
                "Compile. YES: verify the memory plan and the schedule of every blob", origin="ours", scope="compile"),

@@ -9,7 +9,7 @@ import openvino as ov
 
 from ov_npu_emu.hookspecs import hookimpl
 from ov_npu_emu.runtime.device import DeviceCompiledModel
-from ov_npu_emu_npuw.config import is_npuw_llm_config
+from ov_npu_emu_npuw.config import is_npuw_llm_config, is_text_embed_config
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.core import Core
@@ -26,9 +26,14 @@ __all__ = [
 def ovnpu_compile_model(
     core: Core, model: ov.Model, device_name: str, config: Mapping[str, Any]
 ) -> DeviceCompiledModel | None:
-    """Claim "NPU" compilations with NPU_USE_NPUW=YES and NPUW_LLM=YES (what openvino.genai sets)."""
+    """Claim "NPU" compilations with NPU_USE_NPUW=YES and NPUW_LLM=YES (what openvino.genai sets);
+    with NPUW_TEXT_EMBED=YES too, the text-embedding mode (text_embed.py)."""
     if not is_npuw_llm_config(device_name, config):
         return None
+    if is_text_embed_config(config):
+        from ov_npu_emu_npuw.text_embed import compile_text_embed
+
+        return compile_text_embed(core, model, config)
     from ov_npu_emu_npuw.compiled_model import compile_llm
 
     return compile_llm(core, model, config)

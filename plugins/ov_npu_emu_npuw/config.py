@@ -16,6 +16,7 @@ __all__ = [
     "LLMConfig",
     "align_to",
     "is_npuw_llm_config",
+    "is_text_embed_config",
     "generate_rung_sizes",
     "ladder_sizes",
     "parse_config",
@@ -169,6 +170,20 @@ NPUW_OPTIONS = OptionTable(
             as_flag,
             False,
             "YES (with `NPU_USE_NPUW=YES`) → NPUW's LLM pipeline",
+        ),
+        Option(
+            "NPUW_TEXT_EMBED",
+            as_flag,
+            False,
+            (
+                "YES (with `NPUW_LLM=YES`) → the text-embedding mode openvino.genai's TextEmbeddingPipeline sets on "
+                '"NPU" for a dynamic model (`update_npu_config_text_embedding`, with `NPUW_LLM_SHARED_HEAD=NO` and '
+                "MAX_PROMPT_LEN = max_length or 1024). Encoder models (no `position_ids`, no KV): one static `[1,P]` "
+                "forward, tokens at the front, `token_type_ids` passed through, output `[1,P,hidden]` with the "
+                "padding rows zeroed; batch 1 only (the real's error text). Decoder models (chunked prefill without "
+                "head) are a typed not-built-yet error. **Differs:** the real reads the key back as NO (it pops it "
+                'before storing its config); ours answers YES. See "Text-embedding mode"'
+            ),
         ),
         Option(
             "NPUW_LLM_BATCH_DIM",
@@ -604,6 +619,12 @@ def is_npuw_llm_config(device_name: str, config: Mapping[str, Any]) -> bool:
         )
     except ConfigError:
         return False
+
+
+def is_text_embed_config(config: Mapping[str, Any]) -> bool:
+    """True when an NPUW LLM call asks for the text-embedding mode (NPUW_TEXT_EMBED=YES); a bad
+    value is the option's ConfigError."""
+    return bool(NPUW_OPTIONS["NPUW_TEXT_EMBED"].read(config))
 
 
 def pyramid_sizes(max_prompt: int, min_response: int) -> list[int]:

@@ -247,13 +247,55 @@ def test_npu_static_path_matches_real(pooling: str, ours_props: dict[str, Any]) 
         ours_pipe.embed_query(QUERY)
 
 
-def test_npu_dynamic_path_refused() -> None:
-    """Without a fixed shape the real goes to NPUW's text-embedding mode: not implemented here,
-    a typed error that says how to get the static path; the real's own refusal first."""
-    with pytest.raises(UnsupportedFeatureError, match="batch_size, max_length and pad_to_max_length"):
-        genai_shim.TextEmbeddingPipeline(FOLDER, "NPU", NPUW_DEVICES="CPU")
-    with pytest.raises(UnsupportedFeatureError):
-        genai_shim.TextEmbeddingPipeline(FOLDER, "NPU", max_length=16, pad_to_max_length=True)
+#: the real's dynamic NPU path (NPUW's text-embedding mode), with and without a max_length,
+#: with chunking asked for, with a fixed length but no batch_size
+DYNAMIC = {"default": {}, "max_length_16": {"max_length": 16},
+           "chunk_16": {"NPUW_LLM_PREFILL_CHUNK_SIZE": 16},
+           "pad_to_40": {"max_length": 40, "pad_to_max_length": True}}
+
+
+@pytest.mark.parametrize(("case", "pooling"), [("default", "CLS"), ("default", "LAST_TOKEN")]
+                         + [(case, "MEAN") for case in DYNAMIC])  # lengths with one pooling: compiles cost
+@pytest.mark.parametrize("ours_props", [{"INFERENCE_PRECISION_HINT": "f32"}, REAL_NPU],
+                         ids=["emulated_npu", "npuw_cpu"])
+def test_npu_dynamic_path_matches_real(case: str, pooling: str, ours_props: dict[str, Any]) -> None:
+    """No fixed batch and length: the real compiles the model with NPUW's text-embedding mode and
+    pools on CPU; ours the same, on the real's NPUW keys and on the emulated NPU (f32)."""
+    def make(lib: Any, props: dict[str, Any]) -> Any:
+        pooling_type = getattr(lib.TextEmbeddingPipeline.PoolingType, pooling)
+        return lib.TextEmbeddingPipeline(str(FOLDER), "NPU", pooling_type=pooling_type, **DYNAMIC[case], **props)
+
+    real = make(og, REAL_NPU).embed_query(DOCUMENTS[2])
+    ours = make(genai_shim, ours_props).embed_query(DOCUMENTS[2])
+    assert_close(ours, real)
+    if case == "default" and pooling == "MEAN":  # the CPU pipeline's numbers (one text, no padding)
+        cpu = og.TextEmbeddingPipeline(str(FOLDER), "CPU", pooling_type=og.TextEmbeddingPipeline.PoolingType.MEAN,
+                                       **CPU_PROPS)
+        assert_close(ours, cpu.embed_query(DOCUMENTS[2]))
+
+
+def test_npu_dynamic_path_one_text_per_call() -> None:
+    """The real's NPUW encoder path takes one text per call: more is its error, ours the same text
+    (a typed error that says what to do); docs/genai_shim.md discusses the choice."""
+    for lib, props in ((og, REAL_NPU), (genai_shim, {})):
+        pipe = lib.TextEmbeddingPipeline(str(FOLDER), "NPU", **props)
+        with pytest.raises(RuntimeError, match="Encoder embedding model expects batch size 1"):
+            pipe.embed_documents(list(DOCUMENTS[:2]))
+    with pytest.raises(UserInputError, match="one text per call"):
+        genai_shim.TextEmbeddingPipeline(FOLDER, "NPU", NPUW_DEVICES="CPU").embed_documents(list(DOCUMENTS[:2]))
+
+
+@pytest.mark.parametrize("key", ["BLOB_PATH", "EXPORT_BLOB"])
+def test_npu_dynamic_blob_keys_not_built(key: str, tmp_path: Path) -> None:
+    """The real imports / exports its NPUW text-embedding blob with these keys; ours says it
+    does not (rather than ignoring them)."""
+    value = str(tmp_path / "model.blob") if key == "BLOB_PATH" else True
+    with pytest.raises(UnsupportedFeatureError, match=f"{key}: importing or exporting"):
+        genai_shim.TextEmbeddingPipeline(FOLDER, "NPU", NPUW_DEVICES="CPU", **{key: value})
+
+
+def test_npu_dynamic_left_padding_refused() -> None:
+    """The real's own refusal before the dynamic path: left padding of a fixed length with CLS."""
     message = "Padding on left is only supported for the MEAN pooling type for dynamic inputs models"
     for lib in (og, genai_shim):
         with pytest.raises(RuntimeError, match=message):

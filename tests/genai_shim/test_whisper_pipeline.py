@@ -19,6 +19,7 @@ import genai_shim
 from genai_shim.whisper.word_timestamps import _dtw, _median_filter, _merge_punctuations
 from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError, UserInputError
 from ov_npu_emu.testing import whisper_test_audio
+from tests.genai_shim.whisper_helpers import assert_chunks_match, chunks
 
 og = pytest.importorskip("openvino_genai")
 
@@ -42,17 +43,11 @@ def audio() -> dict[str, np.ndarray]:
     return {k: whisper_test_audio(k) for k in ("short", "medium", "long")}
 
 
-def _chunks(res: Any) -> list[tuple[float, float, str]] | None:
-    if res.chunks is None:
-        return None
-    return [(c.start_ts, c.end_ts, c.text) for c in res.chunks]
-
-
 def _same(a: Any, b: Any) -> None:
     assert a.texts == b.texts
     assert list(a.scores) == list(b.scores)
     assert a.language == b.language
-    assert _chunks(a) == _chunks(b)
+    assert chunks(a) == chunks(b)
     assert a.words is None and b.words is None
 
 
@@ -307,7 +302,7 @@ def test_generation_config_must_be_whisper_config(ours: Any, real: Any, audio: d
 
 
 def test_not_yet_supported_is_a_typed_error(ours: Any, real: Any, audio: dict[str, np.ndarray], tmp_path: Path) -> None:
-    with pytest.raises(UnsupportedFeatureError, match="does not run on NPU yet") as err:
+    with pytest.raises(UnsupportedFeatureError, match="default NPU path") as err:
         genai_shim.WhisperPipeline(FOLDER, "NPU")
     assert err.value.key == "device"
     with pytest.raises(ConfigError, match="runs on \"CPU\""):
@@ -416,10 +411,4 @@ def test_cpu_golden(ours: Any, audio: dict[str, np.ndarray], case: str) -> None:
     assert res.texts == want["texts"] and list(res.scores) == want["scores"] and res.language == want["language"]
     assert [t for w in rec.writes for t in w] == want["streamed_ids"]
     assert res.perf_metrics.get_num_generated_tokens() == want["num_generated_tokens"]
-    if "chunks" in want:
-        got = _chunks(res)
-        assert got is not None and len(got) == len(want["chunks"])
-        for (s, e, t), (ws, we, wt) in zip(got, want["chunks"], strict=True):
-            assert t == wt and s == pytest.approx(ws, abs=1e-4) and e == pytest.approx(we, abs=1e-4)
-    else:
-        assert res.chunks is None
+    assert_chunks_match(res, want.get("chunks"))

@@ -20,6 +20,7 @@ from ov_npu_emu_npu.arch import HardwareConfig, dma_cycles, dpu_cycles, shave_cy
 from ov_npu_emu_npu.blob.format import MAX_DIMS, MAX_OPERANDS, WEIGHT_FORMATS, TaskKind
 from ov_npu_emu_npu.blob.kernel_params import (
     NO_PARAMS,
+    ClampParams,
     KernelParams,
     MatMulDqParams,
     MatMulParams,
@@ -46,6 +47,9 @@ logger = logging.getLogger(__name__)
 Handler = Callable[["_Lowerer", ov.Node], None]
 
 #: vector FLOPs per element charged by the cost model (transcendentals cost more)
+#: the largest finite f16 value: what NPU_EMU_F16_CLAMP saturates residual Adds to
+F16_MAX = 65504.0
+
 _FLOPS = {"exp": 8, "log": 8, "erf": 12, "gelu": 14, "swish": 10, "sigmoid": 10, "tanh": 10,
           "sin": 10, "cos": 10, "softmax": 12, "sdpa": 4, "power": 8, "sqrt": 4, "divide": 4}
 
@@ -64,8 +68,15 @@ class Lowered:
 
 class _Lowerer:
     def __init__(self, prep: Prepared, hw: HardwareConfig, f16: bool, stage: bool, ping_pong: bool = True,
-                 tile_weights: bool = True, fuse_kv: bool = False) -> None:
+                 tile_weights: bool = True, fuse_kv: bool = False, clamp_residual: bool = False,
+                 higher_precision: frozenset[str] = frozenset()) -> None:
         self.prep = prep
+        #: NPU_COMPILATION_MODE_PARAMS compute-layers-with-higher-precision: op types whose
+        #: outputs stay f32 in f16 mode
+        self.higher_precision = higher_precision
+        #: NPU_EMU_F16_CLAMP: saturate both inputs and the output of every Add of two same-shape
+        #: activations to the f16 range (f16 mode only; openvino#37041 clamps T5's FC output so)
+        self.clamp_residual = clamp_residual and f16
         self.hw = hw
         self.f16 = f16
         self.stage = stage
@@ -100,7 +111,18 @@ class _Lowerer:
         return self.new_value(shape, self.act_dtype(np.dtype(dtype)), Place.SCRATCH)
 
     def node_out(self, node: ov.Node, i: int = 0) -> Value:
-        return self.scratch(tuple(node.get_output_shape(i)), np_dtype(node.get_output_element_type(i)))
+        dtype = np_dtype(node.get_output_element_type(i))
+        if self.f16 and self.higher_precision and self._higher(node):
+            return self.new_value(tuple(node.get_output_shape(i)), dtype, Place.SCRATCH)
+        return self.scratch(tuple(node.get_output_shape(i)), dtype)
+
+    def _higher(self, node: ov.Node) -> bool:
+        t = node.get_type_name()
+        if t in self.higher_precision:
+            return True
+        # Add_RMSNorm: the eps Add of an RMSNorm, mean(x^2) + eps
+        return (t == "Add" and "Add_RMSNorm" in self.higher_precision
+                and any(node.input_value(i).get_node().get_type_name() == "ReduceMean" for i in (0, 1)))
 
     def inp(self, node: ov.Node, i: int) -> Value:
         src = node.input_value(i)
@@ -275,7 +297,35 @@ class _Lowerer:
                 op_type=t,
                 node_name=node.get_friendly_name(),
             )
+        if self.clamp_residual and t == "Add" and self._residual(node):
+            self._lower_clamped_add(node, handler)
+            return
         handler(self, node)
+
+    def _residual(self, node: ov.Node) -> bool:
+        """An Add of two float activations of one shape (a transformer's residual Add)."""
+        keys = [(node.input_value(i).get_node().get_name(), node.input_value(i).get_index()) for i in (0, 1)]
+        if any(k not in self.vals for k in keys):  # a constant operand (a bias)
+            return False
+        a, b = (self.vals[k] for k in keys)
+        return a.shape == b.shape and a.dtype == b.dtype == np.dtype(np.float16)
+
+    def _clamp(self, v: Value, node: ov.Node) -> Value:
+        c = self.scratch(v.shape, v.dtype)
+        # saturating: an f16 inf (a value past 65504 stored) becomes +-65504; NaN stays NaN
+        self.shave("clamp", [v], [c], ClampParams(-F16_MAX, F16_MAX), node)
+        return c
+
+    def _lower_clamped_add(self, node: ov.Node, handler: Handler) -> None:
+        """The Add between clamps: its inputs are replaced for every later reader too (the same
+        value, saturated), and its output is saturated before anything reads it."""
+        for i in (0, 1):
+            src = node.input_value(i)
+            key = (src.get_node().get_name(), src.get_index())
+            self.vals[key] = self._clamp(self.vals[key], node)
+        handler(self, node)
+        key = (node.get_name(), 0)
+        self.vals[key] = self._clamp(self.vals[key], node)
 
     def _bind_outputs(self) -> None:
         m = self.prep.model
@@ -483,9 +533,12 @@ def refused_ops(prep: Prepared, hw: HardwareConfig, *, f16: bool = False) -> dic
 
 
 def lower(prep: Prepared, hw: HardwareConfig, *, f16: bool = False, stage: bool = True,
-          ping_pong: bool = True, tile_weights: bool = True, fuse_kv: bool = False) -> Lowered:
+          ping_pong: bool = True, tile_weights: bool = True, fuse_kv: bool = False,
+          clamp_residual: bool = False, higher_precision: frozenset[str] = frozenset()) -> Lowered:
     """Lower the prepared model to tasks; producers/readers are filled in here.  ``fuse_kv``:
-    attention over an f16 past KV as sdpa_kv tasks (fuse_kv.py, NPU_EMU_FUSE_KV)."""
-    lw = _Lowerer(prep, hw, f16, stage, ping_pong, tile_weights, fuse_kv)
+    attention over an f16 past KV as sdpa_kv tasks (fuse_kv.py, NPU_EMU_FUSE_KV);
+    ``clamp_residual``: residual Adds saturated to the f16 range (NPU_EMU_F16_CLAMP, f16 only);
+    ``higher_precision``: op types kept f32 in f16 mode (NPU_COMPILATION_MODE_PARAMS)."""
+    lw = _Lowerer(prep, hw, f16, stage, ping_pong, tile_weights, fuse_kv, clamp_residual, higher_precision)
     out = lw.run()
     return out

@@ -22,7 +22,7 @@ from ov_npu_emu_npu.compiler.memory import plan_memory
 from ov_npu_emu_npu.compiler.schedule import schedule
 from ov_npu_emu_npu.compiler.tokens import mark_token_rows, prefill_length
 from ov_npu_emu_npu.compiler.verify import verify_memory, verify_schedule
-from ov_npu_emu_npu.options import NPU_OPTIONS
+from ov_npu_emu_npu.options import NPU_OPTIONS, higher_precision_ops
 
 __all__ = ["COMPILER_VERSION", "compile_to_blob", "precision_of"]
 
@@ -90,7 +90,8 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
     # skip whole row tiles, and do not yet follow the K/N tiles of the ping-pong lowering.
     lw = lower(prep, hw, f16=precision == "f16", stage=_flag(config, "NPU_EMU_STAGING"),
                ping_pong=_flag(config, "NPU_EMU_PING_PONG"), tile_weights=not _token_prefill(prep),
-               fuse_kv=_flag(config, "NPU_EMU_FUSE_KV"))
+               fuse_kv=_flag(config, "NPU_EMU_FUSE_KV"), clamp_residual=_flag(config, "NPU_EMU_F16_CLAMP"),
+               higher_precision=higher_precision_ops(str(NPU_OPTIONS.get(config, "NPU_COMPILATION_MODE_PARAMS"))))
     mark_token_rows(lw.tasks, lw.inputs, [p.output(0).get_names() for p in prep.model.get_parameters()],
                     bool(prep.variables))
     plan = plan_memory(lw, hw.cmx_size)

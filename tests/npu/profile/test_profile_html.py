@@ -2,61 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import struct
-import subprocess
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ov_npu_emu.cli import main
-
-
-def _png_pixels(data: bytes) -> np.ndarray:
-    """Decode an 8-bit RGB/RGBA, non-interlaced PNG (what Chromium writes) to [H, W, C]."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat = 8, b""
-    w = h = ch = 0
-    while pos < len(data):
-        n, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + n]
-        if kind == b"IHDR":
-            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
-            assert depth == 8 and ctype in (2, 6) and interlace == 0
-            ch = 3 if ctype == 2 else 4
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + n
-    raw = zlib.decompress(idat)
-    stride = 1 + w * ch
-    rows: list[bytearray] = []
-    prev = bytearray(w * ch)
-    for y in range(h):  # PNG filters: None, Sub, Up, Average, Paeth (plain ints: fast enough)
-        f, line = raw[y * stride], bytearray(raw[y * stride + 1:(y + 1) * stride])
-        if f == 2:
-            line = bytearray(((np.frombuffer(line, np.uint8).astype(np.int32) + np.frombuffer(prev, np.uint8))
-                              & 0xFF).astype(np.uint8).tobytes())
-        elif f in (1, 3, 4):
-            for x in range(len(line)):
-                a = line[x - ch] if x >= ch else 0
-                b = prev[x]
-                if f == 1:
-                    line[x] = (line[x] + a) & 0xFF
-                elif f == 3:
-                    line[x] = (line[x] + (a + b) // 2) & 0xFF
-                else:
-                    c = prev[x - ch] if x >= ch else 0
-                    p = a + b - c
-                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                    line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
-        rows.append(line)
-        prev = line
-    out = np.frombuffer(b"".join(rows), np.uint8)
-    return out.reshape(h, w, ch)
+from ov_npu_emu.testing import chromium_screenshot
 
 
 @pytest.fixture(scope="module")
@@ -93,21 +46,8 @@ def test_page_is_self_contained_and_complete(page: Path) -> None:
     assert "past_key_values.0.key" in text and "15,872" in text  # 4 × [1,2,31,16] f32
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 def test_headless_chromium_renders_it(page: Path, tmp_path: Path) -> None:
-    exe = _chromium()
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI needs Debian's chromium (.ci/run installs it)")
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    png = tmp_path / "shot.png"
-    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    f"--screenshot={png}", "--window-size=1200,900", page.as_uri()],
-                   check=True, capture_output=True, timeout=120)
-    px = _png_pixels(png.read_bytes())[:, :, :3][::4, ::4]  # every 4th pixel is plenty
+    px = chromium_screenshot(page, tmp_path / "shot.png")[:, :, :3][::4, ::4]  # every 4th pixel is plenty
     colors = {tuple(c) for c in px.reshape(-1, 3)}
     not_white = (px.min(axis=2) < 240).mean()
     assert len(colors) > 20 and not_white > 0.05, (len(colors), not_white)

@@ -1,0 +1,202 @@
+"""LLaVA's inputs embedder as openvino.genai's (visual_language/llava/classes.cpp, clip.cpp): CLIP
+preprocessing on the host — the shortest edge resized to ``size.shortest_edge`` with Pillow's
+bicubic in fixed point (a = -0.5, 22 fraction bits), a centre crop to ``crop_size``,
+``(x / 255 - mean) / std`` in f32 — then ``openvino_vision_embeddings_model`` (CLIP tower and
+projector: one row per patch); each ``<image>`` tag expands to that many ``<image>`` tokens and a
+newline, whose text embeddings the image rows replace; positions are plain ``[1, L]``."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, image_rows, prepend_tags, text_embeddings
+from ov_npu_emu.errors import UserInputError
+
+__all__ = ["CLIPConfig", "LLaVAEmbedder", "LLaVAImage", "center_crop", "clip_normalize", "pillow_bicubic"]
+
+#: the real's VLMConfig::im_start (native and automatic tag, and the image token)
+IMAGE_TAG = "<image>"
+_PRECISION_BITS = 22  # Pillow's fixed point: 32 - 8 - 2
+
+
+@dataclass(frozen=True)
+class CLIPConfig:
+    """The preprocessor_config.json fields LLaVA reads (the real's ProcessorConfig defaults)."""
+
+    shortest_edge: int = 336
+    crop_height: int = 336
+    crop_width: int = 336
+    image_mean: tuple[float, ...] = (0.48145466, 0.4578275, 0.40821073)
+    image_std: tuple[float, ...] = (0.26862954, 0.26130258, 0.27577711)
+
+    @classmethod
+    def read(cls, folder: Path) -> CLIPConfig:
+        path = folder / "preprocessor_config.json"
+        if not path.is_file():
+            return cls()
+        data = json.loads(path.read_text(encoding="utf-8"))
+        kw: dict[str, Any] = {}
+        size, crop = data.get("size") or {}, data.get("crop_size") or {}
+        if "shortest_edge" in size:
+            kw["shortest_edge"] = int(size["shortest_edge"])
+        if "height" in crop:
+            kw["crop_height"] = int(crop["height"])
+        if "width" in crop:
+            kw["crop_width"] = int(crop["width"])
+        for key in ("image_mean", "image_std"):
+            if key in data:
+                kw[key] = tuple(float(v) for v in data[key])
+        return cls(**kw)
+
+
+def _bicubic(x: np.ndarray) -> np.ndarray:
+    """Pillow's bicubic kernel, a = -0.5."""
+    a = -0.5
+    x = np.abs(x)
+    near = ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    far = (((x - 5.0) * x + 8.0) * x - 4.0) * a
+    return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
+
+
+def _coefficients(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first source index per output [out], fixed-point weights [out, k]) as Pillow's
+    precompute_coeffs: the support widens when downscaling, weights normalised then rounded."""
+    scale = in_size / out_size
+    filterscale = max(scale, 1.0)
+    support = 2.0 * filterscale
+    k = int(math.ceil(support)) * 2 + 1
+    starts = np.zeros(out_size, np.int64)
+    weights = np.zeros((out_size, k), np.int64)
+    for xx in range(out_size):
+        center = (xx + 0.5) * scale
+        xmin = max(int(center - support + 0.5), 0)
+        xmax = min(int(center + support + 0.5), in_size)
+        w = _bicubic((np.arange(xmin, xmax) - center + 0.5) * (1.0 / filterscale))
+        total = float(np.sum(w))
+        if total != 0.0:
+            w = w / total
+        fixed = np.where(w < 0.0, -0.5 + w * (1 << _PRECISION_BITS), 0.5 + w * (1 << _PRECISION_BITS))
+        weights[xx, : xmax - xmin] = np.trunc(fixed).astype(np.int64)
+        starts[xx] = xmin
+    return starts, weights
+
+
+def _pass(src: np.ndarray, out_size: int, axis: int) -> np.ndarray:
+    """One separable pass over ``axis`` of a [H, W, 3] uint8 image."""
+    in_size = src.shape[axis]
+    starts, weights = _coefficients(in_size, out_size)
+    k = weights.shape[1]
+    idx = np.minimum(starts[:, None] + np.arange(k)[None, :], in_size - 1)  # zero weights past the end
+    moved = np.moveaxis(src.astype(np.int64), axis, 0)  # [in, other, 3]
+    acc = np.einsum("ok,okxc->oxc", weights, moved[idx]) + (1 << (_PRECISION_BITS - 1))
+    out = np.clip(acc >> _PRECISION_BITS, 0, 255).astype(np.uint8)
+    return np.moveaxis(out, 0, axis)
+
+
+def pillow_bicubic(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    """[H, W, 3] uint8 resized as the real's clip.cpp bicubic_resize (Pillow's ImagingResample:
+    horizontal pass, then vertical, each rounded to uint8)."""
+    out = image
+    if width != image.shape[1]:
+        out = _pass(out, width, 1)
+    if height != image.shape[0]:
+        out = _pass(out, height, 0)
+    return out
+
+
+def center_crop(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    top, left = (image.shape[0] - height) // 2, (image.shape[1] - width) // 2
+    return image[top : top + height, left : left + width]
+
+
+def clip_normalize(image: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
+    """[H, W, 3] uint8 -> [1, 3, H, W] f32 ``(x / 255 - mean) / std``, in f32 as clip_image_preprocess."""
+    f32 = np.float32
+    x = image.astype(f32) / f32(255.0)
+    x = (x - np.array(mean, f32)) / np.array(std, f32)
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+
+
+@dataclass
+class LLaVAImage:
+    features: np.ndarray  # [tokens, hidden] projected patch embeddings
+
+
+class LLaVAEmbedder:
+    """Images -> projected CLIP features; prompt ids -> text embeddings with the image rows in;
+    plain positions."""
+
+    def __init__(self, core: Any, folder: Path, config: dict[str, Any], device: str, props: dict[str, Any],
+                 tokenizer: Any) -> None:
+        self.cfg = CLIPConfig.read(folder)
+        self.vision = core.compile_model(core.read_model(folder / VISION_XML), device, props).create_infer_request()
+        self.text = core.compile_model(core.read_model(folder / TEXT_EMB_XML), device, props).create_infer_request()
+        ids = tokenizer.encode(IMAGE_TAG, add_special_tokens=False).input_ids.data[0]
+        self.image_token = int(ids[-1])
+
+    def encode_images(self, images: list[Any]) -> list[LLaVAImage]:
+        return [self._encode(row[0]) for image in images for row in image_rows(image)]
+
+    def _encode(self, image: np.ndarray) -> LLaVAImage:
+        c = self.cfg
+        h, w = image.shape[:2]
+        # the real's float arithmetic: scale in f32, new sizes truncated, never under the crop
+        scale = np.float32(c.shortest_edge) / np.float32(min(w, h))
+        new_w = max(int(np.float32(w) * scale), c.crop_width)
+        new_h = max(int(np.float32(h) * scale), c.crop_height)
+        crop = center_crop(pillow_bicubic(image, new_w, new_h), c.crop_height, c.crop_width)
+        self.vision.infer({"pixel_values": clip_normalize(crop, c.image_mean, c.image_std)})
+        out = np.array(self.vision.get_output_tensor(0).data, dtype=np.float32, copy=True)
+        return LLaVAImage(out.reshape(-1, out.shape[-1]))
+
+    def normalize_prompt(self, prompt: str, images: list[LLaVAImage]) -> str:
+        """A tag per image before the prompt unless it has them; each tag -> one ``<image>`` per
+        feature row and a newline (the real's normalize_prompt)."""
+        prompt = prepend_tags(prompt, IMAGE_TAG, len(images))
+        pos = 0
+        for im in images:
+            expanded = IMAGE_TAG * im.features.shape[0] + "\n"
+            pos = prompt.find(IMAGE_TAG, pos)
+            prompt = prompt[:pos] + expanded + prompt[pos + len(IMAGE_TAG):]
+            pos += len(expanded)
+        return prompt
+
+    def embed(self, ids: np.ndarray, images: list[LLaVAImage]) -> np.ndarray:
+        """Text embeddings with each run of image tokens taking its image's rows, from the
+        end backwards as the real's merge_text_and_image_embeddings_llava (a truncated prefix
+        loses the first images, not the last)."""
+        emb = text_embeddings(self.text, ids)
+        row = ids[0]
+        if not images:
+            if np.any(row == self.image_token):
+                raise UserInputError(
+                    f"the prompt has {IMAGE_TAG} tokens but no image was given; pass the images with images=[...]")
+            return emb
+        end = row.size - 1
+        for im in reversed(images):
+            while end >= 0 and row[end] != self.image_token:
+                end -= 1
+            if end < 0:
+                break
+            start = end
+            while start >= 0 and row[start] == self.image_token:
+                start -= 1
+            n = min(im.features.shape[0], end - start)
+            emb[0, start + 1 : start + 1 + n] = im.features[im.features.shape[0] - n :]
+            end -= n + 1
+        return emb
+
+    def token_embeddings(self, ids: np.ndarray) -> np.ndarray:
+        return text_embeddings(self.text, ids)
+
+    def position_ids(self, ids: np.ndarray, images: list[LLaVAImage]) -> tuple[np.ndarray, int]:
+        return np.arange(ids.shape[1], dtype=np.int64)[None], 0
+
+    def step_position_ids(self, length: int, delta: int) -> np.ndarray:
+        return np.array([[length - 1]], np.int64)

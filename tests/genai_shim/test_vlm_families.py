@@ -1,0 +1,232 @@
+"""genai_shim.VLMPipeline on the families after Qwen2-VL, side by side with the real
+openvino_genai.VLMPipeline on the same tiny exports (tests/fixtures/vlm/<family>-fp32) under f32
+hints: Qwen2.5-VL (windowed vision attention) and LLaVA (CLIP preprocessing on the host, <image>
+expansion, plain positions).  An image, text only, a 3-turn chat with images, on "CPU", on "NPU"
+with NPUW_DEVICES=CPU, and the language model on the emulated NPU."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+import pytest
+
+import genai_shim
+from genai_shim.vlm.llava import CLIPConfig, center_crop, clip_normalize, pillow_bicubic
+from genai_shim.vlm.qwen2_5_vl import window_index
+from ov_npu_emu.errors import PromptTooLongError, UserInputError
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "vlm"
+sys.path.insert(0, str(ROOT / "tools"))
+from vlm_goldens import CHAT, CPU_PROPS, MAX_NEW_TOKENS, NPU_PROPS, PROMPT, chat_turns  # noqa: E402
+from vlm_goldens import test_image as make_image  # noqa: E402
+
+og = pytest.importorskip("openvino_genai")
+
+FAMILIES = ("qwen2_5vl-fp32", "llava-fp32")
+#: the language model on the emulated NPU, exact (the cross-branch rule: f32 said explicitly)
+EMULATED = {"INFERENCE_PRECISION_HINT": "f32", "NPUW_LLM_SHARED_HEAD": "NO"}
+
+
+def _golden(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / name / "golden.json").read_text(encoding="utf-8"))
+    return data
+
+
+def _config(lib: Any) -> Any:
+    cfg = lib.GenerationConfig()
+    cfg.max_new_tokens = MAX_NEW_TOKENS
+    return cfg
+
+
+def _image(h: int = 80, w: int = 80) -> ov.Tensor:
+    return ov.Tensor(make_image(h, w))
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def cpu_pair(family: str) -> tuple[Any, Any]:
+    folder = FIXTURES / family
+    return genai_shim.VLMPipeline(folder, "CPU", **CPU_PROPS), og.VLMPipeline(str(folder), "CPU", **CPU_PROPS)
+
+
+_chat = chat_turns
+
+
+def _history_chat(pipe: Any, lib: Any) -> list[tuple[str, int]]:
+    """A ChatHistory of three turns with images in turns 1 (80x80) and 3 (64x96)."""
+    h = lib.ChatHistory()
+    out = []
+    for i, prompt in enumerate(CHAT):
+        h.append({"role": "user", "content": prompt})
+        kw = {"images": [_image()]} if i == 0 else {"images": [_image(64, 96)]} if i == 2 else {}
+        r = pipe.generate(h, generation_config=_config(lib), **kw)
+        out.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
+        h.append({"role": "assistant", "content": r.texts[0]})
+    return out
+
+
+@pytest.mark.parametrize("hw", [(80, 80), (64, 96), (30, 200), None], ids=["80x80", "64x96", "30x200", "text_only"])
+def test_cpu_matches_real(cpu_pair: tuple[Any, Any], family: str, hw: tuple[int, int] | None) -> None:
+    shim, real = cpu_pair
+    kw = {"images": [_image(*hw)]} if hw else {}
+    ours = shim.generate(PROMPT, generation_config=_config(genai_shim), **kw)
+    theirs = real.generate(PROMPT, generation_config=_config(og), **kw)
+    assert ours.texts == theirs.texts
+    assert ours.perf_metrics.get_num_input_tokens() == theirs.perf_metrics.get_num_input_tokens()
+    assert ours.perf_metrics.get_num_generated_tokens() == theirs.perf_metrics.get_num_generated_tokens()
+    if hw in ((80, 80), None):
+        key = "image" if hw else "text_only"
+        assert ours.texts[0] == _golden(family)["cpu"][key]["text"]
+
+
+def test_cpu_image_changes_the_answer(cpu_pair: tuple[Any, Any]) -> None:
+    shim, _ = cpu_pair
+    a = shim.generate(PROMPT, images=[_image()], generation_config=_config(genai_shim)).texts[0]
+    b = shim.generate(PROMPT, images=[ov.Tensor(np.ascontiguousarray(make_image()[:, ::-1]))],
+                      generation_config=_config(genai_shim)).texts[0]
+    c = shim.generate(PROMPT, generation_config=_config(genai_shim)).texts[0]
+    assert len({a, b, c}) == 3
+
+
+def test_cpu_chat_matches_real(cpu_pair: tuple[Any, Any], family: str) -> None:
+    shim, real = cpu_pair
+    ours = _chat(shim, genai_shim)
+    assert ours == _chat(real, og)
+    assert [t for t, _ in ours] == [c["text"] for c in _golden(family)["cpu"]["chat"]]
+
+
+def test_cpu_history_chat_with_two_images_matches_real(cpu_pair: tuple[Any, Any]) -> None:
+    shim, real = cpu_pair
+    assert _history_chat(shim, genai_shim) == _history_chat(real, og)
+
+
+def test_two_images_in_one_prompt_match_real(cpu_pair: tuple[Any, Any]) -> None:
+    shim, real = cpu_pair
+    kw = {"images": [_image(), _image(64, 96)]}
+    ours = shim.generate(PROMPT, generation_config=_config(genai_shim), **kw)
+    theirs = real.generate(PROMPT, generation_config=_config(og), **kw)
+    assert ours.texts == theirs.texts
+    assert ours.perf_metrics.get_num_input_tokens() == theirs.perf_metrics.get_num_input_tokens()
+
+
+# -- NPU: the real NPUW on CPU, and the language model on the emulated NPU -------------------------
+@pytest.fixture(scope="module")
+def npu_pair(family: str) -> tuple[Any, Any]:
+    folder = FIXTURES / family
+    return genai_shim.VLMPipeline(folder, "NPU", **NPU_PROPS), og.VLMPipeline(str(folder), "NPU", **NPU_PROPS)
+
+
+@pytest.mark.parametrize("with_image", [True, False], ids=["image", "text_only"])
+def test_npu_matches_real(npu_pair: tuple[Any, Any], family: str, with_image: bool) -> None:
+    shim, real = npu_pair
+    kw = {"images": [_image()]} if with_image else {}
+    ours = shim.generate(PROMPT, generation_config=_config(genai_shim), **kw)
+    theirs = real.generate(PROMPT, generation_config=_config(og), **kw)
+    assert ours.texts == theirs.texts
+    assert ours.perf_metrics.get_num_input_tokens() == theirs.perf_metrics.get_num_input_tokens()
+    assert ours.texts[0] == _golden(family)["npuw_cpu"]["image" if with_image else "text_only"]["text"]
+
+
+def test_npu_chat_matches_real(npu_pair: tuple[Any, Any], family: str) -> None:
+    shim, real = npu_pair
+    ours = _chat(shim, genai_shim)
+    assert ours == _chat(real, og)
+    assert _history_chat(shim, genai_shim) == _history_chat(real, og)
+
+
+def test_npu_prompt_over_max_prompt_len(family: str) -> None:
+    expected = _golden(family)["npu_too_long"]
+    ours = genai_shim.VLMPipeline(FIXTURES / family, "NPU", **NPU_PROPS, MAX_PROMPT_LEN=expected["MAX_PROMPT_LEN"])
+    with pytest.raises(PromptTooLongError) as err:
+        ours.generate(PROMPT, images=[_image()], max_new_tokens=4)
+    assert str(err.value) in expected["error"]
+
+
+@pytest.fixture(scope="module")
+def emulated(family: str) -> Any:
+    return genai_shim.VLMPipeline(FIXTURES / family, "NPU", **EMULATED)
+
+
+@pytest.mark.parametrize("with_image", [True, False], ids=["image", "text_only"])
+def test_emulated_npu_gives_the_real_npus_text(emulated: Any, family: str, with_image: bool) -> None:
+    key = "image" if with_image else "text_only"
+    kw = {"images": [_image()]} if with_image else {}
+    ours = emulated.generate(PROMPT, generation_config=_config(genai_shim), **kw)
+    golden = _golden(family)["npuw_cpu"][key]
+    assert ours.texts[0] == golden["text"]
+    assert ours.perf_metrics.get_num_input_tokens() == golden["num_input_tokens"]
+
+
+def test_emulated_npu_chat_gives_the_real_npus_text(emulated: Any, family: str) -> None:
+    ours = _chat(emulated, genai_shim)
+    assert [t for t, _ in ours] == [c["text"] for c in _golden(family)["npuw_cpu"]["chat"]]
+
+
+# -- the family pieces ------------------------------------------------------------------------------
+def test_window_index_matches_the_real_rule() -> None:
+    """A 6x6 patch grid, merge 2: a 3x3 merged grid in 2x2 windows (padded to 4x4): windows of
+    4, 2, 2 and 1 merged patches, in row order inside each window."""
+    order, cu = window_index([(1, 6, 6)], 2, 2)
+    assert order.tolist() == [0, 1, 3, 4, 2, 5, 6, 7, 8]
+    assert cu == [0, 16, 24, 32, 36]
+    # a second image continues the numbering; frames repeat the windows
+    order, cu = window_index([(1, 4, 4), (2, 4, 4)], 2, 2)
+    assert order.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert cu == [0, 16, 32, 48]
+
+
+def test_qwen2_5_window_inputs_matter() -> None:
+    """The merger's window inputs change its output: one window per image is not Qwen2.5-VL."""
+    pipe = genai_shim.VLMPipeline(FIXTURES / "qwen2_5vl-fp32", "CPU", **CPU_PROPS)
+    emb = pipe._embedder
+    encoded = emb.encode_images([_image()])
+    windowed = emb.merge(encoded)
+    emb.window = 1000
+    assert not np.allclose(windowed, emb.merge(encoded), atol=1e-3)
+
+
+def test_llava_preprocessing_pieces() -> None:
+    cfg = CLIPConfig.read(FIXTURES / "llava-fp32")
+    assert (cfg.shortest_edge, cfg.crop_height, cfg.crop_width) == (56, 56, 56)
+    flat = np.full((10, 12, 3), 77, np.uint8)
+    assert np.array_equal(pillow_bicubic(flat, 7, 5), np.full((5, 7, 3), 77, np.uint8))  # weights sum to 1
+    # Pillow 13's Image.resize(..., BICUBIC) on these (recorded in a venv with Pillow): up and down
+    ramp = np.repeat(np.arange(0, 240, 20, dtype=np.uint8)[None, :, None], 3, axis=2)  # [1, 12, 3]
+    assert pillow_bicubic(ramp, 24, 1)[0, :, 0].tolist() == [
+        0, 3, 14, 25, 35, 45, 55, 65, 75, 85, 95, 105, 115, 125, 135, 145, 155, 165, 175, 185, 195, 206, 217, 222]
+    rows = [[248, 207, 237, 211, 5, 60, 109], [82, 36, 222, 8, 15, 144, 24], [11, 104, 226, 159, 163, 41, 70],
+            [40, 0, 63, 255, 8, 25, 146], [219, 100, 72, 21, 16, 107, 61]]
+    small = np.repeat(np.array(rows, np.uint8)[:, :, None], 3, axis=2)
+    assert pillow_bicubic(small, 3, 4)[..., 0].tolist() == [[209, 135, 62], [93, 115, 70], [49, 153, 69],
+                                                            [117, 48, 70]]
+    crop = center_crop(np.arange(5 * 7 * 3, dtype=np.uint8).reshape(5, 7, 3), 3, 3)
+    assert crop[0, 0, 0] == (1 * 7 + 2) * 3
+    x = clip_normalize(np.zeros((2, 2, 3), np.uint8), (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+    assert x.shape == (1, 3, 2, 2) and np.all(x == -2.0)
+
+
+def test_llava_image_tags(cpu_pair: tuple[Any, Any], family: str) -> None:
+    """The native tag where the user puts it gives the real's text; a tag count that does not
+    match the images is the real's error."""
+    if family != "llava-fp32":
+        pytest.skip("LLaVA's <image> tag")
+    shim, _ = cpu_pair
+    # a fresh real pipeline: the module's one, after test_two_images_in_one_prompt_match_real, gave
+    # another text here inside pytest (not reproduced in a plain script; see docs/genai_shim.md)
+    real = og.VLMPipeline(str(FIXTURES / family), "CPU", **CPU_PROPS)
+    prompt = "Look: <image> " + PROMPT
+    ours = shim.generate(prompt, images=[_image()], generation_config=_config(genai_shim))
+    theirs = real.generate(prompt, images=[_image()], generation_config=_config(og))
+    assert ours.texts == theirs.texts
+    with pytest.raises(UserInputError, match="native vision tags"):
+        shim.generate("<image><image>" + PROMPT, images=[_image()], max_new_tokens=2)
