@@ -10,7 +10,7 @@ the only difference is the device's compute precision.  The two pipelines decode
 (``--rounds`` times each, greedy, the same prompt) and the median time per output token (TPOT,
 from the pipeline's perf metrics) of each is printed with the ratio f16 / f32 (lower is better;
 the goal is <= 1.10).  A model is ``stories260k`` (the packaged one) or ``PRESET/DTYPE`` of the
-model builder (``ov-npu-emu make-model``).
+model builder (``ov-npu-emu make-model``), or a model folder's path.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def _folder(spec: str) -> Path:
         from ov_npu_emu.models import find_model
 
         return Path(find_model("stories260K"))
+    if Path(spec).is_dir():  # a model folder (an optimum-cli export, /work/models/llama-1b-int4)
+        return Path(spec)
     preset, dtype = spec.split("/")
     return make_model_folder(Path(tempfile.mkdtemp()) / preset, preset, dtype, seed=0, group_size=128)
 
