@@ -1,11 +1,13 @@
 """Decode-step time: emulated NPU vs the OpenVINO CPU plugin vs the real NPUW on CPU, one run.
 
 Usage: python bench/bench_npu_decode.py [--presets tiny,small,qwen2.5-0.5b-shape] [--steps 20]
-                                       [--dtypes f32,int8,int4] [--group-size 128]
+                                       [--dtypes f32,int8,int4] [--group-size 128] [--npu-precision f32]
 
 Each device runs the same builder model with KV capacity ``--kv`` (default 128):
 * NPU (emulated): the static one-token decode model (past KV = kv-1 rows) compiled by our compiler,
   executed through the blob/driver/engines; host time of ``infer()`` with inputs bound once.
+  ``--npu-precision`` is its INFERENCE_PRECISION_HINT: f32 by default, like the other two columns
+  (the device's own default is f16; bench/bench_npu_precision.py compares the two).
 * CPU: openvino's CPU plugin on the stateful model, f32, one token per ``infer()`` after a prompt.
 * NPUW-on-CPU: openvino's real NPUW LLM pipeline (NPU_USE_NPUW, NPUW_LLM, NPUW_DEVICES=CPU), same loop.
 Ratios are printed side by side (NPU / NPUW, NPU / CPU); lower is better.
@@ -70,10 +72,10 @@ def bench_stateful(xml: Path, device: str, config: dict, prompt: int, steps: int
     return _median_ms(step, steps)
 
 
-def bench_npu(xml: Path, kv: int, steps: int) -> tuple[float, float, int]:
+def bench_npu(xml: Path, kv: int, steps: int, precision: str = "f32") -> tuple[float, float, int]:
     model = static_llm(ov.Core().read_model(xml), 1, kv - 1)
     t0 = time.perf_counter()
-    cm = ov_npu_emu.Core().compile_model(model, "NPU")
+    cm = ov_npu_emu.Core().compile_model(model, "NPU", {"INFERENCE_PRECISION_HINT": precision})
     compile_s = time.perf_counter() - t0
     blob_bytes = len(cm.impl.parsed.blob)
     req = cm.create_infer_request()
@@ -88,13 +90,15 @@ def main() -> int:
     ap.add_argument("--kv", type=int, default=128)
     ap.add_argument("--dtypes", default="f32", help="comma list of builder dtypes (f32, f16, int8, int4)")
     ap.add_argument("--group-size", type=int, default=128, help="int4 group size (-1: channel-wise)")
+    ap.add_argument("--npu-precision", default="f32", choices=["f32", "f16"],
+                    help="the emulated NPU's INFERENCE_PRECISION_HINT (f32: as the CPU and NPUW columns)")
     args = ap.parse_args()
     prompt = 16
     rows = []
     for preset, dtype in [(p, d) for p in args.presets.split(",") for d in args.dtypes.split(",")]:
         d = make_model_folder(Path(tempfile.mkdtemp()) / preset, preset, dtype, seed=0, group_size=args.group_size)
         xml = d / "openvino_model.xml"
-        npu_ms, compile_s, blob_bytes = bench_npu(xml, args.kv, args.steps)
+        npu_ms, compile_s, blob_bytes = bench_npu(xml, args.kv, args.steps, args.npu_precision)
         cpu_ms = bench_stateful(xml, "CPU", CPU_F32, prompt, args.steps)
         npuw_cfg = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE": "NONE",
                     "NPUW_LLM_MAX_PROMPT_LEN": 64, "NPUW_LLM_MIN_RESPONSE_LEN": args.kv - 64, **F32}

@@ -123,7 +123,9 @@ text-generation-with-past`; see that folder's README). Do not edit by hand.
 
 Each cell: do the 32 greedy token ids for the golden prompt equal the ids the **real**
 `openvino_genai.LLMPipeline` produced on CPU? All runs use f32 hints
-(`INFERENCE_PRECISION_HINT=f32`, `KV_CACHE_PRECISION=f32`, `DYNAMIC_QUANTIZATION_GROUP_SIZE=0`);
+(`INFERENCE_PRECISION_HINT=f32`, `KV_CACHE_PRECISION=f32`, `DYNAMIC_QUANTIZATION_GROUP_SIZE=0`),
+passed explicitly to every setup: the emulated NPU's own default is f16, as the real NPU's
+([npu_device.md](npu_device.md#precision)), and token-exact agreement is an f32 question;
 the NPU setups use `MAX_PROMPT_LEN=64`, `MIN_RESPONSE_LEN=64`.
 
 - **CPU**: `genai_shim.LLMPipeline(dir, "CPU")`.

@@ -293,7 +293,10 @@ def targets(core: Any, tiny_model_dir: Path | None = None) -> list[Target]:
 
     out = []
     m = make_model_with_memory((1, 4), np.float32, "v")
-    out.append(Target("npu", core.compile_model(m, "NPU").export_model().getvalue(), "NPU", None))
+    # f32: the structure-aware kinds (tools/fuzz_structure.py) edit the f32 lowering's descriptors;
+    # the LLM targets below keep the device's default (f16)
+    npu_blob = core.compile_model(m, "NPU", {"INFERENCE_PRECISION_HINT": "f32"}).export_model().getvalue()
+    out.append(Target("npu", npu_blob, "NPU", None))
     out.append(Target("cpu", core.compile_model(make_add_model(), "CPU").export_model().getvalue(), "CPU", None))
     if tiny_model_dir is not None:
         cfg = {"NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_DEVICES": "NPU",

@@ -29,7 +29,8 @@ DEFAULT_DEVICE_MEMORY_MB = DEVICE_MEMORY_LIMIT >> 20
 
 
 def precision(key: str, value: Any) -> str:
-    """INFERENCE_PRECISION_HINT: f32 (default, exact comparisons) or f16 (NPU-like storage)."""
+    """INFERENCE_PRECISION_HINT: f16 (the default, as the real NPU plugin's: f16 activations and KV)
+    or f32 (exact comparisons with the CPU plugin)."""
     p = str(value).lower()
     p = {"float32": "f32", "float16": "f16", "<type: 'float32'>": "f32", "<type: 'float16'>": "f16"}.get(p, p)
     if p not in ("f32", "f16"):
@@ -164,8 +165,10 @@ def optimal_infer_requests(config: Mapping[str, Any]) -> int:
 NPU_OPTIONS = OptionTable(
     "The NPU device",
     [
-        Option("INFERENCE_PRECISION_HINT", precision, "f32",
-               "f32 (exact comparisons) or f16 (NPU-like storage; `float32`/`float16` accepted)", scope="device"),
+        Option("INFERENCE_PRECISION_HINT", precision, "f16",
+               "f16 (the real NPU's default: float activations and in-graph KV stored f16, weights as "
+               "stored, DPU/softmax/SDPA accumulate in f32) or f32 (exact comparisons with the CPU plugin); "
+               "`float16`/`float32` accepted. See [Precision](npu_device.md#precision)", scope="device"),
         Option("NPU_COMPILATION_MODE_PARAMS", compilation_mode_params, "",
                "Compile. `compute-layers-with-higher-precision=OP,OP,...`: in f16 mode the outputs of these op "
                "types stay f32 (`Add_RMSNorm`: an Add reading a ReduceMean, an RMSNorm's eps); NPUW passes "

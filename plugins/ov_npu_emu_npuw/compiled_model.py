@@ -23,6 +23,7 @@ from ov_npu_emu_npuw.blockkv import split_kv_into_blocks
 from ov_npu_emu_npuw.config import (
     EMU_DEVICE_PREFIX,
     LLMConfig,
+    for_device,
     generate_rung_sizes,
     parse_config,
     skip_padded_rows,
@@ -417,7 +418,8 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") 
     jobs = _sub_model_jobs(name, cfg, shared)
     bank = _weights_bank(cfg, name, device, weights_path)
     prefill_config = _prefill_config(cfg, device, bank)
-    generate_config = {**cfg.generate_config, **bank, **cpu_weights_default(device, cfg.generate_config)}
+    generate_config = {**for_device(cfg.generate_config, device), **bank,
+                       **cpu_weights_default(device, cfg.generate_config)}
 
     def compile_variant(size: int) -> tuple[CompiledModel, dict[str, Any]]:
         """A generate variant of ``size`` KV slots and the NPUW default sub-config it got."""
@@ -466,7 +468,7 @@ def _build(core: Core, model: ov.Model, cfg: LLMConfig, weights_path: str = "") 
             head_config = (
                 generate_config
                 if cfg.head_config is None
-                else {**cfg.head_config, **bank, **cpu_weights_default(device, cfg.head_config)}
+                else {**for_device(cfg.head_config, device), **bank, **cpu_weights_default(device, cfg.head_config)}
             )
             head = core.compile_model(head_model, device, head_config)
             sub_defaults["lm_head"] = {}
@@ -567,7 +569,8 @@ def _weights_bank(cfg: LLMConfig, name: str, device: str, weights_path: str) -> 
 
 
 def _prefill_config(cfg: LLMConfig, device: str, bank: dict[str, str]) -> dict[str, Any]:
-    prefill_config: dict[str, Any] = {**cfg.prefill_config, **bank, **cpu_weights_default(device, cfg.prefill_config)}
+    prefill_config: dict[str, Any] = {**for_device(cfg.prefill_config, device), **bank,
+                                      **cpu_weights_default(device, cfg.prefill_config)}
     if skip_padded_rows(cfg, device):
         # our whole-prompt prefill reads only the real (right-aligned) rows of its outputs: the
         # emulated NPU may skip the padding rows' attention (docs/npu_device.md)

@@ -14,6 +14,8 @@ __all__ = [
     "NPUW_OPTIONS",
     "check_stored_config",
     "LLMConfig",
+    "LLM_COMPILATION_MODE_PARAMS",
+    "for_device",
     "align_to",
     "is_npuw_llm_config",
     "is_text_embed_config",
@@ -48,6 +50,13 @@ GENERATE_LADDER_KEY = "NPUW_LLM_GENERATE_LADDER"
 #: the emulator's own device keys (NPU_EMU_HOST_FUSION, NPU_EMU_WEIGHTS_BANK, ...): given at the
 #: top level of an NPUW compile they reach every sub-model's device
 EMU_DEVICE_PREFIX = "NPU_EMU_"
+
+#: The compiler parameter the real NPUW's LLM path puts in its default prefill, generate and LM
+#: head sub-configs (``get_baseline_common_config`` in llm_compiled_model.cpp): the RMSNorm's
+#: statistics stay in higher precision on an f16 NPU. A sub-config the user replaces
+#: (NPUW_LLM_PREFILL_CONFIG, ...) does not get it; a top-level or ``++`` value wins over it.
+COMPILATION_MODE_KEY = "NPU_COMPILATION_MODE_PARAMS"
+LLM_COMPILATION_MODE_PARAMS = "compute-layers-with-higher-precision=Sqrt,Power,ReduceMean,Add_RMSNorm"
 
 #: real NPUW keys about partitioning/folding that have no meaning here: accepted and ignored
 IGNORED_KEYS = frozenset(
@@ -1181,13 +1190,14 @@ def _subconfigs(
         k: v
         for k, v in raw.items()
         if (given is None or k in given)
-        and (k.startswith(EMU_DEVICE_PREFIX) or not k.startswith(("NPU", "++NPUW", "KV_CACHE_PRECISION", "CACHE_DIR")))
+        and (k.startswith(EMU_DEVICE_PREFIX) or k == COMPILATION_MODE_KEY
+             or not k.startswith(("NPU", "++NPUW", "KV_CACHE_PRECISION", "CACHE_DIR")))
         and k not in IGNORED_KEYS
         and k not in EXPORT_KEYS
     }
     subs: list[dict[str, Any]] = []
     for key in SUBCONFIG_KEYS:
-        sub = dict(o[key]) if o[key] is not None else dict(base)
+        sub = dict(o[key]) if o[key] is not None else {COMPILATION_MODE_KEY: LLM_COMPILATION_MODE_PARAMS, **base}
         sub.update(o["++" + key] or {})
         subs.append(sub)
     # The head runs after every generate step, so by default it gets the generate sub-config
@@ -1197,6 +1207,12 @@ def _subconfigs(
         head = dict(o[HEAD_CONFIG_KEY]) if o[HEAD_CONFIG_KEY] is not None else dict(subs[1])
         head.update(o["++" + HEAD_CONFIG_KEY] or {})
     return subs, head
+
+
+def for_device(sub: Mapping[str, Any], device: str) -> dict[str, Any]:
+    """A sub-config as sent to ``device``: NPU_COMPILATION_MODE_PARAMS is an NPU compiler key,
+    left out for the CPU device (which does not know it)."""
+    return {k: v for k, v in sub.items() if device == "NPU" or k != COMPILATION_MODE_KEY}
 
 
 def skip_padded_rows(cfg: LLMConfig, device: str) -> bool:

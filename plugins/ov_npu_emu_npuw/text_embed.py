@@ -25,7 +25,7 @@ import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError, UserInputError
 from ov_npu_emu.runtime.device import DeviceCompiledModel, DeviceInferRequest, PortInfo
-from ov_npu_emu_npuw.config import LLMConfig, parse_config
+from ov_npu_emu_npuw.config import LLMConfig, for_device, parse_config
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.compiled_model import CompiledModel
@@ -95,7 +95,7 @@ def compile_text_embed(core: Core, model: ov.Model, config: Mapping[str, Any]) -
     name = model.get_friendly_name()
     static.set_friendly_name(f"{name}_prefill")
     t0 = time.perf_counter()
-    prefill = core.compile_model(static, device, dict(cfg.prefill_config))
+    prefill = core.compile_model(static, device, for_device(cfg.prefill_config, device))
     logger.info("compiled text-embedding encoder %s_prefill [1, %d] on %s in %.2f s",
                 name, size, device, time.perf_counter() - t0)
     ins = [PortInfo.from_ov_port(i, p) for i, p in enumerate(model.inputs)]

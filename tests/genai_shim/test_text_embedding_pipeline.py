@@ -225,8 +225,12 @@ REAL_NPU = {"NPU_USE_NPUW": "YES", "NPUW_DEVICES": "CPU", "NPUW_ONLINE_PIPELINE"
 STATIC = {"batch_size": 3, "max_length": 24, "pad_to_max_length": True}
 
 
+#: the emulated NPU in its exact mode (its default is f16, as the real NPU's)
+EMULATED_F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
 @pytest.mark.parametrize("pooling", ["CLS", "MEAN", "LAST_TOKEN"])
-@pytest.mark.parametrize("ours_props", [{}, REAL_NPU], ids=["emulated_npu", "npuw_cpu"])
+@pytest.mark.parametrize("ours_props", [EMULATED_F32, REAL_NPU], ids=["emulated_npu", "npuw_cpu"])
 def test_npu_static_path_matches_real(pooling: str, ours_props: dict[str, Any]) -> None:
     """batch_size, max_length and pad_to_max_length set: the real's static NPU path (a fixed
     3 x 24 model, pooling fused), ours on the emulated NPU and with the real's NPUW keys."""

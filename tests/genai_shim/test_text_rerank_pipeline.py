@@ -125,7 +125,8 @@ def test_npu_pre_reshaped_model_matches_real(tmp_path: Path) -> None:
     ov.save_model(model, tmp_path / "openvino_model.xml", compress_to_fp16=False)
     kw = {"max_length": 24, "pad_to_max_length": True, "top_n": 4}
     docs = DOCUMENTS[:4]
-    ours = genai_shim.TextRerankPipeline(tmp_path, "NPU", **kw).rerank(QUERY, docs)
+    # the emulated NPU in its exact mode (its default is f16, as the real NPU's)
+    ours = genai_shim.TextRerankPipeline(tmp_path, "NPU", **kw, INFERENCE_PRECISION_HINT="f32").rerank(QUERY, docs)
     real = og.TextRerankPipeline(str(tmp_path), "NPU", NPU_USE_NPUW="YES", NPUW_DEVICES="CPU",
                                  NPUW_ONLINE_PIPELINE="NONE", **kw, **CPU_PROPS).rerank(QUERY, docs)
     cpu = og.TextRerankPipeline(str(FOLDER), "CPU", **kw, **CPU_PROPS).rerank(QUERY, docs)

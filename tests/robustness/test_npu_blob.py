@@ -35,9 +35,10 @@ def core() -> ov.Core:
 
 @pytest.fixture(scope="module")
 def blob(core: ov.Core) -> bytes:
-    """A stateful blob: user I/O, a lifted variable, relocations of every kind."""
+    """A stateful blob: user I/O, a lifted variable, relocations of every kind.  Compiled f32: the
+    flips below target the f32 lowering's tasks (user I/O moved by DMA, no f16 converts)."""
     m = make_model_with_memory((1, 4), np.float32, "v")
-    return core.compile_model(m, "NPU").export_model().getvalue()
+    return core.compile_model(m, "NPU", {"INFERENCE_PRECISION_HINT": "f32"}).export_model().getvalue()
 
 
 def _run(core: ov.Core, blob: bytes) -> None:

@@ -61,10 +61,11 @@ NPU_TOL = 1e-4
 
 def _sides(device: str):
     """(ours module, ours Core, device) and (real module, real Core, "CPU") for one flow."""
-    real_core = real_ov.Core()
-    if device == "NPU":  # the oracle of the emulated NPU (f32 by default): the CPU plugin at f32
+    real_core, ours_core = real_ov.Core(), ours_ov.Core()
+    if device == "NPU":  # the emulated NPU in its exact mode (its default is f16) against the CPU plugin at f32
         real_core.set_property("CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    return (ours_ov, ours_ov.Core(), device), (real_ov, real_core, "CPU")
+        ours_core.set_property("NPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return (ours_ov, ours_core, device), (real_ov, real_core, "CPU")
 
 
 def _real_flow(flow: str, models: dict[str, Path], device: str, *args):

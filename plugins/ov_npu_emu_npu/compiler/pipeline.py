@@ -32,7 +32,7 @@ COMPILER_VERSION = "0.1.0"
 
 
 def precision_of(config: Mapping[str, Any]) -> str:
-    """INFERENCE_PRECISION_HINT: f32 (default, exact comparisons) or f16 (NPU-like storage)."""
+    """INFERENCE_PRECISION_HINT: f16 (default, the real NPU's) or f32 (exact comparisons)."""
     return str(NPU_OPTIONS.get(config, "INFERENCE_PRECISION_HINT"))
 
 

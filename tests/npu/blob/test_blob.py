@@ -28,7 +28,8 @@ from tests.npu.conftest import make_mlp
 
 @pytest.fixture(scope="module")
 def blob() -> bytes:
-    return compile_to_blob(make_mlp())
+    # f32: the sections listed below are the f32 lowering's (user input moved by DMA)
+    return compile_to_blob(make_mlp(), {"INFERENCE_PRECISION_HINT": "f32"})
 
 
 def test_writer_state_machine_rejects_out_of_order_calls():

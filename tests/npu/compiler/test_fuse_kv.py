@@ -34,7 +34,9 @@ def test_fires_on_the_pattern(heads, hkv, expand):
     # Convert, Concat (and the head expansion) of K and V are replaced
     assert Counter(n.get_type_name() for n in f.replaced) == Counter(
         {"Convert": 2, "Concat": 2, **({"Unsqueeze": 2, "Broadcast": 2, "Reshape": 2} if expand else {})})
-    on, off = _kernels(model), _kernels(model, {"NPU_EMU_FUSE_KV": "NO"})
+    # f32 mode: no f16 conversions of the user's inputs/outputs among the counted Converts
+    on = _kernels(model, {"INFERENCE_PRECISION_HINT": "f32"})
+    off = _kernels(model, {"NPU_EMU_FUSE_KV": "NO", "INFERENCE_PRECISION_HINT": "f32"})
     assert on["sdpa_kv"] == 1 and on["sdpa"] == 0 and on["convert"] == 0
     assert on["dma"] == 2  # the new K and V rows stacked into the task's operand
     assert off["sdpa_kv"] == 0 and off["sdpa"] == 1 and off["convert"] == 2

@@ -22,7 +22,10 @@ from ov_npu_emu_npu.compiler.verify import verify_memory, verify_schedule
 from ov_npu_emu_npu.device.profiling import overlap_spans
 from tests.npu.conftest import cpu_reference, rel_err
 
-CMX_32K = {"NPU_EMU_CMX_SIZE": 32768}
+#: the tile geometry below is for f32 activations, and the outputs are compared with the CPU
+#: plugin at 1e-5: exact mode
+F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+CMX_32K = {"NPU_EMU_CMX_SIZE": 32768, **F32}
 
 
 def _matmul(m: int, k: int, n: int, transpose_b: bool = False) -> ov.Model:
@@ -34,7 +37,7 @@ def _matmul(m: int, k: int, n: int, transpose_b: bool = False) -> ov.Model:
 
 def _run(model: ov.Model, config: dict) -> tuple[np.ndarray, dict]:
     feed = {"x": np.random.default_rng(1).standard_normal(list(model.inputs[0].get_shape())).astype(np.float32)}
-    req = Core().compile_model(model, "NPU", {"PERF_COUNT": "YES", **config}).create_infer_request()
+    req = Core().compile_model(model, "NPU", {"PERF_COUNT": "YES", **F32, **config}).create_infer_request()
     out = req.infer(feed)[0]
     assert rel_err(out, cpu_reference(model, feed)[0]) <= 1e-5
     return out, req.impl.timeline().summary()
@@ -80,7 +83,8 @@ def _capture(xml) -> str:  # type: ignore[no-untyped-def]
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        assert main(["profile", str(xml), "--config", "NPU_EMU_CMX_SIZE=32768", "--json"]) == 0
+        assert main(["profile", str(xml), "--config", "NPU_EMU_CMX_SIZE=32768",
+                     "--config", "INFERENCE_PRECISION_HINT=f32", "--json"]) == 0
     return buf.getvalue()
 
 

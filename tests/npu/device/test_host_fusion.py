@@ -17,6 +17,9 @@ from ov_npu_emu_npu.device.engines import Schedule
 from ov_npu_emu_npu.device.fusion import CALL_WEIGHT_ELEMS, plan_schedule
 from tests.npu.conftest import cpu_reference, llm_feed, make_group_conv_cnn, rel_err
 
+#: these tests compare the fused product with the CPU plugin (or check f32 tile plans): exact mode
+F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+
 
 def _matmul(m: int, k: int, n: int, transpose_b: bool) -> ov.Model:
     rng = np.random.default_rng(0)
@@ -58,7 +61,7 @@ def test_k_split_tiles_fused(transpose_b):
     """A 4 KiB CMX cuts K into matmul + matmul_acc chunks and N into tiles: the fused product
     adds the same chunks in the same order."""
     model = _matmul(1, 256, 96, transpose_b)
-    fused, tiled = _requests(model, {"NPU_EMU_CMX_SIZE": 4096})
+    fused, tiled = _requests(model, {"NPU_EMU_CMX_SIZE": 4096, **F32})
     x = np.random.default_rng(3).standard_normal((1, 1, 256)).astype(np.float32)
     a, b = np.array(fused.infer({"x": x})[0]), np.array(tiled.infer({"x": x})[0])
     assert np.array_equal(a, b)
@@ -102,7 +105,7 @@ def test_a_shifted_tile_descriptor_keeps_its_matmul_tiled(stories_decode):
 def test_patched_input_address_plans_again():
     """The fused product reads the activation where the (patched) descriptors now point."""
     model = _matmul(1, 128, 256, True)
-    req = Core().compile_model(model, "NPU", {"NPU_EMU_CMX_SIZE": 65536}).create_infer_request()
+    req = Core().compile_model(model, "NPU", {"NPU_EMU_CMX_SIZE": 65536, **F32}).create_infer_request()
     rng = np.random.default_rng(0)
     x0, x1 = (rng.standard_normal((1, 1, 128)).astype(np.float32) for _ in range(2))
     req.infer({"x": x0})
@@ -110,7 +113,8 @@ def test_patched_input_address_plans_again():
     out = np.array(req.infer({"x": x1}, share_inputs=True)[0])  # new address: a patch, not a rebuild
     assert req.impl.counters["mutable_updates"] == 1
     assert req.impl.command_list.schedule.fused_groups == 1
-    np.testing.assert_array_equal(out, np.array(_requests(model, {"NPU_EMU_CMX_SIZE": 65536})[1].infer({"x": x1})[0]))
+    tiled = _requests(model, {"NPU_EMU_CMX_SIZE": 65536, **F32})[1]
+    np.testing.assert_array_equal(out, np.array(tiled.infer({"x": x1})[0]))
 
 
 def test_host_fusion_key():
@@ -124,7 +128,7 @@ def test_large_matmul_fused_in_column_blocks():
     """A weight over CALL_WEIGHT_ELEMS runs as several column blocks, still the tiles' bits."""
     model = _matmul(1, 512, 1024, True)
     assert 512 * 1024 > CALL_WEIGHT_ELEMS
-    fused, tiled = _requests(model)
+    fused, tiled = _requests(model, F32)
     x = np.random.default_rng(4).standard_normal((1, 1, 512)).astype(np.float32)
     a, b = np.array(fused.infer({"x": x})[0]), np.array(tiled.infer({"x": x})[0])
     assert np.array_equal(a, b)
@@ -136,7 +140,7 @@ def test_output_placed_over_its_activation():
     it before the first store); the fused product copies the activation aside first, as the
     loads did, and gives the tiles' bits."""
     model = make_group_conv_cnn()
-    fused, tiled = _requests(model, {"NPU_EMU_CMX_SIZE": 8192})
+    fused, tiled = _requests(model, {"NPU_EMU_CMX_SIZE": 8192, **F32})
     for seed in (1, 2):
         feed = {"image": np.random.default_rng(seed).standard_normal((1, 3, 16, 16)).astype(np.float32)}
         a, b = np.array(fused.infer(feed)[0]), np.array(tiled.infer(feed)[0])

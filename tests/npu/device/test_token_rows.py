@@ -25,6 +25,9 @@ from tests.npu.device.token_rows_models import run_cmx as _run_cmx
 FIRST = 193  # real rows start here: 63 of them and one padding row, the window is rows [192, 256)
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "optimum"
 
+#: the row-tile geometry of these tests counts f32 (4-byte) activations
+F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+
 
 @pytest.fixture(scope="module")
 def emu_core():
@@ -161,7 +164,7 @@ def test_per_head_block_dmas_keep_their_token_rows(emu_core):
     (read as row tiles at offset -h*L, the marks conflicted and the whole blob lost its windows,
     as the 3B-shape prefill did at 1024 tokens); window vs full run bit for bit."""
     model = _head_blocks_model()
-    tasks = BlobReader(compile_to_blob(model, {"NPU_EMU_CMX_SIZE": HCMX})).meta["tasks"]
+    tasks = BlobReader(compile_to_blob(model, {"NPU_EMU_CMX_SIZE": HCMX, **F32})).meta["tasks"]
     heads = [t for t in tasks if t["kernel"] == "matmul"]
     assert len(heads) == HH  # the per-head lowering this test is about
     assert all(t.get("rows") and t["rows"]["n"] == HL and t["rows"]["off"] == 0 for t in heads)
@@ -261,7 +264,7 @@ def test_compressed_weight_row_tiles_end_on_the_last_row(emu_core):
     run's rows."""
     cmx = 32 * 1024  # (CMX / 2) // ((E + F) * 4 bytes) = 56 rows a tile: 256 = 32 + 4 * 56
     model = _int8_matmul_model(P)
-    tasks = BlobReader(compile_to_blob(model, {"NPU_EMU_CMX_SIZE": cmx})).meta["tasks"]
+    tasks = BlobReader(compile_to_blob(model, {"NPU_EMU_CMX_SIZE": cmx, **F32})).meta["tasks"]
     tiles = sorted((t["rows"]["off"], t["rows"]["n"]) for t in tasks if t["kernel"] == "matmul_dq")
     assert tiles == [(0, 32), *((o, 56) for o in range(32, P, 56))]
 
@@ -285,7 +288,7 @@ def test_row_tiles_before_the_window_are_never_bound(emu_core, monkeypatch):
     from ov_npu_emu_npu.device import engines
 
     model, cmx, first = _int8_matmul_model(P), 32 * 1024, 210
-    tasks = BlobReader(compile_to_blob(model, {"NPU_EMU_CMX_SIZE": cmx})).meta["tasks"]
+    tasks = BlobReader(compile_to_blob(model, {"NPU_EMU_CMX_SIZE": cmx, **F32})).meta["tasks"]
     tile_rows = {t["rows"]["n"] for t in tasks if t["kernel"] == "matmul_dq"}
     rows: list[int] = []
     cached = engines._bind_cached_dq

@@ -12,9 +12,10 @@ P, V, E, F = 256, 48, 32, 40
 
 def run_cmx(emu_core, model: ov.Model, cmx: int, first: int, skip: bool):
     """``model`` ([1, L] input_ids and attention_mask, output "out") compiled with a ``cmx``-byte
-    CMX, run once on padding rows before ``first`` (window on or off): (request, out)."""
+    CMX, run once on padding rows before ``first`` (window on or off): (request, out).  f32 mode:
+    the tests' row-tile geometry counts 4-byte activations."""
     length = model.input("input_ids").get_partial_shape()[1].get_length()
-    cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_CMX_SIZE": cmx,
+    cm = emu_core.compile_model(model, "NPU", {"NPU_EMU_CMX_SIZE": cmx, "INFERENCE_PRECISION_HINT": "f32",
                                                "NPU_EMU_SKIP_PADDED_ROWS": "YES" if skip else "NO"})
     req = cm.create_infer_request()
     ids = np.r_[np.full(first, 3), np.arange(5, 5 + length - first) % V].astype(np.int64)[None]

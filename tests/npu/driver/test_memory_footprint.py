@@ -75,14 +75,17 @@ def test_weights_cache_budget(small_xmls, dtype):
     weights do not all fit caches none. Results agree to f32 rounding: the
     tile-by-tile matmul sums in the same order per output, but BLAS picks other kernels for a
     tile than for the whole matrix (measured ≤ 2e-6 absolute on logits of order 1). A 32-token
-    prompt: decode-shaped tasks read the weights as stored and never use the cache."""
+    prompt: decode-shaped tasks read the weights as stored and never use the cache.  f32 mode:
+    in f16 each task's output is rounded to f16, and a 2e-6 BLAS difference can flip an f16 ulp
+    (the budget and the cached bytes are the same in both modes)."""
     import ov_npu_emu
 
     model = static_llm(small_xmls[dtype], 32, 15)
     feed = llm_feed(model)
 
     def compiled(mb):  # a Core each: the budget is the device bank's, shared by its models
-        return ov_npu_emu.Core().compile_model(model, "NPU", {"NPU_EMU_WEIGHTS_CACHE_MB": mb})
+        return ov_npu_emu.Core().compile_model(model, "NPU", {"NPU_EMU_WEIGHTS_CACHE_MB": mb,
+                                                                 "INFERENCE_PRECISION_HINT": "f32"})
 
     full = compiled(-1)
     want = _run(full, feed)

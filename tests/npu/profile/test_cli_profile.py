@@ -80,7 +80,8 @@ def test_profile_tiny_llm_decode_writes_trace_with_engine_lanes(tiny_model_dir, 
 
 
 def test_profiling_info_per_task(npu_core):
-    cm = npu_core.compile_model(make_add_relu_model(), "NPU", {"PERF_COUNT": "YES"})
+    # f32: the two tasks of the exact mode (f16 adds the output's convert back to f32)
+    cm = npu_core.compile_model(make_add_relu_model(), "NPU", {"PERF_COUNT": "YES", "INFERENCE_PRECISION_HINT": "f32"})
     req = cm.create_infer_request()
     req.infer({"x": np.ones((2, 3), np.float32)})
     info = req.get_profiling_info()
