@@ -31,7 +31,14 @@ import numpy as np
 from numba import njit
 
 from ov_npu_emu_npu.device.kernels.gemv import (
-    _JIT, _dq_row_q4, _dq_row_q8, _f32, _pool, _workers, avx512, grouped_weight,
+    _JIT,
+    _dq_row_q4,
+    _dq_row_q8,
+    _f32,
+    _pool,
+    _workers,
+    avx512,
+    grouped_weight,
 )
 
 #: f32 bytes of one decompressed block of output channels (a buffer per thread): with a block of
