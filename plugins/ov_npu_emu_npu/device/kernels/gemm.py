@@ -12,9 +12,10 @@ release the GIL).
 The micro-kernel computes :data:`MR` activation rows (4 on AVX-512 hosts, 2 elsewhere) x 6
 output channels per pass of one vectorised loop over K; fewer rows or channels are padded with
 zeros (whose products are discarded). 4-bit weights are decompressed as [even columns | odd
-columns] and the activation rows' columns reordered likewise (contiguous stores). Every output element is therefore that one loop's sum of ``x[m, k] * w[n, k]``, in
-an order fixed by K alone: whatever the number of rows, a row's position among them, or how
-channels and rows are blocked, a row's result is the same bit for bit. So a token-row window
+columns] and the activation rows' columns reordered likewise (contiguous stores). Every output
+element is therefore that one loop's sum of ``x[m, k] * w[n, k]``, in an order fixed by K
+alone: whatever the number of rows, a row's position among them, or how channels and rows are
+blocked, a row's result is the same bit for bit. So a token-row window
 (device/windowed.py) computes just its rows (:func:`gemm_runner`'s ``rows_from``) and they are
 the full run's by construction, with no probe; and the row tiles of one prefill MatMul give the
 rows one product over all of them would. (BLAS, used here before, picks its kernel and
