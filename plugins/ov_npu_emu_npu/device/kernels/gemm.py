@@ -210,7 +210,7 @@ def _gemm_q4(x, m_real, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, c0,
     for b0 in range(c0, c1, hb):
         h = min(c1, b0 + hb) - b0
         for i in range(h):
-            _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, b0 + i, buf[i], False)
+            _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, b0 + i, buf[i])
         _pad_rows(buf, h)
         _mm_block(buf, h, x, m_real, out, b0, rb)
 
