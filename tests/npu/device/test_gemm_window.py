@@ -147,3 +147,36 @@ def test_a_matmul_dq_window_keeps_the_full_runs_kernel(keep):
     assert made and min(made) == max(keep, STORED_FORMAT_MAX_ROWS + 1)
 
 
+
+
+@pytest.mark.parametrize("kernel", ["_mm_block_4x6", "_mm_block_2x6"])
+def test_both_micro_kernels_sum_a_row_alone(kernel):
+    """Each micro-kernel (4 x 6 on AVX-512 hosts, 2 x 6 elsewhere: gemm.MR picks one per host;
+    both run here) gives a row the same bits whatever rows run beside it and wherever it sits
+    among them, and close to numpy's product (float64 reference)."""
+    from ov_npu_emu_npu.device.kernels import gemm
+
+    mm = getattr(gemm, kernel)
+    mr = 4 if kernel.endswith("4x6") else 2
+    rng = np.random.default_rng(11)
+    k, h = 1000, 13  # 13 channels: two whole passes of 6 and one padded
+    w = np.zeros((18, k), np.float32)
+    w[:h] = rng.standard_normal((h, k))
+    x = rng.standard_normal((12, k)).astype(np.float32)
+    full = np.full((12, 20), np.nan, np.float32)
+    mm(w, h, x, 12, full, 3, 4 * mr)
+    assert np.isnan(full[:, :3]).all() and np.isnan(full[:, 3 + h:]).all()
+    ref = x.astype(np.float64) @ w[:h].T.astype(np.float64)
+    assert np.allclose(full[:, 3:3 + h], ref, rtol=1e-4, atol=1e-3)
+    for row in range(12):
+        alone = np.zeros((mr, k), np.float32)  # the row first among zero padding rows
+        alone[0] = x[row]
+        out = np.full((1, 20), np.nan, np.float32)
+        mm(w, h, alone, 1, out, 3, mr)
+        assert np.array_equal(out[0, 3:3 + h], full[row, 3:3 + h]), row
+        last = np.zeros((2 * mr, k), np.float32)  # the row last, after other rows
+        last[:-1] = rng.standard_normal((2 * mr - 1, k))
+        last[-1] = x[row]
+        out2 = np.full((2 * mr, 20), np.nan, np.float32)
+        mm(w, h, last, 2 * mr, out2, 3, mr)
+        assert np.array_equal(out2[-1, 3:3 + h], full[row, 3:3 + h]), row

@@ -9,11 +9,13 @@ decompressed once per run, no whole-weight f32 copy exists, and no cache entry i
 Ranges of output channels are claimed by the calling thread and the gemv pool (the loops
 release the GIL).
 
-The micro-kernel computes 4 activation rows x 6 output channels per pass of one vectorised
-loop over K; fewer rows or channels are padded with zeros (whose products are
-discarded). Every output element is therefore that one loop's sum of ``x[m, k] * w[n, k]``, in
-an order fixed by K alone: whatever the number of rows, a row's position among them, or how
-channels and rows are blocked, a row's result is the same bit for bit. So a token-row window
+The micro-kernel computes :data:`MR` activation rows (4 on AVX-512 hosts, 2 elsewhere) x 6
+output channels per pass of one vectorised loop over K; fewer rows or channels are padded with
+zeros (whose products are discarded). 4-bit weights are decompressed as [even columns | odd
+columns] and the activation rows' columns reordered likewise (contiguous stores). Every output
+element is therefore that one loop's sum of ``x[m, k] * w[n, k]``, in an order fixed by K
+alone: whatever the number of rows, a row's position among them, or how channels and rows are
+blocked, a row's result is the same bit for bit. So a token-row window
 (device/windowed.py) computes just its rows (:func:`gemm_runner`'s ``rows_from``) and they are
 the full run's by construction, with no probe; and the row tiles of one prefill MatMul give the
 rows one product over all of them would. (BLAS, used here before, picks its kernel and
@@ -30,17 +32,28 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from ov_npu_emu_npu.device.kernels.gemv import _JIT, _dq_row_q4, _dq_row_q8, _f32, _pool, _workers, grouped_weight
+from ov_npu_emu_npu.device.kernels.gemv import (
+    _JIT,
+    _dq_row_q4,
+    _dq_row_q8,
+    _f32,
+    _pool,
+    _workers,
+    avx512,
+    grouped_weight,
+)
 
 #: f32 bytes of one decompressed block of output channels (a buffer per thread): with a block of
 #: activation rows (:data:`ROW_BLOCK_BYTES`) it stays in a core's L2 while the micro-kernel passes
 GEMM_BLOCK_BYTES = 1024 * 1024
 #: f32 bytes of the activation rows multiplied by one decompressed block before the next rows
 ROW_BLOCK_BYTES = 512 * 1024
-#: activation rows and output channels per micro-kernel pass (the units of zero padding): 24
-#: accumulators, with the loaded operands within AVX-512's 32 vector registers (4 x 6 ran ~1.2x
-#: the FLOP rate of 4 x 4 here, loading 10 vectors per 24 FMAs instead of 8 per 16)
-MR, NR = 4, 6
+#: activation rows and output channels per micro-kernel pass (the units of zero padding). On
+#: AVX-512, 4 x 6: 24 accumulators, with the loaded operands within its 32 vector registers (4 x 6
+#: ran ~1.2x the FLOP rate of 4 x 4 there, loading 10 vectors per 24 FMAs instead of 8 per 16).
+#: Elsewhere (AVX2: 16 registers) 2 x 6: 4 x 6 spills its accumulators there (24 GFLOP/s per
+#: core on the Zen 1 host of issue 29 against 36-38 for 2 x 6, 2 x 4 or 3 x 4, L2-resident blocks)
+MR, NR = (4, 6) if avx512() else (2, 6)
 #: below this many weight elements one thread does the whole product
 _SPLIT_MIN_ELEMENTS = 1 << 18
 #: ranges of output channels per worker thread (claimed as threads come free: a core another
@@ -49,19 +62,19 @@ _RANGES_PER_WORKER = 4
 
 
 @njit(**_JIT)
-def _mm_block(w, h, x, m_real, out, c0, rb):
+def _mm_block_4x6(w, h, x, m_real, out, c0, rb):
     """``out[m, c0 + n] = sum_k x[m, k] * w[n, k]`` for m < ``m_real``, n < ``h``: ``x`` has a
     multiple of 4 rows (zero rows after ``m_real``), ``w`` one of 6 rows (zeros after ``h``).
     Every element is one pass of the same loop (4 rows x 6 channels: 24 accumulators, vectorised
     over K with a fixed reduction order), so it does not depend on which rows or channels run
     beside it."""
     mp, k = x.shape
-    hp = (h + NR - 1) // NR * NR
+    hp = (h + 5) // 6 * 6
     for m_lo in range(0, mp, rb):
         m_hi = min(mp, m_lo + rb)
-        for n0 in range(0, hp, NR):
+        for n0 in range(0, hp, 6):
             w0, w1, w2, w3, w4, w5 = w[n0], w[n0 + 1], w[n0 + 2], w[n0 + 3], w[n0 + 4], w[n0 + 5]
-            for m0 in range(m_lo, m_hi, MR):
+            for m0 in range(m_lo, m_hi, 4):
                 x0, x1, x2, x3 = x[m0], x[m0 + 1], x[m0 + 2], x[m0 + 3]
                 a00 = a01 = a02 = a03 = a04 = a05 = np.float32(0.0)
                 a10 = a11 = a12 = a13 = a14 = a15 = np.float32(0.0)
@@ -104,6 +117,48 @@ def _mm_block(w, h, x, m_real, out, c0, rb):
                 _store6(out, m0 + 1, m_real, c, end, a10, a11, a12, a13, a14, a15)
                 _store6(out, m0 + 2, m_real, c, end, a20, a21, a22, a23, a24, a25)
                 _store6(out, m0 + 3, m_real, c, end, a30, a31, a32, a33, a34, a35)
+
+
+@njit(**_JIT)
+def _mm_block_2x6(w, h, x, m_real, out, c0, rb):
+    """:func:`_mm_block_4x6` two rows at a time (12 accumulators): AVX2's 16 vector registers hold
+    them with the loaded operands, where 4 x 6's 24 accumulators spill."""
+    mp, k = x.shape
+    hp = (h + 5) // 6 * 6
+    for m_lo in range(0, mp, rb):
+        m_hi = min(mp, m_lo + rb)
+        for n0 in range(0, hp, 6):
+            w0, w1, w2, w3, w4, w5 = w[n0], w[n0 + 1], w[n0 + 2], w[n0 + 3], w[n0 + 4], w[n0 + 5]
+            for m0 in range(m_lo, m_hi, 2):
+                x0, x1 = x[m0], x[m0 + 1]
+                a00 = a01 = a02 = a03 = a04 = a05 = np.float32(0.0)
+                a10 = a11 = a12 = a13 = a14 = a15 = np.float32(0.0)
+                for j in range(k):
+                    v0, v1 = x0[j], x1[j]
+                    u = w0[j]
+                    a00 += v0 * u
+                    a10 += v1 * u
+                    u = w1[j]
+                    a01 += v0 * u
+                    a11 += v1 * u
+                    u = w2[j]
+                    a02 += v0 * u
+                    a12 += v1 * u
+                    u = w3[j]
+                    a03 += v0 * u
+                    a13 += v1 * u
+                    u = w4[j]
+                    a04 += v0 * u
+                    a14 += v1 * u
+                    u = w5[j]
+                    a05 += v0 * u
+                    a15 += v1 * u
+                c, end = c0 + n0, c0 + h
+                _store6(out, m0, m_real, c, end, a00, a01, a02, a03, a04, a05)
+                _store6(out, m0 + 1, m_real, c, end, a10, a11, a12, a13, a14, a15)
+
+
+_mm_block = _mm_block_4x6 if MR == 4 else _mm_block_2x6
 
 
 @njit(**_JIT)
@@ -150,11 +205,12 @@ def _gemm_q8(x, m_real, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, c0,
 
 @njit(**_JIT)
 def _gemm_q4(x, m_real, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, c0, c1, hb, rb, buf):
-    """4-bit rows decompressed in column order (low nibble first)."""
+    """4-bit rows decompressed as [even columns | odd columns] (contiguous stores; ``x`` has its
+    columns in that order: :func:`gemm_runner`)."""
     for b0 in range(c0, c1, hb):
         h = min(c1, b0 + hb) - b0
         for i in range(h):
-            _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, b0 + i, buf[i], True)
+            _dq_row_q4(q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, b0 + i, buf[i])
         _pad_rows(buf, h)
         _mm_block(buf, h, x, m_real, out, b0, rb)
 
@@ -266,11 +322,18 @@ def gemm_runner(
     # the rows as the kernel reads them: a view when they are whole passes of C-contiguous
     # f32, else a copy padded with zero rows (made per run: a task holding it would keep it
     # resident for every prefill MatMul of the model)
-    direct = mp == m and x.dtype == np.float32 and x.flags.c_contiguous
+    # 4-bit weights are decompressed as [even columns | odd columns], so the rows' columns are
+    # reordered likewise: each output element still sums over K in one order fixed by K alone
+    split = name in ("u4", "i4")
+    direct = mp == m and x.dtype == np.float32 and x.flags.c_contiguous and not split
 
     def run() -> None:
         if direct:
             xs = x[rows_from:]
+        elif split:
+            xs = np.zeros((mp, k), np.float32)
+            xs[:m, :k // 2] = x[rows_from:, 0::2]
+            xs[:m, k // 2:] = x[rows_from:, 1::2]
         else:
             xs = np.zeros((mp, k), np.float32)
             xs[:m] = x[rows_from:]
