@@ -9,6 +9,9 @@ trimmed to the files openvino_genai's TextEmbeddingPipeline / TextRerankPipeline
   bert-embed-fp32   BertModel, `--task feature-extraction --weight-format fp32`
   bert-rerank-fp32  BertForSequenceClassification (1 label, a cross-encoder),
                     `--task text-classification --weight-format fp32`
+  qwen3-embed-fp32  Qwen3Model (a decoder, Qwen3-Embedding-style: causal, RoPE, q/k norms; the
+                    byte-level BPE of make_optimum_fixtures.py's qwen3),
+                    `--task feature-extraction --weight-format fp32`
 
 Two stages:
 
@@ -32,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_optimum_fixtures import Arch, _in_child, init_weights, run_optimum_cli  # noqa: E402
+from make_optimum_fixtures import ARCHS, Arch, _in_child, init_weights, run_optimum_cli  # noqa: E402
+from make_optimum_fixtures import build_tokenizer as build_llm_tokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "tests" / "fixtures" / "rag"
@@ -53,7 +57,7 @@ KEEP_FILES = (
 @dataclass(frozen=True)
 class RagFixture:
     task: str  # optimum-cli --task
-    head: str  # "model" (BertModel) or "classifier" (BertForSequenceClassification, 1 label)
+    head: str  # "model" (BertModel), "classifier" (BertForSequenceClassification, 1 label) or "decoder"
     seed: int
     note: str
 
@@ -63,6 +67,8 @@ FIXTURES: dict[str, RagFixture] = {
                                   "BertModel: last_hidden_state [batch, seq, 64]"),
     "bert-rerank-fp32": RagFixture("text-classification", "classifier", 4,
                                    "BertForSequenceClassification, num_labels=1: logits [batch, 1]"),
+    "qwen3-embed-fp32": RagFixture("feature-extraction", "decoder", 19,
+                                   "Qwen3Model: last_hidden_state [batch, seq, 64], causal"),
 }
 
 
@@ -127,11 +133,34 @@ def build_tokenizer():
         model_input_names=["input_ids", "token_type_ids", "attention_mask"])
 
 
+def build_decoder_model(name: str, out_dir: Path) -> None:
+    """A Qwen3Model (no LM head) with the weights and tokenizer recipe of make_optimum_fixtures.py's
+    qwen3 (2 layers, hidden 64, GQA 4/2, head_dim 16, q/k RMSNorm, byte-level BPE of 512)."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    spec = FIXTURES[name]
+    arch = ARCHS["qwen3"]
+    tok = build_llm_tokenizer(arch.tokenizer, arch.config["vocab_size"], None)
+    ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    cfg = AutoConfig.for_model(arch.model_type, **arch.config, **ids)
+    torch.manual_seed(spec.seed)
+    model = AutoModel.from_config(cfg, dtype=torch.float32)
+    init_weights(model, arch, spec.seed)
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+
+
 def build_hf_model(name: str, out_dir: Path) -> None:
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
     spec = FIXTURES[name]
+    if spec.head == "decoder":
+        build_decoder_model(name, out_dir)
+        return
     tok = build_tokenizer()
     cfg = BertConfig(**BERT, pad_token_id=tok.pad_token_id, hidden_act="gelu")
     torch.manual_seed(spec.seed)

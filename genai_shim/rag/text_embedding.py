@@ -1,5 +1,6 @@
 """TextEmbeddingPipeline: openvino.genai's (src/cpp/src/rag/text_embedding_pipeline.cpp) over
-ov_npu_emu.Core, for encoder exports (optimum-intel ``--task feature-extraction``).
+ov_npu_emu.Core, for feature-extraction exports (optimum-intel ``--task feature-extraction``:
+BERT-style encoders, Qwen3-Embedding-style decoders).
 
 The tokenizer always truncates (to ``max_length``, else to the tokenizer IR's own limit), pads
 as configured; the model gets ``token_type_ids`` of zeros when it has that input (the real's
@@ -11,7 +12,7 @@ reshaped first.  On "NPU" the real's static path (``batch_size``, ``max_length``
 model as exported compiled by NPUW's text-embedding mode (``NPUW_TEXT_EMBED``, keys as the real's
 ``update_npu_config_text_embedding``), pooling and normalisation as a post model on CPU fed with
 the call's mask zero-padded to the hidden states' length.  As the real, that path takes one text
-per call on encoder models (a typed error for more).
+per call (a typed error for more).
 """
 
 from __future__ import annotations

@@ -191,8 +191,9 @@ NPUW_OPTIONS = OptionTable(
                 '"NPU" for a dynamic model (`update_npu_config_text_embedding`, with `NPUW_LLM_SHARED_HEAD=NO` and '
                 "MAX_PROMPT_LEN = max_length or 1024). Encoder models (no `position_ids`, no KV): one static `[1,P]` "
                 "forward, tokens at the front, `token_type_ids` passed through, output `[1,P,hidden]` with the "
-                "padding rows zeroed; batch 1 only (the real's error text). Decoder models (chunked prefill without "
-                "head) are a typed not-built-yet error. **Differs:** the real reads the key back as NO (it pops it "
+                "padding rows zeroed; batch 1 only (the real's error text). Decoder models (Qwen3-Embedding-style): "
+                "past/present K/V, `position_ids` and a causal mask added, whole `[1,P]` or chunked prefill without "
+                "head, the past in f16; batch 1. **Differs:** the real reads the key back as NO (it pops it "
                 'before storing its config); ours answers YES. See "Text-embedding mode"'
             ),
         ),

@@ -64,6 +64,7 @@ def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 #: margin (in logits) below which a masked-out column's exp() underflows to exactly 0 in f32
 #: (exp(x) == 0 for x < -103.98), with room for the roundings of scale and mask additions
 _EXP_ZERO_MARGIN = 128.0
+_F32_LOWEST = float(np.finfo(np.float32).min)
 #: skip masked-out columns only when at least this share of the window is masked out
 _SKIP_SHARE = 0.05
 #: ... and only for score matrices this large: the checks and gathers cost ~30 numpy calls,
@@ -161,6 +162,8 @@ def _masked_column_skipper(
             return False
         if not is_bool:
             limit = rowmin - 2.0 * bound - _EXP_ZERO_MARGIN - 2.0**-16 * (abs(rowmin) + 2.0 * bound)
+            if limit < _F32_LOWEST:  # a row masked with the f32 minimum everywhere: no column can go
+                return False
             keep = ~(colmax <= limit)
         idx = np.flatnonzero(keep)
         n = idx.size
