@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from ov_npu_emu.errors import ConfigError
-from ov_npu_emu_npuw.config import is_npuw_llm_config, parse_config, pyramid_sizes, select_variant
+from ov_npu_emu_npuw.config import (
+    COMPILATION_MODE_KEY,
+    LLM_COMPILATION_MODE_PARAMS,
+    is_npuw_llm_config,
+    parse_config,
+    pyramid_sizes,
+    select_variant,
+)
+
+#: what a default (not replaced) LLM sub-config carries, as the real NPUW's baseline config
+HP = {COMPILATION_MODE_KEY: LLM_COMPILATION_MODE_PARAMS}
 
 SEED_VARIANTS = [256, 512, 1024, 1152]
 
@@ -62,7 +72,7 @@ def test_subconfigs_replace_or_merge():
             "NPUW_LLM_PREFILL_CONFIG": {"B": 2},
         }
     )
-    assert cfg.generate_config == {"INFERENCE_PRECISION_HINT": "f32", "A": 1}
+    assert cfg.generate_config == {**HP, "INFERENCE_PRECISION_HINT": "f32", "A": 1}
     assert cfg.prefill_config == {"B": 2}
 
 
@@ -72,7 +82,7 @@ def test_emulator_device_keys_reach_the_sub_models():
     and NPUW's do not flow down."""
     cfg = parse_config({"NPU_EMU_WEIGHTS_CACHE": "NO", "NPU_USE_NPUW": "YES", "NPU_TURBO": "YES",
                         "NPUW_LLM_MAX_PROMPT_LEN": 256, "NPUW_LLM_SHARED_HEAD_CONFIG": {"C": 3}})
-    assert cfg.prefill_config == cfg.generate_config == {"NPU_EMU_WEIGHTS_CACHE": "NO"}
+    assert cfg.prefill_config == cfg.generate_config == {**HP, "NPU_EMU_WEIGHTS_CACHE": "NO"}
     assert cfg.head_config == {"C": 3}
 
 
