@@ -107,7 +107,9 @@ def _hello_classification(ov, core, device, image):
     input_tensor = np.expand_dims(image, 0)
     model = _ppp_u8_nhwc(ov, core.read_model(str(_MODELS["resnet"])), input_tensor.shape, resize=True)
     # the sample's ov.compile_model on ours; the real's Core (at f32 for the NPU's oracle) otherwise
-    compiled = ov.compile_model(model, device) if ov is ours_ov else core.compile_model(model, device)
+    # (the module-level call makes its own Core: the NPU's exact mode goes in its config)
+    exact = {"INFERENCE_PRECISION_HINT": "f32"} if device == "NPU" else None
+    compiled = ov.compile_model(model, device, exact) if ov is ours_ov else core.compile_model(model, device)
     results = compiled.infer_new_request({0: input_tensor})
     return next(iter(results.values())).reshape(-1)
 
