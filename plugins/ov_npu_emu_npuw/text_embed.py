@@ -36,8 +36,9 @@ import numpy as np
 import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError, UserInputError
-from ov_npu_emu.runtime.device import DeviceCompiledModel, DeviceInferRequest, PortInfo
+from ov_npu_emu.runtime.device import DeviceInferRequest, PortInfo
 from ov_npu_emu_npuw.config import LLMConfig, for_device, parse_config
+from ov_npu_emu_npuw.mode_model import ModeCompiledModel
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.compiled_model import CompiledModel
@@ -128,10 +129,12 @@ def compile_text_embed(core: Core, model: ov.Model, config: Mapping[str, Any]) -
     return TextEmbedCompiledModel(name, cfg, device, prefill, ins, outs)
 
 
-class TextEmbedCompiledModel(DeviceCompiledModel):
+class TextEmbedCompiledModel(ModeCompiledModel):
     """The embedding model as NPUW compiles it: one static sub-model (encoder ``[1, P]``; decoder
     ``[1, P]`` or the ``[1, C]`` chunk over a past of ``P - C``) behind the model's own (dynamic)
     ports."""
+
+    mode = "text-embedding"
 
     def __init__(self, name: str, cfg: LLMConfig, device: str, prefill: CompiledModel,
                  inputs: list[PortInfo], outputs: list[PortInfo], decoder: DecoderLayout | None = None) -> None:
@@ -153,21 +156,8 @@ class TextEmbedCompiledModel(DeviceCompiledModel):
             "export of an NPUW text-embedding model is not built yet; compile it again (the real "
             "TextEmbeddingPipeline has no blob export either)", key="NPUW_TEXT_EMBED")
 
-    def get_property(self, name: str) -> Any:
-        props = {**self.cfg.properties(), "NPUW_TEXT_EMBED": True}
-        if name in props:
-            return props[name]
-        if name == "SUPPORTED_PROPERTIES":
-            return sorted({*props, "SUPPORTED_PROPERTIES", "NETWORK_NAME", "MODEL_NAME", "EXECUTION_DEVICES"})
-        if name in ("NETWORK_NAME", "MODEL_NAME"):
-            return self.name
-        if name == "EXECUTION_DEVICES":
-            return [self.device]
-        raise ConfigError(f"Unsupported property {name} by NPUW text-embedding compiled model", key=name)
-
-    def set_property(self, properties: Mapping[str, Any]) -> None:
-        raise ConfigError(
-            f"NPUW compiled model properties are read-only; pass {sorted(properties)} to compile_model")
+    def mode_properties(self) -> dict[str, Any]:
+        return {"NPUW_TEXT_EMBED": True}
 
 
 class EncoderEmbeddingInferRequest(DeviceInferRequest):

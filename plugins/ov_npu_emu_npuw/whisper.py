@@ -39,8 +39,9 @@ import numpy as np
 import openvino as ov
 
 from ov_npu_emu.errors import ConfigError, KVCacheFullError, PromptTooLongError, UnsupportedFeatureError, UserInputError
-from ov_npu_emu.runtime.device import DeviceCompiledModel, DeviceInferRequest, PortInfo
+from ov_npu_emu.runtime.device import DeviceInferRequest, PortInfo
 from ov_npu_emu_npuw.config import NPUW_OPTIONS, LLMConfig, parse_config
+from ov_npu_emu_npuw.mode_model import ModeCompiledModel
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.compiled_model import CompiledModel
@@ -319,8 +320,10 @@ def compile_whisper(core: Core, model: ov.Model, config: Mapping[str, Any]) -> W
     return WhisperCompiledModel(name, cfg, device, cp, cg, prompt, total, eos, ins, outs)
 
 
-class WhisperCompiledModel(DeviceCompiledModel):
+class WhisperCompiledModel(ModeCompiledModel):
     """The stateful decoder's ports over the static prefill and generate models."""
+
+    mode = "Whisper"
 
     def __init__(self, name: str, cfg: LLMConfig, device: str, prefill: CompiledModel, generate: CompiledModel,
                  prompt_len: int, total: int, eos: int, inputs: list[PortInfo], outputs: list[PortInfo]) -> None:
@@ -342,23 +345,9 @@ class WhisperCompiledModel(DeviceCompiledModel):
         raise UnsupportedFeatureError(
             "export of an NPUW Whisper decoder is not built yet; compile it again", key="NPUW_WHISPER")
 
-    def get_property(self, name: str) -> Any:
-        props = {**self.cfg.properties(), "NPUW_WHISPER": True, "NPUW_WHISPER_EOS_TOKEN": self.eos,
-                 "NPUW_WHISPER_DECOMPOSE_SDPA": False, "NPUW_LLM_MAX_PROMPT_LEN": self.prompt_len,
-                 "NPUW_LLM_MIN_RESPONSE_LEN": self.total - self.prompt_len}
-        if name in props:
-            return props[name]
-        if name == "SUPPORTED_PROPERTIES":
-            return sorted({*props, "SUPPORTED_PROPERTIES", "NETWORK_NAME", "MODEL_NAME", "EXECUTION_DEVICES"})
-        if name in ("NETWORK_NAME", "MODEL_NAME"):
-            return self.name
-        if name == "EXECUTION_DEVICES":
-            return [self.device]
-        raise ConfigError(f"Unsupported property {name} by NPUW Whisper compiled model", key=name)
-
-    def set_property(self, properties: Mapping[str, Any]) -> None:
-        raise ConfigError(
-            f"NPUW compiled model properties are read-only; pass {sorted(properties)} to compile_model")
+    def mode_properties(self) -> dict[str, Any]:
+        return {"NPUW_WHISPER": True, "NPUW_WHISPER_EOS_TOKEN": self.eos, "NPUW_WHISPER_DECOMPOSE_SDPA": False,
+                "NPUW_LLM_MAX_PROMPT_LEN": self.prompt_len, "NPUW_LLM_MIN_RESPONSE_LEN": self.total - self.prompt_len}
 
 
 class WhisperInferRequest(DeviceInferRequest):

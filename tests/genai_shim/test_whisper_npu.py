@@ -18,7 +18,7 @@ import pytest
 import genai_shim
 from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError
 from ov_npu_emu.testing import whisper_test_audio
-from tests.genai_shim.whisper_helpers import assert_chunks_match
+from tests.genai_shim.whisper_helpers import IdRecorder, assert_chunks_match
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "whisper"
@@ -46,19 +46,6 @@ def _pipe(folder: Path, setup: str) -> Any:
     return _PIPES[key]
 
 
-class _Recorder(genai_shim.StreamerBase):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ids: list[int] = []
-
-    def write(self, token: Any) -> genai_shim.StreamingStatus:
-        self.ids.extend([token] if isinstance(token, int) else list(token))
-        return genai_shim.StreamingStatus.RUNNING
-
-    def end(self) -> None:
-        pass
-
-
 def _cases() -> list[tuple[str, str, str]]:
     out = []
     for folder in (STATEFUL, STATELESS):
@@ -83,7 +70,7 @@ def test_static_pipeline_golden(fixture: str, setup: str, case: str) -> None:
             pipe.generate(whisper_test_audio(kind), **kwargs)
         assert err.value.key == key
         return
-    rec = _Recorder()
+    rec = IdRecorder()
     res = pipe.generate(whisper_test_audio(kind), streamer=rec, **kwargs)
     assert res.texts == want["texts"]
     assert list(res.scores) == want["scores"]

@@ -20,7 +20,7 @@ import pytest
 import genai_shim
 from ov_npu_emu.errors import ConfigError, PromptTooLongError, UnsupportedFeatureError
 from ov_npu_emu.testing import whisper_test_audio
-from tests.genai_shim.whisper_helpers import assert_chunks_match
+from tests.genai_shim.whisper_helpers import IdRecorder, assert_chunks_match
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "whisper"
@@ -43,19 +43,6 @@ PROMPT_CASES = [n for n in GOLDEN["cases"] if n in WANT and "error" in WANT[n]]
 _RUNS: dict[str, tuple[Any, dict[str, Any]]] = {}
 
 
-class _Recorder(genai_shim.StreamerBase):
-    def __init__(self) -> None:
-        super().__init__()
-        self.ids: list[int] = []
-
-    def write(self, token: Any) -> genai_shim.StreamingStatus:
-        self.ids.extend([token] if isinstance(token, int) else list(token))
-        return genai_shim.StreamingStatus.RUNNING
-
-    def end(self) -> None:
-        pass
-
-
 def _run(setup: str) -> tuple[Any, dict[str, Any]]:
     """(pipeline, case -> (result, streamed ids)) of the whole sequence, once per setup."""
     if setup not in _RUNS:
@@ -63,7 +50,7 @@ def _run(setup: str) -> tuple[Any, dict[str, Any]]:
         out = {}
         for name in SEQUENCE:
             case = dict(GOLDEN["cases"][name])
-            rec = _Recorder()
+            rec = IdRecorder()
             out[name] = (pipe.generate(whisper_test_audio(case.pop("audio")), streamer=rec, **case), rec.ids)
         _RUNS[setup] = (pipe, out)
     return _RUNS[setup]

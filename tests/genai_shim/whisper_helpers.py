@@ -6,7 +6,24 @@ from typing import Any
 
 import pytest
 
-__all__ = ["assert_chunks_match", "chunks"]
+import genai_shim
+
+__all__ = ["IdRecorder", "assert_chunks_match", "chunks"]
+
+
+class IdRecorder(genai_shim.StreamerBase):
+    """A streamer that keeps every id it is given and never stops the generation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: list[int] = []
+
+    def write(self, token: Any) -> genai_shim.StreamingStatus:
+        self.ids.extend([token] if isinstance(token, int) else list(token))
+        return genai_shim.StreamingStatus.RUNNING
+
+    def end(self) -> None:
+        pass
 
 
 def chunks(res: Any) -> list[tuple[float, float, str]] | None:
