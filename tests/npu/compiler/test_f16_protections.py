@@ -59,3 +59,77 @@ def test_protections_change_nothing_in_f32() -> None:
 def test_unmodelled_compiler_params_are_refused() -> None:
     with pytest.raises(ConfigError, match="compute-layers-with-higher-precision"):
         Core().compile_model(_residual_model(), "NPU", {"NPU_COMPILATION_MODE_PARAMS": "optimization-level=3"})
+
+
+# -- ACTIVATIONS_SCALE_FACTOR: the residual stream carried divided by the factor ------------------
+
+def _stream_model() -> ov.Model:
+    """h = x + x @ W (a residual Add written by a MatMul, peak 9.0e4 past the f16 range), then an
+    RMSNorm of h with eps 1e-2 (row 1 is small: its eps matters), and h itself as a second output."""
+    x = ov.opset13.parameter([1, 2, 8], ov.Type.f32, name="x")
+    w = ov.opset13.constant(np.full((8, 8), 2048.0, np.float32))
+    h = ov.opset13.add(x, ov.opset13.matmul(x, w, False, False))
+    h.set_friendly_name("residual")
+    mean = ov.opset13.reduce_mean(ov.opset13.power(h, ov.opset13.constant(np.float32(2.0))),
+                                  ov.opset13.constant(np.array([-1], np.int64)), True)
+    rsqrt = ov.opset13.divide(ov.opset13.constant(np.float32(1.0)),
+                              ov.opset13.sqrt(ov.opset13.add(mean, ov.opset13.constant(np.float32(1e-2)))))
+    gamma = ov.opset13.constant(np.linspace(0.5, 2, 8, dtype=np.float32))
+    y = ov.opset13.multiply(ov.opset13.multiply(h, rsqrt), gamma)
+    y.output(0).get_tensor().set_names({"y"})
+    h.output(0).get_tensor().set_names({"h"})
+    return ov.Model([y, h], [x])
+
+
+_STREAM_FEED = {"x": np.concatenate([np.linspace(1, 10, 8, dtype=np.float32)[None],
+                                     np.linspace(-4e-5, 4e-5, 8, dtype=np.float32)[None]])[None]}
+
+
+@pytest.fixture(scope="module")
+def stream_reference() -> dict[str, np.ndarray]:
+    """The real OpenVINO CPU plugin at f32."""
+    cm = ov.Core().compile_model(_stream_model(), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    out = cm.create_infer_request().infer(_STREAM_FEED)
+    return {"y": np.array(out["y"]), "h": np.array(out["h"])}
+
+
+def _run_stream(config: dict[str, Any]) -> dict[str, np.ndarray]:
+    cm = Core().compile_model(_stream_model(), "NPU", config)
+    with np.errstate(all="ignore"):
+        out = cm.create_infer_request().infer(_STREAM_FEED)
+    return {"y": np.array(out["y"]), "h": np.array(out["h"])}
+
+
+def test_activation_scaling_keeps_the_stream_in_f16_range(stream_reference: dict[str, np.ndarray]) -> None:
+    assert np.abs(stream_reference["h"]).max() > 65504  # the residual overflows f16
+    plain = _run_stream({"INFERENCE_PRECISION_HINT": "f16"})
+    assert not np.isfinite(plain["y"][0, 0]).all() and np.isinf(plain["h"][0, 0]).any()
+    # s = 8: the residual (9.0e4 / 8) fits, its square in the norm does not (1.3e8): higher precision keeps it
+    alone = _run_stream({"INFERENCE_PRECISION_HINT": "f16", "ACTIVATIONS_SCALE_FACTOR": 8})
+    assert not np.allclose(alone["y"][0, 0], stream_reference["y"][0, 0], rtol=0.1)  # 1 / sqrt(inf) = 0
+    both = _run_stream({"INFERENCE_PRECISION_HINT": "f16", "ACTIVATIONS_SCALE_FACTOR": "8",
+                        "NPU_COMPILATION_MODE_PARAMS": HP})
+    # exact up to f16 rounding on both rows: the eps of the small row is scaled by 1/s^2 with the stream
+    np.testing.assert_allclose(both["y"], stream_reference["y"], rtol=2e-3, atol=1e-3)
+    # a model output reading the scaled stream gets it scaled back up in f32, not stored f16 (inf)
+    np.testing.assert_allclose(both["h"], stream_reference["h"], rtol=2e-3, atol=1e-6)
+
+
+def test_activation_scaling_changes_nothing_in_f32(stream_reference: dict[str, np.ndarray]) -> None:
+    ref = _run_stream({"INFERENCE_PRECISION_HINT": "f32"})
+    got = _run_stream({"INFERENCE_PRECISION_HINT": "f32", "ACTIVATIONS_SCALE_FACTOR": 8})
+    for k in ("y", "h"):
+        np.testing.assert_array_equal(ref[k], got[k])
+        np.testing.assert_allclose(ref[k], stream_reference[k], rtol=1e-5, atol=1e-6)
+
+
+def test_activation_scale_factor_values() -> None:
+    """A number, as ov::hint::activations_scale_factor; <= 0 (-1 is the default) turns it off."""
+    assert Core().get_property("NPU", "ACTIVATIONS_SCALE_FACTOR") == -1.0
+    plain = _run_stream({"INFERENCE_PRECISION_HINT": "f16"})
+    for off in (-1, "0"):
+        got = _run_stream({"INFERENCE_PRECISION_HINT": "f16", "ACTIVATIONS_SCALE_FACTOR": off})
+        np.testing.assert_array_equal(got["y"], plain["y"])
+    for bad in ("eight", "inf", True):
+        with pytest.raises(ConfigError, match="ACTIVATIONS_SCALE_FACTOR"):
+            Core().compile_model(_residual_model(), "NPU", {"ACTIVATIONS_SCALE_FACTOR": bad})
