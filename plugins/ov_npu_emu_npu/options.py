@@ -276,11 +276,13 @@ NPU_OPTIONS = OptionTable(
                "(openvino#37041); a protection against f16 overflow, see docs/numerics.md", origin="ours",
                scope="compile"),
         Option("ACTIVATIONS_SCALE_FACTOR", activations_scale_factor, -1.0,
-               "Compile, f16 only (`ov::hint::activations_scale_factor`, the GPU plugin's key; the real NPU "
-               "plugin does not list it). A number `s` > 0: the residual stream is carried divided by `s` "
-               "(residual writers' MatMul inputs scaled by 1/s, RMSNorms absorb it with eps / s^2, other "
-               "readers scaled back up), so a residual Add past 65504 stays in f16 range; <= 0 (-1, 0): off, "
-               "as the real. A protection against f16 overflow, see docs/numerics.md", scope="compile"),
+               "Compile, f16 only. `ov::hint::activations_scale_factor`, with the GPU plugin's meaning and "
+               "default; **the real NPU plugin does not accept it** (no such option in its `options.hpp`): "
+               "a config that sets it fails there. A number `s` > 0: the residual stream is carried divided "
+               "by `s` (residual writers' MatMul inputs scaled by 1/s, RMSNorms absorb it with eps / s^2, "
+               "other readers scaled back up), so a residual Add past 65504 stays in f16 range; <= 0 "
+               "(-1, 0): off, as the real. A protection against f16 overflow, see docs/numerics.md",
+               scope="compile"),
         Option("NPU_EMU_VERIFY", _FLAG, True,
                "Compile. YES: verify the memory plan and the schedule of every blob", origin="ours", scope="compile"),
         # the real NPU's keys of the weightless export (weightless.py)
