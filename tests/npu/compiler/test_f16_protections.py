@@ -66,11 +66,13 @@ def test_unmodelled_compiler_params_are_refused() -> None:
 # -- ACTIVATIONS_SCALE_FACTOR: the residual stream carried divided by the factor ------------------
 
 def _stream_model() -> ov.Model:
-    """h = x + x @ W (a residual Add written by a MatMul, peak 9.0e4 past the f16 range), then an
-    RMSNorm of h with eps 1e-2 (row 1 is small, mean(h^2) 1e-3: its eps matters), and h itself as a second output."""
+    """h = x + (x @ W + b) (a residual Add written by a MatMul with a bias, peak 9.0e4 past the f16
+    range), then an RMSNorm of h with eps 1e-2 (row 1 is small, mean(h^2) 1e-3: its eps matters),
+    and h itself as a second output."""
     x = ov.opset13.parameter([1, 2, 8], ov.Type.f32, name="x")
     w = ov.opset13.constant(np.full((8, 8), 2048.0, np.float32))
-    h = ov.opset13.add(x, ov.opset13.matmul(x, w, False, False))
+    bias = ov.opset13.constant(np.linspace(-0.01, 0.01, 8, dtype=np.float32))
+    h = ov.opset13.add(x, ov.opset13.add(ov.opset13.matmul(x, w, False, False), bias))
     h.set_friendly_name("residual")
     mean = ov.opset13.reduce_mean(ov.opset13.power(h, ov.opset13.constant(np.float32(2.0))),
                                   ov.opset13.constant(np.array([-1], np.int64)), True)
