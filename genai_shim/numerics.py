@@ -304,8 +304,10 @@ def run_numerics(model: str | Path, prompts: Sequence[str] = (), *, protect: Seq
     for props in protections:
         f16.update(props)
     f32: dict[str, Any] = {**dict(config or {}), "INFERENCE_PRECISION_HINT": "f32"}
-    report: dict[str, Any] = {"model": str(path), "protect": list(protect), "precision": {"npu": "f16", "ref": "f32"},
-                              "f16_max": F16_MAX}
+    report: dict[str, Any] = {"model": str(path), "protect": list(protect),
+                              # the compile properties the protections set on the f16 run
+                              "protect_properties": {k: str(v) for props in protections for k, v in props.items()},
+                              "precision": {"npu": "f16", "ref": "f32"}, "f16_max": F16_MAX}
     if path.is_dir():
         xml = path / "openvino_model.xml"
         if not xml.is_file():

@@ -88,6 +88,7 @@ def test_scaling_brings_the_f32_tokens_back_without_saturating(scaled: dict[str,
     assert clamped["max_rel_err"] > 0.1
     assert max(d["max_rel_err"] for d in scaled["layers"]) < 1e-2
     assert "protections: scale, higher-precision" in format_text(scaled)
+    assert scaled["protect_properties"]["ACTIVATIONS_SCALE_FACTOR"] == "8"
 
 
 def test_f32_reference_tokens_are_the_real_genai_ones(unprotected: dict[str, Any], real_genai: Any) -> None:

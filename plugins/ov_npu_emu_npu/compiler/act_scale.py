@@ -6,12 +6,15 @@ the attention output projection) can pass the f16 maximum 65504.  With a factor 
 stream is carried divided by ``s``:
 
 * every **residual Add** (an Add of two activations of one shape, one of them written by a
-  MatMul / Convolution — optionally through a bias Add — or by another residual Add) outputs
+  MatMul / Convolution — optionally through bias Adds, Multiplies by a constant and reshapes —
+  or by another residual Add; or, in a post-norm block, one an RMSNorm reads) outputs
   ``value / s``;
 * its **writers** compute ``value / s`` from the start: the MatMul's activation input is divided
   by ``s`` first (``MatMul(x / s, W) = MatMul(x, W) / s``, so the f16 store of its output is
   already in range), a bias constant is divided by ``s`` as well; any other input of a residual
   Add (the embedding that starts the stream) gets a ``* 1/s`` Multiply;
+* an **MVN** (LayerNorm) normalizing the variance absorbs it too, its eps divided by ``s^2``
+  (inside the square root) or ``s`` (outside);
 * an **RMSNorm** reading the stream absorbs the factor: ``x / sqrt(mean(x^2) + eps)`` is
   invariant under ``x -> x / s`` once ``eps`` becomes ``eps / s^2`` (so the result stays exact);
   recognised in its decomposed forms ``x * 1/sqrt(mean(x^2)+eps)``, ``x * (mean(x^2)+eps)^-0.5``
@@ -27,6 +30,8 @@ our own.  A power of two keeps the divisions exact in f16.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
@@ -37,6 +42,35 @@ __all__ = ["KEEP_F32", "scale_activations"]
 KEEP_F32 = "npu_emu_keep_f32"
 
 _Key = tuple[str, int]
+_SHAPE_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Transpose")
+
+
+@dataclasses.dataclass
+class _Writer:
+    """A linear layer writing a residual Add: the MatMul/Convolution, the bias Adds after it (node,
+    index of the constant) and the outputs between it and the Add."""
+
+    layer: ov.Node
+    biases: list[tuple[ov.Node, int]]
+    path: list[ov.Output]
+
+
+@dataclasses.dataclass
+class _Norm:
+    """An RMSNorm reading the stream x: the square of x, the eps Add (and its constant's index),
+    the node multiplying (dividing) x by the rsqrt (sqrt) and its input reading x, and the inner
+    nodes with e (each holds its unscaled value / s**e)."""
+
+    square: ov.Node
+    eps_add: ov.Node | None
+    eps_index: int
+    final: ov.Node
+    final_index: int
+    inner: list[tuple[ov.Node, int]]
+
+    def eps(self) -> ov.Output:
+        assert self.eps_add is not None
+        return self.eps_add.input_value(self.eps_index)
 
 
 def _key(out: ov.Output) -> _Key:
@@ -77,31 +111,45 @@ class _Scaler:
         down.set_friendly_name(f"{node.get_friendly_name()}/act_scale_down")
         node.input(i).replace_source_output(down.output(0))
 
-    def _writer(self, out: ov.Output) -> tuple[ov.Node, ov.Node | None] | None:
-        """(MatMul/Convolution, bias Add or None) when ``out`` is such a layer's output."""
-        node = out.get_node()
-        bias = None
-        if node.get_type_name() == "Add":
-            ins = [node.input_value(i) for i in (0, 1)]
-            consts = [self._is_const(x) for x in ins]
-            if consts.count(True) != 1:
+    def _writer(self, out: ov.Output) -> _Writer | None:
+        """``out`` as a linear layer's output: a MatMul/Convolution, then (each read by the next
+        only, model outputs aside) bias Adds of a constant, Multiplies by a constant and
+        Reshape/Squeeze/Unsqueeze/Transpose (GPT-2's ``addmm`` + ``view``, Granite's residual
+        multiplier).  All of these commute with a factor once the bias is divided by it."""
+        biases: list[tuple[ov.Node, int]] = []
+        path: list[ov.Output] = []
+        cur = out
+        while True:
+            node = cur.get_node()
+            t = node.get_type_name()
+            if t in ("MatMul", "Convolution"):
+                return None if self._is_const(node.input_value(0)) else _Writer(node, biases, path)
+            ins = [node.input_value(i) for i in range(node.get_input_size())]
+            if not ins or self._is_const(ins[0]) and t in _SHAPE_OPS:
                 return None
-            bias, node = node, ins[consts.index(False)].get_node()
-            if len(ins[consts.index(False)].get_target_inputs()) != 1:
+            if t in _SHAPE_OPS and all(self._is_const(x) for x in ins[1:]):
+                nxt = ins[0]
+            elif t in ("Add", "Multiply") and [self._is_const(x) for x in ins].count(True) == 1:
+                k = [self._is_const(x) for x in ins].index(False)
+                nxt = ins[k]
+                if t == "Add":
+                    biases.append((node, 1 - k))
+            else:
                 return None
-        if node.get_type_name() not in ("MatMul", "Convolution"):
-            return None
-        if self._is_const(node.input_value(0)):
-            return None
-        return node, bias
+            if len([r for r in nxt.get_target_inputs() if r.get_node().get_type_name() != "Result"]) != 1:
+                return None
+            path.append(nxt)
+            cur = nxt
 
     # -- the pass --------------------------------------------------------------------------
     def run(self) -> int:
         order = self.model.get_ordered_ops()
         for n in order:
             t = n.get_type_name()
-            if t == "Constant" or (t not in ("Parameter", "ReadValue") and n.get_input_size() > 0
-                                   and all(self._is_const(n.input_value(i)) for i in range(n.get_input_size()))):
+            # a ShapeOf of a static shape folds to a constant later (a Reshape's target shape)
+            if t == "Constant" or (t == "ShapeOf" and n.get_input_partial_shape(0).is_static) \
+                    or (t not in ("Parameter", "ReadValue") and n.get_input_size() > 0
+                        and all(self._is_const(n.input_value(i)) for i in range(n.get_input_size()))):
                 self.const.add(n.get_name())
         for n in order:
             if self._is_residual(n):
@@ -110,6 +158,7 @@ class _Scaler:
             return 0
         for out in list(self.scaled.values()):
             self._absorb_rms_norms(out)
+            self._absorb_mvns(out)
         for out in list(self.scaled.values()):
             self._scale_up_readers(out)
         self.model.validate_nodes_and_infer_types()
@@ -123,7 +172,10 @@ class _Scaler:
             return False
         if ins[0].get_shape() != ins[1].get_shape():
             return False
-        return any(_key(x) in self.scaled or self._writer(x) is not None for x in ins)
+        if any(_key(x) in self.scaled or self._writer(x) is not None for x in ins):
+            return True
+        # a post-norm block (Gemma-2, OLMo-2): the writer is a norm, the stream feeds the next RMSNorm
+        return bool(self._rms_norms(n.output(0)))
 
     def _scale_residual(self, n: ov.Node) -> None:
         for i in (0, 1):
@@ -134,39 +186,64 @@ class _Scaler:
             if w is None:  # the embedding that starts the stream
                 self._scale_down_input(n, i)
                 continue
-            layer, bias = w
-            self._scale_down_input(layer, 0)
-            if bias is not None:
-                self._scale_down_input(bias, 0 if self._is_const(bias.input_value(0)) else 1)
+            self._scale_down_input(w.layer, 0)
+            for bias, i_const in w.biases:
+                self._scale_down_input(bias, i_const)
+            for inner in w.path:  # model outputs (the numerics report's captures) read the unscaled value
+                readers = [r for r in inner.get_target_inputs() if r.get_node().get_type_name() == "Result"]
+                if readers:
+                    self._restore(inner, readers, self.s)
             self.scaled[_key(src)] = src
         self.residuals.add(n.get_name())
         self.scaled[(n.get_name(), 0)] = n.output(0)
 
-    def _absorb_rms_norms(self, x: ov.Output) -> None:
-        """An RMSNorm reading ``x``: its eps becomes eps / s^2, its two reads of ``x`` are absorbed."""
-        for tin in list(x.get_target_inputs()):
+    def _rms_norms(self, x: ov.Output) -> list[_Norm]:
+        """The RMSNorms reading ``x`` (found, not changed)."""
+        norms = []
+        for tin in x.get_target_inputs():
             sq = tin.get_node()
             t = sq.get_type_name()
             square = (t == "Power" and tin.get_index() == 0 and _is_scalar_const(sq.input_value(1), 2.0)) \
                 or (t == "Multiply" and _key(sq.input_value(0)) == _key(sq.input_value(1)) == _key(x))
-            if not square:
-                continue
-            found = self._rms_tail(x, sq)
-            if found is None:
-                continue
-            eps_add, final, final_idx = found
-            if eps_add is not None:
-                ci = 0 if self._is_const(eps_add.input_value(0)) else 1
-                eps = eps_add.input_value(ci)
-                data = _const_value(eps)
-                if data is None:
-                    continue
+            found = self._rms_tail(x, sq) if square else None
+            if found is not None and (found.eps_add is None or _const_value(found.eps()) is not None):
+                norms.append(found)
+        return norms
+
+    def _absorb_rms_norms(self, x: ov.Output) -> None:
+        """Each RMSNorm reading ``x``: its eps becomes eps / s^2, its two reads of ``x`` are absorbed."""
+        for norm in self._rms_norms(x):
+            if norm.eps_add is not None:
+                data = _const_value(norm.eps())
+                assert data is not None  # _rms_norms checked it
                 new = ops.constant((data / np.float64(self.s) ** 2).astype(data.dtype))
-                eps_add.input(ci).replace_source_output(new.output(0))
-            for i in range(sq.get_input_size()):
-                if _key(sq.input_value(i)) == _key(x):
-                    self.absorbed.add((sq.get_name(), i))
-            self.absorbed.add((final.get_name(), final_idx))
+                norm.eps_add.input(norm.eps_index).replace_source_output(new.output(0))
+            for node, e in norm.inner:  # model outputs (the numerics report's captures) read the unscaled value
+                readers = [r for r in node.output(0).get_target_inputs() if r.get_node().get_type_name() == "Result"]
+                if readers:
+                    self._restore(node.output(0), readers, self.s ** e)
+            for i in range(norm.square.get_input_size()):
+                if _key(norm.square.input_value(i)) == _key(x):
+                    self.absorbed.add((norm.square.get_name(), i))
+            self.absorbed.add((norm.final.get_name(), norm.final_index))
+
+    def _absorb_mvns(self, x: ov.Output) -> None:
+        """Each MVN (LayerNorm) normalizing the variance of ``x`` is re-made with its eps scaled so
+        that it reads ``x / s`` exactly: eps / s^2 inside the square root, eps / s outside."""
+        for tin in list(x.get_target_inputs()):
+            mvn = tin.get_node()
+            if mvn.get_type_name() != "MVN" or mvn.get_input_size() != 2 or tin.get_index() != 0:
+                continue  # MVN-1 (no axes input) is left to the scale-up
+            attrs = mvn.get_attributes()
+            if not attrs["normalize_variance"]:
+                continue  # x - mean(x) scales with x: not invariant
+            inside = str(attrs["eps_mode"]).upper() == "INSIDE_SQRT"
+            eps = float(attrs["eps"]) / (self.s ** 2 if inside else self.s)
+            new = ops.mvn(x, mvn.input_value(1), True, eps, "inside_sqrt" if inside else "outside_sqrt")
+            new.set_friendly_name(mvn.get_friendly_name())
+            for r in list(mvn.output(0).get_target_inputs()):
+                r.replace_source_output(new.output(0))
+            self.absorbed.add((new.get_name(), 0))
 
     @staticmethod
     def _only_reader(node: ov.Node) -> ov.Node | None:
@@ -174,7 +251,7 @@ class _Scaler:
         readers = [r.get_node() for r in node.output(0).get_target_inputs() if r.get_node().get_type_name() != "Result"]
         return readers[0] if len(readers) == 1 else None
 
-    def _rms_tail(self, x: ov.Output, sq: ov.Node) -> tuple[ov.Node | None, ov.Node, int] | None:
+    def _rms_tail(self, x: ov.Output, sq: ov.Node) -> _Norm | None:
         """From the square of x: ReduceMean -> [Add eps] -> (Sqrt -> Divide(c, .) | Power(-0.5)) ->
         Multiply(x, .), or ... -> Sqrt -> Divide(x, .).  (eps Add, final node, its input reading x)."""
         # each inner node's value is its unscaled value / s**e: (node, e), for model outputs reading it
@@ -191,11 +268,8 @@ class _Scaler:
         end = self._rsqrt_tail(x, cur, inner)
         if end is None:
             return None
-        for node, e in inner:  # model outputs (the numerics report's captures) read the unscaled value
-            readers = [r for r in node.output(0).get_target_inputs() if r.get_node().get_type_name() == "Result"]
-            if readers:
-                self._restore(node.output(0), readers, self.s ** e)
-        return eps_add, end[0], end[1]
+        eps_index = 0 if eps_add is None or self._is_const(eps_add.input_value(0)) else 1
+        return _Norm(sq, eps_add, eps_index, end[0], end[1], inner)
 
     def _rsqrt_tail(self, x: ov.Output, cur: ov.Node, inner: list[tuple[ov.Node, int]]) -> tuple[ov.Node, int] | None:
         """After mean(x^2) + eps: the node that multiplies (divides) x by its rsqrt (sqrt), and the input reading x."""

@@ -66,13 +66,16 @@ def test_unmodelled_compiler_params_are_refused() -> None:
 # -- ACTIVATIONS_SCALE_FACTOR: the residual stream carried divided by the factor ------------------
 
 def _stream_model() -> ov.Model:
-    """h = x + (x @ W + b) (a residual Add written by a MatMul with a bias, peak 9.0e4 past the f16
-    range), then an RMSNorm of h with eps 1e-2 (row 1 is small, mean(h^2) 1e-3: its eps matters),
+    """h = x + 0.5 * reshape(x @ W + b) (a residual Add written by a MatMul with a bias, peak 9.0e4
+    past the f16 range), then an RMSNorm of h with eps 1e-2 (row 1 is small, mean(h^2) 1e-3: its eps matters),
     and h itself as a second output."""
     x = ov.opset13.parameter([1, 2, 8], ov.Type.f32, name="x")
-    w = ov.opset13.constant(np.full((8, 8), 2048.0, np.float32))
-    bias = ov.opset13.constant(np.linspace(-0.01, 0.01, 8, dtype=np.float32))
-    h = ov.opset13.add(x, ov.opset13.add(ov.opset13.matmul(x, w, False, False), bias))
+    w = ov.opset13.constant(np.full((8, 8), 4096.0, np.float32))
+    bias = ov.opset13.constant(np.linspace(-0.02, 0.02, 8, dtype=np.float32))
+    proj = ov.opset13.add(ov.opset13.matmul(x, w, False, False), bias)
+    # as GPT-2's addmm + view and Granite's residual multiplier: the writer reaches the Add through them
+    proj = ov.opset13.reshape(proj, ov.opset13.constant(np.array([1, 2, 8], np.int64)), False)
+    h = ov.opset13.add(x, ov.opset13.multiply(proj, ov.opset13.constant(np.float32(0.5))))
     h.set_friendly_name("residual")
     mean = ov.opset13.reduce_mean(ov.opset13.power(h, ov.opset13.constant(np.float32(2.0))),
                                   ov.opset13.constant(np.array([-1], np.int64)), True)
@@ -156,3 +159,46 @@ def test_power_of_two_scaling_is_exact_on_stories260k(stories_prefill: ov.Model)
     drift = {s: float(np.abs(out[s] - f32).max() / np.abs(f32).max()) for s in (-1, 3)}
     assert 0 < drift[-1] < 2e-2 and 0 < drift[3] < 1.5 * drift[-1], drift
     assert (out[3].argmax(-1) == f32.argmax(-1)).all()
+
+
+def test_post_norm_blocks_are_scaled_too() -> None:
+    """Gemma-2 / OLMo-2 style: the residual Add's writer is a norm, not a MatMul; the Add is still
+    scaled because the next RMSNorm reads it, and the result stays the real CPU plugin's."""
+    def rms(v: Any) -> Any:
+        mean = ov.opset13.reduce_mean(ov.opset13.multiply(v, v), ov.opset13.constant(np.array([-1], np.int64)), True)
+        return ov.opset13.multiply(v, ov.opset13.power(ov.opset13.add(mean, ov.opset13.constant(np.float32(1e-6))),
+                                                       ov.opset13.constant(np.float32(-0.5))))
+
+    x = ov.opset13.parameter([1, 3, 8], ov.Type.f32, name="x")
+    w = ov.opset13.constant(np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8))
+    h = ov.opset13.add(x, rms(ov.opset13.matmul(x, w, False, False)))
+    model = ov.Model([rms(h)], [x])
+    assert scale_activations(model.clone(), 8) == 1
+    feed = {"x": np.linspace(-3, 5, 24, dtype=np.float32).reshape(1, 3, 8)}
+    ref = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}).create_infer_request().infer(feed)
+    out = {}
+    for s in (-1, 8):
+        cm = Core().compile_model(model, "NPU", {"INFERENCE_PRECISION_HINT": "f16", "ACTIVATIONS_SCALE_FACTOR": s})
+        out[s] = np.array(cm.create_infer_request().infer(feed)[0])
+    # within f16 rounding of the real (not bit-equal to s = -1: the f32 input x is rounded to f16
+    # once more by its scale-down Multiply before the Add)
+    for s in (-1, 8):
+        np.testing.assert_allclose(out[s], np.array(ref[0]), rtol=5e-3, atol=5e-3)
+
+
+@pytest.mark.parametrize("eps_mode", ["inside_sqrt", "outside_sqrt"])
+def test_layer_norms_absorb_the_factor(eps_mode: str) -> None:
+    """A GPT-2-style stream: LayerNorm (MVN) reads the residual past 65504; with the factor its eps
+    is rescaled (s^2 inside the root, s outside) and the f16 run is the real CPU plugin's."""
+    x = ov.opset13.parameter([1, 2, 8], ov.Type.f32, name="x")
+    # columns 256 ... 2048 times sum(x): row 0 spreads over 1.1e4 ... 9.0e4 (the mean is not the peak)
+    w = ov.opset13.constant(np.tile(np.linspace(256, 2048, 8, dtype=np.float32), (8, 1)))
+    h = ov.opset13.add(x, ov.opset13.matmul(x, w, False, False))
+    y = ov.opset13.mvn(h, ov.opset13.constant(np.array([-1], np.int64)), True, 1e-2, eps_mode)
+    model = ov.Model([y], [x])
+    ref = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
+    want = np.array(ref.infer(_STREAM_FEED)[0])
+    cm = Core().compile_model(model, "NPU", {"INFERENCE_PRECISION_HINT": "f16", "ACTIVATIONS_SCALE_FACTOR": 8})
+    with np.errstate(all="ignore"):
+        got = np.array(cm.create_infer_request().infer(_STREAM_FEED)[0])
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
