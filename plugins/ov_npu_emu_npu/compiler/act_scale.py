@@ -125,7 +125,7 @@ class _Scaler:
             if t in ("MatMul", "Convolution"):
                 return None if self._is_const(node.input_value(0)) else _Writer(node, biases, path)
             ins = [node.input_value(i) for i in range(node.get_input_size())]
-            if not ins or self._is_const(ins[0]) and t in _SHAPE_OPS:
+            if not ins or (t in _SHAPE_OPS and self._is_const(ins[0])):
                 return None
             if t in _SHAPE_OPS and all(self._is_const(x) for x in ins[1:]):
                 nxt = ins[0]
