@@ -58,7 +58,8 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "text embeddings and reranking": (
         ("EmbeddingPipeline", "EmbedResult"),
-        "TextEmbeddingPipeline and TextRerankPipeline (cross-encoders) run; no multimodal EmbeddingPipeline",
+        "TextEmbeddingPipeline and TextRerankPipeline (cross-encoders, Qwen3 rerankers) run; "
+        "no multimodal EmbeddingPipeline",
     ),
 }
 
