@@ -42,9 +42,18 @@ class EmbedResult:
     """``EmbedResult(embeddings)``: ``embeddings``, an ``openvino.Tensor`` [batch, hidden]."""
 
     def __init__(self, embeddings: ov.Tensor) -> None:
-        if not isinstance(embeddings, ov.Tensor):
-            raise UserTypeError(f"embeddings must be an openvino.Tensor, got {type(embeddings).__name__}")
         self.embeddings = embeddings
+
+    @property
+    def embeddings(self) -> ov.Tensor:
+        """The embedding vectors, an f32 ``openvino.Tensor`` [batch, hidden] (read-write)."""
+        return self._embeddings
+
+    @embeddings.setter
+    def embeddings(self, value: ov.Tensor) -> None:
+        if not isinstance(value, ov.Tensor):
+            raise UserTypeError(f"embeddings must be an openvino.Tensor, got {type(value).__name__}")
+        self._embeddings = value
 
 
 def _texts(text: Any) -> list[str]:

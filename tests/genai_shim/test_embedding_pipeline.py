@@ -53,5 +53,6 @@ def test_refusals_and_types(tmp_path: Path) -> None:
     (tmp_path / "openvino_language_model.xml").write_text("<net/>")
     with pytest.raises(UnsupportedFeatureError, match="multimodal embedding model"):
         genai_shim.EmbeddingPipeline(tmp_path, "CPU")
+    assert hasattr(genai_shim.EmbedResult, "embeddings") and hasattr(og.EmbedResult, "embeddings")
     meta, real_meta = genai_shim.VideoMetadata(), og.VideoMetadata()
     assert (meta.fps, meta.frames_indices) == (real_meta.fps, list(real_meta.frames_indices))
