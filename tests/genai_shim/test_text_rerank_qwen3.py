@@ -2,7 +2,7 @@
 a stateful Qwen3ForCausalLM scored by the "no"/"yes" logits of the last column) against the real
 openvino_genai 2026.4.1's goldens (tools/rag_goldens.py RERANK_CASES, f32 hints): on CPU for
 every case, and on NPU, where the real has no path for the stateful export (dynamic shapes) and
-a stateless copy reshaped to [4, 112] runs on the emulated NPU."""
+a stateless copy reshaped to [4, 112] runs on the emulated NPU and through NPUW on CPU."""
 
 from __future__ import annotations
 
@@ -72,24 +72,27 @@ def static_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return stateless_static_copy(FOLDER, tmp_path_factory.mktemp("qwen3-rerank-static"), *RERANK_STATIC_SHAPE)
 
 
-def test_npu_static_copy_matches_real(static_folder: Path) -> None:
-    """The stateless [4, 112] copy on the emulated NPU (exact mode): the real NPU plugin's (NPUW
-    on CPU) order and scores within 1e-5.  (Ours with NPU_USE_NPUW=YES and NPUW_DEVICES=CPU runs a
-    plain model on the emulated NPU too: the same path.)"""
-    pipe = genai_shim.TextRerankPipeline(static_folder, "NPU", **RERANK_STATIC, **CPU_PROPS)
+@pytest.mark.parametrize("props", [CPU_PROPS, NPUW_CPU], ids=["emulated_f32", "npuw_cpu"])
+def test_npu_static_copy_matches_real(static_folder: Path, props: dict[str, str]) -> None:
+    """The stateless [4, 112] copy on the emulated NPU (exact mode), and through our NPUW on CPU
+    at default properties (a plain model: the CPU plugin runs it, as in the real): the real NPU
+    plugin's (NPUW on CPU) order and scores within 1e-5."""
+    pipe = genai_shim.TextRerankPipeline(static_folder, "NPU", **RERANK_STATIC, **props)
     check(rerank(pipe), "static_npuw_cpu")
 
 
 def test_npu_refuses_the_stateful_export() -> None:
     """The real has no NPU path for rerank: the stateful export compiles through NPUW but its
     dynamic shapes fail at the first rerank (on this machine "to_shape was called on a dynamic
-    shape"); ours is the emulated NPU's DynamicShapeError at construction, which says to reshape."""
+    shape"); ours is a DynamicShapeError at construction, which says to reshape (the emulated
+    NPU's, and NPUW's with NPUW_DEVICES=CPU)."""
     og = pytest.importorskip("openvino_genai")
     real = og.TextRerankPipeline(str(FOLDER), "NPU", **NPUW_CPU)
     with pytest.raises(RuntimeError, match="dynamic shape"):
         rerank(real)
-    with pytest.raises(DynamicShapeError, match="static shapes"):
-        genai_shim.TextRerankPipeline(FOLDER, "NPU", **CPU_PROPS)
+    for props in (CPU_PROPS, NPUW_CPU):
+        with pytest.raises(DynamicShapeError, match="static shapes"):
+            genai_shim.TextRerankPipeline(FOLDER, "NPU", **props)
 
 
 def _with_model_type(src: Path, dst: Path, model_type: str) -> Path:
