@@ -17,9 +17,11 @@ Setup (once; never needed by CI):
        pip install --no-deps "xgrammar==0.1.31"
        pip install pydantic pytest-timeout   # test_structured_output.py imports pydantic
 
-     (test_rag.py, test_whisper_pipeline.py, test_kokoro_pipeline.py, test_sparse_prefill.py and
-     test_vllm_parsers_wrapper.py import further packages: datasets, langchain, vllm ...; they
-     are outside what genai_shim covers.)
+     (test_rag.py, test_kokoro_pipeline.py, test_sparse_prefill.py and
+     test_vllm_parsers_wrapper.py import further packages: langchain, vllm ...; they are outside
+     what genai_shim covers.  test_whisper_pipeline*.py need datasets, librosa and soundfile:
+     pip install "datasets==3.6.0" librosa soundfile -- datasets 3.6 decodes audio with
+     soundfile, 4 and later need torchcodec.)
 
   2. Stand-ins.  Every hub id that the selected test files (and utils/, data/models.py,
      models/lightweight) name as a string literal gets a tiny seeded random model of the
@@ -35,7 +37,12 @@ Setup (once; never needed by CI):
        python tools/upstream_suite.py standins --upstream /path/to/openvino.genai [--files ...]
 
      Make them once for the whole selection (the tokenizers' corpus includes the selected
-     files' prompts); other stand-ins go in another --work.
+     files' prompts); other stand-ins go in another --work.  With a whisper test file selected,
+     the Whisper ids get the tiny random Whisper of tools/make_whisper_fixtures.py (a torch
+     checkpoint the tests export themselves) and the audio data sets they snapshot
+     (librispeech_asr_dummy, meanwhile) parquet stand-ins of ov_npu_emu.testing's deterministic
+     audio (whisper_standins); facebook/multilingual_librispeech is streamed from the hub by
+     datasets itself and fails offline on both sides.
 
   3. The runs.  Each selected file runs twice with pytest (junit XML): "real" with the
      installed openvino_genai, "ours" with a plugin (-p) that sets
