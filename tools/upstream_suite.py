@@ -372,7 +372,8 @@ WHISPER_DATASETS = (
     ("hf-internal-testing/librispeech_asr_dummy", "clean", "validation",
      [("long", (4.0 * i) % 30.0, 2.0 + 1.5 * (i % 6)) for i in range(34)]
      + [("short", 0.0, 3.0), ("medium", 0.0, 10.0)]),
-    ("distil-whisper/meanwhile", None, "test", [("long", 0.0, 45.0), ("long", 5.0, 40.0)]),
+    # long form: sample ids 0..9, over 30 s each
+    ("distil-whisper/meanwhile", None, "test", [("long", 2.5 * i, 31.0 + 1.7 * i) for i in range(10)]),
 )
 
 
@@ -408,6 +409,7 @@ def make_audio_dataset_standin(repo_id: str, config: str | None, split: str, cli
     speech-like audio), ``text`` and ``id``, loadable with ``datasets.load_dataset(snapshot,
     [config], split=split)`` (README configs when a config is named)."""
     import datasets
+    import numpy as np
 
     sys.path.insert(0, str(ROOT))
     from ov_npu_emu.testing import whisper_test_audio
@@ -415,7 +417,8 @@ def make_audio_dataset_standin(repo_id: str, config: str | None, split: str, cli
     def build(d: Path) -> None:
         rows = {"audio": [], "text": [], "id": []}
         for i, (kind, start, length) in enumerate(clips):
-            audio = whisper_test_audio(kind)[int(start * 16000):int((start + length) * 16000)]
+            # a clip may run past the audio's end: it goes on from its start
+            audio = np.tile(whisper_test_audio(kind), 2)[int(start * 16000):int((start + length) * 16000)]
             rows["audio"].append({"array": audio.astype("float32"), "sampling_rate": 16000, "path": f"{i}.wav"})
             rows["text"].append(f"STAND IN CLIP {i}")
             rows["id"].append(f"standin-{i}")

@@ -44,6 +44,7 @@ from ov_npu_emu_npuw.whisper import (
     add_attention_mask,
     add_cache_position,
     add_cross_attention_mask,
+    cross_mask_padding,
     cross_mask_rows,
     expose_cross_attention_scores,
     reshape_static,
@@ -108,7 +109,9 @@ class StaticDecoder:
         if missing:
             raise ConfigError(f"the decoder and the decoder with past do not pair their K/V ({sorted(missing)}); "
                               "export both with optimum-cli", key="models_path")
-        self._prefill = core.compile_model(decoder, device, props).create_infer_request()
+        compiled = core.compile_model(decoder, device, props)
+        self._padding = cross_mask_padding(compiled)
+        self._prefill = compiled.create_infer_request()
         self._step = core.compile_model(with_past, device, props).create_infer_request()
         self._step_reads_hidden = "encoder_hidden_states" in _names(with_past.inputs)
         self._hidden: np.ndarray | None = None
@@ -138,7 +141,7 @@ class StaticDecoder:
         padded[0, :len(ids)] = ids
         feed = {"input_ids": padded, "encoder_hidden_states": _f16(hidden)}
         if self.scores_outputs:
-            feed[CROSS_MASK] = cross_mask_rows(self.prompt_len, len(ids))
+            feed[CROSS_MASK] = cross_mask_rows(self.prompt_len, len(ids), self._padding)
         return self._prefill.infer(feed)
 
     def _run_prefill(self, hidden: np.ndarray, ids: list[int]) -> np.ndarray:

@@ -64,6 +64,7 @@ __all__ = [
     "add_cache_position",
     "add_cross_attention_mask",
     "compile_whisper",
+    "cross_mask_padding",
     "cross_mask_rows",
     "decoder_from_stateless",
     "expose_cross_attention_scores",
@@ -352,10 +353,28 @@ def add_cross_attention_mask(model: Any, prompt_len: int) -> Any:
     return mask.output(0)
 
 
-def cross_mask_rows(prompt_len: int, n: int) -> np.ndarray:
-    """The ``CROSS_MASK`` value of a prompt of ``n`` tokens: 0 for its rows, the f32 minimum after."""
+#: the padding rows' value on a device computing in f16: the f32 minimum overflows to -inf there,
+#: a row of -inf scores softmaxes to NaN, and the self-attention's 0 x NaN carries it into the
+#: prompt's rows; half of f16's range leaves room for the scores added to it (f16's lowest plus a
+#: negative score overflows too).  The real NPU's handling is not known here; f32 is the exact mode
+F16_PADDING = -32768.0
+
+
+def cross_mask_padding(compiled: Any) -> float:
+    """The padding rows' mask value for ``compiled``: the f32 minimum (the real's) unless it
+    computes in f16."""
+    try:
+        precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    except Exception:  # noqa: BLE001 - a device without the key computes as given
+        return NEG
+    return F16_PADDING if "16" in precision else NEG
+
+
+def cross_mask_rows(prompt_len: int, n: int, padding: float = NEG) -> np.ndarray:
+    """The ``CROSS_MASK`` value of a prompt of ``n`` tokens: 0 for its rows, ``padding`` (the f32
+    minimum, as the real's) after."""
     mask = np.zeros((1, 1, prompt_len, 1), np.float32)
-    mask[:, :, n:] = NEG
+    mask[:, :, n:] = padding
     return mask
 
 
@@ -469,6 +488,7 @@ class WhisperInferRequest(DeviceInferRequest):
         #: the last prefill's cross-attention scores per output name (NPUW_WHISPER_DECOMPOSE_SDPA)
         self._scores: dict[str, ov.Tensor] = {}
         self._scores_names = [o.any_name for o in cm.outputs if o.any_name.startswith(f"{SCORES_OUTPUT}_")]
+        self._padding = cross_mask_padding(cm.prefill) if cm.decompose else NEG
         self._present = [o.get_any_name() for o in cm.prefill.outputs if o.get_any_name().startswith("present.")]
         self._past = {p.get_any_name(): tuple(p.get_shape()) for p in cm.generate.inputs
                       if p.get_any_name().startswith("past_key_values")}
@@ -542,7 +562,7 @@ class WhisperInferRequest(DeviceInferRequest):
         padded[0, :n] = ids[0]
         feed = {"input_ids": padded, "encoder_hidden_states": np.asarray(hidden, np.float32)}
         if self.cm.decompose:
-            feed[CROSS_MASK] = cross_mask_rows(size, n)
+            feed[CROSS_MASK] = cross_mask_rows(size, n, self._padding)
         out = self._prefill.infer(feed)
         # the whole prefill's scores, padding rows included (the real's tensors are not sliced)
         self._scores = {name: ov.Tensor(np.array(np.asarray(out[name]), np.float32)) for name in self._scores_names}

@@ -190,3 +190,17 @@ def test_decompose_sdpa_equals_real_npuw_on_cpu() -> None:
     # the real: "Check '*roi_end <= *max_dim'", then heap corruption
     with pytest.raises(PromptTooLongError):
         cm.create_infer_request().infer(_feed([401] * 448, ENC_A))
+
+
+def test_decompose_sdpa_in_f16_keeps_the_prompt_rows_finite() -> None:
+    """On the emulated NPU at its default f16 the padding rows' mask is -32768, not the f32 minimum
+    (which overflows to -inf: a row of -inf softmaxes to NaN, and the self-attention's 0 x NaN
+    would carry it into the prompt's rows; the upstream STATIC_PIPELINE word-timestamp test met
+    it as NaN logits)."""
+    core = Core()
+    f16 = {k: v for k, v in DECOMPOSE.items() if k != "INFERENCE_PRECISION_HINT"}
+    request = core.compile_model(_decoder(core), "NPU", f16).create_infer_request()
+    request.infer(_feed(ALIGN_IDS, ENC_A))
+    assert np.isfinite(np.asarray(request.get_tensor("logits").data)).all()
+    scores = np.asarray(request.get_tensor(SCORES[0]).data)
+    assert np.isfinite(scores).all() and (scores[:, :, len(ALIGN_IDS):] < -3e4).all()
