@@ -9,6 +9,7 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
+from ov_npu_emu.api.core import openvino_core
 from ov_npu_emu.errors import CompileError
 from ov_npu_emu_npuw.model_io import find_param
 
@@ -230,7 +231,7 @@ def cache_rope(model: ov.Model, positions: int) -> int:
     sub = ov.Model([by_name[op.get_friendly_name()].output(0) for op in trig], [sub_pos], "rope")
     try:
         sub.reshape({sub_pos.output(0): ov.PartialShape([1, positions])})
-        compiled = ov.Core().compile_model(sub, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        compiled = openvino_core().compile_model(sub, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         dtype = pos.get_element_type().to_dtype()
         tables = compiled({0: np.arange(positions, dtype=dtype)[None]})
         probe = compiled({0: np.ones((1, positions), dtype=dtype)})
