@@ -17,10 +17,12 @@ Setup (once; never needed by CI):
        pip install --no-deps "xgrammar==0.1.31"
        pip install pydantic pytest-timeout   # test_structured_output.py imports pydantic
 
-     (test_whisper_pipeline.py, test_kokoro_pipeline.py, test_sparse_prefill.py and
-     test_vllm_parsers_wrapper.py import further packages: datasets, vllm ...; they are outside
-     what genai_shim covers.  test_rag.py imports langchain: `pip install langchain-core
-     langchain-community` in that venv.)
+     (test_kokoro_pipeline.py, test_sparse_prefill.py and test_vllm_parsers_wrapper.py import
+     further packages: vllm ...; they are outside what genai_shim covers.  test_rag.py imports
+     langchain: `pip install langchain-core langchain-community` in that venv.
+     test_whisper_pipeline*.py need datasets, librosa and soundfile:
+     pip install "datasets==3.6.0" librosa soundfile -- datasets 3.6 decodes audio with
+     soundfile, 4 and later need torchcodec.)
 
   2. Stand-ins.  Every hub id that the selected test files (and utils/, data/models.py,
      models/lightweight) name as a string literal gets a tiny seeded random model of the
@@ -42,7 +44,12 @@ Setup (once; never needed by CI):
        python tools/upstream_suite.py standins --upstream /path/to/openvino.genai [--files ...]
 
      Make them once for the whole selection (the tokenizers' corpus includes the selected
-     files' prompts); other stand-ins go in another --work.
+     files' prompts); other stand-ins go in another --work.  With a whisper test file selected,
+     the Whisper ids get the tiny random Whisper of tools/make_whisper_fixtures.py (a torch
+     checkpoint the tests export themselves) and the audio data sets they snapshot
+     (librispeech_asr_dummy, meanwhile) parquet stand-ins of ov_npu_emu.testing's deterministic
+     audio (whisper_standins); facebook/multilingual_librispeech is streamed from the hub by
+     datasets itself and fails offline on both sides.
 
   3. The runs.  Each selected file runs twice with pytest (junit XML): "real" with the
      installed openvino_genai, "ours" with a plugin (-p) that sets
@@ -110,7 +117,7 @@ PRIORITY_FILES = (
 )
 
 # hub ids that name something other than a causal LM (or a file), no stand-in is made for them
-_NOT_LLM = re.compile(r"whisper|librispeech|flux|latent-consistency|stable-diffusion|sdxl|kokoro|"
+_NOT_LLM = re.compile(r"whisper|librispeech|-asr\b|flux|latent-consistency|stable-diffusion|sdxl|kokoro|"
                       r"-gguf|eagle3|qwen3-next|mamba|zamba|"
                       r"vl-|-vl|clip|reranker|embedding", re.I)
 # encoder tokenizers (the tests use only their tokenizer): WordPiece, [CLS] A [SEP] B [SEP]
@@ -489,8 +496,99 @@ def cmd_standins(args) -> int:
             print(f"{hub_id:60s} {standin_arch(hub_id):8s} FAILED: {type(e).__name__}: {e}")
             continue
         print(f"{hub_id:60s} {rag_standin_kind(hub_id) or standin_arch(hub_id):8s} {snap}")
+    if any("whisper" in f for f in args.files):
+        for repo_id, snap in whisper_standins(hub_cache):
+            print(f"{repo_id:60s} {'whisper':8s} {snap}")
     print(f"{len(ids) - failed} stand-ins in {hub_cache}" + (f", {failed} failed" if failed else ""))
     return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------------------------
+# Whisper stand-ins (test_whisper_pipeline*.py): models and audio data sets, self-contained
+# --------------------------------------------------------------------------------------------
+
+#: the Whisper hub ids test_whisper_pipeline*.py export (Qwen3-ASR / Fun-ASR are skipped by the
+#: tests themselves without their packages)
+WHISPER_IDS = ("openai/whisper-tiny", "distil-whisper/distil-small.en")
+#: data set repos the tests read through snapshot_download: (repo, config or None, split, clips);
+#: a clip is (audio kind of ov_npu_emu.testing.whisper_test_audio, start s, length s).
+#: facebook/multilingual_librispeech is streamed from the hub by datasets.load_dataset itself and
+#: fails offline on both sides.
+WHISPER_DATASETS = (
+    # the tests take(30) of it (the hub's has 73 clips of 1.5-35 s)
+    ("hf-internal-testing/librispeech_asr_dummy", "clean", "validation",
+     [("long", (4.0 * i) % 30.0, 2.0 + 1.5 * (i % 6)) for i in range(34)]
+     + [("short", 0.0, 3.0), ("medium", 0.0, 10.0)]),
+    # long form: sample ids 0..9, over 30 s each
+    ("distil-whisper/meanwhile", None, "test", [("long", 2.5 * i, 31.0 + 1.7 * i) for i in range(10)]),
+)
+
+
+def _hub_snapshot(hub_cache: Path, repo_id: str, kind: str, build) -> Path:
+    """``build(tmp_dir)`` into the hub cache layout (``models--`` / ``datasets--``), once."""
+    repo = hub_cache / (f"{kind}--" + repo_id.replace("/", "--"))
+    if (repo / "refs" / "main").is_file():
+        return repo / "snapshots" / (repo / "refs" / "main").read_text().strip()
+    revision = hashlib.sha1(f"standin {kind} {repo_id}".encode()).hexdigest()
+    tmp = Path(tempfile.mkdtemp(dir=hub_cache))
+    build(tmp)
+    snap = repo / "snapshots" / revision
+    snap.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(snap)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    return snap
+
+
+def make_whisper_standin(hub_id: str, hub_cache: Path) -> Path:
+    """The tiny random Whisper of tools/make_whisper_fixtures.py (torch checkpoint, Whisper-style
+    tokenizer with timestamps, feature extractor, Whisper's generation_config fields) as ``hub_id``;
+    the tests export it with optimum-intel themselves.  Its seed is the fixture's (chosen there so
+    that greedy texts end with <|endoftext|> well before 448 tokens), not --seed."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import make_whisper_fixtures as mwf  # noqa: E402 (tools/ is not a package)
+
+    return _hub_snapshot(hub_cache, hub_id, "models", lambda d: mwf.build_hf_model(d))
+
+
+def make_audio_dataset_standin(repo_id: str, config: str | None, split: str, clips: list, hub_cache: Path) -> Path:
+    """A parquet data set with an ``audio`` column (16 kHz clips of the project's deterministic
+    speech-like audio), ``text`` and ``id``, loadable with ``datasets.load_dataset(snapshot,
+    [config], split=split)`` (README configs when a config is named)."""
+    import datasets
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from ov_npu_emu.testing import whisper_test_audio
+
+    def build(d: Path) -> None:
+        rows = {"audio": [], "text": [], "id": []}
+        for i, (kind, start, length) in enumerate(clips):
+            # a clip may run past the audio's end: it goes on from its start
+            audio = np.tile(whisper_test_audio(kind), 2)[int(start * 16000):int((start + length) * 16000)]
+            rows["audio"].append({"array": audio.astype("float32"), "sampling_rate": 16000, "path": f"{i}.wav"})
+            rows["text"].append(f"STAND IN CLIP {i}")
+            rows["id"].append(f"standin-{i}")
+        ds = datasets.Dataset.from_dict(rows).cast_column("audio", datasets.Audio(sampling_rate=16000))
+        sub = d / (config or "data")
+        sub.mkdir(parents=True)
+        ds.to_parquet(str(sub / f"{split}-00000-of-00001.parquet"))
+        if config:
+            (d / "README.md").write_text(
+                f"---\nconfigs:\n- config_name: {config}\n  data_files:\n  - split: {split}\n"
+                f"    path: {config}/{split}-*.parquet\n---\nA stand-in made by tools/upstream_suite.py.\n")
+
+    return _hub_snapshot(hub_cache, repo_id, "datasets", build)
+
+
+def whisper_standins(hub_cache: Path) -> list[tuple[str, Path]]:
+    """Every Whisper model and data set stand-in; (repo id, snapshot) each."""
+    out = []
+    for hub_id in WHISPER_IDS:
+        out.append((hub_id, make_whisper_standin(hub_id, hub_cache)))
+    for repo_id, config, split, clips in WHISPER_DATASETS:
+        out.append((repo_id, make_audio_dataset_standin(repo_id, config, split, clips, hub_cache)))
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -677,6 +775,11 @@ KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
     ("test_llm_pipeline.py", r"test_chat_scenario", r"HF reference",
      "stateful chat fed TokenizedInputs (only each turn's new tokens): turns 2+ differ from HF when the "
      "system message is empty (ChatML stand-in); with a system message it passes"),
+    ("test_whisper_pipeline_static.py", r"test_static_whisper_stateful_(generation_compare_with_cpu|word_timestamps)",
+     r"",
+     "a plain model with NPU_USE_NPUW=YES, NPUW_DEVICES=CPU (the encoder, STATIC_PIPELINE's decoders) "
+     "compiles on the emulated NPU (f16 by default), the real's NPUW runs it on the CPU plugin; "
+     "with INFERENCE_PRECISION_HINT=f32 ours equals CPU"),
 ]
 
 

@@ -64,7 +64,8 @@ def test_hub_ids_and_standin_arch(tmp_path):
     (tmp_path / "data" / "models.py").write_text('M = ("Qwen/Qwen2-0.5B-Instruct",)\n')
     (tmp_path / "test_x.py").write_text(
         'a = "optimum-intel-internal-testing/tiny-random-Phi3ForCausalLM"\n'
-        'b = "openai/whisper-tiny"\nc = "data/short_prompts.txt"\nd = "BAAI/bge-small-en-v1.5"\n')
+        'b = "openai/whisper-tiny"\nc = "data/short_prompts.txt"\nd = "BAAI/bge-small-en-v1.5"\n'
+        'e = "optimum-intel-internal-testing/tiny-random-qwen3-asr"\n')
     ids = us.hub_ids(tmp_path, ["test_x.py"])
     assert ids == ["BAAI/bge-small-en-v1.5", "Qwen/Qwen2-0.5B-Instruct",
                    "optimum-intel-internal-testing/tiny-random-Phi3ForCausalLM"]
@@ -114,3 +115,19 @@ def test_table_keep_carries_rows_of_files_without_results(tmp_path):
     assert "- test_old.py `test_f[1]` — failed: X" in text
     # test_a's three (failed, skipped, error) and the two kept
     assert "stand-ins (5)" in text and "| test_old.py | `test_g` | 2 | skipped: S |" in text
+
+
+def test_hub_snapshot_layout_is_made_once(tmp_path):
+    """The Whisper stand-ins' hub cache layout: <kind>--org--name/snapshots/<rev>, refs/main."""
+    calls = []
+
+    def build(d):
+        calls.append(d)
+        (d / "config.json").write_text("{}")
+
+    snap = us._hub_snapshot(tmp_path, "openai/whisper-tiny", "models", build)
+    assert snap.parent.parent == tmp_path / "models--openai--whisper-tiny"
+    assert (snap / "config.json").is_file()
+    assert (snap.parent.parent / "refs" / "main").read_text() == snap.name
+    assert us._hub_snapshot(tmp_path, "openai/whisper-tiny", "models", build) == snap and len(calls) == 1
+    assert {"openai/whisper-tiny", "distil-whisper/distil-small.en"} == set(us.WHISPER_IDS)
