@@ -775,9 +775,21 @@ class _FusedKv:
                 self.m2 = _view(mask, (-1, S))
             except (AttributeError, ValueError):
                 self.m2 = None
+        # f16 mode's query, widened per run (exactly: the f32 query the full run's products read)
+        # so that the compact products serve it too; without it f16 decode attention took every
+        # column (issue 34)
+        self.q32, self.widen_q = q, None
+        if q.dtype == np.float16 and q.flags.c_contiguous:
+            from ov_npu_emu_npu.device.kernels.f16 import widen_runner
+
+            self.q32 = aligned(q.shape, np.dtype(np.float32), 0)
+            self.widen_q = widen_runner(q, self.q32)
+            if self.widen_q is None:
+                self.q32 = q
         self.compact: _CompactProducts | None = None
-        if self.m2 is not None and mask is not None and _CompactProducts.usable(q, self.k32, mask, params):
-            self.compact = _CompactProducts(q, self.k32, self.v32, mask, outs[0], params, self.scale_of(params, q))
+        if self.m2 is not None and mask is not None and _CompactProducts.usable(self.q32, self.k32, mask, params):
+            self.compact = _CompactProducts(self.q32, self.k32, self.v32, mask, outs[0], params,
+                                            self.scale_of(params, q))
         if self.m2 is not None:
             self.colmax = np.empty(S, self.m2.dtype)
             self.rowmask = np.empty(self.m2.shape[0], self.m2.dtype)
@@ -850,7 +862,9 @@ class _FusedKv:
         from ov_npu_emu_npu.device.kernels.kvrows import join_rows
 
         rowmin = self._open_columns()
-        q_max = _absmax(self.q)
+        if self.widen_q is not None:
+            self.widen_q()
+        q_max = _absmax(self.q32)  # the f16 query's values, exactly
         if rowmin is None or not math.isfinite(q_max):
             return False
         open_past = self.open_cols[:self.P]
