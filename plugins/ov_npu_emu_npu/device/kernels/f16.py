@@ -25,6 +25,7 @@ numba loads on the first task that uses it (imported lazily by the kernels), as 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -34,7 +35,7 @@ from numba.extending import intrinsic
 __all__ = ["binary_runner", "narrow", "narrow_runner", "swish_runner", "widen", "widen_runner"]
 
 # no fastmath: every operation rounds as numpy's loops do
-_JIT = {"nogil": True, "cache": True, "error_model": "numpy"}  # x / 0 is inf or NaN, as numpy
+_JIT: dict[str, Any] = {"nogil": True, "cache": True, "error_model": "numpy"}  # x / 0 is inf or NaN, as numpy
 
 #: the element-wise operations :func:`binary_runner` computes, as its kernel's operation code
 OPS = {"add": 0, "subtract": 1, "multiply": 2, "divide": 3}
@@ -84,56 +85,69 @@ def _narrow(src, dst):  # pragma: no cover - compiled by numba
 
 
 @njit(**_JIT)
+def _rows_rows(ar, br, orow, op):  # pragma: no cover - compiled by numba
+    n = orow.size
+    if op == 0:
+        for j in range(n):
+            orow[j] = _f16_bits(_f32(ar[j]) + _f32(br[j]))
+    elif op == 1:
+        for j in range(n):
+            orow[j] = _f16_bits(_f32(ar[j]) - _f32(br[j]))
+    elif op == 2:
+        for j in range(n):
+            orow[j] = _f16_bits(_f32(ar[j]) * _f32(br[j]))
+    else:
+        for j in range(n):
+            orow[j] = _f16_bits(_f32(ar[j]) / _f32(br[j]))
+
+
+@njit(**_JIT)
+def _row_scalar(ar, y, orow, op):  # pragma: no cover - compiled by numba
+    n = orow.size
+    if op == 0:
+        for j in range(n):
+            orow[j] = _f16_bits(_f32(ar[j]) + y)
+    elif op == 1:
+        for j in range(n):
+            orow[j] = _f16_bits(_f32(ar[j]) - y)
+    elif op == 2:
+        for j in range(n):
+            orow[j] = _f16_bits(_f32(ar[j]) * y)
+    else:
+        for j in range(n):
+            orow[j] = _f16_bits(_f32(ar[j]) / y)
+
+
+@njit(**_JIT)
+def _scalar_row(x, br, cb, orow, op):  # pragma: no cover - compiled by numba
+    for j in range(orow.size):
+        y = _f32(br[j if cb else 0])
+        if op == 0:
+            z = x + y
+        elif op == 1:
+            z = x - y
+        elif op == 2:
+            z = x * y
+        else:
+            z = x / y
+        orow[j] = _f16_bits(z)
+
+
+@njit(**_JIT)
 def _binary(a, b, o, op):  # pragma: no cover - compiled by numba
     """``o = narrow(a OP b)`` over [rows, n]; ``a`` and ``b`` are [rows or 1, n or 1] (uint16 f16
     bits or f32), ``o`` uint16.  The operation is chosen outside the inner loops."""
-    rows, n = o.shape
     ra, ca = a.shape[0] > 1, a.shape[1] > 1
     rb, cb = b.shape[0] > 1, b.shape[1] > 1
-    for r in range(rows):
+    for r in range(o.shape[0]):
         ar = a[r if ra else 0]
         br = b[r if rb else 0]
-        orow = o[r]
         if ca and cb:
-            if op == 0:
-                for j in range(n):
-                    orow[j] = _f16_bits(_f32(ar[j]) + _f32(br[j]))
-            elif op == 1:
-                for j in range(n):
-                    orow[j] = _f16_bits(_f32(ar[j]) - _f32(br[j]))
-            elif op == 2:
-                for j in range(n):
-                    orow[j] = _f16_bits(_f32(ar[j]) * _f32(br[j]))
-            else:
-                for j in range(n):
-                    orow[j] = _f16_bits(_f32(ar[j]) / _f32(br[j]))
+            _rows_rows(ar, br, o[r], op)
         elif ca:
-            y = _f32(br[0])
-            if op == 0:
-                for j in range(n):
-                    orow[j] = _f16_bits(_f32(ar[j]) + y)
-            elif op == 1:
-                for j in range(n):
-                    orow[j] = _f16_bits(_f32(ar[j]) - y)
-            elif op == 2:
-                for j in range(n):
-                    orow[j] = _f16_bits(_f32(ar[j]) * y)
-            else:
-                for j in range(n):
-                    orow[j] = _f16_bits(_f32(ar[j]) / y)
+            _row_scalar(ar, _f32(br[0]), o[r], op)
         else:
-            x = _f32(ar[0])
-            for j in range(n):
-                y = _f32(br[j if cb else 0])
-                if op == 0:
-                    z = x + y
-                elif op == 1:
-                    z = x - y
-                elif op == 2:
-                    z = x * y
-                else:
-                    z = x / y
-                orow[j] = _f16_bits(z)
+            _scalar_row(_f32(ar[0]), br, cb, o[r], op)
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
