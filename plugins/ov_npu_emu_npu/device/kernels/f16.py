@@ -41,7 +41,7 @@ _JIT: dict[str, Any] = {"nogil": True, "cache": True, "error_model": "numpy"}  #
 OPS = {"add": 0, "subtract": 1, "multiply": 2, "divide": 3}
 
 
-def _intrinsic(fn: Callable[..., object]) -> Callable[..., object]:
+def _intrinsic(fn: Callable[..., Any]) -> Callable[..., Any]:
     """numba's ``intrinsic``, typed as jitted code calls it (see :mod:`.gemv`)."""
     return intrinsic(fn)
 
