@@ -694,6 +694,13 @@ class _CompactProducts:
         S = self.S = k32.shape[-2]
         self.mask = _grouped_mask(mask, k32.shape[1], groups) if groups > 1 else mask
         self.direct = o.dtype == np.float32 and tuple(self.o.shape[:-2]) == self.batch
+        self.narrow: Runner | None = None
+        if o.dtype == np.float16 and self.o.flags.c_contiguous:
+            from ov_npu_emu_npu.device.kernels.f16 import narrow_runner
+
+            self.o32 = np.empty((*self.batch, rows, v32.shape[-1]), np.float32)
+            if self.o32.size == self.o.size:
+                self.narrow = narrow_runner(self.o32, self.o)
         n = math.prod(self.batch) * rows
         self.c_flat = aligned((n * S,), np.dtype(np.float32), 0)
         self.m_flat = np.empty(self.mask.size, self.mask.dtype)
@@ -743,6 +750,9 @@ class _CompactProducts:
         np.divide(pf, self.rowmax, out=pf)
         if self.direct:
             np.matmul(pf, self.v32, out=self.o)
+        elif self.narrow is not None:  # f16 mode: numpy's rounding, faster (kernels/f16.py)
+            np.matmul(pf, self.v32, out=self.o32)
+            self.narrow()
         else:
             np.copyto(self.o, np.matmul(pf, self.v32).reshape(self.o.shape), casting="unsafe")
 
@@ -876,8 +886,10 @@ class _FusedKv:
         if max(kc, ko, vc, vo) >= _F16_NONFINITE:
             return False
         self._join_new()
-        k_new = _absmax(self.kn)
-        if not (math.isfinite(k_new) and math.isfinite(_absmax(self.vn))):
+        # the new rows' values as joined into the f32 copies (exact widenings of f16 rows: the same
+        # maxima; numpy reduces f16 one element at a time)
+        k_new = _absmax(self.k32[..., self.P:, :])
+        if not (math.isfinite(k_new) and math.isfinite(_absmax(self.v32[..., self.P:, :]))):
             return False
         k_abs = max(_f16_value(max(kc, ko)), k_new)
         if self.m2 is not None and self.m2.dtype != np.bool_:
