@@ -87,3 +87,19 @@ def test_matmul_dq_f16_rows_bits() -> None:
     got = np.empty((1, 1, n), np.float16)
     make_kernel("matmul_dq", [a, q, scale], [got], p)()
     _same_bits(got, o32.astype(np.float16))
+
+
+def test_f16_operand_into_f32_output_bits() -> None:
+    """An f16 operand next to an f32 one into an f32 output (the f32 RMSNorm's Power of an f16
+    residual): widened first, numpy's f32 loop then reads the same values."""
+    x = _halves((2, 64))
+    for name, y in (("power", np.array([2.0], np.float32)), ("multiply", _halves((64,)).astype(np.float32) / 3)):
+        uf = {"power": np.power, "multiply": np.multiply}[name]
+        for a, b in ((x, y), (y, x)):
+            with np.errstate(all="ignore"):
+                want = uf(a, b, dtype=np.float32)
+                got = np.empty(want.shape, np.float32)
+                make_kernel(name, [a, b], [got], np.zeros(0))()
+            nan = np.isnan(want)
+            assert (np.isnan(got) == nan).all()
+            assert (got.view(np.uint32)[~nan] == want.view(np.uint32)[~nan]).all()

@@ -61,13 +61,37 @@ def _f16_binary(name: str, a: np.ndarray, b: np.ndarray, o: np.ndarray) -> Runne
     return binary_runner(name, a, b, o)
 
 
+def _widened_operand(uf: Callable[..., Any], a: np.ndarray, b: np.ndarray, o: np.ndarray) -> Runner | None:
+    """An f16 operand next to an f32 one, into an f32 output (f16 mode's Power of the residual in an
+    f32 RMSNorm): numpy's f32 loop reads the f16 operand cast to f32, exactly; widening it first
+    with kernels/f16.py gives that loop the same values without numpy's per-element cast."""
+    if o.dtype != np.float32 or {a.dtype, b.dtype} != {np.dtype(np.float16), np.dtype(np.float32)}:
+        return None
+    h = a if a.dtype == np.float16 else b
+    if not h.flags.c_contiguous:
+        return None
+    from ov_npu_emu_npu.device.kernels.f16 import widen_runner
+
+    h32 = np.empty(h.shape, np.float32)
+    widen = widen_runner(h, h32)
+    if widen is None:
+        return None
+    x, y = (h32, b) if h is a else (a, h32)
+
+    def run() -> None:
+        widen()
+        uf(x, y, out=o)
+
+    return run
+
+
 def _make_binary(name: str) -> Maker:
     uf = _BIN_UFUNC[name]
 
     def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: KernelParams) -> Runner:
         a, b = ins
         o = outs[0]
-        fast = _f16_binary(name, a, b, o)
+        fast = _f16_binary(name, a, b, o) or _widened_operand(uf, a, b, o)
         if fast is not None:
             return fast
         # bound as C-level partials: no Python frame per task on the hot path
