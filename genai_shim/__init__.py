@@ -39,7 +39,7 @@ from genai_shim.parsers import (
 )
 from genai_shim.perf_metrics import MeanStdPair, PerfMetrics, RawPerfMetrics, SummaryStats
 from genai_shim.pipeline import LLMPipeline, SchedulerConfig
-from genai_shim.rag import TextEmbeddingPipeline, TextRerankPipeline
+from genai_shim.rag import EmbeddingPipeline, EmbedResult, TextEmbeddingPipeline, TextRerankPipeline, VideoMetadata
 from genai_shim.results import DecodedResults, EncodedResults, GenerationFinishReason
 from genai_shim.speculative.draft import draft_model
 from genai_shim.streamers import StreamerBase, StreamingStatus, TextStreamer
@@ -78,6 +78,9 @@ __all__ = [
     "ASRPipeline",
     "TextEmbeddingPipeline",
     "TextRerankPipeline",
+    "EmbeddingPipeline",
+    "EmbedResult",
+    "VideoMetadata",
     # configuration
     "GenerationConfig",
     "WhisperGenerationConfig",

@@ -30,7 +30,7 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
         "SchedulerConfig.use_cache_eviction / use_sparse_attention raise ConfigError",
     ),
     "visual language models": (
-        ("VLMPipelineBase", "VideoMetadata"),
+        ("VLMPipelineBase",),
         "VLMPipeline runs Qwen2-VL, Qwen2.5-VL, LLaVA and Gemma 3 images; no video, no VLMPipelineBase",
     ),
     "speech generation and omni models": (
@@ -55,10 +55,6 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
             "CppStdGenerator", "TorchGenerator", "TaylorSeerCacheConfig",
         ),
         "not implemented",
-    ),
-    "text embeddings and reranking": (
-        ("EmbeddingPipeline", "EmbedResult"),
-        "TextEmbeddingPipeline and TextRerankPipeline (cross-encoders) run; no multimodal EmbeddingPipeline",
     ),
 }
 

@@ -43,10 +43,10 @@ def register_numerics(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", type=Path, help="LLM folder, or an IR .xml with static inputs")
     p.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     p.add_argument("--prompts", type=Path, metavar="FILE", help="a file of prompts, one a line")
-    p.add_argument("--protect", action="append", default=[], choices=sorted(PROTECTIONS),
+    p.add_argument("--protect", action="append", default=[], metavar="{" + ",".join(sorted(PROTECTIONS)) + "}",
                    help="turn a protection on in the f16 run (repeatable): clamp = NPU_EMU_F16_CLAMP=YES, "
                         "higher-precision = NPU_COMPILATION_MODE_PARAMS=compute-layers-with-higher-precision="
-                        "Sqrt,Power,ReduceMean,Add_RMSNorm")
+                        "Sqrt,Power,ReduceMean,Add_RMSNorm, scale[=S] = ACTIVATIONS_SCALE_FACTOR=S (default 8)")
     p.add_argument("--steps", type=int, default=4, help="greedy tokens per prompt (default 4)")
     p.add_argument("--top-k", type=int, default=5, help="k of the top-k overlap (default 5)")
     p.add_argument("--top", type=int, default=10, help="list the N ops with the largest relative error")

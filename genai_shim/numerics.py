@@ -28,7 +28,8 @@ import openvino as ov
 
 from ov_npu_emu.errors import UserInputError
 
-__all__ = ["F16_MAX", "PROTECTIONS", "NumericsError", "format_text", "html_report", "run_numerics", "to_json"]
+__all__ = ["DEFAULT_SCALE", "F16_MAX", "PROTECTIONS", "NumericsError", "format_text", "html_report",
+           "protection_config", "run_numerics", "to_json"]
 
 #: the largest finite f16 value
 F16_MAX = 65504.0
@@ -41,7 +42,12 @@ PROTECTIONS: dict[str, dict[str, str]] = {
     # what NPUW passes to the real NPU compiler for LLMs (llm_compiled_model.cpp)
     "higher-precision": {"NPU_COMPILATION_MODE_PARAMS":
                          "compute-layers-with-higher-precision=Sqrt,Power,ReduceMean,Add_RMSNorm"},
+    # ov::hint::activations_scale_factor; `scale=S` picks the factor (protection_config)
+    "scale": {"ACTIVATIONS_SCALE_FACTOR": "8"},
 }
+#: the factor of a bare ``--protect scale``: what openvino.genai's GGUF reader writes into a
+#: model's ``runtime_options`` rt_info for ACTIVATIONS_SCALE_FACTOR
+DEFAULT_SCALE = 8.0
 _LAYER = re.compile(r"(?:^|[./_])(?:layers|layer|h|blocks|block)[._](\d+)(?=[./_]|$)")
 
 
@@ -54,6 +60,23 @@ class _Run:
     """One compiled variant of the capture model and its outputs."""
 
     outputs: dict[str, np.ndarray]  # capture name -> value
+
+
+def protection_config(name: str) -> dict[str, str]:
+    """The compile properties of one ``--protect`` value: a name from :data:`PROTECTIONS`, or
+    ``scale=S`` (ACTIVATIONS_SCALE_FACTOR=S, S a positive number; a power of two keeps it exact)."""
+    key, eq, value = name.partition("=")
+    if key == "scale" and eq:
+        try:
+            s = float(value)
+        except ValueError:
+            s = math.nan
+        if not (math.isfinite(s) and s > 0):
+            raise NumericsError(f"--protect {name}: the scale factor must be a positive number, e.g. scale=8")
+        return {"ACTIVATIONS_SCALE_FACTOR": value}
+    if eq or key not in PROTECTIONS:
+        raise NumericsError(f"unknown protection {name!r}; choose from {', '.join(PROTECTIONS)} (or scale=S)")
+    return PROTECTIONS[key]
 
 
 def layer_of(name: str) -> str:
@@ -262,7 +285,7 @@ def run_numerics(model: str | Path, prompts: Sequence[str] = (), *, protect: Seq
     :param model: an LLM folder (``openvino_model.xml`` + ``openvino_tokenizer.xml``), or an IR
         ``.xml`` with static non-token inputs (per-op comparison on seeded random inputs)
     :param prompts: the prompts (LLM only; at least one)
-    :param protect: names from :data:`PROTECTIONS` turned on in the f16 run
+    :param protect: names from :data:`PROTECTIONS` (or ``scale=S``) turned on in the f16 run
     :param steps: greedy tokens generated per prompt for the token agreement
     :param top_k: k of the top-k overlap
     :param config: extra NPU compile properties for both runs
@@ -274,17 +297,17 @@ def run_numerics(model: str | Path, prompts: Sequence[str] = (), *, protect: Seq
 
     core = core or Core()
     path = Path(model)
-    unknown = [p for p in protect if p not in PROTECTIONS]
-    if unknown:
-        raise NumericsError(f"unknown protection {unknown[0]!r}; choose from {', '.join(PROTECTIONS)}")
+    protections = [protection_config(p) for p in protect]
     if steps < 1 or top_k < 1:
         raise NumericsError("--steps and --top-k must be at least 1")
     f16: dict[str, Any] = {**dict(config or {}), "INFERENCE_PRECISION_HINT": "f16"}
-    for p in protect:
-        f16.update(PROTECTIONS[p])
+    for props in protections:
+        f16.update(props)
     f32: dict[str, Any] = {**dict(config or {}), "INFERENCE_PRECISION_HINT": "f32"}
-    report: dict[str, Any] = {"model": str(path), "protect": list(protect), "precision": {"npu": "f16", "ref": "f32"},
-                              "f16_max": F16_MAX}
+    report: dict[str, Any] = {"model": str(path), "protect": list(protect),
+                              # the compile properties the protections set on the f16 run
+                              "protect_properties": {k: str(v) for props in protections for k, v in props.items()},
+                              "precision": {"npu": "f16", "ref": "f32"}, "f16_max": F16_MAX}
     if path.is_dir():
         xml = path / "openvino_model.xml"
         if not xml.is_file():

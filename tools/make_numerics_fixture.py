@@ -7,8 +7,9 @@ A ``tiny`` Llama from the project's model builder (``ov_npu_emu.modelbuilder``, 
 model is an ordinary (random-weight) LLM, but the down-projection output, and the residual stream
 after it, pass the f16 maximum 65504 on ordinary prompts, as the FFN outputs of the Gemma and
 T5 overflow reports do.  At INFERENCE_PRECISION_HINT=f16 the emulated NPU stores it as inf,
-the next RMSNorm turns it into NaN and the greedy tokens change; NPU_EMU_F16_CLAMP=YES brings
-the f32 tokens back (tests/genai_shim/test_numerics.py).
+the next RMSNorm turns it into NaN and the greedy tokens change; NPU_EMU_F16_CLAMP=YES or
+ACTIVATIONS_SCALE_FACTOR=8, each with the higher-precision compiler parameter, bring the f32
+tokens back (tests/genai_shim/test_numerics.py).
 """
 
 from __future__ import annotations

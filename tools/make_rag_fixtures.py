@@ -12,6 +12,11 @@ trimmed to the files openvino_genai's TextEmbeddingPipeline / TextRerankPipeline
   qwen3-embed-fp32  Qwen3Model (a decoder, Qwen3-Embedding-style: causal, RoPE, q/k norms; the
                     byte-level BPE of make_optimum_fixtures.py's qwen3),
                     `--task feature-extraction --weight-format fp32`
+  qwen3-rerank-fp32 Qwen3ForCausalLM (a Qwen3-Reranker-style decoder: the score is the softmax of
+                    the "no"/"yes" logits at the last token; the byte-level BPE of the qwen3 recipe
+                    trained with "yes" and "no" as whole tokens, ChatML specials, padding on the
+                    left as the Qwen3-Reranker recipe), `--task text-generation-with-past
+                    --weight-format fp32` (stateful, as the upstream tests convert it)
 
 Two stages:
 
@@ -57,7 +62,7 @@ KEEP_FILES = (
 @dataclass(frozen=True)
 class RagFixture:
     task: str  # optimum-cli --task
-    head: str  # "model" (BertModel), "classifier" (BertForSequenceClassification, 1 label) or "decoder"
+    head: str  # "model" (BertModel), "classifier" (BertForSequenceClassification, 1 label), "decoder", "lm"
     seed: int
     note: str
 
@@ -69,6 +74,8 @@ FIXTURES: dict[str, RagFixture] = {
                                    "BertForSequenceClassification, num_labels=1: logits [batch, 1]"),
     "qwen3-embed-fp32": RagFixture("feature-extraction", "decoder", 19,
                                    "Qwen3Model: last_hidden_state [batch, seq, 64], causal"),
+    "qwen3-rerank-fp32": RagFixture("text-generation-with-past", "lm", 23,
+                                    "Qwen3ForCausalLM: logits [batch, seq, 512], stateful; 'yes'/'no' tokens"),
 }
 
 
@@ -153,6 +160,54 @@ def build_decoder_model(name: str, out_dir: Path) -> None:
     tok.save_pretrained(out_dir)
 
 
+def build_yes_no_tokenizer():
+    """The qwen3 recipe's byte-level BPE (512, ChatML specials) trained with "yes" and "no" as
+    whole words first (a Qwen3-Reranker's score reads their logits; the real looks both up in
+    the vocab), padding on the left (the Qwen3-Reranker recipe's tokenizer)."""
+    from make_optimum_fixtures import CHATML_TEMPLATE, train_bytelevel_bpe
+    from transformers import PreTrainedTokenizerFast
+
+    lines = [s for s in CORPUS_FILE.read_text(encoding="utf-8").splitlines() if s.strip()]
+    lines += ["yes", "no"] * 2000  # the first merges: y+e, ye+s, n+o
+    specials = ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
+    tok = train_bytelevel_bpe(lines, VOCAB, specials)
+    vocab = tok.get_vocab()
+    assert "yes" in vocab and "no" in vocab and tok.get_vocab_size() == VOCAB
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=2048, clean_up_tokenization_spaces=False,
+                                   bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                   unk_token="<|endoftext|>", pad_token="<|pad|>",
+                                   additional_special_tokens=["<|im_start|>", "<|im_end|>"], padding_side="left")
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+def build_lm_model(name: str, out_dir: Path) -> None:
+    """A Qwen3ForCausalLM with the qwen3 recipe's config and weights (tied head) and the
+    yes/no tokenizer."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    spec = FIXTURES[name]
+    arch = ARCHS["qwen3"]
+    tok = build_yes_no_tokenizer()
+    ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    cfg = AutoConfig.for_model(arch.model_type, **arch.config, **ids)
+    torch.manual_seed(spec.seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    init_weights(model, arch, spec.seed)
+    # the "no" row of the tied embedding/head close to the "yes" row: random rows put their
+    # logits ~20 apart and every score at 0 or 1; this spreads the scores over (0, 1)
+    vocab = tok.get_vocab()
+    emb = model.get_input_embeddings().weight
+    gen = torch.Generator().manual_seed(spec.seed)
+    with torch.no_grad():
+        emb[vocab["no"]] = emb[vocab["yes"]] + 0.03 * torch.randn(emb.shape[1], generator=gen)
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+
+
 def build_hf_model(name: str, out_dir: Path) -> None:
     import torch
     from transformers import BertConfig, BertForSequenceClassification, BertModel
@@ -160,6 +215,9 @@ def build_hf_model(name: str, out_dir: Path) -> None:
     spec = FIXTURES[name]
     if spec.head == "decoder":
         build_decoder_model(name, out_dir)
+        return
+    if spec.head == "lm":
+        build_lm_model(name, out_dir)
         return
     tok = build_tokenizer()
     cfg = BertConfig(**BERT, pad_token_id=tok.pad_token_id, hidden_act="gelu")

@@ -17,9 +17,12 @@ Setup (once; never needed by CI):
        pip install --no-deps "xgrammar==0.1.31"
        pip install pydantic pytest-timeout   # test_structured_output.py imports pydantic
 
-     (test_rag.py, test_whisper_pipeline.py, test_kokoro_pipeline.py, test_sparse_prefill.py and
-     test_vllm_parsers_wrapper.py import further packages: datasets, langchain, vllm ...; they
-     are outside what genai_shim covers.)
+     (test_kokoro_pipeline.py, test_sparse_prefill.py and test_vllm_parsers_wrapper.py import
+     further packages: vllm ...; they are outside what genai_shim covers.  test_rag.py imports
+     langchain: `pip install langchain-core langchain-community` in that venv.
+     test_whisper_pipeline*.py need datasets, librosa and soundfile:
+     pip install "datasets==3.6.0" librosa soundfile -- datasets 3.6 decodes audio with
+     soundfile, 4 and later need torchcodec.)
 
   2. Stand-ins.  Every hub id that the selected test files (and utils/, data/models.py,
      models/lightweight) name as a string literal gets a tiny seeded random model of the
@@ -27,7 +30,13 @@ Setup (once; never needed by CI):
      tools/make_optimum_fixtures.py's builders: a 1024-token tokenizer trained on
      tools/fixture_corpus.txt plus the prompts of the selected tests, a chat template, sliding
      windows widened to 4096.  Ids the tests use only for a tokenizer (BERT-like: WordPiece with
-     a pair template; llava-next, MiniCPM: Llama-style) get one too.  They are written in the
+     a pair template; llava-next, MiniCPM: Llama-style) get one too.  The embedding and reranker
+     ids of the selected files get RAG stand-ins instead (RAG_KINDS, build_rag_standin): BERT
+     encoders (BertModel; BertForSequenceClassification with one label for cross-encoders) with a
+     WordPiece of up to 4096 pieces and token type ids, a Qwen3Model for Qwen3-Embedding, a
+     Qwen3ForCausalLM whose byte-level BPE has "yes" and "no" for Qwen3-Reranker, and a
+     Qwen3ForSequenceClassification for its seq-cls variant; the tests export them with
+     optimum-intel as they export the hub models.  They are written in the
      Hugging Face hub cache layout (<work>/hf/hub/models--org--name/snapshots/...), so that
      snapshot_download / from_pretrained resolve offline (HF_HUB_OFFLINE=1); an existing
      stand-in is kept:
@@ -35,7 +44,12 @@ Setup (once; never needed by CI):
        python tools/upstream_suite.py standins --upstream /path/to/openvino.genai [--files ...]
 
      Make them once for the whole selection (the tokenizers' corpus includes the selected
-     files' prompts); other stand-ins go in another --work.
+     files' prompts); other stand-ins go in another --work.  With a whisper test file selected,
+     the Whisper ids get the tiny random Whisper of tools/make_whisper_fixtures.py (a torch
+     checkpoint the tests export themselves) and the audio data sets they snapshot
+     (librispeech_asr_dummy, meanwhile) parquet stand-ins of ov_npu_emu.testing's deterministic
+     audio (whisper_standins); facebook/multilingual_librispeech is streamed from the hub by
+     datasets itself and fails offline on both sides.
 
   3. The runs.  Each selected file runs twice with pytest (junit XML): "real" with the
      installed openvino_genai, "ours" with a plugin (-p) that sets
@@ -45,7 +59,11 @@ Setup (once; never needed by CI):
 
        python tools/upstream_suite.py run --upstream /path/to/openvino.genai \\
            [--files test_tokenizer.py test_sampling.py] [-k EXPR] [--side real|ours|both]
-       python tools/upstream_suite.py table [--also OTHER_WORK ...]
+       python tools/upstream_suite.py table [--also OTHER_WORK ...] [--keep]
+
+     --keep keeps the doc's rows (file table, failure and not-compared groups) of the files that
+     have no results in --work, and says so in the doc: a run of a few files in a fresh work dir
+     then adds its rows to the table without dropping the others'.
 
      --also lists, besides, the failures seen only on the stand-ins of other work dirs (a
      random stand-in can make the real itself fail a test that other stand-ins let it pass).
@@ -99,7 +117,7 @@ PRIORITY_FILES = (
 )
 
 # hub ids that name something other than a causal LM (or a file), no stand-in is made for them
-_NOT_LLM = re.compile(r"whisper|librispeech|flux|latent-consistency|stable-diffusion|sdxl|kokoro|"
+_NOT_LLM = re.compile(r"whisper|librispeech|-asr\b|flux|latent-consistency|stable-diffusion|sdxl|kokoro|"
                       r"-gguf|eagle3|qwen3-next|mamba|zamba|"
                       r"vl-|-vl|clip|reranker|embedding", re.I)
 # encoder tokenizers (the tests use only their tokenizer): WordPiece, [CLS] A [SEP] B [SEP]
@@ -323,27 +341,254 @@ def make_standin(hub_id: str, hub_cache: Path, seed: int, corpus: Path) -> Path:
     return snap
 
 
+# --------------------------------------------------------------------------------------------
+# RAG stand-ins (test_rag.py): embedding models, cross-encoders, Qwen3 rerankers
+# --------------------------------------------------------------------------------------------
+
+#: hub id pattern -> the kind of tiny model that stands in for it (first match; VL ids excluded)
+RAG_KINDS: tuple[tuple[str, str], ...] = (
+    (r"qwen3-reranker.*seq-cls", "qwen3-seqcls"),  # Qwen3ForSequenceClassification, 1 label
+    (r"qwen3-reranker", "qwen3-rerank"),  # Qwen3ForCausalLM scored by its "yes"/"no" logits
+    (r"qwen3-embedding", "qwen3-embed"),  # Qwen3Model (last-token pooling)
+    (r"^cross-encoder/|ms-marco|reranker", "bert-cross-encoder"),  # BertForSequenceClassification
+    (r"bge-|mxbai-embed|-minilm-|sentence-transformers/", "bert-embed"),  # BertModel
+)
+RAG_BERT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                type_vocab_size=2, hidden_act="gelu")
+# a WordPiece of up to 4096 pieces: test_rag.py's 200-character chunks are ~30-37 tokens, as with
+# the hub's 30k vocab (1024 gave 60-75: max_length=50 / 64 then truncated, where the hub's does not)
+RAG_BERT_VOCAB = 4096
+
+
+def rag_standin_kind(hub_id: str) -> str | None:
+    """The RAG stand-in kind for a hub id (RAG_KINDS), None for any other id and for VL models."""
+    if re.search(r"vl-|-vl", hub_id, re.I):
+        return None
+    return next((kind for rx, kind in RAG_KINDS if re.search(rx, hub_id, re.I)), None)
+
+
+def rag_hub_ids(tests: Path, files: list[str]) -> list[str]:
+    """Hub-id string literals of the selected files with a RAG stand-in kind."""
+    ids: set[str] = set()
+    for f in files:
+        src = tests / f
+        if src.is_file():
+            ids |= {m.group(1) for m in _HUB_ID.finditer(src.read_text(encoding="utf-8"))
+                    if m.group(1).count("/") == 1 and rag_standin_kind(m.group(1))}
+    return sorted(ids)
+
+
+def _yes_no_bytelevel_tokenizer(corpus: Path, vocab_size: int):
+    """The stand-ins' byte-level BPE with ChatML specials, trained with "yes" and "no" as whole
+    tokens (a Qwen3 reranker's score reads their logits; the real looks both up in the vocab)."""
+    from transformers import PreTrainedTokenizerFast
+
+    mof, _ = _extra_archs()
+    lines = [ln for ln in corpus.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    specials = ["<|endoftext|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
+    tok = mof.train_bytelevel_bpe(lines + ["yes", "no"] * 2000, vocab_size, specials)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=4096, clean_up_tokenization_spaces=False,
+                                   bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>",
+                                   pad_token="<|pad|>", additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    fast.chat_template = mof.CHATML_TEMPLATE
+    return fast
+
+
+def build_rag_standin(hub_id: str, kind: str, out: Path, seed: int, corpus: Path) -> None:
+    """A tiny seeded model of ``kind`` and its tokenizer saved in ``out`` (HF layout), weights
+    re-initialised as the project's fixtures (tools/make_optimum_fixtures.py init_weights)."""
+    import dataclasses
+
+    import torch
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForSequenceClassification,
+        BertConfig,
+        BertForSequenceClassification,
+        BertModel,
+    )
+
+    mof, archs = _extra_archs()
+    torch.manual_seed(seed)
+    if kind.startswith("bert"):
+        positions = 4096 if "mxbai" in hub_id.lower() else 512
+        tok = build_bert_tokenizer(RAG_BERT_VOCAB, corpus)
+        tok.model_max_length = positions
+        cfg = BertConfig(vocab_size=len(tok), max_position_embeddings=positions, pad_token_id=tok.pad_token_id,
+                         **RAG_BERT)
+        if kind == "bert-cross-encoder":
+            cfg.num_labels = 1
+            model = BertForSequenceClassification(cfg)
+        else:
+            model = BertModel(cfg, add_pooling_layer=False)
+        mof.init_weights(model, mof.Arch("bert", "wordpiece", {**RAG_BERT, "vocab_size": len(tok)}, seed), seed)
+    else:
+        spec = archs["qwen3"]
+        config = {**spec.config, "vocab_size": STANDIN_VOCAB, "max_position_embeddings": 4096}
+        if kind == "qwen3-embed":
+            tok = mof.build_tokenizer("bytelevel", STANDIN_VOCAB, mof.CHATML_TEMPLATE)
+        else:
+            tok = _yes_no_bytelevel_tokenizer(corpus, STANDIN_VOCAB)
+        ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        if kind == "qwen3-seqcls":
+            cfg = AutoConfig.for_model(spec.model_type, **config, **ids, num_labels=1)
+            model = AutoModelForSequenceClassification.from_config(cfg, dtype=torch.float32)
+        elif kind == "qwen3-embed":
+            model = AutoModel.from_config(AutoConfig.for_model(spec.model_type, **config, **ids), dtype=torch.float32)
+        else:
+            cfg = AutoConfig.for_model(spec.model_type, **config, **ids)
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        mof.init_weights(model, dataclasses.replace(spec, config=config), seed)
+        if kind == "qwen3-rerank":  # "no" near "yes" in the tied head: scores spread over (0, 1)
+            vocab, emb = tok.get_vocab(), model.get_input_embeddings().weight
+            gen = torch.Generator().manual_seed(seed)
+            with torch.no_grad():
+                emb[vocab["no"]] = emb[vocab["yes"]] + 0.03 * torch.randn(emb.shape[1], generator=gen)
+    model.eval()
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    if kind.startswith("bert"):
+        # token type ids as a BERT tokenizer gives them (the converted tokenizer then outputs them;
+        # without them the real leaves a cross-encoder's token_type_ids input unset and fails)
+        path = out / "tokenizer_config.json"
+        cfg_json = json.loads(path.read_text(encoding="utf-8"))
+        cfg_json["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
+        path.write_text(json.dumps(cfg_json, indent=2) + "\n", encoding="utf-8")
+
+
+def make_rag_standin(hub_id: str, hub_cache: Path, seed: int, corpus: Path) -> Path:
+    """build_rag_standin in the HF hub cache layout (as make_standin); an existing one is kept."""
+    repo = hub_cache / ("models--" + hub_id.replace("/", "--"))
+    if (repo / "refs" / "main").is_file():
+        return repo / "snapshots" / (repo / "refs" / "main").read_text().strip()
+    revision = hashlib.sha1(f"rag standin {hub_id} {seed}".encode()).hexdigest()
+    tmp = Path(tempfile.mkdtemp(dir=hub_cache))
+    build_rag_standin(hub_id, rag_standin_kind(hub_id) or "", tmp, seed, corpus)
+    snap = repo / "snapshots" / revision
+    snap.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(snap)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    return snap
+
+
 def cmd_standins(args) -> int:
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     tests = extract_tests(args.upstream, work)
     hub_cache = work / "hf" / "hub"
     hub_cache.mkdir(parents=True, exist_ok=True)
-    ids = hub_ids(tests, args.files)
+    ids = sorted(set(hub_ids(tests, args.files)) | set(rag_hub_ids(tests, args.files)))
     corpus = standin_corpus(tests, args.files, work / "standin_corpus.txt")
     failed = 0
     for hub_id in ids:
         try:
             # the seed follows the id, not its place in the list (which depends on --files)
             seed = args.seed + int(hashlib.sha1(hub_id.encode()).hexdigest()[:6], 16) % 100_000
-            snap = make_standin(hub_id, hub_cache, seed=seed, corpus=corpus)
+            if rag_standin_kind(hub_id):
+                snap = make_rag_standin(hub_id, hub_cache, seed=seed, corpus=corpus)
+            else:
+                snap = make_standin(hub_id, hub_cache, seed=seed, corpus=corpus)
         except Exception as e:  # one architecture that cannot be built must not stop the others
             failed += 1
             print(f"{hub_id:60s} {standin_arch(hub_id):8s} FAILED: {type(e).__name__}: {e}")
             continue
-        print(f"{hub_id:60s} {standin_arch(hub_id):8s} {snap}")
+        print(f"{hub_id:60s} {rag_standin_kind(hub_id) or standin_arch(hub_id):8s} {snap}")
+    if any("whisper" in f for f in args.files):
+        for repo_id, snap in whisper_standins(hub_cache):
+            print(f"{repo_id:60s} {'whisper':8s} {snap}")
     print(f"{len(ids) - failed} stand-ins in {hub_cache}" + (f", {failed} failed" if failed else ""))
     return 1 if failed else 0
+
+
+# --------------------------------------------------------------------------------------------
+# Whisper stand-ins (test_whisper_pipeline*.py): models and audio data sets, self-contained
+# --------------------------------------------------------------------------------------------
+
+#: the Whisper hub ids test_whisper_pipeline*.py export (Qwen3-ASR / Fun-ASR are skipped by the
+#: tests themselves without their packages)
+WHISPER_IDS = ("openai/whisper-tiny", "distil-whisper/distil-small.en")
+#: data set repos the tests read through snapshot_download: (repo, config or None, split, clips);
+#: a clip is (audio kind of ov_npu_emu.testing.whisper_test_audio, start s, length s).
+#: facebook/multilingual_librispeech is streamed from the hub by datasets.load_dataset itself and
+#: fails offline on both sides.
+WHISPER_DATASETS = (
+    # the tests take(30) of it (the hub's has 73 clips of 1.5-35 s)
+    ("hf-internal-testing/librispeech_asr_dummy", "clean", "validation",
+     [("long", (4.0 * i) % 30.0, 2.0 + 1.5 * (i % 6)) for i in range(34)]
+     + [("short", 0.0, 3.0), ("medium", 0.0, 10.0)]),
+    # long form: sample ids 0..9, over 30 s each
+    ("distil-whisper/meanwhile", None, "test", [("long", 2.5 * i, 31.0 + 1.7 * i) for i in range(10)]),
+)
+
+
+def _hub_snapshot(hub_cache: Path, repo_id: str, kind: str, build) -> Path:
+    """``build(tmp_dir)`` into the hub cache layout (``models--`` / ``datasets--``), once."""
+    repo = hub_cache / (f"{kind}--" + repo_id.replace("/", "--"))
+    if (repo / "refs" / "main").is_file():
+        return repo / "snapshots" / (repo / "refs" / "main").read_text().strip()
+    revision = hashlib.sha1(f"standin {kind} {repo_id}".encode()).hexdigest()
+    tmp = Path(tempfile.mkdtemp(dir=hub_cache))
+    build(tmp)
+    snap = repo / "snapshots" / revision
+    snap.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(snap)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    return snap
+
+
+def make_whisper_standin(hub_id: str, hub_cache: Path) -> Path:
+    """The tiny random Whisper of tools/make_whisper_fixtures.py (torch checkpoint, Whisper-style
+    tokenizer with timestamps, feature extractor, Whisper's generation_config fields) as ``hub_id``;
+    the tests export it with optimum-intel themselves.  Its seed is the fixture's (chosen there so
+    that greedy texts end with <|endoftext|> well before 448 tokens), not --seed."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import make_whisper_fixtures as mwf  # noqa: E402 (tools/ is not a package)
+
+    return _hub_snapshot(hub_cache, hub_id, "models", lambda d: mwf.build_hf_model(d))
+
+
+def make_audio_dataset_standin(repo_id: str, config: str | None, split: str, clips: list, hub_cache: Path) -> Path:
+    """A parquet data set with an ``audio`` column (16 kHz clips of the project's deterministic
+    speech-like audio), ``text`` and ``id``, loadable with ``datasets.load_dataset(snapshot,
+    [config], split=split)`` (README configs when a config is named)."""
+    import datasets
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from ov_npu_emu.testing import whisper_test_audio
+
+    def build(d: Path) -> None:
+        rows = {"audio": [], "text": [], "id": []}
+        for i, (kind, start, length) in enumerate(clips):
+            # a clip may run past the audio's end: it goes on from its start
+            audio = np.tile(whisper_test_audio(kind), 2)[int(start * 16000):int((start + length) * 16000)]
+            rows["audio"].append({"array": audio.astype("float32"), "sampling_rate": 16000, "path": f"{i}.wav"})
+            rows["text"].append(f"STAND IN CLIP {i}")
+            rows["id"].append(f"standin-{i}")
+        ds = datasets.Dataset.from_dict(rows).cast_column("audio", datasets.Audio(sampling_rate=16000))
+        sub = d / (config or "data")
+        sub.mkdir(parents=True)
+        ds.to_parquet(str(sub / f"{split}-00000-of-00001.parquet"))
+        if config:
+            (d / "README.md").write_text(
+                f"---\nconfigs:\n- config_name: {config}\n  data_files:\n  - split: {split}\n"
+                f"    path: {config}/{split}-*.parquet\n---\nA stand-in made by tools/upstream_suite.py.\n")
+
+    return _hub_snapshot(hub_cache, repo_id, "datasets", build)
+
+
+def whisper_standins(hub_cache: Path) -> list[tuple[str, Path]]:
+    """Every Whisper model and data set stand-in; (repo id, snapshot) each."""
+    out = []
+    for hub_id in WHISPER_IDS:
+        out.append((hub_id, make_whisper_standin(hub_id, hub_cache)))
+    for repo_id, config, split, clips in WHISPER_DATASETS:
+        out.append((repo_id, make_audio_dataset_standin(repo_id, config, split, clips, hub_cache)))
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -530,6 +775,11 @@ KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
     ("test_llm_pipeline.py", r"test_chat_scenario", r"HF reference",
      "stateful chat fed TokenizedInputs (only each turn's new tokens): turns 2+ differ from HF when the "
      "system message is empty (ChatML stand-in); with a system message it passes"),
+    ("test_whisper_pipeline_static.py", r"test_static_whisper_stateful_(generation_compare_with_cpu|word_timestamps)",
+     r"",
+     "a plain model with NPU_USE_NPUW=YES, NPUW_DEVICES=CPU (the encoder, STATIC_PIPELINE's decoders) "
+     "compiles on the emulated NPU (f16 by default), the real's NPUW runs it on the CPU plugin; "
+     "with INFERENCE_PRECISION_HINT=f32 ours equals CPU"),
 ]
 
 
@@ -565,6 +815,34 @@ def other_failures(work_dirs: list[Path], seen: set[tuple[str, str]]) -> list[tu
     return other
 
 
+def carried_rows(doc: Path, have: set[str]) -> dict[str, list]:
+    """What the existing doc says of test files that have no results in this work dir (``table
+    --keep``): their rows of the file table, their failure groups and test ids, their not-compared
+    groups (lines verbatim), and the doc's generation date; so a run of some files in a fresh
+    work dir adds its rows without dropping the others'."""
+    out: dict[str, list] = {"rows": [], "groups": [], "ids": [], "uncompared": [], "generated": []}
+    if not doc.is_file():
+        return out
+    section = ""
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            section = "failures" if line.startswith("## Real passes") else "uncompared"
+        if line.startswith("- generated: "):
+            out["generated"].append(line.removeprefix("- generated: "))
+        m = re.match(r"^(?:\| |- )(\S+\.py)\b", line)
+        if not m or m.group(1) in have:
+            continue
+        if not section:
+            nums = re.match(r"^\| \S+ \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|$", line)
+            if nums:
+                out["rows"].append((m.group(1), [int(x) for x in nums.groups()]))
+        elif section == "failures":
+            out["groups" if line.startswith("|") else "ids"].append(line)
+        elif line.startswith("|"):
+            out["uncompared"].append(line)
+    return out
+
+
 def cmd_table(args) -> int:
     res = collect(args.work)
     meta_path = args.work / "results" / "meta.json"
@@ -593,6 +871,11 @@ def cmd_table(args) -> int:
     also_dirs = getattr(args, "also", None) or []
     other = other_failures(also_dirs, {(f, n) for f, n, _, _ in failures})
     failures += other
+    keep = carried_rows(args.doc, set(res)) if getattr(args, "keep", False) else carried_rows(Path(), set())
+    rows = sorted(rows + keep["rows"])
+    for _, row in keep["rows"]:
+        tot = [a + b for a, b in zip(tot, row, strict=True)]
+    n_kept_failures = sum(int(ln.split(" | ")[2]) for ln in keep["groups"])
     lines = [
         "# The upstream openvino.genai test suite against genai_shim",
         "",
@@ -605,6 +888,12 @@ def cmd_table(args) -> int:
         f"- generated: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- upstream commit: `{meta.get('commit', '?')}`" + (f", `-k {meta['k']}`" if meta.get("k") else ""),
         "- versions: " + ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items()),
+    ]
+    if keep["rows"]:
+        lines.append("- rows carried over from the previous table (generated "
+                     + ", ".join(keep["generated"][:1]) + "; their results are not in this work dir): "
+                     + ", ".join(f for f, _ in keep["rows"]))
+    lines += [
         "",
         "| upstream test file | collected | real passes | of those, ours passes | ours passes, real not (--ours-all) |",
         "|---|---:|---:|---:|---:|",
@@ -618,26 +907,31 @@ def cmd_table(args) -> int:
         groups.setdefault((f, func, f"{o}: {normalise(msg)}"), []).append(n)
     also = (f" ({len(other)} of them seen only on the stand-ins of "
             + ", ".join(f"`{Path(a).name}`" for a in also_dirs) + ")") if also_dirs else ""
-    lines += ["", f"## Real passes, ours does not ({len(failures)} tests, {len(groups)} groups){also}", "",
+    n_failures, n_groups = len(failures) + n_kept_failures, len(groups) + len(keep["groups"])
+    lines += ["", f"## Real passes, ours does not ({n_failures} tests, {n_groups} groups){also}", "",
               "Grouped by test function and ours' error (numbers and quoted values folded); the cause",
               "column is the tool's `KNOWN_CAUSES` (empty: not yet looked at).", ""]
-    if groups:
+    if groups or keep["groups"]:
         lines += ["| file | test | n | ours (first line of the error) | cause |", "|---|---|---:|---|---|"]
         for (f, func, err), nodes in groups.items():
             cause = known_cause(f, func, err)
             lines.append(f"| {f} | `{func}` | {len(nodes)} | {md(err)[:160]} | {md(cause)} |")
+        lines += keep["groups"]
         lines += ["", "<details><summary>Every test id</summary>", ""]
         for f, n, o, msg in failures:
             lines.append(f"- {f} `{n}` — {o}: {md(msg)[:140]}")
+        lines += keep["ids"]
         lines += ["", "</details>"]
-    n_unc = sum(len(v) for v in uncompared.values())
+    n_unc = sum(len(v) for v in uncompared.values()) + sum(int(ln.split(" | ")[2]) for ln in keep["uncompared"])
     lines += ["", f"## Not compared: the real does not pass on the stand-ins ({n_unc})",
               "", "No stand-in for the hub id (VLM, linear attention, eagle3 drafts, GGUF ...), an HF reference",
               "that a random model does not reproduce, upstream skips and xfails, a test over --test-timeout.",
               "Grouped like the failures above.", "", "<details><summary>Groups</summary>", "",
               "| file | test | n | real |", "|---|---|---:|---|"]
-    for (f, func, err), nodes in sorted(uncompared.items(), key=lambda kv: (kv[0][0], -len(kv[1]))):
-        lines.append(f"| {f} | `{func}` | {len(nodes)} | {md(err)[:140]} |")
+    unc_lines = [(f, -len(nodes), f"| {f} | `{func}` | {len(nodes)} | {md(err)[:140]} |")
+                 for (f, func, err), nodes in uncompared.items()]
+    unc_lines += [(ln.split(" | ")[0][2:], 0, ln) for ln in keep["uncompared"]]
+    lines += [ln for _, _, ln in sorted(unc_lines, key=lambda t: (t[0], t[1]))]
     lines += ["", "</details>"]
     args.doc.write_text("\n".join(lines) + "\n")
     print(f"{args.doc}: {tot[1]} real passes, ours {tot[2]}; {len(failures)} listed")
@@ -670,11 +964,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ours-all", action="store_true",
                    help="run every test on ours (default: only those the real passed, when its results exist)")
     p.add_argument("--test-timeout", type=int, default=180, help="seconds per test (pytest-timeout)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the doc's rows (and groups) of test files with no results in --work")
     p.add_argument("pytest_args", nargs="*", help="more pytest arguments (after --)")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("table", help="rewrite the doc from the results in --work")
     p.add_argument("--also", type=Path, nargs="*", default=[],
                    help="other work dirs (other stand-ins): their failures are listed too")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the doc's rows (and groups) of test files with no results in --work")
     p.set_defaults(fn=cmd_table)
     args = ap.parse_args(argv)
     return args.fn(args)

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ov_npu_emu.testing import WHISPER_AUDIO_SECONDS, whisper_test_audio  # noqa: E402
+from ov_npu_emu.testing import WHISPER_AUDIO_SECONDS, whisper_case_kwargs, whisper_test_audio  # noqa: E402
 
 #: a golden's smallest top1-top2 logit margin (f32, among the tokens the rules allow) must be
 #: at least this; the timestamp rule's decision (log-sum-exp of the timestamps against the best
@@ -365,11 +365,18 @@ CASES: dict[str, dict[str, Any]] = {
 WORD_CASES: dict[str, dict[str, Any]] = {
     "short_words": {"audio": "short", "word_timestamps": True},
     "medium_words_timestamps": {"audio": "medium", "word_timestamps": True, "return_timestamps": True},
+    # texts that split into words (ov_npu_emu.testing.whisper_case_kwargs: "suppress": "incomplete"
+    # suppresses the timestamps and the tokens that decode to an incomplete character)
+    "short_en_words_clean": {"audio": "short", "language": "<|en|>", "max_new_tokens": 12, "word_timestamps": True,
+                             "suppress": "incomplete"},
+    "medium_fr_words_clean": {"audio": "medium", "language": "<|fr|>", "max_new_tokens": 25,
+                              "word_timestamps": True, "suppress": "incomplete"},
+    "medium_de_words_timestamps_clean": {"audio": "medium", "language": "<|de|>", "max_new_tokens": 20,
+                                         "word_timestamps": True, "return_timestamps": True,
+                                         "suppress": "incomplete"},
+    "long_en_words_clean": {"audio": "long", "language": "<|en|>", "word_timestamps": True,
+                            "suppress": "incomplete"},
 }
-
-
-def _config_kwargs(case: dict) -> dict[str, Any]:
-    return {k: v for k, v in case.items() if k != "audio"}
 
 
 def run_cases(folder: Path, device: str, props: dict, cases: dict[str, dict], word_pipeline: bool = False,
@@ -406,7 +413,7 @@ def run_cases(folder: Path, device: str, props: dict, cases: dict[str, dict], wo
         audio = whisper_test_audio(case["audio"])
         streamer = Ids()
         try:
-            r = pipe.generate(audio.tolist(), streamer=streamer, **_config_kwargs(case))
+            r = pipe.generate(audio.tolist(), streamer=streamer, **whisper_case_kwargs(case, pipe))
         except Exception as e:  # noqa: BLE001
             out[name] = {"error": f"{type(e).__name__}: {str(e).strip()}"}
         else:

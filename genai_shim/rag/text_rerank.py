@@ -1,13 +1,26 @@
 """TextRerankPipeline: openvino.genai's (src/cpp/src/rag/text_rerank_pipeline.cpp) over
-ov_npu_emu.Core, for cross-encoders (optimum-intel ``--task text-classification``).
+ov_npu_emu.Core, for cross-encoders (optimum-intel ``--task text-classification``) and
+Qwen3-style rerankers.
 
-The query and each document are tokenized as a pair (the tokenizer loaded with
-``add_second_input=True``; the pair's token type ids go to the model), the scores are the
-sigmoid of a one-logit head or the softmax's second class of a two-class head (fused on the
-model's output, as the real), sorted best first and cut to ``top_n``.  Qwen3-style decoder
-rerankers (``model_type`` "qwen3", or a model with ``position_ids`` / ``beam_idx``) are refused
-with a typed error for now.  The model compiles as it is on any device, as the real (no NPU
-path: a dynamic model on the emulated NPU is its DynamicShapeError).
+A cross-encoder: the query and each document are tokenized as a pair (the tokenizer loaded with
+``add_second_input=True``; the pair's token type ids go to the model), the scores are the sigmoid
+of a one-logit head or the softmax's second class of a two-class head (fused on the model's
+output, as the real), sorted best first and cut to ``top_n``.
+
+A Qwen3 model (``model_type`` "qwen3" in config.json, as the real detects it): the tokenizer
+takes one input, so each text is ``query + document`` (the caller formats both, as the
+Qwen3-Reranker recipe); a ``--task text-generation(-with-past)`` export gives ``logits [batch,
+seq, vocab]`` and the score is the softmax over the ``"no"`` and ``"yes"`` logits of the LAST
+column, ``"yes"`` kept (the real reads the last column whatever the padding side: with padding
+on the right a shorter text is scored at a pad token, so such a model wants ``padding_side=
+"left"``, as its tokenizer from the recipe has); a seq-cls export (``logits [batch, 1]``) is a
+sigmoid.  ``position_ids`` (the real's: a running count of the mask, pads included) and
+``beam_idx`` (zeros) are fed when the model has them, and a stateful model's state is reset after
+each call.  Another decoder whose head gives token logits is refused (the real would score a
+softmax over the sequence axis).
+
+The model compiles as it is on any device, as the real (no NPU path: a dynamic model on the
+emulated NPU is its DynamicShapeError).
 """
 
 from __future__ import annotations
@@ -69,13 +82,29 @@ def _make_core() -> Any:
     return Core()
 
 
-def _scores_head(model: ov.Model) -> ov.Model:
-    """Sigmoid of a one-logit head; else the softmax over the classes, class 1 kept ([batch, 1])."""
+def _i64(values: list[int]) -> Any:
+    return op1.constant(np.array(values, dtype=np.int64))
+
+
+def _yes_no_scores(source: Any, no_id: int, yes_id: int) -> Any:
+    """The real's Qwen3 post-processing: logits [batch, seq, vocab] -> the last column ->
+    softmax over the ("no", "yes") logits -> "yes" ([batch])."""
+    last, stop, one = _i64([-1]), _i64([np.iinfo(np.int64).max]), _i64([1])
+    column = op1.squeeze(op8.slice(source, last, stop, one, one), one)
+    pair = op8.softmax(op8.gather(column, _i64([no_id, yes_id]), one), 1)
+    return op1.squeeze(op8.slice(pair, last, stop, one, one), one)
+
+
+def _scores_head(model: ov.Model, yes_no: tuple[int, int] | None = None) -> ov.Model:
+    """Sigmoid of a one-logit head; else the softmax over the classes, class 1 kept ([batch, 1]),
+    or for a Qwen3 model (``yes_no``: the "no" and "yes" ids) the last column's yes/no softmax."""
     result = model.get_results()[0]
     source = result.input_value(0)
     names = source.get_names()
     if source.get_partial_shape()[1] == 1:
         node = op1.sigmoid(source)
+    elif yes_no is not None:
+        node = _yes_no_scores(source, *yes_no)
     else:
         one = op1.constant(np.array([1], dtype=np.int64))
         node = op8.slice(op8.softmax(source, 1), one, op1.constant(np.array([2], dtype=np.int64)), one, one)
@@ -108,25 +137,29 @@ class TextRerankPipeline:
                               "(optimum-cli export openvino --task text-classification)")
         cfg_path = folder / "config.json"
         model_type = json.loads(cfg_path.read_text(encoding="utf-8")).get("model_type") if cfg_path.is_file() else None
-        if model_type == "qwen3":
-            raise UnsupportedFeatureError("genai_shim's TextRerankPipeline runs cross-encoders (BERT-style "
-                                          "text-classification exports); Qwen3 rerankers are not implemented yet",
-                                          key="model_type")
+        is_qwen3 = model_type == "qwen3"
         self._config = config
         self._tokenization: dict[str, Any] = {"truncation": True}
         for key in ("max_length", "pad_to_max_length", "padding_side"):
             if getattr(config, key) is not None:
                 self._tokenization[key] = getattr(config, key)
-        self._tokenizer = Tokenizer(folder, add_second_input=True)
+        # a Qwen3 tokenizer takes one input: query + document (the real's add_second_input(!is_qwen3))
+        self._tokenizer = Tokenizer(folder, add_second_input=not is_qwen3)
         core = _make_core()
         model = core.read_model(folder / MODEL_XML)
         inputs = {n for port in model.inputs for n in port.get_names()}
-        if {"position_ids", "beam_idx"} & inputs:
-            raise UnsupportedFeatureError("genai_shim's TextRerankPipeline runs encoder cross-encoders; a decoder "
-                                          "reranker (position_ids / beam_idx inputs) is not implemented yet",
-                                          key="model_type")
         self._token_types = "token_type_ids" in inputs
-        model = _scores_head(model)
+        self._position_ids = "position_ids" in inputs
+        self._beam_idx = "beam_idx" in inputs
+        yes_no = _yes_no_ids(self._tokenizer, folder) if is_qwen3 else None
+        logits = model.outputs[0].get_partial_shape()
+        if yes_no is None and logits.rank.is_static and logits.rank.get_length() == 3 and logits[1] != 1:
+            raise UnsupportedFeatureError(
+                f"{folder / MODEL_XML} gives token logits {logits} (a causal LM) and config.json's model_type is "
+                f"{model_type!r}: TextRerankPipeline scores such a model only as a Qwen3 reranker (model_type "
+                "'qwen3', the 'yes'/'no' logits); export a cross-encoder with --task text-classification",
+                key="model_type")
+        model = _scores_head(model, yes_no)
         if device.split(".")[0].upper() == "CPU":
             check_properties(core, device, properties)
         self._request = core.compile_model(model, device, properties).create_infer_request()
@@ -143,7 +176,10 @@ class TextRerankPipeline:
         if isinstance(texts, str) or not isinstance(texts, (list, tuple)) or not all(
                 isinstance(t, str) for t in texts):
             raise UserTypeError(f"texts must be a list of str, got {type(texts).__name__}")
-        encoded = self._tokenizer.encode([query], list(texts), **self._tokenization)
+        if self._tokenizer.supports_paired_input():
+            encoded = self._tokenizer.encode([query], list(texts), **self._tokenization)
+        else:
+            encoded = self._tokenizer.encode([query + text for text in texts], **self._tokenization)
         self._request.set_tensor("input_ids", encoded.input_ids)
         self._request.set_tensor("attention_mask", encoded.attention_mask)
         types = token_type_ids(encoded)
@@ -151,6 +187,13 @@ class TextRerankPipeline:
             if types is None:  # the real leaves the input unset: the model's own shape error
                 types = ov.Tensor(np.zeros(tuple(encoded.input_ids.shape), dtype=np.int64))
             self._request.set_tensor("token_type_ids", types)
+        if self._position_ids:
+            mask = np.asarray(encoded.attention_mask.data, dtype=np.int64)
+            # the real's initialize_position_ids: each token gets the count of real tokens before it
+            positions = np.cumsum(mask, axis=1) - mask
+            self._request.set_tensor("position_ids", ov.Tensor(np.ascontiguousarray(positions, dtype=np.int64)))
+        if self._beam_idx:
+            self._request.set_tensor("beam_idx", ov.Tensor(np.zeros(int(encoded.input_ids.shape[0]), dtype=np.int32)))
         self._request.start_async()
         self._started = True
 
@@ -160,4 +203,17 @@ class TextRerankPipeline:
         self._request.wait()
         scores = np.asarray(self._request.get_tensor("logits").data, dtype=np.float32).reshape(-1)
         order = sorted(range(len(scores)), key=lambda i: -float(scores[i]))
+        if self._beam_idx:  # a stateful export: the next call starts from an empty past
+            self._request.reset_state()
         return [(i, float(scores[i])) for i in order[: self._config.top_n]]
+
+
+def _yes_no_ids(tokenizer: Tokenizer, folder: Path) -> tuple[int, int]:
+    """The "no" and "yes" token ids of a Qwen3 reranker's vocab (the real's vocab.at())."""
+    vocab = tokenizer.get_vocab()
+    missing = [w for w in ("yes", "no") if w.encode() not in vocab]
+    if missing:
+        raise ConfigError(f"{folder} is a Qwen3 model (config.json model_type 'qwen3') but its tokenizer has no "
+                          f"{' and no '.join(repr(w) for w in missing)} token: a Qwen3 reranker is scored by the "
+                          "'yes'/'no' logits; export its own tokenizer with the model", key="model_type")
+    return vocab[b"no"], vocab[b"yes"]

@@ -19,7 +19,8 @@ import numpy as np
 from genai_shim.generation_config import WhisperGenerationConfig
 from ov_npu_emu.errors import ConfigError
 
-__all__ = ["ENCODER_XML", "DECODER_XML", "Encoder", "StatefulDecoder", "WhisperDecoder", "detect_language"]
+__all__ = ["ENCODER_XML", "DECODER_XML", "Encoder", "StatefulDecoder", "WhisperDecoder", "alignment_heads",
+           "detect_language"]
 
 ENCODER_XML = "openvino_encoder_model.xml"
 DECODER_XML = "openvino_decoder_model.xml"
@@ -142,23 +143,31 @@ class StatefulDecoder:
                 key="word_timestamps",
             )
         self.infer(encoder_hidden_states, input_ids)
-        out = []
-        for layer, head in heads:
-            if not 0 <= layer < self.scores_outputs:
-                raise ConfigError(
-                    f"alignment_heads names decoder layer {layer}; the decoder has {self.scores_outputs} "
-                    "cross-attention layers", key="alignment_heads")
-            scores = np.asarray(self._last[f"cross_attention_qk_scaled_scores_{layer}"])
-            if not 0 <= head < scores.shape[1]:
-                raise ConfigError(
-                    f"alignment_heads names head {head} of layer {layer}; the layer has {scores.shape[1]} heads",
-                    key="alignment_heads")
-            out.append(np.array(scores[0, head], dtype=np.float32, copy=True))
-        return out
+        return alignment_heads(lambda name: self._last[name], self.scores_outputs, heads)
 
     def reset_state(self) -> None:
         self._request.reset_state()
         self._past = 0
+
+
+def alignment_heads(read: Any, layers: int, heads: list[tuple[int, int]]) -> list[np.ndarray]:
+    """Per (layer, head): ``read("cross_attention_qk_scaled_scores_<layer>")[0, head]`` [rows,
+    frames] as float32 (the real's get_whisper_alignments_heads_qks, batch 1); ``read`` gives an
+    array or an ``openvino.Tensor``."""
+    out = []
+    for layer, head in heads:
+        if not 0 <= layer < layers:
+            raise ConfigError(
+                f"alignment_heads names decoder layer {layer}; the decoder has {layers} cross-attention layers",
+                key="alignment_heads")
+        value = read(f"cross_attention_qk_scaled_scores_{layer}")
+        scores = np.asarray(value.data if hasattr(value, "data") and not isinstance(value, np.ndarray) else value)
+        if not 0 <= head < scores.shape[1]:
+            raise ConfigError(
+                f"alignment_heads names head {head} of layer {layer}; the layer has {scores.shape[1]} heads",
+                key="alignment_heads")
+        out.append(np.array(scores[0, head], dtype=np.float32, copy=True))
+    return out
 
 
 def detect_language(decoder: WhisperDecoder, hidden: np.ndarray, config: WhisperGenerationConfig) -> tuple[int, float]:

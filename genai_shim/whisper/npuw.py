@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from genai_shim.whisper.models import DECODER_XML
+from genai_shim.whisper.models import DECODER_XML, alignment_heads
 from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError
 
 __all__ = ["GENAI_KEYS", "NpuwDecoder", "npuw_whisper_properties"]
@@ -28,7 +28,8 @@ __all__ = ["GENAI_KEYS", "NpuwDecoder", "npuw_whisper_properties"]
 MAX_PROMPT_LEN = 4
 MIN_RESPONSE_LEN = 444
 #: keys openvino.genai reads for the decoder (they do not reach the encoder here)
-GENAI_KEYS = frozenset({"MAX_PROMPT_LEN", "MIN_RESPONSE_LEN", "WHISPER_EOS_TOKEN", "BLOB_PATH", "EXPORT_BLOB"})
+GENAI_KEYS = frozenset({"MAX_PROMPT_LEN", "MIN_RESPONSE_LEN", "WHISPER_EOS_TOKEN", "WHISPER_DECOMPOSE_SDPA",
+                        "BLOB_PATH", "EXPORT_BLOB"})
 
 
 def _set_default(config: dict[str, Any], key: str, value: Any) -> None:
@@ -47,8 +48,11 @@ def _length(props: dict[str, Any], key: str, default: int) -> int:
     return int(value)
 
 
-def npuw_whisper_properties(properties: dict[str, Any], eos_token_id: int) -> dict[str, Any]:
-    """The decoder's compile properties on "NPU" (the real's update_npu_config_whisper)."""
+def npuw_whisper_properties(properties: dict[str, Any], eos_token_id: int,
+                            word_timestamps: bool = False) -> dict[str, Any]:
+    """The decoder's compile properties on "NPU" (the real's update_npu_config_whisper); with
+    ``word_timestamps`` ``WHISPER_DECOMPOSE_SDPA`` too (the real inserts it unless given, then renames
+    it to ``NPUW_WHISPER_DECOMPOSE_SDPA``)."""
     props = dict(properties)
     for key in ("BLOB_PATH", "EXPORT_BLOB"):
         if key in props:
@@ -58,6 +62,10 @@ def npuw_whisper_properties(properties: dict[str, Any], eos_token_id: int) -> di
     max_prompt = _length(props, "MAX_PROMPT_LEN", MAX_PROMPT_LEN)
     min_response = _length(props, "MIN_RESPONSE_LEN", MIN_RESPONSE_LEN)
     props["NPUW_WHISPER_EOS_TOKEN"] = props.pop("WHISPER_EOS_TOKEN", eos_token_id)
+    if word_timestamps:
+        props.setdefault("WHISPER_DECOMPOSE_SDPA", True)
+    if "WHISPER_DECOMPOSE_SDPA" in props:
+        props["NPUW_WHISPER_DECOMPOSE_SDPA"] = props.pop("WHISPER_DECOMPOSE_SDPA")
     for key, value in (("NPU_USE_NPUW", "YES"), ("NPUW_ONLINE_PIPELINE", "NONE"), ("NPUW_FUNCALL_FOR_ALL", "NO"),
                        ("NPUW_FOLD", "NO"), ("NPUW_LLM", "YES"), ("NPUW_WHISPER", "YES"),
                        # Whisper's K/V are [batch, heads, seq, head size]; the real reads the axes from the
@@ -73,8 +81,10 @@ def npuw_whisper_properties(properties: dict[str, Any], eos_token_id: int) -> di
 class NpuwDecoder:
     """The ``WhisperDecoder`` of the default NPU path: batch 1, greedy or sampled decoding."""
 
-    def __init__(self, core: Any, folder: Path, props: dict[str, Any], frames: int) -> None:
-        """``props``: npuw_whisper_properties' result."""
+    def __init__(self, core: Any, folder: Path, props: dict[str, Any], frames: int,
+                 word_timestamps: bool = False) -> None:
+        """``props``: npuw_whisper_properties' result; ``word_timestamps``: the pipeline's (the real's
+        decoder reads the alignment heads' scores only then)."""
         model = core.read_model(folder / DECODER_XML)
         names = {n for p in model.inputs for n in p.get_names()}
         if "beam_idx" not in names:
@@ -88,6 +98,10 @@ class NpuwDecoder:
         model.reshape({"encoder_hidden_states": shape})
         compiled = core.compile_model(model, "NPU", props)
         self._request = compiled.create_infer_request()
+        self._word_timestamps = word_timestamps
+        #: NPUW's cross-attention score outputs (NPUW_WHISPER_DECOMPOSE_SDPA)
+        self.scores_outputs = sum(1 for o in compiled.outputs
+                                  if o.get_any_name().startswith("cross_attention_qk_scaled_scores_"))
         self._beam = np.zeros(1, dtype=np.int32)
 
     def infer(self, encoder_hidden_states: np.ndarray, input_ids: list[int]) -> np.ndarray:
@@ -102,9 +116,16 @@ class NpuwDecoder:
 
     def alignment_scores(self, encoder_hidden_states: np.ndarray, input_ids: list[int],
                          heads: list[tuple[int, int]]) -> list[np.ndarray]:
-        raise UnsupportedFeatureError(
-            "word timestamps are not implemented on genai_shim's default NPU Whisper path yet; use the device "
-            "\"CPU\"", key="word_timestamps")
+        """Run ``input_ids`` (a prefill through NPUW) and return, per (layer, head), NPUW's
+        cross-attention scores [rows, frames]: all of its prefill's rows (447), the padding rows at
+        the f32 minimum, as the real's ``get_whisper_alignments_heads_qks`` reads them."""
+        if not self._word_timestamps:
+            # the real's check
+            raise ConfigError(
+                "Encoder attention heads are not decomposed. Cannot get encoder attention QKs.; create the "
+                "pipeline with word_timestamps=True to get word-level timestamps", key="word_timestamps")
+        self.infer(encoder_hidden_states, input_ids)
+        return alignment_heads(self._request.get_tensor, self.scores_outputs, heads)
 
     def reset_state(self) -> None:
         # the real resets the request's states (NPUW's Whisper mode keeps its stored count: a one-token

@@ -167,31 +167,25 @@ class WhisperPipeline:
         core = _make_core()
         self._static = static
         if static:
-            if word_timestamps:
-                raise UnsupportedFeatureError(
-                    "word_timestamps is not implemented on genai_shim's STATIC_PIPELINE yet; use device \"CPU\"",
-                    key="word_timestamps")
             from genai_shim.whisper.static import StaticDecoder
 
             # the real reshapes the encoder to [1, feature_size, nb_max_frames]
             self._encoder = Encoder(core, folder, dev, props,
                                     static_frames=(self._features.feature_size, self._features.nb_max_frames))
             frames, hidden = self._encoder.hidden_shape
-            self._decoder: WhisperDecoder = StaticDecoder(core, folder, dev, props, frames, hidden)
+            self._decoder: WhisperDecoder = StaticDecoder(core, folder, dev, props, frames, hidden,
+                                                         word_timestamps=bool(word_timestamps))
         elif dev.split(".")[0] == "NPU":
-            if word_timestamps:
-                raise UnsupportedFeatureError(
-                    "word_timestamps is not implemented on genai_shim's default NPU path (NPUW's Whisper mode) yet; "
-                    "use device \"CPU\"", key="word_timestamps")
             from genai_shim.whisper.npuw import GENAI_KEYS, NpuwDecoder, npuw_whisper_properties
 
             # the real: the encoder [1, feature_size, frames] on "NPU" with the user's properties, the
             # stateful decoder through NPUW's Whisper mode (npuw.py)
-            decoder_props = npuw_whisper_properties(props, config.eos_token_id)
+            decoder_props = npuw_whisper_properties(props, config.eos_token_id, bool(word_timestamps))
             self._encoder = Encoder(core, folder, dev, {k: v for k, v in props.items() if k not in GENAI_KEYS},
                                     f16_output=False,
                                     static_frames=(self._features.feature_size, self._features.nb_max_frames))
-            self._decoder = NpuwDecoder(core, folder, decoder_props, self._encoder.hidden_shape[0])
+            self._decoder = NpuwDecoder(core, folder, decoder_props, self._encoder.hidden_shape[0],
+                                        word_timestamps=bool(word_timestamps))
         else:
             self._encoder = Encoder(core, folder, dev, props)
             self._decoder = StatefulDecoder(core, folder, dev, props, word_timestamps=bool(word_timestamps))

@@ -21,7 +21,13 @@ Equal/Select).  The encoder output, ``encoder_hidden_states`` and the KV cache m
 in the real (its ``preprocess_encoder`` / ``preprocess_decoder``); here by rounding in numpy.
 
 Batch 1 and greedy or sampled decoding only; ``initial_prompt`` / ``hotwords`` are refused as the
-real refuses them; word timestamps (the real decomposes the SDPAs of both graphs) are not built.
+real refuses them.
+
+Word timestamps (``word_timestamps=True`` at construction), as the real's: the decoder spans
+``KV_LEN - 1`` (447) tokens instead of 4 (the whole window's text is run through it once more),
+its padding rows get the f32 minimum in every cross-attention (the real's cross-attention mask),
+and its cross-attention SDPAs are decomposed with the scores as outputs; the alignment heads read
+all 447 rows, padding included (the real's ``infer_alignments_heads_qks`` on the static decoder).
 """
 
 from __future__ import annotations
@@ -31,8 +37,19 @@ from typing import Any
 
 import numpy as np
 
+from genai_shim.whisper.models import DECODER_XML, alignment_heads
 from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError
-from ov_npu_emu_npuw.whisper import add_attention_mask, add_cache_position, reshape_static, split_stateful_decoder
+from ov_npu_emu_npuw.whisper import (
+    CROSS_MASK,
+    add_attention_mask,
+    add_cache_position,
+    add_cross_attention_mask,
+    cross_mask_padding,
+    cross_mask_rows,
+    expose_cross_attention_scores,
+    reshape_static,
+    split_stateful_decoder,
+)
 
 __all__ = ["StaticDecoder", "PROMPT_LEN", "KV_LEN"]
 
@@ -52,10 +69,10 @@ def _names(ports: Any) -> set[str]:
     return {n for p in ports for n in p.get_names()}
 
 
-def static_models(core: Any, folder: Path, frames: int, hidden: int) -> tuple[Any, Any]:
-    """(decoder [1, 4], decoder with past [1, 1] over KV_LEN) of ``folder``."""
-    from genai_shim.whisper.models import DECODER_XML
-
+def static_models(core: Any, folder: Path, frames: int, hidden: int,
+                  prompt_len: int = PROMPT_LEN) -> tuple[Any, Any, int]:
+    """(decoder [1, prompt_len], decoder with past [1, 1] over KV_LEN, the decoder's score outputs)
+    of ``folder``; a ``prompt_len`` over 4 decomposes the decoder's cross-attention (word timestamps)."""
     decoder = core.read_model(folder / DECODER_XML)
     with_past_xml = folder / "openvino_decoder_with_past_model.xml"
     if "beam_idx" in _names(decoder.inputs):
@@ -68,17 +85,23 @@ def static_models(core: Any, folder: Path, frames: int, hidden: int) -> tuple[An
                           key="models_path")
     add_cache_position(with_past)
     add_attention_mask(with_past, KV_LEN)
-    reshape_static(decoder, PROMPT_LEN, 0, frames, hidden)
+    reshape_static(decoder, prompt_len, 0, frames, hidden)
     reshape_static(with_past, 1, KV_LEN - 1, frames, hidden)
-    return decoder, with_past
+    scores = 0
+    if prompt_len > PROMPT_LEN:
+        mask = add_cross_attention_mask(decoder, prompt_len)
+        scores = expose_cross_attention_scores(decoder, "word_timestamps", mask)
+    return decoder, with_past, scores
 
 
 class StaticDecoder:
     """The ``WhisperDecoder`` of STATIC_PIPELINE=True."""
 
     def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any], frames: int,
-                 hidden: int) -> None:
-        decoder, with_past = static_models(core, folder, frames, hidden)
+                 hidden: int, word_timestamps: bool = False) -> None:
+        #: the decoder's input_ids length: 4, or KV_LEN - 1 with word timestamps (as the real)
+        self.prompt_len = KV_LEN - 1 if word_timestamps else PROMPT_LEN
+        decoder, with_past, self.scores_outputs = static_models(core, folder, frames, hidden, self.prompt_len)
         self._present = [o.get_any_name() for o in decoder.outputs if o.get_any_name().startswith("present.")]
         self._past_inputs = {o.get_any_name(): tuple(o.get_shape()) for o in with_past.inputs
                              if o.get_any_name().startswith("past_key_values")}
@@ -86,7 +109,9 @@ class StaticDecoder:
         if missing:
             raise ConfigError(f"the decoder and the decoder with past do not pair their K/V ({sorted(missing)}); "
                               "export both with optimum-cli", key="models_path")
-        self._prefill = core.compile_model(decoder, device, props).create_infer_request()
+        compiled = core.compile_model(decoder, device, props)
+        self._padding = cross_mask_padding(compiled)
+        self._prefill = compiled.create_infer_request()
         self._step = core.compile_model(with_past, device, props).create_infer_request()
         self._step_reads_hidden = "encoder_hidden_states" in _names(with_past.inputs)
         self._hidden: np.ndarray | None = None
@@ -105,23 +130,30 @@ class StaticDecoder:
             raise ConfigError("STATIC_PIPELINE feeds one token per step after the prompt", key="input_ids")
         return self._run_step(input_ids[0])
 
-    def _run_prefill(self, hidden: np.ndarray, ids: list[int]) -> np.ndarray:
-        if not 1 <= len(ids) <= PROMPT_LEN:
+    def _run_decoder(self, hidden: np.ndarray, ids: list[int]) -> Any:
+        """The decoder on ``ids`` right-padded to its length; its outputs."""
+        if not 1 <= len(ids) <= self.prompt_len:
             raise ConfigError(
-                f"STATIC_PIPELINE's decoder takes at most {PROMPT_LEN} prompt tokens, got {len(ids)}; "
+                f"STATIC_PIPELINE's decoder takes at most {self.prompt_len} prompt tokens, got {len(ids)}; "
                 "initial_prompt and hotwords are not supported with STATIC_PIPELINE (as in the real)",
                 key="initial_prompt")
-        padded = np.zeros((1, PROMPT_LEN), np.int64)
+        padded = np.zeros((1, self.prompt_len), np.int64)
         padded[0, :len(ids)] = ids
+        feed = {"input_ids": padded, "encoder_hidden_states": _f16(hidden)}
+        if self.scores_outputs:
+            feed[CROSS_MASK] = cross_mask_rows(self.prompt_len, len(ids), self._padding)
+        return self._prefill.infer(feed)
+
+    def _run_prefill(self, hidden: np.ndarray, ids: list[int]) -> np.ndarray:
+        out = self._run_decoder(hidden, ids)
         self._hidden = _f16(hidden)
-        out = self._prefill.infer({"input_ids": padded, "encoder_hidden_states": self._hidden})
         for name in self._present:
             value = _f16(np.asarray(out[name]))
             target = name.replace("present", "past_key_values")
             if ".encoder." in name:
                 self._kv[target] = value
             else:
-                self._kv[target][:, :, :PROMPT_LEN] = value
+                self._kv[target][:, :, :self.prompt_len] = value
         self._mask[..., :len(ids)] = 0.0
         self._n = len(ids)
         return np.array(np.asarray(out["logits"])[0, len(ids) - 1], np.float32, copy=True)
@@ -151,6 +183,12 @@ class StaticDecoder:
 
     def alignment_scores(self, encoder_hidden_states: np.ndarray, input_ids: list[int],
                          heads: list[tuple[int, int]]) -> list[np.ndarray]:
-        raise UnsupportedFeatureError(
-            "word timestamps are not implemented on genai_shim's STATIC_PIPELINE yet; use the device \"CPU\"",
-            key="word_timestamps")
+        """The decoder alone on ``input_ids`` (the decoding state is left alone, as the real's
+        ``infer_alignments_heads_qks`` on the static decoder); per (layer, head) its scores over
+        all the decoder's rows [447, frames]."""
+        if not self.scores_outputs:
+            raise ConfigError(
+                "Encoder attention heads are not decomposed. Cannot get encoder attention QKs.; create the "
+                "pipeline with word_timestamps=True to get word-level timestamps", key="word_timestamps")
+        out = self._run_decoder(encoder_hidden_states, input_ids)
+        return alignment_heads(lambda name: out[name], self.scores_outputs, heads)

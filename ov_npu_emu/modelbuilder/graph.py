@@ -48,8 +48,9 @@ def _i64(values: list[int] | int, name: str | None = None) -> Output:
 
 
 def _constant(data: np.ndarray, name: str) -> ov.Node:
-    """A weight Constant; memmapped (streamed) data is shared, not copied."""
-    if isinstance(data, np.memmap):
+    """A weight Constant; memmapped (streamed) and contiguous in-memory data are shared, not
+    copied (the Constant holds a reference to the array; copying a 1B's weights cost seconds)."""
+    if isinstance(data, np.memmap) or (data.flags.c_contiguous and data.flags.aligned and data.ndim > 0):
         node = ov.op.Constant(data, shared_memory=True)
         node.set_friendly_name(name)
         return node

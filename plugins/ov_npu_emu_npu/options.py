@@ -11,6 +11,7 @@ compiler both read it).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from ov_npu_emu.errors import ConfigError
 from ov_npu_emu.options import Converter, Option, OptionTable, as_bool, as_choice, as_str, as_uint
 from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT
 
-__all__ = ["CACHE_MODES", "compilation_mode_params", "higher_precision_ops",
+__all__ = ["CACHE_MODES", "activations_scale_factor", "compilation_mode_params", "higher_precision_ops",
            "DEFAULT_DEVICE_MEMORY_MB", "DEFAULT_WEIGHTS_CACHE_MB", "NPU_OPTIONS", "device_defaults",
            "device_properties", "precision", "read"]
 
@@ -49,6 +50,20 @@ def compilation_mode_params(key: str, value: Any) -> str:
                               "'compute-layers-with-higher-precision=OP,OP,...' (e.g. Sqrt,Power,ReduceMean,"
                               "Add_RMSNorm, what NPUW passes for LLMs)", key=key)
     return text
+
+
+def activations_scale_factor(key: str, value: Any) -> float:
+    """ACTIVATIONS_SCALE_FACTOR: a float, as ``ov::hint::activations_scale_factor``; <= 0 turns
+    activation scaling off (-1, the default, and 0), as in OpenVINO's ActivationsScaling pass."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r}: expected a number (e.g. 8; -1 or 0: off)", key=key)
+    try:
+        s = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}={value!r}: expected a number (e.g. 8; -1 or 0: off)", key=key) from None
+    if not math.isfinite(s):
+        raise ConfigError(f"{key}={value!r}: expected a finite number (e.g. 8; -1 or 0: off)", key=key)
+    return s
 
 
 def higher_precision_ops(params: str) -> frozenset[str]:
@@ -259,6 +274,14 @@ NPU_OPTIONS = OptionTable(
                "Add) saturates its inputs and its output to the f16 range (+-65504: an overflowed value "
                "becomes 65504, not inf), as OpenVINO clamps T5's f16 FC output before the residual Add "
                "(openvino#37041); a protection against f16 overflow, see docs/numerics.md", origin="ours",
+               scope="compile"),
+        Option("ACTIVATIONS_SCALE_FACTOR", activations_scale_factor, -1.0,
+               "Compile, f16 only. `ov::hint::activations_scale_factor`, with the GPU plugin's meaning and "
+               "default; **the real NPU plugin does not accept it** (no such option in its `options.hpp`): "
+               "a config that sets it fails there. A number `s` > 0: the residual stream is carried divided "
+               "by `s` (residual writers' MatMul inputs scaled by 1/s, RMSNorms absorb it with eps / s^2, "
+               "other readers scaled back up), so a residual Add past 65504 stays in f16 range; <= 0 "
+               "(-1, 0): off, as the real. A protection against f16 overflow, see docs/numerics.md",
                scope="compile"),
         Option("NPU_EMU_VERIFY", _FLAG, True,
                "Compile. YES: verify the memory plan and the schedule of every blob", origin="ours", scope="compile"),

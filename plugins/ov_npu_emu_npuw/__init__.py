@@ -33,11 +33,12 @@ def ovnpu_compile_model(
 ) -> DeviceCompiledModel | None:
     """Claim "NPU" compilations with NPU_USE_NPUW=YES and NPUW_LLM=YES (what openvino.genai sets);
     with NPUW_TEXT_EMBED=YES too, the text-embedding mode (text_embed.py); with NPUW_WHISPER=YES,
-    the Whisper-decoder mode (whisper.py).  A plain model with NPU_USE_NPUW=YES goes on to the
-    device, once its NPUW_* keys are ones the real takes there."""
+    the Whisper-decoder mode (whisper.py).  A plain model with NPU_USE_NPUW=YES, once its NPUW_*
+    keys are ones the real takes there, goes on to the device, or to the first device of an
+    NPUW_DEVICES that names no NPU (compile_plain_off_npu)."""
     if not is_npuw_llm_config(device_name, config):
         check_plain_npuw_keys(device_name, config)
-        return None
+        return compile_plain_off_npu(core, model, device_name, config)
     if is_whisper_config(config):
         from ov_npu_emu_npuw.whisper import compile_whisper
 
@@ -49,6 +50,36 @@ def ovnpu_compile_model(
     from ov_npu_emu_npuw.compiled_model import compile_llm
 
     return compile_llm(core, model, config)
+
+
+def compile_plain_off_npu(core: Core, model: ov.Model, device_name: str,
+                          config: Mapping[str, Any]) -> DeviceCompiledModel | None:
+    """A plain (not LLM) model with NPU_USE_NPUW=YES and an NPUW_DEVICES without NPU (e.g. CPU):
+    the real NPUW compiles its subgraphs on those devices (one subgraph with
+    NPUW_ONLINE_PIPELINE=NONE), so the numbers are that device's; ours compiles the whole model
+    there, with the caller's own keys (not the NPU's defaults, not NPU_* / NPUW_* keys).  Dynamic
+    shapes: the real fails at its first request ("to_shape was called on a dynamic shape"); ours
+    refuses at compile, as the emulated NPU does.  None (the emulated NPU compiles it) otherwise."""
+    from ov_npu_emu.errors import DynamicShapeError
+    from ov_npu_emu.options import as_flag
+    from ov_npu_emu.runtime.device import MergedConfig
+    from ov_npu_emu_npuw.compiled_model import pick_device
+
+    if device_name != "NPU" or not as_flag("NPU_USE_NPUW", config.get("NPU_USE_NPUW", "NO")):
+        return None
+    devices = tuple(d.strip().upper() for d in str(config.get("NPUW_DEVICES", "NPU,CPU")).split(",") if d.strip())
+    if not devices or "NPU" in devices:
+        return None
+    for port in model.inputs:
+        if port.get_partial_shape().is_dynamic:
+            raise DynamicShapeError(
+                f"NPUW (NPU_USE_NPUW=YES, NPUW_DEVICES={','.join(devices)}) compiles static shapes only: input "
+                f"{port.get_any_name()!r} has shape {port.get_partial_shape()}. Reshape the model first, e.g. "
+                f"model.reshape({{{port.get_any_name()!r}: [1, 128]}})", input_name=port.get_any_name())
+    explicit = config.explicit_keys if isinstance(config, MergedConfig) else frozenset(config)
+    own = {k: config[k] for k in explicit if k in config and not k.startswith(("NPU_", "NPUW_"))}
+    target = core.registry.get(pick_device(core, devices))
+    return target.compile_model(model, target.merged_config(own))
 
 
 @hookimpl(tryfirst=True)

@@ -3,12 +3,15 @@ KV heads, the RoPE sin/cos tables cached as constants, rotate-half as one MatMul
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections import OrderedDict
 
 import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
+from ov_npu_emu.api.core import openvino_core
 from ov_npu_emu.errors import CompileError
 from ov_npu_emu_npuw.model_io import find_param
 
@@ -199,6 +202,74 @@ def _position_wise(tables: list[np.ndarray], probe: list[np.ndarray], positions:
     return True
 
 
+#: (subgraph key, positions) -> (tables, probe): one NPUW compilation builds the prefill and
+#: several generate variants of one model, whose sin/cos subgraphs are the same; evaluating them
+#: costs a model clone and a CPU compile each
+_ROPE_TABLES: OrderedDict[tuple[str, int], tuple[list[np.ndarray], list[np.ndarray]]] = OrderedDict()
+_ROPE_TABLES_KEPT = 8
+
+
+def _subgraph_key(outputs: list[ov.Node]) -> str:
+    """A digest of the subgraph feeding ``outputs``: op types, attributes, wiring, element types
+    and constant bytes (not the shapes, which follow the variant's token count; a constant that
+    holds one, a target shape, is in the key by its bytes)."""
+    h = hashlib.blake2b(digest_size=20)
+    index: dict[int, int] = {}
+    order: list[ov.Node] = []
+    stack = list(reversed(outputs))
+    while stack:  # post-order walk: inputs before the op
+        node = stack[-1]
+        if node.get_instance_id() in index:
+            stack.pop()
+            continue
+        pending = [v.get_node() for v in node.input_values() if v.get_node().get_instance_id() not in index]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        index[node.get_instance_id()] = len(order)
+        order.append(node)
+        h.update(node.get_type_name().encode())
+        h.update(repr([(index[v.get_node().get_instance_id()], v.get_index()) for v in node.input_values()]).encode())
+        h.update(repr([str(node.get_output_element_type(k)) for k in range(node.get_output_size())]).encode())
+        if node.get_type_name() == "Constant":
+            h.update(np.ascontiguousarray(node.get_data()).tobytes())
+        elif node.get_type_name() != "Parameter":
+            h.update(repr(sorted(node.get_attributes().items())).encode())
+    h.update(repr([index[n.get_instance_id()] for n in outputs]).encode())
+    return h.hexdigest()
+
+
+def _rope_tables(
+    model: ov.Model, trig: list[ov.Node], pos: ov.Node, positions: int
+) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """The ``trig`` outputs for positions ``0..positions-1`` and for all positions 1 (the probe of
+    :func:`_position_wise`), evaluated by the CPU plugin in f32; None if it cannot."""
+    key = (_subgraph_key(trig), positions)
+    if key in _ROPE_TABLES:
+        _ROPE_TABLES.move_to_end(key)
+        return _ROPE_TABLES[key]
+    # Evaluate the sin/cos subgraph for all positions on a throw-away clone.
+    clone = model.clone()
+    by_name = {op.get_friendly_name(): op for op in clone.get_ordered_ops()}
+    sub_pos = find_param(clone, "position_ids")
+    sub = ov.Model([by_name[op.get_friendly_name()].output(0) for op in trig], [sub_pos], "rope")
+    try:
+        sub.reshape({sub_pos.output(0): ov.PartialShape([1, positions])})
+        compiled = openvino_core().compile_model(sub, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        dtype = pos.get_element_type().to_dtype()
+        tables = compiled({0: np.arange(positions, dtype=dtype)[None]})
+        probe = compiled({0: np.ones((1, positions), dtype=dtype)})
+    except RuntimeError as e:
+        logger.debug("RoPE cache: cannot evaluate the sin/cos subgraph (%s); left as is", e)
+        return None
+    result = ([np.array(tables[i]) for i in range(len(trig))], [np.array(probe[i]) for i in range(len(trig))])
+    _ROPE_TABLES[key] = result
+    while len(_ROPE_TABLES) > _ROPE_TABLES_KEPT:
+        _ROPE_TABLES.popitem(last=False)
+    return result
+
+
 def cache_rope(model: ov.Model, positions: int) -> int:
     """Replace the sin/cos computed from ``position_ids`` by a Gather from precomputed tables.
 
@@ -223,22 +294,11 @@ def cache_rope(model: ov.Model, positions: int) -> int:
     ]
     if not trig:
         return 0
-    # Evaluate the sin/cos subgraph for all positions on a throw-away clone.
-    clone = model.clone()
-    by_name = {op.get_friendly_name(): op for op in clone.get_ordered_ops()}
-    sub_pos = find_param(clone, "position_ids")
-    sub = ov.Model([by_name[op.get_friendly_name()].output(0) for op in trig], [sub_pos], "rope")
-    try:
-        sub.reshape({sub_pos.output(0): ov.PartialShape([1, positions])})
-        compiled = ov.Core().compile_model(sub, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-        dtype = pos.get_element_type().to_dtype()
-        tables = compiled({0: np.arange(positions, dtype=dtype)[None]})
-        probe = compiled({0: np.ones((1, positions), dtype=dtype)})
-    except RuntimeError as e:
-        logger.debug("RoPE cache: cannot evaluate the sin/cos subgraph (%s); left as is", e)
+    evaluated = _rope_tables(model, trig, pos, positions)
+    if evaluated is None:
         return 0
-    if not _position_wise([np.asarray(tables[i]) for i in range(len(trig))],
-                          [np.asarray(probe[i]) for i in range(len(trig))], positions):
+    tables, probe = evaluated
+    if not _position_wise(tables, probe, positions):
         logger.info("RoPE cache: the sin/cos depend on the call's whole position range (longrope or "
                     "dynamic scaling); computed per call instead of cached")
         return 0
@@ -246,7 +306,7 @@ def cache_rope(model: ov.Model, positions: int) -> int:
     done = 0
     for i, op in enumerate(trig):
         shape = list(op.get_output_partial_shape(0).to_shape())
-        table = np.asarray(tables[i])
+        table = tables[i]
         changed = [a for a, (d, t) in enumerate(zip(shape, table.shape, strict=False)) if d != t]
         if (
             len(table.shape) != len(shape)

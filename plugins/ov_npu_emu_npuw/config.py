@@ -225,8 +225,10 @@ NPUW_OPTIONS = OptionTable(
             as_flag,
             False,
             (
-                "Whisper mode: decompose the cross-attention SDPAs to expose their scores (word timestamps). "
-                "**Not built:** YES is an `UnsupportedFeatureError`"
+                "Whisper mode: YES (openvino.genai's word timestamps) makes the prefill span the KV size - 1 "
+                "tokens (447), masks its padding rows in the cross-attention and decomposes the cross-attention "
+                "SDPAs; their masked scores `[1, heads, 447, frames]` of the last prefill are the compiled model's "
+                "outputs `cross_attention_qk_scaled_scores_<n>`, padding rows included (as the real's)"
             ),
         ),
         Option(

@@ -12,6 +12,7 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
+from ov_npu_emu.api.core import openvino_core
 from ov_npu_emu.errors import CompileError
 from ov_npu_emu_npuw.model_io import REQUIRED_INPUTS, KVLayout, find_param, token_input
 
@@ -110,7 +111,7 @@ def position_masks(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[str
         shapes[name] = ov.PartialShape(shape)
     try:
         probe.reshape(shapes)
-        compiled = ov.Core().compile_model(probe, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        compiled = openvino_core().compile_model(probe, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         masks = compiled(feed)
     except RuntimeError as e:
         logger.warning(

@@ -25,6 +25,14 @@ f16 KV tensors; here by rounding in numpy); the prefill's logits are the device'
 fills the KV cache its ``NPUW_WHISPER_EOS_TOKEN`` logit is set to +inf (the real's workaround);
 a step on a full cache is the real's "KV-Cache is full." (``KVCacheFullError``).  A prompt longer
 than P is a ``PromptTooLongError`` (the real copies it into its P-slot buffer regardless).
+
+``NPUW_WHISPER_DECOMPOSE_SDPA=YES`` (what openvino.genai sets for ``word_timestamps``), as the
+real's ``llm_compiled_model.cpp`` / ``prepare_whisper_model.cpp`` / ``whisper_infer_request.cpp``:
+the prefill spans ``total - 1`` tokens (447) instead of P, its padding rows get the f32 minimum in
+every cross-attention (the real's ``AttentionMaskInput``), the cross-attention SDPAs are decomposed
+and their masked scores ``[1, heads, total - 1, frames]`` become the compiled model's outputs
+``cross_attention_qk_scaled_scores_<n>`` (f32, rank 0 in the port: the tensor is the last
+prefill's, padding rows included, as the real's; before any prefill it is an error).
 """
 
 from __future__ import annotations
@@ -48,12 +56,18 @@ if TYPE_CHECKING:
     from ov_npu_emu.api.core import Core
 
 __all__ = [
+    "CROSS_MASK",
+    "SCORES_OUTPUT",
     "WhisperCompiledModel",
     "WhisperInferRequest",
     "add_attention_mask",
     "add_cache_position",
+    "add_cross_attention_mask",
     "compile_whisper",
+    "cross_mask_padding",
+    "cross_mask_rows",
     "decoder_from_stateless",
+    "expose_cross_attention_scores",
     "normalize_kv_names",
     "reshape_static",
     "split_stateful_decoder",
@@ -258,11 +272,110 @@ def reshape_static(model: Any, ids: int, past: int, frames: int, hidden: int) ->
             shapes[n] = [1, ps[1].get_length(), frames, ps[3].get_length()]
         elif n.startswith("past_key_values"):
             shapes[n] = [1, ps[1].get_length(), past, ps[3].get_length()]
-        elif n in ("cache_position", "attention_mask"):
+        elif n in ("cache_position", "attention_mask", CROSS_MASK):
             continue
         else:
             raise ConfigError(f"unexpected Whisper decoder input {n!r}", key="models_path")
     model.reshape(shapes)
+
+
+# -- word timestamps: the cross-attention SDPAs decomposed, their scores exposed ----------------
+
+#: the decomposed cross-attention's masked scores (``<name>_<layer>`` as outputs)
+SCORES_OUTPUT = "cross_attention_qk_scaled_scores"
+#: the prefill's additive cross-attention row mask [1, 1, P, 1] (ours; the real builds a [P, frames]
+#: mask from its i64 ``attention_mask`` input through Reshape/Equal/Select/Broadcast): 0 for the
+#: prompt's rows, the f32 minimum for the padding rows
+CROSS_MASK = "npuw_cross_attention_mask"
+
+
+def expose_cross_attention_scores(model: Any, key: str = "word_timestamps", cross_mask: Any = None) -> int:
+    """Decompose the cross-attention SDPAs (friendly name with ``encoder_attn``) of a Whisper
+    decoder as openvino.genai's and NPUW's ``WhisperScaledDotProductAttentionDecomposition``
+    (``MatMul(q * scale, kᵀ) + mask``, softmax, ``MatMul(·, v)``) and add the masked scores as
+    outputs ``cross_attention_qk_scaled_scores_<n>``; returns how many were added.  ``cross_mask``
+    (an output) replaces the SDPAs' own masks, as the real's static prefills do (their
+    ``AttentionMaskInput`` pass gives each cross-attention the padding rows' mask)."""
+    from openvino import opset13 as ops
+
+    for node in model.get_ordered_ops():
+        if node.get_type_name() != _SDPA or "encoder_attn" not in node.get_friendly_name():
+            continue
+        n_in = node.get_input_size()
+        causal = bool(node.get_attributes().get("causal", False))
+        if n_in > 5 or causal:
+            raise ConfigError(
+                f"{node.get_friendly_name()}: word timestamps need a cross-attention without sink or causal "
+                "mask (an optimum-intel Whisper export); this one is not decomposed", key=key)
+        query, key_in, value = node.input_value(0), node.input_value(1), node.input_value(2)
+        if n_in == 5:
+            scale = node.input_value(4)
+        else:
+            last = ops.gather(ops.shape_of(query, "i32"), ops.constant(np.int32(-1)), ops.constant(np.int32(0)))
+            scale = ops.divide(ops.convert_like(ops.constant(np.int32(1)), query),
+                               ops.sqrt(ops.convert_like(last, query)))
+        rank = key_in.get_partial_shape().rank
+        if rank.is_dynamic:
+            raise ConfigError("word timestamps: the cross-attention key has a dynamic rank", key=key)
+        r = rank.get_length()
+        key_t = ops.transpose(key_in, ops.constant(np.array([*range(r - 2), r - 1, r - 2], dtype=np.int32)))
+        scores = ops.matmul(ops.multiply(query, scale), key_t, False, False)
+        mask = cross_mask if cross_mask is not None else (node.input_value(3) if n_in > 3 else None)
+        if mask is not None:
+            if mask.get_element_type() == ov.Type.boolean:
+                zero = ops.convert_like(ops.constant(np.int32(0)), query)
+                minus_inf = ops.convert_like(ops.constant(np.float32(-np.inf)), scores)
+                mask = ops.select(mask, zero, minus_inf).output(0)
+            scores = ops.add(scores, mask)
+        scores.output(0).get_tensor().add_names({SCORES_OUTPUT})
+        out = ops.matmul(ops.softmax(scores, -1), value, False, False)
+        out.set_friendly_name(node.get_friendly_name())
+        node.output(0).replace(out.output(0))
+    added = 0
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Add":
+            continue
+        if not any(SCORES_OUTPUT in name for name in op.output(0).get_names()):
+            continue
+        model.add_outputs([op.output(0)])[0].get_tensor().add_names({f"{SCORES_OUTPUT}_{added}"})
+        added += 1
+    model.validate_nodes_and_infer_types()
+    return added
+
+
+def add_cross_attention_mask(model: Any, prompt_len: int) -> Any:
+    """A ``CROSS_MASK`` input [1, 1, prompt_len, 1] (f32, added to every row's scores); its output."""
+    from openvino import opset13 as ops
+
+    mask = ops.parameter([1, 1, prompt_len, 1], np.float32, name=CROSS_MASK)
+    _set_name(mask.output(0), CROSS_MASK)
+    model.add_parameters([mask])
+    return mask.output(0)
+
+
+#: the padding rows' value on a device computing in f16: the f32 minimum overflows to -inf there,
+#: a row of -inf scores softmaxes to NaN, and the self-attention's 0 x NaN carries it into the
+#: prompt's rows; half of f16's range leaves room for the scores added to it (f16's lowest plus a
+#: negative score overflows too).  The real NPU's handling is not known here; f32 is the exact mode
+F16_PADDING = -32768.0
+
+
+def cross_mask_padding(compiled: Any) -> float:
+    """The padding rows' mask value for ``compiled``: the f32 minimum (the real's) unless it
+    computes in f16."""
+    try:
+        precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    except Exception:  # noqa: BLE001 - a device without the key computes as given
+        return NEG
+    return F16_PADDING if "16" in precision else NEG
+
+
+def cross_mask_rows(prompt_len: int, n: int, padding: float = NEG) -> np.ndarray:
+    """The ``CROSS_MASK`` value of a prompt of ``n`` tokens: 0 for its rows, ``padding`` (the f32
+    minimum, as the real's) after."""
+    mask = np.zeros((1, 1, prompt_len, 1), np.float32)
+    mask[:, :, n:] = padding
+    return mask
 
 
 # -- the compiled model and its request ------------------------------------------------------------
@@ -278,14 +391,14 @@ def compile_whisper(core: Core, model: ov.Model, config: Mapping[str, Any]) -> W
 
     configure_logging()
     cfg = parse_config(config)
-    if NPUW_OPTIONS["NPUW_WHISPER_DECOMPOSE_SDPA"].read(config):
-        raise UnsupportedFeatureError(
-            "NPUW_WHISPER_DECOMPOSE_SDPA=YES (word timestamps on NPUW's Whisper mode) is not built yet in the "
-            "emulated NPUW; drop it (WhisperPipeline: word_timestamps=False), or run word timestamps on \"CPU\"",
-            key="NPUW_WHISPER_DECOMPOSE_SDPA")
+    decompose = bool(NPUW_OPTIONS["NPUW_WHISPER_DECOMPOSE_SDPA"].read(config))
     # the real's Whisper mode takes the lengths as given (4 + 444 = 448, Whisper's max_target_positions)
     prompt = int(NPUW_OPTIONS["NPUW_LLM_MAX_PROMPT_LEN"].read(config))
     total = prompt + int(NPUW_OPTIONS["NPUW_LLM_MIN_RESPONSE_LEN"].read(config))
+    if decompose:
+        # the real (llm_compiled_model.cpp): word timestamps run the decoder once more on the whole
+        # window's text, so the prefill takes all but one of the KV slots
+        prompt = total - 1
     eos = int(NPUW_OPTIONS["NPUW_WHISPER_EOS_TOKEN"].read(config))
     names = _names(model.inputs)
     need = {"input_ids", "encoder_hidden_states", "beam_idx"}
@@ -308,6 +421,10 @@ def compile_whisper(core: Core, model: ov.Model, config: Mapping[str, Any]) -> W
     add_attention_mask(generate, total)
     reshape_static(prefill, prompt, 0, frames, hidden)
     reshape_static(generate, 1, total - 1, frames, hidden)
+    n_scores = 0
+    if decompose:
+        n_scores = expose_cross_attention_scores(prefill, "NPUW_WHISPER_DECOMPOSE_SDPA",
+                                                 add_cross_attention_mask(prefill, prompt))
     prefill.set_friendly_name(f"{name}_prefill")
     generate.set_friendly_name(f"{name}_kv{total}")
     t0 = time.perf_counter()
@@ -317,7 +434,11 @@ def compile_whisper(core: Core, model: ov.Model, config: Mapping[str, Any]) -> W
                 name, prompt, total, device, time.perf_counter() - t0)
     ins = [PortInfo.from_ov_port(i, p) for i, p in enumerate(model.inputs)]
     outs = [PortInfo.from_ov_port(i, p) for i, p in enumerate(model.outputs)]
-    return WhisperCompiledModel(name, cfg, device, cp, cg, prompt, total, eos, ins, outs)
+    # the real adds one output per decomposed layer, f32 of rank 0 (the tensor comes from the last prefill)
+    first = len(outs)
+    outs += [PortInfo(first + i, (f"{SCORES_OUTPUT}_{i}", SCORES_OUTPUT), ov.Type.f32, ov.PartialShape([]))
+             for i in range(n_scores)]
+    return WhisperCompiledModel(name, cfg, device, cp, cg, prompt, total, eos, ins, outs, decompose)
 
 
 class WhisperCompiledModel(ModeCompiledModel):
@@ -326,7 +447,8 @@ class WhisperCompiledModel(ModeCompiledModel):
     mode = "Whisper"
 
     def __init__(self, name: str, cfg: LLMConfig, device: str, prefill: CompiledModel, generate: CompiledModel,
-                 prompt_len: int, total: int, eos: int, inputs: list[PortInfo], outputs: list[PortInfo]) -> None:
+                 prompt_len: int, total: int, eos: int, inputs: list[PortInfo], outputs: list[PortInfo],
+                 decompose: bool = False) -> None:
         self.name = name
         self.cfg = cfg
         self.device = device
@@ -337,6 +459,8 @@ class WhisperCompiledModel(ModeCompiledModel):
         self.eos = eos
         self.inputs = inputs
         self.outputs = outputs
+        #: NPUW_WHISPER_DECOMPOSE_SDPA: the prefill spans total - 1 tokens and exposes the scores
+        self.decompose = decompose
 
     def create_infer_request(self) -> WhisperInferRequest:
         return WhisperInferRequest(self)
@@ -346,7 +470,7 @@ class WhisperCompiledModel(ModeCompiledModel):
             "export of an NPUW Whisper decoder is not built yet; compile it again", key="NPUW_WHISPER")
 
     def mode_properties(self) -> dict[str, Any]:
-        return {"NPUW_WHISPER": True, "NPUW_WHISPER_EOS_TOKEN": self.eos, "NPUW_WHISPER_DECOMPOSE_SDPA": False,
+        return {"NPUW_WHISPER": True, "NPUW_WHISPER_EOS_TOKEN": self.eos, "NPUW_WHISPER_DECOMPOSE_SDPA": self.decompose,
                 "NPUW_LLM_MAX_PROMPT_LEN": self.prompt_len, "NPUW_LLM_MIN_RESPONSE_LEN": self.total - self.prompt_len}
 
 
@@ -361,6 +485,10 @@ class WhisperInferRequest(DeviceInferRequest):
         self._index = {n: p.index for p in cm.inputs for n in p.names}
         self._user: dict[int, ov.Tensor] = {}
         self._logits: ov.Tensor | None = None
+        #: the last prefill's cross-attention scores per output name (NPUW_WHISPER_DECOMPOSE_SDPA)
+        self._scores: dict[str, ov.Tensor] = {}
+        self._scores_names = [o.any_name for o in cm.outputs if o.any_name.startswith(f"{SCORES_OUTPUT}_")]
+        self._padding = cross_mask_padding(cm.prefill) if cm.decompose else NEG
         self._present = [o.get_any_name() for o in cm.prefill.outputs if o.get_any_name().startswith("present.")]
         self._past = {p.get_any_name(): tuple(p.get_shape()) for p in cm.generate.inputs
                       if p.get_any_name().startswith("past_key_values")}
@@ -383,6 +511,13 @@ class WhisperInferRequest(DeviceInferRequest):
                          for i, d in enumerate(port.partial_shape)]
                 self._user[index] = ov.Tensor(port.element_type, shape)
             return self._user[index]
+        name = self.cm.outputs[index].any_name
+        if name.startswith(f"{SCORES_OUTPUT}_"):
+            if name not in self._scores:
+                # the real: "map::at" before the first prefill
+                raise UserInputError("Cross-attention qk scaled scores tensor is not available. Please run "
+                                     "inference first (a prompt of more than one token)")
+            return self._scores[name]
         if self._logits is None:
             raise UserInputError("Logits tensor is not available. Please run inference first.")
         return self._logits
@@ -425,7 +560,12 @@ class WhisperInferRequest(DeviceInferRequest):
                                  f"{list(hidden.shape)}")
         padded = np.zeros((1, size), np.int64)
         padded[0, :n] = ids[0]
-        out = self._prefill.infer({"input_ids": padded, "encoder_hidden_states": np.asarray(hidden, np.float32)})
+        feed = {"input_ids": padded, "encoder_hidden_states": np.asarray(hidden, np.float32)}
+        if self.cm.decompose:
+            feed[CROSS_MASK] = cross_mask_rows(size, n, self._padding)
+        out = self._prefill.infer(feed)
+        # the whole prefill's scores, padding rows included (the real's tensors are not sliced)
+        self._scores = {name: ov.Tensor(np.array(np.asarray(out[name]), np.float32)) for name in self._scores_names}
         for name in self._present:
             value = self._round(np.asarray(out[name]))
             target = name.replace("present", "past_key_values")

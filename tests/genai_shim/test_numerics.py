@@ -30,6 +30,11 @@ def protected() -> dict[str, Any]:
     return run_numerics(FIXTURE, [PROMPT], steps=3, protect=["clamp", "higher-precision"])
 
 
+@pytest.fixture(scope="module")
+def scaled() -> dict[str, Any]:
+    return run_numerics(FIXTURE, [PROMPT], steps=3, protect=["scale", "higher-precision"])
+
+
 def test_report_names_the_overflowing_down_proj_and_its_layer(unprotected: dict[str, Any]) -> None:
     assert unprotected["first_overflow"]["node"] == DOWN
     assert unprotected["first_overflow"]["layer"] == "1"
@@ -59,13 +64,31 @@ def test_protections_bring_the_f32_tokens_back(protected: dict[str, Any]) -> Non
 
 
 def test_one_protection_alone_is_not_enough() -> None:
-    """clamp saturates the residual at 65504, whose square in the final RMSNorm overflows f16
-    again; higher precision alone leaves the down_proj's inf. Both are needed on this fixture."""
-    for prot in (["clamp"], ["higher-precision"]):
+    """clamp saturates the residual at 65504, and scale=8 carries it as 9.2e4 / 8: either way its
+    square in the final RMSNorm overflows f16 again; higher precision alone leaves the down_proj's
+    inf. clamp or scale with higher-precision are needed on this fixture."""
+    r = run_numerics(FIXTURE, [PROMPT], steps=1, protect=["higher-precision"])
+    assert r["first_nonfinite"]["node"] == DOWN
+    for prot in (["clamp"], ["scale"]):
         r = run_numerics(FIXTURE, [PROMPT], steps=1, protect=prot)
-        assert r["first_nonfinite"] is not None, prot
-    r = run_numerics(FIXTURE, [PROMPT], steps=1, protect=["clamp"])
-    assert r["first_nonfinite"]["op"] == "Power"
+        assert r["first_nonfinite"]["node"] == "Power_292", prot
+
+
+def test_scaling_brings_the_f32_tokens_back_without_saturating(scaled: dict[str, Any],
+                                                               protected: dict[str, Any]) -> None:
+    """ACTIVATIONS_SCALE_FACTOR=8 keeps the down_proj and the residual stream in f16 range
+    unchanged in value: the f32 tokens and top-k come back, and the drift stays f16 rounding
+    where clamp + higher-precision saturates (relative error 0.29 on the down_proj)."""
+    p = scaled["outputs"]["prompts"][0]
+    assert p["greedy_f16"] == p["greedy_f32"] and scaled["first_nonfinite"] is None
+    assert scaled["outputs"]["top_k_overlap"] == 1.0 and scaled["outputs"]["similarity"] > 0.9999
+    down = {r["node"]: r for r in scaled["ops"]}[DOWN]
+    assert down["overflow"] and down["nonfinite"] == 0 and down["max_rel_err"] < 5e-3
+    clamped = {r["node"]: r for r in protected["ops"]}[DOWN]
+    assert clamped["max_rel_err"] > 0.1
+    assert max(d["max_rel_err"] for d in scaled["layers"]) < 1e-2
+    assert "protections: scale, higher-precision" in format_text(scaled)
+    assert scaled["protect_properties"]["ACTIVATIONS_SCALE_FACTOR"] == "8"
 
 
 def test_f32_reference_tokens_are_the_real_genai_ones(unprotected: dict[str, Any], real_genai: Any) -> None:
@@ -108,6 +131,9 @@ def test_bad_input_is_a_typed_error(tmp_path: Path) -> None:
         run_numerics(FIXTURE, [])
     with pytest.raises(NumericsError, match="choose from"):
         run_numerics(FIXTURE, [PROMPT], protect=["magic"])
+    for bad in ("scale=abc", "scale=0", "scale=-8"):
+        with pytest.raises(NumericsError, match="positive number"):
+            run_numerics(FIXTURE, [PROMPT], protect=[bad])
     with pytest.raises(NumericsError, match="openvino_model.xml"):
         run_numerics(tmp_path, [PROMPT])
 
@@ -125,6 +151,8 @@ def test_cli_writes_strict_json_and_html(tmp_path: Path, capsys: pytest.CaptureF
     assert d["first_nonfinite"]["node"] == DOWN and "inf" in {o["max_abs_err"] for o in d["ops"]}
     assert main(["numerics", str(FIXTURE)]) == 1  # no prompt: the typed error, exit 1
     assert "--prompt" in capsys.readouterr().err
+    assert main(["numerics", str(FIXTURE), "--prompt", PROMPT, "--protect", "scale=x"]) == 1
+    assert "scale=8" in capsys.readouterr().err
 
 
 def test_json_has_no_bare_infinity(unprotected: dict[str, Any]) -> None:

@@ -7,8 +7,6 @@ and the errors."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import pytest
 import genai_shim
 from genai_shim.whisper.word_timestamps import _dtw, _median_filter, _merge_punctuations
 from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError, UserInputError
-from ov_npu_emu.testing import whisper_test_audio
+from ov_npu_emu.testing import whisper_case_kwargs, whisper_test_audio
 from tests.genai_shim.whisper_helpers import assert_chunks_match, chunks
 
 og = pytest.importorskip("openvino_genai")
@@ -328,56 +326,28 @@ def test_not_yet_supported_is_a_typed_error(ours: Any, real: Any, audio: dict[st
 # -- word-level timestamps ------------------------------------------------------------------------
 
 #: the real 2026.4.1 segfaults when a window's text never decodes to whole characters (its word
-#: splitter finds no word, then loops over words.size() - 1); the tests suppress the tokens that
-#: decode to U+FFFD alone, and run the real in a child process so a crash is a failure, not a
-#: dead worker
-_REAL_WORDS = """
-import json, sys
-import openvino_genai as og
-from ov_npu_emu.testing import whisper_test_audio
-folder, cases = sys.argv[1], json.loads(sys.argv[2])
-pipe = og.WhisperPipeline(folder, "CPU", INFERENCE_PRECISION_HINT="f32", word_timestamps=True)
-for kind, kwargs in cases:
-    res = pipe.generate(whisper_test_audio(kind), **kwargs)
-    words = [[w.word, list(w.token_ids), w.start_ts, w.end_ts] for w in res.words]
-    print(json.dumps([res.texts, words]), flush=True)
-"""
-
-WORD_CASES = [
-    ("short", {"language": "en", "max_new_tokens": 12}),
-    ("medium", {"language": "fr", "max_new_tokens": 25}),
-    ("medium", {"language": "de", "max_new_tokens": 20, "return_timestamps": True}),
-    ("long", {"language": "en"}),
-]
-
-
-def _clean_suppress(pipe: Any) -> list[int]:
-    """Timestamps and every token that decodes to an incomplete character."""
-    cfg = pipe.get_generation_config()
-    tok = pipe.get_tokenizer()
-    first = cfg.no_timestamps_token_id + 1
-    return list(range(first, first + 1501)) + [i for i in range(cfg.eos_token_id) if "\ufffd" in tok.decode([i])]
+#: splitter finds no word, then loops over words.size() - 1); these golden cases suppress the tokens
+#: that decode to U+FFFD alone (ov_npu_emu.testing.whisper_case_kwargs), so the texts split into words
+WORD_GOLDEN = json.loads((FOLDER / "golden.json").read_text(encoding="utf-8"))
+WORD_CASES = [n for n in WORD_GOLDEN["cases"] if n.endswith("_words_clean") or n.endswith("_timestamps_clean")]
 
 
 def test_word_timestamps_match_real() -> None:
+    """The real's goldens (``cpu_word_timestamps``, recorded by tools/whisper_goldens.py)."""
     ours = genai_shim.WhisperPipeline(FOLDER, "CPU", word_timestamps=True, **PROPS)
     assert ours.get_generation_config().word_timestamps
-    sup = _clean_suppress(ours)
-    cases = [(kind, {**kw, "suppress_tokens": sup}) for kind, kw in WORD_CASES]
-    child = subprocess.run([sys.executable, "-c", _REAL_WORDS, str(FOLDER), json.dumps(cases)], capture_output=True,
-                           text=True, timeout=300, check=False)
-    lines = child.stdout.splitlines()
-    assert child.returncode == 0 and len(lines) == len(cases), (child.returncode, child.stderr[-2000:])
+    assert len(WORD_CASES) == 4
     n_words = 0
-    for (kind, kwargs), line in zip(cases, lines, strict=True):
-        want_texts, want_words = json.loads(line)
-        res = ours.generate(whisper_test_audio(kind), **kwargs)
-        got = [[w.word, list(w.token_ids), w.start_ts, w.end_ts] for w in res.words]
-        assert res.texts == want_texts
-        assert got == want_words, (kind, kwargs)
+    for name in WORD_CASES:
+        case = WORD_GOLDEN["cases"][name]
+        want = WORD_GOLDEN["cpu_word_timestamps"]["results"][name]
+        res = ours.generate(whisper_test_audio(case["audio"]), **whisper_case_kwargs(case, ours))
+        got = [[w.word, round(w.start_ts, 4), round(w.end_ts, 4), [int(t) for t in w.token_ids]] for w in res.words]
+        assert res.texts == want["texts"]
+        assert got == want["words"], name
         n_words += len(got)
         assert res.perf_metrics.get_word_level_timestamps_processing_duration().mean > 0
-    assert n_words >= 4  # the comparison saw words, not only empty lists
+    assert n_words >= 10  # the comparison saw words, not only empty lists
 
 
 def test_word_timestamps_helpers() -> None:

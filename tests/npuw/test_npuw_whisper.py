@@ -14,7 +14,7 @@ import openvino as ov
 import pytest
 
 from ov_npu_emu import Core
-from ov_npu_emu.errors import KVCacheFullError, PromptTooLongError, UnsupportedFeatureError, UserInputError
+from ov_npu_emu.errors import KVCacheFullError, PromptTooLongError, UserInputError
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "tests" / "fixtures" / "whisper" / "whisper-tiny-random-fp32"
@@ -140,8 +140,67 @@ def test_properties_and_unbuilt_keys(ours_cpu: Any) -> None:
     # taken as given (the real's Whisper mode: KV 448), not aligned to 64 as for an LLM
     assert ours_cpu.get_property("NPUW_LLM_MAX_PROMPT_LEN") == 4
     assert ours_cpu.get_property("NPUW_LLM_MIN_RESPONSE_LEN") == 444
+    assert ours_cpu.get_property("NPUW_WHISPER_DECOMPOSE_SDPA") is False
+    assert [o.get_any_name() for o in ours_cpu.outputs] == ["logits"]
+
+
+# -- NPUW_WHISPER_DECOMPOSE_SDPA (openvino.genai's word timestamps) ---------------------------------
+
+DECOMPOSE = {**WHISPER, "NPUW_WHISPER_DECOMPOSE_SDPA": "YES"}
+#: sot, language, task, notimestamps, 20 text tokens, eot: what the word-timestamp run feeds
+ALIGN_IDS = [401, 408, 502, 506, *range(30, 50), EOS]
+SCORES = [f"cross_attention_qk_scaled_scores_{i}" for i in range(2)]
+
+
+def _decomposed_run(compiled: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(logits of the prefill and two steps, both layers' scores after the prefill and after the
+    steps)."""
+    request = compiled.create_infer_request()
+    logits, scores = [], []
+    for ids in (ALIGN_IDS, [7], [8]):
+        request.infer(_feed(ids, ENC_A))
+        logits.append(np.array(request.get_tensor("logits").data))
+        if ids is ALIGN_IDS or ids == [8]:
+            scores += [np.array(request.get_tensor(name).data) for name in SCORES]
+    return logits, scores
+
+
+def test_decompose_sdpa_equals_real_npuw_on_cpu() -> None:
+    """The real NPUW (2026.4.1) on CPU: a prefill of total - 1 = 447 tokens; two outputs
+    cross_attention_qk_scaled_scores_<layer> (f32, rank 0 in the port) holding the last prefill's
+    [1, heads, 447, frames] scores, padding rows at the f32 minimum; a generate step leaves them."""
+    core = ov.Core()
+    real_cm = core.compile_model(_decoder(core), "NPU", {**DECOMPOSE, "NPUW_DEVICES": "CPU"})
+    want_logits, want_scores = _decomposed_run(real_cm)
+    ours = Core()
+    cm = ours.compile_model(_decoder(ours), "NPU", {**DECOMPOSE, "NPUW_DEVICES": "CPU"})
+    assert [sorted(o.get_names()) for o in cm.outputs] == [sorted(o.get_names()) for o in real_cm.outputs]
+    assert [o.get_partial_shape() for o in cm.outputs] == [o.get_partial_shape() for o in real_cm.outputs]
+    assert cm.get_property("NPUW_WHISPER_DECOMPOSE_SDPA") is True
+    assert cm.get_property("NPUW_LLM_MAX_PROMPT_LEN") == 447
+    with pytest.raises(UserInputError, match="run inference first"):
+        cm.create_infer_request().get_tensor(SCORES[0])
+    got_logits, got_scores = _decomposed_run(cm)
+    for want, got in zip(want_logits + want_scores, got_logits + got_scores, strict=True):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    assert got_scores[0].shape == (1, 4, 447, 1500)
+    assert (got_scores[1][:, :, len(ALIGN_IDS):] == np.finfo(np.float32).min).all()
+    np.testing.assert_array_equal(got_scores[2], got_scores[0])  # the steps leave the prefill's
+    # the real: "Check '*roi_end <= *max_dim'", then heap corruption
+    with pytest.raises(PromptTooLongError):
+        cm.create_infer_request().infer(_feed([401] * 448, ENC_A))
+
+
+def test_decompose_sdpa_in_f16_keeps_the_prompt_rows_finite() -> None:
+    """On the emulated NPU at its default f16 the padding rows' mask is -32768, not the f32 minimum
+    (which overflows to -inf: a row of -inf softmaxes to NaN, and the self-attention's 0 x NaN
+    would carry it into the prompt's rows; the upstream STATIC_PIPELINE word-timestamp test met
+    it as NaN logits)."""
     core = Core()
-    with pytest.raises(UnsupportedFeatureError) as err:
-        core.compile_model(_decoder(core), "NPU", {**WHISPER, "NPUW_DEVICES": "CPU",
-                                                   "NPUW_WHISPER_DECOMPOSE_SDPA": "YES"})
-    assert err.value.key == "NPUW_WHISPER_DECOMPOSE_SDPA"
+    f16 = {k: v for k, v in DECOMPOSE.items() if k != "INFERENCE_PRECISION_HINT"}
+    request = core.compile_model(_decoder(core), "NPU", f16).create_infer_request()
+    request.infer(_feed(ALIGN_IDS, ENC_A))
+    assert np.isfinite(np.asarray(request.get_tensor("logits").data)).all()
+    scores = np.asarray(request.get_tensor(SCORES[0]).data)
+    assert np.isfinite(scores).all() and (scores[:, :, len(ALIGN_IDS):] < -3e4).all()

@@ -64,9 +64,70 @@ def test_hub_ids_and_standin_arch(tmp_path):
     (tmp_path / "data" / "models.py").write_text('M = ("Qwen/Qwen2-0.5B-Instruct",)\n')
     (tmp_path / "test_x.py").write_text(
         'a = "optimum-intel-internal-testing/tiny-random-Phi3ForCausalLM"\n'
-        'b = "openai/whisper-tiny"\nc = "data/short_prompts.txt"\nd = "BAAI/bge-small-en-v1.5"\n')
+        'b = "openai/whisper-tiny"\nc = "data/short_prompts.txt"\nd = "BAAI/bge-small-en-v1.5"\n'
+        'e = "optimum-intel-internal-testing/tiny-random-qwen3-asr"\n')
     ids = us.hub_ids(tmp_path, ["test_x.py"])
     assert ids == ["BAAI/bge-small-en-v1.5", "Qwen/Qwen2-0.5B-Instruct",
                    "optimum-intel-internal-testing/tiny-random-Phi3ForCausalLM"]
     assert [us.standin_arch(i) for i in ids] == ["bert", "qwen2", "phi3"]
     assert us.standin_arch("TinyLlama/TinyLlama-1.1B-Chat-v1.0") == "llama"
+
+
+def test_rag_standin_kinds(tmp_path):
+    """test_rag.py's embedding and reranker ids get RAG stand-ins (the Qwen3 seq-cls reranker
+    before the generative one); a VL embedding model and an LLM get none."""
+    kinds = {i: us.rag_standin_kind(i) for i in (
+        "BAAI/bge-small-en-v1.5", "mixedbread-ai/mxbai-embed-xsmall-v1", "cross-encoder/ms-marco-TinyBERT-L2-v2",
+        "tomaarsen/Qwen3-Reranker-0.6B-seq-cls", "Qwen/Qwen3-Reranker-0.6B", "Qwen/Qwen3-Embedding-0.6B",
+        "optimum-intel-internal-testing/tiny-random-qwen3-vl-embedding", "Qwen/Qwen2-0.5B-Instruct")}
+    assert list(kinds.values()) == ["bert-embed", "bert-embed", "bert-cross-encoder", "qwen3-seqcls",
+                                    "qwen3-rerank", "qwen3-embed", None, None]
+    (tmp_path / "test_rag.py").write_text('A = "Qwen/Qwen3-Reranker-0.6B"\nB = "Qwen/Qwen2-0.5B-Instruct"\n')
+    assert us.rag_hub_ids(tmp_path, ["test_rag.py"]) == ["Qwen/Qwen3-Reranker-0.6B"]
+
+
+def test_table_keep_carries_rows_of_files_without_results(tmp_path):
+    """--keep: a file the doc lists and the work dir has no results for keeps its rows and groups
+    (and the doc says so); the files with results are recounted; the totals add up."""
+    _results(tmp_path, "real", JUNIT)
+    _results(tmp_path, "ours", JUNIT)
+    (tmp_path / "results" / "meta.json").write_text(json.dumps({"commit": "abc", "versions": {}}))
+    doc = tmp_path / "doc.md"
+    doc.write_text("- generated: 2026-01-01 00:00 UTC\n\n| upstream test file | a | b | c | d |\n|---|\n"
+                   "| test_old.py | 10 | 8 | 7 | 0 |\n| test_a.py | 1 | 1 | 1 | 0 |\n| **total** | 11 | 9 | 8 | 0 |\n\n"
+                   "## Real passes, ours does not (1 tests, 1 groups)\n\n| file | test | n | ours | cause |\n"
+                   "|---|---|---:|---|---|\n| test_old.py | `test_f` | 1 | failed: X |  |\n\n"
+                   "- test_old.py `test_f[1]` — failed: X\n\n"
+                   "## Not compared: the real does not pass on the stand-ins (2)\n\n| file | test | n | real |\n"
+                   "|---|---|---:|---|\n| test_old.py | `test_g` | 2 | skipped: S |\n")
+
+    class Args:
+        work = tmp_path
+        keep = True
+
+    Args.doc = doc
+    assert us.cmd_table(Args) == 0
+    text = doc.read_text()
+    assert "| test_old.py | 10 | 8 | 7 | 0 |" in text and "| test_a.py | 5 | 2 | 2 | 0 |" in text
+    assert "| **total** | 15 | 10 | 9 | 0 |" in text
+    assert "carried over from the previous table (generated 2026-01-01 00:00 UTC" in text
+    assert "(1 tests, 1 groups)" in text and "| test_old.py | `test_f` | 1 | failed: X |  |" in text
+    assert "- test_old.py `test_f[1]` — failed: X" in text
+    # test_a's three (failed, skipped, error) and the two kept
+    assert "stand-ins (5)" in text and "| test_old.py | `test_g` | 2 | skipped: S |" in text
+
+
+def test_hub_snapshot_layout_is_made_once(tmp_path):
+    """The Whisper stand-ins' hub cache layout: <kind>--org--name/snapshots/<rev>, refs/main."""
+    calls = []
+
+    def build(d):
+        calls.append(d)
+        (d / "config.json").write_text("{}")
+
+    snap = us._hub_snapshot(tmp_path, "openai/whisper-tiny", "models", build)
+    assert snap.parent.parent == tmp_path / "models--openai--whisper-tiny"
+    assert (snap / "config.json").is_file()
+    assert (snap.parent.parent / "refs" / "main").read_text() == snap.name
+    assert us._hub_snapshot(tmp_path, "openai/whisper-tiny", "models", build) == snap and len(calls) == 1
+    assert {"openai/whisper-tiny", "distil-whisper/distil-small.en"} == set(us.WHISPER_IDS)

@@ -12,6 +12,7 @@ from openvino import passes
 
 from ov_npu_emu.errors import CompileError, DynamicShapeError, MemoryPlanError, UnsupportedOpError
 from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT, ELEMENT_TYPES, tensor_bytes
+from ov_npu_emu_npu.compiler.act_scale import scale_activations
 from ov_npu_emu_npu.compiler.compress import CompressedWeight, detach_compressed_weights
 
 __all__ = ["LiftedVariable", "Prepared", "prepare"]
@@ -93,17 +94,23 @@ def _check_static(model: ov.Model) -> None:
             )
 
 
-def prepare(model: ov.Model, *, compress: bool = True, dynamic_ops: bool = False) -> Prepared:
+def prepare(model: ov.Model, *, compress: bool = True, dynamic_ops: bool = False,
+            activations_scale: float = 0.0) -> Prepared:
     """Clone ``model``, reject dynamic shapes, lift variables, fold constants.
 
     With ``compress`` the weight-decompression subgraphs feeding MatMul/Gather are detached
     first (see compress.py), so folding leaves them compressed instead of making f32 constants.
     ``dynamic_ops`` (query_model) lets ops with a dynamic output shape through (NonMaxSuppression
-    on static inputs), for lowering to refuse one by one.
+    on static inputs), for lowering to refuse one by one.  ``activations_scale`` > 0
+    (ACTIVATIONS_SCALE_FACTOR in f16 mode) carries the residual streams divided by it
+    (act_scale.py), before anything else touches the graph.
     """
     _check_static(model)
     _check_io(model)  # before clone and folding, which would allocate a huge tensor
     m = model.clone()
+    if activations_scale > 0:
+        n_scaled = scale_activations(m, activations_scale)
+        logger.debug("ACTIVATIONS_SCALE_FACTOR=%g: %d residual Adds carried scaled", activations_scale, n_scaled)
     n_in, n_out = len(m.get_parameters()), len(m.get_results())
     compressed, placeholders = detach_compressed_weights(m) if compress else ({}, [])
     _fold(m)  # folds ReadValue initialiser subgraphs into constants

@@ -28,6 +28,7 @@ from ov_npu_emu_npu.blob.kernel_params import (
     SdpaParams,
     pack_params,
 )
+from ov_npu_emu_npu.compiler.act_scale import KEEP_F32
 from ov_npu_emu_npu.compiler.compress import F16_DQ_ROUNDING, CompressedWeight
 from ov_npu_emu_npu.compiler.frontend import Prepared
 from ov_npu_emu_npu.compiler.fuse_kv import KvFusion, find_kv_fusions
@@ -112,7 +113,7 @@ class _Lowerer:
 
     def node_out(self, node: ov.Node, i: int = 0) -> Value:
         dtype = np_dtype(node.get_output_element_type(i))
-        if self.f16 and self.higher_precision and self._higher(node):
+        if self.f16 and ((self.higher_precision and self._higher(node)) or KEEP_F32 in node.get_rt_info()):
             return self.new_value(tuple(node.get_output_shape(i)), dtype, Place.SCRATCH)
         return self.scratch(tuple(node.get_output_shape(i)), dtype)
 

@@ -84,7 +84,9 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
     # NPU_EMU_WEIGHT_COMPRESSION=NO folds decompression subgraphs to f32 constants (the old
     # behaviour; blobs several times larger) - kept for comparisons
     # (docs/performance.md, "Knobs that change speed or memory")
-    prep = prepare(model, compress=_flag(config, "NPU_EMU_WEIGHT_COMPRESSION"))
+    # ACTIVATIONS_SCALE_FACTOR: residual streams carried divided by it, f16 only (act_scale.py)
+    scale = float(NPU_OPTIONS.get(config, "ACTIVATIONS_SCALE_FACTOR")) if precision == "f16" else 0.0
+    prep = prepare(model, compress=_flag(config, "NPU_EMU_WEIGHT_COMPRESSION"), activations_scale=scale)
     # NPU_EMU_PING_PONG=NO: one CMX slot per tiled-MatMul stream (no DMA/compute overlap), for A/B.
     # A multi-token prefill keeps the row-tiled MatMul staging: its token-row windows (tokens.py)
     # skip whole row tiles, and do not yet follow the K/N tiles of the ping-pong lowering.
