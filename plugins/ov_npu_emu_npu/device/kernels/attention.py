@@ -694,6 +694,13 @@ class _CompactProducts:
         S = self.S = k32.shape[-2]
         self.mask = _grouped_mask(mask, k32.shape[1], groups) if groups > 1 else mask
         self.direct = o.dtype == np.float32 and tuple(self.o.shape[:-2]) == self.batch
+        self.narrow: Runner | None = None
+        if o.dtype == np.float16 and self.o.flags.c_contiguous:
+            from ov_npu_emu_npu.device.kernels.f16 import narrow_runner
+
+            self.o32 = np.empty((*self.batch, rows, v32.shape[-1]), np.float32)
+            if self.o32.size == self.o.size:
+                self.narrow = narrow_runner(self.o32, self.o)
         n = math.prod(self.batch) * rows
         self.c_flat = aligned((n * S,), np.dtype(np.float32), 0)
         self.m_flat = np.empty(self.mask.size, self.mask.dtype)
@@ -743,6 +750,9 @@ class _CompactProducts:
         np.divide(pf, self.rowmax, out=pf)
         if self.direct:
             np.matmul(pf, self.v32, out=self.o)
+        elif self.narrow is not None:  # f16 mode: numpy's rounding, faster (kernels/f16.py)
+            np.matmul(pf, self.v32, out=self.o32)
+            self.narrow()
         else:
             np.copyto(self.o, np.matmul(pf, self.v32).reshape(self.o.shape), casting="unsafe")
 
@@ -775,9 +785,21 @@ class _FusedKv:
                 self.m2 = _view(mask, (-1, S))
             except (AttributeError, ValueError):
                 self.m2 = None
+        # f16 mode's query, widened per run (exactly: the f32 query the full run's products read)
+        # so that the compact products serve it too; without it f16 decode attention took every
+        # column (issue 34)
+        self.q32, self.widen_q = q, None
+        if q.dtype == np.float16 and q.flags.c_contiguous:
+            from ov_npu_emu_npu.device.kernels.f16 import widen_runner
+
+            self.q32 = aligned(q.shape, np.dtype(np.float32), 0)
+            self.widen_q = widen_runner(q, self.q32)
+            if self.widen_q is None:
+                self.q32 = q
         self.compact: _CompactProducts | None = None
-        if self.m2 is not None and mask is not None and _CompactProducts.usable(q, self.k32, mask, params):
-            self.compact = _CompactProducts(q, self.k32, self.v32, mask, outs[0], params, self.scale_of(params, q))
+        if self.m2 is not None and mask is not None and _CompactProducts.usable(self.q32, self.k32, mask, params):
+            self.compact = _CompactProducts(self.q32, self.k32, self.v32, mask, outs[0], params,
+                                            self.scale_of(params, q))
         if self.m2 is not None:
             self.colmax = np.empty(S, self.m2.dtype)
             self.rowmask = np.empty(self.m2.shape[0], self.m2.dtype)
@@ -850,7 +872,9 @@ class _FusedKv:
         from ov_npu_emu_npu.device.kernels.kvrows import join_rows
 
         rowmin = self._open_columns()
-        q_max = _absmax(self.q)
+        if self.widen_q is not None:
+            self.widen_q()
+        q_max = _absmax(self.q32)  # the f16 query's values, exactly
         if rowmin is None or not math.isfinite(q_max):
             return False
         open_past = self.open_cols[:self.P]
@@ -862,8 +886,10 @@ class _FusedKv:
         if max(kc, ko, vc, vo) >= _F16_NONFINITE:
             return False
         self._join_new()
-        k_new = _absmax(self.kn)
-        if not (math.isfinite(k_new) and math.isfinite(_absmax(self.vn))):
+        # the new rows' values as joined into the f32 copies (exact widenings of f16 rows: the same
+        # maxima; numpy reduces f16 one element at a time)
+        k_new = _absmax(self.k32[..., self.P:, :])
+        if not (math.isfinite(k_new) and math.isfinite(_absmax(self.v32[..., self.P:, :]))):
             return False
         k_abs = max(_f16_value(max(kc, ko)), k_new)
         if self.m2 is not None and self.m2.dtype != np.bool_:

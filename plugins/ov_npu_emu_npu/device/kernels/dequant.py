@@ -184,12 +184,25 @@ def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], 
     run = runner(name, x, q, scale, zp, y, k, mul_f16)
     if run is None or (direct_in and direct_out):
         return run
+    # f16 mode's rows: numba's exact widening / nearest-even rounding (numpy's bits, several times
+    # faster than numpy's casts, kernels/f16.py); other types through numpy
+    from ov_npu_emu_npu.device.kernels.f16 import narrow_runner, widen_runner
+
+    widen = None if direct_in else widen_runner(a, x)
+    narrow = None if direct_out else narrow_runner(y, o)
+
     def copying() -> None:
         if not direct_in:
-            np.copyto(x.reshape(a.shape), a, casting="unsafe")
+            if widen is not None:
+                widen()
+            else:
+                np.copyto(x.reshape(a.shape), a, casting="unsafe")
         run()
         if not direct_out:
-            np.copyto(o, y.reshape(o.shape), casting="unsafe")
+            if narrow is not None:
+                narrow()
+            else:
+                np.copyto(o, y.reshape(o.shape), casting="unsafe")
 
     return copying
 

@@ -50,12 +50,50 @@ _BIN_UFUNC = {
 }
 
 
+def _f16_binary(name: str, a: np.ndarray, b: np.ndarray, o: np.ndarray) -> Runner | None:
+    """f16 mode's add/subtract/multiply/divide into an f16 output: numpy's f16 bits at f32 speed
+    (:mod:`.f16`); None for other operations, types and layouts."""
+    if o.dtype != np.float16 or name not in ("add", "subtract", "multiply", "divide"):
+        return None
+    # numba loads (slowly) on the first task that uses it, not with every import of the device
+    from ov_npu_emu_npu.device.kernels.f16 import binary_runner
+
+    return binary_runner(name, a, b, o)
+
+
+def _widened_operand(uf: Callable[..., Any], a: np.ndarray, b: np.ndarray, o: np.ndarray) -> Runner | None:
+    """An f16 operand next to an f32 one, into an f32 output (f16 mode's Power of the residual in an
+    f32 RMSNorm): numpy's f32 loop reads the f16 operand cast to f32, exactly; widening it first
+    with kernels/f16.py gives that loop the same values without numpy's per-element cast."""
+    if o.dtype != np.float32 or {a.dtype, b.dtype} != {np.dtype(np.float16), np.dtype(np.float32)}:
+        return None
+    h = a if a.dtype == np.float16 else b
+    if not h.flags.c_contiguous:
+        return None
+    from ov_npu_emu_npu.device.kernels.f16 import widen_runner
+
+    h32 = np.empty(h.shape, np.float32)
+    widen = widen_runner(h, h32)
+    if widen is None:
+        return None
+    x, y = (h32, b) if h is a else (a, h32)
+
+    def run() -> None:
+        widen()
+        uf(x, y, out=o)
+
+    return run
+
+
 def _make_binary(name: str) -> Maker:
     uf = _BIN_UFUNC[name]
 
     def maker(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params: KernelParams) -> Runner:
         a, b = ins
         o = outs[0]
+        fast = _f16_binary(name, a, b, o) or _widened_operand(uf, a, b, o)
+        if fast is not None:
+            return fast
         # bound as C-level partials: no Python frame per task on the hot path
         if o.dtype == a.dtype or o.dtype == np.bool_:
             return functools.partial(uf, a, b, out=o)
@@ -72,6 +110,9 @@ for _n in _BIN_UFUNC:
 def _divide(ins, outs, params):
     a, b = ins
     o = outs[0]
+    fast = _f16_binary("divide", a, b, o)
+    if fast is not None:
+        return fast
     if o.dtype.kind == "f":
         return functools.partial(np.divide, a, b, out=o, casting="unsafe")
     if params.python_division:  # python division for integers: floor
@@ -201,6 +242,12 @@ def _gelu(ins, outs, params):
 def _swish(ins, outs, params):
     x, o = ins[0], outs[0]
     beta = params.beta
+    if x.dtype == o.dtype == np.float16:  # f16 mode: the same bits at f32 speed
+        from ov_npu_emu_npu.device.kernels.f16 import swish_runner
+
+        fast = swish_runner(x, o, beta)
+        if fast is not None:
+            return fast
     tmp = np.empty(o.shape, np.float32)
     # 0-d arrays of the dtype a Python float would take (NEP 50): same loops, no per-call scalar
     # conversion (a fixed cost per ufunc call that dominates on these small tensors)

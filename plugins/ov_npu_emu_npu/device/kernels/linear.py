@@ -39,10 +39,20 @@ def _f16_decode(a: np.ndarray, b: np.ndarray, o: np.ndarray, ta: bool, tb: bool)
     if inner is None:
         return None
 
+    from ov_npu_emu_npu.device.kernels.f16 import narrow_runner, widen_runner
+
+    widen, narrow = widen_runner(a, a32), narrow_runner(o32, o)  # numpy's bits, faster (kernels/f16.py)
+
     def run() -> None:
-        np.copyto(a32, a)
+        if widen is not None:
+            widen()
+        else:
+            np.copyto(a32, a)
         inner()
-        np.copyto(o, o32, casting="unsafe")
+        if narrow is not None:
+            narrow()
+        else:
+            np.copyto(o, o32, casting="unsafe")
 
     return run
 
