@@ -775,11 +775,6 @@ KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
     ("test_llm_pipeline.py", r"test_chat_scenario", r"HF reference",
      "stateful chat fed TokenizedInputs (only each turn's new tokens): turns 2+ differ from HF when the "
      "system message is empty (ChatML stand-in); with a system message it passes"),
-    ("test_whisper_pipeline_static.py", r"test_static_whisper_stateful_(generation_compare_with_cpu|word_timestamps)",
-     r"",
-     "a plain model with NPU_USE_NPUW=YES, NPUW_DEVICES=CPU (the encoder, STATIC_PIPELINE's decoders) "
-     "compiles on the emulated NPU (f16 by default), the real's NPUW runs it on the CPU plugin; "
-     "with INFERENCE_PRECISION_HINT=f32 ours equals CPU"),
 ]
 
 
