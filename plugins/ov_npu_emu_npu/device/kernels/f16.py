@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from numba.extending import intrinsic
+
+from ov_npu_emu_npu.device.kernels.gemv import _f32, _intrinsic
 
 __all__ = ["binary_runner", "narrow", "narrow_runner", "swish_runner", "widen", "widen_runner"]
 
@@ -39,25 +40,6 @@ _JIT: dict[str, Any] = {"nogil": True, "cache": True, "error_model": "numpy"}  #
 
 #: the element-wise operations :func:`binary_runner` computes, as its kernel's operation code
 OPS = {"add": 0, "subtract": 1, "multiply": 2, "divide": 3}
-
-
-def _intrinsic(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """numba's ``intrinsic``, typed as jitted code calls it (see :mod:`.gemv`)."""
-    return intrinsic(fn)
-
-
-@_intrinsic
-def _f32(typingctx, v):
-    """f16 bits (uint16) -> f32 exactly, or an f32 as it is."""
-    if v == types.uint16:
-        def codegen(context, builder, signature, args):
-            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
-    elif v == types.float32:
-        def codegen(context, builder, signature, args):
-            return args[0]
-    else:
-        return None
-    return types.float32(v), codegen
 
 
 @_intrinsic
