@@ -103,3 +103,51 @@ def test_f16_operand_into_f32_output_bits() -> None:
             nan = np.isnan(want)
             assert (np.isnan(got) == nan).all()
             assert (got.view(np.uint32)[~nan] == want.view(np.uint32)[~nan]).all()
+
+
+#: (a, b, transpose_a, transpose_b): prefill rows x f32 / f16 weights, attention's QK^T and PV
+#: with batch / head axes (broadcast), 1-D operands, transposed activations
+_MATMULS = [((5, 64), (48, 64), False, True), ((1, 7, 64), (64, 48), False, False),
+            ((1, 4, 7, 16), (1, 4, 9, 16), False, True), ((1, 4, 7, 9), (1, 1, 9, 16), False, False),
+            ((2, 1, 16, 7), (3, 16, 5), True, False), ((64,), (64, 8), False, False),
+            ((6, 64), (64,), False, False), ((3, 1152), (40, 1152), False, True)]
+
+
+@pytest.mark.parametrize(("sa", "sb", "ta", "tb"), _MATMULS)
+def test_generic_matmul_f16_bits(sa: tuple[int, ...], sb: tuple[int, ...], ta: bool, tb: bool) -> None:
+    """The f16 mode's generic MatMul (kernels/linear.py ``_f16_generic``): each f16 operand widened,
+    numpy's f32 matmul on the same layouts, the product rounded to f16 -- the bits of numpy's
+    ``astype`` / ``matmul`` / cast, for f16 x f16 and f16 x f32 operands."""
+    from ov_npu_emu_npu.blob.kernel_params import MatMulParams
+    from ov_npu_emu_npu.device.kernels.linear import _f16_generic
+
+    p = MatMulParams(transpose_a=ta, transpose_b=tb)
+    a = (_RNG.standard_normal(sa) * 3).astype(np.float16)
+    for b in ((_RNG.standard_normal(sb) * 3).astype(np.float16), _RNG.standard_normal(sb).astype(np.float32)):
+        av = np.swapaxes(a, -1, -2) if ta and a.ndim > 1 else a
+        bv = np.swapaxes(b, -1, -2) if tb and b.ndim > 1 else b
+        want = np.matmul(av.astype(np.float32), bv.astype(np.float32, copy=False)).astype(np.float16)
+        got = np.full(want.shape, np.nan, np.float16)
+        assert _f16_generic(a, b, got, ta, tb) is not None  # this path, not the fallback
+        make_kernel("matmul", [a, b], [got], p)()
+        _same_bits(got, want)
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_decode_matmul_f16_one_call_bits(rows: int) -> None:
+    """f16 mode's small decode MatMul (f16 rows x f32 [N, K] weight) runs as one numba call
+    (kernels/f16.py ``_gemv_f16_rows``) with the bits of the f32 mode's gemv on the widened rows,
+    rounded to f16 by numpy."""
+    from ov_npu_emu_npu.blob.kernel_params import MatMulParams
+    from ov_npu_emu_npu.device.kernels.f16 import _gemv_f16_rows
+
+    p = MatMulParams(transpose_a=False, transpose_b=True)
+    a = (_RNG.standard_normal((1, rows, 64)) * 3).astype(np.float16)
+    w = _RNG.standard_normal((172, 64)).astype(np.float32)
+    o32 = np.empty((1, rows, 172), np.float32)
+    make_kernel("matmul", [a.astype(np.float32), w], [o32], p)()
+    got = np.full((1, rows, 172), np.nan, np.float16)
+    run = make_kernel("matmul", [a, w], [got], p)
+    assert getattr(run, "func", None) is _gemv_f16_rows  # the fused call, not three steps
+    run()
+    _same_bits(got, o32.astype(np.float16))

@@ -20,10 +20,67 @@ def _matmul(ins, outs, params):
     av = np.swapaxes(a, -1, -2) if ta and a.ndim > 1 else a
     bv = np.swapaxes(b, -1, -2) if tb and b.ndim > 1 else b
     if a.ndim == 1 or b.ndim == 1 or a.dtype != np.float32 or b.dtype != np.float32 or o.dtype != np.float32:
-        return _f16_decode(a, b, o, ta, tb) or (lambda: np.copyto(
+        return _f16_decode(a, b, o, ta, tb) or _f16_generic(a, b, o, ta, tb) or (lambda: np.copyto(
             o, np.matmul(av.astype(np.float32, copy=False), bv.astype(np.float32, copy=False)).reshape(o.shape),
             casting="unsafe"))
     return decode_shaped(a, b, o, ta, tb) or functools.partial(np.matmul, av, bv, out=o)
+
+
+def _product_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The shape of ``np.matmul`` of operands of these shapes (None when they do not multiply)."""
+    if not a or not b:
+        return None
+    a2, b2 = (1, *a) if len(a) == 1 else a, (*b, 1) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        return None
+    try:
+        lead = np.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError:
+        return None
+    return (*lead, *((a2[-2],) if len(a) > 1 else ()), *((b2[-1],) if len(b) > 1 else ()))
+
+
+def _f16_generic(a: np.ndarray, b: np.ndarray, o: np.ndarray, ta: bool, tb: bool) -> Runner | None:
+    """f16 mode's other MatMuls (prefill rows, attention's activation x activation products,
+    f16 weights): the generic path's steps -- each f16 operand widened to f32 (exact), numpy's
+    f32 matmul, the product rounded to f16 -- with the widening and rounding in the numba loops
+    of kernels/f16.py into buffers made once.  numpy's own f16 <-> f32 casts convert one element
+    at a time on hosts without F16C in its baseline: 72 against 17 us per call at K=64, 475
+    against 111 us at K=1152.  The f32 product is computed on the same layouts (a transposed
+    operand stays a transposed view), so BLAS gets the same call and the bits are the generic
+    path's.  None: other dtypes keep it."""
+    if o.dtype != np.float16 or not o.flags.c_contiguous:
+        return None
+    if a.dtype not in (np.float16, np.float32) or b.dtype not in (np.float16, np.float32):
+        return None
+
+    from ov_npu_emu_npu.device.kernels.f16 import narrow_runner, widen_runner
+
+    steps: list[Runner] = []
+
+    def as_f32(x: np.ndarray, t: bool) -> np.ndarray:
+        if x.dtype == np.float16:
+            x32 = np.empty(x.shape, np.float32)
+            widen = widen_runner(x, x32)
+            steps.append(widen if widen is not None else functools.partial(np.copyto, x32, x))
+            x = x32
+        return np.swapaxes(x, -1, -2) if t and x.ndim > 1 else x
+
+    av, bv = as_f32(a, ta), as_f32(b, tb)
+    shape = _product_shape(av.shape, bv.shape)
+    if shape is None or int(np.prod(shape)) != o.size:
+        return None
+    o32 = np.empty(shape, np.float32)
+    narrow = narrow_runner(o32, o)
+    if narrow is None:
+        return None
+    steps += [functools.partial(np.matmul, av, bv, out=o32), narrow]
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    return run
 
 
 def _f16_decode(a: np.ndarray, b: np.ndarray, o: np.ndarray, ta: bool, tb: bool) -> Runner | None:
@@ -39,8 +96,11 @@ def _f16_decode(a: np.ndarray, b: np.ndarray, o: np.ndarray, ta: bool, tb: bool)
     if inner is None:
         return None
 
-    from ov_npu_emu_npu.device.kernels.f16 import narrow_runner, widen_runner
+    from ov_npu_emu_npu.device.kernels.f16 import gemv_f16_rows, narrow_runner, widen_runner
 
+    fused = gemv_f16_rows(a, a32, o32, o, inner)
+    if fused is not None:
+        return fused
     widen, narrow = widen_runner(a, a32), narrow_runner(o32, o)  # numpy's bits, faster (kernels/f16.py)
 
     def run() -> None:
