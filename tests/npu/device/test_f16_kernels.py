@@ -151,3 +151,20 @@ def test_decode_matmul_f16_one_call_bits(rows: int) -> None:
     assert getattr(run, "func", None) is _gemv_f16_rows  # the fused call, not three steps
     run()
     _same_bits(got, o32.astype(np.float16))
+
+
+def test_decode_matmul_f32_rows_into_f16_bits() -> None:
+    """f32 rows into an f16 output (the LM head after an f32 RMSNorm in f16 mode): the f32 mode's
+    gemv, rounded to f16 by numpy -- not BLAS on the generic path."""
+    from ov_npu_emu_npu.blob.kernel_params import MatMulParams
+
+    p = MatMulParams(transpose_a=False, transpose_b=True)
+    a = _RNG.standard_normal((1, 1, 64)).astype(np.float32)
+    w = _RNG.standard_normal((512, 64)).astype(np.float32)
+    o32 = np.empty((1, 1, 512), np.float32)
+    make_kernel("matmul", [a, w], [o32], p)()
+    got = np.full((1, 1, 512), np.nan, np.float16)
+    run = make_kernel("matmul", [a, w], [got], p)
+    assert run.__qualname__.startswith("_f16_decode.")  # the gemv, not the generic path's BLAS
+    run()
+    _same_bits(got, o32.astype(np.float16))

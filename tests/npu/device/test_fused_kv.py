@@ -115,11 +115,29 @@ def test_fully_masked_row_and_exact_zero_outputs(npu_core):
     _assert_same_bits(a, _run(off, feed))
 
 
-def test_f16_inference_keeps_the_bits(npu_core):
-    model = kv_attention_model()
+@pytest.mark.parametrize(("mask", "with_mask", "heads", "hkv"),
+                         [("min", True, 8, 2), ("bool", True, 8, 2), ("min", True, 4, 4), ("min", False, 8, 2)],
+                         ids=["gqa", "gqa_bool", "mha", "no_mask"])
+def test_f16_inference_keeps_the_bits(npu_core, mask, with_mask, heads, hkv):
+    """f16 mode (an f16 query widened by the kernel): over windows, then with an infinity in a
+    closed row and in the query (the unfused path, which reads the widened query too), then
+    finite again on the same requests; GQA, MHA, boolean and no mask."""
+    model = kv_attention_model(heads, hkv, with_mask=with_mask,
+                               mask_type=ov.Type.boolean if mask == "bool" else ov.Type.f32)
     on, off = _requests(npu_core, model, {"INFERENCE_PRECISION_HINT": "f16"})
+
+    def feed_of(**kw):
+        feed = kv_feed(heads, hkv, mask=mask, **kw)
+        return feed if with_mask else {k: v for k, v in feed.items() if k != "mask"}
+
     for i, used in enumerate(WINDOWS):
-        feed = kv_feed(used=used, seed=60 + i)
+        feed = feed_of(used=used, seed=60 + i)
+        _assert_same_bits(_run(on, feed), _run(off, feed))
+    for i, where in enumerate(("past_key", "q")):
+        feed = feed_of(used=12, seed=70 + i)
+        feed[where][0, 1, -1 if where == "past_key" else 0, 3] = np.inf
+        _assert_same_bits(_run(on, feed), _run(off, feed))
+        feed = feed_of(used=5 + i, seed=80 + i)
         _assert_same_bits(_run(on, feed), _run(off, feed))
 
 

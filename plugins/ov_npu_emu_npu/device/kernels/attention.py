@@ -77,16 +77,24 @@ def _absmax(x: np.ndarray) -> float:
     return max(abs(float(np.maximum.reduce(x, axis=None))), abs(float(np.minimum.reduce(x, axis=None))))
 
 
-def _softmax_times_v(scores, rowmax, v, o, direct: bool, blocks=None) -> None:
+def _softmax_times_v(scores, rowmax, v, o, direct: bool, blocks=None,
+                     staged: tuple[np.ndarray, Runner] | None = None) -> None:
     """``o = softmax(scores, -1) @ v``, the softmax in place in ``scores`` (``rowmax`` is scratch);
     ``direct``: ``o`` has the product's shape and dtype, else it is copied in reshaped;
-    ``blocks``: the [a, b) score rows of each product call (:func:`row_blocks`), else one call."""
+    ``blocks``: the [a, b) score rows of each product call (:func:`row_blocks`), else one call;
+    ``staged``: (an f32 buffer of the product's shape, the runner rounding it into an f16 ``o``):
+    numpy's cast's bits without its per-element conversion (kernels/f16.py)."""
     np.maximum.reduce(scores, axis=-1, keepdims=True, out=rowmax)  # np.max/np.sum minus their Python layers
     np.subtract(scores, rowmax, out=scores)
     np.exp(scores, out=scores)
     np.add.reduce(scores, axis=-1, keepdims=True, out=rowmax)
     np.divide(scores, rowmax, out=scores)
-    if blocks is not None:
+    if staged is not None and not direct:
+        out32, narrow = staged
+        for a, b in blocks if blocks is not None else ((0, scores.shape[-2]),):
+            np.matmul(scores[..., a:b, :], v, out=out32[..., a:b, :])
+        narrow()
+    elif blocks is not None:
         out = o if direct else np.empty((*scores.shape[:-1], v.shape[-1]), np.float32)
         for a, b in blocks:
             np.matmul(scores[..., a:b, :], v, out=out[..., a:b, :])
@@ -96,6 +104,18 @@ def _softmax_times_v(scores, rowmax, v, o, direct: bool, blocks=None) -> None:
         np.matmul(scores, v, out=o)
     else:
         np.copyto(o, np.matmul(scores, v).reshape(o.shape), casting="unsafe")
+
+
+def _f16_staging(o: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, Runner] | None:
+    """For an f16 attention output: an f32 buffer of the product's ``shape`` and the runner that
+    rounds it into ``o`` (:func:`_softmax_times_v`'s ``staged``); None for other outputs."""
+    if o.dtype != np.float16 or not o.flags.c_contiguous or math.prod(shape) != o.size:
+        return None
+    from ov_npu_emu_npu.device.kernels.f16 import narrow_runner
+
+    out32 = np.empty(shape, np.float32)
+    narrow = narrow_runner(out32, o)
+    return None if narrow is None else (out32, narrow)
 
 
 def _masked_column_skipper(
@@ -456,6 +476,7 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None, k_absmax: Callable
     bias = np.where(np.tril(np.ones((L, S), bool)), 0.0, -np.inf).astype(np.float32) if causal else None
     blocked = np.empty(mask.shape, np.bool_) if mask is not None and mask.dtype == np.bool_ else None
     direct = not f32 and o.dtype == np.float32 and tuple(o.shape[:-2]) == tuple(batch)
+    staged = None if direct else _f16_staging(o, (*batch, rows, v.shape[-1]))
     skip = None
     if mask is not None and not causal and mask.shape[-1] == S and scores.size >= _SKIP_MIN_SCORES:
         skip = _masked_column_skipper(q32, k, v, mask_in, mask, groups, L, scale, batch, rows, o, direct, k_absmax)
@@ -488,7 +509,7 @@ def _sdpa(ins, outs, params, window: RowWindow | None = None, k_absmax: Callable
             _apply_mask(scores_m, mask, blocked)
         if bias is not None:
             np.add(scores_m, bias, out=scores_m)
-        _softmax_times_v(scores, rowmax, v32, o, direct, blocks)
+        _softmax_times_v(scores, rowmax, v32, o, direct, blocks, staged)
 
     return products if blocks is None else _on_one_blas_thread(products)
 
@@ -763,14 +784,36 @@ class _FusedKv:
     def __init__(self, ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], params) -> None:
         q, kp, vp, kn, vn, mask = _kv_operands(ins, params)
         self.q, self.kp, self.vp, self.kn, self.vn, self.o = q, kp, vp, kn, vn, outs[0]
+        # f16 mode's additive mask, widened per run (exactly) into an f32 copy that every step
+        # below reads: numpy reduces, compares and adds f16 one element at a time
+        self.widen_mask: Runner | None = None
+        if mask is not None and mask.dtype == np.float16 and mask.flags.c_contiguous:
+            from ov_npu_emu_npu.device.kernels.f16 import widen_runner
+
+            mask32 = np.empty(mask.shape, np.float32)
+            self.widen_mask = widen_runner(mask, mask32)
+            if self.widen_mask is not None:
+                mask = mask32
         self.P = P = params.past_len
         S = self.S = P + kn.shape[-2]
         self.D = D = kp.shape[-1]
         self.k32 = aligned((*kp.shape[:-2], S, D), np.dtype(np.float32), 0)
         self.v32 = aligned((*vp.shape[:-2], S, vp.shape[-1]), np.dtype(np.float32), 0)
         self.k_max: float | None = None  # max|K| of the joined K the copy stands for (None: the copy's own)
+        # f16 mode's query, widened per run (exactly: the f32 query the full run's products read)
+        # so that the compact products serve it too (without it f16 decode attention took every
+        # column) and the plain path reads f32 operands only (with an f16 query it copied the
+        # whole f32 K and V copies and cast q element by element on every run; issue 34)
+        self.q32, self.widen_q = q, None
+        if q.dtype == np.float16 and q.flags.c_contiguous:
+            from ov_npu_emu_npu.device.kernels.f16 import widen_runner
+
+            self.q32 = aligned(q.shape, np.dtype(np.float32), 0)
+            self.widen_q = widen_runner(q, self.q32)
+            if self.widen_q is None:
+                self.q32 = q
         sdpa = SdpaParams(params.causal, mask is not None, params.scale, params.kv_groups)
-        self.plain = _sdpa([q, self.k32, self.v32, *([] if mask is None else [mask])], outs, sdpa,
+        self.plain = _sdpa([self.q32, self.k32, self.v32, *([] if mask is None else [mask])], outs, sdpa,
                            k_absmax=lambda: _absmax(self.k32) if self.k_max is None else self.k_max)
         self.written = np.zeros(P, np.bool_)  # past rows the copy holds from an earlier run
         # (f16 bits as uint16 (H, P, D), f32 copy (H, S, D), largest closed / open bits per head)
@@ -785,17 +828,6 @@ class _FusedKv:
                 self.m2 = _view(mask, (-1, S))
             except (AttributeError, ValueError):
                 self.m2 = None
-        # f16 mode's query, widened per run (exactly: the f32 query the full run's products read)
-        # so that the compact products serve it too; without it f16 decode attention took every
-        # column (issue 34)
-        self.q32, self.widen_q = q, None
-        if q.dtype == np.float16 and q.flags.c_contiguous:
-            from ov_npu_emu_npu.device.kernels.f16 import widen_runner
-
-            self.q32 = aligned(q.shape, np.dtype(np.float32), 0)
-            self.widen_q = widen_runner(q, self.q32)
-            if self.widen_q is None:
-                self.q32 = q
         self.compact: _CompactProducts | None = None
         if self.m2 is not None and mask is not None and _CompactProducts.usable(self.q32, self.k32, mask, params):
             self.compact = _CompactProducts(self.q32, self.k32, self.v32, mask, outs[0], params,
@@ -812,6 +844,8 @@ class _FusedKv:
         return float(params.scale) if params.scale != 0.0 else 1.0 / math.sqrt(q.shape[-1])
 
     def __call__(self) -> None:
+        if self.widen_mask is not None:
+            self.widen_mask()
         if self.m2 is None or not self._fast():
             self._full()
 
@@ -839,6 +873,9 @@ class _FusedKv:
     def _full(self) -> None:
         """The unfused path: every past row converted (numpy's conversion where one is not finite)."""
         from ov_npu_emu_npu.device.kernels.kvrows import join_rows
+
+        if self.widen_q is not None:  # the plain path reads the widened query
+            self.widen_q()
 
         for (src, dst, c, m), past, copy in zip(self.parts, (self.kp, self.vp), (self.k32, self.v32), strict=True):
             if join_rows(src, dst, self.all_rows, self.no_rows, c, m)[1] >= _F16_NONFINITE:

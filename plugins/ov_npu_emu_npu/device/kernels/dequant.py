@@ -10,8 +10,13 @@ import numpy as np
 from ov_npu_emu.errors import ExecutionError
 from ov_npu_emu_npu.blob.format import WEIGHT_FORMATS
 from ov_npu_emu_npu.blob.kernel_params import MatMulDqParams
-from ov_npu_emu_npu.device.kernels.elementwise import _F16_REBIAS, _F16_SIGN_EM, _F32_SUBNORMAL
 from ov_npu_emu_npu.device.kernels.registry import Runner, kernel
+
+#: f16 bits placed at bit 13 of an f32 are the value scaled by 2**-112 (both exponent fields end
+#: at bit 23 of the shifted word); multiplying back is exact for normals, zeros and subnormals
+_F16_REBIAS = np.float32(2.0**112)
+_F16_SIGN_EM = np.int32(-0x70000001)  # 0x8FFFFFFF: sign bit, then exponent/mantissa at bits 13..27
+_F32_SUBNORMAL = np.float32(1e-40)
 
 _FMT = {code: name for name, code in WEIGHT_FORMATS.items()}
 #: the most activation rows a matmul_dq reads its weight as stored for (kernels/gemv.py); above

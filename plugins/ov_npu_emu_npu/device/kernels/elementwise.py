@@ -277,54 +277,19 @@ def _clamp(ins, outs, params):
     return functools.partial(np.clip, x, lo, hi, out=o, casting="unsafe")
 
 
-#: f16 bits placed at bit 13 of an f32 are the value scaled by 2**-112 (both exponent fields end
-#: at bit 23 of the shifted word); multiplying back is exact for normals, zeros and subnormals
-_F16_REBIAS = np.float32(2.0**112)
-_F16_SIGN_EM = np.int32(-0x70000001)  # 0x8FFFFFFF: sign bit, then exponent/mantissa at bits 13..27
-_F32_SUBNORMAL = np.float32(1e-40)
-
-
-def _f16_to_f32(x: np.ndarray, o: np.ndarray) -> Runner:
-    """Exact f16 -> f32 with four whole-array integer/float passes.
-
-    numpy converts halves one element at a time, which made the past-KV Converts of a decode
-    step the costliest SHAVE tasks (docs/performance.md, "Decode kernels against the bandwidth
-    floor").  Infinities/NaNs (f16 exponent 31) and a
-    thread flushing subnormal operands to zero take numpy's own conversion, so every input gets
-    numpy's bits.
-    """
-    n = x.size
-    s16 = x.reshape(-1).view(np.int16)
-    u16 = s16.view(np.uint16)
-    of = o.reshape(-1)
-    word = np.empty(n, np.int32)
-    expo = np.empty(n, np.uint16)
-    wf = word.view(np.float32)
-
-    def run() -> None:
-        np.copyto(word, s16)  # sign-extended: the sign fills bits 15..31
-        np.left_shift(word, 13, out=word)  # exponent/mantissa to bits 13..27, sign copies at 28..31
-        np.bitwise_and(word, _F16_SIGN_EM, out=word)
-        np.bitwise_and(u16, 0x7C00, out=expo)
-        if np.maximum.reduce(expo) == 0x7C00 or _F32_SUBNORMAL * _F16_REBIAS == 0:  # inf/NaN, or DAZ on
-            np.copyto(o, x, casting="unsafe")
-            return
-        np.multiply(wf, _F16_REBIAS, out=of)
-
-    return run
-
-
 @kernel("convert")
 def _convert(ins, outs, params):
     x, o = ins[0], outs[0]
-    if (
-        x.dtype == np.float16
-        and o.dtype == np.float32
-        and x.size >= 256
-        and x.flags.c_contiguous
-        and o.flags.c_contiguous
-    ):
-        return _f16_to_f32(x, o)
+    if x.dtype == np.float16 and o.dtype == np.float32:
+        # numpy converts halves one element at a time, which made the past-KV Converts of a decode
+        # step the costliest SHAVE tasks (docs/performance.md, "Decode kernels against the
+        # bandwidth floor"); the numba loop (kernels/f16.py) gives numpy's bits 3-10x faster than
+        # the four whole-array integer passes that replaced numpy's cast before
+        from ov_npu_emu_npu.device.kernels.f16 import convert_runner
+
+        fast = convert_runner(x, o)
+        if fast is not None:
+            return fast
     if x.dtype.kind == "f" and o.dtype.kind in "iub":
         if o.dtype == np.bool_:
             return functools.partial(np.not_equal, x, 0, out=o)

@@ -34,7 +34,8 @@ from numba import njit, types
 
 from ov_npu_emu_npu.device.kernels.gemv import _f32, _gemv_f32, _intrinsic
 
-__all__ = ["binary_runner", "gemv_f16_rows", "narrow", "narrow_runner", "swish_runner", "widen", "widen_runner"]
+__all__ = ["binary_runner", "convert_runner", "gemv_f16_rows", "narrow", "narrow_runner", "swish_runner", "widen",
+           "widen_runner"]
 
 # no fastmath: every operation rounds as numpy's loops do
 _JIT: dict[str, Any] = {"nogil": True, "cache": True, "error_model": "numpy"}  # x / 0 is inf or NaN, as numpy
@@ -59,6 +60,20 @@ def _f16_bits(typingctx, v):
 def _widen(src, dst):  # pragma: no cover - compiled by numba
     for i in range(src.size):
         dst[i] = _f32(src[i])
+
+
+@njit(**_JIT)
+def _widen_finite(src, dst):  # pragma: no cover - compiled by numba
+    """:func:`_widen` when no element is an infinity or a NaN (exponent 31: ``e + 0x400`` sets
+    bit 15 for that exponent alone); False, with nothing written, otherwise."""
+    flag = 0
+    for i in range(src.size):
+        flag |= (src[i] & 0x7C00) + 0x0400
+    if flag & 0x8000:
+        return False
+    for i in range(src.size):
+        dst[i] = _f32(src[i])
+    return True
 
 
 @njit(**_JIT)
@@ -164,6 +179,21 @@ def widen_runner(src: np.ndarray, dst: np.ndarray) -> Callable[[], None] | None:
         return None
     s, d = src.reshape(-1).view(np.uint16), dst.reshape(-1)
     return functools.partial(_widen, s, d)  # a partial: no Python frame between caller and loop
+
+
+def convert_runner(src: np.ndarray, dst: np.ndarray) -> Callable[[], None] | None:
+    """An f16 -> f32 Convert with numpy's bits for every input: finite values widened by the
+    numba loop (exact), an array holding an infinity or a NaN converted by numpy (which keeps a
+    signalling NaN's bits; the loop's conversion would quieten it).  None: not a flat pair."""
+    if widen_runner(src, dst) is None:
+        return None
+    s, d = src.reshape(-1).view(np.uint16), dst.reshape(-1)
+
+    def run() -> None:
+        if not _widen_finite(s, d):
+            np.copyto(dst, src, casting="unsafe")
+
+    return run
 
 
 def narrow_runner(src: np.ndarray, dst: np.ndarray) -> Callable[[], None] | None:

@@ -86,27 +86,31 @@ def _f16_generic(a: np.ndarray, b: np.ndarray, o: np.ndarray, ta: bool, tb: bool
 def _f16_decode(a: np.ndarray, b: np.ndarray, o: np.ndarray, ta: bool, tb: bool) -> Runner | None:
     """f16 mode's decode-shaped MatMul (f16 activation rows, f32 [N, K] weight, f16 output): the
     rows widened into an f32 buffer, the f32 gemv kernel (f32 accumulation, as the f32 mode), the
-    result rounded to f16.  Without it the generic path copied the whole f32 weight on every call
-    (``astype``) and ran BLAS: f16 decode 1.6x slower than f32 on stories260K.  None: other
-    operands keep the generic path."""
-    if not (a.dtype == o.dtype == np.float16 and b.dtype == np.float32 and a.ndim >= 2 and o.ndim >= 2):
+    result rounded to f16; f32 rows (the LM head after an f32 RMSNorm) go to the gemv as they
+    are.  Without it the generic path copied the whole f32 weight on every call (``astype``) and
+    ran BLAS: f16 decode 1.6x slower than f32 on stories260K.  None: other operands keep the
+    generic path."""
+    if not (a.dtype in (np.float16, np.float32) and o.dtype == np.float16 and b.dtype == np.float32
+            and a.ndim >= 2 and o.ndim >= 2):
         return None
-    a32, o32 = np.empty(a.shape, np.float32), np.empty(o.shape, np.float32)
+    a32 = a if a.dtype == np.float32 else np.empty(a.shape, np.float32)  # f32 rows (an f32 norm's): as they are
+    o32 = np.empty(o.shape, np.float32)
     inner = decode_shaped(a32, b, o32, ta, tb)
     if inner is None:
         return None
 
     from ov_npu_emu_npu.device.kernels.f16 import gemv_f16_rows, narrow_runner, widen_runner
 
-    fused = gemv_f16_rows(a, a32, o32, o, inner)
+    fused = gemv_f16_rows(a, a32, o32, o, inner) if a is not a32 else None
     if fused is not None:
         return fused
-    widen, narrow = widen_runner(a, a32), narrow_runner(o32, o)  # numpy's bits, faster (kernels/f16.py)
+    # numpy's bits, faster (kernels/f16.py)
+    widen, narrow = (widen_runner(a, a32) if a is not a32 else None), narrow_runner(o32, o)
 
     def run() -> None:
         if widen is not None:
             widen()
-        else:
+        elif a is not a32:
             np.copyto(a32, a)
         inner()
         if narrow is not None:
