@@ -283,8 +283,8 @@ def _convert(ins, outs, params):
     if x.dtype == np.float16 and o.dtype == np.float32:
         # numpy converts halves one element at a time, which made the past-KV Converts of a decode
         # step the costliest SHAVE tasks (docs/performance.md, "Decode kernels against the
-        # bandwidth floor"); the numba loop (kernels/f16.py) gives numpy's bits 3-10x faster than
-        # the four whole-array integer passes that replaced numpy's cast before
+        # bandwidth floor"); the numba loop (kernels/f16.py) gives numpy's bits in one pass, where
+        # four whole-array integer passes replaced numpy's cast before (docs/npu_device.md, "Speed")
         from ov_npu_emu_npu.device.kernels.f16 import convert_runner
 
         fast = convert_runner(x, o)
