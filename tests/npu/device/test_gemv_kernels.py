@@ -391,8 +391,10 @@ def test_one_row_4bit_takes_the_vector_ir_row_and_stays_in_bound(name, gs, monke
     def rows(x_split, qb, s_rows, z_rows, gh, flip):  # type: ignore[no-untyped-def]
         res = np.empty(qb.shape[0], np.float32)
         half = x_split.shape[1] // 2
+        xs8 = gemv._lane_sums(x_split[0, :half], x_split[0, half:], qb.shape[1], gh)
         for r in range(qb.shape[0]):
-            res[r] = gemv._q4_row_dot(x_split[0, :half], x_split[0, half:], qb[r], s_rows[r], z_rows[r], gh, flip)
+            res[r] = gemv._q4_row_dot(x_split[0, :half], x_split[0, half:], xs8, qb[r], s_rows[r], z_rows[r], gh,
+                                      flip)
         return res
 
     x_split = np.empty_like(x)
