@@ -368,12 +368,13 @@ def test_other_threading_layers_keep_the_thread_pool(layer, monkeypatch):
     _check("f16", x, w, None, None)
 
 
-@pytest.mark.parametrize(("name", "gs"), [("u4", 32), ("i4", 128), ("u4", 256)])
+@pytest.mark.parametrize(("name", "gs"), [("u4", 32), ("i4", 128), ("u4", 256), ("i4", 64)])
 def test_one_row_4bit_takes_the_vector_ir_row_and_stays_in_bound(name, gs, monkeypatch):
-    """Without AVX-512 (or a group under 128 codes), one activation row times a 4-bit weight
-    whose group is a multiple of 2 x Q4_ROW_STEP codes runs :func:`gemv._q4_row_dot` (the
-    8-lane vector IR row): the kernel's outputs are that function's bits, row by row, and
-    within the order-free bound of the exact product."""
+    """Without AVX-512, one activation row times a 4-bit weight runs a vector IR row: groups of
+    a multiple of 64 codes :func:`gemv._q4_dword_row_dot` (nibbles in 32-bit lanes), others
+    of a multiple of 2 x Q4_ROW_STEP codes :func:`gemv._q4_row_dot` (byte lanes).  The
+    kernel's outputs are that function's bits, row by row, and within the order-free bound of
+    the exact product."""
     from numba import njit
 
     from ov_npu_emu_npu.device.kernels import gemv
@@ -397,13 +398,26 @@ def test_one_row_4bit_takes_the_vector_ir_row_and_stays_in_bound(name, gs, monke
                                       flip)
         return res
 
-    x_split = np.empty_like(x)
-    gemv._split_columns(x, x_split)
+    @njit
+    def dword_rows(x_perm, qb, s_rows, z_rows, gh, flip):  # type: ignore[no-untyped-def]
+        res = np.empty(qb.shape[0], np.float32)
+        xs8 = gemv._block_lane_sums(x_perm[0], qb.shape[1], 2 * gh)
+        for r in range(qb.shape[0]):
+            res[r] = gemv._q4_dword_row_dot(x_perm[0], xs8, qb[r], s_rows[r], z_rows[r], gh, flip)
+        return res
+
     z = np.full((n, k // gs), 8.0 if name == "i4" else 0.0, np.float32)
     if zp is not None:
         z += zp[..., 0]
-    got = rows(x_split, q.view(np.uint8), np.ascontiguousarray(scale[..., 0]), z, gs // 2,
-               np.uint8(0x88 if name == "i4" else 0))
+    flip = np.uint8(0x88 if name == "i4" else 0)
+    operands = (q.view(np.uint8), np.ascontiguousarray(scale[..., 0]), z, gs // 2, flip)
+    x_in = np.empty_like(x)
+    if (gs // 2) % gemv.Q4_DWORD_STEP == 0:
+        gemv._permute_block_columns(x, x_in)
+        got = dword_rows(x_in, *operands)
+    else:
+        gemv._split_columns(x, x_in)
+        got = rows(x_in, *operands)
     np.testing.assert_array_equal(out[0], got)
 
 
@@ -494,7 +508,8 @@ def test_16_lane_loops_follow_the_features_numba_compiles_for(features, monkeypa
     rng = np.random.default_rng(14)
     x = rng.standard_normal((1, 256)).astype(np.float32)
     out = np.empty((1, 8), np.float32)
-    for name, lanes, narrow in (("u4", gemv._gemv_q4_lut, gemv._gemv_q4), ("u8", gemv._gemv_q8_lanes, gemv._gemv_q8)):
+    for name, lanes, narrow in (("u4", gemv._gemv_q4_lut, gemv._gemv_q4_dw),
+                                ("u8", gemv._gemv_q8_lanes, gemv._gemv_q8)):
         q, scale, zp = _random_codes(rng, name, False, 8, 256, 128)
         assert gemv._gemv_kernel(name, x, q, scale, zp, out, 256, False)[0] is (lanes if wide else narrow)
 
@@ -506,3 +521,23 @@ def test_activation_copies_start_on_a_line():
     for shape in ((1, 7), (1, 2048), (3, 100)):
         a = gemv._line_aligned(shape)
         assert a.shape == shape and a.dtype == np.float32 and a.ctypes.data % gemv.LANE_BYTES == 0
+
+
+@pytest.mark.parametrize(("name", "gs"), [("u4", 32), ("i4", 128), ("u4", 256)])
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("n", [40, 4096])
+def test_one_row_4bit_non_finite_activation(name, gs, value, n, monkeypatch):
+    """The vector IR rows take the zero point out of the sum (``x * code - z * sum(x)``); an
+    infinite or NaN activation would make that inf - inf, so such a row runs the per-weight
+    loop: the exact product's infinities and NaNs, on one thread and on the parallel path."""
+    from ov_npu_emu_npu.device.kernels import gemv
+
+    monkeypatch.setattr(gemv, "_AVX512", False)
+    rng = np.random.default_rng(12)
+    k = 512
+    q, scale, zp = _random_codes(rng, name, False, n, k, gs)
+    if name == "i4":
+        zp = None
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    x[0, 77] = value
+    _check(name, x, q, scale, zp)

@@ -491,6 +491,150 @@ def _q4_row_dot(typingctx, xe, xo, xs8, qrow, s, z, gh, flip):
     return types.float32(xe, xo, xs8, qrow, s, z, gh, flip), codegen
 
 
+_V8I = ir.VectorType(ir.IntType(32), 8)
+#: code bytes per pass of :func:`_q4_dword_row_dot` (64 codes: an 8 x 8 block of the activation)
+Q4_DWORD_STEP = 32
+
+
+@_intrinsic
+def _q4_dword_row_dot(typingctx, xp, xs8, qrow, s, z, gh, flip):
+    """One row of a 4-bit weight times one activation row, as :func:`_q4_row_dot` computes it but
+    with the nibbles taken in 32-bit lanes: each pass loads 32 code bytes as eight dwords, and
+    nibble k of every dword (``(w >> 4k) & 15``: a shift and a mask for 8 codes, one conversion,
+    one fma) multiplies the activation values at columns ``8l + k`` of the pass's 64, which
+    :func:`_permute_block_columns` laid out at ``8k + l`` (``xp``).  The 8-lane row spent a
+    mask, a shift pair, a zero-extension and a conversion per 8 codes in byte lanes of which
+    it used a quarter.  ``gh`` (code bytes per group) is a multiple of :data:`Q4_DWORD_STEP`;
+    ``xs8`` [groups * 8] holds the activation's sums per group and lane (the zero point's term,
+    as :func:`_q4_row_dot`); ``flip`` 0x88 reads i4.  Every row is the same instruction sequence
+    whatever rows or blocks the caller runs."""
+    if not all(isinstance(a, types.Array) and a.ndim >= 1 and a.layout == "C" for a in (xp, xs8, qrow, s, z)):
+        return None
+    if (xp.dtype, xs8.dtype, qrow.dtype, s.dtype, z.dtype) != (
+            types.float32, types.float32, types.uint8, types.float32, types.float32):
+        return None
+    if not isinstance(gh, types.Integer) or flip != types.uint8:
+        return None
+
+    def codegen(context, builder, signature, args):
+        arrays = [context.make_array(t)(context, builder, a) for t, a in zip(signature.args[:5], args[:5], strict=True)]
+        pxp, pxs, pq, ps, pz = (a.data for a in arrays)
+        groups = builder.extract_value(arrays[3].shape, 0)
+        step = builder.sext(args[5], _I64) if args[5].type != _I64 else args[5]
+        fma = builder.module.declare_intrinsic("llvm.fma.v8f32", fnty=ir.FunctionType(_V8F, [_V8F] * 3))
+        zero = ir.Constant(_V8F, [0.0] * 8)
+        flip4 = builder.mul(builder.zext(args[6], ir.IntType(32)), ir.Constant(ir.IntType(32), 0x01010101))
+        flip32 = _splat(builder, flip4, _V8I)  # the flip on every byte of a dword
+        mask = ir.Constant(_V8I, [15] * 8)
+        fn, entry = builder.function, builder.block
+        g_head, g_body, j_head, j_body, g_tail, done = (
+            fn.append_basic_block(f"q4dw.{n}") for n in ("g_head", "g_body", "j_head", "j_body", "g_tail", "done"))
+        builder.branch(g_head)
+
+        builder.position_at_end(g_head)  # for g in range(groups)
+        g, acc = builder.phi(_I64), builder.phi(_V8F)
+        g.add_incoming(ir.Constant(_I64, 0), entry)
+        acc.add_incoming(zero, entry)
+        builder.cbranch(builder.icmp_signed("<", g, groups), g_body, done)
+
+        builder.position_at_end(g_body)
+        sv = _splat(builder, builder.load(builder.gep(ps, [g])), _V8F)
+        zv = _splat(builder, builder.load(builder.gep(pz, [g])), _V8F)
+        xsv = builder.load(builder.bitcast(builder.gep(pxs, [builder.mul(g, ir.Constant(_I64, 8))]),
+                                           _V8F.as_pointer()), align=4)
+        base = builder.mul(g, step)
+        builder.branch(j_head)
+
+        builder.position_at_end(j_head)  # for j in range(0, gh, Q4_DWORD_STEP)
+        j = builder.phi(_I64)
+        parts = [builder.phi(_V8F) for _ in range(4)]
+        j.add_incoming(ir.Constant(_I64, 0), g_body)
+        for part in parts:
+            part.add_incoming(zero, g_body)
+        builder.cbranch(builder.icmp_signed("<", j, step), j_body, g_tail)
+
+        builder.position_at_end(j_body)
+        off = builder.add(base, j)
+        words = builder.load(builder.bitcast(builder.gep(pq, [off]), _V8I.as_pointer()), align=1)
+        words = builder.xor(words, flip32)
+        xoff = builder.add(off, off)  # two codes per byte: the pass's 64 columns start at 2 * off
+        new = list(parts)
+        for k in range(8):
+            shifted = words if k == 0 else builder.lshr(words, ir.Constant(_V8I, [4 * k] * 8))
+            codes = shifted if k == 7 else builder.and_(shifted, mask)
+            cf = builder.sitofp(codes, _V8F)  # 0..15: the signed conversion is exact and one instruction
+            xv = builder.load(builder.bitcast(builder.gep(pxp, [builder.add(xoff, ir.Constant(_I64, 8 * k))]),
+                                              _V8F.as_pointer()), align=4)
+            new[k % 4] = builder.call(fma, [xv, cf, new[k % 4]])
+        for part, value in zip(parts, new, strict=True):
+            part.add_incoming(value, j_body)
+        j.add_incoming(builder.add(j, ir.Constant(_I64, Q4_DWORD_STEP)), j_body)
+        builder.branch(j_head)
+
+        builder.position_at_end(g_tail)
+        group = builder.fadd(builder.fadd(parts[0], parts[1]), builder.fadd(parts[2], parts[3]))
+        group = builder.call(fma, [builder.fneg(zv), xsv, group])  # sum x * (code - z), per lane
+        g.add_incoming(builder.add(g, ir.Constant(_I64, 1)), g_tail)
+        acc.add_incoming(builder.call(fma, [group, sv, acc]), g_tail)
+        builder.branch(g_head)
+
+        builder.position_at_end(done)
+        lane = [builder.extract_element(acc, ir.Constant(ir.IntType(32), i)) for i in range(8)]
+        return builder.fadd(builder.fadd(builder.fadd(lane[0], lane[4]), builder.fadd(lane[2], lane[6])),
+                            builder.fadd(builder.fadd(lane[1], lane[5]), builder.fadd(lane[3], lane[7])))
+
+    return types.float32(xp, xs8, qrow, s, z, gh, flip), codegen
+
+
+@njit(**_JIT)
+def _block_lane_sums(xp, groups, gcols):
+    """[groups * 8]: per group of ``gcols`` permuted activation values, the sum over the values
+    at each place modulo 8 -- the lane of :func:`_q4_dword_row_dot` that reads them."""
+    xs8 = np.zeros(groups * 8, np.float32)
+    for g in range(groups):
+        for m in range(gcols):
+            xs8[g * 8 + (m & 7)] += xp[g * gcols + m]
+    return xs8
+
+
+@njit(**_JIT)
+def _gemv_q4_dw(x_perm, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):
+    """4-bit weights, one activation row, groups of a multiple of 64 codes, without AVX-512:
+    :func:`_q4_dword_row_dot` per output channel; ``x_perm`` is the row permuted by
+    :func:`_permute_block_columns` (``row`` unused)."""
+    xs8 = _block_lane_sums(x_perm[0], q.shape[1], 2 * q.shape[2])
+    if np.isfinite(xs8).all():
+        _gemv_q4_dw_rows(x_perm, xs8, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1)
+    else:  # an infinite or NaN activation: the per-weight loop, as _q4_lane_sums says why
+        _gemv_q4_rows(_unpermute_block_columns(x_perm), np.zeros(0, np.float32), q, scale, zp, has_zp, q_flip, zp_flip,
+                      mul_f16, out, n0, n1, row)
+
+
+@njit(**_JIT)
+def _unpermute_block_columns(x_perm):
+    """:func:`_permute_block_columns`'s row back in :func:`_split_columns`'s [even | odd] layout."""
+    k = x_perm.shape[1]
+    half = k // 2
+    x_split = np.empty((1, k), np.float32)
+    for b in range(k // 64):
+        for kk in range(8):
+            for lane in range(8):
+                c = 8 * lane + kk  # the block's column
+                x_split[0, (c & 1) * half + (b * 64 + c) // 2] = x_perm[0, b * 64 + 8 * kk + lane]
+    return x_split
+
+
+@njit(**_JIT)
+def _gemv_q4_dw_rows(x_perm, xs8, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):
+    groups, gh = q.shape[1], q.shape[2]
+    s_row, z_row = np.empty(groups, np.float32), np.empty(groups, np.float32)
+    flip = np.uint8(0x88) if q_flip else np.uint8(0)
+    xp = x_perm[0]
+    for n in range(n0, n1):
+        _row_scales(scale, zp, has_zp, q_flip, zp_flip, mul_f16, n, s_row, z_row)
+        out[0, n] = _q4_dword_row_dot(xp, xs8, q[n], s_row, z_row, gh, flip)
+
+
 @njit(**_JIT)
 def _lane_sums(x_even, x_odd, groups, gh):
     """[groups * 8]: per group of ``gh`` columns of each half, the sum of ``x_even + x_odd`` over
@@ -785,11 +929,15 @@ def _q4_vector_ir(x_split, q, mul_f16):
 
 @njit(inline="always", **_JIT)
 def _q4_lane_sums(x_split, q, mul_f16):
-    """:func:`_lane_sums` of the activation row when the vector IR row reads them (else empty)."""
+    """:func:`_lane_sums` of the activation row when the vector IR row reads them; empty (the
+    per-weight loop, zero point inside) when it does not, or when a sum is not finite: with an
+    infinite activation ``x * code - z * sum`` is inf - inf where ``x * (code - z)`` keeps the
+    exact product's infinities."""
     if not _q4_vector_ir(x_split, q, mul_f16):
         return np.zeros(0, np.float32)
     half = x_split.shape[1] // 2
-    return _lane_sums(x_split[0, :half], x_split[0, half:], q.shape[1], q.shape[2])
+    sums = _lane_sums(x_split[0, :half], x_split[0, half:], q.shape[1], q.shape[2])
+    return sums if np.isfinite(sums).all() else np.zeros(0, np.float32)
 
 
 @njit(**_JIT)
@@ -807,7 +955,7 @@ def _gemv_q4_rows(x_split, xs8, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, 
     half = k // 2
     _, groups, gh = q.shape
     qf = np.uint8(q_flip)
-    vector_ir = _q4_vector_ir(x_split, q, mul_f16)
+    vector_ir = xs8.size > 0  # _q4_lane_sums: the vector IR row takes this row
     s_row, z_row = np.empty(groups, np.float32), np.empty(groups, np.float32)
     x_even, x_odd = x_split[0, :half], x_split[0, half:]
     flip = np.uint8(0x88) if q_flip else np.uint8(0)
@@ -889,6 +1037,17 @@ def _gemv_q4_par(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n
 
 
 @njit(parallel=True, **_JIT)
+def _gemv_q4_dw_par(x_perm, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):
+    xs8 = _block_lane_sums(x_perm[0], q.shape[1], 2 * q.shape[2])  # once for all blocks
+    if not np.isfinite(xs8).all():  # the per-weight loop (_gemv_q4_dw), on this thread: a rare case
+        _gemv_q4_dw(x_perm, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, x_perm[0])
+        return
+    for b in prange(_blocks(n0, n1)):
+        lo, hi = _block(n0, n1, b)
+        _gemv_q4_dw_rows(x_perm, xs8, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, lo, hi)
+
+
+@njit(parallel=True, **_JIT)
 def _gemv_q8_lanes_par(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):
     for b in prange(_blocks(n0, n1)):
         lo, hi = _block(n0, n1, b)
@@ -903,7 +1062,7 @@ def _gemv_q4_lut_par(x_perm, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out
 
 
 _PARALLEL_OF = {_gemv_f32: _gemv_f32_par, _gemv_f16: _gemv_f16_par, _gemv_q8: _gemv_q8_par, _gemv_q4: _gemv_q4_par,
-                _gemv_q8_lanes: _gemv_q8_lanes_par, _gemv_q4_lut: _gemv_q4_lut_par}
+                _gemv_q8_lanes: _gemv_q8_lanes_par, _gemv_q4_lut: _gemv_q4_lut_par, _gemv_q4_dw: _gemv_q4_dw_par}
 
 
 def _workers() -> int:
@@ -970,6 +1129,13 @@ def _permute_columns(x: np.ndarray, x_perm: np.ndarray) -> None:
     np.copyto(x_perm.reshape(m, k // 128, 8, 16), x.reshape(m, k // 128, 16, 8).transpose(0, 1, 3, 2))
 
 
+def _permute_block_columns(x: np.ndarray, x_perm: np.ndarray) -> None:
+    """The activation row in :func:`_q4_dword_row_dot`'s order: in each block of 64 columns,
+    column 8l + k moves to 8k + l (nibble k of dword lane l reads it)."""
+    m, k = x.shape
+    np.copyto(x_perm.reshape(m, k // 64, 8, 8), x.reshape(m, k // 64, 8, 8).transpose(0, 1, 3, 2))
+
+
 def _copy_columns(x: np.ndarray, x_line: np.ndarray) -> None:
     np.copyto(x_line, x)
 
@@ -985,7 +1151,8 @@ def _line_aligned(shape: tuple[int, int]) -> np.ndarray:
 
 #: the activation copy a kernel reads (its layout, on 64-byte lines), made per call by the runner
 _PREPARE: dict[Callable[..., None], Callable[[np.ndarray, np.ndarray], None]] = {
-    _gemv_q4: _split_columns, _gemv_q4_lut: _permute_columns, _gemv_q8_lanes: _copy_columns}
+    _gemv_q4: _split_columns, _gemv_q4_lut: _permute_columns, _gemv_q8_lanes: _copy_columns,
+    _gemv_q4_dw: _permute_block_columns}
 
 
 def _gemv_kernel(
@@ -1021,6 +1188,8 @@ def _gemv_kernel(
         x_split = _line_aligned((m_rows, k))
         if m_rows == 1 and q.shape[2] % LANE_BYTES == 0 and avx512():
             return _gemv_q4_lut, (x_split, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
+        if m_rows == 1 and q.shape[2] % Q4_DWORD_STEP == 0 and not mul_f16:  # the 8-lane hosts' one-row path
+            return _gemv_q4_dw, (x_split, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
         return _gemv_q4, (x_split, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
     return None
 
