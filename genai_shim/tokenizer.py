@@ -156,8 +156,9 @@ class Tokenizer:
             tokenizer_files.remap_template(template) if self._tok_model is not None else template
         )
         self._bos_id, self._eos_id, self._pad_id = tokens.bos_id, tokens.eos_id, tokens.pad_id
-        self._vocab_bytes: list[bytes] = []
-        self._vocab_vector = self._read_vocab()
+        # the vocabulary (token bytes and strings) is read on first use: building it costs ~0.1 s
+        # of a 128k-token pipeline's load, and generation needs it only for structured output
+        self._vocab: tuple[list[bytes], list[str]] | None = None
         cfg = _read_json(folder / "tokenizer_config.json") if folder is not None else {}
         self._special_ids = self._find_special_ids(cfg)
         # a string still unknown whose id is known: the detokenized id, special tokens kept
@@ -190,19 +191,32 @@ class Tokenizer:
             tokenizer_ir.add_second_input(model)
         return model
 
-    def _read_vocab(self) -> list[str]:
-        """Token strings from the detokenizer's VocabDecoder constants (begins, ends, chars)."""
+    @property
+    def _vocab_bytes(self) -> list[bytes]:
+        return self._vocab_pair()[0]
+
+    @property
+    def _vocab_vector(self) -> list[str]:
+        return self._vocab_pair()[1]
+
+    def _vocab_pair(self) -> tuple[list[bytes], list[str]]:
+        if self._vocab is None:
+            self._vocab = self._read_vocab()
+        return self._vocab
+
+    def _read_vocab(self) -> tuple[list[bytes], list[str]]:
+        """Token bytes and strings from the detokenizer's VocabDecoder constants (begins, ends, chars)."""
         if self._detok_model is None:
-            return []
+            return [], []
         for op in self._detok_model.get_ordered_ops():
             if op.get_type_name() == "VocabDecoder":
                 begins, ends, chars = (_const(op.input_value(i)) for i in (1, 2, 3))
                 if begins is None or ends is None or chars is None:
-                    return []
+                    return [], []
                 raw = chars.tobytes()
-                self._vocab_bytes = [raw[int(b) : int(e)] for b, e in zip(begins, ends, strict=False)]
-                return [piece.decode("utf-8", errors="replace") for piece in self._vocab_bytes]
-        return []
+                pieces = [raw[int(b) : int(e)] for b, e in zip(begins, ends, strict=False)]
+                return pieces, [piece.decode("utf-8", errors="replace") for piece in pieces]
+        return [], []
 
     def _find_special_ids(self, cfg: dict[str, Any]) -> list[int]:
         ids: set[int] = set()
