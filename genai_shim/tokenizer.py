@@ -156,8 +156,8 @@ class Tokenizer:
             tokenizer_files.remap_template(template) if self._tok_model is not None else template
         )
         self._bos_id, self._eos_id, self._pad_id = tokens.bos_id, tokens.eos_id, tokens.pad_id
-        # the vocabulary (token bytes and strings) is read on first use: building it costs ~0.1 s
-        # of a 128k-token pipeline's load, and generation needs it only for structured output
+        # the vocabulary (token bytes and strings) is read on first use: building it was most of a
+        # 128k-token tokenizer's construction, and generation needs it only for structured output
         self._vocab: tuple[list[bytes], list[str]] | None = None
         cfg = _read_json(folder / "tokenizer_config.json") if folder is not None else {}
         self._special_ids = self._find_special_ids(cfg)
