@@ -398,6 +398,64 @@ def _splat(builder: ir.IRBuilder, value: ir.Value, vty: ir.VectorType) -> ir.Val
     return builder.shuffle_vector(one, undef, ir.Constant(ir.VectorType(ir.IntType(32), vty.count), [0] * vty.count))
 
 
+def _q4_group_loop(builder: ir.IRBuilder, name: str, ps: ir.Value, pz: ir.Value, pxs: ir.Value, groups: ir.Value,
+                   step: ir.Value, pass_bytes: int,
+                   pass_body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> ir.Value:
+    """The loops both 4-bit IR rows share, emitted at the builder's position; returns the row's sum.
+
+    For each group g: four 8-lane partial sums, zero at the group's start, which
+    ``pass_body(off, parts)`` advances over code bytes ``[off, off + pass_bytes)`` (``off`` =
+    ``g * step + j``, ``j`` stepping by ``pass_bytes`` to ``step``); then the group's sum minus
+    ``z[g] * xs8[g]`` (one fma: the zero point's term) scaled into an 8-lane accumulator by ``s[g]``
+    (one fma); at the end the accumulator's lanes summed in a fixed order."""
+    fma = builder.module.declare_intrinsic("llvm.fma.v8f32", fnty=ir.FunctionType(_V8F, [_V8F] * 3))
+    zero = ir.Constant(_V8F, [0.0] * 8)
+    fn, entry = builder.function, builder.block
+    g_head, g_body, j_head, j_body, g_tail, done = (
+        fn.append_basic_block(f"{name}.{n}") for n in ("g_head", "g_body", "j_head", "j_body", "g_tail", "done"))
+    builder.branch(g_head)
+
+    builder.position_at_end(g_head)  # for g in range(groups)
+    g, acc = builder.phi(_I64), builder.phi(_V8F)
+    g.add_incoming(ir.Constant(_I64, 0), entry)
+    acc.add_incoming(zero, entry)
+    builder.cbranch(builder.icmp_signed("<", g, groups), g_body, done)
+
+    builder.position_at_end(g_body)
+    sv = _splat(builder, builder.load(builder.gep(ps, [g])), _V8F)
+    zv = _splat(builder, builder.load(builder.gep(pz, [g])), _V8F)
+    xsv = builder.load(builder.bitcast(builder.gep(pxs, [builder.mul(g, ir.Constant(_I64, 8))]),
+                                       _V8F.as_pointer()), align=4)
+    base = builder.mul(g, step)
+    builder.branch(j_head)
+
+    builder.position_at_end(j_head)  # for j in range(0, step, pass_bytes)
+    j = builder.phi(_I64)
+    parts = [builder.phi(_V8F) for _ in range(4)]
+    j.add_incoming(ir.Constant(_I64, 0), g_body)
+    for part in parts:
+        part.add_incoming(zero, g_body)
+    builder.cbranch(builder.icmp_signed("<", j, step), j_body, g_tail)
+
+    builder.position_at_end(j_body)
+    for part, value in zip(parts, pass_body(builder.add(base, j), list(parts)), strict=True):
+        part.add_incoming(value, builder.block)
+    j.add_incoming(builder.add(j, ir.Constant(_I64, pass_bytes)), builder.block)
+    builder.branch(j_head)
+
+    builder.position_at_end(g_tail)
+    group = builder.fadd(builder.fadd(parts[0], parts[1]), builder.fadd(parts[2], parts[3]))
+    group = builder.call(fma, [builder.fneg(zv), xsv, group])  # sum x * (code - z), per lane, one rounding
+    g.add_incoming(builder.add(g, ir.Constant(_I64, 1)), g_tail)
+    acc.add_incoming(builder.call(fma, [group, sv, acc]), g_tail)
+    builder.branch(g_head)
+
+    builder.position_at_end(done)
+    lane = [builder.extract_element(acc, ir.Constant(ir.IntType(32), i)) for i in range(8)]
+    return builder.fadd(builder.fadd(builder.fadd(lane[0], lane[4]), builder.fadd(lane[2], lane[6])),
+                        builder.fadd(builder.fadd(lane[1], lane[5]), builder.fadd(lane[3], lane[7])))
+
+
 @_intrinsic
 def _q4_row_dot(typingctx, xe, xo, xs8, qrow, s, z, gh, flip):
     """One row of a 4-bit weight times one activation row, written as vector IR:
@@ -430,63 +488,24 @@ def _q4_row_dot(typingctx, xe, xo, xs8, qrow, s, z, gh, flip):
         groups = builder.extract_value(arrays[4].shape, 0)
         step = builder.sext(args[6], _I64) if args[6].type != _I64 else args[6]
         fma = builder.module.declare_intrinsic("llvm.fma.v8f32", fnty=ir.FunctionType(_V8F, [_V8F] * 3))
-        zero = ir.Constant(_V8F, [0.0] * 8)
         flip8 = _splat(builder, args[7], _V8B)
         low_mask, four = ir.Constant(_V8B, [15] * 8), ir.Constant(_V8B, [4] * 8)
-        fn, entry = builder.function, builder.block
-        g_head, g_body, j_head, j_body, g_tail, done = (
-            fn.append_basic_block(f"q4row.{n}") for n in ("g_head", "g_body", "j_head", "j_body", "g_tail", "done"))
-        builder.branch(g_head)
 
-        builder.position_at_end(g_head)  # for g in range(groups)
-        g, acc = builder.phi(_I64), builder.phi(_V8F)
-        g.add_incoming(ir.Constant(_I64, 0), entry)
-        acc.add_incoming(zero, entry)
-        builder.cbranch(builder.icmp_signed("<", g, groups), g_body, done)
+        def pass_body(off: ir.Value, parts: list[ir.Value]) -> list[ir.Value]:
+            new = []
+            for half in range(2):  # bytes j..j+7 and j+8..j+15: low nibbles pair with xe, high with xo
+                at = builder.add(off, ir.Constant(_I64, 8 * half))
+                packed = builder.load(builder.bitcast(builder.gep(pq, [at]), _V8B.as_pointer()), align=1)
+                codes = builder.xor(packed, flip8)
+                lo = builder.uitofp(builder.and_(codes, low_mask), _V8F)
+                hi = builder.uitofp(builder.lshr(codes, four), _V8F)
+                x_lo = builder.load(builder.bitcast(builder.gep(pxe, [at]), _V8F.as_pointer()), align=4)
+                x_hi = builder.load(builder.bitcast(builder.gep(pxo, [at]), _V8F.as_pointer()), align=4)
+                new += [builder.call(fma, [x_lo, lo, parts[2 * half]]),
+                        builder.call(fma, [x_hi, hi, parts[2 * half + 1]])]
+            return new
 
-        builder.position_at_end(g_body)
-        sv = _splat(builder, builder.load(builder.gep(ps, [g])), _V8F)
-        zv = _splat(builder, builder.load(builder.gep(pz, [g])), _V8F)
-        xsv = builder.load(builder.bitcast(builder.gep(pxs, [builder.mul(g, ir.Constant(_I64, 8))]),
-                                           _V8F.as_pointer()), align=4)
-        base = builder.mul(g, step)
-        builder.branch(j_head)
-
-        builder.position_at_end(j_head)  # for j in range(0, gh, Q4_ROW_STEP)
-        j = builder.phi(_I64)
-        parts = [builder.phi(_V8F) for _ in range(4)]
-        j.add_incoming(ir.Constant(_I64, 0), g_body)
-        for part in parts:
-            part.add_incoming(zero, g_body)
-        builder.cbranch(builder.icmp_signed("<", j, step), j_body, g_tail)
-
-        builder.position_at_end(j_body)
-        new = []
-        for half in range(2):  # bytes j..j+7 and j+8..j+15: low nibbles pair with xe, high with xo
-            off = builder.add(base, builder.add(j, ir.Constant(_I64, 8 * half)))
-            packed = builder.load(builder.bitcast(builder.gep(pq, [off]), _V8B.as_pointer()), align=1)
-            codes = builder.xor(packed, flip8)
-            lo = builder.uitofp(builder.and_(codes, low_mask), _V8F)
-            hi = builder.uitofp(builder.lshr(codes, four), _V8F)
-            x_lo = builder.load(builder.bitcast(builder.gep(pxe, [off]), _V8F.as_pointer()), align=4)
-            x_hi = builder.load(builder.bitcast(builder.gep(pxo, [off]), _V8F.as_pointer()), align=4)
-            new += [builder.call(fma, [x_lo, lo, parts[2 * half]]), builder.call(fma, [x_hi, hi, parts[2 * half + 1]])]
-        for part, value in zip(parts, new, strict=True):
-            part.add_incoming(value, j_body)
-        j.add_incoming(builder.add(j, ir.Constant(_I64, Q4_ROW_STEP)), j_body)
-        builder.branch(j_head)
-
-        builder.position_at_end(g_tail)
-        group = builder.fadd(builder.fadd(parts[0], parts[1]), builder.fadd(parts[2], parts[3]))
-        group = builder.call(fma, [builder.fneg(zv), xsv, group])  # sum x * (code - z), per lane, one rounding
-        g.add_incoming(builder.add(g, ir.Constant(_I64, 1)), g_tail)
-        acc.add_incoming(builder.call(fma, [group, sv, acc]), g_tail)
-        builder.branch(g_head)
-
-        builder.position_at_end(done)
-        lane = [builder.extract_element(acc, ir.Constant(ir.IntType(32), i)) for i in range(8)]
-        return builder.fadd(builder.fadd(builder.fadd(lane[0], lane[4]), builder.fadd(lane[2], lane[6])),
-                            builder.fadd(builder.fadd(lane[1], lane[5]), builder.fadd(lane[3], lane[7])))
+        return _q4_group_loop(builder, "q4row", ps, pz, pxs, groups, step, Q4_ROW_STEP, pass_body)
 
     return types.float32(xe, xo, xs8, qrow, s, z, gh, flip), codegen
 
@@ -522,66 +541,24 @@ def _q4_dword_row_dot(typingctx, xp, xs8, qrow, s, z, gh, flip):
         groups = builder.extract_value(arrays[3].shape, 0)
         step = builder.sext(args[5], _I64) if args[5].type != _I64 else args[5]
         fma = builder.module.declare_intrinsic("llvm.fma.v8f32", fnty=ir.FunctionType(_V8F, [_V8F] * 3))
-        zero = ir.Constant(_V8F, [0.0] * 8)
         flip4 = builder.mul(builder.zext(args[6], ir.IntType(32)), ir.Constant(ir.IntType(32), 0x01010101))
         flip32 = _splat(builder, flip4, _V8I)  # the flip on every byte of a dword
         mask = ir.Constant(_V8I, [15] * 8)
-        fn, entry = builder.function, builder.block
-        g_head, g_body, j_head, j_body, g_tail, done = (
-            fn.append_basic_block(f"q4dw.{n}") for n in ("g_head", "g_body", "j_head", "j_body", "g_tail", "done"))
-        builder.branch(g_head)
 
-        builder.position_at_end(g_head)  # for g in range(groups)
-        g, acc = builder.phi(_I64), builder.phi(_V8F)
-        g.add_incoming(ir.Constant(_I64, 0), entry)
-        acc.add_incoming(zero, entry)
-        builder.cbranch(builder.icmp_signed("<", g, groups), g_body, done)
+        def pass_body(off: ir.Value, parts: list[ir.Value]) -> list[ir.Value]:
+            words = builder.load(builder.bitcast(builder.gep(pq, [off]), _V8I.as_pointer()), align=1)
+            words = builder.xor(words, flip32)
+            xoff = builder.add(off, off)  # two codes per byte: the pass's 64 columns start at 2 * off
+            for k in range(8):
+                shifted = words if k == 0 else builder.lshr(words, ir.Constant(_V8I, [4 * k] * 8))
+                codes = shifted if k == 7 else builder.and_(shifted, mask)
+                cf = builder.sitofp(codes, _V8F)  # 0..15: the signed conversion is exact and one instruction
+                xv = builder.load(builder.bitcast(builder.gep(pxp, [builder.add(xoff, ir.Constant(_I64, 8 * k))]),
+                                                  _V8F.as_pointer()), align=4)
+                parts[k % 4] = builder.call(fma, [xv, cf, parts[k % 4]])
+            return parts
 
-        builder.position_at_end(g_body)
-        sv = _splat(builder, builder.load(builder.gep(ps, [g])), _V8F)
-        zv = _splat(builder, builder.load(builder.gep(pz, [g])), _V8F)
-        xsv = builder.load(builder.bitcast(builder.gep(pxs, [builder.mul(g, ir.Constant(_I64, 8))]),
-                                           _V8F.as_pointer()), align=4)
-        base = builder.mul(g, step)
-        builder.branch(j_head)
-
-        builder.position_at_end(j_head)  # for j in range(0, gh, Q4_DWORD_STEP)
-        j = builder.phi(_I64)
-        parts = [builder.phi(_V8F) for _ in range(4)]
-        j.add_incoming(ir.Constant(_I64, 0), g_body)
-        for part in parts:
-            part.add_incoming(zero, g_body)
-        builder.cbranch(builder.icmp_signed("<", j, step), j_body, g_tail)
-
-        builder.position_at_end(j_body)
-        off = builder.add(base, j)
-        words = builder.load(builder.bitcast(builder.gep(pq, [off]), _V8I.as_pointer()), align=1)
-        words = builder.xor(words, flip32)
-        xoff = builder.add(off, off)  # two codes per byte: the pass's 64 columns start at 2 * off
-        new = list(parts)
-        for k in range(8):
-            shifted = words if k == 0 else builder.lshr(words, ir.Constant(_V8I, [4 * k] * 8))
-            codes = shifted if k == 7 else builder.and_(shifted, mask)
-            cf = builder.sitofp(codes, _V8F)  # 0..15: the signed conversion is exact and one instruction
-            xv = builder.load(builder.bitcast(builder.gep(pxp, [builder.add(xoff, ir.Constant(_I64, 8 * k))]),
-                                              _V8F.as_pointer()), align=4)
-            new[k % 4] = builder.call(fma, [xv, cf, new[k % 4]])
-        for part, value in zip(parts, new, strict=True):
-            part.add_incoming(value, j_body)
-        j.add_incoming(builder.add(j, ir.Constant(_I64, Q4_DWORD_STEP)), j_body)
-        builder.branch(j_head)
-
-        builder.position_at_end(g_tail)
-        group = builder.fadd(builder.fadd(parts[0], parts[1]), builder.fadd(parts[2], parts[3]))
-        group = builder.call(fma, [builder.fneg(zv), xsv, group])  # sum x * (code - z), per lane
-        g.add_incoming(builder.add(g, ir.Constant(_I64, 1)), g_tail)
-        acc.add_incoming(builder.call(fma, [group, sv, acc]), g_tail)
-        builder.branch(g_head)
-
-        builder.position_at_end(done)
-        lane = [builder.extract_element(acc, ir.Constant(ir.IntType(32), i)) for i in range(8)]
-        return builder.fadd(builder.fadd(builder.fadd(lane[0], lane[4]), builder.fadd(lane[2], lane[6])),
-                            builder.fadd(builder.fadd(lane[1], lane[5]), builder.fadd(lane[3], lane[7])))
+        return _q4_group_loop(builder, "q4dw", ps, pz, pxs, groups, step, Q4_DWORD_STEP, pass_body)
 
     return types.float32(xp, xs8, qrow, s, z, gh, flip), codegen
 
@@ -1039,8 +1016,9 @@ def _gemv_q4_par(x_split, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n
 @njit(parallel=True, **_JIT)
 def _gemv_q4_dw_par(x_perm, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):
     xs8 = _block_lane_sums(x_perm[0], q.shape[1], 2 * q.shape[2])  # once for all blocks
-    if not np.isfinite(xs8).all():  # the per-weight loop (_gemv_q4_dw), on this thread: a rare case
-        _gemv_q4_dw(x_perm, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, x_perm[0])
+    if not np.isfinite(xs8).all():  # the per-weight loop, on this thread, as _gemv_q4_dw: a rare case
+        _gemv_q4_rows(_unpermute_block_columns(x_perm), np.zeros(0, np.float32), q, scale, zp, has_zp, q_flip, zp_flip,
+                      mul_f16, out, n0, n1, x_perm[0])
         return
     for b in prange(_blocks(n0, n1)):
         lo, hi = _block(n0, n1, b)
