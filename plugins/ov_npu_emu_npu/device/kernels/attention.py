@@ -118,6 +118,18 @@ def _f16_staging(o: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, Run
     return None if narrow is None else (out32, narrow)
 
 
+def _f16_widened(x: np.ndarray) -> tuple[np.ndarray, Runner | None]:
+    """For a C-contiguous f16 ``x``: an f32 copy starting on a line and the runner that refreshes
+    it exactly (kernels/f16.py); ``(x, None)`` for anything else."""
+    if x.dtype != np.float16 or not x.flags.c_contiguous:
+        return x, None
+    from ov_npu_emu_npu.device.kernels.f16 import widen_runner
+
+    x32 = aligned(x.shape, np.dtype(np.float32), 0)
+    widen = widen_runner(x, x32)
+    return (x, None) if widen is None else (x32, widen)
+
+
 def _masked_column_skipper(
     q32,
     k,
@@ -715,13 +727,7 @@ class _CompactProducts:
         S = self.S = k32.shape[-2]
         self.mask = _grouped_mask(mask, k32.shape[1], groups) if groups > 1 else mask
         self.direct = o.dtype == np.float32 and tuple(self.o.shape[:-2]) == self.batch
-        self.narrow: Runner | None = None
-        if o.dtype == np.float16 and self.o.flags.c_contiguous:
-            from ov_npu_emu_npu.device.kernels.f16 import narrow_runner
-
-            self.o32 = np.empty((*self.batch, rows, v32.shape[-1]), np.float32)
-            if self.o32.size == self.o.size:
-                self.narrow = narrow_runner(self.o32, self.o)
+        self.staged = _f16_staging(self.o, (*self.batch, rows, v32.shape[-1]))
         n = math.prod(self.batch) * rows
         self.c_flat = aligned((n * S,), np.dtype(np.float32), 0)
         self.m_flat = np.empty(self.mask.size, self.mask.dtype)
@@ -771,9 +777,10 @@ class _CompactProducts:
         np.divide(pf, self.rowmax, out=pf)
         if self.direct:
             np.matmul(pf, self.v32, out=self.o)
-        elif self.narrow is not None:  # f16 mode: numpy's rounding, faster (kernels/f16.py)
-            np.matmul(pf, self.v32, out=self.o32)
-            self.narrow()
+        elif self.staged is not None:  # f16 mode: numpy's rounding, faster (kernels/f16.py)
+            out32, narrow = self.staged
+            np.matmul(pf, self.v32, out=out32)
+            narrow()
         else:
             np.copyto(self.o, np.matmul(pf, self.v32).reshape(self.o.shape), casting="unsafe")
 
@@ -787,13 +794,8 @@ class _FusedKv:
         # f16 mode's additive mask, widened per run (exactly) into an f32 copy that every step
         # below reads: numpy reduces, compares and adds f16 one element at a time
         self.widen_mask: Runner | None = None
-        if mask is not None and mask.dtype == np.float16 and mask.flags.c_contiguous:
-            from ov_npu_emu_npu.device.kernels.f16 import widen_runner
-
-            mask32 = np.empty(mask.shape, np.float32)
-            self.widen_mask = widen_runner(mask, mask32)
-            if self.widen_mask is not None:
-                mask = mask32
+        if mask is not None:
+            mask, self.widen_mask = _f16_widened(mask)
         self.P = P = params.past_len
         S = self.S = P + kn.shape[-2]
         self.D = D = kp.shape[-1]
@@ -804,14 +806,7 @@ class _FusedKv:
         # so that the compact products serve it too (without it f16 decode attention took every
         # column) and the plain path reads f32 operands only (with an f16 query it copied the
         # whole f32 K and V copies and cast q element by element on every run; issue 34)
-        self.q32, self.widen_q = q, None
-        if q.dtype == np.float16 and q.flags.c_contiguous:
-            from ov_npu_emu_npu.device.kernels.f16 import widen_runner
-
-            self.q32 = aligned(q.shape, np.dtype(np.float32), 0)
-            self.widen_q = widen_runner(q, self.q32)
-            if self.widen_q is None:
-                self.q32 = q
+        self.q32, self.widen_q = _f16_widened(q)
         sdpa = SdpaParams(params.causal, mask is not None, params.scale, params.kv_groups)
         self.plain = _sdpa([self.q32, self.k32, self.v32, *([] if mask is None else [mask])], outs, sdpa,
                            k_absmax=lambda: _absmax(self.k32) if self.k_max is None else self.k_max)
