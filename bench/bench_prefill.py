@@ -79,7 +79,7 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str) -> dict:
     cfg = g.GenerationConfig()
     cfg.max_new_tokens = new
     cfg.ignore_eos = True
-    ttft, tpot, text = timed_generations(pipe, prompt, cfg, repeat)
+    ttft, tpot, text, _ = timed_generations(pipe, prompt, cfg, repeat)
     return {
         "load_s": load,
         "ttft_ms": ttft,
@@ -89,17 +89,32 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str) -> dict:
     }
 
 
-def timed_generations(pipe, prompt: str, cfg, repeat: int, warmup: int = 1) -> tuple[float, float, str]:  # type: ignore[no-untyped-def]
+def prompt_variant(prompt: str, i: int) -> str:
+    """The ``i``-th of a prompt's word rotations (0: the prompt itself): prompts of the same words,
+    so of about the same token count, that share no prefix beyond the chat template's."""
+    words = prompt.split()
+    k = i % len(words)
+    return " ".join(words[k:] + words[:k])
+
+
+def timed_generations(pipe, prompt: str, cfg, repeat: int, warmup: int = 1,  # type: ignore[no-untyped-def]
+                      fresh: bool = False) -> tuple[float, float, str, int]:
     """``warmup`` untimed generates (our ladder compiles its rung in the first), then ``repeat``
-    timed ones: (median TTFT ms, median TPOT ms, the last text)."""
-    for _ in range(warmup):
-        pipe.generate([prompt], cfg)
+    timed ones: (median TTFT ms, median TPOT ms, the last text, its prompt's token count).
+
+    ``fresh``: every generate gets another rotation of the prompt's words. The real
+    openvino_genai on CPU caches prefixes by default (its LLMPipeline runs the paged-attention
+    backend with prefix caching on), so the same prompt again is mostly a cache hit there and
+    its TTFT no longer measures a prefill."""
+    for i in range(warmup):
+        pipe.generate([prompt_variant(prompt, i + 1) if fresh else prompt], cfg)
     ttft, tpot = [], []
-    for _ in range(repeat):
-        res = pipe.generate([prompt], cfg)
+    for i in range(repeat):
+        res = pipe.generate([prompt_variant(prompt, warmup + i + 1) if fresh else prompt], cfg)
         ttft.append(res.perf_metrics.get_ttft().mean)
         tpot.append(res.perf_metrics.get_tpot().mean)
-    return statistics.median(ttft), statistics.median(tpot), res.texts[0]
+    return (statistics.median(ttft), statistics.median(tpot), res.texts[0],
+            int(res.perf_metrics.get_num_input_tokens()))
 
 
 def run_worker(setup: str, folder: str, args: argparse.Namespace) -> dict:

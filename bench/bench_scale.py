@@ -37,7 +37,10 @@ openvino_genai on the CPU plugin at default properties (``cpu-default``, the anc
 what a user would run on this machine), on ``llama-1b-int4`` and ``llama-3b-int4``
 (``make-model --preset llama-3.2-1b-shape`` / ``llama-3.2-3b-shape --dtype int4`` under
 ``--models-dir``, built when missing) and bench-0.5b; a 15-word prompt (38 tokens once the chat
-template is applied), 32 new tokens, the third generate of the process timed (two warm-ups).
+template is applied), 32 new tokens, the third generate of the process timed (two warm-ups),
+each generate on another rotation of the prompt's words (``--fresh-prompts``, the default here:
+the real LLMPipeline on CPU caches prompt prefixes by default, so a repeated prompt's TTFT there
+is a cache hit, not a prefill; ``--no-fresh-prompts`` measures that case).
 Setups ``npu-default`` (genai_shim, emulated NPU), ``npu-cpu-default`` (NPUW_DEVICES=CPU),
 ``cpu-default`` and ``cpu-f32`` (the real CPU plugin with INFERENCE_PRECISION_HINT f32 only).  The "floor" column is the
 weights file's bytes over the host's two-core read bandwidth measured in this run (numpy reducing
@@ -103,7 +106,8 @@ def model_folder(name: str, q05_dir: str, models_dir: str = "/work/models") -> s
     return small_folder(name)
 
 
-def worker(setup: str, folder: str, repeat: int, new: int, prompt: str, warmup: int = 1) -> dict:
+def worker(setup: str, folder: str, repeat: int, new: int, prompt: str, warmup: int = 1,
+           fresh: bool = False) -> dict:
     import importlib
     import resource
 
@@ -120,10 +124,10 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str, warmup: 
     cfg.ignore_eos = True
     if repeat == 0:  # --load-only
         return {"load_s": load, "ttft_ms": float("nan"), "tpot_ms": float("nan"), "rss_load_mb": rss_load,
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "text": ""}
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "text": "", "tokens": 0}
     from bench_prefill import timed_generations
 
-    ttft, tpot, text = timed_generations(pipe, prompt, cfg, repeat, warmup)
+    ttft, tpot, text, tokens = timed_generations(pipe, prompt, cfg, repeat, warmup, fresh)
     return {
         "load_s": load,
         "ttft_ms": ttft,
@@ -131,15 +135,19 @@ def worker(setup: str, folder: str, repeat: int, new: int, prompt: str, warmup: 
         "rss_load_mb": rss_load,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "text": text,
+        "tokens": tokens,
     }
 
 
-def interleaved(setups: list[str], folder: str, repeat: int, new: int, prompt: str, warmup: int = 1) -> dict:
+def interleaved(setups: list[str], folder: str, repeat: int, new: int, prompt: str, warmup: int = 1,
+                fresh: bool = False) -> dict:
     """--interleave: every setup loaded in this one process, then ``repeat`` rounds of one
     generate() each, the order rotating per round, so a load swing hits all setups alike
     (TTFT / TPOT medians; load and RSS are not per setup here)."""
     import importlib
     import statistics
+
+    from bench_prefill import prompt_variant
 
     pipes, cfgs = {}, {}
     for s in setups:
@@ -149,25 +157,29 @@ def interleaved(setups: list[str], folder: str, repeat: int, new: int, prompt: s
         cfgs[s] = g.GenerationConfig()
         cfgs[s].max_new_tokens = new
         cfgs[s].ignore_eos = True
-        for _ in range(warmup):  # our ladders compile their rungs in the first
-            pipes[s].generate([prompt], cfgs[s])
+        for i in range(warmup):  # our ladders compile their rungs in the first
+            pipes[s].generate([prompt_variant(prompt, i + 1) if fresh else prompt], cfgs[s])
     ttft: dict[str, list[float]] = {s: [] for s in setups}
     tpot: dict[str, list[float]] = {s: [] for s in setups}
-    text = {}
+    text, tokens = {}, {}
     for r in range(repeat):
+        round_prompt = prompt_variant(prompt, warmup + r + 1) if fresh else prompt
         for s in setups[r % len(setups):] + setups[: r % len(setups)]:
-            res = pipes[s].generate([prompt], cfgs[s])
+            res = pipes[s].generate([round_prompt], cfgs[s])
             ttft[s].append(res.perf_metrics.get_ttft().mean)
             tpot[s].append(res.perf_metrics.get_tpot().mean)
             text[s] = res.texts[0]
+            tokens[s] = int(res.perf_metrics.get_num_input_tokens())
     nan = float("nan")
     return {s: {"load_s": nan, "ttft_ms": statistics.median(ttft[s]), "tpot_ms": statistics.median(tpot[s]),
-                "rss_load_mb": nan, "peak_rss_mb": nan, "text": text[s]} for s in setups}
+                "rss_load_mb": nan, "peak_rss_mb": nan, "text": text[s], "tokens": tokens[s]} for s in setups}
 
 
 def run_worker(setup: str, folder: str, args: argparse.Namespace) -> dict:
     cmd = [sys.executable, __file__, "--worker", setup, "--folder", folder, "--repeat", str(args.repeat),
            "--new", str(args.new), "--prompt", args.prompt, "--warmup", str(args.warmup)]
+    if args.fresh_prompts:
+        cmd.append("--fresh-prompts")
     out = subprocess.run(cmd, capture_output=True, text=True, check=False,
                          env={**os.environ, "OV_NPU_EMU_PROGRESS": "0"})
     if out.returncode:
@@ -220,16 +232,19 @@ def main() -> None:
     ap.add_argument("--load-only", action="store_true", help="time the pipeline's load only (no generate)")
     ap.add_argument("--interleave", action="store_true",
                     help="all setups in one process, generate() calls alternating (TTFT/TPOT only)")
+    ap.add_argument("--fresh-prompts", action=argparse.BooleanOptionalAction,
+                    help="every generate a new rotation of the prompt's words (default with --native: the "
+                         "real CPU's prefix cache would otherwise serve a repeated prompt)")
     ap.add_argument("--worker")
     ap.add_argument("--folder")
     ap.add_argument("--bandwidth", action="store_true")
     ap.add_argument("--folder-of")
     args = ap.parse_args()
     defaults = dict(models="stories260K,bench-small,bench-0.5b", setups="real,npu,npu-cpu,cpu", repeat=3,
-                    new=16, prompt=PROMPT, warmup=1, anchor="real")
+                    new=16, prompt=PROMPT, warmup=1, anchor="real", fresh_prompts=False)
     if args.native:
         defaults.update(models=NATIVE_MODELS, setups=NATIVE_SETUPS, repeat=1, new=32, prompt=NATIVE_PROMPT,
-                        warmup=2, anchor="cpu-default")
+                        warmup=2, anchor="cpu-default", fresh_prompts=True)
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -242,9 +257,10 @@ def main() -> None:
     if args.worker:
         if "," in args.worker:
             print(json.dumps(interleaved(args.worker.split(","), args.folder, args.repeat, args.new, args.prompt,
-                                         args.warmup)))
+                                         args.warmup, args.fresh_prompts)))
         else:
-            print(json.dumps(worker(args.worker, args.folder, args.repeat, args.new, args.prompt, args.warmup)))
+            print(json.dumps(worker(args.worker, args.folder, args.repeat, args.new, args.prompt, args.warmup,
+                                    args.fresh_prompts)))
         return
     if args.load_only:
         args.repeat = 0
@@ -260,7 +276,8 @@ def main() -> None:
     print(f"{len(args.prompt.split())}-word prompt, {'default properties' if args.native else 'f32'}, "
           f"{args.new} new tokens, median of {args.repeat} after {args.warmup} warm-up generate(s); "
           + ("all setups in one process, generate() calls alternating" if args.interleave else "one process per setup")
-          + f"; ratios setup / {args.anchor}")
+          + f"; ratios setup / {args.anchor}"
+          + ("; a new rotation of the prompt's words per generate" if args.fresh_prompts else "; the same prompt"))
     rows_by_model = {}
     for name in args.models.split(","):
         folder = _child("--folder-of", name.strip(), "--q05-dir", args.q05_dir, "--models-dir", args.models_dir)
@@ -281,8 +298,8 @@ def main() -> None:
 def print_table(args: argparse.Namespace, rows_by_model: dict, gbs: float) -> None:
     """One markdown row per model and setup; ratios against ``args.anchor``'s row of the model."""
     print("| model | setup | load s | TTFT ms | TPOT ms | peak RSS MB | RSS after load MB | "
-          "x load | x TTFT | x TPOT | x peak RSS | TPOT / floor | same text |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "x load | x TTFT | x TPOT | x peak RSS | TPOT / floor | prompt tokens | same text |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, (folder, rows) in rows_by_model.items():
         anchor = rows.get(args.anchor, {})
         weights_mb = _weights_mb(folder)
@@ -300,7 +317,7 @@ def print_table(args: argparse.Namespace, rows_by_model: dict, gbs: float) -> No
             same = "–" if "text" not in anchor or args.load_only else ("yes" if r["text"] == anchor["text"] else "no")
             print(f"| {label} | {s} | {r['load_s']:.2f} | {r['ttft_ms']:.1f} | {r['tpot_ms']:.2f} | "
                   f"{r['peak_rss_mb']:.0f} | {r['rss_load_mb']:.0f} | {ratio('load_s')} | {ratio('ttft_ms')} | "
-                  f"{ratio('tpot_ms')} | {ratio('peak_rss_mb')} | {r['tpot_ms'] / floor_ms:.2f} | {same} |")
+                  f"{ratio('tpot_ms')} | {ratio('peak_rss_mb')} | {r['tpot_ms'] / floor_ms:.2f} | {r.get('tokens', '–')} | {same} |")
             label = ""
         cpu = rows.get("cpu", {})
         if cpu.get("tpot_ms") and not args.native:
