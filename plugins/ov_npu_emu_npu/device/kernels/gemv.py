@@ -314,13 +314,42 @@ def _byte(typingctx, b):
     return types.float32(b), codegen
 
 
+@_intrinsic
+def _sbyte(typingctx, b):
+    """A u8's bits read as i8, as f32, in 8-bit lanes: ``(b ^ 128) - 128`` in one conversion."""
+    if b != types.uint8:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.sitofp(args[0], ir.FloatType())
+
+    return types.float32(b), codegen
+
+
 @njit(inline="always", **_JIT)
-def _q8_group_dot(xg, qg, z, flip):
-    """sum_j xg[j] * (q_j - z) over one group's codes ``qg`` (xor ``flip`` first: 128 reads
-    i8), for the group's scale to multiply once (see :func:`_q4_group_dot`)."""
+def _q8_group_dot(xg, qg, z):
+    """sum_j xg[j] * (q_j - z) over one group's u8 codes ``qg``, for the group's scale to
+    multiply once (see :func:`_q4_group_dot`)."""
     part = np.float32(0.0)
     for j in range(qg.shape[0]):
-        part += xg[j] * (_byte(np.uint8(qg[j] ^ flip)) - z)
+        part += xg[j] * (_byte(qg[j]) - z)
+    return part
+
+
+@njit(inline="always", **_JIT)
+def _q8s_group_dot(xg, qg, z):
+    """:func:`_q8_group_dot` over i8 bits: ``z`` is the zero point in signed terms (the unsigned
+    one less 128), and the codes convert as signed bytes: the same exact integers as
+    ``(q ^ 128) - (z + 128)``, without the xor (numba's u8 xor widens to 64-bit lanes, a third of
+    the loop's speed on AVX2). A symmetric weight (``z`` 0, the common i8 case) skips the
+    subtraction, which changes no bit: ``q - 0`` is ``q``."""
+    part = np.float32(0.0)
+    if z == 0:
+        for j in range(qg.shape[0]):
+            part += xg[j] * _sbyte(qg[j])
+    else:
+        for j in range(qg.shape[0]):
+            part += xg[j] * (_sbyte(qg[j]) - z)
     return part
 
 
@@ -342,10 +371,10 @@ def _gemv_q8(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row
             if mul_f16:  # each weight rounded to f16: the scale stays inside
                 for j in range(gs):
                     acc += xg[j] * _w(np.float32(qg[j] ^ qf), z, s, mul_f16)
-            elif q_flip:  # as _q4_group_dot: the scale once per group, the flip a constant
-                acc += _q8_group_dot(xg, qg, z, np.uint8(128)) * s
+            elif q_flip:  # as _q4_group_dot: the scale once per group
+                acc += _q8s_group_dot(xg, qg, z - np.float32(128.0)) * s
             else:
-                acc += _q8_group_dot(xg, qg, z, np.uint8(0)) * s
+                acc += _q8_group_dot(xg, qg, z) * s
         out[0, n] = acc
 
 
