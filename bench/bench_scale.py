@@ -317,7 +317,8 @@ def print_table(args: argparse.Namespace, rows_by_model: dict, gbs: float) -> No
             same = "–" if "text" not in anchor or args.load_only else ("yes" if r["text"] == anchor["text"] else "no")
             print(f"| {label} | {s} | {r['load_s']:.2f} | {r['ttft_ms']:.1f} | {r['tpot_ms']:.2f} | "
                   f"{r['peak_rss_mb']:.0f} | {r['rss_load_mb']:.0f} | {ratio('load_s')} | {ratio('ttft_ms')} | "
-                  f"{ratio('tpot_ms')} | {ratio('peak_rss_mb')} | {r['tpot_ms'] / floor_ms:.2f} | {r.get('tokens', '–')} | {same} |")
+                  f"{ratio('tpot_ms')} | {ratio('peak_rss_mb')} | {r['tpot_ms'] / floor_ms:.2f} | "
+                  f"{r.get('tokens', '–')} | {same} |")
             label = ""
         cpu = rows.get("cpu", {})
         if cpu.get("tpot_ms") and not args.native:

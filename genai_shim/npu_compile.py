@@ -5,6 +5,7 @@ and the lengths NPUW settled on.  Shared by LLMPipeline and speculative decoding
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from genai_shim.npu_config import translate_npu_config
 from ov_npu_emu.errors import BlobFormatError, ConfigError
 from ov_npu_emu.runtime.files import write_file
 
-__all__ = ["NpuModel", "compile_npu"]
+__all__ = ["DEFAULT_BLOB", "NpuModel", "compile_npu", "import_or_compile"]
 
 
 @dataclass(frozen=True)
@@ -31,27 +32,43 @@ class NpuModel:
         return self.max_prompt_len + self.min_response_len - 1
 
 
-def compile_npu(core: Any, model: ov.Model, props: dict[str, Any], folder: Path | None) -> NpuModel:
+def compile_npu(core: Any, model: ov.Model, props: dict[str, Any]) -> NpuModel:
+    """``model`` compiled (or imported from BLOB_PATH) as openvino.genai's compile_decoder_for_npu
+    does it."""
     npu = translate_npu_config(model, props)
-    if npu.blob_path is not None and not npu.export_blob:
-        path = Path(npu.blob_path)
-        if not path.is_file():
-            raise BlobFormatError(f"Blob file is not found at: {npu.blob_path}")
-        with open(path, "rb") as f:
-            compiled = core.import_model(f.read(), "NPU", npu.config)
-    else:
-        compiled = core.compile_model(model, "NPU", npu.config)
-        if npu.export_blob:
-            # A model from memory exports next to the working directory, as the real does.
-            target = npu.blob_path or os.fspath((folder or Path()) / "openvino_model.blob")
-            if not target.endswith(".blob"):
-                raise ConfigError(f"Please provide a full path to blob file in BLOB_PATH: {target}", key="BLOB_PATH")
-            try:
-                write_file(target, compiled.export_model().getvalue())  # atomic, never through a symlink
-            except OSError as e:
-                raise ConfigError(f"Blob file can't be exported to: {target}", key="BLOB_PATH") from e
+    compiled = import_or_compile(core, lambda: core.compile_model(model, "NPU", npu.config), npu.config,
+                                 npu.blob_path, npu.export_blob)
     return NpuModel(
         compiled,
         int(compiled.get_property("NPUW_LLM_MAX_PROMPT_LEN")),
         int(compiled.get_property("NPUW_LLM_MIN_RESPONSE_LEN")),
     )
+
+
+#: where EXPORT_BLOB writes without BLOB_PATH: the working directory, for a model from a folder
+#: too (the real 2026.4.1 does the same)
+DEFAULT_BLOB = "openvino_model.blob"
+
+
+def import_or_compile(core: Any, compile: Callable[[], Any], import_config: dict[str, Any],
+                      blob_path: str | None, export_blob: bool) -> Any:
+    """openvino.genai's BLOB_PATH / EXPORT_BLOB rule for a decoder on "NPU" (LLMs, Whisper's
+    decoder): BLOB_PATH without EXPORT_BLOB imports that blob (with ``import_config``) instead of
+    compiling; EXPORT_BLOB compiles (``compile()``) and writes the blob to BLOB_PATH, or to
+    ``./openvino_model.blob``; the path must end in ``.blob``."""
+    if blob_path and not export_blob:
+        path = Path(blob_path)
+        if not path.is_file():
+            raise BlobFormatError(f"Blob file is not found at: {blob_path}")
+        with open(path, "rb") as f:
+            return core.import_model(f.read(), "NPU", import_config)
+    compiled = compile()
+    if export_blob:
+        target = os.fspath(blob_path or DEFAULT_BLOB)
+        if not target.endswith(".blob"):
+            raise ConfigError(f"Please provide a full path to blob file in BLOB_PATH: {target}", key="BLOB_PATH")
+        try:
+            write_file(target, compiled.export_model().getvalue())  # atomic, never through a symlink
+        except OSError as e:
+            raise ConfigError(f"Blob file can't be exported to: {target}", key="BLOB_PATH") from e
+    return compiled

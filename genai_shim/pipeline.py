@@ -215,7 +215,7 @@ def _make_impl(
     stateful: dict[str, Any] = {"seq_axis": seq_axis, "lora": lora, "paged_rules": paged,
                                 "assisted": bool(opts.prompt_lookup), "linear_states": has_linear_states(model)}
     if is_npu:
-        npu = compile_npu(core, model, props, folder)
+        npu = compile_npu(core, model, props)
         return StatefulLLM(npu.compiled, tokenizer, config, is_npu=True, max_prompt_len=npu.max_prompt_len,
                            kv_capacity=npu.kv_capacity, **stateful)
     if opts.prompt_lookup:

@@ -60,7 +60,7 @@ class _InferWrapper:
             props = dict(properties)
             if max_generation_token_len is not None:
                 props["NPUW_LLM_MAX_GENERATION_TOKEN_LEN"] = max_generation_token_len
-            npu = compile_npu(core, model, props, folder)
+            npu = compile_npu(core, model, props)
             compiled = npu.compiled
             self.max_prompt_len = npu.max_prompt_len
             total = self.max_prompt_len + npu.min_response_len

@@ -187,7 +187,7 @@ class VLMPipeline:
                 # the real's update_npu_properties: inserted (a user's NPUW_LLM_PREFILL_HINT stays,
                 # a user's PREFILL_HINT is renamed over it later)
                 lm_props.setdefault("NPUW_LLM_PREFILL_HINT", "STATIC")
-            npu = compile_npu(core, model, lm_props, folder)
+            npu = compile_npu(core, model, lm_props)
             compiled = npu.compiled
             # the real checks the prompt against what was asked for (MAX_PROMPT_LEN, 1024), not
             # NPUW's aligned length; a blob imported from BLOB_PATH reports its own

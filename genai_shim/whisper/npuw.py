@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from genai_shim.npu_compile import import_or_compile
 from genai_shim.whisper.models import DECODER_XML, alignment_heads
-from ov_npu_emu.errors import ConfigError, UnsupportedFeatureError
+from ov_npu_emu.errors import ConfigError, NpuEmuError, UnsupportedFeatureError
+from ov_npu_emu.options import as_bool
 
 __all__ = ["GENAI_KEYS", "NpuwDecoder", "npuw_whisper_properties"]
 
@@ -52,13 +54,9 @@ def npuw_whisper_properties(properties: dict[str, Any], eos_token_id: int,
                             word_timestamps: bool = False) -> dict[str, Any]:
     """The decoder's compile properties on "NPU" (the real's update_npu_config_whisper); with
     ``word_timestamps`` ``WHISPER_DECOMPOSE_SDPA`` too (the real inserts it unless given, then renames
-    it to ``NPUW_WHISPER_DECOMPOSE_SDPA``)."""
+    it to ``NPUW_WHISPER_DECOMPOSE_SDPA``). ``BLOB_PATH`` / ``EXPORT_BLOB`` pass through, for
+    :class:`NpuwDecoder` to take."""
     props = dict(properties)
-    for key in ("BLOB_PATH", "EXPORT_BLOB"):
-        if key in props:
-            raise UnsupportedFeatureError(
-                f"{key} (import / export of the Whisper decoder blob) is not built in genai_shim's default NPU "
-                "Whisper path yet; drop it", key=key)
     max_prompt = _length(props, "MAX_PROMPT_LEN", MAX_PROMPT_LEN)
     min_response = _length(props, "MIN_RESPONSE_LEN", MIN_RESPONSE_LEN)
     props["NPUW_WHISPER_EOS_TOKEN"] = props.pop("WHISPER_EOS_TOKEN", eos_token_id)
@@ -78,6 +76,13 @@ def npuw_whisper_properties(properties: dict[str, Any], eos_token_id: int,
     return props
 
 
+def _is_whisper_decoder(compiled: Any) -> bool:
+    try:
+        return bool(compiled.get_property("NPUW_WHISPER"))
+    except (NpuEmuError, RuntimeError):  # a compiled model without the key is not one
+        return False
+
+
 class NpuwDecoder:
     """The ``WhisperDecoder`` of the default NPU path: batch 1, greedy or sampled decoding."""
 
@@ -85,6 +90,9 @@ class NpuwDecoder:
                  word_timestamps: bool = False) -> None:
         """``props``: npuw_whisper_properties' result; ``word_timestamps``: the pipeline's (the real's
         decoder reads the alignment heads' scores only then)."""
+        props = dict(props)
+        blob_path = props.pop("BLOB_PATH", None)
+        export_blob = as_bool("EXPORT_BLOB", props.pop("EXPORT_BLOB", False))
         model = core.read_model(folder / DECODER_XML)
         names = {n for p in model.inputs for n in p.get_names()}
         if "beam_idx" not in names:
@@ -96,7 +104,14 @@ class NpuwDecoder:
         shape = model.input("encoder_hidden_states").get_partial_shape()
         shape[1] = frames
         model.reshape({"encoder_hidden_states": shape})
-        compiled = core.compile_model(model, "NPU", props)
+        # the real's compile_decoder_for_npu: BLOB_PATH alone imports the decoder's blob, EXPORT_BLOB
+        # writes it (to BLOB_PATH or ./openvino_model.blob); the encoder is compiled either way
+        blob = str(blob_path) if blob_path not in (None, "") else None
+        compiled = import_or_compile(core, lambda: core.compile_model(model, "NPU", props), props, blob, export_blob)
+        if not _is_whisper_decoder(compiled):
+            raise ConfigError(
+                f"BLOB_PATH {blob} holds no NPUW Whisper decoder (an LLM's or another model's blob); pass the "
+                "blob a WhisperPipeline exported with EXPORT_BLOB=True", key="BLOB_PATH")
         self._request = compiled.create_infer_request()
         self._word_timestamps = word_timestamps
         #: NPUW's cross-attention score outputs (NPUW_WHISPER_DECOMPOSE_SDPA)

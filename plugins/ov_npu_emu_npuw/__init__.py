@@ -88,8 +88,12 @@ def ovnpu_import_model(
 ) -> DeviceCompiledModel | None:
     """Claim artefacts written by our ``export_model`` (they start with our magic bytes)."""
     from ov_npu_emu_npuw.compiled_model import import_llm
-    from ov_npu_emu_npuw.serialize import MAGIC
+    from ov_npu_emu_npuw.serialize import MAGIC, WHISPER_MAGIC
 
+    if blob.startswith(WHISPER_MAGIC):
+        from ov_npu_emu_npuw.whisper import import_whisper
+
+        return import_whisper(core, blob, config)
     if not blob.startswith(MAGIC):
         return None
     return import_llm(core, blob, config)

@@ -12,13 +12,14 @@ that check nothing, its SHA-256), and import hands WEIGHTS_PATH or MODEL_PTR to 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,21 +30,25 @@ from ov_npu_emu.runtime.device import PortInfo
 from ov_npu_emu.runtime.model_cache import model_hash, read_entry, write_entry
 from ov_npu_emu.version import package_version
 from ov_npu_emu_npuw.blockkv import has_past_input
-from ov_npu_emu_npuw.config import VARIANTS_KEY, LLMConfig, skip_padded_rows
+from ov_npu_emu_npuw.config import VARIANTS_KEY, LLMConfig, parse_config, skip_padded_rows
 from ov_npu_emu_npuw.model_io import KVLayout
 from ov_npu_emu_npuw.weightless import bin_identity, check_bin_identity
 
 if TYPE_CHECKING:
     from ov_npu_emu.api.core import Core
     from ov_npu_emu_npuw.compiled_model import LLMCompiledModel
+    from ov_npu_emu_npuw.whisper import WhisperCompiledModel
 
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
+    "WHISPER_MAGIC",
     "cache_key",
     "export_llm",
+    "export_whisper",
     "ImportedLLM",
     "read_llm",
+    "read_whisper",
     "load_cached",
     "store_cached",
 ]
@@ -51,6 +56,8 @@ __all__ = [
 logger = logging.getLogger("ov_npu_emu_npuw")
 
 MAGIC = b"\x13\x37OVNPUEMU-NPUWLLM\x00"
+#: a Whisper decoder's artefact (NPUW_WHISPER): the LLM's layout, its own magic and header fields
+WHISPER_MAGIC = b"\x13\x37OVNPUEMU-NPUWWSP\x00"
 #: 2: SHA-256 of the header; 3: weightless sub-blobs (CACHE_MODE=OPTIMIZE_SIZE); 4: the devices
 #: write the weightless sub-blobs themselves (no weight references in NPUW's header)
 FORMAT_VERSION = 4
@@ -89,7 +96,7 @@ def export_llm(cm: LLMCompiledModel) -> bytes:
     parts.append(("prefill", cm.subs.prefill.export_model().getvalue()))
     if cm.subs.lm_head is not None:
         parts.append(("lm_head", cm.subs.lm_head.export_model().getvalue()))
-    table = [{"role": r, "size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for r, b in parts]
+    table = _blob_table(parts)
     weightless = None
     if cm.cfg.weightless and cm.device == "CPU":
         # the sub-models were compiled with CACHE_MODE=OPTIMIZE_SIZE, so their devices wrote
@@ -122,10 +129,70 @@ def export_llm(cm: LLMCompiledModel) -> bytes:
         "weightless": weightless,
         "blobs": table,
     }
+    return _pack(MAGIC, header, parts)
+
+
+def _blob_table(parts: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
+    return [{"role": r, "size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for r, b in parts]
+
+
+def _pack(magic: bytes, header: Mapping[str, Any], parts: list[tuple[str, bytes]]) -> bytes:
     h = json.dumps(header, sort_keys=True).encode()
     return b"".join(
-        [MAGIC, _FIXED.pack(FORMAT_VERSION, len(h)), hashlib.sha256(h).digest(), h, *(b for _, b in parts)]
+        [magic, _FIXED.pack(FORMAT_VERSION, len(h)), hashlib.sha256(h).digest(), h, *(b for _, b in parts)]
     )
+
+
+def export_whisper(cm: WhisperCompiledModel) -> bytes:
+    """A Whisper decoder (NPUW_WHISPER) as one artefact: config, lengths, ports, the prefill and
+    generate sub-blobs (each holding its weights)."""
+    parts = [("prefill", cm.prefill.export_model().getvalue()), ("generate", cm.generate.export_model().getvalue())]
+    header = {
+        "versions": _versions(),
+        "name": cm.name,
+        "device": cm.device,
+        # the keys the compilation was given: a Whisper decoder's config is parse_config's, with
+        # none of the fields an LLM compilation settles (variants, grouped attention, ...)
+        "config": {"raw": cm.cfg.to_json()["raw"]},
+        "whisper": {"prompt_len": cm.prompt_len, "total": cm.total, "eos": cm.eos, "decompose": cm.decompose},
+        "inputs": [_port_json(p) for p in cm.inputs],
+        "outputs": [_port_json(p) for p in cm.outputs],
+        "weightless": None,
+        "blobs": _blob_table(parts),
+    }
+    return _pack(WHISPER_MAGIC, header, parts)
+
+
+def read_whisper(core: Core, blob: bytes, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """An exported Whisper decoder's parts (WhisperCompiledModel's constructor arguments), its
+    sub-models imported; a damaged or foreign artefact is a typed error."""
+    with _typed_header_errors("Whisper"):
+        header, off = _read_header(blob, WHISPER_MAGIC)
+        _check_versions(header)
+        cfg_in = dict(config or {})
+        _import_device_keys(header, cfg_in.pop("WEIGHTS_PATH", None), cfg_in.pop("MODEL_PTR", None))
+        parts = _sub_blobs(blob, header, off)
+        if sorted(parts) != ["generate", "prefill"]:
+            raise BlobFormatError(f"NPUW Whisper artefact holds sub-blobs {sorted(parts)}; re-export it")
+        sub_cfg = {k: v for k, v in cfg_in.items()
+                   if not k.startswith(("NPU", "++NPUW", "CACHE_DIR")) and k != "CACHE_MODE"}
+        w = header["whisper"]
+        prompt, total, eos, decompose = int(w["prompt_len"]), int(w["total"]), int(w["eos"]), bool(w["decompose"])
+        if not 0 < prompt < total <= 1 << 16:
+            raise BlobFormatError(f"NPUW Whisper artefact lengths {prompt} / {total} are corrupt; re-export it")
+        return {
+            "name": str(header["name"]),
+            "cfg": parse_config(header["config"]["raw"]),
+            "device": str(header["device"]),
+            "prefill": core.import_model(parts["prefill"], header["device"], dict(sub_cfg)),
+            "generate": core.import_model(parts["generate"], header["device"], dict(sub_cfg)),
+            "prompt_len": prompt,
+            "total": total,
+            "eos": eos,
+            "inputs": [_port(i, d) for i, d in enumerate(header["inputs"])],
+            "outputs": [_port(i, d) for i, d in enumerate(header["outputs"])],
+            "decompose": decompose,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,18 +212,25 @@ class ImportedLLM:
     sub_defaults: dict[str, dict[str, Any]]
 
 
-def read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None = None) -> ImportedLLM:
-    """Import the sub-models without recompiling; foreign, truncated or version-mismatched
-    artefacts are typed errors."""
+@contextlib.contextmanager
+def _typed_header_errors(kind: str) -> Iterator[None]:
+    """A header field of the wrong type or shape becomes a BlobFormatError (the header is hashed,
+    so it was written wrong, or edited and re-hashed); typed errors pass as they are."""
     try:
-        return _read_llm(core, blob, config)
+        yield
     except NpuEmuError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
-        # the header is hashed, so this is a header written wrong (or edited and re-hashed)
         raise BlobFormatError(
-            f"NPUW LLM artefact header is corrupt ({type(e).__name__}: {e}); re-export it"
+            f"NPUW {kind} artefact header is corrupt ({type(e).__name__}: {e}); re-export it"
         ) from e
+
+
+def read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None = None) -> ImportedLLM:
+    """Import the sub-models without recompiling; foreign, truncated or version-mismatched
+    artefacts are typed errors."""
+    with _typed_header_errors("LLM"):
+        return _read_llm(core, blob, config)
 
 
 def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> ImportedLLM:
@@ -190,14 +264,15 @@ def _read_llm(core: Core, blob: bytes, config: Mapping[str, Any] | None) -> Impo
     return ImportedLLM(header["name"], cfg, kv, device, prefill, generate, head, pyramid, ins, outs, sub_defaults)
 
 
-def _read_header(blob: bytes) -> tuple[dict[str, Any], int]:
+def _read_header(blob: bytes, magic: bytes = MAGIC) -> tuple[dict[str, Any], int]:
     """The artefact's checked JSON header and the offset of its first sub-blob."""
-    if not blob.startswith(MAGIC):
+    if not blob.startswith(magic):
+        kind = "Whisper decoder" if magic == WHISPER_MAGIC else "LLM"
         raise BlobFormatError(
-            "This blob wasn't serialized via NPUW! (no ov_npu_emu NPUW LLM magic); "
-            "export it with CompiledModel.export_model() of an NPUW LLM"
+            f"This blob wasn't serialized via NPUW! (no ov_npu_emu NPUW {kind} magic); "
+            f"export it with CompiledModel.export_model() of an NPUW {kind}"
         )
-    off = len(MAGIC)
+    off = len(magic)
     if len(blob) < off + _FIXED.size:
         raise BlobFormatError("NPUW LLM artefact is truncated (header incomplete); re-export it")
     fmt, hlen = _FIXED.unpack_from(blob, off)

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import openvino as ov
 
-from ov_npu_emu.errors import ConfigError, KVCacheFullError, PromptTooLongError, UnsupportedFeatureError, UserInputError
+from ov_npu_emu.errors import ConfigError, KVCacheFullError, PromptTooLongError, UserInputError
 from ov_npu_emu.runtime.device import DeviceInferRequest, PortInfo
 from ov_npu_emu_npuw.config import NPUW_OPTIONS, LLMConfig, parse_config
 from ov_npu_emu_npuw.mode_model import ModeCompiledModel
@@ -64,6 +64,7 @@ __all__ = [
     "add_cache_position",
     "add_cross_attention_mask",
     "compile_whisper",
+    "import_whisper",
     "cross_mask_padding",
     "cross_mask_rows",
     "decoder_from_stateless",
@@ -441,6 +442,17 @@ def compile_whisper(core: Core, model: ov.Model, config: Mapping[str, Any]) -> W
     return WhisperCompiledModel(name, cfg, device, cp, cg, prompt, total, eos, ins, outs, decompose)
 
 
+def import_whisper(core: Core, blob: bytes, config: Mapping[str, Any] | None = None) -> WhisperCompiledModel:
+    """An exported Whisper decoder back as a compiled model (serialize.py reads and checks it)."""
+    from ov_npu_emu_npuw.compiled_model import configure_logging
+    from ov_npu_emu_npuw.serialize import read_whisper
+
+    configure_logging()
+    p = read_whisper(core, blob, config)
+    return WhisperCompiledModel(p["name"], p["cfg"], p["device"], p["prefill"], p["generate"], p["prompt_len"],
+                                p["total"], p["eos"], p["inputs"], p["outputs"], p["decompose"])
+
+
 class WhisperCompiledModel(ModeCompiledModel):
     """The stateful decoder's ports over the static prefill and generate models."""
 
@@ -466,8 +478,9 @@ class WhisperCompiledModel(ModeCompiledModel):
         return WhisperInferRequest(self)
 
     def export_model(self) -> bytes:
-        raise UnsupportedFeatureError(
-            "export of an NPUW Whisper decoder is not built yet; compile it again", key="NPUW_WHISPER")
+        from ov_npu_emu_npuw.serialize import export_whisper
+
+        return export_whisper(self)
 
     def mode_properties(self) -> dict[str, Any]:
         return {"NPUW_WHISPER": True, "NPUW_WHISPER_EOS_TOKEN": self.eos, "NPUW_WHISPER_DECOMPOSE_SDPA": self.decompose,

@@ -18,14 +18,15 @@ from typing import Any
 import pytest
 
 import genai_shim
-from ov_npu_emu.errors import ConfigError, PromptTooLongError, UnsupportedFeatureError
-from ov_npu_emu.testing import whisper_test_audio
+from ov_npu_emu.errors import BlobFormatError, ConfigError, PromptTooLongError, UnsupportedFeatureError
+from ov_npu_emu.testing import whisper_case_kwargs, whisper_test_audio
 from tests.genai_shim.whisper_helpers import IdRecorder, assert_chunks_match
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "whisper"
 STATEFUL = FIXTURES / "whisper-tiny-random-fp32"
 STATELESS = FIXTURES / "whisper-tiny-random-stateless-fp32"
+STORIES = ROOT / "ov_npu_emu" / "models" / "stories260K"
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 SETUPS: dict[str, dict[str, Any]] = {
     # the real's NPU path as it runs here: NPUW (Whisper mode) over the CPU plugin, the encoder on "NPU"
@@ -106,12 +107,63 @@ def test_default_npu_refusals_are_typed() -> None:
     with pytest.raises(ConfigError, match="word_timestamps=True") as werr:
         _run("npuw_cpu")[0].generate(whisper_test_audio("short"), word_timestamps=True, max_new_tokens=3)
     assert werr.value.key == "word_timestamps"
-    with pytest.raises(UnsupportedFeatureError) as berr:
-        genai_shim.WhisperPipeline(STATEFUL, "NPU", BLOB_PATH="decoder.blob", **SETUPS["npuw_cpu"])
-    assert berr.value.key == "BLOB_PATH"
     with pytest.raises(ConfigError, match="MAX_PROMPT_LEN cannot be negative"):
         genai_shim.WhisperPipeline(STATEFUL, "NPU", MAX_PROMPT_LEN=-1, **SETUPS["npuw_cpu"])
     pipe = _run("npuw_cpu")[0]
     with pytest.raises(UnsupportedFeatureError, match="beam search") as bserr:
         pipe.generate(whisper_test_audio("short"), num_beams=2, max_new_tokens=3)
     assert bserr.value.key == "num_beams"
+
+
+@pytest.mark.parametrize("setup", sorted(SETUPS))
+def test_decoder_blob_export_and_import(setup: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real's compile_decoder_for_npu rules for the decoder (measured on the real 2026.4.1 with
+    NPUW on CPU: it exports and imports the decoder's blob): EXPORT_BLOB writes BLOB_PATH or
+    ./openvino_model.blob; BLOB_PATH alone imports it instead of compiling; the text and ids are
+    the compiled decoder's, word-timestamp decoders included."""
+    monkeypatch.chdir(tmp_path)
+    audio = whisper_test_audio("short")
+
+    def run(pipe: Any, **kw: Any) -> tuple[Any, list[int]]:
+        rec = IdRecorder()
+        res = pipe.generate(audio, streamer=rec, max_new_tokens=12, **kw)
+        return res.texts, rec.ids
+
+    want = run(genai_shim.WhisperPipeline(STATEFUL, "NPU", **SETUPS[setup]))
+    exported = genai_shim.WhisperPipeline(STATEFUL, "NPU", EXPORT_BLOB=True, **SETUPS[setup])
+    assert (tmp_path / "openvino_model.blob").is_file() and run(exported) == want
+    imported = genai_shim.WhisperPipeline(STATEFUL, "NPU", BLOB_PATH="openvino_model.blob", **SETUPS[setup])
+    assert run(imported) == want
+    # with BLOB_PATH and EXPORT_BLOB: compiled, written there
+    words = genai_shim.WhisperPipeline(STATEFUL, "NPU", EXPORT_BLOB=True, BLOB_PATH=str(tmp_path / "w.blob"),
+                                       word_timestamps=True, **SETUPS[setup])
+    back = genai_shim.WhisperPipeline(STATEFUL, "NPU", BLOB_PATH=str(tmp_path / "w.blob"), word_timestamps=True,
+                                      **SETUPS[setup])
+    case = GOLDEN["cases"]["short_en_words_clean"]
+    got = back.generate(whisper_test_audio(case["audio"]), **whisper_case_kwargs(case, back))
+    expect = words.generate(whisper_test_audio(case["audio"]), **whisper_case_kwargs(case, words))
+    assert got.texts == expect.texts and got.words
+    assert [(w.word, w.start_ts, w.end_ts) for w in got.words] == [(w.word, w.start_ts, w.end_ts) for w in expect.words]
+
+
+def test_decoder_blob_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real's texts for a missing blob and a path without ``.blob``; a damaged blob, and an
+    LLM's, are typed errors that say what to pass."""
+    monkeypatch.chdir(tmp_path)
+    props = SETUPS["npuw_cpu"]
+    with pytest.raises(BlobFormatError, match="Blob file is not found at: missing.blob"):
+        genai_shim.WhisperPipeline(STATEFUL, "NPU", BLOB_PATH="missing.blob", **props)
+    with pytest.raises(ConfigError, match="Please provide a full path to blob file in BLOB_PATH: d.bin") as err:
+        genai_shim.WhisperPipeline(STATEFUL, "NPU", EXPORT_BLOB=True, BLOB_PATH="d.bin", **props)
+    assert err.value.key == "BLOB_PATH"
+    genai_shim.WhisperPipeline(STATEFUL, "NPU", EXPORT_BLOB=True, **props)
+    blob = bytearray((tmp_path / "openvino_model.blob").read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    (tmp_path / "bad.blob").write_bytes(bytes(blob))
+    with pytest.raises(BlobFormatError, match="corrupt"):
+        genai_shim.WhisperPipeline(STATEFUL, "NPU", BLOB_PATH="bad.blob", **props)
+    genai_shim.LLMPipeline(STORIES, "NPU", EXPORT_BLOB=True, BLOB_PATH="llm.blob", CACHE_MODE="OPTIMIZE_SPEED",
+                           MAX_PROMPT_LEN=64, MIN_RESPONSE_LEN=64, **props)
+    with pytest.raises(ConfigError, match="holds no NPUW Whisper decoder") as lerr:
+        genai_shim.WhisperPipeline(STATEFUL, "NPU", BLOB_PATH="llm.blob", **props)
+    assert lerr.value.key == "BLOB_PATH"
