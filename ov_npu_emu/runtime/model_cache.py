@@ -7,11 +7,14 @@ damaged or stale entry is never fatal -- it is reported, recompiled and overwrit
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -19,13 +22,49 @@ import openvino as ov
 
 from ov_npu_emu.runtime.files import write_file
 
-__all__ = ["entry_path", "model_hash", "read_entry", "write_entry"]
+__all__ = ["constant_digests", "digest_scope", "entry_path", "model_hash", "read_entry", "write_entry"]
 
 logger = logging.getLogger("ov_npu_emu")
 
 
+def constant_digests(model: ov.Model) -> list[tuple[bytes, memoryview]]:
+    """(SHA-256, bytes) of every Constant of ``model`` in ``get_ordered_ops`` order, hashed on two
+    threads (hashlib releases the GIL on large buffers). Inside :func:`digest_scope` for this model
+    the table is computed once and reused."""
+    scoped = _SCOPE.get()
+    if scoped is not None and scoped[0] is model:
+        return scoped[1]
+    datas = [np.ascontiguousarray(op.data).data.cast("B") for op in model.get_ordered_ops()
+             if op.get_type_name() == "Constant"]
+    if sum(len(d) for d in datas) < _PARALLEL_HASH_BYTES:
+        return [(hashlib.sha256(d).digest(), d) for d in datas]
+    with ThreadPoolExecutor(2) as pool:
+        return list(zip(pool.map(lambda d: hashlib.sha256(d).digest(), datas), datas, strict=True))
+
+
+@contextlib.contextmanager
+def digest_scope(model: ov.Model) -> Iterator[list[tuple[bytes, memoryview]]]:
+    """Within the block, :func:`constant_digests` of ``model`` (the same object) is computed once:
+    NPUW's CACHE_DIR hashes the model's constants for its key, and the weightless entry's restore
+    finds the constants by the same digests. Only for a block that does not change the model."""
+    table = constant_digests(model)
+    token = _SCOPE.set((model, table))
+    try:
+        yield table
+    finally:
+        _SCOPE.reset(token)
+
+
+_SCOPE: contextvars.ContextVar[tuple[Any, list[tuple[bytes, memoryview]]] | None] = contextvars.ContextVar(
+    "ov_npu_emu_digest_scope", default=None)
+#: below this many constant bytes one thread hashes them (a pool costs more than it saves)
+_PARALLEL_HASH_BYTES = 64 << 20
+
+
 def model_hash(model: ov.Model) -> str:
-    """SHA-256 of the graph: op types, connections, output types/shapes/names, constant bytes."""
+    """SHA-256 of the graph: op types, connections, output types/shapes/names, constant bytes
+    (through each constant's own SHA-256, :func:`constant_digests`)."""
+    digests = iter(constant_digests(model))
     h = hashlib.sha256()
     ops = model.get_ordered_ops()
     index = {op.get_name(): i for i, op in enumerate(ops)}
@@ -37,7 +76,7 @@ def model_hash(model: ov.Model) -> str:
         for out in op.outputs():
             h.update(f"{out.get_element_type()}{out.get_partial_shape()}{sorted(out.get_names())}".encode())
         if op.get_type_name() == "Constant":
-            h.update(np.ascontiguousarray(op.data).data.cast("B"))
+            h.update(next(digests)[0])
         else:  # attributes change what an op computes (axes, epsilons, modes)
             h.update(json.dumps(op.get_attributes(), sort_keys=True, default=str).encode())
     return h.hexdigest()

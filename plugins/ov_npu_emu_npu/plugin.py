@@ -447,7 +447,8 @@ class NpuCompiledModel(DeviceCompiledModel):
                 "read from an IR file; pass WEIGHTS_PATH=<model>.bin or use CACHE_MODE=OPTIMIZE_SPEED",
                 key="CACHE_MODE",
             )
-        return export_weightless(self.parsed.blob, self.weightless_bin, str(self.parsed.meta.get("model_name", "")))
+        return export_weightless(self.parsed.blob_chunks(), self.weightless_bin,
+                                 str(self.parsed.meta.get("model_name", "")))
 
     def get_property(self, name: str) -> Any:
         meta = self.parsed.meta
@@ -575,7 +576,8 @@ class NpuDevice(Device):
         from ov_npu_emu_npu.weightless import import_weightless, is_weightless
 
         if is_weightless(blob):  # exported with CACHE_MODE=OPTIMIZE_SIZE: WEIGHTS_PATH / MODEL_PTR
-            blob = import_weightless(bytes(blob), config)
+            restored = import_weightless(bytes(blob), config)  # from MODEL_PTR: a split blob (no copy)
+            return NpuCompiledModel(restored if isinstance(restored, SplitBlob) else bytes(restored), self, config)
         return NpuCompiledModel(bytes(blob), self, config)
 
 

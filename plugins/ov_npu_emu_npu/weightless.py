@@ -17,12 +17,14 @@ SHA-256 of the stripped and of the restored blob) | the stripped blob.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import mmap
 import os
 import struct
 import xml.etree.ElementTree as ET
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +34,10 @@ import numpy as np
 import openvino as ov
 
 from ov_npu_emu.errors import BlobFormatError, ConfigError
+from ov_npu_emu.runtime.model_cache import constant_digests
 from ov_npu_emu_npu.blob.format import SEC_WEIGHTS
-from ov_npu_emu_npu.blob.reader import BlobReader
+from ov_npu_emu_npu.blob.integrity import ENTRY, TRAILER, TRAILER_MAGIC, Chunks, elf_sections
+from ov_npu_emu_npu.blob.reader import BlobReader, SplitBlob
 from ov_npu_emu_npu.options import read
 
 __all__ = [
@@ -127,9 +131,11 @@ class WeightsIndex:
         offs = self.by_key.get((n, bytes(piece[:_HEAD])))
         if not offs:
             return None
-        mine = np.frombuffer(piece, np.uint8)
+        # compared as 8-byte words where the size allows (several times faster than bytes)
+        dt = np.uint64 if n % 8 == 0 else np.uint8
+        mine = np.frombuffer(piece, dt)
         for off in offs:
-            if np.array_equal(np.frombuffer(data, np.uint8, n, off), mine):
+            if np.array_equal(np.frombuffer(data, dt, n // np.dtype(dt).itemsize, off), mine):
                 digest = self.digests.get(off)
                 if digest is None:
                     digest = self.digests[off] = hashlib.sha256(piece).digest()
@@ -140,20 +146,22 @@ class WeightsIndex:
 _INDEXES: dict[tuple[Any, ...], WeightsIndex] = {}
 
 
-def strip_blob(blob: bytes, index: WeightsIndex) -> tuple[bytes, list[list[Any]]]:
+def strip_blob(blob: bytes | Chunks, index: WeightsIndex) -> tuple[bytes, list[list[Any]]]:
     """The blob without the constants found in the IR, and the references to them:
-    ``[position, size, bin offset, sha256 hex]``, ascending by position."""
-    reader = BlobReader(blob)
+    ``[position, size, bin offset, sha256 hex]``, ascending by position. ``blob`` may be given as
+    chunks (a blob rebuilt from the weights bank): its constants are then read where they are."""
+    image = blob if isinstance(blob, Chunks) else Chunks([blob])
     try:
-        sec = reader.elf.get_section_by_name(SEC_WEIGHTS)
-        base = int(sec["sh_offset"]) if sec is not None else 0
-        table = reader.meta.get("constants", [])
-    finally:
-        reader.close()
+        end = TRAILER.unpack(bytes(image.view(len(image) - TRAILER.size, len(image))))[3]
+        sections, _, _ = elf_sections(image.view)
+    except (struct.error, ValueError, IndexError, UnicodeDecodeError) as e:
+        raise BlobFormatError(f"NPU blob to export is not well-formed ({e})") from e
+    base, w_size, _ = sections.get(SEC_WEIGHTS, (0, 0, 0))
+    head, tail = bytes(image.view(0, base)), bytes(image.view(base + w_size, end))
+    table = BlobReader(SplitBlob(head, _Hole(w_size), tail)).meta.get("constants", []) if w_size else []
     refs: list[list[Any]] = []
-    kept: list[bytes] = []
+    kept: list[Any] = []
     pos = 0
-    view = memoryview(blob)
     with open(index.path, "rb") as f:
         data = _map(f)
         try:
@@ -164,19 +172,18 @@ def strip_blob(blob: bytes, index: WeightsIndex) -> tuple[bytes, list[list[Any]]
                 )
             for off, n in sorted(table):
                 start = base + int(off)
-                if n < MIN_REF_BYTES or start < pos or start + n > len(blob):
+                if n < MIN_REF_BYTES or start < pos or start + n > len(image):
                     continue
-                found = index.find(view[start : start + n], data) if len(data) else None
+                found = index.find(memoryview(image.view(start, start + n)), data) if len(data) else None
                 if found is None:
                     continue  # made by the compiler (folded, converted): stays inline
-                kept.append(blob[pos:start])
+                kept.append(image.view(pos, start))
                 refs.append([start, int(n), found[0], found[1].hex()])
                 pos = start + n
         finally:
-            view.release()
             if isinstance(data, mmap.mmap):
                 data.close()
-    kept.append(blob[pos:])
+    kept.append(image.view(pos, len(image)))
     return b"".join(kept), refs
 
 
@@ -199,11 +206,11 @@ class WeightsSource:
                     key="WEIGHTS_PATH",
                 ) from e
         elif model is not None:
+            # the constants by their SHA-256 (hashed once per NPUW CACHE_DIR load, digest_scope)
             self._by_hash = {}
-            for op in model.get_ordered_ops():
-                if op.get_type_name() == "Constant" and op.get_byte_size() >= MIN_REF_BYTES:
-                    raw = np.ascontiguousarray(op.data).data.cast("B")
-                    self._by_hash.setdefault(hashlib.sha256(raw).digest(), raw)
+            for digest, raw in constant_digests(model):
+                if len(raw) >= MIN_REF_BYTES:
+                    self._by_hash.setdefault(digest, raw)
         else:
             raise ConfigError(
                 "Blob is weightless but no WEIGHTS_PATH nor MODEL_PTR property is provided! "
@@ -249,26 +256,137 @@ class WeightsSource:
             self._file = self._data = None
 
 
-def restore_blob(
-    name: str, stripped: bytes, refs: list[list[Any]], source: WeightsSource, check: bool = True
-) -> bytes:
-    """Splice the referenced constants back (with ``check``, each checked against its hash)."""
-    out: list[bytes | memoryview] = []
+def _spliced(name: str, stripped: bytes, refs: list[list[Any]], source: WeightsSource,
+             check: bool = True) -> Iterator[tuple[int, int, Any]]:
+    """The restored blob in order, as (restored offset, reference size (0: stripped bytes),
+    bytes-like): the stripped bytes between the referenced constants, each taken from ``source``
+    (with ``check``, against its hash)."""
+    view = memoryview(stripped)
     pos = 0  # position in the restored blob
     cut = 0  # position in the stripped one
     for ref in refs:
         if not isinstance(ref, list) or len(ref) != 4:
             raise BlobFormatError(f"weightless NPU blob {name}: weight references are corrupt; re-export it")
         start, n, bin_off, sha = ref
-        if type(start) is not int or type(n) is not int or start < pos or n <= 0:
+        if type(start) is not int or type(n) is not int or start < pos or n <= 0 or cut + start - pos > len(view):
             raise BlobFormatError(f"weightless NPU blob {name}: weight references are corrupt; re-export it")
         take = start - pos
-        out.append(stripped[cut : cut + take])
+        yield pos, 0, view[cut : cut + take]
         cut += take
-        out.append(source.take(name, int(bin_off), n, str(sha), check))
+        yield start, n, source.take(name, int(bin_off), n, str(sha), check)
         pos = start + n
-    out.append(stripped[cut:])
-    return b"".join(out)
+    yield pos, 0, view[cut:]
+
+
+def restore_blob(
+    name: str, stripped: bytes, refs: list[list[Any]], source: WeightsSource, check: bool = True
+) -> bytes:
+    """Splice the referenced constants back (with ``check``, each checked against its hash)."""
+    return b"".join(part for _, _, part in _spliced(name, stripped, refs, source, check))
+
+
+class _Segments:
+    """The restored blob as chunks (stripped bytes and the source's constants), read by range
+    without joining them."""
+
+    def __init__(self, stripped: bytes, refs: list[list[Any]], source: WeightsSource, name: str) -> None:
+        parts = list(_spliced(name, stripped, refs, source))
+        #: restored span -> the source's constant (bytes-like) for each reference
+        self.constants: dict[tuple[int, int], Any] = {(pos, n): data for pos, n, data in parts if n}
+        self.image = Chunks([data for _, _, data in parts])
+        self.size = len(self.image)
+
+    def read(self, a: int, b: int) -> bytes:
+        """Restored bytes [a, b) (clipped to the blob)."""
+        return bytes(self.image.view(a, b))
+
+
+class _RestoredImage:
+    """A restored blob's weights section for a :class:`SplitBlob`: every constant of the blob's
+    table as an array (the source model's own bytes where a reference covers it), and the
+    section as chunks for ``join``."""
+
+    def __init__(self, segs: _Segments, w_off: int, w_size: int, table: list[Any]) -> None:
+        self.size = w_size
+        self.pieces: dict[int, np.ndarray] = {}
+        for off, n in table:
+            o, n = int(off), int(n)
+            if n <= 0 or o < 0 or o + n > w_size:
+                raise BlobFormatError(f"the blob's constant table entry ({o}, {n}) lies outside .npu.weights; "
+                                      "the blob is corrupt")
+            data = segs.constants.get((w_off + o, n))
+            piece = np.frombuffer(data, np.uint8) if data is not None else np.frombuffer(
+                segs.read(w_off + o, w_off + o + n), np.uint8)
+            self.pieces.setdefault(o, piece)
+        self._segs, self._off = segs, w_off
+
+    @property
+    def chunks(self) -> list[bytes]:
+        return [self._segs.read(self._off, self._off + self.size)]
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def restore_split(name: str, stripped: bytes, refs: list[list[Any]], source: WeightsSource,
+                  restored_size: int) -> SplitBlob:
+    """The exported blob as a :class:`SplitBlob` whose weights are the source model's constants
+    themselves (each proven by its SHA-256, as :meth:`WeightsSource.take` found it), never
+    joined: what a compilation in this process hands the driver (the weights bank adopts them).
+    The stripped bytes were checked against their SHA-256 (:func:`read_header`), so the blob is
+    the exported one byte for byte; its integrity trailer is dropped (export seals again)."""
+    segs = _Segments(stripped, refs, source, name)
+    if segs.size != restored_size:
+        raise BlobFormatError(f"weightless NPU blob {name} restores to {segs.size} bytes, not its recorded "
+                              f"{restored_size}; re-export it")
+    try:
+        trailer = TRAILER.unpack(segs.read(segs.size - TRAILER.size, segs.size))
+        image = int(trailer[3])  # the checksum table starts where the ELF image ends
+        if trailer[0] != TRAILER_MAGIC or not 0 < image <= segs.size:
+            raise ValueError("no integrity trailer")
+        w_off, w_size, _ = elf_sections(segs.read)[0][SEC_WEIGHTS]
+        if not 0 < w_off <= w_off + w_size <= image:
+            raise ValueError(f"{SEC_WEIGHTS} lies outside the image")
+    except (struct.error, ValueError, IndexError, KeyError, UnicodeDecodeError) as e:
+        raise BlobFormatError(f"weightless NPU blob {name}: the restored blob is not an NPU blob ({e}); "
+                              "re-export it") from e
+    _check_ref_pieces(name, segs, image, int(trailer[2]))
+    head, tail = segs.read(0, w_off), segs.read(w_off + w_size, image)
+    table = BlobReader(SplitBlob(head, _Hole(w_size), tail)).meta.get("constants") or [(0, w_size)]
+    return SplitBlob(head, _RestoredImage(segs, w_off, w_size, table), tail)
+
+
+def _check_ref_pieces(name: str, segs: _Segments, image: int, count: int) -> None:
+    """Each constant is proven by its SHA-256; where it sits is checked here: the integrity
+    table's CRC-32 of the piece holding each constant's first byte (a reference edited behind
+    the header's hash, e.g. two equal-sized constants traded, puts other bytes there). A piece
+    per constant, not the whole blob: the full restore's SHA-256 is what this path saves."""
+    raw = segs.read(image, image + count * ENTRY.size)
+    if len(raw) != count * ENTRY.size:
+        raise BlobFormatError(f"weightless NPU blob {name}: its integrity table is truncated; re-export it")
+    pieces = sorted(ENTRY.unpack_from(raw, i * ENTRY.size)[:3] for i in range(count))
+    starts = [off for off, _, _ in pieces]
+    checked: set[int] = set()
+    for start, _n in segs.constants:
+        i = bisect.bisect_right(starts, start) - 1
+        if i < 0 or i in checked:
+            continue
+        checked.add(i)
+        off, size, crc = pieces[i]
+        if zlib.crc32(segs.read(off, off + size)) != crc:
+            raise BlobFormatError(
+                f"weightless NPU blob {name}: the constant restored at offset {start} is not the one exported "
+                "there (integrity CRC mismatch); pass the model it was compiled from, or re-export it")
+
+
+class _Hole:
+    """A section of ``size`` bytes that is not there (BlobReader reads around it)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
 
 
 def is_weightless(blob: bytes | memoryview) -> bool:
@@ -276,10 +394,12 @@ def is_weightless(blob: bytes | memoryview) -> bool:
     return bytes(blob[: len(MAGIC)]) == MAGIC
 
 
-def export_weightless(blob: bytes, weights_path: str, name: str = "") -> bytes:
-    """The container of ``blob`` without the constants of the IR whose ``.bin`` is ``weights_path``."""
+def export_weightless(blob: bytes | Chunks, weights_path: str, name: str = "") -> bytes:
+    """The container of ``blob`` (bytes, or chunks as the weights bank holds it) without the
+    constants of the IR whose ``.bin`` is ``weights_path``."""
+    image = blob if isinstance(blob, Chunks) else Chunks([blob])
     index = WeightsIndex.from_ir(weights_path)
-    stripped, refs = strip_blob(blob, index)
+    stripped, refs = strip_blob(image, index)
     header = {
         "name": name,
         "bin_size": index.bin_size,
@@ -287,8 +407,8 @@ def export_weightless(blob: bytes, weights_path: str, name: str = "") -> bytes:
         "refs": refs,
         "size": len(stripped),
         "sha256": hashlib.sha256(stripped).hexdigest(),
-        "restored_size": len(blob),
-        "restored_sha256": hashlib.sha256(blob).hexdigest(),
+        "restored_size": len(image),
+        "restored_sha256": image.sha256(),
     }
     h = json.dumps(header, sort_keys=True).encode()
     return b"".join([MAGIC, _FIXED.pack(VERSION, len(h)), hashlib.sha256(h).digest(), h, stripped])
@@ -324,7 +444,7 @@ def read_header(container: bytes) -> tuple[dict[str, Any], bytes]:
     return header, stripped
 
 
-def import_weightless(container: bytes, config: Mapping[str, Any]) -> bytes:
+def import_weightless(container: bytes, config: Mapping[str, Any]) -> bytes | SplitBlob:
     """The ELF blob of a container, its weights restored from ``WEIGHTS_PATH`` or ``MODEL_PTR``
     and checked against the exported SHA-256."""
     header, stripped = read_header(container)
@@ -333,6 +453,10 @@ def import_weightless(container: bytes, config: Mapping[str, Any]) -> bytes:
     source = WeightsSource(os.fspath(weights_path) if weights_path else None, model_ptr)
     try:
         source.check_size(int(header["bin_size"]))
+        if model_ptr is not None:
+            # every constant is found by its own SHA-256 (the model's digests): no full copy,
+            # no second pass; the driver adopts the model's constants as a compilation does
+            return restore_split(name, stripped, header["refs"], source, int(header["restored_size"]))
         # one SHA-256 over the restored blob proves every constant; only when it fails are the
         # constants hashed one by one, so that the error names the one that differs
         full = restore_blob(name, stripped, header["refs"], source, check=False)

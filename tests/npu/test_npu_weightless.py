@@ -80,10 +80,14 @@ def _swap_two_refs(h) -> None:  # noqa: ANN001
     ],
     ids=["swapped", "negative_position", "unordered", "size", "no_refs"],
 )
-def test_edited_weight_references_are_typed_errors(emu_core, blobs, edit):
-    (_, bin_path), _, slim = blobs
+@pytest.mark.parametrize("source", ["WEIGHTS_PATH", "MODEL_PTR"])
+def test_edited_weight_references_are_typed_errors(emu_core, blobs, edit, source):
+    """Both restores: WEIGHTS_PATH joins the blob and checks its SHA-256; MODEL_PTR adopts the
+    model's constants (split blob) and checks each constant's hash and its first piece's CRC."""
+    (xml, bin_path), _, slim = blobs
+    value = bin_path if source == "WEIGHTS_PATH" else emu_core.read_model(xml)
     with pytest.raises(BlobFormatError):
-        emu_core.import_model(_edit(slim, edit), "NPU", {"WEIGHTS_PATH": bin_path})
+        emu_core.import_model(_edit(slim, edit), "NPU", {source: value})
 
 
 def test_damaged_containers_are_typed_errors(emu_core, blobs):
@@ -103,3 +107,22 @@ def test_model_not_read_from_an_ir_cannot_export_weightless(emu_core, stories_de
         cm.export_model()
     with pytest.raises(ConfigError, match="CACHE_MODE"):
         emu_core.compile_model(stories_decode, "NPU", {"CACHE_MODE": "FAST"})
+
+
+def test_blob_chunks_are_the_blob(emu_core, blobs):
+    """Export reads a banked blob as chunks (the weights where the bank keeps them): joined, they
+    are the blob byte for byte, and the chunked CRC-32 and SHA-256 are the joined bytes' ones."""
+    import zlib
+
+    from ov_npu_emu_npu.blob.integrity import Chunks
+
+    (xml, _), _, _ = blobs
+    parsed = _compile(emu_core, xml)._impl.parsed
+    assert parsed.banked is not None
+    chunks = parsed.blob_chunks()
+    joined = b"".join(chunks.chunks)
+    assert joined == parsed.blob and len(chunks.chunks) > 3
+    assert chunks.sha256() == hashlib.sha256(joined).hexdigest()
+    for a, b in ((0, len(joined)), (7, 4100), (len(joined) - 100, len(joined))):
+        assert chunks.crc32(a, b) == zlib.crc32(joined[a:b]) and bytes(chunks.view(a, b)) == joined[a:b]
+    assert bytes(Chunks([b"ab", b"", b"cd"]).view(1, 3)) == b"bc"

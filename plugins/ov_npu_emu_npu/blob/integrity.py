@@ -19,13 +19,19 @@ CRC-32 detects accidental damage (bit flips, truncation, splices), not deliberat
 
 from __future__ import annotations
 
+import bisect
+import hashlib
+import itertools
 import struct
 import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ov_npu_emu.errors import BlobFormatError
 from ov_npu_emu_npu.blob.format import ELF_HEADER, SECTION_HEADER, SHT_NOBITS
 
-__all__ = ["ENTRY", "PIECE", "TRAILER", "TRAILER_MAGIC", "is_sealed", "reseal", "seal", "strip", "verify"]
+__all__ = ["ENTRY", "PIECE", "TRAILER", "TRAILER_MAGIC", "Chunks", "elf_sections", "is_sealed", "reseal", "seal",
+           "strip", "trailer_of", "verify"]
 
 TRAILER_MAGIC = b"NPUEMUCK"
 TRAILER_FORMAT = 1
@@ -36,21 +42,67 @@ PIECE = 1 << 20
 
 
 
-def _ranges(image: bytes | memoryview) -> list[tuple[int, int, str]] | None:
+class Chunks:
+    """An image given as chunks (bytes-likes, in order), read by range without joining them: a
+    blob rebuilt from the weights bank is gigabytes, and each joined copy costs a pass."""
+
+    def __init__(self, chunks: list[Any]) -> None:
+        self.chunks = [c if isinstance(c, memoryview) and c.format == "B" and c.ndim == 1 else memoryview(c).cast("B")
+                       for c in chunks if len(c)]
+        self.starts = [0, *itertools.accumulate(len(c) for c in self.chunks)]
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    def _parts(self, a: int, b: int) -> Iterator[memoryview]:
+        i = max(bisect.bisect_right(self.starts, a) - 1, 0)
+        while i < len(self.chunks) and self.starts[i] < b:
+            lo = self.starts[i]
+            yield self.chunks[i][max(a - lo, 0):min(b, self.starts[i + 1]) - lo]
+            i += 1
+
+    def view(self, a: int, b: int) -> bytes | memoryview:
+        """Bytes [a, b): a view when one chunk holds them, else a joined copy."""
+        parts = list(self._parts(a, min(b, len(self))))
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def crc32(self, a: int, b: int) -> int:
+        crc = 0
+        for part in self._parts(a, b):
+            crc = zlib.crc32(part, crc)
+        return crc
+
+    def sha256(self) -> str:
+        h = hashlib.sha256()
+        for c in self.chunks:
+            h.update(c)
+        return h.hexdigest()
+
+
+def elf_sections(read: Callable[[int, int], Any]) -> tuple[dict[str, tuple[int, int, int]], int, int]:
+    """({name: (offset, size, type)}, section header table offset, its size) of an ELF image
+    read by ``read(a, b)``; struct / value / index errors for headers that are not there."""
+    (_, _, _, _, _, _, shoff, _, _, _, _, shentsize, shnum, shstrndx) = ELF_HEADER.unpack(read(0, ELF_HEADER.size))
+    table = read(shoff, shoff + shnum * shentsize)
+    headers = [SECTION_HEADER.unpack_from(table, i * shentsize) for i in range(shnum)]
+    strtab = headers[shstrndx]
+    names = bytes(read(strtab[4], strtab[4] + strtab[5]))
+    sections = {names[h[0]: names.index(b"\0", h[0])].decode(): (h[4], h[5], h[1]) for h in headers[1:]}
+    return sections, shoff, shnum * shentsize
+
+
+def _ranges(image: bytes | memoryview | Chunks) -> list[tuple[int, int, str]] | None:
     """(offset, size, label) ranges covering ``image`` exactly, from its own ELF headers; None
     when the headers do not describe the image (a section past its end or overlapping another:
     an image edited on purpose, see :func:`reseal`), before any range is listed.
     """
-    (_, _, _, _, _, _, shoff, _, _, _, _, shentsize, shnum, shstrndx) = ELF_HEADER.unpack_from(image, 0)
+    read = image.view if isinstance(image, Chunks) else (lambda a, b: image[a:b])
     try:
-        headers = [SECTION_HEADER.unpack_from(image, shoff + i * shentsize) for i in range(shnum)]
-        strtab = headers[shstrndx]
-        names = bytes(image[strtab[4]: strtab[4] + strtab[5]])
-        spans = sorted((h[4], h[5], names[h[0]: names.index(b"\0", h[0])].decode())
-                       for h in headers[1:] if h[1] != SHT_NOBITS and h[5])
-    except (struct.error, ValueError, IndexError):  # headers or names that are not there
+        sections, shoff, table_size = elf_sections(read)
+        spans = sorted((off, size, name) for name, (off, size, kind) in sections.items() if kind != SHT_NOBITS and size)
+    except (struct.error, ValueError, IndexError, UnicodeDecodeError):  # headers or names that are not there
         return None
-    spans.append((shoff, shnum * shentsize, "section headers"))
+    spans.append((shoff, table_size, "section headers"))
     spans.sort()
     end = ELF_HEADER.size
     for off, size, _ in spans:
@@ -78,14 +130,19 @@ def seal(image: bytes | bytearray | memoryview, *, by_section: bool = True) -> b
     that are not well-formed, e.g. fuzzing the parsers behind the checksum).
     """
     view = memoryview(image)
-    ranges = _ranges(view) if by_section else None
+    return b"".join([view, trailer_of(Chunks([view]), by_section=by_section)])
+
+
+def trailer_of(image: Chunks, *, by_section: bool = True) -> bytes:
+    """The checksum table and trailer that :func:`seal` appends to ``image``."""
+    ranges = _ranges(image) if by_section else None
     if ranges is None:  # plain pieces; also for an image whose headers do not describe it
-        ranges = [(p, min(PIECE, len(view) - p), "image") for p in range(0, len(view), PIECE)]
-    table = b"".join(ENTRY.pack(off, size, zlib.crc32(view[off:off + size]), label.encode()[:32])
+        ranges = [(p, min(PIECE, len(image) - p), "image") for p in range(0, len(image), PIECE)]
+    table = b"".join(ENTRY.pack(off, size, image.crc32(off, off + size), label.encode()[:32])
                      for off, size, label in ranges)
     n = len(table) // ENTRY.size
-    head = struct.pack("<8sIIQI", TRAILER_MAGIC, TRAILER_FORMAT, n, len(view), zlib.crc32(table))
-    return b"".join([view, table, head, struct.pack("<I", zlib.crc32(head))])
+    head = struct.pack("<8sIIQI", TRAILER_MAGIC, TRAILER_FORMAT, n, len(image), zlib.crc32(table))
+    return b"".join([table, head, struct.pack("<I", zlib.crc32(head))])
 
 
 def is_sealed(blob: bytes | bytearray | memoryview) -> bool:

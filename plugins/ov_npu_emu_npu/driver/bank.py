@@ -307,14 +307,29 @@ class BankedWeights:
                 out.append((e.base, e.buf, f".npu.weights:bank@{e.base:x}"))
         return out
 
-    def section_bytes(self) -> bytes:
-        """The original ``.npu.weights`` contents, rebuilt from the bank (for export)."""
-        out = bytearray(self.section_size)
-        view = np.frombuffer(out, np.uint8)
+    def section_chunks(self) -> list[Any]:
+        """The original ``.npu.weights`` contents as chunks in order (zero gaps, then each
+        constant's bank memory or private bytes), nothing copied."""
+        out: list[Any] = []
+        pos = 0
+        for s in sorted(self._spans, key=lambda s: s.off):
+            if s.off + s.size <= pos:
+                continue  # the same bytes listed twice
+            if s.off > pos:
+                out.append(bytes(s.off - pos))
+            src = s.entry.buf if s.entry is not None else self.private[s.va - self.private_base:][:s.size]
+            out.append(np.ascontiguousarray(src).reshape(-1).view(np.uint8)[max(pos - s.off, 0):s.size])
+            pos = s.off + s.size
+        if self.section_size > pos:
+            out.append(bytes(self.section_size - pos))
+        return out
+
+    def section_into(self, view: np.ndarray) -> None:
+        """Write the original ``.npu.weights`` contents, rebuilt from the bank, into ``view``
+        (``section_size`` zeroed bytes of the blob being exported)."""
         for s in self._spans:
             src = s.entry.buf if s.entry is not None else self.private[s.va - self.private_base:][:s.size]
             view[s.off:s.off + s.size] = src
-        return bytes(out)
 
     @property
     def private_nbytes(self) -> int:

@@ -17,7 +17,7 @@ from ov_npu_emu_npu.blob.format import (
     SEC_WEIGHTS,
     MemKind,
 )
-from ov_npu_emu_npu.blob.integrity import seal
+from ov_npu_emu_npu.blob.integrity import Chunks, seal, trailer_of
 from ov_npu_emu_npu.blob.reader import BlobReader, Relocation, SectionInfo, SplitBlob
 from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT, check_declared_memory, declared_memory
 from ov_npu_emu_npu.driver.bank import BankedWeights, BankWeightsCache, WeightsBank
@@ -125,12 +125,24 @@ class ParsedBlob:
         """The blob as loaded (rebuilt from the bank when the weights are banked)."""
         if self.banked is None:
             return self._blob
-        data = self._head + self.banked.section_bytes() + self._tail
-        return data if self._sealed else seal(data)
+        # one buffer, filled in place: a 1B's blobs are gigabytes, and each copy costs a pass
+        head, size = len(self._head), self.banked.section_size
+        data = bytearray(head + size + len(self._tail))
+        data[:head] = self._head
+        self.banked.section_into(np.frombuffer(data, np.uint8, size, head))
+        data[head + size:] = self._tail
+        return bytes(data) if self._sealed else seal(data)
 
     @blob.setter
     def blob(self, value: bytes) -> None:
         self._blob = value
+
+    def blob_chunks(self) -> Chunks:
+        """:attr:`blob` as chunks, the weights not copied out of the bank (export reads them)."""
+        if self.banked is None:
+            return Chunks([self._blob])
+        image = Chunks([self._head, *self.banked.section_chunks(), self._tail])
+        return image if self._sealed else Chunks([*image.chunks, trailer_of(image)])
 
     def release(self) -> None:
         """Drop this blob's references to bank entries now (also done when it is collected)."""
