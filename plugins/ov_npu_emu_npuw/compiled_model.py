@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import openvino as ov
 
-from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, PluginError
+from ov_npu_emu.errors import ConfigError, DeviceNotFoundError, NpuEmuError, PluginError
 from ov_npu_emu.options import check_known
 from ov_npu_emu.runtime.collector import collector_paused
 from ov_npu_emu.runtime.device import DeviceCompiledModel, PortInfo, ir_weights_path
+from ov_npu_emu.runtime.model_cache import digest_scope
 from ov_npu_emu_npuw.blockkv import split_kv_into_blocks
 from ov_npu_emu_npuw.config import (
     EMU_DEVICE_PREFIX,
@@ -353,17 +354,21 @@ def _compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMC
         from ov_npu_emu_npuw.weightless import weights_path_of
 
         weights_path = weights_path_of(model, cfg.weights_path)
-    elif not cfg.cache_mode and not cfg.cache_dir:
-        # CACHE_DIR entries keep their weights unless OPTIMIZE_SIZE is asked for: restoring a
-        # weightless 1B entry costs ~3x a fresh compile here (docs/npuw.md, "CACHE_DIR")
+    elif not cfg.cache_mode and (not cfg.cache_dir or _restores_from_model(core, cfg)):
+        # CACHE_DIR entries are weightless (as the real's) where the sub-blobs' device restores
+        # them from the model being compiled (the emulated NPU); CPU sub-blobs keep their
+        # weights (their restore hashes the whole .bin: slower than compiling)
         weights_path = _default_weights_path(model, cfg)
         cfg = dataclasses.replace(cfg, weightless_by_default=bool(weights_path))
     if cfg.cache_dir:
-
-        key = cache_key(model, cfg)
-        # a weightless entry takes its weights back from the model being compiled
-        source = {"WEIGHTS_PATH": weights_path} if weights_path else {}
-        parts = load_cached(core, cfg.cache_dir, key, {**config, **source})
+        # the model's constants are hashed once: for the key, and to find the weightless entry's
+        # constants in the model (MODEL_PTR) by the same digests
+        with digest_scope(model):
+            key = cache_key(model, cfg)
+            source: dict[str, Any] = {}
+            if weights_path:  # a weightless entry takes its weights back from the model being compiled
+                source = {"MODEL_PTR": model} if _restores_from_model(core, cfg) else {"WEIGHTS_PATH": weights_path}
+            parts = load_cached(core, cfg.cache_dir, key, {**config, **source})
         if parts is not None:
             cached = from_parts(parts)
             cached.loaded_from_cache = True
@@ -382,6 +387,15 @@ def _compile_llm(core: Core, model: ov.Model, config: Mapping[str, Any]) -> LLMC
     if key is not None:
         store_cached(cfg.cache_dir, key, cm)
     return cm
+
+
+def _restores_from_model(core: Core, cfg: LLMConfig) -> bool:
+    """Whether the sub-models' device restores a weightless artefact from the model object
+    itself (MODEL_PTR, the constants found by their digests without copying): the emulated NPU."""
+    try:
+        return pick_device(core, cfg.devices) == "NPU"
+    except NpuEmuError:
+        return False
 
 
 def _default_weights_path(model: ov.Model, cfg: LLMConfig) -> str:
