@@ -11,7 +11,8 @@ import openvino as ov
 
 from ov_npu_emu.errors import UserInputError
 
-__all__ = ["TEXT_EMB_XML", "VISION_XML", "InputsEmbedder", "image_rows", "prepend_tags", "text_embeddings"]
+__all__ = ["ROLES", "TEXT_EMB_XML", "VISION_XML", "InputsEmbedder", "Placement", "StaticShapeRequest", "image_rows",
+           "prepend_tags", "text_embeddings"]
 
 VISION_XML = "openvino_vision_embeddings_model.xml"
 TEXT_EMB_XML = "openvino_text_embeddings_model.xml"
@@ -55,9 +56,65 @@ def text_embeddings(request: Any, ids: np.ndarray) -> np.ndarray:
     return np.array(request.get_output_tensor(0).data, dtype=np.float32, copy=True)
 
 
+#: the real's sub-model roles (MODEL_PROPERTIES keys; utils.cpp validate_vlm_model_properties)
+ROLES = ("vision_embeddings", "text_embeddings", "text_embeddings_per_layer", "resampler", "vision_embeddings_merger",
+         "vision_embeddings_pos", "vision_projection", "multi_modal_projector", "audio_encoder", "language_model")
+
+
+class StaticShapeRequest:
+    """A model with dynamic inputs on the emulated NPU, which runs static shapes only (as a real
+    NPU): reshaped to each call's input shapes and compiled for them, the last few kept (a
+    family with one image size compiles once). The request interface the embedders use:
+    ``infer(feed)``, ``get_output_tensor(i)``."""
+
+    KEEP = 4
+
+    def __init__(self, core: Any, model: ov.Model, props: dict[str, Any]) -> None:
+        self._core, self._model, self._props = core, model, props
+        self._requests: dict[tuple[tuple[str, tuple[int, ...]], ...], Any] = {}
+        self._last: Any = None
+
+    def infer(self, feed: dict[str, Any]) -> None:
+        key = tuple(sorted((name, tuple(np.shape(v))) for name, v in feed.items()))
+        request = self._requests.pop(key, None)
+        if request is None:
+            model = self._model.clone()
+            model.reshape({name: ov.PartialShape(list(shape)) for name, shape in key})
+            request = self._core.compile_model(model, "NPU", self._props).create_infer_request()
+            while len(self._requests) >= self.KEEP:
+                self._requests.pop(next(iter(self._requests)))
+        self._requests[key] = request  # most recent last
+        request.infer(feed)
+        self._last = request
+
+    def get_output_tensor(self, index: int = 0) -> Any:
+        if self._last is None:
+            raise UserInputError("StaticShapeRequest: get_output_tensor before any infer")
+        return self._last.get_output_tensor(index)
+
+
+class Placement:
+    """Where each of an embedder's models runs, with which properties: role -> (device,
+    properties), as the real resolves them (the pipeline's device on CPU; on NPU its AUTO with
+    CPU first, whose priorities DEVICE_PROPERTIES["AUTO"] or MODEL_PROPERTIES[role] may change).
+    The emulated NPU runs a model at the shapes of each call (:class:`StaticShapeRequest`)."""
+
+    def __init__(self, roles: dict[str, tuple[str, dict[str, Any]]], default: tuple[str, dict[str, Any]]) -> None:
+        self.roles, self.default = roles, default
+
+    def device(self, role: str) -> str:
+        return self.roles.get(role, self.default)[0]
+
+    def request(self, core: Any, model: ov.Model, role: str) -> Any:
+        device, props = self.roles.get(role, self.default)
+        if device == "NPU":
+            return StaticShapeRequest(core, model, props)
+        return core.compile_model(model, device, props).create_infer_request()
+
+
 class InputsEmbedder(Protocol):
     """What VLMPipeline asks of a family's embedder (built as ``cls(core, folder, config.json,
-    device, properties, tokenizer)``); an encoded image is the family's own record."""
+    placement, tokenizer)``); an encoded image is the family's own record."""
 
     def encode_images(self, images: list[Any]) -> list[Any]: ...
 

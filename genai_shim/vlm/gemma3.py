@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, image_rows, prepend_tags, text_embeddings
+from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, Placement, image_rows, prepend_tags, text_embeddings
 from genai_shim.vlm.llava import LLaVAImage, clip_normalize, merge_image_rows, pillow_bilinear
 
 __all__ = ["END_OF_IMAGE", "Gemma3Config", "Gemma3Embedder", "IMAGE_SOFT_TOKEN", "START_OF_IMAGE",
@@ -67,11 +67,10 @@ class Gemma3Embedder:
     """Images -> pooled SigLIP features; prompt ids -> text embeddings with the image rows in,
     token_type_ids; 1-based positions."""
 
-    def __init__(self, core: Any, folder: Path, config: dict[str, Any], device: str, props: dict[str, Any],
-                 tokenizer: Any) -> None:
+    def __init__(self, core: Any, folder: Path, config: dict[str, Any], placement: Placement, tokenizer: Any) -> None:
         self.cfg = Gemma3Config.read(folder)
-        self.vision = core.compile_model(core.read_model(folder / VISION_XML), device, props).create_infer_request()
-        self.text = core.compile_model(core.read_model(folder / TEXT_EMB_XML), device, props).create_infer_request()
+        self.vision = placement.request(core, core.read_model(folder / VISION_XML), "vision_embeddings")
+        self.text = placement.request(core, core.read_model(folder / TEXT_EMB_XML), "text_embeddings")
         ids = tokenizer.encode(IMAGE_SOFT_TOKEN, add_special_tokens=False).input_ids.data[0]
         self.image_token = int(ids[-1])
         template = tokenizer.chat_template

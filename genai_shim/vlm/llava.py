@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, image_rows, prepend_tags, text_embeddings
+from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, Placement, image_rows, prepend_tags, text_embeddings
 from ov_npu_emu.errors import UserInputError
 
 __all__ = ["CLIPConfig", "LLaVAEmbedder", "LLaVAImage", "center_crop", "clip_normalize", "pillow_bicubic",
@@ -175,11 +175,10 @@ class LLaVAEmbedder:
     """Images -> projected CLIP features; prompt ids -> text embeddings with the image rows in;
     plain positions."""
 
-    def __init__(self, core: Any, folder: Path, config: dict[str, Any], device: str, props: dict[str, Any],
-                 tokenizer: Any) -> None:
+    def __init__(self, core: Any, folder: Path, config: dict[str, Any], placement: Placement, tokenizer: Any) -> None:
         self.cfg = CLIPConfig.read(folder)
-        self.vision = core.compile_model(core.read_model(folder / VISION_XML), device, props).create_infer_request()
-        self.text = core.compile_model(core.read_model(folder / TEXT_EMB_XML), device, props).create_infer_request()
+        self.vision = placement.request(core, core.read_model(folder / VISION_XML), "vision_embeddings")
+        self.text = placement.request(core, core.read_model(folder / TEXT_EMB_XML), "text_embeddings")
         ids = tokenizer.encode(IMAGE_TAG, add_special_tokens=False).input_ids.data[0]
         self.image_token = int(ids[-1])
 

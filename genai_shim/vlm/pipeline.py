@@ -2,7 +2,8 @@
 for Qwen2-VL, Qwen2.5-VL, LLaVA and Gemma 3 exports (optimum-intel ``image-text-to-text``).
 
 The vision encoder (its merger) and the text embeddings run on CPU (the real compiles them on
-AUTO with CPU first when the device is "NPU"); the language model (``inputs_embeds``,
+AUTO with CPU first when the device is "NPU"), or on the emulated NPU where DEVICE_PROPERTIES
+["AUTO"] / MODEL_PROPERTIES[role] put them (``_split_props``); the language model (``inputs_embeds``,
 ``position_ids`` - M-RoPE's [3, 1, L] for the Qwen families, [1, L] for LLaVA, 1-based for
 Gemma 3 -, Gemma 3's ``token_type_ids`` and ``beam_idx``) runs on the device: as is on "CPU",
 through NPUW on "NPU".  Chat re-prefills the whole templated history, with every image so far,
@@ -35,7 +36,7 @@ from genai_shim.sampling import Sampler
 from genai_shim.stop_strings import stop_window
 from genai_shim.streamers import StreamingStatus, make_streamer
 from genai_shim.tokenizer import Tokenizer
-from genai_shim.vlm.common import InputsEmbedder
+from genai_shim.vlm.common import ROLES, InputsEmbedder, Placement
 from genai_shim.vlm.gemma3 import Gemma3Embedder
 from genai_shim.vlm.history import VisionChatMemory
 from genai_shim.vlm.llava import LLaVAEmbedder
@@ -108,22 +109,53 @@ def _read_config(folder: Path) -> dict[str, Any]:
     return cfg
 
 
-def _split_props(device: str, props: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(language model properties, vision/embeddings properties).  On NPU the vision side gets
-    what DEVICE_PROPERTIES says for "CPU" (or "AUTO"), as the real's AUTO-with-CPU-first."""
+#: the AUTO plugin's own keys: they choose the device, the device never sees them
+_AUTO_KEYS = ("MULTI_DEVICE_PRIORITIES", "ENABLE_STARTUP_FALLBACK", "ENABLE_RUNTIME_FALLBACK",
+              "SCHEDULE_POLICY", "MODEL_PRIORITY")
+
+
+def _split_props(device: str, props: dict[str, Any]) -> tuple[dict[str, Any], Placement]:
+    """(language model properties, where and how the embedder's models run), as the real
+    resolves them: globals, then DEVICE_PROPERTIES[device], then MODEL_PROPERTIES[role].
+
+    On NPU the embedder's models go to AUTO with CPU first (the real's
+    npu_auto_default_properties): DEVICE_PROPERTIES["AUTO"] or MODEL_PROPERTIES[role] with
+    ``MULTI_DEVICE_PRIORITIES`` "NPU" places a model on the emulated NPU, which gets the global
+    properties (the language model's own keys aside) and the role's; on CPU they get what
+    DEVICE_PROPERTIES["AUTO"] says."""
     props = dict(props)
     dev_props = props.pop("DEVICE_PROPERTIES", None) or {}
     if not isinstance(dev_props, dict):
         raise ConfigError("DEVICE_PROPERTIES must be a dict {device: {key: value}}", key="DEVICE_PROPERTIES")
+    per_role = props.pop("MODEL_PROPERTIES", None) or {}
+    if not isinstance(per_role, dict) or not all(isinstance(v, dict) for v in per_role.values()):
+        raise ConfigError("MODEL_PROPERTIES must be a dict {role: {key: value}}", key="MODEL_PROPERTIES")
+    for role in per_role:
+        if role not in ROLES:  # the real's check (utils.cpp validate_vlm_model_properties)
+            raise ConfigError(f"Unknown sub-model role '{role}' in MODEL_PROPERTIES. Known roles: {', '.join(ROLES)}",
+                              key="MODEL_PROPERTIES")
+    globals_ = {k: v for k, v in props.items() if k not in _NPU_ONLY}
+    roles = ("vision_embeddings", "text_embeddings", "vision_embeddings_merger")
     if device == "NPU":
-        # f32 unless DEVICE_PROPERTIES says otherwise: the real's vision side on NPU computes in
-        # f32 on this machine, whose CPU plugin defaults to bf16 (measured, 2026.4.1: its texts
-        # equal the CPU pipeline's under f32 hints, and bf16 hints for AUTO/CPU change nothing)
-        vision = dict(dev_props.get("AUTO") or {})
-        lm = {**props, **(dev_props.get("NPU") or {})}
-        return lm, vision
-    vision = {k: v for k, v in props.items() if k not in _NPU_ONLY}
-    return {**props, **(dev_props.get(device) or {})}, {**vision, **(dev_props.get(device) or {})}
+        lm = {**props, **(dev_props.get("NPU") or {}), **per_role.get("language_model", {})}
+        # the emulated NPU never sees the language model's NPUW keys
+        npu_globals = {k: v for k, v in globals_.items() if not k.lstrip("+").startswith("NPUW_LLM")}
+        placed: dict[str, tuple[str, dict[str, Any]]] = {}
+        for role in roles:
+            # f32 on CPU unless DEVICE_PROPERTIES says otherwise: the real's vision side on NPU computes
+            # in f32 on a host whose CPU plugin defaults to bf16 (measured, 2026.4.1: its texts equal
+            # the CPU pipeline's under f32 hints, and bf16 hints for AUTO/CPU change nothing)
+            auto = {**(dev_props.get("AUTO") or {}), **per_role.get(role, {})}
+            first = str(auto.get("MULTI_DEVICE_PRIORITIES", "CPU")).split(",")[0].split("(")[0].strip().upper()
+            if first not in ("CPU", "NPU"):
+                raise ConfigError(f"genai_shim runs the VLM's {role} model on CPU or NPU, not {first!r} "
+                                  "(MULTI_DEVICE_PRIORITIES)", key="MULTI_DEVICE_PRIORITIES")
+            own = {k: v for k, v in auto.items() if k not in _AUTO_KEYS}
+            placed[role] = (first, {**npu_globals, **own} if first == "NPU" else own)
+        return lm, Placement(placed, placed["vision_embeddings"])
+    base = {**globals_, **(dev_props.get(device) or {})}
+    return ({**props, **(dev_props.get(device) or {}), **per_role.get("language_model", {})},
+            Placement({role: (device, {**base, **per_role.get(role, {})}) for role in roles}, (device, base)))
 
 
 def _make_core() -> Any:
@@ -178,7 +210,7 @@ class VLMPipeline:
             key = "prompt_lookup" if genai.prompt_lookup else "draft_model" if genai.draft is not None else "adapters"
             raise ConfigError(f"genai_shim's VLMPipeline does not take {key} yet", key=key)
         # scheduler_config / ATTENTION_BACKEND choose the real's backend; ours has one
-        lm_props, vision_props = _split_props("NPU" if self._is_npu else dev, genai.compile)
+        lm_props, placement = _split_props("NPU" if self._is_npu else dev, genai.compile)
         model = core.read_model(folder / LANGUAGE_XML)
         self._max_prompt_len = 0
         self._kv_capacity: int | None = None
@@ -198,7 +230,7 @@ class VLMPipeline:
         else:
             compiled = core.compile_model(model, dev, lm_props)
         self._request = compiled.create_infer_request()
-        self._embedder = EMBEDDERS[cfg["model_type"]](core, folder, cfg, "CPU", vision_props, self.tokenizer)
+        self._embedder = EMBEDDERS[cfg["model_type"]](core, folder, cfg, placement, self.tokenizer)
         self._sampler = Sampler()
         self._chat: list[dict[str, str]] | None = None
         self._chat_images: list[Any] = []

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from genai_shim.vlm.common import Placement
 from genai_shim.vlm.qwen2vl import EncodedImage, Qwen2VLEmbedder, block_mask
 from ov_npu_emu.errors import ConfigError
 
@@ -42,9 +43,8 @@ def window_index(grids: list[tuple[int, int, int]], merge_size: int, window: int
 class Qwen25VLEmbedder(Qwen2VLEmbedder):
     """Qwen2-VL's embedder with the Qwen2.5-VL merger's window inputs."""
 
-    def __init__(self, core: Any, folder: Any, config: dict[str, Any], device: str, props: dict[str, Any],
-                 tokenizer: Any) -> None:
-        super().__init__(core, folder, config, device, props, tokenizer)
+    def __init__(self, core: Any, folder: Any, config: dict[str, Any], placement: Placement, tokenizer: Any) -> None:
+        super().__init__(core, folder, config, placement, tokenizer)
         vision = config.get("vision_config") or {}
         size, patch = int(vision.get("window_size", 112)), int(vision.get("patch_size", 14))
         # the real's vit_merger_window_size: window_size / merge_size / patch_size merged patches

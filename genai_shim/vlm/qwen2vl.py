@@ -18,7 +18,7 @@ import openvino as ov
 import openvino.opset8 as opset8
 import openvino.opset13 as ops
 
-from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, image_rows, prepend_tags, text_embeddings
+from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, Placement, image_rows, prepend_tags, text_embeddings
 from ov_npu_emu.errors import ConfigError, UserInputError
 
 __all__ = ["NATIVE_TAG", "EncodedImage", "ProcessorConfig", "Qwen2VLEmbedder", "smart_resize"]
@@ -90,12 +90,13 @@ def _normalized(raw: Any, size: Any, mean: np.ndarray, scale: np.ndarray) -> Any
     return ops.multiply(ops.subtract(ops.clamp(x, 0.0, 255.0), ops.constant(mean)), ops.constant(scale))
 
 
-def _preprocess_model(vision: ov.Model, cfg: ProcessorConfig) -> ov.Model:
+def _preprocess_model(vision: ov.Model | None, cfg: ProcessorConfig) -> ov.Model:
     """The vision model with the real's preprocessing in front of it, in the real's structure: an
     If on ``cond_img_vid`` (1: an image, tiled to temporal_patch_size frames; 0: two video
     frames), then the patches reshaped/transposed and flattened.  The structure matters for the
     numerics: under a bf16 inference precision the CPU plugin keeps the If's bodies (the resize
-    and the normalisation) in f32."""
+    and the normalisation) in f32.  ``vision`` None: the preprocessing alone (its output the
+    flattened patches, the vision model's ``hidden_states``)."""
     f32 = np.float32
     mean = np.array([f32(v) * f32(255.0) for v in cfg.image_mean], f32).reshape(1, -1, 1, 1)
     scale = np.array([f32(1.0) / (f32(v) * f32(255.0)) for v in cfg.image_std], f32).reshape(1, -1, 1, 1)
@@ -132,13 +133,15 @@ def _preprocess_model(vision: ov.Model, cfg: ProcessorConfig) -> ov.Model:
     x = ops.transpose(ops.reshape(x, shape8, True), ops.constant(np.array([0, 2, 5, 3, 6, 1, 4, 7], np.int32)))
     x = ops.transpose(ops.reshape(x, shape4, True), ops.constant(np.array([0, 2, 1, 3], np.int32)))
     x = ops.reshape(x, shape2, True)
+    inputs = [cond, raw1, raw2, size, tile, shape8, shape4, shape2]
+    if vision is None:
+        return ov.Model([ops.result(x)], inputs, "vision_preprocess")
     params = vision.get_parameters()
     if len(params) != 1:
         raise ConfigError(f"{VISION_XML} must have one input (hidden_states), has {len(params)}")
     for target in list(params[0].output(0).get_target_inputs()):
         target.replace_source_output(x.output(0))
-    return ov.Model(vision.get_results(), [cond, raw1, raw2, size, tile, shape8, shape4, shape2],
-                    "vision_with_preprocess")
+    return ov.Model(vision.get_results(), inputs, "vision_with_preprocess")
 
 
 def block_mask(n: int, bounds: Any) -> np.ndarray:
@@ -159,17 +162,24 @@ class EncodedImage:
 class Qwen2VLEmbedder:
     """Images -> merged vision embeddings; prompt ids -> text embeddings; M-RoPE position ids."""
 
-    def __init__(self, core: Any, folder: Path, config: dict[str, Any], device: str, props: dict[str, Any],
-                 tokenizer: Any) -> None:
+    def __init__(self, core: Any, folder: Path, config: dict[str, Any], placement: Placement, tokenizer: Any) -> None:
         self.cfg = ProcessorConfig.read(folder)
         if self.cfg.temporal_patch_size != 2:
             raise ConfigError("temporal_patch_size != 2.", key="temporal_patch_size")
-        vision = _preprocess_model(core.read_model(folder / VISION_XML), self.cfg)
-        self.vision = core.compile_model(vision, device, props).create_infer_request()
-        merger = core.compile_model(core.read_model(folder / MERGER_XML), device, props)
-        self.merger = merger.create_infer_request()
+        vision = core.read_model(folder / VISION_XML)
+        #: on the emulated NPU the preprocessing runs on CPU before the vision model: its If and its
+        #: shape inputs make the patch shapes depend on values, which a static NPU cannot compile
+        self.preprocess: Any = None
+        if placement.device("vision_embeddings") == "NPU":
+            self.preprocess = core.compile_model(_preprocess_model(None, self.cfg), "CPU",
+                                                 {"INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
+        else:
+            vision = _preprocess_model(vision, self.cfg)
+        self.vision = placement.request(core, vision, "vision_embeddings")
+        merger = core.read_model(folder / MERGER_XML)
+        self.merger = placement.request(core, merger, "vision_embeddings_merger")
         self.rotary_dim = int(merger.input("rotary_pos_emb").get_partial_shape()[1].get_length())
-        self.text = core.compile_model(core.read_model(folder / TEXT_EMB_XML), device, props).create_infer_request()
+        self.text = placement.request(core, core.read_model(folder / TEXT_EMB_XML), "text_embeddings")
         self.tokens_per_second = int((config.get("vision_config") or {}).get("tokens_per_second", 2) or 2)
         ids = tokenizer.encode("<|vision_start|><|vision_end|><|image_pad|><|video_pad|>",
                                add_special_tokens=False).input_ids.data[0]
@@ -199,6 +209,9 @@ class Qwen2VLEmbedder:
             "reshape_shape4d": np.array([gt * gh * gw, t, ch, p * p], np.int64),
             "reshape_shape2d": np.array([gt * gh * gw, ch * t * p * p], np.int64),
         }
+        if self.preprocess is not None:
+            self.preprocess.infer(feed)
+            feed = {"hidden_states": np.array(self.preprocess.get_output_tensor(0).data, copy=True)}
         self.vision.infer(feed)
         return EncodedImage(np.array(self.vision.get_output_tensor(0).data, copy=True), (gt, gh, gw))
 
