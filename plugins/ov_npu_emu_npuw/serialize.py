@@ -50,7 +50,9 @@ __all__ = [
     "read_llm",
     "read_whisper",
     "load_cached",
+    "load_cached_whisper",
     "store_cached",
+    "store_cached_whisper",
 ]
 
 logger = logging.getLogger("ov_npu_emu_npuw")
@@ -520,3 +522,23 @@ def load_cached(core: Core, cache_dir: str, key: str, config: Mapping[str, Any])
 def store_cached(cache_dir: str, key: str, cm: LLMCompiledModel) -> None:
     """Write atomically (temp file + rename) so a crash never leaves half an entry."""
     write_entry(_path(cache_dir, key), export_llm(cm))
+
+
+def load_cached_whisper(core: Core, cache_dir: str, key: str, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A cached Whisper decoder's parts (:func:`read_whisper`), or None (a broken entry is
+    reported and ignored)."""
+    path = os.path.join(cache_dir, f"npuw_whisper_{key}.blob")
+    blob = read_entry(path)
+    if blob is None:
+        return None
+    try:
+        parts = read_whisper(core, blob, config)
+    except NpuEmuError as e:
+        logger.warning("CACHE_DIR entry %s could not be loaded (%s); compiling instead", path, e)
+        return None
+    logger.info("loaded NPUW Whisper decoder from CACHE_DIR %s", path)
+    return parts
+
+
+def store_cached_whisper(cache_dir: str, key: str, cm: WhisperCompiledModel) -> None:
+    write_entry(os.path.join(cache_dir, f"npuw_whisper_{key}.blob"), export_whisper(cm))

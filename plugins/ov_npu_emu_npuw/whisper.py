@@ -387,11 +387,30 @@ def _f16(x: np.ndarray) -> np.ndarray:
 
 
 def compile_whisper(core: Core, model: ov.Model, config: Mapping[str, Any]) -> WhisperCompiledModel:
-    """The prefill and generate models of a stateful Whisper decoder, on NPUW_DEVICES' first device."""
-    from ov_npu_emu_npuw.compiled_model import configure_logging, pick_device
+    """The prefill and generate models of a stateful Whisper decoder, on NPUW_DEVICES' first device;
+    with CACHE_DIR, an earlier compilation of the same model and keys is imported instead (entries
+    ``npuw_whisper_<key>.blob``, holding their weights; the key as an LLM's)."""
+    from ov_npu_emu_npuw.compiled_model import configure_logging
+    from ov_npu_emu_npuw.serialize import cache_key, load_cached_whisper, store_cached_whisper
 
     configure_logging()
     cfg = parse_config(config)
+    if not cfg.cache_dir:
+        return _compile_whisper(core, model, config, cfg)
+    key = cache_key(model, cfg)
+    parts = load_cached_whisper(core, cfg.cache_dir, key, config)
+    if parts is not None:
+        cached = WhisperCompiledModel(**parts)
+        cached.loaded_from_cache = True
+        return cached
+    cm = _compile_whisper(core, model, config, cfg)
+    store_cached_whisper(cfg.cache_dir, key, cm)
+    return cm
+
+
+def _compile_whisper(core: Core, model: ov.Model, config: Mapping[str, Any], cfg: LLMConfig) -> WhisperCompiledModel:
+    from ov_npu_emu_npuw.compiled_model import pick_device
+
     decompose = bool(NPUW_OPTIONS["NPUW_WHISPER_DECOMPOSE_SDPA"].read(config))
     # the real's Whisper mode takes the lengths as given (4 + 444 = 448, Whisper's max_target_positions)
     prompt = int(NPUW_OPTIONS["NPUW_LLM_MAX_PROMPT_LEN"].read(config))
@@ -448,9 +467,7 @@ def import_whisper(core: Core, blob: bytes, config: Mapping[str, Any] | None = N
     from ov_npu_emu_npuw.serialize import read_whisper
 
     configure_logging()
-    p = read_whisper(core, blob, config)
-    return WhisperCompiledModel(p["name"], p["cfg"], p["device"], p["prefill"], p["generate"], p["prompt_len"],
-                                p["total"], p["eos"], p["inputs"], p["outputs"], p["decompose"])
+    return WhisperCompiledModel(**read_whisper(core, blob, config))
 
 
 class WhisperCompiledModel(ModeCompiledModel):

@@ -167,3 +167,19 @@ def test_decoder_blob_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(ConfigError, match="holds no NPUW Whisper decoder") as lerr:
         genai_shim.WhisperPipeline(STATEFUL, "NPU", BLOB_PATH="llm.blob", **props)
     assert lerr.value.key == "BLOB_PATH"
+
+
+@pytest.mark.parametrize("setup", sorted(SETUPS))
+def test_decoder_cache_dir(setup: str, tmp_path: Path) -> None:
+    """CACHE_DIR keeps the NPUW Whisper decoder too (as the real's core caches any compiled model
+    its plugin exports): the second pipeline imports it, with the same text and ids."""
+    props = {**SETUPS[setup], "CACHE_DIR": str(tmp_path)}
+    audio = whisper_test_audio("short")
+    first = genai_shim.WhisperPipeline(STATEFUL, "NPU", **props)
+    (entry,) = tmp_path.glob("npuw_whisper_*.blob")
+    second = genai_shim.WhisperPipeline(STATEFUL, "NPU", **props)
+    assert second._decoder._request._compiled._impl.loaded_from_cache
+    rec1, rec2 = IdRecorder(), IdRecorder()
+    assert first.generate(audio, streamer=rec1, max_new_tokens=12).texts == \
+        second.generate(audio, streamer=rec2, max_new_tokens=12).texts
+    assert rec1.ids == rec2.ids and entry.stat().st_size > 0
