@@ -19,8 +19,8 @@ import json
 import logging
 import os
 import struct
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import openvino as ov
@@ -56,6 +56,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger("ov_npu_emu_npuw")
+T = TypeVar("T")
 
 MAGIC = b"\x13\x37OVNPUEMU-NPUWLLM\x00"
 #: a Whisper decoder's artefact (NPUW_WHISPER): the LLM's layout, its own magic and header fields
@@ -504,19 +505,24 @@ def _path(cache_dir: str, key: str) -> str:
     return os.path.join(cache_dir, f"npuw_llm_{key}.blob")
 
 
-def load_cached(core: Core, cache_dir: str, key: str, config: Mapping[str, Any]) -> ImportedLLM | None:
-    """The cached compilation, or None (a broken entry is reported and ignored, never fatal)."""
-    path = _path(cache_dir, key)
+def _load_entry(path: str, read: Callable[[bytes], T]) -> T | None:
+    """``read`` of the entry at ``path``, or None: no entry, or a broken one (reported and
+    ignored, never fatal)."""
     blob = read_entry(path)
     if blob is None:
         return None
     try:
-        parts = read_llm(core, blob, config)
+        parts = read(blob)
     except NpuEmuError as e:
         logger.warning("CACHE_DIR entry %s could not be loaded (%s); compiling instead", path, e)
         return None
-    logger.info("loaded NPUW LLM from CACHE_DIR %s", path)
+    logger.info("loaded NPUW model from CACHE_DIR %s", path)
     return parts
+
+
+def load_cached(core: Core, cache_dir: str, key: str, config: Mapping[str, Any]) -> ImportedLLM | None:
+    """The cached compilation, or None (a broken entry is reported and ignored, never fatal)."""
+    return _load_entry(_path(cache_dir, key), lambda blob: read_llm(core, blob, config))
 
 
 def store_cached(cache_dir: str, key: str, cm: LLMCompiledModel) -> None:
@@ -527,17 +533,8 @@ def store_cached(cache_dir: str, key: str, cm: LLMCompiledModel) -> None:
 def load_cached_whisper(core: Core, cache_dir: str, key: str, config: Mapping[str, Any]) -> dict[str, Any] | None:
     """A cached Whisper decoder's parts (:func:`read_whisper`), or None (a broken entry is
     reported and ignored)."""
-    path = os.path.join(cache_dir, f"npuw_whisper_{key}.blob")
-    blob = read_entry(path)
-    if blob is None:
-        return None
-    try:
-        parts = read_whisper(core, blob, config)
-    except NpuEmuError as e:
-        logger.warning("CACHE_DIR entry %s could not be loaded (%s); compiling instead", path, e)
-        return None
-    logger.info("loaded NPUW Whisper decoder from CACHE_DIR %s", path)
-    return parts
+    return _load_entry(os.path.join(cache_dir, f"npuw_whisper_{key}.blob"),
+                       lambda blob: read_whisper(core, blob, config))
 
 
 def store_cached_whisper(cache_dir: str, key: str, cm: WhisperCompiledModel) -> None:
