@@ -293,6 +293,12 @@ class ManagementCore:
 
         :param host_ns: when given, receives the measured host time of each task (profiling).
         """
+        # IEEE results without numpy's warnings: a mask's -max + -max is -inf on a device too, and
+        # a user should not see "overflow encountered in add" from an inference that is right
+        with np.errstate(all="ignore"):
+            self._run(sched, host_ns)
+
+    def _run(self, sched: Schedule, host_ns: dict[int, int] | None) -> None:
         i = -1
         plan = sched.plan
         tasks = sched.tasks if plan is None else sched.plan_tasks

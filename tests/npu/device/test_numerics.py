@@ -313,3 +313,19 @@ def test_pooling_pads_and_rounding(npu_core, exclude_pad, rounding):
     for a_, b_ in zip(_run(npu_core, m, feed), cpu_reference(m, feed), strict=False):
         assert a_.shape == b_.shape
         assert rel_err(a_, b_) <= F32_TOL
+
+
+def test_overflow_gives_ieee_results_without_warnings(npu_core):
+    """A finite + finite past f32's range is inf, as on the CPU plugin, and numpy's "overflow
+    encountered" warning does not reach the user (nor fail a run under ``-W error``)."""
+    import warnings
+
+    x = ops.parameter([1, 4], ov.Type.f32, name="x")
+    model = ov.Model([ops.result(ops.add(x, x))], [x], "overflow")
+    feed = {"x": np.array([[3e38, -3e38, 1.0, np.nan]], np.float32)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (ours,) = _run(npu_core, model, feed, {"INFERENCE_PRECISION_HINT": "f32"})
+    (ref,) = cpu_reference(model, feed)
+    np.testing.assert_array_equal(ours, ref)
+    assert np.isposinf(ours[0, 0]) and np.isneginf(ours[0, 1])
