@@ -772,9 +772,6 @@ KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
      "num_assistant_tokens without a draft model: ours raises, the real ignores it"),
     ("test_llm_pipeline.py", r"test_perf_metrics_with_structured_output", r"",
      "PerfMetrics.get_grammar_compiler_init_times() returns {} (the real: {'xgrammar': > 0})"),
-    ("test_llm_pipeline.py", r"test_chat_scenario", r"HF reference",
-     "stateful chat fed TokenizedInputs (only each turn's new tokens): turns 2+ differ from HF when the "
-     "system message is empty (ChatML stand-in); with a system message it passes"),
 ]
 
 

@@ -74,6 +74,8 @@ class LLMPipelineImplBase:
         self.speculative = False
         self.cancelled = False  # the last generate() was cancelled by its streamer
         self._kv_tokens: list[int] = []  # ids whose keys/values sit in the KV cache (batch 1)
+        #: how many of the last call's prompt ids the KV cache already held (not fed again)
+        self._kv_fed_from = 0
         self._sampler = Sampler()
 
     # -- what an implementation provides -------------------------------------------------------
@@ -129,7 +131,10 @@ class LLMPipelineImplBase:
         if isinstance(inputs, (TokenizedInputs, ov.Tensor, np.ndarray)):
             ids, mask = encoded_inputs(inputs)
             self.check_ids(ids)
-            res = self.generate_ids(ids, mask, config, streamer, keep_kv=False)
+            if self.chat.active and not self.paged_rules and ids.shape[0] == 1:
+                res = self._generate_chat_encoded(ids, config, streamer)
+            else:
+                res = self.generate_ids(ids, mask, config, streamer, keep_kv=False)
             res.perf_metrics.raw_metrics.generate_durations.append((now() - start) * 1e6)
             res.perf_metrics.reevaluate(start)
             return res
@@ -248,6 +253,22 @@ class LLMPipelineImplBase:
         enc = self.generate_ids(ids, mask, config, streamer, keep_kv=True)
         return self._decode_results(enc, perf, start)
 
+    def _generate_chat_encoded(self, ids: np.ndarray, config: GenerationConfig, streamer: Any) -> EncodedResults:
+        """A chat turn given as token ids (the stateful pipeline's): each call brings only its new
+        ids, the chat keeps every input's and answer's ids, and the model sees the whole of it --
+        what the KV cache lacks (at least the last answer token, never fed) is fed with the new
+        ids, as the real's align_cache_and_history does."""
+        self.chat.claim("encoded")
+        new = ids[0].tolist()
+        history = self.chat.tokens + new
+        full = np.asarray([history], dtype=np.int64)
+        res = self.generate_ids(full, np.ones_like(full), config, streamer, keep_kv=True)
+        if not self.cancelled:  # CANCEL drops the turn's input
+            self.chat.tokens = history + [int(t) for t in res.tokens[0]]
+        # the real counts the ids it fed this call, not the history
+        res.perf_metrics.num_input_tokens = len(history) - self._kv_fed_from
+        return res
+
     def _generate_chat_string(
         self, prompt: str, config: GenerationConfig, streamer: Any, start: float
     ) -> DecodedResults:
@@ -293,6 +314,7 @@ class LLMPipelineImplBase:
         perf.num_input_tokens = int(mask[0].sum()) if self.paged_rules else int(ids.size)
         self._sampler.set_seed(config.rng_seed)
         past = self.prepare_kv(ids, mask, keep_kv)
+        self._kv_fed_from = past
         prompts = [ids[b][mask[b].astype(bool)].tolist() for b in range(batch)]
         seqs = [
             RunningSequence(

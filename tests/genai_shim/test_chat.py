@@ -278,3 +278,47 @@ def test_prompt_lookup_refuses_recurrent_states(chat_dir, tmp_path):
     folder = _with_recurrent_state(chat_dir, tmp_path)
     with pytest.raises(ConfigError, match="recurrent"):
         genai_shim.LLMPipeline(str(folder), "CPU", prompt_lookup=True, **F32)
+
+
+def _encoded_chat(mod, folder, **props):
+    """start_chat, then each turn as TokenizedInputs of only the ids past what the previous turns
+    fed and answered (the upstream test_chat_scenario's ENCODED_INPUTS flow)."""
+    import numpy as np
+    import openvino as ov
+
+    pipe = mod.LLMPipeline(str(folder), "CPU", **props)
+    tok = pipe.get_tokenizer()
+    pipe.start_chat()
+    history, seen, out = [], 0, []
+    for q in QUESTIONS:
+        history.append({"role": "user", "content": q})
+        ids = tok.encode(tok.apply_chat_template(history, add_generation_prompt=True),
+                         add_special_tokens=False).input_ids.data[0]
+        new = np.asarray([ids[seen:]], np.int64)
+        res = pipe.generate(mod.TokenizedInputs(ov.Tensor(new), ov.Tensor(np.ones_like(new))), max_new_tokens=12)
+        answer = [int(t) for t in res.tokens[0]]
+        out.append((answer, res.perf_metrics.get_num_input_tokens()))
+        history.append({"role": "assistant", "content": tok.decode(answer, skip_special_tokens=True)})
+        seen = len(ids) + len(answer)
+    pipe.finish_chat()
+    return out
+
+
+def test_encoded_inputs_chat_matches_real(chat_dir, real_genai):
+    """A chat fed token ids turn by turn keeps the whole conversation in the model (ours fed each
+    turn alone before): the ids and the input token counts are the real stateful pipeline's."""
+    ours = _encoded_chat(genai_shim, chat_dir, ATTENTION_BACKEND="SDPA", **F32)
+    assert ours == _encoded_chat(real_genai, chat_dir, ATTENTION_BACKEND="SDPA", **F32)
+    assert len({tuple(a) for a, _ in ours}) > 1
+
+
+def test_encoded_inputs_chat_refuses_another_input_kind(chat_dir):
+    import numpy as np
+    import openvino as ov
+
+    pipe = genai_shim.LLMPipeline(str(chat_dir), "CPU", ATTENTION_BACKEND="SDPA", **F32)
+    pipe.start_chat()
+    ids = np.asarray([[1, 2, 3]], np.int64)
+    pipe.generate(genai_shim.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), max_new_tokens=2)
+    with pytest.raises(UserInputError, match="continue using StringInputs or restart the chat"):
+        pipe.generate("Hello", max_new_tokens=2)
