@@ -302,28 +302,25 @@ def _nibble(typingctx, b, high):
     return types.float32(b, high), codegen
 
 
-@_intrinsic
-def _byte(typingctx, b):
-    """A u8 as f32 in 8-bit lanes (see :func:`_nibble`)."""
-    if b != types.uint8:
-        return None
+def _byte_to_f32(signed: bool) -> Callable[..., Any]:
+    """An intrinsic converting a u8 to f32 in 8-bit lanes (see :func:`_nibble`), its bits read as
+    unsigned or as i8 (``(b ^ 128) - 128`` in one conversion)."""
+    convert = "sitofp" if signed else "uitofp"
 
-    def codegen(context, builder, signature, args):
-        return builder.uitofp(args[0], ir.FloatType())
+    def typer(typingctx, b):
+        if b != types.uint8:
+            return None
 
-    return types.float32(b), codegen
+        def codegen(context, builder, signature, args):
+            return getattr(builder, convert)(args[0], ir.FloatType())
+
+        return types.float32(b), codegen
+
+    return _intrinsic(typer)
 
 
-@_intrinsic
-def _sbyte(typingctx, b):
-    """A u8's bits read as i8, as f32, in 8-bit lanes: ``(b ^ 128) - 128`` in one conversion."""
-    if b != types.uint8:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.sitofp(args[0], ir.FloatType())
-
-    return types.float32(b), codegen
+_byte = _byte_to_f32(signed=False)
+_sbyte = _byte_to_f32(signed=True)
 
 
 @njit(inline="always", **_JIT)
