@@ -1,6 +1,7 @@
 """Decode GEMV on stored weights (plugins/ov_npu_emu_npu/device/kernels/gemv.py) against the bandwidth floor.
 
-Usage: python bench/bench_npu_kernels.py [--mb 256] [--rows 1,4,16] [--repeat 5] [--formats f32,f16,u8,i8,u4,i4]
+Usage: python bench/bench_npu_kernels.py [--mb 256] [--rows 1,4,16] [--repeat 5]
+       [--formats f32,f16,u8,i8,u4,i4,u4a8,i4a8]
        [--group4 128] [--group8 0] [--baseline OLD/gemv.py]
 
 For each weight format, one weight of ``--mb`` stored bytes (more than the host's caches hold,
@@ -11,6 +12,9 @@ multiplied by 1..16 activation rows, in this process and side by side:
   a memcpy of them; the faster counts): the host's read bandwidth *right now*, on one core and
   on both (each half on one thread: the gemv pool's and this one);
 * ``stored``: the stored-format kernel (both cores), as the emulated NPU runs decode matmul_dq;
+  ``u4a8`` / ``i4a8``: the 4-bit weight times int8 activations (NPU_COMPILER_DYNAMIC_QUANTIZATION,
+  what NPUW compiles its LLM sub-models with; one row only), checked against BLAS on the
+  quantized activation's values;
 * ``baseline`` (with ``--baseline``): the stored-format kernel of another checkout's gemv.py
   (e.g. a ``git worktree`` of main), copied to a temporary directory so that numba's cache
   files of the two stay apart;
@@ -41,6 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ov_npu_emu_npu.blob.format import WEIGHT_FORMATS  # noqa: E402
+from ov_npu_emu_npu.device.kernels.act_quant import ACT_BLOCK, fake_quantize_rows  # noqa: E402
 from ov_npu_emu_npu.device.kernels.dequant import DQ_TILE_BYTES, TileDequantizer  # noqa: E402
 
 K = 896
@@ -113,7 +118,7 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=256.0, help="stored MB of each weight")
     ap.add_argument("--rows", default="1,4,16")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--formats", default="f32,f16,u8,i8,u4,i4")
+    ap.add_argument("--formats", default="f32,f16,u8,i8,u4,i4,u4a8,i4a8")
     ap.add_argument("--group4", type=int, default=128, help="4-bit group size (0: channel-wise)")
     ap.add_argument("--group8", type=int, default=0, help="8-bit group size (0: channel-wise)")
     ap.add_argument("--baseline", help="another checkout's kernels/gemv.py, timed alongside")
@@ -128,17 +133,23 @@ def main() -> None:
     print("| format | rows | stored MB | floor 1 core GB/s | floor 2 cores GB/s | stored ms | stored GB/s "
           "| / floor 1 core | / floor 2 cores | dq+BLAS ms | dq+BLAS / stored | first call s | baseline / stored |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for fmt in args.formats.split(","):
+    for setup in args.formats.split(","):
+        fmt, a8 = setup.removesuffix("a8"), setup.endswith("a8")
         q, scale, zp = _weight(fmt, int(args.mb * 2**20), rng, args.group4, args.group8)
         nbytes = sum(a.nbytes for a in (q, scale, zp) if a is not None)
         flat = q.reshape(-1).view(np.uint8)
         flat = flat[: flat.size // 8 * 8]
         copy_dst = np.empty_like(flat)
         for m in (int(r) for r in args.rows.split(",")):
+            if a8 and m != 1:
+                continue
             x = rng.standard_normal((m, K)).astype(np.float32)
             out, out_ref = np.empty((m, q.shape[0]), np.float32), np.empty((m, q.shape[0]), np.float32)
+            x_ref = x.copy()
+            if a8:
+                fake_quantize_rows(x_ref, ACT_BLOCK)
             t0 = time.perf_counter()
-            stored = gemv_runner(fmt, x, q, scale, zp, out, K)
+            stored = gemv_runner(fmt, x, q, scale, zp, out, K, int8_activations=a8)
             assert stored is not None
             stored()
             first = time.perf_counter() - t0
@@ -148,7 +159,7 @@ def main() -> None:
                 "sum": functools.partial(np.add.reduce, flat.view(np.uint64)),
                 "copy": functools.partial(np.copyto, copy_dst, flat),
                 "stored": stored,
-                "dq": _dq_blas(fmt, q, scale, zp, x, out_ref),
+                "dq": _dq_blas(fmt, q, scale, zp, x_ref, out_ref),
             }
             if base is not None:
                 out_base = np.empty_like(out)
@@ -166,7 +177,7 @@ def main() -> None:
             floor = max(flat.nbytes / med["sum"], flat.nbytes / med["copy"]) / 1e9
             floor2 = max(flat.nbytes / med["sum2"], flat.nbytes / med["copy2"]) / 1e9
             gbs = nbytes / med["stored"] / 1e9
-            print(f"| {fmt} | {m} | {nbytes / 2**20:.0f} | {floor:.1f} | {floor2:.1f} | {med['stored'] * 1e3:.1f} "
+            print(f"| {setup} | {m} | {nbytes / 2**20:.0f} | {floor:.1f} | {floor2:.1f} | {med['stored'] * 1e3:.1f} "
                   f"| {gbs:.1f} | {gbs / floor:.2f} | {gbs / floor2:.2f} | {med['dq'] * 1e3:.1f} "
                   f"| {med['dq'] / med['stored']:.1f} | {first:.2f} "
                   f"| {med['base'] / med['stored'] if base is not None else float('nan'):.2f} |")

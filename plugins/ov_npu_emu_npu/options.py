@@ -189,6 +189,12 @@ NPU_OPTIONS = OptionTable(
                "types stay f32 (`Add_RMSNorm`: an Add reading a ReduceMean, an RMSNorm's eps); NPUW passes "
                "`Sqrt,Power,ReduceMean,Add_RMSNorm` for LLMs. Other compiler parameters are refused",
                scope="compile"),
+        Option("NPU_COMPILER_DYNAMIC_QUANTIZATION", _FLAG, "NO",
+               "Compile. YES: in f16 mode each MatMul on a 4-bit weight quantizes its activation rows to int8 "
+               "per block of 32 columns (symmetric, max/127) and multiplies integers, as the real NPU compiler's "
+               "dynamic quantization; NPUW's LLM sub-models get YES, as the real NPUW gives them when the NPU lists "
+               "the `COMPILER_DYNAMIC_QUANTIZATION` capability. f32 mode keeps float activations. See "
+               "[Dynamic quantization](#dynamic-quantization)", scope="compile"),
         Option("PERF_COUNT", _FLAG, "NO", "YES: per-task profiling info (`get_profiling_info`)", scope="device"),
         Option("PERFORMANCE_HINT", _performance_hint, "LATENCY",
                "`LATENCY`, `THROUGHPUT` or `CUMULATIVE_THROUGHPUT`: sets OPTIMAL_NUMBER_OF_INFER_REQUESTS, "
@@ -237,8 +243,10 @@ NPU_OPTIONS = OptionTable(
                "Compile/load. NPUW's whole-prompt prefill sets YES: see \"Padded rows\" below", origin="ours",
                scope="device"),
         Option("DEVICE_ARCHITECTURE", _read_only, "NPU-EMU", "Read only", scope="device"),
-        Option("OPTIMIZATION_CAPABILITIES", _read_only, ["FP32", "FP16", "INT8", "INT4", "EXPORT_IMPORT"],
-               "Read only", shown_default="FP32, FP16, INT8, INT4, EXPORT_IMPORT", scope="device"),
+        Option("OPTIMIZATION_CAPABILITIES", _read_only,
+               ["FP32", "FP16", "INT8", "INT4", "EXPORT_IMPORT", "COMPILER_DYNAMIC_QUANTIZATION"],
+               "Read only", shown_default="FP32, FP16, INT8, INT4, EXPORT_IMPORT, COMPILER_DYNAMIC_QUANTIZATION",
+               scope="device"),
         # compile-time keys: read from the compile config only, no device-level default (unset:
         # the platform preset or the compiler's own choice); supported all the same (NPUW passes
         # them down to its sub-models)

@@ -15,6 +15,7 @@ __all__ = [
     "check_stored_config",
     "LLMConfig",
     "LLM_COMPILATION_MODE_PARAMS",
+    "LLM_NPU_COMPILER_DEFAULTS",
     "for_device",
     "align_to",
     "is_npuw_llm_config",
@@ -57,6 +58,13 @@ EMU_DEVICE_PREFIX = "NPU_EMU_"
 #: (NPUW_LLM_PREFILL_CONFIG, ...) does not get it; a top-level or ``++`` value wins over it.
 COMPILATION_MODE_KEY = "NPU_COMPILATION_MODE_PARAMS"
 LLM_COMPILATION_MODE_PARAMS = "compute-layers-with-higher-precision=Sqrt,Power,ReduceMean,Add_RMSNorm"
+#: the real NPUW adds ``NPUW_DQ=YES, NPUW_DQ_FULL=NO, NPU_COMPILER_DYNAMIC_QUANTIZATION=YES`` to the
+#: same baseline when the NPU plugin lists the COMPILER_DYNAMIC_QUANTIZATION capability, which
+#: the emulated NPU does (its compiler then multiplies 4-bit weights by int8 activations in f16
+#: mode; NPUW_DQ is NPUW's own partitioning key, accepted and ignored here)
+DYNAMIC_QUANTIZATION_KEY = "NPU_COMPILER_DYNAMIC_QUANTIZATION"
+#: the NPU compiler keys of the default LLM sub-configs: given to NPU sub-models only
+LLM_NPU_COMPILER_DEFAULTS = {COMPILATION_MODE_KEY: LLM_COMPILATION_MODE_PARAMS, DYNAMIC_QUANTIZATION_KEY: "YES"}
 
 #: real NPUW keys about partitioning/folding that have no meaning here: accepted and ignored
 IGNORED_KEYS = frozenset(
@@ -1194,14 +1202,14 @@ def _subconfigs(
         k: v
         for k, v in raw.items()
         if (given is None or k in given)
-        and (k.startswith(EMU_DEVICE_PREFIX) or k == COMPILATION_MODE_KEY
+        and (k.startswith(EMU_DEVICE_PREFIX) or k in LLM_NPU_COMPILER_DEFAULTS
              or not k.startswith(("NPU", "++NPUW", "KV_CACHE_PRECISION", "CACHE_DIR")))
         and k not in IGNORED_KEYS
         and k not in EXPORT_KEYS
     }
     subs: list[dict[str, Any]] = []
     for key in SUBCONFIG_KEYS:
-        sub = dict(o[key]) if o[key] is not None else {COMPILATION_MODE_KEY: LLM_COMPILATION_MODE_PARAMS, **base}
+        sub = dict(o[key]) if o[key] is not None else {**LLM_NPU_COMPILER_DEFAULTS, **base}
         sub.update(o["++" + key] or {})
         subs.append(sub)
     # The head runs after every generate step, so by default it gets the generate sub-config
@@ -1214,9 +1222,10 @@ def _subconfigs(
 
 
 def for_device(sub: Mapping[str, Any], device: str) -> dict[str, Any]:
-    """A sub-config as sent to ``device``: NPU_COMPILATION_MODE_PARAMS is an NPU compiler key,
-    left out for the CPU device (which does not know it)."""
-    return {k: v for k, v in sub.items() if device == "NPU" or k != COMPILATION_MODE_KEY}
+    """A sub-config as sent to ``device``: NPU_COMPILATION_MODE_PARAMS and
+    NPU_COMPILER_DYNAMIC_QUANTIZATION are NPU compiler keys, left out for the CPU device (which
+    does not know them)."""
+    return {k: v for k, v in sub.items() if device == "NPU" or k not in LLM_NPU_COMPILER_DEFAULTS}
 
 
 def skip_padded_rows(cfg: LLMConfig, device: str) -> bool:

@@ -6,8 +6,7 @@ import pytest
 
 from ov_npu_emu.errors import ConfigError
 from ov_npu_emu_npuw.config import (
-    COMPILATION_MODE_KEY,
-    LLM_COMPILATION_MODE_PARAMS,
+    LLM_NPU_COMPILER_DEFAULTS,
     is_npuw_llm_config,
     parse_config,
     pyramid_sizes,
@@ -15,7 +14,7 @@ from ov_npu_emu_npuw.config import (
 )
 
 #: what a default (not replaced) LLM sub-config carries, as the real NPUW's baseline config
-HP = {COMPILATION_MODE_KEY: LLM_COMPILATION_MODE_PARAMS}
+HP = LLM_NPU_COMPILER_DEFAULTS
 
 SEED_VARIANTS = [256, 512, 1024, 1152]
 

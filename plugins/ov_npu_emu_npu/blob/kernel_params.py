@@ -34,6 +34,7 @@ __all__ = [
     "ClampParams",
     "ConvParams",
     "CumSumParams",
+    "DQ_ACT_BLOCK",
     "DeconvParams",
     "DetectionOutputParams",
     "DivideParams",
@@ -377,6 +378,11 @@ class MatMulParams(KernelParams):
     transpose_b: bool = _flag("transpose the last two dims of the weight")
 
 
+#: the activation block NPU_COMPILER_DYNAMIC_QUANTIZATION compiles (``MatMulDqParams.act_block``):
+#: 32 columns per int8 scale, the CPU plugin's default DYNAMIC_QUANTIZATION_GROUP_SIZE too
+DQ_ACT_BLOCK = 32
+
+
 @dataclasses.dataclass(frozen=True)
 class MatMulDqParams(KernelParams):
     KERNELS = ("matmul_dq",)
@@ -388,6 +394,8 @@ class MatMulDqParams(KernelParams):
     f16_rounding: bool = _flag("round (q - zp)·scale to f16 (0: decompress in f32)")
     n: int = _int("weight rows N")
     k: int = _int("weight columns K")
+    act_block: int = _int("NPU_COMPILER_DYNAMIC_QUANTIZATION: each activation row quantized to int8 per block "
+                          "of this many columns, symmetric (0: float activations)", default=0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,7 @@ from ov_npu_emu.errors import CompileError, UnsupportedOpError
 from ov_npu_emu_npu.arch import HardwareConfig, dma_cycles, dpu_cycles, shave_cycles
 from ov_npu_emu_npu.blob.format import MAX_DIMS, MAX_OPERANDS, WEIGHT_FORMATS, TaskKind
 from ov_npu_emu_npu.blob.kernel_params import (
+    DQ_ACT_BLOCK,
     NO_PARAMS,
     ClampParams,
     KernelParams,
@@ -70,8 +71,11 @@ class Lowered:
 class _Lowerer:
     def __init__(self, prep: Prepared, hw: HardwareConfig, f16: bool, stage: bool, ping_pong: bool = True,
                  tile_weights: bool = True, fuse_kv: bool = False, clamp_residual: bool = False,
-                 higher_precision: frozenset[str] = frozenset()) -> None:
+                 higher_precision: frozenset[str] = frozenset(), dynamic_quantization: bool = False) -> None:
         self.prep = prep
+        #: NPU_COMPILER_DYNAMIC_QUANTIZATION (f16 mode): 4-bit-weight MatMuls quantize their
+        #: activation rows to int8 (MatMulDqParams.act_block)
+        self.dynamic_quantization = dynamic_quantization
         #: NPU_COMPILATION_MODE_PARAMS compute-layers-with-higher-precision: op types whose
         #: outputs stay f32 in f16 mode
         self.higher_precision = higher_precision
@@ -158,8 +162,10 @@ class _Lowerer:
             return
         c = b.comp
         n, k = b.shape
+        act = DQ_ACT_BLOCK if (self.dynamic_quantization and c.fmt in ("u4", "i4") and params.transpose_b
+                               and not params.transpose_a) else 0
         dq = MatMulDqParams(params.transpose_a, params.transpose_b, WEIGHT_FORMATS[c.fmt], c.has_zp, F16_DQ_ROUNDING,
-                            n, k)
+                            n, k, act)
         self.dpu("matmul_dq", [a, *c.operands], [o], dq, node, macs)
 
     def const_of(self, node: ov.Node, i: int) -> np.ndarray | None:
@@ -535,11 +541,14 @@ def refused_ops(prep: Prepared, hw: HardwareConfig, *, f16: bool = False) -> dic
 
 def lower(prep: Prepared, hw: HardwareConfig, *, f16: bool = False, stage: bool = True,
           ping_pong: bool = True, tile_weights: bool = True, fuse_kv: bool = False,
-          clamp_residual: bool = False, higher_precision: frozenset[str] = frozenset()) -> Lowered:
+          clamp_residual: bool = False, higher_precision: frozenset[str] = frozenset(),
+          dynamic_quantization: bool = False) -> Lowered:
     """Lower the prepared model to tasks; producers/readers are filled in here.  ``fuse_kv``:
     attention over an f16 past KV as sdpa_kv tasks (fuse_kv.py, NPU_EMU_FUSE_KV);
     ``clamp_residual``: residual Adds saturated to the f16 range (NPU_EMU_F16_CLAMP, f16 only);
-    ``higher_precision``: op types kept f32 in f16 mode (NPU_COMPILATION_MODE_PARAMS)."""
-    lw = _Lowerer(prep, hw, f16, stage, ping_pong, tile_weights, fuse_kv, clamp_residual, higher_precision)
+    ``higher_precision``: op types kept f32 in f16 mode (NPU_COMPILATION_MODE_PARAMS);
+    ``dynamic_quantization``: int8 activations for 4-bit weights (NPU_COMPILER_DYNAMIC_QUANTIZATION)."""
+    lw = _Lowerer(prep, hw, f16, stage, ping_pong, tile_weights, fuse_kv, clamp_residual, higher_precision,
+                  dynamic_quantization)
     out = lw.run()
     return out

@@ -93,7 +93,8 @@ def compile_to_blob(model: ov.Model, config: Mapping[str, Any] | None = None, *,
     lw = lower(prep, hw, f16=precision == "f16", stage=_flag(config, "NPU_EMU_STAGING"),
                ping_pong=_flag(config, "NPU_EMU_PING_PONG"), tile_weights=not _token_prefill(prep),
                fuse_kv=_flag(config, "NPU_EMU_FUSE_KV"), clamp_residual=_flag(config, "NPU_EMU_F16_CLAMP"),
-               higher_precision=higher_precision_ops(str(NPU_OPTIONS.get(config, "NPU_COMPILATION_MODE_PARAMS"))))
+               higher_precision=higher_precision_ops(str(NPU_OPTIONS.get(config, "NPU_COMPILATION_MODE_PARAMS"))),
+               dynamic_quantization=precision == "f16" and _flag(config, "NPU_COMPILER_DYNAMIC_QUANTIZATION"))
     mark_token_rows(lw.tasks, lw.inputs, [p.output(0).get_names() for p in prep.model.get_parameters()],
                     bool(prep.variables))
     plan = plan_memory(lw, hw.cmx_size)

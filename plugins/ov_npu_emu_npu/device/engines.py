@@ -25,7 +25,7 @@ from ov_npu_emu_npu.blob.format import (
 )
 from ov_npu_emu_npu.blob.kernel_params import MatMulDqParams, MatMulParams
 from ov_npu_emu_npu.device.kernels import DQ_TILE_BYTES, RowWindow, dequantize, make_kernel
-from ov_npu_emu_npu.device.kernels.dequant import stored_format_matmul
+from ov_npu_emu_npu.device.kernels.dequant import quantize_activations, stored_format_matmul
 from ov_npu_emu_npu.device.windowed import LazyRunner, bind_dma_window, bind_task_window
 
 __all__ = ["DecodedTask", "ManagementCore", "Schedule", "decode_task"]
@@ -105,12 +105,27 @@ def _bind_cached_dq(views: list[np.ndarray], addrs: list[int], n_in: int, params
                                     None if zp is None else zp[r0:r1], mul_f16, k)
         return out
 
+    if p.act_block and p.transpose_a:  # dynamic quantization of a transposed activation: the tile path
+        return make_kernel("matmul_dq", views[:n_in], views[n_in:], p)
     w = wcache.get(key, fill, 4 * n * k)
     if w is None:  # over the cache's budget: decompress tile by tile on every run
         return make_kernel("matmul_dq", views[:n_in], views[n_in:], p)
     if w.shape != (n, k):
         raise ExecutionError(f"weights cache entry has shape {w.shape}, expected {(n, k)}")
-    return make_kernel("matmul", [views[0], w], views[n_in:], MatMulParams(p.transpose_a, p.transpose_b))
+    mm = MatMulParams(p.transpose_a, p.transpose_b)
+    if not p.act_block:
+        return make_kernel("matmul", [views[0], w], views[n_in:], mm)
+    # dynamic quantization: the product of the activation's quantized values (kernels/act_quant.py)
+    a = views[0]
+    xq = np.empty(a.shape, np.float32)
+    run = make_kernel("matmul", [xq, w], views[n_in:], mm)
+
+    def quantized() -> None:
+        np.copyto(xq, a, casting="unsafe")
+        quantize_activations(xq.reshape(-1, k), p.act_block)
+        run()
+
+    return quantized
 
 
 def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offset: int, kind: TaskKind,

@@ -379,7 +379,7 @@ def test_one_row_4bit_takes_the_vector_ir_row_and_stays_in_bound(name, gs, monke
 
     from ov_npu_emu_npu.device.kernels import gemv
 
-    monkeypatch.setattr(gemv, "_AVX512", False)
+    monkeypatch.setattr(gemv, "avx512", lambda: False)
     rng = np.random.default_rng(11)
     n, k = 40, 512
     q, scale, zp = _random_codes(rng, name, False, n, k, gs)
@@ -494,7 +494,7 @@ def test_one_row_8bit_takes_the_16_lane_row_and_stays_in_bound(name, signed_zp, 
 
 
 @pytest.mark.parametrize("features", ["+avx2,+fma,-avx512f", "+avx2,+avx512f,+avx512bw"])
-def test_16_lane_loops_follow_the_features_numba_compiles_for(features, monkeypatch):
+def test_16_lane_loops_follow_the_features_numba_compiles_for(features, monkeypatch, request):
     """NUMBA_CPU_FEATURES (numba's own setting) decides: without +avx512f the one-row 4- and
     8-bit products keep the 8-lane loops, with it they take the 16-lane ones."""
     from numba.core import config
@@ -502,7 +502,8 @@ def test_16_lane_loops_follow_the_features_numba_compiles_for(features, monkeypa
     from ov_npu_emu_npu.device.kernels import gemv
 
     monkeypatch.setattr(config, "CPU_FEATURES", features, raising=False)
-    monkeypatch.setattr(gemv, "_AVX512", None)
+    gemv._jit_features.cache_clear()
+    request.addfinalizer(gemv._jit_features.cache_clear)  # the host's features again after the test
     wide = "+avx512f" in features.split(",")
     assert gemv.avx512() is wide
     rng = np.random.default_rng(14)
@@ -532,7 +533,7 @@ def test_one_row_4bit_non_finite_activation(name, gs, value, n, monkeypatch):
     loop: the exact product's infinities and NaNs, on one thread and on the parallel path."""
     from ov_npu_emu_npu.device.kernels import gemv
 
-    monkeypatch.setattr(gemv, "_AVX512", False)
+    monkeypatch.setattr(gemv, "avx512", lambda: False)
     rng = np.random.default_rng(12)
     k = 512
     q, scale, zp = _random_codes(rng, name, False, n, k, gs)

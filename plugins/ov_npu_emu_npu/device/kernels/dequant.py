@@ -9,7 +9,7 @@ import numpy as np
 
 from ov_npu_emu.errors import ExecutionError
 from ov_npu_emu_npu.blob.format import WEIGHT_FORMATS
-from ov_npu_emu_npu.blob.kernel_params import MatMulDqParams
+from ov_npu_emu_npu.blob.kernel_params import DQ_ACT_BLOCK, MatMulDqParams
 from ov_npu_emu_npu.device.kernels.registry import Runner, kernel
 
 #: f16 bits placed at bit 13 of an f32 are the value scaled by 2**-112 (both exponent fields end
@@ -137,6 +137,13 @@ class TileDequantizer:
         return out.reshape(r1 - r0, self.k)
 
 
+def quantize_activations(x: np.ndarray, block: int) -> None:
+    """:func:`.act_quant.fake_quantize_rows` (numba, imported on first use as the kernels are)."""
+    from ov_npu_emu_npu.device.kernels.act_quant import fake_quantize_rows
+
+    fake_quantize_rows(x, block)
+
+
 def _nothing() -> None:
     """The runner of a task with no rows to compute."""
 
@@ -186,24 +193,43 @@ def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], 
     direct_out = o.dtype == np.float32 and o.flags.c_contiguous
     x = a.reshape(m_rows, k) if direct_in else np.empty((m_rows, k), np.float32)
     y = o.reshape(m_rows, n) if direct_out else np.empty((m_rows, n), np.float32)
-    run = runner(name, x, q, scale, zp, y, k, mul_f16)
+    run = None
+    if params.act_block == DQ_ACT_BLOCK and m_rows == 1:  # the integer kernel quantizes the row itself
+        run = runner(name, x, q, scale, zp, y, k, mul_f16, int8_activations=True)
+    # other dynamic quantization: the float kernels on the rows' quantized values, in a copy
+    quantize = bool(params.act_block) and run is None
+    if quantize and direct_in:
+        direct_in, x = False, np.empty((m_rows, k), np.float32)
+    if run is None:
+        run = runner(name, x, q, scale, zp, y, k, mul_f16)
     if run is None or (direct_in and direct_out):
         return run
+    return _with_copies(run, a, o, None if direct_in else x, None if direct_out else y,
+                        params.act_block if quantize else 0)
+
+
+def _with_copies(run: Runner, a: np.ndarray, o: np.ndarray, x: np.ndarray | None, y: np.ndarray | None,
+                 quantize: int) -> Runner:
+    """``run`` (reading ``x``, writing ``y``) with the activation ``a`` copied into ``x`` first
+    (then, with ``quantize``, its rows quantized per block of that many columns) and ``y`` copied
+    into the result ``o`` after; None: ``run`` reads / writes the task's own view."""
     # f16 mode's rows: numba's exact widening / nearest-even rounding (numpy's bits, several times
     # faster than numpy's casts, kernels/f16.py); other types through numpy
     from ov_npu_emu_npu.device.kernels.f16 import narrow_runner, widen_runner
 
-    widen = None if direct_in else widen_runner(a, x)
-    narrow = None if direct_out else narrow_runner(y, o)
+    widen = None if x is None else widen_runner(a, x)
+    narrow = None if y is None else narrow_runner(y, o)
 
     def copying() -> None:
-        if not direct_in:
+        if x is not None:
             if widen is not None:
                 widen()
             else:
                 np.copyto(x.reshape(a.shape), a, casting="unsafe")
+            if quantize:
+                quantize_activations(x, quantize)
         run()
-        if not direct_out:
+        if y is not None:
             if narrow is not None:
                 narrow()
             else:
@@ -228,7 +254,8 @@ def _matmul_dq(ins, outs, params):
         return fast
     av = np.swapaxes(a, -1, -2) if ta and a.ndim > 1 else a
     tile = max(1, DQ_TILE_BYTES // (4 * k))
-    a32 = np.empty(av.shape, np.float32) if av.dtype != np.float32 else None
+    block = params.act_block if tb else 0  # dynamic quantization: the contracted rows quantized
+    a32 = np.empty(av.shape, np.float32) if av.dtype != np.float32 or block else None
     acc = np.empty(o.shape, np.float32) if o.dtype != np.float32 or not tb else None
 
     rows = TileDequantizer(fmt, q, scale, zp, mul_f16, k, tile).rows
@@ -237,6 +264,8 @@ def _matmul_dq(ins, outs, params):
         x = av
         if a32 is not None:
             np.copyto(a32, av, casting="unsafe")
+            if block:
+                quantize_activations(a32.reshape(-1, k), block)
             x = a32
         dst = o if acc is None else acc
         if not tb:

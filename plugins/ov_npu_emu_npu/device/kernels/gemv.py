@@ -41,6 +41,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from ov_npu_emu_npu.device.kernels.act_quant import A8_PASS_BYTES, quantize_split_row
 from ov_npu_emu_npu.device.kernels.dequant import STORED_FORMAT_MAX_ROWS as MAX_ROWS
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,13 @@ _PAR_MIN_GROUPED = 1 << 15
 _PAR_BLOCK = 64
 #: chunks of output channels per thread (each a kernel call of a few µs of dispatch)
 _CHUNKS_PER_WORKER = 2
+#: the int8-activation row over a weight of this many elements (an LM head's size) takes the pool,
+#: not numba's parallel loops: on a shared host, chunks claimed by whichever thread is free
+#: streamed such a weight faster than the TBB blocks; on a decoder layer's weights the pool's
+#: hand-off per call cost more than that (docs/performance_log.md, "Int8 activations")
+_A8_POOL_MIN = 1 << 26
+#: its chunks per thread there: more than two, so that a thread that got its core late does less
+_A8_CHUNKS_PER_WORKER = 8
 
 _JIT: dict[str, Any] = {"nogil": True, "cache": True, "fastmath": {"reassoc", "contract"}}  # reassoc: vector sums
 
@@ -589,6 +597,163 @@ def _q4_dword_row_dot(typingctx, xp, xs8, qrow, s, z, gh, flip):
     return types.float32(xp, xs8, qrow, s, z, gh, flip), codegen
 
 
+_V32B = ir.VectorType(ir.IntType(8), 32)
+_V16S = ir.VectorType(ir.IntType(16), 16)
+
+
+#: output channels per pass of :func:`_q4a8_rows_dot` (sharing each activation load)
+A8_ROWS = 4
+
+
+def _loop(builder: ir.IRBuilder, name: str, start: ir.Value, stop: ir.Value, step: ir.Value, carried: list[ir.Value],
+          body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
+    """``for i in range(start, stop, step)`` at the builder's position, threading ``carried``
+    values through ``body(i, values) -> values``; returns their final values."""
+    entry = builder.block
+    head, loop_body, done = (builder.function.append_basic_block(f"{name}.{n}") for n in ("head", "body", "done"))
+    builder.branch(head)
+    builder.position_at_end(head)
+    i = builder.phi(start.type)
+    i.add_incoming(start, entry)
+    phis = []
+    for v in carried:
+        phi = builder.phi(v.type)
+        phi.add_incoming(v, entry)
+        phis.append(phi)
+    builder.cbranch(builder.icmp_signed("<", i, stop), loop_body, done)
+    builder.position_at_end(loop_body)
+    new = body(i, list(phis))
+    for phi, v in zip(phis, new, strict=True):
+        phi.add_incoming(v, builder.block)
+    i.add_incoming(builder.add(i, step), builder.block)
+    builder.branch(head)
+    builder.position_at_end(done)
+    return list(phis)
+
+
+@_intrinsic
+def _q4a8_rows_dot(typingctx, qe, qo, sa8, xs8, q, n, n1, s_rows, z_rows, signed, res):
+    """Output channels ``n .. n + A8_ROWS - 1`` (each past ``n1 - 1`` repeats that last row) of a
+    4-bit weight ``q`` [N, groups, gh] times one int8-quantized activation row (dynamic
+    quantization, :mod:`.act_quant`) into ``res`` [A8_ROWS]: per row
+    ``sum_g s[g] * (sum_p sa8[p] * sum_j code_j * q_j - z[g] * xs8[g])`` with ``s`` / ``z`` its
+    row of ``s_rows`` / ``z_rows`` [A8_ROWS, groups], the inner sums in exact integers.
+
+    ``qe`` / ``qo`` hold the activation's codes at the even / odd columns (int8). Each pass takes
+    32 code bytes of each row, masks and shifts them into 32 low and 32 high nibbles, multiplies
+    those by ``qe`` / ``qo`` with vpmaddubsw (unsigned x signed byte pairs summed into 16 bits:
+    at most 4 * 15 * 127 here, no saturation) and vpmaddwd (pairs of those into 8 int32 lanes,
+    lane l summing bytes 4l..4l+3), then scales the lanes by ``sa8`` (their activation scales,
+    per pass) into the group's f32 sum; then ``z[g] * xs8[g]`` comes off and ``s[g]`` scales it
+    into the row's 8-lane accumulator (as :func:`_q4_group_loop`), whose lanes are summed once, in
+    a fixed order.  About a quarter of the vector operations per code of the f32 rows
+    (:func:`_q4_dword_row_dot`, which convert every code to f32), and the rows share each pass's
+    activation loads and the loops' overhead.  Every row is the same instruction sequence
+    whatever rows or blocks the caller runs, so the bits do not depend on how channels are cut.
+    ``gh`` is a multiple of 32; ``signed`` (a literal) reads i4: each byte xor 0x88 (the offset
+    that makes is in ``z``)."""
+    arrays = (qe, qo, sa8, xs8, q, s_rows, z_rows, res)
+    if not all(isinstance(a, types.Array) and a.layout == "C" for a in arrays) or q.ndim != 3:
+        return None
+    if tuple(a.dtype for a in arrays) != (types.int8, types.int8, types.float32, types.float32, types.uint8,
+                                          types.float32, types.float32, types.float32):
+        return None
+    if not isinstance(n, types.Integer) or not isinstance(n1, types.Integer):
+        return None
+    if not isinstance(signed, types.BooleanLiteral):
+        return None
+    flip = signed.literal_value
+
+    def codegen(context, builder, signature, args):
+        arrs = [context.make_array(t)(context, builder, a) for t, a in zip(signature.args, args, strict=True)
+                if isinstance(t, types.Array)]
+        pqe, pqo, psa, pxs, pq, ps, pz, pres = (a.data for a in arrs)
+        _, groups, gh = (builder.extract_value(arrs[4].shape, i) for i in range(3))
+        i64 = [builder.sext(v, _I64) if v.type != _I64 else v for v in (args[5], args[6])]
+        n0, last = i64[0], builder.sub(i64[1], ir.Constant(_I64, 1))
+        row_bytes = builder.mul(groups, gh)
+        rows = []
+        for r in range(A8_ROWS):  # each row's first byte (rows past n1 - 1 read the last one)
+            nr = builder.add(n0, ir.Constant(_I64, r))
+            nr = builder.select(builder.icmp_signed(">", nr, last), last, nr)
+            rows.append(builder.gep(pq, [builder.mul(nr, row_bytes)]))
+        fma = builder.module.declare_intrinsic("llvm.fma.v8f32", fnty=ir.FunctionType(_V8F, [_V8F] * 3))
+        maddubs = builder.module.declare_intrinsic("llvm.x86.avx2.pmadd.ub.sw",
+                                                   fnty=ir.FunctionType(_V16S, [_V32B, _V32B]))
+        maddwd = builder.module.declare_intrinsic("llvm.x86.avx2.pmadd.wd", fnty=ir.FunctionType(_V8I, [_V16S, _V16S]))
+        flip32 = ir.Constant(_V32B, [0x88] * 32)
+        low_mask, four = ir.Constant(_V32B, [15] * 32), ir.Constant(_V32B, [4] * 32)
+        ones = ir.Constant(_V16S, [1] * 16)
+        zero = ir.Constant(_V8F, [0.0] * 8)
+        step = ir.Constant(_I64, A8_PASS_BYTES)
+
+        def group(g: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            base = builder.mul(g, gh)
+
+            def one_pass(j: ir.Value, parts: list[ir.Value]) -> list[ir.Value]:
+                off = builder.add(base, j)
+                ae, ao = _v16_load(builder, pqe, off, _V32B, 1), _v16_load(builder, pqo, off, _V32B, 1)
+                scales = _v16_load(builder, psa, builder.lshr(off, ir.Constant(_I64, 2)), _V8F, 4)  # 8 per pass
+                out = []
+                for r in range(A8_ROWS):
+                    codes = _v16_load(builder, rows[r], off, _V32B, 1)
+                    if flip:
+                        codes = builder.xor(codes, flip32)
+                    lo, hi = builder.and_(codes, low_mask), builder.lshr(codes, four)
+                    pairs = builder.add(builder.call(maddubs, [lo, ae]), builder.call(maddubs, [hi, ao]))
+                    lanes = builder.sitofp(builder.call(maddwd, [pairs, ones]), _V8F)
+                    out.append(builder.call(fma, [lanes, scales, parts[r]]))
+                return out
+
+            parts = _loop(builder, "a8pass", ir.Constant(_I64, 0), gh, step, [zero] * A8_ROWS, one_pass)
+            xsv = _v16_load(builder, pxs, builder.mul(g, ir.Constant(_I64, 8)), _V8F, 4)
+            new = []
+            for r in range(A8_ROWS):
+                at = builder.add(builder.mul(ir.Constant(_I64, r), groups), g)
+                sv = _splat(builder, builder.load(builder.gep(ps, [at])), _V8F)
+                zv = _splat(builder, builder.load(builder.gep(pz, [at])), _V8F)
+                part = builder.call(fma, [builder.fneg(zv), xsv, parts[r]])  # the zero point's term, one rounding
+                new.append(builder.call(fma, [part, sv, accs[r]]))
+            return new
+
+        accs = _loop(builder, "a8group", ir.Constant(_I64, 0), groups, ir.Constant(_I64, 1), [zero] * A8_ROWS, group)
+        for r in range(A8_ROWS):
+            lane = [builder.extract_element(accs[r], ir.Constant(ir.IntType(32), i)) for i in range(8)]
+            total = builder.fadd(builder.fadd(builder.fadd(lane[0], lane[4]), builder.fadd(lane[2], lane[6])),
+                                 builder.fadd(builder.fadd(lane[1], lane[5]), builder.fadd(lane[3], lane[7])))
+            builder.store(total, builder.gep(pres, [ir.Constant(_I64, r)]))
+        return context.get_dummy_value()
+
+    return types.none(qe, qo, sa8, xs8, q, n, n1, s_rows, z_rows, signed, res), codegen
+
+
+@njit(**_JIT)
+def _gemv_q4a8(x_split, qa, sa8, xs8, ok, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1, row):
+    """4-bit weights, one activation row quantized to int8 (:func:`_prepare_a8` made ``qa``,
+    ``sa8``, ``xs8`` from ``x_split``): :func:`_q4a8_rows_dot` per :data:`A8_ROWS` output
+    channels; a row that is not finite (``ok[0]`` 0) multiplies as float (the per-weight loop on
+    ``x_split``)."""
+    if not ok[0]:
+        _gemv_q4_rows(x_split, np.zeros(0, np.float32), q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1,
+                      row)
+        return
+    groups, gh = q.shape[1], q.shape[2]
+    half = groups * gh
+    qe, qo = qa[:half], qa[half:]
+    s_rows, z_rows = np.empty((A8_ROWS, groups), np.float32), np.empty((A8_ROWS, groups), np.float32)
+    res = np.empty(A8_ROWS, np.float32)
+    for n in range(n0, n1, A8_ROWS):
+        for r in range(A8_ROWS):  # rows past n1 - 1 repeat it
+            _prefetch_row(q, n + r, LANE_PREFETCH_BYTES)
+            _row_scales(scale, zp, has_zp, q_flip, zp_flip, mul_f16, min(n + r, n1 - 1), s_rows[r], z_rows[r])
+        if q_flip:
+            _q4a8_rows_dot(qe, qo, sa8, xs8, q, n, n1, s_rows, z_rows, True, res)
+        else:
+            _q4a8_rows_dot(qe, qo, sa8, xs8, q, n, n1, s_rows, z_rows, False, res)
+        for r in range(min(A8_ROWS, n1 - n)):
+            out[0, n + r] = res[r]
+
+
 @njit(**_JIT)
 def _block_lane_sums(xp, groups, gcols):
     """[groups * 8]: per group of ``gcols`` permuted activation values, the sum over the values
@@ -656,22 +821,27 @@ _V16B = ir.VectorType(ir.IntType(8), 16)
 #: one cache line; a group (4-bit: a row) of a multiple of it takes them
 LANE_BYTES = 64
 
-_AVX512: bool | None = None
+@functools.cache
+def _jit_features() -> frozenset[str]:
+    """The CPU features numba compiles for (NUMBA_CPU_FEATURES, else the host's: numba's own rule)."""
+    import llvmlite.binding as ll
+    from numba.core import config
+
+    features = getattr(config, "CPU_FEATURES", None)
+    if features is None:
+        features = ll.get_host_cpu_features().flatten()
+    return frozenset(features.split(","))
 
 
 def avx512() -> bool:
-    """Whether numba compiles for AVX-512F here (NUMBA_CPU_FEATURES, else the host's): the
-    16-lane rows use its vpermps, and 16-lane vectors; elsewhere the 8-lane rows run."""
-    global _AVX512
-    if _AVX512 is None:
-        import llvmlite.binding as ll
-        from numba.core import config
+    """Whether numba compiles for AVX-512F here: the 16-lane rows use its vpermps, and 16-lane
+    vectors; elsewhere the 8-lane rows run."""
+    return "+avx512f" in _jit_features()
 
-        features = getattr(config, "CPU_FEATURES", None)  # numba's own rule: the variable, else the host's
-        if features is None:
-            features = ll.get_host_cpu_features().flatten()
-        _AVX512 = "+avx512f" in features.split(",")
-    return _AVX512
+
+def avx2() -> bool:
+    """Whether numba compiles for AVX2 here: the int8-activation row's vpmaddubsw / vpmaddwd."""
+    return "+avx2" in _jit_features()
 
 
 def _array_args(context: Any, builder: ir.IRBuilder, sig: Any, args: Any, count: int) -> list[Any]:
@@ -1052,6 +1222,14 @@ def _gemv_q4_dw_par(x_perm, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out,
 
 
 @njit(parallel=True, **_JIT)
+def _gemv_q4a8_par(x_split, qa, sa8, xs8, ok, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):
+    for b in prange(_blocks(n0, n1)):
+        lo, hi = _block(n0, n1, b)
+        _gemv_q4a8(x_split, qa, sa8, xs8, ok, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, lo, hi,
+                   np.empty(x_split.shape[1], np.float32))
+
+
+@njit(parallel=True, **_JIT)
 def _gemv_q8_lanes_par(x, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out, n0, n1):
     for b in prange(_blocks(n0, n1)):
         lo, hi = _block(n0, n1, b)
@@ -1066,7 +1244,8 @@ def _gemv_q4_lut_par(x_perm, q, scale, zp, has_zp, q_flip, zp_flip, mul_f16, out
 
 
 _PARALLEL_OF = {_gemv_f32: _gemv_f32_par, _gemv_f16: _gemv_f16_par, _gemv_q8: _gemv_q8_par, _gemv_q4: _gemv_q4_par,
-                _gemv_q8_lanes: _gemv_q8_lanes_par, _gemv_q4_lut: _gemv_q4_lut_par, _gemv_q4_dw: _gemv_q4_dw_par}
+                _gemv_q8_lanes: _gemv_q8_lanes_par, _gemv_q4_lut: _gemv_q4_lut_par, _gemv_q4_dw: _gemv_q4_dw_par,
+                _gemv_q4a8: _gemv_q4a8_par}
 
 
 def _workers() -> int:
@@ -1153,18 +1332,48 @@ def _line_aligned(shape: tuple[int, int]) -> np.ndarray:
     return buf[start:start + size].reshape(shape)
 
 
-#: the activation copy a kernel reads (its layout, on 64-byte lines), made per call by the runner
-_PREPARE: dict[Callable[..., None], Callable[[np.ndarray, np.ndarray], None]] = {
-    _gemv_q4: _split_columns, _gemv_q4_lut: _permute_columns, _gemv_q8_lanes: _copy_columns,
-    _gemv_q4_dw: _permute_block_columns}
+def _prepare_a8(x: np.ndarray, args: tuple[Any, ...]) -> None:
+    """The one-row activation split, then quantized to int8 (:func:`.act_quant.quantize_split_row`)
+    into the kernel's ``qa`` / ``sa8`` / ``xs8``, and whether it was finite into ``ok``."""
+    x_split, qa, sa8, xs8, ok, qb = args[:6]
+    _split_columns(x, x_split)
+    ok[0] = quantize_split_row(x_split[0], qb.shape[2], qa, sa8, xs8)
+
+
+def _first(layout: Callable[[np.ndarray, np.ndarray], None]) -> Callable[[np.ndarray, tuple[Any, ...]], None]:
+    return lambda x, args: layout(x, args[0])
+
+
+#: what the runner makes per call before the kernel reads it: the activation copy in the kernel's
+#: layout (on 64-byte lines), or its int8 quantization
+_PREPARE: dict[Callable[..., None], Callable[[np.ndarray, tuple[Any, ...]], None]] = {
+    _gemv_q4: _first(_split_columns), _gemv_q4_lut: _first(_permute_columns), _gemv_q8_lanes: _first(_copy_columns),
+    _gemv_q4_dw: _first(_permute_block_columns), _gemv_q4a8: _prepare_a8}
+
+
+def _a8_kernel(name: str, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray, k: int,
+               mul_f16: bool) -> tuple[Callable[..., None], tuple[Any, ...]] | None:
+    """:func:`_gemv_q4a8` and its leading arguments (scratch the runner's prepare fills), or None
+    when it does not take the operands: one row of a 4-bit weight whose groups are whole passes
+    (64 columns), on a host with AVX2 (vpmaddubsw)."""
+    gw = grouped_weight(q, scale, zp, out.shape[1]) if q.flags.c_contiguous else None
+    if (gw is None or name not in ("u4", "i4") or out.shape[0] != 1 or mul_f16 or not avx2()
+            or q.shape[2] % A8_PASS_BYTES or gw.groups * q.shape[2] * 2 != k):
+        return None
+    qb, scale, zp_bits, has_zp, zp_flip, groups = gw
+    scratch = (_line_aligned((1, k)), np.empty(k, np.int8), np.empty(k // 64 * 8, np.float32),
+               np.empty(groups * 8, np.float32), np.zeros(1, np.uint8))
+    return _gemv_q4a8, (*scratch, qb, scale, zp_bits, has_zp, 8 if name == "i4" else 0, zp_flip, mul_f16)
 
 
 def _gemv_kernel(
     name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
-    k: int, mul_f16: bool,
+    k: int, mul_f16: bool, int8_activations: bool = False,
 ) -> tuple[Callable[..., None], tuple[Any, ...]] | None:
     """(kernel, its leading arguments) for :func:`gemv_runner`'s weight format, or None when the
     operands are not a layout it reads."""
+    if int8_activations:
+        return _a8_kernel(name, q, scale, zp, out, k, mul_f16)
     m_rows, n = out.shape
     if name == "f32":  # x, q and out may be column slices of wider arrays (rows contiguous)
         xf, wf = _rows_flat(x), _rows_flat(q)
@@ -1200,7 +1409,7 @@ def _gemv_kernel(
 
 def gemv_runner(
     name: str, x: np.ndarray, q: np.ndarray, scale: np.ndarray | None, zp: np.ndarray | None, out: np.ndarray,
-    k: int, mul_f16: bool = False,
+    k: int, mul_f16: bool = False, int8_activations: bool = False,
 ) -> Callable[[], None] | None:
     """A runner computing ``out[M, N] = x[M, K] @ W.T`` from the stored weight, or None when this
     path does not take the operands (the caller keeps the numpy path).
@@ -1209,23 +1418,27 @@ def gemv_runner(
     laid out as for :func:`..dequant.dequantize` ("f32": ``q`` is the [N, K] weight, no scale;
     ``mul_f16``: the IR multiplies in f16); ``x`` and ``out`` are f32 and C-contiguous ("f32":
     ``x``, ``q`` and ``out`` need only contiguous rows).
+
+    ``int8_activations``: the product of dynamic quantization (:mod:`.act_quant`): the one-row
+    integer kernel, or None where it does not run (the caller then quantizes the rows itself).
     """
     m_rows, n = out.shape
     if not 1 <= m_rows <= MAX_ROWS or x.shape != (m_rows, k) or q.shape[0] != n:
         return None
-    chosen = _gemv_kernel(name, x, q, scale, zp, out, k, mul_f16)
+    chosen = _gemv_kernel(name, x, q, scale, zp, out, k, mul_f16, int8_activations)
     if chosen is None:
         return None
     kern, args = chosen
     prepare = _PREPARE.get(kern)
     par_min = _PAR_MIN_ELEMENTS if name in ("f32", "f16") else _PAR_MIN_GROUPED
-    if n * k >= par_min and n > _PAR_BLOCK and parallel_loops():
+    pool_first = kern is _gemv_q4a8 and n * k >= _A8_POOL_MIN
+    if n * k >= par_min and n > _PAR_BLOCK and not pool_first and parallel_loops():
         call = functools.partial(_PARALLEL_OF[kern], *args, out, 0, n)
         if prepare is None:
             return call
 
         def run_par() -> None:
-            prepare(x, args[0])
+            prepare(x, args)
             call()
 
         return run_par
@@ -1234,7 +1447,8 @@ def gemv_runner(
     # instead of waiting for a fixed half
     split_min = _POOL_MIN_F32 if name == "f32" else _SPLIT_MIN_ELEMENTS
     workers = 1 if n * k < split_min else min(_workers(), n)
-    chunks = 1 if workers == 1 else min(n, _CHUNKS_PER_WORKER * workers)
+    per_worker = _A8_CHUNKS_PER_WORKER if kern is _gemv_q4a8 else _CHUNKS_PER_WORKER
+    chunks = 1 if workers == 1 else min(n, per_worker * workers)
     bounds = [n * i // chunks for i in range(chunks + 1)]
     rows = [np.empty(k, np.float32) for _ in range(workers)]  # a weight row per thread (multi-row path)
 
@@ -1243,7 +1457,7 @@ def gemv_runner(
 
     def run() -> None:
         if prepare is not None:
-            prepare(x, args[0])
+            prepare(x, args)
         if chunks == 1:
             kern(*args, out, 0, n, rows[0])
             return
