@@ -31,7 +31,7 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "visual language models": (
         ("VLMPipelineBase",),
-        "VLMPipeline runs Qwen2-VL, Qwen2.5-VL, LLaVA and Gemma 3 images; no video, no VLMPipelineBase",
+        "VLMPipeline runs Qwen2-VL, Qwen2.5-VL, LLaVA, LLaVA-NeXT and Gemma 3 images; no video, no VLMPipelineBase",
     ),
     "speech generation and omni models": (
         (

@@ -110,6 +110,18 @@ LLAVA_PREPROCESSOR = {
     "image_std": CLIP_STD,
     "do_convert_rgb": True,
 }
+# LLaVA-NeXT's: CLIP's at 56 px, and "anyres": the image also resized and padded to the best of
+# these grids (the real reads each pair as width, height) and cut into 56x56 tiles
+LLAVA_NEXT_PINPOINTS = [[56, 112], [112, 56], [112, 112], [56, 168]]
+LLAVA_NEXT_PREPROCESSOR = {
+    **LLAVA_PREPROCESSOR,
+    "image_processor_type": "LlavaNextImageProcessor",
+    "processor_class": "LlavaNextProcessor",
+    "do_pad": True,
+    "image_grid_pinpoints": LLAVA_NEXT_PINPOINTS,
+}
+#: seed for LLaVA-NeXT's weights
+LLAVA_NEXT_SEED = int(os.environ.get("LLAVA_NEXT_SEED", "7"))
 # Gemma 3's image processor: a plain resize to 64x64 (bilinear), mean/std 0.5, no pan-and-scan
 GEMMA3_PREPROCESSOR = {
     "image_processor_type": "Gemma3ImageProcessor",
@@ -260,22 +272,39 @@ def build_qwen2_5vl(out_dir: Path) -> None:
     _save(Qwen2_5_VLForConditionalGeneration(cfg), tok, text, QWEN_PREPROCESSOR, out_dir, QWEN2_5_SEED)
 
 
-def build_llava(out_dir: Path) -> None:
-    """LLaVA: a 2-layer CLIP vision tower (hidden 32, image 56, patch 14: 16 patch features from
-    the second-to-last layer, CLS dropped), a GELU projector to 64 and a 2-layer Llama."""
+def _build_llava_family(out_dir: Path, config_cls, model_cls, preprocessor: dict, seed: int, **extra) -> None:
+    """A 2-layer CLIP vision tower (hidden 32, image 56, patch 14: 16 patch features from the
+    second-to-last layer, CLS dropped), a GELU projector to 64 and a 2-layer Llama; ``extra``
+    goes to the family's config."""
     import torch
-    from transformers import LlavaConfig, LlavaForConditionalGeneration
 
     tok = build_tokenizer(LLAVA_SPECIALS)
     ids = {t: tok.convert_tokens_to_ids(t) for t in LLAVA_SPECIALS}
     text = _text_config(ids, model_type="llama", rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=2, image_size=56, patch_size=14, projection_dim=32)
-    cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_id=ids["<image>"],
-                      projector_hidden_act="gelu", vision_feature_select_strategy="default",
-                      vision_feature_layer=-2, tie_word_embeddings=False)
-    torch.manual_seed(LLAVA_SEED)
-    _save(LlavaForConditionalGeneration(cfg), tok, text, LLAVA_PREPROCESSOR, out_dir, LLAVA_SEED)
+    cfg = config_cls(vision_config=vision, text_config=text, image_token_id=ids["<image>"],
+                     projector_hidden_act="gelu", vision_feature_select_strategy="default",
+                     vision_feature_layer=-2, tie_word_embeddings=False, **extra)
+    torch.manual_seed(seed)
+    _save(model_cls(cfg), tok, text, preprocessor, out_dir, seed)
+
+
+def build_llava(out_dir: Path) -> None:
+    """LLaVA (:func:`_build_llava_family`)."""
+    from transformers import LlavaConfig, LlavaForConditionalGeneration
+
+    _build_llava_family(out_dir, LlavaConfig, LlavaForConditionalGeneration, LLAVA_PREPROCESSOR, LLAVA_SEED)
+
+
+def build_llava_next(out_dir: Path) -> None:
+    """LLaVA-NeXT: LLaVA's shapes with "anyres" tiling (a 56 px base image and the 56 px tiles of
+    the best grid in LLAVA_NEXT_PINPOINTS), the unpadded tile features with an ``image_newline``
+    row after each row of them."""
+    from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration
+
+    _build_llava_family(out_dir, LlavaNextConfig, LlavaNextForConditionalGeneration, LLAVA_NEXT_PREPROCESSOR,
+                        LLAVA_NEXT_SEED, image_grid_pinpoints=LLAVA_NEXT_PINPOINTS)
 
 
 def build_gemma3(out_dir: Path) -> None:
@@ -314,6 +343,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2vl-fp32": Family(build_qwen2vl, COMMON_FILES + MERGER_FILES),
     "qwen2_5vl-fp32": Family(build_qwen2_5vl, COMMON_FILES + MERGER_FILES),
     "llava-fp32": Family(build_llava, COMMON_FILES),
+    "llava_next-fp32": Family(build_llava_next, COMMON_FILES),
     "gemma3-fp32": Family(build_gemma3, COMMON_FILES),
 }
 

@@ -129,12 +129,13 @@ def margins(folder: Path, golden: dict[str, Any]) -> dict[str, Any]:
 
     if sys_path not in sys.path:
         sys.path.insert(0, sys_path)
+    from genai_shim.vlm.common import Placement
     from genai_shim.vlm.pipeline import EMBEDDERS
 
     core = ov.Core()
     cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     tok = og.Tokenizer(str(folder))
-    emb = EMBEDDERS[cfg["model_type"]](core, folder, cfg, "CPU", CPU_PROPS, tok)
+    emb = EMBEDDERS[cfg["model_type"]](core, folder, cfg, Placement({}, ("CPU", CPU_PROPS)), tok)
     lm = core.compile_model(core.read_model(folder / "openvino_language_model.xml"), "CPU", CPU_PROPS)
     out: dict[str, Any] = {"source": "openvino CPU f32, openvino_language_model.xml, greedy"}
     for key, images in (("image", [ov.Tensor(test_image())]), ("text_only", [])):

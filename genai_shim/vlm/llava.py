@@ -18,8 +18,8 @@ import numpy as np
 from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, Placement, image_rows, prepend_tags, text_embeddings
 from ov_npu_emu.errors import UserInputError
 
-__all__ = ["CLIPConfig", "LLaVAEmbedder", "LLaVAImage", "center_crop", "clip_normalize", "pillow_bicubic",
-           "merge_image_rows", "pillow_bilinear", "pillow_resize"]
+__all__ = ["CLIPConfig", "LLaVAEmbedder", "LLaVAImage", "center_crop", "clip_normalize", "clip_pixels",
+           "merge_image_rows", "pillow_bicubic", "pillow_bilinear", "pillow_resize"]
 
 #: the real's VLMConfig::im_start (native and automatic tag, and the image token)
 IMAGE_TAG = "<image>"
@@ -147,6 +147,18 @@ def clip_normalize(image: np.ndarray, mean: tuple[float, ...], std: tuple[float,
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
 
 
+def clip_pixels(image: np.ndarray, c: CLIPConfig) -> np.ndarray:
+    """[H, W, 3] uint8 -> [1, 3, crop_h, crop_w] f32 as the real's preprocess_clip_image_llava: the
+    shortest edge to ``shortest_edge`` (scale in f32, sizes truncated, never under the crop),
+    Pillow's bicubic, a centre crop, CLIP's normalisation."""
+    h, w = image.shape[:2]
+    scale = np.float32(c.shortest_edge) / np.float32(min(w, h))
+    new_w = max(int(np.float32(w) * scale), c.crop_width)
+    new_h = max(int(np.float32(h) * scale), c.crop_height)
+    crop = center_crop(pillow_bicubic(image, new_w, new_h), c.crop_height, c.crop_width)
+    return clip_normalize(crop, c.image_mean, c.image_std)
+
+
 def merge_image_rows(emb: np.ndarray, row: np.ndarray, image_token: int, features: list[np.ndarray]) -> np.ndarray:
     """``emb`` [1, L, hidden] with each run of ``image_token`` in ``row`` taking its image's
     feature rows, from the end backwards as the real's merge_text_and_image_embeddings_llava (a
@@ -186,14 +198,7 @@ class LLaVAEmbedder:
         return [self._encode(row[0]) for image in images for row in image_rows(image)]
 
     def _encode(self, image: np.ndarray) -> LLaVAImage:
-        c = self.cfg
-        h, w = image.shape[:2]
-        # the real's float arithmetic: scale in f32, new sizes truncated, never under the crop
-        scale = np.float32(c.shortest_edge) / np.float32(min(w, h))
-        new_w = max(int(np.float32(w) * scale), c.crop_width)
-        new_h = max(int(np.float32(h) * scale), c.crop_height)
-        crop = center_crop(pillow_bicubic(image, new_w, new_h), c.crop_height, c.crop_width)
-        self.vision.infer({"pixel_values": clip_normalize(crop, c.image_mean, c.image_std)})
+        self.vision.infer({"pixel_values": clip_pixels(image, self.cfg)})
         out = np.array(self.vision.get_output_tensor(0).data, dtype=np.float32, copy=True)
         return LLaVAImage(out.reshape(-1, out.shape[-1]))
 

@@ -1,10 +1,10 @@
 """VLMPipeline: openvino.genai's VLMPipeline (visual_language/pipeline.cpp) over ov_npu_emu.Core,
-for Qwen2-VL, Qwen2.5-VL, LLaVA and Gemma 3 exports (optimum-intel ``image-text-to-text``).
+for Qwen2-VL, Qwen2.5-VL, LLaVA, LLaVA-NeXT and Gemma 3 exports (optimum-intel ``image-text-to-text``).
 
 The vision encoder (its merger) and the text embeddings run on CPU (the real compiles them on
 AUTO with CPU first when the device is "NPU"), or on the emulated NPU where DEVICE_PROPERTIES
 ["AUTO"] / MODEL_PROPERTIES[role] put them (``_split_props``); the language model (``inputs_embeds``,
-``position_ids`` - M-RoPE's [3, 1, L] for the Qwen families, [1, L] for LLaVA, 1-based for
+``position_ids`` - M-RoPE's [3, 1, L] for the Qwen families, [1, L] for LLaVA (-NeXT), 1-based for
 Gemma 3 -, Gemma 3's ``token_type_ids`` and ``beam_idx``) runs on the device: as is on "CPU",
 through NPUW on "NPU".  Chat re-prefills the whole templated history, with every image so far,
 each turn.
@@ -40,6 +40,7 @@ from genai_shim.vlm.common import ROLES, InputsEmbedder, Placement
 from genai_shim.vlm.gemma3 import Gemma3Embedder
 from genai_shim.vlm.history import VisionChatMemory
 from genai_shim.vlm.llava import LLaVAEmbedder
+from genai_shim.vlm.llava_next import LLaVANextEmbedder
 from genai_shim.vlm.qwen2_5_vl import Qwen25VLEmbedder
 from genai_shim.vlm.qwen2vl import Qwen2VLEmbedder
 from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
@@ -52,6 +53,7 @@ EMBEDDERS: dict[str, Callable[..., InputsEmbedder]] = {
     "qwen2_vl": Qwen2VLEmbedder,
     "qwen2_5_vl": Qwen25VLEmbedder,
     "llava": LLaVAEmbedder,
+    "llava_next": LLaVANextEmbedder,
     "gemma3": Gemma3Embedder,
 }
 SUPPORTED_TYPES = tuple(EMBEDDERS)
@@ -103,7 +105,7 @@ def _read_config(folder: Path) -> dict[str, Any]:
     if model_type not in SUPPORTED_TYPES:
         raise ConfigError(
             f"genai_shim's VLMPipeline runs {', '.join(SUPPORTED_TYPES)} models; {folder} is "
-            f"{model_type!r} (LLaVA-NeXT, MiniCPM-V, Phi-3.5-vision, InternVL ... are not implemented yet)",
+            f"{model_type!r} (MiniCPM-V, Phi-3.5-vision, InternVL ... are not implemented yet)",
             key="model_type",
         )
     return cfg

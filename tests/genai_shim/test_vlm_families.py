@@ -1,7 +1,8 @@
 """genai_shim.VLMPipeline on the families after Qwen2-VL, side by side with the real
 openvino_genai.VLMPipeline on the same tiny exports (tests/fixtures/vlm/<family>-fp32) under f32
-hints: Qwen2.5-VL (windowed vision attention) and LLaVA (CLIP preprocessing on the host, <image>
-expansion, plain positions).  An image, text only, a 3-turn chat with images, on "CPU", on "NPU"
+hints: Qwen2.5-VL (windowed vision attention), LLaVA (CLIP preprocessing on the host, <image>
+expansion, plain positions) and LLaVA-NeXT (LLaVA with "anyres" tiles, unpadding and newline
+rows).  An image, text only, a 3-turn chat with images, on "CPU", on "NPU"
 with NPUW_DEVICES=CPU, and the language model on the emulated NPU."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from vlm_goldens import test_image as make_image  # noqa: E402
 
 og = pytest.importorskip("openvino_genai")
 
-FAMILIES = ("qwen2_5vl-fp32", "llava-fp32")
+FAMILIES = ("qwen2_5vl-fp32", "llava-fp32", "llava_next-fp32")
 #: the language model on the emulated NPU, exact (the cross-branch rule: f32 said explicitly)
 EMULATED = {"INFERENCE_PRECISION_HINT": "f32", "NPUW_LLM_SHARED_HEAD": "NO"}
 
@@ -218,7 +219,7 @@ def test_llava_preprocessing_pieces() -> None:
 def test_llava_image_tags(cpu_pair: tuple[Any, Any], family: str) -> None:
     """The native tag where the user puts it gives the real's text; a tag count that does not
     match the images is the real's error."""
-    if family != "llava-fp32":
+    if not family.startswith("llava"):
         pytest.skip("LLaVA's <image> tag")
     shim, _ = cpu_pair
     # a fresh real pipeline: the module's one, after test_two_images_in_one_prompt_match_real, gave
@@ -230,3 +231,35 @@ def test_llava_image_tags(cpu_pair: tuple[Any, Any], family: str) -> None:
     assert ours.texts == theirs.texts
     with pytest.raises(UserInputError, match="native vision tags"):
         shim.generate("<image><image>" + PROMPT, images=[_image()], max_new_tokens=2)
+
+
+def test_llava_next_anyres_pieces(tmp_path: Path) -> None:
+    """The real's select_best_resolution / resize_and_pad_image / unpad_image / packing, on cases
+    worked by hand (pairs read as width, height)."""
+    from genai_shim.vlm.llava_next import AnyResConfig, best_resolution, pack_features, resize_and_pad, unpad
+    from ov_npu_emu.errors import ConfigError
+
+    pins = ((56, 112), (112, 56), (112, 112), (56, 168))
+    assert best_resolution(80, 80, pins) == (112, 112)  # keeps 6400 pixels; the others 3136
+    assert best_resolution(120, 50, pins) == (112, 56)  # 112x46 kept in both wide grids: less waste
+    assert best_resolution(20, 60, pins) == (56, 112)  # every grid keeps all 1200 pixels: the least waste
+    img = np.full((50, 120, 3), 200, np.uint8)
+    padded = resize_and_pad(img, 112, 56)  # 112 x ceil(50 * 112/120 = 46.67) = 47 rows, 4 black above
+    assert padded.shape == (56, 112, 3)
+    assert not padded[:4].any() and padded[4:51].min() == 200 and not padded[51:].any()
+    fmap = np.arange(2 * 8 * 4, dtype=np.float32).reshape(2, 8, 4)  # [E, h, w]: a tall map
+    assert unpad(fmap, 10, 10).shape == (2, 4, 4)  # square original: the middle 4 of 8 rows
+    assert np.array_equal(unpad(fmap, 10, 10), fmap[:, 2:6])
+    feats = np.random.default_rng(0).standard_normal((3, 4, 2)).astype(np.float32)  # base + 1x2 tiles of 2x2
+    newline = np.array([9.0, -9.0], np.float32)
+    packed = pack_features(feats, (2, 2), (1, 2), (20, 40), newline)
+    assert packed.shape == (4 + 2 * 5, 2)  # base rows, then 2 rows of 4 features + a newline each
+    assert np.array_equal(packed[:4], feats[0])
+    assert np.array_equal(packed[4:8], np.concatenate([feats[1][:2], feats[2][:2]]))  # row 0 of both tiles
+    assert np.array_equal(packed[8], newline)
+    with pytest.raises(ConfigError, match="features per tile"):  # a CLS row kept ('full'): the real fails too
+        pack_features(np.zeros((3, 5, 2), np.float32), (2, 2), (1, 2), (20, 40), newline)
+    cfg = json.loads((FIXTURES / "llava_next-fp32" / "config.json").read_text(encoding="utf-8"))
+    del cfg["image_newline"]
+    with pytest.raises(ConfigError, match="image_newline"):
+        AnyResConfig.read(FIXTURES / "llava_next-fp32", cfg)
