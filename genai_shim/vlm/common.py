@@ -4,6 +4,10 @@ embeddings model."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -12,7 +16,7 @@ import openvino as ov
 from ov_npu_emu.errors import UserInputError
 
 __all__ = ["ROLES", "TEXT_EMB_XML", "VISION_XML", "InputsEmbedder", "Placement", "StaticShapeRequest", "image_rows",
-           "prepend_tags", "text_embeddings"]
+           "prepend_tags", "text_embedding_times", "text_embeddings"]
 
 VISION_XML = "openvino_vision_embeddings_model.xml"
 TEXT_EMB_XML = "openvino_text_embeddings_model.xml"
@@ -50,10 +54,31 @@ def prepend_tags(prompt: str, native_tag: str, n_images: int) -> str:
     return prompt if count else native_tag * n_images + prompt
 
 
+_TIMES = threading.local()
+
+
+@contextlib.contextmanager
+def text_embedding_times() -> Iterator[list[float]]:
+    """The durations (µs) of the text embeddings model's calls inside the block, on this
+    thread: VLMPerfMetrics' text_embedding_durations (the real times its embedding infer)."""
+    times: list[float] = []
+    outer = getattr(_TIMES, "sink", None)
+    _TIMES.sink = times
+    try:
+        yield times
+    finally:
+        _TIMES.sink = outer
+
+
 def text_embeddings(request: Any, ids: np.ndarray) -> np.ndarray:
     """openvino_text_embeddings_model's output for ``ids`` [1, L], as an f32 copy."""
+    t0 = time.perf_counter()
     request.infer({"input": ids})
-    return np.array(request.get_output_tensor(0).data, dtype=np.float32, copy=True)
+    out = np.array(request.get_output_tensor(0).data, dtype=np.float32, copy=True)
+    sink = getattr(_TIMES, "sink", None)
+    if sink is not None:
+        sink.append((time.perf_counter() - t0) * 1e6)
+    return out
 
 
 #: the real's sub-model roles (MODEL_PROPERTIES keys; utils.cpp validate_vlm_model_properties)

@@ -36,7 +36,7 @@ from genai_shim.sampling import Sampler
 from genai_shim.stop_strings import stop_window
 from genai_shim.streamers import StreamingStatus, make_streamer
 from genai_shim.tokenizer import Tokenizer
-from genai_shim.vlm.common import ROLES, InputsEmbedder, Placement
+from genai_shim.vlm.common import ROLES, InputsEmbedder, Placement, text_embedding_times
 from genai_shim.vlm.gemma3 import Gemma3Embedder
 from genai_shim.vlm.history import VisionChatMemory
 from genai_shim.vlm.llava import LLaVAEmbedder
@@ -71,24 +71,56 @@ def _now() -> float:
 
 
 class VLMRawPerfMetrics:
-    """The VLM-only raw series (microseconds)."""
+    """The VLM-only raw series (microseconds), as the real's VLMRawPerfMetrics."""
 
     def __init__(self) -> None:
         self.prepare_embeddings_durations: list[float] = []
         self.vision_encoding_durations: list[float] = []
+        self.audio_encoding_durations: list[float] = []
+        self.text_embedding_durations: list[float] = []
+        #: processed image slices per input image (1 for every family here: none tiles into slices)
+        self.per_image_slice_counts: list[int] = []
+
+
+_VLM_SERIES = ("prepare_embeddings_durations", "vision_encoding_durations", "audio_encoding_durations",
+               "text_embedding_durations", "per_image_slice_counts")
 
 
 class VLMPerfMetrics(PerfMetrics):
-    """PerfMetrics plus the time spent preparing the embeddings (vision encoding included)."""
+    """PerfMetrics plus the embeddings' preparation (vision encoding included), the vision
+    encoding, the audio encoding (no audio here: none), the text embedding model's calls, and the
+    image slice count, in milliseconds (the raw series in microseconds), as the real's."""
 
     def __init__(self) -> None:
         super().__init__()
         self.vlm_raw_metrics = VLMRawPerfMetrics()
 
-    def get_prepare_embeddings_duration(self) -> Any:
+    def _series(self, name: str) -> Any:
         from genai_shim.perf_metrics import _mean_std
 
-        return _mean_std([d / 1000.0 for d in self.vlm_raw_metrics.prepare_embeddings_durations])
+        return _mean_std(getattr(self.vlm_raw_metrics, name))
+
+    def get_prepare_embeddings_duration(self) -> Any:
+        return self._series("prepare_embeddings_durations")
+
+    def get_vision_encoding_duration(self) -> Any:
+        return self._series("vision_encoding_durations")
+
+    def get_audio_encoding_duration(self) -> Any:
+        return self._series("audio_encoding_durations")
+
+    def get_text_embedding_duration(self) -> Any:
+        return self._series("text_embedding_durations")
+
+    def get_total_image_slice_count(self) -> int:
+        return sum(self.vlm_raw_metrics.per_image_slice_counts)
+
+    def __add__(self, other: PerfMetrics) -> PerfMetrics:
+        res = super().__add__(other)
+        if isinstance(res, VLMPerfMetrics) and isinstance(other, VLMPerfMetrics):
+            for name in _VLM_SERIES:  # the left's series then the right's, as the real's operator+
+                getattr(res.vlm_raw_metrics, name).extend(getattr(other.vlm_raw_metrics, name))
+        return res
 
 
 class VLMDecodedResults(DecodedResults):
@@ -188,15 +220,67 @@ def _image_args(images: Any, kwargs: dict[str, Any]) -> list[Any]:
     return list(images) if isinstance(images, (list, tuple)) else [images]
 
 
+class _ModelsInMemory:
+    """The Core the embedders read their models through, answering ``read_model(folder / NAME)``
+    from the user's in-memory map (the real's ModelsMap: ``openvino_<name>_model.xml`` is key
+    ``name``); every other call goes to the Core."""
+
+    def __init__(self, core: Any, models: dict[str, Any]) -> None:
+        self._core, self._models = core, models
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._core, name)
+
+    def read_model(self, path: Any, *args: Any, **kwargs: Any) -> Any:
+        stem = Path(path).stem if isinstance(path, (str, os.PathLike)) else None
+        if stem is None:
+            return self._core.read_model(path, *args, **kwargs)
+        key = stem.removeprefix("openvino_").removesuffix("_model")
+        if key not in self._models:
+            raise ConfigError(f"the models map has no {key!r} (the real's name for {Path(path).name}); it has "
+                              f"{sorted(self._models)}", key="models")
+        entry = self._models[key]
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
+            raise UserInputError(f"models[{key!r}] must be (IR XML text, weights Tensor)")
+        return self._core.read_model(entry[0], entry[1])
+
+
 class VLMPipeline:
     """``VLMPipeline(models_path, device, **properties)`` for an export of a family in EMBEDDERS."""
 
-    def __init__(self, models_path: str | os.PathLike[str], device: str = "CPU", **properties: Any) -> None:
+    def __init__(self, models_path: Any, *args: Any, **properties: Any) -> None:
+        """``VLMPipeline(models_path, device="CPU", **properties)``, or from memory as the real's
+        second overload: ``VLMPipeline(models, tokenizer, config_dir_path, device,
+        generation_config=None, **properties)`` with ``models`` {name: (IR XML text, weights as a
+        u8 openvino.Tensor)} named as the files without ``openvino_`` / ``_model``
+        (``language``, ``text_embeddings``, ``vision_embeddings``, ...)."""
         t0 = _now()
+        core = _make_core()
+        models: dict[str, Any] | None = None
+        generation_config: GenerationConfig | None = None
+        if isinstance(models_path, dict):
+            models = models_path
+            names = ("tokenizer", "config_dir_path", "device", "generation_config")
+            given = dict(zip(names, args, strict=False))
+            for name in names:
+                if name in properties:
+                    given[name] = properties.pop(name)
+            missing = [n for n in names[:3] if n not in given]
+            if missing:
+                raise UserInputError(f"VLMPipeline(models, tokenizer, config_dir_path, device, ...) needs {missing[0]}")
+            tokenizer, models_path, device = given["tokenizer"], given["config_dir_path"], given["device"]
+            generation_config = given.get("generation_config")
+            if not isinstance(tokenizer, Tokenizer):
+                raise UserInputError(f"tokenizer must be a Tokenizer, got {type(tokenizer).__name__}")
+            core = _ModelsInMemory(core, models)
+        else:
+            if len(args) > 1:
+                raise UserInputError("VLMPipeline(models_path, device, **properties) takes two positional arguments")
+            device = args[0] if args else properties.pop("device", "CPU")
         if not isinstance(models_path, (str, os.PathLike)):
             raise UserInputError(f"models_path must be a folder path, got {type(models_path).__name__}")
         folder = Path(models_path)
-        if not (folder / LANGUAGE_XML).is_file():
+        if models is None and not (folder / LANGUAGE_XML).is_file():
             raise ConfigError(f"{folder} has no {LANGUAGE_XML}; export the model with optimum-cli "
                               "export openvino --task image-text-to-text")
         cfg = _read_config(folder)
@@ -204,9 +288,10 @@ class VLMPipeline:
         if dev.split(".")[0] not in ("CPU", "NPU"):
             raise ConfigError(f"genai_shim's VLMPipeline runs on CPU or NPU, not {device!r}", key="device")
         self._is_npu = dev.startswith("NPU")
-        self.tokenizer = Tokenizer(folder)
+        self.tokenizer = Tokenizer(folder) if models is None else tokenizer
         self._config = folder_generation_config(folder, self.tokenizer)
-        core = _make_core()
+        if generation_config is not None:
+            self.set_generation_config(generation_config)
         genai = split_properties(properties)
         if genai.prompt_lookup or genai.draft is not None or genai.adapters is not None:
             key = "prompt_lookup" if genai.prompt_lookup else "draft_model" if genai.draft is not None else "adapters"
@@ -289,6 +374,7 @@ class VLMPipeline:
         t_vis = _now()
         encoded = self._embedder.encode_images(images)
         perf.vlm_raw_metrics.vision_encoding_durations.append((_now() - t_vis) * 1e6)
+        perf.vlm_raw_metrics.per_image_slice_counts.extend([1] * len(encoded))
         rollback: Callable[[], None] = _nothing
         if isinstance(prompt, ChatHistory):
             turn = self._memory.turn(prompt, encoded, self._embedder.normalize_prompt)
@@ -298,7 +384,9 @@ class VLMPipeline:
             ids, used = self._tokenize(unified, encoded, config, perf)
             if self._chat is not None:
                 rollback = functools.partial(self._forget_turn, len(encoded))
-        embeds = self._embedder.embed(ids, used)
+        with text_embedding_times() as times:
+            embeds = self._embedder.embed(ids, used)
+        perf.vlm_raw_metrics.text_embedding_durations.extend(times)
         pos, delta = self._embedder.position_ids(ids, used)
         extras = self._embedder.lm_inputs(ids, used)
         perf.vlm_raw_metrics.prepare_embeddings_durations.append((_now() - t_emb) * 1e6)

@@ -19,7 +19,7 @@ import pytest
 import genai_shim
 from genai_shim.vlm.llava import CLIPConfig, center_crop, clip_normalize, pillow_bicubic
 from genai_shim.vlm.qwen2_5_vl import window_index
-from ov_npu_emu.errors import PromptTooLongError, UserInputError
+from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "vlm"
@@ -263,3 +263,58 @@ def test_llava_next_anyres_pieces(tmp_path: Path) -> None:
     del cfg["image_newline"]
     with pytest.raises(ConfigError, match="image_newline"):
         AnyResConfig.read(FIXTURES / "llava_next-fp32", cfg)
+
+
+def test_vlm_perf_metrics_as_the_real(cpu_pair: tuple[Any, Any], family: str) -> None:
+    """VLMPerfMetrics' getters and raw series (µs, as the real's binding returns them): one vision
+    encoding, preparation and text-embedding entry per generate, one slice per image; the
+    preparation includes the vision encoding; ``+`` concatenates the series (the real's C++
+    operator+; its Python ``+=`` is PerfMetrics' and keeps the left's VLM series)."""
+    if family != "llava_next-fp32":
+        pytest.skip("one family is enough for the metrics")
+    shim, real = cpu_pair
+    kw = {"images": [_image(), _image(64, 96)]}
+    ours = shim.generate(PROMPT, generation_config=_config(genai_shim), **kw).perf_metrics
+    theirs = real.generate(PROMPT, generation_config=_config(og), **kw).perf_metrics
+    for name in ("prepare_embeddings_durations", "vision_encoding_durations", "audio_encoding_durations",
+                 "text_embedding_durations"):
+        assert len(getattr(ours.vlm_raw_metrics, name)) == len(getattr(theirs.vlm_raw_metrics, name)), name
+    assert list(ours.vlm_raw_metrics.per_image_slice_counts) == list(theirs.vlm_raw_metrics.per_image_slice_counts)
+    assert ours.get_total_image_slice_count() == theirs.get_total_image_slice_count() == 2
+    assert ours.get_audio_encoding_duration().mean == theirs.get_audio_encoding_duration().mean == -1.0
+    vision, prepare = ours.get_vision_encoding_duration().mean, ours.get_prepare_embeddings_duration().mean
+    text = ours.get_text_embedding_duration().mean
+    assert 0.0 < text < prepare and 0.0 < vision < prepare < ours.get_generate_duration().mean
+    assert prepare == pytest.approx(ours.vlm_raw_metrics.prepare_embeddings_durations[0] / 1000.0)  # µs -> ms
+    both = ours + ours
+    assert len(both.vlm_raw_metrics.vision_encoding_durations) == 2
+    assert both.get_total_image_slice_count() == 4
+
+
+def _models_in_memory(folder: Path) -> tuple[dict[str, Any], Any]:
+    """The encrypted_model_vlm sample's inputs: every IR but the tokenizers' as (XML text, u8
+    weights Tensor), named without ``openvino_`` / ``_model``, and the tokenizer from memory."""
+    def ir(name: str) -> tuple[str, ov.Tensor]:
+        return ((folder / f"{name}.xml").read_text(encoding="utf-8"),
+                ov.Tensor(np.fromfile(folder / f"{name}.bin", np.uint8)))
+
+    models = {x.stem.removeprefix("openvino_").removesuffix("_model"): ir(x.stem) for x in folder.glob("*.xml")
+              if "tokenizer" not in x.name and x.with_suffix(".bin").exists()}
+    return models, genai_shim.Tokenizer(*ir("openvino_tokenizer"), *ir("openvino_detokenizer"))
+
+
+def test_models_from_memory_match_the_folder(cpu_pair: tuple[Any, Any], family: str) -> None:
+    """The real's second constructor (models map, tokenizer, config dir, device): the texts of
+    the folder's pipeline; a map without a model the family reads names it."""
+    folder = FIXTURES / family
+    models, tok = _models_in_memory(folder)
+    pipe = genai_shim.VLMPipeline(models, tok, folder, "CPU", **CPU_PROPS)
+    shim, _ = cpu_pair
+    for kw in ({"images": [_image()]}, {}):
+        ours = pipe.generate(PROMPT, generation_config=_config(genai_shim), **kw)
+        assert ours.texts == shim.generate(PROMPT, generation_config=_config(genai_shim), **kw).texts
+    del models["vision_embeddings"]
+    with pytest.raises(ConfigError, match="'vision_embeddings'"):
+        genai_shim.VLMPipeline(models, tok, folder, "CPU")
+    with pytest.raises(UserInputError, match="config_dir_path"):
+        genai_shim.VLMPipeline(models, tok)
