@@ -46,6 +46,7 @@ LLAVA_SEED = int(os.environ.get("LLAVA_SEED", "7"))
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>",
                  "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 LLAVA_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>"]
+LLAVA_VIDEO_SPECIALS = [*LLAVA_SPECIALS, "<video>"]
 #: Gemma 3's: <pad> (unk/pad), <eos>, <bos>, the turn markers and the image tokens
 GEMMA3_SPECIALS = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>",
                    "<start_of_image>", "<end_of_image>", "<image_soft_token>"]
@@ -120,6 +121,8 @@ LLAVA_NEXT_PREPROCESSOR = {
     "do_pad": True,
     "image_grid_pinpoints": LLAVA_NEXT_PINPOINTS,
 }
+# LLaVA-NeXT-Video's: LLaVA-NeXT's for images (video frames take CLIP's resize and crop)
+LLAVA_NEXT_VIDEO_PREPROCESSOR = {**LLAVA_NEXT_PREPROCESSOR, "processor_class": "LlavaNextVideoProcessor"}
 #: seed for LLaVA-NeXT's weights
 LLAVA_NEXT_SEED = int(os.environ.get("LLAVA_NEXT_SEED", "7"))
 # Gemma 3's image processor: a plain resize to 64x64 (bilinear), mean/std 0.5, no pan-and-scan
@@ -148,6 +151,8 @@ COMMON_FILES = (
     "preprocessor_config.json",
 )
 MERGER_FILES = ("openvino_vision_embeddings_merger_model.xml", "openvino_vision_embeddings_merger_model.bin")
+VIDEO_FILES = ("openvino_multi_modal_projector_model.xml", "openvino_multi_modal_projector_model.bin",
+               "openvino_vision_resampler_model.xml", "openvino_vision_resampler_model.bin")
 
 
 def build_tokenizer(specials: list[str], bos: str | None = None, eos: str = "<|im_end|>",
@@ -272,18 +277,27 @@ def build_qwen2_5vl(out_dir: Path) -> None:
     _save(Qwen2_5_VLForConditionalGeneration(cfg), tok, text, QWEN_PREPROCESSOR, out_dir, QWEN2_5_SEED)
 
 
-def _build_llava_family(out_dir: Path, config_cls, model_cls, preprocessor: dict, seed: int, **extra) -> None:
+def _build_llava_family(out_dir: Path, config_cls, model_cls, preprocessor: dict, seed: int,
+                        specials: list[str] = LLAVA_SPECIALS, image_key: str = "image_token_id", **extra) -> None:
     """A 2-layer CLIP vision tower (hidden 32, image 56, patch 14: 16 patch features from the
     second-to-last layer, CLS dropped), a GELU projector to 64 and a 2-layer Llama; ``extra``
     goes to the family's config."""
     import torch
+    import transformers
 
-    tok = build_tokenizer(LLAVA_SPECIALS)
-    ids = {t: tok.convert_tokens_to_ids(t) for t in LLAVA_SPECIALS}
-    text = _text_config(ids, model_type="llama", rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    tok = build_tokenizer(specials)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in specials}
+    # transformers 4.x names the rope settings rope_theta / rope_scaling (LLaVA-NeXT-Video exports
+    # with optimum-intel 2.2 only under transformers <= 4.57.6)
+    rope = ({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}}
+            if int(transformers.__version__.split(".")[0]) >= 5 else {"rope_theta": 10000.0})
+    text = _text_config(ids, model_type="llama", **rope)
     vision = dict(model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=2, image_size=56, patch_size=14, projection_dim=32)
-    cfg = config_cls(vision_config=vision, text_config=text, image_token_id=ids["<image>"],
+    if "<video>" in ids:
+        extra["video_token_index"] = ids["<video>"]
+    extra[image_key] = ids["<image>"]
+    cfg = config_cls(vision_config=vision, text_config=text,
                      projector_hidden_act="gelu", vision_feature_select_strategy="default",
                      vision_feature_layer=-2, tie_word_embeddings=False, **extra)
     torch.manual_seed(seed)
@@ -305,6 +319,18 @@ def build_llava_next(out_dir: Path) -> None:
 
     _build_llava_family(out_dir, LlavaNextConfig, LlavaNextForConditionalGeneration, LLAVA_NEXT_PREPROCESSOR,
                         LLAVA_NEXT_SEED, image_grid_pinpoints=LLAVA_NEXT_PINPOINTS)
+
+
+def build_llava_next_video(out_dir: Path) -> None:
+    """LLaVA-NeXT-Video: LLaVA-NeXT's shapes and grids for images; video frames through the same
+    tower, a 2x2 average pool (the resampler) and the projector. optimum-intel 2.2 exports it only
+    under transformers <= 4.57.6 (put one first on PYTHONPATH)."""
+    from transformers import LlavaNextVideoConfig, LlavaNextVideoForConditionalGeneration
+
+    _build_llava_family(out_dir, LlavaNextVideoConfig, LlavaNextVideoForConditionalGeneration,
+                        LLAVA_NEXT_VIDEO_PREPROCESSOR, LLAVA_NEXT_SEED, specials=LLAVA_VIDEO_SPECIALS,
+                        image_key="image_token_index", image_grid_pinpoints=LLAVA_NEXT_PINPOINTS,
+                        spatial_pool_mode="average", spatial_pool_stride=2)
 
 
 def build_gemma3(out_dir: Path) -> None:
@@ -344,6 +370,7 @@ FAMILIES: dict[str, Family] = {
     "qwen2_5vl-fp32": Family(build_qwen2_5vl, COMMON_FILES + MERGER_FILES),
     "llava-fp32": Family(build_llava, COMMON_FILES),
     "llava_next-fp32": Family(build_llava_next, COMMON_FILES),
+    "llava_next_video-fp32": Family(build_llava_next_video, COMMON_FILES + VIDEO_FILES),
     "gemma3-fp32": Family(build_gemma3, COMMON_FILES),
 }
 

@@ -16,7 +16,7 @@ import openvino as ov
 from ov_npu_emu.errors import UserInputError
 
 __all__ = ["ROLES", "TEXT_EMB_XML", "VISION_XML", "InputsEmbedder", "Placement", "StaticShapeRequest", "image_rows",
-           "prepend_tags", "text_embedding_times", "text_embeddings"]
+           "prepend_tags", "sample_videos", "text_embedding_times", "text_embeddings"]
 
 VISION_XML = "openvino_vision_embeddings_model.xml"
 TEXT_EMB_XML = "openvino_text_embeddings_model.xml"
@@ -35,6 +35,30 @@ def image_rows(image: Any) -> list[np.ndarray]:
     if data.shape[3] != 3:
         raise UserInputError(f"an image must have 3 channels (RGB, NHWC), got shape {list(data.shape)}")
     return [np.ascontiguousarray(data[i : i + 1]) for i in range(data.shape[0])]
+
+
+def sample_videos(videos: list[Any], metadata: Any) -> list[Any]:
+    """The videos as the real's sample_video_if_needed leaves them: each video's frames at its
+    ``VideoMetadata.frames_indices`` (none: all frames), with the real's checks."""
+    if metadata is None:
+        return videos
+    metadata = list(metadata) if isinstance(metadata, (list, tuple)) else [metadata]
+    if metadata and len(metadata) != len(videos):
+        raise UserInputError("Number of videos and videos metadata must match if metadata provided.")
+    out = []
+    for i, video in enumerate(videos):
+        frames = np.asarray(video.data if isinstance(video, ov.Tensor) else video)
+        if frames.ndim != 4:
+            raise UserInputError(f"Video tensor must have shape {{N, H, W, C}}, got rank {frames.ndim}")
+        indices = list(getattr(metadata[i], "frames_indices", [])) if metadata else []
+        if len(indices) > frames.shape[0]:
+            raise UserInputError(
+                "Number of frames to sample cannot be greater than total number of frames in the video.")
+        if any(not 0 <= int(j) < frames.shape[0] for j in indices):
+            raise UserInputError(f"frames_indices must lie in [0, {frames.shape[0]}) for a video of "
+                                 f"{frames.shape[0]} frames")
+        out.append(np.ascontiguousarray(frames[[int(j) for j in indices]]) if indices else video)
+    return out
 
 
 def prepend_tags(prompt: str, native_tag: str, n_images: int) -> str:

@@ -26,26 +26,30 @@ class _Message:
     original: dict[str, Any]
     normalized: str
     images: int  # how many images the user gave with this message
+    videos: int = 0  # and videos
 
 
 @dataclasses.dataclass
 class _State:
     messages: list[_Message] = dataclasses.field(default_factory=list)
     images: list[Any] = dataclasses.field(default_factory=list)
+    videos: list[Any] = dataclasses.field(default_factory=list)
 
     def truncate(self, n: int) -> None:
         self.messages = self.messages[:n]
         self.images = self.images[:sum(m.images for m in self.messages)]
+        self.videos = self.videos[:sum(m.videos for m in self.messages)]
 
 
 @dataclasses.dataclass
 class HistoryTurn:
-    """One generate(ChatHistory) call: the normalized history to template, every image it
-    refers to in order, and how to forget the turn if the streamer cancels it."""
+    """One generate(ChatHistory) call: the normalized history to template, every image and video
+    it refers to in order, and how to forget the turn if the streamer cancels it."""
 
     history: ChatHistory
     images: list[Any]
     rollback: Callable[[], None]
+    videos: list[Any] = dataclasses.field(default_factory=list)
 
 
 class VisionChatMemory:
@@ -54,8 +58,8 @@ class VisionChatMemory:
     def __init__(self) -> None:
         self._states: weakref.WeakKeyDictionary[ChatHistory, _State] = weakref.WeakKeyDictionary()
 
-    def turn(self, history: ChatHistory, new_images: list[Any],
-             normalize: Callable[[str, list[Any]], str]) -> HistoryTurn:
+    def turn(self, history: ChatHistory, new_images: list[Any], normalize: Callable[[str, list[Any], list[Any]], str],
+             new_videos: list[Any] | None = None) -> HistoryTurn:
         messages = history.get_messages()
         if not messages:
             raise UserInputError("Chat history cannot be empty")
@@ -79,9 +83,11 @@ class VisionChatMemory:
                 state.messages.append(_Message(message, content, 0))
                 continue
             given = new_images if i == users[-1] else []
-            state.messages.append(_Message(message, normalize(content, given), len(given)))
+            clips = (new_videos or []) if i == users[-1] else []
+            state.messages.append(_Message(message, normalize(content, given, clips), len(given), len(clips)))
             state.images.extend(given)
+            state.videos.extend(clips)
         normalized = ChatHistory([{**m.original, "content": m.normalized} for m in state.messages])
         normalized.set_tools(history.get_tools())
         normalized.set_extra_context(history.get_extra_context())
-        return HistoryTurn(normalized, list(state.images), lambda: state.truncate(match))
+        return HistoryTurn(normalized, list(state.images), lambda: state.truncate(match), list(state.videos))

@@ -180,7 +180,10 @@ def merge_image_rows(emb: np.ndarray, row: np.ndarray, image_token: int, feature
 
 @dataclass
 class LLaVAImage:
-    features: np.ndarray  # [tokens, hidden] projected patch embeddings
+    features: np.ndarray  # [rows, hidden] projected patch embeddings
+    #: the image tokens the prompt gets, where a family counts them apart from the rows (the
+    #: real's num_image_tokens; the merge then fills what the rows cover)
+    tokens: int | None = None
 
 
 class LLaVAEmbedder:
@@ -208,7 +211,7 @@ class LLaVAEmbedder:
         prompt = prepend_tags(prompt, IMAGE_TAG, len(images))
         pos = 0
         for im in images:
-            expanded = IMAGE_TAG * im.features.shape[0] + "\n"
+            expanded = IMAGE_TAG * (im.features.shape[0] if im.tokens is None else im.tokens) + "\n"
             pos = prompt.find(IMAGE_TAG, pos)
             prompt = prompt[:pos] + expanded + prompt[pos + len(IMAGE_TAG):]
             pos += len(expanded)

@@ -36,11 +36,12 @@ from genai_shim.sampling import Sampler
 from genai_shim.stop_strings import stop_window
 from genai_shim.streamers import StreamingStatus, make_streamer
 from genai_shim.tokenizer import Tokenizer
-from genai_shim.vlm.common import ROLES, InputsEmbedder, Placement, text_embedding_times
+from genai_shim.vlm.common import ROLES, InputsEmbedder, Placement, sample_videos, text_embedding_times
 from genai_shim.vlm.gemma3 import Gemma3Embedder
 from genai_shim.vlm.history import VisionChatMemory
 from genai_shim.vlm.llava import LLaVAEmbedder
 from genai_shim.vlm.llava_next import LLaVANextEmbedder
+from genai_shim.vlm.llava_next_video import LLaVANextVideoEmbedder
 from genai_shim.vlm.qwen2_5_vl import Qwen25VLEmbedder
 from genai_shim.vlm.qwen2vl import Qwen2VLEmbedder
 from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
@@ -54,6 +55,7 @@ EMBEDDERS: dict[str, Callable[..., InputsEmbedder]] = {
     "qwen2_5_vl": Qwen25VLEmbedder,
     "llava": LLaVAEmbedder,
     "llava_next": LLaVANextEmbedder,
+    "llava_next_video": LLaVANextVideoEmbedder,
     "gemma3": Gemma3Embedder,
 }
 SUPPORTED_TYPES = tuple(EMBEDDERS)
@@ -202,22 +204,22 @@ def _nothing() -> None:
     pass
 
 
-def _image_args(images: Any, kwargs: dict[str, Any]) -> list[Any]:
-    """generate()'s images= / image= (one of them) as a list; videos are refused."""
-    image = kwargs.pop("image", _UNSET)
-    for name, value in (("images", images), ("image", image)):
+def _vision_args(plural: str, many: Any, one: Any) -> list[Any]:
+    """generate()'s ``images=`` / ``image=`` (or ``videos=`` / ``video=``): one of them, as a list."""
+    for name, value in ((plural, many), (plural[:-1], one)):
         if value is None:  # the real binding's text
             raise UserInputError(f'Property "{name}" can\'t be None.')
-    for key in ("videos", "video"):
-        if kwargs.pop(key, None) is not None:
-            raise ConfigError("genai_shim's VLMPipeline does not take videos yet", key=key)
-    if image is not _UNSET:
-        if images is not _UNSET:
-            raise UserInputError("pass either image= or images=, not both")
-        return [image]
-    if images is _UNSET:
+    if one is not _UNSET:
+        if many is not _UNSET:
+            raise UserInputError(f"pass either {plural[:-1]}= or {plural}=, not both")
+        return [one]
+    if many is _UNSET:
         return []
-    return list(images) if isinstance(images, (list, tuple)) else [images]
+    return list(many) if isinstance(many, (list, tuple)) else [many]
+
+
+#: file-derived model names whose key in the real's ModelsMap differs
+_MAP_KEYS = {"vision_resampler": "resampler"}
 
 
 class _ModelsInMemory:
@@ -236,10 +238,14 @@ class _ModelsInMemory:
         if stem is None:
             return self._core.read_model(path, *args, **kwargs)
         key = stem.removeprefix("openvino_").removesuffix("_model")
-        if key not in self._models:
-            raise ConfigError(f"the models map has no {key!r} (the real's name for {Path(path).name}); it has "
+        # the real looks LLaVA-NeXT-Video's resampler up as "resampler", while its file (and the
+        # encrypted_model_vlm sample's naming) gives "vision_resampler": both are taken here
+        names = [_MAP_KEYS.get(key, key), key]
+        found = next((n for n in names if n in self._models), None)
+        if found is None:
+            raise ConfigError(f"the models map has no {names[0]!r} (the real's name for {Path(path).name}); it has "
                               f"{sorted(self._models)}", key="models")
-        entry = self._models[key]
+        entry = self._models[found]
         if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
             raise UserInputError(f"models[{key!r}] must be (IR XML text, weights Tensor)")
         return self._core.read_model(entry[0], entry[1])
@@ -318,9 +324,13 @@ class VLMPipeline:
             compiled = core.compile_model(model, dev, lm_props)
         self._request = compiled.create_infer_request()
         self._embedder = EMBEDDERS[cfg["model_type"]](core, folder, cfg, placement, self.tokenizer)
+        #: the templated prompt is tokenized with special tokens for the families whose real
+        #: embedder sets add_special_tokens (LLaVA-NeXT-Video); without, as the others
+        self._special = bool(getattr(self._embedder, "prompt_special_tokens", False))
         self._sampler = Sampler()
         self._chat: list[dict[str, str]] | None = None
         self._chat_images: list[Any] = []
+        self._chat_videos: list[Any] = []
         self._memory = VisionChatMemory()
         self._load_time = (_now() - t0) * 1000.0
 
@@ -345,13 +355,13 @@ class VLMPipeline:
     def start_chat(self, system_message: str = "") -> None:
         warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
         self._chat = [{"role": "system", "content": system_message}] if system_message else []
-        self._chat_images = []
+        self._chat_images, self._chat_videos = [], []
         self._request.reset_state()
 
     def finish_chat(self) -> None:
         warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
         self._chat = None
-        self._chat_images = []
+        self._chat_images, self._chat_videos = [], []
         self._request.reset_state()
 
     def generate(
@@ -363,7 +373,12 @@ class VLMPipeline:
         **kwargs: Any,
     ) -> VLMDecodedResults:
         start = _now()
-        images = _image_args(images, kwargs)
+        images = _vision_args("images", images, kwargs.pop("image", _UNSET))
+        videos = _vision_args("videos", kwargs.pop("videos", _UNSET), kwargs.pop("video", _UNSET))
+        videos = sample_videos(videos, kwargs.pop("videos_metadata", None))
+        if videos and not getattr(self._embedder, "takes_videos", False):
+            raise ConfigError(f"genai_shim's VLMPipeline takes videos for LLaVA-NeXT-Video only, not "
+                              f"{type(self._embedder).__name__}", key="videos")
         if not isinstance(prompt, (str, ChatHistory)):
             raise UserInputError(
                 f"VLMPipeline.generate() takes a str or a ChatHistory prompt, got {type(prompt).__name__}")
@@ -373,19 +388,24 @@ class VLMPipeline:
         t_emb = _now()
         t_vis = _now()
         encoded = self._embedder.encode_images(images)
+        clips = self._embedder.encode_videos(videos) if videos else []  # type: ignore[attr-defined]
         perf.vlm_raw_metrics.vision_encoding_durations.append((_now() - t_vis) * 1e6)
         perf.vlm_raw_metrics.per_image_slice_counts.extend([1] * len(encoded))
         rollback: Callable[[], None] = _nothing
         if isinstance(prompt, ChatHistory):
-            turn = self._memory.turn(prompt, encoded, self._embedder.normalize_prompt)
+            turn = self._memory.turn(prompt, encoded, self._normalize, clips)
             ids, used, rollback = self._tokenize_history(turn.history, perf), turn.images, turn.rollback
+            used_clips = turn.videos
         else:
-            unified = self._embedder.normalize_prompt(prompt, encoded)
-            ids, used = self._tokenize(unified, encoded, config, perf)
+            unified = self._normalize(prompt, encoded, clips)
+            ids, used, used_clips = self._tokenize(unified, encoded, clips, config, perf)
             if self._chat is not None:
-                rollback = functools.partial(self._forget_turn, len(encoded))
+                rollback = functools.partial(self._forget_turn, len(encoded), len(clips))
         with text_embedding_times() as times:
-            embeds = self._embedder.embed(ids, used)
+            if used_clips:
+                embeds = self._embedder.embed(ids, used, used_clips)  # type: ignore[call-arg]
+            else:
+                embeds = self._embedder.embed(ids, used)
         perf.vlm_raw_metrics.text_embedding_durations.extend(times)
         pos, delta = self._embedder.position_ids(ids, used)
         extras = self._embedder.lm_inputs(ids, used)
@@ -417,11 +437,18 @@ class VLMPipeline:
     __call__ = generate
 
     # -- steps -----------------------------------------------------------------------------------
-    def _forget_turn(self, n_images: int) -> None:
-        """A start_chat() turn that did not happen: its user message and images go."""
+    def _normalize(self, text: str, images: list[Any], videos: list[Any]) -> str:
+        """The embedder's prompt normalization (videos only for the families that take them)."""
+        if videos:
+            return self._embedder.normalize_prompt(text, images, videos)  # type: ignore[call-arg]
+        return self._embedder.normalize_prompt(text, images)
+
+    def _forget_turn(self, n_images: int, n_videos: int) -> None:
+        """A start_chat() turn that did not happen: its user message, images and videos go."""
         assert self._chat is not None
         self._chat.pop()
         del self._chat_images[len(self._chat_images) - n_images:]
+        del self._chat_videos[len(self._chat_videos) - n_videos:]
 
     def _resolve_config(self, generation_config: GenerationConfig | None, kwargs: dict[str, Any]) -> GenerationConfig:
         if generation_config is not None and not isinstance(generation_config, GenerationConfig):
@@ -449,31 +476,32 @@ class VLMPipeline:
             raise ConfigError("echo is not supported by VLMPipeline", key="echo")
         return config
 
-    def _tokenize(self, unified: str, encoded: list[Any], config: GenerationConfig,
-                  perf: PerfMetrics) -> tuple[np.ndarray, list[Any]]:
-        """The prompt's ids and the images they refer to (in chat: the whole history's)."""
+    def _tokenize(self, unified: str, encoded: list[Any], clips: list[Any], config: GenerationConfig,
+                  perf: PerfMetrics) -> tuple[np.ndarray, list[Any], list[Any]]:
+        """The prompt's ids and the images and videos they refer to (in chat: the whole history's)."""
         raw = perf.raw_metrics
         t0 = _now()
         if self._chat is not None:
             self._chat.append({"role": "user", "content": unified})
             self._chat_images.extend(encoded)
+            self._chat_videos.extend(clips)
             text = self.tokenizer.apply_chat_template(self._chat, add_generation_prompt=True)
             t1 = _now()
             raw.chat_template_durations.append((t1 - t0) * 1e6)
-            ids = self.tokenizer.encode(text, add_special_tokens=False).input_ids.data
+            ids = self.tokenizer.encode(text, add_special_tokens=self._special).input_ids.data
             raw.tokenization_durations.append((_now() - t1) * 1e6)
-            return np.array(ids, dtype=np.int64), list(self._chat_images)
+            return np.array(ids, dtype=np.int64), list(self._chat_images), list(self._chat_videos)
         if config.apply_chat_template and self.tokenizer.chat_template:
             text = self.tokenizer.apply_chat_template([{"role": "user", "content": unified}],
                                                       add_generation_prompt=True)
             t1 = _now()
             raw.chat_template_durations.append((t1 - t0) * 1e6)
-            ids = self.tokenizer.encode(text, add_special_tokens=False).input_ids.data
+            ids = self.tokenizer.encode(text, add_special_tokens=self._special).input_ids.data
         else:
             t1 = _now()
             ids = self.tokenizer.encode(unified, add_special_tokens=True).input_ids.data
         raw.tokenization_durations.append((_now() - t1) * 1e6)
-        return np.array(ids, dtype=np.int64), encoded
+        return np.array(ids, dtype=np.int64), encoded, clips
 
     def _tokenize_history(self, history: ChatHistory, perf: PerfMetrics) -> np.ndarray:
         raw = perf.raw_metrics
@@ -481,7 +509,7 @@ class VLMPipeline:
         text = self.tokenizer.apply_chat_template(history, add_generation_prompt=True)
         t1 = _now()
         raw.chat_template_durations.append((t1 - t0) * 1e6)
-        ids = self.tokenizer.encode(text, add_special_tokens=False).input_ids.data
+        ids = self.tokenizer.encode(text, add_special_tokens=self._special).input_ids.data
         raw.tokenization_durations.append((_now() - t1) * 1e6)
         return np.array(ids, dtype=np.int64)
 

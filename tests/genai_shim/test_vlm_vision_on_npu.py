@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 from vlm_goldens import MAX_NEW_TOKENS, PROMPT, chat_turns  # noqa: E402
 from vlm_goldens import test_image as make_image  # noqa: E402
 
-FAMILIES = ("qwen2vl-fp32", "qwen2_5vl-fp32", "llava-fp32", "llava_next-fp32", "gemma3-fp32")
+FAMILIES = ("qwen2vl-fp32", "qwen2_5vl-fp32", "llava-fp32", "llava_next-fp32", "llava_next_video-fp32",
+            "gemma3-fp32")
 #: the language model on the emulated NPU, exact (f32 said explicitly)
 EMULATED = {"INFERENCE_PRECISION_HINT": "f32", "NPUW_LLM_SHARED_HEAD": "NO"}
 ALL_ON_NPU = {"DEVICE_PROPERTIES": {"AUTO": {"MULTI_DEVICE_PRIORITIES": "NPU"}}}
