@@ -27,6 +27,7 @@ from genai_shim.chat import ChatHistory
 from genai_shim.chat_session import CHAT_DEPRECATION
 from genai_shim.decoding import STREAMER_FINISH, RunningSequence, check_finish, encoded_results, stream_tokens
 from genai_shim.generation_config import GenerationConfig, folder_generation_config, replacement_config
+from genai_shim.lora_controller import AdapterController, resolve_adapters
 from genai_shim.npu_compile import compile_npu
 from genai_shim.npu_config import translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
@@ -299,12 +300,18 @@ class VLMPipeline:
         if generation_config is not None:
             self.set_generation_config(generation_config)
         genai = split_properties(properties)
-        if genai.prompt_lookup or genai.draft is not None or genai.adapters is not None:
-            key = "prompt_lookup" if genai.prompt_lookup else "draft_model" if genai.draft is not None else "adapters"
+        if genai.prompt_lookup or genai.draft is not None:
+            key = "prompt_lookup" if genai.prompt_lookup else "draft_model"
             raise ConfigError(f"genai_shim's VLMPipeline does not take {key} yet", key=key)
         # scheduler_config / ATTENTION_BACKEND choose the real's backend; ours has one
         lm_props, placement = _split_props("NPU" if self._is_npu else dev, genai.compile)
         model = core.read_model(folder / LANGUAGE_XML)
+        # LoRA goes into the language model's graph before compiling, as the real's
+        # AdapterController (tensor names prefixed "base_model.model." unless the config says)
+        adapters = resolve_adapters(genai.adapters)
+        self._lora = None if adapters is None else AdapterController(model, adapters, "NPU" if self._is_npu else dev)
+        if adapters is not None:
+            self._config.adapters = adapters
         self._max_prompt_len = 0
         self._kv_capacity: int | None = None
         if self._is_npu:
@@ -352,17 +359,24 @@ class VLMPipeline:
             )
         self.tokenizer.set_chat_template(chat_template)
 
+    def _reset_kv(self) -> None:
+        """The language model's KV states to zero; LoRA's state variables outlive it."""
+        if self._lora is not None:
+            self._lora.reset_kv(self._request)
+        else:
+            self._request.reset_state()
+
     def start_chat(self, system_message: str = "") -> None:
         warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
         self._chat = [{"role": "system", "content": system_message}] if system_message else []
         self._chat_images, self._chat_videos = [], []
-        self._request.reset_state()
+        self._reset_kv()
 
     def finish_chat(self) -> None:
         warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
         self._chat = None
         self._chat_images, self._chat_videos = [], []
-        self._request.reset_state()
+        self._reset_kv()
 
     def generate(
         self,
@@ -474,6 +488,10 @@ class VLMPipeline:
             )
         if config.echo:
             raise ConfigError("echo is not supported by VLMPipeline", key="echo")
+        wanted = resolve_adapters(config.adapters)
+        if self._lora is None and wanted is not None and wanted.get_adapters():
+            raise ConfigError("GenerationConfig.adapters apply only in a VLMPipeline created with the adapters "
+                              "property (adapters=AdapterConfig(...)), as openvino_genai's", key="adapters")
         return config
 
     def _tokenize(self, unified: str, encoded: list[Any], clips: list[Any], config: GenerationConfig,
@@ -538,7 +556,9 @@ class VLMPipeline:
         self._sampler.set_seed(config.rng_seed)
         seq = RunningSequence(prompt, config, config.get_max_new_tokens(n))
         window, stops = stop_window(self.tokenizer, config)
-        self._request.reset_state()
+        if self._lora is not None:
+            self._lora.apply(self._request, resolve_adapters(config.adapters))
+        self._reset_kv()
         mask = np.ones((1, n), np.int64)
         logits = self._infer(np.ascontiguousarray(embeds), mask, np.ascontiguousarray(pos), extras, perf)
         step_extras = self._embedder.step_lm_inputs()

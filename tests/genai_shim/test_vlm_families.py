@@ -420,3 +420,55 @@ def test_llava_next_video_on_npu_matches_real() -> None:
     for props in (NPU_PROPS, EMULATED):
         ours = genai_shim.VLMPipeline(folder, "NPU", **props)
         assert ours.generate(PROMPT, generation_config=_config(genai_shim), **kw).texts == theirs
+
+
+@pytest.fixture(scope="module")
+def vlm_lora(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A PEFT-style LoRA (rank 4) on the fixtures' 2-layer language model: q, v and down
+    projections, B not zero (tools/make_lora_fixture.py's writer)."""
+    from make_lora_fixture import write_safetensors
+
+    rng = np.random.default_rng(3)
+    shapes = {"self_attn.q_proj": (64, 64), "self_attn.v_proj": (32, 64), "mlp.down_proj": (64, 128)}
+    tensors = {}
+    for layer in range(2):
+        for mod, (n_out, n_in) in shapes.items():
+            key = f"base_model.model.language_model.layers.{layer}.{mod}"
+            tensors[f"{key}.lora_A.weight"] = rng.standard_normal((4, n_in)) / np.sqrt(n_in)
+            tensors[f"{key}.lora_B.weight"] = rng.standard_normal((n_out, 4))
+    path = tmp_path_factory.mktemp("vlm_lora") / "lora.safetensors"
+    write_safetensors(path, tensors)
+    return path
+
+
+@pytest.mark.parametrize("setup", ["CPU", "NPU", "emulated"])
+def test_lora_adapters_match_real(vlm_lora: Path, setup: str) -> None:
+    """adapters=AdapterConfig at construction (the visual_language_lora sample's way): the real's
+    text on CPU, on NPU (NPUW_DEVICES=CPU) and with the language model on the emulated NPU; an
+    empty AdapterConfig in generate() gives the plain model's text (the real's, on a fresh
+    pipeline; after a LoRA generate the real gives a third text: docs/genai_shim.md)."""
+    folder = FIXTURES / "llava_next-fp32"
+    device, props = {"CPU": ("CPU", CPU_PROPS), "NPU": ("NPU", NPU_PROPS), "emulated": ("NPU", EMULATED)}[setup]
+
+    def adapters(lib: Any) -> Any:
+        config = lib.AdapterConfig()
+        config.add(lib.Adapter(str(vlm_lora)), 0.7)
+        return config
+
+    kw = {"images": [_image()]}
+    theirs = og.VLMPipeline(str(folder), "NPU" if setup == "emulated" else device,
+                            adapters=adapters(og), **(NPU_PROPS if setup == "emulated" else props))
+    ours = genai_shim.VLMPipeline(folder, device, adapters=adapters(genai_shim), **props)
+    with_lora = ours.generate(PROMPT, generation_config=_config(genai_shim), **kw).texts
+    assert with_lora == theirs.generate(PROMPT, generation_config=_config(og), **kw).texts
+    plain = ours.generate(PROMPT, generation_config=_config(genai_shim), adapters=genai_shim.AdapterConfig(), **kw)
+    assert plain.texts[0] == _golden("llava_next-fp32")["cpu"]["image"]["text"][:len(plain.texts[0])]
+    assert plain.texts != with_lora
+
+
+def test_adapters_in_generate_need_them_at_construction(cpu_pair: tuple[Any, Any], vlm_lora: Path) -> None:
+    shim, _ = cpu_pair
+    config = genai_shim.AdapterConfig()
+    config.add(genai_shim.Adapter(str(vlm_lora)), 1.0)
+    with pytest.raises(ConfigError, match="adapters"):
+        shim.generate(PROMPT, adapters=config, max_new_tokens=2)
