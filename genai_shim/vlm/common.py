@@ -5,6 +5,7 @@ embeddings model."""
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -16,11 +17,11 @@ import openvino as ov
 from ov_npu_emu.errors import UserInputError
 
 __all__ = ["ROLES", "TEXT_EMB_XML", "VISION_XML", "InputsEmbedder", "Placement", "StaticShapeRequest", "image_rows",
-           "prepend_tags", "sample_videos", "text_embedding_times", "text_embeddings"]
+           "prepend_tags", "sample_videos", "text_embedding_times", "text_embeddings", "universal_to_native",
+           "UNIVERSAL_IMAGE", "UNIVERSAL_VIDEO"]
 
 VISION_XML = "openvino_vision_embeddings_model.xml"
 TEXT_EMB_XML = "openvino_text_embeddings_model.xml"
-_UNIVERSAL = "<ov_genai_image_"
 
 
 def image_rows(image: Any) -> list[np.ndarray]:
@@ -61,14 +62,35 @@ def sample_videos(videos: list[Any], metadata: Any) -> list[Any]:
     return out
 
 
+#: the real's UNIVERSAL_IMAGE_PATTERN / UNIVERSAL_VIDEO_PATTERN
+UNIVERSAL_IMAGE = re.compile(r"<ov_genai_image_(\d+)>")
+UNIVERSAL_VIDEO = re.compile(r"<ov_genai_video_(\d+)>")
+
+
+def universal_to_native(prompt: str, native_tag: str, pattern: re.Pattern[str], base: int, count: int
+                        ) -> tuple[str, list[int] | None]:
+    """The real's universal_to_native and verify_ids: ``<ov_genai_image_i>`` (or video) tags
+    become the family's native tag; returns the prompt and the ids they name, relative to this
+    call's ``count`` inputs numbered from ``base`` (the chat's earlier ones), in prompt order (an
+    input may be named twice, or not at all), or None when the prompt has no universal tag."""
+    ids = [int(m.group(1)) for m in pattern.finditer(prompt)]
+    if not ids:
+        return prompt, None
+    if native_tag in prompt:
+        raise UserInputError(
+            "Prompt cannot mix universal tags (<ov_genai_image_i>/<ov_genai_video_i>) with native vision tags.")
+    for i in ids:
+        if i < base:
+            raise UserInputError("Referring to older images/videos is not supported.")
+        if i >= base + count:
+            raise UserInputError(f"Missing image/video with index {i}")
+    return pattern.sub(lambda _: native_tag, prompt), [i - base for i in ids]
+
+
 def prepend_tags(prompt: str, native_tag: str, n_images: int) -> str:
     """The real's IInputsEmbedder::normalize for native tags: a prompt with native tags must have
-    one per image; one without gets a tag per image put before it."""
-    if _UNIVERSAL in prompt:
-        raise UserInputError(
-            "genai_shim's VLMPipeline does not take the universal <ov_genai_image_i> tags yet; "
-            f"use the native tag {native_tag} or none (images are put before the prompt)"
-        )
+    one per image; one without gets a tag per image put before it (universal tags are turned
+    into native ones before: :func:`universal_to_native`)."""
     count = prompt.count(native_tag)
     if count and count != n_images:
         raise UserInputError(
@@ -164,6 +186,9 @@ class Placement:
 class InputsEmbedder(Protocol):
     """What VLMPipeline asks of a family's embedder (built as ``cls(core, folder, config.json,
     placement, tokenizer)``); an encoded image is the family's own record."""
+
+    #: the family's native image tag (universal ``<ov_genai_image_i>`` tags become it)
+    native_tag: str
 
     def encode_images(self, images: list[Any]) -> list[Any]: ...
 

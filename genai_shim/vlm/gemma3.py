@@ -67,6 +67,9 @@ class Gemma3Embedder:
     """Images -> pooled SigLIP features; prompt ids -> text embeddings with the image rows in,
     token_type_ids; 1-based positions."""
 
+    #: the family's native image tag (universal tags become it)
+    native_tag = START_OF_IMAGE
+
     def __init__(self, core: Any, folder: Path, config: dict[str, Any], placement: Placement, tokenizer: Any) -> None:
         self.cfg = Gemma3Config.read(folder)
         self.vision = placement.request(core, core.read_model(folder / VISION_XML), "vision_embeddings")

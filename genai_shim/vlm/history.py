@@ -27,6 +27,9 @@ class _Message:
     normalized: str
     images: int  # how many images the user gave with this message
     videos: int = 0  # and videos
+    #: the images / videos its tags name, in prompt order (universal tags may reorder or repeat)
+    used_images: list[Any] = dataclasses.field(default_factory=list)
+    used_videos: list[Any] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -58,8 +61,11 @@ class VisionChatMemory:
     def __init__(self) -> None:
         self._states: weakref.WeakKeyDictionary[ChatHistory, _State] = weakref.WeakKeyDictionary()
 
-    def turn(self, history: ChatHistory, new_images: list[Any], normalize: Callable[[str, list[Any], list[Any]], str],
+    def turn(self, history: ChatHistory, new_images: list[Any],
+             normalize: Callable[[str, list[Any], list[Any], int, int], tuple[str, list[Any], list[Any]]],
              new_videos: list[Any] | None = None) -> HistoryTurn:
+        """``normalize(content, images, videos, images before, videos before)`` gives the message's
+        normalized text and the images / videos its tags name, in order."""
         messages = history.get_messages()
         if not messages:
             raise UserInputError("Chat history cannot be empty")
@@ -84,10 +90,12 @@ class VisionChatMemory:
                 continue
             given = new_images if i == users[-1] else []
             clips = (new_videos or []) if i == users[-1] else []
-            state.messages.append(_Message(message, normalize(content, given, clips), len(given), len(clips)))
+            text, used, used_clips = normalize(content, given, clips, len(state.images), len(state.videos))
+            state.messages.append(_Message(message, text, len(given), len(clips), used, used_clips))
             state.images.extend(given)
             state.videos.extend(clips)
         normalized = ChatHistory([{**m.original, "content": m.normalized} for m in state.messages])
         normalized.set_tools(history.get_tools())
         normalized.set_extra_context(history.get_extra_context())
-        return HistoryTurn(normalized, list(state.images), lambda: state.truncate(match), list(state.videos))
+        return HistoryTurn(normalized, [im for m in state.messages for im in m.used_images],
+                           lambda: state.truncate(match), [v for m in state.messages for v in m.used_videos])

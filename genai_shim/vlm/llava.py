@@ -190,6 +190,9 @@ class LLaVAEmbedder:
     """Images -> projected CLIP features; prompt ids -> text embeddings with the image rows in;
     plain positions."""
 
+    #: the family's native image tag (universal tags become it)
+    native_tag = IMAGE_TAG
+
     def __init__(self, core: Any, folder: Path, config: dict[str, Any], placement: Placement, tokenizer: Any) -> None:
         self.cfg = CLIPConfig.read(folder)
         self.vision = placement.request(core, core.read_model(folder / VISION_XML), "vision_embeddings")

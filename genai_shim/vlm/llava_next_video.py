@@ -87,6 +87,7 @@ class LLaVANextVideoEmbedder(LLaVANextEmbedder):
     #: the real tokenizes this family's prompt with special tokens
     prompt_special_tokens = True
     takes_videos = True
+    video_tag = VIDEO_TAG
 
     def __init__(self, core: Any, folder: Path, config: dict[str, Any], placement: Placement, tokenizer: Any) -> None:
         super().__init__(core, folder, config, placement, tokenizer)

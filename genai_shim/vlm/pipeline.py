@@ -37,7 +37,16 @@ from genai_shim.sampling import Sampler
 from genai_shim.stop_strings import stop_window
 from genai_shim.streamers import StreamingStatus, make_streamer
 from genai_shim.tokenizer import Tokenizer
-from genai_shim.vlm.common import ROLES, InputsEmbedder, Placement, sample_videos, text_embedding_times
+from genai_shim.vlm.common import (
+    ROLES,
+    UNIVERSAL_IMAGE,
+    UNIVERSAL_VIDEO,
+    InputsEmbedder,
+    Placement,
+    sample_videos,
+    text_embedding_times,
+    universal_to_native,
+)
 from genai_shim.vlm.gemma3 import Gemma3Embedder
 from genai_shim.vlm.history import VisionChatMemory
 from genai_shim.vlm.llava import LLaVAEmbedder
@@ -338,6 +347,8 @@ class VLMPipeline:
         self._chat: list[dict[str, str]] | None = None
         self._chat_images: list[Any] = []
         self._chat_videos: list[Any] = []
+        #: images and videos given in this start_chat() chat so far (universal tags' ids count from it)
+        self._chat_given = (0, 0)
         self._memory = VisionChatMemory()
         self._load_time = (_now() - t0) * 1000.0
 
@@ -369,13 +380,13 @@ class VLMPipeline:
     def start_chat(self, system_message: str = "") -> None:
         warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
         self._chat = [{"role": "system", "content": system_message}] if system_message else []
-        self._chat_images, self._chat_videos = [], []
+        self._chat_images, self._chat_videos, self._chat_given = [], [], (0, 0)
         self._reset_kv()
 
     def finish_chat(self) -> None:
         warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
         self._chat = None
-        self._chat_images, self._chat_videos = [], []
+        self._chat_images, self._chat_videos, self._chat_given = [], [], (0, 0)
         self._reset_kv()
 
     def generate(
@@ -411,10 +422,13 @@ class VLMPipeline:
             ids, used, rollback = self._tokenize_history(turn.history, perf), turn.images, turn.rollback
             used_clips = turn.videos
         else:
-            unified = self._normalize(prompt, encoded, clips)
-            ids, used, used_clips = self._tokenize(unified, encoded, clips, config, perf)
-            if self._chat is not None:
-                rollback = functools.partial(self._forget_turn, len(encoded), len(clips))
+            in_chat = self._chat is not None
+            before = (self._chat_given[0], self._chat_given[1]) if in_chat else (0, 0)
+            unified, named, named_clips = self._normalize(prompt, encoded, clips, *before)
+            ids, used, used_clips = self._tokenize(unified, named, named_clips, config, perf)
+            if in_chat:
+                self._chat_given = (before[0] + len(encoded), before[1] + len(clips))
+                rollback = functools.partial(self._forget_turn, len(named), len(named_clips), before)
         with text_embedding_times() as times:
             if used_clips:
                 embeds = self._embedder.embed(ids, used, used_clips)  # type: ignore[call-arg]
@@ -451,18 +465,31 @@ class VLMPipeline:
     __call__ = generate
 
     # -- steps -----------------------------------------------------------------------------------
-    def _normalize(self, text: str, images: list[Any], videos: list[Any]) -> str:
-        """The embedder's prompt normalization (videos only for the families that take them)."""
+    def _normalize(self, text: str, images: list[Any], videos: list[Any], images_before: int = 0,
+                   videos_before: int = 0) -> tuple[str, list[Any], list[Any]]:
+        """The embedder's prompt normalization, after the universal ``<ov_genai_image_i>`` /
+        ``<ov_genai_video_i>`` tags became the family's native ones (ids count the chat's earlier
+        inputs first, as the real's): the text and the images / videos its tags name, in order."""
+        text, order = universal_to_native(text, self._embedder.native_tag, UNIVERSAL_IMAGE, images_before,
+                                          len(images))
+        if order is not None:
+            images = [images[i] for i in order]
+        video_tag = getattr(self._embedder, "video_tag", None)
+        if video_tag is not None:
+            text, order = universal_to_native(text, video_tag, UNIVERSAL_VIDEO, videos_before, len(videos))
+            if order is not None:
+                videos = [videos[i] for i in order]
         if videos:
-            return self._embedder.normalize_prompt(text, images, videos)  # type: ignore[call-arg]
-        return self._embedder.normalize_prompt(text, images)
+            return self._embedder.normalize_prompt(text, images, videos), images, videos  # type: ignore[call-arg]
+        return self._embedder.normalize_prompt(text, images), images, videos
 
-    def _forget_turn(self, n_images: int, n_videos: int) -> None:
+    def _forget_turn(self, n_images: int, n_videos: int, given_before: tuple[int, int]) -> None:
         """A start_chat() turn that did not happen: its user message, images and videos go."""
         assert self._chat is not None
         self._chat.pop()
         del self._chat_images[len(self._chat_images) - n_images:]
         del self._chat_videos[len(self._chat_videos) - n_videos:]
+        self._chat_given = given_before
 
     def _resolve_config(self, generation_config: GenerationConfig | None, kwargs: dict[str, Any]) -> GenerationConfig:
         if generation_config is not None and not isinstance(generation_config, GenerationConfig):

@@ -162,6 +162,9 @@ class EncodedImage:
 class Qwen2VLEmbedder:
     """Images -> merged vision embeddings; prompt ids -> text embeddings; M-RoPE position ids."""
 
+    #: the family's native image tag (universal tags become it)
+    native_tag = NATIVE_TAG
+
     def __init__(self, core: Any, folder: Path, config: dict[str, Any], placement: Placement, tokenizer: Any) -> None:
         self.cfg = ProcessorConfig.read(folder)
         if self.cfg.temporal_patch_size != 2:
