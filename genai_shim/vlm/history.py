@@ -18,7 +18,7 @@ from typing import Any
 from genai_shim.chat import ChatHistory
 from ov_npu_emu.errors import ConfigError, UserInputError
 
-__all__ = ["HistoryTurn", "VisionChatMemory"]
+__all__ = ["HistoryTurn", "VisionChatMemory", "multipart_text"]
 
 
 @dataclasses.dataclass
@@ -37,6 +37,7 @@ class _State:
     messages: list[_Message] = dataclasses.field(default_factory=list)
     images: list[Any] = dataclasses.field(default_factory=list)
     videos: list[Any] = dataclasses.field(default_factory=list)
+    multipart: bool | None = None  # the history's format, fixed by its first call (the real's)
 
     def truncate(self, n: int) -> None:
         self.messages = self.messages[:n]
@@ -53,6 +54,48 @@ class HistoryTurn:
     images: list[Any]
     rollback: Callable[[], None]
     videos: list[Any] = dataclasses.field(default_factory=list)
+
+
+def _is_multipart(message: dict[str, Any]) -> bool:
+    """The real's detect_chat_history_format on the last user message: string content, or a list
+    with a text, image or video part; anything else is its error."""
+    if "content" not in message:
+        raise UserInputError("Unknown chat history format: user message does not contain 'content' field.")
+    content = message["content"]
+    if isinstance(content, str):
+        return False
+    if isinstance(content, list) and any(
+            isinstance(p, dict) and (p.get("type") in ("image", "video")
+                                     or (p.get("type") == "text" and isinstance(p.get("text"), str)))
+            for p in content):
+        return True
+    raise UserInputError(
+        "Unknown chat history format. Supported formats schemas are `{role: user, content: string}` and "
+        "`{role: user, content: [{type: text/image/video, ...}, ...]}`.")
+
+
+def multipart_text(parts: list[Any], images_before: int, videos_before: int) -> str:
+    """A multipart user message as the real's multipart_message_to_string: text parts as they
+    are, each ``{"type": "image"}`` part the universal tag of the next image given with the
+    message (numbered after the chat's earlier ones), ``video`` likewise; parts that are not
+    typed dicts are skipped, an unknown type is the real's error."""
+    out: list[str] = []
+    image, video = images_before, videos_before
+    for part in parts:
+        if not isinstance(part, dict) or "type" not in part:
+            continue
+        kind = part["type"]
+        if kind == "text":
+            out.append(str(part.get("text", "")))
+        elif kind == "image":
+            out.append(f"<ov_genai_image_{image}>")
+            image += 1
+        elif kind == "video":
+            out.append(f"<ov_genai_video_{video}>")
+            video += 1
+        else:
+            raise UserInputError(f"Unsupported content type in multipart message: {kind}")
+    return "".join(out)
 
 
 class VisionChatMemory:
@@ -73,6 +116,10 @@ class VisionChatMemory:
         if not users:
             raise UserInputError("Chat history has no user message to answer")
         state = self._states.setdefault(history, _State())
+        multipart = _is_multipart(messages[users[-1]])
+        if state.multipart is not None and state.multipart != multipart:
+            raise UserInputError("Mixed chat history formats detected.")
+        state.multipart = multipart
         match = 0
         while match < min(len(state.messages), len(messages)) and state.messages[match].original == messages[match]:
             match += 1
@@ -80,11 +127,12 @@ class VisionChatMemory:
         for i in range(match, len(messages)):
             message = messages[i]
             content = message.get("content")
+            if multipart and message.get("role") == "user" and isinstance(content, list):
+                content = multipart_text(content, len(state.images), len(state.videos))
             if not isinstance(content, str):
                 raise ConfigError(
-                    "genai_shim's VLMPipeline takes ChatHistory messages whose content is a string; "
-                    f"message {i} has {type(content).__name__} content (multipart content is not supported yet)",
-                    key="content")
+                    "genai_shim's VLMPipeline takes ChatHistory message content as a string, or for a user "
+                    f"message a list of parts; message {i} has {type(content).__name__} content", key="content")
             if message.get("role") != "user":
                 state.messages.append(_Message(message, content, 0))
                 continue

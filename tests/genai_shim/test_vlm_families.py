@@ -7,6 +7,7 @@ with NPUW_DEVICES=CPU, and the language model on the emulated NPU."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -474,21 +475,25 @@ def test_adapters_in_generate_need_them_at_construction(cpu_pair: tuple[Any, Any
         shim.generate(PROMPT, adapters=config, max_new_tokens=2)
 
 
+def _recorded_call(pipe: Any, lib: Any, out: list[Any], prompt: Any, images: list[Any]) -> str:
+    """generate() with the module's config; appends (text, input tokens) or the error's last line
+    to ``out`` (the real raises RuntimeError, ours typed errors: their texts are compared)."""
+    try:
+        r = pipe.generate(prompt, images=images, generation_config=_config(lib))
+    except Exception as e:  # noqa: BLE001
+        out.append(str(e).strip().splitlines()[-1])
+        return ""
+    out.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
+    return str(r.texts[0])
+
+
 def _universal_tags(pipe: Any, lib: Any, native_tag: str) -> list[Any]:
     """Universal <ov_genai_image_i> tags: images named out of order, twice, one of two; mixed with
     the native tag, an index past the images; in a start_chat chat and a ChatHistory (ids count
     the chat's earlier images; an older one is the real's error)."""
     a, b = _image(), _image(64, 96)
     out: list[Any] = []
-
-    def call(prompt: Any, images: list[Any]) -> str:
-        try:
-            r = pipe.generate(prompt, images=images, generation_config=_config(lib))
-        except Exception as e:  # noqa: BLE001  # the real's RuntimeError, ours typed: the texts compared
-            out.append(str(e).strip().splitlines()[-1])
-            return ""
-        out.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
-        return str(r.texts[0])
+    call = functools.partial(_recorded_call, pipe, lib, out)
 
     for prompt, images in (("<ov_genai_image_1> first, then <ov_genai_image_0>. " + PROMPT, [a, b]),
                            ("Twice: <ov_genai_image_0> and <ov_genai_image_0>", [a]),
@@ -515,3 +520,34 @@ def test_universal_image_tags_match_real(family: str) -> None:
     shim, real = genai_shim.VLMPipeline(folder, "CPU", **CPU_PROPS), og.VLMPipeline(str(folder), "CPU", **CPU_PROPS)
     tag = shim._embedder.native_tag
     assert _universal_tags(shim, genai_shim, tag) == _universal_tags(real, og, tag)
+
+
+def _multipart_chat(pipe: Any, lib: Any) -> list[Any]:
+    """A ChatHistory of multipart user messages (text and image parts; an image part is the next
+    image given with the message), then the real's format errors."""
+    a, b = _image(), _image(64, 96)
+    out: list[Any] = []
+    call = functools.partial(_recorded_call, pipe, lib, out)
+
+    h = lib.ChatHistory()
+    for content, images in (
+        ([{"type": "text", "text": "Look: "}, {"type": "image"}, {"type": "text", "text": " and "}, {"type": "image"},
+          {"type": "text", "text": " " + PROMPT}], [a, b]),
+        ([{"type": "text", "text": "Now this one "}, {"type": "image"}], [b]),
+        ([{"type": "text", "text": "Thanks."}], []),
+    ):
+        h.append({"role": "user", "content": content})
+        h.append({"role": "assistant", "content": call(h, images)})
+    for bad, images in (([{"type": "audio"}], []), ([{"type": "image"}, {"type": "image"}], [a])):
+        h2 = lib.ChatHistory()
+        h2.append({"role": "user", "content": bad})
+        call(h2, images)
+    h.append({"role": "user", "content": PROMPT})  # a string after multipart messages
+    call(h, [])
+    return out
+
+
+def test_multipart_chat_history_matches_real(family: str) -> None:
+    folder = FIXTURES / family
+    shim, real = genai_shim.VLMPipeline(folder, "CPU", **CPU_PROPS), og.VLMPipeline(str(folder), "CPU", **CPU_PROPS)
+    assert _multipart_chat(shim, genai_shim) == _multipart_chat(real, og)
