@@ -8,7 +8,7 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -17,7 +17,8 @@ import openvino as ov
 from ov_npu_emu.errors import UserInputError
 
 __all__ = ["ROLES", "TEXT_EMB_XML", "VISION_XML", "InputsEmbedder", "Placement", "StaticShapeRequest", "image_rows",
-           "prepend_tags", "sample_videos", "text_embedding_times", "text_embeddings", "universal_to_native",
+           "expand_tags", "prepend_tags", "sample_videos", "text_embedding_times", "text_embeddings",
+           "universal_to_native",
            "UNIVERSAL_IMAGE", "UNIVERSAL_VIDEO"]
 
 VISION_XML = "openvino_vision_embeddings_model.xml"
@@ -85,6 +86,17 @@ def universal_to_native(prompt: str, native_tag: str, pattern: re.Pattern[str], 
         if i >= base + count:
             raise UserInputError(f"Missing image/video with index {i}")
     return pattern.sub(lambda _: native_tag, prompt), [i - base for i in ids]
+
+
+def expand_tags(prompt: str, tag: str, expansions: Iterable[str]) -> str:
+    """Each occurrence of ``tag``, in order, replaced by the next of ``expansions`` (the text
+    an image or video takes in the prompt); the search goes on after each replacement."""
+    pos = 0
+    for expanded in expansions:
+        pos = prompt.find(tag, pos)
+        prompt = prompt[:pos] + expanded + prompt[pos + len(tag):]
+        pos += len(expanded)
+    return prompt
 
 
 def prepend_tags(prompt: str, native_tag: str, n_images: int) -> str:

@@ -18,7 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, Placement, image_rows, prepend_tags, text_embeddings
+from genai_shim.vlm.common import (
+    TEXT_EMB_XML,
+    VISION_XML,
+    Placement,
+    expand_tags,
+    image_rows,
+    prepend_tags,
+    text_embeddings,
+)
 from genai_shim.vlm.llava import LLaVAImage, clip_normalize, merge_image_rows, pillow_bilinear
 
 __all__ = ["END_OF_IMAGE", "Gemma3Config", "Gemma3Embedder", "IMAGE_SOFT_TOKEN", "START_OF_IMAGE",
@@ -94,13 +102,8 @@ class Gemma3Embedder:
         """A ``<start_of_image>`` per image before the prompt unless it has them; each becomes
         ``\\n\\n<start_of_image>`` + a soft token per feature row + ``<end_of_image>\\n\\n``."""
         prompt = prepend_tags(prompt, START_OF_IMAGE, len(images))
-        pos = 0
-        for im in images:
-            expanded = "\n\n" + START_OF_IMAGE + IMAGE_SOFT_TOKEN * im.features.shape[0] + END_OF_IMAGE + "\n\n"
-            pos = prompt.find(START_OF_IMAGE, pos)
-            prompt = prompt[:pos] + expanded + prompt[pos + len(START_OF_IMAGE):]
-            pos += len(expanded)
-        return prompt
+        return expand_tags(prompt, START_OF_IMAGE, (
+            "\n\n" + START_OF_IMAGE + IMAGE_SOFT_TOKEN * im.features.shape[0] + END_OF_IMAGE + "\n\n" for im in images))
 
     def embed(self, ids: np.ndarray, images: list[LLaVAImage]) -> np.ndarray:
         """Text embeddings; with images, each run of soft tokens takes its image's rows (the

@@ -15,7 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, Placement, image_rows, prepend_tags, text_embeddings
+from genai_shim.vlm.common import (
+    TEXT_EMB_XML,
+    VISION_XML,
+    Placement,
+    expand_tags,
+    image_rows,
+    prepend_tags,
+    text_embeddings,
+)
 from ov_npu_emu.errors import UserInputError
 
 __all__ = ["CLIPConfig", "LLaVAEmbedder", "LLaVAImage", "center_crop", "clip_normalize", "clip_pixels",
@@ -212,13 +220,8 @@ class LLaVAEmbedder:
         """A tag per image before the prompt unless it has them; each tag -> one ``<image>`` per
         feature row and a newline (the real's normalize_prompt)."""
         prompt = prepend_tags(prompt, IMAGE_TAG, len(images))
-        pos = 0
-        for im in images:
-            expanded = IMAGE_TAG * (im.features.shape[0] if im.tokens is None else im.tokens) + "\n"
-            pos = prompt.find(IMAGE_TAG, pos)
-            prompt = prompt[:pos] + expanded + prompt[pos + len(IMAGE_TAG):]
-            pos += len(expanded)
-        return prompt
+        return expand_tags(prompt, IMAGE_TAG, (
+            IMAGE_TAG * (im.features.shape[0] if im.tokens is None else im.tokens) + "\n" for im in images))
 
     def embed(self, ids: np.ndarray, images: list[LLaVAImage]) -> np.ndarray:
         """Text embeddings with each run of image tokens taking its image's rows, from the

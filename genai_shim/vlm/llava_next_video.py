@@ -22,7 +22,7 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
-from genai_shim.vlm.common import Placement, prepend_tags
+from genai_shim.vlm.common import Placement, expand_tags, prepend_tags
 from genai_shim.vlm.llava import CLIPConfig, LLaVAImage, merge_image_rows
 from genai_shim.vlm.llava_next import LLaVANextEmbedder, best_resolution, image_tiles, pack_features
 from ov_npu_emu.errors import UserInputError
@@ -86,7 +86,7 @@ class LLaVANextVideoEmbedder(LLaVANextEmbedder):
 
     #: the real tokenizes this family's prompt with special tokens
     prompt_special_tokens = True
-    takes_videos = True
+    #: the native video tag (the families that take videos have one)
     video_tag = VIDEO_TAG
 
     def __init__(self, core: Any, folder: Path, config: dict[str, Any], placement: Placement, tokenizer: Any) -> None:
@@ -144,12 +144,7 @@ class LLaVANextVideoEmbedder(LLaVANextEmbedder):
         """Video tags expanded first, then LLaVA's image tags (put before them)."""
         videos = videos or []
         prompt = prepend_tags(prompt, VIDEO_TAG, len(videos))
-        pos = 0
-        for rows in videos:
-            expanded = VIDEO_TAG * rows.shape[0] + "\n"
-            pos = prompt.find(VIDEO_TAG, pos)
-            prompt = prompt[:pos] + expanded + prompt[pos + len(VIDEO_TAG):]
-            pos += len(expanded)
+        prompt = expand_tags(prompt, VIDEO_TAG, (VIDEO_TAG * rows.shape[0] + "\n" for rows in videos))
         return super().normalize_prompt(prompt, images)
 
     def embed(self, ids: np.ndarray, images: list[LLaVAImage], videos: list[np.ndarray] | None = None) -> np.ndarray:

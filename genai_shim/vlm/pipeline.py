@@ -401,7 +401,7 @@ class VLMPipeline:
         images = _vision_args("images", images, kwargs.pop("image", _UNSET))
         videos = _vision_args("videos", kwargs.pop("videos", _UNSET), kwargs.pop("video", _UNSET))
         videos = sample_videos(videos, kwargs.pop("videos_metadata", None))
-        if videos and not getattr(self._embedder, "takes_videos", False):
+        if videos and getattr(self._embedder, "video_tag", None) is None:
             raise ConfigError(f"genai_shim's VLMPipeline takes videos for LLaVA-NeXT-Video only, not "
                               f"{type(self._embedder).__name__}", key="videos")
         if not isinstance(prompt, (str, ChatHistory)):
@@ -423,7 +423,7 @@ class VLMPipeline:
             used_clips = turn.videos
         else:
             in_chat = self._chat is not None
-            before = (self._chat_given[0], self._chat_given[1]) if in_chat else (0, 0)
+            before = self._chat_given if in_chat else (0, 0)
             unified, named, named_clips = self._normalize(prompt, encoded, clips, *before)
             ids, used, used_clips = self._tokenize(unified, named, named_clips, config, perf)
             if in_chat:

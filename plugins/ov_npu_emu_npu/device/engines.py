@@ -25,7 +25,7 @@ from ov_npu_emu_npu.blob.format import (
 )
 from ov_npu_emu_npu.blob.kernel_params import MatMulDqParams, MatMulParams
 from ov_npu_emu_npu.device.kernels import DQ_TILE_BYTES, RowWindow, dequantize, make_kernel
-from ov_npu_emu_npu.device.kernels.dequant import quantize_activations, stored_format_matmul
+from ov_npu_emu_npu.device.kernels.dequant import stored_format_matmul, with_copies
 from ov_npu_emu_npu.device.windowed import LazyRunner, bind_dma_window, bind_task_window
 
 __all__ = ["DecodedTask", "ManagementCore", "Schedule", "decode_task"]
@@ -115,17 +115,11 @@ def _bind_cached_dq(views: list[np.ndarray], addrs: list[int], n_in: int, params
     mm = MatMulParams(p.transpose_a, p.transpose_b)
     if not p.act_block:
         return make_kernel("matmul", [views[0], w], views[n_in:], mm)
-    # dynamic quantization: the product of the activation's quantized values (kernels/act_quant.py)
-    a = views[0]
-    xq = np.empty(a.shape, np.float32)
-    run = make_kernel("matmul", [xq, w], views[n_in:], mm)
-
-    def quantized() -> None:
-        np.copyto(xq, a, casting="unsafe")
-        quantize_activations(xq.reshape(-1, k), p.act_block)
-        run()
-
-    return quantized
+    # dynamic quantization: the product of the activation's quantized values (kernels/act_quant.py),
+    # read from a copy the activation is widened into and quantized in before each run
+    xq = np.empty(views[0].shape, np.float32)
+    return with_copies(make_kernel("matmul", [xq, w], views[n_in:], mm), views[0], views[n_in],
+                       xq.reshape(-1, k), None, p.act_block)
 
 
 def decode_task(aspace: AddressSpaceLike, section: str, section_addr: int, offset: int, kind: TaskKind,

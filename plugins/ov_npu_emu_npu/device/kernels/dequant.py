@@ -204,11 +204,11 @@ def stored_format_matmul(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray], 
         run = runner(name, x, q, scale, zp, y, k, mul_f16)
     if run is None or (direct_in and direct_out):
         return run
-    return _with_copies(run, a, o, None if direct_in else x, None if direct_out else y,
+    return with_copies(run, a, o, None if direct_in else x, None if direct_out else y,
                         params.act_block if quantize else 0)
 
 
-def _with_copies(run: Runner, a: np.ndarray, o: np.ndarray, x: np.ndarray | None, y: np.ndarray | None,
+def with_copies(run: Runner, a: np.ndarray, o: np.ndarray, x: np.ndarray | None, y: np.ndarray | None,
                  quantize: int) -> Runner:
     """``run`` (reading ``x``, writing ``y``) with the activation ``a`` copied into ``x`` first
     (then, with ``quantize``, its rows quantized per block of that many columns) and ``y`` copied
