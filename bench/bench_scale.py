@@ -5,6 +5,7 @@ Usage: python bench/bench_scale.py [--models stories260K,bench-small,bench-0.5b,
                                    [--new 16] [--setups real,npu,npu-cpu,cpu] [--prompt TEXT]
                                    [--q05-dir /work/models/q05-f16] [--load-only] [--interleave]
                                    [--native] [--models-dir /work/models] [--anchor SETUP] [--warmup 1]
+                                   [--load-rounds 3]
 
 Every setup runs ``LLMPipeline(folder, device, ...)`` with f32 hints (INFERENCE_PRECISION_HINT
 and KV_CACHE_PRECISION f32) on a 12-word prompt, in its own worker process: one load (timed:
@@ -46,7 +47,10 @@ Setups ``npu-default`` (genai_shim, emulated NPU), ``npu-cpu-default`` (NPUW_DEV
 weights file's bytes over the host's two-core read bandwidth measured in this run (numpy reducing
 a 1 GiB buffer on two threads, at the start and the end; the faster counts): a decode step reads
 every weight once, so no TPOT can be lower.  ``--anchor`` and ``--warmup`` change the anchor
-setup and the number of untimed generates in either mode.  Not a test.
+setup and the number of untimed generates in either mode.  ``--load-rounds K`` (3 with
+``--native``) times K loads per setup, the extra ones in load-only workers alternating between the
+setups, and reports their median.  The workers get the project's bytecode written beforehand and
+run without PYTHONDONTWRITEBYTECODE, as an installed package runs.  Not a test.
 """
 
 from __future__ import annotations
@@ -180,11 +184,47 @@ def run_worker(setup: str, folder: str, args: argparse.Namespace) -> dict:
            "--new", str(args.new), "--prompt", args.prompt, "--warmup", str(args.warmup)]
     if args.fresh_prompts:
         cmd.append("--fresh-prompts")
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                         env={**os.environ, "OV_NPU_EMU_PROGRESS": "0"})
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=_worker_env())
     if out.returncode:
         return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def extra_loads(rows: dict[str, dict], setups: list[str], folder: str, args: argparse.Namespace) -> None:
+    """``--load-rounds``: ``load_rounds - 1`` more loads per setup, one load-only worker each,
+    the setups alternating round by round (a swing of the shared host's load hits them alike);
+    each row's ``load_s`` becomes the median of its loads, ``loads`` lists them all."""
+    import statistics
+
+    loads = {s: [rows[s]["load_s"]] for s in setups if "error" not in rows[s]}
+    load_args = argparse.Namespace(**{**vars(args), "repeat": 0})
+    for _ in range(args.load_rounds - 1):
+        for s in loads:
+            r = run_worker(s, folder, load_args)
+            if "error" not in r:
+                loads[s].append(r["load_s"])
+    for s, values in loads.items():
+        rows[s]["loads"] = values
+        rows[s]["load_s"] = statistics.median(values)
+
+
+def _worker_env() -> dict[str, str]:
+    """The workers' environment: no progress bar, and bytecode as an installed package has it
+    (a session's PYTHONDONTWRITEBYTECODE=1 made every load compile the modules it imports
+    lazily from source; ``_compile_sources`` writes the bytecode once beforehand)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "OV_NPU_EMU_PROGRESS": "0"}
+
+
+def _compile_sources() -> None:
+    """Bytecode for this project's packages, as ``pip install`` writes it (quietly; unwritable
+    folders are skipped): so no setup's load pays for compiling our modules from source."""
+    import compileall
+
+    root = Path(__file__).resolve().parents[1]
+    for sub in ("ov_npu_emu", "genai_shim", "plugins"):
+        if (root / sub).is_dir():
+            compileall.compile_dir(str(root / sub), quiet=2)
 
 
 def _child(*argv: str) -> str:
@@ -230,6 +270,9 @@ def main() -> None:
     ap.add_argument("--native", action="store_true",
                     help="issue 29's table: default properties against the real CPU plugin at defaults")
     ap.add_argument("--load-only", action="store_true", help="time the pipeline's load only (no generate)")
+    ap.add_argument("--load-rounds", type=int,
+                    help="load times as the median of this many loads per setup, the extra ones in "
+                         "load-only workers alternating between the setups (default 1; 3 with --native)")
     ap.add_argument("--interleave", action="store_true",
                     help="all setups in one process, generate() calls alternating (TTFT/TPOT only)")
     ap.add_argument("--fresh-prompts", action=argparse.BooleanOptionalAction,
@@ -241,10 +284,10 @@ def main() -> None:
     ap.add_argument("--folder-of")
     args = ap.parse_args()
     defaults = dict(models="stories260K,bench-small,bench-0.5b", setups="real,npu,npu-cpu,cpu", repeat=3,
-                    new=16, prompt=PROMPT, warmup=1, anchor="real", fresh_prompts=False)
+                    new=16, prompt=PROMPT, warmup=1, anchor="real", fresh_prompts=False, load_rounds=1)
     if args.native:
         defaults.update(models=NATIVE_MODELS, setups=NATIVE_SETUPS, repeat=1, new=32, prompt=NATIVE_PROMPT,
-                        warmup=2, anchor="cpu-default", fresh_prompts=True)
+                        warmup=2, anchor="cpu-default", fresh_prompts=True, load_rounds=3)
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -270,6 +313,7 @@ def main() -> None:
         ap.error(f"unknown setups {unknown}; choose from {sorted(SETUPS)}")
     if args.interleave and args.load_only:
         ap.error("--interleave measures TTFT / TPOT; --load-only needs one process per setup")
+    _compile_sources()
     bandwidth = [float(_child("--bandwidth"))]
     print(f"load average at start: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} CPUs; "
           f"two-core read bandwidth {bandwidth[0]:.1f} GB/s")
@@ -287,6 +331,8 @@ def main() -> None:
                 rows = {s: rows for s in setups}
         else:
             rows = {s: run_worker(s, folder, args) for s in setups}
+            if args.load_rounds > 1:
+                extra_loads(rows, setups, folder, args)
         rows_by_model[name] = (folder, rows)
         print(f"{name}: measured ({time.strftime('%H:%M:%S')})", file=sys.stderr, flush=True)
     bandwidth.append(float(_child("--bandwidth")))
@@ -327,6 +373,11 @@ def print_table(args: argparse.Namespace, rows_by_model: dict, gbs: float) -> No
             rel = ", ".join(f"{s} {r['tpot_ms'] / cpu['tpot_ms']:.2f}x" for s, r in rows.items()
                             if s != "cpu" and r.get("tpot_ms"))
             print(f"|   TPOT against the CPU plugin's stateful model ({cpu['tpot_ms']:.2f} ms): {rel} |")
+    for name, (_, rows) in rows_by_model.items():
+        loads = {s: r["loads"] for s, r in rows.items() if "loads" in r}
+        if loads:
+            print(f"{name}: loads (s, in order; the table has their medians): "
+                  + "; ".join(f"{s} " + " ".join(f"{x:.2f}" for x in xs) for s, xs in loads.items()))
 
 
 if __name__ == "__main__":

@@ -7,11 +7,13 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import openvino as ov
 
 from genai_shim.continuous_batching.pipeline import SchedulerConfig
 from genai_shim.generation_config import GenerationConfig, folder_generation_config
@@ -136,10 +138,13 @@ class LLMPipeline:
                 "prompt_lookup has no effect on NPU (as in openvino_genai): decoding one token "
                 "per model call"
             )
+        core = _make_core()
+        # the IR is parsed on a helper thread (OpenVINO releases the GIL while it reads) as the
+        # tokenizer loads: a speculative pipeline reads its models itself
+        model = _read_ahead(core, src.folder) if src.folder is not None and opts.draft is None else None
         tokenizer = src.tokenizer if src.tokenizer is not None else Tokenizer(src.folder)
         config = _generation_config(src, tokenizer)
-        core = _make_core()
-        self._impl: LLMPipelineImplBase = _make_impl(core, src, opts, adapters, device, tokenizer, config)
+        self._impl: LLMPipelineImplBase = _make_impl(core, src, opts, adapters, device, tokenizer, config, model)
         self._impl.load_time = (_now() - t0) * 1000.0
 
     # -- public API ----------------------------------------------------------------------------
@@ -180,12 +185,22 @@ class LLMPipeline:
         return self._impl.generate(inputs, generation_config, streamer, kwargs)
 
 
+def _read_ahead(core: Any, folder: Path) -> Future[ov.Model]:
+    """``core.read_model`` of the folder's IR, started on a helper thread."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="genai_shim-read")
+    try:
+        return pool.submit(core.read_model, folder / MODEL_XML)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends after its one task
+
+
 def _make_impl(
     core: Any, src: _Source, opts: PipelineProperties, adapters: Any, device: str, tokenizer: Tokenizer,
-    config: GenerationConfig,
+    config: GenerationConfig, read: Future[ov.Model] | None = None,
 ) -> LLMPipelineImplBase:
     """The implementation, chosen once in the real's order: speculative (a draft model), NPU
-    (stateful, NPUW), prompt lookup, the paged CPU default, else the stateful model."""
+    (stateful, NPUW), prompt lookup, the paged CPU default, else the stateful model.  ``read``:
+    the folder's IR being read already (:func:`_read_ahead`)."""
     folder, props = src.folder, opts.compile
     is_npu = device.split(".")[0] == "NPU"
     if opts.draft is not None:
@@ -201,7 +216,7 @@ def _make_impl(
         raw = np.ascontiguousarray(np.asarray(src.weights.data)).reshape(-1).view(np.uint8)
         model = core.read_model(src.model_xml.encode("utf-8"), memoryview(raw))
     else:
-        model = core.read_model(folder / MODEL_XML)
+        model = read.result() if read is not None else core.read_model(folder / MODEL_XML)
     _, seq_axis = get_kv_axes_pos(model)
     # LoRA goes into the graph before compiling (the real's AdapterController); the paged
     # backend injects its own copy (its model is read and compiled separately).

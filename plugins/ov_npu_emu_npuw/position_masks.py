@@ -73,8 +73,7 @@ def position_masks(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[str
     classified per SDPA (see :func:`classify_mask`); those with a window narrower than ``capacity``
     or a bias are rewritten by :func:`rewrite_position_masks`, anything else is a CompileError.
     """
-    m = stateless.clone()
-    sdpas = [op for op in m.get_ordered_ops() if op.get_type_name() == "ScaledDotProductAttention"]
+    sdpas = [op for op in stateless.get_ordered_ops() if op.get_type_name() == "ScaledDotProductAttention"]
     sdpas = [op for op in sdpas if op.get_input_size() > 3]
     if not sdpas:
         return {}
@@ -89,7 +88,11 @@ def position_masks(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[str
             index[key] = len(distinct)
             distinct.append(src)
         which.append(index[key])
-    probe = ov.Model([ops.result(src) for src in distinct], m.get_parameters(), "masks")
+    # a clone of the mask subgraph alone (the whole model's clone cost more than the probe): its
+    # Results hang on the model's own outputs only until they are dropped with ``whole``
+    whole = ov.Model([ops.result(src) for src in distinct], stateless.get_parameters(), "masks")
+    probe = whole.clone()
+    del whole, distinct
     shapes: dict[str, ov.PartialShape] = {}
     feed: dict[str, np.ndarray] = {}
     for p in probe.get_parameters():

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import logging
 import struct
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ov_npu_emu.errors import UserInputError
 from ov_npu_emu_npu.blob.format import (
@@ -53,9 +53,9 @@ class Symbol:
     value: int = 0  # 0: resolved by the runtime (undefined symbol)
 
 
-@dataclasses.dataclass(frozen=True)
-class RelocEntry:
-    """One Elf64_Rela: write S + A at ``offset`` in the target section."""
+class RelocEntry(NamedTuple):
+    """One Elf64_Rela: write S + A at ``offset`` in the target section (a tuple: a large
+    prefill's blob has tens of thousands of them)."""
 
     offset: int  # byte offset inside the target section
     symbol: str  # a section name (section symbol) or a global Symbol name
@@ -157,10 +157,11 @@ class BlobWriter:
         if tidx is None:
             raise UserInputError(f"relocation target section {target!r} does not exist")
         out = bytearray()
-        for e in entries:
-            if e.symbol not in self._sym_index:
-                raise UserInputError(f"relocation against unknown symbol {e.symbol!r}")
-            out += _RELA.pack(e.offset, (self._sym_index[e.symbol] << 32) | e.rtype, e.addend)
+        index = self._sym_index
+        for offset, symbol, rtype, addend in entries:
+            if symbol not in index:
+                raise UserInputError(f"relocation against unknown symbol {symbol!r}")
+            out += _RELA.pack(offset, (index[symbol] << 32) | rtype, addend)
         self._sections.append(
             _Section(name, SHT_RELA, SHF_INFO_LINK | flags, 8, bytes(out), len(out),
                      link=self._symtab_index, info=tidx, entsize=_RELA.size)

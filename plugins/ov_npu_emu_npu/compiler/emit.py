@@ -19,6 +19,9 @@ from ov_npu_emu_npu.blob.format import (
     ELFOSABI_NPU_EMU,
     EM_NPU_EMU,
     KERNEL_ENTRY,
+    MAX_DIMS,
+    MAX_OPERANDS,
+    OPERAND,
     R_NPU_64,
     SEC_BARRIER_LISTS,
     SEC_BARRIERS,
@@ -34,7 +37,6 @@ from ov_npu_emu_npu.blob.format import (
     TASK_HEAD,
     VPU_SHF_USERINPUT,
     VPU_SHF_USEROUTPUT,
-    Operand,
     TaskKind,
     operand_addr_offset,
     rela_name,
@@ -52,6 +54,8 @@ __all__ = ["emit_blob", "in_symbol", "out_symbol"]
 logger = logging.getLogger(__name__)
 
 _PLACE_SECTION = {Place.CONST: SEC_WEIGHTS, Place.SCRATCH: SEC_SCRATCH, Place.CMX: SEC_CMX}
+#: the unused dimension slots of an operand descriptor
+_ZEROS = (0,) * MAX_DIMS
 
 
 def in_symbol(port: int) -> str:
@@ -69,26 +73,30 @@ class _Relocs:
         self.entries: dict[tuple[str, str], list[RelocEntry]] = {}
 
     def add(self, target: str, offset: int, value: Value, extra: int = 0) -> None:
-        root = value.root
-        if root.place is Place.INPUT:
-            kind, sym, addend = "userin", in_symbol(root.port), extra
-        elif root.place is Place.OUTPUT:
-            kind, sym, addend = "userout", out_symbol(root.port), extra
+        root = value.alias if value.alias is not None else value
+        place = root.place
+        if place is Place.INPUT:
+            key, sym, addend = (target, "userin"), in_symbol(root.port), extra
+        elif place is Place.OUTPUT:
+            key, sym, addend = (target, "userout"), out_symbol(root.port), extra
         else:
             if root.offset < 0:
                 raise CompileError(f"value {root.vid} has no address", stage="reloc")
-            kind, sym, addend = "", _PLACE_SECTION[root.place], root.offset + extra
-        self.entries.setdefault((target, kind), []).append(RelocEntry(offset, sym, R_NPU_64, addend))
+            key, sym, addend = (target, ""), _PLACE_SECTION[place], root.offset + extra
+        entries = self.entries.get(key)
+        if entries is None:
+            entries = self.entries[key] = []
+        entries.append(RelocEntry(offset, sym, R_NPU_64, addend))
 
     def raw(self, target: str, offset: int, section: str, addend: int) -> None:
         self.entries.setdefault((target, ""), []).append(RelocEntry(offset, section, R_NPU_64, addend))
 
 
-def _operand(v: Value) -> Operand:
-    code = DTYPE_CODES.get(np.dtype(v.dtype))
+def _dtype_code(dtype: np.dtype) -> int:
+    code = DTYPE_CODES.get(np.dtype(dtype))
     if code is None:
-        raise CompileError(f"element type {v.dtype} has no NPU code", stage="emit")
-    return Operand(0, code, tuple(v.shape))
+        raise CompileError(f"element type {dtype} has no NPU code", stage="emit")
+    return code
 
 
 def _decompressed_bytes(lw: Lowered) -> int:
@@ -122,8 +130,11 @@ def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, An
     params = bytearray()
     secs: dict[str, bytearray] = {SEC_DMA: bytearray(), SEC_DPU: bytearray(), SEC_SHAVE: bytearray()}
     task_meta: list[dict[str, Any]] = []
+    codes: dict[np.dtype, int] = {}  # element type -> code, looked up once per type
+    kind_names = {k: k.name for k in TaskKind}
+    pad = bytes(OPERAND.size)
     for t in lw.tasks:
-        waits, posts = sched.waits.get(t.tid, []), sched.posts.get(t.tid, [])
+        waits, posts = sched.waits.get(t.tid, ()), sched.posts.get(t.tid, ())
         wait_off = len(lists)
         lists += waits
         post_off = len(lists)
@@ -143,22 +154,30 @@ def emit_blob(lw: Lowered, plan: MemoryPlan, sched: Schedule, meta: dict[str, An
             sec = secs[name]
             base = len(sec)
             p_off = len(params)
-            params += np.asarray(t.params, dtype=np.float64).tobytes()
-            head = TASK_HEAD.pack(t.tid, int(t.kind), len(t.ins), len(t.outs), 0, len(t.params), len(waits),
+            n_par = len(t.params)
+            if n_par:
+                params += struct.pack(f"<{n_par}d", *t.params)
+            operands = t.ins + t.outs
+            sec += TASK_HEAD.pack(t.tid, int(t.kind), len(t.ins), len(t.outs), 0, n_par, len(waits),
                                   len(posts), 0, wait_off, post_off, 0, 0, t.cycles)
-            ops = [_operand(v) for v in t.ins + t.outs]
-            sec += head + b"".join(o.pack() for o in ops)
-            sec += bytes(operand_addr_offset(6) - operand_addr_offset(len(ops)))
+            for v in operands:
+                code = codes.get(v.dtype)
+                if code is None:
+                    code = codes[v.dtype] = _dtype_code(v.dtype)
+                shape = v.shape
+                sec += OPERAND.pack(0, code, len(shape), 0, 0, *shape, *_ZEROS[len(shape):])
+            sec += pad * (MAX_OPERANDS - len(operands))
             # kernel_addr and params_addr are the fields right before est_cycles
             relocs.raw(name, base + TASK_HEAD.size - 24, SEC_KERNELS, kernels[t.kernel] * KERNEL_ENTRY.size)
-            if t.params:
+            if n_par:
                 relocs.raw(name, base + TASK_HEAD.size - 16, SEC_PARAMS, p_off)
-            for i, v in enumerate(t.ins + t.outs):
+            for i, v in enumerate(operands):
                 relocs.add(name, base + operand_addr_offset(i), v)
-        task_meta.append({"tid": t.tid, "engine": t.kind.name, "kernel": t.kernel, "node": t.node, "op": t.op,
-                          "section": name, "offset": base, "lane": t.lane, "cycles": t.cycles})
+        entry = {"tid": t.tid, "engine": kind_names[t.kind], "kernel": t.kernel, "node": t.node, "op": t.op,
+                 "section": name, "offset": base, "lane": t.lane, "cycles": t.cycles}
         if t.rows is not None:
-            task_meta[-1]["rows"] = t.rows
+            entry["rows"] = t.rows
+        task_meta.append(entry)
     meta = dict(meta)
     meta["tasks"] = task_meta
     meta["memory"] = {"weights": len(plan.weights), "scratch": plan.scratch_size, "cmx": plan.cmx_used}

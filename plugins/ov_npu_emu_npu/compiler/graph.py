@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 from typing import Any
 
@@ -53,8 +54,8 @@ class Value:
     #: (a read waits for the latest write, a write for the readers of the previous contents)
     slot: bool = False
 
-    @property
-    def nbytes(self) -> int:
+    @functools.cached_property
+    def nbytes(self) -> int:  # a value's shape and type never change once it exists
         return math.prod(self.shape) * self.dtype.itemsize
 
     @property
