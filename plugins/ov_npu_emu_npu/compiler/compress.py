@@ -9,6 +9,8 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
+from ov_npu_emu_npu.compiler.graph import dims
+
 __all__ = ["CompressedWeight", "F16_DQ_ROUNDING", "PLACEHOLDER_PREFIX", "detach_compressed_weights", "unpack4"]
 
 logger = logging.getLogger(__name__)
@@ -87,11 +89,11 @@ def _const(o: ov.Output) -> ov.Node | None:
 def _values(c: ov.Node) -> np.ndarray:
     """A Constant's values, 4-bit types unpacked to u8/i8."""
     t = _type(c.output(0))
-    shape = tuple(c.get_output_shape(0))
+    shape = dims(c.get_output_shape(0))
     if t in ("u4", "i4"):
         n = int(np.prod(shape, dtype=np.int64))
-        return unpack4(np.array(c.get_data()), n, t == "i4").reshape(shape)
-    return np.array(c.get_data()).reshape(shape)
+        return unpack4(np.asarray(c.get_data()), n, t == "i4").reshape(shape)
+    return np.asarray(c.get_data()).reshape(shape)
 
 
 def _per_group(a: np.ndarray, qshape: tuple[int, ...]) -> np.ndarray | None:
@@ -111,7 +113,7 @@ def _match(out: ov.Output) -> CompressedWeight | None:
     """Match Const(int) -> Convert [-> Subtract(zp)] -> Multiply(scale) [-> Reshape] [-> Convert]."""
     if out.get_partial_shape().is_dynamic:  # a data-dependent size (query_model lets such ops through)
         return None
-    shape = tuple(int(d) for d in out.get_shape())
+    shape = dims(out.get_shape())
     if len(shape) != 2 or _type(out) != "f32":
         return None
     node, converted = out.get_node(), False
@@ -122,7 +124,7 @@ def _match(out: ov.Output) -> CompressedWeight | None:
         node = node.input_value(0).get_node()
     name = out.get_node().get_friendly_name()
     if node.get_type_name() == "Constant":
-        if converted and _type(node.output(0)) == "f16" and tuple(node.get_output_shape(0)) == shape:
+        if converted and _type(node.output(0)) == "f16" and dims(node.get_output_shape(0)) == shape:
             # views of the Constants' data (get_data keeps its node alive): no copy of the weights
             return CompressedWeight(name, "f16", shape, np.asarray(node.get_data()).reshape(shape), None, None,
                                     False)
@@ -155,12 +157,14 @@ def _match_multiply(node: ov.Node, qi: int, shape: tuple[int, int], name: str) -
     fmt = _INT_TYPES.get(_type(qc.output(0))) if qc.get_type_name() == "Constant" else None
     if fmt is None:
         return None
-    qshape = tuple(int(d) for d in qc.get_output_shape(0))
+    qshape = dims(qc.get_output_shape(0))
     if len(qshape) not in (2, 3) or qshape[0] != shape[0] or int(np.prod(qshape[1:])) != shape[1]:
         return None
     if fmt in ("u4", "i4") and qshape[-1] % 2:
         return None  # a group must start on a byte boundary
-    scale = _per_group(np.array(sc.get_data()).reshape(tuple(sc.get_output_shape(0))), qshape)
+    # views of the Constants' data, as the codes: copying every scale cost the load more than
+    # the rest of this matching
+    scale = _per_group(np.asarray(sc.get_data()).reshape(dims(sc.get_output_shape(0))), qshape)
     zp = None
     if zp_c is not None:
         zp = _per_group(_values(zp_c), qshape)

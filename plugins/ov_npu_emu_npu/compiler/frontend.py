@@ -14,6 +14,7 @@ from ov_npu_emu.errors import CompileError, DynamicShapeError, MemoryPlanError, 
 from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT, ELEMENT_TYPES, tensor_bytes
 from ov_npu_emu_npu.compiler.act_scale import scale_activations
 from ov_npu_emu_npu.compiler.compress import CompressedWeight, detach_compressed_weights
+from ov_npu_emu_npu.compiler.graph import dims
 
 __all__ = ["LiftedVariable", "Prepared", "prepare"]
 
@@ -124,7 +125,7 @@ def prepare(model: ov.Model, *, compress: bool = True, dynamic_ops: bool = False
             raise CompileError(
                 f"ReadValue {rv.get_friendly_name()!r} (variable {var_id!r}) has no Assign", stage="lift"
             )
-        shape = tuple(int(d) for d in rv.get_output_shape(0))
+        shape = dims(rv.get_output_shape(0))
         et = rv.get_output_element_type(0)
         init = None
         if rv.get_input_size() == 1:

@@ -23,6 +23,8 @@ import dataclasses
 
 import openvino as ov
 
+from ov_npu_emu_npu.compiler.graph import dims
+
 __all__ = ["MAX_QUERY_ROWS", "KvFusion", "KvJoin", "find_kv_fusions"]
 
 #: attention with more query rows (a prefill chunk) keeps the plain lowering: its tasks take
@@ -68,7 +70,7 @@ def _only_reader(node: ov.Node, reader: ov.Node, index: int | None = None) -> bo
 
 def _shape(out: ov.Output) -> tuple[int, ...] | None:
     ps = out.get_partial_shape()
-    return tuple(ps.to_shape()) if ps.is_static else None
+    return dims(ps.to_shape()) if ps.is_static else None
 
 
 def _join(sdpa: ov.Node, i: int) -> KvJoin | None:

@@ -33,7 +33,7 @@ from ov_npu_emu_npu.compiler.act_scale import KEEP_F32
 from ov_npu_emu_npu.compiler.compress import F16_DQ_ROUNDING, CompressedWeight
 from ov_npu_emu_npu.compiler.frontend import Prepared
 from ov_npu_emu_npu.compiler.fuse_kv import KvFusion, find_kv_fusions
-from ov_npu_emu_npu.compiler.graph import DmaSpec, Packed, Place, Task, Value, np_dtype
+from ov_npu_emu_npu.compiler.graph import DmaSpec, Packed, Place, Task, Value, dims, np_dtype
 from ov_npu_emu_npu.compiler.lower_conv import HANDLERS as CONV_HANDLERS
 from ov_npu_emu_npu.compiler.lower_einsum import HANDLERS as EINSUM_HANDLERS
 from ov_npu_emu_npu.compiler.lower_elementwise import HANDLERS as ELEMENTWISE_HANDLERS
@@ -118,8 +118,8 @@ class _Lowerer:
     def node_out(self, node: ov.Node, i: int = 0) -> Value:
         dtype = np_dtype(node.get_output_element_type(i))
         if self.f16 and ((self.higher_precision and self._higher(node)) or KEEP_F32 in node.get_rt_info()):
-            return self.new_value(tuple(node.get_output_shape(i)), dtype, Place.SCRATCH)
-        return self.scratch(tuple(node.get_output_shape(i)), dtype)
+            return self.new_value(dims(node.get_output_shape(i)), dtype, Place.SCRATCH)
+        return self.scratch(dims(node.get_output_shape(i)), dtype)
 
     def _higher(self, node: ov.Node) -> bool:
         t = node.get_type_name()
@@ -139,8 +139,8 @@ class _Lowerer:
             raise CompileError(f"input {i} of {node.get_friendly_name()!r} was not lowered", stage="lower")
         # a view of the constant's memory (no copy); the model outlives compilation
         data = np.asarray(cnode.get_data(), dtype=np_dtype(cnode.get_output_element_type(0)))
-        v = self.new_value(tuple(cnode.get_output_shape(0)), data.dtype, Place.CONST,
-                           data=data.reshape(tuple(cnode.get_output_shape(0))))
+        v = self.new_value(dims(cnode.get_output_shape(0)), data.dtype, Place.CONST,
+                           data=data.reshape(dims(cnode.get_output_shape(0))))
         self.vals[key] = v
         return v
 
@@ -262,7 +262,7 @@ class _Lowerer:
         params = m.get_parameters()
         for idx, p in enumerate(params):
             v = self.new_value(
-                tuple(p.get_output_shape(0)), np_dtype(p.get_output_element_type(0)), Place.INPUT, port=idx
+                dims(p.get_output_shape(0)), np_dtype(p.get_output_element_type(0)), Place.INPUT, port=idx
             )
             self.vals[(p.get_name(), 0)] = v
             self.out.inputs.append(v)
@@ -345,7 +345,7 @@ class _Lowerer:
                 self.inp(res, 0)
             v = self.vals[key]
             et = np_dtype(res.get_output_element_type(0))
-            shape = tuple(res.get_output_shape(0))
+            shape = dims(res.get_output_shape(0))
             root = v.root
             lifted = j >= n_user
             # write straight into the user's output buffer when the value is ours alone
@@ -382,8 +382,8 @@ class _Lowerer:
         if key not in self.vals and key in self.consts:
             cnode = self.consts[key]
             data = np.asarray(cnode.get_data(), dtype=np_dtype(cnode.get_output_element_type(0)))
-            self.vals[key] = self.new_value(tuple(cnode.get_output_shape(0)), data.dtype, Place.CONST,
-                                            data=data.reshape(tuple(cnode.get_output_shape(0))))
+            self.vals[key] = self.new_value(dims(cnode.get_output_shape(0)), data.dtype, Place.CONST,
+                                            data=data.reshape(dims(cnode.get_output_shape(0))))
         if key not in self.vals:
             raise CompileError(f"{out.get_node().get_friendly_name()!r} was not lowered", stage="lower")
         return self.vals[key]

@@ -9,7 +9,7 @@ import openvino as ov
 
 from ov_npu_emu.errors import UnsupportedOpError
 from ov_npu_emu_npu.blob.kernel_params import AvgPoolParams, ConvParams, DeconvParams, MaxPoolParams
-from ov_npu_emu_npu.compiler.graph import Place
+from ov_npu_emu_npu.compiler.graph import Place, dims
 
 if TYPE_CHECKING:
     from ov_npu_emu_npu.compiler.lower import Handler, _Lowerer
@@ -116,7 +116,7 @@ def op_deconv(lw: _Lowerer, node: ov.Node) -> None:
     wshape = w.shape if group else (1, *w.shape)
     nd = len(wshape) - 3
     strides, dil = [int(v) for v in at["strides"]], [int(v) for v in at["dilations"]]
-    out = tuple(node.get_output_shape(0))
+    out = dims(node.get_output_shape(0))
     auto = str(at.get("auto_pad", "explicit")).lower()
     uncropped = [(i - 1) * s + (k - 1) * d + 1 + int(p) for i, s, k, d, p in
                  zip(x.shape[2:], strides, wshape[3:], dil, at.get("output_padding") or [0] * nd, strict=True)]

@@ -20,7 +20,7 @@ import openvino as ov
 
 from ov_npu_emu.errors import UnsupportedOpError
 from ov_npu_emu_npu.blob.kernel_params import MatMulParams, ReduceParams, TransposeParams
-from ov_npu_emu_npu.compiler.graph import Value
+from ov_npu_emu_npu.compiler.graph import Value, dims
 
 if TYPE_CHECKING:
     from ov_npu_emu_npu.compiler.lower import Handler, _Lowerer
@@ -106,7 +106,7 @@ def op_einsum(lw: _Lowerer, node: ov.Node) -> None:
         lab = batch + fa + fb
         cur = lw.alias(o3, tuple(size[c] for c in lab))
     res = _transpose(lw, cur, lab, out, node)
-    lw.vals[(node.get_name(), 0)] = lw.alias(res, tuple(node.get_output_shape(0)))
+    lw.vals[(node.get_name(), 0)] = lw.alias(res, dims(node.get_output_shape(0)))
 
 
 HANDLERS: dict[str, Handler] = {"Einsum": op_einsum}

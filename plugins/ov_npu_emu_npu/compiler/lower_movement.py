@@ -22,7 +22,7 @@ from ov_npu_emu_npu.blob.kernel_params import (
     TransposeParams,
 )
 from ov_npu_emu_npu.compiler.compress import F16_DQ_ROUNDING
-from ov_npu_emu_npu.compiler.graph import Place, Value
+from ov_npu_emu_npu.compiler.graph import Place, Value, dims
 
 if TYPE_CHECKING:
     from ov_npu_emu_npu.compiler.lower import Handler, _Lowerer
@@ -86,7 +86,7 @@ def op_alias(lw: _Lowerer, node: ov.Node) -> None:
     if grouped is not None:  # the [B, Hkv*G, S, D] reshape of a grouped KV broadcast
         lw.kv_groups[(node.get_name(), 0)] = grouped
         return
-    lw.vals[(node.get_name(), 0)] = lw.alias(lw.inp(node, 0), tuple(node.get_output_shape(0)))
+    lw.vals[(node.get_name(), 0)] = lw.alias(lw.inp(node, 0), dims(node.get_output_shape(0)))
 
 
 def op_transpose(lw: _Lowerer, node: ov.Node) -> None:
@@ -105,7 +105,7 @@ def _kv_group_size(node: ov.Node, x: Value, mode: str) -> int:
     reads the Hkv heads once per group (as the NPU's attention kernel does) instead of a
     broadcast copy; any other reader keeps the broadcast task.
     """
-    out_shape = tuple(node.get_output_shape(0))
+    out_shape = dims(node.get_output_shape(0))
     if mode not in ("numpy", "bidirectional") or len(out_shape) != 5 or len(x.shape) != 5:
         return 0
     b, hkv, g, s_len, d = out_shape
@@ -113,7 +113,7 @@ def _kv_group_size(node: ov.Node, x: Value, mode: str) -> int:
         return 0
     for target in node.output(0).get_target_inputs():
         r = target.get_node()
-        if r.get_type_name() not in _ALIAS_OPS or tuple(r.get_output_shape(0)) != (b, hkv * g, s_len, d):
+        if r.get_type_name() not in _ALIAS_OPS or dims(r.get_output_shape(0)) != (b, hkv * g, s_len, d):
             return 0
         for use in r.output(0).get_target_inputs():
             if use.get_node().get_type_name() != "ScaledDotProductAttention" or use.get_index() not in (1, 2):
@@ -123,7 +123,7 @@ def _kv_group_size(node: ov.Node, x: Value, mode: str) -> int:
 
 def op_broadcast(lw: _Lowerer, node: ov.Node) -> None:
     x = lw.inp(node, 0)
-    out_shape = tuple(node.get_output_shape(0))
+    out_shape = dims(node.get_output_shape(0))
     mode = str(node.get_attributes().get("mode", "numpy")).lower()
     g = _kv_group_size(node, x, mode)
     if g:
@@ -224,7 +224,7 @@ def op_split(lw: _Lowerer, node: ov.Node) -> None:
     inner = int(np.prod(x.shape[axis + 1 :], dtype=np.int64)) * x.dtype.itemsize
     pos = 0
     for i in range(node.get_output_size()):
-        shape = tuple(node.get_output_shape(i))
+        shape = dims(node.get_output_shape(i))
         o = lw.new_value(shape, x.dtype, Place.SCRATCH)
         ai = shape[axis]
         if ai:
@@ -238,7 +238,7 @@ def op_index(lw: _Lowerer, node: ov.Node) -> None:
     """Data movement with arbitrary attributes: evaluate the op on an index tensor at compile time."""
     x = lw.inp(node, 0)
     n = int(np.prod(x.shape, dtype=np.int64))
-    out_shape = tuple(node.get_output_shape(0))
+    out_shape = dims(node.get_output_shape(0))
     ins = [ov.Tensor(np.arange(n, dtype=np.int64).reshape(x.shape))]
     for i in range(1, node.get_input_size()):
         ins.append(ov.Tensor(np.asarray(lw.need_const(node, i, f"input {i}"), order="C")))
@@ -274,7 +274,7 @@ def op_scatter(lw: _Lowerer, node: ov.Node) -> None:
     ]
     for i in range(3, node.get_input_size()):
         ins.append(ov.Tensor(np.asarray(lw.need_const(node, i, f"input {i}"), order="C")))
-    idx = _index_map(node, ins, tuple(node.get_output_shape(0)))
+    idx = _index_map(node, ins, dims(node.get_output_shape(0)))
     o = lw.node_out(node)
     joined = lw.scratch((n + m,), o.dtype)
     for src, off in ((x, 0), (u, n * o.dtype.itemsize)):

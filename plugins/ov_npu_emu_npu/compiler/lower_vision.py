@@ -30,7 +30,7 @@ from ov_npu_emu_npu.blob.kernel_params import (
     DetectionOutputParams,
     ResampleParams,
 )
-from ov_npu_emu_npu.compiler.graph import Place, Value, np_dtype
+from ov_npu_emu_npu.compiler.graph import Place, Value, dims, np_dtype
 
 if TYPE_CHECKING:
     from ov_npu_emu_npu.compiler.lower import Handler, _Lowerer
@@ -140,7 +140,7 @@ def _interp_axes(node: ov.Node, at: dict[str, Any]) -> tuple[list[int], dict[int
 def interpolate_tables(node: ov.Node) -> list[tuple[int, np.ndarray]]:
     """(axis, [out, in] matrix) for each axis Interpolate ``node`` changes (pads included)."""
     at = _interp_attrs(node)
-    in_shape, out_shape = tuple(node.get_input_shape(0)), tuple(node.get_output_shape(0))
+    in_shape, out_shape = dims(node.get_input_shape(0)), dims(node.get_output_shape(0))
     pb, pe = at["pads_begin"], at["pads_end"]
     if min(pb + pe, default=0) < 0:
         raise _refuse(node, "negative pads")
@@ -234,7 +234,7 @@ def op_interpolate(lw: _Lowerer, node: ov.Node) -> None:
 
 def op_adaptive_pool(lw: _Lowerer, node: ov.Node) -> None:
     x = lw.inp(node, 0)
-    in_shape, out_shape = x.shape, tuple(node.get_output_shape(0))
+    in_shape, out_shape = x.shape, dims(node.get_output_shape(0))
     axes = [d for d in range(2, len(in_shape)) if in_shape[d] != out_shape[d]]
     if node.get_type_name() == "AdaptiveAvgPool":
         tables = []
@@ -268,7 +268,7 @@ def op_fold(lw: _Lowerer, node: ov.Node) -> None:
     if not node.evaluate(outs, ins):
         raise _refuse(node, "evaluation at compile time")
     for i, t in enumerate(outs):
-        data = np.array(t.data).reshape(tuple(node.get_output_shape(i)))
+        data = np.array(t.data).reshape(dims(node.get_output_shape(i)))
         lw.vals[(node.get_name(), i)] = lw.new_value(data.shape, data.dtype, Place.CONST, data=data)
 
 

@@ -17,6 +17,7 @@ from ov_npu_emu_npu.blob.reader import SplitBlob
 from ov_npu_emu_npu.blob.validate import DEVICE_MEMORY_LIMIT
 from ov_npu_emu_npu.compiler.emit import emit_blob, in_symbol, out_symbol
 from ov_npu_emu_npu.compiler.frontend import Prepared, prepare
+from ov_npu_emu_npu.compiler.graph import dims
 from ov_npu_emu_npu.compiler.lower import lower
 from ov_npu_emu_npu.compiler.memory import plan_memory
 from ov_npu_emu_npu.compiler.schedule import schedule
@@ -65,7 +66,7 @@ def _token_prefill(prep: Prepared) -> bool:
     for p in prep.model.get_parameters():
         if "input_ids" in p.output(0).get_names():
             shape = p.get_output_partial_shape(0)
-            return shape.is_static and prefill_length(tuple(shape.to_shape()), bool(prep.variables)) > 0
+            return shape.is_static and prefill_length(dims(shape.to_shape()), bool(prep.variables)) > 0
     return False
 
 
