@@ -249,11 +249,12 @@ def _rope_tables(
     if key in _ROPE_TABLES:
         _ROPE_TABLES.move_to_end(key)
         return _ROPE_TABLES[key]
-    # Evaluate the sin/cos subgraph for all positions on a throw-away clone.
-    clone = model.clone()
-    by_name = {op.get_friendly_name(): op for op in clone.get_ordered_ops()}
-    sub_pos = find_param(clone, "position_ids")
-    sub = ov.Model([by_name[op.get_friendly_name()].output(0) for op in trig], [sub_pos], "rope")
+    # Evaluate the sin/cos subgraph for all positions on a throw-away clone of that subgraph
+    # alone (its Results hang on the model's own outputs until ``whole`` is dropped)
+    whole = ov.Model([ops.result(op.output(0)) for op in trig], [pos], "rope")
+    sub = whole.clone()
+    del whole
+    sub_pos = sub.get_parameters()[0]
     try:
         sub.reshape({sub_pos.output(0): ov.PartialShape([1, positions])})
         compiled = openvino_core().compile_model(sub, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})

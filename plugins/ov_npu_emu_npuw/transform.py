@@ -349,8 +349,7 @@ def _static(model: ov.Model, kv: KVLayout, q_len: int, mask_len: int, has_past: 
     except RuntimeError as e:
         raise CompileError(
             f"cannot reshape {model.get_friendly_name()} to static {shapes}: {e}", stage="reshape"
-        ) from e
-    model.validate_nodes_and_infer_types()
+        ) from e  # reshape re-infers every node's types and shapes itself
 
 
 def make_prefill_model(
