@@ -225,3 +225,13 @@ def test_tags_and_history_chat_match_real(cpu: Any, family: str) -> None:
     for prompt, kw in cases:
         assert _run(cpu, genai_shim, prompt, **kw) == _run(real, og, prompt, **kw)
     assert _chat_history(cpu, genai_shim) == _chat_history(real, og)
+
+
+def test_vision_on_the_emulated_npu_gives_the_real_npus_golden(family: str) -> None:
+    """Every embedder model on the emulated NPU too (DEVICE_PROPERTIES AUTO -> NPU): the frame
+    pairs' preprocessing on CPU, the patch embedding and the merger on the NPU."""
+    pipe = genai_shim.VLMPipeline(FIXTURES / family, "NPU", **EMULATED,
+                                  DEVICE_PROPERTIES={"AUTO": {"MULTI_DEVICE_PRIORITIES": "NPU"}})
+    golden = _golden(family)["npuw_cpu"]["3_frames_40x100"]
+    prompt, kw = video_case_inputs("3_frames_40x100", genai_shim)
+    assert _run(pipe, genai_shim, prompt, **kw) == (golden["text"], golden["num_input_tokens"])
