@@ -32,7 +32,7 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
     "visual language models": (
         ("VLMPipelineBase",),
         "VLMPipeline runs Qwen2-VL, Qwen2.5-VL, LLaVA, LLaVA-NeXT, LLaVA-NeXT-Video and Gemma 3 images; "
-        "videos for LLaVA-NeXT-Video; no VLMPipelineBase",
+        "videos for Qwen2-VL, Qwen2.5-VL and LLaVA-NeXT-Video; no VLMPipelineBase",
     ),
     "speech generation and omni models": (
         (

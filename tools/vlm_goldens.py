@@ -2,7 +2,9 @@
 
 Recorded: greedy texts on CPU under f32 hints, with an image and text only, a 3-turn chat (the
 image in the first turn), and on NPU with NPUW_DEVICES=CPU (f32 sub-configs, as the NPUW oracle
-tests set them) plus the real's error for a prompt over MAX_PROMPT_LEN.
+tests set them) plus the real's error for a prompt over MAX_PROMPT_LEN.  For the families that
+take videos (Qwen2-VL, Qwen2.5-VL) ``record_videos`` adds a ``videos`` entry: VIDEO_CASES and a
+video chat on both devices, with their margins.
 """
 
 from __future__ import annotations
@@ -47,6 +49,73 @@ def test_image(h: int = 80, w: int = 80) -> np.ndarray:
     img[0, :, :, 1] = (np.arange(h)[:, None] * 255 // h).astype(np.uint8)
     img[0, :, :, 2] = ((np.arange(h)[:, None] + np.arange(w)[None, :]) * 3 % 256).astype(np.uint8)
     return img
+
+
+def test_video(frames: int, h: int, w: int, shift: int = 7) -> np.ndarray:
+    """A deterministic video [frames, h, w, 3] uint8: the test image rolled ``shift`` pixels
+    along its width per frame."""
+    base = test_image(h, w)[0]
+    return np.ascontiguousarray(np.stack([np.roll(base, shift * i, axis=1) for i in range(frames)]))
+
+
+#: name -> (prompt, images as (h, w), videos as (frames, h, w[, shift]), frames_indices per video or None);
+#: shifts and indices picked for top-1 margins >= MIN_MARGIN on both Qwen fixtures (the first tries,
+#: shift 7 and indices [0, 2, 3, 5, 7], had 0.046 / 0.003 / 0.092)
+VIDEO_CASES: dict[str, tuple[str, list[tuple[int, ...]], list[tuple[int, ...]], list[list[int]] | None]] = {
+    "4_frames_70x90": ("Describe the video.", [], [(4, 70, 90)], None),
+    "3_frames_40x100": ("Describe the video.", [], [(3, 40, 100, 11)], None),
+    "1_frame_64x64": ("Describe the video.", [], [(1, 64, 64)], None),
+    "5_of_8_frames_80x80": ("Describe the video.", [], [(8, 80, 80)], [[0, 1, 3, 5, 7]]),
+    "image_and_video": (PROMPT, [(80, 80)], [(2, 70, 90)], None),
+    "two_videos": ("Compare the videos.", [], [(2, 70, 90), (5, 60, 60, 9)], None),
+}
+#: a start_chat chat: (prompt, videos, images) per turn
+VIDEO_CHAT: tuple[tuple[str, list[tuple[int, ...]], list[tuple[int, ...]]], ...] = (
+    ("Describe the video.", [(3, 60, 60)], []),
+    ("What moves?", [], []),
+    ("And in these?", [(2, 56, 84)], [(80, 80)]),
+)
+
+
+def video_case_inputs(name: str, lib: Any) -> tuple[str, dict[str, Any]]:
+    """VIDEO_CASES[name] as generate()'s prompt and keyword arguments (``lib``: openvino_genai or
+    the shim, for its VideoMetadata)."""
+    import openvino as ov
+
+    prompt, images, videos, indices = VIDEO_CASES[name]
+    kw: dict[str, Any] = {"videos": [ov.Tensor(test_video(*v)) for v in videos]}
+    if images:
+        kw["images"] = [ov.Tensor(test_image(*hw)) for hw in images]
+    if indices is not None:
+        metas = []
+        for idx in indices:
+            meta = lib.VideoMetadata()
+            meta.frames_indices = idx
+            metas.append(meta)
+        kw["videos_metadata"] = metas
+    return prompt, kw
+
+
+def video_chat_turns(pipe: Any, lib: Any) -> list[tuple[str, int]]:
+    """start_chat(), the VIDEO_CHAT turns, finish_chat(): each turn's (text, input tokens)."""
+    import openvino as ov
+
+    cfg = lib.GenerationConfig()
+    cfg.max_new_tokens = MAX_NEW_TOKENS
+    pipe.start_chat()
+    try:
+        out = []
+        for prompt, videos, images in VIDEO_CHAT:
+            kw: dict[str, Any] = {}
+            if videos:
+                kw["videos"] = [ov.Tensor(test_video(*v)) for v in videos]
+            if images:
+                kw["images"] = [ov.Tensor(test_image(*hw)) for hw in images]
+            r = pipe.generate(prompt, generation_config=cfg, **kw)
+            out.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
+        return out
+    finally:
+        pipe.finish_chat()
 
 
 def chat_turns(pipe: Any, lib: Any) -> list[tuple[str, int]]:
@@ -114,6 +183,9 @@ def record(folder: Path) -> dict[str, Any]:
             raise SystemExit(f"{key}: top-1 margin {m['min']} < {MIN_MARGIN} or text differs; pick another "
                              "image or prompt")
     (folder / "golden.json").write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    if cfg.get("model_type") in ("qwen2_vl", "qwen2_5_vl"):  # the families here that take videos
+        golden = record_videos(folder)
     return golden
 
 
@@ -165,4 +237,108 @@ def margins(folder: Path, golden: dict[str, Any]) -> dict[str, Any]:
                                 "beam_idx": np.zeros(1, np.int32), **step_extras})["logits"][0, -1]
         out[key] = {"ids": tokens, "per_step": steps, "min": min(steps),
                     "text_equals_golden": tok.decode(tokens) == golden["cpu"][key]["text"]}
+    return out
+
+
+def _run_videos(pipe: Any, og: Any, chat: bool) -> dict[str, Any]:
+    cfg = og.GenerationConfig()
+    cfg.max_new_tokens = MAX_NEW_TOKENS
+    out: dict[str, Any] = {}
+    for name in VIDEO_CASES:
+        prompt, kw = video_case_inputs(name, og)
+        r = pipe.generate(prompt, generation_config=cfg, **kw)
+        out[name] = {"text": r.texts[0], "num_input_tokens": r.perf_metrics.get_num_input_tokens()}
+    if chat:
+        out["chat"] = [{"prompt": p, "text": t, "num_input_tokens": n}
+                       for (p, _, _), (t, n) in zip(VIDEO_CHAT, video_chat_turns(pipe, og), strict=True)]
+    else:  # the real's NPU refuses videos in a chat
+        try:
+            video_chat_turns(pipe, og)
+            out["chat_error"] = None
+        except RuntimeError as e:
+            out["chat_error"] = str(e).strip().splitlines()[-1]
+    return out
+
+
+def record_videos(folder: Path) -> dict[str, Any]:
+    """golden.json's ``videos`` entry (the rest of the file is kept): VIDEO_CASES and the
+    VIDEO_CHAT chat from the real on CPU (f32) and on NPU (NPUW_DEVICES=CPU), with the CPU
+    cases' greedy margins; a case under MIN_MARGIN stops the tool (change the video)."""
+    import openvino_genai as og
+
+    path = folder / "golden.json"
+    golden: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    entry: dict[str, Any] = {
+        "videos": "tools/vlm_goldens.py VIDEO_CASES / VIDEO_CHAT (test_video: the test image rolled 7 px per frame)",
+        "cpu": _run_videos(og.VLMPipeline(str(folder), "CPU", **CPU_PROPS), og, chat=True),
+        "npuw_cpu": _run_videos(og.VLMPipeline(str(folder), "NPU", **NPU_PROPS), og, chat=False),
+    }
+    entry["margins"] = video_margins(folder, entry)
+    low = {k: m["min"] for k, m in entry["margins"].items()
+           if isinstance(m, dict) and (m["min"] < MIN_MARGIN or not m["text_equals_golden"])}
+    if low:
+        raise SystemExit(f"video goldens with a top-1 margin under {MIN_MARGIN} (or another text): {low}")
+    golden["videos"] = entry
+    path.write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return golden
+
+
+def _greedy_margins(emb: Any, lm: Any, tok: Any, prompt: str, images: list[Any], videos: list[Any]) -> tuple[
+        list[int], list[float]]:
+    """Greedy ids and per-step top-1 minus top-2 logits of the exported language model (CPU f32)
+    on genai_shim's inputs for one templated prompt with images and videos."""
+    encoded = emb.encode_images(images)
+    clips = emb.encode_videos(videos) if videos else []
+    unified = emb.normalize_prompt(prompt, encoded, clips) if clips else emb.normalize_prompt(prompt, encoded)
+    templated = tok.apply_chat_template([{"role": "user", "content": unified}], add_generation_prompt=True)
+    ids = np.array(tok.encode(templated, add_special_tokens=False).input_ids.data, np.int64)
+    x = emb.embed(ids, encoded, clips) if clips else emb.embed(ids, encoded)
+    pos, delta = emb.position_ids(ids, encoded, clips) if clips else emb.position_ids(ids, encoded)
+    req = lm.create_infer_request()
+    n = ids.shape[1]
+    logits = req.infer({"inputs_embeds": x, "attention_mask": np.ones((1, n), np.int64), "position_ids": pos,
+                        "beam_idx": np.zeros(1, np.int32)})["logits"][0, -1]
+    tokens: list[int] = []
+    steps: list[float] = []
+    for _ in range(MAX_NEW_TOKENS):
+        top = np.sort(logits)[-2:]
+        steps.append(round(float(top[1] - top[0]), 5))
+        t = int(np.argmax(logits))
+        tokens.append(t)
+        if t == tok.get_eos_token_id():
+            break
+        length = n + len(tokens)
+        logits = req.infer({"inputs_embeds": emb.token_embeddings(np.array([[t]], np.int64)),
+                            "attention_mask": np.ones((1, length), np.int64),
+                            "position_ids": emb.step_position_ids(length, delta),
+                            "beam_idx": np.zeros(1, np.int32)})["logits"][0, -1]
+    return tokens, steps
+
+
+def video_margins(folder: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """Per VIDEO_CASES case (frames sampled as the metadata says): the greedy margins of the CPU
+    golden, from genai_shim's inputs embedder (equal to the real's: same texts)."""
+    import openvino as ov
+    import openvino_genai as og
+
+    sys_path = str(Path(__file__).resolve().parents[1])
+    import sys
+
+    if sys_path not in sys.path:
+        sys.path.insert(0, sys_path)
+    from genai_shim.vlm.common import Placement, sample_videos
+    from genai_shim.vlm.pipeline import EMBEDDERS
+
+    core = ov.Core()
+    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    tok = og.Tokenizer(str(folder))
+    emb = EMBEDDERS[cfg["model_type"]](core, folder, cfg, Placement({}, ("CPU", CPU_PROPS)), tok)
+    lm = core.compile_model(core.read_model(folder / "openvino_language_model.xml"), "CPU", CPU_PROPS)
+    out: dict[str, Any] = {"source": "openvino CPU f32, openvino_language_model.xml, greedy"}
+    for name in VIDEO_CASES:
+        prompt, kw = video_case_inputs(name, og)
+        videos = sample_videos(kw["videos"], kw.get("videos_metadata"))
+        tokens, steps = _greedy_margins(emb, lm, tok, prompt, kw.get("images", []), videos)
+        out[name] = {"ids": tokens, "per_step": steps, "min": min(steps),
+                     "text_equals_golden": tok.decode(tokens) == entry["cpu"][name]["text"]}
     return out

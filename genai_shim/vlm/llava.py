@@ -239,7 +239,9 @@ class LLaVAEmbedder:
     def token_embeddings(self, ids: np.ndarray) -> np.ndarray:
         return text_embeddings(self.text, ids)
 
-    def position_ids(self, ids: np.ndarray, images: list[LLaVAImage]) -> tuple[np.ndarray, int]:
+    def position_ids(self, ids: np.ndarray, images: list[LLaVAImage], videos: list[Any] | None = None
+                     ) -> tuple[np.ndarray, int]:
+        """Plain positions 0..L-1 (images and videos take no part)."""
         return np.arange(ids.shape[1], dtype=np.int64)[None], 0
 
     def step_position_ids(self, length: int, delta: int) -> np.ndarray:

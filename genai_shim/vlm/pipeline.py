@@ -402,8 +402,11 @@ class VLMPipeline:
         videos = _vision_args("videos", kwargs.pop("videos", _UNSET), kwargs.pop("video", _UNSET))
         videos = sample_videos(videos, kwargs.pop("videos_metadata", None))
         if videos and getattr(self._embedder, "video_tag", None) is None:
-            raise ConfigError(f"genai_shim's VLMPipeline takes videos for LLaVA-NeXT-Video only, not "
-                              f"{type(self._embedder).__name__}", key="videos")
+            raise ConfigError(f"genai_shim's VLMPipeline takes videos for Qwen2-VL, Qwen2.5-VL and "
+                              f"LLaVA-NeXT-Video, not {type(self._embedder).__name__}", key="videos")
+        if videos and self._is_npu and (self._chat is not None or isinstance(prompt, ChatHistory)):
+            # the real's validate_inputs_for_npu (a ChatHistory generate is a chat there too)
+            raise UserInputError("Chat mode is currently not supported with video input for NPU device!")
         if not isinstance(prompt, (str, ChatHistory)):
             raise UserInputError(
                 f"VLMPipeline.generate() takes a str or a ChatHistory prompt, got {type(prompt).__name__}")
@@ -435,7 +438,10 @@ class VLMPipeline:
             else:
                 embeds = self._embedder.embed(ids, used)
         perf.vlm_raw_metrics.text_embedding_durations.extend(times)
-        pos, delta = self._embedder.position_ids(ids, used)
+        if used_clips:
+            pos, delta = self._embedder.position_ids(ids, used, used_clips)  # type: ignore[call-arg]
+        else:
+            pos, delta = self._embedder.position_ids(ids, used)
         extras = self._embedder.lm_inputs(ids, used)
         perf.vlm_raw_metrics.prepare_embeddings_durations.append((_now() - t_emb) * 1e6)
         if self._is_npu and embeds.shape[1] > self._max_prompt_len:

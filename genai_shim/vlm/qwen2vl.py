@@ -3,7 +3,14 @@ preprocessing the real builds into the vision model (bicubic resize to the smart
 normalise with the preprocessor's mean/std, temporal tiling, patch flattening), the patch
 embeddings, the merger (block-diagonal attention mask, 2-D rotary embeddings of the patch grid),
 the ``<|vision_start|><|image_pad|>...<|vision_end|>`` expansion and the M-RoPE position ids with
-their rope delta."""
+their rope delta.
+
+Videos (the real's ``encode_frames``): the frames in pairs of ``temporal_patch_size`` (2) through
+the same graph's video branch (``cond_img_vid`` 0: two frames resized to the first frame's smart
+size), a last odd frame as an image (tiled); ``grid_t`` = ceil(frames / 2). Each video becomes
+``<|vision_start|>`` + ``grid_t·grid_h·grid_w / merge²`` × ``<|video_pad|>`` + ``<|vision_end|>``;
+the merger takes every video, then every image, in one call; M-RoPE gives a video's pair ``t``
+the temporal position ``t · tokens_per_second`` (the real's rule for both families)."""
 
 from __future__ import annotations
 
@@ -18,13 +25,23 @@ import openvino as ov
 import openvino.opset8 as opset8
 import openvino.opset13 as ops
 
-from genai_shim.vlm.common import TEXT_EMB_XML, VISION_XML, Placement, image_rows, prepend_tags, text_embeddings
+from genai_shim.vlm.common import (
+    TEXT_EMB_XML,
+    VISION_XML,
+    Placement,
+    expand_tags,
+    image_rows,
+    prepend_tags,
+    text_embeddings,
+)
 from ov_npu_emu.errors import ConfigError, UserInputError
 
-__all__ = ["NATIVE_TAG", "EncodedImage", "ProcessorConfig", "Qwen2VLEmbedder", "smart_resize"]
+__all__ = ["NATIVE_TAG", "NATIVE_VIDEO_TAG", "EncodedImage", "ProcessorConfig", "Qwen2VLEmbedder", "smart_resize"]
 
 #: the real's hard-coded native image tag (the chat templates spell it out)
 NATIVE_TAG = "<|vision_start|><|image_pad|><|vision_end|>"
+#: and its native video tag
+NATIVE_VIDEO_TAG = "<|vision_start|><|video_pad|><|vision_end|>"
 MERGER_XML = "openvino_vision_embeddings_merger_model.xml"
 
 
@@ -62,11 +79,13 @@ class ProcessorConfig:
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """The real's qwen2_vl_utils::smart_resize (float rounding, integer aspect check)."""
+    """The real's qwen2_vl_utils::smart_resize (f32 quotients rounded half away from zero as
+    std::round, integer aspect check)."""
     if max(height, width) // min(height, width) > 200:
         raise UserInputError("Absolute aspect ratio must be smaller than 200")
-    h_bar = int(round(float(np.float32(height) / np.float32(factor)))) * factor
-    w_bar = int(round(float(np.float32(width) / np.float32(factor)))) * factor
+    # std::round: halves away from zero (Python's round() would take 70 / 28 = 2.5 to 2)
+    h_bar = int(math.floor(float(np.float32(height) / np.float32(factor)) + 0.5)) * factor
+    w_bar = int(math.floor(float(np.float32(width) / np.float32(factor)) + 0.5)) * factor
     if h_bar * w_bar > max_pixels:
         beta = math.sqrt(height * width / float(max_pixels))
         h_bar = int(math.floor(height / beta / factor)) * factor
@@ -155,6 +174,8 @@ def block_mask(n: int, bounds: Any) -> np.ndarray:
 
 @dataclass
 class EncodedImage:
+    """An encoded image, or a video (``grid_t`` > 1 when it has more than two frames)."""
+
     patches: np.ndarray  # [grid_t*grid_h*grid_w, embed_dim] patch embeddings
     grid_thw: tuple[int, int, int]
 
@@ -164,6 +185,8 @@ class Qwen2VLEmbedder:
 
     #: the family's native image tag (universal tags become it)
     native_tag = NATIVE_TAG
+    #: the native video tag (``<ov_genai_video_i>`` become it); a subclass without videos sets None
+    video_tag: str | None = NATIVE_VIDEO_TAG
 
     def __init__(self, core: Any, folder: Path, config: dict[str, Any], placement: Placement, tokenizer: Any) -> None:
         self.cfg = ProcessorConfig.read(folder)
@@ -187,6 +210,7 @@ class Qwen2VLEmbedder:
         ids = tokenizer.encode("<|vision_start|><|vision_end|><|image_pad|><|video_pad|>",
                                add_special_tokens=False).input_ids.data[0]
         self.vision_start, self.vision_end, self.image_pad = int(ids[0]), int(ids[1]), int(ids[2])
+        self.video_pad = int(ids[3])
 
     # -- images ----------------------------------------------------------------------------------
     def encode_images(self, images: list[Any]) -> list[EncodedImage]:
@@ -197,15 +221,22 @@ class Qwen2VLEmbedder:
         return out
 
     def _encode(self, image: np.ndarray) -> EncodedImage:
+        patches, gh, gw = self._encode_frames(image, None)
+        return EncodedImage(patches, (1, gh, gw))
+
+    def _encode_frames(self, first: np.ndarray, second: np.ndarray | None) -> tuple[np.ndarray, int, int]:
+        """One image (``second`` None: the graph's image branch tiles it) or two video frames
+        [1, H, W, 3] through the preprocessing and the vision model: ([grid_h*grid_w, embed_dim]
+        patch embeddings, grid_h, grid_w), sized by the first frame."""
         c = self.cfg
-        h, w = smart_resize(image.shape[1], image.shape[2], c.patch_size * c.merge_size, c.min_pixels, c.max_pixels)
+        h, w = smart_resize(first.shape[1], first.shape[2], c.patch_size * c.merge_size, c.min_pixels, c.max_pixels)
         t, ch = c.temporal_patch_size, 3
         gt, gh, gw = 1, h // c.patch_size, w // c.patch_size
         m, p = c.merge_size, c.patch_size
         feed = {
-            "cond_img_vid": np.ones(1, np.float32),
-            "raw_images_1": image,
-            "raw_images_2": image,
+            "cond_img_vid": np.array([0.0 if second is not None else 1.0], np.float32),
+            "raw_images_1": first,
+            "raw_images_2": first if second is None else second,
             "resize_shape": np.array([h, w], np.int64),
             "tile_shape": np.array([t, 1, 1, 1], np.int64),
             "reshape_shape8d": np.array([gt, t * ch, gh // m, m, p, gw // m, m, p], np.int64),
@@ -216,7 +247,32 @@ class Qwen2VLEmbedder:
             self.preprocess.infer(feed)
             feed = {"hidden_states": np.array(self.preprocess.get_output_tensor(0).data, copy=True)}
         self.vision.infer(feed)
-        return EncodedImage(np.array(self.vision.get_output_tensor(0).data, copy=True), (gt, gh, gw))
+        return np.array(self.vision.get_output_tensor(0).data, copy=True), gh, gw
+
+    # -- videos ----------------------------------------------------------------------------------
+    def encode_videos(self, videos: list[Any]) -> list[EncodedImage]:
+        """Each video [N, H, W, 3] uint8 (frames already sampled by VideoMetadata) -> its patch
+        embeddings, ``grid_t`` = ceil(N / temporal_patch_size): adjacent frames in pairs, a last
+        odd frame alone as an image (the real's encode_frames)."""
+        out = []
+        pair = self.cfg.temporal_patch_size
+        for video in videos:
+            frames = np.asarray(video.data if isinstance(video, ov.Tensor) else video)
+            if frames.ndim != 4:  # the real's text
+                raise UserInputError(f"Video tensor must have shape {{N, H, W, C}}, got rank {frames.ndim}")
+            if frames.dtype != np.uint8 or frames.shape[3] != 3:
+                raise UserInputError(f"Video tensor must have shape {{N, H, W, C}} (uint8, C = 3), got "
+                                     f"{frames.dtype} {list(frames.shape)}")
+            if frames.shape[0] == 0:
+                raise UserInputError("Video input must contain at least one frame.")  # the real's text
+            parts, gh, gw = [], 0, 0
+            for i in range(0, frames.shape[0], pair):
+                first = np.ascontiguousarray(frames[i : i + 1])
+                second = np.ascontiguousarray(frames[i + 1 : i + 2]) if i + 1 < frames.shape[0] else None
+                patches, gh, gw = self._encode_frames(first, second)
+                parts.append(patches)
+            out.append(EncodedImage(np.concatenate(parts, axis=0), (len(parts), gh, gw)))
+        return out
 
     def tokens_for(self, image: EncodedImage) -> int:
         gt, gh, gw = image.grid_thw
@@ -257,32 +313,51 @@ class Qwen2VLEmbedder:
         return np.ascontiguousarray(np.concatenate([freqs[hp], freqs[wp]], axis=1).astype(np.float32))
 
     # -- prompt -----------------------------------------------------------------------------------
-    def normalize_prompt(self, prompt: str, images: list[EncodedImage]) -> str:
+    def normalize_prompt(self, prompt: str, images: list[EncodedImage], videos: list[EncodedImage] | None = None
+                         ) -> str:
         """Prepend a native tag per image unless the prompt has them, then expand each tag to
-        its image's pad tokens (the real's normalize + normalize_prompt)."""
+        its image's pad tokens (the real's normalize + normalize_prompt); then the same for the
+        videos with the video tag (so their tags go before the images')."""
         prompt = prepend_tags(prompt, NATIVE_TAG, len(images))
         for im in images:
             expanded = "<|vision_start|>" + "<|image_pad|>" * self.tokens_for(im) + "<|vision_end|>"
             prompt = prompt.replace(NATIVE_TAG, expanded, 1) if NATIVE_TAG in prompt else prompt
+        if videos:
+            prompt = prepend_tags(prompt, NATIVE_VIDEO_TAG, len(videos))
+            prompt = expand_tags(prompt, NATIVE_VIDEO_TAG, (
+                "<|vision_start|>" + "<|video_pad|>" * self.tokens_for(v) + "<|vision_end|>" for v in videos))
         return prompt
 
-    def embed(self, ids: np.ndarray, images: list[EncodedImage]) -> np.ndarray:
+    def embed(self, ids: np.ndarray, images: list[EncodedImage], videos: list[EncodedImage] | None = None
+              ) -> np.ndarray:
         """Text embeddings of ``ids`` [1, L] with the image pad rows replaced by the merged
-        vision embeddings, in order."""
+        vision embeddings, in order (and the video pad rows by the videos'; the merger runs once
+        over the videos then the images, as the real's)."""
+        videos = videos or []
         emb = text_embeddings(self.text, ids)
         slots = np.flatnonzero(ids[0] == self.image_pad)
-        if images:
-            vis = self.merge(images)
+        video_slots = np.flatnonzero(ids[0] == self.video_pad)
+        if images or videos:
+            merged = self.merge(videos + images)
+            n_video = sum(self.tokens_for(v) for v in videos)
+            vis, video_rows = merged[n_video:], merged[:n_video]
             if vis.shape[0] != slots.size:
                 raise UserInputError(
                     f"Image embeddings count ({vis.shape[0]}) does not match image pad tokens in prompt "
                     f"({slots.size})"
                 )
+            if video_rows.shape[0] != video_slots.size:
+                raise UserInputError(
+                    f"Video embeddings count ({video_rows.shape[0]}) does not match video pad tokens in prompt "
+                    f"({video_slots.size})"
+                )
             emb[0, slots] = vis
-        elif slots.size:
+            emb[0, video_slots] = video_rows
+        elif slots.size or video_slots.size:
+            kind, n = ("image", slots.size) if slots.size else ("video", video_slots.size)
             raise UserInputError(
-                f"the prompt has {slots.size} <|image_pad|> tokens but no image was given; pass the "
-                "images with images=[...]"
+                f"the prompt has {n} <|{kind}_pad|> tokens but no {kind} was given; pass the "
+                f"{kind}s with {kind}s=[...]"
             )
         return emb
 
@@ -302,12 +377,17 @@ class Qwen2VLEmbedder:
         """The same for one decode step."""
         return {}
 
-    def position_ids(self, ids: np.ndarray, images: list[EncodedImage]) -> tuple[np.ndarray, int]:
-        """M-RoPE positions [3, 1, L] and the rope delta (the real's create_position_ids)."""
+    def position_ids(self, ids: np.ndarray, images: list[EncodedImage], videos: list[EncodedImage] | None = None
+                     ) -> tuple[np.ndarray, int]:
+        """M-RoPE positions [3, 1, L] and the rope delta (the real's create_position_ids): each
+        ``<|vision_start|>`` takes the grid of the next video when a ``<|video_pad|>`` follows it,
+        else of the next image (prompt order; the real takes every video's grid before every
+        image's, which differs only when an image's tag precedes a video's: docs/genai_shim.md)."""
         row = ids[0]
         n = row.size
         pos = np.zeros((3, 1, n), np.int64)
-        st, next_pos, grid_idx = 0, 0, 0
+        st, next_pos = 0, 0
+        queues = {True: list(videos or []), False: list(images)}
         m = self.cfg.merge_size
         for ed in np.flatnonzero(row == self.vision_start).tolist():
             if ed < st:
@@ -318,8 +398,9 @@ class Qwen2VLEmbedder:
             next_pos += 1
             ed += 1
             st = ed
-            if grid_idx < len(images):
-                t, h, w = images[grid_idx].grid_thw
+            queue = queues[ed < n and int(row[ed]) == self.video_pad]
+            if queue:
+                t, h, w = queue.pop(0).grid_thw
                 lh, lw = h // m, w // m
                 size = lh * lw
                 for ti in range(t):
@@ -329,7 +410,6 @@ class Qwen2VLEmbedder:
                     pos[2, 0, base : base + size] = next_pos + np.tile(np.arange(lw), lh)
                 next_pos += max((t - 1) * self.tokens_per_second + 1, max(lh, lw))
                 st = ed + t * size
-                grid_idx += 1
         if st < n:
             pos[:, 0, st:] = np.arange(next_pos, next_pos + n - st)
         delta = int(pos.max()) + 1 - n if n else 0
