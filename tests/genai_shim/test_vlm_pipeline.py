@@ -43,8 +43,11 @@ def shim_cpu() -> Any:
     return genai_shim.VLMPipeline(FOLDER, "CPU", **CPU_PROPS)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def real_cpu() -> Any:
+    """A fresh real pipeline per test: a long-lived one's texts change with what it ran before
+    (the real's state across calls, docs/genai_shim.md), which made the comparisons depend on
+    the test order."""
     return og.VLMPipeline(str(FOLDER), "CPU", **CPU_PROPS)
 
 
