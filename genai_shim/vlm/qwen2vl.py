@@ -65,8 +65,9 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     """The real's qwen2_vl_utils::smart_resize (float rounding, integer aspect check)."""
     if max(height, width) // min(height, width) > 200:
         raise UserInputError("Absolute aspect ratio must be smaller than 200")
-    h_bar = int(round(float(np.float32(height) / np.float32(factor)))) * factor
-    w_bar = int(round(float(np.float32(width) / np.float32(factor)))) * factor
+    # std::round: halves away from zero (Python's round would take 2.5 to 2)
+    h_bar = int(math.floor(float(np.float32(height) / np.float32(factor)) + 0.5)) * factor
+    w_bar = int(math.floor(float(np.float32(width) / np.float32(factor)) + 0.5)) * factor
     if h_bar * w_bar > max_pixels:
         beta = math.sqrt(height * width / float(max_pixels))
         h_bar = int(math.floor(height / beta / factor)) * factor
