@@ -73,6 +73,24 @@ GEMMA3_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
 )
+#: Qwen3-VL's chat format (written here, after the structure of the Instruct models' template):
+#: ChatML with no default system message; a message's content a string or a list of
+#: {"type": "image" | "video" | "text"} parts, the vision parts as the native tags
+QWEN3_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}{{ '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{% elif part['type'] == 'video' %}{{ '<|vision_start|><|video_pad|><|vision_end|>' }}"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "{{ '<|im_end|>\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+#: seed of Qwen3-VL's weights (QWEN3_SEED in the environment: another export)
+QWEN3_SEED = int(os.environ.get("QWEN3_SEED", "5"))
 VOCAB = 512
 HIDDEN = 64
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -92,6 +110,24 @@ QWEN_PREPROCESSOR = {
     "max_pixels": 12544,
     "size": {"shortest_edge": 3136, "longest_edge": 12544},
     "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+}
+# Qwen3-VL's image processor: patch 16, merge 2 (32-pixel units), mean/std 0.5, the pixel bounds
+# as size.shortest_edge / size.longest_edge only (as the real's Qwen3-VL exports; the real reads
+# them when min_pixels / max_pixels are absent): at least 2x2 units (64x64), at most 4x4 (128x128)
+QWEN3_PREPROCESSOR = {
+    "image_processor_type": "Qwen2VLImageProcessorFast",
+    "processor_class": "Qwen3VLProcessor",
+    "do_resize": True,
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": True,
+    "do_convert_rgb": True,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "size": {"shortest_edge": 4096, "longest_edge": 16384},
+    "patch_size": 16,
     "temporal_patch_size": 2,
     "merge_size": 2,
 }
@@ -151,6 +187,7 @@ COMMON_FILES = (
     "preprocessor_config.json",
 )
 MERGER_FILES = ("openvino_vision_embeddings_merger_model.xml", "openvino_vision_embeddings_merger_model.bin")
+POS_FILES = ("openvino_vision_embeddings_pos_model.xml", "openvino_vision_embeddings_pos_model.bin")
 VIDEO_FILES = ("openvino_multi_modal_projector_model.xml", "openvino_multi_modal_projector_model.bin",
                "openvino_vision_resampler_model.xml", "openvino_vision_resampler_model.bin")
 
@@ -277,6 +314,33 @@ def build_qwen2_5vl(out_dir: Path) -> None:
     _save(Qwen2_5_VLForConditionalGeneration(cfg), tok, text, QWEN_PREPROCESSOR, out_dir, QWEN2_5_SEED)
 
 
+def build_qwen3vl(out_dir: Path) -> None:
+    """Qwen3-VL: a 2-block vision tower (hidden 32, patch 16, merge 2) with learned position
+    embeddings on a 4x4 grid (num_position_embeddings 16, bilinearly interpolated to each image's
+    patch grid) and a deepstack merger after each block (deepstack_visual_indexes [0, 1]: their
+    features are added to the hidden states of the language model's first two layers at the image
+    tokens), the final merger to 64; a 2-layer Qwen3 language model (head dim 16, q/k norms) with
+    interleaved M-RoPE sections [2, 3, 3]. QWEN3_SHAPES=alt: other shapes (hidden 48 tower, one
+    deepstack layer, a 3x3 position grid) for the generalisation check."""
+    import torch
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    alt = os.environ.get("QWEN3_SHAPES") == "alt"
+    tok = build_tokenizer(QWEN_SPECIALS, template=QWEN3_TEMPLATE)
+    ids, top = _qwen_ids(tok)
+    text = _text_config(ids, head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
+                                                           "mrope_section": [2, 3, 3], "mrope_interleaved": True})
+    vision = dict(depth=2, hidden_size=48 if alt else 32, intermediate_size=64, num_heads=2, in_channels=3,
+                  patch_size=16, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=HIDDEN,
+                  num_position_embeddings=9 if alt else 16, deepstack_visual_indexes=[1] if alt else [0, 1],
+                  hidden_act="gelu_pytorch_tanh")
+    cfg = Qwen3VLConfig(text_config=text, vision_config=vision, **top, tie_word_embeddings=False)
+    cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = (text["bos_token_id"], text["eos_token_id"],
+                                                            text["pad_token_id"])
+    torch.manual_seed(QWEN3_SEED)
+    _save(Qwen3VLForConditionalGeneration(cfg), tok, text, QWEN3_PREPROCESSOR, out_dir, QWEN3_SEED)
+
+
 def _build_llava_family(out_dir: Path, config_cls, model_cls, preprocessor: dict, seed: int,
                         specials: list[str] = LLAVA_SPECIALS, image_key: str = "image_token_id", **extra) -> None:
     """A 2-layer CLIP vision tower (hidden 32, image 56, patch 14: 16 patch features from the
@@ -368,6 +432,7 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "qwen2vl-fp32": Family(build_qwen2vl, COMMON_FILES + MERGER_FILES),
     "qwen2_5vl-fp32": Family(build_qwen2_5vl, COMMON_FILES + MERGER_FILES),
+    "qwen3vl-fp32": Family(build_qwen3vl, COMMON_FILES + MERGER_FILES + POS_FILES),
     "llava-fp32": Family(build_llava, COMMON_FILES),
     "llava_next-fp32": Family(build_llava_next, COMMON_FILES),
     "llava_next_video-fp32": Family(build_llava_next_video, COMMON_FILES + VIDEO_FILES),
@@ -400,7 +465,8 @@ def export(name: str, out_root: Path) -> None:
             shutil.copy(src, stage / f)
         cfg_path = stage / "tokenizer_config.json"
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-        cfg["chat_template"] = GEMMA3_TEMPLATE if name.startswith("gemma3") else CHATML_TEMPLATE
+        cfg["chat_template"] = (GEMMA3_TEMPLATE if name.startswith("gemma3") else
+                                QWEN3_TEMPLATE if name.startswith("qwen3vl") else CHATML_TEMPLATE)
         cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         final = out_root / name
         if final.exists():

@@ -1,12 +1,12 @@
 """VLMPipeline: openvino.genai's VLMPipeline (visual_language/pipeline.cpp) over ov_npu_emu.Core,
-for Qwen2-VL, Qwen2.5-VL, LLaVA, LLaVA-NeXT and Gemma 3 exports (optimum-intel ``image-text-to-text``).
+for Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA, LLaVA-NeXT and Gemma 3 exports (optimum-intel ``image-text-to-text``).
 
 The vision encoder (its merger) and the text embeddings run on CPU (the real compiles them on
 AUTO with CPU first when the device is "NPU"), or on the emulated NPU where DEVICE_PROPERTIES
 ["AUTO"] / MODEL_PROPERTIES[role] put them (``_split_props``); the language model (``inputs_embeds``,
 ``position_ids`` - M-RoPE's [3, 1, L] for the Qwen families, [1, L] for LLaVA (-NeXT), 1-based for
-Gemma 3 -, Gemma 3's ``token_type_ids`` and ``beam_idx``) runs on the device: as is on "CPU",
-through NPUW on "NPU".  Chat re-prefills the whole templated history, with every image so far,
+Gemma 3 -, Gemma 3's ``token_type_ids``, Qwen3-VL's DeepStack inputs and ``beam_idx``) runs on the
+device: as is on "CPU", through NPUW on "NPU".  Chat re-prefills the whole templated history, with every image so far,
 each turn.
 """
 
@@ -54,6 +54,7 @@ from genai_shim.vlm.llava_next import LLaVANextEmbedder
 from genai_shim.vlm.llava_next_video import LLaVANextVideoEmbedder
 from genai_shim.vlm.qwen2_5_vl import Qwen25VLEmbedder
 from genai_shim.vlm.qwen2vl import Qwen2VLEmbedder
+from genai_shim.vlm.qwen3_vl import Qwen3VLEmbedder
 from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
 
 __all__ = ["VLMDecodedResults", "VLMPerfMetrics", "VLMPipeline", "VLMRawPerfMetrics"]
@@ -63,6 +64,7 @@ LANGUAGE_XML = "openvino_language_model.xml"
 EMBEDDERS: dict[str, Callable[..., InputsEmbedder]] = {
     "qwen2_vl": Qwen2VLEmbedder,
     "qwen2_5_vl": Qwen25VLEmbedder,
+    "qwen3_vl": Qwen3VLEmbedder,
     "llava": LLaVAEmbedder,
     "llava_next": LLaVANextEmbedder,
     "llava_next_video": LLaVANextVideoEmbedder,
@@ -181,7 +183,7 @@ def _split_props(device: str, props: dict[str, Any]) -> tuple[dict[str, Any], Pl
             raise ConfigError(f"Unknown sub-model role '{role}' in MODEL_PROPERTIES. Known roles: {', '.join(ROLES)}",
                               key="MODEL_PROPERTIES")
     globals_ = {k: v for k, v in props.items() if k not in _NPU_ONLY}
-    roles = ("vision_embeddings", "text_embeddings", "vision_embeddings_merger")
+    roles = ("vision_embeddings", "text_embeddings", "vision_embeddings_merger", "vision_embeddings_pos")
     if device == "NPU":
         lm = {**props, **(dev_props.get("NPU") or {}), **per_role.get("language_model", {})}
         # the emulated NPU never sees the language model's NPUW keys
@@ -403,7 +405,8 @@ class VLMPipeline:
         videos = sample_videos(videos, kwargs.pop("videos_metadata", None))
         if videos and getattr(self._embedder, "video_tag", None) is None:
             raise ConfigError(f"genai_shim's VLMPipeline takes videos for Qwen2-VL, Qwen2.5-VL and "
-                              f"LLaVA-NeXT-Video, not {type(self._embedder).__name__}", key="videos")
+                              f"LLaVA-NeXT-Video, not {type(self._embedder).__name__} (Qwen3-VL's videos, "
+                              "which the real takes, are not implemented yet)", key="videos")
         if videos and self._is_npu and (self._chat is not None or isinstance(prompt, ChatHistory)):
             # the real's validate_inputs_for_npu (a ChatHistory generate is a chat there too)
             raise UserInputError("Chat mode is currently not supported with video input for NPU device!")

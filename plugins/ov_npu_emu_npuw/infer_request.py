@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ from ov_npu_emu_npuw.blockkv import BlockKV
 from ov_npu_emu_npuw.config import select_variant
 from ov_npu_emu_npuw.kvcache import KVBuffers
 from ov_npu_emu_npuw.lora import LoraStates, lora_inputs
-from ov_npu_emu_npuw.model_io import EMBEDS, TOKEN_TYPES
+from ov_npu_emu_npuw.model_io import DEEPSTACK, EMBEDS, TOKEN_TYPES, VISUAL_MASK
 from ov_npu_emu_npuw.prefix_cache import PrefixCache
 from ov_npu_emu_npuw.transform import EMBED, SCALE_SUFFIX, ZP_SUFFIX
 
@@ -108,6 +109,15 @@ class _Staging:
         if TOKEN_TYPES in ins:
             self.types = np.zeros((1, q_len), ins[TOKEN_TYPES].element_type.to_dtype())
             req.set_tensor(TOKEN_TYPES, ov.Tensor(self.types, shared_memory=True))
+        # Qwen3-VL's visual_pos_masks [1, L] (like the tokens, false on padding) and its
+        # deepstack_visual_embeds [layers, L, hidden] (the call's vision-token rows first, then 0)
+        self.vmask: np.ndarray | None = None
+        self.deep: np.ndarray | None = None
+        if VISUAL_MASK in ins and DEEPSTACK in ins:
+            self.vmask = np.zeros((1, q_len), ins[VISUAL_MASK].element_type.to_dtype())
+            self.deep = np.zeros(tuple(ins[DEEPSTACK].partial_shape.to_shape()), ins[DEEPSTACK].element_type.to_dtype())
+            req.set_tensor(VISUAL_MASK, ov.Tensor(self.vmask, shared_memory=True))
+            req.set_tensor(DEEPSTACK, ov.Tensor(self.deep, shared_memory=True))
         for name, arr in (
             (tokens, self.ids),
             ("attention_mask", self.mask),
@@ -165,13 +175,38 @@ class _Staging:
         self.pos.fill(0)
         if self.types is not None:
             self.types.fill(0)
+        if self.vmask is not None and self.deep is not None:
+            self.vmask.fill(0)
+            self.deep.fill(0)
 
-    def put_types(self, types: np.ndarray | None, at: int) -> None:
-        """The call's token types [n] into slots at.. (all else 0), when the model takes them."""
+    def put_types(self, types: np.ndarray | None, at: int, visual: _Visual | None = None) -> None:
+        """The call's token types [n] into slots at.. (all else 0), when the model takes them;
+        and its DeepStack inputs: the mask into the same slots, the rows first."""
         if self.types is not None:
             self.types.fill(0)
             if types is not None:
                 self.types[0, at : at + types.shape[0]] = types
+        if self.vmask is not None and self.deep is not None:
+            self.vmask.fill(0)
+            self.deep.fill(0)
+            if visual is not None:
+                self.vmask[0, at : at + visual.mask.shape[0]] = visual.mask
+                self.deep[:, : visual.rows.shape[1]] = visual.rows
+
+
+@dataclasses.dataclass(frozen=True)
+class _Visual:
+    """A call's (or a chunk's) DeepStack inputs: the mask over its tokens [n] and the rows of its
+    vision tokens [layers, count, hidden]."""
+
+    mask: np.ndarray
+    rows: np.ndarray
+
+    def part(self, start: int, stop: int) -> _Visual:
+        """The tokens start..stop and the rows of their vision tokens."""
+        first = int(np.count_nonzero(self.mask[:start]))
+        mask = self.mask[start:stop]
+        return _Visual(mask, self.rows[:, first : first + int(np.count_nonzero(mask))])
 
 
 class LLMInferRequest(DeviceInferRequest):
@@ -273,6 +308,7 @@ class LLMInferRequest(DeviceInferRequest):
         self.switches = 0  # variant switches in this conversation
         self._fresh = True  # next call starts a conversation whatever its length
         self._types: np.ndarray | None = None  # this call's token_type_ids [n], when the model takes them
+        self._visual: _Visual | None = None  # this call's DeepStack inputs, when the model takes them
         self._kv_ready = False  # copy_kvcache done for this conversation
         self._prompt_len = 0
         self._in_present = 0  # tokens of the last prefill still only in its `present`
@@ -296,6 +332,25 @@ class LLMInferRequest(DeviceInferRequest):
 
     def query_state(self) -> list[VariableState]:
         return [StoredTokensState(self), *self.lora.states]
+
+    def _visual_inputs(self, n: int) -> _Visual:
+        """The call's ``visual_pos_masks`` and ``deepstack_visual_embeds``, checked: a mask of one
+        entry per token (or the real pipeline's [1, 1] all-false one for a prompt without vision
+        tokens), at least as many rows as vision tokens."""
+        vmask = self._input(VISUAL_MASK)
+        if vmask.size == 1 and n > 1 and not vmask.any():
+            vmask = np.zeros(n, np.bool_)
+        if vmask.size != n:
+            raise UserInputError(f"visual_pos_masks {list(vmask.shape)} must hold one entry per token [1, {n}]")
+        flat = vmask.reshape(-1) != 0
+        rows = self._input(DEEPSTACK)
+        count = int(np.count_nonzero(flat))
+        if rows.ndim != 3 or rows.shape[1] < count:
+            raise UserInputError(
+                f"deepstack_visual_embeds {list(rows.shape)} must be [layers, N, hidden] with a row for each of "
+                f"the {count} vision tokens of visual_pos_masks (More visual tokens in mask than rows in deepstack "
+                "source)")
+        return _Visual(flat, rows[:, :count])
 
     def reset_state(self) -> None:
         """New conversation: the next call is a prefill, whatever its length."""
@@ -330,6 +385,7 @@ class LLMInferRequest(DeviceInferRequest):
                 raise UserInputError(
                     f"token_type_ids {list(types.shape)} must hold one entry per token {list(ids.shape[:2])}")
             self._types = types.reshape(-1)
+        self._visual = self._visual_inputs(ids.shape[1]) if VISUAL_MASK in self._index else None
         if mask.ndim != 2 or mask.shape[0] != 1:
             raise UserInputError(f"attention_mask must be [1, n], got {list(mask.shape)}")
         if self._vocab and not embeds:
@@ -468,7 +524,7 @@ class LLMInferRequest(DeviceInferRequest):
         s.ids[0, P - n :] = ids[0]
         s.mask[0, P - n :] = mask
         s.pos2[:, P - n :] = pos
-        s.put_types(self._types, P - n)
+        s.put_types(self._types, P - n, self._visual)
         s.run()
         self.prefill_calls = 1
         self.num_stored_tokens = n
@@ -510,7 +566,8 @@ class LLMInferRequest(DeviceInferRequest):
             s.ids[0, C - cur :] = ids[0, stored : stored + cur]
             s.pos.fill(0)
             s.pos2[:, C - cur :] = pos[:, stored : stored + cur]
-            s.put_types(None if self._types is None else self._types[stored : stored + cur], C - cur)
+            s.put_types(None if self._types is None else self._types[stored : stored + cur], C - cur,
+                        None if self._visual is None else self._visual.part(stored, stored + cur))
             s.run()
             calls += 1
             stored += cur
@@ -675,7 +732,7 @@ class LLMInferRequest(DeviceInferRequest):
         if M == 1:
             s.ids[0, 0] = ids[0, 0]
             s.pos2[:, 0] = pos[:, 0]
-            s.put_types(self._types, 0)
+            s.put_types(self._types, 0, self._visual)
             s.mask[0, -1] = 1  # the new token is the last column (past K−1 ++ new 1)
             s.run()
             # The real NPUW overlaps the head with this KV write; here a thread hand-off costs
@@ -693,7 +750,7 @@ class LLMInferRequest(DeviceInferRequest):
             s.ids[0, M - n :] = ids[0]
             s.pos.fill(0)
             s.pos2[:, M - n :] = pos
-            s.put_types(self._types, M - n)
+            s.put_types(self._types, M - n, self._visual)
             s.mask[0, K - n :] = 1
             s.run()
             self._update_kvcache_for(s, K - M, hist + n, n)

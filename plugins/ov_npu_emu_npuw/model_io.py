@@ -9,7 +9,8 @@ import openvino as ov
 
 from ov_npu_emu.errors import CompileError
 
-__all__ = ["EMBEDS", "REQUIRED_INPUTS", "TOKEN_TYPES", "KVLayout", "find_param", "find_result", "token_input"]
+__all__ = ["DEEPSTACK", "EMBEDS", "REQUIRED_INPUTS", "TOKEN_TYPES", "VISUAL_MASK", "KVLayout", "deepstack_layers",
+           "find_param", "find_result", "token_input"]
 
 #: inputs every stateful LLM export has (position_ids may be missing: NPUW adds it)
 REQUIRED_INPUTS = ("input_ids", "attention_mask", "position_ids")
@@ -18,6 +19,34 @@ EMBEDS = "inputs_embeds"
 #: a per-token input beside the tokens (Gemma 3's language model: 1 on image tokens), laid out
 #: like them in every prefill / generate call, 0 on padding
 TOKEN_TYPES = "token_type_ids"
+#: Qwen3-VL's DeepStack inputs: ``visual_pos_masks`` [1, L] (bool, true at the vision tokens),
+#: laid out like the tokens (false on padding), and ``deepstack_visual_embeds`` [layers, N, hidden]:
+#: one row per vision token of the call, in order (the graph picks row cumsum(mask) - 1 for a
+#: token), so a static call takes them in its first rows and zeros after
+VISUAL_MASK = "visual_pos_masks"
+DEEPSTACK = "deepstack_visual_embeds"
+
+
+def deepstack_layers(model: ov.Model) -> int:
+    """How many layers' features ``deepstack_visual_embeds`` carries (its first axis, dynamic in
+    the export): one past the largest constant index the graph selects on that axis."""
+    param = find_param(model, DEEPSTACK)
+    dim = param.get_partial_shape()[0]
+    if dim.is_static:
+        return int(dim.get_length())
+    top = -1
+    for target in param.output(0).get_target_inputs():
+        node = target.get_node()
+        if node.get_type_name() != "Gather" or target.get_index() != 0:
+            continue
+        index, axis = (node.input_value(i).get_node() for i in (1, 2))
+        if index.get_type_name() == "Constant" and axis.get_type_name() == "Constant":
+            if int(axis.get_data().reshape(-1)[0]) == 0:
+                top = max(top, int(index.get_data().max()))
+    if top < 0:
+        raise CompileError(f"cannot tell how many layers {DEEPSTACK} carries: give its first axis a static "
+                           "size", stage="reshape")
+    return top + 1
 
 
 def token_input(model: ov.Model) -> str:

@@ -14,10 +14,13 @@ from openvino._offline_transformations import stateful_to_stateless_transformati
 from ov_npu_emu.errors import CompileError, UserInputError
 from ov_npu_emu_npuw.attention_rewrites import cache_rope, group_attention, read_call_range, rotate_half_as_matmul
 from ov_npu_emu_npuw.model_io import (
+    DEEPSTACK,
     EMBEDS,
     REQUIRED_INPUTS,
     TOKEN_TYPES,
+    VISUAL_MASK,
     KVLayout,
+    deepstack_layers,
     find_param,
     find_result,
     token_input,
@@ -340,6 +343,10 @@ def _static(model: ov.Model, kv: KVLayout, q_len: int, mask_len: int, has_past: 
     shapes["position_ids"] = ov.PartialShape([3, 1, q_len] if pos_rank == 3 else [1, q_len])
     if TOKEN_TYPES in _names(model):  # Gemma 3's [1, L] (1 on image tokens)
         shapes[TOKEN_TYPES] = ov.PartialShape([1, q_len])
+    if VISUAL_MASK in _names(model) and DEEPSTACK in _names(model):  # Qwen3-VL's DeepStack
+        shapes[VISUAL_MASK] = ov.PartialShape([1, q_len])
+        width = find_param(model, DEEPSTACK).get_partial_shape()[2]
+        shapes[DEEPSTACK] = ov.PartialShape([deepstack_layers(model), q_len, width])
     if has_past:
         for i, (name, h, d) in enumerate(zip(kv.past_names, kv.num_heads, kv.head_dims, strict=False)):
             s = mask_len - q_len
