@@ -77,8 +77,9 @@ _DEFAULTS: dict[str, Any] = {
     "adapters": None,
     "parsers": [],
     "return_omni_outputs": False,
-    "pruning_ratio": 0.0,
-    "relevance_weight": 0.0,
+    # CDPruner: percent of visual tokens a VLMPipeline prunes (0: off) and the relevance weight
+    "pruning_ratio": 0,
+    "relevance_weight": 0.5,
 }
 
 #: keys read from a generation_config.json (HF names; pad/bos are informational)

@@ -342,3 +342,114 @@ def video_margins(folder: Path, entry: dict[str, Any]) -> dict[str, Any]:
         out[name] = {"ids": tokens, "per_step": steps, "min": min(steps),
                      "text_equals_golden": tok.decode(tokens) == entry["cpu"][name]["text"]}
     return out
+
+
+#: name -> (images as (h, w), pruning_ratio, relevance_weight): visual-token pruning (CDPruner)
+#: goldens for the families the real prunes in (Qwen2-VL, Qwen2.5-VL); relevance_weight 0 is left
+#: out: its kernel's diagonal is 1 within an ulp or two, an ulp-level tie (docs/genai_shim.md);
+#: sizes picked for top-1 margins >= MIN_MARGIN on both Qwen fixtures (224x168 at 25/50/75 % had
+#: 0.03 .. 0.07 on one of them)
+PRUNING_CASES: dict[str, tuple[list[tuple[int, int]], int, float]] = {
+    "r25_w0.5": ([(300, 420)], 25, 0.5),
+    "r50_w0.5": ([(300, 420)], 50, 0.5),
+    "r75_w0.5": ([(300, 420)], 75, 0.5),
+    "r50_w1.0": ([(140, 140)], 50, 1.0),
+    "r40_w0.3": ([(196, 252)], 40, 0.3),
+    "r60_w0.9": ([(168, 224)], 60, 0.9),
+    "r100": ([(140, 140)], 100, 0.5),
+    "two_images_r60_w1.0": ([(224, 168), (112, 140)], 60, 1.0),
+    "two_images_r30_w0.9": ([(140, 140), (196, 252)], 30, 0.9),
+}
+
+
+def pruning_case_inputs(name: str, lib: Any) -> dict[str, Any]:
+    """PRUNING_CASES[name] as generate()'s keyword arguments (a GenerationConfig of ``lib``)."""
+    import openvino as ov
+
+    sizes, ratio, weight = PRUNING_CASES[name]
+    cfg = lib.GenerationConfig()
+    cfg.max_new_tokens = MAX_NEW_TOKENS
+    cfg.pruning_ratio = ratio
+    cfg.relevance_weight = weight
+    return {"images": [ov.Tensor(test_image(*hw)) for hw in sizes], "generation_config": cfg}
+
+
+def record_pruning(folder: Path) -> dict[str, Any]:
+    """golden.json's ``pruning`` entry (the rest of the file is kept): PRUNING_CASES from the real
+    on CPU (f32) and on NPU (NPUW_DEVICES=CPU), a fresh pipeline per case, with the CPU cases'
+    greedy margins on genai_shim's pruned inputs (a case under MIN_MARGIN stops the tool)."""
+    import openvino_genai as og
+
+    path = folder / "golden.json"
+    golden: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    entry: dict[str, Any] = {"cases": "tools/vlm_goldens.py PRUNING_CASES (images: test_image(h, w))"}
+    for key, device, props in (("cpu", "CPU", CPU_PROPS), ("npuw_cpu", "NPU", {**NPU_PROPS, **npu_extra(folder)})):
+        runs: dict[str, Any] = {}
+        for name in PRUNING_CASES:
+            r = og.VLMPipeline(str(folder), device, **props).generate(PROMPT, **pruning_case_inputs(name, og))
+            runs[name] = {"text": r.texts[0], "num_input_tokens": r.perf_metrics.get_num_input_tokens()}
+        entry[key] = runs
+    entry["margins"] = pruning_margins(folder, entry)
+    low = {k: m["min"] for k, m in entry["margins"].items()
+           if isinstance(m, dict) and (m["min"] < MIN_MARGIN or not m["text_equals_golden"])}
+    if low:
+        raise SystemExit(f"pruning goldens with a top-1 margin under {MIN_MARGIN} (or another text): {low}")
+    golden["pruning"] = entry
+    path.write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return golden
+
+
+def pruning_margins(folder: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """Per PRUNING_CASES case: the greedy margins of the CPU golden on genai_shim's pruned inputs
+    (its kept tokens equal the real's: same texts and input token counts)."""
+    import openvino as ov
+    import openvino_genai as og
+
+    sys_path = str(Path(__file__).resolve().parents[1])
+    import sys
+
+    if sys_path not in sys.path:
+        sys.path.insert(0, sys_path)
+    from genai_shim.vlm.common import Placement
+    from genai_shim.vlm.pipeline import EMBEDDERS
+    from genai_shim.vlm.pruning import prune_qwen2vl
+
+    core = ov.Core()
+    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    tok = og.Tokenizer(str(folder))
+    emb = EMBEDDERS[cfg["model_type"]](core, folder, cfg, Placement({}, ("CPU", CPU_PROPS)), tok)
+    lm = core.compile_model(core.read_model(folder / "openvino_language_model.xml"), "CPU", CPU_PROPS)
+    out: dict[str, Any] = {"source": "openvino CPU f32, openvino_language_model.xml, greedy"}
+    for name, (sizes, ratio, weight) in PRUNING_CASES.items():
+        encoded = emb.encode_images([ov.Tensor(test_image(*hw)) for hw in sizes])
+        unified = emb.normalize_prompt(PROMPT, encoded)
+        templated = tok.apply_chat_template([{"role": "user", "content": unified}], add_generation_prompt=True)
+        ids = np.array(tok.encode(templated, add_special_tokens=False).input_ids.data, np.int64)
+        x = emb.embed(ids, encoded)
+        pos, delta = emb.position_ids(ids, encoded)
+        pruned = prune_qwen2vl(ids, x, [im.grid_thw for im in encoded], emb.cfg.merge_size, emb.vision_start,
+                               emb.vision_end, emb.image_pad, ratio, weight)
+        if pruned is not None:
+            ids, x, pos, delta = pruned[:4]
+        req = lm.create_infer_request()
+        n = ids.shape[1]
+        logits = req.infer({"inputs_embeds": x, "attention_mask": np.ones((1, n), np.int64), "position_ids": pos,
+                            "beam_idx": np.zeros(1, np.int32)})["logits"][0, -1]
+        tokens: list[int] = []
+        steps: list[float] = []
+        for _ in range(MAX_NEW_TOKENS):
+            top = np.sort(logits)[-2:]
+            steps.append(round(float(top[1] - top[0]), 5))
+            t = int(np.argmax(logits))
+            tokens.append(t)
+            if t == tok.get_eos_token_id():
+                break
+            length = n + len(tokens)
+            logits = req.infer({"inputs_embeds": emb.token_embeddings(np.array([[t]], np.int64)),
+                                "attention_mask": np.ones((1, length), np.int64),
+                                "position_ids": emb.step_position_ids(length, delta),
+                                "beam_idx": np.zeros(1, np.int32)})["logits"][0, -1]
+        out[name] = {"ids": tokens, "per_step": steps, "min": min(steps), "input_tokens": n,
+                     "kept": None if pruned is None else pruned[4],
+                     "text_equals_golden": tok.decode(tokens) == entry["cpu"][name]["text"]}
+    return out

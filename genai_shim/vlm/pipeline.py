@@ -52,6 +52,7 @@ from genai_shim.vlm.history import VisionChatMemory
 from genai_shim.vlm.llava import LLaVAEmbedder
 from genai_shim.vlm.llava_next import LLaVANextEmbedder
 from genai_shim.vlm.llava_next_video import LLaVANextVideoEmbedder
+from genai_shim.vlm.pruning import PRUNING_FAMILIES, check_pruning_config, prune_qwen2vl
 from genai_shim.vlm.qwen2_5_vl import Qwen25VLEmbedder
 from genai_shim.vlm.qwen2vl import Qwen2VLEmbedder
 from genai_shim.vlm.qwen3_vl import Qwen3VLEmbedder
@@ -342,6 +343,9 @@ class VLMPipeline:
             compiled = core.compile_model(model, dev, lm_props)
         self._request = compiled.create_infer_request()
         self._embedder = EMBEDDERS[cfg["model_type"]](core, folder, cfg, placement, self.tokenizer)
+        #: whether the real's inputs embedder of this family prunes visual tokens (CDPruner)
+        self._prunes = cfg["model_type"] in PRUNING_FAMILIES
+        self._model_type = str(cfg["model_type"])
         #: the templated prompt is tokenized with special tokens for the families whose real
         #: embedder sets add_special_tokens (LLaVA-NeXT-Video); without, as the others
         self._special = bool(getattr(self._embedder, "prompt_special_tokens", False))
@@ -414,6 +418,7 @@ class VLMPipeline:
             raise UserInputError(
                 f"VLMPipeline.generate() takes a str or a ChatHistory prompt, got {type(prompt).__name__}")
         config = self._resolve_config(generation_config, kwargs)
+        check_pruning_config(config)  # every family, as the real's set_vision_token_pruning_config
         perf = VLMPerfMetrics()
         perf.load_time = self._load_time
         t_emb = _now()
@@ -445,6 +450,14 @@ class VLMPipeline:
             pos, delta = self._embedder.position_ids(ids, used, used_clips)  # type: ignore[call-arg]
         else:
             pos, delta = self._embedder.position_ids(ids, used)
+        if self._model_type == "qwen3_vl" and config.pruning_ratio > 0 and (used or used_clips):
+            rollback()  # the real prunes Qwen3-VL's tokens (and its DeepStack rows): not done here yet
+            raise ConfigError("genai_shim prunes visual tokens for Qwen2-VL and Qwen2.5-VL only, not Qwen3-VL "
+                              "yet; set pruning_ratio=0", key="pruning_ratio")
+        if self._prunes and config.pruning_ratio > 0 and (used or used_clips):
+            ids, embeds, pos, delta = self._pruned(ids, embeds, pos, delta, used, used_clips, config,
+                                                   chat=self._chat is not None or isinstance(prompt, ChatHistory),
+                                                   rollback=rollback)
         extras = self._embedder.lm_inputs(ids, used)
         perf.vlm_raw_metrics.prepare_embeddings_durations.append((_now() - t_emb) * 1e6)
         if self._is_npu and embeds.shape[1] > self._max_prompt_len:
@@ -474,6 +487,32 @@ class VLMPipeline:
     __call__ = generate
 
     # -- steps -----------------------------------------------------------------------------------
+    def _pruned(self, ids: np.ndarray, embeds: np.ndarray, pos: np.ndarray, delta: int, images: list[Any],
+                videos: list[Any], config: GenerationConfig, chat: bool, rollback: Callable[[], None]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The prompt after CDPruner (genai_shim/vlm/pruning.py), as the real's Qwen2-VL embedder."""
+        if videos:
+            rollback()
+            raise ConfigError("CDPruner video pruning is not yet supported for Qwen2-VL. "
+                              "Disable pruning (pruning_ratio=0) or remove video inputs.", key="pruning_ratio")
+        if chat:
+            # the real prunes each turn's prompt against its KV cache and keeps the pruned ids
+            # there; genai_shim re-prefills the history each turn, which cannot reproduce that
+            rollback()
+            raise ConfigError("genai_shim's VLMPipeline prunes visual tokens (pruning_ratio > 0) outside a chat "
+                              "only; set pruning_ratio=0 in a chat with images", key="pruning_ratio")
+        emb: Any = self._embedder
+        try:
+            out = prune_qwen2vl(ids, embeds, [im.grid_thw for im in images], emb.cfg.merge_size, emb.vision_start,
+                                emb.vision_end, emb.image_pad, int(config.pruning_ratio),
+                                float(config.relevance_weight))
+        except ConfigError:
+            rollback()
+            raise
+        if out is None:
+            return ids, embeds, pos, delta
+        return out[0], out[1], out[2], out[3]
+
     def _normalize(self, text: str, images: list[Any], videos: list[Any], images_before: int = 0,
                    videos_before: int = 0) -> tuple[str, list[Any], list[Any]]:
         """The embedder's prompt normalization, after the universal ``<ov_genai_image_i>`` /

@@ -52,8 +52,8 @@ def test_generation_config_fields_match_real(real_genai):
     [
         ("adapters", object()),
         ("return_omni_outputs", True),
-        ("pruning_ratio", 0.5),
-        ("relevance_weight", 0.5),
+        ("pruning_ratio", 50),
+        ("relevance_weight", 0.25),
         ("tree_depth", 2),
         ("branching_factor", 2),
     ],

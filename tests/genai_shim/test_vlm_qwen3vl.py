@@ -240,3 +240,14 @@ def test_pos_model_must_be_four_corners() -> None:
     bad = ov.Model([ops.result(ops.convert(x, ov.Type.f32))], [x])
     with pytest.raises(ConfigError, match=r"\[4, N, D\]"):
         qwen3_vl.weighted_pos_model(bad)
+
+
+def test_videos_and_pruning_are_refused_not_approximated(shim: Any) -> None:
+    """The real takes Qwen3-VL videos and prunes its visual tokens; genai_shim does neither yet,
+    so both are clear errors rather than Qwen2-VL's rules applied without DeepStack."""
+    video = ov.Tensor(np.zeros((2, 64, 64, 3), np.uint8))
+    with pytest.raises(ConfigError, match="Qwen3-VL's videos"):
+        shim.generate(PROMPT, videos=[video], max_new_tokens=2)
+    with pytest.raises(ConfigError, match="pruning_ratio=0"):
+        shim.generate(PROMPT, images=[ov.Tensor(make_image())], max_new_tokens=2, pruning_ratio=50)
+    assert shim.generate(PROMPT, max_new_tokens=2, pruning_ratio=50).texts  # no image: nothing to prune
