@@ -149,7 +149,7 @@ class NpuInferRequest(DeviceInferRequest):
         self._in: dict[int, _Binding] = {}
         self._out: dict[int, _Binding] = {}
         # zero tensors sharing their numpy buffers: a copy would write every page of a large
-        # prefill's KV outputs up front (~30 ms per 1B request; the zero pages stay unwritten)
+        # prefill's KV outputs up front (docs/performance_log.md, "Load work"); zero pages stay unwritten
         for i, p in enumerate(compiled.inputs):
             self._bind(i, True, _zeros(p))
         for j, p in enumerate(compiled.outputs):

@@ -19,7 +19,7 @@ __all__ = ["DmaSpec", "Packed", "Place", "Task", "Value", "dims", "np_dtype"]
 def dims(shape: ov.Shape) -> tuple[int, ...]:
     """An openvino Shape as a tuple of ints, by index: iterating one ends in an IndexError that
     pybind raises and catches per shape, which made the conversion a visible part of a large
-    model's compile (docs/performance_log.md, "Load: shape conversions")."""
+    model's compile (docs/performance_log.md, "Load work")."""
     return tuple(map(shape.__getitem__, range(len(shape))))
 
 
