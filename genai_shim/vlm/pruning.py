@@ -6,7 +6,8 @@ chosen by a greedy conditional DPP that keeps tokens both relevant to the instru
 What the real does, step by step (facts read from its source and checked against it):
 
 * **Where**: only the Qwen2-VL family's inputs embedder calls the pruner (Qwen2-VL, Qwen2.5-VL;
-  Qwen3-VL too, not in genai_shim yet); LLaVA, LLaVA-NeXT(-Video), Gemma 3 and the others ignore
+  Qwen3-VL, with its videos: each frame pair a region, and its DeepStack rows); LLaVA,
+  LLaVA-NeXT(-Video), Gemma 3 and the others ignore
   ``pruning_ratio``. A Qwen2 / 2.5-VL prompt with a video and ``pruning_ratio`` > 0 is an error.
 * **Validation** (every family, at each generate(), when ``pruning_ratio`` != 0):
   ``pruning_ratio`` in 1..100, ``relevance_weight`` in [0, 1]; 100 prunes nothing.
