@@ -52,7 +52,7 @@ from genai_shim.vlm.history import VisionChatMemory
 from genai_shim.vlm.llava import LLaVAEmbedder
 from genai_shim.vlm.llava_next import LLaVANextEmbedder
 from genai_shim.vlm.llava_next_video import LLaVANextVideoEmbedder
-from genai_shim.vlm.pruning import PRUNING_FAMILIES, check_pruning_config, prune_qwen2vl
+from genai_shim.vlm.pruning import PRUNING_FAMILIES, check_pruning_config, prune_qwen2vl, prune_vision
 from genai_shim.vlm.qwen2_5_vl import Qwen25VLEmbedder
 from genai_shim.vlm.qwen2vl import Qwen2VLEmbedder
 from genai_shim.vlm.qwen3_vl import Qwen3VLEmbedder
@@ -406,11 +406,12 @@ class VLMPipeline:
         start = _now()
         images = _vision_args("images", images, kwargs.pop("image", _UNSET))
         videos = _vision_args("videos", kwargs.pop("videos", _UNSET), kwargs.pop("video", _UNSET))
-        videos = sample_videos(videos, kwargs.pop("videos_metadata", None))
+        videos_metadata = kwargs.pop("videos_metadata", None)
+        if not getattr(self._embedder, "samples_videos", False):  # Qwen3-VL samples its own (its timestamps)
+            videos = sample_videos(videos, videos_metadata)
         if videos and getattr(self._embedder, "video_tag", None) is None:
-            raise ConfigError(f"genai_shim's VLMPipeline takes videos for Qwen2-VL, Qwen2.5-VL and "
-                              f"LLaVA-NeXT-Video, not {type(self._embedder).__name__} (Qwen3-VL's videos, "
-                              "which the real takes, are not implemented yet)", key="videos")
+            raise ConfigError(f"genai_shim's VLMPipeline takes videos for Qwen2-VL, Qwen2.5-VL, Qwen3-VL and "
+                              f"LLaVA-NeXT-Video, not {type(self._embedder).__name__}", key="videos")
         if videos and self._is_npu and (self._chat is not None or isinstance(prompt, ChatHistory)):
             # the real's validate_inputs_for_npu (a ChatHistory generate is a chat there too)
             raise UserInputError("Chat mode is currently not supported with video input for NPU device!")
@@ -424,7 +425,10 @@ class VLMPipeline:
         t_emb = _now()
         t_vis = _now()
         encoded = self._embedder.encode_images(images)
-        clips = self._embedder.encode_videos(videos) if videos else []  # type: ignore[attr-defined]
+        if getattr(self._embedder, "samples_videos", False):
+            clips = self._embedder.encode_videos(videos, videos_metadata) if videos else []  # type: ignore[attr-defined]
+        else:
+            clips = self._embedder.encode_videos(videos) if videos else []  # type: ignore[attr-defined]
         perf.vlm_raw_metrics.vision_encoding_durations.append((_now() - t_vis) * 1e6)
         perf.vlm_raw_metrics.per_image_slice_counts.extend([1] * len(encoded))
         rollback: Callable[[], None] = _nothing
@@ -450,10 +454,6 @@ class VLMPipeline:
             pos, delta = self._embedder.position_ids(ids, used, used_clips)  # type: ignore[call-arg]
         else:
             pos, delta = self._embedder.position_ids(ids, used)
-        if self._model_type == "qwen3_vl" and config.pruning_ratio > 0 and (used or used_clips):
-            rollback()  # the real prunes Qwen3-VL's tokens (and its DeepStack rows): not done here yet
-            raise ConfigError("genai_shim prunes visual tokens for Qwen2-VL and Qwen2.5-VL only, not Qwen3-VL "
-                              "yet; set pruning_ratio=0", key="pruning_ratio")
         if self._prunes and config.pruning_ratio > 0 and (used or used_clips):
             ids, embeds, pos, delta = self._pruned(ids, embeds, pos, delta, used, used_clips, config,
                                                    chat=self._chat is not None or isinstance(prompt, ChatHistory),
@@ -491,7 +491,8 @@ class VLMPipeline:
                 videos: list[Any], config: GenerationConfig, chat: bool, rollback: Callable[[], None]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """The prompt after CDPruner (genai_shim/vlm/pruning.py), as the real's Qwen2-VL embedder."""
-        if videos:
+        regions = getattr(self._embedder, "pruning_regions", None)  # Qwen3-VL: videos too, DeepStack rows
+        if videos and regions is None:
             rollback()
             raise ConfigError("CDPruner video pruning is not yet supported for Qwen2-VL. "
                               "Disable pruning (pruning_ratio=0) or remove video inputs.", key="pruning_ratio")
@@ -503,14 +504,21 @@ class VLMPipeline:
                               "only; set pruning_ratio=0 in a chat with images", key="pruning_ratio")
         emb: Any = self._embedder
         try:
-            out = prune_qwen2vl(ids, embeds, [im.grid_thw for im in images], emb.cfg.merge_size, emb.vision_start,
-                                emb.vision_end, emb.image_pad, int(config.pruning_ratio),
-                                float(config.relevance_weight))
+            if regions is None:
+                out = prune_qwen2vl(ids, embeds, [im.grid_thw for im in images], emb.cfg.merge_size,
+                                    emb.vision_start, emb.vision_end, emb.image_pad, int(config.pruning_ratio),
+                                    float(config.relevance_weight))
+            else:
+                out = prune_vision(ids, embeds, regions(ids, images, videos), emb.cfg.merge_size, emb.vision_start,
+                                   emb.vision_end, (emb.image_pad, emb.video_pad), int(config.pruning_ratio),
+                                   float(config.relevance_weight))
         except ConfigError:
             rollback()
             raise
         if out is None:
             return ids, embeds, pos, delta
+        if regions is not None:
+            emb.keep_vision_rows(out[5])
         return out[0], out[1], out[2], out[3]
 
     def _normalize(self, text: str, images: list[Any], videos: list[Any], images_before: int = 0,

@@ -6,7 +6,8 @@ chosen by a greedy conditional DPP that keeps tokens both relevant to the instru
 What the real does, step by step (facts read from its source and checked against it):
 
 * **Where**: only the Qwen2-VL family's inputs embedder calls the pruner (Qwen2-VL, Qwen2.5-VL;
-  Qwen3-VL too, not in genai_shim yet); LLaVA, LLaVA-NeXT(-Video), Gemma 3 and the others ignore
+  Qwen3-VL, with its videos: each frame pair a region, and its DeepStack rows); LLaVA,
+  LLaVA-NeXT(-Video), Gemma 3 and the others ignore
   ``pruning_ratio``. A Qwen2 / 2.5-VL prompt with a video and ``pruning_ratio`` > 0 is an error.
 * **Validation** (every family, at each generate(), when ``pruning_ratio`` != 0):
   ``pruning_ratio`` in 1..100, ``relevance_weight`` in [0, 1]; 100 prunes nothing.
@@ -46,10 +47,10 @@ import numpy as np
 from ov_npu_emu.errors import ConfigError
 
 __all__ = ["PRUNING_FAMILIES", "check_pruning_config", "dpp_select", "keep_count", "prune_qwen2vl",
-           "select_region", "text_features"]
+           "prune_vision", "select_region", "text_features"]
 
 #: config.json model_types whose real inputs embedder prunes visual tokens
-PRUNING_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+PRUNING_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 #: the real's cdpruner::Config::numerical_threshold
 EPS = np.float32(1e-6)
 _F32_MAX = np.float32(np.finfo(np.float32).max)
@@ -211,12 +212,24 @@ def prune_qwen2vl(ids: np.ndarray, emb: np.ndarray, grids: list[tuple[int, int, 
     in), ``grids`` each image's (t, h, w) in prompt order. Returns (ids, embeddings, M-RoPE
     positions, rope delta, kept indices per image) of the pruned prompt, or None when nothing is
     pruned (ratio 100: the real keeps the prompt as it is)."""
+    # the real's Qwen2-VL context passes no video pad id: only image pads are vision tokens here
+    out = prune_vision(ids, emb, grids, merge, vision_start, vision_end, (image_pad,), ratio, weight)
+    return None if out is None else out[:5]
+
+
+def prune_vision(ids: np.ndarray, emb: np.ndarray, grids: list[tuple[int, int, int]], merge: int,
+                 vision_start: int, vision_end: int, pads: tuple[int, ...], ratio: int, weight: float
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, list[list[int]], np.ndarray] | None:
+    """Prune the vision regions of ``ids`` [1, L] (``emb`` [1, L, D] with the vision rows merged
+    in; ``grids`` each region's (t, h, w) in prompt order; ``pads`` the pad token ids that are
+    vision tokens: Qwen3-VL's image and video pads, each video frame pair a region). Returns (ids,
+    embeddings, M-RoPE positions, rope delta, kept indices per region, keep flags over the pad
+    tokens in prompt order), or None when nothing is pruned."""
     if ratio >= 100:
         return None
     row = ids[0]
-    slots = np.flatnonzero(row == image_pad)
-    # the real's Qwen2-VL context passes no video pad id: only image pads are vision tokens here
-    feats = text_features(row, emb[0], vision_start, vision_end, (image_pad,))
+    slots = np.flatnonzero(np.isin(row, np.array(pads, np.int64)))
+    feats = text_features(row, emb[0], vision_start, vision_end, pads)
     sizes = [t * h * w // (merge * merge) for t, h, w in grids]
     if sum(sizes) != slots.size:
         raise ConfigError(f"Derived per-vision token count ({sum(sizes)}) != merged vision tokens ({slots.size})")
@@ -234,8 +247,9 @@ def prune_qwen2vl(ids: np.ndarray, emb: np.ndarray, grids: list[tuple[int, int, 
     if sum(len(k) for k in kept) == slots.size:
         return None
     keep_rows = np.ones(row.size, bool)
-    keep_rows[slots] = np.concatenate(flags)
-    pos = _positions_3d(row, flags, grids, merge, vision_start, (image_pad,))
+    slot_flags = np.concatenate(flags)
+    keep_rows[slots] = slot_flags
+    pos = _positions_3d(row, flags, grids, merge, vision_start, pads)
     new_ids = ids[:, keep_rows]
     delta = int(pos.max()) + 1 - new_ids.shape[1]
-    return np.ascontiguousarray(new_ids), np.ascontiguousarray(emb[:, keep_rows]), pos, delta, kept
+    return np.ascontiguousarray(new_ids), np.ascontiguousarray(emb[:, keep_rows]), pos, delta, kept, slot_flags

@@ -62,7 +62,12 @@ class ProcessorConfig:
         path = folder / "preprocessor_config.json"
         if not path.is_file():
             return cls()
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return cls.parse(json.loads(path.read_text(encoding="utf-8")))
+
+    @classmethod
+    def parse(cls, data: dict[str, Any]) -> ProcessorConfig:
+        """The fields from a parsed preprocessor config (null values count as absent)."""
+        data = {k: v for k, v in data.items() if v is not None}
         size = data.get("size") or {}
         kw: dict[str, Any] = {}
         for key in ("patch_size", "temporal_patch_size", "merge_size", "min_pixels", "max_pixels"):
@@ -224,11 +229,13 @@ class Qwen2VLEmbedder:
         patches, gh, gw = self._encode_frames(image, None)
         return EncodedImage(patches, (1, gh, gw))
 
-    def _encode_frames(self, first: np.ndarray, second: np.ndarray | None) -> tuple[np.ndarray, int, int]:
+    def _encode_frames(self, first: np.ndarray, second: np.ndarray | None, cfg: ProcessorConfig | None = None
+                       ) -> tuple[np.ndarray, int, int]:
         """One image (``second`` None: the graph's image branch tiles it) or two video frames
         [1, H, W, 3] through the preprocessing and the vision model: ([grid_h*grid_w, embed_dim]
-        patch embeddings, grid_h, grid_w), sized by the first frame."""
-        c = self.cfg
+        patch embeddings, grid_h, grid_w), sized by the first frame (with ``cfg``'s patch, merge
+        and pixel bounds: Qwen3-VL's video config; the graph's mean / std stay the image config's)."""
+        c = cfg or self.cfg
         h, w = smart_resize(first.shape[1], first.shape[2], c.patch_size * c.merge_size, c.min_pixels, c.max_pixels)
         t, ch = c.temporal_patch_size, 3
         gt, gh, gw = 1, h // c.patch_size, w // c.patch_size
@@ -324,9 +331,12 @@ class Qwen2VLEmbedder:
             prompt = prompt.replace(NATIVE_TAG, expanded, 1) if NATIVE_TAG in prompt else prompt
         if videos:
             prompt = prepend_tags(prompt, NATIVE_VIDEO_TAG, len(videos))
-            prompt = expand_tags(prompt, NATIVE_VIDEO_TAG, (
-                "<|vision_start|>" + "<|video_pad|>" * self.tokens_for(v) + "<|vision_end|>" for v in videos))
+            prompt = expand_tags(prompt, NATIVE_VIDEO_TAG, (self.video_expansion(v) for v in videos))
         return prompt
+
+    def video_expansion(self, video: EncodedImage) -> str:
+        """The text a video's native tag becomes: its pad tokens between vision start / end."""
+        return "<|vision_start|>" + "<|video_pad|>" * self.tokens_for(video) + "<|vision_end|>"
 
     def embed(self, ids: np.ndarray, images: list[EncodedImage], videos: list[EncodedImage] | None = None
               ) -> np.ndarray:

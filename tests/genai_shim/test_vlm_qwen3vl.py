@@ -30,8 +30,18 @@ from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "tests" / "fixtures" / "vlm" / "qwen3vl-fp32"
 sys.path.insert(0, str(ROOT / "tools"))
-from vlm_goldens import CHAT, CPU_PROPS, MAX_NEW_TOKENS, NPU_PROPS, PROMPT, chat_turns  # noqa: E402
+from vlm_goldens import (  # noqa: E402
+    CHAT,
+    CPU_PROPS,
+    MAX_NEW_TOKENS,
+    NPU_PROPS,
+    PROMPT,
+    chat_turns,
+    pruning_case_inputs,
+    video_case_inputs,
+)
 from vlm_goldens import test_image as make_image  # noqa: E402
+from vlm_goldens import test_video as make_video  # noqa: E402
 
 og = pytest.importorskip("openvino_genai")
 
@@ -242,12 +252,149 @@ def test_pos_model_must_be_four_corners() -> None:
         qwen3_vl.weighted_pos_model(bad)
 
 
-def test_videos_and_pruning_are_refused_not_approximated(shim: Any) -> None:
-    """The real takes Qwen3-VL videos and prunes its visual tokens; genai_shim does neither yet,
-    so both are clear errors rather than Qwen2-VL's rules applied without DeepStack."""
-    video = ov.Tensor(np.zeros((2, 64, 64, 3), np.uint8))
-    with pytest.raises(ConfigError, match="Qwen3-VL's videos"):
-        shim.generate(PROMPT, videos=[video], max_new_tokens=2)
-    with pytest.raises(ConfigError, match="pruning_ratio=0"):
-        shim.generate(PROMPT, images=[ov.Tensor(make_image())], max_new_tokens=2, pruning_ratio=50)
+def _cases(kind: str) -> dict[str, Any]:
+    entry: dict[str, Any] = _golden()[kind]["cpu"]
+    return {k: v for k, v in entry.items() if isinstance(v, dict)}
+
+
+def _video_run(pipe: Any, name: str) -> tuple[str, int]:
+    prompt, kw = video_case_inputs(name, genai_shim)
+    r = pipe.generate(prompt, max_new_tokens=MAX_NEW_TOKENS, **kw)
+    return r.texts[0], r.perf_metrics.get_num_input_tokens()
+
+
+def _pruning_run(pipe: Any, name: str) -> tuple[str, int]:
+    r = pipe.generate(PROMPT, **pruning_case_inputs(name, genai_shim))
+    return r.texts[0], r.perf_metrics.get_num_input_tokens()
+
+
+def test_videos_match_the_reals_goldens(shim: Any) -> None:
+    """Qwen3-VL videos (golden ``videos``, the real on CPU f32, margins >= 0.27): frames in pairs,
+    a ``<t seconds>`` timestamp and a vision region per pair, odd and even frame counts, metadata
+    sampling and fps, an image with a video, two videos, universal tags."""
+    cases = _cases("videos")
+    assert len(cases) == 10 and min(m["min"] for k, m in _golden()["videos"]["margins"].items()
+                                    if isinstance(m, dict)) >= 0.1
+    for name, want in cases.items():
+        assert _video_run(shim, name) == (want["text"], want["num_input_tokens"]), name
+
+
+@pytest.mark.parametrize("setup", ["npuw_cpu", "emulated"])
+def test_videos_on_npu_give_the_reals_cpu_text(setup: str) -> None:
+    """On "NPU" (NPUW on CPU; the language model on the emulated NPU): the real's CPU texts (the
+    real NPU loses the DeepStack rows, a real bug: its golden npuw_cpu texts differ)."""
+    props = NPU_PROPS if setup == "npuw_cpu" else EMULATED
+    pipe = genai_shim.VLMPipeline(FOLDER, "NPU", **props)
+    cases = _cases("videos")
+    for name in ("3_frames_40x100", "image_and_video"):
+        assert _video_run(pipe, name) == (cases[name]["text"], cases[name]["num_input_tokens"]), name
+    with pytest.raises(UserInputError, match="Chat mode is currently not supported with video input"):
+        pipe.start_chat()
+        try:
+            pipe.generate(PROMPT, videos=[ov.Tensor(make_video(2, 64, 64))], max_new_tokens=2)
+        finally:
+            pipe.finish_chat()
+
+
+def test_video_timestamps_and_frame_positions(shim: Any) -> None:
+    """The expanded prompt (the real's text: ``<0.0 seconds>`` per frame pair, fps 24 without
+    metadata) and the M-RoPE positions of each pair as an image of its own."""
+    emb = shim._embedder
+    clips = emb.encode_videos([make_video(3, 64, 64)])
+    assert clips[0].grid_thw == (2, 4, 4) and clips[0].timestamps == pytest.approx([0.5 / 24, 2.0 / 24], rel=1e-6)
+    pads = "<|video_pad|>" * 4
+    assert emb.normalize_prompt("x", [], clips) == (
+        f"<0.0 seconds><|vision_start|>{pads}<|vision_end|><0.1 seconds><|vision_start|>{pads}<|vision_end|>x")
+    meta = genai_shim.VideoMetadata()
+    meta.fps, meta.frames_indices = 2.0, [1, 4, 6]
+    assert emb.encode_videos([make_video(8, 64, 64)], [meta])[0].timestamps == [1.25, 3.0]
+    ids = np.array([[1, emb.vision_start, *[emb.video_pad] * 4, emb.vision_end, 2, emb.vision_start,
+                     *[emb.video_pad] * 4, emb.vision_end, 3]], np.int64)
+    pos, delta = emb.position_ids(ids, [], clips)
+    # each pair: temporal = its start, 2x2 rows / columns; the second pair starts after the first's text
+    assert pos[0, 0].tolist() == [0, 1, 2, 2, 2, 2, 4, 5, 6, 7, 7, 7, 7, 9, 10]
+    assert pos[2, 0].tolist() == [0, 1, 2, 3, 2, 3, 4, 5, 6, 7, 8, 7, 8, 9, 10]
+    assert delta == 11 - ids.shape[1]
+
+
+def test_frame_sampling_as_the_real() -> None:
+    """fill_video_metadata's rules: given indices win; no do_sample_frames: every frame;
+    ``num_frames``; ``fps`` (metadata fps, else 24) clamped to min / max frames (min over the
+    frame count gives the frame count, the real's libstdc++ std::clamp); the real's errors."""
+    off = qwen3_vl.VideoSampling()
+    assert qwen3_vl.sample_indices(5, [], 0.0, off) == ([0, 1, 2, 3, 4], 0.0)
+    assert qwen3_vl.sample_indices(5, [4, 0], 3.0, off) == ([4, 0], 3.0)
+    num = qwen3_vl.VideoSampling(True, num_frames=4)
+    assert qwen3_vl.sample_indices(10, [], 0.0, num)[0] == [0, 3, 6, 9]
+    assert qwen3_vl.sample_indices(8, [], 0.0, num)[0] == [0, 2, 5, 7]  # 7/3 = 2.33, 4.67 -> 2, 5
+    fps = qwen3_vl.VideoSampling(True, fps=2.0, min_frames=4, max_frames=768)
+    assert qwen3_vl.sample_indices(10, [], 0.0, fps) == ([0, 3, 6, 9], 24.0)  # 10/24*2 = 0 -> 4
+    assert len(qwen3_vl.sample_indices(30, [], 5.0, fps)[0]) == 12  # 30 / 5 * 2
+    assert qwen3_vl.sample_indices(6, [], 0.0, qwen3_vl.VideoSampling(True, num_frames=3))[0] == [0, 3, 5]  # 2.5 up
+    assert qwen3_vl.sample_indices(3, [], 0.0, fps)[0] == [0, 1, 2]
+    with pytest.raises(ConfigError, match="num_frames and fps are mutually exclusive video config arguments."):
+        qwen3_vl.sample_indices(4, [], 0.0, qwen3_vl.VideoSampling(True, fps=2.0, num_frames=3))
+    with pytest.raises(UserInputError, match=r"Invalid number of frames \(5\) for video sampling."):
+        qwen3_vl.sample_indices(3, [], 0.0, qwen3_vl.VideoSampling(True, num_frames=5))
+    assert qwen3_vl.frame_timestamps([0, 3, 6], 0.0, 2) == pytest.approx([1.5 / 24, 6.0 / 24], rel=1e-6)
+    with pytest.raises(UserInputError, match="fps must be non-negative"):
+        qwen3_vl.frame_timestamps([0], -1.0, 2)
+
+
+def test_video_config_sampling_matches_real(tmp_path: Path) -> None:
+    """A video_preprocessor_config.json that samples by fps (and another pixel range): the real's
+    texts and input token counts (a fresh real pipeline per case)."""
+    for name in FOLDER.iterdir():
+        if name.name != "golden.json":
+            (tmp_path / name.name).symlink_to(name)
+    cfg = json.loads((FOLDER / "preprocessor_config.json").read_text(encoding="utf-8"))
+    cfg.update({"do_sample_frames": True, "fps": 2, "min_frames": 4, "max_frames": 768,
+                "size": {"shortest_edge": 8192, "longest_edge": 16384}})
+    (tmp_path / "video_preprocessor_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    shim = genai_shim.VLMPipeline(tmp_path, "CPU", **CPU_PROPS)
+    for lib_meta_fps in (None, 24.0):
+        outs = []
+        for lib, pipe in ((og, og.VLMPipeline(str(tmp_path), "CPU", **CPU_PROPS)), (genai_shim, shim)):
+            kw: dict[str, Any] = {"videos": [ov.Tensor(make_video(12, 64, 64))]}
+            if lib_meta_fps:
+                meta = lib.VideoMetadata()
+                meta.fps = lib_meta_fps
+                kw["videos_metadata"] = [meta]
+            r = pipe.generate("Describe the video.", max_new_tokens=MAX_NEW_TOKENS, **kw)
+            outs.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
+        assert outs[0] == outs[1], lib_meta_fps
+
+
+def test_pruning_matches_the_reals_goldens(shim: Any) -> None:
+    """Visual-token pruning (golden ``pruning``, the real on CPU f32, margins >= 0.46): images at
+    25 / 50 / 75 %, relevance weights 0.3 .. 1.0, two images, videos (each frame pair a region),
+    an image with a video, and 100 % (nothing pruned); DeepStack rows follow the kept tokens."""
+    cases = _cases("pruning")
+    assert len(cases) == 13
+    for name, want in cases.items():
+        assert _pruning_run(shim, name) == (want["text"], want["num_input_tokens"]), name
+
+
+def test_pruning_prunes_the_deepstack_rows(shim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without pruning the DeepStack rows too the answer is not the real's."""
+    want = _cases("pruning")["image_and_video_r50_w0.5"]
+    emb = shim._embedder
+    monkeypatch.setattr(emb, "keep_vision_rows", lambda flags: None)
+    assert _pruning_run(shim, "image_and_video_r50_w0.5")[0] != want["text"]
+    monkeypatch.undo()
+    assert _pruning_run(shim, "image_and_video_r50_w0.5") == (want["text"], want["num_input_tokens"])
+
+
+@pytest.mark.parametrize("setup", ["npuw_cpu", "emulated"])
+def test_pruning_on_npu_gives_the_reals_cpu_text(setup: str) -> None:
+    props = NPU_PROPS if setup == "npuw_cpu" else EMULATED
+    pipe = genai_shim.VLMPipeline(FOLDER, "NPU", **props)
+    cases = _cases("pruning")
+    for name in ("r50_w0.5", "image_and_video_r50_w0.5"):
+        assert _pruning_run(pipe, name) == (cases[name]["text"], cases[name]["num_input_tokens"]), name
+
+
+def test_pruning_errors_as_the_real(shim: Any) -> None:
+    with pytest.raises(ConfigError, match="Percentage is too small, would result in zero tokens"):
+        shim.generate(PROMPT, images=[_image(64, 64)], max_new_tokens=2, pruning_ratio=90)
     assert shim.generate(PROMPT, max_new_tokens=2, pruning_ratio=50).texts  # no image: nothing to prune
