@@ -51,6 +51,16 @@ Setup (once; never needed by CI):
      audio (whisper_standins); facebook/multilingual_librispeech is streamed from the hub by
      datasets itself and fails offline on both sides.
 
+     test_vlm_pipeline.py: its ids of the VLM families genai_shim has (VLM_STANDINS: Qwen2-VL,
+     Qwen2.5-VL, Qwen3-VL, LLaVA, LLaVA-NeXT, Gemma 3) get tools/make_vlm_fixtures.py's tiny
+     seeded checkpoints (the tests export them with optimum-intel themselves); its other ids get
+     none (not an LLM stand-in either).  The images it downloads get deterministic stand-ins in
+     <work>/web, which the offline plugin serves to requests.get.  Its export loads the HF
+     processors, whose video processors need torchvision (the fixtures venv has none, see above):
+     put a torch-matching one on PYTHONPATH for these runs only, e.g.
+     pip install --no-deps --target /tmp/upw-vlm/tv torchvision==0.29.1 (torch 2.14.1), then
+     PYTHONPATH=/tmp/upw-vlm/tv:$PYTHONPATH.
+
   3. The runs.  Each selected file runs twice with pytest (junit XML): "real" with the
      installed openvino_genai, "ours" with a plugin (-p) that sets
      sys.modules["openvino_genai"] = genai_shim before collection.  Results per file and side
@@ -60,6 +70,9 @@ Setup (once; never needed by CI):
        python tools/upstream_suite.py run --upstream /path/to/openvino.genai \\
            [--files test_tokenizer.py test_sampling.py] [-k EXPR] [--side real|ours|both]
        python tools/upstream_suite.py table [--also OTHER_WORK ...] [--keep]
+
+     --chunk NAME (with -k) stores a part of a file as <file>@NAME.xml; `table` merges a file's
+     chunks, so a long file (test_vlm_pipeline.py) can run in parts.
 
      --keep keeps the doc's rows (file table, failure and not-compared groups) of the files that
      have no results in --work, and says so in the doc: a run of a few files in a fresh work dir
@@ -167,7 +180,8 @@ def extract_tests(upstream: Path, work: Path) -> Path:
 
 def hub_ids(tests: Path, files: list[str]) -> list[str]:
     """Hub-id string literals in the selected test files, utils/ and data/models.py."""
-    sources = [tests / f for f in files] + sorted((tests / "utils").glob("*.py")) + [tests / "data" / "models.py"]
+    sources = [tests / f for f in files if f not in VLM_FILES]
+    sources += sorted((tests / "utils").glob("*.py")) + [tests / "data" / "models.py"]
     ids: set[str] = set()
     for src in sources:
         if not src.is_file():
@@ -372,7 +386,7 @@ def rag_hub_ids(tests: Path, files: list[str]) -> list[str]:
     ids: set[str] = set()
     for f in files:
         src = tests / f
-        if src.is_file():
+        if src.is_file() and f not in VLM_FILES:
             ids |= {m.group(1) for m in _HUB_ID.finditer(src.read_text(encoding="utf-8"))
                     if m.group(1).count("/") == 1 and rag_standin_kind(m.group(1))}
     return sorted(ids)
@@ -496,6 +510,16 @@ def cmd_standins(args) -> int:
             print(f"{hub_id:60s} {standin_arch(hub_id):8s} FAILED: {type(e).__name__}: {e}")
             continue
         print(f"{hub_id:60s} {rag_standin_kind(hub_id) or standin_arch(hub_id):8s} {snap}")
+    for hub_id in vlm_hub_ids(tests, args.files):
+        try:
+            snap = make_vlm_standin(hub_id, hub_cache)
+        except Exception as e:
+            failed += 1
+            print(f"{hub_id:60s} {'vlm':8s} FAILED: {type(e).__name__}: {e}")
+            continue
+        print(f"{hub_id:60s} {VLM_STANDINS[hub_id].removeprefix('build_'):8s} {snap}")
+    if any(f in VLM_FILES for f in args.files):
+        print(f"{'web images':60s} {'png':8s} {web_standins(work)}")
     if any("whisper" in f for f in args.files):
         for repo_id, snap in whisper_standins(hub_cache):
             print(f"{repo_id:60s} {'whisper':8s} {snap}")
@@ -592,6 +616,91 @@ def whisper_standins(hub_cache: Path) -> list[tuple[str, Path]]:
 
 
 # --------------------------------------------------------------------------------------------
+# VLM stand-ins (test_vlm_pipeline.py): the families genai_shim supports, and the test images
+# --------------------------------------------------------------------------------------------
+
+#: test files whose hub ids are visual-language models: they get VLM stand-ins (VLM_STANDINS) or
+#: none, never an LLM one
+VLM_FILES = ("test_vlm_pipeline.py",)
+#: hub id -> the tools/make_vlm_fixtures.py builder of its family (a tiny seeded random HF
+#: checkpoint with the trained byte-level BPE; the tests export it with optimum-intel themselves).
+#: The file's other ids (InternVL2, MiniCPM-V, Phi-3-vision, Phi-4-multimodal, Gemma 3n / 4,
+#: Qwen3-Omni, Qwen3.5, nanoLLaVA, Muse Glimmer, VideoChat-Flash, the Qwen3-VL eagle3 pair) are
+#: families genai_shim does not have: no stand-in.  LLaVA-NeXT-Video is missing too: optimum-intel
+#: 2.2 exports it only under transformers <= 4.57 while the tests export under the venv's 5.0, and
+#: under transformers 5 the file names it in no collected test.
+VLM_STANDINS = {
+    "optimum-intel-internal-testing/tiny-random-qwen2vl": "build_qwen2vl",
+    "optimum-intel-internal-testing/tiny-random-qwen2.5-vl": "build_qwen2_5vl",
+    "optimum-intel-internal-testing/tiny-random-qwen3-vl": "build_qwen3vl",
+    "optimum-intel-internal-testing/tiny-random-llava": "build_llava",
+    "optimum-intel-internal-testing/tiny-random-llava-next": "build_llava_next",
+    "optimum-intel-internal-testing/tiny-random-gemma3": "build_gemma3",
+}
+
+
+def vlm_hub_ids(tests: Path, files: list[str]) -> list[str]:
+    """The VLM_STANDINS ids that the selected VLM files name."""
+    ids: set[str] = set()
+    for f in files:
+        if f in VLM_FILES and (tests / f).is_file():
+            ids |= {m.group(1) for m in _HUB_ID.finditer((tests / f).read_text(encoding="utf-8"))}
+    return sorted(ids & set(VLM_STANDINS))
+
+
+def make_vlm_standin(hub_id: str, hub_cache: Path) -> Path:
+    """The family's make_vlm_fixtures builder into the hub cache layout (its own seeds, not --seed);
+    an existing stand-in is kept."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import make_vlm_fixtures as mvf  # noqa: E402 (tools/ is not a package)
+
+    return _hub_snapshot(hub_cache, hub_id, "models", getattr(mvf, VLM_STANDINS[hub_id]))
+
+
+#: web files the selected tests download (test_vlm_pipeline.py's images, by requests.get):
+#: URL -> (width, height, seed) of a deterministic stand-in image (smooth colour fields, a few
+#: blocks and stripes; PNG), served by the offline plugin
+WEB_IMAGES = {
+    "https://github.com/openvinotoolkit/openvino_notebooks/assets/29454499/d5fbbd1a-d484-415c-88cb-9986625b7b11":
+        (480, 360, 1),  # cat
+    "https://huggingface.co/datasets/huggingface/documentation-images/resolve/main/transformers/tasks/car.jpg":
+        (320, 213, 2),  # car (also the frames of synthetic_video, shifted per pixel in Python: small)
+    "https://github.com/user-attachments/assets/8c9ae017-7837-4abc-ae92-c1054c9ec350": (256, 128, 3),  # handwritten
+}
+
+
+def standin_image(width: int, height: int, seed: int):
+    """A deterministic RGB PIL image: two colour gradients, random blocks and stripes."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    img = np.stack([255 * x / width, 255 * y / height, 128 + 100 * np.sin((x + y) / (7 + seed))], -1)
+    for _ in range(12):
+        x0, y0 = int(rng.integers(0, width - 8)), int(rng.integers(0, height - 8))
+        colour = rng.integers(0, 256, 3)
+        h, w = int(rng.integers(8, height // 2)), int(rng.integers(8, width // 2))
+        img[y0:y0 + h, x0:x0 + w] = colour
+    img[:, ::9] *= 0.6
+    return Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB")
+
+
+def web_standins(work: Path) -> Path:
+    """<work>/web: the WEB_IMAGES as PNG files and index.json (URL -> file) for the offline plugin."""
+    d = work / "web"
+    d.mkdir(parents=True, exist_ok=True)
+    index = {}
+    for url, (w, h, seed) in WEB_IMAGES.items():
+        name = hashlib.sha1(url.encode()).hexdigest()[:16] + ".png"
+        if not (d / name).is_file():
+            standin_image(w, h, seed).save(d / name)
+        index[url] = name
+    (d / "index.json").write_text(json.dumps(index, indent=1))
+    return d
+
+
+# --------------------------------------------------------------------------------------------
 # runs
 # --------------------------------------------------------------------------------------------
 
@@ -615,6 +724,39 @@ try:
     _net.retry_request = _once
 except ImportError:
     pass
+
+# the web files the tests download (test images) from <work>/web (tools/upstream_suite.py web_standins)
+import json as _json
+import os as _os
+
+_web = _os.environ.get("UPSTREAM_SUITE_WEB")
+if _web and _os.path.isfile(_os.path.join(_web, "index.json")):
+    import requests as _requests
+
+    with open(_os.path.join(_web, "index.json")) as _fh:
+        _index = _json.load(_fh)
+    _get = _requests.get
+
+    class _Response:
+        status_code = 200
+        ok = True
+
+        def __init__(self, path):
+            with open(path, "rb") as fh:
+                self.content = fh.read()
+            import io
+
+            self.raw = io.BytesIO(self.content)
+
+        def raise_for_status(self):
+            pass
+
+    def _standin_get(url, *args, **kwargs):
+        if url in _index:
+            return _Response(_os.path.join(_web, _index[url]))
+        return _get(url, *args, **kwargs)
+
+    _requests.get = _standin_get
 '''
 
 
@@ -631,12 +773,14 @@ def run_env(work: Path, tests: Path, plugins: Path) -> dict[str, str]:
     env.update(HF_HOME=str(work / "hf"), HF_HUB_CACHE=str(work / "hf" / "hub"), HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", OV_CACHE=str(work / "ov_cache"),
                TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"),
+               UPSTREAM_SUITE_WEB=str(work / "web"),
                PYTHONPATH=os.pathsep.join([str(plugins), str(tests)] + [p for p in [env.get("PYTHONPATH")] if p]))
     return env
 
 
 def run_one(args, tests: Path, plugins: Path, test_file: str, side: str) -> Path:
-    out = args.work / "results" / side / (test_file.replace("/", "__") + ".xml")
+    chunk = f"@{args.chunk}" if getattr(args, "chunk", None) else ""
+    out = args.work / "results" / side / (test_file.replace("/", "__") + chunk + ".xml")
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [args.python, "-m", "pytest", test_file, "-q", "-p", "no:cacheprovider", "-p", "upstream_suite_offline",
            "-o", "junit_family=xunit1", f"--junitxml={out}", "-rN", "--tb=line",
@@ -679,8 +823,8 @@ def cmd_run(args) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     tests = extract_tests(args.upstream, args.work)
     plugins = write_plugins(args.work)
-    meta = {"upstream": str(args.upstream), "commit": upstream_commit(args.upstream), "k": args.k,
-            "versions": versions(args.python)}
+    meta = {"upstream": str(args.upstream), "commit": upstream_commit(args.upstream),
+            "k": None if args.chunk else args.k, "versions": versions(args.python)}
     (args.work / "results").mkdir(exist_ok=True)
     (args.work / "results" / "meta.json").write_text(json.dumps(meta, indent=1))
     sides = ["real", "ours"] if args.side == "both" else [args.side]
@@ -740,7 +884,9 @@ def collect(work: Path) -> dict[str, dict[str, dict[str, tuple[str, str]]]]:
     res: dict[str, dict[str, dict[str, tuple[str, str]]]] = {}
     for side in ("real", "ours"):
         for xml in sorted((work / "results" / side).glob("*.xml")):
-            res.setdefault(xml.stem.replace("__", "/"), {})[side] = parse_junit(xml)
+            # a chunk's results (run --chunk NAME): <file>@NAME.xml, merged into the file's
+            res.setdefault(xml.stem.split("@", 1)[0].replace("__", "/"), {}).setdefault(side, {}).update(
+                parse_junit(xml))
     return res
 
 
@@ -772,6 +918,17 @@ KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
      "num_assistant_tokens without a draft model: ours raises, the real ignores it"),
     ("test_llm_pipeline.py", r"test_perf_metrics_with_structured_output", r"",
      "PerfMetrics.get_grammar_compiler_init_times() returns {} (the real: {'xgrammar': > 0})"),
+    ("test_vlm_pipeline.py", r"test_cdpruner", r"outside a chat only",
+     "visual-token pruning (CDPruner) in a chat (start_chat / ChatHistory) is not implemented: ours refuses "
+     "pruning_ratio > 0 there, the real prunes each turn's new images"),
+    ("test_vlm_pipeline.py", r"test_cdpruner", r"not Qwen3-VL yet",
+     "visual-token pruning for Qwen3-VL (with its DeepStack rows) is not implemented: ours refuses it"),
+    ("test_vlm_pipeline.py", r"test_cdpruner_with_visual_inputs", r"videos",
+     "Qwen3-VL videos are not implemented (ours refuses them; the real takes them, and prunes them)"),
+    ("test_vlm_pipeline.py", r"test_cdpruner_continuous_batching|test_video_metadata_sampling_continuous_batching",
+     r"openvino_model.xml was not found",
+     "ContinuousBatchingPipeline over a VLM export (the real's VLM continuous batching: add_request with "
+     "images / videos) is not implemented: ours looks for an LLM's openvino_model.xml"),
 ]
 
 
@@ -951,6 +1108,9 @@ def main(argv: list[str] | None = None) -> int:
     common(p)
     p.add_argument("--side", choices=("real", "ours", "both"), default="both")
     p.add_argument("-k", default=None, help="pytest -k expression")
+    p.add_argument("--chunk", default=None,
+                   help="a name for this part of the file (with -k): its results go to <file>@NAME.xml, and "
+                        "`table` merges the chunks of a file; a long file can so run in parts")
     p.add_argument("--python", default=sys.executable, help="the python of the fixtures venv (default: this one)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per file and side")
     p.add_argument("--ours-all", action="store_true",

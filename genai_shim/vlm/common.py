@@ -5,10 +5,12 @@ embeddings model."""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -17,12 +19,28 @@ import openvino as ov
 from ov_npu_emu.errors import UserInputError
 
 __all__ = ["ROLES", "TEXT_EMB_XML", "VISION_XML", "InputsEmbedder", "Placement", "StaticShapeRequest", "image_rows",
-           "expand_tags", "prepend_tags", "sample_videos", "text_embedding_times", "text_embeddings",
+           "expand_tags", "image_processor_json", "prepend_tags", "sample_videos", "text_embedding_times",
+           "text_embeddings",
            "universal_to_native",
            "UNIVERSAL_IMAGE", "UNIVERSAL_VIDEO"]
 
 VISION_XML = "openvino_vision_embeddings_model.xml"
 TEXT_EMB_XML = "openvino_text_embeddings_model.xml"
+
+
+def image_processor_json(folder: Path) -> dict[str, Any]:
+    """The image processor's settings as the real resolves them (VisionEncoder's
+    resolve_processor_configs): the ``image_processor`` object of a combined
+    ``processor_config.json`` (what transformers 5's ``processor.save_pretrained`` writes, with no
+    preprocessor_config.json) when that file has both ``image_processor`` and ``video_processor``;
+    otherwise ``preprocessor_config.json``; {} (the real's defaults) when neither is there."""
+    combined = folder / "processor_config.json"
+    if combined.is_file():
+        data = json.loads(combined.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and "image_processor" in data and "video_processor" in data:
+            return dict(data["image_processor"])
+    path = folder / "preprocessor_config.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def image_rows(image: Any) -> list[np.ndarray]:

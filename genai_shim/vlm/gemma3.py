@@ -11,7 +11,6 @@ strip the expansion's newlines), as the real patches it at construction."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from genai_shim.vlm.common import (
     VISION_XML,
     Placement,
     expand_tags,
+    image_processor_json,
     image_rows,
     prepend_tags,
     text_embeddings,
@@ -49,10 +49,9 @@ class Gemma3Config:
 
     @classmethod
     def read(cls, folder: Path) -> Gemma3Config:
-        path = folder / "preprocessor_config.json"
-        if not path.is_file():
+        data = image_processor_json(folder)
+        if not data:
             return cls()
-        data = json.loads(path.read_text(encoding="utf-8"))
         kw: dict[str, Any] = {}
         size = data.get("size") or {}
         if "height" in size:

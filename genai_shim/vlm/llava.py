@@ -7,7 +7,6 @@ newline, whose text embeddings the image rows replace; positions are plain ``[1,
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from genai_shim.vlm.common import (
     VISION_XML,
     Placement,
     expand_tags,
+    image_processor_json,
     image_rows,
     prepend_tags,
     text_embeddings,
@@ -46,10 +46,9 @@ class CLIPConfig:
 
     @classmethod
     def read(cls, folder: Path) -> CLIPConfig:
-        path = folder / "preprocessor_config.json"
-        if not path.is_file():
+        data = image_processor_json(folder)
+        if not data:
             return cls()
-        data = json.loads(path.read_text(encoding="utf-8"))
         kw: dict[str, Any] = {}
         size, crop = data.get("size") or {}, data.get("crop_size") or {}
         if "shortest_edge" in size:

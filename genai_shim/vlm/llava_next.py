@@ -15,7 +15,6 @@ LLaVA's."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from genai_shim.vlm.common import Placement
+from genai_shim.vlm.common import Placement, image_processor_json
 from genai_shim.vlm.llava import CLIPConfig, LLaVAEmbedder, LLaVAImage, clip_pixels, pillow_bicubic
 from ov_npu_emu.errors import ConfigError
 
@@ -41,8 +40,7 @@ class AnyResConfig:
 
     @classmethod
     def read(cls, folder: Path, config: dict[str, Any]) -> AnyResConfig:
-        path = folder / "preprocessor_config.json"
-        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        data = image_processor_json(folder)
         pins = data.get("image_grid_pinpoints") or config.get("image_grid_pinpoints") or []
         newline = config.get("image_newline")
         if not pins:

@@ -25,13 +25,22 @@ import numpy as np
 
 from genai_shim.chat import ChatHistory
 from genai_shim.chat_session import CHAT_DEPRECATION
-from genai_shim.decoding import STREAMER_FINISH, RunningSequence, check_finish, encoded_results, stream_tokens
+from genai_shim.decoding import (
+    STREAMER_FINISH,
+    RunningSequence,
+    StatefulRequests,
+    check_finish,
+    encoded_results,
+    stream_chunk,
+    stream_tokens,
+)
 from genai_shim.generation_config import GenerationConfig, folder_generation_config, replacement_config
 from genai_shim.lora_controller import AdapterController, resolve_adapters
 from genai_shim.npu_compile import compile_npu
-from genai_shim.npu_config import translate_npu_config
+from genai_shim.npu_config import get_kv_axes_pos, translate_npu_config
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.pipeline_args import split_properties
+from genai_shim.prompt_lookup import run_prompt_lookup
 from genai_shim.results import DecodedResults
 from genai_shim.sampling import Sampler
 from genai_shim.stop_strings import stop_window
@@ -207,6 +216,21 @@ def _split_props(device: str, props: dict[str, Any]) -> tuple[dict[str, Any], Pl
             Placement({role: (device, {**base, **per_role.get(role, {})}) for role in roles}, (device, base)))
 
 
+def _check_decoding_options(genai: Any, is_npu: bool) -> None:
+    """draft_model is not implemented; prompt_lookup is, on CPU, on the real's terms."""
+    if genai.draft is not None or (genai.prompt_lookup and is_npu):
+        key = "prompt_lookup" if genai.prompt_lookup else "draft_model"
+        where = " on NPU" if genai.draft is None else ""
+        raise ConfigError(f"genai_shim's VLMPipeline does not take {key}{where} yet", key=key)
+    if genai.prompt_lookup and genai.backend == "SDPA":
+        # the real's text (prompt lookup runs on its continuous-batching adapter only)
+        raise ConfigError("User properties are conflicting: some of them requires PagedAttention backend, "
+                          "while 'ATTENTION_BACKEND' is set to 'SDPA'", key="ATTENTION_BACKEND")
+    if genai.prompt_lookup and genai.adapters:
+        raise ConfigError("genai_shim applies LoRA adapters without prompt_lookup only; drop one of them",
+                          key="adapters")
+
+
 def _make_core() -> Any:
     from ov_npu_emu import Core
 
@@ -312,12 +336,13 @@ class VLMPipeline:
         if generation_config is not None:
             self.set_generation_config(generation_config)
         genai = split_properties(properties)
-        if genai.prompt_lookup or genai.draft is not None:
-            key = "prompt_lookup" if genai.prompt_lookup else "draft_model"
-            raise ConfigError(f"genai_shim's VLMPipeline does not take {key} yet", key=key)
+        _check_decoding_options(genai, self._is_npu)
+        #: prompt-lookup decoding (CPU): candidates from the prompt / answer checked in one call
+        self._prompt_lookup = bool(genai.prompt_lookup)
         # scheduler_config / ATTENTION_BACKEND choose the real's backend; ours has one
         lm_props, placement = _split_props("NPU" if self._is_npu else dev, genai.compile)
         model = core.read_model(folder / LANGUAGE_XML)
+        self._seq_axis = get_kv_axes_pos(model)[1] if self._prompt_lookup else 2
         # LoRA goes into the language model's graph before compiling, as the real's
         # AdapterController (tensor names prefixed "base_model.model." unless the config says)
         adapters = resolve_adapters(genai.adapters)
@@ -556,6 +581,10 @@ class VLMPipeline:
         config.update_generation_config(**kwargs)
         if config.eos_token_id == -1:
             config.set_eos_token_id(self._config.eos_token_id)
+        if self._prompt_lookup and not config.is_prompt_lookup():
+            # the real's text (its prompt-lookup pipeline's add_request, before validate)
+            raise ConfigError("`max_ngram_size` && `num_assistant_tokens` should be specified for "
+                              "`prompt lookup decoding`", key="max_ngram_size")
         config.validate()
         if self._is_npu:
             # the real's texts (validate_inputs_for_npu)
@@ -641,6 +670,8 @@ class VLMPipeline:
         window, stops = stop_window(self.tokenizer, config)
         if self._lora is not None:
             self._lora.apply(self._request, resolve_adapters(config.adapters))
+        if self._prompt_lookup:
+            return self._decode_lookup(seq, embeds, pos, delta, extras, config, stream, perf, window, stops)
         self._reset_kv()
         mask = np.ones((1, n), np.int64)
         logits = self._infer(np.ascontiguousarray(embeds), mask, np.ascontiguousarray(pos), extras, perf)
@@ -667,5 +698,44 @@ class VLMPipeline:
         if stream is not None:
             if not stopped:
                 stream_tokens(stream, seq, 0)
+            stream.end()
+        return seq, cancelled
+
+    def _decode_lookup(self, seq: RunningSequence, embeds: np.ndarray, pos: np.ndarray, delta: int,
+                       extras: dict[str, np.ndarray], config: GenerationConfig, stream: Any, perf: PerfMetrics,
+                       window: int, stops: list[str]) -> tuple[RunningSequence, bool]:
+        """Prompt-lookup decoding (genai_shim/prompt_lookup.py) on the language model: the prompt's
+        embeddings prefilled, then the last token and its candidates embedded and checked in one
+        call, the rejected ones cut from the KV; the tokens equal plain decoding's."""
+        pipe = self
+
+        class _Model:
+            cut = StatefulRequests(True, True, self._seq_axis).cut
+
+            @staticmethod
+            def run(request: Any, ids: list[int], past: int) -> np.ndarray:
+                # (run_prompt_lookup records the metrics of each call)
+                if past == 0:  # the prefill: the prompt's embeddings, positions and inputs
+                    feed = {"inputs_embeds": np.ascontiguousarray(embeds), "position_ids": np.ascontiguousarray(pos),
+                            "attention_mask": np.ones((1, embeds.shape[1]), np.int64), **extras}
+                else:
+                    m = len(ids)
+                    step_pos = [pipe._embedder.step_position_ids(past + k + 1, delta) for k in range(m)]
+                    # a decode step's extra inputs are per-token zeros on axis 1: one per token fed
+                    feed = {"inputs_embeds": pipe._embedder.token_embeddings(np.array([ids], np.int64)),
+                            "position_ids": np.concatenate(step_pos, axis=-1),
+                            "attention_mask": np.ones((1, past + m), np.int64),
+                            **{k: np.repeat(v, m, axis=1) for k, v in pipe._embedder.step_lm_inputs().items()}}
+                out = request.infer({**feed, "beam_idx": np.zeros(1, np.int32)}, share_outputs=True)
+                return np.asarray(out["logits"])
+
+        def finish(s: RunningSequence) -> None:
+            check_finish(s, config, self.tokenizer, window, stops, self._kv_capacity)
+
+        stopped, cancelled = run_prompt_lookup([seq], [self._request], _Model(), self._sampler,  # type: ignore[arg-type]
+                                               finish, config, perf, stream, window)
+        if stream is not None:
+            if not stopped:
+                stream_chunk(stream, seq, 0)
             stream.end()
         return seq, cancelled

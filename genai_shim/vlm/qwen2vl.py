@@ -14,7 +14,6 @@ the temporal position ``t · tokens_per_second`` (the real's rule for both famil
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from genai_shim.vlm.common import (
     VISION_XML,
     Placement,
     expand_tags,
+    image_processor_json,
     image_rows,
     prepend_tags,
     text_embeddings,
@@ -59,10 +59,10 @@ class ProcessorConfig:
 
     @classmethod
     def read(cls, folder: Path) -> ProcessorConfig:
-        path = folder / "preprocessor_config.json"
-        if not path.is_file():
+        data = image_processor_json(folder)
+        if not data:
             return cls()
-        return cls.parse(json.loads(path.read_text(encoding="utf-8")))
+        return cls.parse(data)
 
     @classmethod
     def parse(cls, data: dict[str, Any]) -> ProcessorConfig:

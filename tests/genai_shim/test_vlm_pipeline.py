@@ -136,10 +136,10 @@ def test_chat_history_errors(shim_cpu: Any) -> None:
 
 
 def test_prompt_lookup_property(tmp_path: Path) -> None:
-    """The upstream chat sample passes prompt_lookup=False on every device; True needs the
-    continuous-batching backend ours does not have for VLMs yet."""
-    with pytest.raises(ConfigError, match="prompt_lookup"):
-        genai_shim.VLMPipeline(FOLDER, "CPU", prompt_lookup=True, **CPU_PROPS)
+    """The upstream chat sample passes prompt_lookup=False on every device (True: test_vlm_prompt_lookup.py;
+    on NPU not implemented)."""
+    with pytest.raises(ConfigError, match="prompt_lookup on NPU"):
+        genai_shim.VLMPipeline(FOLDER, "NPU", prompt_lookup=True)
     pipe = genai_shim.VLMPipeline(FOLDER, "CPU", prompt_lookup=False, **CPU_PROPS)
     assert pipe.generate(PROMPT, generation_config=_config(genai_shim)).texts[0] == GOLDEN["cpu"]["text_only"]["text"]
 

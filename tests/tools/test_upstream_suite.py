@@ -131,3 +131,36 @@ def test_hub_snapshot_layout_is_made_once(tmp_path):
     assert (snap.parent.parent / "refs" / "main").read_text() == snap.name
     assert us._hub_snapshot(tmp_path, "openai/whisper-tiny", "models", build) == snap and len(calls) == 1
     assert {"openai/whisper-tiny", "distil-whisper/distil-small.en"} == set(us.WHISPER_IDS)
+
+
+def test_vlm_files_get_vlm_standins_only(tmp_path):
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "test_vlm_pipeline.py").write_text(
+        'a = "optimum-intel-internal-testing/tiny-random-qwen2vl"\n'
+        'b = "optimum-intel-internal-testing/tiny-random-llava"\n'
+        'c = "optimum-intel-internal-testing/tiny-random-internvl2"\n')
+    assert us.hub_ids(tmp_path, ["test_vlm_pipeline.py"]) == []  # no LLM stand-in for a VLM id
+    assert us.vlm_hub_ids(tmp_path, ["test_vlm_pipeline.py"]) == [
+        "optimum-intel-internal-testing/tiny-random-llava", "optimum-intel-internal-testing/tiny-random-qwen2vl"]
+
+
+def test_chunks_of_a_file_merge(tmp_path):
+    d = tmp_path / "results" / "real"
+    d.mkdir(parents=True)
+    (d / "test_a.py@one.xml").write_text(JUNIT)
+    (d / "test_a.py@two.xml").write_text(JUNIT.replace("test_ok[1]", "test_more[1]"))
+    real = us.collect(tmp_path)["test_a.py"]["real"]
+    assert "test_a.py::test_ok[1]" in real and "test_a.py::test_more[1]" in real and len(real) == 6
+
+
+def test_web_standins_are_deterministic(tmp_path):
+    import pytest
+
+    pytest.importorskip("PIL")  # the fixtures venv's (the tool runs there)
+    index = json.loads((us.web_standins(tmp_path) / "index.json").read_text())
+    assert set(index) == set(us.WEB_IMAGES)
+    first = {u: (tmp_path / "web" / f).read_bytes() for u, f in index.items()}
+    for f in index.values():
+        (tmp_path / "web" / f).unlink()
+    us.web_standins(tmp_path)
+    assert first == {u: (tmp_path / "web" / f).read_bytes() for u, f in index.items()}
