@@ -707,7 +707,7 @@ class VLMPipeline:
         """Prompt-lookup decoding (genai_shim/prompt_lookup.py) on the language model: the prompt's
         embeddings prefilled, then the last token and its candidates embedded and checked in one
         call, the rejected ones cut from the KV; the tokens equal plain decoding's."""
-        pipe = self
+        embedder = self._embedder
 
         class _Model:
             cut = StatefulRequests(True, True, self._seq_axis).cut
@@ -720,12 +720,12 @@ class VLMPipeline:
                             "attention_mask": np.ones((1, embeds.shape[1]), np.int64), **extras}
                 else:
                     m = len(ids)
-                    step_pos = [pipe._embedder.step_position_ids(past + k + 1, delta) for k in range(m)]
+                    step_pos = [embedder.step_position_ids(past + k + 1, delta) for k in range(m)]
                     # a decode step's extra inputs are per-token zeros on axis 1: one per token fed
-                    feed = {"inputs_embeds": pipe._embedder.token_embeddings(np.array([ids], np.int64)),
+                    feed = {"inputs_embeds": embedder.token_embeddings(np.array([ids], np.int64)),
                             "position_ids": np.concatenate(step_pos, axis=-1),
                             "attention_mask": np.ones((1, past + m), np.int64),
-                            **{k: np.repeat(v, m, axis=1) for k, v in pipe._embedder.step_lm_inputs().items()}}
+                            **{k: np.repeat(v, m, axis=1) for k, v in embedder.step_lm_inputs().items()}}
                 out = request.infer({**feed, "beam_idx": np.zeros(1, np.int32)}, share_outputs=True)
                 return np.asarray(out["logits"])
 
