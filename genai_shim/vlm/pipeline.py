@@ -46,6 +46,7 @@ from genai_shim.sampling import Sampler
 from genai_shim.stop_strings import stop_window
 from genai_shim.streamers import StreamingStatus, make_streamer
 from genai_shim.tokenizer import Tokenizer
+from genai_shim.vlm import beam as vlm_beam
 from genai_shim.vlm.common import (
     ROLES,
     UNIVERSAL_IMAGE,
@@ -493,13 +494,10 @@ class VLMPipeline:
                 f"tokens. {embeds.shape[1]} is passed.\nSet the \"MAX_PROMPT_LEN\" config option to "
                 "increase the limit."
             )
-        seq, cancelled = self._decode(ids, embeds, pos, delta, extras, config, streamer, perf)
-        t0 = _now()
-        text = self.tokenizer.decode(seq.tokens)
-        perf.raw_metrics.detokenization_durations.append((_now() - t0) * 1e6)
-        res = encoded_results([seq], perf)
+        texts, res, cancelled = self._decode_texts(ids, embeds, pos, delta, extras, config, streamer, perf, rollback)
+        text = texts[0]
         out = VLMDecodedResults()
-        out.texts, out.scores, out.finish_reasons = [text], res.scores, res.finish_reasons
+        out.texts, out.scores, out.finish_reasons = texts, res.scores, res.finish_reasons
         if cancelled:
             rollback()
         elif self._chat is not None and not isinstance(prompt, ChatHistory):
@@ -592,12 +590,9 @@ class VLMPipeline:
                 raise UserInputError("Currently only greedy and multinomial decoding are supported for NPU device!")
             if config.num_return_sequences != 1:
                 raise UserInputError('Currently only "num_return_sequences" equal to 1 is supported for NPU device!')
-        elif config.is_beam_search() or config.num_return_sequences != 1:
-            raise ConfigError(
-                "genai_shim's VLMPipeline decodes one sequence (greedy or multinomial); beam search "
-                "and num_return_sequences > 1 are not implemented yet",
-                key="num_return_sequences" if not config.is_beam_search() else "num_beams",
-            )
+        elif self._prompt_lookup and (config.is_beam_search() or config.num_return_sequences != 1):
+            # the real's text (its prompt-lookup pipeline)
+            raise UserInputError("Beam search and parallel sampling are not compatible with assistant generation")
         if config.echo:
             raise ConfigError("echo is not supported by VLMPipeline", key="echo")
         wanted = resolve_adapters(config.adapters)
@@ -700,6 +695,53 @@ class VLMPipeline:
                 stream_tokens(stream, seq, 0)
             stream.end()
         return seq, cancelled
+
+    def _decode_texts(self, ids: np.ndarray, embeds: np.ndarray, pos: np.ndarray, delta: int,
+                      extras: dict[str, np.ndarray], config: GenerationConfig, streamer: Any, perf: PerfMetrics,
+                      rollback: Callable[[], None]) -> tuple[list[str], Any, bool]:
+        """(texts, EncodedResults, whether the streamer cancelled): one sequence, or on CPU beam
+        search / parallel sampling (NPU refused them in _resolve_config)."""
+        if config.is_beam_search() or config.num_return_sequences != 1:
+            if make_streamer(streamer, self.tokenizer) is not None:
+                rollback()  # the real's text
+                raise UserInputError("Currently streaming is possible only with batch size=1 and only for greedy "
+                                     "or multinomial decoding")
+            res, cancelled = self._decode_many(ids, embeds, pos, delta, extras, config, perf), False
+            t0 = _now()
+            texts = [self.tokenizer.decode(tokens) for tokens in res.tokens]
+        else:
+            seq, cancelled = self._decode(ids, embeds, pos, delta, extras, config, streamer, perf)
+            t0 = _now()
+            texts = [self.tokenizer.decode(seq.tokens)]
+            res = encoded_results([seq], perf)
+        perf.raw_metrics.detokenization_durations.append((_now() - t0) * 1e6)
+        return texts, res, cancelled
+
+    def _decode_many(self, ids: np.ndarray, embeds: np.ndarray, pos: np.ndarray, delta: int,
+                     extras: dict[str, np.ndarray], config: GenerationConfig, perf: PerfMetrics) -> Any:
+        """Beam search or parallel sampling on CPU (genai_shim/vlm/beam.py): the prompt prefilled
+        once, then every running sequence one token per call; returns EncodedResults."""
+        prompt = ids[0].tolist()
+        perf.num_input_tokens = len(prompt)
+        perf.raw_metrics.m_inference_durations = [0.0]
+        self._sampler.set_seed(config.rng_seed)
+        window, stops = stop_window(self.tokenizer, config)
+        if self._lora is not None:
+            self._lora.apply(self._request, resolve_adapters(config.adapters))
+        self._reset_kv()
+        logits = self._infer(np.ascontiguousarray(embeds), np.ones((1, len(prompt)), np.int64),
+                             np.ascontiguousarray(pos), extras, perf)
+        feeder, infer = vlm_beam.StepFeeder(self._embedder, delta), vlm_beam.make_infer(self._request)
+        if config.is_beam_search():
+            return vlm_beam.beam_search(prompt, logits, config, perf, feeder=feeder, infer=infer,
+                                        tokenizer=self.tokenizer, stop_window=window, stop_strings=stops)
+
+        def finish(s: RunningSequence) -> None:
+            check_finish(s, config, self.tokenizer, window, stops, self._kv_capacity)
+
+        seqs = vlm_beam.parallel_sample(prompt, logits, config, perf, sampler=self._sampler, feeder=feeder,
+                                        infer=infer, finish=finish)
+        return encoded_results(seqs, perf)
 
     def _decode_lookup(self, seq: RunningSequence, embeds: np.ndarray, pos: np.ndarray, delta: int,
                        extras: dict[str, np.ndarray], config: GenerationConfig, stream: Any, perf: PerfMetrics,

@@ -165,8 +165,8 @@ def test_bad_inputs_get_typed_errors(shim_cpu: Any) -> None:
     with pytest.raises(UserInputError, match="native vision tags"):
         shim_cpu.generate("<|vision_start|><|image_pad|><|vision_end|>" * 2 + PROMPT, images=[_image()],
                           max_new_tokens=2)
-    with pytest.raises(ConfigError, match="beam search"):
-        shim_cpu.generate(PROMPT, max_new_tokens=2, num_beams=2, num_return_sequences=1)
+    with pytest.raises(ConfigError, match="must be greater equal than 'num_return_sequences'"):  # the real's text
+        shim_cpu.generate(PROMPT, max_new_tokens=2, num_beams=2, num_return_sequences=3)
     with pytest.raises(UserInputError, match="can't be None"):
         shim_cpu.generate(PROMPT, images=None, max_new_tokens=2)
     with pytest.raises(UserInputError, match="at least one frame"):  # Qwen2-VL takes videos (the real's text)
