@@ -280,7 +280,9 @@ def build_qwen2vl(out_dir: Path) -> None:
     import torch
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
-    tok = build_tokenizer(QWEN_SPECIALS)
+    # (the multipart template: upstream test_vlm_pipeline.py sends list contents; for str
+    # contents it renders as CHATML_TEMPLATE, which the exported fixtures keep)
+    tok = build_tokenizer(QWEN_SPECIALS, template=QWEN3_TEMPLATE)
     ids, top = _qwen_ids(tok)
     text = _text_config(ids, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                               "mrope_section": [2, 3, 3]})
@@ -300,7 +302,7 @@ def build_qwen2_5vl(out_dir: Path) -> None:
     import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    tok = build_tokenizer(QWEN_SPECIALS)
+    tok = build_tokenizer(QWEN_SPECIALS, template=QWEN3_TEMPLATE)  # multipart, as build_qwen2vl's
     ids, top = _qwen_ids(tok)
     text = _text_config(ids, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                               "mrope_section": [2, 3, 3]})

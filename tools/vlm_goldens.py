@@ -535,3 +535,65 @@ def pruning_margins(folder: Path, entry: dict[str, Any]) -> dict[str, Any]:
                      "kept": None if pruned is None else pruned[4],
                      "text_equals_golden": tok.decode(tokens) == entry["cpu"][name]["text"]}
     return out
+
+
+#: pruning inside a start_chat() chat (issue 31): name -> turns of (prompt, images as (h, w),
+#: pruning_ratio, relevance_weight); the real's CPU default (continuous batching) re-templates
+#: the whole unpruned history each turn and prunes every image of it against the whole
+#: history's text
+PRUNING_CHAT_CASES: dict[str, list[tuple[str, list[tuple[int, int]], int, float]]] = {
+    "image_then_text": [(CHAT[0], [(300, 420)], 50, 0.5), (CHAT[1], [], 50, 0.5), (CHAT[2], [], 50, 0.5)],
+    "three_images": [(CHAT[0], [(300, 420)], 50, 0.5), (CHAT[1], [(140, 140)], 50, 0.5),
+                     (CHAT[2], [(196, 252)], 30, 0.9)],
+    "text_then_image": [(CHAT[0], [], 50, 0.5), (CHAT[1], [(300, 420)], 75, 0.5), (CHAT[2], [], 25, 0.5)],
+    "ratio_0_then_60": [(CHAT[0], [(300, 420)], 0, 0.5), (CHAT[1], [(140, 140)], 60, 1.0), (CHAT[2], [], 0, 0.5)],
+    "two_images": [(CHAT[0], [(224, 168), (112, 140)], 60, 1.0), (CHAT[2], [], 60, 1.0)],
+}
+#: turns left out on Qwen3-VL: its real chat's turns after an image turn are not its own answers
+#: for that history (docs/genai_shim.md, the real's Qwen3-VL chat bug), and these two differ
+QWEN3_SKIPPED_PRUNING_CHAT_TURNS = {("three_images", 1), ("ratio_0_then_60", 2)}
+
+
+def pruning_chat_turns(pipe: Any, lib: Any, name: str, history: bool = False) -> list[tuple[str, int]]:
+    """PRUNING_CHAT_CASES[name] as a start_chat() chat (or, with ``history``, a ChatHistory
+    grown turn by turn): each turn's (text, input tokens)."""
+    import openvino as ov
+
+    out = []
+    hist = lib.ChatHistory() if history else None
+    if hist is None:
+        pipe.start_chat()
+    try:
+        for prompt, sizes, ratio, weight in PRUNING_CHAT_CASES[name]:
+            cfg = lib.GenerationConfig()
+            cfg.max_new_tokens = MAX_NEW_TOKENS
+            cfg.pruning_ratio = ratio
+            cfg.relevance_weight = weight
+            images = [ov.Tensor(test_image(*hw)) for hw in sizes]
+            if hist is None:
+                r = pipe.generate(prompt, images=images, generation_config=cfg)
+            else:
+                hist.append({"role": "user", "content": prompt})
+                r = pipe.generate(hist, images=images, generation_config=cfg)
+                hist.append({"role": "assistant", "content": r.texts[0]})
+            out.append((r.texts[0], r.perf_metrics.get_num_input_tokens()))
+        return out
+    finally:
+        if hist is None:
+            pipe.finish_chat()
+
+
+def record_pruning_chat(folder: Path) -> dict[str, Any]:
+    """golden.json's ``pruning_chat`` entry (the rest of the file is kept): PRUNING_CHAT_CASES on
+    the real's CPU (f32, its default continuous-batching backend), a fresh pipeline per case."""
+    import openvino_genai as og
+
+    entry: dict[str, Any] = {"cases": "tools/vlm_goldens.py PRUNING_CHAT_CASES (images: test_image(h, w))", "cpu": {}}
+    for name in PRUNING_CHAT_CASES:
+        turns = pruning_chat_turns(og.VLMPipeline(str(folder), "CPU", **CPU_PROPS), og, name)
+        entry["cpu"][name] = [{"text": t, "num_input_tokens": n} for t, n in turns]
+    path = folder / "golden.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["pruning_chat"] = entry
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return entry

@@ -519,12 +519,8 @@ class VLMPipeline:
             rollback()
             raise ConfigError("CDPruner video pruning is not yet supported for Qwen2-VL. "
                               "Disable pruning (pruning_ratio=0) or remove video inputs.", key="pruning_ratio")
-        if chat:
-            # the real prunes each turn's prompt against its KV cache and keeps the pruned ids
-            # there; genai_shim re-prefills the history each turn, which cannot reproduce that
-            rollback()
-            raise ConfigError("genai_shim's VLMPipeline prunes visual tokens (pruning_ratio > 0) outside a chat "
-                              "only; set pruning_ratio=0 in a chat with images", key="pruning_ratio")
+        # in a chat (``chat``) the same: the whole unpruned history's every image against the whole
+        # history's text, as the real's CPU default (continuous batching) re-templates it each turn
         emb: Any = self._embedder
         try:
             if regions is None:

@@ -23,7 +23,17 @@ from ov_npu_emu.errors import ConfigError
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "vlm"
 sys.path.insert(0, str(ROOT / "tools"))
-from vlm_goldens import CPU_PROPS, NPU_PROPS, PROMPT, PRUNING_CASES, npu_extra, pruning_case_inputs  # noqa: E402
+from vlm_goldens import (  # noqa: E402  # noqa: E402
+    CPU_PROPS,
+    NPU_PROPS,
+    PROMPT,
+    PRUNING_CASES,
+    PRUNING_CHAT_CASES,
+    QWEN3_SKIPPED_PRUNING_CHAT_TURNS,
+    npu_extra,
+    pruning_case_inputs,
+    pruning_chat_turns,
+)
 from vlm_goldens import test_image as make_image  # noqa: E402
 from vlm_goldens import test_video as make_video  # noqa: E402
 
@@ -138,18 +148,49 @@ def test_real_errors(kw: dict[str, Any], text: str) -> None:
     assert pipe.generate(PROMPT, images=[ov.Tensor(make_image())], max_new_tokens=2, relevance_weight=7.0).texts
 
 
-def test_videos_and_chats_refuse_pruning() -> None:
+def test_videos_refuse_pruning_on_qwen2vl() -> None:
     pipe = genai_shim.VLMPipeline(FIXTURES / "qwen2vl-fp32", "CPU", **CPU_PROPS)
     with pytest.raises(ConfigError, match="CDPruner video pruning is not yet supported for Qwen2-VL"):
         pipe.generate("Describe the video.", videos=[ov.Tensor(make_video(2, 56, 56))], max_new_tokens=2,
                       pruning_ratio=10)
+
+
+def _chat_golden(family: str, case: str) -> list[tuple[str, int]]:
+    data = json.loads((FIXTURES / family / "golden.json").read_text(encoding="utf-8"))["pruning_chat"]["cpu"]
+    return [(t["text"], t["num_input_tokens"]) for t in data[case]]
+
+
+@pytest.mark.parametrize("family", ["qwen2vl-fp32", "qwen2_5vl-fp32", "qwen3vl-fp32"])
+@pytest.mark.parametrize("history", [False, True], ids=["start_chat", "chat_history"])
+def test_chat_pruning_gives_the_real_goldens(family: str, history: bool) -> None:
+    """Pruning in a chat (issue 31), as the real's CPU default (continuous batching): every turn
+    re-templates the whole unpruned history and prunes every image in it against the whole
+    history's text (an image of an earlier turn is pruned again with the turn's ratio; ratio 0
+    leaves all unpruned). Each turn's text and input token count equal the real's (golden.json
+    ``pruning_chat``, recorded with start_chat(); a ChatHistory grown turn by turn gives the same),
+    except the real's Qwen3-VL turns its chat bug changes (QWEN3_SKIPPED_PRUNING_CHAT_TURNS)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for case in PRUNING_CHAT_CASES:
+            pipe = genai_shim.VLMPipeline(FIXTURES / family, "CPU", **CPU_PROPS)
+            got = pruning_chat_turns(pipe, genai_shim, case, history=history)
+            for k, (turn, want) in enumerate(zip(got, _chat_golden(family, case), strict=True)):
+                if family.startswith("qwen3") and (case, k) in QWEN3_SKIPPED_PRUNING_CHAT_TURNS:
+                    assert turn[1] == want[1]  # the same history: the same (pruned) token count
+                    continue
+                assert turn == want, (case, k)
+
+
+def test_failed_chat_turn_is_forgotten() -> None:
+    """A pruned chat turn that fails (the real's zero-token error) leaves the chat as it was."""
+    pipe = genai_shim.VLMPipeline(FIXTURES / "qwen2vl-fp32", "CPU", **CPU_PROPS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         pipe.start_chat()
-        with pytest.raises(ConfigError, match="outside a chat"):
-            pipe.generate(PROMPT, images=[ov.Tensor(make_image())], max_new_tokens=2, pruning_ratio=50)
-        # the failed turn is forgotten: the chat goes on unpruned as if it never happened
+        with pytest.raises(ConfigError, match="Percentage is too small"):
+            pipe.generate(PROMPT, images=[ov.Tensor(make_image(28, 28))], max_new_tokens=2, pruning_ratio=99)
         assert pipe._chat == []
+        assert pipe.generate(PROMPT, images=[ov.Tensor(make_image())], max_new_tokens=2, pruning_ratio=50).texts
         pipe.finish_chat()
 
 
