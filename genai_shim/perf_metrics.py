@@ -53,6 +53,15 @@ def _mean_std(us: Sequence[float]) -> MeanStdPair:
     return MeanStdPair(float(mean), float(math.sqrt(max(var, 0.0))))
 
 
+def record_infer_call(raw: RawPerfMetrics, t0: float, t1: float, batch: int) -> None:
+    """One language-model call from ``t0`` to ``t1`` (``time.perf_counter`` seconds) that gave
+    ``batch`` tokens: its duration, the generate's inference total, the token time and the batch."""
+    raw.m_token_infer_durations.append((t1 - t0) * 1e6)
+    raw.m_inference_durations[0] += (t1 - t0) * 1e6
+    raw.m_new_token_times.append(t1)
+    raw.m_batch_sizes.append(batch)
+
+
 @dataclass
 class RawPerfMetrics:
     """Raw series behind PerfMetrics; durations in microseconds, timestamps in seconds

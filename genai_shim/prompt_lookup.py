@@ -9,7 +9,7 @@ from typing import Any
 
 from genai_shim.decoding import STREAMER_FINISH, RunningSequence, StatefulRequests, stream_chunk
 from genai_shim.generation_config import GenerationConfig
-from genai_shim.perf_metrics import PerfMetrics
+from genai_shim.perf_metrics import PerfMetrics, record_infer_call
 from genai_shim.sampling import Sampler
 from genai_shim.streamers import StreamerBase, StreamingStatus
 
@@ -60,11 +60,7 @@ def run_prompt_lookup(
     past = [0] * len(seqs)
 
     def record(t0: float, sampled: int) -> None:
-        t1 = time.perf_counter()
-        raw.m_token_infer_durations.append((t1 - t0) * 1e6)
-        raw.m_inference_durations[0] += (t1 - t0) * 1e6
-        raw.m_new_token_times.append(t1)
-        raw.m_batch_sizes.append(sampled)
+        record_infer_call(raw, t0, time.perf_counter(), sampled)
 
     def append(s: RunningSequence, token: int, logp: float) -> None:
         s.tokens.append(token)

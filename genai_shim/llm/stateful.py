@@ -12,7 +12,7 @@ from genai_shim.decoding import STREAMER_FINISH, OneRow, StatefulRequests, strea
 from genai_shim.generation_config import SIZE_MAX, GenerationConfig
 from genai_shim.llm.base import DecodeCall, LLMPipelineImplBase, now
 from genai_shim.lora_controller import AdapterController, resolve_adapters
-from genai_shim.perf_metrics import PerfMetrics
+from genai_shim.perf_metrics import PerfMetrics, record_infer_call
 from genai_shim.results import EncodedResults
 from genai_shim.stateful_beam import run_beam_search
 from genai_shim.streamers import StreamingStatus
@@ -172,11 +172,7 @@ class StatefulLLM(LLMPipelineImplBase):
         t1 = now()
         if one is not None and share and not bound:
             one.bound = one.read_by(self.request, self.has_pos, self.has_beam)
-        raw = perf.raw_metrics
-        raw.m_token_infer_durations.append((t1 - t0) * 1e6)
-        raw.m_inference_durations[0] += (t1 - t0) * 1e6
-        raw.m_new_token_times.append(t1)
-        raw.m_batch_sizes.append(int(ids.shape[0]))
+        record_infer_call(perf.raw_metrics, t0, t1, int(ids.shape[0]))
         return np.asarray(out["logits"])
 
     # -- decoding ------------------------------------------------------------------------------

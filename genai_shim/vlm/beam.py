@@ -19,7 +19,7 @@ import numpy as np
 
 from genai_shim.decoding import RunningSequence
 from genai_shim.generation_config import GenerationConfig
-from genai_shim.perf_metrics import PerfMetrics
+from genai_shim.perf_metrics import PerfMetrics, record_infer_call
 from genai_shim.results import EncodedResults
 from genai_shim.sampling import Sampler
 from genai_shim.stateful_beam import run_beam_search
@@ -38,12 +38,7 @@ def make_infer(request: Any) -> Infer:
         t0 = time.perf_counter()
         out = request.infer({"inputs_embeds": embeds, "attention_mask": mask, "position_ids": pos,
                              "beam_idx": np.ascontiguousarray(beam, np.int32), **extras}, share_outputs=True)
-        t1 = time.perf_counter()
-        raw = perf.raw_metrics
-        raw.m_token_infer_durations.append((t1 - t0) * 1e6)
-        raw.m_inference_durations[0] += (t1 - t0) * 1e6
-        raw.m_new_token_times.append(t1)
-        raw.m_batch_sizes.append(int(embeds.shape[0]))
+        record_infer_call(perf.raw_metrics, t0, time.perf_counter(), int(embeds.shape[0]))
         return np.asarray(out["logits"])
 
     return infer

@@ -95,6 +95,10 @@ def _now() -> float:
     return time.perf_counter()
 
 
+#: the beam_idx of a single sequence (its KV row stays where it is)
+_ONE_ROW = np.zeros(1, np.int32)
+
+
 class VLMRawPerfMetrics:
     """The VLM-only raw series (microseconds), as the real's VLMRawPerfMetrics."""
 
@@ -368,6 +372,8 @@ class VLMPipeline:
         else:
             compiled = core.compile_model(model, dev, lm_props)
         self._request = compiled.create_infer_request()
+        #: one language-model call with its metrics (a single sequence's, or the beams' rows)
+        self._lm_call = vlm_beam.make_infer(self._request)
         self._embedder = EMBEDDERS[cfg["model_type"]](core, folder, cfg, placement, self.tokenizer)
         #: whether the real's inputs embedder of this family prunes visual tokens (CDPruner)
         self._prunes = cfg["model_type"] in PRUNING_FAMILIES
@@ -636,16 +642,7 @@ class VLMPipeline:
 
     def _infer(self, embeds: np.ndarray, mask: np.ndarray, pos: np.ndarray, extras: dict[str, np.ndarray],
                perf: PerfMetrics) -> np.ndarray:
-        t0 = _now()
-        out = self._request.infer({"inputs_embeds": embeds, "attention_mask": mask, "position_ids": pos,
-                                   "beam_idx": np.zeros(1, np.int32), **extras}, share_outputs=True)
-        t1 = _now()
-        raw = perf.raw_metrics
-        raw.m_token_infer_durations.append((t1 - t0) * 1e6)
-        raw.m_inference_durations[0] += (t1 - t0) * 1e6
-        raw.m_new_token_times.append(t1)
-        raw.m_batch_sizes.append(1)
-        return np.asarray(out["logits"])
+        return self._lm_call(embeds, mask, pos, extras, _ONE_ROW, perf)
 
     def _decode(self, ids: np.ndarray, embeds: np.ndarray, pos: np.ndarray, delta: int, extras: dict[str, np.ndarray],
                 config: GenerationConfig, streamer: Any, perf: PerfMetrics) -> tuple[RunningSequence, bool]:
@@ -727,7 +724,7 @@ class VLMPipeline:
         self._reset_kv()
         logits = self._infer(np.ascontiguousarray(embeds), np.ones((1, len(prompt)), np.int64),
                              np.ascontiguousarray(pos), extras, perf)
-        feeder, infer = vlm_beam.StepFeeder(self._embedder, delta), vlm_beam.make_infer(self._request)
+        feeder, infer = vlm_beam.StepFeeder(self._embedder, delta), self._lm_call
         if config.is_beam_search():
             return vlm_beam.beam_search(prompt, logits, config, perf, feeder=feeder, infer=infer,
                                         tokenizer=self.tokenizer, stop_window=window, stop_strings=stops)
