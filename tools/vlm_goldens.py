@@ -218,10 +218,9 @@ def record(folder: Path) -> dict[str, Any]:
     return golden
 
 
-def margins(folder: Path, golden: dict[str, Any]) -> dict[str, Any]:
-    """Per greedy step of the CPU goldens (image, text only): the top-1 minus top-2 logit of the
-    exported language model on the OpenVINO CPU plugin in f32, fed genai_shim's inputs embedder
-    (its embeddings, pad expansion and M-RoPE positions equal the real's: same texts)."""
+def _cpu_models(folder: Path) -> tuple[Any, Any, Any, Any]:
+    """(openvino_genai, the folder's real Tokenizer, genai_shim's inputs embedder on CPU, the
+    language model compiled on CPU in f32): what the margin functions feed."""
     import openvino as ov
     import openvino_genai as og
 
@@ -238,6 +237,16 @@ def margins(folder: Path, golden: dict[str, Any]) -> dict[str, Any]:
     tok = og.Tokenizer(str(folder))
     emb = EMBEDDERS[cfg["model_type"]](core, folder, cfg, Placement({}, ("CPU", CPU_PROPS)), tok)
     lm = core.compile_model(core.read_model(folder / "openvino_language_model.xml"), "CPU", CPU_PROPS)
+    return og, tok, emb, lm
+
+
+def margins(folder: Path, golden: dict[str, Any]) -> dict[str, Any]:
+    """Per greedy step of the CPU goldens (image, text only): the top-1 minus top-2 logit of the
+    exported language model on the OpenVINO CPU plugin in f32, fed genai_shim's inputs embedder
+    (its embeddings, pad expansion and M-RoPE positions equal the real's: same texts)."""
+    import openvino as ov
+
+    og, tok, emb, lm = _cpu_models(folder)
     out: dict[str, Any] = {"source": "openvino CPU f32, openvino_language_model.xml, greedy"}
     for key, images in (("image", [ov.Tensor(test_image())]), ("text_only", [])):
         encoded = emb.encode_images(images)
@@ -373,22 +382,9 @@ def _greedy(emb: Any, lm: Any, tok: Any, ids: np.ndarray, x: np.ndarray, pos: np
 def video_margins(folder: Path, entry: dict[str, Any]) -> dict[str, Any]:
     """Per VIDEO_CASES case (frames sampled as the metadata says): the greedy margins of the CPU
     golden, from genai_shim's inputs embedder (equal to the real's: same texts)."""
-    import openvino as ov
-    import openvino_genai as og
+    og, tok, emb, lm = _cpu_models(folder)
+    from genai_shim.vlm.common import sample_videos
 
-    sys_path = str(Path(__file__).resolve().parents[1])
-    import sys
-
-    if sys_path not in sys.path:
-        sys.path.insert(0, sys_path)
-    from genai_shim.vlm.common import Placement, sample_videos
-    from genai_shim.vlm.pipeline import EMBEDDERS
-
-    core = ov.Core()
-    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    tok = og.Tokenizer(str(folder))
-    emb = EMBEDDERS[cfg["model_type"]](core, folder, cfg, Placement({}, ("CPU", CPU_PROPS)), tok)
-    lm = core.compile_model(core.read_model(folder / "openvino_language_model.xml"), "CPU", CPU_PROPS)
     out: dict[str, Any] = {"source": "openvino CPU f32, openvino_language_model.xml, greedy"}
     for name in video_case_names(folder):
         prompt, kw = video_case_inputs(name, og)
@@ -491,23 +487,9 @@ def record_pruning(folder: Path) -> dict[str, Any]:
 def pruning_margins(folder: Path, entry: dict[str, Any]) -> dict[str, Any]:
     """Per PRUNING_CASES case: the greedy margins of the CPU golden on genai_shim's pruned inputs
     (its kept tokens equal the real's: same texts and input token counts)."""
-    import openvino as ov
-    import openvino_genai as og
-
-    sys_path = str(Path(__file__).resolve().parents[1])
-    import sys
-
-    if sys_path not in sys.path:
-        sys.path.insert(0, sys_path)
-    from genai_shim.vlm.common import Placement
-    from genai_shim.vlm.pipeline import EMBEDDERS
+    og, tok, emb, lm = _cpu_models(folder)
     from genai_shim.vlm.pruning import prune_qwen2vl, prune_vision
 
-    core = ov.Core()
-    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    tok = og.Tokenizer(str(folder))
-    emb = EMBEDDERS[cfg["model_type"]](core, folder, cfg, Placement({}, ("CPU", CPU_PROPS)), tok)
-    lm = core.compile_model(core.read_model(folder / "openvino_language_model.xml"), "CPU", CPU_PROPS)
     out: dict[str, Any] = {"source": "openvino CPU f32, openvino_language_model.xml, greedy"}
     for name in pruning_case_names(folder):
         kw = pruning_case_inputs(name, og)
