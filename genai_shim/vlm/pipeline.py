@@ -377,7 +377,6 @@ class VLMPipeline:
         self._embedder = EMBEDDERS[cfg["model_type"]](core, folder, cfg, placement, self.tokenizer)
         #: whether the real's inputs embedder of this family prunes visual tokens (CDPruner)
         self._prunes = cfg["model_type"] in PRUNING_FAMILIES
-        self._model_type = str(cfg["model_type"])
         #: the templated prompt is tokenized with special tokens for the families whose real
         #: embedder sets add_special_tokens (LLaVA-NeXT-Video); without, as the others
         self._special = bool(getattr(self._embedder, "prompt_special_tokens", False))
@@ -488,7 +487,6 @@ class VLMPipeline:
             pos, delta = self._embedder.position_ids(ids, used)
         if self._prunes and config.pruning_ratio > 0 and (used or used_clips):
             ids, embeds, pos, delta = self._pruned(ids, embeds, pos, delta, used, used_clips, config,
-                                                   chat=self._chat is not None or isinstance(prompt, ChatHistory),
                                                    rollback=rollback)
         extras = self._embedder.lm_inputs(ids, used)
         perf.vlm_raw_metrics.prepare_embeddings_durations.append((_now() - t_emb) * 1e6)
@@ -517,7 +515,7 @@ class VLMPipeline:
 
     # -- steps -----------------------------------------------------------------------------------
     def _pruned(self, ids: np.ndarray, embeds: np.ndarray, pos: np.ndarray, delta: int, images: list[Any],
-                videos: list[Any], config: GenerationConfig, chat: bool, rollback: Callable[[], None]
+                videos: list[Any], config: GenerationConfig, rollback: Callable[[], None]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """The prompt after CDPruner (genai_shim/vlm/pruning.py), as the real's Qwen2-VL embedder."""
         regions = getattr(self._embedder, "pruning_regions", None)  # Qwen3-VL: videos too, DeepStack rows
@@ -525,7 +523,7 @@ class VLMPipeline:
             rollback()
             raise ConfigError("CDPruner video pruning is not yet supported for Qwen2-VL. "
                               "Disable pruning (pruning_ratio=0) or remove video inputs.", key="pruning_ratio")
-        # in a chat (``chat``) the same: the whole unpruned history's every image against the whole
+        # in a chat the same: the whole unpruned history's every image against the whole
         # history's text, as the real's CPU default (continuous batching) re-templates it each turn
         emb: Any = self._embedder
         try:
