@@ -185,12 +185,22 @@ def stream_chunk(stream: StreamerBase, s: RunningSequence, window: int) -> Strea
     return status_from_callback(stream.write(chunk))
 
 
-def encoded_results(seqs: list[RunningSequence], perf: PerfMetrics) -> EncodedResults:
+def sequence_score(s: RunningSequence) -> float:
+    # Tokens a stop string removed take their log-probabilities with them (measured).
+    return float(sum(s.logps[: len(s.tokens)])) if s.score is None else s.score
+
+
+def encoded_results(seqs: list[RunningSequence], perf: PerfMetrics, per_prompt: int = 1) -> EncodedResults:
+    """The results of ``seqs``, which hold ``per_prompt`` consecutive sequences per prompt
+    (parallel sampling): each prompt's best cumulative log-probability first, as the real's
+    finished sequences are ordered (measured on its stateful, paged and VLM pipelines)."""
+    if per_prompt > 1:
+        seqs = [s for i in range(0, len(seqs), per_prompt)
+                for s in sorted(seqs[i : i + per_prompt], key=sequence_score, reverse=True)]
     res = EncodedResults()
     for s in seqs:
         res.tokens.append(s.tokens)
-        # Tokens a stop string removed take their log-probabilities with them (measured).
-        res.scores.append(float(sum(s.logps[: len(s.tokens)])) if s.score is None else s.score)
+        res.scores.append(sequence_score(s))
         res.finish_reasons.append(s.finish if s.finish is not None else GenerationFinishReason.NONE)
     res.perf_metrics = perf
     return res

@@ -339,11 +339,13 @@ class LLMPipelineImplBase:
             # Nothing may be generated; the real CPU pipeline rejects it with this message.
             raise ConfigError("'max_length' must be greater than the number of prompt tokens", key="max_length")
 
-    def encoded_results(self, seqs: list[RunningSequence], perf: PerfMetrics, keep_kv: bool) -> EncodedResults:
+    def encoded_results(
+        self, seqs: list[RunningSequence], perf: PerfMetrics, keep_kv: bool, per_prompt: int = 1
+    ) -> EncodedResults:
         if not keep_kv:
             self._kv_tokens = []
         add_structured_output_times(perf, self.tokenizer)
-        return encoded_results(seqs, perf)
+        return encoded_results(seqs, perf, per_prompt)
 
     def max_new_tokens(self, config: GenerationConfig, prompt_len: int, width: int) -> int:
         """max_length counts from each prompt's own length in the real paged (continuous

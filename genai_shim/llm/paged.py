@@ -174,5 +174,5 @@ class PagedLLM(LLMPipelineImplBase):
             if not stream_stopped:
                 stream_tokens(stream, seqs[0], 0)
             stream.end()
-        res = self.encoded_results(seqs, call.perf, call.keep_kv)
+        res = self.encoded_results(seqs, call.perf, call.keep_kv, call.n)
         return echo_prompts(res, call.prompts) if config.echo else res

@@ -196,7 +196,7 @@ class StatefulLLM(LLMPipelineImplBase):
         if config.is_beam_search():
             return self._beam_search(call, full_mask, logits)
         self._sample(call, full_mask, logits)
-        return self.encoded_results(call.seqs, call.perf, call.keep_kv)
+        return self.encoded_results(call.seqs, call.perf, call.keep_kv, call.n)
 
     def _beam_search(self, call: DecodeCall, full_mask: np.ndarray, logits: np.ndarray) -> EncodedResults:
         config = call.config

@@ -75,7 +75,9 @@ class RequestState:
             return [([], [], float("nan") if self.beams is not None else 0.0, GenerationFinishReason.NONE)]
         if self.beams is not None:
             return [(t, [], score, f) for t, score, f in self.beams.results()]
-        return [(m.req.generated, m.logps, float(sum(m.logps)), m.finish) for m in self.sequences()]
+        # parallel samples best cumulative log-probability first, as the real orders them
+        outs = [(m.req.generated, m.logps, float(sum(m.logps)), m.finish) for m in self.sequences()]
+        return sorted(outs, key=lambda o: o[2], reverse=True)
 
 
 class GenerationHandle:

@@ -732,7 +732,7 @@ class VLMPipeline:
 
         seqs = vlm_beam.parallel_sample(prompt, logits, config, perf, sampler=self._sampler, feeder=feeder,
                                         infer=infer, finish=finish)
-        return encoded_results(seqs, perf)
+        return encoded_results(seqs, perf, len(seqs))
 
     def _decode_lookup(self, seq: RunningSequence, embeds: np.ndarray, pos: np.ndarray, delta: int,
                        extras: dict[str, np.ndarray], config: GenerationConfig, stream: Any, perf: PerfMetrics,

@@ -197,3 +197,26 @@ def test_llm_pipeline_parallel_sampling_on_paged_backend(pipelines: Any, stories
     assert ours.generate(["Hi", PROMPTS[0]], **kw).texts == first.texts  # seeded: repeatable
     assert len(set(first.texts[3:])) > 1, "independent samples for one prompt"
     assert isinstance(ours._impl, PagedLLM)  # no stateful model was needed
+
+
+@pytest.mark.parametrize("backend", ["SDPA", "PA", "CB"])
+def test_parallel_samples_come_best_score_first(real_genai: Any, stories_dir: Path, backend: str) -> None:
+    """The real orders a prompt's parallel samples by cumulative log-probability, best first
+    (its finished sequences are sorted so on the stateful, paged and continuous-batching
+    paths); the streams differ (numpy vs std::mt19937), the order rule must not."""
+
+    def scores(mod: Any) -> list[list[float]]:
+        cfg = mod.GenerationConfig()
+        cfg.do_sample, cfg.num_return_sequences, cfg.max_new_tokens = True, 4, 8
+        cfg.temperature, cfg.rng_seed = 1.5, 3
+        if backend == "CB":
+            pipe = mod.ContinuousBatchingPipeline(str(stories_dir), mod.SchedulerConfig(), "CPU", F32)
+            return [r.m_scores for r in pipe.generate(PROMPTS, [cfg, cfg])]
+        pipe = mod.LLMPipeline(str(stories_dir), "CPU", ATTENTION_BACKEND=backend, **F32)
+        flat = pipe.generate(PROMPTS, cfg).scores
+        return [flat[:4], flat[4:]]
+
+    for mod in (real_genai, genai_shim):
+        got = scores(mod)
+        assert [len(s) for s in got] == [4, 4]
+        assert all(len(set(s)) > 1 and s == sorted(s, reverse=True) for s in got), (mod.__name__, got)
