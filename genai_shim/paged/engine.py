@@ -59,6 +59,7 @@ class RequestState:
         self.finish = GenerationFinishReason.NONE
         self.status = GenerationStatus.RUNNING
         self.read_pos = 0
+        self.outputs_read = False  # several sequences: the one push at the end was read
         self.request_id = 0
         # several sequences per request: a BeamGroup (beam search), or the members of parallel
         # sampling (num_return_sequences > 1), each a RequestState of its own sharing this sampler
@@ -100,7 +101,11 @@ class GenerationHandle:
         return n
 
     def can_read(self) -> bool:
-        return self._settled() > self._s.read_pos
+        s = self._s
+        if s.members is not None or s.beams is not None:
+            # several sequences stream nothing: the real pushes them all once, when they finished
+            return s.status != GenerationStatus.RUNNING and not s.outputs_read
+        return self._settled() > s.read_pos
 
     def _output(self, start: int) -> GenerationOutput:
         s = self._s
@@ -131,7 +136,10 @@ class GenerationHandle:
             out = self._output(s.read_pos)
             s.read_pos = self._settled()
             return [out]
+        if s.outputs_read:
+            return []
         s.read_pos = len(s.req.generated)
+        s.outputs_read = s.status != GenerationStatus.RUNNING
         outs = []
         for tokens, logps, score, finish in s.outputs():
             out = GenerationOutput()

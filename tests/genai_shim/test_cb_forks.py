@@ -220,3 +220,25 @@ def test_parallel_samples_come_best_score_first(real_genai: Any, stories_dir: Pa
         got = scores(mod)
         assert [len(s) for s in got] == [4, 4]
         assert all(len(set(s)) > 1 and s == sorted(s, reverse=True) for s in got), (mod.__name__, got)
+
+
+def test_parallel_samples_are_read_once_when_finished(real_genai: Any, stories_dir: Path) -> None:
+    """Several sequences per request stream nothing: the real's handle becomes readable once,
+    when the request finished, with every sequence (its notify_handle pushes them at the end);
+    read_all afterwards returns nothing more."""
+
+    def reads(mod: Any) -> tuple[list[dict[int, list[int]]], int]:
+        pipe = mod.ContinuousBatchingPipeline(str(stories_dir), mod.SchedulerConfig(), "CPU", F32)
+        cfg = mod.GenerationConfig()
+        cfg.do_sample, cfg.top_k, cfg.num_return_sequences, cfg.max_new_tokens = True, 1, 3, 4
+        handle = pipe.add_request(0, PROMPTS[0], cfg)
+        log = []
+        while pipe.has_non_finished_requests():
+            pipe.step()
+            if handle.can_read():
+                log.append({k: list(v.generated_ids) for k, v in handle.read().items()})
+        return log, len(handle.read_all())
+
+    ours, real = reads(genai_shim), reads(real_genai)
+    assert len(real[0]) == 1 and len(real[0][0]) == 3 and len(real[0][0][0]) == 4
+    assert ours == real
