@@ -31,8 +31,8 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "visual language models": (
         ("VLMPipelineBase",),
-        "VLMPipeline runs Qwen2-VL, Qwen2.5-VL, LLaVA, LLaVA-NeXT, LLaVA-NeXT-Video and Gemma 3 images; "
-        "videos for Qwen2-VL, Qwen2.5-VL and LLaVA-NeXT-Video; no VLMPipelineBase",
+        "VLMPipeline runs Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA, LLaVA-NeXT, LLaVA-NeXT-Video and Gemma 3 "
+        "images; videos for Qwen2-VL, Qwen2.5-VL, Qwen3-VL and LLaVA-NeXT-Video; no VLMPipelineBase",
     ),
     "speech generation and omni models": (
         (
