@@ -49,7 +49,7 @@ from genai_shim.structured_output import (
     StructuredOutputConfig,
 )
 from genai_shim.tokenizer import TokenizedInputs, Tokenizer
-from genai_shim.vlm.pipeline import VLMDecodedResults, VLMPipeline
+from genai_shim.vlm.pipeline import VLMDecodedResults, VLMPipeline, VLMPipelineBase
 from genai_shim.whisper.pipeline import WhisperPipeline
 from genai_shim.whisper.results import (
     WhisperDecodedResultChunk,
@@ -74,6 +74,7 @@ __all__ = [
     "PipelineMetrics",
     "draft_model",
     "VLMPipeline",
+    "VLMPipelineBase",
     "WhisperPipeline",
     "ASRPipeline",
     "TextEmbeddingPipeline",

@@ -29,11 +29,6 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
         "cache eviction, KVCrush and sparse attention are not implemented; "
         "SchedulerConfig.use_cache_eviction / use_sparse_attention raise ConfigError",
     ),
-    "visual language models": (
-        ("VLMPipelineBase",),
-        "VLMPipeline runs Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA, LLaVA-NeXT, LLaVA-NeXT-Video and Gemma 3 "
-        "images; videos for Qwen2-VL, Qwen2.5-VL, Qwen3-VL and LLaVA-NeXT-Video; no VLMPipelineBase",
-    ),
     "speech generation and omni models": (
         (
             "Text2SpeechPipeline", "Text2SpeechDecodedResults", "SpeechGenerationConfig",

@@ -293,7 +293,16 @@ class _ModelsInMemory:
         return self._core.read_model(entry[0], entry[1])
 
 
-class VLMPipeline:
+class VLMPipelineBase:
+    """Abstract base of VLM-style pipelines (the real's: no constructor, no methods of its own)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is VLMPipelineBase:
+            raise TypeError("genai_shim.VLMPipelineBase: No constructor defined! Construct a VLMPipeline")
+        return super().__new__(cls)
+
+
+class VLMPipeline(VLMPipelineBase):
     """``VLMPipeline(models_path, device, **properties)`` for an export of a family in EMBEDDERS."""
 
     def __init__(self, models_path: Any, *args: Any, **properties: Any) -> None:

@@ -97,3 +97,10 @@ def test_unknown_keywords_are_config_errors(pipelines):
 def test_assisting_fields_work_with_prompt_lookup(pipelines):
     pipe = pipelines("ours", GPT2, "CPU", prompt_lookup=True, **F32)
     assert pipe.generate("hello", max_new_tokens=3, num_assistant_tokens=3, max_ngram_size=2)
+
+
+def test_vlm_pipeline_base_is_an_abstract_base_as_the_real(real_genai):
+    for mod in (real_genai, genai_shim):
+        assert issubclass(mod.VLMPipeline, mod.VLMPipelineBase)
+        with pytest.raises(TypeError, match="No constructor defined"):
+            mod.VLMPipelineBase()
