@@ -43,8 +43,11 @@ def image_processor_json(folder: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def image_rows(image: Any) -> list[np.ndarray]:
-    """[1|N, H, W, 3] or [H, W, 3] uint8 -> single images [1, H, W, 3] (the real's rule)."""
+def image_rows(image: Any, gray_and_alpha: bool = False) -> list[np.ndarray]:
+    """[1|N, H, W, 3] or [H, W, 3] uint8 -> single images [1, H, W, 3] (the real's rule).
+    ``gray_and_alpha``: one channel is taken as gray and four as RGBA, alpha dropped (what the
+    real's Qwen-VL preprocessing graphs give, measured; its CLIP-style families read such
+    buffers with a 3-channel stride, a bug not copied: they get this error)."""
     data = np.asarray(image.data if isinstance(image, ov.Tensor) else image)
     if data.dtype != np.uint8:
         raise UserInputError(f"an image must be a uint8 ov.Tensor [1, H, W, 3] (NHWC), got dtype {data.dtype}")
@@ -52,8 +55,13 @@ def image_rows(image: Any) -> list[np.ndarray]:
         data = data[None]
     if data.ndim != 4:
         raise UserInputError(f"Input image must have [NHWC] or [HWC] layout, given image shape is {list(data.shape)}")
+    if data.shape[1] == 0 or data.shape[2] == 0:  # the real's Qwen2-VL dies of SIGFPE on it
+        raise UserInputError(f"an image must be at least 1x1 pixel, got shape {list(data.shape)}")
+    if gray_and_alpha and data.shape[3] in (1, 4):
+        data = np.repeat(data, 3, axis=3) if data.shape[3] == 1 else data[..., :3]
     if data.shape[3] != 3:
-        raise UserInputError(f"an image must have 3 channels (RGB, NHWC), got shape {list(data.shape)}")
+        accepted = "1 (gray), 3 (RGB) or 4 (RGBA)" if gray_and_alpha else "3 (RGB)"
+        raise UserInputError(f"an image must have {accepted} channels (NHWC), got shape {list(data.shape)}")
     return [np.ascontiguousarray(data[i : i + 1]) for i in range(data.shape[0])]
 
 

@@ -221,7 +221,7 @@ class Qwen2VLEmbedder:
     def encode_images(self, images: list[Any]) -> list[EncodedImage]:
         out = []
         for image in images:
-            for row in image_rows(image):
+            for row in image_rows(image, gray_and_alpha=True):
                 out.append(self._encode(row))
         return out
 

@@ -100,6 +100,22 @@ def test_cpu_image_changes_the_answer(cpu_pair: tuple[Any, Any]) -> None:
     assert len({a, b, c}) == 3
 
 
+def test_gray_and_rgba_images(cpu_pair: tuple[Any, Any], family: str) -> None:
+    """Qwen2.5-VL takes gray and RGBA as the real's Qwen graphs do (alpha dropped); the CLIP-style
+    families refuse them: the real reads their bytes with a 3-channel stride (RGBA's text is
+    neither RGB's nor anything meaningful, measured), a bug not copied."""
+    shim, _ = cpu_pair
+    rgba = np.random.default_rng(0).integers(0, 256, (48, 40, 4), dtype=np.uint8)
+    if family.startswith("qwen"):
+        texts = [shim.generate(PROMPT, image=ov.Tensor(np.ascontiguousarray(v)), max_new_tokens=6).texts[0]
+                 for v in (rgba, rgba[..., :3])]
+        assert texts[0] == texts[1]
+        return
+    for channels in (rgba, rgba[..., :1]):
+        with pytest.raises(UserInputError, match=r"3 \(RGB\) channels"):
+            shim.generate(PROMPT, image=ov.Tensor(np.ascontiguousarray(channels)), max_new_tokens=2)
+
+
 def test_cpu_chat_matches_real(cpu_pair: tuple[Any, Any], family: str) -> None:
     shim, real = cpu_pair
     ours = _chat(shim, genai_shim)

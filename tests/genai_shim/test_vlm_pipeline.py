@@ -173,6 +173,26 @@ def test_bad_inputs_get_typed_errors(shim_cpu: Any) -> None:
         shim_cpu.generate(PROMPT, videos=[ov.Tensor(np.zeros((0, 56, 56, 3), np.uint8))], max_new_tokens=2)
 
 
+def test_gray_and_rgba_images_as_the_real(shim_cpu: Any, real_cpu: Any) -> None:
+    """The real Qwen-VL preprocessing takes one channel as gray and drops an alpha channel
+    (measured: RGBA gives the RGB text, [H, W, 1] the repeated-gray text); a 0-pixel image is a
+    typed error here (the real's Qwen2-VL dies of SIGFPE on it)."""
+    rgba = np.random.default_rng(0).integers(0, 256, (48, 40, 4), dtype=np.uint8)
+    views = {"rgba": rgba, "rgb": rgba[..., :3], "gray": rgba[..., :1], "gray3": np.repeat(rgba[..., :1], 3, -1)}
+
+    def texts(pipe: Any) -> dict[str, str]:
+        return {k: pipe.generate(PROMPT, image=ov.Tensor(np.ascontiguousarray(v)), max_new_tokens=8).texts[0]
+                for k, v in views.items()}
+
+    ours, real = texts(shim_cpu), texts(real_cpu)
+    assert ours == real
+    assert ours["rgba"] == ours["rgb"] and ours["gray"] == ours["gray3"] and ours["rgb"] != ours["gray"]
+    with pytest.raises(UserInputError, match="at least 1x1"):
+        shim_cpu.generate(PROMPT, image=ov.Tensor(np.zeros((0, 32, 3), np.uint8)), max_new_tokens=2)
+    with pytest.raises(UserInputError, match="channels"):
+        shim_cpu.generate(PROMPT, image=ov.Tensor(np.zeros((8, 8, 2), np.uint8)), max_new_tokens=2)
+
+
 def test_not_a_vlm_folder_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="image-text-to-text"):
         genai_shim.VLMPipeline(tmp_path, "CPU")
