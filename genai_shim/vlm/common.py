@@ -20,7 +20,7 @@ from ov_npu_emu.errors import UserInputError
 
 __all__ = ["ROLES", "TEXT_EMB_XML", "VISION_XML", "InputsEmbedder", "Placement", "StaticShapeRequest", "image_rows",
            "expand_tags", "image_processor_json", "prepend_tags", "sample_videos", "text_embedding_times",
-           "text_embeddings",
+           "text_embeddings", "video_frames",
            "universal_to_native",
            "UNIVERSAL_IMAGE", "UNIVERSAL_VIDEO"]
 
@@ -65,6 +65,23 @@ def image_rows(image: Any, gray_and_alpha: bool = False) -> list[np.ndarray]:
     return [np.ascontiguousarray(data[i : i + 1]) for i in range(data.shape[0])]
 
 
+def video_frames(video: Any) -> np.ndarray:
+    """A video [N, H, W, 3] uint8 as an array, checked (the real's texts where it has one; where
+    it crashes -- SIGFPE or a CPU-plugin shape check on 0-pixel frames, a float or 4-channel
+    buffer -- a UserInputError instead)."""
+    frames = np.asarray(video.data if isinstance(video, ov.Tensor) else video)
+    if frames.ndim != 4:  # the real's text
+        raise UserInputError(f"Video tensor must have shape {{N, H, W, C}}, got rank {frames.ndim}")
+    if frames.dtype != np.uint8 or frames.shape[3] != 3:
+        raise UserInputError(f"Video tensor must have shape {{N, H, W, C}} (uint8, C = 3), got "
+                             f"{frames.dtype} {list(frames.shape)}")
+    if frames.shape[0] == 0:
+        raise UserInputError("Video input must contain at least one frame.")  # the real's text
+    if frames.shape[1] == 0 or frames.shape[2] == 0:
+        raise UserInputError(f"a video frame must be at least 1x1 pixel, got shape {list(frames.shape)}")
+    return frames
+
+
 def sample_videos(videos: list[Any], metadata: Any) -> list[Any]:
     """The videos as the real's sample_video_if_needed leaves them: each video's frames at its
     ``VideoMetadata.frames_indices`` (none: all frames), with the real's checks."""
@@ -75,9 +92,7 @@ def sample_videos(videos: list[Any], metadata: Any) -> list[Any]:
         raise UserInputError("Number of videos and videos metadata must match if metadata provided.")
     out = []
     for i, video in enumerate(videos):
-        frames = np.asarray(video.data if isinstance(video, ov.Tensor) else video)
-        if frames.ndim != 4:
-            raise UserInputError(f"Video tensor must have shape {{N, H, W, C}}, got rank {frames.ndim}")
+        frames = video_frames(video)
         indices = list(getattr(metadata[i], "frames_indices", [])) if metadata else []
         if len(indices) > frames.shape[0]:
             raise UserInputError(

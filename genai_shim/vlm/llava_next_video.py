@@ -22,10 +22,9 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
-from genai_shim.vlm.common import Placement, expand_tags, prepend_tags
+from genai_shim.vlm.common import Placement, expand_tags, prepend_tags, video_frames
 from genai_shim.vlm.llava import CLIPConfig, LLaVAImage, merge_image_rows
 from genai_shim.vlm.llava_next import LLaVANextEmbedder, best_resolution, image_tiles, pack_features
-from ov_npu_emu.errors import UserInputError
 
 __all__ = ["LLaVANextVideoEmbedder", "preprocess_model", "unpadded_features"]
 
@@ -129,10 +128,7 @@ class LLaVANextVideoEmbedder(LLaVANextEmbedder):
         """Each video [N, H, W, 3] uint8 -> its rows [N * tokens per frame, hidden]."""
         out = []
         for video in videos:
-            frames = np.asarray(video.data if isinstance(video, ov.Tensor) else video)
-            if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[3] != 3:
-                raise UserInputError(f"Video tensor must have shape {{N, H, W, C}} (uint8, C = 3), got "
-                                     f"{frames.dtype} {list(frames.shape)}")
+            frames = video_frames(video)
             feats = self._vision(self._pixels(frames))
             self.resampler.infer({"image_features": feats})
             pooled = np.array(self.resampler.get_output_tensor(0).data, np.float32, copy=True)

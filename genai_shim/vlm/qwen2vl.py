@@ -33,6 +33,7 @@ from genai_shim.vlm.common import (
     image_rows,
     prepend_tags,
     text_embeddings,
+    video_frames,
 )
 from ov_npu_emu.errors import ConfigError, UserInputError
 
@@ -264,14 +265,7 @@ class Qwen2VLEmbedder:
         out = []
         pair = self.cfg.temporal_patch_size
         for video in videos:
-            frames = np.asarray(video.data if isinstance(video, ov.Tensor) else video)
-            if frames.ndim != 4:  # the real's text
-                raise UserInputError(f"Video tensor must have shape {{N, H, W, C}}, got rank {frames.ndim}")
-            if frames.dtype != np.uint8 or frames.shape[3] != 3:
-                raise UserInputError(f"Video tensor must have shape {{N, H, W, C}} (uint8, C = 3), got "
-                                     f"{frames.dtype} {list(frames.shape)}")
-            if frames.shape[0] == 0:
-                raise UserInputError("Video input must contain at least one frame.")  # the real's text
+            frames = video_frames(video)
             parts, gh, gw = [], 0, 0
             for i in range(0, frames.shape[0], pair):
                 first = np.ascontiguousarray(frames[i : i + 1])

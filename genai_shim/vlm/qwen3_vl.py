@@ -25,7 +25,7 @@ import numpy as np
 import openvino as ov
 import openvino.opset13 as ops
 
-from genai_shim.vlm.common import Placement, sample_videos
+from genai_shim.vlm.common import Placement, sample_videos, video_frames
 from genai_shim.vlm.qwen2vl import EncodedImage, ProcessorConfig, Qwen2VLEmbedder, block_mask
 from ov_npu_emu.errors import ConfigError, UserInputError
 
@@ -212,9 +212,7 @@ class Qwen3VLEmbedder(Qwen2VLEmbedder):
             raise UserInputError("Number of videos and videos metadata must match if metadata provided.")
         out: list[EncodedImage] = []
         for i, video in enumerate(videos):
-            frames = np.asarray(video.data if isinstance(video, ov.Tensor) else video)
-            if frames.ndim != 4:  # the real's text
-                raise UserInputError(f"Video tensor must have shape {{N, H, W, C}}, got rank {frames.ndim}")
+            frames = video_frames(video)
             meta = metas[i] if metas else None
             fps = float(getattr(meta, "fps", 0.0) or 0.0)
             given = [int(j) for j in getattr(meta, "frames_indices", None) or []]
@@ -226,11 +224,6 @@ class Qwen3VLEmbedder(Qwen2VLEmbedder):
         return out
 
     def _encode_video(self, frames: np.ndarray) -> EncodedImage:
-        if frames.dtype != np.uint8 or frames.shape[3] != 3:
-            raise UserInputError(f"Video tensor must have shape {{N, H, W, C}} (uint8, C = 3), got "
-                                 f"{frames.dtype} {list(frames.shape)}")
-        if frames.shape[0] == 0:
-            raise UserInputError("Video input must contain at least one frame.")  # the real's text
         pair = self.video_cfg.temporal_patch_size
         parts, gh, gw = [], 0, 0
         for i in range(0, frames.shape[0], pair):

@@ -382,6 +382,11 @@ def test_llava_next_video_tags_and_errors(video_pair: tuple[Any, Any]) -> None:
         shim.generate("<video><video>" + PROMPT, videos=[_video(70, 90, 2)], max_new_tokens=2)
     with pytest.raises(UserInputError, match="N, H, W, C"):
         shim.generate(PROMPT, videos=[ov.Tensor(np.zeros((4, 8, 8), np.uint8))], max_new_tokens=2)
+    # the real: a CPU-plugin shape check (0-pixel frames), an AvgPool shape error (no frame)
+    with pytest.raises(UserInputError, match="at least 1x1 pixel"):
+        shim.generate(PROMPT, videos=[ov.Tensor(np.zeros((2, 8, 0, 3), np.uint8))], max_new_tokens=2)
+    with pytest.raises(UserInputError, match="at least one frame"):
+        shim.generate(PROMPT, videos=[ov.Tensor(np.zeros((0, 8, 8, 3), np.uint8))], max_new_tokens=2)
     meta = genai_shim.VideoMetadata()
     meta.frames_indices = [0, 1, 2]
     with pytest.raises(UserInputError, match="cannot be greater"):

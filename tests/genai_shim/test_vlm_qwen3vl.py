@@ -124,6 +124,9 @@ def test_two_images_and_universal_tags_match_real(shim: Any, real: Any) -> None:
             theirs.texts, theirs.perf_metrics.get_num_input_tokens()), prompt
     with pytest.raises(UserInputError, match="Missing image/video with index 1"):
         shim.generate("<ov_genai_image_1>", images=[a], max_new_tokens=2)
+    for shape in ((2, 32, 0, 3), (0, 32, 32, 3)):  # the real: SIGFPE on 0-pixel frames
+        with pytest.raises(UserInputError, match="at least"):
+            shim.generate(PROMPT, videos=[ov.Tensor(np.zeros(shape, np.uint8))], max_new_tokens=2)
 
 
 def test_chat_turns_are_the_reals_one_shot_answers(shim: Any, real: Any) -> None:

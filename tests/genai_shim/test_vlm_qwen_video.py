@@ -161,6 +161,9 @@ def test_video_errors(cpu: Any) -> None:
         cpu.generate(PROMPT, videos=[ov.Tensor(np.zeros((2, 56, 56), np.uint8))], max_new_tokens=2)
     with pytest.raises(UserInputError, match="C = 3"):
         cpu.generate(PROMPT, videos=[ov.Tensor(np.zeros((2, 56, 56, 4), np.uint8))], max_new_tokens=2)
+    for shape in ((2, 56, 0, 3), (2, 0, 56, 3)):  # the real's Qwen2-VL: SIGFPE
+        with pytest.raises(UserInputError, match="at least 1x1 pixel"):
+            cpu.generate(PROMPT, videos=[ov.Tensor(np.zeros(shape, np.uint8))], max_new_tokens=2)
     with pytest.raises(UserInputError, match="native vision tags"):
         cpu.generate("<|vision_start|><|video_pad|><|vision_end|>" * 2 + PROMPT, videos=[_video(2, 56, 56)],
                      max_new_tokens=2)
