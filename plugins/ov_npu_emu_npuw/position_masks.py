@@ -39,8 +39,10 @@ def classify_mask(mask: np.ndarray, capacity: int) -> PositionMask | None:
     if m.dtype == np.bool_:
         allowed, bias = m, np.zeros(m.shape, np.float32)
     else:
-        lowest = float(m.min())
-        allowed = m > lowest / 2 if lowest <= -1e4 else np.ones(m.shape, bool)
+        # blocked: -inf, or the lowest finite value when it is huge (Gemma 3's window mask has both)
+        finite = np.isfinite(m)
+        lowest = float(m[finite].min()) if finite.any() else 0.0
+        allowed = finite & (m > lowest / 2) if lowest <= -1e4 else finite
         bias = np.where(allowed, m, 0).astype(np.float64)
     dist = np.arange(capacity)[:, None] - np.arange(capacity)[None, :]  # pos(q) - pos(k)
     causal = dist >= 0
@@ -59,6 +61,29 @@ def classify_mask(mask: np.ndarray, capacity: int) -> PositionMask | None:
     if not window and not slopes:
         return None
     return PositionMask(window, slopes)
+
+
+def _probe_input(p: ov.Node, kv: KVLayout, capacity: int) -> tuple[str, np.ndarray] | None:
+    """(name, value) of one input for the mask probe: a ``capacity``-token prompt at positions
+    0.. with no past; None for an input that cannot be synthesised."""
+    names = p.output(0).get_names()
+    name = next((n for n in (*kv.past_names, *REQUIRED_INPUTS) if n in names), "")
+    dt = p.get_element_type().to_dtype()
+    if name in kv.past_names:
+        i = kv.past_names.index(name)
+        return name, np.zeros([1, kv.num_heads[i], 0, kv.head_dims[i]], dt)
+    if name == "position_ids":
+        if p.get_partial_shape().rank.get_length() == 3:  # M-RoPE [3, 1, L]: text positions
+            return name, np.ascontiguousarray(np.broadcast_to(np.arange(capacity, dtype=dt), (3, 1, capacity)))
+        return name, np.arange(capacity, dtype=dt)[None]
+    if name in ("input_ids", "attention_mask"):
+        return name, np.ones([1, capacity], dt)
+    if "inputs_embeds" in names and p.get_partial_shape().rank.get_length() == 3:
+        # a VLM language model: the mask reads the embeddings' shape only
+        return "inputs_embeds", np.zeros([1, capacity, p.get_partial_shape()[2].get_length()], dt)
+    if "token_type_ids" in names:  # Gemma 3: all text (its image blocks are the prefill's)
+        return "token_type_ids", np.zeros([1, capacity], dt)
+    return None
 
 
 def position_masks(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[str, PositionMask]:
@@ -96,22 +121,12 @@ def position_masks(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[str
     shapes: dict[str, ov.PartialShape] = {}
     feed: dict[str, np.ndarray] = {}
     for p in probe.get_parameters():
-        names = p.output(0).get_names()
-        name = next((n for n in (*kv.past_names, *REQUIRED_INPUTS) if n in names), "")
-        dt = p.get_element_type().to_dtype()
-        if name in kv.past_names:
-            i = kv.past_names.index(name)
-            shape = [1, kv.num_heads[i], 0, kv.head_dims[i]]
-            feed[name] = np.zeros(shape, dt)
-        elif name == "position_ids":
-            shape = [1, capacity]
-            feed[name] = np.arange(capacity, dtype=dt)[None]
-        elif name in ("input_ids", "attention_mask"):
-            shape = [1, capacity]
-            feed[name] = np.ones(shape, dt)
-        else:
-            return {}  # inputs we cannot synthesize (embeddings, LoRA): leave the masks as they are
-        shapes[name] = ov.PartialShape(shape)
+        probe_input = _probe_input(p, kv, capacity)
+        if probe_input is None:
+            return {}  # inputs we cannot synthesize (LoRA, DeepStack rows): leave the masks as they are
+        name, value = probe_input
+        feed[name] = value
+        shapes[name] = ov.PartialShape(list(value.shape))
     try:
         probe.reshape(shapes)
         compiled = openvino_core().compile_model(probe, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
@@ -151,8 +166,10 @@ def position_masks(stateless: ov.Model, kv: KVLayout, capacity: int) -> dict[str
 def rewrite_position_masks(model: ov.Model, specs: Mapping[str, PositionMask]) -> None:
     """Rewrite each SDPA mask of ``specs`` on token positions instead of KV slots (static shapes).
 
-    The query positions are ``position_ids``; a past slot ``j`` holds position ``j`` (NPUW keeps
-    the history left-aligned from 0) and the last L slots hold the current tokens.  Allowed:
+    The query positions are ``position_ids``; NPUW keeps the history left-aligned from slot 0 and
+    the current tokens in the last L slots, so past slot ``j`` holds position ``first + j``, where
+    ``first`` (0 for most exports, 1 for Gemma 3's VLM language model) is the newest current
+    token's position minus the valid history and current tokens before it.  Allowed:
     ``attention_mask[j] and 0 <= pos(q) - pos(j) (< W)``; the value added where allowed is
     ``slope[h] * (pos(j) - pos(q))`` with ALiBi, else 0.
     """
@@ -162,11 +179,25 @@ def rewrite_position_masks(model: ov.Model, specs: Mapping[str, PositionMask]) -
     am = find_param(model, "attention_mask").output(0)
     q_len = pos.get_partial_shape()[1].get_length()
     s_len = am.get_partial_shape()[1].get_length()
+    if s_len == q_len and any("token_type_ids" in p.output(0).get_names() for p in model.get_parameters()):
+        # a prefill without past keeps slots = positions + a constant (right-aligned), where the
+        # export's own mask is right, and it alone has Gemma 3's two-way image blocks
+        return
     i64 = ov.Type.i64
     q_flat = ops.convert(ops.reshape(pos, ops.constant([q_len], i64), False), i64)
     kv_pos = q_flat
     if s_len > q_len:
-        kv_pos = ops.concat([ops.constant(np.arange(s_len - q_len, dtype=np.int64)), q_flat], 0)
+        valid = ops.convert(ops.reshape(ops.not_equal(am, ops.constant(np.array(0, am.get_element_type().to_dtype()))),
+                                        ops.constant([s_len], i64), False), i64)
+        hist = s_len - q_len
+        past = ops.reduce_sum(ops.gather(valid, ops.constant(np.arange(hist, dtype=np.int64)), 0), 0, False)
+        cur_valid = ops.gather(valid, ops.constant(np.arange(hist, s_len, dtype=np.int64)), 0)
+        n_cur = ops.reduce_sum(cur_valid, 0, False)
+        # the newest valid current position (padding slots hold anything): max over valid ones
+        newest = ops.reduce_max(ops.select(ops.convert(cur_valid, ov.Type.boolean), q_flat,
+                                           ops.constant(np.array(np.iinfo(np.int64).min, np.int64))), 0, False)
+        first = ops.add(ops.subtract(ops.subtract(newest, past), n_cur), ops.constant(np.array(1, np.int64)))
+        kv_pos = ops.concat([ops.add(ops.constant(np.arange(hist, dtype=np.int64)), first), q_flat], 0)
     dist = ops.subtract(
         ops.reshape(q_flat, ops.constant([1, 1, q_len, 1], i64), False),
         ops.reshape(kv_pos, ops.constant([1, 1, 1, s_len], i64), False),
