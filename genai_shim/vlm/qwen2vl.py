@@ -243,8 +243,7 @@ class Qwen2VLEmbedder:
     def encode_images(self, images: list[Any]) -> list[EncodedImage]:
         out = []
         for image in images:
-            # the real's host path reads any buffer with a 3-channel stride: gray / RGBA refused there
-            for row in image_rows(image, gray_and_alpha=not self.host_preprocess):
+            for row in image_rows(image, gray_and_alpha=True):
                 out.append(self._encode(row))
         return out
 
