@@ -588,8 +588,9 @@ def record_pruning_chat(folder: Path) -> dict[str, Any]:
 #: VISION_PREPROCESS=CPP (the real's host-side preprocessing, read when a pipeline is built):
 #: name -> (prompt, images as (h, w), videos as (frames, h, w[, shift])); odd sizes, sizes the smart
 #: resize scales up (13x20, 30x40) or down (300x420, 480x640), one side up and the other down
-#: (20x150); picked where the host path's text differs from the graph's on some fixture (the
-#: ``graph_text`` recorded with each: where it equals the text, the case is coverage only)
+#: (20x150), tall ones where the order of the two resize passes matters; picked where the host
+#: path's text differs from the graph's on some fixture (the ``graph_text`` recorded with each:
+#: where it equals the text, the case is coverage only)
 CPP_CASES: dict[str, tuple[str, list[tuple[int, int]], list[tuple[int, ...]]]] = {
     "77x100": (PROMPT, [(77, 100)], []),
     "100x77": (PROMPT, [(100, 77)], []),
@@ -601,6 +602,9 @@ CPP_CASES: dict[str, tuple[str, list[tuple[int, int]], list[tuple[int, ...]]]] =
     "256x100": (PROMPT, [(256, 100)], []),
     "300x420": (PROMPT, [(300, 420)], []),
     "480x640": (PROMPT, [(480, 640)], []),
+    # tall images the real resizes width first where Pillow 13 would go height first (measured)
+    "604x218": (PROMPT, [(604, 218)], []),
+    "333x111": (PROMPT, [(333, 111)], []),
     "two_images": (PROMPT, [(100, 77), (30, 40)], []),
     "video_3x40x100": ("Describe the video.", [], [(3, 40, 100)]),
     "video_4x57x75": ("Describe the video.", [], [(4, 57, 75)]),
@@ -612,10 +616,10 @@ CPP_CASES: dict[str, tuple[str, list[tuple[int, int]], list[tuple[int, ...]]]] =
 }
 #: CPP_CASES left out per model type: top-1 margins under MIN_MARGIN there (measured 2026-12-07)
 CPP_SKIPPED: dict[str, tuple[str, ...]] = {
-    "qwen2_vl": ("30x40", "20x150", "video_3x160x240"),
-    "qwen2_5_vl": ("77x100", "64x300", "video_3x40x100", "video_1x20x150", "image_and_video"),
+    "qwen2_vl": ("30x40", "20x150", "604x218", "video_3x160x240"),
+    "qwen2_5_vl": ("77x100", "64x300", "604x218", "video_3x40x100", "video_1x20x150", "image_and_video"),
     "qwen3_vl": ("image_and_video",),
-    "llava_next_video": ("100x77", "480x640"),
+    "llava_next_video": ("100x77", "480x640", "604x218"),
 }
 
 

@@ -312,8 +312,12 @@ def _pass(src: np.ndarray, out_size: int, axis: int, filt: tuple[Any, float]) ->
     starts, weights = _coefficients(in_size, out_size, filt)
     k = weights.shape[1]
     idx = np.minimum(starts[:, None] + np.arange(k)[None, :], in_size - 1)  # zero weights past the end
-    moved = np.moveaxis(src.astype(np.int64), axis, 0)  # [in, other, 3]
-    acc = np.einsum("ok,okxc->oxc", weights, moved[idx]) + (1 << (_PRECISION_BITS - 1))
+    # int32 as the real's accumulators; one tap at a time keeps memory at one output's size
+    moved = np.moveaxis(src, axis, 0).astype(np.int32)  # [in, other, 3]
+    kk = weights.astype(np.int32)[:, :, None, None]
+    acc = np.full((out_size, *moved.shape[1:]), 1 << (_PRECISION_BITS - 1), np.int32)
+    for j in range(k):
+        acc += kk[:, j] * moved[idx[:, j]]
     out = np.clip(acc >> _PRECISION_BITS, 0, 255).astype(np.uint8)
     return np.moveaxis(out, 0, axis)
 
