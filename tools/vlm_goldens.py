@@ -4,12 +4,16 @@ Recorded: greedy texts on CPU under f32 hints, with an image and text only, a 3-
 image in the first turn), and on NPU with NPUW_DEVICES=CPU (f32 sub-configs, as the NPUW oracle
 tests set them) plus the real's error for a prompt over MAX_PROMPT_LEN.  For the families that
 take videos (Qwen2-VL, Qwen2.5-VL) ``record_videos`` adds a ``videos`` entry: VIDEO_CASES and a
-video chat on both devices, with their margins.
+video chat on both devices, with their margins. ``record_cpp_preprocess`` adds a
+``vision_preprocess_cpp`` entry: CPP_CASES from pipelines built under ``VISION_PREPROCESS=CPP``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -578,4 +582,122 @@ def record_pruning_chat(folder: Path) -> dict[str, Any]:
     data = json.loads(path.read_text(encoding="utf-8"))
     data["pruning_chat"] = entry
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return entry
+
+
+#: VISION_PREPROCESS=CPP (the real's host-side preprocessing, read when a pipeline is built):
+#: name -> (prompt, images as (h, w), videos as (frames, h, w[, shift])); odd sizes, sizes the smart
+#: resize scales up (13x20, 30x40) or down (300x420, 480x640), one side up and the other down
+#: (20x150), tall ones where the order of the two resize passes matters; picked where the host
+#: path's text differs from the graph's on some fixture (the ``graph_text`` recorded with each:
+#: where it equals the text, the case is coverage only)
+CPP_CASES: dict[str, tuple[str, list[tuple[int, int]], list[tuple[int, ...]]]] = {
+    "77x100": (PROMPT, [(77, 100)], []),
+    "100x77": (PROMPT, [(100, 77)], []),
+    "13x20": (PROMPT, [(13, 20)], []),
+    "30x40": (PROMPT, [(30, 40)], []),
+    "20x150": (PROMPT, [(20, 150)], []),
+    "64x300": (PROMPT, [(64, 300)], []),
+    "150x200": (PROMPT, [(150, 200)], []),
+    "256x100": (PROMPT, [(256, 100)], []),
+    "300x420": (PROMPT, [(300, 420)], []),
+    "480x640": (PROMPT, [(480, 640)], []),
+    # tall images the real resizes width first where Pillow 13 would go height first (measured)
+    "604x218": (PROMPT, [(604, 218)], []),
+    "333x111": (PROMPT, [(333, 111)], []),
+    "two_images": (PROMPT, [(100, 77), (30, 40)], []),
+    "video_3x40x100": ("Describe the video.", [], [(3, 40, 100)]),
+    "video_4x57x75": ("Describe the video.", [], [(4, 57, 75)]),
+    "video_1x20x150": ("Describe the video.", [], [(1, 20, 150)]),
+    "video_5x13x20": ("Describe the video.", [], [(5, 13, 20)]),
+    "video_3x160x240": ("Describe the video.", [], [(3, 160, 240)]),
+    "video_2x200x150": ("Describe the video.", [], [(2, 200, 150)]),
+    "image_and_video": (PROMPT, [(100, 77)], [(3, 40, 100, 11)]),
+}
+#: CPP_CASES left out per model type: top-1 margins under MIN_MARGIN there (measured 2026-12-07)
+CPP_SKIPPED: dict[str, tuple[str, ...]] = {
+    "qwen2_vl": ("30x40", "20x150", "604x218", "video_3x160x240"),
+    "qwen2_5_vl": ("77x100", "64x300", "604x218", "video_3x40x100", "video_1x20x150", "image_and_video"),
+    "qwen3_vl": ("image_and_video",),
+    "llava_next_video": ("100x77", "480x640", "604x218"),
+}
+
+
+def cpp_case_names(folder: Path) -> list[str]:
+    """The CPP cases recorded for a fixture: CPP_CASES but CPP_SKIPPED's (and the video cases for a
+    family that takes no videos)."""
+    kind = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    videos = kind in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava_next_video")
+    return [n for n in CPP_CASES if n not in CPP_SKIPPED.get(kind, ()) and (videos or not CPP_CASES[n][2])]
+
+
+def cpp_case_inputs(name: str) -> tuple[str, dict[str, Any]]:
+    """CPP_CASES[name] as generate()'s prompt and keyword arguments."""
+    import openvino as ov
+
+    prompt, images, videos = CPP_CASES[name]
+    kw: dict[str, Any] = {}
+    if images:
+        kw["images"] = [ov.Tensor(test_image(*hw)) for hw in images]
+    if videos:
+        kw["videos"] = [ov.Tensor(test_video(*v)) for v in videos]
+    return prompt, kw
+
+
+@contextlib.contextmanager
+def vision_preprocess(value: str | None) -> Iterator[None]:
+    """VISION_PREPROCESS set to ``value`` (None: unset) while pipelines are built (the real reads it then)."""
+    saved = os.environ.pop("VISION_PREPROCESS", None)
+    if value is not None:
+        os.environ["VISION_PREPROCESS"] = value
+    try:
+        yield
+    finally:
+        os.environ.pop("VISION_PREPROCESS", None)
+        if saved is not None:
+            os.environ["VISION_PREPROCESS"] = saved
+
+
+def record_cpp_preprocess(folder: Path) -> dict[str, Any]:
+    """golden.json's ``vision_preprocess_cpp`` entry (the rest of the file is kept): CPP_CASES from
+    the real on CPU (f32) built under VISION_PREPROCESS=CPP, a fresh pipeline per case, each with the
+    real's text under the default graph preprocessing too (``graph_text``: where they differ, the
+    case tells the two apart), and the greedy margins on genai_shim's CPP inputs (a case under
+    MIN_MARGIN stops the tool)."""
+    import openvino_genai as og
+
+    names = cpp_case_names(folder)
+    gen = og.GenerationConfig()
+    gen.max_new_tokens = MAX_NEW_TOKENS
+    entry: dict[str, Any] = {
+        "cases": "tools/vlm_goldens.py CPP_CASES (test_image(h, w), test_video(frames, h, w[, shift]))",
+        "environment": {"VISION_PREPROCESS": "CPP"}, "cpu": {}}
+    for name in names:
+        prompt, kw = cpp_case_inputs(name)
+        texts = {}
+        for mode in ("CPP", None):
+            with vision_preprocess(mode):
+                pipe = og.VLMPipeline(str(folder), "CPU", **CPU_PROPS)
+            texts[mode] = pipe.generate(prompt, generation_config=gen, **kw)
+        r = texts["CPP"]
+        entry["cpu"][name] = {"text": r.texts[0], "num_input_tokens": r.perf_metrics.get_num_input_tokens(),
+                              "graph_text": texts[None].texts[0]}
+    with vision_preprocess("CPP"):
+        _, tok, emb, lm = _cpu_models(folder)
+    margins_: dict[str, Any] = {"source": "openvino CPU f32, openvino_language_model.xml, greedy, "
+                                          "VISION_PREPROCESS=CPP"}
+    for name in names:
+        prompt, kw = cpp_case_inputs(name)
+        tokens, steps = _greedy_margins(emb, lm, tok, prompt, kw.get("images", []), kw.get("videos", []))
+        margins_[name] = {"ids": tokens, "per_step": steps, "min": min(steps),
+                          "text_equals_golden": tok.decode(tokens) == entry["cpu"][name]["text"]}
+    entry["margins"] = margins_
+    low = {k: m["min"] for k, m in margins_.items()
+           if isinstance(m, dict) and (m["min"] < MIN_MARGIN or not m["text_equals_golden"])}
+    if low:
+        raise SystemExit(f"CPP goldens with a top-1 margin under {MIN_MARGIN} (or another text): {low}")
+    path = folder / "golden.json"
+    golden: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    golden["vision_preprocess_cpp"] = entry
+    path.write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return entry

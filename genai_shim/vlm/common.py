@@ -1,11 +1,14 @@
 """What every family's inputs embedder shares (the real's IInputsEmbedder): the model file names,
-single images out of the user's tensors, the native-tag normalisation of a prompt and the text
-embeddings model."""
+single images out of the user's tensors, the native-tag normalisation of a prompt, the text
+embeddings model, and the real's host-side image preprocessing (clip.cpp: Pillow-style resizes,
+CLIP normalisation; ``VISION_PREPROCESS=CPP``)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
+import os
 import re
 import threading
 import time
@@ -19,7 +22,8 @@ import openvino as ov
 from ov_npu_emu.errors import UserInputError
 
 __all__ = ["ROLES", "TEXT_EMB_XML", "VISION_XML", "InputsEmbedder", "Placement", "StaticShapeRequest", "image_rows",
-           "expand_tags", "image_processor_json", "prepend_tags", "sample_videos", "text_embedding_times",
+           "clip_normalize", "expand_tags", "host_vision_preprocess", "image_processor_json", "pillow_bicubic",
+           "pillow_bilinear", "pillow_resize", "prepend_tags", "sample_videos", "text_embedding_times",
            "text_embeddings", "video_frames",
            "universal_to_native",
            "UNIVERSAL_IMAGE", "UNIVERSAL_VIDEO"]
@@ -258,3 +262,105 @@ class InputsEmbedder(Protocol):
     def lm_inputs(self, ids: np.ndarray, images: list[Any]) -> dict[str, np.ndarray]: ...
 
     def step_lm_inputs(self) -> dict[str, np.ndarray]: ...
+
+
+# -- host-side image preprocessing (the real's clip.cpp) -------------------------------------------
+
+def host_vision_preprocess() -> bool:
+    """The real's ``VISION_PREPROCESS`` switch, read when a pipeline is built: exactly ``CPP``
+    preprocesses images and video frames on the host (clip.cpp's Pillow-style resize and
+    normalisation) instead of in the OpenVINO graph the real puts in front of the vision model.
+    Any other value ("cpp", "OV", ...) keeps the graph: the real ignores it (measured, 2026.4.1)."""
+    return os.environ.get("VISION_PREPROCESS") == "CPP"
+
+
+_PRECISION_BITS = 22  # Pillow's fixed point: 32 - 8 - 2
+
+
+def _bicubic(x: np.ndarray) -> np.ndarray:
+    """Pillow's bicubic kernel, a = -0.5."""
+    a = -0.5
+    x = np.abs(x)
+    near = ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    far = (((x - 5.0) * x + 8.0) * x - 4.0) * a
+    return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
+
+
+def _bilinear(x: np.ndarray) -> np.ndarray:
+    """Pillow's bilinear (triangle) kernel."""
+    x = np.abs(x)
+    return np.where(x < 1.0, 1.0 - x, 0.0)
+
+
+#: Pillow's filters: (kernel, base support)
+BICUBIC = (_bicubic, 2.0)
+BILINEAR = (_bilinear, 1.0)
+
+
+def _coefficients(in_size: int, out_size: int,
+                  filt: tuple[Any, float] = BICUBIC) -> tuple[np.ndarray, np.ndarray]:
+    """(first source index per output [out], fixed-point weights [out, k]) as Pillow's
+    precompute_coeffs (the real's precompute_pillow_coeffs_1d), in f64: the support widens when
+    downscaling, the weights are normalised then rounded away from zero."""
+    kernel, base_support = filt
+    scale = in_size / out_size
+    filterscale = max(scale, 1.0)
+    support = base_support * filterscale
+    k = int(math.ceil(support)) * 2 + 1
+    center = (np.arange(out_size) + 0.5) * scale
+    # int() truncates toward zero as the real's static_cast (negatives clamp to 0 either way)
+    starts = np.maximum(np.trunc(center - support + 0.5).astype(np.int64), 0)
+    stops = np.minimum(np.trunc(center + support + 0.5).astype(np.int64), in_size)
+    taps = np.arange(k)[None, :]
+    inside = taps < (stops - starts)[:, None]
+    w = np.where(inside, kernel(((starts[:, None] + taps) - center[:, None] + 0.5) * (1.0 / filterscale)), 0.0)
+    # cumsum adds left to right as the real's loop (np.sum's pairwise order can differ in the last bit)
+    total = np.cumsum(w, axis=1)[:, -1:]
+    w = np.where(total != 0.0, w / np.where(total != 0.0, total, 1.0), w)
+    fixed = np.where(w < 0.0, -0.5 + w * (1 << _PRECISION_BITS), 0.5 + w * (1 << _PRECISION_BITS))
+    return starts, np.trunc(fixed).astype(np.int64)
+
+
+def _pass(src: np.ndarray, out_size: int, axis: int, filt: tuple[Any, float]) -> np.ndarray:
+    """One separable pass over ``axis`` of a [H, W, 3] uint8 image."""
+    in_size = src.shape[axis]
+    starts, weights = _coefficients(in_size, out_size, filt)
+    k = weights.shape[1]
+    idx = np.minimum(starts[:, None] + np.arange(k)[None, :], in_size - 1)  # zero weights past the end
+    # int32 as the real's accumulators; one tap at a time keeps memory at one output's size
+    moved = np.moveaxis(src, axis, 0).astype(np.int32)  # [in, other, 3]
+    kk = weights.astype(np.int32)[:, :, None, None]
+    acc = np.full((out_size, *moved.shape[1:]), 1 << (_PRECISION_BITS - 1), np.int32)
+    for j in range(k):
+        acc += kk[:, j] * moved[idx[:, j]]
+    out = np.clip(acc >> _PRECISION_BITS, 0, 255).astype(np.uint8)
+    return np.moveaxis(out, 0, axis)
+
+
+def pillow_resize(image: np.ndarray, width: int, height: int, filt: tuple[Any, float] = BICUBIC) -> np.ndarray:
+    """[H, W, 3] uint8 resized as the real's clip.cpp resize_pillow_like (Pillow's
+    ImagingResample: horizontal pass, then vertical, each rounded to uint8)."""
+    out = image
+    if width != image.shape[1]:
+        out = _pass(out, width, 1, filt)
+    if height != image.shape[0]:
+        out = _pass(out, height, 0, filt)
+    return out
+
+
+def pillow_bicubic(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    """The real's clip.cpp bicubic_resize."""
+    return pillow_resize(image, width, height, BICUBIC)
+
+
+def pillow_bilinear(image: np.ndarray, width: int, height: int) -> np.ndarray:
+    """The real's clip.cpp bilinear_resize."""
+    return pillow_resize(image, width, height, BILINEAR)
+
+
+def clip_normalize(image: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
+    """[H, W, 3] uint8 -> [1, 3, H, W] f32 ``(x / 255 - mean) / std``, in f32 as clip_image_preprocess."""
+    f32 = np.float32
+    x = image.astype(f32) / f32(255.0)
+    x = (x - np.array(mean, f32)) / np.array(std, f32)
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None])

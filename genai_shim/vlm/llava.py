@@ -7,7 +7,6 @@ newline, whose text embeddings the image rows replace; positions are plain ``[1,
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,20 +17,24 @@ from genai_shim.vlm.common import (
     TEXT_EMB_XML,
     VISION_XML,
     Placement,
+    clip_normalize,
     expand_tags,
     image_processor_json,
     image_rows,
+    pillow_bicubic,
+    pillow_bilinear,
+    pillow_resize,
     prepend_tags,
     text_embeddings,
 )
 from ov_npu_emu.errors import UserInputError
 
+# (clip_normalize and the Pillow resizes live in common.py; re-exported here for their callers)
 __all__ = ["CLIPConfig", "LLaVAEmbedder", "LLaVAImage", "center_crop", "clip_normalize", "clip_pixels",
            "merge_image_rows", "pillow_bicubic", "pillow_bilinear", "pillow_resize"]
 
 #: the real's VLMConfig::im_start (native and automatic tag, and the image token)
 IMAGE_TAG = "<image>"
-_PRECISION_BITS = 22  # Pillow's fixed point: 32 - 8 - 2
 
 
 @dataclass(frozen=True)
@@ -63,95 +66,9 @@ class CLIPConfig:
         return cls(**kw)
 
 
-def _bicubic(x: np.ndarray) -> np.ndarray:
-    """Pillow's bicubic kernel, a = -0.5."""
-    a = -0.5
-    x = np.abs(x)
-    near = ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
-    far = (((x - 5.0) * x + 8.0) * x - 4.0) * a
-    return np.where(x < 1.0, near, np.where(x < 2.0, far, 0.0))
-
-
-def _bilinear(x: np.ndarray) -> np.ndarray:
-    """Pillow's bilinear (triangle) kernel."""
-    x = np.abs(x)
-    return np.where(x < 1.0, 1.0 - x, 0.0)
-
-
-#: Pillow's filters: (kernel, base support)
-BICUBIC = (_bicubic, 2.0)
-BILINEAR = (_bilinear, 1.0)
-
-
-def _coefficients(in_size: int, out_size: int,
-                  filt: tuple[Any, float] = BICUBIC) -> tuple[np.ndarray, np.ndarray]:
-    """(first source index per output [out], fixed-point weights [out, k]) as Pillow's
-    precompute_coeffs: the support widens when downscaling, weights normalised then rounded."""
-    kernel, base_support = filt
-    scale = in_size / out_size
-    filterscale = max(scale, 1.0)
-    support = base_support * filterscale
-    k = int(math.ceil(support)) * 2 + 1
-    starts = np.zeros(out_size, np.int64)
-    weights = np.zeros((out_size, k), np.int64)
-    for xx in range(out_size):
-        center = (xx + 0.5) * scale
-        xmin = max(int(center - support + 0.5), 0)
-        xmax = min(int(center + support + 0.5), in_size)
-        w = kernel((np.arange(xmin, xmax) - center + 0.5) * (1.0 / filterscale))
-        total = float(np.sum(w))
-        if total != 0.0:
-            w = w / total
-        fixed = np.where(w < 0.0, -0.5 + w * (1 << _PRECISION_BITS), 0.5 + w * (1 << _PRECISION_BITS))
-        weights[xx, : xmax - xmin] = np.trunc(fixed).astype(np.int64)
-        starts[xx] = xmin
-    return starts, weights
-
-
-def _pass(src: np.ndarray, out_size: int, axis: int, filt: tuple[Any, float]) -> np.ndarray:
-    """One separable pass over ``axis`` of a [H, W, 3] uint8 image."""
-    in_size = src.shape[axis]
-    starts, weights = _coefficients(in_size, out_size, filt)
-    k = weights.shape[1]
-    idx = np.minimum(starts[:, None] + np.arange(k)[None, :], in_size - 1)  # zero weights past the end
-    moved = np.moveaxis(src.astype(np.int64), axis, 0)  # [in, other, 3]
-    acc = np.einsum("ok,okxc->oxc", weights, moved[idx]) + (1 << (_PRECISION_BITS - 1))
-    out = np.clip(acc >> _PRECISION_BITS, 0, 255).astype(np.uint8)
-    return np.moveaxis(out, 0, axis)
-
-
-def pillow_resize(image: np.ndarray, width: int, height: int, filt: tuple[Any, float] = BICUBIC) -> np.ndarray:
-    """[H, W, 3] uint8 resized as the real's clip.cpp resize_pillow_like (Pillow's
-    ImagingResample: horizontal pass, then vertical, each rounded to uint8)."""
-    out = image
-    if width != image.shape[1]:
-        out = _pass(out, width, 1, filt)
-    if height != image.shape[0]:
-        out = _pass(out, height, 0, filt)
-    return out
-
-
-def pillow_bicubic(image: np.ndarray, width: int, height: int) -> np.ndarray:
-    """The real's clip.cpp bicubic_resize."""
-    return pillow_resize(image, width, height, BICUBIC)
-
-
-def pillow_bilinear(image: np.ndarray, width: int, height: int) -> np.ndarray:
-    """The real's clip.cpp bilinear_resize."""
-    return pillow_resize(image, width, height, BILINEAR)
-
-
 def center_crop(image: np.ndarray, height: int, width: int) -> np.ndarray:
     top, left = (image.shape[0] - height) // 2, (image.shape[1] - width) // 2
     return image[top : top + height, left : left + width]
-
-
-def clip_normalize(image: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
-    """[H, W, 3] uint8 -> [1, 3, H, W] f32 ``(x / 255 - mean) / std``, in f32 as clip_image_preprocess."""
-    f32 = np.float32
-    x = image.astype(f32) / f32(255.0)
-    x = (x - np.array(mean, f32)) / np.array(std, f32)
-    return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
 
 
 def clip_pixels(image: np.ndarray, c: CLIPConfig) -> np.ndarray:

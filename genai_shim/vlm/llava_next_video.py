@@ -10,7 +10,12 @@ The prompt: ``<video>`` tags (one per video before the prompt unless it has them
 before those) each as many ``<image>`` tokens as the real's count (base tile, the unpadded grid
 and its newline rows, by ``get_unpadded_features``) and a newline; the prompt is tokenized with
 special tokens ("llava-next-video tokenizer always adds special tokens in pytorch"); image rows
-then video rows replace their tokens' text embeddings as LLaVA's merge does."""
+then video rows replace their tokens' text embeddings as LLaVA's merge does.
+
+``VISION_PREPROCESS=CPP`` when the pipeline is built: the real's host preprocessing instead of the
+graph — LLaVA-NeXT's per tile (the same pixels: the tiles are already at the shortest edge) and,
+per video frame, clip.cpp's Pillow-style bicubic with a normalisation in f64
+(:func:`host_frame_pixels`)."""
 
 from __future__ import annotations
 
@@ -22,11 +27,18 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
-from genai_shim.vlm.common import Placement, expand_tags, prepend_tags, video_frames
-from genai_shim.vlm.llava import CLIPConfig, LLaVAImage, merge_image_rows
+from genai_shim.vlm.common import (
+    Placement,
+    expand_tags,
+    host_vision_preprocess,
+    pillow_bicubic,
+    prepend_tags,
+    video_frames,
+)
+from genai_shim.vlm.llava import CLIPConfig, LLaVAImage, center_crop, clip_pixels, merge_image_rows
 from genai_shim.vlm.llava_next import LLaVANextEmbedder, best_resolution, image_tiles, pack_features
 
-__all__ = ["LLaVANextVideoEmbedder", "preprocess_model", "unpadded_features"]
+__all__ = ["LLaVANextVideoEmbedder", "host_frame_pixels", "preprocess_model", "unpadded_features"]
 
 VIDEO_TAG = "<video>"
 PROJECTOR_XML = "openvino_multi_modal_projector_model.xml"
@@ -67,6 +79,19 @@ def resize_dimensions(height: int, width: int, shortest_edge: int) -> tuple[int,
     return int(np.float32(height) * scale), int(np.float32(width) * scale)
 
 
+def host_frame_pixels(frame: np.ndarray, c: CLIPConfig) -> np.ndarray:
+    """[H, W, 3] uint8 -> [1, 3, crop_h, crop_w] f32 as the real's VISION_PREPROCESS=CPP video path
+    (preprocess_clip_image_llava_next_video): Pillow-style bicubic to calculate_resize_dimensions
+    (no floor at the crop size, unlike LLaVA's images), a centre crop, then ``(x - mean·255) /
+    (std·255)`` in f64 with the products taken in f32 (``float * 255``), stored as f32."""
+    h, w = resize_dimensions(frame.shape[0], frame.shape[1], c.shortest_edge)
+    crop = center_crop(pillow_bicubic(frame, w, h), c.crop_height, c.crop_width)
+    mean = (np.array(c.image_mean, np.float32) * np.float32(255.0)).astype(np.float64)
+    std = (np.array(c.image_std, np.float32) * np.float32(255.0)).astype(np.float64)
+    x = ((crop.astype(np.float64) - mean) / std).astype(np.float32)
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None])
+
+
 def unpadded_features(height: int, width: int, patches_h: int, patches_w: int, scale_h: int, scale_w: int
                       ) -> tuple[int, int]:
     """The real's get_unpadded_features: (unpadded feature count, newline count)."""
@@ -92,13 +117,21 @@ class LLaVANextVideoEmbedder(LLaVANextEmbedder):
         super().__init__(core, folder, config, placement, tokenizer)
         self.projector = placement.request(core, core.read_model(folder / PROJECTOR_XML), "multi_modal_projector")
         self.resampler = placement.request(core, core.read_model(folder / RESAMPLER_XML), "resampler")
-        self.pre = core.compile_model(preprocess_model(self.cfg), "CPU").create_infer_request()
+        #: VISION_PREPROCESS=CPP: tiles and frames preprocessed on the host (LLaVA-NeXT's clip_pixels
+        #: per tile, host_frame_pixels per frame), no graph
+        self.host_preprocess = host_vision_preprocess()
+        self.pre = (None if self.host_preprocess
+                    else core.compile_model(preprocess_model(self.cfg), "CPU").create_infer_request())
         ids = tokenizer.encode(VIDEO_TAG, add_special_tokens=False).input_ids.data[0]
         self.video_token = int(ids[-1])
 
-    def _pixels(self, frames: np.ndarray) -> np.ndarray:
-        """[N, H, W, 3] uint8 -> the vision model's [N, 3, crop_h, crop_w] (the real's graph)."""
+    def _pixels(self, frames: np.ndarray, tiles: bool = False) -> np.ndarray:
+        """[N, H, W, 3] uint8 -> the vision model's [N, 3, crop_h, crop_w]: the real's graph, or its
+        host path (images' ``tiles`` as LLaVA-NeXT's, video frames as the video path)."""
         c = self.cfg
+        if self.pre is None:
+            one = (lambda f: clip_pixels(f, c)) if tiles else (lambda f: host_frame_pixels(f, c))
+            return np.concatenate([one(f) for f in frames], axis=0)
         target = np.array(resize_dimensions(frames.shape[1], frames.shape[2], c.shortest_edge), np.int64)
         self.pre.infer({"input_frames": np.ascontiguousarray(frames), "resize_target_size": target,
                         "crop_size": np.array([c.crop_height, c.crop_width], np.int64)})
@@ -115,7 +148,7 @@ class LLaVANextVideoEmbedder(LLaVANextEmbedder):
     def _encode(self, image: np.ndarray) -> LLaVAImage:
         c, a = self.cfg, self.anyres
         tiles, (grid_w, grid_h) = image_tiles(image, c, a.pinpoints)
-        out = self._project(self._vision(self._pixels(np.stack(tiles))))
+        out = self._project(self._vision(self._pixels(np.stack(tiles), tiles=True)))
         feature_grid = (c.crop_height // a.patch_size, c.crop_width // a.patch_size)
         tile_grid = (grid_h // c.shortest_edge, grid_w // c.shortest_edge)
         h, w = image.shape[:2]

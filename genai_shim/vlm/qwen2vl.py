@@ -3,7 +3,9 @@ preprocessing the real builds into the vision model (bicubic resize to the smart
 normalise with the preprocessor's mean/std, temporal tiling, patch flattening), the patch
 embeddings, the merger (block-diagonal attention mask, 2-D rotary embeddings of the patch grid),
 the ``<|vision_start|><|image_pad|>...<|vision_end|>`` expansion and the M-RoPE position ids with
-their rope delta.
+their rope delta. With ``VISION_PREPROCESS=CPP`` when the pipeline is built the real (and ours)
+preprocesses on the host instead (:func:`host_patches`: clip.cpp's Pillow-style bicubic, which
+gives other pixels than the graph's PyTorch-style Interpolate), images and video frames alike.
 
 Videos (the real's ``encode_frames``): the frames in pairs of ``temporal_patch_size`` (2) through
 the same graph's video branch (``cond_img_vid`` 0: two frames resized to the first frame's smart
@@ -28,16 +30,20 @@ from genai_shim.vlm.common import (
     TEXT_EMB_XML,
     VISION_XML,
     Placement,
+    clip_normalize,
     expand_tags,
+    host_vision_preprocess,
     image_processor_json,
     image_rows,
+    pillow_bicubic,
     prepend_tags,
     text_embeddings,
     video_frames,
 )
 from ov_npu_emu.errors import ConfigError, UserInputError
 
-__all__ = ["NATIVE_TAG", "NATIVE_VIDEO_TAG", "EncodedImage", "ProcessorConfig", "Qwen2VLEmbedder", "smart_resize"]
+__all__ = ["NATIVE_TAG", "NATIVE_VIDEO_TAG", "EncodedImage", "ProcessorConfig", "Qwen2VLEmbedder", "host_patches",
+           "smart_resize"]
 
 #: the real's hard-coded native image tag (the chat templates spell it out)
 NATIVE_TAG = "<|vision_start|><|image_pad|><|vision_end|>"
@@ -169,6 +175,20 @@ def _preprocess_model(vision: ov.Model | None, cfg: ProcessorConfig) -> ov.Model
     return ov.Model(vision.get_results(), inputs, "vision_with_preprocess")
 
 
+def host_patches(frames: list[np.ndarray], height: int, width: int, cfg: ProcessorConfig) -> np.ndarray:
+    """The vision model's ``hidden_states`` [grid_h*grid_w, 3*t*patch²] as the real's
+    encode_with_imagepreprocess_cpp (``VISION_PREPROCESS=CPP``) makes them on the host: each of
+    one image's (repeated to temporal_patch_size) or two video frames' [1, H, W, 3] uint8 resized
+    to (height, width) with clip.cpp's Pillow-style bicubic (u8 out, so no clamp), normalised
+    ``(x / 255 - mean) / std`` in f32, then the patches laid out as the graph lays them out."""
+    t, m, p = cfg.temporal_patch_size, cfg.merge_size, cfg.patch_size
+    pixels = [clip_normalize(pillow_bicubic(f[0], width, height), cfg.image_mean, cfg.image_std)[0] for f in frames]
+    x = np.stack([pixels[min(i, len(pixels) - 1)] for i in range(t)])  # [t, 3, H, W]
+    gh, gw = height // p, width // p
+    x = x.reshape(1, t, 3, gh // m, m, p, gw // m, m, p).transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    return np.ascontiguousarray(x.reshape(gh * gw, 3 * t * p * p))
+
+
 def block_mask(n: int, bounds: Any) -> np.ndarray:
     """[1, n, n] f32 attention mask: 0 inside each block [bounds[i-1], bounds[i]), -inf elsewhere
     (the real's get_attention_mask per frame, get_window_attention_mask per window)."""
@@ -199,13 +219,15 @@ class Qwen2VLEmbedder:
         if self.cfg.temporal_patch_size != 2:
             raise ConfigError("temporal_patch_size != 2.", key="temporal_patch_size")
         vision = core.read_model(folder / VISION_XML)
+        #: VISION_PREPROCESS=CPP: patches made on the host (host_patches), the bare vision model
+        self.host_preprocess = host_vision_preprocess()
         #: on the emulated NPU the preprocessing runs on CPU before the vision model: its If and its
         #: shape inputs make the patch shapes depend on values, which a static NPU cannot compile
         self.preprocess: Any = None
-        if placement.device("vision_embeddings") == "NPU":
+        if not self.host_preprocess and placement.device("vision_embeddings") == "NPU":
             self.preprocess = core.compile_model(_preprocess_model(None, self.cfg), "CPU",
                                                  {"INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
-        else:
+        elif not self.host_preprocess:
             vision = _preprocess_model(vision, self.cfg)
         self.vision = placement.request(core, vision, "vision_embeddings")
         merger = core.read_model(folder / MERGER_XML)
@@ -235,12 +257,17 @@ class Qwen2VLEmbedder:
         """One image (``second`` None: the graph's image branch tiles it) or two video frames
         [1, H, W, 3] through the preprocessing and the vision model: ([grid_h*grid_w, embed_dim]
         patch embeddings, grid_h, grid_w), sized by the first frame (with ``cfg``'s patch, merge
-        and pixel bounds: Qwen3-VL's video config; the graph's mean / std stay the image config's)."""
+        and pixel bounds: Qwen3-VL's video config; the graph's mean / std stay the image config's,
+        the host path's are ``cfg``'s, as the real's)."""
         c = cfg or self.cfg
         h, w = smart_resize(first.shape[1], first.shape[2], c.patch_size * c.merge_size, c.min_pixels, c.max_pixels)
         t, ch = c.temporal_patch_size, 3
         gt, gh, gw = 1, h // c.patch_size, w // c.patch_size
         m, p = c.merge_size, c.patch_size
+        if self.host_preprocess:
+            frames = [first] if second is None else [first, second]
+            self.vision.infer({"hidden_states": host_patches(frames, h, w, c)})
+            return np.array(self.vision.get_output_tensor(0).data, copy=True), gh, gw
         feed = {
             "cond_img_vid": np.array([0.0 if second is not None else 1.0], np.float32),
             "raw_images_1": first,
