@@ -171,7 +171,7 @@ class PagedEngine:
         self._config = config
         self._sc = scheduler_config
         self.load_time = 0.0
-        model = core.read_model(folder / MODEL_XML)
+        model = self._read_model(core, folder)
         # the real's initialize_pipeline: LoRA variables go in before compiling
         self._lora = AdapterController(model, adapters, self._device) if adapters is not None else None
         if adapters is not None:
@@ -202,6 +202,17 @@ class PagedEngine:
         self._usage_sum = 0.0
         self._usage_n = 0
         self._last_batch = 0
+
+    #: whether requests carry images (the VLM engine, genai_shim/vlm/continuous_batching.py)
+    takes_vision = False
+
+    def _read_model(self, core: Any, folder: Path) -> Any:
+        """The stateful model the paged one is made from (a VLM engine reads its language model)."""
+        return core.read_model(folder / MODEL_XML)
+
+    def _model_rows(self, chunks: list[ScheduledChunk]) -> dict[str, np.ndarray] | None:
+        """The model's embedding inputs for ``chunks`` (None: it takes token ids)."""
+        return None
 
     def _grow(self, more: int) -> bool:
         """Dynamic cache: at least double, never less than asked."""
@@ -259,7 +270,8 @@ class PagedEngine:
             config.set_eos_token_id(self._config.eos_token_id)
         config.validate()
         # fields this pipeline would otherwise drop (parsers, tree search, VLM-only, ...)
-        check_supported(config, assisted=False, folder_defaults=self._config, lora=self._lora is not None)
+        check_supported(config, assisted=False, folder_defaults=self._config, lora=self._lora is not None,
+                        vision=self.takes_vision)
         if config.max_length <= len(prompt) and config.max_length != SIZE_MAX:
             raise UserInputError("'max_length' must be greater than the number of prompt tokens")
         window, stops = stop_window(self._tokenizer, config)
@@ -363,7 +375,7 @@ class PagedEngine:
             return
         entries = self._model_entries(chunks)
         t0 = time.perf_counter()
-        logits = self._model.forward(entries)
+        logits = self._model.forward(entries, self._model_rows(chunks))
         self._metrics.inference_duration = (time.perf_counter() - t0) * 1e6
         self._mark_processed(chunks)
         sampled = self._sample_chunks(chunks, by_req, logits)
