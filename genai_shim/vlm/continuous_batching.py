@@ -88,6 +88,9 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
         lm_props, placement = _split_props(device, props)
         tok = tokenizer if tokenizer is not None else Tokenizer(folder)
         self._init_front(core, folder, cfg, placement, tok)
+        #: the embedder's visual-token pruning setting: the last generate()'s (add_request reads it,
+        #: as the real's, whose add_request never sets it)
+        self._pruning = GenerationConfig()
         self._rows_per_pos: int | None = None
         super().__init__(core, folder, device, lm_props, tok, config_factory(folder, tok), scheduler_config, None)
         self._step_extras = {k: np.array(v).reshape(-1)[:1] for k, v in self._embedder.step_lm_inputs().items()
@@ -107,14 +110,18 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
 
     # -- requests ------------------------------------------------------------------------------------
     def _prepared_state(self, prompt: Any, images: list[Any], videos: list[Any], videos_metadata: Any,
-                        config: Any, perf: VLMPerfMetrics) -> tuple[RequestState, Any]:
+                        config: Any, perf: VLMPerfMetrics, pruning: Any) -> tuple[RequestState, Any]:
         """A request state for a prompt with its images / videos (not added yet), and the
-        rollback of its chat turn."""
+        rollback of its chat turn; ``pruning``: the config whose pruning_ratio /
+        relevance_weight prune its visual tokens."""
         if not isinstance(config, GenerationConfig):
             raise UserInputError(f"generation_config must be a GenerationConfig, got {type(config).__name__}")
         videos = self._checked_videos(list(videos), videos_metadata)
+        prune = config.copy()
+        prune.pruning_ratio, prune.relevance_weight = pruning.pruning_ratio, pruning.relevance_weight
         ids, embeds, pos, delta, extras, rollback = self._prepare(prompt, list(images), videos,
-                                                                        videos_metadata, config, perf)
+                                                                  videos_metadata, prune, perf)
+        self._pruning = prune  # the embedder keeps the last setting (the real's add_request uses it)
         try:
             state = self.new_state([int(t) for t in ids.reshape(-1)], config)
         except Exception:
@@ -126,7 +133,8 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
     def add_request(self, request_id: int, prompt: Any, generation_config: GenerationConfig,  # type: ignore[override]
                     images: Any = (), videos: Any = (), videos_metadata: Any = None) -> GenerationHandle:
         """A str prompt with its images and videos (the real templates it as generate() does
-        only when the config's ``apply_chat_template`` says)."""
+        only when the config's ``apply_chat_template`` says); its visual tokens are pruned as the
+        last generate() call's config said, not as ``generation_config`` says (the real's)."""
         if not isinstance(prompt, str):
             raise UserInputError(
                 "add_request on a VLM folder takes a str prompt (with images= / videos=), got "
@@ -136,7 +144,7 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
         self._chat = None  # add_request never joins the start_chat() history (the real's)
         try:
             state, _ = self._prepared_state(prompt, list(images), list(videos), videos_metadata, generation_config,
-                                            perf)
+                                            perf, self._pruning)
         finally:
             self._chat = saved
         state.request_id = int(request_id)
@@ -221,7 +229,11 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
         try:
             for i, p in enumerate(prompts):
                 _check_prompt(p, histories, configs[i])
-                state, rollback = self._prepared_state(p, images_b[i], videos_b[i], metas[i], configs[i], perfs[i])
+                # the real sets the embedder's pruning once per call from the first config (per
+                # history for ChatHistory prompts)
+                prune = configs[i] if histories else configs[0]
+                state, rollback = self._prepared_state(p, images_b[i], videos_b[i], metas[i], configs[i], perfs[i],
+                                                       prune)
                 state.request_id = i
                 states.append(state)
                 rollbacks.append(rollback)

@@ -338,8 +338,10 @@ class VLMFrontEnd:
         if not getattr(self._embedder, "samples_videos", False):  # Qwen3-VL samples its own (its timestamps)
             videos = sample_videos(videos, videos_metadata)
         if videos and getattr(self._embedder, "video_tag", None) is None:
-            raise ConfigError(f"genai_shim's VLMPipeline takes videos for Qwen2-VL, Qwen2.5-VL, Qwen3-VL and "
-                              f"LLaVA-NeXT-Video, not {type(self._embedder).__name__}", key="videos")
+            # the real's text, then which families take videos here
+            raise ConfigError("Video preprocessing isn't implemented for this model. Pass frames as independent "
+                              "images. (genai_shim takes videos for Qwen2-VL, Qwen2.5-VL, Qwen3-VL and "
+                              f"LLaVA-NeXT-Video, not {type(self._embedder).__name__})", key="videos")
         return videos
 
     def _prepare(self, prompt: Any, images: list[Any], videos: list[Any], videos_metadata: Any,

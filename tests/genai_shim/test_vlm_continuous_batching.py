@@ -1,0 +1,250 @@
+"""genai_shim.ContinuousBatchingPipeline on a VLM folder (tests/fixtures/vlm/*-fp32), side by side
+with the real openvino_genai.ContinuousBatchingPipeline 2026.4.1 on the same folder under f32
+hints, and with our own VLMPipeline: several prompts with 0, 1 and 2 images in one generate(),
+add_request / step / read_all, start_chat() and ChatHistory chats, CDPruner settings, videos with
+their metadata, beam search, penalties, stop strings, preemption, and the real's error texts."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+import pytest
+
+import genai_shim
+from ov_npu_emu.errors import ConfigError, UserInputError
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "vlm"
+sys.path.insert(0, str(ROOT / "tools"))
+from vlm_goldens import CPU_PROPS  # noqa: E402
+from vlm_goldens import test_image as make_image  # noqa: E402
+from vlm_goldens import test_video as make_video  # noqa: E402
+
+og = pytest.importorskip("openvino_genai")
+
+FAMILIES = ("qwen2vl-fp32", "qwen2_5vl-fp32", "qwen3vl-fp32", "llava-fp32", "llava_next-fp32",
+            "llava_next_video-fp32", "gemma3-fp32")
+PROMPTS = ["Describe the picture.", "What is it?", "Compare them."]
+
+
+def _image(h: int = 80, w: int = 80) -> ov.Tensor:
+    return ov.Tensor(make_image(h, w))
+
+
+def _images() -> list[list[ov.Tensor]]:
+    return [[], [_image()], [_image(), _image(64, 96)]]
+
+
+def _pipe(lib: Any, family: str, **scheduler: Any) -> Any:
+    sc = lib.SchedulerConfig()
+    for k, v in scheduler.items():
+        setattr(sc, k, v)
+    return lib.ContinuousBatchingPipeline(str(FIXTURES / family), sc, "CPU", CPU_PROPS)
+
+
+def _config(lib: Any, max_new_tokens: int = 12, **kwargs: Any) -> Any:
+    cfg = lib.GenerationConfig()
+    cfg.max_new_tokens = max_new_tokens
+    for k, v in kwargs.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def _vlm_results(results: list[Any]) -> list[tuple[Any, ...]]:
+    return [(list(r.texts), [round(s, 4) for s in r.scores], [int(f) for f in r.finish_reasons],
+             r.perf_metrics.get_num_input_tokens()) for r in results]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batch_of_prompts_with_0_1_2_images_matches_real_and_vlm_pipeline(family: str) -> None:
+    got = {}
+    for lib in (genai_shim, og):
+        res = _pipe(lib, family).generate(PROMPTS, images=_images(), generation_config=[_config(lib)] * 3)
+        assert type(res) is list and all(type(r).__name__ == "VLMDecodedResults" for r in res)
+        got[lib.__name__] = _vlm_results(res)
+    assert got["genai_shim"] == got["openvino_genai"]
+    vlm = genai_shim.VLMPipeline(str(FIXTURES / family), "CPU", **CPU_PROPS)
+    alone = [vlm.generate(p, images=ims, generation_config=_config(genai_shim)).texts
+             for p, ims in zip(PROMPTS, _images(), strict=True)]
+    assert alone == [g[0] for g in got["genai_shim"]]
+
+
+def test_add_request_overloads_step_and_read_all_match_real() -> None:
+    out = {}
+    for lib in (genai_shim, og):
+        pipe = _pipe(lib, "qwen2vl-fp32")
+        cfg = _config(lib, 8)
+        handles = [pipe.add_request(0, "What is it?", [_image()], cfg),
+                   pipe.add_request(1, "Describe", images=[_image(), _image(64, 96)], generation_config=cfg),
+                   pipe.add_request(2, "Text only", cfg),
+                   pipe.add_request(3, "Both", [_image()], [], cfg)]
+        assert pipe.has_non_finished_requests()
+        while pipe.has_non_finished_requests():
+            pipe.step()
+        m = pipe.get_metrics()
+        assert 0 < m.max_cache_usage <= 100 and 0 < m.avg_cache_usage <= m.max_cache_usage
+        out[lib.__name__] = [(int(h.get_status()), [list(o.generated_ids) for o in h.read_all()]) for h in handles]
+    assert out["genai_shim"] == out["openvino_genai"]
+
+
+def test_text_only_generate_returns_generation_results_as_real() -> None:
+    out = {}
+    for lib in (genai_shim, og):
+        pipe = _pipe(lib, "llava-fp32")
+        listed = pipe.generate(["Hi there", "Hello"], [_config(lib)] * 2)
+        single = pipe.generate("Hi there", _config(lib))
+        assert all(type(r).__name__ == "GenerationResult" for r in listed + single)
+        out[lib.__name__] = [list(r.m_generation_ids) for r in listed + single]
+    assert out["genai_shim"] == out["openvino_genai"]
+
+
+def _chat(lib: Any) -> list[Any]:
+    pipe = _pipe(lib, "qwen2vl-fp32")
+    cfg = _config(lib, 8)
+    out: list[Any] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pipe.start_chat("You are nice.")
+        for prompt, images in (("What is it?", [[_image()]]), ("And now?", [[_image(64, 96)]])):
+            out += _vlm_results(pipe.generate([prompt], images=images, generation_config=[cfg]))
+        r = pipe.generate(["Total?"], generation_config=[cfg])[0]  # no images: a GenerationResult
+        out.append((type(r).__name__, list(r.m_generation_ids), r.perf_metrics.get_num_input_tokens()))
+        with pytest.raises(Exception, match="Can't chat with multiple prompts"):
+            pipe.generate(["a", "b"], images=[[], []], generation_config=[cfg, cfg])
+        pipe.finish_chat()
+        h = lib.ChatHistory()
+        h.append({"role": "user", "content": "What is in this image?"})
+        r1 = pipe.generate([h], images=[[_image()]], generation_config=[cfg])
+        out += _vlm_results(r1)
+        h.append({"role": "assistant", "content": r1[0].texts[0]})
+        h.append({"role": "user", "content": "Now this."})
+        out += _vlm_results(pipe.generate([h], images=[[_image(64, 96)]], generation_config=[cfg]))
+        # as the real's, a ChatHistory generate leaves the pipeline in chat mode until finish_chat()
+        out += _vlm_results(pipe.generate(["Hey"], images=[[_image()]], generation_config=[cfg]))
+        pipe.finish_chat()
+        out += _vlm_results(pipe.generate(["Hey"], images=[[_image()]], generation_config=[cfg]))
+    return out
+
+
+def test_start_chat_and_chat_history_match_real() -> None:
+    assert _chat(genai_shim) == _chat(og)
+
+
+def _pruning(lib: Any) -> list[Any]:
+    pipe = _pipe(lib, "qwen2vl-fp32")
+    pruned, plain = _config(lib, 8, pruning_ratio=30), _config(lib, 8)
+    out = []
+    for configs in ([pruned, plain], [plain, pruned]):  # the real prunes every prompt as the first config says
+        out += _vlm_results(pipe.generate(["What is it?", "x"], images=[[_image()], [_image(64, 96)]],
+                                          generation_config=configs))
+    handle = pipe.add_request(0, "What is it?", [_image()], pruned)  # add_request: the last generate's setting
+    while pipe.has_non_finished_requests():
+        pipe.step()
+    out.append([list(o.generated_ids) for o in handle.read_all()])
+    return out
+
+
+def test_pruning_settings_match_real() -> None:
+    ours = _pruning(genai_shim)
+    assert ours == _pruning(og)
+    assert ours[0][3] < ours[2][3]  # pruned: fewer input tokens
+
+
+def _videos(lib: Any, family: str) -> list[Any]:
+    pipe = _pipe(lib, family)
+    cfg = _config(lib, 8)
+    video = ov.Tensor(make_video(8, 56, 56))
+    meta = lib.VideoMetadata()
+    meta.frames_indices = [0, 2, 4, 6]
+    presampled = ov.Tensor(np.ascontiguousarray(make_video(8, 56, 56)[[0, 2, 4, 6]]))
+    cases = ((video, None), (presampled, None), (video, meta))
+    out = []
+    for v, m in cases:
+        out += _vlm_results(pipe.generate(["Describe the video."], videos=[[v]],
+                                          videos_metadata_batches=[[m]] if m else [], generation_config=[cfg]))
+    handles = [pipe.add_request(i, "Describe the video.", images=[], videos=[v], videos_metadata=[m] if m else [],
+                                generation_config=cfg) for i, (v, m) in enumerate(cases)]
+    while pipe.has_non_finished_requests():
+        pipe.step()
+    out.append([[list(o.generated_ids) for o in h.read_all()] for h in handles])
+    out += _vlm_results(pipe.generate(["Both"], images=[[_image()]], videos=[[video]], generation_config=[cfg]))
+    return out
+
+
+@pytest.mark.parametrize("family", ["qwen2vl-fp32", "qwen3vl-fp32", "llava_next_video-fp32"])
+def test_videos_and_their_metadata_match_real(family: str) -> None:
+    ours = _videos(genai_shim, family)
+    assert ours == _videos(og, family)
+    assert ours[1][0] == ours[2][0]  # presampled frames == the metadata's frames_indices
+
+
+def _decoding(lib: Any) -> list[Any]:
+    pipe = _pipe(lib, "qwen2vl-fp32")
+    out = []
+    for kwargs in ({"num_beams": 3, "num_return_sequences": 2}, {"repetition_penalty": 1.5},
+                   {"presence_penalty": 1.0, "frequency_penalty": 0.5}, {"stop_strings": {"oat"}}):
+        out += _vlm_results(pipe.generate(["What is it?", "Hi"], images=[[_image()], []],
+                                          generation_config=[_config(lib, 10, **kwargs)] * 2))
+    small = _pipe(lib, "qwen2vl-fp32", num_kv_blocks=2, max_num_batched_tokens=16)  # preemption
+    out += _vlm_results(small.generate(["What is it?", "Hi there you"], images=[[_image()], [_image(64, 96)]],
+                                       generation_config=[_config(lib, 10)] * 2))
+    streamed: list[str] = []
+    res = pipe.generate(["What is it?"], images=[[_image()]], generation_config=[_config(lib, 10)],
+                        streamer=lambda s: streamed.append(s) and False)
+    out.append((res[0].texts[0], "".join(streamed)))
+    return out
+
+
+def test_beam_search_penalties_stop_strings_preemption_streaming_match_real() -> None:
+    assert _decoding(genai_shim) == _decoding(og)
+
+
+def test_vlm_perf_metrics() -> None:
+    pipe = _pipe(genai_shim, "qwen2vl-fp32")
+    res = pipe.generate(["What is it?"], images=[[_image()]], generation_config=[_config(genai_shim, 4)])
+    pm = res[0].perf_metrics
+    assert type(pm).__name__ == "VLMPerfMetrics"
+    assert pm.get_prepare_embeddings_duration().mean > 0 and pm.get_vision_encoding_duration().mean > 0
+    assert pm.get_num_generated_tokens() == 4 and pm.get_ttft().mean > 0
+    assert len(pipe.get_tokenizer().encode("a b").input_ids.data[0]) > 0 and pipe.get_config().eos_token_id >= 0
+
+
+def test_wrong_inputs_raise_the_reals_texts() -> None:
+    pipe = _pipe(genai_shim, "qwen2vl-fp32")
+    cfg = _config(genai_shim, 4)
+    with pytest.raises(UserInputError, match="Number of prompts should be equal to the number of images and videos"):
+        pipe.generate(["a", "b"], images=[[_image()]], generation_config=[cfg, cfg])
+    with pytest.raises(UserInputError, match="Number of prompts should be equal to the number of generation configs"):
+        pipe.generate(["a", "b"], images=[[], []], generation_config=[cfg])
+    with pytest.raises(UserInputError, match="list of GenerationConfig"):  # the real: no such overload
+        pipe.generate(["a"], images=[[_image()]], generation_config=cfg)
+    with pytest.raises(UserInputError, match="takes a list of str prompts or a list of ChatHistory"):
+        pipe.generate([ov.Tensor(np.array([[1, 2, 3]], np.int64))], [cfg])
+    with pytest.raises(UserInputError, match="Chat history must not be empty"):
+        pipe.generate([genai_shim.ChatHistory()], images=[[]], generation_config=[cfg])
+    with pytest.raises(ConfigError, match="Video preprocessing isn't implemented for this model"):
+        _pipe(genai_shim, "llava-fp32").generate(["x"], videos=[[ov.Tensor(make_video(2, 56, 56))]],
+                                                 generation_config=[cfg])
+    for props in ({"prompt_lookup": True}, {"draft_model": object()}):
+        with pytest.raises(ConfigError, match="on a VLM folder does not take"):
+            genai_shim.ContinuousBatchingPipeline(str(FIXTURES / "qwen2vl-fp32"), genai_shim.SchedulerConfig(),
+                                                  "CPU", props)
+    sc = genai_shim.SchedulerConfig()
+    sc.enable_prefix_caching = True
+    with pytest.raises(ConfigError, match="enable_prefix_caching"):
+        genai_shim.ContinuousBatchingPipeline(str(FIXTURES / "qwen2vl-fp32"), sc, "CPU", CPU_PROPS)
+
+
+def test_text_llm_folder_refuses_images() -> None:
+    pipe = genai_shim.ContinuousBatchingPipeline(str(ROOT / "tests" / "fixtures" / "optimum" / "gpt2-fp32"),
+                                                 genai_shim.SchedulerConfig(), "CPU")
+    cfg = _config(genai_shim, 2)
+    with pytest.raises(UserInputError, match="Model doesn't support embeddings"):
+        pipe.generate(["a"], images=[[_image()]], generation_config=[cfg])
+    with pytest.raises(UserInputError, match="Model doesn't support embeddings"):
+        pipe.add_request(0, "a", [_image()], cfg)
