@@ -922,10 +922,6 @@ KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
      "VISION_PREPROCESS=CPP (an environment variable: the real's host-side preprocessing, which gives "
      "optimum's texts) is not implemented: ours always runs the OpenVINO preprocessing graph, which the "
      "real's GRAPH cases also run (and fail against optimum on these stand-ins, as ours)"),
-    ("test_vlm_pipeline.py", r"test_cdpruner_continuous_batching|test_video_metadata_sampling_continuous_batching",
-     r"openvino_model.xml was not found",
-     "ContinuousBatchingPipeline over a VLM export (the real's VLM continuous batching: add_request with "
-     "images / videos) is not implemented: ours looks for an LLM's openvino_model.xml"),
 ]
 
 

@@ -5,6 +5,7 @@ paged default."""
 
 from __future__ import annotations
 
+import collections
 import copy
 import logging
 import time
@@ -199,8 +200,8 @@ class PagedEngine:
         self._states: list[RequestState] = []
         self._next_seq = 0
         self._metrics = PipelineMetrics()
-        self._usage_sum = 0.0
-        self._usage_n = 0
+        #: cache usage (%) of the last steps, at most the real's window (AVG_CACHE_USAGE_WINDOW_SIZE_IN_STEPS)
+        self._usages: collections.deque[float] = collections.deque(maxlen=1000)
         self._last_batch = 0
 
     #: whether requests carry images (the VLM engine, genai_shim/vlm/continuous_batching.py)
@@ -373,6 +374,9 @@ class PagedEngine:
         if not chunks:
             self._end_ignored(running)
             return
+        # the real's cache usage: measured once the step's blocks are allocated, before the
+        # requests that finish in it free theirs
+        used = self._blocks.num_used_blocks / max(self._blocks.num_blocks, 1) * 100.0
         entries = self._model_entries(chunks)
         t0 = time.perf_counter()
         logits = self._model.forward(entries, self._model_rows(chunks))
@@ -381,7 +385,7 @@ class PagedEngine:
         sampled = self._sample_chunks(chunks, by_req, logits)
         self._finish_parallel_groups(running)
         self._last_batch = sampled
-        self._update_metrics(running, chunks)
+        self._update_metrics(running, chunks, used)
 
     def _sequences_to_schedule(
         self, running: list[RequestState]
@@ -493,16 +497,19 @@ class PagedEngine:
             ):
                 s.status = GenerationStatus.FINISHED
 
-    def _update_metrics(self, running: list[RequestState], chunks: list[ScheduledChunk]) -> None:
+    def reset_cache_usage(self) -> None:
+        """max / avg cache usage start over (the real's generate() does it first)."""
+        self._usages.clear()
+        self._metrics.max_cache_usage = self._metrics.avg_cache_usage = 0.0
+
+    def _update_metrics(self, running: list[RequestState], chunks: list[ScheduledChunk], used: float) -> None:
         m = self._metrics
         m.requests = len(running)
         m.scheduled_requests = len(chunks)
-        used = self._blocks.num_used_blocks / max(self._blocks.num_blocks, 1) * 100.0
         m.cache_usage = used
         m.max_cache_usage = max(m.max_cache_usage, used)
-        self._usage_sum += used
-        self._usage_n += 1
-        m.avg_cache_usage = self._usage_sum / self._usage_n
+        self._usages.append(used)
+        m.avg_cache_usage = sum(self._usages) / len(self._usages)
         m.cache_size_in_bytes = m.kv_cache_size_in_bytes = self._model.cache_bytes
         m.preemptions = self._scheduler.preemptions
         m.prefix_cache_hits = self._blocks.cache_hits
@@ -536,6 +543,7 @@ class PagedEngine:
                 "Generate cannot be called while ContinuousBatchingPipeline is already in running "
                 "state. Use ContinuousBatchingPipeline::add_request"
             )
+        self.reset_cache_usage()
         prompts, configs = self._prompts_and_configs(prompts, generation_config)
         self.apply_adapters(configs)
         encoded = bool(prompts) and not isinstance(prompts[0], str)

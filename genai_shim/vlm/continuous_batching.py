@@ -209,6 +209,7 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
                 "Generate cannot be called while ContinuousBatchingPipeline is already in running "
                 "state. Use ContinuousBatchingPipeline::add_request"
             )
+        self.reset_cache_usage()
         prompts, configs, images_b, videos_b, metas = _batches(prompts, generation_config, images, videos,
                                                                videos_metadata, self._config)
         n = len(prompts)
