@@ -39,6 +39,8 @@ from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import ConfigError, UserInputError
 
 logger = logging.getLogger(__name__)
+#: tokens a dynamic cache grows by when a block is short (the real's m_cache_growth_num_tokens)
+_GROWTH_TOKENS = 256
 __all__ = ["GenerationHandle", "PagedEngine", "RequestState"]
 
 
@@ -183,11 +185,12 @@ class PagedEngine:
         if num_blocks == 0 and cache_gb > 0:
             num_blocks = int(cache_gb * (1 << 30)) // self._model.block_bytes
         self._dynamic = num_blocks == 0
+        self._prefix_caching = bool(getattr(scheduler_config, "enable_prefix_caching", False))
         self._model.allocate(max(num_blocks, 1) if not self._dynamic else 8)
         self._blocks = BlockManager(
-            self._model.num_blocks,
+            0 if self._dynamic else self._model.num_blocks,  # dynamic: sized at the first step
             self._model.block_size,
-            prefix_caching=bool(getattr(scheduler_config, "enable_prefix_caching", False)),
+            prefix_caching=self._prefix_caching,
         )
         self._scheduler = Scheduler(
             self._blocks,
@@ -216,11 +219,39 @@ class PagedEngine:
         return None
 
     def _grow(self, more: int) -> bool:
-        """Dynamic cache: at least double, never less than asked."""
-        n = max(self._model.num_blocks * 2, self._model.num_blocks + more)
-        self._model.allocate(n)
-        self._blocks.grow(n)
+        """Dynamic cache, a block short: 256 tokens more (the real's _try_increase_cache on CPU;
+        the scheduler asks again while it is still short)."""
+        self._set_blocks(self._blocks.num_blocks + -(-_GROWTH_TOKENS // self._blocks.block_size))
         return True
+
+    def _set_blocks(self, n: int) -> None:
+        """The dynamic cache's block count (the tensors grow at least twofold, and never shrink:
+        the count is what the real's block manager holds, and what cache usage is measured on)."""
+        if n > self._model.num_blocks:
+            self._model.allocate(max(n, 2 * self._model.num_blocks))
+        self._blocks.grow(n)
+
+    def _reserve(self, running: list[RequestState]) -> None:
+        """The real's dynamic sizing before a schedule: a cache without blocks takes, for every
+        request, min(2 x prompt, prompt + max_new_tokens) tokens per sequence (beams, or parallel
+        samples, each); while a request is still in its prompt the running ones' total is kept."""
+        if self._blocks.num_blocks > 0 and not any(s.req.processed < len(s.req.prompt) for s in running):
+            return
+        bs = self._blocks.block_size
+        need = 0
+        for s in running:
+            n = len(s.req.prompt)
+            c = s.config
+            seqs = c.num_beams if c.is_beam_search() else (c.num_return_sequences if c.do_sample else 1)
+            need += -(-min(2 * n, n + s.max_new) // bs) * int(seqs)
+        if need > self._blocks.num_blocks:
+            self._set_blocks(need)
+
+    def _release_cache(self) -> None:
+        """After generate(), a dynamic cache without prefix caching goes back to no blocks (the
+        real clears it)."""
+        if self._dynamic and not self._prefix_caching and not self._blocks.tables:
+            self._blocks.clear()
 
     # -- public API ------------------------------------------------------------------------
     @property
@@ -370,6 +401,8 @@ class PagedEngine:
         if not running:
             return
         by_req, reqs = self._sequences_to_schedule(running)
+        if self._dynamic:
+            self._reserve(running)
         chunks = self._scheduler.schedule(reqs)
         if not chunks:
             self._end_ignored(running)
@@ -510,7 +543,7 @@ class PagedEngine:
         m.max_cache_usage = max(m.max_cache_usage, used)
         self._usages.append(used)
         m.avg_cache_usage = sum(self._usages) / len(self._usages)
-        m.cache_size_in_bytes = m.kv_cache_size_in_bytes = self._model.cache_bytes
+        m.cache_size_in_bytes = m.kv_cache_size_in_bytes = self._blocks.num_blocks * self._model.block_bytes
         m.preemptions = self._scheduler.preemptions
         m.prefix_cache_hits = self._blocks.cache_hits
 
@@ -566,6 +599,7 @@ class PagedEngine:
         raw.tokenization_durations.append(tok_us)
         self._run_to_end(states, stream, raw)
         self._states = [s for s in self._states if s not in states]
+        self._release_cache()
         results = [self._generate_result(i, s, encoded, raw) for i, s in enumerate(states)]
         # one evaluation of the shared series; each result carries its own prompt length
         raw.generate_durations = [(time.perf_counter() - start) * 1e6]

@@ -295,6 +295,7 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
         raw.m_inference_durations = [0.0]
         self._run_to_end(states, stream, raw)
         self.drop_states(states)
+        self._release_cache()
         return pm
 
 

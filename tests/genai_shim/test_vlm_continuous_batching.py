@@ -248,3 +248,44 @@ def test_text_llm_folder_refuses_images() -> None:
         pipe.generate(["a"], images=[[_image()]], generation_config=[cfg])
     with pytest.raises(UserInputError, match="Model doesn't support embeddings"):
         pipe.add_request(0, "a", [_image()], cfg)
+
+
+def _usage(lib: Any) -> list[Any]:
+    def metrics(p: Any) -> tuple[float, float, int]:
+        m = p.get_metrics()
+        return round(m.max_cache_usage, 3), round(m.avg_cache_usage, 3), m.kv_cache_size_in_bytes
+
+    out = []
+    pipe = _pipe(lib, "qwen2vl-fp32")  # the dynamic cache
+    pipe.generate(PROMPTS, images=_images(), generation_config=[_config(lib, 40)] * 3)
+    out.append(metrics(pipe))
+    pipe.generate(["Hi"], images=[[_image()]], generation_config=[_config(lib, 100, ignore_eos=True)])
+    out.append(metrics(pipe))
+    beams = _config(lib, 30, num_beams=3, num_return_sequences=2)
+    pipe.generate(["Hi", "a b"], images=[[_image()], []], generation_config=[beams, beams])
+    out.append(metrics(pipe))
+    # (the handles kept: the real drops a request whose handle is gone)
+    handles = [pipe.add_request(0, "What is it?", [_image()], _config(lib, 40)),
+               pipe.add_request(1, "Hey", [_image(64, 96), _image()], _config(lib, 100, ignore_eos=True))]
+    while pipe.has_non_finished_requests():
+        pipe.step()
+    out.append(metrics(pipe))
+    assert all(h.get_status() == lib.GenerationStatus.FINISHED for h in handles)
+    fixed = _pipe(lib, "qwen2vl-fp32", num_kv_blocks=16, max_num_batched_tokens=32)
+    fixed.generate(PROMPTS, images=_images(), generation_config=[_config(lib, 40)] * 3)
+    out.append(metrics(fixed))
+    text = lib.ContinuousBatchingPipeline(str(ROOT / "tests" / "fixtures" / "optimum" / "gpt2-fp32"),
+                                          lib.SchedulerConfig(), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    text.generate(["Once upon a time there" * 20, "Hi", "The dog is"],
+                  [_config(lib, 40), _config(lib, 100, ignore_eos=True), _config(lib, 40)])
+    out.append(metrics(text))
+    return out
+
+
+def test_cache_usage_matches_real() -> None:
+    """max / avg cache usage and the cache size: the real's dynamic cache (sized per generate(),
+    grown 256 tokens at a time, cleared after) and a fixed one, VLM and text folders."""
+    ours = _usage(genai_shim)
+    assert ours == _usage(og)
+    assert ours[0][0] == 100.0 and 0 < ours[-2][1] < ours[-2][0] <= 100
+
