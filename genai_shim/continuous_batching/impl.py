@@ -105,10 +105,11 @@ def make_impl(
             key="device",
         )
     if is_vlm_folder(folder) and not (folder / MODEL_XML).is_file():  # the real's EMBEDDINGS input type
-        if prompt_lookup or draft is not None:
-            raise ConfigError("genai_shim's ContinuousBatchingPipeline on a VLM folder does not take "
-                              f"{'prompt_lookup' if prompt_lookup else 'draft_model'} yet",
-                              key="prompt_lookup" if prompt_lookup else "draft_model")
+        if draft is not None:  # the real's text
+            raise ConfigError("Speculative decoding is not supported for models with embeddings", key="draft_model")
+        if prompt_lookup:  # the real runs it (its PromptLookupImpl with the embedder); not here yet
+            raise ConfigError("genai_shim's ContinuousBatchingPipeline on a VLM folder does not take prompt_lookup "
+                              "yet; VLMPipeline(..., prompt_lookup=True) runs it", key="prompt_lookup")
         return make_vlm_impl(core_factory(), folder, device, props, tokenizer, scheduler_config, adapters)
     tokenizer = tokenizer if tokenizer is not None else Tokenizer(folder)
     config = folder_generation_config(folder, tokenizer)

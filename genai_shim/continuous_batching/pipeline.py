@@ -147,6 +147,9 @@ class ContinuousBatchingPipeline:
             return self._impl.generate(prompts, config, streamer)
         vision = images is not None or videos is not None or metas is not None
         single = isinstance(prompts, str)
+        if single and vision:
+            raise UserInputError("generate() with images / videos takes a list of prompts and a list of "
+                                 "GenerationConfig (the real's binding has no overload for one str prompt)")
         if single:
             prompts = [prompts]
             config = [config] if isinstance(config, GenerationConfig) else config

@@ -230,8 +230,11 @@ def test_wrong_inputs_raise_the_reals_texts() -> None:
     with pytest.raises(ConfigError, match="Video preprocessing isn't implemented for this model"):
         _pipe(genai_shim, "llava-fp32").generate(["x"], videos=[[ov.Tensor(make_video(2, 56, 56))]],
                                                  generation_config=[cfg])
-    for props in ({"prompt_lookup": True}, {"draft_model": object()}):
-        with pytest.raises(ConfigError, match="on a VLM folder does not take"):
+    with pytest.raises(UserInputError, match="takes a list of prompts"):  # the real: a TypeError
+        pipe.generate("a", images=[[_image()]], generation_config=[cfg])
+    for props, text in (({"prompt_lookup": True}, "on a VLM folder does not take prompt_lookup"),
+                        ({"draft_model": object()}, "Speculative decoding is not supported for models with")):
+        with pytest.raises(ConfigError, match=text):
             genai_shim.ContinuousBatchingPipeline(str(FIXTURES / "qwen2vl-fp32"), genai_shim.SchedulerConfig(),
                                                   "CPU", props)
     sc = genai_shim.SchedulerConfig()
