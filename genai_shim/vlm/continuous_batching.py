@@ -77,9 +77,6 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
 
     def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any], tokenizer: Tokenizer | None,
                  config_factory: Any, scheduler_config: Any, adapters: Any) -> None:
-        if adapters is not None:
-            raise ConfigError("genai_shim's ContinuousBatchingPipeline on a VLM folder does not apply LoRA "
-                              "adapters yet; use VLMPipeline(..., adapters=...)", key="adapters")
         if getattr(scheduler_config, "enable_prefix_caching", False):
             raise ConfigError("genai_shim's ContinuousBatchingPipeline on a VLM folder does not cache prefixes "
                               "(images make equal ids differ); leave SchedulerConfig.enable_prefix_caching False",
@@ -92,7 +89,8 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
         #: as the real's, whose add_request never sets it)
         self._pruning = GenerationConfig()
         self._rows_per_pos: int | None = None
-        super().__init__(core, folder, device, lm_props, tok, config_factory(folder, tok), scheduler_config, None)
+        super().__init__(core, folder, device, lm_props, tok, config_factory(folder, tok), scheduler_config,
+                         adapters)
         self._step_extras = {k: np.array(v).reshape(-1)[:1] for k, v in self._embedder.step_lm_inputs().items()
                              if k != _DEEPSTACK}
         step = self._embedder.step_lm_inputs().get(_DEEPSTACK)
@@ -213,6 +211,7 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
         prompts, configs, images_b, videos_b, metas = _batches(prompts, generation_config, images, videos,
                                                                videos_metadata, self._config)
         n = len(prompts)
+        self.apply_adapters(configs)  # the real's set_adapters: the first config's, the same for all
         histories = bool(prompts) and isinstance(prompts[0], ChatHistory)
         in_chat = self._chat is not None and not histories
         if in_chat and n != 1:  # the real's text

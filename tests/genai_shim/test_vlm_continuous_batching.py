@@ -292,3 +292,36 @@ def test_cache_usage_matches_real() -> None:
     assert ours == _usage(og)
     assert ours[0][0] == 100.0 and 0 < ours[-2][1] < ours[-2][0] <= 100
 
+
+
+def _lora(lib: Any, family: str, path: Path) -> list[Any]:
+    adapters = lib.AdapterConfig()
+    adapters.add(lib.Adapter(str(path)), 0.7)
+    pipe = lib.ContinuousBatchingPipeline(str(FIXTURES / family), lib.SchedulerConfig(), "CPU",
+                                          dict(CPU_PROPS, adapters=adapters))
+    with_lora = pipe.generate(["Describe the picture.", "Hi"], images=[[_image()], []],
+                              generation_config=[_config(lib)] * 2)
+    off = _config(lib, adapters=lib.AdapterConfig())  # an empty AdapterConfig in the config: no LoRA
+    without = pipe.generate(["Describe the picture."], images=[[_image()]], generation_config=[off])
+    return [r.texts for r in with_lora + without]
+
+
+@pytest.mark.parametrize("family", ["llava_next-fp32", "qwen2vl-fp32"])
+def test_lora_adapters_match_real(family: str, tmp_path: Path) -> None:
+    """adapters=AdapterConfig at construction: a PEFT-style rank-4 LoRA on the language model's q,
+    v and down projections (tools/make_lora_fixture.py's writer), applied per generate()."""
+    from make_lora_fixture import write_safetensors
+
+    rng = np.random.default_rng(3)
+    shapes = {"self_attn.q_proj": (64, 64), "self_attn.v_proj": (32, 64), "mlp.down_proj": (64, 128)}
+    tensors = {}
+    for layer in range(2):
+        for mod, (n_out, n_in) in shapes.items():
+            key = f"base_model.model.language_model.layers.{layer}.{mod}"
+            tensors[f"{key}.lora_A.weight"] = rng.standard_normal((4, n_in)) / np.sqrt(n_in)
+            tensors[f"{key}.lora_B.weight"] = rng.standard_normal((n_out, 4))
+    path = tmp_path / "lora.safetensors"
+    write_safetensors(path, tensors)
+    ours = _lora(genai_shim, family, path)
+    assert ours == _lora(og, family, path)
+    assert ours[0] != ours[2]  # the LoRA changes the answer
