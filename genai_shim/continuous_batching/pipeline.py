@@ -131,11 +131,11 @@ class ContinuousBatchingPipeline:
         videos = kwargs.pop("videos", None)
         metas = kwargs.pop("videos_metadata_batches", None)
         args_l = list(args)
-        if args_l and not _is_configs(args_l[0]):  # generate(prompts, images, [videos,] configs, ...)
+        if args_l and _is_batches(args_l[0]):  # generate(prompts, images, [videos,] configs, ...)
             if images is not None:
                 raise UserInputError("generate() got images twice")
             images = args_l.pop(0)
-            if args_l and not _is_configs(args_l[0]):
+            if args_l and _is_batches(args_l[0]):
                 videos = args_l.pop(0)
         config = args_l.pop(0) if args_l else kwargs.pop("generation_config", None)
         streamer = args_l.pop(0) if args_l else kwargs.pop("streamer", None)
@@ -163,11 +163,9 @@ class ContinuousBatchingPipeline:
                                    videos=videos, videos_metadata=metas, vision_results=vision)
 
 
-def _is_configs(value: Any) -> bool:
-    """A GenerationConfig or a list of them (generate's positional generation_config)."""
-    if isinstance(value, GenerationConfig):
-        return True
-    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(c, GenerationConfig) for c in value)
+def _is_batches(value: Any) -> bool:
+    """A list of lists (generate's positional images / videos, one list per prompt)."""
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, (list, tuple)) for v in value)
 
 
 def _is_histories(prompts: Any) -> bool:
