@@ -152,13 +152,22 @@ class GenerationHandle:
         return outs
 
     def stop(self) -> None:
-        self._pipe.finish(self._s, GenerationStatus.STOP, keep=True)
+        self._pipe.finish_by_handle(self._s, GenerationStatus.STOP, keep=True)
 
     def cancel(self) -> None:
-        self._pipe.finish(self._s, GenerationStatus.CANCEL, keep=False)
+        self._pipe.finish_by_handle(self._s, GenerationStatus.CANCEL, keep=False)
 
     def get_perf_metrics(self) -> PerfMetrics:
         return PerfMetrics()
+
+    def __del__(self) -> None:
+        # as the real's handle: a request whose handle is gone is dropped (it stops running and
+        # frees its blocks; nobody can read it any more)
+        try:
+            if self._s.status == GenerationStatus.RUNNING:
+                self._pipe.finish_by_handle(self._s, GenerationStatus.STOP, keep=False)
+        except Exception:  # noqa: BLE001, S110 - never raise from a finalizer (interpreter exit)
+            pass
 
 
 
@@ -206,6 +215,8 @@ class PagedEngine:
         #: cache usage (%) of the last steps, at most the real's window (AVG_CACHE_USAGE_WINDOW_SIZE_IN_STEPS)
         self._usages: collections.deque[float] = collections.deque(maxlen=1000)
         self._last_batch = 0
+        #: requests their handles stopped since the last step (see finish_by_handle)
+        self._handle_finished: list[RequestState] = []
 
     #: whether requests carry images (the VLM engine, genai_shim/vlm/continuous_batching.py)
     takes_vision = False
@@ -231,15 +242,17 @@ class PagedEngine:
             self._model.allocate(max(n, 2 * self._model.num_blocks))
         self._blocks.grow(n)
 
-    def _reserve(self, running: list[RequestState]) -> None:
+    def _reserve(self, running: list[RequestState], finished_by_handles: list[RequestState]) -> None:
         """The real's dynamic sizing before a schedule: a cache without blocks takes, for every
-        request, min(2 x prompt, prompt + max_new_tokens) tokens per sequence (beams, or parallel
-        samples, each); while a request is still in its prompt the running ones' total is kept."""
-        if self._blocks.num_blocks > 0 and not any(s.req.processed < len(s.req.prompt) for s in running):
+        request (those handles stopped since the last step too), min(2 x prompt, prompt +
+        max_new_tokens) tokens per sequence (beams, or parallel samples, each); while a request
+        is still in its prompt the running ones' total is kept."""
+        first = self._blocks.num_blocks == 0
+        if not first and not any(s.req.processed < len(s.req.prompt) for s in running):
             return
         bs = self._blocks.block_size
         need = 0
-        for s in running:
+        for s in running + (finished_by_handles if first else []):
             n = len(s.req.prompt)
             c = s.config
             seqs = c.num_beams if c.is_beam_search() else (c.num_return_sequences if c.do_sample else 1)
@@ -272,6 +285,10 @@ class PagedEngine:
         return any(s.status == GenerationStatus.RUNNING for s in self._states)
 
     def add_request(self, request_id: int, prompt: Any, generation_config: GenerationConfig) -> GenerationHandle:
+        return GenerationHandle(self._add(request_id, prompt, generation_config), self)
+
+    def _add(self, request_id: int, prompt: Any, generation_config: GenerationConfig) -> RequestState:
+        """add_request's request, without a handle (generate() reads its requests itself)."""
         if isinstance(prompt, str):
             ids = self._tokenizer.encode(prompt, add_special_tokens=True).input_ids.data
         elif isinstance(prompt, (ov.Tensor, np.ndarray)):
@@ -288,7 +305,7 @@ class PagedEngine:
         state = self.new_state(list(map(int, ids)), generation_config)
         state.request_id = int(request_id)
         self._states.append(state)
-        return GenerationHandle(state, self)
+        return state
 
     def new_state(self, prompt: list[int], generation_config: GenerationConfig) -> RequestState:
         if not isinstance(generation_config, GenerationConfig):
@@ -333,6 +350,14 @@ class PagedEngine:
     def add_states(self, states: list[RequestState]) -> None:
         """Run ``states`` (made by :meth:`new_state`) from the next step on."""
         self._states.extend(states)
+
+    def finish_by_handle(self, s: RequestState, status: GenerationStatus, keep: bool) -> None:
+        """A handle's stop() / cancel() (its destructor stops, as the real's): the request ends
+        now; until the next step it still counts where the real's first schedule sizes a
+        dynamic cache (the real frees such requests after that step's schedule)."""
+        if s.status == GenerationStatus.RUNNING:
+            self._handle_finished.append(s)
+        self.finish(s, status, keep)
 
     def drop_states(self, states: list[RequestState]) -> None:
         """Forget ``states`` (finish them first)."""
@@ -398,11 +423,12 @@ class PagedEngine:
     def step(self) -> None:
         """Schedule, run one model call over every scheduled chunk, sample, retire finished."""
         running = [s for s in self._states if s.status == GenerationStatus.RUNNING]
+        finished_by_handles, self._handle_finished = self._handle_finished, []
         if not running:
             return
         by_req, reqs = self._sequences_to_schedule(running)
         if self._dynamic:
-            self._reserve(running)
+            self._reserve(running, finished_by_handles)
         chunks = self._scheduler.schedule(reqs)
         if not chunks:
             self._end_ignored(running)
@@ -636,7 +662,7 @@ class PagedEngine:
             for i, (p, c) in enumerate(zip(prompts, configs, strict=False)):
                 if isinstance(p, str) and c.apply_chat_template and self._tokenizer.chat_template:
                     p = self._templated_prompt(p)
-                self.add_request(i, p, c)
+                self._add(i, p, c)
                 states.append(self._states[-1])
         except Exception:
             self._states = [s for s in self._states if s not in states]

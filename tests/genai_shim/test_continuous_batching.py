@@ -392,3 +392,24 @@ def test_cache_eviction_config_is_the_reals_configuration(real_genai: Any) -> No
     sc.cache_eviction_config = genai_shim.CacheEvictionConfig(32, 64, 512, genai_shim.AggregationMode.SUM)
     with pytest.raises(ConfigError, match="cache eviction"):
         genai_shim.ContinuousBatchingPipeline(str(OPTIMUM / "gpt2-fp32"), sc, "CPU")
+
+
+def _dropped_handle(lib: Any) -> tuple[Any, ...]:
+    pipe = lib.ContinuousBatchingPipeline(str(OPTIMUM / "gpt2-fp32"), lib.SchedulerConfig(), "CPU",
+                                          {"INFERENCE_PRECISION_HINT": "f32"})
+    config = lib.GenerationConfig(max_new_tokens=50, ignore_eos=True)
+    pipe.add_request(0, "Hello there", config)  # its handle is gone at once: the real drops it
+    handle = pipe.add_request(1, "Hi", config)
+    steps = 0
+    while pipe.has_non_finished_requests():
+        pipe.step()
+        steps += 1
+    m = pipe.get_metrics()
+    return steps, len(handle.read_all()[0].generated_ids), m.requests, round(m.max_cache_usage, 3), \
+        round(m.avg_cache_usage, 3)
+
+
+def test_request_whose_handle_is_gone_is_dropped_as_real(real_genai: Any) -> None:
+    ours = _dropped_handle(genai_shim)
+    assert ours == _dropped_handle(real_genai)
+    assert ours[2] == 1  # one request left running
