@@ -325,3 +325,19 @@ def test_lora_adapters_match_real(family: str, tmp_path: Path) -> None:
     ours = _lora(genai_shim, family, path)
     assert ours == _lora(og, family, path)
     assert ours[0] != ours[2]  # the LoRA changes the answer
+
+
+def _chunked(lib: Any, family: str) -> list[Any]:
+    out = []
+    for scheduler in ({"max_num_batched_tokens": 7}, {"dynamic_split_fuse": False}):
+        pipe = _pipe(lib, family, **scheduler)
+        out += _vlm_results(pipe.generate(["What is it?", "Compare"], images=[[_image()], [_image(), _image(64, 96)]],
+                                          generation_config=[_config(lib, 10)] * 2))
+    return out
+
+
+@pytest.mark.parametrize("family", ["qwen3vl-fp32", "gemma3-fp32", "llava_next-fp32"])
+def test_prompts_cut_into_chunks_and_vllm_mode_match_real(family: str) -> None:
+    """A 7-token budget cuts the prompts (their vision rows, Qwen3-VL's DeepStack rows, Gemma 3's
+    token types) across steps; dynamic_split_fuse=False schedules whole prompts."""
+    assert _chunked(genai_shim, family) == _chunked(og, family)
