@@ -70,98 +70,29 @@ class VisionPrompt:
         self.vision_before = None if mask is None else np.concatenate([[0], np.cumsum(mask.astype(np.int64))])
 
 
-class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
-    """The paged engine fed embeddings; its VLMFrontEnd side turns prompts and images into them."""
+class VisionRows:
+    """The language model's embedding inputs of a step (the real's model runner for embeddings),
+    for the paged engine and for prompt lookup's paged side."""
 
-    takes_vision = True
+    def __init__(self, embedder: Any) -> None:
+        self._embedder = embedder
+        step = embedder.step_lm_inputs()
+        self._step_extras = {k: np.array(v).reshape(-1)[:1] for k, v in step.items() if k != _DEEPSTACK}
+        deep = step.get(_DEEPSTACK)
+        self._no_deepstack = None if deep is None else np.zeros_like(np.asarray(deep, np.float32))
 
-    def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any], tokenizer: Tokenizer | None,
-                 config_factory: Any, scheduler_config: Any, adapters: Any) -> None:
-        if getattr(scheduler_config, "enable_prefix_caching", False):
-            raise ConfigError("genai_shim's ContinuousBatchingPipeline on a VLM folder does not cache prefixes "
-                              "(images make equal ids differ); leave SchedulerConfig.enable_prefix_caching False",
-                              key="scheduler_config")
-        cfg = _read_config(folder)
-        lm_props, placement = _split_props(device, props)
-        tok = tokenizer if tokenizer is not None else Tokenizer(folder)
-        self._init_front(core, folder, cfg, placement, tok)
-        #: the embedder's visual-token pruning setting: the last generate()'s (add_request reads it,
-        #: as the real's, whose add_request never sets it)
-        self._pruning = GenerationConfig()
-        self._rows_per_pos: int | None = None
-        super().__init__(core, folder, device, lm_props, tok, config_factory(folder, tok), scheduler_config,
-                         adapters)
-        self._step_extras = {k: np.array(v).reshape(-1)[:1] for k, v in self._embedder.step_lm_inputs().items()
-                             if k != _DEEPSTACK}
-        step = self._embedder.step_lm_inputs().get(_DEEPSTACK)
-        self._no_deepstack = None if step is None else np.zeros_like(np.asarray(step, np.float32))
-
-    def _read_model(self, core: Any, folder: Path) -> Any:
-        return core.read_model(folder / LANGUAGE_XML)
-
-    # -- chat --------------------------------------------------------------------------------------
-    def start_chat(self, system_message: str = "") -> None:
-        self._start_chat_state(system_message)
-
-    def finish_chat(self) -> None:
-        self._finish_chat_state()
-
-    # -- requests ------------------------------------------------------------------------------------
-    def _prepared_state(self, prompt: Any, images: list[Any], videos: list[Any], videos_metadata: Any,
-                        config: Any, perf: VLMPerfMetrics, pruning: Any) -> tuple[RequestState, Any]:
-        """A request state for a prompt with its images / videos (not added yet), and the
-        rollback of its chat turn; ``pruning``: the config whose pruning_ratio /
-        relevance_weight prune its visual tokens."""
-        if not isinstance(config, GenerationConfig):
-            raise UserInputError(f"generation_config must be a GenerationConfig, got {type(config).__name__}")
-        videos = self._checked_videos(list(videos), videos_metadata)
-        prune = config.copy()
-        prune.pruning_ratio, prune.relevance_weight = pruning.pruning_ratio, pruning.relevance_weight
-        ids, embeds, pos, delta, extras, rollback = self._prepare(prompt, list(images), videos,
-                                                                  videos_metadata, prune, perf)
-        self._pruning = prune  # the embedder keeps the last setting (the real's add_request uses it)
-        try:
-            state = self.new_state([int(t) for t in ids.reshape(-1)], config)
-        except Exception:
-            rollback()
-            raise
-        state.req.vision = VisionPrompt(embeds, pos, delta, extras)
-        return state, rollback
-
-    def add_request(self, request_id: int, prompt: Any, generation_config: GenerationConfig,  # type: ignore[override]
-                    images: Any = (), videos: Any = (), videos_metadata: Any = None) -> GenerationHandle:
-        """A str prompt with its images and videos (the real templates it as generate() does
-        only when the config's ``apply_chat_template`` says); its visual tokens are pruned as the
-        last generate() call's config said, not as ``generation_config`` says (the real's)."""
-        if not isinstance(prompt, str):
-            raise UserInputError(
-                "add_request on a VLM folder takes a str prompt (with images= / videos=), got "
-                f"{type(prompt).__name__}; token ids do not carry images")
-        perf = VLMPerfMetrics()
-        saved = self._chat
-        self._chat = None  # add_request never joins the start_chat() history (the real's)
-        try:
-            state, _ = self._prepared_state(prompt, list(images), list(videos), videos_metadata, generation_config,
-                                            perf, self._pruning)
-        finally:
-            self._chat = saved
-        state.request_id = int(request_id)
-        self.add_states([state])
-        return GenerationHandle(state, self)
-
-    # -- the model's inputs ----------------------------------------------------------------------------
-    def _model_rows(self, chunks: list[ScheduledChunk]) -> dict[str, np.ndarray]:
-        """inputs_embeds, position_ids and the extra inputs of every scheduled token, in the
-        order of ``chunks`` (the real's model runner for embeddings)."""
+    def build(self, items: list[tuple[VisionPrompt, int, int, list[int]]]) -> dict[str, np.ndarray]:
+        """``items``: per scheduled sequence (its prompt, tokens already cached, tokens now, its
+        generated tokens): inputs_embeds [T, hidden], position_ids ([T] or M-RoPE's [3, T]) and
+        the family's extra inputs, in order."""
         embeds: list[np.ndarray] = []
         pos: list[np.ndarray] = []
         per_token: dict[str, list[np.ndarray]] = {}
         deep: list[np.ndarray] = []
         generated: list[int] = []
         gen_slots: list[int] = []  # index in ``embeds`` of each generated token's row
-        for c in chunks:
-            vis: VisionPrompt = c.request.vision
-            start, end = c.past, c.past + c.count
+        for vis, start, count, gen in items:
+            end = start + count
             p_end = min(end, vis.length)
             if start < p_end:
                 embeds.append(vis.embeds[start:p_end])
@@ -173,7 +104,7 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
                     if b > a:
                         deep.append(vis.deepstack[:, a:b])
             for p in range(max(start, vis.length), end):
-                generated.append(c.request.generated[p - vis.length])
+                generated.append(gen[p - vis.length])
                 gen_slots.append(len(embeds))
                 embeds.append(np.empty((1, vis.embeds.shape[1]), np.float32))  # filled below
                 step = np.asarray(self._embedder.step_position_ids(p + 1, vis.delta)).reshape(-1, 1)
@@ -195,6 +126,158 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
             out[_DEEPSTACK] = np.concatenate(deep, axis=1) if deep else self._no_deepstack
         return out
 
+
+class VisionRequests(VLMFrontEnd):
+    """What the VLM paged implementations share: a prompt with its images / videos made a
+    request's prompt (ids and :class:`VisionPrompt`), generate()'s batch with the real's chat
+    rules, and the chat after it."""
+
+    #: the embedder's visual-token pruning setting: the last generate()'s (add_request reads it,
+    #: as the real's, whose add_request never sets it)
+    _pruning: GenerationConfig
+
+    def _vision_prompt(self, prompt: Any, images: list[Any], videos: list[Any], videos_metadata: Any,
+                       config: Any, perf: VLMPerfMetrics, pruning: Any) -> tuple[list[int], VisionPrompt, Any]:
+        """(prompt ids, VisionPrompt, rollback of its chat turn); ``pruning``: the config whose
+        pruning_ratio / relevance_weight prune its visual tokens."""
+        if not isinstance(config, GenerationConfig):
+            raise UserInputError(f"generation_config must be a GenerationConfig, got {type(config).__name__}")
+        videos = self._checked_videos(list(videos), videos_metadata)
+        prune = config.copy()
+        prune.pruning_ratio, prune.relevance_weight = pruning.pruning_ratio, pruning.relevance_weight
+        ids, embeds, pos, delta, extras, rollback = self._prepare(prompt, list(images), videos,
+                                                                  videos_metadata, prune, perf)
+        self._pruning = prune  # the embedder keeps the last setting (the real's add_request uses it)
+        return [int(t) for t in ids.reshape(-1)], VisionPrompt(embeds, pos, delta, extras), rollback
+
+    def _outside_chat(self, make: Any) -> Any:
+        """``make()`` with the start_chat() history aside (add_request never joins it, as the real's)."""
+        saved = self._chat
+        self._chat = None
+        try:
+            return make()
+        finally:
+            self._chat = saved
+
+    def _batch(self, prompts: list[Any], configs: list[Any], images_b: list[Any], videos_b: list[Any],
+               metas: list[Any], add: Any) -> tuple[list[VLMPerfMetrics], list[Any], list[Any], bool, bool]:
+        """Each prompt made a request by ``add(i, ids, vision, config)`` (its result kept): (perf
+        metrics, added, rollbacks, whether ChatHistory prompts, whether in a start_chat() chat);
+        on an error every chat turn made is forgotten."""
+        n = len(prompts)
+        histories = bool(prompts) and isinstance(prompts[0], ChatHistory)
+        in_chat = self._chat is not None and not histories
+        if in_chat and n != 1:  # the real's text
+            raise UserInputError("Can't chat with multiple prompts")
+        perfs = [VLMPerfMetrics() for _ in range(n)]
+        added: list[Any] = []
+        rollbacks: list[Any] = []
+        try:
+            for i, p in enumerate(prompts):
+                _check_prompt(p, histories, configs[i])
+                # the real sets the embedder's pruning once per call from the first config (per
+                # history for ChatHistory prompts)
+                prune = configs[i] if histories else configs[0]
+                ids, vision, rollback = self._vision_prompt(p, images_b[i], videos_b[i], metas[i], configs[i],
+                                                            perfs[i], prune)
+                rollbacks.append(rollback)
+                added.append(add(i, ids, vision, configs[i]))
+        except Exception:
+            for rb in reversed(rollbacks):
+                rb()
+            raise
+        return perfs, added, rollbacks, histories, in_chat
+
+    def _after_batch(self, histories: bool, in_chat: bool, cancelled: list[bool], first_text: str,
+                     rollbacks: list[Any]) -> None:
+        """The chat after generate(): the assistant's answer joins a start_chat() history, a
+        cancelled turn goes; a ChatHistory generate leaves the pipeline in chat mode."""
+        if in_chat:
+            if cancelled[0]:
+                rollbacks[0]()
+            else:
+                assert self._chat is not None
+                self._chat.append({"role": "assistant", "content": first_text})
+        elif histories:
+            for c, rb in zip(cancelled, rollbacks, strict=True):
+                if c:
+                    rb()
+            if self._chat is None:
+                # as the real's: a ChatHistory generate leaves the pipeline in chat mode (its
+                # m_is_chat_conversation), so later str prompts form a start_chat() history until
+                # finish_chat(); the upstream tests call finish_chat() after one for that reason
+                self._start_chat_state("")
+
+
+class VLMContinuousBatchingImpl(PagedEngine, VisionRequests):
+    """The paged engine fed embeddings; its VLMFrontEnd side turns prompts and images into them."""
+
+    takes_vision = True
+
+    def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any], tokenizer: Tokenizer | None,
+                 config_factory: Any, scheduler_config: Any, adapters: Any) -> None:
+        if getattr(scheduler_config, "enable_prefix_caching", False):
+            raise ConfigError("genai_shim's ContinuousBatchingPipeline on a VLM folder does not cache prefixes "
+                              "(images make equal ids differ); leave SchedulerConfig.enable_prefix_caching False",
+                              key="scheduler_config")
+        cfg = _read_config(folder)
+        lm_props, placement = _split_props(device, props)
+        tok = tokenizer if tokenizer is not None else Tokenizer(folder)
+        self._init_front(core, folder, cfg, placement, tok)
+        #: the embedder's visual-token pruning setting: the last generate()'s (add_request reads it,
+        #: as the real's, whose add_request never sets it)
+        self._pruning = GenerationConfig()
+        self._rows_per_pos: int | None = None
+        super().__init__(core, folder, device, lm_props, tok, config_factory(folder, tok), scheduler_config,
+                         adapters)
+        self._rows = VisionRows(self._embedder)
+
+    def _read_model(self, core: Any, folder: Path) -> Any:
+        return core.read_model(folder / LANGUAGE_XML)
+
+    # -- chat --------------------------------------------------------------------------------------
+    def start_chat(self, system_message: str = "") -> None:
+        self._start_chat_state(system_message)
+
+    def finish_chat(self) -> None:
+        self._finish_chat_state()
+
+    # -- requests ------------------------------------------------------------------------------------
+    def _prepared_state(self, prompt: Any, images: list[Any], videos: list[Any], videos_metadata: Any,
+                        config: Any, perf: VLMPerfMetrics, pruning: Any) -> tuple[RequestState, Any]:
+        """A request state for a prompt with its images / videos (not added yet), and the
+        rollback of its chat turn."""
+        ids, vision, rollback = self._vision_prompt(prompt, images, videos, videos_metadata, config, perf, pruning)
+        try:
+            state = self.new_state(ids, config)
+        except Exception:
+            rollback()
+            raise
+        state.req.vision = vision
+        return state, rollback
+
+    def add_request(self, request_id: int, prompt: Any, generation_config: GenerationConfig,  # type: ignore[override]
+                    images: Any = (), videos: Any = (), videos_metadata: Any = None) -> GenerationHandle:
+        """A str prompt with its images and videos (the real templates it as generate() does
+        only when the config's ``apply_chat_template`` says); its visual tokens are pruned as the
+        last generate() call's config said, not as ``generation_config`` says (the real's)."""
+        if not isinstance(prompt, str):
+            raise UserInputError(
+                "add_request on a VLM folder takes a str prompt (with images= / videos=), got "
+                f"{type(prompt).__name__}; token ids do not carry images")
+        perf = VLMPerfMetrics()
+        state, _ = self._outside_chat(lambda: self._prepared_state(prompt, list(images), list(videos), videos_metadata,
+                                                                   generation_config, perf, self._pruning))
+        state.request_id = int(request_id)
+        self.add_states([state])
+        return GenerationHandle(state, self)
+
+    # -- the model's inputs ----------------------------------------------------------------------------
+    def _model_rows(self, chunks: list[ScheduledChunk]) -> dict[str, np.ndarray]:
+        """inputs_embeds, position_ids and the extra inputs of every scheduled token, in the
+        order of ``chunks`` (the real's model runner for embeddings)."""
+        return self._rows.build([(c.request.vision, c.past, c.count, c.request.generated) for c in chunks])
+
     # -- generate --------------------------------------------------------------------------------------
     def generate(self, prompts: Any, generation_config: Any = None, streamer: Any = None,  # type: ignore[override]
                  images: Any = None, videos: Any = None, videos_metadata: Any = None,
@@ -212,10 +295,6 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
                                                                videos_metadata, self._config)
         n = len(prompts)
         self.apply_adapters(configs)  # the real's set_adapters: the first config's, the same for all
-        histories = bool(prompts) and isinstance(prompts[0], ChatHistory)
-        in_chat = self._chat is not None and not histories
-        if in_chat and n != 1:  # the real's text
-            raise UserInputError("Can't chat with multiple prompts")
         stream = make_streamer(streamer, self._tokenizer)
         if stream is not None and not (
             n == 1 and configs[0].num_return_sequences == 1 and configs[0].num_beams == 1
@@ -223,42 +302,20 @@ class VLMContinuousBatchingImpl(PagedEngine, VLMFrontEnd):
             raise UserInputError(
                 "Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding"
             )
-        perfs = [VLMPerfMetrics() for _ in range(n)]
-        states: list[RequestState] = []
-        rollbacks: list[Any] = []
-        try:
-            for i, p in enumerate(prompts):
-                _check_prompt(p, histories, configs[i])
-                # the real sets the embedder's pruning once per call from the first config (per
-                # history for ChatHistory prompts)
-                prune = configs[i] if histories else configs[0]
-                state, rollback = self._prepared_state(p, images_b[i], videos_b[i], metas[i], configs[i], perfs[i],
-                                                       prune)
-                state.request_id = i
-                states.append(state)
-                rollbacks.append(rollback)
-        except Exception:
-            for rb in reversed(rollbacks):
-                rb()
-            raise
+
+        def add(i: int, ids: list[int], vision: VisionPrompt, config: Any) -> RequestState:
+            state = self.new_state(ids, config)
+            state.req.vision = vision
+            state.request_id = i
+            return state
+
+        perfs, states, rollbacks, histories, in_chat = self._batch(prompts, configs, images_b, videos_b, metas, add)
         self.add_states(states)
         pm = self._run_states(states, stream, start)
         results = [self._result(i, st, perfs[i], pm, start, vision_results) for i, st in enumerate(states)]
-        if in_chat:  # the assistant's answer joins the history, or a cancelled turn goes
-            if states[0].status == GenerationStatus.CANCEL:
-                rollbacks[0]()
-            else:
-                self._chat.append({"role": "assistant", "content": results[0].texts[0] if vision_results
-                                         else results[0].m_generation_ids[0]})
-        elif histories:
-            for s, rb in zip(states, rollbacks, strict=True):
-                if s.status == GenerationStatus.CANCEL:
-                    rb()
-            if self._chat is None:
-                # as the real's: a ChatHistory generate leaves the pipeline in chat mode (its
-                # m_is_chat_conversation), so later str prompts form a start_chat() history until
-                # finish_chat(); the upstream tests call finish_chat() after one for that reason
-                self._start_chat_state("")
+        first = results[0].texts[0] if vision_results else results[0].m_generation_ids[0]
+        self._after_batch(histories, in_chat, [st.status == GenerationStatus.CANCEL for st in states], first,
+                          rollbacks)
         return results
 
     def _result(self, i: int, s: RequestState, perf: VLMPerfMetrics, pm: Any, start: float, vision: bool) -> Any:
