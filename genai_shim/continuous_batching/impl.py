@@ -107,10 +107,8 @@ def make_impl(
     if is_vlm_folder(folder) and not (folder / MODEL_XML).is_file():  # the real's EMBEDDINGS input type
         if draft is not None:  # the real's text
             raise ConfigError("Speculative decoding is not supported for models with embeddings", key="draft_model")
-        if prompt_lookup:  # the real runs it (its PromptLookupImpl with the embedder); not here yet
-            raise ConfigError("genai_shim's ContinuousBatchingPipeline on a VLM folder does not take prompt_lookup "
-                              "yet; VLMPipeline(..., prompt_lookup=True) runs it", key="prompt_lookup")
-        return make_vlm_impl(core_factory(), folder, device, props, tokenizer, scheduler_config, adapters)
+        return make_vlm_impl(core_factory(), folder, device, props, tokenizer, scheduler_config, adapters,
+                             prompt_lookup=prompt_lookup)
     tokenizer = tokenizer if tokenizer is not None else Tokenizer(folder)
     config = folder_generation_config(folder, tokenizer)
     core = core_factory()

@@ -43,12 +43,12 @@ from genai_shim.structured_output import check_structured_output
 from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import ConfigError, UserInputError
 
-__all__ = ["PAD_CANDIDATE", "PromptLookupImpl"]
+__all__ = ["NOT_PROMPT_LOOKUP", "PAD_CANDIDATE", "PromptLookupImpl"]
 
 #: the real's padding of a short candidate list (PADDING_TOKEN_ID)
 PAD_CANDIDATE = -1
 
-_NOT_PROMPT_LOOKUP = (
+NOT_PROMPT_LOOKUP = (
     "`max_ngram_size` && `num_assistant_tokens` should be specified for `prompt lookup decoding`"
 )
 
@@ -110,7 +110,7 @@ class PromptLookupImpl:
         if not isinstance(c, GenerationConfig):
             raise UserInputError(f"generation_config must be a GenerationConfig, got {type(c).__name__}")
         if not c.is_prompt_lookup():  # PromptLookupImpl's first check
-            raise ConfigError(_NOT_PROMPT_LOOKUP, key="max_ngram_size")
+            raise ConfigError(NOT_PROMPT_LOOKUP, key="max_ngram_size")
         c = c.copy()
         if not c.stop_token_ids:
             c.stop_token_ids = set(self._config.stop_token_ids)
@@ -141,7 +141,7 @@ class PromptLookupImpl:
 
     def add_request(self, request_id: int, prompt: Any, generation_config: Any) -> SpeculativeHandle:
         if isinstance(generation_config, GenerationConfig) and not generation_config.is_prompt_lookup():
-            raise ConfigError(_NOT_PROMPT_LOOKUP, key="max_ngram_size")
+            raise ConfigError(NOT_PROMPT_LOOKUP, key="max_ngram_size")
         ids = self._ids(prompt)
         config = self._resolve(generation_config, len(ids))
         rid = int(request_id)

@@ -20,13 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import openvino as ov
 
 from genai_shim.chat import ChatHistory
 from genai_shim.chat_session import CHAT_DEPRECATION
+from genai_shim.continuous_batching.prompt_lookup import NOT_PROMPT_LOOKUP, PromptLookupImpl
 from genai_shim.generation_config import GenerationConfig
 from genai_shim.paged.engine import GenerationHandle, PagedEngine, RequestState
 from genai_shim.paged.scheduler import ScheduledChunk
-from genai_shim.results import GenerationResult, GenerationStatus
+from genai_shim.results import GenerationFinishReason, GenerationResult, GenerationStatus
+from genai_shim.speculative.cb_api import SpeculativeHandle
+from genai_shim.speculative.paged import SpecRequest
 from genai_shim.streamers import make_streamer
 from genai_shim.tokenizer import Tokenizer
 from genai_shim.vlm.pipeline import (
@@ -387,12 +391,130 @@ def _check_prompt(p: Any, histories: bool, config: Any) -> None:
 
 
 def make_vlm_impl(core: Any, folder: Path, device: str, props: dict[str, Any], tokenizer: Tokenizer | None,
-                  scheduler_config: Any, adapters: Any) -> VLMContinuousBatchingImpl:
+                  scheduler_config: Any, adapters: Any, prompt_lookup: bool = False) -> Any:
+    """The VLM folder's implementation: prompt lookup's, or the paged engine's."""
     from genai_shim.generation_config import folder_generation_config
 
+    if prompt_lookup:
+        return VLMPromptLookupImpl(core, folder, device, props, tokenizer, scheduler_config, adapters)
     return VLMContinuousBatchingImpl(core, folder, device, props, tokenizer, folder_generation_config,
                                      scheduler_config, adapters)
 
 
 def warn_chat_deprecated() -> None:
     warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=3)
+
+
+class VLMPromptLookupImpl(PromptLookupImpl, VisionRequests):
+    """``ContinuousBatchingPipeline(vlm_folder, ..., {"prompt_lookup": True})``: prompt lookup's
+    paged side (continuous_batching/prompt_lookup.py) on the paged language model, fed the
+    prompts' embeddings and the text embeddings of the answers and candidates (VisionRows), as
+    the real's PromptLookupImpl with its inputs embedder; candidates are looked up in the
+    prompt's ids (the vision pads included) and the answer."""
+
+    takes_vision = True
+
+    def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any], tokenizer: Tokenizer | None,
+                 scheduler_config: Any, adapters: Any) -> None:
+        from genai_shim.generation_config import folder_generation_config
+
+        if getattr(scheduler_config, "enable_prefix_caching", False):
+            raise ConfigError("genai_shim's ContinuousBatchingPipeline on a VLM folder does not cache prefixes "
+                              "(images make equal ids differ); leave SchedulerConfig.enable_prefix_caching False",
+                              key="scheduler_config")
+        cfg = _read_config(folder)
+        lm_props, placement = _split_props(device, props)
+        tok = tokenizer if tokenizer is not None else Tokenizer(folder)
+        self._init_front(core, folder, cfg, placement, tok)
+        self._pruning = GenerationConfig()
+        self._rows = VisionRows(self._embedder)
+        super().__init__(core, folder, device, lm_props, tok, folder_generation_config(folder, tok), scheduler_config,
+                         adapters, model_xml=LANGUAGE_XML, rows_for=self._spec_rows)
+
+    def _spec_rows(self, chunks: list[tuple[SpecRequest, int]]) -> dict[str, np.ndarray]:
+        return self._rows.build([(r.vision, r.processed, n, r.tokens) for r, n in chunks])
+
+    def start_chat(self, system_message: str = "") -> None:
+        self._start_chat_state(system_message)
+
+    def finish_chat(self) -> None:
+        self._finish_chat_state()
+
+    def add_request(self, request_id: int, prompt: Any, generation_config: Any,  # type: ignore[override]
+                    images: Any = (), videos: Any = (), videos_metadata: Any = None) -> SpeculativeHandle:
+        """A str prompt with its images and videos (pruned as the last generate() said)."""
+        if not isinstance(prompt, str):
+            raise UserInputError(
+                "add_request on a VLM folder takes a str prompt (with images= / videos=), got "
+                f"{type(prompt).__name__}; token ids do not carry images")
+        if isinstance(generation_config, GenerationConfig) and not generation_config.is_prompt_lookup():
+            raise ConfigError(NOT_PROMPT_LOOKUP, key="max_ngram_size")
+        perf = VLMPerfMetrics()
+        ids, vision, _ = self._outside_chat(lambda: self._vision_prompt(
+            prompt, list(images), list(videos), videos_metadata, generation_config, perf, self._pruning))
+        return self._add_ids(request_id, ids, vision, generation_config)
+
+    def _add_ids(self, request_id: int, ids: list[int], vision: VisionPrompt, config: Any) -> SpeculativeHandle:
+        handle = PromptLookupImpl.add_request(self, request_id, ov.Tensor(np.asarray([ids], np.int64)), config)
+        handle.request.vision = vision
+        return handle
+
+    def generate(self, prompts: Any, generation_config: Any = None, streamer: Any = None,  # type: ignore[override]
+                 images: Any = None, videos: Any = None, videos_metadata: Any = None,
+                 vision_results: bool = True) -> list[Any]:
+        """One VLMDecodedResults per prompt (GenerationResult without images), as the plain
+        VLM implementation's generate()."""
+        start = time.perf_counter()
+        if self.main.requests:
+            raise UserInputError(
+                "Generate cannot be called while ContinuousBatchingPipeline is already in running "
+                "state. Use ContinuousBatchingPipeline::add_request"
+            )
+        prompts, configs, images_b, videos_b, metas = _batches(prompts, generation_config, images, videos,
+                                                               videos_metadata, self._config)
+        for c in configs:  # PromptLookupImpl's first check
+            if isinstance(c, GenerationConfig) and not c.is_prompt_lookup():
+                raise ConfigError(NOT_PROMPT_LOOKUP, key="max_ngram_size")
+        stream = make_streamer(streamer, self._tokenizer)
+        if stream is not None and (len(prompts) != 1 or configs[0].is_beam_search()):
+            raise UserInputError(
+                "Currently streaming is possible only with batch size=1 and only for greedy or multinomial decoding"
+            )
+        perfs, handles, rollbacks, histories, in_chat = self._batch(
+            prompts, configs, images_b, videos_b, metas, lambda i, ids, vision, c: self._add_ids(i, ids, vision, c))
+        try:
+            self._run(handles, stream)
+        finally:
+            for h in handles:  # after an error too: nothing stays scheduled
+                self.drop(h.request.rid)
+        results = [self._spec_result(i, h, perfs[i], start, vision_results) for i, h in enumerate(handles)]
+        first = results[0].texts[0] if vision_results else results[0].m_generation_ids[0]
+        self._after_batch(histories, in_chat, [h.get_status() == GenerationStatus.CANCEL for h in handles], first,
+                          rollbacks)
+        return results
+
+    def _spec_result(self, i: int, h: SpeculativeHandle, perf: VLMPerfMetrics, start: float, vision: bool) -> Any:
+        r = h.request
+        settled = len(r.tokens) - r.validate  # a stopped request keeps its pending candidates
+        t_d = time.perf_counter()
+        text = self._tokenizer.decode(r.tokens[:settled])
+        perf.raw_metrics.detokenization_durations.append((time.perf_counter() - t_d) * 1e6)
+        shared = self.session_metrics().raw_metrics
+        for name in ("m_inference_durations", "m_token_infer_durations", "m_new_token_times", "m_batch_sizes"):
+            setattr(perf.raw_metrics, name, list(getattr(shared, name)))
+        perf.load_time = self.load_time
+        perf.raw_metrics.generate_durations = [(time.perf_counter() - start) * 1e6]
+        perf.evaluate_statistics(start)
+        perf.num_input_tokens = len(r.prompt)
+        finish = r.finish if r.finish is not None else GenerationFinishReason.NONE
+        res: Any
+        if vision:
+            res = VLMDecodedResults()
+            res.texts, res.scores, res.finish_reasons = [text], [r.score], [finish]
+        else:
+            res = GenerationResult()
+            res.m_request_id = i
+            res.m_generation_ids, res.m_scores, res.m_finish_reasons = [text], [r.score], [finish]
+            res.m_status = h.get_status()
+        res.perf_metrics = perf
+        return res
