@@ -9,13 +9,13 @@ Each request keeps its prompt rows (:class:`VisionPrompt`); a step feeds, per sc
 the prompt rows it covers and the text embeddings of the generated tokens it covers (one call of
 the text embeddings model per step), with M-RoPE's [3, T] positions (the Qwen families) or plain
 [T] ones, Gemma 3's ``token_type_ids`` and Qwen3-VL's DeepStack rows of the scheduled vision
-tokens, as the real's model runner does.
+tokens, as the real's model runner does (:class:`VisionRows`).  With ``prompt_lookup`` the same
+rows feed prompt lookup's paged side (:class:`VLMPromptLookupImpl`).
 """
 
 from __future__ import annotations
 
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,6 @@ import numpy as np
 import openvino as ov
 
 from genai_shim.chat import ChatHistory
-from genai_shim.chat_session import CHAT_DEPRECATION
 from genai_shim.continuous_batching.prompt_lookup import NOT_PROMPT_LOOKUP, PromptLookupImpl
 from genai_shim.generation_config import GenerationConfig
 from genai_shim.paged.engine import GenerationHandle, PagedEngine, RequestState
@@ -43,7 +42,8 @@ from genai_shim.vlm.pipeline import (
 )
 from ov_npu_emu.errors import ConfigError, UserInputError
 
-__all__ = ["VLMContinuousBatchingImpl", "VisionPrompt", "is_vlm_folder"]
+__all__ = ["VLMContinuousBatchingImpl", "VLMPromptLookupImpl", "VisionPrompt", "VisionRequests", "VisionRows",
+           "is_vlm_folder", "make_vlm_impl"]
 
 #: the per-token extra inputs of a prompt ([1, L]); generated tokens take the step's value
 _DEEPSTACK = "deepstack_visual_embeds"
@@ -399,10 +399,6 @@ def make_vlm_impl(core: Any, folder: Path, device: str, props: dict[str, Any], t
         return VLMPromptLookupImpl(core, folder, device, props, tokenizer, scheduler_config, adapters)
     return VLMContinuousBatchingImpl(core, folder, device, props, tokenizer, folder_generation_config,
                                      scheduler_config, adapters)
-
-
-def warn_chat_deprecated() -> None:
-    warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=3)
 
 
 class VLMPromptLookupImpl(PromptLookupImpl, VisionRequests):
