@@ -23,6 +23,7 @@ from genai_shim.continuous_batching import (
 )
 from genai_shim.generation_config import GenerationConfig, StopCriteria, WhisperGenerationConfig
 from genai_shim.lora import Adapter, AdapterConfig
+from genai_shim.paged.cache_eviction import AggregationMode, CacheEvictionConfig
 from genai_shim.parser_streamer import TextParserStreamer
 from genai_shim.parsers import (
     DeepSeekR1ReasoningIncrementalParser,
@@ -66,6 +67,8 @@ __all__ = [
     "LLMPipeline",
     "ContinuousBatchingPipeline",
     "SchedulerConfig",
+    "CacheEvictionConfig",
+    "AggregationMode",
     "GenerationHandle",
     "GenerationOutput",
     "GenerationResult",

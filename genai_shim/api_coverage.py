@@ -23,11 +23,12 @@ FEATURES: dict[str, tuple[tuple[str, ...], str]] = {
     "continuous batching pipeline": (
         (
             "ContinuousBatchingPipeline", "GenerationResult", "GenerationStatus",
-            "CacheEvictionConfig", "AggregationMode", "KVCrushConfig", "KVCrushAnchorPointMode",
+            "KVCrushConfig", "KVCrushAnchorPointMode",
             "SparseAttentionConfig", "SparseAttentionMode",
         ),
-        "cache eviction, KVCrush and sparse attention are not implemented; "
-        "SchedulerConfig.use_cache_eviction / use_sparse_attention raise ConfigError",
+        "cache eviction, KVCrush and sparse attention are not implemented (CacheEvictionConfig and "
+        "AggregationMode exist as configuration); SchedulerConfig.use_cache_eviction / "
+        "use_sparse_attention raise ConfigError",
     ),
     "speech generation and omni models": (
         (

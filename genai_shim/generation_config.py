@@ -579,6 +579,7 @@ def check_supported(
     folder_defaults: GenerationConfig | None = None,
     lora: bool = False,
     parsers: bool = False,
+    vision: bool = False,
 ) -> None:
     """Refuse fields the pipeline would otherwise drop silently.
 
@@ -587,10 +588,13 @@ def check_supported(
     ``folder_defaults``: the pipeline's own config (from generation_config.json); an
     assisting value equal to it is left alone, as openvino_genai reads it from the folder and
     uses it only for assisted generation.  ``lora``: the pipeline applies ``adapters``.
-    ``parsers``: the pipeline runs ``parsers`` (LLMPipeline with text inputs).
+    ``parsers``: the pipeline runs ``parsers`` (LLMPipeline with text inputs).  ``vision``: the
+    pipeline prunes visual tokens (``pruning_ratio`` / ``relevance_weight``: a VLM's).
     """
     for name, why in UNSUPPORTED_FIELDS.items():
         if (lora and name == "adapters") or (parsers and name == "parsers"):
+            continue
+        if vision and name in ("pruning_ratio", "relevance_weight"):
             continue
         value = getattr(config, name)
         if not _is_default(name, value):

@@ -918,10 +918,6 @@ KNOWN_CAUSES: list[tuple[str, str, str, str]] = [
      "num_assistant_tokens without a draft model: ours raises, the real ignores it"),
     ("test_llm_pipeline.py", r"test_perf_metrics_with_structured_output", r"",
      "PerfMetrics.get_grammar_compiler_init_times() returns {} (the real: {'xgrammar': > 0})"),
-    ("test_vlm_pipeline.py", r"test_cdpruner_continuous_batching|test_video_metadata_sampling_continuous_batching",
-     r"openvino_model.xml was not found",
-     "ContinuousBatchingPipeline over a VLM export (the real's VLM continuous batching: add_request with "
-     "images / videos) is not implemented: ours looks for an LLM's openvino_model.xml"),
 ]
 
 

@@ -5,12 +5,14 @@ ContinuousBatchingPipeline does: PromptLookupImpl with ``prompt_lookup=True``
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Protocol
 
 from genai_shim.continuous_batching.prompt_lookup import PromptLookupImpl
 from genai_shim.generation_config import GenerationConfig, folder_generation_config
 from genai_shim.lora_controller import resolve_adapters
-from genai_shim.model_folder import model_folder
+from genai_shim.model_folder import MODEL_XML, model_folder
 from genai_shim.paged.engine import PagedEngine
 from genai_shim.paged.scheduler import SchedulerConfig
 from genai_shim.results import GenerationResult, PipelineMetrics
@@ -65,10 +67,13 @@ def _check_scheduler_config(scheduler_config: Any) -> None:
 def make_impl(
     core_factory: Any, models_path: Any, tokenizer: Tokenizer | None, scheduler_config: Any, device: Any,
     props: dict[str, Any],
-) -> PagedEngine | SpeculativeDecodingImpl | PromptLookupImpl:
+) -> PagedEngine | SpeculativeDecodingImpl | PromptLookupImpl:  # (a VLM folder: a PagedEngine subclass)
     """Check the pipeline's arguments (in the real's order) and build its implementation."""
     _check_scheduler_config(scheduler_config)
-    folder = model_folder(models_path)
+    from genai_shim.vlm.continuous_batching import is_vlm_folder, make_vlm_impl
+
+    vlm = Path(os.fsdecode(models_path)) if isinstance(models_path, (str, bytes, os.PathLike)) else None
+    folder = vlm if vlm is not None and is_vlm_folder(vlm) else model_folder(models_path)
     props.pop("ATTENTION_BACKEND", None)  # this pipeline is the paged backend whatever it says
     props.pop("scheduler_config", None)
     draft = props.pop("draft_model", None)  # speculative decoding (speculative/cb_api.py)
@@ -99,6 +104,11 @@ def make_impl(
             "stateful NPUW pipeline (LLMPipeline(..., 'NPU'))",
             key="device",
         )
+    if is_vlm_folder(folder) and not (folder / MODEL_XML).is_file():  # the real's EMBEDDINGS input type
+        if draft is not None:  # the real's text
+            raise ConfigError("Speculative decoding is not supported for models with embeddings", key="draft_model")
+        return make_vlm_impl(core_factory(), folder, device, props, tokenizer, scheduler_config, adapters,
+                             prompt_lookup=prompt_lookup)
     tokenizer = tokenizer if tokenizer is not None else Tokenizer(folder)
     config = folder_generation_config(folder, tokenizer)
     core = core_factory()

@@ -25,6 +25,7 @@ import openvino as ov
 
 from genai_shim.decoding import STREAMER_FINISH, RunningSequence, stream_chunk
 from genai_shim.generation_config import GenerationConfig, check_supported
+from genai_shim.model_folder import MODEL_XML
 from genai_shim.perf_metrics import PerfMetrics
 from genai_shim.prompt_lookup import lookup_candidates
 from genai_shim.results import (
@@ -42,12 +43,12 @@ from genai_shim.structured_output import check_structured_output
 from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import ConfigError, UserInputError
 
-__all__ = ["PAD_CANDIDATE", "PromptLookupImpl"]
+__all__ = ["NOT_PROMPT_LOOKUP", "PAD_CANDIDATE", "PromptLookupImpl"]
 
 #: the real's padding of a short candidate list (PADDING_TOKEN_ID)
 PAD_CANDIDATE = -1
 
-_NOT_PROMPT_LOOKUP = (
+NOT_PROMPT_LOOKUP = (
     "`max_ngram_size` && `num_assistant_tokens` should be specified for `prompt lookup decoding`"
 )
 
@@ -57,8 +58,12 @@ class PromptLookupImpl:
     its owner.  Handles are :class:`SpeculativeHandle` (the same methods as the plain
     pipeline's)."""
 
+    #: whether requests carry images (the VLM variant, genai_shim/vlm/continuous_batching.py)
+    takes_vision = False
+
     def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any], tokenizer: Tokenizer,
-                 config: GenerationConfig, scheduler_config: Any, adapters: Any) -> None:
+                 config: GenerationConfig, scheduler_config: Any, adapters: Any, model_xml: str = MODEL_XML,
+                 rows_for: Any = None) -> None:
         if adapters is not None:
             raise ConfigError("genai_shim applies LoRA adapters without prompt_lookup only; drop one of them",
                               key="adapters")
@@ -71,7 +76,8 @@ class PromptLookupImpl:
         self._tokenizer = tokenizer
         self._config = config
         self.main = PagedSide(core, folder, device, props, True, int(scheduler_config.max_num_batched_tokens),
-                              scheduler_config, split_prompts=True, candidate_probabilities=False)
+                              scheduler_config, split_prompts=True, candidate_probabilities=False,
+                              model_xml=model_xml, rows_for=rows_for)
         self.stopped: set[int] = set()  # request ids their handles stopped (dropped at the next step)
         self._next_seq = 0
         self._metrics = PipelineMetrics()
@@ -104,7 +110,7 @@ class PromptLookupImpl:
         if not isinstance(c, GenerationConfig):
             raise UserInputError(f"generation_config must be a GenerationConfig, got {type(c).__name__}")
         if not c.is_prompt_lookup():  # PromptLookupImpl's first check
-            raise ConfigError(_NOT_PROMPT_LOOKUP, key="max_ngram_size")
+            raise ConfigError(NOT_PROMPT_LOOKUP, key="max_ngram_size")
         c = c.copy()
         if not c.stop_token_ids:
             c.stop_token_ids = set(self._config.stop_token_ids)
@@ -115,7 +121,7 @@ class PromptLookupImpl:
             raise UserInputError("'max_length' must be greater than the number of prompt tokens")
         if c.is_beam_search() or c.num_return_sequences != 1:
             raise UserInputError("Beam search and parallel sampling are not compatible with assistant generation")
-        check_supported(c, assisted=True, folder_defaults=self._config, lora=False)
+        check_supported(c, assisted=True, folder_defaults=self._config, lora=False, vision=self.takes_vision)
         if c.structured_output_config is not None:
             check_structured_output(c, speculative=True)
         return c
@@ -135,7 +141,7 @@ class PromptLookupImpl:
 
     def add_request(self, request_id: int, prompt: Any, generation_config: Any) -> SpeculativeHandle:
         if isinstance(generation_config, GenerationConfig) and not generation_config.is_prompt_lookup():
-            raise ConfigError(_NOT_PROMPT_LOOKUP, key="max_ngram_size")
+            raise ConfigError(NOT_PROMPT_LOOKUP, key="max_ngram_size")
         ids = self._ids(prompt)
         config = self._resolve(generation_config, len(ids))
         rid = int(request_id)

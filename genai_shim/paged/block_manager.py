@@ -69,6 +69,19 @@ class BlockManager:
         self._free.extend(range(old, num_blocks))
         self.num_blocks = int(num_blocks)
 
+    def clear(self) -> None:
+        """No blocks at all (the real's dynamic cache after a generate() call); only when no
+        sequence holds one and nothing is cached."""
+        if self.tables or self._cache:
+            raise KVBlockError("clear() with sequences or cached prefixes holding blocks; free them first")
+        self.num_blocks = 0
+        self.status = np.zeros(0, dtype=np.int32)
+        self.owner = np.zeros(0, dtype=np.int64)
+        self._free.clear()
+        self._evictable.clear()
+        self._verified.clear()
+        self._epoch += 1
+
     @property
     def num_free_blocks(self) -> int:
         """Blocks that can be handed out: free ones and unused cached ones."""

@@ -5,6 +5,7 @@ paged default."""
 
 from __future__ import annotations
 
+import collections
 import copy
 import logging
 import time
@@ -38,6 +39,8 @@ from genai_shim.tokenizer import Tokenizer
 from ov_npu_emu.errors import ConfigError, UserInputError
 
 logger = logging.getLogger(__name__)
+#: tokens a dynamic cache grows by when a block is short (the real's m_cache_growth_num_tokens)
+_GROWTH_TOKENS = 256
 __all__ = ["GenerationHandle", "PagedEngine", "RequestState"]
 
 
@@ -149,13 +152,22 @@ class GenerationHandle:
         return outs
 
     def stop(self) -> None:
-        self._pipe.finish(self._s, GenerationStatus.STOP, keep=True)
+        self._pipe.finish_by_handle(self._s, GenerationStatus.STOP, keep=True)
 
     def cancel(self) -> None:
-        self._pipe.finish(self._s, GenerationStatus.CANCEL, keep=False)
+        self._pipe.finish_by_handle(self._s, GenerationStatus.CANCEL, keep=False)
 
     def get_perf_metrics(self) -> PerfMetrics:
         return PerfMetrics()
+
+    def __del__(self) -> None:
+        # as the real's handle: a request whose handle is gone is dropped (it stops running and
+        # frees its blocks; nobody can read it any more)
+        try:
+            if self._s.status == GenerationStatus.RUNNING:
+                self._pipe.finish_by_handle(self._s, GenerationStatus.STOP, keep=False)
+        except Exception:  # noqa: BLE001, S110 - never raise from a finalizer (interpreter exit)
+            pass
 
 
 
@@ -171,7 +183,7 @@ class PagedEngine:
         self._config = config
         self._sc = scheduler_config
         self.load_time = 0.0
-        model = core.read_model(folder / MODEL_XML)
+        model = self._read_model(core, folder)
         # the real's initialize_pipeline: LoRA variables go in before compiling
         self._lora = AdapterController(model, adapters, self._device) if adapters is not None else None
         if adapters is not None:
@@ -182,11 +194,12 @@ class PagedEngine:
         if num_blocks == 0 and cache_gb > 0:
             num_blocks = int(cache_gb * (1 << 30)) // self._model.block_bytes
         self._dynamic = num_blocks == 0
+        self._prefix_caching = bool(getattr(scheduler_config, "enable_prefix_caching", False))
         self._model.allocate(max(num_blocks, 1) if not self._dynamic else 8)
         self._blocks = BlockManager(
-            self._model.num_blocks,
+            0 if self._dynamic else self._model.num_blocks,  # dynamic: sized at the first step
             self._model.block_size,
-            prefix_caching=bool(getattr(scheduler_config, "enable_prefix_caching", False)),
+            prefix_caching=self._prefix_caching,
         )
         self._scheduler = Scheduler(
             self._blocks,
@@ -199,16 +212,59 @@ class PagedEngine:
         self._states: list[RequestState] = []
         self._next_seq = 0
         self._metrics = PipelineMetrics()
-        self._usage_sum = 0.0
-        self._usage_n = 0
+        #: cache usage (%) of the last steps, at most the real's window (AVG_CACHE_USAGE_WINDOW_SIZE_IN_STEPS)
+        self._usages: collections.deque[float] = collections.deque(maxlen=1000)
         self._last_batch = 0
+        #: requests their handles stopped since the last step (see finish_by_handle)
+        self._handle_finished: list[RequestState] = []
+
+    #: whether requests carry images (the VLM engine, genai_shim/vlm/continuous_batching.py)
+    takes_vision = False
+
+    def _read_model(self, core: Any, folder: Path) -> Any:
+        """The stateful model the paged one is made from (a VLM engine reads its language model)."""
+        return core.read_model(folder / MODEL_XML)
+
+    def _model_rows(self, chunks: list[ScheduledChunk]) -> dict[str, np.ndarray] | None:
+        """The model's embedding inputs for ``chunks`` (None: it takes token ids)."""
+        return None
 
     def _grow(self, more: int) -> bool:
-        """Dynamic cache: at least double, never less than asked."""
-        n = max(self._model.num_blocks * 2, self._model.num_blocks + more)
-        self._model.allocate(n)
-        self._blocks.grow(n)
+        """Dynamic cache, a block short: 256 tokens more (the real's _try_increase_cache on CPU;
+        the scheduler asks again while it is still short)."""
+        self._set_blocks(self._blocks.num_blocks + -(-_GROWTH_TOKENS // self._blocks.block_size))
         return True
+
+    def _set_blocks(self, n: int) -> None:
+        """The dynamic cache's block count (the tensors grow at least twofold, and never shrink:
+        the count is what the real's block manager holds, and what cache usage is measured on)."""
+        if n > self._model.num_blocks:
+            self._model.allocate(max(n, 2 * self._model.num_blocks))
+        self._blocks.grow(n)
+
+    def _reserve(self, running: list[RequestState], finished_by_handles: list[RequestState]) -> None:
+        """The real's dynamic sizing before a schedule: a cache without blocks takes, for every
+        request (those handles stopped since the last step too), min(2 x prompt, prompt +
+        max_new_tokens) tokens per sequence (beams, or parallel samples, each); while a request
+        is still in its prompt the running ones' total is kept."""
+        first = self._blocks.num_blocks == 0
+        if not first and not any(s.req.processed < len(s.req.prompt) for s in running):
+            return
+        bs = self._blocks.block_size
+        need = 0
+        for s in running + (finished_by_handles if first else []):
+            n = len(s.req.prompt)
+            c = s.config
+            seqs = c.num_beams if c.is_beam_search() else (c.num_return_sequences if c.do_sample else 1)
+            need += -(-min(2 * n, n + s.max_new) // bs) * int(seqs)
+        if need > self._blocks.num_blocks:
+            self._set_blocks(need)
+
+    def _release_cache(self) -> None:
+        """After generate(), a dynamic cache without prefix caching goes back to no blocks (the
+        real clears it)."""
+        if self._dynamic and not self._prefix_caching and not self._blocks.tables:
+            self._blocks.clear()
 
     # -- public API ------------------------------------------------------------------------
     @property
@@ -229,6 +285,10 @@ class PagedEngine:
         return any(s.status == GenerationStatus.RUNNING for s in self._states)
 
     def add_request(self, request_id: int, prompt: Any, generation_config: GenerationConfig) -> GenerationHandle:
+        return GenerationHandle(self._add(request_id, prompt, generation_config), self)
+
+    def _add(self, request_id: int, prompt: Any, generation_config: GenerationConfig) -> RequestState:
+        """add_request's request, without a handle (generate() reads its requests itself)."""
         if isinstance(prompt, str):
             ids = self._tokenizer.encode(prompt, add_special_tokens=True).input_ids.data
         elif isinstance(prompt, (ov.Tensor, np.ndarray)):
@@ -245,7 +305,7 @@ class PagedEngine:
         state = self.new_state(list(map(int, ids)), generation_config)
         state.request_id = int(request_id)
         self._states.append(state)
-        return GenerationHandle(state, self)
+        return state
 
     def new_state(self, prompt: list[int], generation_config: GenerationConfig) -> RequestState:
         if not isinstance(generation_config, GenerationConfig):
@@ -259,7 +319,8 @@ class PagedEngine:
             config.set_eos_token_id(self._config.eos_token_id)
         config.validate()
         # fields this pipeline would otherwise drop (parsers, tree search, VLM-only, ...)
-        check_supported(config, assisted=False, folder_defaults=self._config, lora=self._lora is not None)
+        check_supported(config, assisted=False, folder_defaults=self._config, lora=self._lora is not None,
+                        vision=self.takes_vision)
         if config.max_length <= len(prompt) and config.max_length != SIZE_MAX:
             raise UserInputError("'max_length' must be greater than the number of prompt tokens")
         window, stops = stop_window(self._tokenizer, config)
@@ -289,6 +350,14 @@ class PagedEngine:
     def add_states(self, states: list[RequestState]) -> None:
         """Run ``states`` (made by :meth:`new_state`) from the next step on."""
         self._states.extend(states)
+
+    def finish_by_handle(self, s: RequestState, status: GenerationStatus, keep: bool) -> None:
+        """A handle's stop() / cancel() (its destructor stops, as the real's): the request ends
+        now; until the next step it still counts where the real's first schedule sizes a
+        dynamic cache (the real frees such requests after that step's schedule)."""
+        if s.status == GenerationStatus.RUNNING:
+            self._handle_finished.append(s)
+        self.finish(s, status, keep)
 
     def drop_states(self, states: list[RequestState]) -> None:
         """Forget ``states`` (finish them first)."""
@@ -354,22 +423,28 @@ class PagedEngine:
     def step(self) -> None:
         """Schedule, run one model call over every scheduled chunk, sample, retire finished."""
         running = [s for s in self._states if s.status == GenerationStatus.RUNNING]
+        finished_by_handles, self._handle_finished = self._handle_finished, []
         if not running:
             return
         by_req, reqs = self._sequences_to_schedule(running)
+        if self._dynamic:
+            self._reserve(running, finished_by_handles)
         chunks = self._scheduler.schedule(reqs)
         if not chunks:
             self._end_ignored(running)
             return
+        # the real's cache usage: measured once the step's blocks are allocated, before the
+        # requests that finish in it free theirs
+        used = self._blocks.num_used_blocks / max(self._blocks.num_blocks, 1) * 100.0
         entries = self._model_entries(chunks)
         t0 = time.perf_counter()
-        logits = self._model.forward(entries)
+        logits = self._model.forward(entries, self._model_rows(chunks))
         self._metrics.inference_duration = (time.perf_counter() - t0) * 1e6
         self._mark_processed(chunks)
         sampled = self._sample_chunks(chunks, by_req, logits)
         self._finish_parallel_groups(running)
         self._last_batch = sampled
-        self._update_metrics(running, chunks)
+        self._update_metrics(running, chunks, used)
 
     def _sequences_to_schedule(
         self, running: list[RequestState]
@@ -481,17 +556,20 @@ class PagedEngine:
             ):
                 s.status = GenerationStatus.FINISHED
 
-    def _update_metrics(self, running: list[RequestState], chunks: list[ScheduledChunk]) -> None:
+    def reset_cache_usage(self) -> None:
+        """max / avg cache usage start over (the real's generate() does it first)."""
+        self._usages.clear()
+        self._metrics.max_cache_usage = self._metrics.avg_cache_usage = 0.0
+
+    def _update_metrics(self, running: list[RequestState], chunks: list[ScheduledChunk], used: float) -> None:
         m = self._metrics
         m.requests = len(running)
         m.scheduled_requests = len(chunks)
-        used = self._blocks.num_used_blocks / max(self._blocks.num_blocks, 1) * 100.0
         m.cache_usage = used
         m.max_cache_usage = max(m.max_cache_usage, used)
-        self._usage_sum += used
-        self._usage_n += 1
-        m.avg_cache_usage = self._usage_sum / self._usage_n
-        m.cache_size_in_bytes = m.kv_cache_size_in_bytes = self._model.cache_bytes
+        self._usages.append(used)
+        m.avg_cache_usage = sum(self._usages) / len(self._usages)
+        m.cache_size_in_bytes = m.kv_cache_size_in_bytes = self._blocks.num_blocks * self._model.block_bytes
         m.preemptions = self._scheduler.preemptions
         m.prefix_cache_hits = self._blocks.cache_hits
 
@@ -524,6 +602,7 @@ class PagedEngine:
                 "Generate cannot be called while ContinuousBatchingPipeline is already in running "
                 "state. Use ContinuousBatchingPipeline::add_request"
             )
+        self.reset_cache_usage()
         prompts, configs = self._prompts_and_configs(prompts, generation_config)
         self.apply_adapters(configs)
         encoded = bool(prompts) and not isinstance(prompts[0], str)
@@ -546,6 +625,7 @@ class PagedEngine:
         raw.tokenization_durations.append(tok_us)
         self._run_to_end(states, stream, raw)
         self._states = [s for s in self._states if s not in states]
+        self._release_cache()
         results = [self._generate_result(i, s, encoded, raw) for i, s in enumerate(states)]
         # one evaluation of the shared series; each result carries its own prompt length
         raw.generate_durations = [(time.perf_counter() - start) * 1e6]
@@ -582,7 +662,7 @@ class PagedEngine:
             for i, (p, c) in enumerate(zip(prompts, configs, strict=False)):
                 if isinstance(p, str) and c.apply_chat_template and self._tokenizer.chat_template:
                     p = self._templated_prompt(p)
-                self.add_request(i, p, c)
+                self._add(i, p, c)
                 states.append(self._states[-1])
         except Exception:
             self._states = [s for s in self._states if s not in states]

@@ -27,6 +27,7 @@ def fork_request(blocks: BlockManager, parent: Request, seq_id: int) -> Request:
     """A new running sequence that shares ``parent``'s prompt, KV blocks and cached tokens
     (its generated tokens are set by the caller)."""
     child = Request(seq_id, parent.prompt, parent.group)
+    child.vision = parent.vision
     blocks.fork(parent.seq_id, seq_id)
     child.processed = parent.processed
     child.state = Request.RUNNING

@@ -59,10 +59,10 @@ def prepare_paged_model(model: ov.Model) -> bool:
     from openvino._offline_transformations import paged_attention_transformation
 
     names = {n for p in model.inputs for n in p.get_names()}
-    if "input_ids" not in names:
+    if "input_ids" not in names and "inputs_embeds" not in names:
         raise ConfigError(
-            "the paged-attention backend needs an LLM with an input_ids input; use "
-            "ATTENTION_BACKEND='SDPA'",
+            "the paged-attention backend needs an LLM with an input_ids (or a VLM language model "
+            "with an inputs_embeds) input; use ATTENTION_BACKEND='SDPA'",
             key="ATTENTION_BACKEND",
         )
     # the real's flags: per-layer block indices off, score outputs off, score aggregation on
@@ -90,6 +90,8 @@ class PagedModel:
         self.compiled = core.compile_model(model, device, props)
         self.request = self.compiled.create_infer_request()
         names = {n for p in self.compiled.inputs for n in p.get_names()}
+        #: a VLM language model: fed embeddings, positions and its extra inputs (``forward``'s rows)
+        self.takes_embeds = "inputs_embeds" in names and "input_ids" not in names
         self._has_score_window = "score_aggregation_window" in names
         self.key_ports: list[tuple[str, ov.Type, list[int]]] = []
         self.value_ports: list[tuple[str, ov.Type, list[int]]] = []
@@ -182,7 +184,7 @@ class PagedModel:
             "sampled_tokens_indices": np.int64,
         }
         for name, dt in dtypes.items():
-            if name in self._in_idx:
+            if name in self._in_idx and not (self.takes_embeds and name == "position_ids"):
                 self._new_buf(name, dt, 256)
         ctx = np.zeros((), dtype=np.int32)
         self._ctx = (ctx, ov.Tensor(ctx, shared_memory=True))
@@ -206,11 +208,16 @@ class PagedModel:
     def forward(
         self,
         entries: list[tuple[list[int], int, list[int], bool | int]],
+        rows: dict[str, np.ndarray] | None = None,
     ) -> np.ndarray:
         """One model call.  ``entries``: per sequence (its scheduled token ids, tokens already
         cached, its block table, whether its last token's logits are wanted, or how many of its
         last rows).  Returns the logits
         rows of the wanted sequences, in order.
+
+        A VLM language model (``takes_embeds``) takes ``rows`` instead of the token ids and
+        plain positions: ``inputs_embeds`` [T, hidden], ``position_ids`` ([T], or M-RoPE's
+        [3, T]) and the family's extra inputs, for the same scheduled tokens in the same order.
 
         The arrays are built from Python lists (a handful of numpy calls per step) and bound to
         the device request directly: every value is made here with the port's dtype, so the
@@ -247,8 +254,14 @@ class PagedModel:
                 f"block index outside 0..{self.num_blocks - 1} reached the model call; refused"
             )
         put = self._put
-        put("input_ids", ids)
-        put("position_ids", pos)
+        if self.takes_embeds:
+            if rows is None:
+                raise ExecutionError("this paged model takes inputs_embeds: pass forward(entries, rows)")
+            for name, value in rows.items():
+                self._impl.set_tensor(self._in_idx[name], True, ov.Tensor(np.ascontiguousarray(value)))
+        else:
+            put("input_ids", ids)
+            put("position_ids", pos)
         put("past_lens", past_l)
         put("subsequence_begins", sub)
         put("block_indices_begins", bib)

@@ -31,6 +31,8 @@ class Request:
         self.state = Request.WAITING
         self.preemptions = 0
         self.group = group
+        #: a VLM request's prompt embeddings, positions and extra inputs (None: token ids only)
+        self.vision: Any = None
 
     @property
     def target(self) -> int:

@@ -98,6 +98,8 @@ class SpecRequest:
     score: float = 0.0
     #: ended because the fixed KV cache could hold nothing more (status IGNORED)
     ignored: bool = False
+    #: a VLM request's prompt embeddings, positions and extra inputs (None: token ids only)
+    vision: Any = None
 
     def append(self, tokens: list[int], logps: list[float]) -> None:
         self.tokens.extend(tokens)
@@ -185,8 +187,11 @@ class PagedSide:
 
     def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any],
                  validation: bool, max_batched_tokens: int, scheduler_config: Any,
-                 split_prompts: bool = False, candidate_probabilities: bool = True) -> None:
-        self.model = PagedModel(core, core.read_model(folder / MODEL_XML), device, props)
+                 split_prompts: bool = False, candidate_probabilities: bool = True,
+                 model_xml: str = MODEL_XML, rows_for: Any = None) -> None:
+        self.model = PagedModel(core, core.read_model(folder / model_xml), device, props)
+        #: a VLM language model's inputs for a step's (request, tokens) chunks (None: token ids)
+        self.rows_for = rows_for
         # a fixed cache (num_kv_blocks, or cache_size in GB) or one that doubles on demand
         blocks = int(getattr(scheduler_config, "num_kv_blocks", 0) or 0)
         cache_gb = float(getattr(scheduler_config, "cache_size", 0) or 0)
@@ -301,7 +306,7 @@ class PagedSide:
         tables = self.blocks.check_batch([(r.seq_id, r.processed + n, r.processed) for r, n in chunks])
         entries = [(t, p, table, w) for (t, p, _, w), table in zip(entries, tables, strict=True)]
         t0 = time.perf_counter()
-        logits = self.model.forward(entries)
+        logits = self.model.forward(entries, None if self.rows_for is None else self.rows_for(chunks))
         self.last_infer_us = (time.perf_counter() - t0) * 1e6
         row = 0
         generated = 0

@@ -302,7 +302,192 @@ class VLMPipelineBase:
         return super().__new__(cls)
 
 
-class VLMPipeline(VLMPipelineBase):
+class VLMFrontEnd:
+    """What turns a prompt and its images / videos into the language model's inputs (the
+    real's InputsEmbedder side of VLMPipeline and of ContinuousBatchingPipeline on a VLM
+    folder): the family's embedder, the chat kept by start_chat(), a ChatHistory's vision
+    memory; VLMPipeline and genai_shim/vlm/continuous_batching.py share it."""
+
+    def _init_front(self, core: Any, folder: Path, cfg: dict[str, Any], placement: Placement,
+                    tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._embedder = EMBEDDERS[cfg["model_type"]](core, folder, cfg, placement, tokenizer)
+        #: whether the real's inputs embedder of this family prunes visual tokens (CDPruner)
+        self._prunes = cfg["model_type"] in PRUNING_FAMILIES
+        #: the templated prompt is tokenized with special tokens for the families whose real
+        #: embedder sets add_special_tokens (LLaVA-NeXT-Video); without, as the others
+        self._special = bool(getattr(self._embedder, "prompt_special_tokens", False))
+        self._chat: list[dict[str, str]] | None = None
+        self._chat_images: list[Any] = []
+        self._chat_videos: list[Any] = []
+        #: images and videos given in this start_chat() chat so far (universal tags' ids count from it)
+        self._chat_given = (0, 0)
+        self._memory = VisionChatMemory()
+
+    def _start_chat_state(self, system_message: str) -> None:
+        self._chat = [{"role": "system", "content": system_message}] if system_message else []
+        self._chat_images, self._chat_videos, self._chat_given = [], [], (0, 0)
+
+    def _finish_chat_state(self) -> None:
+        self._chat = None
+        self._chat_images, self._chat_videos, self._chat_given = [], [], (0, 0)
+
+    def _checked_videos(self, videos: list[Any], videos_metadata: Any) -> list[Any]:
+        """The videos after the metadata's frame sampling (Qwen3-VL samples its own), refused
+        for the families without a video tag."""
+        if not getattr(self._embedder, "samples_videos", False):  # Qwen3-VL samples its own (its timestamps)
+            videos = sample_videos(videos, videos_metadata)
+        if videos and getattr(self._embedder, "video_tag", None) is None:
+            # the real's text, then which families take videos here
+            raise ConfigError("Video preprocessing isn't implemented for this model. Pass frames as independent "
+                              "images. (genai_shim takes videos for Qwen2-VL, Qwen2.5-VL, Qwen3-VL and "
+                              f"LLaVA-NeXT-Video, not {type(self._embedder).__name__})", key="videos")
+        return videos
+
+    def _prepare(self, prompt: Any, images: list[Any], videos: list[Any], videos_metadata: Any,
+                 config: GenerationConfig, perf: VLMPerfMetrics
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, dict[str, np.ndarray], Callable[[], None]]:
+        """(ids [1, L], embeds [1, L, hidden], positions, rope delta, extra inputs, rollback) of
+        a str prompt (in a start_chat() chat: the whole templated history) or a ChatHistory,
+        with their images and videos encoded, merged and pruned as the config says; the times
+        go into ``perf``.  ``rollback`` forgets the turn (a cancelled or failed chat turn)."""
+        check_pruning_config(config)  # every family, as the real's set_vision_token_pruning_config
+        t_emb = _now()
+        t_vis = _now()
+        encoded = self._embedder.encode_images(images)
+        if getattr(self._embedder, "samples_videos", False):
+            clips = self._embedder.encode_videos(videos, videos_metadata) if videos else []  # type: ignore[attr-defined]
+        else:
+            clips = self._embedder.encode_videos(videos) if videos else []  # type: ignore[attr-defined]
+        perf.vlm_raw_metrics.vision_encoding_durations.append((_now() - t_vis) * 1e6)
+        perf.vlm_raw_metrics.per_image_slice_counts.extend([1] * len(encoded))
+        rollback: Callable[[], None] = _nothing
+        if isinstance(prompt, ChatHistory):
+            turn = self._memory.turn(prompt, encoded, self._normalize, clips)
+            ids, used, rollback = self._tokenize_history(turn.history, perf), turn.images, turn.rollback
+            used_clips = turn.videos
+        else:
+            in_chat = self._chat is not None
+            before = self._chat_given if in_chat else (0, 0)
+            unified, named, named_clips = self._normalize(prompt, encoded, clips, *before)
+            ids, used, used_clips = self._tokenize(unified, named, named_clips, config, perf)
+            if in_chat:
+                self._chat_given = (before[0] + len(encoded), before[1] + len(clips))
+                rollback = functools.partial(self._forget_turn, len(named), len(named_clips), before)
+        with text_embedding_times() as times:
+            if used_clips:
+                embeds = self._embedder.embed(ids, used, used_clips)  # type: ignore[call-arg]
+            else:
+                embeds = self._embedder.embed(ids, used)
+        perf.vlm_raw_metrics.text_embedding_durations.extend(times)
+        if used_clips:
+            pos, delta = self._embedder.position_ids(ids, used, used_clips)  # type: ignore[call-arg]
+        else:
+            pos, delta = self._embedder.position_ids(ids, used)
+        if self._prunes and config.pruning_ratio > 0 and (used or used_clips):
+            ids, embeds, pos, delta = self._pruned(ids, embeds, pos, delta, used, used_clips, config,
+                                                   rollback=rollback)
+        extras = self._embedder.lm_inputs(ids, used)
+        perf.vlm_raw_metrics.prepare_embeddings_durations.append((_now() - t_emb) * 1e6)
+        return ids, embeds, pos, delta, extras, rollback
+
+
+    def _pruned(self, ids: np.ndarray, embeds: np.ndarray, pos: np.ndarray, delta: int, images: list[Any],
+                videos: list[Any], config: GenerationConfig, rollback: Callable[[], None]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """The prompt after CDPruner (genai_shim/vlm/pruning.py), as the real's Qwen2-VL embedder."""
+        regions = getattr(self._embedder, "pruning_regions", None)  # Qwen3-VL: videos too, DeepStack rows
+        if videos and regions is None:
+            rollback()
+            raise ConfigError("CDPruner video pruning is not yet supported for Qwen2-VL. "
+                              "Disable pruning (pruning_ratio=0) or remove video inputs.", key="pruning_ratio")
+        # in a chat the same: the whole unpruned history's every image against the whole
+        # history's text, as the real's CPU default (continuous batching) re-templates it each turn
+        emb: Any = self._embedder
+        try:
+            if regions is None:
+                out = prune_qwen2vl(ids, embeds, [im.grid_thw for im in images], emb.cfg.merge_size,
+                                    emb.vision_start, emb.vision_end, emb.image_pad, int(config.pruning_ratio),
+                                    float(config.relevance_weight))
+            else:
+                out = prune_vision(ids, embeds, regions(ids, images, videos), emb.cfg.merge_size, emb.vision_start,
+                                   emb.vision_end, (emb.image_pad, emb.video_pad), int(config.pruning_ratio),
+                                   float(config.relevance_weight))
+        except ConfigError:
+            rollback()
+            raise
+        if out is None:
+            return ids, embeds, pos, delta
+        if regions is not None:
+            emb.keep_vision_rows(out[5])
+        return out[0], out[1], out[2], out[3]
+
+    def _normalize(self, text: str, images: list[Any], videos: list[Any], images_before: int = 0,
+                   videos_before: int = 0) -> tuple[str, list[Any], list[Any]]:
+        """The embedder's prompt normalization, after the universal ``<ov_genai_image_i>`` /
+        ``<ov_genai_video_i>`` tags became the family's native ones (ids count the chat's earlier
+        inputs first, as the real's): the text and the images / videos its tags name, in order."""
+        text, order = universal_to_native(text, self._embedder.native_tag, UNIVERSAL_IMAGE, images_before,
+                                          len(images))
+        if order is not None:
+            images = [images[i] for i in order]
+        video_tag = getattr(self._embedder, "video_tag", None)
+        if video_tag is not None:
+            text, order = universal_to_native(text, video_tag, UNIVERSAL_VIDEO, videos_before, len(videos))
+            if order is not None:
+                videos = [videos[i] for i in order]
+        if videos:
+            return self._embedder.normalize_prompt(text, images, videos), images, videos  # type: ignore[call-arg]
+        return self._embedder.normalize_prompt(text, images), images, videos
+
+    def _forget_turn(self, n_images: int, n_videos: int, given_before: tuple[int, int]) -> None:
+        """A start_chat() turn that did not happen: its user message, images and videos go."""
+        assert self._chat is not None
+        self._chat.pop()
+        del self._chat_images[len(self._chat_images) - n_images:]
+        del self._chat_videos[len(self._chat_videos) - n_videos:]
+        self._chat_given = given_before
+
+    def _tokenize(self, unified: str, encoded: list[Any], clips: list[Any], config: GenerationConfig,
+                  perf: PerfMetrics) -> tuple[np.ndarray, list[Any], list[Any]]:
+        """The prompt's ids and the images and videos they refer to (in chat: the whole history's)."""
+        raw = perf.raw_metrics
+        t0 = _now()
+        if self._chat is not None:
+            self._chat.append({"role": "user", "content": unified})
+            self._chat_images.extend(encoded)
+            self._chat_videos.extend(clips)
+            text = self.tokenizer.apply_chat_template(self._chat, add_generation_prompt=True)
+            t1 = _now()
+            raw.chat_template_durations.append((t1 - t0) * 1e6)
+            ids = self.tokenizer.encode(text, add_special_tokens=self._special).input_ids.data
+            raw.tokenization_durations.append((_now() - t1) * 1e6)
+            return np.array(ids, dtype=np.int64), list(self._chat_images), list(self._chat_videos)
+        if config.apply_chat_template and self.tokenizer.chat_template:
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": unified}],
+                                                      add_generation_prompt=True)
+            t1 = _now()
+            raw.chat_template_durations.append((t1 - t0) * 1e6)
+            ids = self.tokenizer.encode(text, add_special_tokens=self._special).input_ids.data
+        else:
+            t1 = _now()
+            ids = self.tokenizer.encode(unified, add_special_tokens=True).input_ids.data
+        raw.tokenization_durations.append((_now() - t1) * 1e6)
+        return np.array(ids, dtype=np.int64), encoded, clips
+
+    def _tokenize_history(self, history: ChatHistory, perf: PerfMetrics) -> np.ndarray:
+        raw = perf.raw_metrics
+        t0 = _now()
+        text = self.tokenizer.apply_chat_template(history, add_generation_prompt=True)
+        t1 = _now()
+        raw.chat_template_durations.append((t1 - t0) * 1e6)
+        ids = self.tokenizer.encode(text, add_special_tokens=self._special).input_ids.data
+        raw.tokenization_durations.append((_now() - t1) * 1e6)
+        return np.array(ids, dtype=np.int64)
+
+
+
+class VLMPipeline(VLMPipelineBase, VLMFrontEnd):
     """``VLMPipeline(models_path, device, **properties)`` for an export of a family in EMBEDDERS."""
 
     def __init__(self, models_path: Any, *args: Any, **properties: Any) -> None:
@@ -383,19 +568,8 @@ class VLMPipeline(VLMPipelineBase):
         self._request = compiled.create_infer_request()
         #: one language-model call with its metrics (a single sequence's, or the beams' rows)
         self._lm_call = vlm_beam.make_infer(self._request)
-        self._embedder = EMBEDDERS[cfg["model_type"]](core, folder, cfg, placement, self.tokenizer)
-        #: whether the real's inputs embedder of this family prunes visual tokens (CDPruner)
-        self._prunes = cfg["model_type"] in PRUNING_FAMILIES
-        #: the templated prompt is tokenized with special tokens for the families whose real
-        #: embedder sets add_special_tokens (LLaVA-NeXT-Video); without, as the others
-        self._special = bool(getattr(self._embedder, "prompt_special_tokens", False))
+        self._init_front(core, folder, cfg, placement, self.tokenizer)
         self._sampler = Sampler()
-        self._chat: list[dict[str, str]] | None = None
-        self._chat_images: list[Any] = []
-        self._chat_videos: list[Any] = []
-        #: images and videos given in this start_chat() chat so far (universal tags' ids count from it)
-        self._chat_given = (0, 0)
-        self._memory = VisionChatMemory()
         self._load_time = (_now() - t0) * 1000.0
 
     # -- public API ------------------------------------------------------------------------------
@@ -425,14 +599,12 @@ class VLMPipeline(VLMPipelineBase):
 
     def start_chat(self, system_message: str = "") -> None:
         warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
-        self._chat = [{"role": "system", "content": system_message}] if system_message else []
-        self._chat_images, self._chat_videos, self._chat_given = [], [], (0, 0)
+        self._start_chat_state(system_message)
         self._reset_kv()
 
     def finish_chat(self) -> None:
         warnings.warn(CHAT_DEPRECATION, DeprecationWarning, stacklevel=2)
-        self._chat = None
-        self._chat_images, self._chat_videos, self._chat_given = [], [], (0, 0)
+        self._finish_chat_state()
         self._reset_kv()
 
     def generate(
@@ -447,11 +619,7 @@ class VLMPipeline(VLMPipelineBase):
         images = _vision_args("images", images, kwargs.pop("image", _UNSET))
         videos = _vision_args("videos", kwargs.pop("videos", _UNSET), kwargs.pop("video", _UNSET))
         videos_metadata = kwargs.pop("videos_metadata", None)
-        if not getattr(self._embedder, "samples_videos", False):  # Qwen3-VL samples its own (its timestamps)
-            videos = sample_videos(videos, videos_metadata)
-        if videos and getattr(self._embedder, "video_tag", None) is None:
-            raise ConfigError(f"genai_shim's VLMPipeline takes videos for Qwen2-VL, Qwen2.5-VL, Qwen3-VL and "
-                              f"LLaVA-NeXT-Video, not {type(self._embedder).__name__}", key="videos")
+        videos = self._checked_videos(videos, videos_metadata)
         if videos and self._is_npu and (self._chat is not None or isinstance(prompt, ChatHistory)):
             # the real's validate_inputs_for_npu (a ChatHistory generate is a chat there too)
             raise UserInputError("Chat mode is currently not supported with video input for NPU device!")
@@ -459,46 +627,10 @@ class VLMPipeline(VLMPipelineBase):
             raise UserInputError(
                 f"VLMPipeline.generate() takes a str or a ChatHistory prompt, got {type(prompt).__name__}")
         config = self._resolve_config(generation_config, kwargs)
-        check_pruning_config(config)  # every family, as the real's set_vision_token_pruning_config
         perf = VLMPerfMetrics()
         perf.load_time = self._load_time
-        t_emb = _now()
-        t_vis = _now()
-        encoded = self._embedder.encode_images(images)
-        if getattr(self._embedder, "samples_videos", False):
-            clips = self._embedder.encode_videos(videos, videos_metadata) if videos else []  # type: ignore[attr-defined]
-        else:
-            clips = self._embedder.encode_videos(videos) if videos else []  # type: ignore[attr-defined]
-        perf.vlm_raw_metrics.vision_encoding_durations.append((_now() - t_vis) * 1e6)
-        perf.vlm_raw_metrics.per_image_slice_counts.extend([1] * len(encoded))
-        rollback: Callable[[], None] = _nothing
-        if isinstance(prompt, ChatHistory):
-            turn = self._memory.turn(prompt, encoded, self._normalize, clips)
-            ids, used, rollback = self._tokenize_history(turn.history, perf), turn.images, turn.rollback
-            used_clips = turn.videos
-        else:
-            in_chat = self._chat is not None
-            before = self._chat_given if in_chat else (0, 0)
-            unified, named, named_clips = self._normalize(prompt, encoded, clips, *before)
-            ids, used, used_clips = self._tokenize(unified, named, named_clips, config, perf)
-            if in_chat:
-                self._chat_given = (before[0] + len(encoded), before[1] + len(clips))
-                rollback = functools.partial(self._forget_turn, len(named), len(named_clips), before)
-        with text_embedding_times() as times:
-            if used_clips:
-                embeds = self._embedder.embed(ids, used, used_clips)  # type: ignore[call-arg]
-            else:
-                embeds = self._embedder.embed(ids, used)
-        perf.vlm_raw_metrics.text_embedding_durations.extend(times)
-        if used_clips:
-            pos, delta = self._embedder.position_ids(ids, used, used_clips)  # type: ignore[call-arg]
-        else:
-            pos, delta = self._embedder.position_ids(ids, used)
-        if self._prunes and config.pruning_ratio > 0 and (used or used_clips):
-            ids, embeds, pos, delta = self._pruned(ids, embeds, pos, delta, used, used_clips, config,
-                                                   rollback=rollback)
-        extras = self._embedder.lm_inputs(ids, used)
-        perf.vlm_raw_metrics.prepare_embeddings_durations.append((_now() - t_emb) * 1e6)
+        ids, embeds, pos, delta, extras, rollback = self._prepare(prompt, images, videos, videos_metadata, config,
+                                                                  perf)
         if self._is_npu and embeds.shape[1] > self._max_prompt_len:
             rollback()
             # the real's text
@@ -523,62 +655,6 @@ class VLMPipeline(VLMPipelineBase):
     __call__ = generate
 
     # -- steps -----------------------------------------------------------------------------------
-    def _pruned(self, ids: np.ndarray, embeds: np.ndarray, pos: np.ndarray, delta: int, images: list[Any],
-                videos: list[Any], config: GenerationConfig, rollback: Callable[[], None]
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """The prompt after CDPruner (genai_shim/vlm/pruning.py), as the real's Qwen2-VL embedder."""
-        regions = getattr(self._embedder, "pruning_regions", None)  # Qwen3-VL: videos too, DeepStack rows
-        if videos and regions is None:
-            rollback()
-            raise ConfigError("CDPruner video pruning is not yet supported for Qwen2-VL. "
-                              "Disable pruning (pruning_ratio=0) or remove video inputs.", key="pruning_ratio")
-        # in a chat the same: the whole unpruned history's every image against the whole
-        # history's text, as the real's CPU default (continuous batching) re-templates it each turn
-        emb: Any = self._embedder
-        try:
-            if regions is None:
-                out = prune_qwen2vl(ids, embeds, [im.grid_thw for im in images], emb.cfg.merge_size,
-                                    emb.vision_start, emb.vision_end, emb.image_pad, int(config.pruning_ratio),
-                                    float(config.relevance_weight))
-            else:
-                out = prune_vision(ids, embeds, regions(ids, images, videos), emb.cfg.merge_size, emb.vision_start,
-                                   emb.vision_end, (emb.image_pad, emb.video_pad), int(config.pruning_ratio),
-                                   float(config.relevance_weight))
-        except ConfigError:
-            rollback()
-            raise
-        if out is None:
-            return ids, embeds, pos, delta
-        if regions is not None:
-            emb.keep_vision_rows(out[5])
-        return out[0], out[1], out[2], out[3]
-
-    def _normalize(self, text: str, images: list[Any], videos: list[Any], images_before: int = 0,
-                   videos_before: int = 0) -> tuple[str, list[Any], list[Any]]:
-        """The embedder's prompt normalization, after the universal ``<ov_genai_image_i>`` /
-        ``<ov_genai_video_i>`` tags became the family's native ones (ids count the chat's earlier
-        inputs first, as the real's): the text and the images / videos its tags name, in order."""
-        text, order = universal_to_native(text, self._embedder.native_tag, UNIVERSAL_IMAGE, images_before,
-                                          len(images))
-        if order is not None:
-            images = [images[i] for i in order]
-        video_tag = getattr(self._embedder, "video_tag", None)
-        if video_tag is not None:
-            text, order = universal_to_native(text, video_tag, UNIVERSAL_VIDEO, videos_before, len(videos))
-            if order is not None:
-                videos = [videos[i] for i in order]
-        if videos:
-            return self._embedder.normalize_prompt(text, images, videos), images, videos  # type: ignore[call-arg]
-        return self._embedder.normalize_prompt(text, images), images, videos
-
-    def _forget_turn(self, n_images: int, n_videos: int, given_before: tuple[int, int]) -> None:
-        """A start_chat() turn that did not happen: its user message, images and videos go."""
-        assert self._chat is not None
-        self._chat.pop()
-        del self._chat_images[len(self._chat_images) - n_images:]
-        del self._chat_videos[len(self._chat_videos) - n_videos:]
-        self._chat_given = given_before
-
     def _resolve_config(self, generation_config: GenerationConfig | None, kwargs: dict[str, Any]) -> GenerationConfig:
         if generation_config is not None and not isinstance(generation_config, GenerationConfig):
             raise UserInputError(
@@ -609,43 +685,6 @@ class VLMPipeline(VLMPipelineBase):
             raise ConfigError("GenerationConfig.adapters apply only in a VLMPipeline created with the adapters "
                               "property (adapters=AdapterConfig(...)), as openvino_genai's", key="adapters")
         return config
-
-    def _tokenize(self, unified: str, encoded: list[Any], clips: list[Any], config: GenerationConfig,
-                  perf: PerfMetrics) -> tuple[np.ndarray, list[Any], list[Any]]:
-        """The prompt's ids and the images and videos they refer to (in chat: the whole history's)."""
-        raw = perf.raw_metrics
-        t0 = _now()
-        if self._chat is not None:
-            self._chat.append({"role": "user", "content": unified})
-            self._chat_images.extend(encoded)
-            self._chat_videos.extend(clips)
-            text = self.tokenizer.apply_chat_template(self._chat, add_generation_prompt=True)
-            t1 = _now()
-            raw.chat_template_durations.append((t1 - t0) * 1e6)
-            ids = self.tokenizer.encode(text, add_special_tokens=self._special).input_ids.data
-            raw.tokenization_durations.append((_now() - t1) * 1e6)
-            return np.array(ids, dtype=np.int64), list(self._chat_images), list(self._chat_videos)
-        if config.apply_chat_template and self.tokenizer.chat_template:
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": unified}],
-                                                      add_generation_prompt=True)
-            t1 = _now()
-            raw.chat_template_durations.append((t1 - t0) * 1e6)
-            ids = self.tokenizer.encode(text, add_special_tokens=self._special).input_ids.data
-        else:
-            t1 = _now()
-            ids = self.tokenizer.encode(unified, add_special_tokens=True).input_ids.data
-        raw.tokenization_durations.append((_now() - t1) * 1e6)
-        return np.array(ids, dtype=np.int64), encoded, clips
-
-    def _tokenize_history(self, history: ChatHistory, perf: PerfMetrics) -> np.ndarray:
-        raw = perf.raw_metrics
-        t0 = _now()
-        text = self.tokenizer.apply_chat_template(history, add_generation_prompt=True)
-        t1 = _now()
-        raw.chat_template_durations.append((t1 - t0) * 1e6)
-        ids = self.tokenizer.encode(text, add_special_tokens=self._special).input_ids.data
-        raw.tokenization_durations.append((_now() - t1) * 1e6)
-        return np.array(ids, dtype=np.int64)
 
     def _infer(self, embeds: np.ndarray, mask: np.ndarray, pos: np.ndarray, extras: dict[str, np.ndarray],
                perf: PerfMetrics) -> np.ndarray:

@@ -373,3 +373,43 @@ def test_nothing_is_accepted_and_dropped(stories_dir: Path) -> None:
     with pytest.raises(ConfigError, match="prompt_lookup must be a bool"):
         genai_shim.ContinuousBatchingPipeline(str(stories_dir), genai_shim.SchedulerConfig(), "CPU",
                                               {**F32, "prompt_lookup": "yes"})
+
+
+def test_cache_eviction_config_is_the_reals_configuration(real_genai: Any) -> None:
+    """CacheEvictionConfig / AggregationMode exist with the real's fields, getters and checks;
+    using them (use_cache_eviction) stays a ConfigError."""
+    for lib in (genai_shim, real_genai):
+        c = lib.CacheEvictionConfig(start_size=32, recent_size=64, max_cache_size=512,
+                                    aggregation_mode=lib.AggregationMode.SUM, snapkv_window_size=8)
+        got = (c.get_start_size(), c.get_recent_size(), c.get_max_cache_size(), c.get_evictable_size(),
+               str(c.aggregation_mode), c.apply_rotation, c.snapkv_window_size, int(lib.AggregationMode.ADAPTIVE_RKV))
+        assert got == (32, 64, 512, 416, "AggregationMode.SUM", False, 8, 2)
+        assert c.to_string().startswith("CacheEvictionConfig { \n  start_size: 32\n")
+        with pytest.raises(Exception, match="max_cache_size must be larger than CacheEvictionConfig.start_size"):
+            lib.CacheEvictionConfig(32, 64, 90, lib.AggregationMode.NORM_SUM)
+    sc = genai_shim.SchedulerConfig()
+    sc.use_cache_eviction = True
+    sc.cache_eviction_config = genai_shim.CacheEvictionConfig(32, 64, 512, genai_shim.AggregationMode.SUM)
+    with pytest.raises(ConfigError, match="cache eviction"):
+        genai_shim.ContinuousBatchingPipeline(str(OPTIMUM / "gpt2-fp32"), sc, "CPU")
+
+
+def _dropped_handle(lib: Any) -> tuple[Any, ...]:
+    pipe = lib.ContinuousBatchingPipeline(str(OPTIMUM / "gpt2-fp32"), lib.SchedulerConfig(), "CPU",
+                                          {"INFERENCE_PRECISION_HINT": "f32"})
+    config = lib.GenerationConfig(max_new_tokens=50, ignore_eos=True)
+    pipe.add_request(0, "Hello there", config)  # its handle is gone at once: the real drops it
+    handle = pipe.add_request(1, "Hi", config)
+    steps = 0
+    while pipe.has_non_finished_requests():
+        pipe.step()
+        steps += 1
+    m = pipe.get_metrics()
+    return steps, len(handle.read_all()[0].generated_ids), m.requests, round(m.max_cache_usage, 3), \
+        round(m.avg_cache_usage, 3)
+
+
+def test_request_whose_handle_is_gone_is_dropped_as_real(real_genai: Any) -> None:
+    ours = _dropped_handle(genai_shim)
+    assert ours == _dropped_handle(real_genai)
+    assert ours[2] == 1  # one request left running
