@@ -6,7 +6,7 @@ block-status array that every model call is checked against (seed 002's bounds c
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -46,8 +46,8 @@ class BlockManager:
         self._free: deque[int] = deque()
         self.tables: dict[int, list[int]] = {}
         # prefix cache: (parent entry id, tokens) -> (entry id, block); block -> its key
-        self._cache: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
-        self._key_of: dict[int, tuple[int, tuple[int, ...]]] = {}
+        self._cache: dict[tuple[int, tuple[Hashable, ...]], tuple[int, int]] = {}
+        self._key_of: dict[int, tuple[int, tuple[Hashable, ...]]] = {}
         self._evictable: OrderedDict[int, None] = OrderedDict()
         self._holders: dict[int, set[int]] = {}  # SHARED block -> the sequences naming it
         self._chain: dict[int, list[int]] = {}  # seq -> entry ids of its registered blocks
@@ -243,7 +243,7 @@ class BlockManager:
                 del self._holders[b]
 
     # -- prefix caching --------------------------------------------------------------------
-    def restore_prefix(self, seq_id: int, tokens: Sequence[int], limit: int) -> int:
+    def restore_prefix(self, seq_id: int, tokens: Sequence[Hashable], limit: int) -> int:
         """Give a sequence without blocks the cached blocks its first tokens match, at most
         ``limit`` tokens (at least one token must still be computed); returns the tokens
         restored (a multiple of the block size)."""
@@ -276,7 +276,7 @@ class BlockManager:
             self.cache_hits += len(table)
         return len(table) * bs
 
-    def register(self, seq_id: int, tokens: Sequence[int], processed: int) -> None:
+    def register(self, seq_id: int, tokens: Sequence[Hashable], processed: int) -> None:
         """Remember the blocks of ``seq_id`` that ``processed`` tokens have filled."""
         if not self.prefix_caching:
             return

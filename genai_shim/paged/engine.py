@@ -498,7 +498,7 @@ class PagedEngine:
             c.request.processed = c.past + c.count
             if self._blocks.prefix_caching and c.past // bs != c.request.processed // bs:
                 r = c.request
-                self._blocks.register(r.seq_id, r.prompt + r.generated, r.processed)
+                self._blocks.register(r.seq_id, r.cache_keys(), r.processed)
 
     def _sample_chunks(self, chunks: list[ScheduledChunk], by_req: dict[int, RequestState], logits: np.ndarray) -> int:
         """Sample the next token of every chunk that samples, then step the beam groups;

@@ -53,6 +53,12 @@ class Request:
             out = out + self.generated[max(start - p, 0) : start + n - p]
         return out
 
+    def cache_keys(self) -> list[Any]:
+        """What the prefix cache keys this sequence's blocks on: its tokens, except that a VLM
+        prompt's own keys tell the images apart (equal pad ids, other pictures)."""
+        keys = getattr(self.vision, "cache_keys", None)
+        return (list(keys) if keys is not None else self.prompt) + self.generated
+
     @property
     def in_generate_phase(self) -> bool:
         # every prompt token is cached and exactly the last sampled token is pending
@@ -91,8 +97,8 @@ class Scheduler:
     def _restore(self, req: Request) -> None:
         """Prefix caching: a request without blocks starts after its cached full blocks."""
         if self.blocks.prefix_caching and req.processed == 0 and req.seq_id not in self.blocks.tables:
-            tokens = req.prompt + req.generated
-            req.processed = self.blocks.restore_prefix(req.seq_id, tokens, len(tokens) - 1)
+            keys = req.cache_keys()
+            req.processed = self.blocks.restore_prefix(req.seq_id, keys, len(keys) - 1)
 
     def _preempt(self, req: Request) -> None:
         """Preemption by recompute: drop all blocks; the request re-feeds prompt + generated."""

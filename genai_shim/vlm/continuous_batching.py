@@ -15,6 +15,7 @@ rows feed prompt lookup's paged side (:class:`VLMPromptLookupImpl`).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,8 @@ class VisionPrompt:
     [rows, L] (3 rows for M-RoPE), the rope delta, the per-token extra inputs [L] and Qwen3-VL's
     DeepStack rows (one per True of ``visual_pos_masks``)."""
 
-    def __init__(self, embeds: np.ndarray, pos: np.ndarray, delta: int, extras: dict[str, np.ndarray]) -> None:
+    def __init__(self, embeds: np.ndarray, pos: np.ndarray, delta: int, extras: dict[str, np.ndarray],
+                 ids: list[int] | None = None) -> None:
         self.embeds = np.ascontiguousarray(embeds.reshape(-1, embeds.shape[-1]), dtype=np.float32)
         self.length = self.embeds.shape[0]
         self.pos = np.ascontiguousarray(pos.reshape(pos.shape[0] if pos.ndim == 3 else 1, -1))
@@ -72,6 +74,15 @@ class VisionPrompt:
         mask = self.per_token.get(_VISUAL_MASK)
         #: vision tokens before each prompt position (DeepStack rows of a chunk start there)
         self.vision_before = None if mask is None else np.concatenate([[0], np.cumsum(mask.astype(np.int64))])
+        #: the prefix cache's key of each prompt position (PagedEngine: Request.cache_keys): the
+        #: token, its position(s) and a digest of its embedding row, so that two prompts with the
+        #: same ids but other images never share cached blocks (the real's prefix caching on a
+        #: VLM folder tells them apart too, measured)
+        self.cache_keys: list[tuple[int, tuple[int, ...], bytes]] | None = None
+        if ids is not None:
+            cols = [tuple(int(v) for v in col) for col in self.pos.T]
+            self.cache_keys = [(t, col, hashlib.blake2b(row.tobytes(), digest_size=8).digest())
+                               for t, col, row in zip(ids, cols, self.embeds, strict=True)]
 
 
 class VisionRows:
@@ -152,7 +163,8 @@ class VisionRequests(VLMFrontEnd):
         ids, embeds, pos, delta, extras, rollback = self._prepare(prompt, list(images), videos,
                                                                   videos_metadata, prune, perf)
         self._pruning = prune  # the embedder keeps the last setting (the real's add_request uses it)
-        return [int(t) for t in ids.reshape(-1)], VisionPrompt(embeds, pos, delta, extras), rollback
+        tokens = [int(t) for t in ids.reshape(-1)]
+        return tokens, VisionPrompt(embeds, pos, delta, extras, tokens), rollback
 
     def _outside_chat(self, make: Any) -> Any:
         """``make()`` with the start_chat() history aside (add_request never joins it, as the real's)."""
@@ -220,10 +232,6 @@ class VLMContinuousBatchingImpl(PagedEngine, VisionRequests):
 
     def __init__(self, core: Any, folder: Path, device: str, props: dict[str, Any], tokenizer: Tokenizer | None,
                  config_factory: Any, scheduler_config: Any, adapters: Any) -> None:
-        if getattr(scheduler_config, "enable_prefix_caching", False):
-            raise ConfigError("genai_shim's ContinuousBatchingPipeline on a VLM folder does not cache prefixes "
-                              "(images make equal ids differ); leave SchedulerConfig.enable_prefix_caching False",
-                              key="scheduler_config")
         cfg = _read_config(folder)
         lm_props, placement = _split_props(device, props)
         tok = tokenizer if tokenizer is not None else Tokenizer(folder)
@@ -414,10 +422,6 @@ class VLMPromptLookupImpl(PromptLookupImpl, VisionRequests):
                  scheduler_config: Any, adapters: Any) -> None:
         from genai_shim.generation_config import folder_generation_config
 
-        if getattr(scheduler_config, "enable_prefix_caching", False):
-            raise ConfigError("genai_shim's ContinuousBatchingPipeline on a VLM folder does not cache prefixes "
-                              "(images make equal ids differ); leave SchedulerConfig.enable_prefix_caching False",
-                              key="scheduler_config")
         cfg = _read_config(folder)
         lm_props, placement = _split_props(device, props)
         tok = tokenizer if tokenizer is not None else Tokenizer(folder)

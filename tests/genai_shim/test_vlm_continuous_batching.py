@@ -235,10 +235,31 @@ def test_wrong_inputs_raise_the_reals_texts() -> None:
     with pytest.raises(ConfigError, match="Speculative decoding is not supported for models with"):
         genai_shim.ContinuousBatchingPipeline(str(FIXTURES / "qwen2vl-fp32"), genai_shim.SchedulerConfig(),
                                               "CPU", {"draft_model": object()})
-    sc = genai_shim.SchedulerConfig()
-    sc.enable_prefix_caching = True
-    with pytest.raises(ConfigError, match="enable_prefix_caching"):
-        genai_shim.ContinuousBatchingPipeline(str(FIXTURES / "qwen2vl-fp32"), sc, "CPU", CPU_PROPS)
+
+
+@pytest.mark.parametrize("family", ["qwen2vl-fp32", "llava-fp32"])
+def test_prefix_caching_tells_images_apart(family: str) -> None:
+    """enable_prefix_caching on a VLM folder: one long text asked about image a, b, then a again.
+    The prompts' ids are equal (the same number of pad tokens), so a cache keyed on ids alone
+    would answer b with a's blocks; ours keys each position on its embedding row too, as the real
+    tells them apart (texts equal the real's with prefix caching, and ours without). The text
+    comes first (a universal tag places the image after it): the second call restores only the
+    blocks before the image, the third a's whole prompt."""
+    text = "Look at this picture carefully and describe every detail you can see in it. " * 3 + "<ov_genai_image_0>"
+    a, b = _image(), ov.Tensor(np.ascontiguousarray(make_image(80, 80)[:, ::-1]))
+    out = {}
+    for lib, caching in ((genai_shim, True), (og, True), (genai_shim, False)):
+        # a fixed cache that holds both prompts (a dynamic one evicts a's blocks for b's)
+        pipe = _pipe(lib, family, enable_prefix_caching=caching, num_kv_blocks=64)
+        texts, hits = [], []
+        for im in (a, b, a):
+            texts.append(pipe.generate([text], images=[[im]], generation_config=[_config(lib)])[0].texts[0])
+            hits.append(getattr(pipe.get_metrics(), "prefix_cache_hits", 0))
+        out[(lib.__name__, caching)] = texts
+        if lib is genai_shim and caching:
+            assert 0 < hits[1] < hits[2] - hits[1], hits  # b: the prefix before the image; a again: more
+    assert out[("genai_shim", True)] == out[("openvino_genai", True)] == out[("genai_shim", False)]
+    assert out[("genai_shim", True)][0] != out[("genai_shim", True)][1]  # the images matter
 
 
 def test_text_llm_folder_refuses_images() -> None:
