@@ -595,7 +595,9 @@ class PagedEngine:
         return match_stop_string(self._tokenizer, s.req.generated, s.window, s.stops,
                                  s.config.include_stop_str_in_output)
 
-    def generate(self, prompts: Any, generation_config: Any = None, streamer: Any = None) -> list[GenerationResult]:
+    def _begin_generate(self) -> float:
+        """generate()'s start: its time, after the real's check that no request is running and a
+        fresh cache-usage window."""
         start = time.perf_counter()
         if self.has_non_finished_requests():
             raise UserInputError(
@@ -603,6 +605,10 @@ class PagedEngine:
                 "state. Use ContinuousBatchingPipeline::add_request"
             )
         self.reset_cache_usage()
+        return start
+
+    def generate(self, prompts: Any, generation_config: Any = None, streamer: Any = None) -> list[GenerationResult]:
+        start = self._begin_generate()
         prompts, configs = self._prompts_and_configs(prompts, generation_config)
         self.apply_adapters(configs)
         encoded = bool(prompts) and not isinstance(prompts[0], str)

@@ -296,13 +296,7 @@ class VLMContinuousBatchingImpl(PagedEngine, VisionRequests):
                  vision_results: bool = True) -> list[Any]:
         """One VLMDecodedResults per prompt (str or ChatHistory) with its images and videos
         (``vision_results=False``: GenerationResult, as the real's generate without them)."""
-        start = time.perf_counter()
-        if self.has_non_finished_requests():
-            raise UserInputError(
-                "Generate cannot be called while ContinuousBatchingPipeline is already in running "
-                "state. Use ContinuousBatchingPipeline::add_request"
-            )
-        self.reset_cache_usage()
+        start = self._begin_generate()
         prompts, configs, images_b, videos_b, metas = _batches(prompts, generation_config, images, videos,
                                                                videos_metadata, self._config)
         n = len(prompts)
