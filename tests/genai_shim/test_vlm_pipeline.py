@@ -306,3 +306,15 @@ def test_emulated_npu_gives_the_real_npus_text(shim_emulated_npu: Any, with_imag
 def test_emulated_npu_chat_gives_the_real_npus_text(shim_emulated_npu: Any) -> None:
     ours = _chat(shim_emulated_npu, genai_shim)
     assert [t for t, _ in ours] == _npu_chat_golden()
+
+
+def test_readme_vlm_quickstart_runs(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's VLMPipeline snippet, as written, from the repository root: it prints a text."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    blocks = re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(encoding="utf-8"), flags=re.S)
+    snippet = next(b for b in blocks if "VLMPipeline(" in b)
+    monkeypatch.chdir(root)
+    exec(compile(snippet, "README.md", "exec"), {})  # noqa: S102 - the README's own code
+    assert capsys.readouterr().out.strip()
