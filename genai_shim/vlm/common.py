@@ -22,9 +22,9 @@ import openvino as ov
 from ov_npu_emu.errors import UserInputError
 
 __all__ = ["ROLES", "TEXT_EMB_XML", "VISION_XML", "InputsEmbedder", "Placement", "StaticShapeRequest", "image_rows",
-           "clip_normalize", "expand_tags", "host_vision_preprocess", "image_processor_json", "pillow_bicubic",
-           "pillow_bilinear", "pillow_resize", "prepend_tags", "sample_videos", "text_embedding_times",
-           "text_embeddings", "video_frames",
+           "center_crop_box", "clip_normalize", "expand_tags", "host_vision_preprocess", "image_processor_json",
+           "pillow_bicubic", "pillow_bilinear", "pillow_resize", "prepend_tags", "sample_videos",
+           "text_embedding_times", "text_embeddings", "video_frames",
            "universal_to_native",
            "UNIVERSAL_IMAGE", "UNIVERSAL_VIDEO"]
 
@@ -297,17 +297,19 @@ BICUBIC = (_bicubic, 2.0)
 BILINEAR = (_bilinear, 1.0)
 
 
-def _coefficients(in_size: int, out_size: int,
-                  filt: tuple[Any, float] = BICUBIC) -> tuple[np.ndarray, np.ndarray]:
+def _coefficients(in_size: int, out_size: int, filt: tuple[Any, float] = BICUBIC,
+                  span: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(first source index per output [out], fixed-point weights [out, k]) as Pillow's
     precompute_coeffs (the real's precompute_pillow_coeffs_1d), in f64: the support widens when
-    downscaling, the weights are normalised then rounded away from zero."""
+    downscaling, the weights are normalised then rounded away from zero. ``span``: only outputs
+    ``lo:hi`` (each output's coefficients depend on its index alone)."""
     kernel, base_support = filt
     scale = in_size / out_size
     filterscale = max(scale, 1.0)
     support = base_support * filterscale
     k = int(math.ceil(support)) * 2 + 1
-    center = (np.arange(out_size) + 0.5) * scale
+    lo, hi = span if span is not None else (0, out_size)
+    center = (np.arange(lo, hi) + 0.5) * scale
     # int() truncates toward zero as the real's static_cast (negatives clamp to 0 either way)
     starts = np.maximum(np.trunc(center - support + 0.5).astype(np.int64), 0)
     stops = np.minimum(np.trunc(center + support + 0.5).astype(np.int64), in_size)
@@ -321,36 +323,47 @@ def _coefficients(in_size: int, out_size: int,
     return starts, np.trunc(fixed).astype(np.int64)
 
 
-def _pass(src: np.ndarray, out_size: int, axis: int, filt: tuple[Any, float]) -> np.ndarray:
-    """One separable pass over ``axis`` of a [H, W, 3] uint8 image."""
+def _pass(src: np.ndarray, out_size: int, axis: int, filt: tuple[Any, float],
+          span: tuple[int, int] | None = None) -> np.ndarray:
+    """One separable pass over ``axis`` of a [H, W, 3] uint8 image (``span``: outputs lo:hi only)."""
     in_size = src.shape[axis]
-    starts, weights = _coefficients(in_size, out_size, filt)
+    starts, weights = _coefficients(in_size, out_size, filt, span)
     k = weights.shape[1]
     idx = np.minimum(starts[:, None] + np.arange(k)[None, :], in_size - 1)  # zero weights past the end
     # int32 as the real's accumulators; one tap at a time keeps memory at one output's size
     moved = np.moveaxis(src, axis, 0).astype(np.int32)  # [in, other, 3]
     kk = weights.astype(np.int32)[:, :, None, None]
-    acc = np.full((out_size, *moved.shape[1:]), 1 << (_PRECISION_BITS - 1), np.int32)
+    acc = np.full((starts.shape[0], *moved.shape[1:]), 1 << (_PRECISION_BITS - 1), np.int32)
     for j in range(k):
         acc += kk[:, j] * moved[idx[:, j]]
     out = np.clip(acc >> _PRECISION_BITS, 0, 255).astype(np.uint8)
     return np.moveaxis(out, 0, axis)
 
 
-def pillow_resize(image: np.ndarray, width: int, height: int, filt: tuple[Any, float] = BICUBIC) -> np.ndarray:
+def pillow_resize(image: np.ndarray, width: int, height: int, filt: tuple[Any, float] = BICUBIC,
+                  crop: tuple[int, int, int, int] | None = None) -> np.ndarray:
     """[H, W, 3] uint8 resized as the real's clip.cpp resize_pillow_like (Pillow's
-    ImagingResample: horizontal pass, then vertical, each rounded to uint8)."""
+    ImagingResample: horizontal pass, then vertical, each rounded to uint8). ``crop`` (top, left,
+    height, width) of the resized image: only those pixels are computed (the same values), so a
+    centre crop of an extreme aspect ratio does not build the whole resized image first."""
+    top, left, ch, cw = crop if crop is not None else (0, 0, height, width)
     out = image
-    if width != image.shape[1]:
-        out = _pass(out, width, 1, filt)
-    if height != image.shape[0]:
-        out = _pass(out, height, 0, filt)
+    if width != image.shape[1] or (left, cw) != (0, width):
+        out = _pass(out, width, 1, filt, (left, left + cw)) if width != image.shape[1] else out[:, left:left + cw]
+    if height != image.shape[0] or (top, ch) != (0, height):
+        out = _pass(out, height, 0, filt, (top, top + ch)) if height != image.shape[0] else out[top:top + ch]
     return out
 
 
-def pillow_bicubic(image: np.ndarray, width: int, height: int) -> np.ndarray:
-    """The real's clip.cpp bicubic_resize."""
-    return pillow_resize(image, width, height, BICUBIC)
+def pillow_bicubic(image: np.ndarray, width: int, height: int,
+                   crop: tuple[int, int, int, int] | None = None) -> np.ndarray:
+    """The real's clip.cpp bicubic_resize (``crop``: see pillow_resize)."""
+    return pillow_resize(image, width, height, BICUBIC, crop)
+
+
+def center_crop_box(height: int, width: int, crop_h: int, crop_w: int) -> tuple[int, int, int, int]:
+    """(top, left, height, width) of the centre crop of a [height, width] image, as the real's."""
+    return (height - crop_h) // 2, (width - crop_w) // 2, crop_h, crop_w
 
 
 def pillow_bilinear(image: np.ndarray, width: int, height: int) -> np.ndarray:

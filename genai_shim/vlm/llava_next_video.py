@@ -29,13 +29,14 @@ from openvino import opset13 as ops
 
 from genai_shim.vlm.common import (
     Placement,
+    center_crop_box,
     expand_tags,
     host_vision_preprocess,
     pillow_bicubic,
     prepend_tags,
     video_frames,
 )
-from genai_shim.vlm.llava import CLIPConfig, LLaVAImage, center_crop, clip_pixels, merge_image_rows
+from genai_shim.vlm.llava import CLIPConfig, LLaVAImage, clip_pixels, merge_image_rows
 from genai_shim.vlm.llava_next import LLaVANextEmbedder, best_resolution, image_tiles, pack_features
 
 __all__ = ["LLaVANextVideoEmbedder", "host_frame_pixels", "preprocess_model", "unpadded_features"]
@@ -85,7 +86,7 @@ def host_frame_pixels(frame: np.ndarray, c: CLIPConfig) -> np.ndarray:
     (no floor at the crop size, unlike LLaVA's images), a centre crop, then ``(x - mean·255) /
     (std·255)`` in f64 with the products taken in f32 (``float * 255``), stored as f32."""
     h, w = resize_dimensions(frame.shape[0], frame.shape[1], c.shortest_edge)
-    crop = center_crop(pillow_bicubic(frame, w, h), c.crop_height, c.crop_width)
+    crop = pillow_bicubic(frame, w, h, center_crop_box(h, w, c.crop_height, c.crop_width))
     mean = (np.array(c.image_mean, np.float32) * np.float32(255.0)).astype(np.float64)
     std = (np.array(c.image_std, np.float32) * np.float32(255.0)).astype(np.float64)
     x = ((crop.astype(np.float64) - mean) / std).astype(np.float32)
