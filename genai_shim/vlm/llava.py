@@ -81,7 +81,7 @@ def clip_pixels(image: np.ndarray, c: CLIPConfig) -> np.ndarray:
     new_w = max(int(np.float32(w) * scale), c.crop_width)
     new_h = max(int(np.float32(h) * scale), c.crop_height)
     # only the centre crop is resized (the same pixels): a 1x100000 image would otherwise build a
-    # 56 x 5.6M intermediate (11 GB, 51 s here; the real: 1.4 GB, 2.5 s)
+    # 56 x 5.6M intermediate (docs/genai_shim.md "Extreme aspect ratios")
     crop = pillow_bicubic(image, new_w, new_h, center_crop_box(new_h, new_w, c.crop_height, c.crop_width))
     return clip_normalize(crop, c.image_mean, c.image_std)
 
