@@ -52,6 +52,21 @@ def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
     path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
+def write_vlm_lora(path: Path) -> Path:
+    """A PEFT-style rank-4 LoRA on the VLM fixtures' 2-layer language model (tests/fixtures/vlm):
+    q, v and down projections, B not zero; written to ``path``."""
+    rng = np.random.default_rng(3)
+    shapes = {"self_attn.q_proj": (64, 64), "self_attn.v_proj": (32, 64), "mlp.down_proj": (64, 128)}
+    tensors = {}
+    for layer in range(2):
+        for mod, (n_out, n_in) in shapes.items():
+            key = f"base_model.model.language_model.layers.{layer}.{mod}"
+            tensors[f"{key}.lora_A.weight"] = rng.standard_normal((4, n_in)) / np.sqrt(n_in)
+            tensors[f"{key}.lora_B.weight"] = rng.standard_normal((n_out, 4))
+    write_safetensors(path, tensors)
+    return path
+
+
 def make_adapter(seed: int, rank: int, modules: tuple[str, ...], b_scale: float) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}

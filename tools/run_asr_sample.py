@@ -49,6 +49,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from upstream_suite import read_upstream_file  # noqa: E402
+
 SAMPLE = "samples/python/automatic_speech_recognition/automatic_speech_recognition.py"
 FIXTURES = ROOT / "tests" / "fixtures" / "whisper"
 
@@ -96,16 +99,6 @@ RUNS = {
     "cpu": ("CPU", {}, {}),
     "npu": ("NPU", {"NPU_USE_NPUW": "YES", "NPUW_DEVICES": "CPU", **F32}, F32),
 }
-
-
-def read_sample(upstream: Path) -> str:
-    """The sample's text from a checkout or (at HEAD) a git directory."""
-    if (upstream / SAMPLE).is_file():
-        return (upstream / SAMPLE).read_text(encoding="utf-8")
-    out = subprocess.run(["git", "-C", str(upstream), "show", f"HEAD:{SAMPLE}"], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"{upstream}: neither a checkout nor a git directory of openvino.genai with {SAMPLE}")
-    return out.stdout
 
 
 def write_wav(path: Path, audio: np.ndarray, rate: int = 16000) -> None:
@@ -168,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 
     work = args.work or Path(tempfile.mkdtemp(prefix="asr-sample-"))
     work.mkdir(parents=True, exist_ok=True)
-    source = read_sample(args.upstream)
+    source = read_upstream_file(args.upstream, SAMPLE)
     if len(re.findall(r"^import openvino_genai$", source, flags=re.M)) != 1:
         raise SystemExit("the sample no longer has exactly one 'import openvino_genai' line: update this tool")
     sample = work / "automatic_speech_recognition.py"

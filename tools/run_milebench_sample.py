@@ -56,6 +56,7 @@ SUBSET = "ActionLocalization"  # a multi-choice subset of the sample's list
 IMPORT_LINE = "from openvino_genai import ("
 
 sys.path.insert(0, str(ROOT / "tools"))
+from upstream_suite import read_upstream_file  # noqa: E402
 from vlm_goldens import test_image  # noqa: E402
 
 #: stand-ins for the sample's imports the interpreter lacks: module path -> source
@@ -160,16 +161,6 @@ _SAMPLES = [
 ]
 
 
-def read_sample(upstream: Path) -> str:
-    """The sample's text from a checkout or a git directory of openvino.genai."""
-    if (upstream / SAMPLE).is_file():
-        return (upstream / SAMPLE).read_text(encoding="utf-8")
-    out = subprocess.run(["git", "-C", str(upstream), "show", f"HEAD:{SAMPLE}"], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"{upstream}: neither a checkout nor a git directory of openvino.genai with {SAMPLE}")
-    return out.stdout
-
-
 def write_ppm(path: Path, pixels: np.ndarray) -> None:
     h, w, _ = pixels.shape
     path.write_bytes(b"P6\n%d %d\n255\n" % (w, h) + np.ascontiguousarray(pixels, np.uint8).tobytes())
@@ -239,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="milebench-"))
     work.mkdir(parents=True, exist_ok=True)
-    source = read_sample(args.upstream)
+    source = read_upstream_file(args.upstream, SAMPLE)
     data_dir = write_data(work / "data", args.samples)
     stubs = work / "stubs"
     standins = write_standins(stubs)

@@ -150,6 +150,16 @@ _LLAMA_CHAT = (
 # upstream tests
 # --------------------------------------------------------------------------------------------
 
+def read_upstream_file(upstream: Path, rel: str) -> str:
+    """A file's text from an openvino.genai checkout or (at HEAD) a git directory of it."""
+    if (upstream / rel).is_file():
+        return (upstream / rel).read_text(encoding="utf-8")
+    out = subprocess.run(["git", "-C", str(upstream), "show", f"HEAD:{rel}"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{upstream}: neither a checkout nor a git directory of openvino.genai with {rel}")
+    return out.stdout
+
+
 def upstream_commit(upstream: Path) -> str:
     out = subprocess.run(["git", "-C", str(upstream), "rev-parse", "HEAD"], capture_output=True, text=True)
     return out.stdout.strip() if out.returncode == 0 else "unknown"

@@ -329,18 +329,9 @@ def _lora(lib: Any, family: str, path: Path) -> list[Any]:
 def test_lora_adapters_match_real(family: str, tmp_path: Path) -> None:
     """adapters=AdapterConfig at construction: a PEFT-style rank-4 LoRA on the language model's q,
     v and down projections (tools/make_lora_fixture.py's writer), applied per generate()."""
-    from make_lora_fixture import write_safetensors
+    from make_lora_fixture import write_vlm_lora
 
-    rng = np.random.default_rng(3)
-    shapes = {"self_attn.q_proj": (64, 64), "self_attn.v_proj": (32, 64), "mlp.down_proj": (64, 128)}
-    tensors = {}
-    for layer in range(2):
-        for mod, (n_out, n_in) in shapes.items():
-            key = f"base_model.model.language_model.layers.{layer}.{mod}"
-            tensors[f"{key}.lora_A.weight"] = rng.standard_normal((4, n_in)) / np.sqrt(n_in)
-            tensors[f"{key}.lora_B.weight"] = rng.standard_normal((n_out, 4))
-    path = tmp_path / "lora.safetensors"
-    write_safetensors(path, tensors)
+    path = write_vlm_lora(tmp_path / "lora.safetensors")
     ours = _lora(genai_shim, family, path)
     assert ours == _lora(og, family, path)
     assert ours[0] != ours[2]  # the LoRA changes the answer

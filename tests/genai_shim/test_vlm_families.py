@@ -491,19 +491,9 @@ def test_llava_next_video_on_npu_matches_real() -> None:
 def vlm_lora(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A PEFT-style LoRA (rank 4) on the fixtures' 2-layer language model: q, v and down
     projections, B not zero (tools/make_lora_fixture.py's writer)."""
-    from make_lora_fixture import write_safetensors
+    from make_lora_fixture import write_vlm_lora
 
-    rng = np.random.default_rng(3)
-    shapes = {"self_attn.q_proj": (64, 64), "self_attn.v_proj": (32, 64), "mlp.down_proj": (64, 128)}
-    tensors = {}
-    for layer in range(2):
-        for mod, (n_out, n_in) in shapes.items():
-            key = f"base_model.model.language_model.layers.{layer}.{mod}"
-            tensors[f"{key}.lora_A.weight"] = rng.standard_normal((4, n_in)) / np.sqrt(n_in)
-            tensors[f"{key}.lora_B.weight"] = rng.standard_normal((n_out, 4))
-    path = tmp_path_factory.mktemp("vlm_lora") / "lora.safetensors"
-    write_safetensors(path, tensors)
-    return path
+    return write_vlm_lora(tmp_path_factory.mktemp("vlm_lora") / "lora.safetensors")
 
 
 @pytest.mark.parametrize("setup", ["CPU", "NPU", "emulated"])
