@@ -57,7 +57,7 @@ class Request:
         """What the prefix cache keys this sequence's blocks on: its tokens, except that a VLM
         prompt's own keys tell the images apart (equal pad ids, other pictures)."""
         keys = getattr(self.vision, "cache_keys", None)
-        return (list(keys) if keys is not None else self.prompt) + self.generated
+        return (keys if keys is not None else self.prompt) + self.generated
 
     @property
     def in_generate_phase(self) -> bool:

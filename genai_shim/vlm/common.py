@@ -347,12 +347,8 @@ def pillow_resize(image: np.ndarray, width: int, height: int, filt: tuple[Any, f
     height, width) of the resized image: only those pixels are computed (the same values), so a
     centre crop of an extreme aspect ratio does not build the whole resized image first."""
     top, left, ch, cw = crop if crop is not None else (0, 0, height, width)
-    out = image
-    if width != image.shape[1] or (left, cw) != (0, width):
-        out = _pass(out, width, 1, filt, (left, left + cw)) if width != image.shape[1] else out[:, left:left + cw]
-    if height != image.shape[0] or (top, ch) != (0, height):
-        out = _pass(out, height, 0, filt, (top, top + ch)) if height != image.shape[0] else out[top:top + ch]
-    return out
+    out = _pass(image, width, 1, filt, (left, left + cw)) if width != image.shape[1] else image[:, left:left + cw]
+    return _pass(out, height, 0, filt, (top, top + ch)) if height != image.shape[0] else out[top:top + ch]
 
 
 def pillow_bicubic(image: np.ndarray, width: int, height: int,

@@ -15,6 +15,7 @@ rows feed prompt lookup's paged side (:class:`VLMPromptLookupImpl`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from pathlib import Path
@@ -74,15 +75,19 @@ class VisionPrompt:
         mask = self.per_token.get(_VISUAL_MASK)
         #: vision tokens before each prompt position (DeepStack rows of a chunk start there)
         self.vision_before = None if mask is None else np.concatenate([[0], np.cumsum(mask.astype(np.int64))])
-        #: the prefix cache's key of each prompt position (PagedEngine: Request.cache_keys): the
-        #: token, its position(s) and a digest of its embedding row, so that two prompts with the
-        #: same ids but other images never share cached blocks (the real's prefix caching on a
-        #: VLM folder tells them apart too, measured)
-        self.cache_keys: list[tuple[int, tuple[int, ...], bytes]] | None = None
-        if ids is not None:
-            cols = [tuple(int(v) for v in col) for col in self.pos.T]
-            self.cache_keys = [(t, col, hashlib.blake2b(row.tobytes(), digest_size=8).digest())
-                               for t, col, row in zip(ids, cols, self.embeds, strict=True)]
+        self._ids = ids
+
+    @functools.cached_property
+    def cache_keys(self) -> list[tuple[int, tuple[int, ...], bytes]] | None:
+        """The prefix cache's key of each prompt position (PagedEngine: Request.cache_keys; made
+        on first use, so only with prefix caching): the token, its position(s) and a digest of
+        its embedding row, so that two prompts with the same ids but other images never share
+        cached blocks (the real's prefix caching on a VLM folder tells them apart too, measured)."""
+        if self._ids is None:
+            return None
+        cols = [tuple(int(v) for v in col) for col in self.pos.T]
+        return [(t, col, hashlib.blake2b(row.tobytes(), digest_size=8).digest())
+                for t, col, row in zip(self._ids, cols, self.embeds, strict=True)]
 
 
 class VisionRows:

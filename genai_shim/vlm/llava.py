@@ -31,7 +31,7 @@ from genai_shim.vlm.common import (
 from ov_npu_emu.errors import UserInputError
 
 # (clip_normalize and the Pillow resizes live in common.py; re-exported here for their callers)
-__all__ = ["CLIPConfig", "LLaVAEmbedder", "LLaVAImage", "center_crop", "clip_normalize", "clip_pixels",
+__all__ = ["CLIPConfig", "LLaVAEmbedder", "LLaVAImage", "clip_normalize", "clip_pixels",
            "merge_image_rows", "pillow_bicubic", "pillow_bilinear", "pillow_resize"]
 
 #: the real's VLMConfig::im_start (native and automatic tag, and the image token)
@@ -65,11 +65,6 @@ class CLIPConfig:
             if key in data:
                 kw[key] = tuple(float(v) for v in data[key])
         return cls(**kw)
-
-
-def center_crop(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    top, left = (image.shape[0] - height) // 2, (image.shape[1] - width) // 2
-    return image[top : top + height, left : left + width]
 
 
 def clip_pixels(image: np.ndarray, c: CLIPConfig) -> np.ndarray:

@@ -18,7 +18,8 @@ import openvino as ov
 import pytest
 
 import genai_shim
-from genai_shim.vlm.llava import CLIPConfig, center_crop, clip_normalize, pillow_bicubic
+from genai_shim.vlm.common import center_crop_box
+from genai_shim.vlm.llava import CLIPConfig, clip_normalize, pillow_bicubic
 from genai_shim.vlm.qwen2_5_vl import window_index
 from ov_npu_emu.errors import ConfigError, PromptTooLongError, UserInputError
 
@@ -227,8 +228,9 @@ def test_llava_preprocessing_pieces() -> None:
     small = np.repeat(np.array(rows, np.uint8)[:, :, None], 3, axis=2)
     assert pillow_bicubic(small, 3, 4)[..., 0].tolist() == [[209, 135, 62], [93, 115, 70], [49, 153, 69],
                                                             [117, 48, 70]]
-    crop = center_crop(np.arange(5 * 7 * 3, dtype=np.uint8).reshape(5, 7, 3), 3, 3)
-    assert crop[0, 0, 0] == (1 * 7 + 2) * 3
+    top, left, h, w = center_crop_box(5, 7, 3, 3)
+    crop = np.arange(5 * 7 * 3, dtype=np.uint8).reshape(5, 7, 3)[top:top + h, left:left + w]
+    assert crop.shape == (3, 3, 3) and crop[0, 0, 0] == (1 * 7 + 2) * 3
     x = clip_normalize(np.zeros((2, 2, 3), np.uint8), (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
     assert x.shape == (1, 3, 2, 2) and np.all(x == -2.0)
 
